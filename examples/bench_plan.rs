@@ -1,0 +1,186 @@
+//! Benchmark of `tagpin plan` on a generated repository against a real local registry.
+//!
+//! Run: `cargo run --release --example bench_plan` (needs Debian's `docker-registry`).
+//!
+//! It pushes 500 distinct images to a `docker-registry` on loopback, writes 2,000 Deployment
+//! manifests naming them, and reports:
+//! - wall time of a full plan pass (walk, read, scan, resolve, plan, diff), median of 3;
+//! - manifest requests the pass sent (must equal the number of distinct references);
+//! - a physical baseline: a bare concurrent HEAD client sending the same 500 requests at the
+//!   same per-host concurrency, median of 3, and the ratio plan / baseline;
+//! - peak RSS during the plan pass (VmHWM, reset before the pass);
+//! - scanning throughput without network, in manifests per second.
+//!
+//! Figures are printed, never asserted: speed is measured here, not tested.
+
+#[path = "../tests/support/registry.rs"]
+#[allow(dead_code)]
+mod registry_support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures::stream::{self, StreamExt};
+use registry_support::{Mode, TestRegistry, ACCEPT_ALL_MANIFESTS};
+use tagpin::manifest::{self, FileFilter};
+use tagpin::registry::{Client, Settings, DEFAULT_CONCURRENCY_PER_HOST};
+
+const MANIFESTS: usize = 2_000;
+const IMAGES: usize = 500;
+const REPOSITORIES: usize = 50;
+const ROUNDS: usize = 3;
+const SCAN_REPEATS: usize = 10;
+
+fn image_name(host: &str, i: usize) -> (String, String) {
+    let repo = format!("bench/app{}", i % REPOSITORIES);
+    let tag = format!("v{}", i / REPOSITORIES);
+    (format!("{host}/{repo}:{tag}"), format!("{repo}:{tag}"))
+}
+
+fn deployment(n: usize, image: &str) -> String {
+    format!(
+        "# generated for the benchmark\n\
+         apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: app-{n}\n  namespace: bench\n  labels:\n    app: app-{n}\n\
+         spec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: app-{n}\n  template:\n    metadata:\n      labels:\n        app: app-{n}\n\
+         \x20   spec:\n      containers:\n        - name: app\n          image: {image}  # pinned by tagpin\n\
+         \x20         ports:\n            - containerPort: 8080\n          resources:\n            requests: {{cpu: 10m, memory: 16Mi}}\n"
+    )
+}
+
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Resets VmHWM to the current RSS (Linux ≥ 4.0), so the peak covers only what follows.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+async fn baseline(host: &str, images: &[(String, String)]) -> Duration {
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let statuses: Vec<u16> = stream::iter(images.iter().map(|(_, repo_tag)| {
+        let (repo, tag) = repo_tag.split_once(':').unwrap();
+        let url = format!("http://{host}/v2/{repo}/manifests/{tag}");
+        let http = http.clone();
+        async move {
+            let response = http
+                .head(url)
+                .header("accept", ACCEPT_ALL_MANIFESTS)
+                .send()
+                .await
+                .unwrap();
+            let _digest = response.headers().get("docker-content-digest").cloned();
+            response.status().as_u16()
+        }
+    }))
+    .buffer_unordered(DEFAULT_CONCURRENCY_PER_HOST)
+    .collect()
+    .await;
+    let elapsed = started.elapsed();
+    assert!(statuses.iter().all(|s| *s == 200), "baseline HEADs failed");
+    elapsed
+}
+
+async fn plan_once(host: &str, root: &Path) -> (Duration, u64, usize, Option<u64>) {
+    let client = Client::new(Settings {
+        insecure_hosts: vec![host.to_string()],
+        ..Settings::default()
+    })
+    .unwrap();
+    reset_peak_rss();
+    let started = Instant::now();
+    let pass = tagpin::pass::run(&[root.to_path_buf()], &FileFilter::default(), &client).await;
+    let elapsed = started.elapsed();
+    let peak = peak_rss_kib();
+    assert!(!pass.has_failures(), "{:?}", pass.failures());
+    (
+        elapsed,
+        client.stats().manifest_requests,
+        pass.plan.summary.to_pin,
+        peak,
+    )
+}
+
+fn scan_rate(files: &[(PathBuf, Vec<u8>)]) -> f64 {
+    let started = Instant::now();
+    let mut fields = 0usize;
+    for _ in 0..SCAN_REPEATS {
+        for (path, bytes) in files {
+            fields += manifest::scan(path, bytes).unwrap().fields.len();
+        }
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(fields, files.len() * SCAN_REPEATS);
+    (files.len() * SCAN_REPEATS) as f64 / elapsed.as_secs_f64()
+}
+
+#[tokio::main]
+async fn main() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    eprintln!("pushing {IMAGES} images to {host} …");
+    let images: Vec<(String, String)> = (0..IMAGES).map(|i| image_name(&host, i)).collect();
+    stream::iter(images.iter().enumerate())
+        .for_each_concurrent(8, |(i, (_, repo_tag))| {
+            let registry = &registry;
+            async move {
+                let (repo, tag) = repo_tag.split_once(':').unwrap();
+                registry.push_image(repo, tag, &format!("seed-{i}")).await;
+            }
+        })
+        .await;
+
+    let tree = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for n in 0..MANIFESTS {
+        let dir = tree.path().join(format!("team{}", n % 20));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("app-{n}.yaml"));
+        let text = deployment(n, &images[n % IMAGES].0);
+        std::fs::write(&path, &text).unwrap();
+        files.push((path, text.into_bytes()));
+    }
+
+    let rate = scan_rate(&files);
+
+    let mut plan_times = Vec::new();
+    let mut base_times = Vec::new();
+    let mut requests = 0;
+    let mut peak = 0;
+    for _ in 0..ROUNDS {
+        base_times.push(baseline(&host, &images).await);
+        let (elapsed, sent, to_pin, rss) = plan_once(&host, tree.path()).await;
+        assert_eq!(to_pin, MANIFESTS);
+        plan_times.push(elapsed);
+        requests = sent;
+        peak = peak.max(rss.unwrap_or(0));
+    }
+    let plan = median(plan_times);
+    let base = median(base_times);
+    let ratio = plan.as_secs_f64() / base.as_secs_f64();
+
+    println!("tagpin plan benchmark: {MANIFESTS} manifests, {IMAGES} distinct images, concurrency {DEFAULT_CONCURRENCY_PER_HOST}/host, median of {ROUNDS}");
+    println!(
+        "  plan wall time            {:>9.1} ms",
+        plan.as_secs_f64() * 1e3
+    );
+    println!(
+        "  bare HEAD baseline        {:>9.1} ms",
+        base.as_secs_f64() * 1e3
+    );
+    println!("  ratio plan / baseline     {ratio:>9.2}   (target <= 1.3)");
+    println!("  manifest requests sent    {requests:>9}   (distinct refs: {IMAGES})");
+    println!(
+        "  peak RSS during plan      {:>9.1} MB  (target <= 100)",
+        peak as f64 / 1024.0
+    );
+    println!("  scan throughput           {rate:>9.0} manifests/s (target >= 20000)");
+}

@@ -1,0 +1,367 @@
+//! Subcommands, their flags, and how their results are printed.
+//!
+//! Producers elsewhere return data; this module alone renders it, as human text or as one
+//! JSON document (`--output json`). Results go to stdout, logs and errors to stderr, and the
+//! exit code is decided here, in one place:
+//!
+//! | code | meaning |
+//! |------|---------|
+//! | 0 | done, or nothing to do |
+//! | 1 | something needs attention: an image or file failed (the rest was done), or `pin --check` found references to pin |
+//! | 2 | usage, configuration or fatal error: nothing was done |
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::json;
+
+use crate::manifest::walk::FileFilter;
+use crate::pass::{self, Pass};
+use crate::plan::Plan;
+use crate::reference::Reference;
+use crate::registry::{self, Client, CredentialStore, Settings};
+
+/// Pins Kubernetes image tags to registry digests, byte-exactly.
+#[derive(Debug, Parser)]
+#[command(name = "tagpin", version, about, max_term_width = 100)]
+pub struct Cli {
+    /// Result format on stdout.
+    #[arg(long, global = true, value_enum, default_value_t = OutputFormat::Human)]
+    pub output: OutputFormat,
+
+    /// More log output on stderr (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Log lines as JSON instead of text.
+    #[arg(long, global = true)]
+    pub log_json: bool,
+
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the digest each image's tag points to now (like `crane digest`).
+    Resolve {
+        /// Image references, e.g. nginx:1.27 or quay.io/acme/web:latest.
+        #[arg(required = true, value_name = "IMAGE")]
+        images: Vec<String>,
+    },
+    /// Show the diff that pinning would make, and a summary; write nothing.
+    Plan(ScanArgs),
+    /// Rewrite manifests in place to `repo:tag@sha256:<digest>`.
+    Pin {
+        #[command(flatten)]
+        scan: ScanArgs,
+        /// Write nothing; exit 1 if any image is unpinned or its pin is stale (for CI).
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// Manifest files or directories to scan.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Only files matching this glob (relative to a directory argument); repeatable.
+    /// Default: **/*.yaml, **/*.yml, **/*.json, **/Kustomization.
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Skip files matching this glob; repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RegistryArgs {
+    /// Reach this registry over plain HTTP; repeatable.
+    #[arg(long = "insecure-registry", value_name = "HOST[:PORT]", global = true)]
+    pub insecure_registries: Vec<String>,
+    /// Trust this PEM CA bundle for registries, besides the system roots; repeatable.
+    #[arg(long = "ca-file", value_name = "FILE", global = true)]
+    pub ca_files: Vec<PathBuf>,
+    /// Directory holding the Docker config.json with registry credentials
+    /// [default: $DOCKER_CONFIG, else ~/.docker].
+    #[arg(long = "docker-config", value_name = "DIR", global = true)]
+    pub docker_config: Option<PathBuf>,
+    /// Requests in flight at once per registry host.
+    #[arg(long, value_name = "N", global = true, default_value_t = registry::DEFAULT_CONCURRENCY_PER_HOST)]
+    pub concurrency: usize,
+    /// Timeout of one registry request, in seconds.
+    #[arg(
+        long = "registry-timeout",
+        value_name = "SECONDS",
+        global = true,
+        default_value_t = 30
+    )]
+    pub registry_timeout: u64,
+}
+
+/// The process exit code; see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Ok = 0,
+    Attention = 1,
+    Fatal = 2,
+}
+
+/// Sets up `tracing` on stderr: `RUST_LOG` when set, else warn (or info/debug with -v/-vv).
+pub fn init_logging(cli: &Cli) {
+    let default = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let result = if cli.log_json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+    // A second init (tests calling run twice) keeps the first subscriber.
+    drop(result);
+}
+
+/// Runs the command and decides the exit code.
+pub async fn run(cli: Cli) -> Exit {
+    let client = match build_client(&cli.registry) {
+        Ok(client) => client,
+        Err(message) => {
+            eprintln!("error: {message}");
+            return Exit::Fatal;
+        }
+    };
+    match cli.command {
+        Command::Resolve { images } => resolve(&client, &images, cli.output).await,
+        Command::Plan(scan) => match scan_filter(&scan) {
+            Ok(filter) => {
+                let pass = pass::run(&scan.paths, &filter, &client).await;
+                report_plan(&pass, cli.output, Mode::Plan)
+            }
+            Err(message) => fatal(&message),
+        },
+        Command::Pin { scan, check } => match scan_filter(&scan) {
+            Ok(filter) => {
+                let pass = pass::run(&scan.paths, &filter, &client).await;
+                if check {
+                    report_plan(&pass, cli.output, Mode::Check)
+                } else {
+                    let written = pass::write(&pass.plan);
+                    report_pin(&pass, &written, cli.output)
+                }
+            }
+            Err(message) => fatal(&message),
+        },
+    }
+}
+
+fn fatal(message: &str) -> Exit {
+    eprintln!("error: {message}");
+    Exit::Fatal
+}
+
+fn build_client(args: &RegistryArgs) -> Result<Client, String> {
+    let credentials = match args
+        .docker_config
+        .clone()
+        .or_else(CredentialStore::default_dir)
+    {
+        Some(dir) => CredentialStore::load_dir(&dir)?,
+        None => CredentialStore::default(),
+    };
+    let settings = Settings {
+        insecure_hosts: args.insecure_registries.clone(),
+        ca_files: args.ca_files.clone(),
+        credentials,
+        concurrency_per_host: args.concurrency.max(1),
+        request_timeout: Duration::from_secs(args.registry_timeout.max(1)),
+        ..Settings::default()
+    };
+    Client::new(settings).map_err(|e| e.to_string())
+}
+
+fn scan_filter(scan: &ScanArgs) -> Result<FileFilter, String> {
+    let include: Vec<&str> = if scan.include.is_empty() {
+        FileFilter::DEFAULT_INCLUDE.to_vec()
+    } else {
+        scan.include.iter().map(String::as_str).collect()
+    };
+    FileFilter::new(&include, &scan.exclude).map_err(|e| e.to_string())
+}
+
+/// `tagpin resolve`: one line per image; a lone image prints just its digest, so
+/// `$(tagpin resolve nginx)` works in scripts the way `crane digest` does.
+async fn resolve(client: &Client, images: &[String], format: OutputFormat) -> Exit {
+    let mut parsed: Vec<(String, Result<Reference, String>)> = Vec::new();
+    for image in images {
+        parsed.push((
+            image.clone(),
+            Reference::parse(image).map_err(|e| e.to_string()),
+        ));
+    }
+    let valid: Vec<&Reference> = parsed.iter().filter_map(|(_, r)| r.as_ref().ok()).collect();
+    let results = client.resolve_all(valid.iter().copied()).await;
+    let mut failed = false;
+    let mut rows = Vec::new();
+    let mut human = String::new();
+    for (image, reference) in &parsed {
+        let outcome: Result<&registry::Resolved, String> = match reference {
+            Err(e) => Err(e.clone()),
+            Ok(r) => match results.get(&registry::ResolveKey::of(r)) {
+                Some(Ok(resolved)) => Ok(resolved),
+                Some(Err(e)) => Err(e.to_string()),
+                None => Err(format!("{image}: not resolved")),
+            },
+        };
+        match outcome {
+            Ok(resolved) => {
+                rows.push(
+                    json!({"image": image, "digest": resolved.digest.to_string(),
+                    "kind": resolved.kind, "media_type": resolved.media_type}),
+                );
+                if images.len() == 1 {
+                    human.push_str(&format!("{}\n", resolved.digest));
+                } else {
+                    human.push_str(&format!("{image}\t{}\n", resolved.digest));
+                }
+            }
+            Err(message) => {
+                failed = true;
+                eprintln!("error: {message}");
+                rows.push(json!({"image": image, "error": message}));
+            }
+        }
+    }
+    match format {
+        OutputFormat::Human => emit(&human),
+        OutputFormat::Json => emit_json(&json!({ "images": rows })),
+    }
+    if failed {
+        Exit::Attention
+    } else {
+        Exit::Ok
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Plan,
+    Check,
+}
+
+fn report_plan(pass: &Pass, format: OutputFormat, mode: Mode) -> Exit {
+    print_problems(pass);
+    match format {
+        OutputFormat::Human => {
+            let mut text = String::new();
+            for file in &pass.plan.files {
+                text.push_str(&file.diff);
+            }
+            text.push_str(&summary_line(&pass.plan));
+            emit(&text);
+        }
+        OutputFormat::Json => emit_json(&plan_json(pass, None)),
+    }
+    let needs_pinning = mode == Mode::Check && !pass.plan.changes.is_empty();
+    if needs_pinning || pass.has_failures() {
+        Exit::Attention
+    } else {
+        Exit::Ok
+    }
+}
+
+fn report_pin(pass: &Pass, written: &[pass::WriteOutcome], format: OutputFormat) -> Exit {
+    print_problems(pass);
+    let mut write_failed = false;
+    for outcome in written {
+        if let Err(e) = &outcome.result {
+            write_failed = true;
+            eprintln!("error: {}: cannot write: {e}", outcome.path.display());
+        }
+    }
+    match format {
+        OutputFormat::Human => {
+            let mut text = String::new();
+            for outcome in written.iter().filter(|o| o.result.is_ok()) {
+                text.push_str(&format!("pinned {}\n", outcome.path.display()));
+            }
+            text.push_str(&summary_line(&pass.plan));
+            emit(&text);
+        }
+        OutputFormat::Json => emit_json(&plan_json(pass, Some(written))),
+    }
+    if write_failed || pass.has_failures() {
+        Exit::Attention
+    } else {
+        Exit::Ok
+    }
+}
+
+fn print_problems(pass: &Pass) {
+    for skipped in &pass.skipped {
+        tracing::info!("skipped {skipped}");
+    }
+    for failure in pass.failures() {
+        eprintln!("error: {failure}");
+    }
+}
+
+fn summary_line(plan: &Plan) -> String {
+    let s = &plan.summary;
+    format!(
+        "{} image reference(s) in {} file(s): {} to pin, {} stale pin(s) to update, {} already current, {} digest-only left alone, {} failed; {} file(s) to change\n",
+        s.references, s.files_scanned, s.to_pin, s.to_update, s.current, s.digest_only, s.failed, s.files_changed
+    )
+}
+
+fn plan_json(pass: &Pass, written: Option<&[pass::WriteOutcome]>) -> serde_json::Value {
+    let mut value = json!({
+        "summary": pass.plan.summary,
+        "changes": pass.plan.changes,
+        "failures": pass.failures().iter().map(|f| f.to_string()).collect::<Vec<_>>(),
+        "skipped": pass.skipped.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        "diff": pass.plan.files.iter().map(|f| f.diff.as_str()).collect::<String>(),
+    });
+    if let Some(written) = written {
+        value["written"] = written
+            .iter()
+            .filter(|o| o.result.is_ok())
+            .map(|o| json!(o.path.display().to_string()))
+            .collect();
+    }
+    value
+}
+
+/// Writes to stdout; a closed pipe (`tagpin plan … | head`) is not an error.
+fn emit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: cannot write to stdout: {e}");
+        }
+    }
+}
+
+fn emit_json(value: &serde_json::Value) {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
+    text.push('\n');
+    emit(&text);
+}

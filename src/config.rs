@@ -1,0 +1,858 @@
+//! The `tagpin.yaml` configuration: read once, validated once, then trusted everywhere.
+//!
+//! The file is parsed to a YAML value and walked by hand, so that validation reports *every*
+//! problem with its field path (`pull_request.grouping: expected one of single, per-image`)
+//! instead of stopping at the first, and unknown keys (typos) are errors rather than silently
+//! ignored settings. Secrets never live here: the file names environment variables or files
+//! that hold them.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde_yaml::{Mapping, Value};
+
+/// A validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub repository: Repository,
+    pub author: Author,
+    /// Directories or files to scan, relative to the repository root.
+    pub paths: Vec<String>,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    pub images: ImageRules,
+    pub registries: Registries,
+    pub mode: WriteMode,
+    pub commit_message: String,
+    pub pull_request: PullRequest,
+    pub forge: Option<Forge>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repository {
+    /// `https://…`, `ssh://…`, `git@host:path`, `git://…`, `file://…` or a local path.
+    pub url: String,
+    /// The branch tagpin pins (commit mode) or targets with pull requests.
+    pub branch: String,
+    pub auth: GitAuth,
+    /// Where the local mirror lives; default under the user's cache directory.
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// How tagpin authenticates to the Git remote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GitAuth {
+    None,
+    /// HTTPS with a token as the password; the token is read from this environment variable.
+    Token {
+        env: String,
+        username: String,
+    },
+    /// SSH with a private key file (and optionally a passphrase from an environment variable).
+    SshKey {
+        key_file: PathBuf,
+        passphrase_env: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Author {
+    pub name: String,
+    pub email: String,
+}
+
+/// Which image references tagpin manages, as globs over the normalized name
+/// (`docker.io/library/nginx`, `ghcr.io/acme/*`). Empty `manage` means all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageRules {
+    pub manage: Vec<String>,
+    pub ignore: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registries {
+    pub insecure: Vec<String>,
+    pub ca_files: Vec<PathBuf>,
+    pub docker_config: Option<PathBuf>,
+    pub concurrency: usize,
+    pub timeout_seconds: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    Commit,
+    PullRequest,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grouping {
+    /// One pull request for the whole pass.
+    Single,
+    /// One pull request per image repository.
+    PerImage,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullRequest {
+    pub grouping: Grouping,
+    pub title: String,
+    pub labels: Vec<String>,
+    pub branch_prefix: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forge {
+    /// REST API base: `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise.
+    pub api_url: String,
+    pub owner: String,
+    pub repo: String,
+    /// Environment variable holding the token.
+    pub token_env: String,
+}
+
+/// Placeholders the commit message and PR title templates may use.
+pub const TEMPLATE_PLACEHOLDERS: [&str; 3] = ["{count}", "{branch}", "{images}"];
+
+const DEFAULT_COMMIT_MESSAGE: &str = "Pin {count} image(s) to digests on {branch}";
+const DEFAULT_PR_TITLE: &str = "Pin {count} image(s) to digests";
+const DEFAULT_BRANCH_PREFIX: &str = "tagpin/";
+const DEFAULT_AUTHOR_NAME: &str = "tagpin";
+const DEFAULT_AUTHOR_EMAIL: &str = "tagpin@localhost";
+const DEFAULT_TOKEN_USERNAME: &str = "x-access-token";
+const DEFAULT_TIMEOUT_SECONDS: u64 = 30;
+
+/// Every problem found in a configuration file, one per line, each with its field path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: invalid configuration:\n{}", file.display(), problems.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub problems: Vec<String>,
+}
+
+impl Config {
+    /// Reads and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_path_buf(),
+            problems: vec![format!("cannot read: {e}")],
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses and validates configuration text; `file` only names it in errors.
+    pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+        let value: Value = serde_yaml::from_str(text).map_err(|e| ConfigError {
+            file: file.to_path_buf(),
+            problems: vec![match e.location() {
+                Some(l) => format!("line {}: not valid YAML: {e}", l.line()),
+                None => format!("not valid YAML: {e}"),
+            }],
+        })?;
+        let mut v = Validator::default();
+        let config = v.config(&value);
+        match config {
+            Some(config) if v.problems.is_empty() => Ok(config),
+            _ => Err(ConfigError {
+                file: file.to_path_buf(),
+                problems: v.problems,
+            }),
+        }
+    }
+
+    /// The token for the forge, read from its environment variable now.
+    pub fn forge_token(&self) -> Option<Result<String, String>> {
+        self.forge.as_ref().map(|f| read_env(&f.token_env))
+    }
+}
+
+/// Reads a secret from an environment variable, with an error that names the variable only.
+pub fn read_env(name: &str) -> Result<String, String> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
+        _ => Err(format!("environment variable {name} is not set or empty")),
+    }
+}
+
+/// Collects problems while walking the YAML value.
+#[derive(Default)]
+struct Validator {
+    problems: Vec<String>,
+}
+
+impl Validator {
+    fn problem(&mut self, path: &str, message: impl std::fmt::Display) {
+        self.problems.push(format!("{path}: {message}"));
+    }
+
+    /// The mapping at `path`, with unknown keys reported.
+    fn mapping<'v>(&mut self, value: &'v Value, path: &str, known: &[&str]) -> Option<&'v Mapping> {
+        let Some(mapping) = value.as_mapping() else {
+            self.problem(
+                path,
+                format!("expected a mapping, found {}", kind_of(value)),
+            );
+            return None;
+        };
+        for key in mapping.keys() {
+            match key.as_str() {
+                Some(k) if known.contains(&k) => {}
+                Some(k) => self.problem(
+                    &join(path, k),
+                    format!("unknown key (known: {})", known.join(", ")),
+                ),
+                None => self.problem(path, "keys must be strings"),
+            }
+        }
+        Some(mapping)
+    }
+
+    fn string(&mut self, m: &Mapping, path: &str, key: &str) -> Option<String> {
+        match m.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.trim().is_empty() => {
+                self.problem(&join(path, key), "must not be empty");
+                None
+            }
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => {
+                self.problem(
+                    &join(path, key),
+                    format!("expected a string, found {}", kind_of(other)),
+                );
+                None
+            }
+        }
+    }
+
+    fn required_string(&mut self, m: &Mapping, path: &str, key: &str) -> Option<String> {
+        let present = matches!(m.get(key), Some(v) if !v.is_null());
+        let value = self.string(m, path, key);
+        if !present {
+            self.problem(&join(path, key), "is required");
+        }
+        value
+    }
+
+    fn strings(&mut self, m: &Mapping, path: &str, key: &str) -> Vec<String> {
+        match m.get(key) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Sequence(items)) => {
+                let mut out = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    match item.as_str() {
+                        Some(s) if !s.trim().is_empty() => out.push(s.to_string()),
+                        _ => self.problem(
+                            &format!("{}[{i}]", join(path, key)),
+                            format!("expected a non-empty string, found {}", kind_of(item)),
+                        ),
+                    }
+                }
+                out
+            }
+            Some(other) => {
+                self.problem(
+                    &join(path, key),
+                    format!("expected a list of strings, found {}", kind_of(other)),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    fn number(&mut self, m: &Mapping, path: &str, key: &str, min: u64, max: u64) -> Option<u64> {
+        match m.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(n) if (min..=max).contains(&n) => Some(n),
+                _ => {
+                    self.problem(
+                        &join(path, key),
+                        format!("expected a whole number from {min} to {max}, found {n}"),
+                    );
+                    None
+                }
+            },
+            Some(other) => {
+                self.problem(
+                    &join(path, key),
+                    format!("expected a number, found {}", kind_of(other)),
+                );
+                None
+            }
+        }
+    }
+
+    fn choice<T: Copy>(
+        &mut self,
+        m: &Mapping,
+        path: &str,
+        key: &str,
+        options: &[(&str, T)],
+        default: T,
+    ) -> T {
+        let Some(s) = self.string(m, path, key) else {
+            return default;
+        };
+        match options.iter().find(|(name, _)| *name == s) {
+            Some((_, value)) => *value,
+            None => {
+                let names: Vec<&str> = options.iter().map(|(n, _)| *n).collect();
+                self.problem(
+                    &join(path, key),
+                    format!("expected one of {}, found {s:?}", names.join(", ")),
+                );
+                default
+            }
+        }
+    }
+
+    fn env_name(&mut self, path: &str, name: &str) {
+        let looks_like_name = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !looks_like_name {
+            // Never echo the value: it may be the secret itself, pasted in by mistake.
+            self.problem(
+                path,
+                "must name an environment variable (like GITHUB_TOKEN), not hold a secret",
+            );
+        }
+    }
+
+    fn template(&mut self, path: &str, template: &str) {
+        let mut rest = template;
+        while let Some(start) = rest.find('{') {
+            let Some(len) = rest[start..].find('}') else {
+                self.problem(path, "has a '{' without a closing '}'");
+                return;
+            };
+            let placeholder = &rest[start..start + len + 1];
+            if !TEMPLATE_PLACEHOLDERS.contains(&placeholder) {
+                self.problem(
+                    path,
+                    format!(
+                        "unknown placeholder {placeholder} (known: {})",
+                        TEMPLATE_PLACEHOLDERS.join(", ")
+                    ),
+                );
+            }
+            rest = &rest[start + len + 1..];
+        }
+    }
+
+    fn config(&mut self, root: &Value) -> Option<Config> {
+        let top = self.mapping(
+            root,
+            "(top level)",
+            &[
+                "repository",
+                "author",
+                "paths",
+                "include",
+                "exclude",
+                "images",
+                "registries",
+                "mode",
+                "commit_message",
+                "pull_request",
+                "forge",
+            ],
+        )?;
+        let repository = self.repository(top);
+        let author = self.author(top);
+        let paths = self.paths(top);
+        let include = self.strings(top, "", "include");
+        let exclude = self.strings(top, "", "exclude");
+        for (key, globs) in [("include", &include), ("exclude", &exclude)] {
+            self.globs(key, globs);
+        }
+        let images = self.images(top);
+        let registries = self.registries(top);
+        let mode = self.choice(
+            top,
+            "",
+            "mode",
+            &[
+                ("commit", WriteMode::Commit),
+                ("pull-request", WriteMode::PullRequest),
+            ],
+            WriteMode::Commit,
+        );
+        let commit_message = self
+            .string(top, "", "commit_message")
+            .unwrap_or_else(|| DEFAULT_COMMIT_MESSAGE.to_string());
+        self.template("commit_message", &commit_message);
+        let pull_request = self.pull_request(top);
+        let forge = top.get("forge").and_then(|f| self.forge(f));
+        if mode == WriteMode::PullRequest && top.get("forge").is_none() {
+            self.problem("forge", "is required when mode is pull-request");
+        }
+        Some(Config {
+            repository: repository?,
+            author,
+            paths,
+            include,
+            exclude,
+            images,
+            registries,
+            mode,
+            commit_message,
+            pull_request,
+            forge,
+        })
+    }
+
+    fn repository(&mut self, top: &Mapping) -> Option<Repository> {
+        let Some(value) = top.get("repository") else {
+            self.problem("repository", "is required");
+            return None;
+        };
+        let m = self.mapping(value, "repository", &["url", "branch", "auth", "cache_dir"])?;
+        let url = self.required_string(m, "repository", "url");
+        let branch = self
+            .string(m, "repository", "branch")
+            .unwrap_or_else(|| "main".to_string());
+        if !valid_branch_name(&branch) {
+            self.problem(
+                "repository.branch",
+                format!("{branch:?} is not a valid branch name"),
+            );
+        }
+        let auth = match m.get("auth") {
+            None | Some(Value::Null) => GitAuth::None,
+            Some(value) => self.git_auth(value),
+        };
+        if let (Some(url), GitAuth::Token { .. }) = (&url, &auth) {
+            if url.starts_with("http://") {
+                self.problem(
+                    "repository.auth",
+                    "a token is never sent over plain http://; use https://",
+                );
+            }
+        }
+        let cache_dir = self.string(m, "repository", "cache_dir").map(PathBuf::from);
+        Some(Repository {
+            url: url?,
+            branch,
+            auth,
+            cache_dir,
+        })
+    }
+
+    fn git_auth(&mut self, value: &Value) -> GitAuth {
+        let path = "repository.auth";
+        let Some(m) = self.mapping(
+            value,
+            path,
+            &["token_env", "username", "ssh_key_file", "passphrase_env"],
+        ) else {
+            return GitAuth::None;
+        };
+        let token_env = self.string(m, path, "token_env");
+        let key_file = self.string(m, path, "ssh_key_file");
+        match (token_env, key_file) {
+            (Some(_), Some(_)) => {
+                self.problem(path, "set token_env or ssh_key_file, not both");
+                GitAuth::None
+            }
+            (Some(env), None) => {
+                self.env_name("repository.auth.token_env", &env);
+                let username = self
+                    .string(m, path, "username")
+                    .unwrap_or_else(|| DEFAULT_TOKEN_USERNAME.to_string());
+                GitAuth::Token { env, username }
+            }
+            (None, Some(file)) => {
+                let passphrase_env = self.string(m, path, "passphrase_env");
+                if let Some(env) = &passphrase_env {
+                    self.env_name("repository.auth.passphrase_env", env);
+                }
+                GitAuth::SshKey {
+                    key_file: PathBuf::from(file),
+                    passphrase_env,
+                }
+            }
+            (None, None) => {
+                self.problem(path, "needs token_env or ssh_key_file (omit auth for none)");
+                GitAuth::None
+            }
+        }
+    }
+
+    fn author(&mut self, top: &Mapping) -> Author {
+        let mut author = Author {
+            name: DEFAULT_AUTHOR_NAME.to_string(),
+            email: DEFAULT_AUTHOR_EMAIL.to_string(),
+        };
+        if let Some(value) = top.get("author") {
+            if let Some(m) = self.mapping(value, "author", &["name", "email"]) {
+                if let Some(name) = self.string(m, "author", "name") {
+                    author.name = name;
+                }
+                if let Some(email) = self.string(m, "author", "email") {
+                    if !email.contains('@') {
+                        self.problem("author.email", format!("{email:?} is not an email address"));
+                    }
+                    author.email = email;
+                }
+            }
+        }
+        author
+    }
+
+    fn paths(&mut self, top: &Mapping) -> Vec<String> {
+        let paths = self.strings(top, "", "paths");
+        for (i, p) in paths.iter().enumerate() {
+            let path = Path::new(p);
+            let escapes = path.is_absolute()
+                || path.components().any(|c| {
+                    matches!(
+                        c,
+                        Component::ParentDir | Component::RootDir | Component::Prefix(_)
+                    )
+                });
+            if escapes {
+                self.problem(
+                    &format!("paths[{i}]"),
+                    format!("{p:?} must be relative to the repository and stay inside it"),
+                );
+            }
+        }
+        if paths.is_empty() {
+            vec![".".to_string()]
+        } else {
+            paths
+        }
+    }
+
+    fn globs(&mut self, key: &str, globs: &[String]) {
+        for (i, g) in globs.iter().enumerate() {
+            if let Err(e) = globset::Glob::new(g) {
+                self.problem(
+                    &format!("{key}[{i}]"),
+                    format!("invalid glob: {}", e.kind()),
+                );
+            }
+        }
+    }
+
+    fn images(&mut self, top: &Mapping) -> ImageRules {
+        let Some(value) = top.get("images") else {
+            return ImageRules::default();
+        };
+        let Some(m) = self.mapping(value, "images", &["manage", "ignore"]) else {
+            return ImageRules::default();
+        };
+        let rules = ImageRules {
+            manage: self.strings(m, "images", "manage"),
+            ignore: self.strings(m, "images", "ignore"),
+        };
+        self.globs("images.manage", &rules.manage);
+        self.globs("images.ignore", &rules.ignore);
+        rules
+    }
+
+    fn registries(&mut self, top: &Mapping) -> Registries {
+        let mut registries = Registries {
+            insecure: Vec::new(),
+            ca_files: Vec::new(),
+            docker_config: None,
+            concurrency: crate::registry::DEFAULT_CONCURRENCY_PER_HOST,
+            timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
+        };
+        let Some(value) = top.get("registries") else {
+            return registries;
+        };
+        let path = "registries";
+        let Some(m) = self.mapping(
+            value,
+            path,
+            &[
+                "insecure",
+                "ca_files",
+                "docker_config",
+                "concurrency",
+                "timeout_seconds",
+            ],
+        ) else {
+            return registries;
+        };
+        registries.insecure = self.strings(m, path, "insecure");
+        registries.ca_files = self
+            .strings(m, path, "ca_files")
+            .into_iter()
+            .map(PathBuf::from)
+            .collect();
+        registries.docker_config = self.string(m, path, "docker_config").map(PathBuf::from);
+        if let Some(n) = self.number(m, path, "concurrency", 1, 256) {
+            registries.concurrency = n as usize;
+        }
+        if let Some(n) = self.number(m, path, "timeout_seconds", 1, 3600) {
+            registries.timeout_seconds = n;
+        }
+        registries
+    }
+
+    fn pull_request(&mut self, top: &Mapping) -> PullRequest {
+        let mut pr = PullRequest {
+            grouping: Grouping::Single,
+            title: DEFAULT_PR_TITLE.to_string(),
+            labels: vec!["tagpin".to_string()],
+            branch_prefix: DEFAULT_BRANCH_PREFIX.to_string(),
+        };
+        let Some(value) = top.get("pull_request") else {
+            return pr;
+        };
+        let path = "pull_request";
+        let Some(m) = self.mapping(
+            value,
+            path,
+            &["grouping", "title", "labels", "branch_prefix"],
+        ) else {
+            return pr;
+        };
+        pr.grouping = self.choice(
+            m,
+            path,
+            "grouping",
+            &[
+                ("single", Grouping::Single),
+                ("per-image", Grouping::PerImage),
+            ],
+            Grouping::Single,
+        );
+        if let Some(title) = self.string(m, path, "title") {
+            pr.title = title;
+        }
+        self.template("pull_request.title", &pr.title.clone());
+        if m.contains_key("labels") {
+            pr.labels = self.strings(m, path, "labels");
+        }
+        if let Some(prefix) = self.string(m, path, "branch_prefix") {
+            if !valid_branch_name(&format!("{prefix}x")) {
+                self.problem(
+                    "pull_request.branch_prefix",
+                    format!("{prefix:?} cannot start a branch name"),
+                );
+            }
+            pr.branch_prefix = prefix;
+        }
+        pr
+    }
+
+    fn forge(&mut self, value: &Value) -> Option<Forge> {
+        let path = "forge";
+        let m = self.mapping(
+            value,
+            path,
+            &["kind", "api_url", "owner", "repo", "token_env"],
+        )?;
+        let kind = self
+            .string(m, path, "kind")
+            .unwrap_or_else(|| "github".to_string());
+        if kind != "github" {
+            self.problem("forge.kind", format!("expected github, found {kind:?}"));
+        }
+        let api_url = self
+            .string(m, path, "api_url")
+            .unwrap_or_else(|| "https://api.github.com".to_string());
+        if url::Url::parse(&api_url)
+            .map(|u| !matches!(u.scheme(), "http" | "https"))
+            .unwrap_or(true)
+        {
+            self.problem(
+                "forge.api_url",
+                format!("{api_url:?} is not an http(s) URL"),
+            );
+        }
+        let owner = self.required_string(m, path, "owner");
+        let repo = self.required_string(m, path, "repo");
+        let token_env = self.required_string(m, path, "token_env");
+        if let Some(env) = &token_env {
+            self.env_name("forge.token_env", env);
+        }
+        Some(Forge {
+            api_url,
+            owner: owner?,
+            repo: repo?,
+            token_env: token_env?,
+        })
+    }
+}
+
+/// The rules of `git check-ref-format` that matter for names people type.
+pub fn valid_branch_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('/')
+        && !name.ends_with('/')
+        && !name.ends_with(".lock")
+        && !name.ends_with('.')
+        && !name.starts_with('-')
+        && !name.contains("..")
+        && !name.contains("//")
+        && !name.contains("@{")
+        && !name.split('/').any(|c| c.starts_with('.'))
+        && !name
+            .chars()
+            .any(|c| c.is_ascii_control() || " ~^:?*[\\".contains(c))
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("tagpin.yaml"))
+    }
+
+    #[test]
+    fn a_minimal_config_gets_the_documented_defaults() {
+        let c = parse("repository:\n  url: https://example.com/acme/gitops.git\n").unwrap();
+        assert_eq!(c.repository.branch, "main");
+        assert_eq!(c.repository.auth, GitAuth::None);
+        assert_eq!(c.mode, WriteMode::Commit);
+        assert_eq!(c.paths, vec!["."]);
+        assert_eq!(c.pull_request.grouping, Grouping::Single);
+        assert_eq!(c.pull_request.branch_prefix, "tagpin/");
+        assert_eq!(
+            c.registries.concurrency,
+            crate::registry::DEFAULT_CONCURRENCY_PER_HOST
+        );
+        assert!(c.forge.is_none());
+    }
+
+    #[test]
+    fn a_full_config_is_read_into_typed_fields() {
+        let c = parse(
+            r#"
+repository:
+  url: https://example.com/acme/gitops.git
+  branch: production
+  auth: {token_env: GIT_TOKEN}
+author: {name: Bot, email: bot@example.com}
+paths: [apps, clusters/prod]
+exclude: ["**/secrets/**"]
+images: {ignore: ["docker.io/library/postgres"]}
+registries: {insecure: ["localhost:5000"], concurrency: 4, timeout_seconds: 10}
+mode: pull-request
+pull_request: {grouping: per-image, labels: [tagpin, deps], title: "Pin {images}"}
+forge: {api_url: "https://ghe.example.com/api/v3", owner: acme, repo: gitops, token_env: GITHUB_TOKEN}
+"#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.repository.auth,
+            GitAuth::Token {
+                env: "GIT_TOKEN".into(),
+                username: "x-access-token".into()
+            }
+        );
+        assert_eq!(c.paths, vec!["apps", "clusters/prod"]);
+        assert_eq!(c.mode, WriteMode::PullRequest);
+        assert_eq!(c.pull_request.grouping, Grouping::PerImage);
+        assert_eq!(c.registries.concurrency, 4);
+        assert_eq!(c.forge.unwrap().api_url, "https://ghe.example.com/api/v3");
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_field_path() {
+        let err = parse(
+            r#"
+repository:
+  branch: "bad branch"
+  auth: {token_env: ghp_abcdefghijklmnop}
+paths: ["../outside", "/etc"]
+mode: sometimes
+registries: {concurrency: 0, insecure: localhost}
+pull_request: {grouping: many, title: "Pin {what}"}
+colour: blue
+"#,
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        for expected in [
+            "repository.url: is required",
+            "repository.branch: \"bad branch\" is not a valid branch name",
+            "repository.auth.token_env: must name an environment variable",
+            "paths[0]: \"../outside\" must be relative",
+            "paths[1]: \"/etc\" must be relative",
+            "mode: expected one of commit, pull-request, found \"sometimes\"",
+            "registries.concurrency: expected a whole number from 1 to 256, found 0",
+            "registries.insecure: expected a list of strings, found a string",
+            "pull_request.grouping: expected one of single, per-image",
+            "pull_request.title: unknown placeholder {what}",
+            "colour: unknown key",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+        assert!(
+            !text.contains("ghp_abcdefghijklmnop"),
+            "a pasted secret was echoed:\n{text}"
+        );
+        assert!(
+            text.starts_with("tagpin.yaml: invalid configuration:"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn pull_request_mode_needs_a_forge() {
+        let err =
+            parse("repository: {url: /srv/git/gitops.git}\nmode: pull-request\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("forge: is required when mode is pull-request"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_token_is_never_configured_for_plain_http() {
+        let err =
+            parse("repository: {url: 'http://git.example.com/a.git', auth: {token_env: T}}\n")
+                .unwrap_err();
+        assert!(
+            err.to_string().contains("never sent over plain http"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn yaml_syntax_errors_name_the_line() {
+        let err = parse("repository:\n  url: [unclosed\n").unwrap_err();
+        assert!(err.to_string().contains("line "), "{err}");
+    }
+
+    #[test]
+    fn branch_names_follow_git_rules() {
+        for ok in ["main", "release/1.2", "tagpin/main"] {
+            assert!(valid_branch_name(ok), "{ok}");
+        }
+        for bad in [
+            "", "a..b", "a b", "/a", "a/", "a.lock", ".hidden", "a:b", "-x",
+        ] {
+            assert!(!valid_branch_name(bad), "{bad}");
+        }
+    }
+}

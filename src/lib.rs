@@ -1,0 +1,13 @@
+//! tagpin keeps a GitOps repository pinned to image digests.
+//!
+//! The library holds everything; the binary (`src/main.rs`) only parses the command line and
+//! picks the exit code. Pure logic ([`reference`], the scanning and rewriting in [`manifest`],
+//! [`plan`]) is separate from the adapters that do I/O ([`registry`], [`pass`]).
+
+pub mod cli;
+pub mod config;
+pub mod manifest;
+pub mod pass;
+pub mod plan;
+pub mod reference;
+pub mod registry;

@@ -1,0 +1,23 @@
+//! The `tagpin` binary: parse the command line, set up logging, run, pick the exit code.
+//! Everything else lives in the library, so tests drive the same code the binary runs.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = tagpin::cli::Cli::parse();
+    tagpin::cli::init_logging(&cli);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(tagpin::cli::Exit::Fatal as u8);
+        }
+    };
+    let exit = runtime.block_on(tagpin::cli::run(cli));
+    ExitCode::from(exit as u8)
+}

@@ -1,0 +1,469 @@
+//! The plan: what pinning would change, computed without I/O.
+//!
+//! Input is what the scanner found in each file (image fields with byte spans) and what the
+//! registry answered for each distinct `repo:tag`. Output is, per file, the new bytes and a
+//! unified diff, plus one [`Change`] per field that moves and a [`Problem`] per field that could
+//! not be planned. Git, the forge and `pin` only consume a plan; none of them decides anything,
+//! which keeps every decision here testable with plain data.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::manifest::{self, Edit, ImageField, Origin};
+use crate::reference::{Digest, Reference};
+use crate::registry::{ResolveKey, ResolveResult};
+
+/// One scanned file, as the planner needs it.
+pub struct ScannedFile {
+    /// The path as the user gave it (printed in diffs and messages).
+    pub path: PathBuf,
+    pub source: Vec<u8>,
+    pub fields: Vec<ImageField>,
+}
+
+/// What happens to one image field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// A tag without a digest gets one.
+    Pin,
+    /// The tag has moved since it was pinned.
+    Update,
+}
+
+/// One image field that moves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Change {
+    pub file: PathBuf,
+    pub line: usize,
+    /// `Deployment/web` (with `namespace/` in front when the manifest names one), or
+    /// `kustomization` for an `images:` entry.
+    pub workload: String,
+    /// The container name; for a kustomization entry, the image name it matches.
+    pub container: String,
+    /// The image asked of the registry, normalized: `docker.io/library/nginx:1.27`.
+    pub image: String,
+    /// The field's value before and after, as written in the file.
+    pub old_value: String,
+    pub new_value: String,
+    pub old_digest: Option<Digest>,
+    pub new_digest: Digest,
+    pub action: Action,
+}
+
+/// A field that could not be planned; the rest of the pass goes on without it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Problem {
+    #[error("{}:{line}:{column}: {message}", file.display())]
+    InvalidReference {
+        file: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{}:{line}: {message}", file.display())]
+    Unresolved {
+        file: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{}: {message}; the file is left as it was", file.display())]
+    Rewrite { file: PathBuf, message: String },
+}
+
+/// The planned new content of one file.
+#[derive(Debug, Clone)]
+pub struct FilePlan {
+    pub path: PathBuf,
+    /// The bytes the plan was computed from; writing checks the file still holds them.
+    pub original: Vec<u8>,
+    pub updated: Vec<u8>,
+    /// Unified diff, `a/<path>` → `b/<path>`.
+    pub diff: String,
+}
+
+/// Counts for the one-line summary and for JSON output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    pub files_scanned: usize,
+    pub files_changed: usize,
+    /// Image fields found (digest-only ones included).
+    pub references: usize,
+    pub to_pin: usize,
+    pub to_update: usize,
+    pub current: usize,
+    pub digest_only: usize,
+    pub failed: usize,
+}
+
+/// Everything a pass would change, and why not more.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Only files whose bytes change, in path order.
+    pub files: Vec<FilePlan>,
+    pub changes: Vec<Change>,
+    pub problems: Vec<Problem>,
+    pub summary: Summary,
+}
+
+/// The references the registry must be asked about: every tagged (or implicitly `latest`)
+/// reference, digest-only ones excluded. Invalid ones are skipped here and reported by [`plan`].
+pub fn references_to_resolve(files: &[ScannedFile]) -> Vec<Reference> {
+    files
+        .iter()
+        .flat_map(|f| f.fields.iter())
+        .filter_map(|field| Reference::parse(&field.value).ok())
+        .filter(|r| !r.is_digest_only())
+        .collect()
+}
+
+/// Computes the plan. Pure: the same inputs always give the same plan.
+pub fn plan(files: &[ScannedFile], resolutions: &BTreeMap<ResolveKey, ResolveResult>) -> Plan {
+    let mut plan = Plan::default();
+    plan.summary.files_scanned = files.len();
+    for file in files {
+        let mut edits = Vec::new();
+        let mut changes = Vec::new();
+        for field in &file.fields {
+            plan.summary.references += 1;
+            match plan_field(&file.path, field, resolutions) {
+                FieldPlan::Change(change) => {
+                    edits.push(Edit {
+                        target: field.target.clone(),
+                        new_value: change.new_value.clone(),
+                    });
+                    changes.push(*change);
+                }
+                FieldPlan::Current => plan.summary.current += 1,
+                FieldPlan::DigestOnly => plan.summary.digest_only += 1,
+                FieldPlan::Failed(problem) => {
+                    plan.summary.failed += 1;
+                    plan.problems.push(problem);
+                }
+            }
+        }
+        if edits.is_empty() {
+            continue;
+        }
+        let updated = match manifest::apply(&file.source, &edits) {
+            Ok(updated) => updated,
+            Err(e) => {
+                plan.summary.failed += changes.len();
+                plan.problems.push(Problem::Rewrite {
+                    file: file.path.clone(),
+                    message: e.to_string(),
+                });
+                continue;
+            }
+        };
+        if updated == file.source {
+            continue;
+        }
+        for change in &changes {
+            match change.action {
+                Action::Pin => plan.summary.to_pin += 1,
+                Action::Update => plan.summary.to_update += 1,
+            }
+        }
+        plan.summary.files_changed += 1;
+        plan.files.push(FilePlan {
+            path: file.path.clone(),
+            diff: unified_diff(&file.path, &file.source, &updated),
+            original: file.source.clone(),
+            updated,
+        });
+        plan.changes.extend(changes);
+    }
+    plan
+}
+
+enum FieldPlan {
+    Change(Box<Change>),
+    Current,
+    DigestOnly,
+    Failed(Problem),
+}
+
+fn plan_field(
+    path: &Path,
+    field: &ImageField,
+    resolutions: &BTreeMap<ResolveKey, ResolveResult>,
+) -> FieldPlan {
+    let reference = match Reference::parse(&field.value) {
+        Ok(r) => r,
+        Err(e) => {
+            return FieldPlan::Failed(Problem::InvalidReference {
+                file: path.to_path_buf(),
+                line: field.line,
+                column: field.column,
+                message: e.to_string(),
+            })
+        }
+    };
+    if reference.is_digest_only() {
+        return FieldPlan::DigestOnly;
+    }
+    let key = ResolveKey::of(&reference);
+    let resolved = match resolutions.get(&key) {
+        Some(Ok(resolved)) => resolved,
+        Some(Err(e)) => {
+            return FieldPlan::Failed(Problem::Unresolved {
+                file: path.to_path_buf(),
+                line: field.line,
+                message: e.to_string(),
+            })
+        }
+        None => {
+            return FieldPlan::Failed(Problem::Unresolved {
+                file: path.to_path_buf(),
+                line: field.line,
+                message: format!("{key}: not resolved"),
+            })
+        }
+    };
+    let (workload, container, old_digest, new_value) = match &field.origin {
+        Origin::Container {
+            kind,
+            name,
+            namespace,
+            container,
+            ..
+        } => {
+            let workload = match namespace {
+                Some(ns) => format!("{ns}/{kind}/{name}"),
+                None => format!("{kind}/{name}"),
+            };
+            (
+                workload,
+                container.clone(),
+                reference.digest().cloned(),
+                reference.with_digest(&resolved.digest),
+            )
+        }
+        Origin::KustomizeImage {
+            name,
+            current_digest,
+            ..
+        } => (
+            "kustomization".to_string(),
+            name.clone(),
+            current_digest
+                .as_deref()
+                .and_then(|d| Digest::parse(d).ok()),
+            resolved.digest.to_string(),
+        ),
+    };
+    if old_digest.as_ref() == Some(&resolved.digest) {
+        return FieldPlan::Current;
+    }
+    let action = if old_digest.is_some() {
+        Action::Update
+    } else {
+        Action::Pin
+    };
+    let old_value = match &field.origin {
+        Origin::Container { .. } => field.value.clone(),
+        Origin::KustomizeImage { current_digest, .. } => current_digest.clone().unwrap_or_default(),
+    };
+    FieldPlan::Change(Box::new(Change {
+        file: path.to_path_buf(),
+        line: field.line,
+        workload,
+        container,
+        image: key.to_string(),
+        old_value,
+        new_value,
+        old_digest,
+        new_digest: resolved.digest.clone(),
+        action,
+    }))
+}
+
+/// A unified diff with three lines of context, as `git diff` shows it.
+fn unified_diff(path: &Path, old: &[u8], new: &[u8]) -> String {
+    let old = String::from_utf8_lossy(old);
+    let new = String::from_utf8_lossy(new);
+    let name = path.display().to_string();
+    similar::TextDiff::from_lines(old.as_ref(), new.as_ref())
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{name}"), &format!("b/{name}"))
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{ManifestKind, RegistryError, Resolved};
+
+    const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    const D2: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+    fn scanned(path: &str, text: &str) -> ScannedFile {
+        let outcome = manifest::scan(Path::new(path), text.as_bytes()).expect("valid manifest");
+        ScannedFile {
+            path: PathBuf::from(path),
+            source: text.as_bytes().to_vec(),
+            fields: outcome.fields,
+        }
+    }
+
+    fn answers(
+        pairs: &[(&str, Result<&str, RegistryError>)],
+    ) -> BTreeMap<ResolveKey, ResolveResult> {
+        pairs
+            .iter()
+            .map(|(image, answer)| {
+                let key = ResolveKey::of(&Reference::parse(image).unwrap());
+                let result = answer.clone().map(|d| Resolved {
+                    digest: Digest::parse(d).unwrap(),
+                    kind: ManifestKind::Image,
+                    media_type: String::new(),
+                });
+                (key, result)
+            })
+            .collect()
+    }
+
+    fn pod(images: &[&str]) -> String {
+        let mut text =
+            String::from("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n");
+        for (i, image) in images.iter().enumerate() {
+            text.push_str(&format!("  - name: c{i}\n    image: {image}\n"));
+        }
+        text
+    }
+
+    #[test]
+    fn unpinned_stale_current_and_digest_only_fields_are_told_apart() {
+        let text = pod(&[
+            "nginx:1.27",
+            &format!("redis:7@{D2}"),
+            &format!("busybox:1@{D1}"),
+            &format!("alpine@{D2}"),
+        ]);
+        let files = [scanned("pod.yaml", &text)];
+        let plan = plan(
+            &files,
+            &answers(&[
+                ("nginx:1.27", Ok(D1)),
+                ("redis:7", Ok(D1)),
+                ("busybox:1", Ok(D1)),
+            ]),
+        );
+        assert_eq!(
+            (
+                plan.summary.to_pin,
+                plan.summary.to_update,
+                plan.summary.current,
+                plan.summary.digest_only
+            ),
+            (1, 1, 1, 1)
+        );
+        let updated = String::from_utf8(plan.files[0].updated.clone()).unwrap();
+        assert_eq!(
+            updated,
+            pod(&[
+                &format!("nginx:1.27@{D1}"),
+                &format!("redis:7@{D1}"),
+                &format!("busybox:1@{D1}"),
+                &format!("alpine@{D2}"),
+            ])
+        );
+        assert_eq!(plan.changes[1].action, Action::Update);
+        assert_eq!(
+            plan.changes[1]
+                .old_digest
+                .as_ref()
+                .map(|d| d.to_string())
+                .as_deref(),
+            Some(D2)
+        );
+    }
+
+    #[test]
+    fn a_file_where_everything_is_current_is_not_in_the_plan() {
+        let files = [scanned("pod.yaml", &pod(&[&format!("nginx:1.27@{D1}")]))];
+        let plan = plan(&files, &answers(&[("nginx:1.27", Ok(D1))]));
+        assert!(plan.files.is_empty() && plan.changes.is_empty());
+        assert_eq!(plan.summary.current, 1);
+    }
+
+    #[test]
+    fn a_failed_image_is_reported_with_file_and_line_and_its_neighbours_still_move() {
+        let files = [scanned(
+            "apps/pod.yaml",
+            &pod(&["nginx:1.27", "ghcr.io/acme/gone:1"]),
+        )];
+        let gone = RegistryError::NotFound {
+            image: "ghcr.io/acme/gone:1".into(),
+            host: "ghcr.io".into(),
+            detail: String::new(),
+        };
+        let plan = plan(
+            &files,
+            &answers(&[("nginx:1.27", Ok(D1)), ("ghcr.io/acme/gone:1", Err(gone))]),
+        );
+        assert_eq!(plan.changes.len(), 1);
+        assert_eq!(plan.summary.failed, 1);
+        let problem = plan.problems[0].to_string();
+        assert!(
+            problem.starts_with("apps/pod.yaml:10: ghcr.io/acme/gone:1"),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn an_invalid_reference_is_a_problem_naming_line_and_column() {
+        let files = [scanned("pod.yaml", &pod(&["Bad::Ref"]))];
+        let plan = plan(&files, &BTreeMap::new());
+        assert!(plan.files.is_empty());
+        let problem = plan.problems[0].to_string();
+        assert!(
+            problem.starts_with("pod.yaml:8:12: invalid image reference"),
+            "{problem}"
+        );
+    }
+
+    #[test]
+    fn references_to_resolve_skip_digest_only_and_invalid_values() {
+        let files = [scanned(
+            "pod.yaml",
+            &pod(&["nginx", &format!("alpine@{D1}"), "Bad::Ref"]),
+        )];
+        let refs: Vec<String> = references_to_resolve(&files)
+            .iter()
+            .map(|r| r.to_string())
+            .collect();
+        assert_eq!(refs, vec!["nginx"]);
+    }
+
+    #[test]
+    fn a_kustomize_entry_gets_a_digest_key_next_to_its_tag() {
+        let text = "images:\n- name: web\n  newName: ghcr.io/acme/web\n  newTag: \"5.0\"\n";
+        let files = [scanned("kustomization.yaml", text)];
+        let plan = plan(&files, &answers(&[("ghcr.io/acme/web:5.0", Ok(D1))]));
+        let updated = String::from_utf8(plan.files[0].updated.clone()).unwrap();
+        assert_eq!(updated, format!("{text}  digest: {D1}\n"));
+        assert_eq!(plan.changes[0].workload, "kustomization");
+        assert_eq!(plan.changes[0].action, Action::Pin);
+    }
+
+    #[test]
+    fn the_diff_names_the_file_and_shows_one_line_moving() {
+        let files = [scanned("pod.yaml", &pod(&["nginx:1.27"]))];
+        let plan = plan(&files, &answers(&[("nginx:1.27", Ok(D1))]));
+        let diff = &plan.files[0].diff;
+        assert!(
+            diff.starts_with("--- a/pod.yaml\n+++ b/pod.yaml\n"),
+            "{diff}"
+        );
+        assert!(diff.contains("-    image: nginx:1.27\n"), "{diff}");
+        assert!(
+            diff.contains(&format!("+    image: nginx:1.27@{D1}\n")),
+            "{diff}"
+        );
+    }
+}

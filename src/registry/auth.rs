@@ -1,0 +1,271 @@
+//! Registry authentication: the pure parts.
+//!
+//! Registries answer an unauthenticated request with `401` and a `WWW-Authenticate` challenge.
+//! For `Bearer` the client asks the challenge's `realm` for a token scoped to the repository;
+//! for `Basic` it resends with credentials. Parsing challenges and token answers is kept here,
+//! free of I/O, so every quirk (Quay's scope-less challenge, `access_token` instead of `token`)
+//! is unit-tested without a server.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A username and password (or token used as a password) for one registry.
+///
+/// `Debug` never prints the password: credentials end up in structs that get logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credential {
+    pub username: String,
+    pub password: String,
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credential")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// What a `401` asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Challenge {
+    Bearer {
+        realm: String,
+        service: Option<String>,
+        scope: Option<String>,
+    },
+    Basic,
+}
+
+/// Parses one `WWW-Authenticate` header value; `None` when it names no scheme we speak.
+pub fn parse_challenge(header: &str) -> Option<Challenge> {
+    let header = header.trim();
+    let (scheme, rest) = match header.find(|c: char| c.is_ascii_whitespace()) {
+        Some(i) => (&header[..i], &header[i..]),
+        None => (header, ""),
+    };
+    if scheme.eq_ignore_ascii_case("basic") {
+        return Some(Challenge::Basic);
+    }
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let params = parse_params(rest);
+    let get = |key: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.clone())
+    };
+    Some(Challenge::Bearer {
+        realm: get("realm")?,
+        service: get("service"),
+        scope: get("scope").filter(|s| !s.is_empty()),
+    })
+}
+
+/// Splits `k="v", k2=v2` into pairs; quoted values may hold commas and `\"` escapes.
+fn parse_params(input: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = input.chars().peekable();
+    loop {
+        while matches!(chars.peek(), Some(c) if c.is_ascii_whitespace() || *c == ',') {
+            chars.next();
+        }
+        let mut key = String::new();
+        while let Some(&c) = chars.peek() {
+            if c == '=' || c == ',' {
+                break;
+            }
+            key.push(c);
+            chars.next();
+        }
+        if key.is_empty() {
+            break;
+        }
+        if chars.next() != Some('=') {
+            continue;
+        }
+        let mut value = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => {
+                        if let Some(escaped) = chars.next() {
+                            value.push(escaped);
+                        }
+                    }
+                    '"' => break,
+                    other => value.push(other),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ',' {
+                    break;
+                }
+                value.push(c);
+                chars.next();
+            }
+        }
+        out.push((key.trim().to_string(), value.trim().to_string()));
+    }
+    out
+}
+
+/// The scope to ask for: the challenge's own when it names one, else pull on the repository.
+///
+/// Quay answers with a challenge that has no `scope`; asking without one yields a token that
+/// cannot read anything, so the scope is built from the repository name instead.
+pub fn token_scope(challenge_scope: Option<&str>, repository: &str) -> String {
+    match challenge_scope {
+        Some(scope) => scope.to_string(),
+        None => format!("repository:{repository}:pull"),
+    }
+}
+
+/// A bearer token and how long it may be reused.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token {
+    pub value: String,
+    pub lifetime: Duration,
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Token")
+            .field("value", &"<redacted>")
+            .field("lifetime", &self.lifetime)
+            .finish()
+    }
+}
+
+/// The distribution token spec's default lifetime when `expires_in` is absent.
+const DEFAULT_TOKEN_LIFETIME: Duration = Duration::from_secs(60);
+/// Tokens are dropped this long before they expire, so a request never carries a stale one.
+const TOKEN_EXPIRY_MARGIN: Duration = Duration::from_secs(10);
+
+#[derive(Deserialize)]
+struct TokenAnswer {
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    access_token: Option<String>,
+    #[serde(default)]
+    expires_in: Option<u64>,
+}
+
+/// Reads a token endpoint's JSON answer. Both `token` and the OAuth2 `access_token` are
+/// accepted; when both are present they are the same token by spec, and `token` wins.
+pub fn parse_token_answer(body: &[u8]) -> Result<Token, String> {
+    let answer: TokenAnswer =
+        serde_json::from_slice(body).map_err(|e| format!("token answer is not JSON: {e}"))?;
+    let value = answer
+        .token
+        .filter(|t| !t.is_empty())
+        .or(answer.access_token.filter(|t| !t.is_empty()))
+        .ok_or_else(|| "token answer has neither `token` nor `access_token`".to_string())?;
+    let lifetime = answer
+        .expires_in
+        .map(Duration::from_secs)
+        .unwrap_or(DEFAULT_TOKEN_LIFETIME)
+        .saturating_sub(TOKEN_EXPIRY_MARGIN);
+    Ok(Token { value, lifetime })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_hub_challenge_is_parsed_with_its_scope() {
+        let c = parse_challenge(
+            r#"Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:library/nginx:pull""#,
+        );
+        assert_eq!(
+            c,
+            Some(Challenge::Bearer {
+                realm: "https://auth.docker.io/token".into(),
+                service: Some("registry.docker.io".into()),
+                scope: Some("repository:library/nginx:pull".into()),
+            })
+        );
+    }
+
+    #[test]
+    fn quoted_scope_with_commas_stays_whole() {
+        let c = parse_challenge(
+            r#"Bearer realm="http://127.0.0.1:1/token", service="reg", scope="repository:a/b:pull,push""#,
+        );
+        match c {
+            Some(Challenge::Bearer { scope, .. }) => {
+                assert_eq!(scope.as_deref(), Some("repository:a/b:pull,push"))
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn quay_challenge_without_scope_gets_a_pull_scope_for_the_repository() {
+        let c = parse_challenge(r#"Bearer realm="https://quay.io/v2/auth",service="quay.io""#);
+        let Some(Challenge::Bearer { scope, .. }) = c else {
+            panic!("expected a bearer challenge");
+        };
+        assert_eq!(scope, None);
+        assert_eq!(
+            token_scope(scope.as_deref(), "k_nakajima/nginx-sample"),
+            "repository:k_nakajima/nginx-sample:pull"
+        );
+    }
+
+    #[test]
+    fn basic_challenge_is_recognised_case_insensitively() {
+        assert_eq!(
+            parse_challenge(r#"basic realm="Registry Realm""#),
+            Some(Challenge::Basic)
+        );
+    }
+
+    #[test]
+    fn unknown_scheme_and_bearer_without_realm_are_rejected() {
+        assert_eq!(parse_challenge("Negotiate abc"), None);
+        assert_eq!(parse_challenge(r#"Bearer service="x""#), None);
+    }
+
+    #[test]
+    fn access_token_is_accepted_when_token_is_absent() {
+        let t = parse_token_answer(br#"{"access_token":"abc","expires_in":300}"#).unwrap();
+        assert_eq!(t.value, "abc");
+        assert_eq!(t.lifetime, Duration::from_secs(290));
+    }
+
+    #[test]
+    fn token_without_expiry_lives_the_spec_default_less_the_margin() {
+        let t = parse_token_answer(br#"{"token":"abc"}"#).unwrap();
+        assert_eq!(t.lifetime, Duration::from_secs(50));
+    }
+
+    #[test]
+    fn token_answer_without_any_token_is_an_error() {
+        let err = parse_token_answer(br#"{"expires_in":300}"#).unwrap_err();
+        assert!(err.contains("neither `token` nor `access_token`"), "{err}");
+    }
+
+    #[test]
+    fn debug_output_never_shows_secrets() {
+        let c = Credential {
+            username: "u".into(),
+            password: "hunter2".into(),
+        };
+        let t = Token {
+            value: "secret-token".into(),
+            lifetime: Duration::from_secs(1),
+        };
+        let shown = format!("{c:?} {t:?}");
+        assert!(!shown.contains("hunter2") && !shown.contains("secret-token"));
+    }
+}

@@ -1,0 +1,976 @@
+//! OCI distribution client: resolves `repo:tag` to the digest the registry serves now.
+//!
+//! The digest tagpin writes into Git decides what every node runs, so this module is strict:
+//! a digest comes either from the registry's `Docker-Content-Digest` header for the exact
+//! request that asked for the tag, or from hashing the manifest bytes it sent; whenever the
+//! bytes are fetched, their sha256 must equal the digest claimed. Every request names all four
+//! manifest media types (see [`media::ACCEPT_ALL`]), so a multi-arch tag resolves to its index.
+//!
+//! Economy: [`Client::resolve_all`] asks once per distinct `repo:tag`, at most
+//! `concurrency_per_host` requests at a time per registry, reuses bearer tokens until they
+//! expire, and retries only what is transient ([`retry`]).
+
+pub mod auth;
+pub mod docker_config;
+pub mod media;
+pub mod retry;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::future::join_all;
+use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_TYPE, LINK, RETRY_AFTER};
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+use tokio::sync::Semaphore;
+
+use crate::reference::{Digest, Reference};
+use auth::{Challenge, Credential};
+pub use docker_config::CredentialStore;
+pub use media::{IndexChild, ManifestKind, ParsedManifest};
+pub use retry::RetryPolicy;
+
+/// How tagpin talks to registries. Built once from the CLI or config file.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `host[:port]` reached over plain HTTP instead of HTTPS.
+    pub insecure_hosts: Vec<String>,
+    /// Extra PEM CA files trusted for every registry, besides the system's roots.
+    pub ca_files: Vec<PathBuf>,
+    pub credentials: CredentialStore,
+    /// Requests in flight at once to one registry host.
+    pub concurrency_per_host: usize,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            insecure_hosts: Vec::new(),
+            ca_files: Vec::new(),
+            credentials: CredentialStore::default(),
+            concurrency_per_host: DEFAULT_CONCURRENCY_PER_HOST,
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Enough to keep a registry busy without tripping the abuse limits public registries apply.
+pub const DEFAULT_CONCURRENCY_PER_HOST: usize = 8;
+/// Upper bound on `tags/list` pages followed, so a registry with a looping `Link` cannot hold
+/// a pass forever.
+const MAX_TAG_PAGES: usize = 1000;
+
+/// A failed registry operation. Every message names the image and the registry host.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RegistryError {
+    #[error("{image}: registry {host} answered 401 Unauthorized: {hint}")]
+    Unauthorized {
+        image: String,
+        host: String,
+        hint: String,
+    },
+    #[error("{image}: registry {host} denied access (403 Forbidden){detail}")]
+    Denied {
+        image: String,
+        host: String,
+        detail: String,
+    },
+    #[error("{image}: not found at registry {host} (404{detail})")]
+    NotFound {
+        image: String,
+        host: String,
+        detail: String,
+    },
+    #[error("{image}: registry {host} is rate limiting requests (429 Too Many Requests){}", retry_hint(.retry_after))]
+    RateLimited {
+        image: String,
+        host: String,
+        retry_after: Option<String>,
+    },
+    #[error("{image}: registry {host} answered {status} (after {attempts} attempt(s))")]
+    Status {
+        image: String,
+        host: String,
+        status: u16,
+        attempts: u32,
+    },
+    #[error("{image}: cannot reach registry {host}: {detail}")]
+    Unreachable {
+        image: String,
+        host: String,
+        detail: String,
+    },
+    #[error("{image}: registry {host} sent a manifest whose sha256 is {computed}, not the {claimed} it claimed; nothing was pinned")]
+    DigestMismatch {
+        image: String,
+        host: String,
+        claimed: String,
+        computed: String,
+    },
+    #[error("{image}: registry {host}: {detail}")]
+    BadResponse {
+        image: String,
+        host: String,
+        detail: String,
+    },
+    #[error("registry client setup: {0}")]
+    Setup(String),
+}
+
+fn retry_hint(retry_after: &Option<String>) -> String {
+    match retry_after {
+        Some(v) => format!("; Retry-After: {v}"),
+        None => String::new(),
+    }
+}
+
+/// What a tag points at now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Resolved {
+    pub digest: Digest,
+    pub kind: ManifestKind,
+    pub media_type: String,
+}
+
+/// One distinct thing to resolve: registry host, repository and tag (or digest).
+///
+/// `nginx`, `docker.io/library/nginx:latest` and `index.docker.io/nginx` share one key, so a
+/// pass asks the registry once for all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ResolveKey {
+    pub domain: String,
+    pub repository: String,
+    /// The tag, or the digest for a digest-only reference.
+    pub reference: String,
+}
+
+impl ResolveKey {
+    pub fn of(r: &Reference) -> ResolveKey {
+        let reference = match (r.effective_tag(), r.digest()) {
+            (Some(tag), _) => tag.to_string(),
+            (None, Some(d)) => d.to_string(),
+            (None, None) => "latest".to_string(),
+        };
+        ResolveKey {
+            domain: r.domain().to_string(),
+            repository: r.repository(),
+            reference,
+        }
+    }
+}
+
+impl fmt::Display for ResolveKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sep = if self.reference.contains(':') {
+            '@'
+        } else {
+            ':'
+        };
+        write!(
+            f,
+            "{}/{}{}{}",
+            self.domain, self.repository, sep, self.reference
+        )
+    }
+}
+
+/// Request counters, for benchmarks, tests and (later) metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// HEAD and GET requests on `/v2/<name>/manifests/…`, retries and auth round trips included.
+    pub manifest_requests: u64,
+    pub token_requests: u64,
+}
+
+/// The registry client. Cheap to share behind an `Arc`; all state is internal.
+pub struct Client {
+    http: reqwest::Client,
+    settings: Settings,
+    /// Bearer tokens by (host, scope), with the instant they stop being reused.
+    tokens: Mutex<HashMap<(String, String), (String, Instant)>>,
+    /// How each host asked to be authenticated, learned from its first 401, so later
+    /// repositories on that host get a token before their first request.
+    host_auth: Mutex<HashMap<String, Challenge>>,
+    permits: Mutex<HashMap<String, Arc<Semaphore>>>,
+    rate_limits: Mutex<HashMap<String, String>>,
+    manifest_requests: AtomicU64,
+    token_requests: AtomicU64,
+}
+
+/// Where a request goes and whose name goes into its errors.
+struct Target<'a> {
+    image: String,
+    /// Normalized registry name: the credentials key.
+    domain: &'a str,
+    /// `host[:port]` the HTTP request goes to.
+    host: &'a str,
+    repository: String,
+}
+
+/// A complete answer: status, headers and (bounded) body.
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Vec<u8>,
+    /// The body was longer than [`media::MAX_MANIFEST_BYTES`] and was cut there.
+    truncated: bool,
+    attempts: u32,
+}
+
+impl Client {
+    pub fn new(settings: Settings) -> Result<Client, RegistryError> {
+        let mut builder = reqwest::Client::builder()
+            .user_agent(concat!("tagpin/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(settings.connect_timeout)
+            .timeout(settings.request_timeout);
+        for path in &settings.ca_files {
+            let pem = std::fs::read(path).map_err(|e| {
+                RegistryError::Setup(format!("cannot read CA file {}: {e}", path.display()))
+            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                RegistryError::Setup(format!("CA file {} is not PEM: {e}", path.display()))
+            })?;
+            if certs.is_empty() {
+                return Err(RegistryError::Setup(format!(
+                    "CA file {} holds no certificate",
+                    path.display()
+                )));
+            }
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder
+            .build()
+            .map_err(|e| RegistryError::Setup(error_chain(&e)))?;
+        Ok(Client {
+            http,
+            settings,
+            tokens: Mutex::default(),
+            host_auth: Mutex::default(),
+            permits: Mutex::default(),
+            rate_limits: Mutex::default(),
+            manifest_requests: AtomicU64::new(0),
+            token_requests: AtomicU64::new(0),
+        })
+    }
+
+    pub fn stats(&self) -> Stats {
+        Stats {
+            manifest_requests: self.manifest_requests.load(Ordering::Relaxed),
+            token_requests: self.token_requests.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The last `ratelimit-remaining` a host reported (Docker Hub sends it), as sent.
+    pub fn rate_limit_remaining(&self, host: &str) -> Option<String> {
+        lock(&self.rate_limits).get(host).cloned()
+    }
+
+    /// Resolves every distinct reference once, concurrently; one failure never stops others.
+    pub async fn resolve_all<'a, I>(&self, refs: I) -> BTreeMap<ResolveKey, ResolveResult>
+    where
+        I: IntoIterator<Item = &'a Reference>,
+    {
+        let mut distinct: BTreeMap<ResolveKey, &Reference> = BTreeMap::new();
+        for r in refs {
+            distinct.entry(ResolveKey::of(r)).or_insert(r);
+        }
+        let results = join_all(distinct.values().map(|r| self.resolve(r))).await;
+        distinct.into_keys().zip(results).collect()
+    }
+
+    /// Resolves one reference: its tag (the implied `latest` when none is written), or for a
+    /// digest-only reference, checks that the registry has that digest.
+    pub async fn resolve(&self, reference: &Reference) -> ResolveResult {
+        let key = ResolveKey::of(reference);
+        let target = self.target(reference, key.to_string());
+        let path = format!("/v2/{}/manifests/{}", target.repository, key.reference);
+        let head = self.fetch_manifest(&target, Method::HEAD, &path).await?;
+        if head.status.is_success() {
+            let claimed = header_str(&head.headers, "docker-content-digest");
+            let content_type = header_str(&head.headers, CONTENT_TYPE.as_str());
+            if let (Some(claimed), Some(content_type)) = (claimed, content_type) {
+                let digest = Digest::parse(&claimed).map_err(|e| bad(&target, e.to_string()))?;
+                let kind = media::classify(&content_type).map_err(|p| media_error(&target, p))?;
+                if let Some(asked) = reference.digest().filter(|_| reference.tag().is_none()) {
+                    if *asked != digest {
+                        return Err(mismatch(&target, asked, &digest));
+                    }
+                }
+                return Ok(Resolved {
+                    digest,
+                    kind,
+                    media_type: bare_media_type(&content_type),
+                });
+            }
+        } else if !matches!(
+            head.status,
+            StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_IMPLEMENTED
+        ) {
+            return Err(status_error(&target, &head));
+        }
+        // No digest header (or no HEAD support): fetch the bytes and hash them ourselves.
+        let expected = reference.digest().filter(|_| reference.tag().is_none());
+        let (digest, parsed) = self.get_verified(&target, &path, expected).await?;
+        Ok(Resolved {
+            digest,
+            kind: parsed.kind,
+            media_type: parsed.media_type,
+        })
+    }
+
+    /// Fetches and parses the manifest `digest` of the reference's repository, verifying that
+    /// its bytes hash to `digest`: children of an index, config of an image.
+    pub async fn manifest(
+        &self,
+        reference: &Reference,
+        digest: &Digest,
+    ) -> Result<ParsedManifest, RegistryError> {
+        let image = format!(
+            "{}/{}@{}",
+            reference.domain(),
+            reference.repository(),
+            digest
+        );
+        let target = self.target(reference, image);
+        let path = format!("/v2/{}/manifests/{}", target.repository, digest);
+        Ok(self.get_verified(&target, &path, Some(digest)).await?.1)
+    }
+
+    /// All tags of the reference's repository, following `Link` pagination (`n`, `last`).
+    pub async fn list_tags(
+        &self,
+        reference: &Reference,
+        page_size: usize,
+    ) -> Result<Vec<String>, RegistryError> {
+        #[derive(serde::Deserialize)]
+        struct TagPage {
+            #[serde(default)]
+            tags: Option<Vec<String>>,
+        }
+        let image = format!("{}/{}", reference.domain(), reference.repository());
+        let target = self.target(reference, image);
+        let mut path = format!("/v2/{}/tags/list?n={page_size}", target.repository);
+        let mut tags = Vec::new();
+        for _ in 0..MAX_TAG_PAGES {
+            let answer = self
+                .fetch(&target, Method::GET, &path, "application/json", false)
+                .await?;
+            if !answer.status.is_success() {
+                return Err(status_error(&target, &answer));
+            }
+            if answer.truncated {
+                return Err(bad(&target, too_large()));
+            }
+            let page: TagPage = serde_json::from_slice(&answer.body)
+                .map_err(|e| bad(&target, format!("tag list is not valid JSON: {e}")))?;
+            tags.extend(page.tags.unwrap_or_default());
+            match header_str(&answer.headers, LINK.as_str()).and_then(|l| next_link(&l)) {
+                Some(next) => path = next,
+                None => return Ok(tags),
+            }
+        }
+        Err(bad(
+            &target,
+            format!("tag list has more than {MAX_TAG_PAGES} pages; stopped following Link"),
+        ))
+    }
+
+    fn target<'a>(&self, reference: &'a Reference, image: String) -> Target<'a> {
+        Target {
+            image,
+            domain: reference.domain(),
+            host: reference.api_host(),
+            repository: reference.repository(),
+        }
+    }
+
+    async fn fetch_manifest(
+        &self,
+        target: &Target<'_>,
+        method: Method,
+        path: &str,
+    ) -> Result<Answer, RegistryError> {
+        self.fetch(target, method, path, media::ACCEPT_ALL, true)
+            .await
+    }
+
+    /// GETs a manifest, hashes its exact bytes, and checks the hash against the registry's
+    /// digest header and against `expected` when the caller asked by digest.
+    async fn get_verified(
+        &self,
+        target: &Target<'_>,
+        path: &str,
+        expected: Option<&Digest>,
+    ) -> Result<(Digest, ParsedManifest), RegistryError> {
+        let answer = self.fetch_manifest(target, Method::GET, path).await?;
+        if !answer.status.is_success() {
+            return Err(status_error(target, &answer));
+        }
+        if answer.truncated {
+            return Err(bad(target, too_large()));
+        }
+        let computed = sha256_digest(&answer.body);
+        let claimed = header_str(&answer.headers, "docker-content-digest")
+            .map(|c| Digest::parse(&c).map_err(|e| bad(target, e.to_string())))
+            .transpose()?;
+        for claim in claimed.iter().chain(expected) {
+            if *claim != computed {
+                return Err(mismatch(target, claim, &computed));
+            }
+        }
+        let content_type = header_str(&answer.headers, CONTENT_TYPE.as_str());
+        let parsed = media::parse_manifest(&answer.body, content_type.as_deref())
+            .map_err(|e| bad(target, e))?;
+        Ok((computed, parsed))
+    }
+
+    /// Sends one request with authentication and retries; returns the final answer, whatever
+    /// its status, unless the registry could not be reached or kept failing transiently.
+    async fn fetch(
+        &self,
+        target: &Target<'_>,
+        method: Method,
+        path: &str,
+        accept: &str,
+        counts_as_manifest: bool,
+    ) -> Result<Answer, RegistryError> {
+        let url = format!("{}://{}{}", self.scheme(target.host), target.host, path);
+        let scope = auth::token_scope(None, &target.repository);
+        let mut authorization = self.known_authorization(target, &scope).await?;
+        let mut reauthenticated = false;
+        loop {
+            let request = self
+                .http
+                .request(method.clone(), &url)
+                .header(ACCEPT, accept);
+            let request = match &authorization {
+                Some(value) => request.header(AUTHORIZATION, value),
+                None => request,
+            };
+            let answer = self
+                .send_with_retry(target, request, counts_as_manifest)
+                .await?;
+            if answer.status != StatusCode::UNAUTHORIZED || reauthenticated {
+                if answer.status == StatusCode::UNAUTHORIZED {
+                    return Err(self.unauthorized(target, authorization.is_some()));
+                }
+                return Ok(answer);
+            }
+            reauthenticated = true;
+            let challenge = answer
+                .headers
+                .get_all(reqwest::header::WWW_AUTHENTICATE)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .find_map(auth::parse_challenge);
+            let Some(challenge) = challenge else {
+                return Err(RegistryError::Unauthorized {
+                    image: target.image.clone(),
+                    host: target.host.to_string(),
+                    hint: "no Bearer or Basic challenge in WWW-Authenticate".to_string(),
+                });
+            };
+            lock(&self.host_auth).insert(target.host.to_string(), challenge.clone());
+            authorization = match &challenge {
+                Challenge::Basic => match self.settings.credentials.get(target.domain) {
+                    Some(c) => Some(basic_header(c)),
+                    None => return Err(self.unauthorized(target, false)),
+                },
+                Challenge::Bearer {
+                    realm,
+                    service,
+                    scope: asked,
+                } => {
+                    let scope = auth::token_scope(asked.as_deref(), &target.repository);
+                    let token = self
+                        .fetch_token(target, realm, service.as_deref(), &scope)
+                        .await?;
+                    Some(format!("Bearer {token}"))
+                }
+            };
+        }
+    }
+
+    /// The Authorization value to send up front, from what the host asked for before.
+    async fn known_authorization(
+        &self,
+        target: &Target<'_>,
+        scope: &str,
+    ) -> Result<Option<String>, RegistryError> {
+        let known = lock(&self.host_auth).get(target.host).cloned();
+        match known {
+            None => Ok(None),
+            Some(Challenge::Basic) => Ok(self
+                .settings
+                .credentials
+                .get(target.domain)
+                .map(basic_header)),
+            Some(Challenge::Bearer { realm, service, .. }) => {
+                let token = self
+                    .fetch_token(target, &realm, service.as_deref(), scope)
+                    .await?;
+                Ok(Some(format!("Bearer {token}")))
+            }
+        }
+    }
+
+    /// A bearer token for `scope` on the target's host, from the cache or the realm.
+    async fn fetch_token(
+        &self,
+        target: &Target<'_>,
+        realm: &str,
+        service: Option<&str>,
+        scope: &str,
+    ) -> Result<String, RegistryError> {
+        let cache_key = (target.host.to_string(), scope.to_string());
+        if let Some((token, until)) = lock(&self.tokens).get(&cache_key) {
+            if Instant::now() < *until {
+                return Ok(token.clone());
+            }
+        }
+        let mut url = reqwest::Url::parse(realm)
+            .map_err(|e| bad(target, format!("token realm {realm:?} is not a URL: {e}")))?;
+        if !matches!(url.scheme(), "https" | "http") {
+            return Err(bad(target, format!("token realm {realm:?} is not http(s)")));
+        }
+        {
+            let mut query = url.query_pairs_mut();
+            if let Some(service) = service {
+                query.append_pair("service", service);
+            }
+            query.append_pair("scope", scope);
+        }
+        let mut request = self.http.get(url.clone());
+        if let Some(credential) = self.settings.credentials.get(target.domain) {
+            if self.may_send_credentials_to(&url, target.host) {
+                request = request.header(AUTHORIZATION, basic_header(credential));
+            } else {
+                tracing::warn!(
+                    registry = target.host,
+                    "not sending credentials to token realm {} over plain HTTP on another host",
+                    url.host_str().unwrap_or("?")
+                );
+            }
+        }
+        self.token_requests.fetch_add(1, Ordering::Relaxed);
+        let answer = self.send_with_retry(target, request, false).await?;
+        if answer.status == StatusCode::UNAUTHORIZED || answer.status == StatusCode::FORBIDDEN {
+            return Err(RegistryError::Unauthorized {
+                image: target.image.clone(),
+                host: target.host.to_string(),
+                hint: format!(
+                    "the token service refused the credentials for {} ({})",
+                    target.domain, answer.status
+                ),
+            });
+        }
+        if !answer.status.is_success() {
+            return Err(status_error(target, &answer));
+        }
+        let token = auth::parse_token_answer(&answer.body).map_err(|e| bad(target, e))?;
+        lock(&self.tokens).insert(
+            cache_key,
+            (token.value.clone(), Instant::now() + token.lifetime),
+        );
+        Ok(token.value)
+    }
+
+    /// Credentials go to a token realm over HTTPS, or over HTTP only to the registry's own
+    /// host (a local test or insecure registry): never in clear text to a third party.
+    fn may_send_credentials_to(&self, realm: &reqwest::Url, registry_host: &str) -> bool {
+        if realm.scheme() == "https" {
+            return true;
+        }
+        let registry_name = registry_host
+            .rsplit_once(':')
+            .map_or(registry_host, |(h, _)| h);
+        realm.host_str() == Some(registry_name)
+    }
+
+    /// One request, retried on 429, 5xx and transport errors per the policy; the answer's body
+    /// is read here, bounded, while a per-host permit is held.
+    async fn send_with_retry(
+        &self,
+        target: &Target<'_>,
+        request: reqwest::RequestBuilder,
+        counts_as_manifest: bool,
+    ) -> Result<Answer, RegistryError> {
+        let permits = self.permits_for(target.host);
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let Some(this_try) = request.try_clone() else {
+                return Err(bad(target, "request cannot be retried".to_string()));
+            };
+            if counts_as_manifest {
+                self.manifest_requests.fetch_add(1, Ordering::Relaxed);
+            }
+            let outcome = {
+                let _permit = permits.acquire().await;
+                match this_try.send().await {
+                    Ok(response) => read_answer(response, attempt).await,
+                    Err(e) => Err(e),
+                }
+            };
+            let policy = &self.settings.retry;
+            let decision = match &outcome {
+                Ok(answer) => {
+                    self.note_rate_limit(target.host, &answer.headers);
+                    if answer.status.is_success()
+                        || !retry::is_retryable_status(answer.status.as_u16())
+                    {
+                        return outcome.map_err(|e| unreachable(target, &e));
+                    }
+                    let retry_after = header_str(&answer.headers, RETRY_AFTER.as_str());
+                    policy.after_status(
+                        attempt,
+                        answer.status.as_u16(),
+                        retry_after.as_deref(),
+                        SystemTime::now(),
+                        jitter(),
+                    )
+                }
+                Err(e) if e.is_body() && !e.is_timeout() => {
+                    // The body was over the size limit or malformed: not transient.
+                    return Err(bad(target, error_chain(e)));
+                }
+                Err(_) => policy.after_transport_error(attempt, jitter()),
+            };
+            match decision {
+                retry::Decision::RetryAfter(wait) => {
+                    tracing::debug!(
+                        image = %target.image,
+                        registry = target.host,
+                        attempt,
+                        "retrying in {wait:?}"
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+                retry::Decision::GiveUp => {
+                    return match outcome {
+                        Ok(answer) => Err(status_error(target, &answer)),
+                        Err(e) => Err(unreachable(target, &e)),
+                    };
+                }
+            }
+        }
+    }
+
+    fn permits_for(&self, host: &str) -> Arc<Semaphore> {
+        lock(&self.permits)
+            .entry(host.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.settings.concurrency_per_host.max(1))))
+            .clone()
+    }
+
+    fn note_rate_limit(&self, host: &str, headers: &HeaderMap) {
+        if let Some(remaining) = header_str(headers, "ratelimit-remaining") {
+            tracing::info!(registry = host, "rate limit remaining: {remaining}");
+            lock(&self.rate_limits).insert(host.to_string(), remaining);
+        }
+    }
+
+    fn scheme(&self, host: &str) -> &'static str {
+        if self.settings.insecure_hosts.iter().any(|h| h == host) {
+            "http"
+        } else {
+            "https"
+        }
+    }
+
+    fn unauthorized(&self, target: &Target<'_>, sent_credentials: bool) -> RegistryError {
+        let has_credentials = self.settings.credentials.get(target.domain).is_some();
+        let hint = match (sent_credentials, has_credentials) {
+            (_, true) => format!("the credentials configured for {} were refused", target.domain),
+            (_, false) => format!(
+                "the registry requires credentials and none are configured for {} (docker login, or --docker-config)",
+                target.domain
+            ),
+        };
+        RegistryError::Unauthorized {
+            image: target.image.clone(),
+            host: target.host.to_string(),
+            hint,
+        }
+    }
+}
+
+/// The result of resolving one reference.
+pub type ResolveResult = Result<Resolved, RegistryError>;
+
+async fn read_answer(
+    mut response: reqwest::Response,
+    attempts: u32,
+) -> Result<Answer, reqwest::Error> {
+    let status = response.status();
+    let headers = response.headers().clone();
+    let mut body = Vec::new();
+    let mut truncated = false;
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > media::MAX_MANIFEST_BYTES {
+            // Stop reading: nothing tagpin asks a registry for is this large.
+            truncated = true;
+            break;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Answer {
+        status,
+        headers,
+        body,
+        truncated,
+        attempts,
+    })
+}
+
+fn too_large() -> String {
+    format!(
+        "answer is larger than {} bytes; refused",
+        media::MAX_MANIFEST_BYTES
+    )
+}
+
+fn sha256_digest(bytes: &[u8]) -> Digest {
+    let hex: String = Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    match Digest::from_sha256_hex(&hex) {
+        Ok(d) => d,
+        Err(e) => unreachable!("a sha256 hex string is always a valid digest: {e}"),
+    }
+}
+
+fn basic_header(c: &Credential) -> String {
+    use base64::Engine;
+    let raw = format!("{}:{}", c.username, c.password);
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(raw)
+    )
+}
+
+fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+fn bare_media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// `Link: </v2/x/tags/list?n=2&last=b>; rel="next"` → the path to request next.
+fn next_link(link: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        if !params.contains("rel=\"next\"") && !params.contains("rel=next") {
+            return None;
+        }
+        let url = url.trim().trim_start_matches('<').trim_end_matches('>');
+        match reqwest::Url::parse(url) {
+            // Absolute links keep only path and query: the host stays the configured one.
+            Ok(abs) => Some(match abs.query() {
+                Some(q) => format!("{}?{q}", abs.path()),
+                None => abs.path().to_string(),
+            }),
+            Err(_) if url.starts_with('/') => Some(url.to_string()),
+            Err(_) => None,
+        }
+    })
+}
+
+fn jitter() -> f64 {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    f64::from(nanos % 1000) / 1000.0
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind; keep using it.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The error and its causes, joined: reqwest's top-level message alone says little.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn unreachable(target: &Target<'_>, e: &reqwest::Error) -> RegistryError {
+    let mut detail = error_chain(e);
+    if e.is_timeout() {
+        detail = format!("timed out: {detail}");
+    }
+    if detail.contains("certificate") || detail.contains("UnknownIssuer") {
+        detail.push_str(" (for a registry with a private CA, pass --ca-file)");
+    } else if detail.contains("InvalidContentType") || detail.contains("wrong version number") {
+        detail.push_str(" (is it a plain-HTTP registry? pass --insecure-registry)");
+    }
+    RegistryError::Unreachable {
+        image: target.image.clone(),
+        host: target.host.to_string(),
+        detail,
+    }
+}
+
+fn bad(target: &Target<'_>, detail: String) -> RegistryError {
+    RegistryError::BadResponse {
+        image: target.image.clone(),
+        host: target.host.to_string(),
+        detail,
+    }
+}
+
+fn mismatch(target: &Target<'_>, claimed: &Digest, computed: &Digest) -> RegistryError {
+    RegistryError::DigestMismatch {
+        image: target.image.clone(),
+        host: target.host.to_string(),
+        claimed: claimed.to_string(),
+        computed: computed.to_string(),
+    }
+}
+
+fn media_error(target: &Target<'_>, problem: media::MediaProblem) -> RegistryError {
+    match problem {
+        media::MediaProblem::Schema1 => bad(target, media::schema1_message()),
+        media::MediaProblem::Unsupported(t) => {
+            bad(target, format!("unsupported manifest media type {t:?}"))
+        }
+    }
+}
+
+/// Maps a final non-success answer to the error a user can act on, with the registry's own
+/// error code when the body carries one (HEAD answers carry none).
+fn status_error(target: &Target<'_>, answer: &Answer) -> RegistryError {
+    let detail = registry_error_detail(&answer.body)
+        .map(|d| format!(": {d}"))
+        .unwrap_or_default();
+    let image = target.image.clone();
+    let host = target.host.to_string();
+    match answer.status {
+        StatusCode::NOT_FOUND => RegistryError::NotFound {
+            image,
+            host,
+            detail: if detail.is_empty() {
+                ": no such repository or tag".to_string()
+            } else {
+                detail
+            },
+        },
+        StatusCode::FORBIDDEN => RegistryError::Denied {
+            image,
+            host,
+            detail,
+        },
+        StatusCode::TOO_MANY_REQUESTS => RegistryError::RateLimited {
+            image,
+            host,
+            retry_after: header_str(&answer.headers, RETRY_AFTER.as_str()),
+        },
+        status => RegistryError::Status {
+            image,
+            host,
+            status: status.as_u16(),
+            attempts: answer.attempts,
+        },
+    }
+}
+
+/// `{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}` → `MANIFEST_UNKNOWN: manifest unknown`.
+fn registry_error_detail(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Errors {
+        errors: Vec<ErrorEntry>,
+    }
+    #[derive(serde::Deserialize)]
+    struct ErrorEntry {
+        #[serde(default)]
+        code: String,
+        #[serde(default)]
+        message: String,
+    }
+    let parsed: Errors = serde_json::from_slice(body).ok()?;
+    let first = parsed.errors.into_iter().next()?;
+    Some(format!("{}: {}", first.code, first.message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn link_header_yields_the_next_path_even_when_absolute() {
+        assert_eq!(
+            next_link(r#"</v2/a/b/tags/list?n=2&last=t2>; rel="next""#).as_deref(),
+            Some("/v2/a/b/tags/list?n=2&last=t2")
+        );
+        assert_eq!(
+            next_link(r#"<https://elsewhere.example/v2/a/tags/list?last=x&n=5>; rel="next""#)
+                .as_deref(),
+            Some("/v2/a/tags/list?last=x&n=5")
+        );
+        assert_eq!(next_link(r#"</v2/a/tags/list?n=2>; rel="prev""#), None);
+    }
+
+    #[test]
+    fn registry_error_body_is_summarised() {
+        let body = br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown","detail":{"Tag":"x"}}]}"#;
+        assert_eq!(
+            registry_error_detail(body).as_deref(),
+            Some("MANIFEST_UNKNOWN: manifest unknown")
+        );
+        assert_eq!(registry_error_detail(b"not json"), None);
+    }
+
+    #[test]
+    fn resolve_key_merges_spellings_of_one_docker_hub_image() {
+        let a = Reference::parse("nginx").unwrap();
+        let b = Reference::parse("docker.io/library/nginx:latest").unwrap();
+        let c = Reference::parse("index.docker.io/nginx:latest").unwrap();
+        assert_eq!(ResolveKey::of(&a), ResolveKey::of(&b));
+        assert_eq!(ResolveKey::of(&b), ResolveKey::of(&c));
+        assert_eq!(
+            ResolveKey::of(&a).to_string(),
+            "docker.io/library/nginx:latest"
+        );
+    }
+
+    #[test]
+    fn sha256_of_empty_input_is_the_well_known_digest() {
+        assert_eq!(
+            sha256_digest(b"").to_string(),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+}
