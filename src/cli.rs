@@ -11,17 +11,20 @@
 //! | 2 | usage, configuration or fatal error: nothing was done |
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
+use crate::config::{self, Config};
+use crate::forge::GitHub;
 use crate::manifest::walk::FileFilter;
 use crate::pass::{self, Pass};
 use crate::plan::Plan;
 use crate::reference::Reference;
 use crate::registry::{self, Client, CredentialStore, Settings};
+use crate::sync::{Outcome, SyncOptions, SyncReport, Syncer};
 
 /// Pins Kubernetes image tags to registry digests, byte-exactly.
 #[derive(Debug, Parser)]
@@ -69,6 +72,19 @@ pub enum Command {
         /// Write nothing; exit 1 if any image is unpinned or its pin is stale (for CI).
         #[arg(long)]
         check: bool,
+    },
+    /// One pass over the configured Git repository: commit the pins, or open/update a PR.
+    Sync {
+        /// The configuration file.
+        #[arg(long, short, value_name = "FILE", default_value = "tagpin.yaml")]
+        config: PathBuf,
+        /// Print the plan, the diff and the pull request it would open; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Where the Git mirror is kept [default: repository.cache_dir, else
+        /// $XDG_CACHE_HOME/tagpin, else ~/.cache/tagpin].
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
     },
 }
 
@@ -142,34 +158,46 @@ pub fn init_logging(cli: &Cli) {
 
 /// Runs the command and decides the exit code.
 pub async fn run(cli: Cli) -> Exit {
-    let client = match build_client(&cli.registry) {
-        Ok(client) => client,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return Exit::Fatal;
-        }
-    };
     match cli.command {
-        Command::Resolve { images } => resolve(&client, &images, cli.output).await,
-        Command::Plan(scan) => match scan_filter(&scan) {
-            Ok(filter) => {
+        Command::Sync {
+            config,
+            dry_run,
+            cache_dir,
+        } => {
+            sync(
+                &cli.registry,
+                &config,
+                dry_run,
+                cache_dir.as_deref(),
+                cli.output,
+            )
+            .await
+        }
+        Command::Resolve { images } => match build_client(&cli.registry, None) {
+            Ok(client) => resolve(&client, &images, cli.output).await,
+            Err(message) => fatal(&message),
+        },
+        Command::Plan(scan) => match (build_client(&cli.registry, None), scan_filter(&scan)) {
+            (Ok(client), Ok(filter)) => {
                 let pass = pass::run(&scan.paths, &filter, &client).await;
                 report_plan(&pass, cli.output, Mode::Plan)
             }
-            Err(message) => fatal(&message),
+            (Err(message), _) | (_, Err(message)) => fatal(&message),
         },
-        Command::Pin { scan, check } => match scan_filter(&scan) {
-            Ok(filter) => {
-                let pass = pass::run(&scan.paths, &filter, &client).await;
-                if check {
-                    report_plan(&pass, cli.output, Mode::Check)
-                } else {
-                    let written = pass::write(&pass.plan);
-                    report_pin(&pass, &written, cli.output)
+        Command::Pin { scan, check } => {
+            match (build_client(&cli.registry, None), scan_filter(&scan)) {
+                (Ok(client), Ok(filter)) => {
+                    let pass = pass::run(&scan.paths, &filter, &client).await;
+                    if check {
+                        report_plan(&pass, cli.output, Mode::Check)
+                    } else {
+                        let written = pass::write(&pass.plan);
+                        report_pin(&pass, &written, cli.output)
+                    }
                 }
+                (Err(message), _) | (_, Err(message)) => fatal(&message),
             }
-            Err(message) => fatal(&message),
-        },
+        }
     }
 }
 
@@ -178,16 +206,22 @@ fn fatal(message: &str) -> Exit {
     Exit::Fatal
 }
 
-fn build_client(args: &RegistryArgs) -> Result<Client, String> {
-    let credentials = match args
+/// The registry client from the command line, plus a configuration file's `registries:`
+/// section when `sync` has one (the command line adds to it).
+fn build_client(
+    args: &RegistryArgs,
+    config: Option<&config::Registries>,
+) -> Result<Client, String> {
+    let docker_config = args
         .docker_config
         .clone()
-        .or_else(CredentialStore::default_dir)
-    {
+        .or_else(|| config.and_then(|c| c.docker_config.clone()))
+        .or_else(CredentialStore::default_dir);
+    let credentials = match docker_config {
         Some(dir) => CredentialStore::load_dir(&dir)?,
         None => CredentialStore::default(),
     };
-    let settings = Settings {
+    let mut settings = Settings {
         insecure_hosts: args.insecure_registries.clone(),
         ca_files: args.ca_files.clone(),
         credentials,
@@ -195,6 +229,12 @@ fn build_client(args: &RegistryArgs) -> Result<Client, String> {
         request_timeout: Duration::from_secs(args.registry_timeout.max(1)),
         ..Settings::default()
     };
+    if let Some(c) = config {
+        settings.insecure_hosts.extend(c.insecure.iter().cloned());
+        settings.ca_files.extend(c.ca_files.iter().cloned());
+        settings.concurrency_per_host = c.concurrency;
+        settings.request_timeout = Duration::from_secs(c.timeout_seconds);
+    }
     Client::new(settings).map_err(|e| e.to_string())
 }
 
@@ -364,4 +404,105 @@ fn emit_json(value: &serde_json::Value) {
     let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
     text.push('\n');
     emit(&text);
+}
+
+/// `tagpin sync`: load and validate the configuration, then run one pass.
+async fn sync(
+    args: &RegistryArgs,
+    config_path: &Path,
+    dry_run: bool,
+    cache_dir: Option<&Path>,
+    format: OutputFormat,
+) -> Exit {
+    let config = match Config::load(config_path) {
+        Ok(config) => config,
+        Err(e) => return fatal(&e.to_string()),
+    };
+    let client = match build_client(args, Some(&config.registries)) {
+        Ok(client) => client,
+        Err(message) => return fatal(&message),
+    };
+    let forge = match &config.forge {
+        None => None,
+        Some(forge_config) => {
+            let token = match config::read_env(&forge_config.token_env) {
+                Ok(token) => token,
+                Err(e) => return fatal(&format!("forge.token_env: {e}")),
+            };
+            match GitHub::new(forge_config, token) {
+                Ok(forge) => Some(forge),
+                Err(e) => return fatal(&e.to_string()),
+            }
+        }
+    };
+    let Some(cache_dir) = cache_dir
+        .map(Path::to_path_buf)
+        .or_else(|| config.repository.cache_dir.clone())
+        .or_else(default_cache_dir)
+    else {
+        return fatal("no cache directory: set repository.cache_dir or --cache-dir");
+    };
+    let syncer = match Syncer::new(&config, &client, forge.as_ref(), &cache_dir) {
+        Ok(syncer) => syncer,
+        Err(e) => return fatal(&e.to_string()),
+    };
+    let report = match syncer.run(SyncOptions { dry_run }).await {
+        Ok(report) => report,
+        Err(e) => return fatal(&e.to_string()),
+    };
+    for skipped in &report.skipped {
+        tracing::info!("skipped {skipped}");
+    }
+    for failure in &report.failures {
+        eprintln!("error: {failure}");
+    }
+    match format {
+        OutputFormat::Json => emit_json(&serde_json::to_value(&report).unwrap_or_default()),
+        OutputFormat::Human => emit(&sync_text(&report)),
+    }
+    if report.has_failures() {
+        Exit::Attention
+    } else {
+        Exit::Ok
+    }
+}
+
+fn sync_text(report: &SyncReport) -> String {
+    let mut text = String::new();
+    for group in &report.groups {
+        let images = group.changes.len();
+        let line = match &group.outcome {
+            Outcome::NothingToDo => format!("{}: nothing to pin", report.target),
+            Outcome::Committed { branch, commit, .. } => {
+                format!("committed {commit} to {branch}: {images} image field(s) pinned")
+            }
+            Outcome::PullRequestOpened { number, url, branch } => {
+                format!("opened pull request #{number} from {branch}: {url}")
+            }
+            Outcome::PullRequestUpdated { number, url, branch } => {
+                format!("updated pull request #{number} from {branch}: {url}")
+            }
+            Outcome::PullRequestUnchanged { number, url, .. } => {
+                format!("pull request #{number} already proposes these digests: {url}")
+            }
+            Outcome::ClosedByHand { number, branch } => format!(
+                "pull request #{number} from {branch} was closed by hand for these same digests; not reopening"
+            ),
+            Outcome::DryRun { branch, title, body } => {
+                text.push_str(&group.diff);
+                format!("dry run: would propose on {branch}:\ntitle: {title}\n\n{body}")
+            }
+        };
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text
+}
+
+/// `$XDG_CACHE_HOME/tagpin`, else `~/.cache/tagpin`.
+fn default_cache_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .map(|d| d.join("tagpin"))
 }

@@ -424,10 +424,10 @@ impl Validator {
             Some(value) => self.git_auth(value),
         };
         if let (Some(url), GitAuth::Token { .. }) = (&url, &auth) {
-            if url.starts_with("http://") {
+            if url.starts_with("http://") && !is_loopback_url(url) {
                 self.problem(
                     "repository.auth",
-                    "a token is never sent over plain http://; use https://",
+                    "a token is never sent over plain http:// beyond this machine; use https://",
                 );
             }
         }
@@ -698,6 +698,19 @@ pub fn valid_branch_name(name: &str) -> bool {
             .any(|c| c.is_ascii_control() || " ~^:?*[\\".contains(c))
 }
 
+/// Plain HTTP is tolerated for a token only on loopback, where it never crosses a network.
+fn is_loopback_url(url: &str) -> bool {
+    match url::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host().map(|h| h.to_owned()))
+    {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
 fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_string()
@@ -836,6 +849,8 @@ colour: blue
             err.to_string().contains("never sent over plain http"),
             "{err}"
         );
+        let loopback = "repository: {url: 'http://127.0.0.1:8080/a.git', auth: {token_env: T}}\n";
+        assert!(parse(loopback).is_ok());
     }
 
     #[test]

@@ -6,8 +6,11 @@
 
 pub mod cli;
 pub mod config;
+pub mod forge;
+pub mod git;
 pub mod manifest;
 pub mod pass;
 pub mod plan;
 pub mod reference;
 pub mod registry;
+pub mod sync;

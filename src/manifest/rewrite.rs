@@ -168,6 +168,11 @@ fn looks_like_non_string(value: &str) -> bool {
     const WORDS: [&str; 12] = [
         "~", "null", "true", "false", "yes", "no", "on", "off", "y", "n", ".inf", ".nan",
     ];
+    // No number, timestamp, boolean or null has a '/' or '@'; every pinned image reference
+    // on a registry host such as 127.0.0.1:5000 does, and stays plain.
+    if value.contains(['/', '@']) {
+        return false;
+    }
     let lower = value.to_ascii_lowercase();
     if WORDS.contains(&lower.as_str()) || lower == "<<" || lower == "=" {
         return true;
@@ -225,6 +230,13 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::path::Path;
+
+    #[test]
+    fn an_image_on_a_numeric_registry_host_stays_plain() {
+        let pinned = "127.0.0.1:5000/acme/web:1.0@sha256:ab";
+        assert_eq!(render_scalar(pinned, ScalarStyle::Plain), pinned);
+        assert_eq!(render_scalar("1.0", ScalarStyle::Plain), "\"1.0\"");
+    }
 
     fn fields(path: &str, source: &[u8]) -> Vec<ImageField> {
         scan(Path::new(path), source)

@@ -5,4 +5,6 @@
 //! allowed here instead of warning in each test crate.
 #![allow(dead_code)]
 
+pub mod git;
+pub mod github;
 pub mod registry;

@@ -1,0 +1,684 @@
+//! The Git adapter: a local bare mirror of the GitOps repository, read and written through
+//! git2 without ever checking out a working tree.
+//!
+//! Files are read straight from the tree of the target branch's tip, and a new commit is built
+//! by replacing blobs in that tree, so tagpin never writes into (or follows a symlink out of) a
+//! directory on disk: a symlink in the repository is a blob holding a path, and is skipped.
+//! The mirror lives in a cache directory and is fetched, not cloned, on every pass.
+
+use std::cell::{Cell, RefCell};
+use std::path::{Path, PathBuf};
+
+use git2::{
+    Direction, FetchOptions, FileMode, ObjectType, Oid, PushOptions, RemoteCallbacks, Repository,
+};
+use sha2::{Digest as _, Sha256};
+
+use crate::manifest::FileFilter;
+
+/// Credentials for the remote, resolved from the configuration (secrets already read).
+#[derive(Clone)]
+pub enum Credentials {
+    None,
+    /// HTTPS Basic: a username and a token used as the password.
+    Token {
+        username: String,
+        token: String,
+    },
+    SshKey {
+        key_file: PathBuf,
+        passphrase: Option<String>,
+    },
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::None => f.write_str("None"),
+            Credentials::Token { username, .. } => {
+                write!(f, "Token {{ username: {username:?}, token: <redacted> }}")
+            }
+            Credentials::SshKey { key_file, .. } => {
+                write!(f, "SshKey {{ key_file: {key_file:?} }}")
+            }
+        }
+    }
+}
+
+/// A failed Git operation; messages name the remote (credentials removed) and the branch.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("git mirror {}: {message}", path.display())]
+    Mirror { path: PathBuf, message: String },
+    #[error("cannot fetch from {url}: {message}")]
+    Fetch { url: String, message: String },
+    #[error("{url}: authentication failed ({message})")]
+    Auth { url: String, message: String },
+    #[error("{url}: branch {branch:?} does not exist on the remote")]
+    BranchMissing { url: String, branch: String },
+    #[error("{url}: push to {branch} was rejected: {reason}")]
+    Rejected {
+        url: String,
+        branch: String,
+        reason: String,
+    },
+    #[error("{url}: {branch} moved on the remote since it was fetched (push rejected as non-fast-forward)")]
+    NonFastForward { url: String, branch: String },
+    #[error("{url}: {branch} was changed by someone else since tagpin last pushed it (expected {expected}, found {found}); not overwriting")]
+    LeaseBroken {
+        url: String,
+        branch: String,
+        expected: String,
+        found: String,
+    },
+    #[error("cannot push to {url}: {message}")]
+    Push { url: String, message: String },
+    #[error("git: {0}")]
+    Other(String),
+}
+
+/// One file read from a commit's tree.
+#[derive(Debug, Clone)]
+pub struct TreeFile {
+    /// Path relative to the repository root, `/`-separated.
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+    mode: i32,
+}
+
+/// What a read of the tree passed over.
+#[derive(Debug, Clone, Default)]
+pub struct TreeRead {
+    pub files: Vec<TreeFile>,
+    pub skipped: Vec<String>,
+}
+
+/// A local bare mirror of one remote.
+pub struct Mirror {
+    repo: Repository,
+    url: String,
+    credentials: Credentials,
+}
+
+const REMOTE_PREFIX: &str = "refs/remotes/origin/";
+/// The local ref a commit is pushed from: libgit2 pushes references, not bare object ids.
+const PUSH_REF: &str = "refs/tagpin/push";
+
+impl Mirror {
+    /// Opens the mirror of `url` under `cache_dir`, creating it the first time.
+    pub fn open(cache_dir: &Path, url: &str, credentials: Credentials) -> Result<Mirror, GitError> {
+        let path = cache_dir.join(mirror_dir_name(url));
+        let repo = if path.join("HEAD").exists() {
+            Repository::open_bare(&path)
+        } else {
+            std::fs::create_dir_all(&path).map_err(|e| GitError::Mirror {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            Repository::init_bare(&path)
+        }
+        .map_err(|e| GitError::Mirror {
+            path: path.clone(),
+            message: e.message().to_string(),
+        })?;
+        Ok(Mirror {
+            repo,
+            url: url.to_string(),
+            credentials,
+        })
+    }
+
+    /// The remote URL with any userinfo removed, for messages.
+    pub fn display_url(&self) -> String {
+        redact_url(&self.url)
+    }
+
+    /// Fetches `branch` and every branch under `prefix` (tagpin's own), pruning deleted ones.
+    pub fn fetch(&self, branch: &str, prefix: &str) -> Result<(), GitError> {
+        let refspecs = [
+            format!("+refs/heads/{branch}:{REMOTE_PREFIX}{branch}"),
+            format!("+refs/heads/{prefix}*:{REMOTE_PREFIX}{prefix}*"),
+        ];
+        let mut remote = self
+            .repo
+            .remote_anonymous(&self.url)
+            .map_err(|e| self.fetch_error(e))?;
+        let attempts = Cell::new(0);
+        let mut options = FetchOptions::new();
+        options.remote_callbacks(self.callbacks(&attempts));
+        options.prune(git2::FetchPrune::On);
+        remote
+            .fetch(&refspecs, Some(&mut options), None)
+            .map_err(|e| self.fetch_error(e))?;
+        // An anonymous remote does not prune; drop tracking refs the remote no longer has.
+        let advertised: Vec<String> = remote
+            .list()
+            .map(|heads| heads.iter().map(|h| h.name().to_string()).collect())
+            .unwrap_or_default();
+        self.prune_missing(&advertised, prefix);
+        Ok(())
+    }
+
+    fn prune_missing(&self, advertised: &[String], prefix: &str) {
+        let Ok(refs) = self
+            .repo
+            .references_glob(&format!("{REMOTE_PREFIX}{prefix}*"))
+        else {
+            return;
+        };
+        let names: Vec<String> = refs
+            .flatten()
+            .filter_map(|r| r.name().map(str::to_string))
+            .collect();
+        for name in names {
+            let head = format!("refs/heads/{}", &name[REMOTE_PREFIX.len()..]);
+            if !advertised.contains(&head) {
+                if let Ok(mut r) = self.repo.find_reference(&name) {
+                    let _ = r.delete();
+                }
+            }
+        }
+    }
+
+    /// The fetched tip of a remote branch.
+    pub fn tip(&self, branch: &str) -> Option<Oid> {
+        self.repo
+            .find_reference(&format!("{REMOTE_PREFIX}{branch}"))
+            .ok()
+            .and_then(|r| r.target())
+    }
+
+    /// Like [`Mirror::tip`], but a missing branch is an error naming it.
+    pub fn require_tip(&self, branch: &str) -> Result<Oid, GitError> {
+        self.tip(branch).ok_or_else(|| GitError::BranchMissing {
+            url: self.display_url(),
+            branch: branch.to_string(),
+        })
+    }
+
+    /// Reads the files under `paths` (relative to the root) in `commit`'s tree that `filter`
+    /// accepts. Symlinks and submodules are skipped and reported, never followed.
+    pub fn read_files(
+        &self,
+        commit: Oid,
+        paths: &[String],
+        filter: &FileFilter,
+    ) -> Result<TreeRead, GitError> {
+        let tree = self
+            .repo
+            .find_commit(commit)
+            .and_then(|c| c.tree())
+            .map_err(other)?;
+        let prefixes: Vec<String> = paths
+            .iter()
+            .map(|p| p.trim_start_matches("./").trim_end_matches('/').to_string())
+            .map(|p| if p == "." { String::new() } else { p })
+            .collect();
+        let mut read = TreeRead::default();
+        let mut failure = None;
+        tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+            let Some(name) = entry.name() else {
+                return git2::TreeWalkResult::Ok;
+            };
+            let path = format!("{dir}{name}");
+            let Some(relative) = prefixes.iter().find_map(|p| under(&path, p)) else {
+                // Not under any configured path; descend only if some path lies below.
+                let descend = entry.kind() == Some(ObjectType::Tree)
+                    && prefixes.iter().any(|p| p.starts_with(&format!("{path}/")));
+                return if descend {
+                    git2::TreeWalkResult::Ok
+                } else {
+                    git2::TreeWalkResult::Skip
+                };
+            };
+            match entry.kind() {
+                Some(ObjectType::Tree) => {
+                    if name.starts_with('.') {
+                        return git2::TreeWalkResult::Skip;
+                    }
+                    git2::TreeWalkResult::Ok
+                }
+                Some(ObjectType::Blob) => {
+                    if !filter.matches(Path::new(&relative)) {
+                        return git2::TreeWalkResult::Ok;
+                    }
+                    if entry.filemode() == i32::from(FileMode::Link) {
+                        read.skipped.push(format!("{path}: symlink not followed"));
+                        return git2::TreeWalkResult::Ok;
+                    }
+                    match self.repo.find_blob(entry.id()) {
+                        Ok(blob) => read.files.push(TreeFile {
+                            path: PathBuf::from(&path),
+                            bytes: blob.content().to_vec(),
+                            mode: entry.filemode(),
+                        }),
+                        Err(e) => {
+                            failure = Some(format!("{path}: {}", e.message()));
+                            return git2::TreeWalkResult::Abort;
+                        }
+                    }
+                    git2::TreeWalkResult::Ok
+                }
+                Some(ObjectType::Commit) => {
+                    read.skipped.push(format!("{path}: submodule not followed"));
+                    git2::TreeWalkResult::Ok
+                }
+                _ => git2::TreeWalkResult::Ok,
+            }
+        })
+        .map_err(|e| {
+            failure
+                .clone()
+                .map(GitError::Other)
+                .unwrap_or_else(|| other(e))
+        })?;
+        if let Some(message) = failure {
+            return Err(GitError::Other(message));
+        }
+        Ok(read)
+    }
+
+    /// Builds a commit on `parent` in which each given file has new content (mode kept).
+    pub fn commit(
+        &self,
+        parent: Oid,
+        files: &[(TreeFile, Vec<u8>)],
+        author: &crate::config::Author,
+        message: &str,
+    ) -> Result<Oid, GitError> {
+        let tree_id = self.tree_with(parent, files)?;
+        let tree = self.repo.find_tree(tree_id).map_err(other)?;
+        let parent = self.repo.find_commit(parent).map_err(other)?;
+        let signature = git2::Signature::now(&author.name, &author.email).map_err(other)?;
+        self.repo
+            .commit(None, &signature, &signature, message, &tree, &[&parent])
+            .map_err(other)
+    }
+
+    /// The tree `parent`'s tree becomes with `files` replaced.
+    pub fn tree_with(&self, parent: Oid, files: &[(TreeFile, Vec<u8>)]) -> Result<Oid, GitError> {
+        let base = self
+            .repo
+            .find_commit(parent)
+            .and_then(|c| c.tree())
+            .map_err(other)?;
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        for (file, bytes) in files {
+            let blob = self.repo.blob(bytes).map_err(other)?;
+            let mode = if file.mode == i32::from(FileMode::BlobExecutable) {
+                FileMode::BlobExecutable
+            } else {
+                FileMode::Blob
+            };
+            update.upsert(path_str(&file.path)?, blob, mode);
+        }
+        update.create_updated(&self.repo, &base).map_err(other)
+    }
+
+    /// The tree and first parent of a commit, to tell whether a branch already holds a change.
+    pub fn tree_and_parent(&self, commit: Oid) -> Result<(Oid, Option<Oid>), GitError> {
+        let c = self.repo.find_commit(commit).map_err(other)?;
+        Ok((c.tree_id(), c.parent_ids().next()))
+    }
+
+    /// Pushes `commit` to `branch`, on the condition `expect` states.
+    pub fn push(&self, commit: Oid, branch: &str, expect: Expect) -> Result<(), GitError> {
+        if let Some(path) = local_path(&self.url) {
+            return self.push_local(&path, commit, branch, expect);
+        }
+        let mut remote = self
+            .repo
+            .remote_anonymous(&self.url)
+            .map_err(|e| self.push_error(e))?;
+        let force = match expect {
+            Expect::FastForwardFrom(_) => "",
+            Expect::Lease(expected) => {
+                let found = self.remote_tip(&mut remote, branch)?;
+                if found != expected {
+                    return Err(self.lease_broken(branch, expected, found));
+                }
+                "+"
+            }
+        };
+        self.send(
+            &mut remote,
+            commit,
+            &format!("{force}{PUSH_REF}:refs/heads/{branch}"),
+            branch,
+        )
+    }
+
+    /// libgit2's local transport moves refs without checking their old value, so two writers
+    /// could overwrite each other. For a repository on this machine the objects are sent to a
+    /// scratch ref, and the branch is then moved by compare-and-swap under the ref's lock.
+    fn push_local(
+        &self,
+        path: &Path,
+        commit: Oid,
+        branch: &str,
+        expect: Expect,
+    ) -> Result<(), GitError> {
+        let scratch = format!("refs/tagpin/incoming/{commit}");
+        let mut remote = self
+            .repo
+            .remote_anonymous(&self.url)
+            .map_err(|e| self.push_error(e))?;
+        self.send(
+            &mut remote,
+            commit,
+            &format!("+{PUSH_REF}:{scratch}"),
+            branch,
+        )?;
+        let target = Repository::open(path).map_err(|e| self.push_error(e))?;
+        let name = format!("refs/heads/{branch}");
+        let moved = match expect {
+            Expect::FastForwardFrom(base) | Expect::Lease(Some(base)) => {
+                target.reference_matching(&name, commit, true, base, "tagpin")
+            }
+            Expect::Lease(None) => target.reference(&name, commit, false, "tagpin"),
+        }
+        .map(|_| ());
+        if let Ok(mut r) = target.find_reference(&scratch) {
+            let _ = r.delete();
+        }
+        match (moved, expect) {
+            (Ok(()), _) => Ok(()),
+            (Err(e), Expect::FastForwardFrom(_)) if is_stale(&e) => Err(GitError::NonFastForward {
+                url: self.display_url(),
+                branch: branch.to_string(),
+            }),
+            (Err(e), Expect::Lease(expected)) if is_stale(&e) => {
+                let found = target.find_reference(&name).ok().and_then(|r| r.target());
+                Err(self.lease_broken(branch, expected, found))
+            }
+            (Err(e), _) => Err(self.push_error(e)),
+        }
+    }
+
+    /// The branch's tip as the remote advertises it now.
+    fn remote_tip(
+        &self,
+        remote: &mut git2::Remote<'_>,
+        branch: &str,
+    ) -> Result<Option<Oid>, GitError> {
+        let attempts = Cell::new(0);
+        remote
+            .connect_auth(Direction::Push, Some(self.callbacks(&attempts)), None)
+            .map_err(|e| self.push_error(e))?;
+        let wanted = format!("refs/heads/{branch}");
+        let found = remote
+            .list()
+            .map_err(|e| self.push_error(e))?
+            .iter()
+            .find(|h| h.name() == wanted)
+            .map(|h| h.oid());
+        remote.disconnect().map_err(|e| self.push_error(e))?;
+        Ok(found)
+    }
+
+    fn lease_broken(&self, branch: &str, expected: Option<Oid>, found: Option<Oid>) -> GitError {
+        GitError::LeaseBroken {
+            url: self.display_url(),
+            branch: branch.to_string(),
+            expected: expected.map_or("no branch".to_string(), |o| o.to_string()),
+            found: found.map_or("no branch".to_string(), |o| o.to_string()),
+        }
+    }
+
+    /// Sends one refspec and reads the remote's verdict on it.
+    fn send(
+        &self,
+        remote: &mut git2::Remote<'_>,
+        commit: Oid,
+        refspec: &str,
+        branch: &str,
+    ) -> Result<(), GitError> {
+        self.repo
+            .reference(PUSH_REF, commit, true, "tagpin push")
+            .map_err(other)?;
+        let url = self.display_url();
+        let rejection: RefCell<Option<String>> = RefCell::new(None);
+        let attempts = Cell::new(0);
+        let mut callbacks = self.callbacks(&attempts);
+        callbacks.push_update_reference(|_, status| {
+            if let Some(status) = status {
+                *rejection.borrow_mut() = Some(status.to_string());
+            }
+            Ok(())
+        });
+        let mut options = PushOptions::new();
+        options.remote_callbacks(callbacks);
+        let pushed = remote.push(&[refspec], Some(&mut options));
+        drop(options);
+        let rejection = rejection.into_inner();
+        match (pushed, rejection) {
+            (Err(e), _) if e.code() == git2::ErrorCode::NotFastForward => {
+                Err(GitError::NonFastForward {
+                    url,
+                    branch: branch.to_string(),
+                })
+            }
+            (Err(e), _) => Err(self.push_error(e)),
+            (Ok(()), Some(reason)) if is_non_fast_forward(&reason) => {
+                Err(GitError::NonFastForward {
+                    url,
+                    branch: branch.to_string(),
+                })
+            }
+            (Ok(()), Some(reason)) => Err(GitError::Rejected {
+                url,
+                branch: branch.to_string(),
+                reason,
+            }),
+            (Ok(()), None) => Ok(()),
+        }
+    }
+
+    /// Callbacks answering credential requests once: libgit2 asks again forever after a
+    /// refusal, so the second ask fails the operation with an authentication error.
+    fn callbacks<'a>(&'a self, attempts: &'a Cell<u32>) -> RemoteCallbacks<'a> {
+        let mut callbacks = RemoteCallbacks::new();
+        callbacks.credentials(move |_url, username_from_url, allowed| {
+            attempts.set(attempts.get() + 1);
+            if attempts.get() > 1 {
+                return Err(git2::Error::new(
+                    git2::ErrorCode::Auth,
+                    git2::ErrorClass::Net,
+                    "the remote refused the configured credentials",
+                ));
+            }
+            match &self.credentials {
+                Credentials::Token { username, token }
+                    if allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) =>
+                {
+                    git2::Cred::userpass_plaintext(username, token)
+                }
+                Credentials::SshKey {
+                    key_file,
+                    passphrase,
+                } if allowed.contains(git2::CredentialType::SSH_KEY) => git2::Cred::ssh_key(
+                    username_from_url.unwrap_or("git"),
+                    None,
+                    key_file,
+                    passphrase.as_deref(),
+                ),
+                _ => Err(git2::Error::new(
+                    git2::ErrorCode::Auth,
+                    git2::ErrorClass::Net,
+                    "the remote asks for credentials and none are configured for it",
+                )),
+            }
+        });
+        callbacks
+    }
+
+    fn fetch_error(&self, e: git2::Error) -> GitError {
+        let url = self.display_url();
+        let message = scrub(e.message(), &self.credentials);
+        if e.code() == git2::ErrorCode::Auth
+            || e.class() == git2::ErrorClass::Http && message.contains("401")
+        {
+            GitError::Auth { url, message }
+        } else {
+            GitError::Fetch { url, message }
+        }
+    }
+
+    fn push_error(&self, e: git2::Error) -> GitError {
+        let url = self.display_url();
+        let message = scrub(e.message(), &self.credentials);
+        if e.code() == git2::ErrorCode::Auth {
+            GitError::Auth { url, message }
+        } else {
+            GitError::Push { url, message }
+        }
+    }
+}
+
+/// What the remote branch must hold for a push to go through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// The target branch: a fast-forward from the tip the commit was built on. Never forced.
+    FastForwardFrom(Oid),
+    /// A tagpin-owned branch: force-updated, but only over the tip tagpin saw there
+    /// (`None`: the branch must not exist yet), so a person's push to it is never lost.
+    Lease(Option<Oid>),
+}
+
+/// The directory of a remote on this machine (`file://…` or a path), if it is one.
+fn local_path(url: &str) -> Option<PathBuf> {
+    if let Some(rest) = url.strip_prefix("file://") {
+        return Some(PathBuf::from(rest));
+    }
+    let scp_like = url
+        .find(':')
+        .is_some_and(|c| url.find('/').is_none_or(|s| c < s));
+    (!url.contains("://") && !scp_like).then(|| PathBuf::from(url))
+}
+
+/// The ref moved (or appeared) under us: a compare-and-swap lost.
+fn is_stale(e: &git2::Error) -> bool {
+    matches!(
+        e.code(),
+        git2::ErrorCode::Modified | git2::ErrorCode::Exists | git2::ErrorCode::NotFound
+    )
+}
+
+/// `tagpin/<sha256 of the URL, 16 hex>`: one mirror per remote, no user text in the path.
+fn mirror_dir_name(url: &str) -> String {
+    let hash = Sha256::digest(url.as_bytes());
+    let hex: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("mirror-{hex}.git")
+}
+
+/// `https://user:secret@host/x` → `https://host/x`.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if !parsed.username().is_empty() || parsed.password().is_some() => {
+            let _ = parsed.set_username("");
+            let _ = parsed.set_password(None);
+            parsed.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Removes a token from a message, should a server or library ever echo it.
+fn scrub(message: &str, credentials: &Credentials) -> String {
+    match credentials {
+        Credentials::Token { token, .. } if !token.is_empty() => {
+            message.replace(token.as_str(), "<redacted>")
+        }
+        _ => message.to_string(),
+    }
+}
+
+fn is_non_fast_forward(reason: &str) -> bool {
+    let r = reason.to_ascii_lowercase();
+    r.contains("non-fast-forward")
+        || r.contains("fetch first")
+        || r.contains("not a fast forward")
+        // The ref moved between the ref advertisement and the update (a race on the server).
+        || r.contains("failed to update ref")
+        || r.contains("cannot lock ref")
+}
+
+/// `path` relative to `prefix` ("" is the root), if it lies at or under it.
+fn under(path: &str, prefix: &str) -> Option<String> {
+    if prefix.is_empty() {
+        return Some(path.to_string());
+    }
+    if path == prefix {
+        return Some(path.rsplit('/').next().unwrap_or(path).to_string());
+    }
+    path.strip_prefix(&format!("{prefix}/")).map(str::to_string)
+}
+
+fn path_str(path: &Path) -> Result<&str, GitError> {
+    path.to_str()
+        .ok_or_else(|| GitError::Other(format!("{}: path is not UTF-8", path.display())))
+}
+
+fn other(e: git2::Error) -> GitError {
+    GitError::Other(e.message().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_their_credentials_in_messages() {
+        assert_eq!(
+            redact_url("https://bot:s3cret@git.example.com/a.git"),
+            "https://git.example.com/a.git"
+        );
+        assert_eq!(redact_url("/srv/git/a.git"), "/srv/git/a.git");
+    }
+
+    #[test]
+    fn a_path_is_matched_under_its_configured_prefix() {
+        assert_eq!(
+            under("apps/web/d.yaml", "apps").as_deref(),
+            Some("web/d.yaml")
+        );
+        assert_eq!(under("apps2/d.yaml", "apps"), None);
+        assert_eq!(under("x.yaml", "").as_deref(), Some("x.yaml"));
+        assert_eq!(
+            under("apps/d.yaml", "apps/d.yaml").as_deref(),
+            Some("d.yaml")
+        );
+    }
+
+    #[test]
+    fn non_fast_forward_is_recognised_in_server_wording() {
+        assert!(is_non_fast_forward("rejected: fetch first"));
+        assert!(is_non_fast_forward("non-fast-forward"));
+        assert!(!is_non_fast_forward("pre-receive hook declined"));
+    }
+
+    #[test]
+    fn local_remotes_are_told_from_network_ones() {
+        assert_eq!(
+            local_path("file:///srv/a.git"),
+            Some(PathBuf::from("/srv/a.git"))
+        );
+        assert_eq!(local_path("/srv/a.git"), Some(PathBuf::from("/srv/a.git")));
+        assert_eq!(local_path("../a.git"), Some(PathBuf::from("../a.git")));
+        assert_eq!(local_path("git@github.com:acme/a.git"), None);
+        assert_eq!(local_path("https://github.com/acme/a.git"), None);
+        assert_eq!(local_path("git://127.0.0.1/a.git"), None);
+    }
+
+    #[test]
+    fn mirror_directories_depend_only_on_the_url() {
+        assert_eq!(
+            mirror_dir_name("https://a/b.git"),
+            mirror_dir_name("https://a/b.git")
+        );
+        assert_ne!(
+            mirror_dir_name("https://a/b.git"),
+            mirror_dir_name("https://a/c.git")
+        );
+    }
+}

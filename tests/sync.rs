@@ -1,0 +1,394 @@
+//! `tagpin sync` in commit mode, run as the real binary against a real registry and real Git
+//! remotes: bare repositories over file://, git:// (`git daemon`) and smart HTTP
+//! (`git http-backend` behind a Basic-auth server).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use support::git::{BareRepo, GitDaemon, GitHttpServer, HttpAuth};
+use support::registry::{Mode, TestRegistry};
+
+const TOKEN: &str = "tok-3f9a1c77e2";
+
+fn deployment(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {image}  # the app\n"
+    )
+}
+
+struct Run {
+    dir: tempfile::TempDir,
+}
+
+impl Run {
+    fn new() -> Run {
+        Run {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Writes `tagpin.yaml` with the given repository URL and extra top-level YAML.
+    fn config(&self, url: &str, registry_host: &str, extra: &str) -> PathBuf {
+        let path = self.dir.path().join("tagpin.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "repository:\n  url: {url}\n  branch: main\n{extra}\nauthor: {{name: tagpin-bot, email: bot@example.com}}\npaths: [apps]\nregistries:\n  insecure: [\"{registry_host}\"]\n"
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    fn sync(&self, config: &Path, cache: &str) -> Output {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .args(["sync", "--config"])
+            .arg(config)
+            .arg("--cache-dir")
+            .arg(self.dir.path().join(cache))
+            .env("HOME", self.dir.path())
+            .env("GIT_TOKEN", TOKEN)
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("run tagpin")
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[tokio::test]
+async fn commit_mode_lands_one_commit_then_nothing_then_a_one_line_diff() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web1 = registry.push_image("acme/web", "1.0", "one").await;
+    let api = registry.push_image("acme/api", "2", "api").await;
+    let web_yaml = deployment("web", &format!("{host}/acme/web:1.0"));
+    let api_yaml = deployment("api", &format!("{host}/acme/api:2"));
+    let repo = BareRepo::create(&[
+        ("apps/web.yaml", &web_yaml),
+        ("apps/api.yaml", &api_yaml),
+        ("README.md", "# gitops\n"),
+    ]);
+    let run = Run::new();
+    let config = run.config(&repo.file_url(), &host, "");
+    let before = repo.log("main").len();
+
+    let first = run.sync(&config, "cache");
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let log = repo.log("main");
+    assert_eq!(log.len(), before + 1, "exactly one commit");
+    assert!(
+        log[0].1.starts_with("Pin 2 image(s) to digests on main"),
+        "{:?}",
+        log[0]
+    );
+    assert_eq!(
+        repo.read("main", "apps/web.yaml").unwrap(),
+        deployment("web", &format!("{host}/acme/web:1.0@{}", web1.manifest))
+    );
+    assert_eq!(
+        repo.read("main", "apps/api.yaml").unwrap(),
+        deployment("api", &format!("{host}/acme/api:2@{}", api.manifest))
+    );
+    assert_eq!(repo.read("main", "README.md").unwrap(), "# gitops\n");
+
+    let second = run.sync(&config, "cache");
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second));
+    assert_eq!(repo.log("main").len(), before + 1, "no second commit");
+    assert!(
+        text(&second).contains("nothing to pin"),
+        "{}",
+        text(&second)
+    );
+
+    let web2 = registry.push_image("acme/web", "1.0", "two").await;
+    let third = run.sync(&config, "cache");
+    assert_eq!(third.status.code(), Some(0), "{}", text(&third));
+    assert_eq!(repo.log("main").len(), before + 2);
+    let diff = support::git::git_ok(
+        repo.path(),
+        &["diff", "--unified=0", "main~1", "main", "--", "apps"],
+    );
+    let changed: Vec<&str> = diff
+        .lines()
+        .filter(|l| {
+            (l.starts_with('-') || l.starts_with('+'))
+                && !l.starts_with("---")
+                && !l.starts_with("+++")
+        })
+        .collect();
+    assert_eq!(
+        changed,
+        vec![
+            format!(
+                "-        image: {host}/acme/web:1.0@{}  # the app",
+                web1.manifest
+            ),
+            format!(
+                "+        image: {host}/acme/web:1.0@{}  # the app",
+                web2.manifest
+            ),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_push_race_is_retried_on_top_and_the_other_commit_survives() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "one").await;
+    let base = tempfile::tempdir().unwrap();
+    let repo = BareRepo::create_in(
+        base.path(),
+        "gitops.git",
+        &[(
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        )],
+    );
+    let server = GitHttpServer::start(base.path(), HttpAuth::basic("bot", TOKEN));
+    let other = repo.clone();
+    server.before_next_push_advertisement(move || {
+        other.commit_as_other_writer(
+            "main",
+            &[("apps/notes.txt", "hand-written\n")],
+            "A human change",
+        );
+    });
+    let run = Run::new();
+    let config = run.config(
+        &server.url("gitops.git"),
+        &host,
+        "  auth: {token_env: GIT_TOKEN, username: bot}",
+    );
+
+    let out = run.sync(&config, "cache");
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let log = repo.log("main");
+    assert!(log[0].1.starts_with("Pin 1 image(s)"), "{log:?}");
+    assert_eq!(log[1].1, "A human change", "{log:?}");
+    assert_eq!(
+        repo.read("main", "apps/notes.txt").unwrap(),
+        "hand-written\n"
+    );
+    assert!(repo
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&web.manifest));
+    assert!(!text(&out).contains(TOKEN));
+    assert!(
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.is_receive_pack())
+            .count()
+            >= 1
+    );
+}
+
+#[tokio::test]
+async fn git_daemon_remotes_work_in_commit_mode() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "one").await;
+    let base = tempfile::tempdir().unwrap();
+    let repo = BareRepo::create_in(
+        base.path(),
+        "gitops.git",
+        &[(
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        )],
+    );
+    let daemon = GitDaemon::start(base.path());
+    let run = Run::new();
+    let config = run.config(&daemon.url("gitops.git"), &host, "");
+
+    let out = run.sync(&config, "cache");
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(repo
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&web.manifest));
+}
+
+#[tokio::test]
+async fn a_protected_branch_is_a_clear_error_and_nothing_changes() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    registry.push_image("acme/web", "1.0", "one").await;
+    let base = tempfile::tempdir().unwrap();
+    let repo = BareRepo::create_in(
+        base.path(),
+        "gitops.git",
+        &[(
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        )],
+    );
+    repo.protect("main");
+    // Hooks run in receive-pack, so protection needs a server (as on any forge).
+    let server = GitHttpServer::start(base.path(), HttpAuth::None);
+    let head = repo.head("main");
+    let run = Run::new();
+    let config = run.config(&server.url("gitops.git"), &host, "");
+
+    let out = run.sync(&config, "cache");
+
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("push to main was rejected"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(repo.head("main"), head);
+}
+
+#[tokio::test]
+async fn a_wrong_token_fails_without_showing_it() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let base = tempfile::tempdir().unwrap();
+    let repo = BareRepo::create_in(
+        base.path(),
+        "gitops.git",
+        &[(
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        )],
+    );
+    let server = GitHttpServer::start(base.path(), HttpAuth::basic("bot", "the-right-token"));
+    let head = repo.head("main");
+    let run = Run::new();
+    let config = run.config(
+        &server.url("gitops.git"),
+        &host,
+        "  auth: {token_env: GIT_TOKEN, username: bot}",
+    );
+
+    let out = run.sync(&config, "cache");
+
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("authentication failed"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains(TOKEN), "{}", text(&out));
+    assert_eq!(repo.head("main"), head);
+}
+
+#[tokio::test]
+async fn a_missing_branch_and_an_unreachable_remote_are_named() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let repo = BareRepo::create(&[("apps/x.yaml", "a: 1\n")]);
+    let run = Run::new();
+    let config = run.config(&repo.file_url(), &host, "");
+    let text_with_branch = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("branch: main", "branch: release");
+    std::fs::write(&config, text_with_branch).unwrap();
+    let out = run.sync(&config, "cache");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("branch \"release\" does not exist"),
+        "{}",
+        text(&out)
+    );
+
+    let port = support::git::free_port();
+    let dead = format!("http://127.0.0.1:{port}/gitops.git");
+    let config = run.config(&dead, &host, "");
+    let out = run.sync(&config, "cache2");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("cannot fetch from {dead}")),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_malformed_config_lists_every_problem_with_its_field_path() {
+    let run = Run::new();
+    let path = run.dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &path,
+        "repository: {branch: main}\nmode: pull-request\npull_request: {grouping: sometimes}\n",
+    )
+    .unwrap();
+    let out = run.sync(&path, "cache");
+    assert_eq!(out.status.code(), Some(2));
+    let t = text(&out);
+    for expected in [
+        "repository.url: is required",
+        "pull_request.grouping: expected one of single, per-image",
+        "forge: is required when mode is pull-request",
+    ] {
+        assert!(t.contains(expected), "missing {expected:?} in {t}");
+    }
+}
+
+#[tokio::test]
+async fn two_tagpin_processes_racing_on_one_branch_both_land_their_commits() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let a = registry.push_image("acme/a", "1", "a").await;
+    let b = registry.push_image("acme/b", "1", "b").await;
+    let repo = BareRepo::create(&[
+        (
+            "apps/a/a.yaml",
+            &deployment("a", &format!("{host}/acme/a:1")),
+        ),
+        (
+            "apps/b/b.yaml",
+            &deployment("b", &format!("{host}/acme/b:1")),
+        ),
+    ]);
+    let run_a = Run::new();
+    let run_b = Run::new();
+    let config_a = run_a.config(&repo.file_url(), &host, "");
+    let config_b = run_b.config(&repo.file_url(), &host, "");
+    for (config, dir) in [(&config_a, "apps/a"), (&config_b, "apps/b")] {
+        let t = std::fs::read_to_string(config)
+            .unwrap()
+            .replace("paths: [apps]", &format!("paths: [{dir}]"));
+        std::fs::write(config, t).unwrap();
+    }
+
+    let (out_a, out_b) = std::thread::scope(|s| {
+        let ta = s.spawn(|| run_a.sync(&config_a, "cache"));
+        let tb = s.spawn(|| run_b.sync(&config_b, "cache"));
+        (ta.join().unwrap(), tb.join().unwrap())
+    });
+
+    assert_eq!(out_a.status.code(), Some(0), "{}", text(&out_a));
+    assert_eq!(out_b.status.code(), Some(0), "{}", text(&out_b));
+    assert!(repo
+        .read("main", "apps/a/a.yaml")
+        .unwrap()
+        .contains(&a.manifest));
+    assert!(repo
+        .read("main", "apps/b/b.yaml")
+        .unwrap()
+        .contains(&b.manifest));
+    let pins = repo
+        .log("main")
+        .iter()
+        .filter(|(_, s)| s.starts_with("Pin "))
+        .count();
+    assert_eq!(pins, 2);
+}
