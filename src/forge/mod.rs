@@ -28,6 +28,8 @@ pub enum ForgeError {
         repo: String,
         what: String,
         detail: String,
+        /// The HTTP status GitHub answered, when it answered.
+        status: Option<u16>,
     },
     #[error("GitHub {repo}: {what}: rate limited; GitHub asks to wait {wait}")]
     RateLimited {
@@ -60,6 +62,20 @@ pub struct GitHub {
     repo: String,
 }
 
+impl ForgeError {
+    /// GitHub refused a request as invalid (422): for a new pull request, usually one that
+    /// already exists for the branch.
+    pub fn is_unprocessable(&self) -> bool {
+        matches!(
+            self,
+            ForgeError::Call {
+                status: Some(422),
+                ..
+            }
+        )
+    }
+}
+
 impl GitHub {
     /// `api_url` is `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise.
     pub fn new(forge: &config::Forge, token: String) -> Result<GitHub, ForgeError> {
@@ -69,6 +85,9 @@ impl GitHub {
                 ForgeError::Setup(format!("api_url {:?}: {}", forge.api_url, describe(&e)))
             })?
             .personal_token(token)
+            // octocrab would retry a 5xx POST at once, which can open a pull request twice;
+            // tagpin retries rate limits itself and reconciles everything else on the next pass.
+            .add_retry_config(octocrab::service::middleware::retry::RetryConfig::None)
             .set_connect_timeout(Some(Duration::from_secs(10)))
             .set_read_timeout(Some(Duration::from_secs(30)))
             .build()
@@ -190,11 +209,16 @@ impl GitHub {
                     })
                 }
                 None => {
+                    let status = match &error {
+                        octocrab::Error::GitHub { source, .. } => Some(source.status_code.as_u16()),
+                        _ => None,
+                    };
                     return Err(ForgeError::Call {
                         repo: self.full_name(),
                         what: what.to_string(),
                         detail: describe(&error),
-                    })
+                        status,
+                    });
                 }
             }
         }

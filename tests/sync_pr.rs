@@ -1,0 +1,294 @@
+//! `tagpin sync` in pull-request mode: the real binary, a real registry, a real bare Git
+//! remote, and the local GitHub REST server (built from GitHub's OpenAPI description, validating
+//! every request body it receives).
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use support::git::BareRepo;
+use support::github::{Fault, GitHubServer, PrState};
+use support::registry::{Mode, TestRegistry};
+
+const GH_TOKEN: &str = "ghs_test_4b1d9e0c7a";
+
+fn deployment(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: shop\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
+    )
+}
+
+/// A registry with two images, a bare repository naming them, a GitHub server, and a config.
+struct World {
+    registry: TestRegistry,
+    repo: BareRepo,
+    github: GitHubServer,
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn new(grouping: &str) -> World {
+        let registry = TestRegistry::start(Mode::Plain).await;
+        let host = registry.host();
+        registry.push_image("acme/web", "1.0", "web-1").await;
+        registry.push_image("acme/api", "2", "api-2").await;
+        let repo = BareRepo::create(&[
+            (
+                "apps/web.yaml",
+                &deployment("web", &format!("{host}/acme/web:1.0")),
+            ),
+            (
+                "apps/api.yaml",
+                &deployment("api", &format!("{host}/acme/api:2")),
+            ),
+        ]);
+        let github = GitHubServer::start(GH_TOKEN, "acme", "gitops", repo.path()).await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("tagpin.yaml"),
+            format!(
+                "repository: {{url: '{}', branch: main}}\n\
+                 paths: [apps]\n\
+                 mode: pull-request\n\
+                 pull_request: {{grouping: {grouping}, labels: [tagpin, dependencies]}}\n\
+                 registries: {{insecure: ['{host}']}}\n\
+                 forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: TAGPIN_GITHUB_TOKEN}}\n",
+                repo.file_url(),
+                github.api_url()
+            ),
+        )
+        .unwrap();
+        World {
+            registry,
+            repo,
+            github,
+            dir,
+        }
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("tagpin.yaml")
+    }
+
+    async fn sync(&self, extra: &[&str]) -> Output {
+        self.sync_with_token(extra, GH_TOKEN).await
+    }
+
+    async fn sync_with_token(&self, extra: &[&str], token: &str) -> Output {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .args(["sync", "--config"])
+            .arg(self.config())
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("cache"))
+            .args(extra)
+            .env("HOME", self.dir.path())
+            .env("TAGPIN_GITHUB_TOKEN", token)
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .expect("run tagpin")
+    }
+
+    fn mutating_requests(&self) -> usize {
+        self.github
+            .requests()
+            .iter()
+            .filter(|r| r.method != "GET")
+            .count()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[tokio::test]
+async fn a_pass_opens_one_pr_whose_branch_holds_the_pinning_commit() {
+    let w = World::new("single").await;
+    let main_before = w.repo.head("main");
+
+    let out = w.sync(&[]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let prs = w.github.prs();
+    assert_eq!(prs.len(), 1);
+    let pr = &prs[0];
+    assert_eq!(
+        (pr.head_ref.as_str(), pr.base_ref.as_str()),
+        ("tagpin/main", "main")
+    );
+    assert_eq!(pr.labels, vec!["tagpin", "dependencies"]);
+    assert_eq!(pr.title, "Pin 2 image(s) to digests");
+    let body = pr.body.clone().unwrap();
+    assert!(
+        body.contains("| `apps/web.yaml` | shop/Deployment/web | app |"),
+        "{body}"
+    );
+    assert!(body.contains("<!-- tagpin-plan"), "{body}");
+    assert_eq!(
+        w.repo.head("main"),
+        main_before,
+        "the target branch is untouched"
+    );
+    let pinned = w.repo.read("tagpin/main", "apps/web.yaml").unwrap();
+    assert!(pinned.contains("@sha256:"), "{pinned}");
+    assert_eq!(Some(pr.head_sha.clone()), w.repo.head("tagpin/main"));
+    assert!(
+        text(&out).contains("opened pull request #1"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains(GH_TOKEN));
+    w.github.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_moved_tag_updates_the_same_pr_and_a_quiet_pass_writes_nothing() {
+    let w = World::new("single").await;
+    let first = w.sync(&[]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let branch_tip = w.repo.head("tagpin/main");
+
+    let quiet = w.sync(&[]).await;
+    assert_eq!(quiet.status.code(), Some(0), "{}", text(&quiet));
+    assert_eq!(w.repo.head("tagpin/main"), branch_tip, "no push");
+    let mutations = w.mutating_requests();
+    assert!(
+        text(&quiet).contains("already proposes"),
+        "{}",
+        text(&quiet)
+    );
+
+    let moved = w
+        .registry
+        .push_image("acme/web", "1.0", "web-1-rebuilt")
+        .await;
+    let again = w.sync(&[]).await;
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert_eq!(w.github.prs().len(), 1, "the same PR, not a second one");
+    let pr = &w.github.prs()[0];
+    assert!(pr.body.clone().unwrap().contains(&moved.manifest[..19]));
+    assert_ne!(w.repo.head("tagpin/main"), branch_tip, "the branch moved");
+    assert!(w
+        .repo
+        .read("tagpin/main", "apps/web.yaml")
+        .unwrap()
+        .contains(&moved.manifest));
+    assert_eq!(
+        mutations, 2,
+        "first pass: create + labels; quiet pass: nothing"
+    );
+    w.github.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_failed_pr_creation_is_reconciled_by_the_next_pass_without_a_duplicate() {
+    let w = World::new("single").await;
+    w.github.fail_next_pr_create(502);
+
+    let failed = w.sync(&[]).await;
+    assert_eq!(failed.status.code(), Some(2), "{}", text(&failed));
+    assert!(
+        text(&failed).contains("open a pull request from tagpin/main"),
+        "{}",
+        text(&failed)
+    );
+    assert!(
+        w.repo.head("tagpin/main").is_some(),
+        "the branch was pushed"
+    );
+    let tip = w.repo.head("tagpin/main");
+
+    let retried = w.sync(&[]).await;
+    assert_eq!(retried.status.code(), Some(0), "{}", text(&retried));
+    assert_eq!(w.github.prs().len(), 1);
+    assert_eq!(w.repo.head("tagpin/main"), tip, "nothing pushed again");
+    w.github.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_pr_closed_by_hand_is_not_reopened_until_a_digest_moves() {
+    let w = World::new("single").await;
+    assert_eq!(w.sync(&[]).await.status.code(), Some(0));
+    w.github.close_pr(1);
+
+    let out = w.sync(&[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("closed by hand"), "{}", text(&out));
+    assert_eq!(w.github.prs().len(), 1);
+    assert_eq!(w.github.prs()[0].state, PrState::Closed);
+
+    w.registry
+        .push_image("acme/api", "2", "api-2-rebuilt")
+        .await;
+    let out = w.sync(&[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let prs = w.github.prs();
+    assert_eq!(prs.len(), 2, "a new PR for the new digest");
+    assert_eq!(prs[1].state, PrState::Open);
+    w.github.assert_no_violations();
+}
+
+#[tokio::test]
+async fn dry_run_prints_the_plan_and_the_pr_and_writes_nothing() {
+    let w = World::new("single").await;
+    let out = w.sync(&["--dry-run"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("+++ b/apps/web.yaml"), "{t}");
+    assert!(t.contains("dry run: would propose on tagpin/main"), "{t}");
+    assert!(t.contains("title: Pin 2 image(s) to digests"), "{t}");
+    assert!(w.repo.head("tagpin/main").is_none());
+    assert_eq!(w.mutating_requests(), 0);
+}
+
+#[tokio::test]
+async fn per_image_grouping_opens_one_pr_per_image() {
+    let w = World::new("per-image").await;
+    let out = w.sync(&[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let mut heads: Vec<String> = w.github.prs().iter().map(|p| p.head_ref.clone()).collect();
+    heads.sort();
+    let host = w.registry.host().replace(':', "-");
+    assert_eq!(
+        heads,
+        vec![
+            format!("tagpin/main/{host}-acme-api"),
+            format!("tagpin/main/{host}-acme-web"),
+        ]
+    );
+    let api_branch = w.repo.read(&heads[0], "apps/web.yaml").unwrap();
+    assert!(
+        !api_branch.contains("@sha256:"),
+        "the api PR leaves web alone"
+    );
+    w.github.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_github_rate_limit_is_waited_out() {
+    let w = World::new("single").await;
+    w.github
+        .inject(Fault::secondary_rate_limit("POST", "/pulls", 1).times(1));
+    let out = w.sync(&[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(w.github.prs().len(), 1);
+}
+
+#[tokio::test]
+async fn a_bad_github_token_is_reported_without_being_shown() {
+    let w = World::new("single").await;
+    let wrong = "ghs_wrong_token_0000";
+    let out = w.sync_with_token(&[], wrong).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("Bad credentials"), "{}", text(&out));
+    assert!(!text(&out).contains(wrong));
+    assert!(w.github.prs().is_empty());
+}
