@@ -9,6 +9,7 @@
 //! | 0 | done, or nothing to do |
 //! | 1 | something needs attention: an image or file failed (the rest was done), or `pin --check` found references to pin |
 //! | 2 | usage, configuration or fatal error: nothing was done |
+//! | 3 | `verify`: the cluster is still progressing (at the timeout, with `--wait`) |
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,13 +19,16 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
 use crate::config::{self, Config};
-use crate::forge::GitHub;
+use crate::forge::{GitHub, StatusState};
 use crate::manifest::walk::FileFilter;
 use crate::pass::{self, Pass};
 use crate::plan::Plan;
 use crate::reference::Reference;
 use crate::registry::{self, Client, CredentialStore, Settings};
 use crate::sync::{Outcome, SyncOptions, SyncReport, Syncer};
+use crate::verify::live::Cluster;
+use crate::verify::verdict::State;
+use crate::verify::{report, Source};
 
 /// Pins Kubernetes image tags to registry digests, byte-exactly.
 #[derive(Debug, Parser)]
@@ -86,6 +90,39 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         cache_dir: Option<PathBuf>,
     },
+    /// Check that the cluster runs what a pull request, commit or branch pins, and report it.
+    ///
+    /// Exit 0 converged, 1 failed, 3 still progressing (at the timeout, with --wait).
+    Verify(VerifyArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("source").required(true).args(["pr", "commit", "branch"]))]
+pub struct VerifyArgs {
+    /// The configuration file.
+    #[arg(long, short, value_name = "FILE", default_value = "tagpin.yaml")]
+    pub config: PathBuf,
+    /// Verify what this tagpin pull request promises (its plan block), and report on it.
+    #[arg(long, value_name = "N")]
+    pub pr: Option<u64>,
+    /// Verify the pinned images in the manifests of this commit.
+    #[arg(long, value_name = "SHA")]
+    pub commit: Option<String>,
+    /// Verify the pinned images in the manifests at this branch's tip.
+    #[arg(long, value_name = "BRANCH")]
+    pub branch: Option<String>,
+    /// Keep checking (with backoff) until converged or failed, or until --timeout.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits: 90s, 10m, 1h.
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub timeout: String,
+    /// The kubeconfig context [default: verify.context, else the current one, else in-cluster].
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Where the Git mirror is kept (for --commit and --branch).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -133,6 +170,8 @@ pub enum Exit {
     Ok = 0,
     Attention = 1,
     Fatal = 2,
+    /// `verify`: still progressing when it stopped looking.
+    Progressing = 3,
 }
 
 /// Sets up `tracing` on stderr: `RUST_LOG` when set, else warn (or info/debug with -v/-vv).
@@ -146,6 +185,7 @@ pub fn init_logging(cli: &Cli) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let result = if cli.log_json {
         builder.json().try_init()
@@ -173,6 +213,7 @@ pub async fn run(cli: Cli) -> Exit {
             )
             .await
         }
+        Command::Verify(args) => verify(&cli.registry, &args, cli.output).await,
         Command::Resolve { images } => match build_client(&cli.registry, None) {
             Ok(client) => resolve(&client, &images, cli.output).await,
             Err(message) => fatal(&message),
@@ -406,6 +447,153 @@ fn emit_json(value: &serde_json::Value) {
     emit(&text);
 }
 
+/// The forge named by the configuration, with its token read from the environment.
+fn forge_from(config: &Config) -> Result<Option<GitHub>, String> {
+    let Some(forge_config) = &config.forge else {
+        return Ok(None);
+    };
+    let token =
+        config::read_env(&forge_config.token_env).map_err(|e| format!("forge.token_env: {e}"))?;
+    GitHub::new(forge_config, token)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+fn cache_dir_for(config: &Config, flag: Option<&Path>) -> Result<PathBuf, String> {
+    flag.map(Path::to_path_buf)
+        .or_else(|| config.repository.cache_dir.clone())
+        .or_else(default_cache_dir)
+        .ok_or_else(|| "no cache directory: set repository.cache_dir or --cache-dir".to_string())
+}
+
+/// `tagpin verify`: gather what is expected, check the cluster, report on the PR.
+async fn verify(registry: &RegistryArgs, args: &VerifyArgs, format: OutputFormat) -> Exit {
+    let config = match Config::load(&args.config) {
+        Ok(config) => config,
+        Err(e) => return fatal(&e.to_string()),
+    };
+    let timeout = match crate::verify::parse_duration(&args.timeout) {
+        Ok(t) => t,
+        Err(e) => return fatal(&format!("--timeout: {e}")),
+    };
+    let prepared = (|| {
+        let client = build_client(registry, Some(&config.registries))?;
+        let forge = forge_from(&config)?;
+        let cache_dir = cache_dir_for(&config, args.cache_dir.as_deref())?;
+        let credentials =
+            crate::sync::git_credentials(&config.repository.auth).map_err(|e| e.to_string())?;
+        let mirror = crate::git::Mirror::open(&cache_dir, &config.repository.url, credentials)
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((client, forge, mirror))
+    })();
+    let (client, forge, mirror) = match prepared {
+        Ok(p) => p,
+        Err(message) => return fatal(&message),
+    };
+    let source = match (&args.pr, &args.commit, &args.branch) {
+        (Some(n), _, _) => Source::PullRequest(*n),
+        (_, Some(sha), _) => Source::Commit(sha.clone()),
+        (_, _, Some(b)) => Source::Branch(b.clone()),
+        _ => return fatal("one of --pr, --commit or --branch is required"),
+    };
+    let expectations =
+        match crate::verify::expectations(&source, &config, &mirror, forge.as_ref()).await {
+            Ok(e) => e,
+            Err(e) => return fatal(&e.to_string()),
+        };
+    let context = args.context.clone().or(config.verify.context.clone());
+    let cluster = match Cluster::connect(context.as_deref()).await {
+        Ok(c) => c,
+        Err(e) => return fatal(&e.to_string()),
+    };
+    if let Some(forge) = &forge {
+        post_statuses(
+            forge,
+            &expectations.commits,
+            StatusState::Pending,
+            "tagpin is checking the cluster",
+        )
+        .await;
+    }
+    let check = match crate::verify::watch(
+        &expectations.expected,
+        &cluster,
+        &client,
+        args.wait,
+        timeout,
+    )
+    .await
+    {
+        Ok(c) => c,
+        Err(e) => return fatal(&e.to_string()),
+    };
+    if let Some(forge) = &forge {
+        let state = match check.state {
+            State::Converged => StatusState::Success,
+            State::Failed => StatusState::Failure,
+            State::Progressing => StatusState::Pending,
+        };
+        let description = crate::verify::verdict::status_description(&check.verdicts);
+        post_statuses(forge, &expectations.commits, state, &description).await;
+        if let Source::PullRequest(number) = source {
+            let body = report::comment(
+                check.state,
+                &check.summary,
+                &check.verdicts,
+                &expectations.unplaced,
+            );
+            if let Err(e) = forge
+                .upsert_comment(number, report::COMMENT_MARKER, &body)
+                .await
+            {
+                eprintln!("error: {e}");
+            }
+        }
+    }
+    match format {
+        OutputFormat::Json => emit_json(&json!({
+            "state": check.state,
+            "summary": check.summary,
+            "verdicts": check.verdicts,
+            "unplaced": expectations.unplaced,
+        })),
+        OutputFormat::Human => {
+            let mut text = format!("{}: {}\n", report::state_word(check.state), check.summary);
+            for v in &check.verdicts {
+                text.push_str(&format!(
+                    "  {} {}: {} ({} of {} pods on {}) {}\n",
+                    v.workload,
+                    v.container,
+                    report::state_word(v.state),
+                    v.pods_on_pinned,
+                    v.pods_total,
+                    v.pinned_digest,
+                    v.reason
+                ));
+            }
+            emit(&text);
+        }
+    }
+    match check.state {
+        State::Converged => Exit::Ok,
+        State::Failed => Exit::Attention,
+        State::Progressing => Exit::Progressing,
+    }
+}
+
+/// Sets `tagpin/converged` on each commit; a failure to report is logged, not fatal: the
+/// verdict itself is still printed and decides the exit code.
+async fn post_statuses(forge: &GitHub, commits: &[String], state: StatusState, description: &str) {
+    for sha in commits {
+        if let Err(e) = forge
+            .set_status(sha, state, report::STATUS_CONTEXT, description)
+            .await
+        {
+            eprintln!("error: {e}");
+        }
+    }
+}
+
 /// `tagpin sync`: load and validate the configuration, then run one pass.
 async fn sync(
     args: &RegistryArgs,
@@ -422,25 +610,13 @@ async fn sync(
         Ok(client) => client,
         Err(message) => return fatal(&message),
     };
-    let forge = match &config.forge {
-        None => None,
-        Some(forge_config) => {
-            let token = match config::read_env(&forge_config.token_env) {
-                Ok(token) => token,
-                Err(e) => return fatal(&format!("forge.token_env: {e}")),
-            };
-            match GitHub::new(forge_config, token) {
-                Ok(forge) => Some(forge),
-                Err(e) => return fatal(&e.to_string()),
-            }
-        }
+    let forge = match forge_from(&config) {
+        Ok(forge) => forge,
+        Err(message) => return fatal(&message),
     };
-    let Some(cache_dir) = cache_dir
-        .map(Path::to_path_buf)
-        .or_else(|| config.repository.cache_dir.clone())
-        .or_else(default_cache_dir)
-    else {
-        return fatal("no cache directory: set repository.cache_dir or --cache-dir");
+    let cache_dir = match cache_dir_for(&config, cache_dir) {
+        Ok(dir) => dir,
+        Err(message) => return fatal(&message),
     };
     let syncer = match Syncer::new(&config, &client, forge.as_ref(), &cache_dir) {
         Ok(syncer) => syncer,

@@ -25,6 +25,19 @@ pub struct Config {
     pub commit_message: String,
     pub pull_request: PullRequest,
     pub forge: Option<Forge>,
+    pub verify: Verify,
+}
+
+/// How `tagpin verify` finds the live objects a manifest describes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verify {
+    /// The namespace of manifests that name none.
+    pub default_namespace: String,
+    /// Added around manifest names when a GitOps tool renames objects (kustomize `namePrefix`).
+    pub name_prefix: String,
+    pub name_suffix: String,
+    /// The kubeconfig context to use; default: the current one, or in-cluster.
+    pub context: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -357,6 +370,7 @@ impl Validator {
                 "commit_message",
                 "pull_request",
                 "forge",
+                "verify",
             ],
         )?;
         let repository = self.repository(top);
@@ -388,7 +402,9 @@ impl Validator {
         if mode == WriteMode::PullRequest && top.get("forge").is_none() {
             self.problem("forge", "is required when mode is pull-request");
         }
+        let verify = self.verify(top);
         Some(Config {
+            verify,
             repository: repository?,
             author,
             paths,
@@ -639,6 +655,33 @@ impl Validator {
             pr.branch_prefix = prefix;
         }
         pr
+    }
+
+    fn verify(&mut self, top: &Mapping) -> Verify {
+        let mut verify = Verify {
+            default_namespace: "default".to_string(),
+            name_prefix: String::new(),
+            name_suffix: String::new(),
+            context: None,
+        };
+        let Some(value) = top.get("verify") else {
+            return verify;
+        };
+        let path = "verify";
+        let Some(m) = self.mapping(
+            value,
+            path,
+            &["default_namespace", "name_prefix", "name_suffix", "context"],
+        ) else {
+            return verify;
+        };
+        if let Some(ns) = self.string(m, path, "default_namespace") {
+            verify.default_namespace = ns;
+        }
+        verify.name_prefix = self.string(m, path, "name_prefix").unwrap_or_default();
+        verify.name_suffix = self.string(m, path, "name_suffix").unwrap_or_default();
+        verify.context = self.string(m, path, "context");
+        verify
     }
 
     fn forge(&mut self, value: &Value) -> Option<Forge> {

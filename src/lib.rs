@@ -14,3 +14,4 @@ pub mod plan;
 pub mod reference;
 pub mod registry;
 pub mod sync;
+pub mod verify;

@@ -514,7 +514,7 @@ impl<'a> Syncer<'a> {
 }
 
 /// Reads the Git secrets named by the configuration (environment variables, key files).
-fn git_credentials(auth: &GitAuth) -> Result<Credentials, SyncError> {
+pub fn git_credentials(auth: &GitAuth) -> Result<Credentials, SyncError> {
     Ok(match auth {
         GitAuth::None => Credentials::None,
         GitAuth::Token { env, username } => Credentials::Token {

@@ -41,6 +41,14 @@ pub enum ForgeError {
     Setup(String),
 }
 
+/// The commit states tagpin sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusState {
+    Pending,
+    Success,
+    Failure,
+}
+
 /// What tagpin reads of a pull request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullRequestInfo {
@@ -181,6 +189,96 @@ impl GitHub {
         })
         .await?;
         Ok(())
+    }
+
+    /// One pull request by number.
+    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
+        let what = format!("read pull request #{number}");
+        let pr = self
+            .call(&what, || async move {
+                self.octo.pulls(&self.owner, &self.repo).get(number).await
+            })
+            .await?;
+        Ok(info(pr))
+    }
+
+    /// Sets the commit status `context` on `sha`. GitHub refuses descriptions over 140
+    /// characters; [`crate::verify::verdict::status_description`] stays within that.
+    pub async fn set_status(
+        &self,
+        sha: &str,
+        state: StatusState,
+        context: &str,
+        description: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("set status {context} on {sha}");
+        let state = match state {
+            StatusState::Pending => octocrab::models::StatusState::Pending,
+            StatusState::Success => octocrab::models::StatusState::Success,
+            StatusState::Failure => octocrab::models::StatusState::Failure,
+        };
+        self.call(&what, || async move {
+            self.octo
+                .repos(&self.owner, &self.repo)
+                .create_status(sha.to_string(), state)
+                .context(context.to_string())
+                .description(description.to_string())
+                .send()
+                .await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
+    /// the marker, among comments by anyone), creates it otherwise. Returns the comment id.
+    pub async fn upsert_comment(
+        &self,
+        number: u64,
+        marker: &str,
+        body: &str,
+    ) -> Result<u64, ForgeError> {
+        let what = format!("list comments of pull request #{number}");
+        let page = self
+            .call(&what, || async move {
+                self.octo
+                    .issues(&self.owner, &self.repo)
+                    .list_comments(number)
+                    .per_page(100)
+                    .send()
+                    .await
+            })
+            .await?;
+        let existing = page
+            .items
+            .iter()
+            .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
+            .map(|c| c.id);
+        match existing {
+            Some(id) => {
+                let what = format!("update comment {id} on pull request #{number}");
+                self.call(&what, || async move {
+                    self.octo
+                        .issues(&self.owner, &self.repo)
+                        .update_comment(id, body)
+                        .await
+                })
+                .await?;
+                Ok(id.into_inner())
+            }
+            None => {
+                let what = format!("comment on pull request #{number}");
+                let comment = self
+                    .call(&what, || async move {
+                        self.octo
+                            .issues(&self.owner, &self.repo)
+                            .create_comment(number, body)
+                            .await
+                    })
+                    .await?;
+                Ok(comment.id.into_inner())
+            }
+        }
     }
 
     /// Runs one call, waiting out rate limits GitHub gives a time for, within bounds.

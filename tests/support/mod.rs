@@ -7,4 +7,5 @@
 
 pub mod git;
 pub mod github;
+pub mod kube;
 pub mod registry;

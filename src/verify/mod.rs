@@ -1,0 +1,312 @@
+//! `tagpin verify`: did the cluster converge to what Git promises?
+//!
+//! Merging a pin is a promise, not a fact: the GitOps tool must sync, the rollout must finish,
+//! and every node must really run the pinned digest. This module gathers what is expected (from
+//! a pull request's plan block, a commit, or a branch tip), reads what is live ([`live`]), asks
+//! the registry which digests stand for the pinned one (an index's platform manifests, config
+//! digests), and lets the pure [`verdict`] judge. [`report`] renders the verdict for the pull
+//! request. Nothing here writes to the cluster.
+
+pub mod expected;
+pub mod live;
+pub mod report;
+pub mod verdict;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::forge::{body, ForgeError, GitHub};
+use crate::git::{GitError, Mirror};
+use crate::manifest::{self, FileFilter};
+use crate::reference::{Digest, Reference};
+use crate::registry::{Client, ManifestKind};
+use expected::{Expected, NameMapping};
+use live::{Cluster, LiveError};
+use verdict::{DigestFamily, Live, State, Verdict};
+
+/// Where the expectations come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    PullRequest(u64),
+    Commit(String),
+    Branch(String),
+}
+
+/// What to verify and where to report it.
+#[derive(Debug, Clone, Default)]
+pub struct Expectations {
+    pub expected: Vec<Expected>,
+    /// Images pinned without a workload to check (kustomization `images:` entries).
+    pub unplaced: Vec<String>,
+    /// Commits to put the `tagpin/converged` status on: the PR head, and its merge commit.
+    pub commits: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error(transparent)]
+    Forge(#[from] ForgeError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Live(#[from] LiveError),
+    #[error("{0}")]
+    Input(String),
+}
+
+/// The outcome of one check of every expectation.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Check {
+    pub state: State,
+    pub summary: String,
+    pub verdicts: Vec<Verdict>,
+}
+
+/// Reads the expectations for `source`.
+pub async fn expectations(
+    source: &Source,
+    config: &Config,
+    mirror: &Mirror,
+    forge: Option<&GitHub>,
+) -> Result<Expectations, VerifyError> {
+    let mapping = NameMapping {
+        default_namespace: config.verify.default_namespace.clone(),
+        name_prefix: config.verify.name_prefix.clone(),
+        name_suffix: config.verify.name_suffix.clone(),
+    };
+    match source {
+        Source::PullRequest(number) => {
+            let forge = forge.ok_or_else(|| {
+                VerifyError::Input("--pr needs a forge in the configuration".into())
+            })?;
+            let pr = forge.pull_request(*number).await?;
+            let block = body::parse(&pr.body).ok_or_else(|| {
+                VerifyError::Input(format!(
+                    "pull request #{number} has no tagpin plan block in its body"
+                ))
+            })?;
+            let (expected, unplaced) = expected::from_plan(&block, &mapping);
+            let mut commits = vec![pr.head_sha.clone()];
+            commits.extend(pr.merge_commit_sha.filter(|_| pr.merged));
+            Ok(Expectations {
+                expected,
+                unplaced,
+                commits,
+            })
+        }
+        Source::Commit(sha) => {
+            mirror.fetch(
+                &config.repository.branch,
+                &config.pull_request.branch_prefix,
+            )?;
+            let oid = git2::Oid::from_str(sha)
+                .map_err(|_| VerifyError::Input(format!("{sha:?} is not a commit id")))?;
+            from_tree(mirror, oid, config, &mapping)
+        }
+        Source::Branch(branch) => {
+            mirror.fetch(branch, &config.pull_request.branch_prefix)?;
+            let tip = mirror.require_tip(branch)?;
+            from_tree(mirror, tip, config, &mapping)
+        }
+    }
+}
+
+fn from_tree(
+    mirror: &Mirror,
+    commit: git2::Oid,
+    config: &Config,
+    mapping: &NameMapping,
+) -> Result<Expectations, VerifyError> {
+    let include: Vec<&str> = if config.include.is_empty() {
+        FileFilter::DEFAULT_INCLUDE.to_vec()
+    } else {
+        config.include.iter().map(String::as_str).collect()
+    };
+    let filter = FileFilter::new(&include, &config.exclude)
+        .map_err(|e| VerifyError::Input(e.to_string()))?;
+    let read = mirror.read_files(commit, &config.paths, &filter)?;
+    let mut fields = Vec::new();
+    for file in &read.files {
+        match manifest::scan(&file.path, &file.bytes) {
+            Ok(outcome) => fields.extend(outcome.fields),
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
+    Ok(Expectations {
+        expected: expected::from_fields(&fields, mapping),
+        unplaced: Vec::new(),
+        commits: vec![commit.to_string()],
+    })
+}
+
+/// Digest families already asked of the registry, by pinned digest: they never change.
+#[derive(Default)]
+pub struct Families {
+    known: BTreeMap<String, DigestFamily>,
+}
+
+impl Families {
+    /// The digests that stand for `expected`'s pinned one: itself, an index's platform
+    /// manifests, and the config digests of each image (what docker reports as a bare imageID).
+    async fn of(&mut self, expected: &Expected, registry: &Client) -> DigestFamily {
+        if let Some(family) = self.known.get(&expected.digest) {
+            return family.clone();
+        }
+        let family = match ask_family(expected, registry).await {
+            Ok(family) => family,
+            Err(message) => {
+                tracing::warn!(
+                    image = %expected.pinned_ref,
+                    "cannot read the pinned manifest, only the pinned digest itself will match: {message}"
+                );
+                DigestFamily {
+                    pinned: expected.digest.clone(),
+                    ..DigestFamily::default()
+                }
+            }
+        };
+        self.known.insert(expected.digest.clone(), family.clone());
+        family
+    }
+}
+
+async fn ask_family(expected: &Expected, registry: &Client) -> Result<DigestFamily, String> {
+    let reference = Reference::parse(&expected.pinned_ref).map_err(|e| e.to_string())?;
+    let digest = Digest::parse(&expected.digest).map_err(|e| e.to_string())?;
+    let top = registry
+        .manifest(&reference, &digest)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut family = DigestFamily {
+        pinned: expected.digest.clone(),
+        ..DigestFamily::default()
+    };
+    match top.kind {
+        ManifestKind::Image => family
+            .config_digests
+            .extend(top.config.map(|c| c.to_string())),
+        ManifestKind::Index => {
+            for child in &top.children {
+                family.platform_children.push(child.digest.to_string());
+                let manifest = registry
+                    .manifest(&reference, &child.digest)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                family
+                    .config_digests
+                    .extend(manifest.config.map(|c| c.to_string()));
+            }
+        }
+    }
+    Ok(family)
+}
+
+/// Checks every expectation once: each workload is read once, however many containers it has.
+pub async fn check(
+    expectations: &[Expected],
+    cluster: &Cluster,
+    registry: &Client,
+    families: &mut Families,
+) -> Result<Check, VerifyError> {
+    let mut live: BTreeMap<(String, String, String), Live> = BTreeMap::new();
+    let mut verdicts = Vec::new();
+    for e in expectations {
+        let key = (e.kind.clone(), e.namespace.clone(), e.name.clone());
+        if !live.contains_key(&key) {
+            let read = cluster.read(&e.kind, &e.namespace, &e.name).await?;
+            live.insert(key.clone(), read);
+        }
+        let Some(l) = live.get(&key) else {
+            continue;
+        };
+        // Most pods report the pinned digest itself; the registry is asked what else stands
+        // for it (platform manifests, config digests) only when some pod reports another.
+        let plain = DigestFamily {
+            pinned: e.digest.clone(),
+            ..DigestFamily::default()
+        };
+        let mut v = verdict::judge(e, &plain, l);
+        if reports_other_digests(e, l) {
+            let family = families.of(e, registry).await;
+            v = verdict::judge(e, &family, l);
+        }
+        verdicts.push(v);
+    }
+    let (state, summary) = verdict::summarize(&verdicts);
+    Ok(Check {
+        state,
+        summary,
+        verdicts,
+    })
+}
+
+/// Whether any pod reports, for the expected container, an imageID other than the pinned
+/// digest itself.
+fn reports_other_digests(e: &Expected, live: &Live) -> bool {
+    let Live::Found { pods, .. } = live else {
+        return false;
+    };
+    pods.iter()
+        .flat_map(|p| p.containers.iter())
+        .filter(|c| c.name == e.container && !c.image_id.is_empty())
+        .any(|c| !c.image_id.ends_with(&e.digest))
+}
+
+/// Checks until converged or failed, or until `timeout`, polling with backoff (2 s, doubling,
+/// at most 30 s). Without `wait`, checks once.
+pub async fn watch(
+    expectations: &[Expected],
+    cluster: &Cluster,
+    registry: &Client,
+    wait: bool,
+    timeout: Duration,
+) -> Result<Check, VerifyError> {
+    let deadline = Instant::now() + timeout;
+    let mut delay = Duration::from_secs(2);
+    let mut families = Families::default();
+    loop {
+        let result = check(expectations, cluster, registry, &mut families).await?;
+        let now = Instant::now();
+        if !wait || result.state != State::Progressing || now >= deadline {
+            return Ok(result);
+        }
+        tracing::info!("{}; checking again in {delay:?}", result.summary);
+        tokio::time::sleep(delay.min(deadline - now)).await;
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Parses `90s`, `10m`, `1h` or plain seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&text[..i], &text[i..]),
+        None => (text, "s"),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 90s, 10m or 1h"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("{text:?} is not a duration like 90s, 10m or 1h")),
+    };
+    Ok(Duration::from_secs(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_people_write_them() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+}

@@ -1,0 +1,668 @@
+//! Checks that the local Kubernetes API server in `support::kube` is one the
+//! real `kube` client works with, the way it works with a real cluster:
+//! discovery, get, selectors, paging, watches, dynamic objects, RBAC errors,
+//! refused writes, kubeconfig contexts and the real OpenShift capture. If
+//! these pass, a tagpin test that fails against the server points at tagpin.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+    WatchEvent, WatchParams,
+};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::discovery::Discovery;
+use kube::{Client, Config, ResourceExt};
+use serde_json::{json, Value};
+use support::kube::{deployment, pod, running_pod_status, Grant, KubeServer};
+
+/// The digest CRI-O reported for the captured OpenShift pod.
+const CAPTURED_IMAGE_ID: &str = "quay.io/k_nakajima/nginx-sample@sha256:0f152bc1261aea012bbf89977a821f1b319b9dc9feb7f4ba54f08f617b2937ec";
+
+/// The real captures sit in `shared/fixtures`, beside the repository.
+fn shared_fixture(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: the shared folder must sit beside the repository",
+        path.display()
+    );
+    path
+}
+
+/// Three web pods (two stable, one canary) and one db pod in `shop`.
+fn add_shop_pods(server: &KubeServer) {
+    for (name, track) in [
+        ("web-1", "stable"),
+        ("web-2", "stable"),
+        ("web-3", "canary"),
+    ] {
+        server.apply(pod(
+            "shop",
+            name,
+            &[("app", "web"), ("track", track)],
+            &[("web", "registry.example/web:1.2")],
+        ));
+    }
+    server.apply(pod(
+        "shop",
+        "db-1",
+        &[("app", "db")],
+        &[("db", "registry.example/db:15")],
+    ));
+}
+
+fn names<K: ResourceExt>(items: &[K]) -> Vec<String> {
+    items.iter().map(|o| o.name_any()).collect()
+}
+
+fn api_error(err: kube::Error) -> Box<kube::core::Status> {
+    match err {
+        kube::Error::Api(status) => status,
+        other => panic!("expected kube::Error::Api, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn discovery_finds_core_apps_batch_and_openshift() {
+    let server = KubeServer::start().await;
+    let client = server.client().await;
+
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(version.major, "1");
+
+    for discovery in [
+        Discovery::new(client.clone()).run().await.unwrap(),
+        Discovery::new(client.clone())
+            .run_aggregated()
+            .await
+            .unwrap(),
+    ] {
+        for group in ["", "apps", "batch", "apps.openshift.io"] {
+            assert!(discovery.has_group(group), "group {group:?} not discovered");
+        }
+        let gvk = GroupVersionKind::gvk("apps.openshift.io", "v1", "DeploymentConfig");
+        let (resource, caps) = discovery.resolve_gvk(&gvk).expect("DeploymentConfig");
+        assert_eq!(resource.plural, "deploymentconfigs");
+        assert!(caps.supports_operation(kube::discovery::verbs::WATCH));
+        for (group, version, kind) in [
+            ("", "v1", "Pod"),
+            ("apps", "v1", "Deployment"),
+            ("apps", "v1", "StatefulSet"),
+            ("apps", "v1", "DaemonSet"),
+            ("apps", "v1", "ReplicaSet"),
+            ("batch", "v1", "Job"),
+        ] {
+            let gvk = GroupVersionKind::gvk(group, version, kind);
+            assert!(
+                discovery.resolve_gvk(&gvk).is_some(),
+                "{kind} not discovered"
+            );
+        }
+    }
+    server.assert_no_writes();
+}
+
+#[tokio::test]
+async fn get_and_label_selectors_work_like_a_cluster() {
+    let server = KubeServer::start().await;
+    add_shop_pods(&server);
+    server.apply(pod(
+        "other",
+        "web-9",
+        &[("app", "web")],
+        &[("web", "registry.example/web:1.2")],
+    ));
+    let pods: Api<Pod> = Api::namespaced(server.client().await, "shop");
+
+    let web1 = pods.get("web-1").await.unwrap();
+    assert_eq!(web1.metadata.namespace.as_deref(), Some("shop"));
+    assert!(web1.metadata.uid.is_some() && web1.metadata.creation_timestamp.is_some());
+
+    let cases: &[(&str, &[&str])] = &[
+        ("app=web", &["web-1", "web-2", "web-3"]),
+        ("app==web,track!=canary", &["web-1", "web-2"]),
+        ("track in (canary, nightly)", &["web-3"]),
+        ("app notin (web)", &["db-1"]),
+        ("track", &["web-1", "web-2", "web-3"]),
+        ("!track", &["db-1"]),
+        ("app=web,!track", &[]),
+    ];
+    for (selector, expected) in cases {
+        let list = pods
+            .list(&ListParams::default().labels(selector))
+            .await
+            .unwrap();
+        assert_eq!(names(&list.items), *expected, "labelSelector {selector:?}");
+    }
+
+    let by_name = pods
+        .list(&ListParams::default().fields("metadata.name=web-2"))
+        .await
+        .unwrap();
+    assert_eq!(names(&by_name.items), ["web-2"]);
+
+    // Cluster-wide: /api/v1/pods, in etcd key order.
+    let all: Api<Pod> = Api::all(server.client().await);
+    let everything = all
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap();
+    assert_eq!(
+        names(&everything.items),
+        ["web-9", "web-1", "web-2", "web-3"]
+    );
+
+    let missing = api_error(pods.get("nope").await.unwrap_err());
+    assert_eq!((missing.code, missing.reason.as_str()), (404, "NotFound"));
+    assert_eq!(missing.message, "pods \"nope\" not found");
+
+    let bad = api_error(
+        pods.list(&ListParams::default().labels("app in ()"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((bad.code, bad.reason.as_str()), (400, "BadRequest"));
+    let bad_field = api_error(
+        pods.list(&ListParams::default().fields("spec.image=x"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(bad_field.message, "field label not supported: spec.image");
+
+    let meta = pods
+        .list_metadata(&ListParams::default().labels("app=db"))
+        .await
+        .unwrap();
+    assert_eq!(names(&meta.items), ["db-1"]);
+    server.assert_no_writes();
+}
+
+#[tokio::test]
+async fn pagination_walks_continue_tokens_over_a_consistent_snapshot() {
+    let server = KubeServer::start().await;
+    for i in 1..=5 {
+        server.apply(pod(
+            "shop",
+            &format!("p{i}"),
+            &[("app", "web")],
+            &[("web", "w:1")],
+        ));
+    }
+    let pods: Api<Pod> = Api::namespaced(server.client().await, "shop");
+
+    let first = pods.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(names(&first.items), ["p1", "p2"]);
+    assert_eq!(first.metadata.remaining_item_count, Some(3));
+    let snapshot_rv = first.metadata.resource_version.clone().unwrap();
+
+    // Changes after the first page do not show in the later pages.
+    server.delete("Pod", "shop", "p4");
+    server.apply(pod("shop", "p6", &[("app", "web")], &[("web", "w:1")]));
+
+    let mut seen = names(&first.items);
+    let mut token = first.metadata.continue_.clone();
+    let mut pages = 1;
+    while let Some(t) = token {
+        let page = pods
+            .list(&ListParams::default().limit(2).continue_token(&t))
+            .await
+            .unwrap();
+        assert_eq!(
+            page.metadata.resource_version.as_deref(),
+            Some(snapshot_rv.as_str())
+        );
+        seen.extend(names(&page.items));
+        token = page.metadata.continue_.clone();
+        pages += 1;
+        assert!(pages < 10, "continue tokens never ended");
+    }
+    assert_eq!(seen, ["p1", "p2", "p3", "p4", "p5"]);
+    assert_eq!(pages, 3);
+
+    // A fresh list sees the changes.
+    let now = pods.list(&ListParams::default()).await.unwrap();
+    assert_eq!(names(&now.items), ["p1", "p2", "p3", "p5", "p6"]);
+
+    // With a selector, no remainingItemCount (as etcd), and paging goes on.
+    let selected = pods
+        .list(&ListParams::default().labels("app=web").limit(4))
+        .await
+        .unwrap();
+    assert_eq!(selected.metadata.remaining_item_count, None);
+    assert!(selected.metadata.continue_.is_some());
+
+    // After compaction, an old token is 410 Expired.
+    let old = pods.list(&ListParams::default().limit(1)).await.unwrap();
+    server.apply(pod("shop", "p7", &[], &[("web", "w:1")]));
+    server.compact();
+    let expired = api_error(
+        pods.list(
+            &ListParams::default()
+                .limit(1)
+                .continue_token(old.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((expired.code, expired.reason.as_str()), (410, "Expired"));
+}
+
+#[tokio::test]
+async fn watch_sees_the_kubelet_report_the_image_digest() {
+    let server = KubeServer::start().await;
+    add_shop_pods(&server);
+    let pods: Api<Pod> = Api::namespaced(server.client().await, "shop");
+    let list = pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap();
+    let rv = list.metadata.resource_version.unwrap();
+
+    let stream = pods
+        .watch(&WatchParams::default().labels("app=web").timeout(10), &rv)
+        .await
+        .unwrap();
+    let mut stream = Box::pin(stream);
+
+    let digest = "registry.example/web@sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    server.set_pod_status(
+        "shop",
+        "web-2",
+        running_pod_status(&[("web", "registry.example/web:1.2", digest)]),
+    );
+    server.set_pod_status(
+        "shop",
+        "db-1",
+        running_pod_status(&[("db", "registry.example/db:15", "x@sha256:22")]),
+    );
+
+    let event = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match stream.try_next().await.unwrap().expect("watch ended early") {
+                WatchEvent::Bookmark(_) => continue,
+                event => return event,
+            }
+        }
+    })
+    .await
+    .expect("no watch event within 5s");
+    let WatchEvent::Modified(modified) = event else {
+        panic!("expected MODIFIED, got {event:?}");
+    };
+    assert_eq!(modified.name_any(), "web-2");
+    let status = modified.status.unwrap();
+    assert_eq!(status.container_statuses.unwrap()[0].image_id, digest);
+    assert!(
+        modified
+            .metadata
+            .resource_version
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > rv.parse::<u64>().unwrap()
+    );
+    server.assert_no_writes();
+}
+
+#[tokio::test]
+async fn watch_from_zero_lists_then_bookmarks_and_closes_at_timeout() {
+    let server = KubeServer::start().await;
+    add_shop_pods(&server);
+    server.set_bookmark_interval(Duration::from_millis(200));
+    let pods: Api<Pod> = Api::namespaced(server.client().await, "shop");
+
+    let events: Vec<WatchEvent<Pod>> = tokio::time::timeout(
+        Duration::from_secs(10),
+        pods.watch(&WatchParams::default().labels("app=db").timeout(1), "0")
+            .await
+            .unwrap()
+            .try_collect(),
+    )
+    .await
+    .expect("the watch did not close after timeoutSeconds")
+    .unwrap();
+    assert!(matches!(&events[0], WatchEvent::Added(p) if p.name_any() == "db-1"));
+    assert!(
+        events.iter().any(|e| matches!(e, WatchEvent::Bookmark(_))),
+        "no BOOKMARK in {events:?}"
+    );
+
+    // Moving out of the selection is DELETED; deletion of a watched pod too.
+    let rv = server.resource_version().to_string();
+    let watch = pods
+        .watch(
+            &WatchParams::default().labels("track=stable").timeout(1),
+            &rv,
+        )
+        .await
+        .unwrap();
+    server.apply(pod(
+        "shop",
+        "web-1",
+        &[("app", "web"), ("track", "gone")],
+        &[("web", "w:2")],
+    ));
+    server.delete("pods", "shop", "web-2");
+    let events: Vec<WatchEvent<Pod>> = watch.try_collect().await.unwrap();
+    let kinds: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            WatchEvent::Deleted(p) => Some(format!("DELETED {}", p.name_any())),
+            WatchEvent::Bookmark(_) => None,
+            other => Some(format!("{other:?}")),
+        })
+        .collect();
+    assert_eq!(kinds, ["DELETED web-1", "DELETED web-2"]);
+
+    // After compaction, a watch from an old version gets 410 in an ERROR event.
+    server.compact();
+    let mut stale = Box::pin(pods.watch(&WatchParams::default(), &rv).await.unwrap());
+    match stale.try_next().await.unwrap() {
+        Some(WatchEvent::Error(status)) => assert_eq!(status.code, 410),
+        other => panic!("expected ERROR 410, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn deployment_configs_are_read_as_dynamic_objects() {
+    let server = KubeServer::start().await;
+    server.apply(json!({
+        "apiVersion": "apps.openshift.io/v1",
+        "kind": "DeploymentConfig",
+        "metadata": { "name": "frontend", "namespace": "shop", "labels": { "app": "frontend" } },
+        "spec": {
+            "replicas": 2,
+            "selector": { "app": "frontend" },
+            "triggers": [{ "type": "ConfigChange" }],
+            "template": {
+                "metadata": { "labels": { "app": "frontend" } },
+                "spec": { "containers": [{ "name": "web", "image": "quay.io/shop/frontend:2.0" }] },
+            },
+        },
+    }));
+    let gvk = GroupVersionKind::gvk("apps.openshift.io", "v1", "DeploymentConfig");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "deploymentconfigs");
+    let dcs: Api<DynamicObject> = Api::namespaced_with(server.client().await, "shop", &resource);
+
+    let dc = dcs.get("frontend").await.unwrap();
+    assert_eq!(
+        dc.data["spec"]["template"]["spec"]["containers"][0]["image"],
+        "quay.io/shop/frontend:2.0"
+    );
+    assert_eq!(dc.metadata.generation, Some(1));
+    let listed = dcs
+        .list(&ListParams::default().labels("app=frontend"))
+        .await
+        .unwrap();
+    assert_eq!(names(&listed.items), ["frontend"]);
+
+    // Typed apps/v1 reads go through the same store.
+    server.apply(deployment(
+        "shop",
+        "web",
+        &[("app", "web")],
+        &[("web", "registry.example/web:1.2")],
+    ));
+    let deployments: Api<Deployment> = Api::namespaced(server.client().await, "shop");
+    let web = deployments.get("web").await.unwrap();
+    assert_eq!(web.metadata.generation, Some(1));
+    let mut changed = deployment(
+        "shop",
+        "web",
+        &[("app", "web")],
+        &[("web", "registry.example/web:1.3")],
+    );
+    changed["status"] = json!({ "observedGeneration": 1 });
+    server.apply(changed);
+    let web = deployments.get("web").await.unwrap();
+    assert_eq!(
+        web.metadata.generation,
+        Some(2),
+        "a spec change bumps generation"
+    );
+}
+
+#[tokio::test]
+async fn rbac_denials_surface_as_forbidden_status() {
+    let server = KubeServer::start().await;
+    add_shop_pods(&server);
+    server.deny("list", "pods", Some("shop"));
+    let client = server.client().await;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
+    let status = api_error(pods.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        "pods is forbidden: User \"system:serviceaccount:tagpin:tagpin\" cannot list resource \"pods\" in API group \"\" in the namespace \"shop\""
+    );
+    assert_eq!(status.details.as_ref().unwrap().kind, "pods");
+
+    // get is still allowed; a cluster-wide list is not.
+    pods.get("web-1").await.unwrap();
+    let all: Api<Pod> = Api::all(client.clone());
+    let status = api_error(all.list(&ListParams::default()).await.unwrap_err());
+    assert!(
+        status.message.ends_with("at the cluster scope"),
+        "{}",
+        status.message
+    );
+
+    // Grants restricted to one namespace, as a RoleBinding gives.
+    server.set_grants(vec![Grant::namespaced("shop", &["get"], &["deployments"])]);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "shop");
+    let status = api_error(deployments.get("web").await.unwrap_err());
+    assert_eq!(
+        status.code, 404,
+        "get is granted, so the missing object is 404"
+    );
+    let elsewhere: Api<Deployment> = Api::namespaced(client, "prod");
+    let status = api_error(elsewhere.get("web").await.unwrap_err());
+    assert_eq!(
+        status.message,
+        "deployments.apps \"web\" is forbidden: User \"system:serviceaccount:tagpin:tagpin\" cannot get resource \"deployments\" in API group \"apps\" in the namespace \"prod\""
+    );
+}
+
+#[tokio::test]
+async fn writes_are_refused_and_recorded() {
+    let server = KubeServer::start().await;
+    add_shop_pods(&server);
+    let pods: Api<Pod> = Api::namespaced(server.client().await, "shop");
+
+    let status = api_error(
+        pods.delete("web-1", &DeleteParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert!(
+        status.message.contains("cannot delete resource \"pods\""),
+        "{}",
+        status.message
+    );
+    pods.get("web-1").await.expect("the pod is still there");
+
+    let new_pod: Pod = serde_json::from_value(pod("shop", "new", &[], &[("c", "i:1")])).unwrap();
+    let status = api_error(
+        pods.create(&PostParams::default(), &new_pod)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status.code, 403);
+    assert!(server.get("Pod", "shop", "new").is_none());
+
+    let writes = server.writes();
+    let seen: Vec<(&str, &str)> = writes
+        .iter()
+        .map(|w| (w.method.as_str(), w.path.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("DELETE", "/api/v1/namespaces/shop/pods/web-1"),
+            ("POST", "/api/v1/namespaces/shop/pods"),
+        ]
+    );
+    assert!(
+        writes[1].body.contains("\"name\":\"new\""),
+        "{}",
+        writes[1].body
+    );
+    let refused = std::panic::catch_unwind(|| server.assert_no_writes());
+    assert!(refused.is_err(), "assert_no_writes must fail after a write");
+}
+
+#[tokio::test]
+async fn wrong_token_is_401() {
+    let server = KubeServer::start().await;
+    let mut config = Config::new(server.url().parse().unwrap());
+    config.auth_info.token = Some("not-the-token".to_string().into());
+    let pods: Api<Pod> = Api::namespaced(Client::try_from(config).unwrap(), "shop");
+    let status = api_error(pods.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!((status.code, status.reason.as_str()), (401, "Unauthorized"));
+    assert!(server.requests().iter().all(|r| !r.authenticated));
+}
+
+#[tokio::test]
+async fn kubeconfig_contexts_select_cluster_and_namespace() {
+    let server = KubeServer::start().await;
+    server.apply(pod("default", "in-default", &[], &[("c", "i:1")]));
+    server.apply(pod("other", "in-other", &[], &[("c", "i:1")]));
+    let dir = tempfile::tempdir().unwrap();
+    let path = server.kubeconfig(dir.path());
+
+    for (context, namespace, expected) in [
+        (None, "default", "in-default"),
+        (Some("test"), "default", "in-default"),
+        (Some("other"), "other", "in-other"),
+    ] {
+        let kubeconfig = Kubeconfig::read_from(&path).unwrap();
+        let options = KubeConfigOptions {
+            context: context.map(str::to_string),
+            ..Default::default()
+        };
+        let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .unwrap();
+        assert_eq!(config.default_namespace, namespace);
+        assert_eq!(config.cluster_url.to_string(), format!("{}/", server.url()));
+        let pods: Api<Pod> = Api::default_namespaced(Client::try_from(config).unwrap());
+        let list = pods.list(&ListParams::default()).await.unwrap();
+        assert_eq!(names(&list.items), [expected], "context {context:?}");
+    }
+    assert!(server.requests().iter().all(|r| r.authenticated));
+}
+
+#[tokio::test]
+async fn the_real_openshift_capture_reads_back_its_image_digest() {
+    let server = KubeServer::start().await;
+    let loaded = server.load_yaml_list(&shared_fixture("openshift-nginx-pods.yaml"));
+    assert_eq!(loaded.len(), 1);
+    assert_eq!(
+        (loaded[0].namespace.as_str(), loaded[0].kind.as_str()),
+        ("test-wp", "Pod")
+    );
+    // The Deployment capture has no namespace: put it beside its pod.
+    server.load_yaml(
+        &shared_fixture("openshift-nginx-deployment.yaml"),
+        "test-wp",
+    );
+
+    let client = server.client().await;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "test-wp");
+    let nginx = deployments.get("nginx").await.unwrap();
+    // Through JSON: `Deployment::spec` is optional in some k8s-openapi API
+    // versions and required in others.
+    let spec = serde_json::to_value(&nginx).unwrap()["spec"].clone();
+    let selector: Vec<String> = spec["selector"]["matchLabels"]
+        .as_object()
+        .expect("the capture's selector has matchLabels")
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+        .collect();
+    assert!(nginx
+        .metadata
+        .annotations
+        .unwrap()
+        .contains_key("image.openshift.io/triggers"));
+
+    let pods: Api<Pod> = Api::namespaced(client, "test-wp");
+    let list = pods
+        .list(&ListParams::default().labels(&selector.join(",")))
+        .await
+        .unwrap();
+    assert_eq!(names(&list.items), ["nginx-54589dd565-v9xm9"]);
+    let pod = &list.items[0];
+    let statuses = pod
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap();
+    assert_eq!(statuses[0].image_id, CAPTURED_IMAGE_ID);
+    assert_eq!(
+        pod.spec.as_ref().unwrap().containers[0].image.as_deref(),
+        Some("quay.io/k_nakajima/nginx-sample:latest")
+    );
+    assert_eq!(
+        pod.metadata.owner_references.as_ref().unwrap()[0].kind,
+        "ReplicaSet"
+    );
+
+    // The raw object keeps what the capture had.
+    let raw: Value = server
+        .get("Pod", "test-wp", "nginx-54589dd565-v9xm9")
+        .unwrap();
+    assert_eq!(
+        raw["status"]["containerStatuses"][0]["imageID"],
+        CAPTURED_IMAGE_ID
+    );
+    assert_eq!(
+        raw["metadata"]["uid"],
+        "1313f0e1-7f23-487f-84f5-63de3cedef72"
+    );
+    server.assert_no_writes();
+}
+
+#[tokio::test]
+async fn requests_are_logged_with_their_query() {
+    let server = KubeServer::start().await;
+    let pods: Api<Pod> = Api::namespaced(server.client().await, "shop");
+    pods.list(&ListParams::default().labels("app=web").limit(5))
+        .await
+        .unwrap();
+    let request = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/api/v1/namespaces/shop/pods")
+        .expect("the list was logged");
+    assert_eq!(
+        request.query_param("labelSelector").as_deref(),
+        Some("app=web")
+    );
+    assert_eq!(request.query_param("limit").as_deref(), Some("5"));
+    assert_eq!(request.status, 200);
+}
+
+#[tokio::test]
+#[should_panic(expected = "KubeServer::apply(v1 Pod shop/broken)")]
+async fn objects_a_real_server_would_refuse_make_apply_panic() {
+    let server = KubeServer::start().await;
+    server.apply(json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": "broken", "namespace": "shop" },
+        "spec": { "containers": "not-a-list" },
+    }));
+}

@@ -1,0 +1,463 @@
+//! `tagpin verify`, the real binary, against the local Kubernetes API server (driven through a
+//! kubeconfig, as kube does by default), a real registry, a real bare Git repository holding
+//! the pinned manifests, and (for pull requests) the local GitHub server.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use serde_json::{json, Value};
+use support::git::BareRepo;
+use support::github::GitHubServer;
+use support::kube::{deployment, pod, running_pod_status, KubeServer};
+use support::registry::{IndexKind, Mode, TestRegistry};
+
+const GH_TOKEN: &str = "ghs_verify_5e1f";
+const QUAY_DIGEST: &str = "sha256:0f152bc1261aea012bbf89977a821f1b319b9dc9feb7f4ba54f08f617b2937ec";
+const OLD: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+
+fn shared(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures")
+        .join(name)
+}
+
+/// The Git repository, the cluster, and a config pointing at both.
+struct World {
+    repo: BareRepo,
+    kube: KubeServer,
+    dir: tempfile::TempDir,
+    registry_host: String,
+}
+
+impl World {
+    async fn new(files: &[(&str, &str)], registry_host: &str) -> World {
+        let repo = BareRepo::create(files);
+        let kube = KubeServer::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let world = World {
+            repo,
+            kube,
+            dir,
+            registry_host: registry_host.to_string(),
+        };
+        world.write_config("shop", "");
+        world
+    }
+
+    fn write_config(&self, namespace: &str, extra: &str) {
+        std::fs::write(
+            self.dir.path().join("tagpin.yaml"),
+            format!(
+                "repository: {{url: '{}', branch: main}}\nregistries: {{insecure: ['{}']}}\nverify: {{default_namespace: {namespace}}}\n{extra}",
+                self.repo.file_url(),
+                self.registry_host
+            ),
+        )
+        .unwrap();
+    }
+
+    async fn verify(&self, args: &[&str]) -> Output {
+        let kubeconfig = self.kube.kubeconfig(self.dir.path());
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .arg("verify")
+            .arg("--config")
+            .arg(self.dir.path().join("tagpin.yaml"))
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("cache"))
+            .args(args)
+            .env("HOME", self.dir.path())
+            .env("KUBECONFIG", kubeconfig)
+            .env("TAGPIN_GITHUB_TOKEN", GH_TOKEN)
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .expect("run tagpin")
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn manifest(name: &str, image: &str, replicas: u32) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
+    )
+}
+
+/// A live Deployment as the GitOps tool applied it, with a finished rollout of `replicas`.
+fn live_deployment(kube: &KubeServer, name: &str, image: &str, replicas: i64) {
+    let mut d = deployment("shop", name, &[("app", name)], &[("app", image)]);
+    d["spec"]["replicas"] = json!(replicas);
+    kube.apply(d);
+    kube.set_status(
+        "Deployment",
+        "shop",
+        name,
+        json!({"observedGeneration": 1, "replicas": replicas, "updatedReplicas": replicas,
+               "readyReplicas": replicas, "availableReplicas": replicas}),
+    );
+}
+
+fn live_pod(kube: &KubeServer, app: &str, name: &str, image: &str, image_id: &str) {
+    kube.apply(pod("shop", name, &[("app", app)], &[("app", image)]));
+    kube.set_pod_status(
+        "shop",
+        name,
+        running_pod_status(&[("app", image, image_id)]),
+    );
+}
+
+fn waiting_pod(kube: &KubeServer, app: &str, name: &str, image: &str, reason: &str, message: &str) {
+    kube.apply(pod("shop", name, &[("app", app)], &[("app", image)]));
+    kube.set_pod_status(
+        "shop",
+        name,
+        json!({"phase": "Pending", "containerStatuses": [{"name": "app", "image": image, "imageID": "",
+               "ready": false, "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}]}),
+    );
+}
+
+#[tokio::test]
+async fn the_real_openshift_capture_is_converged() {
+    let capture = std::fs::read_to_string(shared("openshift-nginx-deployment.yaml")).unwrap();
+    let pinned_ref = format!("quay.io/k_nakajima/nginx-sample:latest@{QUAY_DIGEST}");
+    let quay: Value =
+        serde_json::from_str(&std::fs::read_to_string(shared("quay-repository-api.json")).unwrap())
+            .unwrap();
+    assert_eq!(quay["tags"]["latest"]["manifest_digest"], QUAY_DIGEST);
+    // Git holds the capture pinned the way tagpin writes it; Argo CD applied it.
+    let pinned = capture.replace(
+        "image: quay.io/k_nakajima/nginx-sample:latest",
+        &format!("image: {pinned_ref}"),
+    );
+    let w = World::new(&[("apps/nginx.yaml", &pinned)], "127.0.0.1:1").await;
+    w.write_config("test-wp", "");
+    let mut applied: Value = serde_yaml::from_str(&pinned).unwrap();
+    applied["metadata"]["namespace"] = json!("test-wp");
+    w.kube.apply(applied);
+    w.kube.set_status(
+        "Deployment",
+        "test-wp",
+        "nginx",
+        json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}),
+    );
+    w.kube
+        .load_yaml(&shared("openshift-nginx-pods.yaml"), "test-wp");
+
+    let out = w.verify(&["--branch", "main"]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("test-wp/Deployment/nginx nginx: Converged (1 of 1 pods"),
+        "{}",
+        text(&out)
+    );
+    w.kube.assert_no_writes();
+}
+
+#[tokio::test]
+async fn stale_replicas_keep_it_progressing_and_are_named() {
+    let new = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+    let image = format!("ghcr.io/acme/web:1@{new}");
+    let w = World::new(
+        &[("apps/web.yaml", &manifest("web", &image, 3))],
+        "127.0.0.1:1",
+    )
+    .await;
+    live_deployment(&w.kube, "web", &image, 3);
+    live_pod(
+        &w.kube,
+        "web",
+        "web-new-1",
+        &image,
+        &format!("ghcr.io/acme/web@{new}"),
+    );
+    live_pod(
+        &w.kube,
+        "web",
+        "web-old-1",
+        "ghcr.io/acme/web:1",
+        &format!("ghcr.io/acme/web@{OLD}"),
+    );
+    live_pod(
+        &w.kube,
+        "web",
+        "web-old-2",
+        "ghcr.io/acme/web:1",
+        &format!("ghcr.io/acme/web@{OLD}"),
+    );
+
+    let out = w.verify(&["--branch", "main"]).await;
+
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("web-old-1") && t.contains("web-old-2") && !t.contains("web-new-1,"),
+        "{t}"
+    );
+    assert!(t.contains("1 of 3 pods"), "{t}");
+}
+
+#[tokio::test]
+async fn image_pull_back_off_fails_with_the_kubelet_message() {
+    let new = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
+    let image = format!("ghcr.io/acme/web:1@{new}");
+    let w = World::new(
+        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        "127.0.0.1:1",
+    )
+    .await;
+    live_deployment(&w.kube, "web", &image, 1);
+    waiting_pod(
+        &w.kube,
+        "web",
+        "web-abc",
+        &image,
+        "ImagePullBackOff",
+        "Back-off pulling image \"ghcr.io/acme/web:1@sha256:3333\"",
+    );
+
+    let out = w.verify(&["--branch", "main"]).await;
+
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("ImagePullBackOff")
+            && t.contains("web-abc")
+            && t.contains("Back-off pulling image"),
+        "{t}"
+    );
+}
+
+#[tokio::test]
+async fn multi_arch_platform_digests_match_only_their_own_index() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let platforms = [("linux", "amd64"), ("linux", "arm64")];
+    let pinned = registry
+        .push_index("acme/multi", "1", IndexKind::Oci, &platforms, "mine")
+        .await;
+    let other = registry
+        .push_index("acme/multi", "2", IndexKind::Oci, &platforms, "other")
+        .await;
+    let image = format!("{host}/acme/multi:1@{}", pinned.index);
+    let w = World::new(&[("apps/multi.yaml", &manifest("multi", &image, 2))], &host).await;
+    live_deployment(&w.kube, "multi", &image, 2);
+    let repo = format!("{host}/acme/multi");
+    live_pod(
+        &w.kube,
+        "multi",
+        "multi-a",
+        &image,
+        &format!("{repo}@{}", pinned.children[0].manifest),
+    );
+    live_pod(
+        &w.kube,
+        "multi",
+        "multi-b",
+        &image,
+        &format!("docker-pullable://{repo}@{}", pinned.children[1].manifest),
+    );
+
+    let out = w.verify(&["--branch", "main"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    live_pod(
+        &w.kube,
+        "multi",
+        "multi-b",
+        &image,
+        &format!("{repo}@{}", other.children[1].manifest),
+    );
+    let out = w.verify(&["--branch", "main"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("multi-b"), "{}", text(&out));
+}
+
+#[tokio::test]
+async fn a_bare_config_digest_matches_the_pinned_image_config() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let pushed = registry.push_image("acme/web", "1", "w").await;
+    let image = format!("{host}/acme/web:1@{}", pushed.manifest);
+    let w = World::new(&[("apps/web.yaml", &manifest("web", &image, 1))], &host).await;
+    live_deployment(&w.kube, "web", &image, 1);
+    live_pod(
+        &w.kube,
+        "web",
+        "web-1",
+        &image,
+        &format!("docker://{}", pushed.config),
+    );
+
+    let out = w.verify(&["--branch", "main"]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[tokio::test]
+async fn an_unsynced_spec_a_deleted_workload_and_a_forbidden_read_are_told_apart() {
+    let new = "sha256:4444444444444444444444444444444444444444444444444444444444444444";
+    let image = format!("ghcr.io/acme/web:1@{new}");
+    let w = World::new(
+        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        "127.0.0.1:1",
+    )
+    .await;
+    live_deployment(&w.kube, "web", "ghcr.io/acme/web:1", 1);
+    live_pod(
+        &w.kube,
+        "web",
+        "web-1",
+        "ghcr.io/acme/web:1",
+        &format!("ghcr.io/acme/web@{OLD}"),
+    );
+    let out = w.verify(&["--branch", "main"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("not synced"), "{}", text(&out));
+
+    w.kube.delete("Deployment", "shop", "web");
+    let out = w.verify(&["--branch", "main"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("workload missing"), "{}", text(&out));
+
+    live_deployment(&w.kube, "web", &image, 1);
+    w.kube.deny("list", "pods", Some("shop"));
+    let out = w.verify(&["--branch", "main"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("no permission"), "{}", text(&out));
+    w.kube.assert_no_writes();
+}
+
+#[tokio::test]
+async fn wait_polls_until_the_rollout_converges() {
+    let new = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
+    let image = format!("ghcr.io/acme/web:1@{new}");
+    let w = World::new(
+        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        "127.0.0.1:1",
+    )
+    .await;
+    live_deployment(&w.kube, "web", &image, 1);
+    waiting_pod(&w.kube, "web", "web-1", &image, "ContainerCreating", "");
+
+    let verify = w.verify(&["--branch", "main", "--wait", "--timeout", "60s"]);
+    let kubelet = async {
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        w.kube.set_pod_status(
+            "shop",
+            "web-1",
+            running_pod_status(&[("app", &image, &format!("ghcr.io/acme/web@{new}"))]),
+        );
+    };
+    let (out, ()) = tokio::join!(verify, kubelet);
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[tokio::test]
+async fn a_pull_request_gets_statuses_in_order_and_one_comment_edited_in_place() {
+    let new = "sha256:6666666666666666666666666666666666666666666666666666666666666666";
+    let image = format!("ghcr.io/acme/web:1@{new}");
+    let w = World::new(
+        &[("apps/web.yaml", &manifest("web", "ghcr.io/acme/web:1", 1))],
+        "127.0.0.1:1",
+    )
+    .await;
+    let head = w.repo.commit_as_other_writer(
+        "tagpin/main",
+        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        "Pin",
+    );
+    let github = GitHubServer::start(GH_TOKEN, "acme", "gitops", w.repo.path()).await;
+    w.write_config(
+        "shop",
+        &format!(
+            "forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: TAGPIN_GITHUB_TOKEN}}\n",
+            github.api_url()
+        ),
+    );
+    // The PR as `tagpin sync` opens it: its body carries the plan block.
+    let block = tagpin::forge::body::PlanBlock {
+        version: 1,
+        target: "main".into(),
+        pins: vec![tagpin::forge::body::Pin {
+            file: "apps/web.yaml".into(),
+            workload: "Deployment/web".into(),
+            container: "app".into(),
+            image: "ghcr.io/acme/web:1".into(),
+            new_value: image.clone(),
+            new_digest: new.into(),
+            old_digest: None,
+        }],
+    };
+    let octo_body = tagpin::forge::body::render(&block);
+    let client = reqwest::Client::new();
+    let created = client
+        .post(format!("{}/repos/acme/gitops/pulls", github.api_url()))
+        .bearer_auth(GH_TOKEN)
+        .header("user-agent", "test")
+        .json(&json!({"title": "Pin", "head": "tagpin/main", "base": "main", "body": octo_body}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+
+    live_deployment(&w.kube, "web", &image, 1);
+    waiting_pod(&w.kube, "web", "web-1", &image, "ContainerCreating", "");
+    let out = w.verify(&["--pr", "1"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+
+    w.kube.set_pod_status(
+        "shop",
+        "web-1",
+        running_pod_status(&[("app", &image, &format!("ghcr.io/acme/web@{new}"))]),
+    );
+    let merge_sha = w.repo.commit_as_other_writer(
+        "main",
+        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        "Merge",
+    );
+    github.merge_pr(1, &merge_sha);
+    let out = w.verify(&["--pr", "1"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    let states: Vec<String> = github
+        .statuses(&head)
+        .iter()
+        .map(|s| s.state.clone())
+        .collect();
+    assert_eq!(
+        states,
+        vec!["pending", "pending", "pending", "success"],
+        "oldest first"
+    );
+    let merge_states: Vec<String> = github
+        .statuses(&merge_sha)
+        .iter()
+        .map(|s| s.state.clone())
+        .collect();
+    assert_eq!(merge_states, vec!["pending", "success"]);
+    assert!(github
+        .statuses(&head)
+        .iter()
+        .all(|s| s.context == "tagpin/converged"));
+    let comments = github.comments(1);
+    assert_eq!(comments.len(), 1, "one comment, edited in place");
+    let body = &comments[0].body;
+    assert!(
+        body.contains("| shop/Deployment/web | app | `sha256:666666666666` | 1 / 1 | Converged |"),
+        "{body}"
+    );
+    github.assert_no_violations();
+    w.kube.assert_no_writes();
+}
