@@ -19,7 +19,7 @@ use crate::config::{Config, GitAuth, Grouping, WriteMode};
 use crate::forge::body::{self, PlanBlock};
 use crate::forge::{ForgeError, GitHub, PullRequestInfo};
 use crate::git::{Credentials, Expect, GitError, Mirror, TreeFile};
-use crate::manifest::{self, FileFilter};
+use crate::manifest::{self, FileFilter, KustomizeNamespaces};
 use crate::plan::{self, Plan, ScannedFile};
 use crate::reference::Reference;
 use crate::registry::{Client, ResolveKey, ResolveResult};
@@ -228,11 +228,16 @@ impl<'a> Syncer<'a> {
             .mirror
             .read_files(tip, &self.config.paths, &self.filter)?;
         report.skipped = read.skipped.clone();
+        let mut namespaces = KustomizeNamespaces::default();
+        for file in &read.files {
+            namespaces.add(&file.path, &file.bytes);
+        }
         let mut scanned = Vec::new();
         let mut by_path = BTreeMap::new();
         for file in read.files {
             match manifest::scan(&file.path, &file.bytes) {
-                Ok(outcome) => {
+                Ok(mut outcome) => {
+                    namespaces.fill(&file.path, &mut outcome.fields);
                     let fields: Vec<_> = outcome
                         .fields
                         .into_iter()

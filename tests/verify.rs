@@ -461,3 +461,52 @@ async fn a_pull_request_gets_statuses_in_order_and_one_comment_edited_in_place()
     github.assert_no_violations();
     w.kube.assert_no_writes();
 }
+
+#[tokio::test]
+async fn a_deployment_config_in_a_kustomization_namespace_is_verified() {
+    let new = "sha256:7777777777777777777777777777777777777777777777777777777777777777";
+    let image = format!("quay.io/acme/legacy:2@{new}");
+    let dc = format!(
+        "apiVersion: apps.openshift.io/v1\nkind: DeploymentConfig\nmetadata:\n  name: legacy\nspec:\n  replicas: 1\n  selector: {{app: legacy}}\n  template:\n    metadata:\n      labels: {{app: legacy}}\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
+    );
+    let w = World::new(
+        &[
+            (
+                "apps/kustomization.yaml",
+                "namespace: legacy\nresources: [dc.yaml]\n",
+            ),
+            ("apps/dc.yaml", &dc),
+        ],
+        "127.0.0.1:1",
+    )
+    .await;
+    let mut live: Value = serde_yaml::from_str(&dc).unwrap();
+    live["metadata"]["namespace"] = json!("legacy");
+    w.kube.apply(live);
+    w.kube.set_status(
+        "DeploymentConfig",
+        "legacy",
+        "legacy",
+        json!({"observedGeneration": 1, "latestVersion": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1}),
+    );
+    w.kube.apply(pod(
+        "legacy",
+        "legacy-1-abcde",
+        &[("app", "legacy")],
+        &[("app", &image)],
+    ));
+    w.kube.set_pod_status(
+        "legacy",
+        "legacy-1-abcde",
+        running_pod_status(&[("app", &image, &format!("quay.io/acme/legacy@{new}"))]),
+    );
+
+    let out = w.verify(&["--branch", "main"]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("legacy/DeploymentConfig/legacy app: Converged"),
+        "{}",
+        text(&out)
+    );
+}

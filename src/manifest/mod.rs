@@ -7,6 +7,7 @@
 //! values into those ranges and leaves every other byte alone; [`walk`] is the only part that
 //! touches the file system (listing manifest files, writing results atomically).
 
+pub mod namespace;
 pub mod rewrite;
 pub mod scan;
 pub mod walk;
@@ -14,6 +15,7 @@ pub mod walk;
 use std::ops::Range;
 use std::path::PathBuf;
 
+pub use namespace::KustomizeNamespaces;
 pub use rewrite::{apply, render_scalar, Edit};
 pub use scan::{
     scan, ContainerList, ImageField, Origin, ScalarStyle, ScanOutcome, SkipReason, SkippedField,

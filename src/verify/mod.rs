@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::config::Config;
 use crate::forge::{body, ForgeError, GitHub};
 use crate::git::{GitError, Mirror};
-use crate::manifest::{self, FileFilter};
+use crate::manifest::{self, FileFilter, KustomizeNamespaces};
 use crate::reference::{Digest, Reference};
 use crate::registry::{Client, ManifestKind};
 use expected::{Expected, NameMapping};
@@ -126,10 +126,17 @@ fn from_tree(
     let filter = FileFilter::new(&include, &config.exclude)
         .map_err(|e| VerifyError::Input(e.to_string()))?;
     let read = mirror.read_files(commit, &config.paths, &filter)?;
+    let mut namespaces = KustomizeNamespaces::default();
+    for file in &read.files {
+        namespaces.add(&file.path, &file.bytes);
+    }
     let mut fields = Vec::new();
     for file in &read.files {
         match manifest::scan(&file.path, &file.bytes) {
-            Ok(outcome) => fields.extend(outcome.fields),
+            Ok(mut outcome) => {
+                namespaces.fill(&file.path, &mut outcome.fields);
+                fields.extend(outcome.fields);
+            }
             Err(e) => tracing::warn!("{e}"),
         }
     }
