@@ -90,6 +90,21 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         cache_dir: Option<PathBuf>,
     },
+    /// Run the controller: a sync pass every interval, registry webhooks, health and metrics.
+    Run {
+        /// The configuration file.
+        #[arg(long, short, value_name = "FILE", default_value = "tagpin.yaml")]
+        config: PathBuf,
+        /// Address for /healthz, /readyz, /metrics and /webhooks/<sender>.
+        #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+        listen: std::net::SocketAddr,
+        /// Time between scheduled passes (with ±10% jitter): 90s, 5m, 1h.
+        #[arg(long, value_name = "DURATION", default_value = "5m")]
+        interval: String,
+        /// Where the Git mirror is kept.
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
+    },
     /// Check that the cluster runs what a pull request, commit or branch pins, and report it.
     ///
     /// Exit 0 converged, 1 failed, 3 still progressing (at the timeout, with --wait).
@@ -214,6 +229,21 @@ pub async fn run(cli: Cli) -> Exit {
             .await
         }
         Command::Verify(args) => verify(&cli.registry, &args, cli.output).await,
+        Command::Run {
+            config,
+            listen,
+            interval,
+            cache_dir,
+        } => {
+            run_controller(
+                &cli.registry,
+                &config,
+                listen,
+                &interval,
+                cache_dir.as_deref(),
+            )
+            .await
+        }
         Command::Resolve { images } => match build_client(&cli.registry, None) {
             Ok(client) => resolve(&client, &images, cli.output).await,
             Err(message) => fatal(&message),
@@ -592,6 +622,57 @@ async fn post_statuses(forge: &GitHub, commits: &[String], state: StatusState, d
             eprintln!("error: {e}");
         }
     }
+}
+
+/// `tagpin run`: the controller, until SIGTERM or SIGINT.
+async fn run_controller(
+    registry: &RegistryArgs,
+    config_path: &Path,
+    listen: std::net::SocketAddr,
+    interval: &str,
+    cache_dir: Option<&Path>,
+) -> Exit {
+    let config = match Config::load(config_path) {
+        Ok(config) => config,
+        Err(e) => return fatal(&e.to_string()),
+    };
+    let interval = match crate::verify::parse_duration(interval) {
+        Ok(i) if !i.is_zero() => i,
+        Ok(_) => return fatal("--interval must be longer than zero"),
+        Err(e) => return fatal(&format!("--interval: {e}")),
+    };
+    let prepared = (|| {
+        let client = build_client(registry, Some(&config.registries))?;
+        let forge = forge_from(&config)?;
+        let cache_dir = cache_dir_for(&config, cache_dir)?;
+        Ok::<_, String>((client, forge, cache_dir))
+    })();
+    let (client, forge, cache_dir) = match prepared {
+        Ok(p) => p,
+        Err(message) => return fatal(&message),
+    };
+    let syncer = match Syncer::new(&config, &client, forge.as_ref(), &cache_dir) {
+        Ok(syncer) => syncer,
+        Err(e) => return fatal(&e.to_string()),
+    };
+    let secret = config::read_env(crate::daemon::WEBHOOK_SECRET_ENV).ok();
+    if secret.is_none() {
+        tracing::warn!(
+            "{} is not set: webhooks are refused, passes run on the schedule only",
+            crate::daemon::WEBHOOK_SECRET_ENV
+        );
+    }
+    let listener = match crate::daemon::bind(listen).await {
+        Ok(l) => l,
+        Err(message) => return fatal(&message),
+    };
+    let shared = crate::daemon::Shared::new(secret);
+    let stop = crate::daemon::stop_signal();
+    let server = tokio::spawn(crate::daemon::serve(listener, shared.clone(), stop.clone()));
+    tracing::info!("tagpin run: listening on {listen}, a pass every {interval:?}");
+    crate::daemon::reconcile(&syncer, &client, shared, interval, stop).await;
+    let _ = server.await;
+    Exit::Ok
 }
 
 /// `tagpin sync`: load and validate the configuration, then run one pass.

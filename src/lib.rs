@@ -6,12 +6,15 @@
 
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod forge;
 pub mod git;
 pub mod manifest;
+pub mod metrics;
 pub mod pass;
 pub mod plan;
 pub mod reference;
 pub mod registry;
 pub mod sync;
 pub mod verify;
+pub mod webhook;

@@ -100,6 +100,9 @@ pub struct SyncReport {
     /// Images or files that failed; the rest of the pass went on.
     pub failures: Vec<String>,
     pub skipped: Vec<String>,
+    /// Time spent asking registries, for the resolution latency metric.
+    #[serde(skip)]
+    pub resolve_time: std::time::Duration,
 }
 
 impl SyncReport {
@@ -156,12 +159,23 @@ impl<'a> Syncer<'a> {
 
     /// Runs one pass.
     pub async fn run(&self, options: SyncOptions) -> Result<SyncReport, SyncError> {
+        self.run_with(options, &mut BTreeMap::new()).await
+    }
+
+    /// Runs one pass, reusing the registry answers in `resolutions` and adding the ones it had
+    /// to ask for. The controller keeps answers between a scheduled pass and the webhook passes
+    /// after it, dropping only the images a webhook names, so a push re-resolves one image
+    /// instead of all of them.
+    pub async fn run_with(
+        &self,
+        options: SyncOptions,
+        resolutions: &mut BTreeMap<ResolveKey, ResolveResult>,
+    ) -> Result<SyncReport, SyncError> {
         let target = self.config.repository.branch.clone();
         let mut report = SyncReport {
             target: target.clone(),
             ..SyncReport::default()
         };
-        let mut resolutions: BTreeMap<ResolveKey, ResolveResult> = BTreeMap::new();
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -169,8 +183,10 @@ impl<'a> Syncer<'a> {
                 .fetch(&target, &self.config.pull_request.branch_prefix)?;
             let tip = self.mirror.require_tip(&target)?;
             let (files, tree_files) = self.scan_tip(tip, &mut report)?;
-            self.resolve_missing(&files, &mut resolutions).await;
-            let groups = self.groups(&files, &resolutions);
+            let started = std::time::Instant::now();
+            self.resolve_missing(&files, resolutions).await;
+            report.resolve_time += started.elapsed();
+            let groups = self.groups(&files, resolutions);
             report.groups.clear();
             report.failures.clear();
             let mut raced = false;

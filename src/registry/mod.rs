@@ -205,6 +205,8 @@ pub struct Client {
     rate_limits: Mutex<HashMap<String, String>>,
     manifest_requests: AtomicU64,
     token_requests: AtomicU64,
+    /// Answers by (host, HTTP status; 0 when no answer came), for metrics.
+    answers: Mutex<BTreeMap<(String, u16), u64>>,
 }
 
 /// Where a request goes and whose name goes into its errors.
@@ -262,6 +264,7 @@ impl Client {
             rate_limits: Mutex::default(),
             manifest_requests: AtomicU64::new(0),
             token_requests: AtomicU64::new(0),
+            answers: Mutex::default(),
         })
     }
 
@@ -270,6 +273,15 @@ impl Client {
             manifest_requests: self.manifest_requests.load(Ordering::Relaxed),
             token_requests: self.token_requests.load(Ordering::Relaxed),
         }
+    }
+
+    /// Requests answered so far, by (host, status); status 0 counts requests that got no
+    /// answer (connection refused, timeout).
+    pub fn request_counts(&self) -> Vec<((String, u16), u64)> {
+        lock(&self.answers)
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
     }
 
     /// The last `ratelimit-remaining` a host reported (Docker Hub sends it), as sent.
@@ -624,6 +636,10 @@ impl Client {
                     Err(e) => Err(e),
                 }
             };
+            let status = outcome.as_ref().map_or(0, |a| a.status.as_u16());
+            *lock(&self.answers)
+                .entry((target.host.to_string(), status))
+                .or_insert(0) += 1;
             let policy = &self.settings.retry;
             let decision = match &outcome {
                 Ok(answer) => {

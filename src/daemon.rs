@@ -1,0 +1,360 @@
+//! `tagpin run`: the long-running controller.
+//!
+//! A sync pass every `interval` (with jitter, so many controllers do not hit a registry in
+//! step), and a targeted pass within seconds of a registry webhook. Passes never overlap: one
+//! task runs them one after another, and webhook deliveries that arrive during a pass are
+//! coalesced into the next one. State lives in Git and on the forge, so a restart repeats
+//! nothing; between passes the controller only keeps registry answers, to re-ask just the
+//! images a webhook names.
+//!
+//! SIGTERM or SIGINT stops it: no new pass starts, a pass under way may finish within
+//! [`GRACE_PERIOD`]. Git writes are single blocking calls inside a pass, so stopping never
+//! cuts a commit or a push in half; a pass stopped between its push and its PR update is
+//! completed by the next start (the branch already carries the change, the PR gets opened).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::sync::{watch, Notify};
+
+use crate::metrics::{self, ActionLabels, Metrics, PassLabels, WebhookLabels};
+use crate::registry::{Client, ResolveKey, ResolveResult};
+use crate::sync::{Outcome, SyncOptions, Syncer};
+use crate::webhook::{self, Sender};
+
+/// How long a pass under way may go on after a stop signal.
+pub const GRACE_PERIOD: Duration = Duration::from_secs(30);
+/// Webhook deliveries arriving within this window are handled by one pass.
+pub const COALESCE_WINDOW: Duration = Duration::from_secs(2);
+/// The environment variable holding the webhook secret (shared secret or HMAC key).
+pub const WEBHOOK_SECRET_ENV: &str = "TAGPIN_WEBHOOK_SECRET";
+/// Fraction of the interval by which each wait is randomly shortened or lengthened.
+const JITTER: f64 = 0.1;
+/// The largest webhook body accepted.
+const MAX_WEBHOOK_BYTES: usize = 1024 * 1024;
+
+/// What the HTTP side shares with the loop.
+pub struct Shared {
+    pub metrics: Metrics,
+    /// Repositories named by webhooks since the last pass.
+    pending: Mutex<BTreeSet<String>>,
+    wake: Notify,
+    ready: AtomicBool,
+    webhook_secret: Option<String>,
+}
+
+impl Shared {
+    pub fn new(webhook_secret: Option<String>) -> Arc<Shared> {
+        Arc::new(Shared {
+            metrics: Metrics::new(),
+            pending: Mutex::default(),
+            wake: Notify::new(),
+            ready: AtomicBool::new(false),
+            webhook_secret,
+        })
+    }
+}
+
+/// Serves health, readiness, metrics and webhooks on `listener` until `stop` turns true.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_page))
+        .route("/webhooks/{sender}", post(webhook_delivery))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_WEBHOOK_BYTES))
+        .with_state(shared);
+    let shutdown = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!("HTTP server stopped: {e}");
+    }
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    if shared.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "first pass not finished\n")
+    }
+}
+
+async fn metrics_page(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    (
+        [(
+            "content-type",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        shared.metrics.encode(),
+    )
+}
+
+async fn webhook_delivery(
+    State(shared): State<Arc<Shared>>,
+    Path(sender): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> impl IntoResponse {
+    let Some(sender) = Sender::from_path(&sender) else {
+        return (
+            StatusCode::NOT_FOUND,
+            "unknown webhook sender\n".to_string(),
+        );
+    };
+    let record = |result: &str| {
+        metrics::inc(
+            &shared.metrics.webhooks,
+            WebhookLabels {
+                sender: sender.name().to_string(),
+                result: result.to_string(),
+            },
+        )
+    };
+    let Some(secret) = shared.webhook_secret.as_deref() else {
+        record("unauthorized");
+        tracing::warn!(
+            sender = sender.name(),
+            "webhook refused: no {WEBHOOK_SECRET_ENV} is configured"
+        );
+        return (
+            StatusCode::UNAUTHORIZED,
+            "webhooks are not enabled\n".to_string(),
+        );
+    };
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let checked = webhook::authenticate(
+        sender,
+        secret,
+        header("authorization"),
+        header("x-hub-signature-256"),
+        query.get("token").map(String::as_str),
+        &body,
+    )
+    .and_then(|()| webhook::pushed_repositories(sender, &body));
+    match checked {
+        Ok(names) => {
+            record("accepted");
+            tracing::info!(sender = sender.name(), "webhook names {}", names.join(", "));
+            if !names.is_empty() {
+                lock(&shared.pending).extend(names);
+                shared.wake.notify_one();
+            }
+            (StatusCode::ACCEPTED, "queued\n".to_string())
+        }
+        Err(rejection) => {
+            record(if rejection.status() == 401 {
+                "unauthorized"
+            } else {
+                "bad_payload"
+            });
+            // The rejection never holds the secret or the signature.
+            tracing::warn!(sender = sender.name(), "webhook refused: {rejection}");
+            let status =
+                StatusCode::from_u16(rejection.status()).unwrap_or(StatusCode::BAD_REQUEST);
+            (status, format!("{rejection}\n"))
+        }
+    }
+}
+
+/// Why a pass ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    Schedule,
+    Webhook,
+}
+
+/// Runs passes until `stop` turns true.
+pub async fn reconcile(
+    syncer: &Syncer<'_>,
+    registry: &Client,
+    shared: Arc<Shared>,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut answers: BTreeMap<ResolveKey, ResolveResult> = BTreeMap::new();
+    let mut next_scheduled = Instant::now();
+    loop {
+        let trigger = tokio::select! {
+            _ = tokio::time::sleep_until(next_scheduled.into()) => Trigger::Schedule,
+            _ = shared.wake.notified() => Trigger::Webhook,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        match trigger {
+            Trigger::Schedule => {
+                answers.clear();
+                next_scheduled = Instant::now() + jittered(interval);
+            }
+            Trigger::Webhook => {
+                // Let a burst of deliveries arrive, then serve them all with one pass.
+                tokio::time::sleep(COALESCE_WINDOW).await;
+                let names = std::mem::take(&mut *lock(&shared.pending));
+                answers.retain(|key, result| {
+                    result.is_ok() && !names.contains(&format!("{}/{}", key.domain, key.repository))
+                });
+            }
+        }
+        let started = Instant::now();
+        let pass = syncer.run_with(SyncOptions::default(), &mut answers);
+        let grace = async {
+            let _ = stop.clone().wait_for(|s| *s).await;
+            tokio::time::sleep(GRACE_PERIOD).await;
+        };
+        let result = tokio::select! {
+            result = pass => Some(result),
+            _ = grace => None,
+        };
+        let Some(result) = result else {
+            tracing::warn!("stopped during a pass after the {GRACE_PERIOD:?} grace period; the next start carries on");
+            return;
+        };
+        // Failed answers are asked again next time; good ones are kept until the schedule.
+        answers.retain(|_, r| r.is_ok());
+        record_pass(&shared, registry, trigger, started.elapsed(), &result);
+        shared.ready.store(true, Ordering::Relaxed);
+    }
+}
+
+fn record_pass(
+    shared: &Shared,
+    registry: &Client,
+    trigger: Trigger,
+    elapsed: Duration,
+    result: &Result<crate::sync::SyncReport, crate::sync::SyncError>,
+) {
+    let m = &shared.metrics;
+    m.pass_seconds.observe(elapsed.as_secs_f64());
+    m.observe_registry(registry);
+    let outcome = match result {
+        Ok(report) if report.has_failures() => "partial",
+        Ok(_) => "ok",
+        Err(_) => "error",
+    };
+    metrics::inc(
+        &m.passes,
+        PassLabels {
+            outcome: outcome.to_string(),
+            trigger: match trigger {
+                Trigger::Schedule => "schedule",
+                Trigger::Webhook => "webhook",
+            }
+            .to_string(),
+        },
+    );
+    match result {
+        Err(e) => tracing::error!("pass failed: {e}"),
+        Ok(report) => {
+            m.resolve_seconds.observe(report.resolve_time.as_secs_f64());
+            for failure in &report.failures {
+                tracing::warn!("{failure}");
+            }
+            for group in &report.groups {
+                match &group.outcome {
+                    Outcome::Committed { commit, branch, .. } => {
+                        m.commits.inc();
+                        tracing::info!("committed {commit} to {branch}");
+                    }
+                    Outcome::PullRequestOpened { number, .. } => {
+                        metrics::inc(
+                            &m.pull_requests,
+                            ActionLabels {
+                                action: "opened".into(),
+                            },
+                        );
+                        tracing::info!("opened pull request #{number}");
+                    }
+                    Outcome::PullRequestUpdated { number, .. } => {
+                        metrics::inc(
+                            &m.pull_requests,
+                            ActionLabels {
+                                action: "updated".into(),
+                            },
+                        );
+                        tracing::info!("updated pull request #{number}");
+                    }
+                    _ => {}
+                }
+            }
+            if !report.has_failures() {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                m.last_success.set(now as i64);
+            }
+        }
+    }
+}
+
+/// `interval` shortened or lengthened by up to [`JITTER`] of itself.
+fn jittered(interval: Duration) -> Duration {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let unit = f64::from(nanos % 10_000) / 10_000.0; // in [0, 1)
+    interval.mul_f64(1.0 - JITTER + 2.0 * JITTER * unit)
+}
+
+/// Turns true on SIGTERM or SIGINT.
+pub fn stop_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let terminate = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = terminate => {},
+            _ = tokio::signal::ctrl_c() => {},
+        }
+        tracing::info!("stop signal received; finishing within {GRACE_PERIOD:?}");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Binds the listen address, with the address in the error.
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, String> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_ten_percent() {
+        for _ in 0..100 {
+            let d = jittered(Duration::from_secs(100));
+            assert!(
+                d >= Duration::from_secs(90) && d <= Duration::from_secs(110),
+                "{d:?}"
+            );
+        }
+    }
+}

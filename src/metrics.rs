@@ -1,0 +1,198 @@
+//! Prometheus metrics of the controller (`tagpin run`), served at `/metrics`.
+//!
+//! Labels are bounded on purpose: an outcome, a trigger, a registry host (hosts come from the
+//! configured images), an HTTP status. Never a digest, an image tag or an error string, which
+//! would grow without end.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicI64;
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PassLabels {
+    /// `ok`, `partial` (some images failed) or `error` (the pass could not run).
+    pub outcome: String,
+    /// `schedule` or `webhook`.
+    pub trigger: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RegistryLabels {
+    pub host: String,
+    /// HTTP status, or `error` when no answer came.
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostLabels {
+    pub host: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    /// `opened` or `updated`.
+    pub action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    pub sender: String,
+    /// `accepted`, `unauthorized`, `bad_payload`.
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabels {
+    /// `converged`, `progressing`, `failed`.
+    pub verdict: String,
+}
+
+/// Every metric of the controller, registered once.
+pub struct Metrics {
+    registry: Registry,
+    pub passes: Family<PassLabels, Counter>,
+    pub pass_seconds: Histogram,
+    pub resolve_seconds: Histogram,
+    pub registry_requests: Family<RegistryLabels, Counter>,
+    pub rate_limit_remaining: Family<HostLabels, Gauge>,
+    pub commits: Counter,
+    pub pull_requests: Family<ActionLabels, Counter>,
+    pub webhooks: Family<WebhookLabels, Counter>,
+    pub verdicts: Family<VerdictLabels, Counter>,
+    /// Unix time of the last pass that ran without failures; `time() - this` is the age.
+    pub last_success: Gauge<i64, AtomicI64>,
+    /// Registry request counts already added to `registry_requests`, to add only the change.
+    seen_requests: Mutex<BTreeMap<(String, u16), u64>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("tagpin");
+        let passes = Family::<PassLabels, Counter>::default();
+        let pass_seconds = Histogram::new(exponential_buckets(0.05, 2.0, 14));
+        let resolve_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 14));
+        let registry_requests = Family::<RegistryLabels, Counter>::default();
+        let rate_limit_remaining = Family::<HostLabels, Gauge>::default();
+        let commits = Counter::default();
+        let pull_requests = Family::<ActionLabels, Counter>::default();
+        let webhooks = Family::<WebhookLabels, Counter>::default();
+        let verdicts = Family::<VerdictLabels, Counter>::default();
+        let last_success = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "passes",
+            "Sync passes by outcome and trigger",
+            passes.clone(),
+        );
+        registry.register(
+            "pass_duration_seconds",
+            "Wall time of a sync pass",
+            pass_seconds.clone(),
+        );
+        registry.register(
+            "resolve_duration_seconds",
+            "Wall time of the registry resolution phase of a pass",
+            resolve_seconds.clone(),
+        );
+        registry.register(
+            "registry_requests",
+            "Registry HTTP requests by host and status",
+            registry_requests.clone(),
+        );
+        registry.register(
+            "registry_rate_limit_remaining",
+            "Requests left in the registry's rate-limit window, where it reports one",
+            rate_limit_remaining.clone(),
+        );
+        registry.register("commits", "Commits pushed", commits.clone());
+        registry.register(
+            "pull_requests",
+            "Pull requests opened or updated",
+            pull_requests.clone(),
+        );
+        registry.register(
+            "webhook_deliveries",
+            "Registry webhook deliveries",
+            webhooks.clone(),
+        );
+        registry.register("verifications", "Verification verdicts", verdicts.clone());
+        registry.register(
+            "last_success_timestamp_seconds",
+            "Unix time of the last pass without failures",
+            last_success.clone(),
+        );
+        Metrics {
+            registry,
+            passes,
+            pass_seconds,
+            resolve_seconds,
+            registry_requests,
+            rate_limit_remaining,
+            commits,
+            pull_requests,
+            webhooks,
+            verdicts,
+            last_success,
+            seen_requests: Mutex::default(),
+        }
+    }
+
+    /// Adds what the registry client counted since the last call.
+    pub fn observe_registry(&self, client: &crate::registry::Client) {
+        let mut seen = self.seen_requests.lock().unwrap_or_else(|p| p.into_inner());
+        for ((host, status), count) in client.request_counts() {
+            let before = seen.insert((host.clone(), status), count).unwrap_or(0);
+            let status = if status == 0 {
+                "error".to_string()
+            } else {
+                status.to_string()
+            };
+            self.registry_requests
+                .get_or_create(&RegistryLabels {
+                    host: host.clone(),
+                    status,
+                })
+                .inc_by(count.saturating_sub(before));
+            if let Some(remaining) = client.rate_limit_remaining(&host) {
+                if let Some(n) = remaining
+                    .split(';')
+                    .next()
+                    .and_then(|n| n.trim().parse::<i64>().ok())
+                {
+                    self.rate_limit_remaining
+                        .get_or_create(&HostLabels { host })
+                        .set(n);
+                }
+            }
+        }
+    }
+
+    /// The text exposition format Prometheus scrapes.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+/// `Counter::inc` for a labelled family, spelled once.
+pub fn inc<L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug>(
+    family: &Family<L, Counter>,
+    labels: L,
+) {
+    family.get_or_create(&labels).inc();
+}

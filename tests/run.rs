@@ -1,0 +1,278 @@
+//! `tagpin run`, the controller, as a process: a real registry, a real bare Git remote,
+//! webhook deliveries (signed and not), `/metrics` scraped, and SIGTERM.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use support::git::BareRepo;
+use support::registry::{free_port, Mode, TestRegistry};
+use tokio::process::{Child, Command};
+
+const SECRET: &str = "hook-secret-81f2";
+
+fn deployment(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
+    )
+}
+
+struct Controller {
+    child: Child,
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Controller {
+    async fn start(dir: &std::path::Path, config: &PathBuf) -> Controller {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .args(["run", "--interval", "1h", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--config")
+            .arg(config)
+            .arg("--cache-dir")
+            .arg(dir.join("cache"))
+            .env("HOME", dir)
+            .env("TAGPIN_WEBHOOK_SECRET", SECRET)
+            .env("RUST_LOG", "tagpin=info")
+            .env_remove("DOCKER_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start tagpin run");
+        let controller = Controller {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::new(),
+        };
+        controller.wait_ready().await;
+        controller
+    }
+
+    async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = self.http.get(format!("{}/readyz", self.base)).send().await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "tagpin run never became ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn deliver(&self, sender: &str, auth: Option<&str>, body: &str) -> u16 {
+        let mut request = self
+            .http
+            .post(format!("{}/webhooks/{sender}", self.base))
+            .body(body.to_string());
+        if let Some(auth) = auth {
+            request = request.header("authorization", auth);
+        }
+        request.send().await.unwrap().status().as_u16()
+    }
+
+    async fn metrics(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// Sends SIGTERM and waits for the exit; returns the exit code and what it logged.
+    async fn stop(self) -> (Option<i32>, String) {
+        let pid = self.child.id().expect("running") as i32;
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        let output = tokio::time::timeout(Duration::from_secs(60), self.child.wait_with_output())
+            .await
+            .expect("tagpin run stops within its grace period")
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_controller_pins_on_start_and_within_seconds_of_a_webhook_then_stops_cleanly() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let first = registry.push_image("acme/web", "1.0", "one").await;
+    registry.push_image("acme/api", "1", "api").await;
+    let repo = BareRepo::create(&[
+        (
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        ),
+        (
+            "apps/api.yaml",
+            &deployment("api", &format!("{host}/acme/api:1")),
+        ),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nregistries: {{insecure: ['{host}']}}\n",
+            repo.file_url()
+        ),
+    )
+    .unwrap();
+    let commits_before = repo.log("main").len();
+
+    let controller = Controller::start(dir.path(), &config).await;
+    assert_eq!(
+        repo.log("main").len(),
+        commits_before + 1,
+        "the first pass pinned"
+    );
+    assert!(repo
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&first.manifest));
+
+    // A push, announced by the distribution registry's notification.
+    let second = registry.push_image("acme/web", "1.0", "two").await;
+    let event = format!(
+        r#"{{"events":[{{"action":"push","target":{{"repository":"acme/web","tag":"1.0"}},"request":{{"host":"{host}"}}}}]}}"#
+    );
+    assert_eq!(controller.deliver("distribution", None, &event).await, 401);
+    assert_eq!(
+        controller
+            .deliver("distribution", Some("Bearer wrong"), &event)
+            .await,
+        401
+    );
+    assert_eq!(
+        controller
+            .deliver("distribution", Some("not json"), "{")
+            .await,
+        401
+    );
+    assert_eq!(
+        controller
+            .deliver("distribution", Some(&format!("Bearer {SECRET}")), "{")
+            .await,
+        400
+    );
+    let started = Instant::now();
+    for _ in 0..5 {
+        // A flood of deliveries for one push is served by one pass.
+        assert_eq!(
+            controller
+                .deliver("distribution", Some(&format!("Bearer {SECRET}")), &event)
+                .await,
+            202
+        );
+    }
+    eventually("the webhook pass to commit", || {
+        repo.log("main").len() == commits_before + 2
+    })
+    .await;
+    let latency = started.elapsed();
+    assert!(repo
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&second.manifest));
+
+    let metrics = controller.metrics().await;
+    for expected in [
+        "tagpin_passes_total{outcome=\"ok\",trigger=\"schedule\"} 1",
+        "tagpin_passes_total{outcome=\"ok\",trigger=\"webhook\"} 1",
+        "tagpin_commits_total 2",
+        "tagpin_webhook_deliveries_total{sender=\"distribution\",result=\"accepted\"} 5",
+        "tagpin_webhook_deliveries_total{sender=\"distribution\",result=\"unauthorized\"} 3",
+        "tagpin_webhook_deliveries_total{sender=\"distribution\",result=\"bad_payload\"} 1",
+        &format!("tagpin_registry_requests_total{{host=\"{host}\",status=\"200\"}} 3"),
+        "tagpin_last_success_timestamp_seconds",
+    ] {
+        assert!(
+            metrics.contains(expected),
+            "missing {expected} in\n{metrics}"
+        );
+    }
+    assert!(!metrics.contains("sha256:"), "no digest as a label");
+
+    let (code, log) = controller.stop().await;
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!log.contains(SECRET), "the secret leaked into the log");
+    eprintln!("webhook to commit: {latency:?}");
+
+    // A new start carries on: nothing to do, nothing repeated.
+    let again = Controller::start(dir.path(), &config).await;
+    assert_eq!(repo.log("main").len(), commits_before + 2);
+    let (code, log) = again.stop().await;
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[tokio::test]
+async fn sigterm_during_a_pass_leaves_nothing_half_done() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nregistries: {{insecure: ['{host}']}}\n",
+            repo.file_url()
+        ),
+    )
+    .unwrap();
+    let controller = Controller::start(dir.path(), &config).await;
+    let base_commits = repo.log("main").len();
+
+    // Stop right after a webhook: the pass may be under way, or not started yet.
+    let second = registry.push_image("acme/web", "1.0", "two").await;
+    let event = format!(
+        r#"{{"events":[{{"action":"push","target":{{"repository":"acme/web","tag":"1.0"}},"request":{{"host":"{host}"}}}}]}}"#
+    );
+    controller
+        .deliver("distribution", Some(&format!("Bearer {SECRET}")), &event)
+        .await;
+    let (code, log) = controller.stop().await;
+    assert_eq!(code, Some(0), "{log}");
+
+    // Either the pass landed whole, or it did not start: never a partial file or commit.
+    let web = repo.read("main", "apps/web.yaml").unwrap();
+    let commits = repo.log("main").len();
+    assert!(
+        commits == base_commits || (commits == base_commits + 1 && web.contains(&second.manifest))
+    );
+
+    // The next start carries on to the new digest.
+    let again = Controller::start(dir.path(), &config).await;
+    assert!(repo
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&second.manifest));
+    let (code, _) = again.stop().await;
+    assert_eq!(code, Some(0));
+}
