@@ -19,7 +19,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::json;
 
 use crate::config::{self, Config};
-use crate::forge::{GitHub, StatusState};
+use crate::forge::GitHub;
 use crate::manifest::walk::FileFilter;
 use crate::pass::{self, Pass};
 use crate::plan::Plan;
@@ -104,6 +104,9 @@ pub enum Command {
         /// Where the Git mirror is kept.
         #[arg(long, value_name = "DIR")]
         cache_dir: Option<PathBuf>,
+        /// Time between verifications of what is in flight, when a cluster is reachable.
+        #[arg(long, value_name = "DURATION", default_value = "30s")]
+        verify_interval: String,
     },
     /// Check that the cluster runs what a pull request, commit or branch pins, and report it.
     ///
@@ -234,12 +237,13 @@ pub async fn run(cli: Cli) -> Exit {
             listen,
             interval,
             cache_dir,
+            verify_interval,
         } => {
             run_controller(
                 &cli.registry,
                 &config,
                 listen,
-                &interval,
+                (&interval, &verify_interval),
                 cache_dir.as_deref(),
             )
             .await
@@ -537,13 +541,7 @@ async fn verify(registry: &RegistryArgs, args: &VerifyArgs, format: OutputFormat
         Err(e) => return fatal(&e.to_string()),
     };
     if let Some(forge) = &forge {
-        post_statuses(
-            forge,
-            &expectations.commits,
-            StatusState::Pending,
-            "tagpin is checking the cluster",
-        )
-        .await;
+        crate::verify::publish_pending(forge, &expectations.commits).await;
     }
     let check = match crate::verify::watch(
         &expectations.expected,
@@ -558,27 +556,11 @@ async fn verify(registry: &RegistryArgs, args: &VerifyArgs, format: OutputFormat
         Err(e) => return fatal(&e.to_string()),
     };
     if let Some(forge) = &forge {
-        let state = match check.state {
-            State::Converged => StatusState::Success,
-            State::Failed => StatusState::Failure,
-            State::Progressing => StatusState::Pending,
+        let pr = match source {
+            Source::PullRequest(number) => Some(number),
+            _ => None,
         };
-        let description = crate::verify::verdict::status_description(&check.verdicts);
-        post_statuses(forge, &expectations.commits, state, &description).await;
-        if let Source::PullRequest(number) = source {
-            let body = report::comment(
-                check.state,
-                &check.summary,
-                &check.verdicts,
-                &expectations.unplaced,
-            );
-            if let Err(e) = forge
-                .upsert_comment(number, report::COMMENT_MARKER, &body)
-                .await
-            {
-                eprintln!("error: {e}");
-            }
-        }
+        crate::verify::publish(forge, pr, &expectations, &check).await;
     }
     match format {
         OutputFormat::Json => emit_json(&json!({
@@ -611,35 +593,32 @@ async fn verify(registry: &RegistryArgs, args: &VerifyArgs, format: OutputFormat
     }
 }
 
-/// Sets `tagpin/converged` on each commit; a failure to report is logged, not fatal: the
-/// verdict itself is still printed and decides the exit code.
-async fn post_statuses(forge: &GitHub, commits: &[String], state: StatusState, description: &str) {
-    for sha in commits {
-        if let Err(e) = forge
-            .set_status(sha, state, report::STATUS_CONTEXT, description)
-            .await
-        {
-            eprintln!("error: {e}");
-        }
-    }
-}
-
 /// `tagpin run`: the controller, until SIGTERM or SIGINT.
 async fn run_controller(
     registry: &RegistryArgs,
     config_path: &Path,
     listen: std::net::SocketAddr,
-    interval: &str,
+    (interval, verify_interval): (&str, &str),
     cache_dir: Option<&Path>,
 ) -> Exit {
     let config = match Config::load(config_path) {
         Ok(config) => config,
         Err(e) => return fatal(&e.to_string()),
     };
-    let interval = match crate::verify::parse_duration(interval) {
-        Ok(i) if !i.is_zero() => i,
-        Ok(_) => return fatal("--interval must be longer than zero"),
-        Err(e) => return fatal(&format!("--interval: {e}")),
+    let mut durations = Vec::new();
+    for (flag, text) in [
+        ("--interval", interval),
+        ("--verify-interval", verify_interval),
+    ] {
+        match crate::verify::parse_duration(text) {
+            Ok(d) if !d.is_zero() => durations.push(d),
+            Ok(_) => return fatal(&format!("{flag} must be longer than zero")),
+            Err(e) => return fatal(&format!("{flag}: {e}")),
+        }
+    }
+    let schedule = crate::daemon::Schedule {
+        interval: durations[0],
+        verify_every: durations[1],
     };
     let prepared = (|| {
         let client = build_client(registry, Some(&config.registries))?;
@@ -669,8 +648,27 @@ async fn run_controller(
     let shared = crate::daemon::Shared::new(secret);
     let stop = crate::daemon::stop_signal();
     let server = tokio::spawn(crate::daemon::serve(listener, shared.clone(), stop.clone()));
-    tracing::info!("tagpin run: listening on {listen}, a pass every {interval:?}");
-    crate::daemon::reconcile(&syncer, &client, shared, interval, stop).await;
+    // Verification is on when a cluster is reachable; the controller pins without one.
+    let context = config.verify.context.clone();
+    let in_flight = match Cluster::connect(context.as_deref()).await {
+        Ok(cluster) => Some(crate::daemon::InFlight {
+            config: &config,
+            mirror: &syncer.mirror,
+            forge: forge.as_ref(),
+            registry: &client,
+            cluster,
+            settled_tip: std::sync::Mutex::default(),
+        }),
+        Err(e) => {
+            tracing::warn!("no cluster to verify against ({e}); pinning only");
+            None
+        }
+    };
+    tracing::info!(
+        "tagpin run: listening on {listen}, a pass every {:?}",
+        schedule.interval
+    );
+    crate::daemon::reconcile(&syncer, &client, in_flight.as_ref(), shared, schedule, stop).await;
     let _ = server.await;
     Exit::Ok
 }

@@ -25,9 +25,15 @@ use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::{watch, Notify};
 
-use crate::metrics::{self, ActionLabels, Metrics, PassLabels, WebhookLabels};
+use crate::config::{Config, WriteMode};
+use crate::forge::{GitHub, StatusState};
+use crate::git::Mirror;
+use crate::metrics::{self, ActionLabels, Metrics, PassLabels, VerdictLabels, WebhookLabels};
 use crate::registry::{Client, ResolveKey, ResolveResult};
 use crate::sync::{Outcome, SyncOptions, Syncer};
+use crate::verify::live::Cluster;
+use crate::verify::verdict::State as Verdict;
+use crate::verify::{self, Families, Source, VerifyError};
 use crate::webhook::{self, Sender};
 
 /// How long a pass under way may go on after a stop signal.
@@ -173,33 +179,161 @@ async fn webhook_delivery(
     }
 }
 
-/// Why a pass ran.
+/// Why the loop woke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Trigger {
     Schedule,
     Webhook,
+    Verify,
 }
 
-/// Runs passes until `stop` turns true.
+/// How long after its merge a tagpin pull request is still verified.
+pub const RECENTLY_MERGED: Duration = Duration::from_secs(24 * 3600);
+
+/// What is in flight, verified between passes until Converged or Failed: open and recently
+/// merged tagpin pull requests (pull-request mode), or the target branch's tip (commit mode).
+/// Nothing is remembered: the forge's `tagpin/converged` statuses say what is already final.
+pub struct InFlight<'a> {
+    pub config: &'a Config,
+    pub mirror: &'a Mirror,
+    pub forge: Option<&'a GitHub>,
+    pub registry: &'a Client,
+    pub cluster: Cluster,
+    /// Commit mode: the last tip judged Converged or Failed, not checked again.
+    pub settled_tip: Mutex<Option<String>>,
+}
+
+impl InFlight<'_> {
+    async fn verify(&self, families: &mut Families, metrics: &Metrics) {
+        if let Err(e) = self.verify_all(families, metrics).await {
+            tracing::warn!("verification: {e}");
+        }
+    }
+
+    async fn verify_all(
+        &self,
+        families: &mut Families,
+        metrics: &Metrics,
+    ) -> Result<(), VerifyError> {
+        let target = &self.config.repository.branch;
+        let sources: Vec<(Source, Option<u64>)> = match (self.config.mode, self.forge) {
+            (WriteMode::PullRequest, Some(forge)) => {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                let mut sources = Vec::new();
+                for pr in forge
+                    .pull_requests_with_prefix(&self.config.pull_request.branch_prefix, target)
+                    .await?
+                {
+                    let recent = pr
+                        .merged_at
+                        .is_some_and(|t| now - t < RECENTLY_MERGED.as_secs() as i64);
+                    if !(pr.open || recent) {
+                        continue;
+                    }
+                    let final_sha = if pr.merged {
+                        pr.merge_commit_sha.clone()
+                    } else {
+                        Some(pr.head_sha.clone())
+                    };
+                    if let Some(sha) = final_sha {
+                        let status = forge
+                            .status_of(&sha, verify::report::STATUS_CONTEXT)
+                            .await?;
+                        if matches!(
+                            status,
+                            Some((StatusState::Success | StatusState::Failure, _))
+                        ) && pr.merged
+                        {
+                            continue;
+                        }
+                    }
+                    sources.push((Source::PullRequest(pr.number), Some(pr.number)));
+                }
+                sources
+            }
+            _ => match self.mirror.tip(target) {
+                Some(tip)
+                    if lock(&self.settled_tip).as_deref() != Some(tip.to_string().as_str()) =>
+                {
+                    vec![(Source::Commit(tip.to_string()), None)]
+                }
+                _ => Vec::new(),
+            },
+        };
+        for (source, pr) in sources {
+            let expectations =
+                verify::expectations(&source, self.config, self.mirror, self.forge).await?;
+            if expectations.expected.is_empty() {
+                continue;
+            }
+            let check = verify::check(
+                &expectations.expected,
+                &self.cluster,
+                self.registry,
+                families,
+            )
+            .await?;
+            metrics::inc(
+                &metrics.verdicts,
+                VerdictLabels {
+                    verdict: check.state.as_str().to_string(),
+                },
+            );
+            tracing::info!("{source:?}: {}", check.summary);
+            if let (Source::Commit(sha), Verdict::Converged | Verdict::Failed) =
+                (&source, check.state)
+            {
+                *lock(&self.settled_tip) = Some(sha.clone());
+            }
+            if let Some(forge) = self.forge {
+                verify::publish(forge, pr, &expectations, &check).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How often the loop wakes and when: passes every `interval`, verification every
+/// `verify_every` (when there is a cluster to verify against).
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    pub interval: Duration,
+    pub verify_every: Duration,
+}
+
+/// Runs passes (and verifies what is in flight) until `stop` turns true.
 pub async fn reconcile(
     syncer: &Syncer<'_>,
     registry: &Client,
+    in_flight: Option<&InFlight<'_>>,
     shared: Arc<Shared>,
-    interval: Duration,
+    schedule: Schedule,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut answers: BTreeMap<ResolveKey, ResolveResult> = BTreeMap::new();
+    let mut families = Families::default();
     let mut next_scheduled = Instant::now();
+    let mut next_verify = Instant::now() + schedule.verify_every;
     loop {
         let trigger = tokio::select! {
             _ = tokio::time::sleep_until(next_scheduled.into()) => Trigger::Schedule,
             _ = shared.wake.notified() => Trigger::Webhook,
+            _ = tokio::time::sleep_until(next_verify.into()), if in_flight.is_some() => Trigger::Verify,
             _ = stop.wait_for(|s| *s) => return,
         };
+        if trigger == Trigger::Verify {
+            if let Some(in_flight) = in_flight {
+                in_flight.verify(&mut families, &shared.metrics).await;
+            }
+            next_verify = Instant::now() + schedule.verify_every;
+            continue;
+        }
         match trigger {
-            Trigger::Schedule => {
+            Trigger::Schedule | Trigger::Verify => {
                 answers.clear();
-                next_scheduled = Instant::now() + jittered(interval);
+                next_scheduled = Instant::now() + jittered(schedule.interval);
             }
             Trigger::Webhook => {
                 // Let a burst of deliveries arrive, then serve them all with one pass.
@@ -228,6 +362,10 @@ pub async fn reconcile(
         answers.retain(|_, r| r.is_ok());
         record_pass(&shared, registry, trigger, started.elapsed(), &result);
         shared.ready.store(true, Ordering::Relaxed);
+        if let Some(in_flight) = in_flight {
+            in_flight.verify(&mut families, &shared.metrics).await;
+            next_verify = Instant::now() + schedule.verify_every;
+        }
     }
 }
 
@@ -251,7 +389,7 @@ fn record_pass(
         PassLabels {
             outcome: outcome.to_string(),
             trigger: match trigger {
-                Trigger::Schedule => "schedule",
+                Trigger::Schedule | Trigger::Verify => "schedule",
                 Trigger::Webhook => "webhook",
             }
             .to_string(),

@@ -556,11 +556,15 @@ fn local_path(url: &str) -> Option<PathBuf> {
     (!url.contains("://") && !scp_like).then(|| PathBuf::from(url))
 }
 
-/// The ref moved (or appeared) under us: a compare-and-swap lost.
+/// The ref moved (or appeared) under us, or another writer holds its lock right now: a
+/// compare-and-swap lost, and the pass is planned again.
 fn is_stale(e: &git2::Error) -> bool {
     matches!(
         e.code(),
-        git2::ErrorCode::Modified | git2::ErrorCode::Exists | git2::ErrorCode::NotFound
+        git2::ErrorCode::Modified
+            | git2::ErrorCode::Exists
+            | git2::ErrorCode::NotFound
+            | git2::ErrorCode::Locked
     )
 }
 

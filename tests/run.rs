@@ -27,9 +27,24 @@ struct Controller {
 
 impl Controller {
     async fn start(dir: &std::path::Path, config: &PathBuf) -> Controller {
+        Controller::start_with(dir, config, &[]).await
+    }
+
+    async fn start_with(
+        dir: &std::path::Path,
+        config: &PathBuf,
+        env: &[(&str, &str)],
+    ) -> Controller {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_tagpin"))
-            .args(["run", "--interval", "1h", "--listen"])
+            .args([
+                "run",
+                "--interval",
+                "1h",
+                "--verify-interval",
+                "1s",
+                "--listen",
+            ])
             .arg(format!("127.0.0.1:{port}"))
             .arg("--config")
             .arg(config)
@@ -39,6 +54,8 @@ impl Controller {
             .env("TAGPIN_WEBHOOK_SECRET", SECRET)
             .env("RUST_LOG", "tagpin=info")
             .env_remove("DOCKER_CONFIG")
+            .env("KUBECONFIG", dir.join("no-kubeconfig"))
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
@@ -106,12 +123,24 @@ impl Controller {
     }
 }
 
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+async fn eventually(what: &str, check: impl FnMut() -> bool) {
+    assert!(
+        eventually_or(what, check).await,
+        "timed out waiting for {what}"
+    );
+}
+
+/// Polls `check` for up to 30 s; false if it never held.
+async fn eventually_or(what: &str, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        if Instant::now() >= deadline {
+            eprintln!("timed out waiting for {what}");
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    true
 }
 
 #[tokio::test]
@@ -275,4 +304,120 @@ async fn sigterm_during_a_pass_leaves_nothing_half_done() {
         .contains(&second.manifest));
     let (code, _) = again.stop().await;
     assert_eq!(code, Some(0));
+}
+
+#[tokio::test]
+async fn in_pull_request_mode_the_controller_verifies_what_it_opened_until_converged() {
+    use serde_json::json;
+    use support::github::GitHubServer;
+    use support::kube::{deployment as live_deployment, pod, running_pod_status, KubeServer};
+
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let pushed = registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let github = GitHubServer::start("ghs_run_token", "acme", "gitops", repo.path()).await;
+    let kube = KubeServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kube.kubeconfig(dir.path());
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: pull-request\n\
+             registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
+             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",
+            repo.file_url(),
+            github.api_url()
+        ),
+    )
+    .unwrap();
+    // The workload already runs the tag, unpinned, as before tagpin.
+    let unpinned = format!("{host}/acme/web:1.0");
+    kube.apply(live_deployment(
+        "shop",
+        "web",
+        &[("app", "web")],
+        &[("app", &unpinned)],
+    ));
+    let kubeconfig = kubeconfig.to_str().unwrap().to_string();
+    let controller = Controller::start_with(
+        dir.path(),
+        &config,
+        &[
+            ("KUBECONFIG", kubeconfig.as_str()),
+            ("GH_TOKEN", "ghs_run_token"),
+        ],
+    )
+    .await;
+    assert_eq!(github.prs().len(), 1, "the first pass opened the PR");
+    let head = github.prs()[0].head_sha.clone();
+    eventually("a pending status on the PR head", || {
+        github
+            .statuses(&head)
+            .iter()
+            .any(|s| s.state == "pending" && s.context == "tagpin/converged")
+    })
+    .await;
+
+    // A person merges; Argo CD applies; the kubelet runs the pinned digest.
+    let pinned = format!("{host}/acme/web:1.0@{}", pushed.manifest);
+    let merge = repo.commit_as_other_writer(
+        "main",
+        &[("apps/web.yaml", &deployment("web", &pinned))],
+        "Merge #1",
+    );
+    github.merge_pr(1, &merge);
+    kube.apply(live_deployment(
+        "shop",
+        "web",
+        &[("app", "web")],
+        &[("app", &pinned)],
+    ));
+    let generation =
+        kube.get("Deployment", "shop", "web").unwrap()["metadata"]["generation"].clone();
+    kube.set_status(
+        "Deployment",
+        "shop",
+        "web",
+        json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}),
+    );
+    kube.apply(pod("shop", "web-1", &[("app", "web")], &[("app", &pinned)]));
+    kube.set_pod_status(
+        "shop",
+        "web-1",
+        running_pod_status(&[(
+            "app",
+            &pinned,
+            &format!("{host}/acme/web@{}", pushed.manifest),
+        )]),
+    );
+
+    let converged = eventually_or("success on the merge commit", || {
+        github.statuses(&merge).iter().any(|s| s.state == "success")
+    })
+    .await;
+    if !converged {
+        let (_, log) = controller.stop().await;
+        panic!("no success status: {:?}\n{log}", github.statuses(&merge));
+    }
+    let comments = github.comments(1);
+    assert_eq!(comments.len(), 1);
+    assert!(
+        comments[0].body.contains("cluster Converged"),
+        "{}",
+        comments[0].body
+    );
+    let metrics = controller.metrics().await;
+    assert!(
+        metrics.contains("tagpin_verifications_total{verdict=\"converged\"}"),
+        "{metrics}"
+    );
+    let (code, log) = controller.stop().await;
+    assert_eq!(code, Some(0), "{log}");
+    github.assert_no_violations();
+    kube.assert_no_writes();
 }

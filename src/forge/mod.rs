@@ -59,8 +59,11 @@ pub struct PullRequestInfo {
     pub body: String,
     pub labels: Vec<String>,
     pub url: String,
+    pub head_ref: String,
     pub head_sha: String,
     pub merge_commit_sha: Option<String>,
+    /// Unix time of the merge, for "recently merged".
+    pub merged_at: Option<i64>,
 }
 
 /// A GitHub repository, with a token.
@@ -189,6 +192,69 @@ impl GitHub {
         })
         .await?;
         Ok(())
+    }
+
+    /// The newest pull requests into `base` whose branch starts with `prefix` (tagpin's own),
+    /// open or closed, newest first: what is in flight is read back from here.
+    pub async fn pull_requests_with_prefix(
+        &self,
+        prefix: &str,
+        base: &str,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let what = format!("list pull requests into {base}");
+        let page = self
+            .call(&what, || async move {
+                self.octo
+                    .pulls(&self.owner, &self.repo)
+                    .list()
+                    .state(octocrab::params::State::All)
+                    .base(base)
+                    .per_page(50u8)
+                    .send()
+                    .await
+            })
+            .await?;
+        let mut prs: Vec<PullRequestInfo> = page
+            .items
+            .into_iter()
+            .map(info)
+            .filter(|p| p.head_ref.starts_with(prefix))
+            .collect();
+        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
+        Ok(prs)
+    }
+
+    /// The newest state and description of status `context` on `sha`, if tagpin set one.
+    pub async fn status_of(
+        &self,
+        sha: &str,
+        context: &str,
+    ) -> Result<Option<(StatusState, String)>, ForgeError> {
+        let what = format!("read statuses of {sha}");
+        let page = self
+            .call(&what, || async move {
+                self.octo
+                    .repos(&self.owner, &self.repo)
+                    .list_statuses(sha.to_string())
+                    .send()
+                    .await
+            })
+            .await?;
+        // GitHub lists statuses newest first.
+        Ok(page
+            .items
+            .iter()
+            .find(|s| s.context.as_deref() == Some(context))
+            .and_then(|s| {
+                let state = match s.state {
+                    octocrab::models::StatusState::Success => StatusState::Success,
+                    octocrab::models::StatusState::Failure
+                    | octocrab::models::StatusState::Error => StatusState::Failure,
+                    octocrab::models::StatusState::Pending => StatusState::Pending,
+                    _ => return None,
+                };
+                Some((state, s.description.clone().unwrap_or_default()))
+            }))
     }
 
     /// One pull request by number.
@@ -337,8 +403,10 @@ fn info(pr: octocrab::models::pulls::PullRequest) -> PullRequestInfo {
             .map(|l| l.name)
             .collect(),
         url: pr.html_url.map(|u| u.to_string()).unwrap_or_default(),
+        head_ref: pr.head.ref_field,
         head_sha: pr.head.sha,
         merge_commit_sha: pr.merge_commit_sha,
+        merged_at: pr.merged_at.map(|t| t.timestamp()),
     }
 }
 

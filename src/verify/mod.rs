@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::forge::{body, ForgeError, GitHub};
+use crate::forge::{body, ForgeError, GitHub, StatusState};
 use crate::git::{GitError, Mirror};
 use crate::manifest::{self, FileFilter, KustomizeNamespaces};
 use crate::reference::{Digest, Reference};
@@ -281,6 +281,65 @@ pub async fn watch(
         tracing::info!("{}; checking again in {delay:?}", result.summary);
         tokio::time::sleep(delay.min(deadline - now)).await;
         delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Marks the commits as being checked (the `pending` status that comes before a verdict).
+pub async fn publish_pending(forge: &GitHub, commits: &[String]) {
+    for sha in commits {
+        if let Err(e) = forge
+            .set_status(
+                sha,
+                StatusState::Pending,
+                report::STATUS_CONTEXT,
+                "tagpin is checking the cluster",
+            )
+            .await
+        {
+            eprintln!("error: {e}");
+        }
+    }
+}
+
+/// Reports a check where the team looks: the `tagpin/converged` status on each commit and,
+/// for a pull request, the one comment tagpin keeps there. A status already saying the same
+/// is not set again. A failure to report is logged, not fatal: the verdict stands.
+pub async fn publish(forge: &GitHub, pr: Option<u64>, expectations: &Expectations, check: &Check) {
+    let state = match check.state {
+        State::Converged => StatusState::Success,
+        State::Failed => StatusState::Failure,
+        State::Progressing => StatusState::Pending,
+    };
+    let description = verdict::status_description(&check.verdicts);
+    for sha in &expectations.commits {
+        let current = forge
+            .status_of(sha, report::STATUS_CONTEXT)
+            .await
+            .ok()
+            .flatten();
+        if current.as_ref() == Some(&(state, description.clone())) {
+            continue;
+        }
+        if let Err(e) = forge
+            .set_status(sha, state, report::STATUS_CONTEXT, &description)
+            .await
+        {
+            eprintln!("error: {e}");
+        }
+    }
+    if let Some(number) = pr {
+        let body = report::comment(
+            check.state,
+            &check.summary,
+            &check.verdicts,
+            &expectations.unplaced,
+        );
+        if let Err(e) = forge
+            .upsert_comment(number, report::COMMENT_MARKER, &body)
+            .await
+        {
+            eprintln!("error: {e}");
+        }
     }
 }
 
