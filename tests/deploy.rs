@@ -1,12 +1,27 @@
-//! The manifests in `deploy/` grant tagpin least privilege.
+//! The manifests in `deploy/` grant tagpin least privilege, run it hardened, and build.
+//!
+//! Both variants are rendered the way a user renders them, `kubectl kustomize deploy/` and
+//! `kubectl kustomize deploy/cronjob/` (offline; `KUBECTL` names another kubectl binary), and
+//! every rendered object is checked: against the Kubernetes schema (typed round trip through
+//! k8s-openapi, so a misspelled field fails), and for what tagpin's deployment promises: read-only
+//! RBAC, non-root read-only containers without privileges, one recreated replica with health
+//! probes, a CronJob that never overlaps, no Secret in the build, a valid configuration wired to
+//! the environment variables and files the pods get, and an image that kustomize can override.
 
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+use serde_yaml::Value;
 
 #[test]
 fn the_verifier_role_grants_only_read_verbs() {
-    let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml"))
-            .unwrap();
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/common/rbac.yaml"),
+    )
+    .unwrap();
     let mut rules_seen = 0;
     for document in serde_yaml::Deserializer::from_str(&text) {
         let value = serde_yaml::Value::deserialize(document).unwrap();
@@ -37,4 +52,918 @@ fn the_verifier_role_grants_only_read_verbs() {
     assert_eq!(rules_seen, 4);
 }
 
-use serde::Deserialize;
+// ---------------------------------------------------------------------------------------------
+// Rendering
+
+const NAMESPACE: &str = "tagpin";
+const IMAGE_NAME: &str = "ghcr.io/tagpin/tagpin";
+const USER_ID: i64 = 65532;
+const READ_VERBS: [&str; 3] = ["get", "list", "watch"];
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// One rendered variant.
+struct Build {
+    /// The directory given to `kubectl kustomize`, relative to the repository.
+    dir: &'static str,
+    objects: Vec<Value>,
+}
+
+/// `kubectl kustomize DIR`, or a failure carrying kubectl's own output.
+fn kustomize(dir: &Path) -> Vec<Value> {
+    let kubectl = std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into());
+    let output = Command::new(&kubectl)
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {kubectl:?} kustomize {} ({e}); these tests need kubectl \
+                 (1.27 or newer; set KUBECTL to its path)",
+                dir.display()
+            )
+        });
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "`{} kustomize {}` failed ({}):\n{stderr}\n{stdout}",
+        kubectl.to_string_lossy(),
+        dir.display(),
+        output.status
+    );
+    serde_yaml::Deserializer::from_str(&stdout)
+        .map(|document| {
+            Value::deserialize(document).unwrap_or_else(|e| {
+                panic!(
+                    "kustomize output of {} is not YAML: {e}\n{stdout}",
+                    dir.display()
+                )
+            })
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// Both variants, rendered once for all the tests.
+fn builds() -> &'static [Build] {
+    static BUILDS: OnceLock<Vec<Build>> = OnceLock::new();
+    BUILDS.get_or_init(|| {
+        ["deploy", "deploy/cronjob"]
+            .into_iter()
+            .map(|dir| Build {
+                dir,
+                objects: kustomize(&repo().join(dir)),
+            })
+            .collect()
+    })
+}
+
+fn build(dir: &str) -> &'static Build {
+    builds().iter().find(|b| b.dir == dir).unwrap()
+}
+
+fn kind(object: &Value) -> &str {
+    object["kind"].as_str().unwrap_or_default()
+}
+
+fn name(object: &Value) -> &str {
+    object["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn label(object: &Value) -> String {
+    format!("{}/{}", kind(object), name(object))
+}
+
+impl Build {
+    fn one(&self, wanted: &str) -> &Value {
+        let found: Vec<&Value> = self.objects.iter().filter(|o| kind(o) == wanted).collect();
+        assert_eq!(found.len(), 1, "{}: expected one {wanted}", self.dir);
+        found[0]
+    }
+
+    /// Every pod template (or pod) in the build, with the object holding it.
+    fn pod_specs(&self) -> Vec<(&Value, &Value)> {
+        self.objects
+            .iter()
+            .filter_map(|o| {
+                let spec = match kind(o) {
+                    "Pod" => &o["spec"],
+                    "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" => {
+                        &o["spec"]["template"]["spec"]
+                    }
+                    "CronJob" => &o["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+                    _ => return None,
+                };
+                Some((o, spec))
+            })
+            .collect()
+    }
+}
+
+/// Every container of a pod spec, init containers included.
+fn containers(pod: &Value) -> Vec<&Value> {
+    ["initContainers", "containers", "ephemeralContainers"]
+        .iter()
+        .filter_map(|key| pod[*key].as_sequence())
+        .flatten()
+        .collect()
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_sequence()
+        .map(|s| s.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// The value following `flag` in a container's args.
+fn flag<'a>(container: &'a Value, flag: &str) -> Option<&'a str> {
+    let args = strings(&container["args"]);
+    args.iter()
+        .position(|a| *a == flag)
+        .and_then(|i| args.get(i + 1).copied())
+}
+
+fn env_value<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
+    container["env"]
+        .as_sequence()?
+        .iter()
+        .find(|e| e["name"] == name)
+}
+
+/// The container port a probe or Service port names, by name or by number.
+fn resolve_port(container: &Value, port: &Value) -> Option<i64> {
+    container["ports"].as_sequence()?.iter().find_map(|p| {
+        let number = p["containerPort"].as_i64()?;
+        (port.as_i64() == Some(number) || (port.is_string() && p["name"] == *port))
+            .then_some(number)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// What each variant contains
+
+#[test]
+fn both_variants_build_offline_with_the_expected_objects() {
+    let expected: BTreeMap<&str, Vec<&str>> = BTreeMap::from([
+        (
+            "deploy",
+            vec![
+                "ClusterRole/tagpin-verifier",
+                "ClusterRoleBinding/tagpin-verifier",
+                "ConfigMap/tagpin-config",
+                "Deployment/tagpin",
+                "Namespace/tagpin",
+                "NetworkPolicy/tagpin",
+                "Service/tagpin",
+                "ServiceAccount/tagpin",
+            ],
+        ),
+        (
+            "deploy/cronjob",
+            vec![
+                "ClusterRole/tagpin-verifier",
+                "ClusterRoleBinding/tagpin-verifier",
+                "ConfigMap/tagpin-config",
+                "CronJob/tagpin-sync",
+                "Namespace/tagpin",
+                "NetworkPolicy/tagpin",
+                "ServiceAccount/tagpin",
+            ],
+        ),
+    ]);
+    for build in builds() {
+        let mut found: Vec<String> = build.objects.iter().map(label).collect();
+        found.sort();
+        assert_eq!(found, expected[build.dir], "{}", build.dir);
+        for object in &build.objects {
+            let cluster_scoped = matches!(
+                kind(object),
+                "Namespace" | "ClusterRole" | "ClusterRoleBinding"
+            );
+            let namespace = object["metadata"]["namespace"].as_str();
+            if cluster_scoped {
+                assert_eq!(namespace, None, "{}: {}", build.dir, label(object));
+            } else {
+                assert_eq!(
+                    namespace,
+                    Some(NAMESPACE),
+                    "{}: {}",
+                    build.dir,
+                    label(object)
+                );
+            }
+        }
+    }
+}
+
+/// Deserializes into the k8s-openapi type and serializes back: a field the schema does not
+/// know (a typo) is dropped on the way and shows up as a difference, a wrong type fails.
+fn round_trip<T>(object: &serde_json::Value) -> Result<(), String>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize,
+{
+    let typed: T = serde_json::from_value(object.clone()).map_err(|e| e.to_string())?;
+    let back = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
+    match first_difference(object, &back, String::new()) {
+        None => Ok(()),
+        Some(path) => Err(format!("{path}: not in the schema, or not of its type")),
+    }
+}
+
+fn first_difference(
+    original: &serde_json::Value,
+    back: &serde_json::Value,
+    path: String,
+) -> Option<String> {
+    use serde_json::Value as J;
+    match (original, back) {
+        (J::Object(a), J::Object(b)) => a
+            .iter()
+            .find_map(|(k, v)| {
+                let path = format!("{path}.{k}");
+                match b.get(k) {
+                    Some(w) => first_difference(v, w, path),
+                    None => Some(path),
+                }
+            })
+            .or_else(|| {
+                b.keys()
+                    .find(|k| !a.contains_key(*k))
+                    .map(|k| format!("{path}.{k} (added)"))
+            }),
+        (J::Array(a), J::Array(b)) if a.len() == b.len() => a
+            .iter()
+            .zip(b)
+            .enumerate()
+            .find_map(|(i, (v, w))| first_difference(v, w, format!("{path}[{i}]"))),
+        (a, b) if a == b => None,
+        _ => Some(path),
+    }
+}
+
+#[test]
+fn every_object_matches_the_kubernetes_schema() {
+    use k8s_openapi::api::{apps, batch, core, networking, rbac};
+    let template = serde_json::to_value(secret_template()).unwrap();
+    if let Err(e) = round_trip::<core::v1::Secret>(&template) {
+        panic!("deploy/secret.example.yaml: {e}");
+    }
+    for build in builds() {
+        for object in &build.objects {
+            let json = serde_json::to_value(object).unwrap();
+            let api_version = object["apiVersion"].as_str().unwrap_or_default();
+            let checked = match (api_version, kind(object)) {
+                ("v1", "Namespace") => round_trip::<core::v1::Namespace>(&json),
+                ("v1", "ServiceAccount") => round_trip::<core::v1::ServiceAccount>(&json),
+                ("v1", "ConfigMap") => round_trip::<core::v1::ConfigMap>(&json),
+                ("v1", "Secret") => round_trip::<core::v1::Secret>(&json),
+                ("v1", "Service") => round_trip::<core::v1::Service>(&json),
+                ("apps/v1", "Deployment") => round_trip::<apps::v1::Deployment>(&json),
+                ("batch/v1", "CronJob") => round_trip::<batch::v1::CronJob>(&json),
+                ("networking.k8s.io/v1", "NetworkPolicy") => {
+                    round_trip::<networking::v1::NetworkPolicy>(&json)
+                }
+                ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
+                    round_trip::<rbac::v1::ClusterRole>(&json)
+                }
+                ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+                    round_trip::<rbac::v1::ClusterRoleBinding>(&json)
+                }
+                ("rbac.authorization.k8s.io/v1", "Role") => round_trip::<rbac::v1::Role>(&json),
+                ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
+                    round_trip::<rbac::v1::RoleBinding>(&json)
+                }
+                other => Err(format!("{other:?} has no schema check here; add one")),
+            };
+            if let Err(e) = checked {
+                panic!("{}: {}: {e}", build.dir, label(object));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Least privilege
+
+#[test]
+fn roles_grant_only_get_list_watch_and_never_secrets() {
+    for build in builds() {
+        let mut roles = BTreeSet::new();
+        for role in build
+            .objects
+            .iter()
+            .filter(|o| matches!(kind(o), "ClusterRole" | "Role"))
+        {
+            roles.insert((kind(role).to_string(), name(role).to_string()));
+            let at = format!("{}: {}", build.dir, label(role));
+            assert!(
+                role["aggregationRule"].is_null(),
+                "{at}: aggregates other roles"
+            );
+            let rules = role["rules"].as_sequence().unwrap();
+            if name(role) == "tagpin-verifier" {
+                assert_eq!(rules.len(), 4, "{at}");
+            }
+            for rule in rules {
+                let verbs = strings(&rule["verbs"]);
+                assert!(!verbs.is_empty(), "{at}: {rule:?}");
+                for verb in verbs {
+                    assert!(READ_VERBS.contains(&verb), "{at}: write verb {verb:?}");
+                }
+                let resources = strings(&rule["resources"]);
+                assert!(!resources.is_empty(), "{at}: {rule:?}");
+                for resource in resources {
+                    let base = resource.split('/').next().unwrap();
+                    assert!(
+                        base != "*" && base != "secrets" && !resource.ends_with("/*"),
+                        "{at}: grants {resource:?}"
+                    );
+                }
+                assert!(
+                    !strings(&rule["apiGroups"]).contains(&"*"),
+                    "{at}: {rule:?}"
+                );
+                assert!(rule["nonResourceURLs"].is_null(), "{at}: {rule:?}");
+            }
+        }
+        assert!(!roles.is_empty(), "{}: no role rendered", build.dir);
+        // Bindings only to the roles above (never to cluster-admin, edit, view ...), and only
+        // for tagpin's own ServiceAccount.
+        for binding in build
+            .objects
+            .iter()
+            .filter(|o| matches!(kind(o), "ClusterRoleBinding" | "RoleBinding"))
+        {
+            let at = format!("{}: {}", build.dir, label(binding));
+            let role_ref = &binding["roleRef"];
+            let target = (
+                role_ref["kind"].as_str().unwrap().to_string(),
+                role_ref["name"].as_str().unwrap().to_string(),
+            );
+            assert!(
+                roles.contains(&target),
+                "{at}: binds {target:?}, not defined here"
+            );
+            for subject in binding["subjects"].as_sequence().unwrap() {
+                assert_eq!(subject["kind"], "ServiceAccount", "{at}");
+                assert_eq!(subject["name"], "tagpin", "{at}");
+                assert_eq!(subject["namespace"], NAMESPACE, "{at}");
+            }
+        }
+    }
+}
+
+/// A field of the container's security context, else of the pod's.
+fn effective<'a>(pod: &'a Value, container: &'a Value, field: &str) -> &'a Value {
+    match &container["securityContext"][field] {
+        Value::Null => &pod["securityContext"][field],
+        value => value,
+    }
+}
+
+#[test]
+fn every_container_runs_non_root_read_only_without_privileges() {
+    for build in builds() {
+        let pods = build.pod_specs();
+        assert!(!pods.is_empty(), "{}: no workload rendered", build.dir);
+        for (owner, pod) in pods {
+            let at = format!("{}: {}", build.dir, label(owner));
+            assert_eq!(pod["serviceAccountName"], "tagpin", "{at}");
+            for host in ["hostNetwork", "hostPID", "hostIPC"] {
+                assert_ne!(pod[host], Value::Bool(true), "{at}: {host}");
+            }
+            for volume in pod["volumes"].as_sequence().into_iter().flatten() {
+                assert!(
+                    volume["hostPath"].is_null(),
+                    "{at}: hostPath volume {volume:?}"
+                );
+            }
+            let all = containers(pod);
+            assert!(!all.is_empty(), "{at}: no container");
+            for container in all {
+                let at = format!("{at}: container {:?}", container["name"]);
+                let security = &container["securityContext"];
+                assert_eq!(
+                    effective(pod, container, "runAsNonRoot").as_bool(),
+                    Some(true),
+                    "{at}"
+                );
+                assert_eq!(
+                    effective(pod, container, "runAsUser").as_i64(),
+                    Some(USER_ID),
+                    "{at}"
+                );
+                assert_eq!(
+                    effective(pod, container, "seccompProfile")["type"],
+                    "RuntimeDefault",
+                    "{at}"
+                );
+                assert_eq!(security["readOnlyRootFilesystem"], true, "{at}");
+                assert_eq!(security["allowPrivilegeEscalation"], false, "{at}");
+                assert_ne!(security["privileged"], true, "{at}");
+                assert!(
+                    strings(&security["capabilities"]["drop"]).contains(&"ALL"),
+                    "{at}: capabilities not all dropped"
+                );
+                assert!(
+                    strings(&security["capabilities"]["add"]).is_empty(),
+                    "{at}: adds capabilities"
+                );
+                let resources = &container["resources"];
+                for request in ["cpu", "memory"] {
+                    assert!(
+                        resources["requests"][request].is_string(),
+                        "{at}: no {request} request"
+                    );
+                }
+                assert!(
+                    resources["limits"]["memory"].is_string(),
+                    "{at}: no memory limit"
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The controller
+
+#[test]
+fn the_controller_is_one_recreated_replica_with_health_probes() {
+    let deployment = build("deploy").one("Deployment");
+    let spec = &deployment["spec"];
+    assert_eq!(spec["replicas"], 1);
+    // Passes must never overlap, not even while the pod is replaced.
+    assert_eq!(spec["strategy"]["type"], "Recreate");
+    assert!(spec["strategy"]["rollingUpdate"].is_null());
+    let pod = &spec["template"]["spec"];
+    // tagpin gives a pass under way 30 s after SIGTERM; the kubelet must wait longer.
+    assert!(pod["terminationGracePeriodSeconds"].as_i64().unwrap() >= 45);
+    let container = &pod["containers"][0];
+    assert_eq!(pod["containers"].as_sequence().unwrap().len(), 1);
+    assert_eq!(strings(&container["args"]).first(), Some(&"run"));
+    assert_eq!(flag(container, "--listen"), Some("0.0.0.0:8080"));
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        assert_eq!(resolve_port(container, &get["port"]), Some(8080), "{probe}");
+    }
+}
+
+#[test]
+fn the_service_serves_port_8080_named_http_from_the_controller() {
+    let deploy = build("deploy");
+    let service = deploy.one("Service");
+    let deployment = deploy.one("Deployment");
+    let ports = service["spec"]["ports"].as_sequence().unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0]["name"], "http");
+    assert_eq!(ports[0]["port"], 8080);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(resolve_port(container, &ports[0]["targetPort"]), Some(8080));
+    let pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        .as_mapping()
+        .unwrap();
+    let selector = service["spec"]["selector"].as_mapping().unwrap();
+    assert!(!selector.is_empty());
+    for (key, value) in selector {
+        assert_eq!(pod_labels.get(key), Some(value), "selector {key:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The CronJob variant
+
+#[test]
+fn the_cronjob_syncs_every_15_minutes_and_never_overlaps() {
+    let cronjob = build("deploy/cronjob").one("CronJob");
+    let spec = &cronjob["spec"];
+    assert_eq!(spec["concurrencyPolicy"], "Forbid");
+    assert_eq!(spec["schedule"], "*/15 * * * *");
+    // A hung pass is stopped before the next is due, or Forbid would skip every later run.
+    let deadline = spec["jobTemplate"]["spec"]["activeDeadlineSeconds"]
+        .as_i64()
+        .expect("activeDeadlineSeconds");
+    assert!(deadline < 15 * 60, "{deadline}");
+    let pod = &spec["jobTemplate"]["spec"]["template"]["spec"];
+    assert!(matches!(
+        pod["restartPolicy"].as_str(),
+        Some("Never" | "OnFailure")
+    ));
+    let container = &pod["containers"][0];
+    assert_eq!(strings(&container["args"]).first(), Some(&"sync"));
+    assert!(
+        container["ports"].is_null(),
+        "nothing listens in a sync pod"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Network
+
+fn port_set(rules: &Value) -> BTreeSet<(String, i64)> {
+    let mut set = BTreeSet::new();
+    for rule in rules.as_sequence().into_iter().flatten() {
+        let ports = rule["ports"]
+            .as_sequence()
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        // A rule without ports admits every port.
+        assert!(!ports.is_empty(), "rule open on every port: {rule:?}");
+        for port in ports {
+            set.insert((
+                port["protocol"].as_str().unwrap_or("TCP").to_string(),
+                port["port"].as_i64().expect("numeric port"),
+            ));
+        }
+    }
+    set
+}
+
+#[test]
+fn the_network_policy_admits_only_port_8080_and_egress_on_named_ports() {
+    let expected_egress: BTreeSet<(String, i64)> = [
+        ("UDP", 53),
+        ("TCP", 53),
+        ("TCP", 443),
+        ("TCP", 6443),
+        ("TCP", 80),
+        ("TCP", 22),
+        ("TCP", 9418),
+    ]
+    .into_iter()
+    .map(|(p, n)| (p.to_string(), n))
+    .collect();
+    for build in builds() {
+        let policy = build.one("NetworkPolicy");
+        let spec = &policy["spec"];
+        assert_eq!(
+            strings(&spec["policyTypes"]),
+            ["Ingress", "Egress"],
+            "{}",
+            build.dir
+        );
+        assert_eq!(port_set(&spec["egress"]), expected_egress, "{}", build.dir);
+        let ingress = port_set(&spec["ingress"]);
+        if build.dir == "deploy" {
+            assert_eq!(ingress, BTreeSet::from([("TCP".to_string(), 8080)]));
+        } else {
+            assert!(ingress.is_empty(), "{}: {ingress:?}", build.dir);
+        }
+        // The policy selects every tagpin pod of the build.
+        let selector = spec["podSelector"]["matchLabels"].as_mapping().unwrap();
+        assert!(!selector.is_empty());
+        for (owner, _) in build.pod_specs() {
+            let labels = match kind(owner) {
+                "CronJob" => &owner["spec"]["jobTemplate"]["spec"]["template"]["metadata"],
+                _ => &owner["spec"]["template"]["metadata"],
+            }["labels"]
+                .as_mapping()
+                .unwrap();
+            for (key, value) in selector {
+                assert_eq!(
+                    labels.get(key),
+                    Some(value),
+                    "{}: {}",
+                    build.dir,
+                    label(owner)
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Secrets and configuration
+
+fn secret_template() -> Value {
+    let text = std::fs::read_to_string(repo().join("deploy/secret.example.yaml")).unwrap();
+    serde_yaml::from_str(&text).unwrap()
+}
+
+#[test]
+fn no_secret_is_built_and_the_template_matches_what_the_pods_read() {
+    let template = secret_template();
+    assert_eq!(kind(&template), "Secret");
+    let secret_name = name(&template);
+    let keys: BTreeSet<&str> = template["stringData"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        BTreeSet::from([
+            "GIT_TOKEN",
+            "GITHUB_TOKEN",
+            "TAGPIN_WEBHOOK_SECRET",
+            "config.json"
+        ])
+    );
+    // The template is never part of a build.
+    for kustomization in [
+        "deploy/kustomization.yaml",
+        "deploy/common/kustomization.yaml",
+        "deploy/cronjob/kustomization.yaml",
+    ] {
+        let k: Value =
+            serde_yaml::from_str(&std::fs::read_to_string(repo().join(kustomization)).unwrap())
+                .unwrap();
+        for list in ["resources", "components", "secretGenerator"] {
+            assert!(
+                !format!("{:?}", k[list]).contains("secret"),
+                "{kustomization}: {list} names a secret"
+            );
+        }
+    }
+    for build in builds() {
+        for object in &build.objects {
+            assert_ne!(kind(object), "Secret", "{}: {}", build.dir, label(object));
+        }
+        // Every reference to the Secret names a key of the template; none puts config.json
+        // (or the whole Secret) into the environment.
+        for (owner, pod) in build.pod_specs() {
+            let at = format!("{}: {}", build.dir, label(owner));
+            for container in containers(pod) {
+                assert!(container["envFrom"].is_null(), "{at}: envFrom");
+                for env in container["env"].as_sequence().into_iter().flatten() {
+                    let reference = &env["valueFrom"]["secretKeyRef"];
+                    if reference.is_null() {
+                        continue;
+                    }
+                    assert_eq!(reference["name"], secret_name, "{at}");
+                    let key = reference["key"].as_str().unwrap();
+                    assert!(
+                        keys.contains(key) && key != "config.json",
+                        "{at}: key {key}"
+                    );
+                    assert_eq!(env["name"], key, "{at}");
+                }
+            }
+            for volume in pod["volumes"].as_sequence().into_iter().flatten() {
+                let mut secrets = vec![&volume["secret"]];
+                for source in volume["projected"]["sources"]
+                    .as_sequence()
+                    .into_iter()
+                    .flatten()
+                {
+                    secrets.push(&source["secret"]);
+                }
+                for secret in secrets.into_iter().filter(|s| !s.is_null()) {
+                    let secret_ref = match &secret["secretName"] {
+                        Value::Null => &secret["name"],
+                        n => n,
+                    };
+                    assert_eq!(*secret_ref, secret_name, "{at}");
+                    let items = secret["items"].as_sequence().expect("items");
+                    for item in items {
+                        assert_eq!(item["key"], "config.json", "{at}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where the file or directory at `path` in the container comes from: `configMap:NAME:KEY`,
+/// `secret:NAME:KEY`, or `emptyDir` for anything on one.
+fn mounted_source(pod: &Value, container: &Value, path: &str) -> Option<String> {
+    let mounts = container["volumeMounts"].as_sequence()?;
+    // The deepest mount holding the path.
+    let mount = mounts
+        .iter()
+        .filter(|m| {
+            let dir = m["mountPath"].as_str().unwrap_or_default();
+            path == dir || path.starts_with(&format!("{}/", dir.trim_end_matches('/')))
+        })
+        .max_by_key(|m| m["mountPath"].as_str().unwrap_or_default().len())?;
+    let dir = mount["mountPath"].as_str()?.trim_end_matches('/');
+    let relative = path[dir.len()..].trim_start_matches('/');
+    let volume = pod["volumes"]
+        .as_sequence()?
+        .iter()
+        .find(|v| v["name"] == mount["name"])?;
+    if !volume["emptyDir"].is_null() {
+        return Some("emptyDir".to_string());
+    }
+    let mut sources: Vec<(&str, &Value)> = Vec::new();
+    for kind in ["configMap", "secret"] {
+        if !volume[kind].is_null() {
+            sources.push((kind, &volume[kind]));
+        }
+    }
+    for source in volume["projected"]["sources"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+    {
+        for kind in ["configMap", "secret"] {
+            if !source[kind].is_null() {
+                sources.push((kind, &source[kind]));
+            }
+        }
+    }
+    sources.iter().find_map(|(kind, source)| {
+        let name = source["name"]
+            .as_str()
+            .or_else(|| source["secretName"].as_str())?;
+        let item = source["items"]
+            .as_sequence()?
+            .iter()
+            .find(|item| item["path"] == relative)?;
+        Some(format!("{kind}:{name}:{}", item["key"].as_str()?))
+    })
+}
+
+#[test]
+fn the_configmap_holds_a_valid_pull_request_config_wired_to_the_pods() {
+    use tagpin::config::{Config, GitAuth, WriteMode};
+    for build in builds() {
+        let config_map = build.one("ConfigMap");
+        let text = config_map["data"]["tagpin.yaml"].as_str().unwrap();
+        let config = Config::parse(text, Path::new("deploy/common/configmap.yaml"))
+            .unwrap_or_else(|e| panic!("{}: {e}", build.dir));
+        assert_eq!(config.mode, WriteMode::PullRequest);
+        let GitAuth::Token { env: git_env, .. } = &config.repository.auth else {
+            panic!(
+                "repository.auth is not a token: {:?}",
+                config.repository.auth
+            );
+        };
+        assert_eq!(git_env, "GIT_TOKEN");
+        let forge = config.forge.as_ref().expect("forge");
+        assert_eq!(forge.token_env, "GITHUB_TOKEN");
+        assert_eq!(
+            config.registries.docker_config.as_deref(),
+            Some(Path::new("/etc/tagpin/docker"))
+        );
+
+        for (owner, pod) in build.pod_specs() {
+            let container = &pod["containers"][0];
+            let at = format!("{}: {}", build.dir, label(owner));
+            // The tokens the configuration names are in the environment.
+            for env in [git_env.as_str(), forge.token_env.as_str()] {
+                assert!(env_value(container, env).is_some(), "{at}: {env} not set");
+            }
+            // --config is this ConfigMap's key, mounted where the args say.
+            let config_path = flag(container, "--config").expect("--config");
+            assert_eq!(
+                mounted_source(pod, container, config_path).as_deref(),
+                Some(format!("configMap:{}:tagpin.yaml", name(config_map)).as_str()),
+                "{at}: {config_path}"
+            );
+            // Registry credentials: DOCKER_CONFIG/config.json is the Secret's config.json.
+            let docker_config = env_value(container, "DOCKER_CONFIG").expect("DOCKER_CONFIG")
+                ["value"]
+                .as_str()
+                .unwrap();
+            assert_eq!(Path::new(docker_config), Path::new("/etc/tagpin/docker"));
+            let secret = name(&secret_template()).to_string();
+            assert_eq!(
+                mounted_source(pod, container, &format!("{docker_config}/config.json")),
+                Some(format!("secret:{secret}:config.json")),
+                "{at}"
+            );
+            // Everything tagpin writes is on a writable volume (the root filesystem is
+            // read-only): the mirror, HOME and the cache home.
+            let cache_dir = flag(container, "--cache-dir").expect("--cache-dir");
+            assert_eq!(
+                config.repository.cache_dir.as_deref(),
+                Some(Path::new(cache_dir)),
+                "{at}: repository.cache_dir and --cache-dir differ"
+            );
+            assert_eq!(
+                env_value(container, "XDG_CACHE_HOME").unwrap()["value"],
+                "/var/cache",
+                "{at}"
+            );
+            let home = env_value(container, "HOME").unwrap()["value"]
+                .as_str()
+                .unwrap();
+            for writable in [cache_dir, home, "/var/cache/tagpin"] {
+                assert_eq!(
+                    mounted_source(pod, container, writable).as_deref(),
+                    Some("emptyDir"),
+                    "{at}: {writable} is not writable"
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The image
+
+/// `path` relative to `from` (both absolute, symlinks resolved).
+fn relative_path(from: &Path, path: &Path) -> PathBuf {
+    let from: Vec<Component> = from.components().collect();
+    let path: Vec<Component> = path.components().collect();
+    let common = from.iter().zip(&path).take_while(|(a, b)| a == b).count();
+    let mut relative = PathBuf::new();
+    for _ in common..from.len() {
+        relative.push("..");
+    }
+    for component in &path[common..] {
+        relative.push(component);
+    }
+    relative
+}
+
+fn images(build: &Build) -> Vec<String> {
+    build
+        .pod_specs()
+        .into_iter()
+        .flat_map(|(_, pod)| containers(pod))
+        .map(|c| c["image"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_image_is_overridable_with_kustomize_images() {
+    for build in builds() {
+        let k: Value = serde_yaml::from_str(
+            &std::fs::read_to_string(repo().join(build.dir).join("kustomization.yaml")).unwrap(),
+        )
+        .unwrap();
+        let entry = k["images"]
+            .as_sequence()
+            .and_then(|s| s.iter().find(|e| e["name"] == IMAGE_NAME))
+            .unwrap_or_else(|| panic!("{}: no images: entry for {IMAGE_NAME}", build.dir));
+        let tag = entry["newTag"].as_str().expect("newTag");
+        for image in images(build) {
+            assert_eq!(image, format!("{IMAGE_NAME}:{tag}"), "{}", build.dir);
+        }
+    }
+    // An overlay of each variant replaces the image everywhere.
+    let digest = format!("sha256:{}", "0123456789abcdef".repeat(4));
+    for variant in ["deploy", "deploy/cronjob"] {
+        let overlay = tempfile::tempdir().unwrap();
+        let overlay_dir = overlay.path().canonicalize().unwrap();
+        let base = relative_path(&overlay_dir, &repo().join(variant).canonicalize().unwrap());
+        std::fs::write(
+            overlay_dir.join("kustomization.yaml"),
+            format!(
+                "resources:\n  - {}\nimages:\n  - name: {IMAGE_NAME}\n    \
+                 newName: registry.example.com/platform/tagpin\n    digest: {digest}\n",
+                base.display()
+            ),
+        )
+        .unwrap();
+        let overridden = Build {
+            dir: variant,
+            objects: kustomize(&overlay_dir),
+        };
+        let found = images(&overridden);
+        assert!(!found.is_empty());
+        for image in found {
+            assert_eq!(
+                image,
+                format!("registry.example.com/platform/tagpin@{digest}")
+            );
+        }
+    }
+}
+
+#[test]
+fn the_dockerfile_runs_the_binary_as_the_same_non_root_user() {
+    let dockerfile = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
+    let last_stage = dockerfile
+        .rsplit_once("\nFROM ")
+        .map(|(_, s)| s)
+        .expect("a multi-stage Dockerfile");
+    let instruction = |name: &str| {
+        last_stage
+            .lines()
+            .rev()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .map(|l| l[name.len() + 1..].trim().to_string())
+    };
+    assert_eq!(instruction("USER").as_deref(), Some("65532:65532"));
+    assert_eq!(
+        instruction("ENTRYPOINT").as_deref(),
+        Some(r#"["/usr/local/bin/tagpin"]"#)
+    );
+    for build in builds() {
+        for (owner, pod) in build.pod_specs() {
+            for container in containers(pod) {
+                // The image's entrypoint runs; the manifests only pass arguments.
+                assert!(
+                    container["command"].is_null(),
+                    "{}: {}",
+                    build.dir,
+                    label(owner)
+                );
+            }
+        }
+    }
+    let dockerignore = std::fs::read_to_string(repo().join(".dockerignore")).unwrap();
+    assert_eq!(
+        dockerignore.lines().find(|l| !l.starts_with('#')),
+        Some("*")
+    );
+}

@@ -1,7 +1,7 @@
 //! Reads what runs: the live workload and its pods, through the Kubernetes API (kube).
 //!
 //! Read-only by construction: this module only calls `get` and `list`, so the verifier needs
-//! nothing but get/list/watch on pods and the workload kinds (see `deploy/rbac.yaml`).
+//! nothing but get/list/watch on pods and the workload kinds (see `deploy/common/rbac.yaml`).
 //! Everything read is turned into the plain structs of [`super::verdict`] at once, so the
 //! judgement stays pure.
 
