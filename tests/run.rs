@@ -123,6 +123,20 @@ impl Controller {
     }
 }
 
+/// A commit-mode `tagpin.yaml` for `repo`, pinning `apps/` against the registry at `host`.
+fn commit_mode_config(dir: &std::path::Path, repo: &BareRepo, host: &str) -> PathBuf {
+    let config = dir.join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nregistries: {{insecure: ['{host}']}}\n",
+            repo.file_url()
+        ),
+    )
+    .unwrap();
+    config
+}
+
 async fn eventually(what: &str, check: impl FnMut() -> bool) {
     assert!(
         eventually_or(what, check).await,
@@ -160,15 +174,7 @@ async fn the_controller_pins_on_start_and_within_seconds_of_a_webhook_then_stops
         ),
     ]);
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("tagpin.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nregistries: {{insecure: ['{host}']}}\n",
-            repo.file_url()
-        ),
-    )
-    .unwrap();
+    let config = commit_mode_config(dir.path(), &repo, &host);
     let commits_before = repo.log("main").len();
 
     let controller = Controller::start(dir.path(), &config).await;
@@ -266,15 +272,7 @@ async fn sigterm_during_a_pass_leaves_nothing_half_done() {
         &deployment("web", &format!("{host}/acme/web:1.0")),
     )]);
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("tagpin.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nregistries: {{insecure: ['{host}']}}\n",
-            repo.file_url()
-        ),
-    )
-    .unwrap();
+    let config = commit_mode_config(dir.path(), &repo, &host);
     let controller = Controller::start(dir.path(), &config).await;
     let base_commits = repo.log("main").len();
 

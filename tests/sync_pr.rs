@@ -4,6 +4,8 @@
 
 mod support;
 
+use support::output_text as text;
+
 use std::path::PathBuf;
 use std::process::Output;
 
@@ -98,15 +100,6 @@ impl World {
             .filter(|r| r.method != "GET")
             .count()
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[tokio::test]

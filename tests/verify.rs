@@ -4,6 +4,8 @@
 
 mod support;
 
+use support::output_text as text;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
@@ -76,15 +78,6 @@ impl World {
             .await
             .expect("run tagpin")
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn manifest(name: &str, image: &str, replicas: u32) -> String {

@@ -121,19 +121,47 @@ impl GitHub {
         base: &str,
     ) -> Result<Vec<PullRequestInfo>, ForgeError> {
         let head = format!("{}:{branch}", self.owner);
-        let head = head.as_str();
-        let what = format!("list pull requests from {branch}");
+        self.list_pulls(
+            &format!("list pull requests from {branch}"),
+            Some(&head),
+            base,
+        )
+        .await
+    }
+
+    /// The newest pull requests into `base` whose branch starts with `prefix` (tagpin's own),
+    /// open or closed, newest first: what is in flight is read back from here.
+    pub async fn pull_requests_with_prefix(
+        &self,
+        prefix: &str,
+        base: &str,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let mut prs = self
+            .list_pulls(&format!("list pull requests into {base}"), None, base)
+            .await?;
+        prs.retain(|p| p.head_ref.starts_with(prefix));
+        Ok(prs)
+    }
+
+    /// One page (100) of pull requests into `base`, of every state, newest first.
+    async fn list_pulls(
+        &self,
+        what: &str,
+        head: Option<&str>,
+        base: &str,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
         let page = self
-            .call(&what, || async move {
-                self.octo
-                    .pulls(&self.owner, &self.repo)
+            .call(what, || async move {
+                let list = self.octo.pulls(&self.owner, &self.repo);
+                let mut request = list
                     .list()
                     .state(octocrab::params::State::All)
-                    .head(head)
                     .base(base)
-                    .per_page(100u8)
-                    .send()
-                    .await
+                    .per_page(100u8);
+                if let Some(head) = head {
+                    request = request.head(head);
+                }
+                request.send().await
             })
             .await?;
         let mut prs: Vec<PullRequestInfo> = page.items.into_iter().map(info).collect();
@@ -192,36 +220,6 @@ impl GitHub {
         })
         .await?;
         Ok(())
-    }
-
-    /// The newest pull requests into `base` whose branch starts with `prefix` (tagpin's own),
-    /// open or closed, newest first: what is in flight is read back from here.
-    pub async fn pull_requests_with_prefix(
-        &self,
-        prefix: &str,
-        base: &str,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list pull requests into {base}");
-        let page = self
-            .call(&what, || async move {
-                self.octo
-                    .pulls(&self.owner, &self.repo)
-                    .list()
-                    .state(octocrab::params::State::All)
-                    .base(base)
-                    .per_page(50u8)
-                    .send()
-                    .await
-            })
-            .await?;
-        let mut prs: Vec<PullRequestInfo> = page
-            .items
-            .into_iter()
-            .map(info)
-            .filter(|p| p.head_ref.starts_with(prefix))
-            .collect();
-        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
-        Ok(prs)
     }
 
     /// The newest state and description of status `context` on `sha`, if tagpin set one.

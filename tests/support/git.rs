@@ -167,12 +167,9 @@ fn write_files(root: &Path, files: &[(&str, &str)]) {
     }
 }
 
-/// A loopback TCP port that was free a moment ago, for `git daemon`, which
-/// cannot be handed a bound socket. Our HTTP server binds port 0 instead.
-pub fn free_port() -> u16 {
-    let listener = StdTcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to find a port");
-    listener.local_addr().expect("local addr").port()
-}
+/// A loopback port for `git daemon`, which cannot be handed a bound socket; our HTTP server
+/// binds port 0 instead.
+pub use super::registry::free_port;
 
 /// The path of one of git's own programs (`git-daemon`, `git-http-backend`)
 /// in `git --exec-path`.
