@@ -94,6 +94,23 @@ impl Controller {
         request.send().await.unwrap().status().as_u16()
     }
 
+    /// A GitHub `package` event, signed with `secret` as GitHub signs deliveries.
+    async fn deliver_ghcr(&self, secret: &str, body: &str) -> u16 {
+        self.http
+            .post(format!("{}/webhooks/ghcr", self.base))
+            .header(
+                "x-hub-signature-256",
+                tagpin::webhook::sign(secret, body.as_bytes()),
+            )
+            .header("x-github-event", "package")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
     async fn metrics(&self) -> String {
         self.http
             .get(format!("{}/metrics", self.base))
@@ -212,6 +229,14 @@ async fn the_controller_pins_on_start_and_within_seconds_of_a_webhook_then_stops
             .await,
         400
     );
+    // GHCR signs its deliveries: a wrong signature is refused, a right one accepted (it names
+    // an image this repository does not use, served by the same pass as the pushes below).
+    let package = r#"{"action":"published","package":{"name":"other","namespace":"acme","package_type":"container"}}"#;
+    assert_eq!(
+        controller.deliver_ghcr("not-the-secret", package).await,
+        401
+    );
+    assert_eq!(controller.deliver_ghcr(SECRET, package).await, 202);
     let started = Instant::now();
     for _ in 0..5 {
         // A flood of deliveries for one push is served by one pass.
@@ -226,6 +251,7 @@ async fn the_controller_pins_on_start_and_within_seconds_of_a_webhook_then_stops
         repo.log("main").len() == commits_before + 2
     })
     .await;
+
     let latency = started.elapsed();
     assert!(repo
         .read("main", "apps/web.yaml")
@@ -240,6 +266,8 @@ async fn the_controller_pins_on_start_and_within_seconds_of_a_webhook_then_stops
         "tagpin_webhook_deliveries_total{sender=\"distribution\",result=\"accepted\"} 5",
         "tagpin_webhook_deliveries_total{sender=\"distribution\",result=\"unauthorized\"} 3",
         "tagpin_webhook_deliveries_total{sender=\"distribution\",result=\"bad_payload\"} 1",
+        "tagpin_webhook_deliveries_total{sender=\"ghcr\",result=\"unauthorized\"} 1",
+        "tagpin_webhook_deliveries_total{sender=\"ghcr\",result=\"accepted\"} 1",
         &format!("tagpin_registry_requests_total{{host=\"{host}\",status=\"200\"}} 3"),
         "tagpin_last_success_timestamp_seconds",
     ] {
