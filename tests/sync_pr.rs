@@ -285,3 +285,19 @@ async fn a_bad_github_token_is_reported_without_being_shown() {
     assert!(!text(&out).contains(wrong));
     assert!(w.github.prs().is_empty());
 }
+
+#[tokio::test]
+async fn an_exhausted_primary_rate_limit_is_waited_out_until_its_reset() {
+    let w = World::new("single").await;
+    let reset = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 1;
+    w.github
+        .inject(Fault::rate_limit_exhausted("POST", "/pulls", reset).times(1));
+    let out = w.sync(&[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(w.github.prs().len(), 1);
+    w.github.assert_no_violations();
+}
