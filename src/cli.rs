@@ -309,6 +309,7 @@ fn build_client(
         settings.ca_files.extend(c.ca_files.iter().cloned());
         settings.concurrency_per_host = c.concurrency;
         settings.request_timeout = Duration::from_secs(c.timeout_seconds);
+        settings.resolve_budget = Duration::from_secs(c.budget_seconds);
     }
     Client::new(settings).map_err(|e| e.to_string())
 }

@@ -88,6 +88,8 @@ pub struct Registries {
     pub docker_config: Option<PathBuf>,
     pub concurrency: usize,
     pub timeout_seconds: u64,
+    /// How long one pass waits for any one image (see `registry::Settings::resolve_budget`).
+    pub budget_seconds: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -576,6 +578,7 @@ impl Validator {
             docker_config: None,
             concurrency: crate::registry::DEFAULT_CONCURRENCY_PER_HOST,
             timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
+            budget_seconds: crate::registry::DEFAULT_RESOLVE_BUDGET.as_secs(),
         };
         let Some(value) = top.get("registries") else {
             return registries;
@@ -590,6 +593,7 @@ impl Validator {
                 "docker_config",
                 "concurrency",
                 "timeout_seconds",
+                "budget_seconds",
             ],
         ) else {
             return registries;
@@ -606,6 +610,9 @@ impl Validator {
         }
         if let Some(n) = self.number(m, path, "timeout_seconds", 1, 3600) {
             registries.timeout_seconds = n;
+        }
+        if let Some(n) = self.number(m, path, "budget_seconds", 1, 3600) {
+            registries.budget_seconds = n;
         }
         registries
     }

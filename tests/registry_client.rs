@@ -730,3 +730,47 @@ fn base64_encode(s: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(s)
 }
+
+#[tokio::test]
+async fn a_hanging_registry_delays_only_its_own_images() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let pushed = registry.push_image("acme/web", "1", "w").await;
+    // A registry that accepts connections and never answers.
+    let hanging = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hanging_host = hanging.local_addr().unwrap().to_string();
+    let mut settings = settings_for(&registry.host());
+    settings.insecure_hosts.push(hanging_host.clone());
+    settings.request_timeout = Duration::from_secs(30);
+    settings.resolve_budget = Duration::from_secs(1);
+    let client = Client::new(settings).unwrap();
+    let refs = [
+        image(&registry.host(), "acme/web:1"),
+        image(&hanging_host, "acme/slow:1"),
+    ];
+
+    let started = std::time::Instant::now();
+    let results = client.resolve_all(refs.iter()).await;
+
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let by_repo = |repo: &str| {
+        results
+            .iter()
+            .find(|(k, _)| k.repository == repo)
+            .unwrap()
+            .1
+    };
+    assert_eq!(
+        by_repo("acme/web").as_ref().unwrap().digest,
+        digest(&pushed.manifest)
+    );
+    let err = by_repo("acme/slow").as_ref().unwrap_err().to_string();
+    assert!(
+        err.contains(&hanging_host) && err.contains("no answer within 1s"),
+        "{err}"
+    );
+    drop(hanging);
+}

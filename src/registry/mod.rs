@@ -48,6 +48,10 @@ pub struct Settings {
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
     pub retry: RetryPolicy,
+    /// How long [`Client::resolve_all`] waits for any one image, retries included. A slow or
+    /// hanging registry then delays only its own images: the pass goes on without them and
+    /// reports them, instead of waiting out every timeout and retry.
+    pub resolve_budget: Duration,
 }
 
 impl Default for Settings {
@@ -60,9 +64,13 @@ impl Default for Settings {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
+            resolve_budget: DEFAULT_RESOLVE_BUDGET,
         }
     }
 }
+
+/// The default for [`Settings::resolve_budget`].
+pub const DEFAULT_RESOLVE_BUDGET: Duration = Duration::from_secs(60);
 
 /// Enough to keep a registry busy without tripping the abuse limits public registries apply.
 pub const DEFAULT_CONCURRENCY_PER_HOST: usize = 8;
@@ -298,7 +306,21 @@ impl Client {
         for r in refs {
             distinct.entry(ResolveKey::of(r)).or_insert(r);
         }
-        let results = join_all(distinct.values().map(|r| self.resolve(r))).await;
+        let budget = self.settings.resolve_budget;
+        let results = join_all(distinct.values().map(|r| async move {
+            match tokio::time::timeout(budget, self.resolve(r)).await {
+                Ok(result) => result,
+                Err(_) => Err(RegistryError::Unreachable {
+                    image: ResolveKey::of(r).to_string(),
+                    host: r.api_host().to_string(),
+                    detail: format!(
+                        "no answer within {}s; the pass went on without it",
+                        budget.as_secs()
+                    ),
+                }),
+            }
+        }))
+        .await;
         distinct.into_keys().zip(results).collect()
     }
 
