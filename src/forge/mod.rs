@@ -317,9 +317,11 @@ impl GitHub {
             .items
             .iter()
             .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
-            .map(|c| c.id);
+            .map(|c| (c.id, c.body.as_deref() == Some(body)));
         match existing {
-            Some(id) => {
+            // Already says exactly this: editing it again would only spend rate limit.
+            Some((id, true)) => Ok(id.into_inner()),
+            Some((id, false)) => {
                 let what = format!("update comment {id} on pull request #{number}");
                 self.call(&what, || async move {
                     self.octo
