@@ -349,8 +349,10 @@ impl Mirror {
     }
 
     /// libgit2's local transport moves refs without checking their old value, so two writers
-    /// could overwrite each other. For a repository on this machine the objects are sent to a
-    /// scratch ref, and the branch is then moved by compare-and-swap under the ref's lock.
+    /// could overwrite each other. For a repository on this machine tagpin writes the new
+    /// objects into its object database itself, then moves the branch by compare-and-swap under
+    /// the ref's lock. (No scratch ref is used: another process fetching at that moment would
+    /// list it and fail when it vanished.)
     fn push_local(
         &self,
         path: &Path,
@@ -358,18 +360,9 @@ impl Mirror {
         branch: &str,
         expect: Expect,
     ) -> Result<(), GitError> {
-        let scratch = format!("refs/tagpin/incoming/{commit}");
-        let mut remote = self
-            .repo
-            .remote_anonymous(&self.url)
-            .map_err(|e| self.push_error(e))?;
-        self.send(
-            &mut remote,
-            commit,
-            &format!("+{PUSH_REF}:{scratch}"),
-            branch,
-        )?;
         let target = Repository::open(path).map_err(|e| self.push_error(e))?;
+        self.copy_objects(&target, commit)
+            .map_err(|e| self.push_error(e))?;
         let name = format!("refs/heads/{branch}");
         let moved = match expect {
             Expect::FastForwardFrom(base) | Expect::Lease(Some(base)) => {
@@ -378,9 +371,6 @@ impl Mirror {
             Expect::Lease(None) => target.reference(&name, commit, false, "tagpin"),
         }
         .map(|_| ());
-        if let Ok(mut r) = target.find_reference(&scratch) {
-            let _ = r.delete();
-        }
         match (moved, expect) {
             (Ok(()), _) => Ok(()),
             (Err(e), Expect::FastForwardFrom(_)) if is_stale(&e) => Err(GitError::NonFastForward {
@@ -393,6 +383,50 @@ impl Mirror {
             }
             (Err(e), _) => Err(self.push_error(e)),
         }
+    }
+
+    /// Writes `commit` and the objects of its tree that `target` lacks into `target`, each
+    /// object after everything it points to, so that an object present in `target` is always
+    /// complete there (an interrupted copy leaves only unreachable objects). That is also why a
+    /// tree `target` already has is skipped whole. The parents must be there already: they are
+    /// the tip tagpin fetched from `target`.
+    fn copy_objects(&self, target: &Repository, commit: Oid) -> Result<(), git2::Error> {
+        let destination = target.odb()?;
+        if destination.exists(commit) {
+            return Ok(());
+        }
+        let c = self.repo.find_commit(commit)?;
+        if let Some(parent) = c.parent_ids().find(|p| !destination.exists(*p)) {
+            return Err(git2::Error::from_str(&format!(
+                "the remote lacks {parent}, the commit tagpin built on"
+            )));
+        }
+        self.copy_tree(&destination, c.tree_id())?;
+        self.copy_object(&destination, commit)
+    }
+
+    /// A tree's blobs and subtrees first, then the tree itself.
+    fn copy_tree(&self, destination: &git2::Odb<'_>, tree: Oid) -> Result<(), git2::Error> {
+        if destination.exists(tree) {
+            return Ok(());
+        }
+        for entry in self.repo.find_tree(tree)?.iter() {
+            match entry.kind() {
+                Some(ObjectType::Tree) => self.copy_tree(destination, entry.id())?,
+                Some(ObjectType::Blob) if !destination.exists(entry.id()) => {
+                    self.copy_object(destination, entry.id())?
+                }
+                _ => {}
+            }
+        }
+        self.copy_object(destination, tree)
+    }
+
+    fn copy_object(&self, destination: &git2::Odb<'_>, oid: Oid) -> Result<(), git2::Error> {
+        let source = self.repo.odb()?;
+        let object = source.read(oid)?;
+        destination.write(object.kind(), object.data())?;
+        Ok(())
     }
 
     /// The branch's tip as the remote advertises it now.
