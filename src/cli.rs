@@ -315,12 +315,7 @@ fn build_client(
 }
 
 fn scan_filter(scan: &ScanArgs) -> Result<FileFilter, String> {
-    let include: Vec<&str> = if scan.include.is_empty() {
-        FileFilter::DEFAULT_INCLUDE.to_vec()
-    } else {
-        scan.include.iter().map(String::as_str).collect()
-    };
-    FileFilter::new(&include, &scan.exclude).map_err(|e| e.to_string())
+    FileFilter::with_default_include(&scan.include, &scan.exclude).map_err(|e| e.to_string())
 }
 
 /// `tagpin resolve`: one line per image; a lone image prints just its digest, so

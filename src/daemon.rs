@@ -323,15 +323,15 @@ pub async fn reconcile(
             _ = tokio::time::sleep_until(next_verify.into()), if in_flight.is_some() => Trigger::Verify,
             _ = stop.wait_for(|s| *s) => return,
         };
-        if trigger == Trigger::Verify {
-            if let Some(in_flight) = in_flight {
-                in_flight.verify(&mut families, &shared.metrics).await;
-            }
-            next_verify = Instant::now() + schedule.verify_every;
-            continue;
-        }
         match trigger {
-            Trigger::Schedule | Trigger::Verify => {
+            Trigger::Verify => {
+                if let Some(in_flight) = in_flight {
+                    in_flight.verify(&mut families, &shared.metrics).await;
+                }
+                next_verify = Instant::now() + schedule.verify_every;
+                continue;
+            }
+            Trigger::Schedule => {
                 answers.clear();
                 next_scheduled = Instant::now() + jittered(schedule.interval);
             }

@@ -19,7 +19,7 @@ use crate::config::{Config, GitAuth, Grouping, WriteMode};
 use crate::forge::body::{self, PlanBlock};
 use crate::forge::{ForgeError, GitHub, PullRequestInfo};
 use crate::git::{Credentials, Expect, GitError, Mirror, TreeFile};
-use crate::manifest::{self, FileFilter, KustomizeNamespaces};
+use crate::manifest::{self, FileFilter};
 use crate::plan::{self, Plan, ScannedFile};
 use crate::reference::Reference;
 use crate::registry::{Client, ResolveKey, ResolveResult};
@@ -125,6 +125,34 @@ pub struct Syncer<'a> {
     pub forge: Option<&'a GitHub>,
     pub mirror: Mirror,
     filter: FileFilter,
+    rules: ImageRules,
+}
+
+/// The configuration's `images.manage` and `images.ignore`, compiled once.
+struct ImageRules {
+    /// `None`: manage every image.
+    manage: Option<globset::GlobSet>,
+    ignore: globset::GlobSet,
+}
+
+impl ImageRules {
+    fn compile(rules: &crate::config::ImageRules) -> Result<ImageRules, String> {
+        let set = |globs: &[String]| {
+            let mut builder = globset::GlobSetBuilder::new();
+            for g in globs {
+                builder.add(globset::Glob::new(g).map_err(|e| format!("images: {g:?}: {e}"))?);
+            }
+            builder.build().map_err(|e| format!("images: {e}"))
+        };
+        Ok(ImageRules {
+            manage: if rules.manage.is_empty() {
+                None
+            } else {
+                Some(set(&rules.manage)?)
+            },
+            ignore: set(&rules.ignore)?,
+        })
+    }
 }
 
 impl<'a> Syncer<'a> {
@@ -136,13 +164,9 @@ impl<'a> Syncer<'a> {
     ) -> Result<Syncer<'a>, SyncError> {
         let credentials = git_credentials(&config.repository.auth)?;
         let mirror = Mirror::open(cache_dir, &config.repository.url, credentials)?;
-        let include: Vec<&str> = if config.include.is_empty() {
-            FileFilter::DEFAULT_INCLUDE.to_vec()
-        } else {
-            config.include.iter().map(String::as_str).collect()
-        };
-        let filter = FileFilter::new(&include, &config.exclude)
+        let filter = FileFilter::with_default_include(&config.include, &config.exclude)
             .map_err(|e| SyncError::Setup(e.to_string()))?;
+        let rules = ImageRules::compile(&config.images).map_err(SyncError::Setup)?;
         if config.mode == WriteMode::PullRequest && forge.is_none() {
             return Err(SyncError::Setup(
                 "pull-request mode needs a forge".to_string(),
@@ -154,6 +178,7 @@ impl<'a> Syncer<'a> {
             forge,
             mirror,
             filter,
+            rules,
         })
     }
 
@@ -244,16 +269,17 @@ impl<'a> Syncer<'a> {
             .mirror
             .read_files(tip, &self.config.paths, &self.filter)?;
         report.skipped = read.skipped.clone();
-        let mut namespaces = KustomizeNamespaces::default();
-        for file in &read.files {
-            namespaces.add(&file.path, &file.bytes);
-        }
+        let sources: Vec<(&Path, &[u8])> = read
+            .files
+            .iter()
+            .map(|f| (f.path.as_path(), f.bytes.as_slice()))
+            .collect();
+        let outcomes = manifest::scan_all(&sources);
         let mut scanned = Vec::new();
         let mut by_path = BTreeMap::new();
-        for file in read.files {
-            match manifest::scan(&file.path, &file.bytes) {
-                Ok(mut outcome) => {
-                    namespaces.fill(&file.path, &mut outcome.fields);
+        for (file, outcome) in read.files.into_iter().zip(outcomes) {
+            match outcome {
+                Ok(outcome) => {
                     let fields: Vec<_> = outcome
                         .fields
                         .into_iter()
@@ -281,15 +307,8 @@ impl<'a> Syncer<'a> {
             return true;
         };
         let name = reference.canonical_name();
-        let matches = |globs: &[String]| {
-            globs.iter().any(|g| {
-                globset::Glob::new(g)
-                    .map(|g| g.compile_matcher().is_match(&name))
-                    .unwrap_or(false)
-            })
-        };
-        let rules = &self.config.images;
-        (rules.manage.is_empty() || matches(&rules.manage)) && !matches(&rules.ignore)
+        self.rules.manage.as_ref().is_none_or(|m| m.is_match(&name))
+            && !self.rules.ignore.is_match(&name)
     }
 
     /// Resolves the references not resolved yet in this pass (a re-plan after a race only asks

@@ -109,7 +109,7 @@ pub fn parse(body: &str) -> Option<PlanBlock> {
 }
 
 /// `sha256:0f152bc1261a` — enough to tell digests apart in a table.
-fn short(digest: &str) -> &str {
+pub fn short(digest: &str) -> &str {
     let cut = digest.find(':').map_or(0, |i| i + 1) + 12;
     digest.get(..cut).unwrap_or(digest)
 }

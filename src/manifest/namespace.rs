@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::scan::{ImageField, Origin};
+use super::scan::{ImageField, Origin, ScanOutcome};
+use super::ManifestError;
 
 /// File names kustomize reads as a kustomization.
 const KUSTOMIZATION_NAMES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
@@ -60,6 +61,23 @@ impl KustomizeNamespaces {
             }
         }
     }
+}
+
+/// Scans files that belong to one tree, so that each kustomization's `namespace:` reaches the
+/// manifests beside and below it. Results come in the order of `files`.
+pub fn scan_all(files: &[(&Path, &[u8])]) -> Vec<Result<ScanOutcome, ManifestError>> {
+    let mut namespaces = KustomizeNamespaces::default();
+    for (path, source) in files {
+        namespaces.add(path, source);
+    }
+    files
+        .iter()
+        .map(|(path, source)| {
+            let mut outcome = super::scan(path, source)?;
+            namespaces.fill(path, &mut outcome.fields);
+            Ok(outcome)
+        })
+        .collect()
 }
 
 #[cfg(test)]

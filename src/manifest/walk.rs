@@ -38,6 +38,19 @@ impl FileFilter {
         })
     }
 
+    /// The user's include globs, or [`FileFilter::DEFAULT_INCLUDE`] when they gave none: what
+    /// the CLI's `--include` and the configuration's `include:` both mean.
+    pub fn with_default_include(
+        include: &[String],
+        exclude: &[String],
+    ) -> Result<Self, ManifestError> {
+        if include.is_empty() {
+            FileFilter::new(&Self::DEFAULT_INCLUDE, exclude)
+        } else {
+            FileFilter::new(include, exclude)
+        }
+    }
+
     /// Whether the file at `relative` (to the walked directory) is a manifest to scan.
     pub fn matches(&self, relative: &Path) -> bool {
         self.include.is_match(relative) && !self.exclude.is_match(relative)

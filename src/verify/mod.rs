@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::config::Config;
 use crate::forge::{body, ForgeError, GitHub, StatusState};
 use crate::git::{GitError, Mirror};
-use crate::manifest::{self, FileFilter, KustomizeNamespaces};
+use crate::manifest::{self, FileFilter};
 use crate::reference::{Digest, Reference};
 use crate::registry::{Client, ManifestKind};
 use expected::{Expected, NameMapping};
@@ -118,25 +118,18 @@ fn from_tree(
     config: &Config,
     mapping: &NameMapping,
 ) -> Result<Expectations, VerifyError> {
-    let include: Vec<&str> = if config.include.is_empty() {
-        FileFilter::DEFAULT_INCLUDE.to_vec()
-    } else {
-        config.include.iter().map(String::as_str).collect()
-    };
-    let filter = FileFilter::new(&include, &config.exclude)
+    let filter = FileFilter::with_default_include(&config.include, &config.exclude)
         .map_err(|e| VerifyError::Input(e.to_string()))?;
     let read = mirror.read_files(commit, &config.paths, &filter)?;
-    let mut namespaces = KustomizeNamespaces::default();
-    for file in &read.files {
-        namespaces.add(&file.path, &file.bytes);
-    }
+    let sources: Vec<(&std::path::Path, &[u8])> = read
+        .files
+        .iter()
+        .map(|f| (f.path.as_path(), f.bytes.as_slice()))
+        .collect();
     let mut fields = Vec::new();
-    for file in &read.files {
-        match manifest::scan(&file.path, &file.bytes) {
-            Ok(mut outcome) => {
-                namespaces.fill(&file.path, &mut outcome.fields);
-                fields.extend(outcome.fields);
-            }
+    for outcome in manifest::scan_all(&sources) {
+        match outcome {
+            Ok(outcome) => fields.extend(outcome.fields),
             Err(e) => tracing::warn!("{e}"),
         }
     }

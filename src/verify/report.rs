@@ -1,6 +1,7 @@
 //! The verdict as people read it on the pull request: one comment, kept up to date.
 
 use super::verdict::{State, Verdict};
+use crate::forge::body::short;
 
 /// Hidden marker by which tagpin finds its own comment again, whoever posted it.
 pub const COMMENT_MARKER: &str = "<!-- tagpin-verify -->";
@@ -44,11 +45,6 @@ pub fn state_word(state: State) -> &'static str {
         State::Progressing => "Progressing",
         State::Failed => "Failed",
     }
-}
-
-fn short(digest: &str) -> &str {
-    let cut = digest.find(':').map_or(0, |i| i + 1) + 12;
-    digest.get(..cut).unwrap_or(digest)
 }
 
 /// Table cells cannot hold `|` or line breaks.
