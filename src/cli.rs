@@ -10,6 +10,10 @@
 //! | 1 | something needs attention: an image or file failed (the rest was done), or `pin --check` found references to pin |
 //! | 2 | usage, configuration or fatal error: nothing was done |
 //! | 3 | `verify`: the cluster is still progressing (at the timeout, with `--wait`) |
+//! | 4 | `verify`: unverified: some pinned image matched no live workload, a manifest could not be read, or nothing was selected |
+//!
+//! Every command returns its report or a [`CliError`]; [`run`] alone turns either into output
+//! and an exit code, as ripgrep's `main` does.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -190,6 +194,49 @@ pub enum Exit {
     Fatal = 2,
     /// `verify`: still progressing when it stopped looking.
     Progressing = 3,
+    /// `verify`: something pinned was not checked; never reported as converged.
+    Unverified = 4,
+}
+
+/// Why a command could not run at all (exit 2). Each names the file, flag, host or object.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error(transparent)]
+    Sync(#[from] crate::sync::SyncError),
+    #[error(transparent)]
+    Verify(#[from] crate::verify::VerifyError),
+    #[error(transparent)]
+    Cluster(#[from] crate::verify::live::LiveError),
+    #[error(transparent)]
+    Forge(#[from] crate::forge::ForgeError),
+    #[error(transparent)]
+    Git(#[from] crate::git::GitError),
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::ManifestError),
+    #[error(transparent)]
+    Registry(#[from] registry::RegistryError),
+    #[error("registry credentials: {0}")]
+    Credentials(String),
+    #[error("{flag}: {message}")]
+    Flag { flag: &'static str, message: String },
+    #[error("forge.token_env: {0}")]
+    ForgeToken(String),
+    #[error("no cache directory: set repository.cache_dir or --cache-dir")]
+    NoCacheDir,
+    #[error("{0}")]
+    Listen(String),
+}
+
+/// What a command produced, for the printer.
+enum Report {
+    Resolve(ResolveReport),
+    Plan(Pass, Mode),
+    Pin(Pass, Vec<pass::WriteOutcome>),
+    Sync(SyncReport),
+    Verify(VerifyReport),
+    Stopped,
 }
 
 /// Sets up `tracing` on stderr: `RUST_LOG` when set, else warn (or info/debug with -v/-vv).
@@ -214,24 +261,29 @@ pub fn init_logging(cli: &Cli) {
     drop(result);
 }
 
-/// Runs the command and decides the exit code.
+/// Runs the command, then prints its report (or its error) and decides the exit code: the one
+/// place that does.
 pub async fn run(cli: Cli) -> Exit {
+    let format = cli.output;
+    match execute(cli).await {
+        Ok(report) => print(&report, format),
+        Err(e) => {
+            eprintln!("error: {e}");
+            Exit::Fatal
+        }
+    }
+}
+
+async fn execute(cli: Cli) -> Result<Report, CliError> {
     match cli.command {
         Command::Sync {
             config,
             dry_run,
             cache_dir,
-        } => {
-            sync(
-                &cli.registry,
-                &config,
-                dry_run,
-                cache_dir.as_deref(),
-                cli.output,
-            )
+        } => sync(&cli.registry, &config, dry_run, cache_dir.as_deref())
             .await
-        }
-        Command::Verify(args) => verify(&cli.registry, &args, cli.output).await,
+            .map(Report::Sync),
+        Command::Verify(args) => verify(&cli.registry, &args).await.map(Report::Verify),
         Command::Run {
             config,
             listen,
@@ -246,39 +298,40 @@ pub async fn run(cli: Cli) -> Exit {
                 (&interval, &verify_interval),
                 cache_dir.as_deref(),
             )
-            .await
+            .await?;
+            Ok(Report::Stopped)
         }
-        Command::Resolve { images } => match build_client(&cli.registry, None) {
-            Ok(client) => resolve(&client, &images, cli.output).await,
-            Err(message) => fatal(&message),
-        },
-        Command::Plan(scan) => match (build_client(&cli.registry, None), scan_filter(&scan)) {
-            (Ok(client), Ok(filter)) => {
-                let pass = pass::run(&scan.paths, &filter, &client).await;
-                report_plan(&pass, cli.output, Mode::Plan)
-            }
-            (Err(message), _) | (_, Err(message)) => fatal(&message),
-        },
+        Command::Resolve { images } => {
+            let client = build_client(&cli.registry, None)?;
+            Ok(Report::Resolve(resolve(&client, &images).await))
+        }
+        Command::Plan(scan) => {
+            let (client, filter) = (build_client(&cli.registry, None)?, scan_filter(&scan)?);
+            let pass = pass::run(&scan.paths, &filter, &client).await;
+            Ok(Report::Plan(pass, Mode::Plan))
+        }
         Command::Pin { scan, check } => {
-            match (build_client(&cli.registry, None), scan_filter(&scan)) {
-                (Ok(client), Ok(filter)) => {
-                    let pass = pass::run(&scan.paths, &filter, &client).await;
-                    if check {
-                        report_plan(&pass, cli.output, Mode::Check)
-                    } else {
-                        let written = pass::write(&pass.plan);
-                        report_pin(&pass, &written, cli.output)
-                    }
-                }
-                (Err(message), _) | (_, Err(message)) => fatal(&message),
+            let (client, filter) = (build_client(&cli.registry, None)?, scan_filter(&scan)?);
+            let pass = pass::run(&scan.paths, &filter, &client).await;
+            if check {
+                Ok(Report::Plan(pass, Mode::Check))
+            } else {
+                let written = pass::write(&pass.plan);
+                Ok(Report::Pin(pass, written))
             }
         }
     }
 }
 
-fn fatal(message: &str) -> Exit {
-    eprintln!("error: {message}");
-    Exit::Fatal
+fn print(report: &Report, format: OutputFormat) -> Exit {
+    match report {
+        Report::Resolve(r) => report_resolve(r, format),
+        Report::Plan(pass, mode) => report_plan(pass, format, *mode),
+        Report::Pin(pass, written) => report_pin(pass, written, format),
+        Report::Sync(r) => report_sync(r, format),
+        Report::Verify(r) => report_verify(r, format),
+        Report::Stopped => Exit::Ok,
+    }
 }
 
 /// The registry client from the command line, plus a configuration file's `registries:`
@@ -286,14 +339,14 @@ fn fatal(message: &str) -> Exit {
 fn build_client(
     args: &RegistryArgs,
     config: Option<&config::Registries>,
-) -> Result<Client, String> {
+) -> Result<Client, CliError> {
     let docker_config = args
         .docker_config
         .clone()
         .or_else(|| config.and_then(|c| c.docker_config.clone()))
         .or_else(CredentialStore::default_dir);
     let credentials = match docker_config {
-        Some(dir) => CredentialStore::load_dir(&dir)?,
+        Some(dir) => CredentialStore::load_dir(&dir).map_err(CliError::Credentials)?,
         None => CredentialStore::default(),
     };
     let mut settings = Settings {
@@ -311,44 +364,69 @@ fn build_client(
         settings.request_timeout = Duration::from_secs(c.timeout_seconds);
         settings.resolve_budget = Duration::from_secs(c.budget_seconds);
     }
-    Client::new(settings).map_err(|e| e.to_string())
+    Ok(Client::new(settings)?)
 }
 
-fn scan_filter(scan: &ScanArgs) -> Result<FileFilter, String> {
-    FileFilter::with_default_include(&scan.include, &scan.exclude).map_err(|e| e.to_string())
+fn scan_filter(scan: &ScanArgs) -> Result<FileFilter, CliError> {
+    Ok(FileFilter::with_default_include(
+        &scan.include,
+        &scan.exclude,
+    )?)
 }
 
-/// `tagpin resolve`: one line per image; a lone image prints just its digest, so
-/// `$(tagpin resolve nginx)` works in scripts the way `crane digest` does.
-async fn resolve(client: &Client, images: &[String], format: OutputFormat) -> Exit {
-    let mut parsed: Vec<(String, Result<Reference, String>)> = Vec::new();
-    for image in images {
-        parsed.push((
-            image.clone(),
-            Reference::parse(image).map_err(|e| e.to_string()),
-        ));
-    }
+/// The answer for each image asked, in the order asked.
+struct ResolveReport {
+    lone: bool,
+    rows: Vec<(String, Result<registry::Resolved, String>)>,
+}
+
+/// `tagpin resolve`: asks the registry about each image once.
+async fn resolve(client: &Client, images: &[String]) -> ResolveReport {
+    let parsed: Vec<(String, Result<Reference, String>)> = images
+        .iter()
+        .map(|image| {
+            (
+                image.clone(),
+                Reference::parse(image).map_err(|e| e.to_string()),
+            )
+        })
+        .collect();
     let valid: Vec<&Reference> = parsed.iter().filter_map(|(_, r)| r.as_ref().ok()).collect();
     let results = client.resolve_all(valid.iter().copied()).await;
+    let rows = parsed
+        .into_iter()
+        .map(|(image, reference)| {
+            let outcome = match reference {
+                Err(e) => Err(e),
+                Ok(r) => match results.get(&registry::ResolveKey::of(&r)) {
+                    Some(Ok(resolved)) => Ok(resolved.clone()),
+                    Some(Err(e)) => Err(e.to_string()),
+                    None => Err(format!("{image}: not resolved")),
+                },
+            };
+            (image, outcome)
+        })
+        .collect();
+    ResolveReport {
+        lone: images.len() == 1,
+        rows,
+    }
+}
+
+/// One line per image; a lone image prints just its digest, so `$(tagpin resolve nginx)` works
+/// in scripts the way `crane digest` does.
+fn report_resolve(report: &ResolveReport, format: OutputFormat) -> Exit {
     let mut failed = false;
     let mut rows = Vec::new();
     let mut human = String::new();
-    for (image, reference) in &parsed {
-        let outcome: Result<&registry::Resolved, String> = match reference {
-            Err(e) => Err(e.clone()),
-            Ok(r) => match results.get(&registry::ResolveKey::of(r)) {
-                Some(Ok(resolved)) => Ok(resolved),
-                Some(Err(e)) => Err(e.to_string()),
-                None => Err(format!("{image}: not resolved")),
-            },
-        };
+    for (image, outcome) in &report.rows {
         match outcome {
             Ok(resolved) => {
                 rows.push(
                     json!({"image": image, "digest": resolved.digest.to_string(),
                     "kind": resolved.kind, "media_type": resolved.media_type}),
                 );
-                if images.len() == 1 {
+                if report.lone {
                     human.push_str(&format!("{}\n", resolved.digest));
                 } else {
                     human.push_str(&format!("{image}\t{}\n", resolved.digest));
@@ -448,7 +526,7 @@ fn plan_json(pass: &Pass, written: Option<&[pass::WriteOutcome]>) -> serde_json:
         "summary": pass.plan.summary,
         "changes": pass.plan.changes,
         "failures": pass.failures().iter().map(|f| f.to_string()).collect::<Vec<_>>(),
-        "skipped": pass.skipped.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+        "skipped": pass.skipped,
         "diff": pass.plan.files.iter().map(|f| f.diff.as_str()).collect::<String>(),
     });
     if let Some(written) = written {
@@ -478,79 +556,59 @@ fn emit_json(value: &serde_json::Value) {
 }
 
 /// The forge named by the configuration, with its token read from the environment.
-fn forge_from(config: &Config) -> Result<Option<GitHub>, String> {
+fn forge_from(config: &Config) -> Result<Option<GitHub>, CliError> {
     let Some(forge_config) = &config.forge else {
         return Ok(None);
     };
-    let token =
-        config::read_env(&forge_config.token_env).map_err(|e| format!("forge.token_env: {e}"))?;
-    GitHub::new(forge_config, token)
-        .map(Some)
-        .map_err(|e| e.to_string())
+    let token = config::read_env(&forge_config.token_env).map_err(CliError::ForgeToken)?;
+    Ok(Some(GitHub::new(forge_config, token)?))
 }
 
-fn cache_dir_for(config: &Config, flag: Option<&Path>) -> Result<PathBuf, String> {
+fn cache_dir_for(config: &Config, flag: Option<&Path>) -> Result<PathBuf, CliError> {
     flag.map(Path::to_path_buf)
         .or_else(|| config.repository.cache_dir.clone())
         .or_else(default_cache_dir)
-        .ok_or_else(|| "no cache directory: set repository.cache_dir or --cache-dir".to_string())
+        .ok_or(CliError::NoCacheDir)
+}
+
+fn duration_flag(flag: &'static str, text: &str) -> Result<Duration, CliError> {
+    crate::verify::parse_duration(text).map_err(|message| CliError::Flag { flag, message })
+}
+
+/// What `verify` found, for the printer.
+struct VerifyReport {
+    check: crate::verify::Check,
+    expectations: crate::verify::Expectations,
 }
 
 /// `tagpin verify`: gather what is expected, check the cluster, report on the PR.
-async fn verify(registry: &RegistryArgs, args: &VerifyArgs, format: OutputFormat) -> Exit {
-    let config = match Config::load(&args.config) {
-        Ok(config) => config,
-        Err(e) => return fatal(&e.to_string()),
-    };
-    let timeout = match crate::verify::parse_duration(&args.timeout) {
-        Ok(t) => t,
-        Err(e) => return fatal(&format!("--timeout: {e}")),
-    };
-    let prepared = (|| {
-        let client = build_client(registry, Some(&config.registries))?;
-        let forge = forge_from(&config)?;
-        let cache_dir = cache_dir_for(&config, args.cache_dir.as_deref())?;
-        let credentials =
-            crate::sync::git_credentials(&config.repository.auth).map_err(|e| e.to_string())?;
-        let mirror = crate::git::Mirror::open(&cache_dir, &config.repository.url, credentials)
-            .map_err(|e| e.to_string())?;
-        Ok::<_, String>((client, forge, mirror))
-    })();
-    let (client, forge, mirror) = match prepared {
-        Ok(p) => p,
-        Err(message) => return fatal(&message),
-    };
+async fn verify(registry: &RegistryArgs, args: &VerifyArgs) -> Result<VerifyReport, CliError> {
+    let config = Config::load(&args.config)?;
+    let timeout = duration_flag("--timeout", &args.timeout)?;
+    let client = build_client(registry, Some(&config.registries))?;
+    let forge = forge_from(&config)?;
+    let cache_dir = cache_dir_for(&config, args.cache_dir.as_deref())?;
+    let credentials = crate::sync::git_credentials(&config.repository.auth)?;
+    let mirror = crate::git::Mirror::open(&cache_dir, &config.repository.url, credentials)?;
     let source = match (&args.pr, &args.commit, &args.branch) {
         (Some(n), _, _) => Source::PullRequest(*n),
         (_, Some(sha), _) => Source::Commit(sha.clone()),
         (_, _, Some(b)) => Source::Branch(b.clone()),
-        _ => return fatal("one of --pr, --commit or --branch is required"),
+        _ => {
+            return Err(CliError::Flag {
+                flag: "--pr, --commit or --branch",
+                message: "one is required".into(),
+            })
+        }
     };
     let expectations =
-        match crate::verify::expectations(&source, &config, &mirror, forge.as_ref()).await {
-            Ok(e) => e,
-            Err(e) => return fatal(&e.to_string()),
-        };
+        crate::verify::expectations(&source, &config, &mirror, forge.as_ref()).await?;
     let context = args.context.clone().or(config.verify.context.clone());
-    let cluster = match Cluster::connect(context.as_deref()).await {
-        Ok(c) => c,
-        Err(e) => return fatal(&e.to_string()),
-    };
+    let cluster = Cluster::connect(context.as_deref()).await?;
     if let Some(forge) = &forge {
         crate::verify::publish_pending(forge, &expectations.commits).await;
     }
-    let check = match crate::verify::watch(
-        &expectations.expected,
-        &cluster,
-        &client,
-        args.wait,
-        timeout,
-    )
-    .await
-    {
-        Ok(c) => c,
-        Err(e) => return fatal(&e.to_string()),
-    };
+    let check = crate::verify::watch(&expectations, &cluster, &client, args.wait, timeout).await?;
     if let Some(forge) = &forge {
         let pr = match source {
             Source::PullRequest(number) => Some(number),
@@ -558,12 +616,31 @@ async fn verify(registry: &RegistryArgs, args: &VerifyArgs, format: OutputFormat
         };
         crate::verify::publish(forge, pr, &expectations, &check).await;
     }
+    Ok(VerifyReport {
+        check,
+        expectations,
+    })
+}
+
+fn report_verify(report: &VerifyReport, format: OutputFormat) -> Exit {
+    let VerifyReport {
+        check,
+        expectations,
+    } = report;
+    for skipped in &expectations.skipped {
+        tracing::info!("skipped {skipped}");
+    }
+    for failure in &expectations.failures {
+        eprintln!("error: {failure}");
+    }
     match format {
         OutputFormat::Json => emit_json(&json!({
             "state": check.state,
             "summary": check.summary,
             "verdicts": check.verdicts,
-            "unplaced": expectations.unplaced,
+            "not_verified": expectations.not_verified,
+            "failures": expectations.failures,
+            "skipped": expectations.skipped,
         })),
         OutputFormat::Human => {
             let mut text = format!("{}: {}\n", report::state_word(check.state), check.summary);
@@ -579,13 +656,22 @@ async fn verify(registry: &RegistryArgs, args: &VerifyArgs, format: OutputFormat
                     v.reason
                 ));
             }
+            for n in &expectations.not_verified {
+                text.push_str(&format!(
+                    "  {} {}: not verified: {}\n",
+                    n.workload, n.image, n.reason
+                ));
+            }
             emit(&text);
         }
     }
     match check.state {
-        State::Converged => Exit::Ok,
         State::Failed => Exit::Attention,
+        // A manifest that could not be read is a failure of the pass, as in every command.
+        _ if !expectations.failures.is_empty() => Exit::Attention,
+        State::Converged => Exit::Ok,
         State::Progressing => Exit::Progressing,
+        State::Unverified => Exit::Unverified,
     }
 }
 
@@ -596,40 +682,30 @@ async fn run_controller(
     listen: std::net::SocketAddr,
     (interval, verify_interval): (&str, &str),
     cache_dir: Option<&Path>,
-) -> Exit {
-    let config = match Config::load(config_path) {
-        Ok(config) => config,
-        Err(e) => return fatal(&e.to_string()),
-    };
+) -> Result<(), CliError> {
+    let config = Config::load(config_path)?;
     let mut durations = Vec::new();
     for (flag, text) in [
         ("--interval", interval),
         ("--verify-interval", verify_interval),
     ] {
-        match crate::verify::parse_duration(text) {
-            Ok(d) if !d.is_zero() => durations.push(d),
-            Ok(_) => return fatal(&format!("{flag} must be longer than zero")),
-            Err(e) => return fatal(&format!("{flag}: {e}")),
+        let d = duration_flag(flag, text)?;
+        if d.is_zero() {
+            return Err(CliError::Flag {
+                flag,
+                message: "must be longer than zero".into(),
+            });
         }
+        durations.push(d);
     }
     let schedule = crate::daemon::Schedule {
         interval: durations[0],
         verify_every: durations[1],
     };
-    let prepared = (|| {
-        let client = build_client(registry, Some(&config.registries))?;
-        let forge = forge_from(&config)?;
-        let cache_dir = cache_dir_for(&config, cache_dir)?;
-        Ok::<_, String>((client, forge, cache_dir))
-    })();
-    let (client, forge, cache_dir) = match prepared {
-        Ok(p) => p,
-        Err(message) => return fatal(&message),
-    };
-    let syncer = match Syncer::new(&config, &client, forge.as_ref(), &cache_dir) {
-        Ok(syncer) => syncer,
-        Err(e) => return fatal(&e.to_string()),
-    };
+    let client = build_client(registry, Some(&config.registries))?;
+    let forge = forge_from(&config)?;
+    let cache_dir = cache_dir_for(&config, cache_dir)?;
+    let syncer = Syncer::new(&config, &client, forge.as_ref(), &cache_dir)?;
     let secret = config::read_env(crate::daemon::WEBHOOK_SECRET_ENV).ok();
     if secret.is_none() {
         tracing::warn!(
@@ -637,10 +713,9 @@ async fn run_controller(
             crate::daemon::WEBHOOK_SECRET_ENV
         );
     }
-    let listener = match crate::daemon::bind(listen).await {
-        Ok(l) => l,
-        Err(message) => return fatal(&message),
-    };
+    let listener = crate::daemon::bind(listen)
+        .await
+        .map_err(CliError::Listen)?;
     let shared = crate::daemon::Shared::new(secret);
     let stop = crate::daemon::stop_signal();
     let server = tokio::spawn(crate::daemon::serve(listener, shared.clone(), stop.clone()));
@@ -666,7 +741,7 @@ async fn run_controller(
     );
     crate::daemon::reconcile(&syncer, &client, in_flight.as_ref(), shared, schedule, stop).await;
     let _ = server.await;
-    Exit::Ok
+    Ok(())
 }
 
 /// `tagpin sync`: load and validate the configuration, then run one pass.
@@ -675,32 +750,16 @@ async fn sync(
     config_path: &Path,
     dry_run: bool,
     cache_dir: Option<&Path>,
-    format: OutputFormat,
-) -> Exit {
-    let config = match Config::load(config_path) {
-        Ok(config) => config,
-        Err(e) => return fatal(&e.to_string()),
-    };
-    let client = match build_client(args, Some(&config.registries)) {
-        Ok(client) => client,
-        Err(message) => return fatal(&message),
-    };
-    let forge = match forge_from(&config) {
-        Ok(forge) => forge,
-        Err(message) => return fatal(&message),
-    };
-    let cache_dir = match cache_dir_for(&config, cache_dir) {
-        Ok(dir) => dir,
-        Err(message) => return fatal(&message),
-    };
-    let syncer = match Syncer::new(&config, &client, forge.as_ref(), &cache_dir) {
-        Ok(syncer) => syncer,
-        Err(e) => return fatal(&e.to_string()),
-    };
-    let report = match syncer.run(SyncOptions { dry_run }).await {
-        Ok(report) => report,
-        Err(e) => return fatal(&e.to_string()),
-    };
+) -> Result<SyncReport, CliError> {
+    let config = Config::load(config_path)?;
+    let client = build_client(args, Some(&config.registries))?;
+    let forge = forge_from(&config)?;
+    let cache_dir = cache_dir_for(&config, cache_dir)?;
+    let syncer = Syncer::new(&config, &client, forge.as_ref(), &cache_dir)?;
+    Ok(syncer.run(SyncOptions { dry_run }).await?)
+}
+
+fn report_sync(report: &SyncReport, format: OutputFormat) -> Exit {
     for skipped in &report.skipped {
         tracing::info!("skipped {skipped}");
     }
@@ -708,8 +767,8 @@ async fn sync(
         eprintln!("error: {failure}");
     }
     match format {
-        OutputFormat::Json => emit_json(&serde_json::to_value(&report).unwrap_or_default()),
-        OutputFormat::Human => emit(&sync_text(&report)),
+        OutputFormat::Json => emit_json(&serde_json::to_value(report).unwrap_or_default()),
+        OutputFormat::Human => emit(&sync_text(report)),
     }
     if report.has_failures() {
         Exit::Attention

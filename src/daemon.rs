@@ -265,16 +265,14 @@ impl InFlight<'_> {
         for (source, pr) in sources {
             let expectations =
                 verify::expectations(&source, self.config, self.mirror, self.forge).await?;
-            if expectations.expected.is_empty() {
+            if expectations.expected.is_empty()
+                && expectations.not_verified.is_empty()
+                && expectations.failures.is_empty()
+            {
                 continue;
             }
-            let check = verify::check(
-                &expectations.expected,
-                &self.cluster,
-                self.registry,
-                families,
-            )
-            .await?;
+            let check =
+                verify::check(&expectations, &self.cluster, self.registry, families).await?;
             metrics::inc(
                 &metrics.verdicts,
                 VerdictLabels {

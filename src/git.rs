@@ -14,7 +14,8 @@ use git2::{
 };
 use sha2::{Digest as _, Sha256};
 
-use crate::manifest::FileFilter;
+use crate::manifest::{FileFilter, ManifestError};
+use crate::pipeline::{Gathered, SkipWhy, Skipped, SourceFile};
 
 /// Credentials for the remote, resolved from the configuration (secrets already read).
 #[derive(Clone)]
@@ -77,20 +78,34 @@ pub enum GitError {
     Other(String),
 }
 
-/// One file read from a commit's tree.
-#[derive(Debug, Clone)]
-pub struct TreeFile {
-    /// Path relative to the repository root, `/`-separated.
-    pub path: PathBuf,
-    pub bytes: Vec<u8>,
-    mode: i32,
+/// How long libgit2 waits to connect to a remote, and for each read or write on the
+/// connection once connected: a remote that stops answering fails the pass instead of hanging
+/// it, while a large but moving transfer is never cut.
+pub const CONNECT_TIMEOUT_MS: i32 = 15_000;
+pub const IO_TIMEOUT_MS: i32 = 60_000;
+
+/// Sets libgit2's network timeouts ([`CONNECT_TIMEOUT_MS`], [`IO_TIMEOUT_MS`]).
+///
+/// # Safety
+/// libgit2 keeps these in unsynchronized globals: call this before any thread is started (the
+/// binary does, before it builds the async runtime).
+pub unsafe fn set_network_timeouts() -> Result<(), GitError> {
+    git2::opts::set_server_connect_timeout_in_milliseconds(CONNECT_TIMEOUT_MS).map_err(other)?;
+    git2::opts::set_server_timeout_in_milliseconds(IO_TIMEOUT_MS).map_err(other)
 }
 
-/// What a read of the tree passed over.
-#[derive(Debug, Clone, Default)]
-pub struct TreeRead {
-    pub files: Vec<TreeFile>,
-    pub skipped: Vec<String>,
+/// Runs blocking libgit2 work (fetch, tree reads, commits, pushes) without stalling the async
+/// runtime: on a multi-threaded runtime the worker hands its other tasks (the controller's HTTP
+/// server, webhooks) to another thread for the duration. `block_in_place` rather than
+/// `spawn_blocking`, because a [`Mirror`] holds a `Repository`, which is not `Sync`, and is
+/// borrowed, not owned, by its callers.
+pub fn off_runtime<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
 }
 
 /// A local bare mirror of one remote.
@@ -196,14 +211,34 @@ impl Mirror {
         })
     }
 
+    /// The commit a full id or a unique prefix of at least 7 hex digits names, as people paste
+    /// them from `git log --oneline`.
+    pub fn resolve_commit(&self, text: &str) -> Result<Oid, GitError> {
+        let text = text.trim();
+        let hex =
+            text.len() >= 7 && text.len() <= 40 && text.bytes().all(|b| b.is_ascii_hexdigit());
+        if !hex {
+            return Err(GitError::Other(format!(
+                "{text:?} is not a commit id (7 to 40 hex digits)"
+            )));
+        }
+        let object = self
+            .repo
+            .find_commit_by_prefix(text)
+            .map_err(|e| GitError::Other(format!("commit {text}: {}", e.message())))?;
+        Ok(object.id())
+    }
+
     /// Reads the files under `paths` (relative to the root) in `commit`'s tree that `filter`
-    /// accepts. Symlinks and submodules are skipped and reported, never followed.
+    /// accepts, for [`crate::pipeline::scan`]. Symlinks and submodules are skipped and
+    /// reported, never followed; a configured path the tree does not hold is an error naming
+    /// it (a typo in `paths:` must not look like an empty, converged repository).
     pub fn read_files(
         &self,
         commit: Oid,
         paths: &[String],
         filter: &FileFilter,
-    ) -> Result<TreeRead, GitError> {
+    ) -> Result<Gathered, GitError> {
         let tree = self
             .repo
             .find_commit(commit)
@@ -214,7 +249,18 @@ impl Mirror {
             .map(|p| p.trim_start_matches("./").trim_end_matches('/').to_string())
             .map(|p| if p == "." { String::new() } else { p })
             .collect();
-        let mut read = TreeRead::default();
+        let mut read = Gathered::default();
+        for prefix in prefixes.iter().filter(|p| !p.is_empty()) {
+            if tree.get_path(Path::new(prefix)).is_err() {
+                read.errors.push(ManifestError::Io {
+                    path: PathBuf::from(prefix),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!("configured in paths, but commit {commit} has no such file or directory"),
+                    ),
+                });
+            }
+        }
         let mut failure = None;
         tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
             let Some(name) = entry.name() else {
@@ -243,14 +289,13 @@ impl Mirror {
                         return git2::TreeWalkResult::Ok;
                     }
                     if entry.filemode() == i32::from(FileMode::Link) {
-                        read.skipped.push(format!("{path}: symlink not followed"));
+                        read.skipped.push(Skipped::file(&path, SkipWhy::Symlink));
                         return git2::TreeWalkResult::Ok;
                     }
                     match self.repo.find_blob(entry.id()) {
-                        Ok(blob) => read.files.push(TreeFile {
+                        Ok(blob) => read.files.push(SourceFile {
                             path: PathBuf::from(&path),
                             bytes: blob.content().to_vec(),
-                            mode: entry.filemode(),
                         }),
                         Err(e) => {
                             failure = Some(format!("{path}: {}", e.message()));
@@ -260,7 +305,7 @@ impl Mirror {
                     git2::TreeWalkResult::Ok
                 }
                 Some(ObjectType::Commit) => {
-                    read.skipped.push(format!("{path}: submodule not followed"));
+                    read.skipped.push(Skipped::file(&path, SkipWhy::Submodule));
                     git2::TreeWalkResult::Ok
                 }
                 _ => git2::TreeWalkResult::Ok,
@@ -282,7 +327,7 @@ impl Mirror {
     pub fn commit(
         &self,
         parent: Oid,
-        files: &[(TreeFile, Vec<u8>)],
+        files: &[(PathBuf, Vec<u8>)],
         author: &crate::config::Author,
         message: &str,
     ) -> Result<Oid, GitError> {
@@ -295,22 +340,25 @@ impl Mirror {
             .map_err(other)
     }
 
-    /// The tree `parent`'s tree becomes with `files` replaced.
-    pub fn tree_with(&self, parent: Oid, files: &[(TreeFile, Vec<u8>)]) -> Result<Oid, GitError> {
+    /// The tree `parent`'s tree becomes with `files` replaced (each keeps its file mode).
+    pub fn tree_with(&self, parent: Oid, files: &[(PathBuf, Vec<u8>)]) -> Result<Oid, GitError> {
         let base = self
             .repo
             .find_commit(parent)
             .and_then(|c| c.tree())
             .map_err(other)?;
         let mut update = git2::build::TreeUpdateBuilder::new();
-        for (file, bytes) in files {
+        for (path, bytes) in files {
             let blob = self.repo.blob(bytes).map_err(other)?;
-            let mode = if file.mode == i32::from(FileMode::BlobExecutable) {
+            let executable = base
+                .get_path(path)
+                .is_ok_and(|e| e.filemode() == i32::from(FileMode::BlobExecutable));
+            let mode = if executable {
                 FileMode::BlobExecutable
             } else {
                 FileMode::Blob
             };
-            update.upsert(path_str(&file.path)?, blob, mode);
+            update.upsert(path_str(path)?, blob, mode);
         }
         update.create_updated(&self.repo, &base).map_err(other)
     }

@@ -8,6 +8,10 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = tagpin::cli::Cli::parse();
     tagpin::cli::init_logging(&cli);
+    // SAFETY: no thread has been started yet; the runtime is built below.
+    if let Err(e) = unsafe { tagpin::git::set_network_timeouts() } {
+        tracing::warn!("cannot set Git network timeouts: {e}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1,24 +1,27 @@
-//! One pass over a tree of manifests: list, read, scan, resolve, plan; then, for `pin`, write.
+//! One pass over a working tree of manifests: gather, scan, resolve, plan; then, for `pin`,
+//! write.
 //!
-//! This is the I/O shell around the pure planner. Per-file problems (unreadable, not YAML, too
-//! large) are collected and the pass goes on, the way ripgrep reports a bad file and keeps
-//! searching: one broken manifest never blocks the pins of all the others.
+//! This is the I/O shell around the pure planner; the gathering and scanning are the shared
+//! [`crate::pipeline`]. Per-file problems (unreadable, not YAML, too large) are collected and
+//! the pass goes on, the way ripgrep reports a bad file and keeps searching: one broken
+//! manifest never blocks the pins of all the others.
 
 use std::path::{Path, PathBuf};
 
-use crate::manifest::{self, FileFilter};
-use crate::plan::{self, FilePlan, Plan, ScannedFile};
+use crate::manifest::{self, FileFilter, ManifestError};
+use crate::pipeline::{self, ImageSelection, Skipped};
+use crate::plan::{self, FilePlan, Plan};
 use crate::registry::Client;
 
 /// The outcome of one pass.
 #[derive(Debug, Default)]
 pub struct Pass {
     pub plan: Plan,
-    /// Files that could not be read or scanned, with the reason (file and line).
-    pub file_errors: Vec<String>,
+    /// Files that could not be listed, read or scanned, with file and line.
+    pub file_errors: Vec<ManifestError>,
     /// What was passed over on purpose, and why: symlinks, files that are not Kubernetes
     /// manifests, image fields tagpin cannot edit safely.
-    pub skipped: Vec<String>,
+    pub skipped: Vec<Skipped>,
 }
 
 impl Pass {
@@ -26,8 +29,8 @@ impl Pass {
     pub fn failures(&self) -> Vec<String> {
         self.file_errors
             .iter()
-            .cloned()
-            .chain(self.plan.problems.iter().map(|p| p.to_string()))
+            .map(ToString::to_string)
+            .chain(self.plan.problems.iter().map(ToString::to_string))
             .collect()
     }
 
@@ -38,59 +41,14 @@ impl Pass {
 
 /// Scans `paths`, resolves every distinct image once, and plans. Writes nothing.
 pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pass {
-    let mut pass = Pass::default();
-    let files = scan_paths(paths, filter, &mut pass);
-    let references = plan::references_to_resolve(&files);
+    let scanned = pipeline::scan_working_tree(paths, filter, &ImageSelection::default());
+    let references = plan::references_to_resolve(&scanned.files);
     let resolutions = client.resolve_all(references.iter()).await;
-    pass.plan = plan::plan(&files, &resolutions);
-    pass
-}
-
-/// Lists and scans the manifest files under `paths`. Files with no image field are dropped
-/// (they have nothing to plan), so memory holds only the files that may change.
-pub fn scan_paths(paths: &[PathBuf], filter: &FileFilter, pass: &mut Pass) -> Vec<ScannedFile> {
-    let listing = manifest::walk(paths, filter);
-    pass.skipped
-        .extend(listing.skipped.iter().map(|s| s.to_string()));
-    for error in &listing.errors {
-        pass.file_errors.push(error.to_string());
+    Pass {
+        plan: plan::plan(&scanned.files, &resolutions),
+        file_errors: scanned.errors,
+        skipped: scanned.skipped,
     }
-    let mut files = Vec::new();
-    for path in listing.files {
-        let source = match manifest::read_manifest(&path) {
-            Ok(source) => source,
-            Err(e) => {
-                pass.file_errors.push(e.to_string());
-                continue;
-            }
-        };
-        match manifest::scan(&path, &source) {
-            Ok(outcome) => {
-                if outcome.kubernetes_documents == 0 {
-                    pass.skipped
-                        .push(format!("{}: not a Kubernetes manifest", path.display()));
-                }
-                for field in &outcome.skipped {
-                    pass.skipped.push(format!(
-                        "{}:{}:{}: image field left alone: {}",
-                        path.display(),
-                        field.line,
-                        field.column,
-                        field.reason
-                    ));
-                }
-                if !outcome.fields.is_empty() {
-                    files.push(ScannedFile {
-                        path,
-                        source,
-                        fields: outcome.fields,
-                    });
-                }
-            }
-            Err(e) => pass.file_errors.push(e.to_string()),
-        }
-    }
-    files
 }
 
 /// What happened to one planned file on `pin`.

@@ -14,8 +14,10 @@ use serde::Serialize;
 use crate::manifest::{self, Edit, ImageField, Origin};
 use crate::reference::{Digest, Reference};
 use crate::registry::{ResolveKey, ResolveResult};
+use crate::workload::Owner;
 
 /// One scanned file, as the planner needs it.
+#[derive(Debug, Clone)]
 pub struct ScannedFile {
     /// The path as the user gave it (printed in diffs and messages).
     pub path: PathBuf,
@@ -38,9 +40,9 @@ pub enum Action {
 pub struct Change {
     pub file: PathBuf,
     pub line: usize,
-    /// `Deployment/web` (with `namespace/` in front when the manifest names one), or
-    /// `kustomization` for an `images:` entry.
-    pub workload: String,
+    /// `Deployment/web` (with `namespace/` in front when the manifest or its kustomization
+    /// names one), or `kustomization` for an `images:` entry.
+    pub workload: Owner,
     /// The container name; for a kustomization entry, the image name it matches.
     pub container: String,
     /// The image asked of the registry, normalized: `docker.io/library/nginx:1.27`.
@@ -225,29 +227,21 @@ fn plan_field(
     };
     let (workload, container, old_digest, new_value) = match &field.origin {
         Origin::Container {
-            kind,
-            name,
-            namespace,
+            workload,
             container,
             ..
-        } => {
-            let workload = match namespace {
-                Some(ns) => format!("{ns}/{kind}/{name}"),
-                None => format!("{kind}/{name}"),
-            };
-            (
-                workload,
-                container.clone(),
-                reference.digest().cloned(),
-                reference.with_digest(&resolved.digest),
-            )
-        }
+        } => (
+            Owner::Workload(workload.clone()),
+            container.clone(),
+            reference.digest().cloned(),
+            reference.with_digest(&resolved.digest),
+        ),
         Origin::KustomizeImage {
             name,
             current_digest,
             ..
         } => (
-            "kustomization".to_string(),
+            Owner::Kustomization,
             name.clone(),
             current_digest
                 .as_deref()
@@ -447,7 +441,7 @@ mod tests {
         let plan = plan(&files, &answers(&[("ghcr.io/acme/web:5.0", Ok(D1))]));
         let updated = String::from_utf8(plan.files[0].updated.clone()).unwrap();
         assert_eq!(updated, format!("{text}  digest: {D1}\n"));
-        assert_eq!(plan.changes[0].workload, "kustomization");
+        assert_eq!(plan.changes[0].workload, Owner::Kustomization);
         assert_eq!(plan.changes[0].action, Action::Pin);
     }
 

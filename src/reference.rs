@@ -132,6 +132,12 @@ impl Digest {
         &self.algorithm
     }
 
+    /// `sha256:0f152bc1261a`: enough to tell digests apart in a table or a log line.
+    pub fn short(&self) -> String {
+        let cut = self.hex.len().min(12);
+        format!("{}:{}", self.algorithm, &self.hex[..cut])
+    }
+
     /// The encoded part after the `:`; lowercase hex for `sha256` and
     /// `sha512`, so callers can compare it with a hash they computed.
     pub fn hex(&self) -> &str {
@@ -149,6 +155,13 @@ impl fmt::Display for Digest {
 impl serde::Serialize for Digest {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Digest {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Digest, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Digest::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 

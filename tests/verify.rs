@@ -380,16 +380,16 @@ async fn a_pull_request_gets_statuses_in_order_and_one_comment_edited_in_place()
         ),
     );
     // The PR as `tagpin sync` opens it: its body carries the plan block.
-    let block = tagpin::forge::body::PlanBlock {
+    let block = tagpin::proposal::PlanBlock {
         version: 1,
         target: "main".into(),
-        pins: vec![tagpin::forge::body::Pin {
+        pins: vec![tagpin::proposal::Pin {
             file: "apps/web.yaml".into(),
-            workload: "Deployment/web".into(),
+            workload: "Deployment/web".parse().unwrap(),
             container: "app".into(),
             image: "ghcr.io/acme/web:1".into(),
             new_value: image.clone(),
-            new_digest: new.into(),
+            new_digest: new.parse().unwrap(),
             old_digest: None,
         }],
     };

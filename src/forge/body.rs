@@ -1,77 +1,14 @@
 //! What a tagpin pull request says: a table for people and a plan block for machines.
 //!
-//! tagpin keeps no local state. The plan block (JSON inside an HTML comment, invisible on the
-//! rendered page) records exactly which digests the pull request promises, so that a later
-//! pass can tell "same change, already proposed" from "a digest moved again", and the verifier
-//! can learn what to expect in the cluster from the pull request alone.
+//! The plan block ([`crate::proposal::PlanBlock`]) travels as JSON inside an HTML comment,
+//! invisible on the rendered page. This module only renders it into a body and parses it back.
 
-use serde::{Deserialize, Serialize};
-
-use crate::plan::Change;
+use crate::proposal::PLAN_VERSION;
+pub use crate::proposal::{Pin, PlanBlock};
 
 /// Opens the hidden plan block in a PR body.
 const PLAN_START: &str = "<!-- tagpin-plan";
 const PLAN_END: &str = "-->";
-/// Bumped if the block's shape ever changes incompatibly.
-const PLAN_VERSION: u32 = 1;
-
-/// What a pull request promises, as recorded in its body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlanBlock {
-    pub version: u32,
-    /// The branch the pull request targets.
-    pub target: String,
-    pub pins: Vec<Pin>,
-}
-
-/// One image field moved to one digest.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Pin {
-    pub file: String,
-    pub workload: String,
-    pub container: String,
-    pub image: String,
-    pub new_value: String,
-    pub new_digest: String,
-    #[serde(default)]
-    pub old_digest: Option<String>,
-}
-
-impl PlanBlock {
-    pub fn new(target: &str, changes: &[Change]) -> PlanBlock {
-        let mut pins: Vec<Pin> = changes
-            .iter()
-            .map(|c| Pin {
-                file: c.file.display().to_string(),
-                workload: c.workload.clone(),
-                container: c.container.clone(),
-                image: c.image.clone(),
-                new_value: c.new_value.clone(),
-                new_digest: c.new_digest.to_string(),
-                old_digest: c.old_digest.as_ref().map(|d| d.to_string()),
-            })
-            .collect();
-        pins.sort();
-        PlanBlock {
-            version: PLAN_VERSION,
-            target: target.to_string(),
-            pins,
-        }
-    }
-
-    /// The (image, digest) pairs promised: two plans that move the same images to the same
-    /// digests are the same proposal, whatever the old digests were.
-    pub fn promises(&self) -> Vec<(String, String)> {
-        let mut p: Vec<(String, String)> = self
-            .pins
-            .iter()
-            .map(|pin| (pin.image.clone(), pin.new_digest.clone()))
-            .collect();
-        p.sort();
-        p.dedup();
-        p
-    }
-}
 
 /// The pull request body: a sentence, a table, and the plan block.
 pub fn render(block: &PlanBlock) -> String {
@@ -90,9 +27,9 @@ pub fn render(block: &PlanBlock) -> String {
             pin.container,
             pin.image,
             pin.old_digest
-                .as_deref()
-                .map_or("(none)".to_string(), |d| format!("`{}`", short(d))),
-            short(&pin.new_digest),
+                .as_ref()
+                .map_or("(none)".to_string(), |d| format!("`{}`", d.short())),
+            pin.new_digest.short(),
         ));
     }
     let json = serde_json::to_string_pretty(block).unwrap_or_default();
@@ -106,12 +43,6 @@ pub fn parse(body: &str) -> Option<PlanBlock> {
     let end = start + body[start..].find(PLAN_END)?;
     let block: PlanBlock = serde_json::from_str(body[start..end].trim()).ok()?;
     (block.version == PLAN_VERSION).then_some(block)
-}
-
-/// `sha256:0f152bc1261a` — enough to tell digests apart in a table.
-pub fn short(digest: &str) -> &str {
-    let cut = digest.find(':').map_or(0, |i| i + 1) + 12;
-    digest.get(..cut).unwrap_or(digest)
 }
 
 /// Fills `{count}`, `{branch}` and `{images}` in a title or commit message template.
@@ -136,7 +67,9 @@ pub fn commit_message(template: &str, block: &PlanBlock) -> String {
             pin.file,
             pin.workload,
             pin.container,
-            pin.old_digest.as_deref().unwrap_or("unpinned"),
+            pin.old_digest
+                .as_ref()
+                .map_or("unpinned".to_string(), |d| d.to_string()),
             pin.new_digest
         ));
     }
@@ -153,11 +86,11 @@ mod tests {
             target: "main".into(),
             pins: vec![Pin {
                 file: "apps/web.yaml".into(),
-                workload: "shop/Deployment/web".into(),
+                workload: "shop/Deployment/web".parse().unwrap(),
                 container: "app".into(),
                 image: "ghcr.io/acme/web:1.0".into(),
                 new_value: "ghcr.io/acme/web:1.0@sha256:1111111111111111111111111111111111111111111111111111111111111111".into(),
-                new_digest: "sha256:1111111111111111111111111111111111111111111111111111111111111111".into(),
+                new_digest: "sha256:1111111111111111111111111111111111111111111111111111111111111111".parse().unwrap(),
                 old_digest: None,
             }],
         }
@@ -180,7 +113,11 @@ mod tests {
     fn promises_ignore_where_the_digest_came_from() {
         let mut a = block();
         let mut b = block();
-        a.pins[0].old_digest = Some("sha256:aa".into());
+        a.pins[0].old_digest = Some(
+            "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                .parse()
+                .unwrap(),
+        );
         b.pins[0].old_digest = None;
         assert_eq!(a.promises(), b.promises());
     }

@@ -47,6 +47,8 @@ pub enum StatusState {
     Pending,
     Success,
     Failure,
+    /// The check could not be made (GitHub's `error`): tagpin says so rather than guess.
+    Error,
 }
 
 /// What tagpin reads of a pull request.
@@ -246,8 +248,8 @@ impl GitHub {
             .and_then(|s| {
                 let state = match s.state {
                     octocrab::models::StatusState::Success => StatusState::Success,
-                    octocrab::models::StatusState::Failure
-                    | octocrab::models::StatusState::Error => StatusState::Failure,
+                    octocrab::models::StatusState::Failure => StatusState::Failure,
+                    octocrab::models::StatusState::Error => StatusState::Error,
                     octocrab::models::StatusState::Pending => StatusState::Pending,
                     _ => return None,
                 };
@@ -280,6 +282,7 @@ impl GitHub {
             StatusState::Pending => octocrab::models::StatusState::Pending,
             StatusState::Success => octocrab::models::StatusState::Success,
             StatusState::Failure => octocrab::models::StatusState::Failure,
+            StatusState::Error => octocrab::models::StatusState::Error,
         };
         self.call(&what, || async move {
             self.octo

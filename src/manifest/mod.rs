@@ -15,7 +15,7 @@ pub mod walk;
 use std::ops::Range;
 use std::path::PathBuf;
 
-pub use namespace::{scan_all, KustomizeNamespaces};
+pub use namespace::KustomizeNamespaces;
 pub use rewrite::{apply, render_scalar, Edit};
 pub use scan::{
     scan, ContainerList, ImageField, Origin, ScalarStyle, ScanOutcome, SkipReason, SkippedField,

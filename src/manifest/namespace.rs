@@ -9,8 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::scan::{ImageField, Origin, ScanOutcome};
-use super::ManifestError;
+use super::scan::{ImageField, Origin};
 
 /// File names kustomize reads as a kustomization.
 const KUSTOMIZATION_NAMES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
@@ -54,30 +53,13 @@ impl KustomizeNamespaces {
             return;
         };
         for field in fields {
-            if let Origin::Container { namespace, .. } = &mut field.origin {
-                if namespace.is_none() {
-                    *namespace = Some(ns.to_string());
+            if let Origin::Container { workload, .. } = &mut field.origin {
+                if workload.namespace.is_none() {
+                    workload.namespace = Some(ns.to_string());
                 }
             }
         }
     }
-}
-
-/// Scans files that belong to one tree, so that each kustomization's `namespace:` reaches the
-/// manifests beside and below it. Results come in the order of `files`.
-pub fn scan_all(files: &[(&Path, &[u8])]) -> Vec<Result<ScanOutcome, ManifestError>> {
-    let mut namespaces = KustomizeNamespaces::default();
-    for (path, source) in files {
-        namespaces.add(path, source);
-    }
-    files
-        .iter()
-        .map(|(path, source)| {
-            let mut outcome = super::scan(path, source)?;
-            namespaces.fill(path, &mut outcome.fields);
-            Ok(outcome)
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -122,7 +104,7 @@ mod tests {
         let namespaces: Vec<Option<String>> = fields
             .iter()
             .map(|f| match &f.origin {
-                Origin::Container { namespace, .. } => namespace.clone(),
+                Origin::Container { workload, .. } => workload.namespace.clone(),
                 Origin::KustomizeImage { .. } => None,
             })
             .collect();

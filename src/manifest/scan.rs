@@ -13,6 +13,7 @@ use std::path::Path;
 use saphyr_parser::{Event, Marker, Parser, ScalarStyle as YamlStyle, Span};
 
 use super::{ManifestError, MAX_DEPTH, MAX_FILE_BYTES};
+use crate::workload::{WorkloadId, WorkloadKind};
 
 /// How a scalar is written in the file; a rewrite keeps it so a diff shows only the value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,13 +51,11 @@ impl ContainerList {
 /// What an image field belongs to, so plans, diffs and the verifier can name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
-    /// A container of a workload. `kind`, `name` and `namespace` are those of the object that
-    /// owns the pod spec (for a `kind: List`, the item, not the list). `name` is empty when the
-    /// object has no `metadata.name`. `document` is the 0-based index of the YAML document.
+    /// A container of a workload. `workload` is the object that owns the pod spec (for a
+    /// `kind: List`, the item, not the list); its name is empty when the object has no
+    /// `metadata.name`. `document` is the 0-based index of the YAML document.
     Container {
-        kind: String,
-        name: String,
-        namespace: Option<String>,
+        workload: WorkloadId,
         container: String,
         list: ContainerList,
         document: usize,
@@ -115,7 +114,7 @@ pub struct ImageField {
 }
 
 /// Why a field that looks like an image was not offered for pinning.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SkipReason {
     /// `|` and `>` scalars cannot be replaced without re-indenting lines; nobody writes images so.
     BlockScalar,
@@ -670,23 +669,6 @@ impl Collector {
     }
 }
 
-/// Pod spec location per workload kind, as a path of mapping keys from the object.
-fn pod_spec_path(kind: &str) -> Option<&'static [&'static str]> {
-    match kind {
-        "Pod" => Some(&["spec"]),
-        "PodTemplate" => Some(&["template", "spec"]),
-        "Deployment"
-        | "StatefulSet"
-        | "DaemonSet"
-        | "ReplicaSet"
-        | "ReplicationController"
-        | "Job"
-        | "DeploymentConfig" => Some(&["spec", "template", "spec"]),
-        "CronJob" => Some(&["spec", "jobTemplate", "spec", "template", "spec"]),
-        _ => None,
-    }
-}
-
 /// Kustomize's own `kind`s (and the files it reads without one) carry an `images:` list.
 fn is_kustomization(kind: Option<&str>, api_version: Option<&str>, file_named: bool) -> bool {
     let kustomize_api = api_version.is_none_or(|api| api.starts_with("kustomize.config.k8s.io/"));
@@ -872,10 +854,10 @@ impl DocumentWalker<'_> {
                 }
                 continue;
             }
-            let Some(path) = pod_spec_path(kind) else {
+            let Some(kind) = WorkloadKind::from_kind(kind) else {
                 continue;
             };
-            let Some(pod_spec) = self.get_path(object, path)? else {
+            let Some(pod_spec) = self.get_path(object, kind.pod_spec_path())? else {
                 continue;
             };
             let metadata = self.get(object, "metadata")?;
@@ -896,9 +878,11 @@ impl DocumentWalker<'_> {
                 for &container in self.items(containers) {
                     let container_name = self.get_str(container, "name")?.unwrap_or("");
                     let origin = Origin::Container {
-                        kind: kind.to_string(),
-                        name: name.to_string(),
-                        namespace: namespace.map(str::to_string),
+                        workload: WorkloadId {
+                            namespace: namespace.map(str::to_string),
+                            kind,
+                            name: name.to_string(),
+                        },
                         container: container_name.to_string(),
                         list,
                         document: self.document,
@@ -1132,9 +1116,7 @@ mod tests {
         assert_eq!(
             field.origin,
             Origin::Container {
-                kind: "Deployment".into(),
-                name: "web".into(),
-                namespace: None,
+                workload: "Deployment/web".parse().unwrap(),
                 container: "app".into(),
                 list: ContainerList::Containers,
                 document: 0,
@@ -1259,10 +1241,8 @@ mod tests {
             .fields
             .iter()
             .map(|f| match &f.origin {
-                Origin::Container {
-                    list, namespace, ..
-                } => {
-                    assert_eq!(namespace.as_deref(), Some("ns"));
+                Origin::Container { list, workload, .. } => {
+                    assert_eq!(workload.namespace.as_deref(), Some("ns"));
                     (*list, f.value.as_str())
                 }
                 other => panic!("{other:?}"),
@@ -1339,7 +1319,7 @@ mod tests {
             .fields
             .iter()
             .map(|f| match &f.origin {
-                Origin::Container { name, .. } => (name.as_str(), f.value.as_str()),
+                Origin::Container { workload, .. } => (workload.name.as_str(), f.value.as_str()),
                 other => panic!("{other:?}"),
             })
             .collect();
@@ -1654,8 +1634,8 @@ mod tests {
         let values: Vec<&str> = outcome.fields.iter().map(|f| f.value.as_str()).collect();
         assert_eq!(values, ["quay.io/k_nakajima/nginx-sample:latest"]);
         assert!(
-            matches!(&outcome.fields[0].origin, Origin::Container { kind, name, .. }
-            if kind == "Pod" && name == "nginx-54589dd565-v9xm9")
+            matches!(&outcome.fields[0].origin, Origin::Container { workload, .. }
+            if workload.kind == crate::workload::WorkloadKind::Pod && workload.name == "nginx-54589dd565-v9xm9")
         );
     }
 

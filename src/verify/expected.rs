@@ -1,11 +1,16 @@
 //! What the cluster is expected to run: (workload, container, pinned reference, digest).
 //!
 //! Read from a pull request's plan block, or from the manifests of a commit. Pure: callers
-//! hand in the plan block or the scanned manifests.
+//! hand in the plan block or the scanned manifests. A pin the verifier cannot check (a
+//! kustomization `images:` entry, a kind it cannot read live) is not an error: it comes back as
+//! [`NotVerified`] with its reason, so the verdict can say what was not checked.
 
-use crate::forge::body::PlanBlock;
+use serde::Serialize;
+
 use crate::manifest::{ImageField, Origin};
-use crate::reference::Reference;
+use crate::proposal::PlanBlock;
+use crate::reference::{Digest, Reference};
+use crate::workload::{Owner, WorkloadId};
 
 /// How manifest names become live names: the namespace for manifests that name none, and the
 /// prefix or suffix a GitOps tool adds (kustomize `namePrefix`, Argo CD app names).
@@ -16,103 +21,200 @@ pub struct NameMapping {
     pub name_suffix: String,
 }
 
-pub use super::verdict::Expected;
-
-impl Expected {
-    /// `namespace/Kind/name`, as verdicts and tables name a workload.
-    pub fn workload(&self) -> String {
-        format!("{}/{}/{}", self.namespace, self.kind, self.name)
+impl NameMapping {
+    /// The live identity of a workload as written in Git.
+    fn live(&self, workload: &WorkloadId) -> WorkloadId {
+        let mut live = workload.in_namespace_or(&self.default_namespace);
+        live.name = format!("{}{}{}", self.name_prefix, workload.name, self.name_suffix);
+        live
     }
 }
 
-/// Expectations from a pull request's plan block. Kustomization `images:` pins name no
-/// workload and are returned separately, by image, for the caller to report.
-pub fn from_plan(block: &PlanBlock, mapping: &NameMapping) -> (Vec<Expected>, Vec<String>) {
-    let mut expected = Vec::new();
-    let mut unplaced = Vec::new();
-    for pin in &block.pins {
-        let parts: Vec<&str> = pin.workload.split('/').collect();
-        let (namespace, kind, name) = match parts.as_slice() {
-            [ns, kind, name] => (ns.to_string(), kind.to_string(), name.to_string()),
-            [kind, name] => (
-                mapping.default_namespace.clone(),
-                kind.to_string(),
-                name.to_string(),
-            ),
-            _ => {
-                unplaced.push(pin.image.clone());
-                continue;
-            }
+/// One pinned container, as Git now has it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct Expected {
+    /// The live workload, its namespace always set.
+    pub workload: WorkloadId,
+    pub container: String,
+    /// The reference written to Git, such as `quay.io/a/b:latest@sha256:…`; kept for reports.
+    pub pinned_ref: String,
+    /// The digest part of [`Expected::pinned_ref`]: the only part ever compared, because
+    /// runtimes and mirrors spell repositories differently.
+    pub digest: Digest,
+}
+
+/// Why a pin cannot be checked against a live workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotVerifiedReason {
+    /// A kustomization `images:` entry names an image, not a workload.
+    KustomizeImage,
+    /// A kind the verifier does not read live (see
+    /// [`crate::workload::WorkloadKind::is_verifiable`]).
+    KindNotVerifiable,
+    /// The manifest object has no `metadata.name`.
+    NoName,
+    /// The plan block names the workload in a form tagpin cannot read.
+    UnreadableWorkload,
+}
+
+impl std::fmt::Display for NotVerifiedReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NotVerifiedReason::KustomizeImage => "a kustomization images: entry names no workload",
+            NotVerifiedReason::KindNotVerifiable => "tagpin cannot read this kind live yet",
+            NotVerifiedReason::NoName => "the manifest has no metadata.name",
+            NotVerifiedReason::UnreadableWorkload => "the workload in the plan block is unreadable",
+        })
+    }
+}
+
+/// A pin that was not checked, and why.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct NotVerified {
+    /// The image as the plan or manifest names it.
+    pub image: String,
+    /// `namespace/Kind/name`, `Kind/name` or `kustomization`.
+    pub workload: String,
+    pub reason: NotVerifiedReason,
+}
+
+/// What a source promises: the pins to check, and the pins that cannot be checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Promised {
+    pub expected: Vec<Expected>,
+    pub not_verified: Vec<NotVerified>,
+}
+
+impl Promised {
+    /// Sorts and deduplicates, so that equal sources give equal expectations.
+    fn finish(mut self) -> Promised {
+        self.expected.sort();
+        self.expected.dedup();
+        self.not_verified.sort();
+        self.not_verified.dedup();
+        self
+    }
+
+    /// Decides, in one place, whether a pin on `owner` can be checked live.
+    fn add(
+        &mut self,
+        owner: &Owner,
+        container: &str,
+        image: &str,
+        pinned_ref: &str,
+        digest: Digest,
+        mapping: &NameMapping,
+    ) {
+        // Named as the verdicts name workloads: in their live namespace, with the live name.
+        let workload = match owner {
+            Owner::Workload(id) => mapping.live(id).to_string(),
+            Owner::Kustomization => owner.to_string(),
         };
-        expected.push(Expected {
-            kind,
-            namespace,
-            name: format!("{}{name}{}", mapping.name_prefix, mapping.name_suffix),
-            container: pin.container.clone(),
-            pinned_ref: pin.new_value.clone(),
-            digest: pin.new_digest.clone(),
-        });
+        let not_verified = |reason| NotVerified {
+            image: image.to_string(),
+            workload: workload.clone(),
+            reason,
+        };
+        match owner {
+            Owner::Kustomization => self
+                .not_verified
+                .push(not_verified(NotVerifiedReason::KustomizeImage)),
+            Owner::Workload(id) if !id.kind.is_verifiable() => self
+                .not_verified
+                .push(not_verified(NotVerifiedReason::KindNotVerifiable)),
+            Owner::Workload(id) if id.name.is_empty() => self
+                .not_verified
+                .push(not_verified(NotVerifiedReason::NoName)),
+            Owner::Workload(id) => self.expected.push(Expected {
+                workload: mapping.live(id),
+                container: container.to_string(),
+                pinned_ref: pinned_ref.to_string(),
+                digest,
+            }),
+        }
     }
-    expected.sort();
-    expected.dedup();
-    (expected, unplaced)
 }
 
-/// Expectations from the image fields of manifests at a commit: every container whose image
-/// is pinned (`repo:tag@digest` or `repo@digest`). Unpinned images promise nothing.
+/// Expectations from a pull request's plan block.
+pub fn from_plan(block: &PlanBlock, mapping: &NameMapping) -> Promised {
+    let mut promised = Promised::default();
+    for pin in &block.pins {
+        promised.add(
+            &pin.workload,
+            &pin.container,
+            &pin.image,
+            &pin.new_value,
+            pin.new_digest.clone(),
+            mapping,
+        );
+    }
+    promised.finish()
+}
+
+/// Expectations from the image fields of manifests at a commit: every field whose image is
+/// pinned (`repo:tag@digest`, `repo@digest`, or a kustomize entry with `digest:`). Unpinned
+/// images promise nothing.
 pub fn from_fields<'a>(
     fields: impl IntoIterator<Item = &'a ImageField>,
     mapping: &NameMapping,
-) -> Vec<Expected> {
-    let mut expected = Vec::new();
+) -> Promised {
+    let mut promised = Promised::default();
     for field in fields {
-        let Origin::Container {
-            kind,
-            name,
-            namespace,
+        let (owner, container, digest) = match &field.origin {
+            Origin::Container {
+                workload,
+                container,
+                ..
+            } => (
+                Owner::Workload(workload.clone()),
+                container.as_str(),
+                Reference::parse(&field.value)
+                    .ok()
+                    .and_then(|r| r.digest().cloned()),
+            ),
+            Origin::KustomizeImage {
+                name,
+                current_digest,
+                ..
+            } => (
+                Owner::Kustomization,
+                name.as_str(),
+                current_digest
+                    .as_deref()
+                    .and_then(|d| Digest::parse(d).ok()),
+            ),
+        };
+        let Some(digest) = digest else {
+            continue;
+        };
+        promised.add(
+            &owner,
             container,
-            ..
-        } = &field.origin
-        else {
-            continue;
-        };
-        let Some(digest) = Reference::parse(&field.value)
-            .ok()
-            .and_then(|r| r.digest().cloned())
-        else {
-            continue;
-        };
-        expected.push(Expected {
-            kind: kind.clone(),
-            namespace: namespace
-                .clone()
-                .unwrap_or_else(|| mapping.default_namespace.clone()),
-            name: format!("{}{name}{}", mapping.name_prefix, mapping.name_suffix),
-            container: container.clone(),
-            pinned_ref: field.value.clone(),
-            digest: digest.to_string(),
-        });
+            &field.value,
+            &field.value,
+            digest,
+            mapping,
+        );
     }
-    expected.sort();
-    expected.dedup();
-    expected
+    promised.finish()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forge::body::Pin;
+    use crate::proposal::Pin;
 
     const D: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
     fn pin(workload: &str) -> Pin {
         Pin {
             file: "apps/web.yaml".into(),
-            workload: workload.into(),
+            workload: workload.parse().unwrap(),
             container: "app".into(),
             image: "docker.io/library/nginx:1.27".into(),
             new_value: format!("nginx:1.27@{D}"),
-            new_digest: D.into(),
+            new_digest: D.parse().unwrap(),
             old_digest: None,
         }
     }
@@ -136,13 +238,24 @@ mod tests {
                 pin("kustomization"),
             ],
         };
-        let (expected, unplaced) = from_plan(&block, &mapping());
+        let promised = from_plan(&block, &mapping());
         assert_eq!(
-            expected.iter().map(Expected::workload).collect::<Vec<_>>(),
+            promised
+                .expected
+                .iter()
+                .map(|e| e.workload.to_string())
+                .collect::<Vec<_>>(),
             vec!["default/Deployment/prod-api", "shop/Deployment/prod-web"]
         );
-        assert_eq!(unplaced, vec!["docker.io/library/nginx:1.27"]);
-        assert_eq!(expected[0].digest, D);
+        assert_eq!(
+            promised.not_verified,
+            vec![NotVerified {
+                image: "docker.io/library/nginx:1.27".into(),
+                workload: "kustomization".into(),
+                reason: NotVerifiedReason::KustomizeImage
+            }]
+        );
+        assert_eq!(promised.expected[0].digest.to_string(), D);
     }
 
     #[test]
@@ -152,9 +265,32 @@ mod tests {
         );
         let outcome =
             crate::manifest::scan(std::path::Path::new("w.yaml"), text.as_bytes()).unwrap();
-        let expected = from_fields(&outcome.fields, &NameMapping::default());
-        assert_eq!(expected.len(), 1);
-        assert_eq!(expected[0].workload(), "shop/Deployment/web");
-        assert_eq!(expected[0].container, "app");
+        let promised = from_fields(&outcome.fields, &NameMapping::default());
+        assert_eq!(promised.expected.len(), 1);
+        assert_eq!(
+            promised.expected[0].workload.to_string(),
+            "shop/Deployment/web"
+        );
+        assert_eq!(promised.expected[0].container, "app");
+        assert!(promised.not_verified.is_empty());
+    }
+
+    #[test]
+    fn a_pinned_cronjob_is_not_verified_with_its_reason_not_an_error() {
+        let text = format!(
+            "apiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: nightly}}\nspec:\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          containers:\n          - {{name: job, image: 'busybox:1@{D}'}}\n"
+        );
+        let outcome =
+            crate::manifest::scan(std::path::Path::new("cron.yaml"), text.as_bytes()).unwrap();
+        let promised = from_fields(&outcome.fields, &mapping());
+        assert!(promised.expected.is_empty());
+        assert_eq!(
+            promised.not_verified[0].reason,
+            NotVerifiedReason::KindNotVerifiable
+        );
+        assert_eq!(
+            promised.not_verified[0].workload,
+            "default/CronJob/prod-nightly"
+        );
     }
 }

@@ -13,6 +13,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::config::KubeConfigOptions;
 
 use super::verdict::{Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus};
+use crate::workload::{WorkloadId, WorkloadKind};
 
 /// Pods asked for per page: large enough for big workloads in few requests, small enough to
 /// keep each answer bounded.
@@ -23,8 +24,34 @@ const POD_PAGE: u32 = 500;
 pub enum LiveError {
     #[error("kubeconfig: {0}")]
     Config(String),
-    #[error("Kubernetes API: {0}")]
-    Api(String),
+    /// The API call failed; the kube error keeps its kind (status code, transport) so callers
+    /// can tell [`LiveError::is_transient`] causes from permanent ones.
+    #[error("Kubernetes API: reading {what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// A kind [`WorkloadKind::is_verifiable`] rules out; expectations never hold one.
+    #[error("{0} is not a kind tagpin reads live")]
+    NotReadable(WorkloadKind),
+}
+
+impl LiveError {
+    /// Timeouts, connection failures, 5xx and 429: worth another try after a pause.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LiveError::Api {
+                source: kube::Error::Api(status),
+                ..
+            } => status.code == 429 || status.code >= 500,
+            LiveError::Api { source, .. } => !matches!(
+                source,
+                kube::Error::SerdeError(_) | kube::Error::BuildRequest(_)
+            ),
+            LiveError::Config(_) | LiveError::NotReadable(_) => false,
+        }
+    }
 }
 
 /// A connection to the cluster.
@@ -53,27 +80,30 @@ impl Cluster {
     }
 
     /// Reads one workload and its pods. A 404 is [`Live::Missing`], a 403 [`Live::Forbidden`].
-    pub async fn read(&self, kind: &str, namespace: &str, name: &str) -> Result<Live, LiveError> {
-        let found = match kind {
-            "Deployment" => self
+    pub async fn read(&self, id: &WorkloadId) -> Result<Live, LiveError> {
+        let namespace = id.namespace.as_deref().unwrap_or("default");
+        let name = id.name.as_str();
+        let forbidden_or = |e| forbidden_or(e, id);
+        let found = match id.kind {
+            WorkloadKind::Deployment => self
                 .typed::<Deployment>(namespace, name)
                 .await
                 .map(|o| o.map(deployment)),
-            "StatefulSet" => self
+            WorkloadKind::StatefulSet => self
                 .typed::<StatefulSet>(namespace, name)
                 .await
                 .map(|o| o.map(stateful_set)),
-            "DaemonSet" => self
+            WorkloadKind::DaemonSet => self
                 .typed::<DaemonSet>(namespace, name)
                 .await
                 .map(|o| o.map(daemon_set)),
-            "ReplicaSet" => self
+            WorkloadKind::ReplicaSet => self
                 .typed::<ReplicaSet>(namespace, name)
                 .await
                 .map(|o| o.map(replica_set)),
-            "Job" => self.typed::<Job>(namespace, name).await.map(|o| o.map(job)),
-            "DeploymentConfig" => self.deployment_config(namespace, name).await,
-            "Pod" => {
+            WorkloadKind::Job => self.typed::<Job>(namespace, name).await.map(|o| o.map(job)),
+            WorkloadKind::DeploymentConfig => self.deployment_config(namespace, name).await,
+            WorkloadKind::Pod => {
                 return match self.typed::<Pod>(namespace, name).await {
                     Ok(Some(pod)) => Ok(Live::Found {
                         workload: pod_workload(&pod),
@@ -83,11 +113,9 @@ impl Cluster {
                     Err(e) => forbidden_or(e),
                 }
             }
-            other => {
-                return Err(LiveError::Api(format!(
-                    "{other} is not a workload kind tagpin can verify"
-                )))
-            }
+            kind @ (WorkloadKind::PodTemplate
+            | WorkloadKind::CronJob
+            | WorkloadKind::ReplicationController) => return Err(LiveError::NotReadable(kind)),
         };
         match found {
             Ok(Some((workload, selector))) => {
@@ -143,11 +171,14 @@ impl Cluster {
     }
 }
 
-fn forbidden_or(e: kube::Error) -> Result<Live, LiveError> {
+fn forbidden_or(e: kube::Error, id: &WorkloadId) -> Result<Live, LiveError> {
     match e {
         kube::Error::Api(status) if status.code == 403 => Ok(Live::Forbidden(status.message)),
         kube::Error::Api(status) if status.code == 404 => Ok(Live::Missing),
-        other => Err(LiveError::Api(other.to_string())),
+        source => Err(LiveError::Api {
+            what: id.to_string(),
+            source,
+        }),
     }
 }
 

@@ -17,11 +17,13 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::forge::{body, ForgeError, GitHub, StatusState};
-use crate::git::{GitError, Mirror};
-use crate::manifest::{self, FileFilter};
+use crate::git::{off_runtime, GitError, Mirror};
+use crate::manifest::{FileFilter, ManifestError};
+use crate::pipeline::{self, ImageSelection};
 use crate::reference::{Digest, Reference};
 use crate::registry::{Client, ManifestKind};
-use expected::{Expected, NameMapping};
+use crate::workload::WorkloadId;
+use expected::{Expected, NameMapping, NotVerified};
 use live::{Cluster, LiveError};
 use verdict::{DigestFamily, Live, State, Verdict};
 
@@ -37,10 +39,25 @@ pub enum Source {
 #[derive(Debug, Clone, Default)]
 pub struct Expectations {
     pub expected: Vec<Expected>,
-    /// Images pinned without a workload to check (kustomization `images:` entries).
-    pub unplaced: Vec<String>,
+    /// Pins that cannot be checked against a live workload, with the reason.
+    pub not_verified: Vec<NotVerified>,
+    /// Manifests that could not be read or parsed (file:line:column): they may hold pins, so
+    /// nothing about them is Converged.
+    pub failures: Vec<String>,
+    /// Files and fields passed over on purpose, as `plan` and `sync` list them.
+    pub skipped: Vec<pipeline::Skipped>,
     /// Commits to put the `tagpin/converged` status on: the PR head, and its merge commit.
     pub commits: Vec<String>,
+}
+
+impl Expectations {
+    /// What no verdict will cover.
+    pub fn unchecked(&self) -> verdict::Unchecked {
+        verdict::Unchecked {
+            images: self.not_verified.len(),
+            files: self.failures.len(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,8 +68,12 @@ pub enum VerifyError {
     Git(#[from] GitError),
     #[error(transparent)]
     Live(#[from] LiveError),
-    #[error("{0}")]
-    Input(String),
+    #[error("configuration: {0}")]
+    Filter(#[from] ManifestError),
+    #[error("--pr needs a forge: section in the configuration")]
+    NoForge,
+    #[error("pull request #{0} has no tagpin plan block in its body")]
+    NoPlanBlock(u64),
 }
 
 /// The outcome of one check of every expectation.
@@ -61,6 +82,19 @@ pub struct Check {
     pub state: State,
     pub summary: String,
     pub verdicts: Vec<Verdict>,
+}
+
+impl Check {
+    /// The state and headline once what could not be checked is counted: pins with no live
+    /// workload and manifests that could not be read keep the verdict from Converged.
+    fn judged(verdicts: Vec<Verdict>, expectations: &Expectations) -> Check {
+        let (state, summary) = verdict::summarize(&verdicts, expectations.unchecked());
+        Check {
+            state,
+            summary,
+            verdicts,
+        }
+    }
 }
 
 /// Reads the expectations for `source`.
@@ -77,65 +111,54 @@ pub async fn expectations(
     };
     match source {
         Source::PullRequest(number) => {
-            let forge = forge.ok_or_else(|| {
-                VerifyError::Input("--pr needs a forge in the configuration".into())
-            })?;
+            let forge = forge.ok_or(VerifyError::NoForge)?;
             let pr = forge.pull_request(*number).await?;
-            let block = body::parse(&pr.body).ok_or_else(|| {
-                VerifyError::Input(format!(
-                    "pull request #{number} has no tagpin plan block in its body"
-                ))
-            })?;
-            let (expected, unplaced) = expected::from_plan(&block, &mapping);
+            let block = body::parse(&pr.body).ok_or(VerifyError::NoPlanBlock(*number))?;
+            let promised = expected::from_plan(&block, &mapping);
             let mut commits = vec![pr.head_sha.clone()];
             commits.extend(pr.merge_commit_sha.filter(|_| pr.merged));
             Ok(Expectations {
-                expected,
-                unplaced,
+                expected: promised.expected,
+                not_verified: promised.not_verified,
+                failures: Vec::new(),
+                skipped: Vec::new(),
                 commits,
             })
         }
-        Source::Commit(sha) => {
+        Source::Commit(sha) => off_runtime(|| {
             mirror.fetch(
                 &config.repository.branch,
                 &config.pull_request.branch_prefix,
             )?;
-            let oid = git2::Oid::from_str(sha)
-                .map_err(|_| VerifyError::Input(format!("{sha:?} is not a commit id")))?;
+            let oid = mirror.resolve_commit(sha)?;
             from_tree(mirror, oid, config, &mapping)
-        }
-        Source::Branch(branch) => {
+        }),
+        Source::Branch(branch) => off_runtime(|| {
             mirror.fetch(branch, &config.pull_request.branch_prefix)?;
             let tip = mirror.require_tip(branch)?;
             from_tree(mirror, tip, config, &mapping)
-        }
+        }),
     }
 }
 
+/// Expectations from the manifests of a commit, through the same pipeline `plan` and `sync`
+/// use, so all three agree on files, namespaces and skips.
 fn from_tree(
     mirror: &Mirror,
     commit: git2::Oid,
     config: &Config,
     mapping: &NameMapping,
 ) -> Result<Expectations, VerifyError> {
-    let filter = FileFilter::with_default_include(&config.include, &config.exclude)
-        .map_err(|e| VerifyError::Input(e.to_string()))?;
-    let read = mirror.read_files(commit, &config.paths, &filter)?;
-    let sources: Vec<(&std::path::Path, &[u8])> = read
-        .files
-        .iter()
-        .map(|f| (f.path.as_path(), f.bytes.as_slice()))
-        .collect();
-    let mut fields = Vec::new();
-    for outcome in manifest::scan_all(&sources) {
-        match outcome {
-            Ok(outcome) => fields.extend(outcome.fields),
-            Err(e) => tracing::warn!("{e}"),
-        }
-    }
+    let filter = FileFilter::with_default_include(&config.include, &config.exclude)?;
+    let selection = ImageSelection::compile(&config.images)?;
+    let gathered = mirror.read_files(commit, &config.paths, &filter)?;
+    let scanned = pipeline::scan(gathered, &selection);
+    let promised = expected::from_fields(scanned.fields(), mapping);
     Ok(Expectations {
-        expected: expected::from_fields(&fields, mapping),
-        unplaced: Vec::new(),
+        expected: promised.expected,
+        not_verified: promised.not_verified,
+        failures: scanned.errors.iter().map(ToString::to_string).collect(),
+        skipped: scanned.skipped,
         commits: vec![commit.to_string()],
     })
 }
@@ -143,7 +166,7 @@ fn from_tree(
 /// Digest families already asked of the registry, by pinned digest: they never change.
 #[derive(Default)]
 pub struct Families {
-    known: BTreeMap<String, DigestFamily>,
+    known: BTreeMap<Digest, DigestFamily>,
 }
 
 impl Families {
@@ -161,7 +184,7 @@ impl Families {
                     "cannot read the pinned manifest, only the pinned digest itself will match: {message}"
                 );
                 DigestFamily {
-                    pinned: expected.digest.clone(),
+                    pinned: expected.digest.to_string(),
                     ..DigestFamily::default()
                 }
             }
@@ -173,13 +196,12 @@ impl Families {
 
 async fn ask_family(expected: &Expected, registry: &Client) -> Result<DigestFamily, String> {
     let reference = Reference::parse(&expected.pinned_ref).map_err(|e| e.to_string())?;
-    let digest = Digest::parse(&expected.digest).map_err(|e| e.to_string())?;
     let top = registry
-        .manifest(&reference, &digest)
+        .manifest(&reference, &expected.digest)
         .await
         .map_err(|e| e.to_string())?;
     let mut family = DigestFamily {
-        pinned: expected.digest.clone(),
+        pinned: expected.digest.to_string(),
         ..DigestFamily::default()
     };
     match top.kind {
@@ -204,26 +226,25 @@ async fn ask_family(expected: &Expected, registry: &Client) -> Result<DigestFami
 
 /// Checks every expectation once: each workload is read once, however many containers it has.
 pub async fn check(
-    expectations: &[Expected],
+    expectations: &Expectations,
     cluster: &Cluster,
     registry: &Client,
     families: &mut Families,
 ) -> Result<Check, VerifyError> {
-    let mut live: BTreeMap<(String, String, String), Live> = BTreeMap::new();
+    let mut live: BTreeMap<&WorkloadId, Live> = BTreeMap::new();
     let mut verdicts = Vec::new();
-    for e in expectations {
-        let key = (e.kind.clone(), e.namespace.clone(), e.name.clone());
-        if !live.contains_key(&key) {
-            let read = cluster.read(&e.kind, &e.namespace, &e.name).await?;
-            live.insert(key.clone(), read);
+    for e in &expectations.expected {
+        if !live.contains_key(&e.workload) {
+            let read = cluster.read(&e.workload).await?;
+            live.insert(&e.workload, read);
         }
-        let Some(l) = live.get(&key) else {
+        let Some(l) = live.get(&e.workload) else {
             continue;
         };
         // Most pods report the pinned digest itself; the registry is asked what else stands
         // for it (platform manifests, config digests) only when some pod reports another.
         let plain = DigestFamily {
-            pinned: e.digest.clone(),
+            pinned: e.digest.to_string(),
             ..DigestFamily::default()
         };
         let mut v = verdict::judge(e, &plain, l);
@@ -233,12 +254,7 @@ pub async fn check(
         }
         verdicts.push(v);
     }
-    let (state, summary) = verdict::summarize(&verdicts);
-    Ok(Check {
-        state,
-        summary,
-        verdicts,
-    })
+    Ok(Check::judged(verdicts, expectations))
 }
 
 /// Whether any pod reports, for the expected container, an imageID other than the pinned
@@ -247,16 +263,17 @@ fn reports_other_digests(e: &Expected, live: &Live) -> bool {
     let Live::Found { pods, .. } = live else {
         return false;
     };
+    let pinned = e.digest.to_string();
     pods.iter()
         .flat_map(|p| p.containers.iter())
         .filter(|c| c.name == e.container && !c.image_id.is_empty())
-        .any(|c| !c.image_id.ends_with(&e.digest))
+        .any(|c| !c.image_id.ends_with(&pinned))
 }
 
 /// Checks until converged or failed, or until `timeout`, polling with backoff (2 s, doubling,
 /// at most 30 s). Without `wait`, checks once.
 pub async fn watch(
-    expectations: &[Expected],
+    expectations: &Expectations,
     cluster: &Cluster,
     registry: &Client,
     wait: bool,
@@ -289,7 +306,7 @@ pub async fn publish_pending(forge: &GitHub, commits: &[String]) {
             )
             .await
         {
-            eprintln!("error: {e}");
+            tracing::warn!("cannot mark {sha} as being checked: {e}");
         }
     }
 }
@@ -302,8 +319,9 @@ pub async fn publish(forge: &GitHub, pr: Option<u64>, expectations: &Expectation
         State::Converged => StatusState::Success,
         State::Failed => StatusState::Failure,
         State::Progressing => StatusState::Pending,
+        State::Unverified => StatusState::Error,
     };
-    let description = verdict::status_description(&check.verdicts);
+    let description = verdict::status_description(&check.verdicts, expectations.unchecked());
     for sha in &expectations.commits {
         let current = forge
             .status_of(sha, report::STATUS_CONTEXT)
@@ -317,21 +335,19 @@ pub async fn publish(forge: &GitHub, pr: Option<u64>, expectations: &Expectation
             .set_status(sha, state, report::STATUS_CONTEXT, &description)
             .await
         {
-            eprintln!("error: {e}");
+            tracing::warn!(
+                "cannot set the {} status on {sha}: {e}",
+                report::STATUS_CONTEXT
+            );
         }
     }
     if let Some(number) = pr {
-        let body = report::comment(
-            check.state,
-            &check.summary,
-            &check.verdicts,
-            &expectations.unplaced,
-        );
+        let body = report::comment(check, expectations);
         if let Err(e) = forge
             .upsert_comment(number, report::COMMENT_MARKER, &body)
             .await
         {
-            eprintln!("error: {e}");
+            tracing::warn!("cannot update the verdict comment on #{number}: {e}");
         }
     }
 }

@@ -1,40 +1,53 @@
 //! The verdict as people read it on the pull request: one comment, kept up to date.
 
-use super::verdict::{State, Verdict};
-use crate::forge::body::short;
+use super::verdict::State;
+use super::{Check, Expectations};
 
 /// Hidden marker by which tagpin finds its own comment again, whoever posted it.
 pub const COMMENT_MARKER: &str = "<!-- tagpin-verify -->";
 /// The commit status context tagpin sets.
 pub const STATUS_CONTEXT: &str = "tagpin/converged";
 
-/// The comment body: a headline with the overall state, then one row per container.
-pub fn comment(state: State, summary: &str, verdicts: &[Verdict], unplaced: &[String]) -> String {
+/// The comment body: a headline with the overall state, one row per container, then what was
+/// not verified and why.
+pub fn comment(check: &Check, expectations: &Expectations) -> String {
     let mut out = format!(
-        "{COMMENT_MARKER}\n### tagpin: cluster {}\n\n{summary}\n\n",
-        state_word(state)
+        "{COMMENT_MARKER}\n### tagpin: cluster {}\n\n{}\n\n",
+        state_word(check.state),
+        check.summary
     );
     out.push_str(
         "| Workload | Container | Pinned digest | Pods on it / total | Verdict | Reason |\n",
     );
     out.push_str("|---|---|---|---|---|---|\n");
-    for v in verdicts {
+    for v in &check.verdicts {
         out.push_str(&format!(
             "| {} | {} | `{}` | {} / {} | {} | {} |\n",
             v.workload,
             v.container,
-            short(&v.pinned_digest),
+            v.pinned_digest.short(),
             v.pods_on_pinned,
             v.pods_total,
             state_word(v.state),
             escape_cell(&v.reason),
         ));
     }
-    if !unplaced.is_empty() {
-        out.push_str(&format!(
-            "\nNot verified (pinned through a kustomization, no workload named): {}\n",
-            unplaced.join(", ")
-        ));
+    if !expectations.not_verified.is_empty() {
+        out.push_str("\n**Not verified:**\n\n| Image | Where | Why |\n|---|---|---|\n");
+        for n in &expectations.not_verified {
+            out.push_str(&format!(
+                "| `{}` | {} | {} |\n",
+                n.image,
+                escape_cell(&n.workload),
+                n.reason
+            ));
+        }
+    }
+    if !expectations.failures.is_empty() {
+        out.push_str("\n**Manifests that could not be read** (they may hold pins):\n\n");
+        for failure in &expectations.failures {
+            out.push_str(&format!("- {}\n", escape_cell(failure)));
+        }
     }
     out
 }
@@ -44,6 +57,7 @@ pub fn state_word(state: State) -> &'static str {
         State::Converged => "Converged",
         State::Progressing => "Progressing",
         State::Failed => "Failed",
+        State::Unverified => "Unverified",
     }
 }
 
@@ -59,6 +73,5 @@ mod tests {
     #[test]
     fn cells_never_break_the_table() {
         assert_eq!(escape_cell("a|b\nc"), "a\\|b c");
-        assert_eq!(short("sha256:0f152bc1261aea012bbf"), "sha256:0f152bc1261a");
     }
 }

@@ -19,6 +19,10 @@
 
 use serde::Serialize;
 
+pub use super::expected::Expected;
+use crate::reference::Digest;
+use crate::workload::WorkloadId;
+
 /// GitHub rejects a commit status whose description is longer than this many characters.
 pub const STATUS_DESCRIPTION_MAX_CHARS: usize = 140;
 
@@ -38,20 +42,6 @@ const FATAL_WAITING_REASONS: &[&str] = &[
     "CreateContainerConfigError",
     "InvalidImageName",
 ];
-
-/// One pinned container, as Git now has it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-pub struct Expected {
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-    pub container: String,
-    /// The reference written to Git, such as `quay.io/a/b:latest@sha256:…`; kept for reports.
-    pub pinned_ref: String,
-    /// The digest part of [`Expected::pinned_ref`], `sha256:…`: the only part ever compared,
-    /// because runtimes and mirrors spell repositories differently.
-    pub digest: String,
-}
 
 /// What the registry says the pinned digest stands for. Any part may be empty when unknown;
 /// then only the pinned digest itself is accepted.
@@ -186,6 +176,9 @@ pub enum State {
     Converged,
     Progressing,
     Failed,
+    /// Something pinned was not checked (no live workload to check it on, or nothing selected
+    /// at all): never reported as Converged.
+    Unverified,
 }
 
 impl State {
@@ -195,6 +188,7 @@ impl State {
             State::Converged => "converged",
             State::Progressing => "progressing",
             State::Failed => "failed",
+            State::Unverified => "unverified",
         }
     }
 }
@@ -230,10 +224,10 @@ pub struct Condition {
 /// The judgement for one container of one workload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verdict {
-    /// `namespace/Kind/name`.
-    pub workload: String,
+    /// Serialized as `namespace/Kind/name`.
+    pub workload: WorkloadId,
     pub container: String,
-    pub pinned_digest: String,
+    pub pinned_digest: Digest,
     /// Pods, not being deleted, whose imageID stands for the pinned digest.
     pub pods_on_pinned: usize,
     /// Pods not being deleted.
@@ -288,7 +282,7 @@ pub fn digest_of_image_id(image_id: &str) -> Option<ImageIdDigest> {
 /// Judges one pinned container against what the cluster holds.
 pub fn judge(expected: &Expected, family: &DigestFamily, live: &Live) -> Verdict {
     let mut verdict = Verdict {
-        workload: format!("{}/{}/{}", expected.namespace, expected.kind, expected.name),
+        workload: expected.workload.clone(),
         container: expected.container.clone(),
         pinned_digest: expected.digest.clone(),
         pods_on_pinned: 0,
@@ -371,12 +365,52 @@ pub fn judge(expected: &Expected, family: &DigestFamily, live: &Live) -> Verdict
     verdict
 }
 
+/// What a check could not look at: pinned images with no live workload to check them on, and
+/// manifests that could not be read (which may hold pins).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unchecked {
+    pub images: usize,
+    pub files: usize,
+}
+
+impl std::fmt::Display for Unchecked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if self.images > 0 {
+            parts.push(format!(
+                "{} pinned {} matched no live workload",
+                self.images,
+                plural(self.images, "image", "images")
+            ));
+        }
+        if self.files > 0 {
+            parts.push(format!(
+                "{} {} could not be read",
+                self.files,
+                plural(self.files, "manifest", "manifests")
+            ));
+        }
+        f.write_str(&parts.join(", "))
+    }
+}
+
 /// The state of a whole set and one line saying so: Failed if any failed, Progressing if any
-/// progress, else Converged; the line names the first verdict in the worst state, so the one
-/// thing to look at is in the headline.
-pub fn summarize(verdicts: &[Verdict]) -> (State, String) {
-    if verdicts.is_empty() {
-        return (State::Converged, "nothing to verify".to_owned());
+/// progress, else Unverified if `not_verified` pins were not checked (or nothing was checked at
+/// all), else Converged; the line names the first verdict in the worst state, so the one thing
+/// to look at is in the headline.
+pub fn summarize(verdicts: &[Verdict], unchecked: Unchecked) -> (State, String) {
+    let not_verified = unchecked.images + unchecked.files;
+    if verdicts.is_empty() && not_verified == 0 {
+        return (
+            State::Unverified,
+            "nothing to verify: no pinned image in the selected manifests".to_owned(),
+        );
+    }
+    if verdicts.iter().all(|v| v.state == State::Converged) && not_verified > 0 {
+        return (
+            State::Unverified,
+            format!("{unchecked}; {} converged", verdicts.len()),
+        );
     }
     let count = |state: State| verdicts.iter().filter(|v| v.state == state).count();
     let (failed, progressing, converged) = (
@@ -384,6 +418,7 @@ pub fn summarize(verdicts: &[Verdict]) -> (State, String) {
         count(State::Progressing),
         count(State::Converged),
     );
+    let not_checked = count(State::Unverified) + not_verified;
     let state = if failed > 0 {
         State::Failed
     } else if progressing > 0 {
@@ -401,6 +436,7 @@ pub fn summarize(verdicts: &[Verdict]) -> (State, String) {
         (converged, State::Converged),
     ]
     .into_iter()
+    .chain([(not_checked, State::Unverified)])
     .filter(|(n, _)| *n > 0)
     .map(|(n, s)| format!("{n} {}", s.as_str()))
     .collect();
@@ -420,8 +456,8 @@ pub fn summarize(verdicts: &[Verdict]) -> (State, String) {
 /// The [`summarize`] line fitted to a GitHub commit status: one line of at most
 /// [`STATUS_DESCRIPTION_MAX_CHARS`] characters, cut on a character boundary with `…`, because
 /// GitHub rejects the whole status when the description is longer.
-pub fn status_description(verdicts: &[Verdict]) -> String {
-    let (_, line) = summarize(verdicts);
+pub fn status_description(verdicts: &[Verdict], unchecked: Unchecked) -> String {
+    let (_, line) = summarize(verdicts, unchecked);
     truncate_chars(&one_line(&line), STATUS_DESCRIPTION_MAX_CHARS)
 }
 
@@ -481,6 +517,7 @@ fn judged(
 /// `docker.io/library/` name) and still run the same bytes.
 fn judge_synced(expected: &Expected, workload: &LiveWorkload) -> Judged {
     let t = ConditionType::Synced;
+    let pinned = expected.digest.to_string();
     let image = workload
         .template_images
         .iter()
@@ -497,7 +534,7 @@ fn judge_synced(expected: &Expected, workload: &LiveWorkload) -> Judged {
                 format!("not synced yet: {message}"),
             )
         }
-        Some(image) if digest_part(&image) == Some(expected.digest.trim()) => judged(
+        Some(image) if digest_part(&image) == Some(pinned.as_str()) => judged(
             t,
             ConditionStatus::True,
             "TemplatePinned",
@@ -508,7 +545,7 @@ fn judge_synced(expected: &Expected, workload: &LiveWorkload) -> Judged {
             t,
             ConditionStatus::False,
             "TemplateNotPinned",
-            format!("live template has {image}, not {}", expected.digest.trim()),
+            format!("live template has {image}, not {pinned}"),
             format!("not synced yet: live template has {image}"),
         ),
     }
@@ -841,6 +878,7 @@ fn judge_pods(
     pods: &[LivePod],
 ) -> PodsJudged {
     let t = ConditionType::DigestsMatch;
+    let pinned_digest = expected.digest.to_string();
     let mut on_pinned = 0;
     let mut total = 0;
     let mut stale = Vec::new();
@@ -856,7 +894,7 @@ fn judge_pods(
         };
         let started = !status.image_id.trim().is_empty();
         let pinned = digest_of_image_id(&status.image_id)
-            .is_some_and(|id| runs_pinned(&id, &expected.digest, family));
+            .is_some_and(|id| runs_pinned(&id, &pinned_digest, family));
         if pinned {
             on_pinned += 1;
         } else {
@@ -876,7 +914,7 @@ fn judge_pods(
         let spec_on_other_digest = digest_part(&status.image).is_some_and(|d| {
             !runs_pinned(
                 &ImageIdDigest::WithRepo(d.to_owned()),
-                &expected.digest,
+                &pinned_digest,
                 family,
             )
         });
@@ -919,7 +957,7 @@ fn judge_pods(
             t,
             ConditionStatus::True,
             "AllPodsOnPinnedDigest",
-            format!("{on_pinned}/{total} pods on {}", expected.digest.trim()),
+            format!("{on_pinned}/{total} pods on {pinned_digest}"),
             format!("converged: {on_pinned}/{total} pods on the pinned digest"),
         )
     };
@@ -1066,12 +1104,10 @@ mod tests {
 
     fn expected() -> Expected {
         Expected {
-            kind: "Deployment".to_owned(),
-            namespace: "shop".to_owned(),
-            name: "web".to_owned(),
+            workload: "shop/Deployment/web".parse().unwrap(),
             container: "web".to_owned(),
             pinned_ref: format!("ghcr.io/acme/web:latest@{}", pinned()),
-            digest: pinned(),
+            digest: pinned().parse().unwrap(),
         }
     }
 
@@ -1166,9 +1202,9 @@ mod tests {
 
     fn verdict_in(state: State, reason: &str) -> Verdict {
         Verdict {
-            workload: "shop/Deployment/web".to_owned(),
+            workload: "shop/Deployment/web".parse().unwrap(),
             container: "web".to_owned(),
-            pinned_digest: pinned(),
+            pinned_digest: pinned().parse().unwrap(),
             pods_on_pinned: 0,
             pods_total: 0,
             stale_pods: Vec::new(),
@@ -1255,12 +1291,10 @@ mod tests {
         let pods = captured_pods();
         let digest = captured_quay_digest();
         let expected = Expected {
-            kind: "Deployment".to_owned(),
-            namespace: "test-wp".to_owned(),
-            name: "nginx".to_owned(),
+            workload: "test-wp/Deployment/nginx".parse().unwrap(),
             container: "nginx".to_owned(),
             pinned_ref: format!("quay.io/k_nakajima/nginx-sample:latest@{digest}"),
-            digest,
+            digest: digest.parse().unwrap(),
         };
         let workload = LiveWorkload {
             kind: "Deployment".to_owned(),
@@ -1281,8 +1315,8 @@ mod tests {
         assert_eq!(v.state, State::Converged, "{v:#?}");
         assert_eq!(v.reason, "converged: 1/1 pods on the pinned digest");
         assert_eq!((v.pods_on_pinned, v.pods_total), (1, 1));
-        assert_eq!(v.workload, "test-wp/Deployment/nginx");
-        assert_eq!(v.pinned_digest, digest);
+        assert_eq!(v.workload.to_string(), "test-wp/Deployment/nginx");
+        assert_eq!(v.pinned_digest.to_string(), digest);
         assert!(v
             .conditions
             .iter()
@@ -2096,7 +2130,7 @@ mod tests {
             verdict_in(State::Failed, "workload missing"),
         ];
         assert_eq!(
-            summarize(&verdicts),
+            summarize(&verdicts, Unchecked::default()),
             (
                 State::Failed,
                 "1 failed, 1 progressing, 1 converged; shop/Deployment/web (web): workload missing"
@@ -2111,7 +2145,10 @@ mod tests {
             verdict_in(State::Converged, "converged"),
             verdict_in(State::Progressing, "no pods to check yet"),
         ];
-        assert_eq!(summarize(&verdicts).0, State::Progressing);
+        assert_eq!(
+            summarize(&verdicts, Unchecked::default()).0,
+            State::Progressing
+        );
     }
 
     #[test]
@@ -2121,10 +2158,43 @@ mod tests {
             verdict_in(State::Converged, "b"),
         ];
         assert_eq!(
-            summarize(&verdicts),
+            summarize(&verdicts, Unchecked::default()),
             (State::Converged, "all 2 pinned images converged".to_owned())
         );
-        assert_eq!(summarize(&[]).0, State::Converged);
+    }
+
+    #[test]
+    fn nothing_checked_is_never_converged() {
+        assert_eq!(summarize(&[], Unchecked::default()).0, State::Unverified);
+        let converged = [verdict_in(State::Converged, "a")];
+        let images = |images| Unchecked { images, files: 0 };
+        assert_eq!(
+            summarize(&converged, images(2)),
+            (
+                State::Unverified,
+                "2 pinned images matched no live workload; 1 converged".to_owned()
+            )
+        );
+        assert_eq!(
+            summarize(
+                &converged,
+                Unchecked {
+                    images: 1,
+                    files: 1
+                }
+            )
+            .1,
+            "1 pinned image matched no live workload, 1 manifest could not be read; 1 converged"
+        );
+        // A worse state still leads the headline and counts what was not checked.
+        let failed = [verdict_in(State::Failed, "workload missing")];
+        assert_eq!(
+            summarize(&failed, images(1)),
+            (
+                State::Failed,
+                "1 failed, 1 unverified; shop/Deployment/web (web): workload missing".to_owned()
+            )
+        );
     }
 
     #[test]
@@ -2134,7 +2204,7 @@ mod tests {
             "拉取镜像失败🚫 ".repeat(40)
         );
         let verdicts = [verdict_in(State::Failed, &reason)];
-        let description = status_description(&verdicts);
+        let description = status_description(&verdicts, Unchecked::default());
         assert!(description.chars().count() <= STATUS_DESCRIPTION_MAX_CHARS);
         assert!(description.chars().count() >= STATUS_DESCRIPTION_MAX_CHARS - 1);
         assert!(
@@ -2149,7 +2219,7 @@ mod tests {
     fn status_description_is_one_line() {
         let verdicts = [verdict_in(State::Failed, "line one\nline two\ttab")];
         assert_eq!(
-            status_description(&verdicts),
+            status_description(&verdicts, Unchecked::default()),
             "1 failed; shop/Deployment/web (web): line one line two tab"
         );
     }

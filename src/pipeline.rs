@@ -1,0 +1,362 @@
+//! The one path from a set of files to what the planner and the verifier read.
+//!
+//! `pin`, `plan`, `sync`, `verify` and the golden tests all gather files (from the working
+//! tree, [`gather_working_tree`], or from a commit, [`crate::git::Mirror::read_files`]) and
+//! hand them to [`scan`]. It used to be written four times, and the copies drifted: one dropped
+//! scan errors, one forgot kustomization namespaces, one grouped images differently. Now every
+//! command sees the same files, namespaces, skip reasons and errors for the same tree.
+//!
+//! Nothing here fails as a whole: a file that cannot be read or parsed is an error of that file,
+//! listed with file, line and column, and every other file is still scanned.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde::Serialize;
+
+use crate::config;
+use crate::manifest::{self, FileFilter, ImageField, KustomizeNamespaces, ManifestError};
+use crate::manifest::{SkipReason, WalkSkipReason};
+use crate::plan::ScannedFile;
+use crate::reference::Reference;
+
+/// One file to scan: its path as messages show it, and its bytes.
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+}
+
+/// The files of one tree, before scanning: what was read, passed over, or failed.
+#[derive(Debug, Default)]
+pub struct Gathered {
+    pub files: Vec<SourceFile>,
+    pub skipped: Vec<Skipped>,
+    pub errors: Vec<ManifestError>,
+}
+
+/// Why a file or a field was passed over on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SkipWhy {
+    /// Symlinks are never followed: they can point anywhere on the machine.
+    Symlink,
+    /// A FIFO, socket or device.
+    NotARegularFile,
+    /// A Git submodule: another repository.
+    Submodule,
+    /// No document in the file has `apiVersion` and `kind`, and it is no kustomization.
+    NotKubernetes,
+    /// An image field tagpin will not touch.
+    Field(SkipReason),
+    /// The configuration's `images.manage` or `images.ignore` leaves this image out.
+    NotManaged,
+}
+
+impl fmt::Display for SkipWhy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SkipWhy::Symlink => f.write_str("symlink not followed"),
+            SkipWhy::NotARegularFile => f.write_str("not a regular file"),
+            SkipWhy::Submodule => f.write_str("submodule not followed"),
+            SkipWhy::NotKubernetes => f.write_str("not a Kubernetes manifest"),
+            SkipWhy::Field(reason) => write!(f, "image field left alone: {reason}"),
+            SkipWhy::NotManaged => {
+                f.write_str("image left alone: not selected by images.manage / images.ignore")
+            }
+        }
+    }
+}
+
+/// A file, or a field of a file, passed over on purpose.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Skipped {
+    pub path: PathBuf,
+    /// 1-based line and column of a skipped field.
+    pub position: Option<(usize, usize)>,
+    pub why: SkipWhy,
+}
+
+impl Skipped {
+    pub fn file(path: impl Into<PathBuf>, why: SkipWhy) -> Skipped {
+        Skipped {
+            path: path.into(),
+            position: None,
+            why,
+        }
+    }
+}
+
+impl fmt::Display for Skipped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.position {
+            Some((line, column)) => {
+                write!(f, "{}:{line}:{column}: {}", self.path.display(), self.why)
+            }
+            None => write!(f, "{}: {}", self.path.display(), self.why),
+        }
+    }
+}
+
+/// Skips are reported as their message in `--output json`.
+impl Serialize for Skipped {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// What [`scan`] found in one tree.
+#[derive(Debug, Default)]
+pub struct Scanned {
+    /// Files holding at least one image field tagpin manages, in path order, with every
+    /// container's namespace filled from the nearest kustomization when the manifest names none.
+    pub files: Vec<ScannedFile>,
+    /// Files that were read (whether or not they hold images).
+    pub files_read: usize,
+    pub skipped: Vec<Skipped>,
+    /// Files that could not be listed, read or parsed, each naming file (and line and column).
+    pub errors: Vec<ManifestError>,
+}
+
+impl Scanned {
+    /// Every managed image field of the tree.
+    pub fn fields(&self) -> impl Iterator<Item = &ImageField> {
+        self.files.iter().flat_map(|f| f.fields.iter())
+    }
+}
+
+/// Which images tagpin manages: the configuration's `images.manage` (empty: all) and
+/// `images.ignore` globs over the normalized name, compiled once.
+#[derive(Debug, Clone, Default)]
+pub struct ImageSelection {
+    manage: Option<GlobSet>,
+    ignore: GlobSet,
+}
+
+impl ImageSelection {
+    pub fn compile(rules: &config::ImageRules) -> Result<ImageSelection, ManifestError> {
+        let set = |globs: &[String]| {
+            let mut builder = GlobSetBuilder::new();
+            for g in globs {
+                builder.add(Glob::new(g).map_err(|e| ManifestError::InvalidGlob {
+                    glob: g.clone(),
+                    message: e.kind().to_string(),
+                })?);
+            }
+            builder.build().map_err(|e| ManifestError::InvalidGlob {
+                glob: globs.join(", "),
+                message: e.to_string(),
+            })
+        };
+        Ok(ImageSelection {
+            manage: if rules.manage.is_empty() {
+                None
+            } else {
+                Some(set(&rules.manage)?)
+            },
+            ignore: set(&rules.ignore)?,
+        })
+    }
+
+    /// Whether tagpin manages this image. Values that do not parse stay in, so the planner
+    /// reports them with file and line.
+    pub fn manages(&self, value: &str) -> bool {
+        let Ok(reference) = Reference::parse(value) else {
+            return true;
+        };
+        let name = reference.canonical_name();
+        self.manage.as_ref().is_none_or(|m| m.is_match(&name)) && !self.ignore.is_match(&name)
+    }
+}
+
+/// Lists and reads the manifest files under `paths` in the working tree. A path that does not
+/// exist, a directory that cannot be listed and a file that cannot be read are errors naming
+/// the path; the other files are still read.
+pub fn gather_working_tree(paths: &[PathBuf], filter: &FileFilter) -> Gathered {
+    let listing = manifest::walk(paths, filter);
+    let mut gathered = Gathered {
+        errors: listing.errors,
+        ..Gathered::default()
+    };
+    gathered
+        .skipped
+        .extend(listing.skipped.into_iter().map(|s| {
+            let why = match s.reason {
+                WalkSkipReason::Symlink => SkipWhy::Symlink,
+                WalkSkipReason::NotARegularFile => SkipWhy::NotARegularFile,
+            };
+            Skipped::file(s.path, why)
+        }));
+    for path in listing.files {
+        match manifest::read_manifest(&path) {
+            Ok(bytes) => gathered.files.push(SourceFile { path, bytes }),
+            Err(e) => gathered.errors.push(e),
+        }
+    }
+    gathered
+}
+
+/// Scans every gathered file as one tree: each kustomization's `namespace:` reaches the
+/// manifests beside and below it, `selection` decides which images are managed, and every
+/// problem is kept with its file, line and column.
+pub fn scan(gathered: Gathered, selection: &ImageSelection) -> Scanned {
+    let Gathered {
+        files,
+        mut skipped,
+        mut errors,
+    } = gathered;
+    let mut namespaces = KustomizeNamespaces::default();
+    for file in &files {
+        namespaces.add(&file.path, &file.bytes);
+    }
+    let mut scanned = Scanned {
+        files_read: files.len(),
+        ..Scanned::default()
+    };
+    for SourceFile { path, bytes } in files {
+        let outcome = match manifest::scan(&path, &bytes) {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        if outcome.kubernetes_documents == 0 {
+            skipped.push(Skipped::file(&path, SkipWhy::NotKubernetes));
+        }
+        skipped.extend(outcome.skipped.iter().map(|field| Skipped {
+            path: path.clone(),
+            position: Some((field.line, field.column)),
+            why: SkipWhy::Field(field.reason),
+        }));
+        let mut fields = Vec::with_capacity(outcome.fields.len());
+        for field in outcome.fields {
+            if selection.manages(&field.value) {
+                fields.push(field);
+            } else {
+                skipped.push(Skipped {
+                    path: path.clone(),
+                    position: Some((field.line, field.column)),
+                    why: SkipWhy::NotManaged,
+                });
+            }
+        }
+        namespaces.fill(&path, &mut fields);
+        if !fields.is_empty() {
+            scanned.files.push(ScannedFile {
+                path,
+                source: bytes,
+                fields,
+            });
+        }
+    }
+    scanned.files.sort_by(|a, b| a.path.cmp(&b.path));
+    skipped.sort();
+    skipped.dedup();
+    scanned.skipped = skipped;
+    scanned.errors = errors;
+    scanned
+}
+
+/// Gathers and scans the working tree: what `plan` and `pin` run.
+pub fn scan_working_tree(
+    paths: &[PathBuf],
+    filter: &FileFilter,
+    selection: &ImageSelection,
+) -> Scanned {
+    scan(gather_working_tree(paths, filter), selection)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn file(path: &str, text: &str) -> SourceFile {
+        SourceFile {
+            path: PathBuf::from(path),
+            bytes: text.as_bytes().to_vec(),
+        }
+    }
+
+    const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      containers:\n      - {name: app, image: 'nginx:1.27'}\n      - {name: side, image: 'ghcr.io/acme/side:1'}\n";
+
+    fn gathered(files: Vec<SourceFile>) -> Gathered {
+        Gathered {
+            files,
+            ..Gathered::default()
+        }
+    }
+
+    #[test]
+    fn a_broken_file_is_an_error_with_its_position_and_hides_no_other_file() {
+        let scanned = scan(
+            gathered(vec![
+                file(
+                    "apps/broken.yaml",
+                    "apiVersion: v1\nkind: Pod\nspec:\n  a: [\n",
+                ),
+                file("apps/web.yaml", DEPLOYMENT),
+            ]),
+            &ImageSelection::default(),
+        );
+        assert_eq!(scanned.files.len(), 1);
+        assert_eq!(scanned.files[0].path, Path::new("apps/web.yaml"));
+        assert_eq!(scanned.errors.len(), 1);
+        let message = scanned.errors[0].to_string();
+        assert!(message.starts_with("apps/broken.yaml:"), "{message}");
+        assert!(message.contains("invalid YAML"), "{message}");
+        assert_eq!(scanned.files_read, 2);
+    }
+
+    #[test]
+    fn kustomization_namespaces_reach_the_manifests_below_them() {
+        let scanned = scan(
+            gathered(vec![
+                file(
+                    "apps/kustomization.yaml",
+                    "namespace: shop\nresources: [web.yaml]\n",
+                ),
+                file("apps/web.yaml", DEPLOYMENT),
+            ]),
+            &ImageSelection::default(),
+        );
+        let owners: Vec<String> = scanned
+            .fields()
+            .map(|f| match &f.origin {
+                manifest::Origin::Container { workload, .. } => workload.to_string(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(owners, ["shop/Deployment/web", "shop/Deployment/web"]);
+    }
+
+    #[test]
+    fn unmanaged_images_are_skipped_with_their_reason() {
+        let selection = ImageSelection::compile(&config::ImageRules {
+            manage: vec![],
+            ignore: vec!["ghcr.io/acme/**".into()],
+        })
+        .unwrap();
+        let scanned = scan(gathered(vec![file("web.yaml", DEPLOYMENT)]), &selection);
+        let values: Vec<&str> = scanned.fields().map(|f| f.value.as_str()).collect();
+        assert_eq!(values, ["nginx:1.27"]);
+        assert_eq!(
+            scanned.skipped[0].to_string(),
+            "web.yaml:9:29: image left alone: not selected by images.manage / images.ignore"
+        );
+    }
+
+    #[test]
+    fn files_that_are_not_kubernetes_are_skipped_and_named() {
+        let scanned = scan(
+            gathered(vec![file("values.yaml", "replicas: 3\nimage: nginx\n")]),
+            &ImageSelection::default(),
+        );
+        assert!(scanned.files.is_empty() && scanned.errors.is_empty());
+        assert_eq!(
+            scanned.skipped[0].to_string(),
+            "values.yaml: not a Kubernetes manifest"
+        );
+    }
+}

@@ -1,0 +1,75 @@
+//! What a change proposes: which image fields move to which digests.
+//!
+//! tagpin keeps no local state. The proposal is recorded in the pull request it opens (see
+//! [`crate::forge::body`], which only renders and parses it), so that a later pass can tell
+//! "same change, already proposed" from "a digest moved again", and the verifier can learn what
+//! to expect in the cluster from the pull request alone. It is domain data: the planner makes
+//! it, the forge carries it, the verifier reads it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::Change;
+use crate::reference::Digest;
+use crate::workload::Owner;
+
+/// Bumped if the block's shape ever changes incompatibly.
+pub const PLAN_VERSION: u32 = 1;
+
+/// What a pull request promises, as recorded in its body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanBlock {
+    pub version: u32,
+    /// The branch the pull request targets.
+    pub target: String,
+    pub pins: Vec<Pin>,
+}
+
+/// One image field moved to one digest.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Pin {
+    pub file: String,
+    /// `namespace/Kind/name`, `Kind/name`, or `kustomization`.
+    pub workload: Owner,
+    pub container: String,
+    pub image: String,
+    pub new_value: String,
+    pub new_digest: Digest,
+    #[serde(default)]
+    pub old_digest: Option<Digest>,
+}
+
+impl PlanBlock {
+    pub fn new(target: &str, changes: &[Change]) -> PlanBlock {
+        let mut pins: Vec<Pin> = changes
+            .iter()
+            .map(|c| Pin {
+                file: c.file.display().to_string(),
+                workload: c.workload.clone(),
+                container: c.container.clone(),
+                image: c.image.clone(),
+                new_value: c.new_value.clone(),
+                new_digest: c.new_digest.clone(),
+                old_digest: c.old_digest.clone(),
+            })
+            .collect();
+        pins.sort();
+        PlanBlock {
+            version: PLAN_VERSION,
+            target: target.to_string(),
+            pins,
+        }
+    }
+
+    /// The (image, digest) pairs promised: two plans that move the same images to the same
+    /// digests are the same proposal, whatever the old digests were.
+    pub fn promises(&self) -> Vec<(String, Digest)> {
+        let mut p: Vec<(String, Digest)> = self
+            .pins
+            .iter()
+            .map(|pin| (pin.image.clone(), pin.new_digest.clone()))
+            .collect();
+        p.sort();
+        p.dedup();
+        p
+    }
+}

@@ -1,0 +1,481 @@
+//! `tagpin sync`: one pass that pins the GitOps repository itself.
+//!
+//! Fetch the mirror, read the target branch's tip, resolve, plan; then either commit to the
+//! target branch (commit mode) or put the change on a tagpin-owned branch and open or update
+//! its pull request (pull-request mode). Nothing is remembered between passes: what is in
+//! flight is read back from the remote (tagpin's branches) and the forge (its pull requests
+//! and their plan blocks), so a restarted process carries on where the last one stopped.
+//!
+//! Races: a push to the target branch that loses to another writer re-fetches, re-plans on the
+//! new tip and tries again (never forcing); a tagpin branch is force-updated only with a lease
+//! on the tip tagpin saw, so a person's push to it is never overwritten.
+
+pub mod policy;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::config::{Config, GitAuth, WriteMode};
+use crate::forge::body;
+use crate::forge::{ForgeError, GitHub, PullRequestInfo};
+use crate::git::{off_runtime, Credentials, Expect, GitError, Mirror};
+use crate::manifest::{FileFilter, ManifestError};
+use crate::pipeline::{self, ImageSelection, Scanned, Skipped};
+use crate::plan::{self, Plan, ScannedFile};
+use crate::proposal::PlanBlock;
+use crate::reference::Reference;
+use crate::registry::{Client, ResolveKey, ResolveResult};
+use policy::{Group, PrDecision};
+
+/// How many times a push that lost a race is retried (fetch, re-plan, push).
+pub const MAX_PUSH_ATTEMPTS: u32 = 5;
+
+/// A pass that could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Forge(#[from] ForgeError),
+    /// An include, exclude or `images:` glob does not compile.
+    #[error("configuration: {0}")]
+    Filter(#[from] ManifestError),
+    #[error("pull-request mode needs a forge: section in the configuration")]
+    NoForge,
+    /// A secret named by the configuration could not be read; never holds the secret.
+    #[error("{field}: {message}")]
+    Secret {
+        field: &'static str,
+        message: String,
+    },
+    #[error("{url}: {branch} kept moving; gave up after {attempts} attempts to push on top of it")]
+    TooManyRaces {
+        url: String,
+        branch: String,
+        attempts: u32,
+    },
+}
+
+/// What happened to one group of changes (the whole pass, or one image when grouped).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    NothingToDo,
+    Committed {
+        branch: String,
+        commit: String,
+        attempts: u32,
+    },
+    PullRequestOpened {
+        number: u64,
+        url: String,
+        branch: String,
+    },
+    PullRequestUpdated {
+        number: u64,
+        url: String,
+        branch: String,
+    },
+    PullRequestUnchanged {
+        number: u64,
+        url: String,
+        branch: String,
+    },
+    /// A person closed the pull request for exactly these digests; it is not reopened.
+    ClosedByHand {
+        number: u64,
+        branch: String,
+    },
+    DryRun {
+        branch: String,
+        title: String,
+        body: String,
+    },
+}
+
+/// The report of one group.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupReport {
+    /// `all`, or the image repository when grouping per image.
+    pub group: String,
+    pub outcome: Outcome,
+    pub changes: Vec<plan::Change>,
+    #[serde(skip)]
+    pub diff: String,
+}
+
+/// The report of a pass.
+#[derive(Debug, Default, Serialize)]
+pub struct SyncReport {
+    pub target: String,
+    pub groups: Vec<GroupReport>,
+    /// Images or files that failed, each naming file (line and column) or image; the rest of
+    /// the pass went on.
+    pub failures: Vec<String>,
+    pub skipped: Vec<Skipped>,
+    /// Time spent asking registries, for the resolution latency metric.
+    #[serde(skip)]
+    pub resolve_time: std::time::Duration,
+}
+
+impl SyncReport {
+    pub fn has_failures(&self) -> bool {
+        !self.failures.is_empty()
+    }
+}
+
+/// Options of one pass.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SyncOptions {
+    /// Plan and print; commit, push and call the forge's write APIs never.
+    pub dry_run: bool,
+}
+
+/// Everything a pass needs, built once from the configuration.
+pub struct Syncer<'a> {
+    pub config: &'a Config,
+    pub registry: &'a Client,
+    pub forge: Option<&'a GitHub>,
+    pub mirror: Mirror,
+    filter: FileFilter,
+    selection: ImageSelection,
+}
+
+impl<'a> Syncer<'a> {
+    pub fn new(
+        config: &'a Config,
+        registry: &'a Client,
+        forge: Option<&'a GitHub>,
+        cache_dir: &Path,
+    ) -> Result<Syncer<'a>, SyncError> {
+        let credentials = git_credentials(&config.repository.auth)?;
+        let mirror = Mirror::open(cache_dir, &config.repository.url, credentials)?;
+        let filter = FileFilter::with_default_include(&config.include, &config.exclude)?;
+        let selection = ImageSelection::compile(&config.images)?;
+        if config.mode == WriteMode::PullRequest && forge.is_none() {
+            return Err(SyncError::NoForge);
+        }
+        Ok(Syncer {
+            config,
+            registry,
+            forge,
+            mirror,
+            filter,
+            selection,
+        })
+    }
+
+    /// Runs one pass.
+    pub async fn run(&self, options: SyncOptions) -> Result<SyncReport, SyncError> {
+        self.run_with(options, &mut BTreeMap::new()).await
+    }
+
+    /// Runs one pass, reusing the registry answers in `resolutions` and adding the ones it had
+    /// to ask for. The controller keeps answers between a scheduled pass and the webhook passes
+    /// after it, dropping only the images a webhook names, so a push re-resolves one image
+    /// instead of all of them.
+    pub async fn run_with(
+        &self,
+        options: SyncOptions,
+        resolutions: &mut BTreeMap<ResolveKey, ResolveResult>,
+    ) -> Result<SyncReport, SyncError> {
+        let target = self.config.repository.branch.clone();
+        let mut report = SyncReport {
+            target: target.clone(),
+            ..SyncReport::default()
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (tip, scanned) = off_runtime(|| {
+                self.mirror
+                    .fetch(&target, &self.config.pull_request.branch_prefix)?;
+                let tip = self.mirror.require_tip(&target)?;
+                Ok::<_, SyncError>((tip, self.scan_tip(tip)?))
+            })?;
+            let started = std::time::Instant::now();
+            self.resolve_missing(&scanned.files, resolutions).await;
+            report.resolve_time += started.elapsed();
+            let grouped = policy::group(
+                &scanned.files,
+                resolutions,
+                self.config.pull_request.grouping,
+                self.config.mode,
+            );
+            report.failures = scanned
+                .errors
+                .iter()
+                .map(ToString::to_string)
+                .chain(grouped.whole.problems.iter().map(ToString::to_string))
+                .collect();
+            report.skipped = scanned.skipped;
+            report.groups.clear();
+            let mut raced = false;
+            for (group, plan) in grouped.groups {
+                let diff: String = plan.files.iter().map(|f| f.diff.as_str()).collect();
+                let outcome = match self.write_group(&group, &plan, tip, options, attempt).await {
+                    Ok(outcome) => outcome,
+                    Err(SyncError::Git(GitError::NonFastForward { .. }))
+                        if attempt < MAX_PUSH_ATTEMPTS =>
+                    {
+                        raced = true;
+                        break;
+                    }
+                    Err(SyncError::Git(GitError::NonFastForward { url, branch })) => {
+                        return Err(SyncError::TooManyRaces {
+                            url,
+                            branch,
+                            attempts: attempt,
+                        })
+                    }
+                    Err(e) => return Err(e),
+                };
+                report.groups.push(GroupReport {
+                    group: group.to_string(),
+                    outcome,
+                    changes: plan.changes.clone(),
+                    diff,
+                });
+            }
+            if raced {
+                tracing::info!(branch = %target, attempt, "the branch moved during the pass; fetching and planning again");
+                continue;
+            }
+            report.failures.sort();
+            report.failures.dedup();
+            return Ok(report);
+        }
+    }
+
+    /// Reads and scans the manifests at `tip` (paths relative to the repository root).
+    fn scan_tip(&self, tip: git2::Oid) -> Result<Scanned, SyncError> {
+        let gathered = self
+            .mirror
+            .read_files(tip, &self.config.paths, &self.filter)?;
+        Ok(pipeline::scan(gathered, &self.selection))
+    }
+
+    /// Resolves the references not resolved yet in this pass (a re-plan after a race only asks
+    /// for what the new tip added).
+    async fn resolve_missing(
+        &self,
+        files: &[ScannedFile],
+        resolutions: &mut BTreeMap<ResolveKey, ResolveResult>,
+    ) {
+        let wanted: Vec<Reference> = plan::references_to_resolve(files)
+            .into_iter()
+            .filter(|r| !resolutions.contains_key(&ResolveKey::of(r)))
+            .collect();
+        resolutions.extend(self.registry.resolve_all(wanted.iter()).await);
+    }
+
+    async fn write_group(
+        &self,
+        group: &Group,
+        plan: &Plan,
+        tip: git2::Oid,
+        options: SyncOptions,
+        attempt: u32,
+    ) -> Result<Outcome, SyncError> {
+        let target = &self.config.repository.branch;
+        let block = PlanBlock::new(target, &plan.changes);
+        let branch = match self.config.mode {
+            WriteMode::Commit => target.clone(),
+            WriteMode::PullRequest => {
+                policy::pr_branch(&self.config.pull_request.branch_prefix, target, group)
+            }
+        };
+        if plan.files.is_empty() {
+            return Ok(Outcome::NothingToDo);
+        }
+        let title = body::fill_template(&self.config.pull_request.title, &block);
+        if options.dry_run {
+            return Ok(Outcome::DryRun {
+                branch,
+                title,
+                body: body::render(&block),
+            });
+        }
+        let updates: Vec<(PathBuf, Vec<u8>)> = plan
+            .files
+            .iter()
+            .map(|f| (f.path.clone(), f.updated.clone()))
+            .collect();
+        let message = body::commit_message(&self.config.commit_message, &block);
+        match self.config.mode {
+            WriteMode::Commit => {
+                let commit = off_runtime(|| {
+                    let commit =
+                        self.mirror
+                            .commit(tip, &updates, &self.config.author, &message)?;
+                    self.mirror
+                        .push(commit, target, Expect::FastForwardFrom(tip))?;
+                    Ok::<_, GitError>(commit)
+                })?;
+                Ok(Outcome::Committed {
+                    branch: target.clone(),
+                    commit: commit.to_string(),
+                    attempts: attempt,
+                })
+            }
+            WriteMode::PullRequest => {
+                let forge = self.forge.ok_or(SyncError::NoForge)?;
+                self.write_pull_request(forge, &branch, &block, &title, tip, &updates, &message)
+                    .await
+            }
+        }
+    }
+
+    /// Carries out [`policy::decide_pr`] for one group.
+    #[allow(clippy::too_many_arguments)]
+    async fn write_pull_request(
+        &self,
+        forge: &GitHub,
+        branch: &str,
+        block: &PlanBlock,
+        title: &str,
+        tip: git2::Oid,
+        updates: &[(PathBuf, Vec<u8>)],
+        message: &str,
+    ) -> Result<Outcome, SyncError> {
+        let target = &self.config.repository.branch;
+        let prs = forge.pull_requests_for(branch, target).await?;
+        // Whether the branch already carries exactly this change on this tip.
+        let existing = self.mirror.tip(branch);
+        let carries = off_runtime(|| {
+            let wanted_tree = self.mirror.tree_with(tip, updates)?;
+            Ok::<_, GitError>(match existing {
+                Some(commit) => self.mirror.tree_and_parent(commit)? == (wanted_tree, Some(tip)),
+                None => false,
+            })
+        })?;
+        let labels = &self.config.pull_request.labels;
+        let push = |needed: bool| {
+            if needed {
+                off_runtime(|| self.push_change(branch, tip, updates, message, existing))
+            } else {
+                Ok(())
+            }
+        };
+        let branch_name = branch.to_string();
+        match policy::decide_pr(block, title, labels, &prs, carries) {
+            PrDecision::LeaveClosed { number } => Ok(Outcome::ClosedByHand {
+                number,
+                branch: branch_name,
+            }),
+            PrDecision::Update {
+                number,
+                push: needs_push,
+                edit,
+                missing_labels,
+                ..
+            } => {
+                push(needs_push)?;
+                if edit {
+                    forge
+                        .update_pull_request(number, title, &body::render(block))
+                        .await?;
+                }
+                if !missing_labels.is_empty() {
+                    forge.add_labels(number, &missing_labels).await?;
+                }
+                let url = prs
+                    .iter()
+                    .find(|p| p.number == number)
+                    .map(|p| p.url.clone())
+                    .unwrap_or_default();
+                Ok(if edit || needs_push {
+                    Outcome::PullRequestUpdated {
+                        number,
+                        url,
+                        branch: branch_name,
+                    }
+                } else {
+                    Outcome::PullRequestUnchanged {
+                        number,
+                        url,
+                        branch: branch_name,
+                    }
+                })
+            }
+            PrDecision::Open => {
+                push(!carries)?;
+                let pr: PullRequestInfo = forge
+                    .open_pull_request(branch, target, title, &body::render(block))
+                    .await?;
+                if !labels.is_empty() {
+                    forge.add_labels(pr.number, labels).await?;
+                }
+                Ok(Outcome::PullRequestOpened {
+                    number: pr.number,
+                    url: pr.url,
+                    branch: branch_name,
+                })
+            }
+        }
+    }
+
+    /// Commits the change on `tip` and moves tagpin's `branch` to it, with a lease on the tip
+    /// tagpin saw (`existing`): a person's push to the branch is never overwritten.
+    fn push_change(
+        &self,
+        branch: &str,
+        tip: git2::Oid,
+        updates: &[(PathBuf, Vec<u8>)],
+        message: &str,
+        existing: Option<git2::Oid>,
+    ) -> Result<(), SyncError> {
+        let commit = self
+            .mirror
+            .commit(tip, updates, &self.config.author, message)?;
+        match self.mirror.push(commit, branch, Expect::Lease(existing)) {
+            Ok(()) => Ok(()),
+            // Another tagpin moved our branch: start the pass over, as for a lost race.
+            Err(GitError::LeaseBroken { url, branch, .. }) => {
+                Err(SyncError::Git(GitError::NonFastForward { url, branch }))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Reads the Git secrets named by the configuration (environment variables, key files).
+pub fn git_credentials(auth: &GitAuth) -> Result<Credentials, SyncError> {
+    Ok(match auth {
+        GitAuth::None => Credentials::None,
+        GitAuth::Token { env, username } => Credentials::Token {
+            username: username.clone(),
+            token: crate::config::read_env(env).map_err(|message| SyncError::Secret {
+                field: "repository.auth.token_env",
+                message,
+            })?,
+        },
+        GitAuth::SshKey {
+            key_file,
+            passphrase_env,
+        } => {
+            if !key_file.is_file() {
+                return Err(SyncError::Secret {
+                    field: "repository.auth.ssh_key_file",
+                    message: format!("{} is not a readable file", key_file.display()),
+                });
+            }
+            Credentials::SshKey {
+                key_file: key_file.clone(),
+                passphrase: match passphrase_env {
+                    Some(env) => {
+                        Some(
+                            crate::config::read_env(env).map_err(|message| SyncError::Secret {
+                                field: "repository.auth.passphrase_env",
+                                message,
+                            })?,
+                        )
+                    }
+                    None => None,
+                },
+            }
+        }
+    })
+}
