@@ -7,6 +7,8 @@
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
+use std::collections::{BTreeMap, BTreeSet};
+
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -15,9 +17,9 @@ use kube::config::KubeConfigOptions;
 use super::verdict::{Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus};
 use crate::workload::{WorkloadId, WorkloadKind};
 
-/// Pods asked for per page: large enough for big workloads in few requests, small enough to
-/// keep each answer bounded.
-const POD_PAGE: u32 = 500;
+/// Objects asked for per page: large enough for big namespaces in few requests, small enough
+/// to keep each answer bounded.
+const PAGE: u32 = 500;
 
 /// The cluster could not be reached or asked at all (as opposed to answering 403 or 404).
 #[derive(Debug, thiserror::Error)]
@@ -79,127 +81,270 @@ impl Cluster {
         Ok(Cluster { client })
     }
 
-    /// Reads one workload and its pods. A 404 is [`Live::Missing`], a 403 [`Live::Forbidden`].
-    pub async fn read(&self, id: &WorkloadId) -> Result<Live, LiveError> {
-        let namespace = id.namespace.as_deref().unwrap_or("default");
-        let name = id.name.as_str();
-        let forbidden_or = |e| forbidden_or(e, id);
-        let found = match id.kind {
-            WorkloadKind::Deployment => self
-                .typed::<Deployment>(namespace, name)
-                .await
-                .map(|o| o.map(deployment)),
-            WorkloadKind::StatefulSet => self
-                .typed::<StatefulSet>(namespace, name)
-                .await
-                .map(|o| o.map(stateful_set)),
-            WorkloadKind::DaemonSet => self
-                .typed::<DaemonSet>(namespace, name)
-                .await
-                .map(|o| o.map(daemon_set)),
-            WorkloadKind::ReplicaSet => self
-                .typed::<ReplicaSet>(namespace, name)
-                .await
-                .map(|o| o.map(replica_set)),
-            WorkloadKind::Job => self.typed::<Job>(namespace, name).await.map(|o| o.map(job)),
-            WorkloadKind::DeploymentConfig => self.deployment_config(namespace, name).await,
-            WorkloadKind::Pod => {
-                return match self.typed::<Pod>(namespace, name).await {
-                    Ok(Some(pod)) => Ok(Live::Found {
-                        workload: pod_workload(&pod),
-                        pods: vec![live_pod(&pod)],
-                    }),
-                    Ok(None) => Ok(Live::Missing),
-                    Err(e) => forbidden_or(e),
-                }
+    /// Reads every workload in `ids` and their pods with as few requests as the API allows:
+    /// one paginated list per namespace and kind, and one paginated pod list per namespace
+    /// (matched to each workload's selector here), instead of a get and a list per workload.
+    /// A workload that is not there is [`Live::Missing`]; a list the API refuses (403) makes
+    /// every workload it would have served [`Live::Forbidden`].
+    pub async fn read_all(
+        &self,
+        ids: &[&WorkloadId],
+    ) -> Result<BTreeMap<WorkloadId, Live>, LiveError> {
+        let mut by_namespace: BTreeMap<&str, BTreeSet<WorkloadKind>> = BTreeMap::new();
+        for id in ids {
+            if !id.kind.is_verifiable() {
+                return Err(LiveError::NotReadable(id.kind));
             }
-            kind @ (WorkloadKind::PodTemplate
-            | WorkloadKind::CronJob
-            | WorkloadKind::ReplicationController) => return Err(LiveError::NotReadable(kind)),
-        };
-        match found {
-            Ok(Some((workload, selector))) => {
-                let pods = match self.pods(namespace, &selector).await {
-                    Ok(pods) => pods,
-                    Err(e) => return forbidden_or(e),
+            by_namespace
+                .entry(namespace_of(id))
+                .or_default()
+                .insert(id.kind);
+        }
+        let mut workloads: BTreeMap<(String, WorkloadKind), Listed<Found>> = BTreeMap::new();
+        let mut pods: BTreeMap<String, Listed<Vec<LabelledPod>>> = BTreeMap::new();
+        for (namespace, kinds) in &by_namespace {
+            let listed = self.list_pods(namespace).await;
+            let listed = refused_or(listed, namespace, "pods")?;
+            for kind in kinds {
+                let found = match kind {
+                    WorkloadKind::Pod => Ok(pod_workloads(listed.as_ref().ok())),
+                    kind => refused_or(
+                        self.list_kind(*kind, namespace).await,
+                        namespace,
+                        kind.as_str(),
+                    )?,
                 };
-                Ok(Live::Found { workload, pods })
+                workloads.insert((namespace.to_string(), *kind), found);
             }
-            Ok(None) => Ok(Live::Missing),
-            Err(e) => forbidden_or(e),
+            pods.insert(namespace.to_string(), listed);
+        }
+        let mut live = BTreeMap::new();
+        for id in ids {
+            let namespace = namespace_of(id).to_string();
+            let found = &workloads[&(namespace.clone(), id.kind)];
+            let read = match (found, &pods[&namespace]) {
+                (Err(message), _) | (_, Err(message)) => Live::Forbidden(message.clone()),
+                (Ok(found), Ok(all_pods)) => match found.get(&id.name) {
+                    None => Live::Missing,
+                    Some((workload, selector)) => Live::Found {
+                        workload: workload.clone(),
+                        pods: all_pods
+                            .iter()
+                            .filter(|p| selector.matches(&p.labels, &p.pod.name))
+                            .map(|p| p.pod.clone())
+                            .collect(),
+                    },
+                },
+            };
+            live.insert((*id).clone(), read);
+        }
+        Ok(live)
+    }
+
+    /// Every object of `kind` in `namespace`, by name, page by page.
+    async fn list_kind(&self, kind: WorkloadKind, namespace: &str) -> Result<Found, kube::Error> {
+        match kind {
+            WorkloadKind::Deployment => self.list_typed(namespace, deployment).await,
+            WorkloadKind::StatefulSet => self.list_typed(namespace, stateful_set).await,
+            WorkloadKind::DaemonSet => self.list_typed(namespace, daemon_set).await,
+            WorkloadKind::ReplicaSet => self.list_typed(namespace, replica_set).await,
+            WorkloadKind::Job => self.list_typed(namespace, job).await,
+            WorkloadKind::DeploymentConfig => {
+                let gvk = GroupVersionKind::gvk("apps.openshift.io", "v1", "DeploymentConfig");
+                let resource = ApiResource::from_gvk_with_plural(&gvk, "deploymentconfigs");
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.client.clone(), namespace, &resource);
+                let items = list_pages(&api).await?;
+                Ok(items
+                    .iter()
+                    .map(|o| {
+                        (
+                            o.metadata.name.clone().unwrap_or_default(),
+                            deployment_config(o),
+                        )
+                    })
+                    .collect())
+            }
+            // Pods are read with the namespace's pod list; the other kinds never get here.
+            WorkloadKind::Pod
+            | WorkloadKind::PodTemplate
+            | WorkloadKind::CronJob
+            | WorkloadKind::ReplicationController => Ok(Found::new()),
         }
     }
 
-    async fn typed<K>(&self, namespace: &str, name: &str) -> Result<Option<K>, kube::Error>
+    async fn list_typed<K>(
+        &self,
+        namespace: &str,
+        convert: fn(K) -> (LiveWorkload, Selector),
+    ) -> Result<Found, kube::Error>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
             + Clone
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        Api::<K>::namespaced(self.client.clone(), namespace)
-            .get_opt(name)
-            .await
+        let api = Api::<K>::namespaced(self.client.clone(), namespace);
+        Ok(list_pages(&api)
+            .await?
+            .into_iter()
+            .map(|o| {
+                let name = o.meta().name.clone().unwrap_or_default();
+                (name, convert(o))
+            })
+            .collect())
     }
 
-    /// OpenShift's DeploymentConfig has no k8s-openapi type; it is read as a dynamic object.
-    async fn deployment_config(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<(LiveWorkload, String)>, kube::Error> {
-        let gvk = GroupVersionKind::gvk("apps.openshift.io", "v1", "DeploymentConfig");
-        let resource = ApiResource::from_gvk_with_plural(&gvk, "deploymentconfigs");
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &resource);
-        Ok(api.get_opt(name).await?.map(|o| deployment_config(&o)))
-    }
-
-    /// Every pod matching `selector`, page by page.
-    async fn pods(&self, namespace: &str, selector: &str) -> Result<Vec<LivePod>, kube::Error> {
+    /// Every pod of `namespace` with its labels, page by page.
+    async fn list_pods(&self, namespace: &str) -> Result<Vec<LabelledPod>, kube::Error> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let mut params = ListParams::default().labels(selector).limit(POD_PAGE);
-        let mut pods = Vec::new();
-        loop {
-            let page = api.list(&params).await?;
-            pods.extend(page.items.iter().map(live_pod));
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => return Ok(pods),
-            }
+        Ok(list_pages(&api)
+            .await?
+            .iter()
+            .map(|p| LabelledPod {
+                labels: p.metadata.labels.clone().unwrap_or_default(),
+                images: p.spec.as_ref().map(spec_images).unwrap_or_default(),
+                pod: live_pod(p),
+            })
+            .collect())
+    }
+}
+
+/// Workloads of one kind in one namespace, by name, with their pod selectors.
+type Found = BTreeMap<String, (LiveWorkload, Selector)>;
+
+/// A list the API answered, or the message with which it refused it (403).
+type Listed<T> = Result<T, String>;
+
+/// A pod with the labels workload selectors match against, and its own containers' images
+/// (for a bare pod, its "template").
+struct LabelledPod {
+    labels: BTreeMap<String, String>,
+    images: Vec<(String, String)>,
+    pod: LivePod,
+}
+
+fn namespace_of(id: &WorkloadId) -> &str {
+    id.namespace.as_deref().unwrap_or("default")
+}
+
+/// Bare pods as workloads of their own: each selects itself by name.
+fn pod_workloads(pods: Option<&Vec<LabelledPod>>) -> Found {
+    pods.into_iter()
+        .flatten()
+        .map(|p| {
+            let workload = LiveWorkload {
+                kind: "Pod".into(),
+                generation: None,
+                observed_generation: None,
+                template_images: p.images.clone(),
+                rollout: RolloutStatus::Pod,
+            };
+            (
+                p.pod.name.clone(),
+                (workload, Selector::Name(p.pod.name.clone())),
+            )
+        })
+        .collect()
+}
+
+/// Every item of a list, following `continue` tokens.
+async fn list_pages<K>(api: &Api<K>) -> Result<Vec<K>, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = ListParams::default().limit(PAGE);
+    let mut items = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        items.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(items),
         }
     }
 }
 
-fn forbidden_or(e: kube::Error, id: &WorkloadId) -> Result<Live, LiveError> {
-    match e {
-        kube::Error::Api(status) if status.code == 403 => Ok(Live::Forbidden(status.message)),
-        kube::Error::Api(status) if status.code == 404 => Ok(Live::Missing),
-        source => Err(LiveError::Api {
-            what: id.to_string(),
+/// A refused list (403) is data for the verdict; any other failure stops the check.
+fn refused_or<T>(
+    result: Result<T, kube::Error>,
+    namespace: &str,
+    what: &str,
+) -> Result<Listed<T>, LiveError> {
+    match result {
+        Ok(items) => Ok(Ok(items)),
+        Err(kube::Error::Api(status)) if status.code == 403 => Ok(Err(status.message)),
+        Err(source) => Err(LiveError::Api {
+            what: format!("{what} in namespace {namespace}"),
             source,
         }),
     }
 }
 
-/// `matchLabels` and `matchExpressions` as a label selector string.
-pub fn selector_string(selector: &LabelSelector) -> String {
-    let mut parts: Vec<String> = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    for e in selector.match_expressions.iter().flatten() {
-        let values = e.values.clone().unwrap_or_default().join(",");
-        parts.push(match e.operator.as_str() {
-            "In" => format!("{} in ({values})", e.key),
-            "NotIn" => format!("{} notin ({values})", e.key),
-            "Exists" => e.key.clone(),
-            _ => format!("!{}", e.key),
-        });
+/// A workload's pod selector, matched here against the labels of the namespace's pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    /// `matchLabels` and `matchExpressions`. An empty selector matches no pod: the API
+    /// refuses empty selectors on workloads, and claiming every pod would be a lie.
+    Labels {
+        labels: BTreeMap<String, String>,
+        expressions: Vec<(String, String, Vec<String>)>,
+    },
+    /// A bare pod is its own workload.
+    Name(String),
+}
+
+impl Selector {
+    fn of(selector: Option<&LabelSelector>) -> Selector {
+        let Some(selector) = selector else {
+            return Selector::Labels {
+                labels: BTreeMap::new(),
+                expressions: Vec::new(),
+            };
+        };
+        Selector::Labels {
+            labels: selector.match_labels.clone().unwrap_or_default(),
+            expressions: selector
+                .match_expressions
+                .iter()
+                .flatten()
+                .map(|e| {
+                    (
+                        e.key.clone(),
+                        e.operator.clone(),
+                        e.values.clone().unwrap_or_default(),
+                    )
+                })
+                .collect(),
+        }
     }
-    parts.join(",")
+
+    /// Label selector semantics as the API server applies them.
+    pub fn matches(&self, pod_labels: &BTreeMap<String, String>, pod_name: &str) -> bool {
+        match self {
+            Selector::Name(name) => name == pod_name,
+            Selector::Labels {
+                labels,
+                expressions,
+            } => {
+                if labels.is_empty() && expressions.is_empty() {
+                    return false;
+                }
+                labels.iter().all(|(k, v)| pod_labels.get(k) == Some(v))
+                    && expressions.iter().all(|(key, op, values)| {
+                        let value = pod_labels.get(key);
+                        match op.as_str() {
+                            "In" => value.is_some_and(|v| values.contains(v)),
+                            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+                            "Exists" => value.is_some(),
+                            "DoesNotExist" => value.is_none(),
+                            // An operator the API would have refused: match nothing.
+                            _ => false,
+                        }
+                    })
+            }
+        }
+    }
 }
 
 fn template_images(template: Option<&PodTemplateSpec>) -> Vec<(String, String)> {
@@ -218,7 +363,7 @@ fn spec_images(spec: &PodSpec) -> Vec<(String, String)> {
         .collect()
 }
 
-fn deployment(d: Deployment) -> (LiveWorkload, String) {
+fn deployment(d: Deployment) -> (LiveWorkload, Selector) {
     let spec = d.spec.unwrap_or_default();
     let status = d.status.unwrap_or_default();
     let deadline = status.conditions.iter().flatten().any(|c| {
@@ -238,10 +383,10 @@ fn deployment(d: Deployment) -> (LiveWorkload, String) {
             progress_deadline_exceeded: deadline,
         },
     };
-    (workload, selector_string(&spec.selector))
+    (workload, Selector::of(Some(&spec.selector)))
 }
 
-fn stateful_set(s: StatefulSet) -> (LiveWorkload, String) {
+fn stateful_set(s: StatefulSet) -> (LiveWorkload, Selector) {
     let spec = s.spec.unwrap_or_default();
     let status = s.status.unwrap_or_default();
     let strategy = spec.update_strategy.clone().unwrap_or_default();
@@ -260,10 +405,10 @@ fn stateful_set(s: StatefulSet) -> (LiveWorkload, String) {
             partition: strategy.rolling_update.and_then(|r| r.partition),
         },
     };
-    (workload, selector_string(&spec.selector))
+    (workload, Selector::of(Some(&spec.selector)))
 }
 
-fn daemon_set(d: DaemonSet) -> (LiveWorkload, String) {
+fn daemon_set(d: DaemonSet) -> (LiveWorkload, Selector) {
     let spec = d.spec.unwrap_or_default();
     let status = d.status.unwrap_or_default();
     let rolling = spec
@@ -284,10 +429,10 @@ fn daemon_set(d: DaemonSet) -> (LiveWorkload, String) {
             rolling_update: rolling,
         },
     };
-    (workload, selector_string(&spec.selector))
+    (workload, Selector::of(Some(&spec.selector)))
 }
 
-fn replica_set(r: ReplicaSet) -> (LiveWorkload, String) {
+fn replica_set(r: ReplicaSet) -> (LiveWorkload, Selector) {
     let spec = r.spec.unwrap_or_default();
     let status = r.status.unwrap_or_default();
     let workload = LiveWorkload {
@@ -301,10 +446,10 @@ fn replica_set(r: ReplicaSet) -> (LiveWorkload, String) {
             available: status.available_replicas.unwrap_or(0),
         },
     };
-    (workload, selector_string(&spec.selector))
+    (workload, Selector::of(Some(&spec.selector)))
 }
 
-fn job(j: Job) -> (LiveWorkload, String) {
+fn job(j: Job) -> (LiveWorkload, Selector) {
     let spec = j.spec.unwrap_or_default();
     let status = j.status.unwrap_or_default();
     let failed = status
@@ -325,15 +470,10 @@ fn job(j: Job) -> (LiveWorkload, String) {
             failed_condition: failed,
         },
     };
-    let selector = spec
-        .selector
-        .as_ref()
-        .map(selector_string)
-        .unwrap_or_default();
-    (workload, selector)
+    (workload, Selector::of(spec.selector.as_ref()))
 }
 
-fn deployment_config(o: &DynamicObject) -> (LiveWorkload, String) {
+fn deployment_config(o: &DynamicObject) -> (LiveWorkload, Selector) {
     let data = &o.data;
     let spec = &data["spec"];
     let status = &data["status"];
@@ -351,13 +491,16 @@ fn deployment_config(o: &DynamicObject) -> (LiveWorkload, String) {
                 .unwrap_or("")
                 .to_string()
         });
-    let selector: String = spec["selector"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-        .collect::<Vec<_>>()
-        .join(",");
+    // A DeploymentConfig's selector is a plain label map.
+    let selector = Selector::Labels {
+        labels: spec["selector"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+            .collect(),
+        expressions: Vec::new(),
+    };
     let workload = LiveWorkload {
         kind: "DeploymentConfig".into(),
         generation: o.metadata.generation,
@@ -372,16 +515,6 @@ fn deployment_config(o: &DynamicObject) -> (LiveWorkload, String) {
         },
     };
     (workload, selector)
-}
-
-fn pod_workload(p: &Pod) -> LiveWorkload {
-    LiveWorkload {
-        kind: "Pod".into(),
-        generation: p.metadata.generation,
-        observed_generation: p.metadata.generation,
-        template_images: p.spec.as_ref().map(spec_images).unwrap_or_default(),
-        rollout: RolloutStatus::Pod,
-    }
 }
 
 fn live_pod(p: &Pod) -> LivePod {
@@ -428,9 +561,16 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     #[test]
-    fn selectors_render_as_the_api_expects() {
-        let selector = LabelSelector {
+    fn selectors_match_as_the_api_server_matches() {
+        let selector = Selector::of(Some(&LabelSelector {
             match_labels: Some([("app".to_string(), "web".to_string())].into()),
             match_expressions: Some(vec![
                 LabelSelectorRequirement {
@@ -444,7 +584,27 @@ mod tests {
                     values: None,
                 },
             ]),
-        };
-        assert_eq!(selector_string(&selector), "app=web,tier in (a,b),!canary");
+        }));
+        assert!(selector.matches(&labels(&[("app", "web"), ("tier", "a")]), "p"));
+        assert!(!selector.matches(&labels(&[("app", "web"), ("tier", "c")]), "p"));
+        assert!(!selector.matches(&labels(&[("app", "web")]), "p"));
+        assert!(!selector.matches(
+            &labels(&[("app", "web"), ("tier", "b"), ("canary", "1")]),
+            "p"
+        ));
+        assert!(!selector.matches(&labels(&[("app", "api"), ("tier", "a")]), "p"));
+    }
+
+    #[test]
+    fn an_empty_selector_claims_no_pod() {
+        assert!(!Selector::of(None).matches(&labels(&[("app", "web")]), "p"));
+        assert!(!Selector::of(Some(&LabelSelector::default())).matches(&labels(&[]), "p"));
+    }
+
+    #[test]
+    fn a_bare_pod_selects_itself_by_name() {
+        let selector = Selector::Name("web-1".into());
+        assert!(selector.matches(&labels(&[]), "web-1"));
+        assert!(!selector.matches(&labels(&[]), "web-2"));
     }
 }

@@ -12,7 +12,7 @@ pub mod live;
 pub mod report;
 pub mod verdict;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
@@ -224,20 +224,19 @@ async fn ask_family(expected: &Expected, registry: &Client) -> Result<DigestFami
     Ok(family)
 }
 
-/// Checks every expectation once: each workload is read once, however many containers it has.
+/// Checks every expectation once: workloads and pods are listed once per namespace and kind,
+/// however many workloads and containers there are.
 pub async fn check(
     expectations: &Expectations,
     cluster: &Cluster,
     registry: &Client,
     families: &mut Families,
 ) -> Result<Check, VerifyError> {
-    let mut live: BTreeMap<&WorkloadId, Live> = BTreeMap::new();
+    let ids: BTreeSet<&WorkloadId> = expectations.expected.iter().map(|e| &e.workload).collect();
+    let ids: Vec<&WorkloadId> = ids.into_iter().collect();
+    let live = cluster.read_all(&ids).await?;
     let mut verdicts = Vec::new();
     for e in &expectations.expected {
-        if !live.contains_key(&e.workload) {
-            let read = cluster.read(&e.workload).await?;
-            live.insert(&e.workload, read);
-        }
         let Some(l) = live.get(&e.workload) else {
             continue;
         };
