@@ -2,24 +2,28 @@
 //!
 //! tagpin must change nothing in a manifest but the image value: re-serializing a YAML document
 //! loses comments, quoting and indentation, which is the trap other image updaters fall into.
-//! So the work is split in three: [`scan`] parses a file into events and records, for every image
-//! field it understands, the exact byte range of the value as written; [`rewrite`] splices new
-//! values into those ranges and leaves every other byte alone; [`walk`] is the only part that
-//! touches the file system (listing manifest files, writing results atomically).
+//! So the work is split up: `yaml` parses a file into a tree that keeps the exact byte range
+//! of every value as written; [`kubernetes`] and [`kustomize`] walk that tree to where images
+//! live; [`scan`] runs them over a file and records every image field it understands;
+//! [`rewrite`] splices new values into those ranges and leaves every other byte alone; [`walk`]
+//! is the only part that touches the file system (listing manifest files, writing results
+//! atomically).
 
-pub mod namespace;
+pub mod kubernetes;
+pub mod kustomize;
 pub mod rewrite;
 pub mod scan;
 pub mod walk;
+pub(crate) mod yaml;
 
 use std::ops::Range;
 use std::path::PathBuf;
 
-pub use namespace::KustomizeNamespaces;
+pub use kubernetes::ContainerList;
+pub use kustomize::KustomizeNamespaces;
 pub use rewrite::{apply, render_scalar, Edit};
 pub use scan::{
-    scan, ContainerList, ImageField, Origin, ScalarStyle, ScanOutcome, SkipReason, SkippedField,
-    Target,
+    scan, ImageField, Origin, ScalarStyle, ScanOutcome, SkipReason, SkippedField, Target,
 };
 pub use walk::{read_manifest, walk, write_atomic, FileFilter, SkippedPath, Walk, WalkSkipReason};
 
