@@ -3,12 +3,15 @@
 //! The file is parsed to a YAML value and walked by hand, so that validation reports *every*
 //! problem with its field path (`pull_request.grouping: expected one of single, per-image`)
 //! instead of stopping at the first, and unknown keys (typos) are errors rather than silently
-//! ignored settings. Secrets never live here: the file names environment variables or files
-//! that hold them.
+//! ignored settings. Each problem whose field is in the file is then placed by the scanner's
+//! position-keeping YAML tree (`tagpin.yaml:7:1: mode: …`), so an editor can jump to it. Secrets
+//! never live here: the file names environment variables or files that hold them.
 
 use std::path::{Component, Path, PathBuf};
 
 use serde_yaml::{Mapping, Value};
+
+use crate::manifest::yaml::{self, Document};
 
 /// A validated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,7 +171,7 @@ impl Config {
             Some(config) if v.problems.is_empty() => Ok(config),
             _ => Err(ConfigError {
                 file: file.to_path_buf(),
-                problems: v.problems,
+                problems: place(text, file, v.problems),
             }),
         }
     }
@@ -190,12 +193,21 @@ pub fn read_env(name: &str) -> Result<String, String> {
 /// Collects problems while walking the YAML value.
 #[derive(Default)]
 struct Validator {
-    problems: Vec<String>,
+    problems: Vec<Problem>,
+}
+
+/// A problem found at a field path (`pull_request.grouping`, `paths[1]`, `(top level)`).
+struct Problem {
+    path: String,
+    message: String,
 }
 
 impl Validator {
     fn problem(&mut self, path: &str, message: impl std::fmt::Display) {
-        self.problems.push(format!("{path}: {message}"));
+        self.problems.push(Problem {
+            path: path.to_string(),
+            message: message.to_string(),
+        });
     }
 
     /// The mapping at `path`, with unknown keys reported.
@@ -731,6 +743,50 @@ impl Validator {
     }
 }
 
+/// Writes each problem as `path: message`, prefixed with `file:line:column: ` where its field is
+/// in the file (a missing field has no position).
+fn place(text: &str, file: &Path, problems: Vec<Problem>) -> Vec<String> {
+    let document = yaml::documents(file, text).next().and_then(Result::ok);
+    problems
+        .into_iter()
+        .map(|Problem { path, message }| {
+            let position = document
+                .as_ref()
+                .and_then(|document| field_position(document, &path));
+            match position {
+                Some((line, column)) => {
+                    format!("{}:{line}:{column}: {path}: {message}", file.display())
+                }
+                None => format!("{path}: {message}"),
+            }
+        })
+        .collect()
+}
+
+/// Line and column of the field at a validator path: of the key for a mapping entry, of the
+/// item for a list index, of the document for `(top level)` (which also starts the paths of
+/// unknown top-level keys).
+fn field_position(document: &Document<'_>, path: &str) -> Option<(usize, usize)> {
+    let mut value = document.root()?;
+    let mut field = value;
+    let path = path.strip_prefix("(top level)").unwrap_or(path);
+    let path = path.strip_prefix('.').unwrap_or(path);
+    if !path.is_empty() {
+        for segment in path.split('.') {
+            let mut parts = segment.split('[');
+            let (key, found) = document.get_entry(value, parts.next()?).ok()??;
+            (field, value) = (key, found);
+            for index in parts {
+                let index: usize = index.strip_suffix(']')?.parse().ok()?;
+                let item = *document.items(value).get(index)?;
+                (field, value) = (item, item);
+            }
+        }
+    }
+    let node = document.node(field)?;
+    Some((node.line, node.column))
+}
+
 /// The rules of `git check-ref-format` that matter for names people type.
 pub fn valid_branch_name(name: &str) -> bool {
     !name.is_empty()
@@ -876,6 +932,61 @@ colour: blue
         assert!(
             text.starts_with("tagpin.yaml: invalid configuration:"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn problems_name_the_line_and_column_of_their_field() {
+        let err = parse(concat!(
+            "repository:\n",
+            "  branch: \"bad branch\"\n",
+            "paths: [apps, \"../outside\"]\n",
+            "registries: {concurrency: 0}\n",
+            "mode: sometimes\n",
+            "colour: blue\n",
+        ))
+        .unwrap_err();
+        assert_eq!(
+            err.problems,
+            [
+                "tagpin.yaml:6:1: (top level).colour: unknown key (known: repository, author, paths, include, exclude, images, registries, mode, commit_message, pull_request, forge, verify)",
+                "repository.url: is required",
+                "tagpin.yaml:2:3: repository.branch: \"bad branch\" is not a valid branch name",
+                "tagpin.yaml:3:15: paths[1]: \"../outside\" must be relative to the repository and stay inside it",
+                "tagpin.yaml:4:14: registries.concurrency: expected a whole number from 1 to 256, found 0",
+                "tagpin.yaml:5:1: mode: expected one of commit, pull-request, found \"sometimes\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn nested_keys_and_list_items_in_flow_style_are_placed() {
+        let err = parse(concat!(
+            "repository:\n",
+            "  url: https://example.com/a.git\n",
+            "  auth: {token_env: ghp_secret}\n",
+            "images:\n",
+            "  manage: [\"ok/*\", \"[bad\"]\n",
+        ))
+        .unwrap_err();
+        let problems: Vec<&str> = err.problems.iter().map(String::as_str).collect();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert_eq!(
+            problems[0],
+            "tagpin.yaml:3:10: repository.auth.token_env: must name an environment variable (like GITHUB_TOKEN), not hold a secret"
+        );
+        assert!(
+            problems[1].starts_with("tagpin.yaml:5:20: images.manage[1]: invalid glob"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn a_document_that_is_not_a_mapping_is_placed_at_its_start() {
+        let err = parse("# tagpin\n- repository\n").unwrap_err();
+        assert_eq!(
+            err.problems,
+            ["tagpin.yaml:2:1: (top level): expected a mapping, found a list"]
         );
     }
 
