@@ -1088,7 +1088,7 @@ fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     fn digest(c: char) -> String {
         format!("sha256:{}", c.to_string().repeat(64))
@@ -1214,17 +1214,15 @@ mod tests {
         }
     }
 
-    /// A file from the shared real-world captures, or the repository's verbatim copy of it
-    /// when the shared folder is not beside the checkout.
-    fn fixture(shared_name: &str, repo_copy: Option<&str>) -> Option<String> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut candidates: Vec<PathBuf> = vec![root.join("../shared/fixtures").join(shared_name)];
-        if let Some(copy) = repo_copy {
-            candidates.push(root.join(copy));
-        }
-        candidates
-            .iter()
-            .find_map(|path| std::fs::read_to_string(path).ok())
+    /// A real-world capture, read from the byte-identical copies in `tests/fixtures/shared/`
+    /// so that the tests need nothing outside the repository. A missing copy fails the test:
+    /// a capture test that passes without its capture proves nothing.
+    fn fixture(name: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/shared")
+            .join(name);
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read the capture {}: {e}", path.display()))
     }
 
     fn yaml_str(v: &serde_yaml::Value) -> String {
@@ -1233,11 +1231,7 @@ mod tests {
 
     /// The captured pod list, turned into [`LivePod`]s field by field as `live.rs` would.
     fn captured_pods() -> Vec<LivePod> {
-        let text = fixture(
-            "openshift-nginx-pods.yaml",
-            Some("tests/fixtures/golden/openshift-pod-list/original/pods.yaml"),
-        )
-        .expect("the OpenShift pod capture is readable");
+        let text = fixture("openshift-nginx-pods.yaml");
         let list: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
         list["items"]
             .as_sequence()
@@ -1277,7 +1271,7 @@ mod tests {
 
     /// The digest Quay answered for `latest` at the moment of the pod capture.
     fn captured_quay_digest() -> String {
-        let text = fixture("quay-repository-api.json", None).expect("the Quay capture is readable");
+        let text = fixture("quay-repository-api.json");
         let answer: serde_json::Value = serde_json::from_str(&text).unwrap();
         answer["tags"]["latest"]["manifest_digest"]
             .as_str()
