@@ -9,8 +9,13 @@
 
 pub mod expected;
 pub mod live;
+mod pods;
 pub mod report;
+mod rollout;
+#[cfg(test)]
+pub(crate) mod samples;
 pub mod verdict;
+mod wording;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

@@ -1,0 +1,751 @@
+//! The `RolledOut` condition: has the workload's controller finished rolling out the new spec?
+//!
+//! Each kind is judged by its own function, following kubectl's `rollout_status.go` (`oc rollout
+//! status` for an OpenShift DeploymentConfig) check by check and in the same order, so the
+//! verdict never disagrees with what a person runs by hand, and a kind's rules can be read next
+//! to kubectl's without the other kinds in between. Where kubectl gives no judgement
+//! (non-rolling strategies, ReplicaSet, Job, Pod) the rule is the closest one it would give,
+//! written out in that kind's function. Pure, like the rest of the verdict: plain structs in.
+
+use super::verdict::RolloutStatus;
+use super::verdict::{judged, ConditionStatus, ConditionType, Judged, LivePod, LiveWorkload};
+use super::wording::one_line;
+
+/// `RolledOut` for the workload, by its kind. Only unpacks the kind's status fields, so that
+/// each rule below names what it reads.
+pub(super) fn judge_rollout(workload: &LiveWorkload, pods: &[LivePod]) -> Judged {
+    match &workload.rollout {
+        RolloutStatus::Deployment {
+            spec_replicas,
+            replicas,
+            updated,
+            available,
+            progress_deadline_exceeded,
+            ..
+        } => deployment(
+            workload,
+            *spec_replicas,
+            *replicas,
+            *updated,
+            *available,
+            *progress_deadline_exceeded,
+        ),
+        RolloutStatus::StatefulSet {
+            spec_replicas,
+            ready,
+            updated,
+            current_revision,
+            update_revision,
+            rolling_update,
+            partition,
+        } => stateful_set(
+            workload,
+            (*spec_replicas, *ready, *updated),
+            current_revision.as_deref(),
+            update_revision.as_deref(),
+            *rolling_update,
+            *partition,
+        ),
+        RolloutStatus::DaemonSet {
+            desired,
+            updated,
+            available,
+            rolling_update,
+        } => daemon_set(workload, *desired, *updated, *available, *rolling_update),
+        RolloutStatus::ReplicaSet {
+            spec_replicas,
+            ready,
+            available,
+        } => replica_set(workload, *spec_replicas, *ready, *available),
+        RolloutStatus::Job {
+            active,
+            succeeded,
+            failed,
+            failed_condition,
+        } => job(*active, *succeeded, *failed, failed_condition.as_deref()),
+        RolloutStatus::Pod => pod(pods),
+        RolloutStatus::DeploymentConfig {
+            spec_replicas,
+            updated,
+            available,
+            latest_version,
+            progressing_failed,
+        } => deployment_config(
+            workload,
+            *spec_replicas,
+            *updated,
+            *available,
+            *latest_version,
+            progressing_failed.as_deref(),
+        ),
+    }
+}
+
+/// kubectl's `DeploymentStatusViewer`.
+fn deployment(
+    workload: &LiveWorkload,
+    spec_replicas: i32,
+    replicas: i32,
+    updated: i32,
+    available: i32,
+    progress_deadline_exceeded: bool,
+) -> Judged {
+    if !generation_observed(workload) {
+        return spec_update_not_observed();
+    }
+    if progress_deadline_exceeded {
+        return rollout_failed(
+            "ProgressDeadlineExceeded",
+            "the deployment exceeded its progress deadline".to_owned(),
+            "progress deadline exceeded".to_owned(),
+        );
+    }
+    if updated < spec_replicas {
+        return rollout_waiting(
+            "ReplicasNotUpdated",
+            format!("{updated} out of {spec_replicas} new replicas have been updated"),
+        );
+    }
+    if replicas > updated {
+        return rollout_waiting(
+            "OldReplicasPendingTermination",
+            format!(
+                "{} old replicas are pending termination",
+                replicas - updated
+            ),
+        );
+    }
+    if available < updated {
+        return rollout_waiting(
+            "ReplicasNotAvailable",
+            format!("{available} of {updated} updated replicas are available"),
+        );
+    }
+    rollout_done(format!("{updated} updated replicas are available"))
+}
+
+/// kubectl's `StatefulSetStatusViewer`. The replica counts are `(spec, ready, updated)`.
+fn stateful_set(
+    workload: &LiveWorkload,
+    (spec_replicas, ready, updated): (i32, i32, i32),
+    current_revision: Option<&str>,
+    update_revision: Option<&str>,
+    rolling_update: bool,
+    partition: Option<i32>,
+) -> Judged {
+    // kubectl treats an unset observedGeneration as "not observed" for StatefulSets.
+    if workload.observed_generation.unwrap_or(0) == 0 || !generation_observed(workload) {
+        return spec_update_not_observed();
+    }
+    if ready < spec_replicas {
+        return rollout_waiting(
+            "PodsNotReady",
+            format!("waiting for {} pods to be ready", spec_replicas - ready),
+        );
+    }
+    if !rolling_update {
+        // kubectl refuses to judge OnDelete; all replicas ready is the most it could
+        // say, and DigestsMatch still catches pods nobody deleted.
+        return rollout_done(format!(
+            "{ready} of {spec_replicas} replicas are ready (OnDelete strategy)"
+        ));
+    }
+    if let Some(partition) = partition {
+        let wanted = spec_replicas - partition;
+        if updated < wanted {
+            return rollout_waiting(
+                "PartitionedRolloutPending",
+                format!("{updated} out of {wanted} new pods have been updated"),
+            );
+        }
+        // As in kubectl, a partitioned rollout is complete without comparing revisions.
+        return rollout_done(format!(
+            "partitioned roll out complete: {updated} new pods have been updated"
+        ));
+    }
+    if update_revision != current_revision {
+        return rollout_waiting(
+            "RevisionUpdatePending",
+            format!(
+                "waiting for rolling update to complete {updated} pods at revision {}",
+                update_revision.unwrap_or("(unknown)")
+            ),
+        );
+    }
+    rollout_done(format!(
+        "rolling update complete at revision {}",
+        current_revision.unwrap_or("(unknown)")
+    ))
+}
+
+/// kubectl's `DaemonSetStatusViewer`.
+fn daemon_set(
+    workload: &LiveWorkload,
+    desired: i32,
+    updated: i32,
+    available: i32,
+    rolling_update: bool,
+) -> Judged {
+    if !generation_observed(workload) {
+        return spec_update_not_observed();
+    }
+    if !rolling_update {
+        // kubectl refuses to judge OnDelete; judge by availability only.
+        if available < desired {
+            return rollout_waiting(
+                "PodsNotAvailable",
+                format!("{available} of {desired} pods are available"),
+            );
+        }
+        return rollout_done(format!(
+            "{available} of {desired} pods are available (OnDelete strategy)"
+        ));
+    }
+    if updated < desired {
+        return rollout_waiting(
+            "PodsNotUpdated",
+            format!("{updated} out of {desired} new pods have been updated"),
+        );
+    }
+    if available < desired {
+        return rollout_waiting(
+            "PodsNotAvailable",
+            format!("{available} of {desired} updated pods are available"),
+        );
+    }
+    rollout_done(format!(
+        "{available} of {desired} updated pods are available"
+    ))
+}
+
+/// kubectl has no viewer for a ReplicaSet: the closest judgement is all replicas ready, then
+/// available. A ReplicaSet never replaces its pods, so DigestsMatch is what catches those still
+/// on an old digest.
+fn replica_set(workload: &LiveWorkload, spec_replicas: i32, ready: i32, available: i32) -> Judged {
+    if !generation_observed(workload) {
+        return spec_update_not_observed();
+    }
+    if ready < spec_replicas {
+        return rollout_waiting(
+            "PodsNotReady",
+            format!("{ready} of {spec_replicas} replicas are ready"),
+        );
+    }
+    if available < spec_replicas {
+        return rollout_waiting(
+            "ReplicasNotAvailable",
+            format!("{available} of {spec_replicas} replicas are available"),
+        );
+    }
+    rollout_done(format!(
+        "{available} of {spec_replicas} replicas are available"
+    ))
+}
+
+/// kubectl has no viewer for a Job: a `Failed` condition fails it, and it is complete once a
+/// pod succeeded and none is active.
+fn job(active: i32, succeeded: i32, failed: i32, failed_condition: Option<&str>) -> Judged {
+    if let Some(message) = failed_condition {
+        let message = one_line(message);
+        return rollout_failed(
+            "JobFailed",
+            message.clone(),
+            format!("job failed: {message}"),
+        );
+    }
+    if succeeded >= 1 && active == 0 {
+        return rollout_done(format!("job complete: {succeeded} succeeded"));
+    }
+    rollout_waiting(
+        "JobRunning",
+        format!("job running: {active} active, {succeeded} succeeded, {failed} failed"),
+    )
+}
+
+/// kubectl has no viewer for a bare Pod: it is rolled out once running and ready, and failed in
+/// the `Failed` phase. A pod being deleted is not the one that will run.
+fn pod(pods: &[LivePod]) -> Judged {
+    let live: Vec<&LivePod> = pods.iter().filter(|p| !p.deleting).collect();
+    if live.is_empty() {
+        return rollout_waiting("PodNotFound", "the pod is not there yet".to_owned());
+    }
+    if let Some(pod) = live.iter().find(|p| p.phase == "Failed") {
+        let message = format!("pod {} failed", pod.name);
+        return rollout_failed("PodFailed", message.clone(), message);
+    }
+    if let Some(pod) = live.iter().find(|p| !(p.phase == "Running" && p.ready)) {
+        let message = if pod.phase == "Running" {
+            format!("pod {} is running but not ready", pod.name)
+        } else {
+            format!("pod {} is {} and not ready", pod.name, pod.phase)
+        };
+        return rollout_waiting("PodNotReady", message);
+    }
+    rollout_done("the pod is running and ready".to_owned())
+}
+
+/// `oc rollout status` for an OpenShift DeploymentConfig: nothing to judge before its first
+/// deployment has run.
+fn deployment_config(
+    workload: &LiveWorkload,
+    spec_replicas: i32,
+    updated: i32,
+    available: i32,
+    latest_version: Option<i64>,
+    progressing_failed: Option<&str>,
+) -> Judged {
+    if latest_version.unwrap_or(0) == 0 {
+        return rollout_waiting(
+            "NoDeploymentYet",
+            "no deployment has run yet (waiting on a trigger or `oc rollout latest`)".to_owned(),
+        );
+    }
+    if !generation_observed(workload) {
+        return spec_update_not_observed();
+    }
+    if let Some(message) = progressing_failed {
+        let message = one_line(message);
+        return rollout_failed(
+            "RolloutFailed",
+            message.clone(),
+            format!("rollout failed: {message}"),
+        );
+    }
+    if updated < spec_replicas {
+        return rollout_waiting(
+            "ReplicasNotUpdated",
+            format!("{updated} out of {spec_replicas} new replicas have been updated"),
+        );
+    }
+    if available < updated {
+        return rollout_waiting(
+            "ReplicasNotAvailable",
+            format!("{available} of {updated} updated replicas are available"),
+        );
+    }
+    rollout_done(format!("{updated} updated replicas are available"))
+}
+
+/// kubectl's `generation <= status.observedGeneration`, with absent fields read as Go's zero.
+fn generation_observed(workload: &LiveWorkload) -> bool {
+    workload.generation.unwrap_or(0) <= workload.observed_generation.unwrap_or(0)
+}
+
+/// Until the controller has seen the new spec, its status describes the old one: waiting, not
+/// judging, is the only honest answer.
+fn spec_update_not_observed() -> Judged {
+    rollout_waiting(
+        "SpecUpdateNotObserved",
+        "waiting for spec update to be observed".to_owned(),
+    )
+}
+
+/// Finished: the condition is True and the summary says what was checked.
+fn rollout_done(message: String) -> Judged {
+    judged(
+        ConditionType::RolledOut,
+        ConditionStatus::True,
+        "RolloutComplete",
+        message.clone(),
+        format!("rolled out: {message}"),
+    )
+}
+
+/// Not finished yet, for a reason that waiting may resolve: the verdict stays Progressing.
+fn rollout_waiting(reason: &str, message: String) -> Judged {
+    judged(
+        ConditionType::RolledOut,
+        ConditionStatus::False,
+        reason,
+        message.clone(),
+        format!("rollout in progress: {message}"),
+    )
+}
+
+/// Will not finish without someone acting: the verdict is Failed.
+fn rollout_failed(reason: &str, message: String, summary: String) -> Judged {
+    Judged {
+        failed: true,
+        ..judged(
+            ConditionType::RolledOut,
+            ConditionStatus::False,
+            reason,
+            message,
+            summary,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // Not `super::*`: the kinds' functions share their names with the samples.
+    use crate::verify::samples::*;
+    use crate::verify::verdict::{ConditionStatus, ConditionType, RolloutStatus, State, Verdict};
+
+    fn rollout_of(rollout: RolloutStatus) -> Verdict {
+        judge_default(found(workload(rollout), vec![pod("web-0", &on(&pinned()))]))
+    }
+
+    #[test]
+    fn deployment_waits_for_the_spec_update_to_be_observed() {
+        let mut w = workload(deployment(1, 1, 1, 1));
+        w.observed_generation = Some(1);
+        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        assert_eq!(v.state, State::Progressing);
+        assert_eq!(
+            v.reason,
+            "rollout in progress: waiting for spec update to be observed"
+        );
+    }
+
+    #[test]
+    fn deployment_past_its_progress_deadline_is_failed() {
+        let v = rollout_of(RolloutStatus::Deployment {
+            spec_replicas: 2,
+            replicas: 2,
+            updated: 1,
+            ready: 1,
+            available: 1,
+            progress_deadline_exceeded: true,
+        });
+        assert_eq!(v.state, State::Failed);
+        assert_eq!(v.reason, "progress deadline exceeded");
+    }
+
+    #[test]
+    fn deployment_deadline_is_not_judged_before_the_spec_update_is_observed() {
+        let mut w = workload(RolloutStatus::Deployment {
+            spec_replicas: 1,
+            replicas: 1,
+            updated: 1,
+            ready: 1,
+            available: 1,
+            progress_deadline_exceeded: true,
+        });
+        w.observed_generation = Some(1);
+        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        assert_eq!(v.state, State::Progressing);
+    }
+
+    #[test]
+    fn deployment_waits_for_new_replicas_to_be_updated() {
+        let v = rollout_of(deployment(3, 3, 1, 1));
+        assert_eq!(
+            v.reason,
+            "rollout in progress: 1 out of 3 new replicas have been updated"
+        );
+        assert_eq!(
+            reason_of(&v, ConditionType::RolledOut),
+            "ReplicasNotUpdated"
+        );
+    }
+
+    #[test]
+    fn deployment_waits_for_old_replicas_to_terminate() {
+        let v = rollout_of(deployment(3, 4, 3, 3));
+        assert_eq!(
+            v.reason,
+            "rollout in progress: 1 old replicas are pending termination"
+        );
+    }
+
+    #[test]
+    fn deployment_waits_for_updated_replicas_to_be_available() {
+        let v = rollout_of(deployment(3, 3, 3, 1));
+        assert_eq!(
+            v.reason,
+            "rollout in progress: 1 of 3 updated replicas are available"
+        );
+    }
+
+    #[test]
+    fn deployment_with_absent_generations_reads_them_as_zero() {
+        let mut w = workload(deployment(1, 1, 1, 1));
+        w.generation = None;
+        w.observed_generation = None;
+        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        assert_eq!(
+            status_of(&v, ConditionType::RolledOut),
+            ConditionStatus::True
+        );
+    }
+
+    fn statefulset(ready: i32, updated: i32, partition: Option<i32>) -> RolloutStatus {
+        RolloutStatus::StatefulSet {
+            spec_replicas: 3,
+            ready,
+            updated,
+            current_revision: Some("web-1".to_owned()),
+            update_revision: Some("web-2".to_owned()),
+            rolling_update: true,
+            partition,
+        }
+    }
+
+    #[test]
+    fn statefulset_without_an_observed_generation_waits() {
+        let mut w = workload(statefulset(3, 3, Some(0)));
+        w.generation = None;
+        w.observed_generation = None;
+        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        assert_eq!(
+            reason_of(&v, ConditionType::RolledOut),
+            "SpecUpdateNotObserved"
+        );
+    }
+
+    #[test]
+    fn statefulset_waits_for_pods_to_be_ready() {
+        let v = rollout_of(statefulset(1, 3, Some(0)));
+        assert_eq!(
+            v.reason,
+            "rollout in progress: waiting for 2 pods to be ready"
+        );
+    }
+
+    #[test]
+    fn statefulset_partition_waits_for_the_pods_above_it() {
+        let v = rollout_of(statefulset(3, 1, Some(1)));
+        assert_eq!(
+            v.reason,
+            "rollout in progress: 1 out of 2 new pods have been updated"
+        );
+    }
+
+    #[test]
+    fn statefulset_partitioned_rollout_is_complete_without_comparing_revisions() {
+        let v = rollout_of(statefulset(3, 2, Some(1)));
+        assert_eq!(
+            status_of(&v, ConditionType::RolledOut),
+            ConditionStatus::True
+        );
+    }
+
+    #[test]
+    fn statefulset_without_partition_waits_for_the_update_revision() {
+        let v = rollout_of(statefulset(3, 3, None));
+        assert_eq!(
+            reason_of(&v, ConditionType::RolledOut),
+            "RevisionUpdatePending"
+        );
+        let done = rollout_of(RolloutStatus::StatefulSet {
+            spec_replicas: 3,
+            ready: 3,
+            updated: 3,
+            current_revision: Some("web-2".to_owned()),
+            update_revision: Some("web-2".to_owned()),
+            rolling_update: true,
+            partition: None,
+        });
+        assert_eq!(
+            status_of(&done, ConditionType::RolledOut),
+            ConditionStatus::True
+        );
+    }
+
+    #[test]
+    fn statefulset_on_delete_is_rolled_out_once_all_replicas_are_ready() {
+        let on_delete = |ready| RolloutStatus::StatefulSet {
+            spec_replicas: 3,
+            ready,
+            updated: 0,
+            current_revision: Some("web-1".to_owned()),
+            update_revision: Some("web-2".to_owned()),
+            rolling_update: false,
+            partition: None,
+        };
+        assert_eq!(
+            status_of(&rollout_of(on_delete(2)), ConditionType::RolledOut),
+            ConditionStatus::False
+        );
+        assert_eq!(
+            status_of(&rollout_of(on_delete(3)), ConditionType::RolledOut),
+            ConditionStatus::True
+        );
+    }
+
+    fn daemonset(updated: i32, available: i32, rolling_update: bool) -> RolloutStatus {
+        RolloutStatus::DaemonSet {
+            desired: 3,
+            updated,
+            available,
+            rolling_update,
+        }
+    }
+
+    #[test]
+    fn daemonset_waits_for_new_pods_to_be_updated() {
+        let v = rollout_of(daemonset(2, 3, true));
+        assert_eq!(
+            v.reason,
+            "rollout in progress: 2 out of 3 new pods have been updated"
+        );
+    }
+
+    #[test]
+    fn daemonset_waits_for_updated_pods_to_be_available() {
+        let v = rollout_of(daemonset(3, 2, true));
+        assert_eq!(
+            v.reason,
+            "rollout in progress: 2 of 3 updated pods are available"
+        );
+    }
+
+    #[test]
+    fn daemonset_waits_for_the_spec_update_to_be_observed() {
+        let mut w = workload(daemonset(3, 3, true));
+        w.observed_generation = Some(1);
+        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        assert_eq!(
+            reason_of(&v, ConditionType::RolledOut),
+            "SpecUpdateNotObserved"
+        );
+    }
+
+    #[test]
+    fn daemonset_on_delete_is_judged_by_availability_only() {
+        let done = rollout_of(daemonset(0, 3, false));
+        assert_eq!(
+            status_of(&done, ConditionType::RolledOut),
+            ConditionStatus::True
+        );
+        let waiting = rollout_of(daemonset(0, 2, false));
+        assert_eq!(
+            status_of(&waiting, ConditionType::RolledOut),
+            ConditionStatus::False
+        );
+    }
+
+    #[test]
+    fn replicaset_waits_for_ready_then_available_replicas() {
+        let rs = |ready, available| RolloutStatus::ReplicaSet {
+            spec_replicas: 2,
+            ready,
+            available,
+        };
+        assert_eq!(
+            reason_of(&rollout_of(rs(1, 1)), ConditionType::RolledOut),
+            "PodsNotReady"
+        );
+        assert_eq!(
+            reason_of(&rollout_of(rs(2, 1)), ConditionType::RolledOut),
+            "ReplicasNotAvailable"
+        );
+        assert_eq!(
+            status_of(&rollout_of(rs(2, 2)), ConditionType::RolledOut),
+            ConditionStatus::True
+        );
+    }
+
+    #[test]
+    fn job_is_complete_when_one_succeeded_and_none_is_active() {
+        let v = rollout_of(job(0, 1, None));
+        assert_eq!(v.state, State::Converged, "{v:#?}");
+    }
+
+    #[test]
+    fn job_with_active_pods_is_progressing() {
+        let v = rollout_of(job(1, 1, None));
+        assert_eq!(v.state, State::Progressing);
+        assert_eq!(reason_of(&v, ConditionType::RolledOut), "JobRunning");
+    }
+
+    #[test]
+    fn job_with_a_failed_condition_is_failed() {
+        let v = rollout_of(job(
+            0,
+            0,
+            Some("Job has reached the specified backoff limit"),
+        ));
+        assert_eq!(v.state, State::Failed);
+        assert_eq!(
+            v.reason,
+            "job failed: Job has reached the specified backoff limit"
+        );
+    }
+
+    #[test]
+    fn pod_is_rolled_out_when_running_and_ready() {
+        let v = rollout_of(RolloutStatus::Pod);
+        assert_eq!(v.state, State::Converged, "{v:#?}");
+    }
+
+    #[test]
+    fn pod_that_is_not_ready_is_progressing() {
+        let mut p = pod("web-0", &on(&pinned()));
+        p.ready = false;
+        let v = judge_default(found(workload(RolloutStatus::Pod), vec![p]));
+        assert_eq!(
+            v.reason,
+            "rollout in progress: pod web-0 is running but not ready"
+        );
+    }
+
+    #[test]
+    fn pod_in_the_failed_phase_is_failed() {
+        let mut p = pod("web-0", &on(&pinned()));
+        p.phase = "Failed".to_owned();
+        p.ready = false;
+        let v = judge_default(found(workload(RolloutStatus::Pod), vec![p]));
+        assert_eq!(v.state, State::Failed);
+        assert_eq!(v.reason, "pod web-0 failed");
+    }
+
+    fn deployment_config(
+        updated: i32,
+        available: i32,
+        latest_version: Option<i64>,
+        failed: Option<&str>,
+    ) -> RolloutStatus {
+        RolloutStatus::DeploymentConfig {
+            spec_replicas: 2,
+            updated,
+            available,
+            latest_version,
+            progressing_failed: failed.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn deployment_config_without_a_first_deployment_waits() {
+        let v = rollout_of(deployment_config(2, 2, Some(0), None));
+        assert_eq!(reason_of(&v, ConditionType::RolledOut), "NoDeploymentYet");
+    }
+
+    #[test]
+    fn deployment_config_with_a_failed_rollout_is_failed() {
+        let v = rollout_of(deployment_config(
+            1,
+            1,
+            Some(3),
+            Some("replication controller \"web-3\" has failed progressing"),
+        ));
+        assert_eq!(v.state, State::Failed);
+        assert_eq!(
+            v.reason,
+            "rollout failed: replication controller \"web-3\" has failed progressing"
+        );
+    }
+
+    #[test]
+    fn deployment_config_waits_for_updated_then_available_replicas() {
+        assert_eq!(
+            reason_of(
+                &rollout_of(deployment_config(1, 1, Some(3), None)),
+                ConditionType::RolledOut
+            ),
+            "ReplicasNotUpdated"
+        );
+        assert_eq!(
+            reason_of(
+                &rollout_of(deployment_config(2, 1, Some(3), None)),
+                ConditionType::RolledOut
+            ),
+            "ReplicasNotAvailable"
+        );
+        assert_eq!(
+            rollout_of(deployment_config(2, 2, Some(3), None)).state,
+            State::Converged
+        );
+    }
+}
