@@ -2,7 +2,7 @@
 //! kubeconfig, as kube does by default), a real registry, a real bare Git repository holding
 //! the pinned manifests, and (for pull requests) the local GitHub server.
 
-mod support;
+use crate::support;
 
 use support::output_text as text;
 

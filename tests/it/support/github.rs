@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
 /// The subset of GitHub's OpenAPI description this server follows.
-const OPENAPI_SUBSET: &str = include_str!("../fixtures/github/openapi-subset.json");
+const OPENAPI_SUBSET: &str = include_str!("../../fixtures/github/openapi-subset.json");
 
 /// The login that owns the configured token: the author of every pull
 /// request, comment and status created through the API.

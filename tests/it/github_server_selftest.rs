@@ -1,10 +1,10 @@
-//! Proves the local GitHub server (`tests/support/github.rs`) is faithful
+//! Proves the local GitHub server (`tests/it/support/github.rs`) is faithful
 //! enough to test tagpin's GitHub code against: octocrab, the client tagpin
 //! uses, must parse every response, and the server must refuse what GitHub
 //! refuses (bad token, schema-invalid bodies, missing branches, duplicates).
 //! If octocrab or the OpenAPI subset changes, these tests say so first.
 
-mod support;
+use crate::support;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

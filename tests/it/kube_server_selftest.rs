@@ -4,7 +4,7 @@
 //! refused writes, kubeconfig contexts and the real OpenShift capture. If
 //! these pass, a tagpin test that fails against the server points at tagpin.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

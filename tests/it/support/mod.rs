@@ -1,8 +1,9 @@
 //! Shared support for tagpin's integration tests.
 //!
-//! Every test file that needs a real registry says `mod support;` and uses
-//! `support::registry::*`. No test file uses every helper, so unused ones are
-//! allowed here instead of warning in each test crate.
+//! Declared once in `tests/it/main.rs`; each test module says `use crate::support;`
+//! and uses `support::registry::*` and the like. Some helpers exist for tests to come
+//! (or for `examples/bench_plan.rs`, which includes `registry.rs` by path), so unused
+//! ones are allowed here.
 #![allow(dead_code)]
 
 pub mod git;
