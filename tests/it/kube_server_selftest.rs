@@ -6,7 +6,6 @@
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::TryStreamExt;
@@ -21,22 +20,10 @@ use kube::discovery::Discovery;
 use kube::{Client, Config, ResourceExt};
 use serde_json::{json, Value};
 use support::kube::{deployment, pod, running_pod_status, Grant, KubeServer};
+use support::shared_fixture;
 
 /// The digest CRI-O reported for the captured OpenShift pod.
 const CAPTURED_IMAGE_ID: &str = "quay.io/k_nakajima/nginx-sample@sha256:0f152bc1261aea012bbf89977a821f1b319b9dc9feb7f4ba54f08f617b2937ec";
-
-/// The real captures sit in `shared/fixtures`, beside the repository.
-fn shared_fixture(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: the shared folder must sit beside the repository",
-        path.display()
-    );
-    path
-}
 
 /// Three web pods (two stable, one canary) and one db pod in `shop`.
 fn add_shop_pods(server: &KubeServer) {
