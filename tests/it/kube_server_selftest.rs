@@ -507,6 +507,26 @@ async fn writes_are_refused_and_recorded() {
     );
     let refused = std::panic::catch_unwind(|| server.assert_no_writes());
     assert!(refused.is_err(), "assert_no_writes must fail after a write");
+
+    // Taking them acknowledges them: nothing is left to fail the test.
+    assert_eq!(server.take_writes(), writes);
+    server.assert_no_writes();
+}
+
+/// A write the test did not take fails it when the server is dropped, even if the test forgot
+/// to call `assert_no_writes`.
+#[tokio::test]
+#[should_panic(expected = "refused 1 write attempt(s) that the test did not take")]
+async fn a_write_nobody_took_fails_the_test_on_drop() {
+    let server = KubeServer::start().await;
+    add_shop_pods(&server);
+    let pods: Api<Pod> = Api::namespaced(server.client().await, "shop");
+    let status = api_error(
+        pods.delete("web-1", &DeleteParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status.code, 403);
 }
 
 #[tokio::test]
