@@ -13,7 +13,7 @@
 //!
 //! Figures are printed, never asserted: speed is measured here, not tested.
 
-#[path = "../tests/support/registry.rs"]
+#[path = "../tests/it/support/registry.rs"]
 #[allow(dead_code)]
 mod registry_support;
 

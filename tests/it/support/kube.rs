@@ -26,7 +26,11 @@
 //! - RBAC is simulated: reads are allowed by default and can be narrowed or
 //!   denied per (verb, resource, namespace). Writes are never allowed: tagpin
 //!   must not change the cluster, so every POST/PUT/PATCH/DELETE is refused
-//!   with 403 and kept in [`KubeServer::writes`] for tests to assert on.
+//!   with 403 and kept in [`KubeServer::writes`]. A write fails the test that
+//!   caused it: [`KubeServer::assert_no_writes`] panics, and so does `Drop` if
+//!   any write is left that the test did not take with
+//!   [`KubeServer::take_writes`] (tests that attempt writes on purpose take
+//!   them and assert on them).
 //!
 //! Test support panics with a clear message instead of returning errors.
 
@@ -290,7 +294,7 @@ fn resource_by_path(group: &str, version: &str, plural: &str) -> Option<usize> {
 // ---------------------------------------------------------------------------
 
 /// One request as the server saw it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordedRequest {
     pub method: String,
     pub path: String,
@@ -837,9 +841,16 @@ impl KubeServer {
         self.shared.state().requests.clone()
     }
 
-    /// Every write attempt so far (all refused). tagpin must make none.
+    /// Every write attempt so far (all refused). tagpin must make none; they
+    /// stay pending, and `Drop` fails the test unless they are taken.
     pub fn writes(&self) -> Vec<RecordedRequest> {
         self.shared.state().writes.clone()
+    }
+
+    /// Returns and forgets the write attempts, for tests that make them on
+    /// purpose and assert on them. Whatever is not taken fails the test on `Drop`.
+    pub fn take_writes(&self) -> Vec<RecordedRequest> {
+        std::mem::take(&mut self.shared.state().writes)
     }
 
     /// Panics, listing them, if any write was attempted.
@@ -927,19 +938,30 @@ impl KubeServer {
 }
 
 impl Drop for KubeServer {
+    /// Fails the test that attempted a write and did not take it. Not while
+    /// the test is already failing: a panic during unwinding would abort the
+    /// whole test binary, so then the writes are only printed.
     fn drop(&mut self) {
         let _ = self.shared.shutdown.send(true);
         self.task.abort();
-        let writes = self.shared.state().writes.clone();
-        if !writes.is_empty() && !std::thread::panicking() {
-            eprintln!(
-                "KubeServer: {} write attempt(s) were refused: {:?}",
-                writes.len(),
-                writes
-                    .iter()
-                    .map(|w| format!("{} {}", w.method, w.path))
-                    .collect::<Vec<_>>()
-            );
+        let writes = std::mem::take(&mut self.shared.state().writes);
+        if writes.is_empty() {
+            return;
+        }
+        let message = format!(
+            "tagpin must never write to the cluster, but the test API server refused {} write \
+             attempt(s) that the test did not take (KubeServer::take_writes):\n{}",
+            writes.len(),
+            writes
+                .iter()
+                .map(|w| format!("  {} {}?{} {}", w.method, w.path, w.query, w.body))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        if std::thread::panicking() {
+            eprintln!("{message}");
+        } else {
+            panic!("{message}");
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Shared support for tagpin's integration tests.
 //!
-//! Every test file that needs a real registry says `mod support;` and uses
-//! `support::registry::*`. No test file uses every helper, so unused ones are
-//! allowed here instead of warning in each test crate.
+//! Declared once in `tests/it/main.rs`; each test module says `use crate::support;`
+//! and uses `support::registry::*` and the like. Some helpers exist for tests to come
+//! (or for `examples/bench_plan.rs`, which includes `registry.rs` by path), so unused
+//! ones are allowed here.
 #![allow(dead_code)]
 
 pub mod git;
@@ -10,8 +11,24 @@ pub mod github;
 pub mod kube;
 pub mod registry;
 
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A real-world capture from `tests/fixtures/shared` (verbatim copies of the team's shared
+/// fixtures, kept in the repository so tests read nothing outside it). Panics if it is missing:
+/// a test whose input is gone fails, it never passes by skipping.
+pub fn shared_fixture(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/shared")
+        .join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: the real captures are part of the repository",
+        path.display()
+    );
+    path
+}
 
 /// A process's exit status, stdout and stderr, for assertion messages.
 pub fn output_text(o: &Output) -> String {

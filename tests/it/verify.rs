@@ -2,11 +2,10 @@
 //! kubeconfig, as kube does by default), a real registry, a real bare Git repository holding
 //! the pinned manifests, and (for pull requests) the local GitHub server.
 
-mod support;
+use crate::support;
 
-use support::output_text as text;
+use support::{output_text as text, shared_fixture};
 
-use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use serde_json::{json, Value};
@@ -18,12 +17,6 @@ use support::registry::{IndexKind, Mode, TestRegistry};
 const GH_TOKEN: &str = "ghs_verify_5e1f";
 const QUAY_DIGEST: &str = "sha256:0f152bc1261aea012bbf89977a821f1b319b9dc9feb7f4ba54f08f617b2937ec";
 const OLD: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
-
-fn shared(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures")
-        .join(name)
-}
 
 /// The Git repository, the cluster, and a config pointing at both.
 struct World {
@@ -121,11 +114,13 @@ fn waiting_pod(kube: &KubeServer, app: &str, name: &str, image: &str, reason: &s
 
 #[tokio::test]
 async fn the_real_openshift_capture_is_converged() {
-    let capture = std::fs::read_to_string(shared("openshift-nginx-deployment.yaml")).unwrap();
+    let capture =
+        std::fs::read_to_string(shared_fixture("openshift-nginx-deployment.yaml")).unwrap();
     let pinned_ref = format!("quay.io/k_nakajima/nginx-sample:latest@{QUAY_DIGEST}");
-    let quay: Value =
-        serde_json::from_str(&std::fs::read_to_string(shared("quay-repository-api.json")).unwrap())
-            .unwrap();
+    let quay: Value = serde_json::from_str(
+        &std::fs::read_to_string(shared_fixture("quay-repository-api.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(quay["tags"]["latest"]["manifest_digest"], QUAY_DIGEST);
     // Git holds the capture pinned the way tagpin writes it; Argo CD applied it.
     let pinned = capture.replace(
@@ -144,7 +139,7 @@ async fn the_real_openshift_capture_is_converged() {
         json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}),
     );
     w.kube
-        .load_yaml(&shared("openshift-nginx-pods.yaml"), "test-wp");
+        .load_yaml(&shared_fixture("openshift-nginx-pods.yaml"), "test-wp");
 
     let out = w.verify(&["--branch", "main"]).await;
 

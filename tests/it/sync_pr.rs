@@ -2,7 +2,7 @@
 //! remote, and the local GitHub REST server (built from GitHub's OpenAPI description, validating
 //! every request body it receives).
 
-mod support;
+use crate::support;
 
 use support::output_text as text;
 

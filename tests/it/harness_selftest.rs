@@ -1,4 +1,4 @@
-//! Self-tests of the registry test harness (tests/support): each registry
+//! Self-tests of the registry test harness (tests/it/support): each registry
 //! mode starts and serves what was pushed, indexes push, the token server
 //! issues tokens the registry accepts, and the fault proxy injects faults.
 //!
@@ -6,7 +6,7 @@
 //! the harness (or at distribution's behaviour, recorded below), never at
 //! tagpin.
 
-mod support;
+use crate::support;
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use reqwest::{Method, StatusCode};

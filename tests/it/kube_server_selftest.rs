@@ -4,9 +4,8 @@
 //! refused writes, kubeconfig contexts and the real OpenShift capture. If
 //! these pass, a tagpin test that fails against the server points at tagpin.
 
-mod support;
+use crate::support;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::TryStreamExt;
@@ -21,22 +20,10 @@ use kube::discovery::Discovery;
 use kube::{Client, Config, ResourceExt};
 use serde_json::{json, Value};
 use support::kube::{deployment, pod, running_pod_status, Grant, KubeServer};
+use support::shared_fixture;
 
 /// The digest CRI-O reported for the captured OpenShift pod.
 const CAPTURED_IMAGE_ID: &str = "quay.io/k_nakajima/nginx-sample@sha256:0f152bc1261aea012bbf89977a821f1b319b9dc9feb7f4ba54f08f617b2937ec";
-
-/// The real captures sit in `shared/fixtures`, beside the repository.
-fn shared_fixture(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures")
-        .join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: the shared folder must sit beside the repository",
-        path.display()
-    );
-    path
-}
 
 /// Three web pods (two stable, one canary) and one db pod in `shop`.
 fn add_shop_pods(server: &KubeServer) {
@@ -520,6 +507,26 @@ async fn writes_are_refused_and_recorded() {
     );
     let refused = std::panic::catch_unwind(|| server.assert_no_writes());
     assert!(refused.is_err(), "assert_no_writes must fail after a write");
+
+    // Taking them acknowledges them: nothing is left to fail the test.
+    assert_eq!(server.take_writes(), writes);
+    server.assert_no_writes();
+}
+
+/// A write the test did not take fails it when the server is dropped, even if the test forgot
+/// to call `assert_no_writes`.
+#[tokio::test]
+#[should_panic(expected = "refused 1 write attempt(s) that the test did not take")]
+async fn a_write_nobody_took_fails_the_test_on_drop() {
+    let server = KubeServer::start().await;
+    add_shop_pods(&server);
+    let pods: Api<Pod> = Api::namespaced(server.client().await, "shop");
+    let status = api_error(
+        pods.delete("web-1", &DeleteParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status.code, 403);
 }
 
 #[tokio::test]

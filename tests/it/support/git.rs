@@ -406,7 +406,7 @@ impl BareRepo {
         let hook = self.path.join("hooks").join("pre-receive");
         let script = format!(
             r#"#!/bin/sh
-# Installed by tagpin's test harness (tests/support/git.rs): branch protection.
+# Installed by tagpin's test harness (tests/it/support/git.rs): branch protection.
 if [ -n "${admin_env}" ]; then
   exit 0
 fi

@@ -2,7 +2,7 @@
 //! started per test on loopback, with images pushed through the real OCI push API.
 //! Faults a real registry will not produce on demand come from a proxy in front of it.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

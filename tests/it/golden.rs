@@ -6,6 +6,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::support::shared_fixture;
+
+use sha2::{Digest as _, Sha256};
 use tagpin::manifest::{self, FileFilter};
 use tagpin::plan::{self, ScannedFile};
 use tagpin::reference::{Digest, Reference};
@@ -132,20 +135,43 @@ fn every_golden_case_pins_byte_for_byte_and_is_idempotent() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The golden OpenShift cases are verbatim copies of the real captures.
 #[test]
-fn the_openshift_case_is_the_real_capture_unedited() {
-    let shared = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/openshift-nginx-deployment.yaml");
-    let Ok(capture) = std::fs::read(&shared) else {
-        // The shared folder sits beside the clone in CI and development; a bare checkout of
-        // this repository alone has only the copy.
-        eprintln!(
-            "{} not present; copy checked against nothing",
-            shared.display()
-        );
-        return;
-    };
-    let copy =
-        std::fs::read(corpus().join("openshift-deployment/original/deployment.yaml")).unwrap();
-    assert_eq!(copy, capture);
+fn the_openshift_cases_are_the_real_captures_unedited() {
+    for (case, capture) in [
+        (
+            "openshift-deployment/original/deployment.yaml",
+            "openshift-nginx-deployment.yaml",
+        ),
+        (
+            "openshift-pod-list/original/pods.yaml",
+            "openshift-nginx-pods.yaml",
+        ),
+    ] {
+        let copy = std::fs::read(corpus().join(case)).unwrap_or_else(|e| panic!("{case}: {e}"));
+        let capture = std::fs::read(shared_fixture(capture)).unwrap();
+        assert!(copy == capture, "golden/{case} differs from the capture");
+    }
+}
+
+/// `tests/fixtures/shared` holds copies of the real captures that must never be edited:
+/// each file must still hash to what `SHA256SUMS` recorded when it was copied in.
+#[test]
+fn the_shared_captures_are_unedited_copies() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/shared");
+    let sums = std::fs::read_to_string(dir.join("SHA256SUMS")).unwrap();
+    let mut checked = 0;
+    for line in sums.lines().filter(|l| !l.trim().is_empty()) {
+        let (want, name) = line
+            .split_once("  ")
+            .unwrap_or_else(|| panic!("SHA256SUMS: not `<hex>  <name>`: {line:?}"));
+        let bytes = std::fs::read(shared_fixture(name)).unwrap();
+        let got = format!("{:x}", Sha256::digest(&bytes));
+        assert_eq!(got, want, "tests/fixtures/shared/{name} was edited");
+        checked += 1;
+    }
+    assert_eq!(
+        checked, 3,
+        "SHA256SUMS lists {checked} captures, expected 3"
+    );
 }

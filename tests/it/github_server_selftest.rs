@@ -1,10 +1,10 @@
-//! Proves the local GitHub server (`tests/support/github.rs`) is faithful
+//! Proves the local GitHub server (`tests/it/support/github.rs`) is faithful
 //! enough to test tagpin's GitHub code against: octocrab, the client tagpin
 //! uses, must parse every response, and the server must refuse what GitHub
 //! refuses (bad token, schema-invalid bodies, missing branches, duplicates).
 //! If octocrab or the OpenAPI subset changes, these tests say so first.
 
-mod support;
+use crate::support;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -323,10 +323,46 @@ async fn schema_invalid_status_is_422_and_a_violation() {
     let result: octocrab::Result<Value> = gh
         .get(format!("/repos/{OWNER}/{REPO}/branches"), None::<&()>)
         .await;
-    assert_eq!(github_error(result.unwrap_err()).status_code.as_u16(), 404);
+    let error = github_error(result.unwrap_err());
+    assert_eq!(error.status_code.as_u16(), 404);
+    assert!(error.message.contains("no such endpoint"), "{error:?}");
     let violations = server.take_violations();
     assert_eq!(violations.len(), 2, "{violations:#?}");
     assert!(server.prs().is_empty());
+
+    // A body that is not JSON: 400 as GitHub answers, naming the problem.
+    let response = reqwest::Client::new()
+        .post(format!("{}/repos/{OWNER}/{REPO}/pulls", server.api_url()))
+        .bearer_auth(TOKEN)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().await.unwrap();
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Problems parsing JSON") && message.contains("not JSON"),
+        "{body}"
+    );
+    assert_eq!(server.take_violations().len(), 1);
+}
+
+/// A violation the test did not take fails it when the server is dropped, even if the test
+/// forgot to call `assert_no_violations`.
+#[tokio::test]
+#[should_panic(expected = "the GitHub test server saw 1 request(s) GitHub would reject")]
+async fn a_violation_nobody_took_fails_the_test_on_drop() {
+    let repo = repo_with_feature();
+    let server = GitHubServer::start(TOKEN, OWNER, REPO, repo.path()).await;
+    let sha = repo.branch_sha("feature").unwrap();
+    let result: octocrab::Result<Value> = client(&server, TOKEN)
+        .post(
+            format!("/repos/{OWNER}/{REPO}/statuses/{sha}"),
+            Some(&json!({"state": "green", "context": "tagpin"})),
+        )
+        .await;
+    assert_eq!(github_error(result.unwrap_err()).status_code.as_u16(), 422);
 }
 
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! The `tagpin` binary, run as a user runs it, on a temporary tree of manifests against a real
 //! registry (Debian's `docker-registry`) on loopback.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -1,4 +1,4 @@
-//! Self-tests of the Git server harness (tests/support/git.rs): bare repos,
+//! Self-tests of the Git server harness (tests/it/support/git.rs): bare repos,
 //! `git daemon` and the http-backend server serve clones, fetches and pushes
 //! over file://, git:// and http://; Basic auth, branch protection, the push
 //! race hooks, injected failures and gzip-encoded requests behave as a real
@@ -9,7 +9,7 @@
 //! tagpin. The libgit2 tests also record the exact messages libgit2 reports
 //! for rejected pushes, which tagpin's error handling relies on.
 
-mod support;
+use crate::support;
 
 use std::cell::RefCell;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! remotes: bare repositories over file://, git:// (`git daemon`) and smart HTTP
 //! (`git http-backend` behind a Basic-auth server).
 
-mod support;
+use crate::support;
 
 use support::output_text as text;
 

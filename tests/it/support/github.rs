@@ -11,9 +11,14 @@
 //!   npm package `@octokit/openapi` by `extract.mjs` beside it), with only the
 //!   stateful fields overwritten, so clients parse GitHub's real shapes.
 //! - Every request body and known query parameter is validated against that
-//!   description's JSON schema. A request GitHub would reject answers 422 and
-//!   is kept as a [`Violation`]; tests assert [`GitHubServer::violations`] is
-//!   empty, and `Drop` prints any that no test took.
+//!   description's JSON schema. A request GitHub would reject is answered as
+//!   GitHub would (422 for a schema violation, 400 for a body that is not JSON,
+//!   404 for an endpoint GitHub does not have), with a message naming the
+//!   violation, and is kept as a [`Violation`]. A violation fails the test
+//!   that caused it: [`GitHubServer::assert_no_violations`] panics, and so does
+//!   `Drop` if any violation is left that the test did not take with
+//!   [`GitHubServer::take_violations`] (tests that provoke violations on
+//!   purpose take them and assert on them). A test cannot forget to check.
 //! - Branches come from a real bare Git repository (read with `git
 //!   rev-parse`), so "head branch does not exist" and "no commits between"
 //!   behave as on GitHub.
@@ -42,7 +47,7 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
 /// The subset of GitHub's OpenAPI description this server follows.
-const OPENAPI_SUBSET: &str = include_str!("../fixtures/github/openapi-subset.json");
+const OPENAPI_SUBSET: &str = include_str!("../../fixtures/github/openapi-subset.json");
 
 /// The login that owns the configured token: the author of every pull
 /// request, comment and status created through the API.
@@ -426,12 +431,14 @@ impl GitHubServer {
         self.inner.lock().requests.clone()
     }
 
-    /// Requests GitHub would have rejected as malformed; tests assert none.
+    /// Requests GitHub would have rejected as malformed, so far (still
+    /// pending: `Drop` fails the test unless they are taken).
     pub fn violations(&self) -> Vec<Violation> {
         self.inner.lock().violations.clone()
     }
 
-    /// Returns and forgets the violations, for tests that provoke them.
+    /// Returns and forgets the violations, for tests that provoke them and
+    /// assert on what they got. Whatever is not taken fails the test on `Drop`.
     pub fn take_violations(&self) -> Vec<Violation> {
         std::mem::take(&mut self.inner.lock().violations)
     }
@@ -450,16 +457,26 @@ impl GitHubServer {
 }
 
 impl Drop for GitHubServer {
+    /// Fails the test that caused a violation and did not take it. Not while
+    /// the test is already failing: a panic during unwinding would abort the
+    /// whole test binary, so then the violations are only printed.
     fn drop(&mut self) {
         self.task.abort();
-        // Print rather than panic: a panic while a failing test unwinds
-        // would abort the whole test binary.
-        let violations = match self.inner.state.lock() {
-            Ok(state) => state.violations.clone(),
-            Err(poisoned) => poisoned.into_inner().violations.clone(),
-        };
-        for v in violations {
-            eprintln!("GitHub test server: unchecked violation: {v}");
+        let violations = std::mem::take(&mut self.inner.lock().violations);
+        if violations.is_empty() {
+            return;
+        }
+        let list: Vec<String> = violations.iter().map(|v| format!("  {v}")).collect();
+        let message = format!(
+            "the GitHub test server saw {} request(s) GitHub would reject, and the test did not \
+             take them (GitHubServer::take_violations):\n{}",
+            violations.len(),
+            list.join("\n")
+        );
+        if std::thread::panicking() {
+            eprintln!("{message}");
+        } else {
+            panic!("{message}");
         }
     }
 }
@@ -940,15 +957,9 @@ async fn answer(
         Routed::Known(route) => route,
         Routed::OtherRepo => return not_found(),
         Routed::Unimplemented => {
-            record_violation(
-                inner,
-                method,
-                path,
-                None,
-                "no such endpoint in the GitHub test server (or GitHub)",
-                body_text,
-            );
-            return not_found();
+            let reason = "no such endpoint in the GitHub test server (or GitHub)";
+            record_violation(inner, method, path, None, reason, body_text);
+            return not_found_message(&format!("Not Found\n\n{reason}"));
         }
     };
     let op = inner.spec.op(route.operation_id());
@@ -970,7 +981,11 @@ async fn answer(
                 record_violation(inner, method, path, Some(&op.id), &reason, body_text);
                 return Reply::new(
                     StatusCode::BAD_REQUEST,
-                    error_body(400, "Problems parsing JSON", &op.documentation_url),
+                    error_body(
+                        400,
+                        &format!("Problems parsing JSON\n\n{reason}"),
+                        &op.documentation_url,
+                    ),
                 );
             }
         }

@@ -1,7 +1,7 @@
 //! `tagpin run`, the controller, as a process: a real registry, a real bare Git remote,
 //! webhook deliveries (signed and not), `/metrics` scraped, and SIGTERM.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Stdio;

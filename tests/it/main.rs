@@ -1,0 +1,27 @@
+//! tagpin's integration tests, as one test binary.
+//!
+//! Each module is one area (the former `tests/<area>.rs` files); `support` holds the local
+//! servers they share (registry, Git, GitHub, Kubernetes). One binary links tagpin and the
+//! support code once instead of once per area. Run one area with
+//! `cargo test --test it sync::`, one test with its full path.
+//!
+//! Everything here runs in one process, in parallel: a test must not change process-wide
+//! state (environment variables, current directory, panic hook, a global tracing subscriber);
+//! what a child process needs is passed to it with `Command::env`.
+
+mod support;
+
+mod cli;
+mod deploy;
+mod examples;
+mod git_server_selftest;
+mod github_server_selftest;
+mod golden;
+mod harness_selftest;
+mod kube_server_selftest;
+mod quickstart;
+mod registry_client;
+mod run;
+mod sync;
+mod sync_pr;
+mod verify;
