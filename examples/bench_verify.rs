@@ -3,7 +3,7 @@
 //! Run: `cargo run --release --example bench_verify`.
 //!
 //! It loads 1,000 Deployments (100 in each of 10 namespaces), each rolled out with 10 ready
-//! pods on the pinned digest (10,000 pods), into the test API server of `tests/support/kube.rs`
+//! pods on the pinned digest (10,000 pods), into the test API server of `tests/it/support/kube.rs`
 //! (the real list, pagination and selector semantics over HTTP), then runs
 //! `tagpin::verify::check` for all 1,000 expectations and reports:
 //! - API requests sent per check (target: at most 60; one get and one list per workload would
@@ -13,7 +13,7 @@
 //!
 //! Figures are printed, never asserted: speed is measured here, not tested.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use crate::support::shared_fixture;
 
 use sha2::{Digest as _, Sha256};
-use tagpin::manifest::{self, FileFilter};
-use tagpin::plan::{self, ScannedFile};
+use tagpin::manifest::FileFilter;
+use tagpin::pipeline::{self, ImageSelection};
+use tagpin::plan;
 use tagpin::reference::{Digest, Reference};
 use tagpin::registry::{ManifestKind, ResolveKey, ResolveResult, Resolved};
 
@@ -41,49 +42,42 @@ fn resolutions() -> BTreeMap<ResolveKey, ResolveResult> {
     out
 }
 
-fn files_under(root: &Path) -> Vec<PathBuf> {
-    let listing = manifest::walk(&[root.to_path_buf()], &FileFilter::default());
-    assert!(listing.errors.is_empty(), "{:?}", listing.errors);
-    listing.files
-}
-
-/// Plans one tree and returns each file's resulting bytes (unchanged files as they were).
+/// Plans one tree through the same pipeline as `plan`, `sync` and `verify`, and returns each
+/// file's resulting bytes (unchanged files as they were).
 fn pin_tree(
     root: &Path,
     resolutions: &BTreeMap<ResolveKey, ResolveResult>,
 ) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut scanned = Vec::new();
-    let mut untouched = Vec::new();
-    for path in files_under(root) {
-        let source = std::fs::read(&path).unwrap();
-        match manifest::scan(&path, &source) {
-            Ok(outcome) if !outcome.fields.is_empty() => scanned.push(ScannedFile {
-                path,
-                source,
-                fields: outcome.fields,
-            }),
-            _ => untouched.push((path, source)),
-        }
-    }
-    let planned = plan::plan(&scanned, resolutions);
+    let gathered = pipeline::gather_working_tree(&[root.to_path_buf()], &FileFilter::default());
+    let originals: Vec<(PathBuf, Vec<u8>)> = gathered
+        .files
+        .iter()
+        .map(|f| (f.path.clone(), f.bytes.clone()))
+        .collect();
+    let scanned = pipeline::scan(gathered, &ImageSelection::default());
+    assert!(
+        scanned.errors.is_empty(),
+        "{}: {:?}",
+        root.display(),
+        scanned.errors
+    );
+    let planned = plan::plan(&scanned.files, resolutions);
     assert!(
         planned.problems.is_empty(),
         "{}: {:?}",
         root.display(),
         planned.problems
     );
-    let mut out = untouched;
-    for file in scanned {
-        let updated = planned
-            .files
-            .iter()
-            .find(|f| f.path == file.path)
-            .map(|f| f.updated.clone())
-            .unwrap_or(file.source);
-        out.push((file.path, updated));
-    }
-    out.into_iter()
-        .map(|(p, bytes)| (p.strip_prefix(root).unwrap().to_path_buf(), bytes))
+    originals
+        .into_iter()
+        .map(|(path, bytes)| {
+            let updated = planned
+                .files
+                .iter()
+                .find(|f| f.path == path)
+                .map_or(bytes, |f| f.updated.clone());
+            (path.strip_prefix(root).unwrap().to_path_buf(), updated)
+        })
         .collect()
 }
 

@@ -4,7 +4,7 @@
 //! ones, in commit and pull-request mode alike. The JSON documents of `sync` and `verify` are a
 //! public interface: their shape is compared with snapshots under `tests/fixtures/snapshots`.
 
-mod support;
+use crate::support;
 
 use support::output_text as text;
 
