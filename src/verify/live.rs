@@ -9,6 +9,8 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::batch::v1::Job;
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::stream::{self, StreamExt};
+
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -20,6 +22,10 @@ use crate::workload::{WorkloadId, WorkloadKind};
 /// Objects asked for per page: large enough for big namespaces in few requests, small enough
 /// to keep each answer bounded.
 const PAGE: u32 = 500;
+
+/// Namespaces read concurrently: enough to hide the API server's latency at fleet size, few
+/// enough not to look like a burst to its priority and fairness limits.
+const NAMESPACES_AT_ONCE: usize = 4;
 
 /// The cluster could not be reached or asked at all (as opposed to answering 403 or 404).
 #[derive(Debug, thiserror::Error)]
@@ -102,19 +108,13 @@ impl Cluster {
         }
         let mut workloads: BTreeMap<(String, WorkloadKind), Listed<Found>> = BTreeMap::new();
         let mut pods: BTreeMap<String, Listed<Vec<LabelledPod>>> = BTreeMap::new();
-        for (namespace, kinds) in &by_namespace {
-            let listed = self.list_pods(namespace).await;
-            let listed = refused_or(listed, namespace, "pods")?;
-            for kind in kinds {
-                let found = match kind {
-                    WorkloadKind::Pod => Ok(pod_workloads(listed.as_ref().ok())),
-                    kind => refused_or(
-                        self.list_kind(*kind, namespace).await,
-                        namespace,
-                        kind.as_str(),
-                    )?,
-                };
-                workloads.insert((namespace.to_string(), *kind), found);
+        let mut namespaces = stream::iter(&by_namespace)
+            .map(|(namespace, kinds)| self.read_namespace(namespace, kinds))
+            .buffer_unordered(NAMESPACES_AT_ONCE);
+        while let Some(read) = namespaces.next().await {
+            let (namespace, listed, found) = read?;
+            for (kind, found) in found {
+                workloads.insert((namespace.to_string(), kind), found);
             }
             pods.insert(namespace.to_string(), listed);
         }
@@ -139,6 +139,28 @@ impl Cluster {
             live.insert((*id).clone(), read);
         }
         Ok(live)
+    }
+
+    /// The pods of one namespace and its workloads of each of `kinds`.
+    async fn read_namespace<'n>(
+        &self,
+        namespace: &'n str,
+        kinds: &BTreeSet<WorkloadKind>,
+    ) -> Result<NamespaceRead<'n>, LiveError> {
+        let listed = refused_or(self.list_pods(namespace).await, namespace, "pods")?;
+        let mut found = Vec::new();
+        for kind in kinds {
+            let workloads = match kind {
+                WorkloadKind::Pod => Ok(pod_workloads(listed.as_ref().ok())),
+                kind => refused_or(
+                    self.list_kind(*kind, namespace).await,
+                    namespace,
+                    kind.as_str(),
+                )?,
+            };
+            found.push((*kind, workloads));
+        }
+        Ok((namespace, listed, found))
     }
 
     /// Every object of `kind` in `namespace`, by name, page by page.
@@ -209,6 +231,13 @@ impl Cluster {
             .collect())
     }
 }
+
+/// One namespace as read: its pods, and its workloads by kind.
+type NamespaceRead<'n> = (
+    &'n str,
+    Listed<Vec<LabelledPod>>,
+    Vec<(WorkloadKind, Listed<Found>)>,
+);
 
 /// Workloads of one kind in one namespace, by name, with their pod selectors.
 type Found = BTreeMap<String, (LiveWorkload, Selector)>;

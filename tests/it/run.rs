@@ -447,3 +447,32 @@ async fn in_pull_request_mode_the_controller_verifies_what_it_opened_until_conve
     github.assert_no_violations();
     kube.assert_no_writes();
 }
+
+#[tokio::test]
+async fn a_broken_manifest_makes_the_pass_partial_while_the_good_ones_are_pinned() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let pushed = registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[
+        (
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        ),
+        ("apps/broken.yaml", "kind: Pod\nmetadata: [unclosed\n"),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = commit_mode_config(dir.path(), &repo, &host);
+
+    let controller = Controller::start(dir.path(), &config).await;
+    assert!(repo
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&pushed.manifest));
+    let metrics = controller.metrics().await;
+    assert!(
+        metrics.contains("tagpin_passes_total{outcome=\"partial\",trigger=\"schedule\"} 1"),
+        "{metrics}"
+    );
+    let (_, log) = controller.stop().await;
+    assert!(log.contains("apps/broken.yaml:3:1"), "{log}");
+}
