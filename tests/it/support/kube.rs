@@ -46,7 +46,7 @@ use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use axum::Router;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use serde::de::DeserializeOwned;
@@ -215,6 +215,17 @@ static RESOURCES: &[ResourceType] = &[
         field_labels: &["status.successful"],
         has_generation: true,
         normalize: typed::<Job>,
+    },
+    ResourceType {
+        group: "batch",
+        version: "v1",
+        kind: "CronJob",
+        plural: "cronjobs",
+        singular: "cronjob",
+        short_names: &["cj"],
+        field_labels: &[],
+        has_generation: true,
+        normalize: typed::<CronJob>,
     },
     ResourceType {
         group: "apps.openshift.io",
