@@ -655,6 +655,12 @@ fn report_verify(report: &VerifyReport, format: OutputFormat) -> Exit {
                     v.pinned_digest,
                     v.reason
                 ));
+                if !v.finished_pods.is_empty() {
+                    text.push_str(&format!(
+                        "    not counted (ended or being deleted): {}\n",
+                        v.finished_pods.join(", ")
+                    ));
+                }
             }
             for n in &expectations.not_verified {
                 text.push_str(&format!(

@@ -85,12 +85,11 @@ impl WorkloadKind {
             | WorkloadKind::DaemonSet
             | WorkloadKind::ReplicaSet
             | WorkloadKind::Job
-            | WorkloadKind::DeploymentConfig => true,
-            // A PodTemplate runs nothing; a CronJob's pods come from Jobs created later, and
-            // a ReplicationController's rollout has no status tagpin reads yet.
-            WorkloadKind::PodTemplate
-            | WorkloadKind::CronJob
-            | WorkloadKind::ReplicationController => false,
+            | WorkloadKind::DeploymentConfig
+            | WorkloadKind::CronJob => true,
+            // A PodTemplate runs nothing, and a ReplicationController's rollout has no status
+            // tagpin reads yet.
+            WorkloadKind::PodTemplate | WorkloadKind::ReplicationController => false,
         }
     }
 }

@@ -276,21 +276,29 @@ mod tests {
     }
 
     #[test]
-    fn a_pinned_cronjob_is_not_verified_with_its_reason_not_an_error() {
+    fn a_kind_not_read_live_is_not_verified_with_its_reason_not_an_error() {
         let text = format!(
-            "apiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: nightly}}\nspec:\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          containers:\n          - {{name: job, image: 'busybox:1@{D}'}}\n"
+            "apiVersion: v1\nkind: ReplicationController\nmetadata: {{name: legacy}}\nspec:\n  template:\n    spec:\n      containers:\n      - {{name: app, image: 'busybox:1@{D}'}}\n---\napiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: nightly}}\nspec:\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          containers:\n          - {{name: job, image: 'busybox:1@{D}'}}\n"
         );
         let outcome =
-            crate::manifest::scan(std::path::Path::new("cron.yaml"), text.as_bytes()).unwrap();
+            crate::manifest::scan(std::path::Path::new("w.yaml"), text.as_bytes()).unwrap();
         let promised = from_fields(&outcome.fields, &mapping());
-        assert!(promised.expected.is_empty());
+        // A CronJob is verified (through the Jobs it runs); a ReplicationController is not.
+        assert_eq!(
+            promised
+                .expected
+                .iter()
+                .map(|e| e.workload.to_string())
+                .collect::<Vec<_>>(),
+            ["default/CronJob/prod-nightly"]
+        );
         assert_eq!(
             promised.not_verified[0].reason,
             NotVerifiedReason::KindNotVerifiable
         );
         assert_eq!(
             promised.not_verified[0].workload,
-            "default/CronJob/prod-nightly"
+            "default/ReplicationController/prod-legacy"
         );
     }
 }

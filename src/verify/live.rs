@@ -6,7 +6,7 @@
 //! judgement stays pure.
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use std::collections::{BTreeMap, BTreeSet};
 
 use futures::stream::{self, StreamExt};
@@ -171,6 +171,7 @@ impl Cluster {
             WorkloadKind::DaemonSet => self.list_typed(namespace, daemon_set).await,
             WorkloadKind::ReplicaSet => self.list_typed(namespace, replica_set).await,
             WorkloadKind::Job => self.list_typed(namespace, job).await,
+            WorkloadKind::CronJob => self.list_cron_jobs(namespace).await,
             WorkloadKind::DeploymentConfig => {
                 let gvk = GroupVersionKind::gvk("apps.openshift.io", "v1", "DeploymentConfig");
                 let resource = ApiResource::from_gvk_with_plural(&gvk, "deploymentconfigs");
@@ -188,11 +189,29 @@ impl Cluster {
                     .collect())
             }
             // Pods are read with the namespace's pod list; the other kinds never get here.
-            WorkloadKind::Pod
-            | WorkloadKind::PodTemplate
-            | WorkloadKind::CronJob
-            | WorkloadKind::ReplicationController => Ok(Found::new()),
+            WorkloadKind::Pod | WorkloadKind::PodTemplate | WorkloadKind::ReplicationController => {
+                Ok(Found::new())
+            }
         }
+    }
+
+    /// The namespace's CronJobs, each with the Jobs it created from its current template.
+    async fn list_cron_jobs(&self, namespace: &str) -> Result<Found, kube::Error> {
+        let cron_jobs: Vec<CronJob> =
+            list_pages(&Api::namespaced(self.client.clone(), namespace)).await?;
+        if cron_jobs.is_empty() {
+            return Ok(Found::new());
+        }
+        let jobs: Vec<Job> = list_pages(&Api::namespaced(self.client.clone(), namespace)).await?;
+        Ok(cron_jobs
+            .into_iter()
+            .map(|c| {
+                (
+                    c.metadata.name.clone().unwrap_or_default(),
+                    cron_job(c, &jobs),
+                )
+            })
+            .collect())
     }
 
     async fn list_typed<K>(
@@ -321,6 +340,8 @@ pub enum Selector {
     },
     /// A bare pod is its own workload.
     Name(String),
+    /// Pods of any of several owners (a CronJob's Jobs); none at all matches no pod.
+    AnyOf(Vec<Selector>),
 }
 
 impl Selector {
@@ -352,6 +373,7 @@ impl Selector {
     pub fn matches(&self, pod_labels: &BTreeMap<String, String>, pod_name: &str) -> bool {
         match self {
             Selector::Name(name) => name == pod_name,
+            Selector::AnyOf(any) => any.iter().any(|s| s.matches(pod_labels, pod_name)),
             Selector::Labels {
                 labels,
                 expressions,
@@ -502,6 +524,53 @@ fn job(j: Job) -> (LiveWorkload, Selector) {
     (workload, Selector::of(spec.selector.as_ref()))
 }
 
+/// A CronJob's runs since its template last changed: the Jobs it owns whose pod template is its
+/// current `jobTemplate`. Once the template carries the pin (Synced), those are exactly the runs
+/// since the pin; older runs, on the old digest, are history, not stale replicas.
+fn cron_job(c: CronJob, jobs: &[Job]) -> (LiveWorkload, Selector) {
+    let template = c
+        .spec
+        .as_ref()
+        .and_then(|s| s.job_template.spec.as_ref())
+        .map(|s| &s.template);
+    let images = template_images(template);
+    let uid = c.metadata.uid.clone().unwrap_or_default();
+    let mut runs: Vec<&Job> = jobs
+        .iter()
+        .filter(|j| {
+            j.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == uid && o.kind == "CronJob")
+        })
+        .filter(|j| template_images(j.spec.as_ref().map(|s| &s.template)) == images)
+        .collect();
+    runs.sort_by(|a, b| {
+        a.metadata
+            .creation_timestamp
+            .cmp(&b.metadata.creation_timestamp)
+    });
+    let selector = Selector::AnyOf(
+        runs.iter()
+            .map(|j| Selector::of(j.spec.as_ref().and_then(|s| s.selector.as_ref())))
+            .collect(),
+    );
+    let latest = runs.last().map(|j| Box::new(job((*j).clone()).0.rollout));
+    let workload = LiveWorkload {
+        kind: "CronJob".into(),
+        generation: c.metadata.generation,
+        // A CronJob has no observedGeneration; its controller reads the spec at each run.
+        observed_generation: c.metadata.generation,
+        template_images: images,
+        rollout: RolloutStatus::CronJob {
+            runs: runs.len(),
+            latest,
+        },
+    };
+    (workload, selector)
+}
+
 fn deployment_config(o: &DynamicObject) -> (LiveWorkload, Selector) {
     let data = &o.data;
     let spec = &data["spec"];
@@ -581,6 +650,7 @@ fn live_pod(p: &Pod) -> LivePod {
         phase: status.phase.clone().unwrap_or_default(),
         ready,
         deleting: p.metadata.deletion_timestamp.is_some(),
+        reason: status.reason.clone(),
         containers,
     }
 }

@@ -70,9 +70,31 @@ pub(super) struct PodsJudged {
     pub(super) on_pinned: usize,
     pub(super) total: usize,
     pub(super) stale: Vec<Stale>,
+    /// Pods that are no replicas any more, with why: `name (Evicted)`.
+    pub(super) finished: Vec<String>,
 }
 
-/// `DigestsMatch`: every pod that is not being deleted runs the pinned digest for the container.
+/// Why a pod is not one of the workload's replicas any more, as kubectl counts them: it is
+/// being deleted, or it ended (phase Failed or Succeeded; an evicted pod lingers in phase
+/// Failed until garbage collection). A Job's pods are its work, so for Jobs (and a CronJob's
+/// Jobs) only pods being deleted are set apart.
+fn finished(pod: &LivePod, rollout: &RolloutStatus) -> Option<String> {
+    let runs_to_completion = matches!(
+        rollout,
+        RolloutStatus::Job { .. } | RolloutStatus::CronJob { .. }
+    );
+    let why = if pod.deleting {
+        "being deleted".to_owned()
+    } else if !runs_to_completion && matches!(pod.phase.as_str(), "Failed" | "Succeeded") {
+        pod.reason.clone().unwrap_or_else(|| pod.phase.clone())
+    } else {
+        return None;
+    };
+    Some(format!("{} ({why})", pod.name))
+}
+
+/// `DigestsMatch`: every replica (a pod neither ended nor being deleted, see [`finished`]) runs
+/// the pinned digest for the container.
 /// A fatal waiting reason on a pod that is, or may be, on the new template fails the verdict; on
 /// a pod that is clearly on another digest it only makes the pod stale, since the rollout will
 /// replace that pod anyway.
@@ -87,8 +109,13 @@ pub(super) fn judge_pods(
     let mut on_pinned = 0;
     let mut total = 0;
     let mut stale = Vec::new();
+    let mut finished_pods = Vec::new();
     let mut fatal: Vec<(String, String)> = Vec::new();
-    for pod in pods.iter().filter(|p| !p.deleting) {
+    for pod in pods {
+        if let Some(line) = finished(pod, rollout) {
+            finished_pods.push(line);
+            continue;
+        }
         total += 1;
         let Some(status) = pod.containers.iter().find(|c| c.name == expected.container) else {
             stale.push(Stale {
@@ -138,6 +165,14 @@ pub(super) fn judge_pods(
             failed: true,
             ..judged(t, ConditionStatus::False, reason, line.clone(), line)
         }
+    } else if total == 0 && matches!(rollout, RolloutStatus::CronJob { runs: 0, .. }) {
+        judged(
+            t,
+            ConditionStatus::True,
+            "NotRunSinceSync",
+            "no Job has run from the current template, so no pod runs an old digest".to_owned(),
+            "synced, not run since".to_owned(),
+        )
     } else if total == 0 && no_pods_expected(rollout) {
         judged(
             t,
@@ -171,6 +206,7 @@ pub(super) fn judge_pods(
         on_pinned,
         total,
         stale,
+        finished: finished_pods,
     }
 }
 
@@ -202,6 +238,11 @@ fn no_pods_expected(rollout: &RolloutStatus) -> bool {
         RolloutStatus::Job {
             active, succeeded, ..
         } => *active == 0 && *succeeded >= 1,
+        RolloutStatus::CronJob { latest: None, .. } => true,
+        RolloutStatus::CronJob {
+            latest: Some(latest),
+            ..
+        } => no_pods_expected(latest),
         RolloutStatus::Pod => false,
     }
 }
@@ -391,6 +432,60 @@ mod tests {
         let v = judge_default(live);
         assert_eq!(v.state, State::Converged);
         assert_eq!((v.pods_on_pinned, v.pods_total), (1, 1));
+    }
+
+    #[test]
+    fn evicted_and_completed_pods_of_the_old_replica_set_are_listed_apart_not_stale() {
+        let mut evicted = pod("web-old-1", &on(&old()));
+        evicted.phase = "Failed".to_owned();
+        evicted.ready = false;
+        evicted.reason = Some("Evicted".to_owned());
+        let mut completed = pod("web-old-2", &on(&old()));
+        completed.phase = "Succeeded".to_owned();
+        let mut leaving = pod("web-old-3", &on(&old()));
+        leaving.deleting = true;
+        let live = found(
+            workload(deployment(2, 2, 2, 2)),
+            vec![
+                pod("web-new-1", &on(&pinned())),
+                pod("web-new-2", &on(&pinned())),
+                evicted,
+                completed,
+                leaving,
+            ],
+        );
+        let v = judge_default(live);
+        assert_eq!(v.state, State::Converged, "{v:#?}");
+        assert_eq!((v.pods_on_pinned, v.pods_total), (2, 2));
+        assert!(v.stale_pods.is_empty());
+        assert_eq!(
+            v.finished_pods,
+            [
+                "web-old-1 (Evicted)",
+                "web-old-2 (Succeeded)",
+                "web-old-3 (being deleted)"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_jobs_succeeded_pods_are_its_work_and_count() {
+        let mut done = pod("job-1", &on(&pinned()));
+        done.phase = "Succeeded".to_owned();
+        done.ready = false;
+        let live = found(
+            workload(RolloutStatus::Job {
+                active: 0,
+                succeeded: 1,
+                failed: 0,
+                failed_condition: None,
+            }),
+            vec![done],
+        );
+        let v = judge_default(live);
+        assert_eq!(v.state, State::Converged, "{v:#?}");
+        assert_eq!((v.pods_on_pinned, v.pods_total), (1, 1));
+        assert!(v.finished_pods.is_empty());
     }
 
     #[test]

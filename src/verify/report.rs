@@ -32,6 +32,21 @@ pub fn comment(check: &Check, expectations: &Expectations) -> String {
             escape_cell(&v.reason),
         ));
     }
+    let finished: Vec<String> = check
+        .verdicts
+        .iter()
+        .flat_map(|v| {
+            v.finished_pods
+                .iter()
+                .map(move |p| format!("{} {p}", v.workload))
+        })
+        .collect();
+    if !finished.is_empty() {
+        out.push_str(&format!(
+            "\nNot counted (ended, such as evicted, or being deleted): {}\n",
+            escape_cell(&finished.join(", "))
+        ));
+    }
     if !expectations.not_verified.is_empty() {
         out.push_str("\n**Not verified:**\n\n| Image | Where | Why |\n|---|---|---|\n");
         for n in &expectations.not_verified {

@@ -63,6 +63,18 @@ pub(super) fn judge_rollout(workload: &LiveWorkload, pods: &[LivePod]) -> Judged
             failed,
             failed_condition,
         } => job(*active, *succeeded, *failed, failed_condition.as_deref()),
+        RolloutStatus::CronJob { latest: None, .. } => cron_job_not_run(),
+        // The newest run is judged as the Job it is.
+        RolloutStatus::CronJob {
+            latest: Some(latest),
+            ..
+        } => judge_rollout(
+            &LiveWorkload {
+                rollout: latest.as_ref().clone(),
+                ..workload.clone()
+            },
+            pods,
+        ),
         RolloutStatus::Pod => pod(pods),
         RolloutStatus::DeploymentConfig {
             spec_replicas,
@@ -259,6 +271,18 @@ fn job(active: i32, succeeded: i32, failed: i32, failed_condition: Option<&str>)
     rollout_waiting(
         "JobRunning",
         format!("job running: {active} active, {succeeded} succeeded, {failed} failed"),
+    )
+}
+
+/// A CronJob whose template carries the pin but that has not run since: there is nothing to
+/// roll out, and nothing old runs under it either. It does not hold a verdict back.
+fn cron_job_not_run() -> Judged {
+    judged(
+        ConditionType::RolledOut,
+        ConditionStatus::True,
+        "NotRunSinceSync",
+        "no Job has run from the current template yet".to_owned(),
+        "synced, not run since".to_owned(),
     )
 }
 

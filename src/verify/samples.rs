@@ -71,6 +71,7 @@ pub(crate) fn pod(name: &str, image_id: &str) -> LivePod {
         phase: "Running".to_owned(),
         ready: true,
         deleting: false,
+        reason: None,
         containers: vec![container(image_id)],
     }
 }

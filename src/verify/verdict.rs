@@ -106,6 +106,15 @@ pub enum RolloutStatus {
         /// The message of a `Failed` condition with status `True`.
         failed_condition: Option<String>,
     },
+    /// A CronJob, judged by the newest Job it created from its current `jobTemplate` (once the
+    /// template carries the pin, those are the runs since the pin). The caller passes the pods
+    /// of those Jobs only.
+    CronJob {
+        /// Jobs created from the current template.
+        runs: usize,
+        /// The newest of them, as [`RolloutStatus::Job`].
+        latest: Option<Box<RolloutStatus>>,
+    },
     /// A bare Pod: judged from the pod itself, which the caller passes in [`Live::Found`].
     Pod,
     DeploymentConfig {
@@ -131,6 +140,8 @@ pub struct LivePod {
     /// `metadata.deletionTimestamp` is set: the pod is on its way out and says nothing about
     /// what the workload will run.
     pub deleting: bool,
+    /// `status.reason`, such as `Evicted`, for a pod that ended.
+    pub reason: Option<String>,
     /// Container statuses (init containers may be included; names are unique within a pod).
     pub containers: Vec<LiveContainer>,
 }
@@ -226,6 +237,10 @@ pub struct Verdict {
     pub pods_total: usize,
     /// Pods, not being deleted, that do not run the pinned digest (yet).
     pub stale_pods: Vec<String>,
+    /// Pods that are not replicas of the workload any more, as kubectl counts them: ended
+    /// (phase Failed or Succeeded, e.g. evicted; they linger until garbage collection) or being
+    /// deleted. Named with why (`web-7d9f-x2 (Evicted)`), never counted as stale.
+    pub finished_pods: Vec<String>,
     /// `Synced`, `RolledOut` and `DigestsMatch`, in that order.
     pub conditions: Vec<Condition>,
     pub state: State,
@@ -249,6 +264,7 @@ pub fn judge(expected: &Expected, family: &DigestFamily, live: &Live) -> Verdict
         pods_on_pinned: 0,
         pods_total: 0,
         stale_pods: Vec::new(),
+        finished_pods: Vec::new(),
         conditions: Vec::new(),
         state: State::Failed,
         reason: String::new(),
@@ -314,6 +330,7 @@ pub fn judge(expected: &Expected, family: &DigestFamily, live: &Live) -> Verdict
             verdict.pods_on_pinned = digests.on_pinned;
             verdict.pods_total = digests.total;
             verdict.stale_pods = digests.stale.into_iter().map(|s| s.name).collect();
+            verdict.finished_pods = digests.finished;
             verdict.conditions = vec![
                 synced.condition,
                 rollout.condition,
@@ -515,6 +532,7 @@ mod tests {
             pods_on_pinned: 0,
             pods_total: 0,
             stale_pods: Vec::new(),
+            finished_pods: Vec::new(),
             conditions: Vec::new(),
             state,
             reason: reason.to_owned(),
@@ -553,6 +571,7 @@ mod tests {
                     .iter()
                     .any(|c| c["type"] == "Ready" && c["status"] == "True"),
                 deleting: !item["metadata"]["deletionTimestamp"].is_null(),
+                reason: item["status"]["reason"].as_str().map(str::to_owned),
                 containers: item["status"]["containerStatuses"]
                     .as_sequence()
                     .unwrap()

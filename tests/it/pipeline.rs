@@ -312,6 +312,12 @@ async fn plan_sync_and_verify_agree_on_files_namespaces_skips_and_errors() {
         "web-1",
         running_pod_status(&[("app", &image, &format!("{host}/acme/web@{OLD}"))]),
     );
+    live_cron_job(
+        &kube,
+        "shop",
+        "nightly",
+        &format!("{host}/acme/job:2@{OLD}"),
+    );
     let verify = world
         .verify(&config, &kube, &["--branch", "main", "--output", "json"])
         .await;
@@ -368,13 +374,10 @@ async fn plan_sync_and_verify_agree_on_files_namespaces_skips_and_errors() {
     assert_eq!(sync_workloads, expected);
     assert_eq!(verify_workloads, expected);
 
-    // The CronJob is reported as not verified, with its reason; it does not abort the run.
-    assert_eq!(
-        verify_json["not_verified"],
-        json!([{"image": format!("{host}/acme/job:2@{OLD}"), "workload": "shop/CronJob/nightly",
-                "reason": "kind_not_verifiable"}])
-    );
+    // Both are judged; the broken manifest alone keeps the verdict from Converged.
+    assert_eq!(verify_json["not_verified"], json!([]));
     assert_eq!(verify_json["verdicts"][0]["state"], "converged");
+    assert_eq!(verify_json["verdicts"][1]["state"], "converged");
     assert_eq!(verify_json["state"], "unverified", "{verify_json:#}");
 
     let placeholders = [(host.as_str(), "<registry>")];
@@ -461,28 +464,99 @@ async fn pull_request_mode_proposes_the_good_manifests_and_names_the_broken_one(
     github.assert_no_violations();
 }
 
+/// A live CronJob as the GitOps tool applied it; returns its uid, which its Jobs name.
+fn live_cron_job(kube: &KubeServer, namespace: &str, name: &str, image: &str) -> String {
+    let stored = kube.apply(json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "job", "image": image}]}}}}}
+    }));
+    stored["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
+/// One run of a CronJob: a finished Job from `image` and its succeeded pod, which ran
+/// `image_id`.
+fn live_job_run(
+    kube: &KubeServer,
+    namespace: &str,
+    cron_uid: &str,
+    run: &str,
+    image: &str,
+    image_id: &str,
+) {
+    let labels =
+        json!({"batch.kubernetes.io/controller-uid": format!("uid-{run}"), "job-name": run});
+    kube.apply(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": run, "namespace": namespace, "labels": labels,
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly",
+                                 "uid": cron_uid, "controller": true}]},
+        "spec": {"selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": format!("uid-{run}")}},
+                 "template": {"metadata": {"labels": labels}, "spec": {
+                     "restartPolicy": "Never", "containers": [{"name": "job", "image": image}]}}}
+    }));
+    kube.set_status("Job", namespace, run, json!({"succeeded": 1, "active": 0}));
+    let pod_name = format!("{run}-x1");
+    let mut p = pod(namespace, &pod_name, &[], &[("job", image)]);
+    p["metadata"]["labels"] = labels;
+    kube.apply(p);
+    let mut status = running_pod_status(&[("job", image, image_id)]);
+    status["phase"] = json!("Succeeded");
+    kube.set_pod_status(namespace, &pod_name, status);
+}
+
 #[tokio::test]
-async fn a_pinned_cronjob_beside_a_deployment_never_aborts_verify() {
-    let world = World::new(&[
-        ("apps/web.yaml", &web(&format!("HOST/acme/web:1.0@{OLD}"))),
-        (
-            "apps/cron.yaml",
-            &cronjob(&format!("HOST/acme/job:2@{OLD}")),
-        ),
-    ])
+async fn a_pinned_cronjob_is_synced_not_run_since_then_judged_by_its_new_runs_only() {
+    let world = World::new(&[(
+        "apps/cron.yaml",
+        &cronjob(&format!("HOST/acme/job:2@{OLD}")),
+    )])
     .await;
+    let host = world.registry.host();
     let config = world.config("");
     let kube = KubeServer::start().await;
+    let pinned = format!("{host}/acme/job:2@{OLD}");
+    let uid = live_cron_job(&kube, "default", "nightly", &pinned);
+    // Yesterday's run, from the template before the pin: history, not a stale replica.
+    let before = format!("{host}/acme/job:2");
+    let old_id = format!("{host}/acme/job@sha256:{}", "9".repeat(64));
+    live_job_run(&kube, "default", &uid, "nightly-1", &before, &old_id);
+
     let output = world
         .verify(&config, &kube, &["--branch", "main", "--output", "json"])
         .await;
-    // The Deployment is judged (it is missing: failed); the CronJob is listed as not verified.
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
     let report = json_of(&output);
-    assert_eq!(report["verdicts"][0]["workload"], "default/Deployment/web");
-    assert_eq!(
-        report["not_verified"][0]["workload"],
-        "default/CronJob/nightly"
+    assert_eq!(report["state"], "converged");
+    assert_eq!(report["verdicts"][0]["workload"], "default/CronJob/nightly");
+    assert_eq!(report["verdicts"][0]["reason"], "synced, not run since");
+
+    // Its first run since the pin ran the pinned digest.
+    live_job_run(
+        &kube,
+        "default",
+        &uid,
+        "nightly-2",
+        &pinned,
+        &format!("{host}/acme/job@{OLD}"),
+    );
+    let output = world
+        .verify(&config, &kube, &["--branch", "main", "--output", "json"])
+        .await;
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let report = json_of(&output);
+    assert_eq!(report["verdicts"][0]["pods_on_pinned"], 1);
+    assert_eq!(report["verdicts"][0]["pods_total"], 1);
+
+    // A run from the pinned template on a node that reports another digest is not converged.
+    live_job_run(&kube, "default", &uid, "nightly-3", &pinned, &old_id);
+    let output = world.verify(&config, &kube, &["--branch", "main"]).await;
+    assert_ne!(output.status.code(), Some(0), "{}", text(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("nightly-3-x1"),
+        "{}",
+        text(&output)
     );
     kube.assert_no_writes();
 }

@@ -327,6 +327,54 @@ async fn an_unsynced_spec_a_deleted_workload_and_a_forbidden_read_are_told_apart
 }
 
 #[tokio::test]
+async fn an_evicted_pod_of_the_old_replica_set_does_not_hold_convergence_back() {
+    let new = "sha256:2323232323232323232323232323232323232323232323232323232323232323";
+    let image = format!("ghcr.io/acme/web:1@{new}");
+    let w = World::new(
+        &[("apps/web.yaml", &manifest("web", &image, 2))],
+        "127.0.0.1:1",
+    )
+    .await;
+    live_deployment(&w.kube, "web", &image, 2);
+    for name in ["web-new-1", "web-new-2"] {
+        live_pod(
+            &w.kube,
+            "web",
+            name,
+            &image,
+            &format!("ghcr.io/acme/web@{new}"),
+        );
+    }
+    // Evicted under node pressure before the rollout: phase Failed, reason Evicted, kept
+    // until garbage collection. `kubectl rollout status` says the rollout succeeded.
+    w.kube.apply(pod(
+        "shop",
+        "web-old-1",
+        &[("app", "web")],
+        &[("app", "ghcr.io/acme/web:1")],
+    ));
+    w.kube.set_pod_status(
+        "shop",
+        "web-old-1",
+        json!({"phase": "Failed", "reason": "Evicted",
+               "message": "The node was low on resource: memory.",
+               "containerStatuses": [{"name": "app", "image": "ghcr.io/acme/web:1",
+                   "imageID": format!("ghcr.io/acme/web@{OLD}"), "ready": false, "restartCount": 0,
+                   "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}),
+    );
+
+    let out = w.verify(&["--branch", "main"]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("(2 of 2 pods on"), "{stdout}");
+    assert!(
+        stdout.contains("not counted (ended or being deleted): web-old-1 (Evicted)"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
 async fn wait_polls_until_the_rollout_converges() {
     let new = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
     let image = format!("ghcr.io/acme/web:1@{new}");
