@@ -13,7 +13,11 @@ use futures::stream::{self, StreamExt};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use std::time::Duration;
+
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, WatchEvent, WatchParams,
+};
 use kube::config::KubeConfigOptions;
 
 use super::verdict::{Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus};
@@ -22,6 +26,12 @@ use crate::workload::{WorkloadId, WorkloadKind};
 /// Objects asked for per page: large enough for big namespaces in few requests, small enough
 /// to keep each answer bounded.
 const PAGE: u32 = 500;
+
+/// The longest Retry-After a check honours before trying again.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// Attempts of one read when the API server fails transiently.
+const READ_ATTEMPTS: u32 = 3;
 
 /// Namespaces read concurrently: enough to hide the API server's latency at fleet size, few
 /// enough not to look like a burst to its priority and fairness limits.
@@ -46,6 +56,22 @@ pub enum LiveError {
 }
 
 impl LiveError {
+    /// How long the API server asked to wait before trying again, for a 429.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LiveError::Api {
+                source: kube::Error::Api(status),
+                ..
+            } => status
+                .details
+                .as_ref()
+                .map(|d| d.retry_after_seconds)
+                .filter(|s| *s > 0)
+                .map(|s| Duration::from_secs(u64::from(s))),
+            _ => None,
+        }
+    }
+
     /// Timeouts, connection failures, 5xx and 429: worth another try after a pause.
     pub fn is_transient(&self) -> bool {
         match self {
@@ -65,13 +91,16 @@ impl LiveError {
 /// A connection to the cluster.
 pub struct Cluster {
     client: kube::Client,
+    /// The resourceVersion of the last list of each (namespace, resource): where a watch for
+    /// what changed since starts.
+    seen: std::sync::Mutex<BTreeMap<(String, Watched), String>>,
 }
 
 impl Cluster {
     /// Connects as kube does by default (kubeconfig, else in-cluster), with `context` chosen
     /// from the kubeconfig when given.
     pub async fn connect(context: Option<&str>) -> Result<Cluster, LiveError> {
-        let config = match context {
+        let mut config = match context {
             Some(context) => kube::Config::from_kubeconfig(&KubeConfigOptions {
                 context: Some(context.to_string()),
                 ..KubeConfigOptions::default()
@@ -82,9 +111,16 @@ impl Cluster {
                 .await
                 .map_err(|e| LiveError::Config(e.to_string()))?,
         };
+        // kube's default retry waits up to 1000 s over 15 attempts: right for a controller
+        // that runs forever, not for a verdict someone is waiting on. tagpin retries itself,
+        // bounded (see [`Cluster::read_all`] and `--wait`).
+        config.default_retry = false;
         let client =
             kube::Client::try_from(config).map_err(|e| LiveError::Config(e.to_string()))?;
-        Ok(Cluster { client })
+        Ok(Cluster {
+            client,
+            seen: std::sync::Mutex::default(),
+        })
     }
 
     /// Reads every workload in `ids` and their pods with as few requests as the API allows:
@@ -92,7 +128,32 @@ impl Cluster {
     /// (matched to each workload's selector here), instead of a get and a list per workload.
     /// A workload that is not there is [`Live::Missing`]; a list the API refuses (403) makes
     /// every workload it would have served [`Live::Forbidden`].
+    /// Transient failures (timeouts, 5xx, 429) are tried again, up to [`READ_ATTEMPTS`] times
+    /// with a short backoff, so one hiccup of the API server does not fail a check.
     pub async fn read_all(
+        &self,
+        ids: &[&WorkloadId],
+    ) -> Result<BTreeMap<WorkloadId, Live>, LiveError> {
+        let mut pause = Duration::from_millis(500);
+        for _ in 1..READ_ATTEMPTS {
+            match self.read_all_once(ids).await {
+                Err(e) if e.is_transient() => {
+                    // A 429 says how long to wait (`details.retryAfterSeconds`); honour it,
+                    // within reason.
+                    let wait = e
+                        .retry_after()
+                        .map_or(pause, |asked| asked.min(MAX_RETRY_AFTER));
+                    tracing::warn!("{e}; trying again in {wait:?}");
+                    tokio::time::sleep(wait).await;
+                    pause *= 2;
+                }
+                done => return done,
+            }
+        }
+        self.read_all_once(ids).await
+    }
+
+    async fn read_all_once(
         &self,
         ids: &[&WorkloadId],
     ) -> Result<BTreeMap<WorkloadId, Live>, LiveError> {
@@ -166,18 +227,31 @@ impl Cluster {
     /// Every object of `kind` in `namespace`, by name, page by page.
     async fn list_kind(&self, kind: WorkloadKind, namespace: &str) -> Result<Found, kube::Error> {
         match kind {
-            WorkloadKind::Deployment => self.list_typed(namespace, deployment).await,
-            WorkloadKind::StatefulSet => self.list_typed(namespace, stateful_set).await,
-            WorkloadKind::DaemonSet => self.list_typed(namespace, daemon_set).await,
-            WorkloadKind::ReplicaSet => self.list_typed(namespace, replica_set).await,
-            WorkloadKind::Job => self.list_typed(namespace, job).await,
+            WorkloadKind::Deployment => {
+                self.list_typed(namespace, deployment, Watched::Deployments)
+                    .await
+            }
+            WorkloadKind::StatefulSet => {
+                self.list_typed(namespace, stateful_set, Watched::StatefulSets)
+                    .await
+            }
+            WorkloadKind::DaemonSet => {
+                self.list_typed(namespace, daemon_set, Watched::DaemonSets)
+                    .await
+            }
+            WorkloadKind::ReplicaSet => {
+                self.list_typed(namespace, replica_set, Watched::ReplicaSets)
+                    .await
+            }
+            WorkloadKind::Job => self.list_typed(namespace, job, Watched::Jobs).await,
             WorkloadKind::CronJob => self.list_cron_jobs(namespace).await,
             WorkloadKind::DeploymentConfig => {
                 let gvk = GroupVersionKind::gvk("apps.openshift.io", "v1", "DeploymentConfig");
                 let resource = ApiResource::from_gvk_with_plural(&gvk, "deploymentconfigs");
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(self.client.clone(), namespace, &resource);
-                let items = list_pages(&api).await?;
+                // Not watched: `--wait` falls back to polling for DeploymentConfigs.
+                let (items, _) = list_pages(&api).await?;
                 Ok(items
                     .iter()
                     .map(|o| {
@@ -197,12 +271,11 @@ impl Cluster {
 
     /// The namespace's CronJobs, each with the Jobs it created from its current template.
     async fn list_cron_jobs(&self, namespace: &str) -> Result<Found, kube::Error> {
-        let cron_jobs: Vec<CronJob> =
-            list_pages(&Api::namespaced(self.client.clone(), namespace)).await?;
+        let cron_jobs: Vec<CronJob> = self.list_all(namespace, Watched::CronJobs).await?;
         if cron_jobs.is_empty() {
             return Ok(Found::new());
         }
-        let jobs: Vec<Job> = list_pages(&Api::namespaced(self.client.clone(), namespace)).await?;
+        let jobs: Vec<Job> = self.list_all(namespace, Watched::Jobs).await?;
         Ok(cron_jobs
             .into_iter()
             .map(|c| {
@@ -218,6 +291,7 @@ impl Cluster {
         &self,
         namespace: &str,
         convert: fn(K) -> (LiveWorkload, Selector),
+        watched: Watched,
     ) -> Result<Found, kube::Error>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -225,8 +299,8 @@ impl Cluster {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        let api = Api::<K>::namespaced(self.client.clone(), namespace);
-        Ok(list_pages(&api)
+        Ok(self
+            .list_all::<K>(namespace, watched)
             .await?
             .into_iter()
             .map(|o| {
@@ -236,10 +310,80 @@ impl Cluster {
             .collect())
     }
 
+    /// Every object of one type in `namespace`, page by page; remembers where a watch for
+    /// what changes next would start.
+    async fn list_all<K>(&self, namespace: &str, watched: Watched) -> Result<Vec<K>, kube::Error>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api = Api::<K>::namespaced(self.client.clone(), namespace);
+        let (items, version) = list_pages(&api).await?;
+        if let Some(version) = version {
+            lock(&self.seen).insert((namespace.to_string(), watched), version);
+        }
+        Ok(items)
+    }
+
+    /// Waits until something tagpin last listed changes (a pod turns ready, a rollout moves),
+    /// or `timeout` passes. Watches start at the resourceVersion of the last lists, so only
+    /// real changes wake it; where a watch cannot be opened (no `watch` permission, an old
+    /// server) it simply waits out the timeout, which makes `--wait` poll.
+    pub async fn wait_for_change(&self, timeout: Duration) -> bool {
+        let seen = lock(&self.seen).clone();
+        let seconds = u32::try_from(timeout.as_secs().max(1)).unwrap_or(u32::MAX);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+        let mut watches = Vec::new();
+        for ((namespace, watched), version) in seen {
+            let (client, tx) = (self.client.clone(), tx.clone());
+            watches.push(tokio::spawn(async move {
+                let changed = match watched {
+                    Watched::Pods => changes::<Pod>(client, &namespace, &version, seconds).await,
+                    Watched::Deployments => {
+                        changes::<Deployment>(client, &namespace, &version, seconds).await
+                    }
+                    Watched::StatefulSets => {
+                        changes::<StatefulSet>(client, &namespace, &version, seconds).await
+                    }
+                    Watched::DaemonSets => {
+                        changes::<DaemonSet>(client, &namespace, &version, seconds).await
+                    }
+                    Watched::ReplicaSets => {
+                        changes::<ReplicaSet>(client, &namespace, &version, seconds).await
+                    }
+                    Watched::Jobs => changes::<Job>(client, &namespace, &version, seconds).await,
+                    Watched::CronJobs => {
+                        changes::<CronJob>(client, &namespace, &version, seconds).await
+                    }
+                };
+                if changed {
+                    let _ = tx.send(()).await;
+                }
+            }));
+        }
+        drop(tx);
+        let started = tokio::time::Instant::now();
+        let changed = match tokio::time::timeout(timeout, rx.recv()).await {
+            Ok(Some(())) => true,
+            // Every watch ended without a change (refused, or closed by the server): poll.
+            Ok(None) => {
+                tokio::time::sleep(timeout.saturating_sub(started.elapsed())).await;
+                false
+            }
+            Err(_) => false,
+        };
+        for watch in watches {
+            watch.abort();
+        }
+        changed
+    }
+
     /// Every pod of `namespace` with its labels, page by page.
     async fn list_pods(&self, namespace: &str) -> Result<Vec<LabelledPod>, kube::Error> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        Ok(list_pages(&api)
+        Ok(self
+            .list_all::<Pod>(namespace, Watched::Pods)
             .await?
             .iter()
             .map(|p| LabelledPod {
@@ -249,6 +393,55 @@ impl Cluster {
             })
             .collect())
     }
+}
+
+/// What [`Cluster::wait_for_change`] watches, per namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Watched {
+    Pods,
+    Deployments,
+    StatefulSets,
+    DaemonSets,
+    ReplicaSets,
+    Jobs,
+    CronJobs,
+}
+
+/// Whether a watch from `version` sees an object added, modified or deleted within
+/// `seconds`. An `ERROR` event (the version expired) counts as a change: the caller lists
+/// again. A watch that cannot be opened or fails sees nothing.
+async fn changes<K>(client: kube::Client, namespace: &str, version: &str, seconds: u32) -> bool
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let api = Api::<K>::namespaced(client, namespace);
+    let params = WatchParams::default().timeout(seconds);
+    let Ok(stream) = api.watch(&params, version).await else {
+        return false;
+    };
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(WatchEvent::Bookmark(_)) => continue,
+            Ok(_) => return true,
+            Err(e) => {
+                tracing::debug!("watch of {namespace} ended: {e}");
+                return false;
+            }
+        }
+    }
+    false
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// One namespace as read: its pods, and its workloads by kind.
@@ -296,19 +489,22 @@ fn pod_workloads(pods: Option<&Vec<LabelledPod>>) -> Found {
         .collect()
 }
 
-/// Every item of a list, following `continue` tokens.
-async fn list_pages<K>(api: &Api<K>) -> Result<Vec<K>, kube::Error>
+/// Every item of a list, following `continue` tokens, and the list's resourceVersion (of the
+/// first page: the snapshot all pages belong to).
+async fn list_pages<K>(api: &Api<K>) -> Result<(Vec<K>, Option<String>), kube::Error>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let mut params = ListParams::default().limit(PAGE);
     let mut items = Vec::new();
+    let mut version = None;
     loop {
         let page = api.list(&params).await?;
+        version = version.or(page.metadata.resource_version.clone());
         items.extend(page.items);
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
-            None => return Ok(items),
+            None => return Ok((items, version)),
         }
     }
 }

@@ -274,8 +274,10 @@ fn reports_other_digests(e: &Expected, live: &Live) -> bool {
         .any(|c| !c.image_id.ends_with(&pinned))
 }
 
-/// Checks until converged or failed, or until `timeout`, polling with backoff (2 s, doubling,
-/// at most 30 s). Without `wait`, checks once.
+/// Checks until converged, failed or unverified, or until `timeout`: after each Progressing
+/// check it waits for a change to what it listed (a watch), falling back to polling with
+/// backoff (2 s, doubling, at most 30 s); transient API errors (timeouts, 5xx, 429) are
+/// retried within the same budget. Without `wait`, checks once.
 pub async fn watch(
     expectations: &Expectations,
     cluster: &Cluster,
@@ -287,13 +289,26 @@ pub async fn watch(
     let mut delay = Duration::from_secs(2);
     let mut families = Families::default();
     loop {
-        let result = check(expectations, cluster, registry, &mut families).await?;
         let now = Instant::now();
-        if !wait || result.state != State::Progressing || now >= deadline {
-            return Ok(result);
+        match check(expectations, cluster, registry, &mut families).await {
+            Ok(result) if !wait || result.state != State::Progressing || now >= deadline => {
+                return Ok(result)
+            }
+            Ok(result) => {
+                tracing::info!("{}; checking again on the next change", result.summary);
+                // Woken by a watch on what was just listed; the delay is only the fallback
+                // when no change comes (or watches are not allowed).
+                if cluster.wait_for_change(delay.min(deadline - now)).await {
+                    delay = Duration::from_secs(2);
+                    continue;
+                }
+            }
+            Err(VerifyError::Live(e)) if wait && e.is_transient() && now < deadline => {
+                tracing::warn!("{e}; trying again in {delay:?}");
+                tokio::time::sleep(delay.min(deadline - now)).await;
+            }
+            Err(e) => return Err(e),
         }
-        tracing::info!("{}; checking again in {delay:?}", result.summary);
-        tokio::time::sleep(delay.min(deadline - now)).await;
         delay = (delay * 2).min(Duration::from_secs(30));
     }
 }

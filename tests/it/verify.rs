@@ -11,7 +11,7 @@ use std::process::Output;
 use serde_json::{json, Value};
 use support::git::BareRepo;
 use support::github::GitHubServer;
-use support::kube::{deployment, pod, running_pod_status, KubeServer};
+use support::kube::{deployment, pod, running_pod_status, Fault, KubeServer};
 use support::registry::{IndexKind, Mode, TestRegistry};
 
 const GH_TOKEN: &str = "ghs_verify_5e1f";
@@ -375,7 +375,7 @@ async fn an_evicted_pod_of_the_old_replica_set_does_not_hold_convergence_back() 
 }
 
 #[tokio::test]
-async fn wait_polls_until_the_rollout_converges() {
+async fn wait_watches_what_it_listed_and_answers_on_the_change() {
     let new = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
     let image = format!("ghcr.io/acme/web:1@{new}");
     let w = World::new(
@@ -394,10 +394,97 @@ async fn wait_polls_until_the_rollout_converges() {
             "web-1",
             running_pod_status(&[("app", &image, &format!("ghcr.io/acme/web@{new}"))]),
         );
+        std::time::Instant::now()
     };
-    let (out, ()) = tokio::join!(verify, kubelet);
+    let (out, changed_at) = tokio::join!(verify, kubelet);
 
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    eprintln!(
+        "verdict {:?} after the pod turned ready",
+        changed_at.elapsed()
+    );
+    // It watched the pods it had listed, from the version of that list, rather than only
+    // polling.
+    let requests = w.kube.requests();
+    let watch = requests
+        .iter()
+        .find(|r| {
+            r.path == "/api/v1/namespaces/shop/pods"
+                && r.query_param("watch").as_deref() == Some("true")
+        })
+        .unwrap_or_else(|| panic!("no watch on the pods: {requests:#?}"));
+    assert!(
+        watch
+            .query_param("resourceVersion")
+            .is_some_and(|v| v != "0"),
+        "{watch:?}"
+    );
+}
+
+#[tokio::test]
+async fn transient_api_errors_are_retried_and_do_not_fail_the_check() {
+    let new = "sha256:5656565656565656565656565656565656565656565656565656565656565656";
+    let image = format!("ghcr.io/acme/web:1@{new}");
+    let w = World::new(
+        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        "127.0.0.1:1",
+    )
+    .await;
+    live_deployment(&w.kube, "web", &image, 1);
+    live_pod(
+        &w.kube,
+        "web",
+        "web-1",
+        &image,
+        &format!("ghcr.io/acme/web@{new}"),
+    );
+    // The API server sheds load once (429 with Retry-After), then times out once.
+    w.kube.inject(Fault {
+        path_contains: "/namespaces/shop/pods".into(),
+        status: 429,
+        times: 1,
+    });
+    w.kube.inject(Fault {
+        path_contains: "/namespaces/shop/deployments".into(),
+        status: 504,
+        times: 1,
+    });
+
+    let out = w.verify(&["--branch", "main"]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let failed: Vec<u16> = w
+        .kube
+        .requests()
+        .iter()
+        .map(|r| r.status)
+        .filter(|s| *s >= 400)
+        .collect();
+    assert_eq!(failed, [429, 504]);
+}
+
+#[tokio::test]
+async fn a_persistent_api_failure_is_reported_naming_what_was_read() {
+    let image = format!("ghcr.io/acme/web:1@{OLD}");
+    let w = World::new(
+        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        "127.0.0.1:1",
+    )
+    .await;
+    w.kube.inject(Fault {
+        path_contains: "/namespaces/shop/pods".into(),
+        status: 503,
+        times: 100,
+    });
+
+    let out = w.verify(&["--branch", "main"]).await;
+
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("reading pods in namespace shop"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

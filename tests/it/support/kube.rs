@@ -447,6 +447,18 @@ struct State {
     writes: Vec<RecordedRequest>,
     bookmark_interval: Duration,
     next_uid: u64,
+    /// Transient failures to answer instead of the next matching requests.
+    faults: Vec<Fault>,
+}
+
+/// A transient failure the real API server gives under load or during an upgrade: the next
+/// `times` GET requests whose path contains `path_contains` are answered `status` (a
+/// `Status` object; 429 carries `Retry-After: 1`, as the server's priority and fairness does).
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub path_contains: String,
+    pub status: u16,
+    pub times: usize,
 }
 
 struct Shared {
@@ -654,6 +666,7 @@ impl KubeServer {
                 writes: Vec::new(),
                 bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
                 next_uid: 0,
+                faults: Vec::new(),
             }),
             changes,
             shutdown,
@@ -836,6 +849,11 @@ impl KubeServer {
             resource: resource.to_string(),
             namespace: namespace.map(str::to_string),
         });
+    }
+
+    /// Answers the next matching requests with a transient failure (see [`Fault`]).
+    pub fn inject(&self, fault: Fault) {
+        self.shared.state().faults.push(fault);
     }
 
     /// Back to the default: every read allowed, nothing denied.
@@ -1204,6 +1222,26 @@ fn respond(
     headers: &HeaderMap,
     authenticated: bool,
 ) -> Response {
+    if let Some(status) = take_fault(shared, method, uri) {
+        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        let reason = match status {
+            429 => "TooManyRequests",
+            504 => "Timeout",
+            _ => "ServiceUnavailable",
+        };
+        // As the real server: a 429 says when to come back, in the Status and the header.
+        let details = (status == 429).then(|| meta::StatusDetails {
+            retry_after_seconds: Some(1),
+            ..meta::StatusDetails::default()
+        });
+        let mut response = status_response(code, reason, "injected transient failure", details);
+        if status == 429 {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        }
+        return response;
+    }
     if !authenticated {
         return status_response(
             StatusCode::UNAUTHORIZED,
@@ -2316,6 +2354,20 @@ fn status_value(
         status: Some("Failure".to_string()),
     };
     serde_json::to_value(status).expect("serialize Status")
+}
+
+/// The status of an injected fault for this request, if one matches (and counts it).
+fn take_fault(shared: &Arc<Shared>, method: &Method, uri: &Uri) -> Option<u16> {
+    if method != Method::GET {
+        return None;
+    }
+    let mut state = shared.state();
+    let fault = state
+        .faults
+        .iter_mut()
+        .find(|f| f.times > 0 && uri.path().contains(&f.path_contains))?;
+    fault.times -= 1;
+    Some(fault.status)
 }
 
 fn status_response(
