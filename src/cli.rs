@@ -665,7 +665,9 @@ fn report_verify(report: &VerifyReport, format: OutputFormat) -> Exit {
             for n in &expectations.not_verified {
                 text.push_str(&format!(
                     "  {} {}: not verified: {}\n",
-                    n.workload, n.image, n.reason
+                    n.workload,
+                    n.image,
+                    n.why()
                 ));
             }
             emit(&text);

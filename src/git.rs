@@ -7,7 +7,7 @@
 //! The mirror lives in a cache directory and is fetched, not cloned, on every pass.
 
 use std::cell::{Cell, RefCell};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use git2::{
     Direction, FetchOptions, FileMode, ObjectType, Oid, PushOptions, RemoteCallbacks, Repository,
@@ -16,6 +16,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{Gathered, SkipWhy, Skipped, SourceFile};
+use crate::render::Lookup;
 
 /// Credentials for the remote, resolved from the configuration (secrets already read).
 #[derive(Clone)]
@@ -321,6 +322,51 @@ impl Mirror {
             return Err(GitError::Other(message));
         }
         Ok(read)
+    }
+
+    /// What the path `path` (relative to the root) holds in `commit`'s tree, for
+    /// [`crate::render`], which follows kustomizations to files outside the configured paths.
+    /// Read from the tree, never from a disk. A symlink, at the path or on the way to it, is
+    /// reported as such and never followed; a path that is absolute or holds `..` or `.` is
+    /// refused before anything is read, as is a submodule.
+    pub fn read_path(&self, commit: Oid, path: &Path) -> Result<Lookup, GitError> {
+        let mut parts = Vec::new();
+        for component in path.components() {
+            match component {
+                Component::Normal(part) => parts.push(part),
+                _ => {
+                    return Ok(Lookup::Refused(format!(
+                        "{}: only plain paths inside the repository are read",
+                        path.display()
+                    )))
+                }
+            }
+        }
+        let mut tree = self
+            .repo
+            .find_commit(commit)
+            .and_then(|c| c.tree())
+            .map_err(other)?;
+        for (i, part) in parts.iter().enumerate() {
+            let Some((kind, id, link)) = tree.get_name_bytes(part.as_encoded_bytes()).map(|e| {
+                let link = e.filemode() == i32::from(FileMode::Link);
+                (e.kind(), e.id(), link)
+            }) else {
+                return Ok(Lookup::Missing);
+            };
+            match kind {
+                _ if link => return Ok(Lookup::Symlink),
+                Some(ObjectType::Tree) => tree = self.repo.find_tree(id).map_err(other)?,
+                Some(ObjectType::Blob) if i + 1 == parts.len() => {
+                    let blob = self.repo.find_blob(id).map_err(other)?;
+                    return Ok(Lookup::File(blob.content().to_vec()));
+                }
+                // A file on the way to the path: the path does not exist.
+                Some(ObjectType::Blob) => return Ok(Lookup::Missing),
+                _ => return Ok(Lookup::Refused(format!("{}: a submodule", path.display()))),
+            }
+        }
+        Ok(Lookup::Directory)
     }
 
     /// Builds a commit on `parent` in which each given file has new content (mode kept).
@@ -754,6 +800,42 @@ mod tests {
         assert_eq!(local_path("git@github.com:acme/a.git"), None);
         assert_eq!(local_path("https://github.com/acme/a.git"), None);
         assert_eq!(local_path("git://127.0.0.1/a.git"), None);
+    }
+
+    #[test]
+    fn one_path_is_read_from_a_commit_never_through_a_symlink_or_out_of_the_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let mirror = Mirror::open(dir.path(), "file:///nowhere", Credentials::None).unwrap();
+        let repo = &mirror.repo;
+        let blob = |text: &str| repo.blob(text.as_bytes()).unwrap();
+        let mut base = repo.treebuilder(None).unwrap();
+        base.insert("kustomization.yaml", blob("resources: []\n"), 0o100644)
+            .unwrap();
+        let base = base.write().unwrap();
+        let mut root = repo.treebuilder(None).unwrap();
+        root.insert("base", base, 0o040000).unwrap();
+        root.insert("linked", blob("base"), 0o120000).unwrap();
+        root.insert("file.yaml", blob("a: 1\n"), 0o100644).unwrap();
+        let tree = repo.find_tree(root.write().unwrap()).unwrap();
+        let signature = git2::Signature::now("t", "t@example.com").unwrap();
+        let commit = repo
+            .commit(None, &signature, &signature, "t", &tree, &[])
+            .unwrap();
+        let read = |path: &str| mirror.read_path(commit, Path::new(path)).unwrap();
+
+        assert_eq!(
+            read("base/kustomization.yaml"),
+            Lookup::File(b"resources: []\n".to_vec())
+        );
+        assert_eq!(read("base"), Lookup::Directory);
+        assert_eq!(read(""), Lookup::Directory);
+        assert_eq!(read("base/missing.yaml"), Lookup::Missing);
+        assert_eq!(read("file.yaml/x"), Lookup::Missing);
+        assert_eq!(read("linked"), Lookup::Symlink);
+        assert_eq!(read("linked/kustomization.yaml"), Lookup::Symlink);
+        for refused in ["../outside", "/etc/passwd", "base/../file.yaml", "./base"] {
+            assert!(matches!(read(refused), Lookup::Refused(_)), "{refused}");
+        }
     }
 
     #[test]

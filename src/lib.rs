@@ -17,6 +17,7 @@ pub mod plan;
 pub mod proposal;
 pub mod reference;
 pub mod registry;
+pub mod render;
 pub mod sync;
 pub mod verify;
 pub mod webhook;

@@ -20,6 +20,7 @@ use crate::manifest::{self, FileFilter, ImageField, KustomizeNamespaces, Manifes
 use crate::manifest::{SkipReason, WalkSkipReason};
 use crate::plan::ScannedFile;
 use crate::reference::Reference;
+use crate::render::Gap;
 
 /// One file to scan: its path as messages show it, and its bytes.
 #[derive(Debug, Clone)]
@@ -51,6 +52,8 @@ pub enum SkipWhy {
     Field(SkipReason),
     /// The configuration's `images.manage` or `images.ignore` leaves this image out.
     NotManaged,
+    /// `tagpin verify` cannot render this part of a kustomization (see [`crate::render`]).
+    NotRendered(Gap),
 }
 
 impl fmt::Display for SkipWhy {
@@ -64,6 +67,7 @@ impl fmt::Display for SkipWhy {
             SkipWhy::NotManaged => {
                 f.write_str("image left alone: not selected by images.manage / images.ignore")
             }
+            SkipWhy::NotRendered(gap) => write!(f, "kustomization not rendered: {gap}"),
         }
     }
 }

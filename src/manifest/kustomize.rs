@@ -6,8 +6,9 @@
 //! `namespace:` on every resource it builds, so a Deployment that names no namespace runs in the
 //! namespace of the kustomization beside it (or above it), which tagpin needs to find the live
 //! workload ([`KustomizeNamespaces`]). The nearest kustomization in the same or a parent
-//! directory wins; overlays elsewhere that reuse the directory as a base are not followed (which
-//! overlay a cluster applies is not knowable from the tree alone).
+//! directory wins; overlays elsewhere that reuse the directory as a base are not followed here
+//! (`plan` and `sync` name workloads as written). `tagpin verify` renders the overlays
+//! themselves, prefixes and images included: see [`crate::render`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,18 +17,19 @@ use super::scan::{string_target, Collector, ImageField, Origin, SkipReason, Targ
 use super::yaml::{Document, NodeId, NodeKind, Style};
 use super::ManifestError;
 
-/// File names kustomize reads as a kustomization.
-const KUSTOMIZATION_NAMES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+/// File names kustomize reads as a kustomization, in the order it looks for them.
+pub(crate) const KUSTOMIZATION_NAMES: [&str; 3] =
+    ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
 /// Whether `path` is named like a kustomization file.
-pub(super) fn is_kustomization_file(path: &Path) -> bool {
+pub(crate) fn is_kustomization_file(path: &Path) -> bool {
     path.file_name()
         .and_then(|name| name.to_str())
         .is_some_and(|name| KUSTOMIZATION_NAMES.contains(&name))
 }
 
 /// Kustomize's own `kind`s (and the files it reads without one) carry an `images:` list.
-pub(super) fn is_kustomization(
+pub(crate) fn is_kustomization(
     kind: Option<&str>,
     api_version: Option<&str>,
     file_named: bool,

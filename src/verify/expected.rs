@@ -1,15 +1,24 @@
 //! What the cluster is expected to run: (workload, container, pinned reference, digest).
 //!
-//! Read from a pull request's plan block, or from the manifests of a commit. Pure: callers
-//! hand in the plan block or the scanned manifests. A pin the verifier cannot check (a
-//! kustomization `images:` entry, a kind it cannot read live) is not an error: it comes back as
-//! [`NotVerified`] with its reason, so the verdict can say what was not checked.
+//! Read from a pull request's plan block, or from the manifests of a commit, with their
+//! kustomizations rendered as a GitOps tool applies them ([`crate::render`]): a pin in an
+//! overlay's `images:` entry is expected on the workload the overlay deploys, under the name and
+//! in the namespace the overlay gives it. Pure: callers hand in the plan block, or the scanned
+//! manifests and the renders. A pin the verifier cannot check (a kind it cannot read live, a
+//! kustomization it cannot render, an `images:` entry that changes no container) is not an
+//! error: it comes back as [`NotVerified`] with its reason, so the verdict can say what was not
+//! checked.
+
+use std::collections::HashSet;
+use std::path::Path;
 
 use serde::Serialize;
 
 use crate::manifest::{ImageField, Origin};
+use crate::plan::ScannedFile;
 use crate::proposal::PlanBlock;
 use crate::reference::{Digest, Reference};
+use crate::render::Render;
 use crate::workload::{Owner, WorkloadId};
 
 /// How manifest names become live names: the namespace for manifests that name none, and the
@@ -47,8 +56,15 @@ pub struct Expected {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NotVerifiedReason {
-    /// A kustomization `images:` entry names an image, not a workload.
+    /// A kustomization `images:` entry names an image, not a workload (and no rendered
+    /// kustomization includes it, or the plan block does not say which).
     KustomizeImage,
+    /// A kustomization `images:` entry that changes no container of the kustomizations that
+    /// include it, as they render.
+    KustomizeImageUnused,
+    /// The pin belongs to a kustomization tagpin cannot render (a remote resource, a Helm chart,
+    /// a patch that may change images); [`NotVerified::detail`] says which and where.
+    KustomizeNotRendered,
     /// A kind the verifier does not read live (see
     /// [`crate::workload::WorkloadKind::is_verifiable`]).
     KindNotVerifiable,
@@ -62,6 +78,12 @@ impl std::fmt::Display for NotVerifiedReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             NotVerifiedReason::KustomizeImage => "a kustomization images: entry names no workload",
+            NotVerifiedReason::KustomizeImageUnused => {
+                "the kustomization images: entry changes no rendered container"
+            }
+            NotVerifiedReason::KustomizeNotRendered => {
+                "tagpin cannot render the kustomization that deploys it"
+            }
             NotVerifiedReason::KindNotVerifiable => "tagpin cannot read this kind live yet",
             NotVerifiedReason::NoName => "the manifest has no metadata.name",
             NotVerifiedReason::UnreadableWorkload => "the workload in the plan block is unreadable",
@@ -77,6 +99,19 @@ pub struct NotVerified {
     /// `namespace/Kind/name`, `Kind/name` or `kustomization`.
     pub workload: String,
     pub reason: NotVerifiedReason,
+    /// What exactly, with file and line, where the reason alone does not say it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl NotVerified {
+    /// The reason as people read it, with its detail.
+    pub fn why(&self) -> String {
+        match &self.detail {
+            Some(detail) => format!("{}: {detail}", self.reason),
+            None => self.reason.to_string(),
+        }
+    }
 }
 
 /// What a source promises: the pins to check, and the pins that cannot be checked.
@@ -115,6 +150,7 @@ impl Promised {
             image: image.to_string(),
             workload: workload.clone(),
             reason,
+            detail: None,
         };
         match owner {
             Owner::Kustomization => self
@@ -161,32 +197,16 @@ pub fn from_fields<'a>(
 ) -> Promised {
     let mut promised = Promised::default();
     for field in fields {
-        let (owner, container, digest) = match &field.origin {
+        let Some(digest) = pinned_digest(field) else {
+            continue;
+        };
+        let (owner, container) = match &field.origin {
             Origin::Container {
                 workload,
                 container,
                 ..
-            } => (
-                Owner::Workload(workload.clone()),
-                container.as_str(),
-                Reference::parse(&field.value)
-                    .ok()
-                    .and_then(|r| r.digest().cloned()),
-            ),
-            Origin::KustomizeImage {
-                name,
-                current_digest,
-                ..
-            } => (
-                Owner::Kustomization,
-                name.as_str(),
-                current_digest
-                    .as_deref()
-                    .and_then(|d| Digest::parse(d).ok()),
-            ),
-        };
-        let Some(digest) = digest else {
-            continue;
+            } => (Owner::Workload(workload.clone()), container.as_str()),
+            Origin::KustomizeImage { name, .. } => (Owner::Kustomization, name.as_str()),
         };
         promised.add(
             &owner,
@@ -198,6 +218,138 @@ pub fn from_fields<'a>(
         );
     }
     promised.finish()
+}
+
+/// The digest a field pins: the digest of a container's image, or a kustomize entry's `digest:`.
+fn pinned_digest(field: &ImageField) -> Option<Digest> {
+    match &field.origin {
+        Origin::Container { .. } => image_digest(&field.value),
+        Origin::KustomizeImage { current_digest, .. } => current_digest
+            .as_deref()
+            .and_then(|d| Digest::parse(d).ok()),
+    }
+}
+
+fn image_digest(image: &str) -> Option<Digest> {
+    Reference::parse(image)
+        .ok()
+        .and_then(|r| r.digest().cloned())
+}
+
+/// Expectations from the manifests of a commit (`files`, scanned) and the renders of its root
+/// kustomizations. A container a render deploys is expected under its rendered identity, with
+/// its rendered image, when that image carries a digest and `manages` selects it; if the render
+/// is incomplete, it is not verified, with the render's problems. The files a render read are
+/// judged by the renders alone, so no container counts twice: a pinned field there that no
+/// rendered container came from (an `images:` entry matching nothing, an image in a patch) is
+/// not verified, with its reason. Every other file is read as [`from_fields`] reads it.
+pub fn from_manifests(
+    files: &[ScannedFile],
+    renders: &[Render],
+    manages: impl Fn(&str) -> bool,
+    mapping: &NameMapping,
+) -> Promised {
+    let mut promised = Promised::default();
+    for render in renders {
+        let problems = problems(&[render]);
+        for c in &render.containers {
+            let Some(digest) = image_digest(&c.image).filter(|_| manages(&c.image)) else {
+                continue;
+            };
+            let owner = Owner::Workload(c.workload.clone());
+            match &problems {
+                None => promised.add(&owner, &c.container, &c.image, &c.image, digest, mapping),
+                Some(problems) => promised.not_verified.push(NotVerified {
+                    image: c.image.clone(),
+                    workload: mapping.live(&c.workload).to_string(),
+                    reason: NotVerifiedReason::KustomizeNotRendered,
+                    detail: Some(problems.clone()),
+                }),
+            }
+        }
+    }
+    let containers = || renders.iter().flat_map(|r| r.containers.iter());
+    let written: HashSet<(&Path, usize, usize)> = containers()
+        .map(|c| (c.written.path.as_path(), c.written.line, c.written.column))
+        .collect();
+    let applied: HashSet<(&Path, &str)> = containers()
+        .flat_map(|c| c.replaced_by.iter())
+        .map(|e| (e.at.path.as_path(), e.name.as_str()))
+        .collect();
+    let mut plain = Vec::new();
+    for file in files {
+        let covering: Vec<&Render> = renders
+            .iter()
+            .filter(|r| r.files.contains(&file.path))
+            .collect();
+        if covering.is_empty() {
+            plain.extend(file.fields.iter());
+            continue;
+        }
+        let problems = problems(&covering);
+        for field in &file.fields {
+            if pinned_digest(field).is_none() {
+                continue;
+            }
+            let (workload, reason, detail) = match &field.origin {
+                Origin::Container { workload, .. } => {
+                    if written.contains(&(file.path.as_path(), field.line, field.column)) {
+                        continue;
+                    }
+                    let workload = mapping.live(workload).to_string();
+                    let reason = NotVerifiedReason::KustomizeNotRendered;
+                    (workload, reason, problems.clone())
+                }
+                Origin::KustomizeImage { name, .. } => {
+                    if applied.contains(&(file.path.as_path(), name.as_str())) {
+                        continue;
+                    }
+                    let (reason, detail) = match &problems {
+                        Some(problems) => {
+                            (NotVerifiedReason::KustomizeNotRendered, problems.clone())
+                        }
+                        None => (
+                            NotVerifiedReason::KustomizeImageUnused,
+                            unused(&file.path, name, &covering),
+                        ),
+                    };
+                    (Owner::Kustomization.to_string(), reason, Some(detail))
+                }
+            };
+            promised.not_verified.push(NotVerified {
+                image: field.value.clone(),
+                workload,
+                reason,
+                detail,
+            });
+        }
+    }
+    let rest = from_fields(plain, mapping);
+    promised.expected.extend(rest.expected);
+    promised.not_verified.extend(rest.not_verified);
+    promised.finish()
+}
+
+/// Every problem of `renders`, one message, or `None` when they rendered completely.
+fn problems(renders: &[&Render]) -> Option<String> {
+    let all: Vec<String> = renders
+        .iter()
+        .flat_map(|r| r.unverifiable.iter().map(ToString::to_string))
+        .collect();
+    (!all.is_empty()).then(|| all.join("; "))
+}
+
+/// Why an `images:` entry reached nothing: which kustomizations were rendered.
+fn unused(path: &Path, name: &str, renders: &[&Render]) -> String {
+    let roots: Vec<String> = renders
+        .iter()
+        .map(|r| r.kustomization.display().to_string())
+        .collect();
+    format!(
+        "{}: no container that {} deploys has an image named {name}",
+        path.display(),
+        roots.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -252,7 +404,8 @@ mod tests {
             vec![NotVerified {
                 image: "docker.io/library/nginx:1.27".into(),
                 workload: "kustomization".into(),
-                reason: NotVerifiedReason::KustomizeImage
+                reason: NotVerifiedReason::KustomizeImage,
+                detail: None,
             }]
         );
         assert_eq!(promised.expected[0].digest.to_string(), D);
@@ -299,6 +452,171 @@ mod tests {
         assert_eq!(
             promised.not_verified[0].workload,
             "default/ReplicationController/prod-legacy"
+        );
+    }
+}
+
+/// The verifier's side of rendering: which pins of a commit become which expectations.
+#[cfg(test)]
+mod rendered_tests {
+    use super::*;
+    use crate::render::fixtures::repo;
+    use std::path::PathBuf;
+
+    const D: &str = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
+
+    const BASE: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      containers:\n      - {name: web, image: 'ghcr.io/acme/web:1.3'}\n";
+
+    /// The repository's files; those under `paths` are scanned as the pipeline scans them,
+    /// the kustomizations among them rendered from the whole repository.
+    fn promised(files: &[(&str, &str)], paths: &[&str]) -> Promised {
+        let under = |p: &str| paths.iter().any(|dir| p.starts_with(dir));
+        let scanned: Vec<ScannedFile> = files
+            .iter()
+            .filter(|(p, _)| under(p))
+            .map(|(p, text)| ScannedFile {
+                path: PathBuf::from(p),
+                source: text.as_bytes().to_vec(),
+                fields: crate::manifest::scan(Path::new(p), text.as_bytes())
+                    .unwrap()
+                    .fields,
+            })
+            .collect();
+        let kustomizations: Vec<PathBuf> = files
+            .iter()
+            .filter(|(p, _)| under(p) && p.ends_with("kustomization.yaml"))
+            .map(|(p, _)| PathBuf::from(p))
+            .collect();
+        let renders = crate::render::render_roots(&kustomizations, &repo(files));
+        let mapping = NameMapping {
+            default_namespace: "default".into(),
+            ..NameMapping::default()
+        };
+        from_manifests(&scanned, &renders, |_| true, &mapping)
+    }
+
+    fn expected(p: &Promised) -> Vec<String> {
+        p.expected
+            .iter()
+            .map(|e| format!("{} {} {}", e.workload, e.container, e.pinned_ref))
+            .collect()
+    }
+
+    /// A base Deployment (`deployment`) and a production overlay over it (`namespace: prod`,
+    /// `namePrefix: prod-`, then `extra`), with `paths` configured.
+    fn overlay_over_base(deployment: &str, extra: &str, paths: &[&str]) -> Promised {
+        let overlay =
+            format!("resources: [../../base]\nnamespace: prod\nnamePrefix: prod-\n{extra}");
+        promised(
+            &[
+                ("base/kustomization.yaml", "resources: [deployment.yaml]\n"),
+                ("base/deployment.yaml", deployment),
+                ("overlays/prod/kustomization.yaml", &overlay),
+            ],
+            paths,
+        )
+    }
+
+    #[test]
+    fn an_overlay_images_entry_is_expected_on_the_workload_the_overlay_deploys() {
+        let entry = format!("images:\n- name: ghcr.io/acme/web\n  newTag: '1.4'\n  digest: {D}\n");
+        let p = overlay_over_base(BASE, &entry, &["overlays/prod"]);
+        assert_eq!(
+            expected(&p),
+            [format!(
+                "prod/Deployment/prod-web web ghcr.io/acme/web:1.4@{D}"
+            )]
+        );
+        assert_eq!(p.expected[0].digest.to_string(), D);
+        assert!(p.not_verified.is_empty(), "{:?}", p.not_verified);
+    }
+
+    #[test]
+    fn a_container_pinned_in_the_base_counts_once_under_its_rendered_name() {
+        let pinned = BASE.replace("web:1.3'", &format!("web:1.3@{D}'"));
+        let p = overlay_over_base(&pinned, "", &["base", "overlays"]);
+        // The base is included by the overlay: not a root, never judged as Deployment/web.
+        assert_eq!(
+            expected(&p),
+            [format!(
+                "prod/Deployment/prod-web web ghcr.io/acme/web:1.3@{D}"
+            )]
+        );
+        assert!(p.not_verified.is_empty());
+    }
+
+    #[test]
+    fn an_entry_reaching_no_container_is_not_verified_and_says_so() {
+        let entry = format!("images:\n- name: ghcr.io/acme/api\n  newTag: '2'\n  digest: {D}\n");
+        let p = overlay_over_base(BASE, &entry, &["overlays/prod"]);
+        assert!(p.expected.is_empty());
+        assert_eq!(
+            p.not_verified,
+            [NotVerified {
+                image: "ghcr.io/acme/api:2".into(),
+                workload: "kustomization".into(),
+                reason: NotVerifiedReason::KustomizeImageUnused,
+                detail: Some(
+                    "overlays/prod/kustomization.yaml: no container that overlays/prod/kustomization.yaml deploys has an image named ghcr.io/acme/api".into()
+                ),
+            }]
+        );
+    }
+
+    #[test]
+    fn pins_of_a_kustomization_tagpin_cannot_render_are_not_verified_with_the_reason() {
+        let prod = format!(
+            "resources: [github.com/acme/platform//web?ref=v1, ../../base]\nnamespace: prod\npatches: [{{path: image.yaml}}]\nimages:\n- {{name: ghcr.io/acme/web, newTag: '1.4', digest: {D}}}\n"
+        );
+        let patch = BASE.replace("web:1.3'", &format!("web:1.5@{D}'"));
+        let p = promised(
+            &[
+                ("base/kustomization.yaml", "resources: [deployment.yaml]\n"),
+                ("base/deployment.yaml", BASE),
+                ("overlays/prod/kustomization.yaml", &prod),
+                ("overlays/prod/image.yaml", &patch),
+            ],
+            &["overlays/prod"],
+        );
+        assert!(p.expected.is_empty());
+        let seen: Vec<(&str, &str, NotVerifiedReason)> = p
+            .not_verified
+            .iter()
+            .map(|n| (n.workload.as_str(), n.image.as_str(), n.reason))
+            .collect();
+        let rendered = format!("ghcr.io/acme/web:1.4@{D}");
+        let patched = format!("ghcr.io/acme/web:1.5@{D}");
+        let not_rendered = NotVerifiedReason::KustomizeNotRendered;
+        assert_eq!(
+            seen,
+            [
+                ("prod/Deployment/web", rendered.as_str(), not_rendered),
+                ("default/Deployment/web", patched.as_str(), not_rendered),
+            ]
+        );
+        let detail = p.not_verified[0].detail.as_deref().unwrap();
+        assert!(
+            detail.starts_with("overlays/prod/kustomization.yaml:1:13: resource github.com/acme/platform//web?ref=v1 is remote")
+                && detail.contains("overlays/prod/kustomization.yaml:3:18: patch image.yaml: the patch sets `containers`"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn manifests_no_kustomization_reaches_are_read_as_before() {
+        let pinned = BASE.replace("web:1.3'", &format!("web:1.3@{D}'"));
+        let p = promised(
+            &[
+                ("apps/web.yaml", &pinned),
+                ("apps/kustomization.yaml", "resources: []\n"),
+            ],
+            &["apps"],
+        );
+        assert_eq!(
+            expected(&p),
+            [format!(
+                "default/Deployment/web web ghcr.io/acme/web:1.3@{D}"
+            )]
         );
     }
 }

@@ -18,15 +18,18 @@ pub mod verdict;
 mod wording;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::forge::{body, ForgeError, GitHub, StatusState};
 use crate::git::{off_runtime, GitError, Mirror};
+use crate::manifest::kustomize::is_kustomization_file;
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection};
 use crate::reference::{Digest, Reference};
 use crate::registry::{Client, ManifestKind};
+use crate::render::{self, Lookup};
 use crate::workload::WorkloadId;
 use expected::{Expected, NameMapping, NotVerified};
 use live::{Cluster, LiveError};
@@ -147,7 +150,10 @@ pub async fn expectations(
 }
 
 /// Expectations from the manifests of a commit, through the same pipeline `plan` and `sync`
-/// use, so all three agree on files, namespaces and skips.
+/// use, so all three agree on files, skips and errors. The root kustomizations under the
+/// configured paths are also rendered from the commit's tree (their bases elsewhere in the
+/// repository included), so their workloads are looked for where the GitOps tool deploys them;
+/// what a render could not follow is added to the skips, which `plan` and `sync` do not render.
 fn from_tree(
     mirror: &Mirror,
     commit: git2::Oid,
@@ -157,13 +163,39 @@ fn from_tree(
     let filter = FileFilter::with_default_include(&config.include, &config.exclude)?;
     let selection = ImageSelection::compile(&config.images)?;
     let gathered = mirror.read_files(commit, &config.paths, &filter)?;
+    let kustomizations: Vec<PathBuf> = gathered
+        .files
+        .iter()
+        .map(|f| f.path.clone())
+        .filter(|path| is_kustomization_file(path))
+        .collect();
     let scanned = pipeline::scan(gathered, &selection);
-    let promised = expected::from_fields(scanned.fields(), mapping);
+    let tree = |path: &Path| {
+        mirror
+            .read_path(commit, path)
+            .unwrap_or_else(|e| Lookup::Refused(e.to_string()))
+    };
+    let renders = render::render_roots(&kustomizations, &tree);
+    let manages = |image: &str| selection.manages(image);
+    let promised = expected::from_manifests(&scanned.files, &renders, manages, mapping);
+    let mut skipped = scanned.skipped;
+    skipped.extend(
+        renders
+            .iter()
+            .flat_map(|r| &r.unverifiable)
+            .map(|u| pipeline::Skipped {
+                path: u.path.clone(),
+                position: Some((u.line, u.column)),
+                why: pipeline::SkipWhy::NotRendered(u.gap),
+            }),
+    );
+    skipped.sort();
+    skipped.dedup();
     Ok(Expectations {
         expected: promised.expected,
         not_verified: promised.not_verified,
         failures: scanned.errors.iter().map(ToString::to_string).collect(),
-        skipped: scanned.skipped,
+        skipped,
         commits: vec![commit.to_string()],
     })
 }

@@ -54,7 +54,7 @@ pub fn comment(check: &Check, expectations: &Expectations) -> String {
                 "| `{}` | {} | {} |\n",
                 n.image,
                 escape_cell(&n.workload),
-                n.reason
+                escape_cell(&n.why())
             ));
         }
     }

@@ -10,8 +10,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
+
+use crate::support;
 
 use serde::Deserialize;
 use serde_yaml::Value;
@@ -73,38 +74,7 @@ struct Build {
 
 /// `kubectl kustomize DIR`, or a failure carrying kubectl's own output.
 fn kustomize(dir: &Path) -> Vec<Value> {
-    let kubectl = std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into());
-    let output = Command::new(&kubectl)
-        .arg("kustomize")
-        .arg(dir)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run {kubectl:?} kustomize {} ({e}); these tests need kubectl \
-                 (1.27 or newer; set KUBECTL to its path)",
-                dir.display()
-            )
-        });
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "`{} kustomize {}` failed ({}):\n{stderr}\n{stdout}",
-        kubectl.to_string_lossy(),
-        dir.display(),
-        output.status
-    );
-    serde_yaml::Deserializer::from_str(&stdout)
-        .map(|document| {
-            Value::deserialize(document).unwrap_or_else(|e| {
-                panic!(
-                    "kustomize output of {} is not YAML: {e}\n{stdout}",
-                    dir.display()
-                )
-            })
-        })
-        .filter(|v| !v.is_null())
-        .collect()
+    support::kubectl::kustomize(dir).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Both variants, rendered once for all the tests.

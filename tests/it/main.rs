@@ -19,6 +19,7 @@ mod github_server_selftest;
 mod golden;
 mod harness_selftest;
 mod kube_server_selftest;
+mod kustomize;
 mod pipeline;
 mod quickstart;
 mod registry_client;

@@ -18,16 +18,17 @@ const GH_TOKEN: &str = "ghs_verify_5e1f";
 const QUAY_DIGEST: &str = "sha256:0f152bc1261aea012bbf89977a821f1b319b9dc9feb7f4ba54f08f617b2937ec";
 const OLD: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
-/// The Git repository, the cluster, and a config pointing at both.
-struct World {
+/// The Git repository, the cluster, and a config pointing at both (shared with the other
+/// verify tests, such as `kustomize`).
+pub(crate) struct World {
     repo: BareRepo,
-    kube: KubeServer,
+    pub(crate) kube: KubeServer,
     dir: tempfile::TempDir,
     registry_host: String,
 }
 
 impl World {
-    async fn new(files: &[(&str, &str)], registry_host: &str) -> World {
+    pub(crate) async fn new(files: &[(&str, &str)], registry_host: &str) -> World {
         let repo = BareRepo::create(files);
         let kube = KubeServer::start().await;
         let dir = tempfile::tempdir().unwrap();
@@ -41,7 +42,7 @@ impl World {
         world
     }
 
-    fn write_config(&self, namespace: &str, extra: &str) {
+    pub(crate) fn write_config(&self, namespace: &str, extra: &str) {
         std::fs::write(
             self.dir.path().join("tagpin.yaml"),
             format!(
@@ -53,7 +54,7 @@ impl World {
         .unwrap();
     }
 
-    async fn verify(&self, args: &[&str]) -> Output {
+    pub(crate) async fn verify(&self, args: &[&str]) -> Output {
         let kubeconfig = self.kube.kubeconfig(self.dir.path());
         tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
             .arg("verify")

@@ -9,6 +9,7 @@
 pub mod git;
 pub mod github;
 pub mod kube;
+pub mod kubectl;
 pub mod registry;
 
 use std::path::{Path, PathBuf};
