@@ -634,14 +634,21 @@ fn report_verify(report: &VerifyReport, format: OutputFormat) -> Exit {
         eprintln!("error: {failure}");
     }
     match format {
-        OutputFormat::Json => emit_json(&json!({
-            "state": check.state,
-            "summary": check.summary,
-            "verdicts": check.verdicts,
-            "not_verified": expectations.not_verified,
-            "failures": expectations.failures,
-            "skipped": expectations.skipped,
-        })),
+        OutputFormat::Json => {
+            let mut document = json!({
+                "state": check.state,
+                "summary": check.summary,
+                "verdicts": check.verdicts,
+                "not_verified": check.not_verified(expectations).collect::<Vec<_>>(),
+                "failures": expectations.failures,
+                "skipped": expectations.skipped,
+            });
+            // Only when a GitOps object applies the pins, so other documents keep their shape.
+            if !check.gitops.objects.is_empty() {
+                document["gitops"] = json!(check.gitops.objects);
+            }
+            emit_json(&document)
+        }
         OutputFormat::Human => {
             let mut text = format!("{}: {}\n", report::state_word(check.state), check.summary);
             for v in &check.verdicts {
@@ -662,7 +669,10 @@ fn report_verify(report: &VerifyReport, format: OutputFormat) -> Exit {
                     ));
                 }
             }
-            for n in &expectations.not_verified {
+            for object in &check.gitops.objects {
+                text.push_str(&format!("  {}\n", object.summary));
+            }
+            for n in check.not_verified(expectations) {
                 text.push_str(&format!(
                     "  {} {}: not verified: {}\n",
                     n.workload,

@@ -41,6 +41,48 @@ pub struct Verify {
     pub name_suffix: String,
     /// The kubeconfig context to use; default: the current one, or in-cluster.
     pub context: Option<String>,
+    /// The Argo CD Applications and Flux Kustomizations that apply the pins, when they are
+    /// named rather than found (see `verify::gitops`).
+    pub gitops: GitOpsObjects,
+}
+
+/// Argo CD Applications and Flux Kustomizations named in `verify.gitops`. Both empty (the
+/// default): tagpin finds the objects whose source is the configured repository.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GitOpsObjects {
+    pub applications: Vec<ObjectName>,
+    pub kustomizations: Vec<ObjectName>,
+}
+
+impl GitOpsObjects {
+    pub fn is_empty(&self) -> bool {
+        self.applications.is_empty() && self.kustomizations.is_empty()
+    }
+}
+
+/// A namespaced object, written `namespace/name`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ObjectName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectName {
+    /// `namespace/name`, both parts non-empty.
+    pub fn parse(text: &str) -> Option<ObjectName> {
+        let (namespace, name) = text.trim().split_once('/')?;
+        let valid = |part: &str| !part.is_empty() && !part.contains('/');
+        (valid(namespace) && valid(name)).then(|| ObjectName {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for ObjectName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -682,6 +724,7 @@ impl Validator {
             name_prefix: String::new(),
             name_suffix: String::new(),
             context: None,
+            gitops: GitOpsObjects::default(),
         };
         let Some(value) = top.get("verify") else {
             return verify;
@@ -690,7 +733,13 @@ impl Validator {
         let Some(m) = self.mapping(
             value,
             path,
-            &["default_namespace", "name_prefix", "name_suffix", "context"],
+            &[
+                "default_namespace",
+                "name_prefix",
+                "name_suffix",
+                "context",
+                "gitops",
+            ],
         ) else {
             return verify;
         };
@@ -700,7 +749,35 @@ impl Validator {
         verify.name_prefix = self.string(m, path, "name_prefix").unwrap_or_default();
         verify.name_suffix = self.string(m, path, "name_suffix").unwrap_or_default();
         verify.context = self.string(m, path, "context");
+        if let Some(value) = m.get("gitops") {
+            verify.gitops = self.gitops_objects(value);
+        }
         verify
+    }
+
+    fn gitops_objects(&mut self, value: &Value) -> GitOpsObjects {
+        let path = "verify.gitops";
+        let Some(m) = self.mapping(value, path, &["applications", "kustomizations"]) else {
+            return GitOpsObjects::default();
+        };
+        let mut names = |key: &str| -> Vec<ObjectName> {
+            let texts = self.strings(m, path, key);
+            let mut names = Vec::new();
+            for (i, text) in texts.iter().enumerate() {
+                match ObjectName::parse(text) {
+                    Some(name) => names.push(name),
+                    None => self.problem(
+                        &format!("{}[{i}]", join(path, key)),
+                        format!("expected namespace/name, found {text:?}"),
+                    ),
+                }
+            }
+            names
+        };
+        GitOpsObjects {
+            applications: names("applications"),
+            kustomizations: names("kustomizations"),
+        }
     }
 
     fn forge(&mut self, value: &Value) -> Option<Forge> {
@@ -987,6 +1064,35 @@ colour: blue
         assert_eq!(
             err.problems,
             ["tagpin.yaml:2:1: (top level): expected a mapping, found a list"]
+        );
+    }
+
+    #[test]
+    fn gitops_objects_are_named_namespace_slash_name() {
+        let c = parse(
+            "repository: {url: /srv/git/gitops.git}\nverify:\n  gitops:\n    applications: [argocd/shop]\n    kustomizations: [flux-system/apps]\n",
+        )
+        .unwrap();
+        assert_eq!(c.verify.gitops.applications[0].to_string(), "argocd/shop");
+        assert_eq!(c.verify.gitops.kustomizations[0].name, "apps");
+        assert!(parse("repository: {url: /srv/git/gitops.git}\n")
+            .unwrap()
+            .verify
+            .gitops
+            .is_empty());
+        let err = parse(
+            "repository: {url: /srv/git/gitops.git}\nverify: {gitops: {applications: [shop], flux: []}}\n",
+        )
+        .unwrap_err();
+        let problems = err.problems.join("\n");
+        assert!(
+            problems
+                .contains("verify.gitops.applications[0]: expected namespace/name, found \"shop\""),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("verify.gitops.flux: unknown key"),
+            "{problems}"
         );
     }
 

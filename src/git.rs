@@ -415,6 +415,48 @@ impl Mirror {
         Ok((c.tree_id(), c.parent_ids().next()))
     }
 
+    /// Another handle on the same mirror, for work that outlives the borrow of this one (the
+    /// verifier asks about GitOps revisions at every check). A `Repository` cannot be shared
+    /// between threads, but two handles on one directory can be used side by side.
+    pub fn try_clone(&self) -> Result<Mirror, GitError> {
+        let repo = Repository::open_bare(self.repo.path()).map_err(|e| GitError::Mirror {
+            path: self.repo.path().to_path_buf(),
+            message: e.message().to_string(),
+        })?;
+        Ok(Mirror {
+            repo,
+            url: self.url.clone(),
+            credentials: self.credentials.clone(),
+        })
+    }
+
+    /// Whether commit `candidate` is `ancestor` or comes after it (`git merge-base
+    /// --is-ancestor ancestor candidate`): a GitOps tool that applied `candidate` applied
+    /// everything `ancestor` changed. `None` when the mirror does not hold one of them (yet: a
+    /// fetch may bring it), or either is not a commit id.
+    pub fn is_descendant_or_equal(
+        &self,
+        candidate: &str,
+        ancestor: &str,
+    ) -> Result<Option<bool>, GitError> {
+        let commit = |text: &str| {
+            Oid::from_str(text)
+                .ok()
+                .filter(|_| text.len() == 40 || text.len() == 64)
+                .filter(|oid| self.repo.find_commit(*oid).is_ok())
+        };
+        let (Some(candidate), Some(ancestor)) = (commit(candidate), commit(ancestor)) else {
+            return Ok(None);
+        };
+        if candidate == ancestor {
+            return Ok(Some(true));
+        }
+        self.repo
+            .graph_descendant_of(candidate, ancestor)
+            .map(Some)
+            .map_err(other)
+    }
+
     /// Pushes `commit` to `branch`, on the condition `expect` states.
     pub fn push(&self, commit: Oid, branch: &str, expect: Expect) -> Result<(), GitError> {
         if let Some(path) = local_path(&self.url) {
@@ -835,6 +877,42 @@ mod tests {
         assert_eq!(read("linked/kustomization.yaml"), Lookup::Symlink);
         for refused in ["../outside", "/etc/passwd", "base/../file.yaml", "./base"] {
             assert!(matches!(read(refused), Lookup::Refused(_)), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_revision_at_or_after_the_pin_commit_descends_from_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mirror =
+            Mirror::open(dir.path(), "https://example.com/a.git", Credentials::None).unwrap();
+        let repo = &mirror.repo;
+        let signature = git2::Signature::now("t", "t@example.com").unwrap();
+        let tree = repo
+            .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
+            .unwrap();
+        let commit = |message: &str, parents: &[Oid]| {
+            let parents: Vec<git2::Commit> = parents
+                .iter()
+                .map(|p| repo.find_commit(*p).unwrap())
+                .collect();
+            let parents: Vec<&git2::Commit> = parents.iter().collect();
+            repo.commit(None, &signature, &signature, message, &tree, &parents)
+                .unwrap()
+                .to_string()
+        };
+        let root = commit("root", &[]);
+        let pin = commit("pin", &[root.parse().unwrap()]);
+        let after = commit("after", &[pin.parse().unwrap()]);
+        let side = commit("side", &[root.parse().unwrap()]);
+        let other = mirror.try_clone().unwrap();
+        for m in [&mirror, &other] {
+            assert_eq!(m.is_descendant_or_equal(&after, &pin).unwrap(), Some(true));
+            assert_eq!(m.is_descendant_or_equal(&pin, &pin).unwrap(), Some(true));
+            assert_eq!(m.is_descendant_or_equal(&root, &pin).unwrap(), Some(false));
+            assert_eq!(m.is_descendant_or_equal(&side, &pin).unwrap(), Some(false));
+            let unknown = "1".repeat(40);
+            assert_eq!(m.is_descendant_or_equal(&unknown, &pin).unwrap(), None);
+            assert_eq!(m.is_descendant_or_equal(&pin[..7], &pin).unwrap(), None);
         }
     }
 

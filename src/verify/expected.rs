@@ -32,7 +32,7 @@ pub struct NameMapping {
 
 impl NameMapping {
     /// The live identity of a workload as written in Git.
-    fn live(&self, workload: &WorkloadId) -> WorkloadId {
+    pub(crate) fn live(&self, workload: &WorkloadId) -> WorkloadId {
         let mut live = workload.in_namespace_or(&self.default_namespace);
         live.name = format!("{}{}{}", self.name_prefix, workload.name, self.name_suffix);
         live
@@ -72,6 +72,14 @@ pub enum NotVerifiedReason {
     NoName,
     /// The plan block names the workload in a form tagpin cannot read.
     UnreadableWorkload,
+    /// The Argo CD Application or Flux Kustomization that applies the pin's file has applied
+    /// it, but its inventory holds no workload of this kind and name (see `verify::gitops`).
+    #[serde(rename = "not_in_gitops_inventory")]
+    NotInGitOpsInventory,
+    /// Several inventory entries of the GitOps objects that apply the pin's file could be
+    /// this workload.
+    #[serde(rename = "ambiguous_in_gitops_inventory")]
+    AmbiguousInGitOpsInventory,
 }
 
 impl std::fmt::Display for NotVerifiedReason {
@@ -87,6 +95,12 @@ impl std::fmt::Display for NotVerifiedReason {
             NotVerifiedReason::KindNotVerifiable => "tagpin cannot read this kind live yet",
             NotVerifiedReason::NoName => "the manifest has no metadata.name",
             NotVerifiedReason::UnreadableWorkload => "the workload in the plan block is unreadable",
+            NotVerifiedReason::NotInGitOpsInventory => {
+                "the GitOps object applying it lists no such workload"
+            }
+            NotVerifiedReason::AmbiguousInGitOpsInventory => {
+                "several workloads listed by the GitOps objects applying it could be this one"
+            }
         })
     }
 }

@@ -851,6 +851,74 @@ fn live_pod(p: &Pod) -> LivePod {
     }
 }
 
+/// The GitOps objects the cluster holds, as listed (JSON), for [`super::gitops`] to read.
+#[derive(Debug, Default)]
+pub struct GitOpsListing {
+    pub applications: Vec<serde_json::Value>,
+    pub kustomizations: Vec<serde_json::Value>,
+    pub git_repositories: Vec<serde_json::Value>,
+}
+
+impl Cluster {
+    /// Every Argo CD Application, Flux Kustomization and Flux GitRepository, in all namespaces,
+    /// page by page. A kind whose CRD is not installed (404) or that tagpin may not list (403)
+    /// is simply absent: most clusters run one of the two tools, or neither.
+    pub async fn gitops_objects(&self) -> Result<GitOpsListing, LiveError> {
+        let (applications, kustomizations, git_repositories) = futures::try_join!(
+            self.list_everywhere("argoproj.io", "v1alpha1", "Application", "applications"),
+            self.list_everywhere(
+                "kustomize.toolkit.fluxcd.io",
+                "v1",
+                "Kustomization",
+                "kustomizations"
+            ),
+            self.list_everywhere(
+                "source.toolkit.fluxcd.io",
+                "v1",
+                "GitRepository",
+                "gitrepositories"
+            ),
+        )?;
+        Ok(GitOpsListing {
+            applications,
+            kustomizations,
+            git_repositories,
+        })
+    }
+
+    /// Every object of a custom resource in all namespaces, as JSON; none when the resource is
+    /// not served (404) or not readable (403).
+    async fn list_everywhere(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+        plural: &str,
+    ) -> Result<Vec<serde_json::Value>, LiveError> {
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        match list_pages(&api).await {
+            Ok((items, _)) => Ok(items
+                .iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect()),
+            Err(kube::Error::Api(status)) if status.code == 403 || status.code == 404 => {
+                tracing::debug!(
+                    "no {plural}.{group} to consult (HTTP {}): {}",
+                    status.code,
+                    status.message
+                );
+                Ok(Vec::new())
+            }
+            Err(source) => Err(LiveError::Api {
+                what: format!("{plural}.{group} in all namespaces"),
+                source,
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

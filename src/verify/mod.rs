@@ -8,6 +8,7 @@
 //! request. Nothing here writes to the cluster.
 
 pub mod expected;
+pub mod gitops;
 pub mod live;
 mod pods;
 pub mod report;
@@ -19,9 +20,10 @@ mod wording;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::config::Config;
+use crate::config::{Config, GitOpsObjects};
 use crate::forge::{body, ForgeError, GitHub, StatusState};
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::kustomize::is_kustomization_file;
@@ -56,6 +58,11 @@ pub struct Expectations {
     pub skipped: Vec<pipeline::Skipped>,
     /// Commits to put the `tagpin/converged` status on: the PR head, and its merge commit.
     pub commits: Vec<String>,
+    /// The files that pin each expected workload (by live identity), to find the GitOps
+    /// objects that apply them by their path.
+    pub pinned_in: BTreeMap<WorkloadId, BTreeSet<String>>,
+    /// How each check consults GitOps objects; `None` leaves checks as they were.
+    pub gitops: Option<GitOpsScope>,
 }
 
 impl Expectations {
@@ -90,19 +97,51 @@ pub struct Check {
     pub state: State,
     pub summary: String,
     pub verdicts: Vec<Verdict>,
+    /// What the Argo CD Applications and Flux Kustomizations that apply the pins said.
+    #[serde(skip_serializing_if = "gitops::Findings::is_empty")]
+    pub gitops: gitops::Findings,
 }
 
 impl Check {
     /// The state and headline once what could not be checked is counted: pins with no live
     /// workload and manifests that could not be read keep the verdict from Converged.
-    fn judged(verdicts: Vec<Verdict>, expectations: &Expectations) -> Check {
-        let (state, summary) = verdict::summarize(&verdicts, expectations.unchecked());
+    fn judged(
+        verdicts: Vec<Verdict>,
+        expectations: &Expectations,
+        gitops: gitops::Findings,
+    ) -> Check {
+        let unchecked = unchecked(expectations, &gitops);
+        let (state, summary) = verdict::summarize(&verdicts, unchecked);
         Check {
             state,
             summary,
             verdicts,
+            gitops,
         }
     }
+
+    /// What no verdict covers: the expectations' pins and files, and the pins no GitOps object
+    /// could place on a live workload.
+    pub fn unchecked(&self, expectations: &Expectations) -> verdict::Unchecked {
+        unchecked(expectations, &self.gitops)
+    }
+
+    /// Every pin that was not checked, with its reason.
+    pub fn not_verified<'a>(
+        &'a self,
+        expectations: &'a Expectations,
+    ) -> impl Iterator<Item = &'a NotVerified> {
+        expectations
+            .not_verified
+            .iter()
+            .chain(&self.gitops.not_verified)
+    }
+}
+
+fn unchecked(expectations: &Expectations, gitops: &gitops::Findings) -> verdict::Unchecked {
+    let mut unchecked = expectations.unchecked();
+    unchecked.images += gitops.not_verified.len();
+    unchecked
 }
 
 /// Reads the expectations for `source`.
@@ -117,7 +156,7 @@ pub async fn expectations(
         name_prefix: config.verify.name_prefix.clone(),
         name_suffix: config.verify.name_suffix.clone(),
     };
-    match source {
+    let mut expectations = match source {
         Source::PullRequest(number) => {
             let forge = forge.ok_or(VerifyError::NoForge)?;
             let pr = forge.pull_request(*number).await?;
@@ -125,13 +164,15 @@ pub async fn expectations(
             let promised = expected::from_plan(&block, &mapping);
             let mut commits = vec![pr.head_sha.clone()];
             commits.extend(pr.merge_commit_sha.filter(|_| pr.merged));
-            Ok(Expectations {
+            Expectations {
                 expected: promised.expected,
                 not_verified: promised.not_verified,
                 failures: Vec::new(),
                 skipped: Vec::new(),
                 commits,
-            })
+                pinned_in: gitops::files_of_pins(&block.pins, &mapping),
+                gitops: None,
+            }
         }
         Source::Commit(sha) => off_runtime(|| {
             mirror.fetch(
@@ -140,13 +181,15 @@ pub async fn expectations(
             )?;
             let oid = mirror.resolve_commit(sha)?;
             from_tree(mirror, oid, config, &mapping)
-        }),
+        })?,
         Source::Branch(branch) => off_runtime(|| {
             mirror.fetch(branch, &config.pull_request.branch_prefix)?;
             let tip = mirror.require_tip(branch)?;
             from_tree(mirror, tip, config, &mapping)
-        }),
-    }
+        })?,
+    };
+    expectations.gitops = Some(GitOpsScope::new(config, mirror)?);
+    Ok(expectations)
 }
 
 /// Expectations from the manifests of a commit, through the same pipeline `plan` and `sync`
@@ -197,6 +240,8 @@ fn from_tree(
         failures: scanned.errors.iter().map(ToString::to_string).collect(),
         skipped,
         commits: vec![commit.to_string()],
+        pinned_in: gitops::files_of_scan(&scanned.files, mapping),
+        gitops: None,
     })
 }
 
@@ -269,11 +314,12 @@ pub async fn check(
     registry: &Client,
     families: &mut Families,
 ) -> Result<Check, VerifyError> {
-    let ids: BTreeSet<&WorkloadId> = expectations.expected.iter().map(|e| &e.workload).collect();
+    let gitops = consult_gitops(expectations, cluster).await?;
+    let ids: BTreeSet<&WorkloadId> = gitops.read.iter().map(|e| &e.workload).collect();
     let ids: Vec<&WorkloadId> = ids.into_iter().collect();
     let live = cluster.read_all(&ids).await?;
     let mut verdicts = Vec::new();
-    for e in &expectations.expected {
+    for e in &gitops.read {
         let Some(l) = live.get(&e.workload) else {
             continue;
         };
@@ -290,7 +336,8 @@ pub async fn check(
         }
         verdicts.push(v);
     }
-    Ok(Check::judged(verdicts, expectations))
+    verdicts.extend(gitops.verdicts);
+    Ok(Check::judged(verdicts, expectations, gitops.findings))
 }
 
 /// Whether any pod reports, for the expected container, an imageID other than the pinned
@@ -372,7 +419,7 @@ pub async fn publish(forge: &GitHub, pr: Option<u64>, expectations: &Expectation
         State::Progressing => StatusState::Pending,
         State::Unverified => StatusState::Error,
     };
-    let description = verdict::status_description(&check.verdicts, expectations.unchecked());
+    let description = verdict::status_description(&check.verdicts, check.unchecked(expectations));
     for sha in &expectations.commits {
         let current = forge
             .status_of(sha, report::STATUS_CONTEXT)
@@ -401,6 +448,124 @@ pub async fn publish(forge: &GitHub, pr: Option<u64>, expectations: &Expectation
             tracing::warn!("cannot update the verdict comment on #{number}: {e}");
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GitOps objects: Argo CD Applications and Flux Kustomizations speak for the pins they apply
+// (see `gitops.rs`). Without a scope, or without such an object, a check is what it always was.
+
+/// What a check needs to consult the GitOps objects: the repository they must apply, the
+/// objects the configuration names, and the mirror, to ask which applied revisions come at or
+/// after the pin commit.
+#[derive(Clone)]
+pub struct GitOpsScope {
+    repository_url: String,
+    branch: String,
+    branch_prefix: String,
+    named: GitOpsObjects,
+    mirror: Arc<Mutex<Mirror>>,
+}
+
+impl std::fmt::Debug for GitOpsScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GitOpsScope")
+            .field(
+                "repository_url",
+                &crate::git::redact_url(&self.repository_url),
+            )
+            .field("branch", &self.branch)
+            .field("named", &self.named)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GitOpsScope {
+    fn new(config: &Config, mirror: &Mirror) -> Result<GitOpsScope, GitError> {
+        Ok(GitOpsScope {
+            repository_url: config.repository.url.clone(),
+            branch: config.repository.branch.clone(),
+            branch_prefix: config.pull_request.branch_prefix.clone(),
+            named: config.verify.gitops.clone(),
+            mirror: Arc::new(Mutex::new(mirror.try_clone()?)),
+        })
+    }
+
+    /// For each revision, whether it is one of `commits` or comes after one. Revisions the
+    /// mirror does not hold (the tool may have applied a commit pushed since the last fetch)
+    /// are fetched once; one still unknown is not after the pin.
+    fn descends(&self, revisions: &BTreeSet<String>, commits: &[String]) -> BTreeMap<String, bool> {
+        let mirror = self.mirror.lock().unwrap_or_else(PoisonError::into_inner);
+        let ask = |revision: &str| -> Option<bool> {
+            let mut unknown = false;
+            for commit in commits {
+                match mirror.is_descendant_or_equal(revision, commit) {
+                    Ok(Some(true)) => return Some(true),
+                    Ok(Some(false)) => {}
+                    Ok(None) => unknown = true,
+                    Err(e) => {
+                        tracing::debug!("is {revision} after {commit}? {e}");
+                        unknown = true;
+                    }
+                }
+            }
+            (!unknown).then_some(false)
+        };
+        let mut answers: BTreeMap<String, Option<bool>> =
+            revisions.iter().map(|r| (r.clone(), ask(r))).collect();
+        if answers.values().any(Option::is_none) {
+            if let Err(e) = mirror.fetch(&self.branch, &self.branch_prefix) {
+                tracing::warn!(
+                    "cannot fetch {} to compare GitOps revisions: {e}",
+                    self.branch
+                );
+            }
+            for (revision, answer) in answers.iter_mut().filter(|(_, a)| a.is_none()) {
+                *answer = ask(revision);
+            }
+        }
+        answers
+            .into_iter()
+            .map(|(revision, answer)| (revision, answer.unwrap_or(false)))
+            .collect()
+    }
+}
+
+/// What the GitOps objects change in one check: which live workloads to read, which are still
+/// waiting for their object to apply the pin commit, and what could not be placed.
+async fn consult_gitops(
+    expectations: &Expectations,
+    cluster: &Cluster,
+) -> Result<gitops::Decision, VerifyError> {
+    let unchanged = || gitops::Decision::unchanged(&expectations.expected);
+    let (Some(scope), Some(pin)) = (&expectations.gitops, expectations.commits.last()) else {
+        return Ok(unchanged());
+    };
+    let listing = cluster.gitops_objects().await?;
+    let listed = gitops::objects(
+        &listing.applications,
+        &listing.kustomizations,
+        &listing.git_repositories,
+    );
+    for name in gitops::missing_names(&scope.named, &listed) {
+        tracing::warn!("verify.gitops names {name}, which tagpin cannot find in the cluster");
+    }
+    let objects = gitops::relevant(listed, &scope.repository_url, &scope.named);
+    if objects.is_empty() {
+        return Ok(unchanged());
+    }
+    let revisions = gitops::revisions(&objects);
+    let descends = off_runtime(|| scope.descends(&revisions, &expectations.commits));
+    let sync: Vec<gitops::Sync> = objects
+        .iter()
+        .map(|o| gitops::sync_of(o, &descends))
+        .collect();
+    Ok(gitops::decide(
+        &expectations.expected,
+        &expectations.pinned_in,
+        &objects,
+        &sync,
+        pin,
+    ))
 }
 
 /// Parses `90s`, `10m`, `1h` or plain seconds.

@@ -8,8 +8,8 @@ pub const COMMENT_MARKER: &str = "<!-- tagpin-verify -->";
 /// The commit status context tagpin sets.
 pub const STATUS_CONTEXT: &str = "tagpin/converged";
 
-/// The comment body: a headline with the overall state, one row per container, then what was
-/// not verified and why.
+/// The comment body: a headline with the overall state, one row per container, the GitOps
+/// objects that apply the pins, then what was not verified and why.
 pub fn comment(check: &Check, expectations: &Expectations) -> String {
     let mut out = format!(
         "{COMMENT_MARKER}\n### tagpin: cluster {}\n\n{}\n\n",
@@ -47,9 +47,15 @@ pub fn comment(check: &Check, expectations: &Expectations) -> String {
             escape_cell(&finished.join(", "))
         ));
     }
-    if !expectations.not_verified.is_empty() {
+    if !check.gitops.objects.is_empty() {
+        out.push_str("\n**GitOps:**\n\n");
+        for object in &check.gitops.objects {
+            out.push_str(&format!("- {}\n", escape_cell(&object.summary)));
+        }
+    }
+    if check.not_verified(expectations).next().is_some() {
         out.push_str("\n**Not verified:**\n\n| Image | Where | Why |\n|---|---|---|\n");
-        for n in &expectations.not_verified {
+        for n in check.not_verified(expectations) {
             out.push_str(&format!(
                 "| `{}` | {} | {} |\n",
                 n.image,
@@ -88,5 +94,49 @@ mod tests {
     #[test]
     fn cells_never_break_the_table() {
         assert_eq!(escape_cell("a|b\nc"), "a\\|b c");
+    }
+
+    #[test]
+    fn the_comment_names_the_gitops_objects_and_the_pins_they_could_not_place() {
+        use crate::verify::expected::{NotVerified, NotVerifiedReason};
+        use crate::verify::gitops::{Findings, ObjectReport, Tool};
+        let pin = "1111111111111111111111111111111111111111";
+        let check = Check {
+            state: State::Unverified,
+            summary: "1 pinned image matched no live workload; 0 converged".into(),
+            verdicts: Vec::new(),
+            gitops: Findings {
+                objects: vec![ObjectReport {
+                    tool: Tool::ArgoCd,
+                    kind: "Application",
+                    namespace: "argocd".into(),
+                    name: "shop".into(),
+                    synced: true,
+                    revision: Some(pin.into()),
+                    pin_commit: pin.into(),
+                    health: "Healthy".into(),
+                    health_message: None,
+                    workloads: Vec::new(),
+                    summary: "Argo CD Application argocd/shop: Synced to 1111111, Healthy".into(),
+                }],
+                not_verified: vec![NotVerified {
+                    image: "ghcr.io/acme/web:1@sha256:2222".into(),
+                    workload: "shop/Deployment/web".into(),
+                    reason: NotVerifiedReason::NotInGitOpsInventory,
+                    detail: None,
+                }],
+            },
+        };
+        let body = comment(&check, &Expectations::default());
+        assert!(
+            body.contains(
+                "**GitOps:**\n\n- Argo CD Application argocd/shop: Synced to 1111111, Healthy\n"
+            ),
+            "{body}"
+        );
+        assert!(
+            body.contains("| `ghcr.io/acme/web:1@sha256:2222` | shop/Deployment/web | the GitOps object applying it lists no such workload |"),
+            "{body}"
+        );
     }
 }

@@ -17,6 +17,21 @@ use crate::support;
 use serde::Deserialize;
 use serde_yaml::Value;
 
+/// Everything the verifier reads, by (API group, resource): the workload kinds and their pods,
+/// and the GitOps objects that say which commit was applied and what it became. Nothing else.
+const VERIFIER_READS: [(&str, &str); 10] = [
+    ("", "pods"),
+    ("apps", "daemonsets"),
+    ("apps", "deployments"),
+    ("apps", "replicasets"),
+    ("apps", "statefulsets"),
+    ("apps.openshift.io", "deploymentconfigs"),
+    ("argoproj.io", "applications"),
+    ("batch", "jobs"),
+    ("kustomize.toolkit.fluxcd.io", "kustomizations"),
+    ("source.toolkit.fluxcd.io", "gitrepositories"),
+];
+
 #[test]
 fn the_verifier_role_grants_only_read_verbs() {
     let text = std::fs::read_to_string(
@@ -24,6 +39,7 @@ fn the_verifier_role_grants_only_read_verbs() {
     )
     .unwrap();
     let mut rules_seen = 0;
+    let mut granted = BTreeSet::new();
     for document in serde_yaml::Deserializer::from_str(&text) {
         let value = serde_yaml::Value::deserialize(document).unwrap();
         if value["kind"] != "ClusterRole" && value["kind"] != "Role" {
@@ -48,9 +64,19 @@ fn the_verifier_role_grants_only_read_verbs() {
                 !resources.contains(&"*") && !resources.contains(&"secrets"),
                 "{resources:?}"
             );
+            for group in rule["apiGroups"].as_sequence().unwrap() {
+                for resource in &resources {
+                    granted.insert((group.as_str().unwrap().to_string(), resource.to_string()));
+                }
+            }
         }
     }
-    assert_eq!(rules_seen, 4);
+    assert_eq!(rules_seen, 7);
+    let expected: BTreeSet<(String, String)> = VERIFIER_READS
+        .iter()
+        .map(|(g, r)| (g.to_string(), r.to_string()))
+        .collect();
+    assert_eq!(granted, expected, "exactly what the verifier reads");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -336,7 +362,7 @@ fn roles_grant_only_get_list_watch_and_never_secrets() {
             );
             let rules = role["rules"].as_sequence().unwrap();
             if name(role) == "tagpin-verifier" {
-                assert_eq!(rules.len(), 4, "{at}");
+                assert_eq!(rules.len(), 7, "{at}");
             }
             for rule in rules {
                 let verbs = strings(&rule["verbs"]);

@@ -16,6 +16,7 @@ mod deploy;
 mod examples;
 mod git_server_selftest;
 mod github_server_selftest;
+mod gitops;
 mod golden;
 mod harness_selftest;
 mod kube_server_selftest;

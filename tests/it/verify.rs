@@ -74,14 +74,14 @@ impl World {
     }
 }
 
-fn manifest(name: &str, image: &str, replicas: u32) -> String {
+pub(crate) fn manifest(name: &str, image: &str, replicas: u32) -> String {
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
     )
 }
 
 /// A live Deployment as the GitOps tool applied it, with a finished rollout of `replicas`.
-fn live_deployment(kube: &KubeServer, name: &str, image: &str, replicas: i64) {
+pub(crate) fn live_deployment(kube: &KubeServer, name: &str, image: &str, replicas: i64) {
     let mut d = deployment("shop", name, &[("app", name)], &[("app", image)]);
     d["spec"]["replicas"] = json!(replicas);
     kube.apply(d);
@@ -94,7 +94,7 @@ fn live_deployment(kube: &KubeServer, name: &str, image: &str, replicas: i64) {
     );
 }
 
-fn live_pod(kube: &KubeServer, app: &str, name: &str, image: &str, image_id: &str) {
+pub(crate) fn live_pod(kube: &KubeServer, app: &str, name: &str, image: &str, image_id: &str) {
     kube.apply(pod("shop", name, &[("app", app)], &[("app", image)]));
     kube.set_pod_status(
         "shop",

@@ -15,7 +15,11 @@
 //! - Objects are decoded and re-encoded with `k8s-openapi` types, as the real
 //!   server's typed storage does, so a fixture that a real server would refuse
 //!   fails loudly here too. OpenShift's DeploymentConfig has no such type; its
-//!   metadata and pod template are checked with the types that exist.
+//!   metadata and pod template are checked with the types that exist. The
+//!   GitOps custom resources (Argo CD Applications, Flux Kustomizations and
+//!   GitRepositories) are checked against their CRDs' schemas
+//!   (`tests/fixtures/crds/`), and can be uninstalled ([`KubeServer::uninstall`]):
+//!   their paths then answer 404, as on a cluster without the CRD.
 //! - One global, monotonic `resourceVersion`, a full change history, lists that
 //!   page with an opaque `continue` token over a consistent snapshot (with
 //!   `remainingItemCount` only when no selector is given, as etcd does), and
@@ -37,7 +41,7 @@
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use axum::body::{Body, Bytes};
@@ -238,10 +242,59 @@ static RESOURCES: &[ResourceType] = &[
         has_generation: true,
         normalize: deployment_config,
     },
+    ResourceType {
+        group: "argoproj.io",
+        version: "v1alpha1",
+        kind: "Application",
+        plural: "applications",
+        singular: "application",
+        short_names: &["app", "apps"],
+        field_labels: &[],
+        has_generation: true,
+        normalize: argo_cd_application,
+    },
+    ResourceType {
+        group: "kustomize.toolkit.fluxcd.io",
+        version: "v1",
+        kind: "Kustomization",
+        plural: "kustomizations",
+        singular: "kustomization",
+        short_names: &["ks"],
+        field_labels: &[],
+        has_generation: true,
+        normalize: flux_kustomization,
+    },
+    ResourceType {
+        group: "source.toolkit.fluxcd.io",
+        version: "v1",
+        kind: "GitRepository",
+        plural: "gitrepositories",
+        singular: "gitrepository",
+        short_names: &["gitrepo"],
+        field_labels: &[],
+        has_generation: true,
+        normalize: flux_git_repository,
+    },
 ];
 
-/// The API groups under `/apis`, in the order the real server lists them.
-const GROUPS: &[(&str, &str)] = &[("apps", "v1"), ("batch", "v1"), ("apps.openshift.io", "v1")];
+/// The API groups under `/apis`, in the order the real server lists them
+/// (built-in groups first, then those of CRDs).
+const GROUPS: &[(&str, &str)] = &[
+    ("apps", "v1"),
+    ("batch", "v1"),
+    ("apps.openshift.io", "v1"),
+    ("argoproj.io", "v1alpha1"),
+    ("kustomize.toolkit.fluxcd.io", "v1"),
+    ("source.toolkit.fluxcd.io", "v1"),
+];
+
+/// The groups whose resources come from CRDs, which [`KubeServer::uninstall`]
+/// can take away.
+pub const CRD_GROUPS: &[&str] = &[
+    "argoproj.io",
+    "kustomize.toolkit.fluxcd.io",
+    "source.toolkit.fluxcd.io",
+];
 
 /// Decodes into the `k8s-openapi` type and encodes again: unknown fields are
 /// dropped and wrongly typed ones refused, as by the real server's storage.
@@ -250,13 +303,20 @@ fn typed<K: DeserializeOwned + Serialize>(obj: Value) -> Result<Value, String> {
     serde_json::to_value(&decoded).map_err(|e| e.to_string())
 }
 
-/// OpenShift's DeploymentConfig has no `k8s-openapi` type: check the parts
-/// that have one (metadata and the pod template) and keep the rest as given.
-fn deployment_config(mut obj: Value) -> Result<Value, String> {
+/// Checks and re-encodes `metadata` as the ObjectMeta it is, for kinds that
+/// have no `k8s-openapi` type of their own.
+fn typed_metadata(obj: &mut Value) -> Result<(), String> {
     let metadata = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));
     let metadata: meta::ObjectMeta =
         serde_json::from_value(metadata).map_err(|e| format!("metadata: {e}"))?;
     obj["metadata"] = serde_json::to_value(metadata).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// OpenShift's DeploymentConfig has no `k8s-openapi` type: check the parts
+/// that have one (metadata and the pod template) and keep the rest as given.
+fn deployment_config(mut obj: Value) -> Result<Value, String> {
+    typed_metadata(&mut obj)?;
     if let Some(spec) = obj.get_mut("spec") {
         if !spec.is_object() {
             return Err("spec: expected an object".to_string());
@@ -268,6 +328,66 @@ fn deployment_config(mut obj: Value) -> Result<Value, String> {
         }
     }
     Ok(obj)
+}
+
+fn argo_cd_application(obj: Value) -> Result<Value, String> {
+    custom_resource("argocd-application-v1alpha1.yaml", obj)
+}
+
+fn flux_kustomization(obj: Value) -> Result<Value, String> {
+    custom_resource("flux-kustomization-v1.yaml", obj)
+}
+
+fn flux_git_repository(obj: Value) -> Result<Value, String> {
+    custom_resource("flux-gitrepository-v1.yaml", obj)
+}
+
+/// A custom resource, checked as the real server checks it: `metadata` as
+/// ObjectMeta, the whole object against the CRD's `openAPIV3Schema` (a copy in
+/// `tests/fixtures/crds/`, trimmed to what tagpin reads and what it requires).
+fn custom_resource(schema: &str, mut obj: Value) -> Result<Value, String> {
+    typed_metadata(&mut obj)?;
+    let problems: Vec<String> = crd_schema(schema)
+        .iter_errors(&obj)
+        .map(|e| match e.instance_path().as_str() {
+            "" => e.to_string(),
+            at => format!("{at}: {e}"),
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(obj)
+    } else {
+        Err(format!(
+            "the CRD schema refuses it ({schema}): {}",
+            problems.join("; ")
+        ))
+    }
+}
+
+/// The compiled schemas of `tests/fixtures/crds/`, read once.
+fn crd_schema(file: &str) -> &'static jsonschema::Validator {
+    static SCHEMAS: OnceLock<BTreeMap<String, jsonschema::Validator>> = OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/crds");
+        [
+            "argocd-application-v1alpha1.yaml",
+            "flux-kustomization-v1.yaml",
+            "flux-gitrepository-v1.yaml",
+        ]
+        .into_iter()
+        .map(|name| {
+            let path = dir.join(name);
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("KubeServer: read {}: {e}", path.display()));
+            let schema: Value = serde_yaml::from_str(&text)
+                .unwrap_or_else(|e| panic!("KubeServer: parse {}: {e}", path.display()));
+            let validator = jsonschema::validator_for(&schema)
+                .unwrap_or_else(|e| panic!("KubeServer: compile {}: {e}", path.display()));
+            (name.to_string(), validator)
+        })
+        .collect()
+    });
+    &schemas[file]
 }
 
 /// The served type for an object's `apiVersion` and `kind`.
@@ -449,6 +569,8 @@ struct State {
     next_uid: u64,
     /// Transient failures to answer instead of the next matching requests.
     faults: Vec<Fault>,
+    /// CRD groups taken away with [`KubeServer::uninstall`].
+    uninstalled: Vec<String>,
 }
 
 /// A transient failure the real API server gives under load or during an upgrade: the next
@@ -667,6 +789,7 @@ impl KubeServer {
                 bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
                 next_uid: 0,
                 faults: Vec::new(),
+                uninstalled: Vec::new(),
             }),
             changes,
             shutdown,
@@ -714,6 +837,12 @@ impl KubeServer {
         state
             .apply(&self.shared.changes, obj)
             .unwrap_or_else(|e| panic!("KubeServer::apply({what}): {e}"))
+    }
+
+    /// [`apply`](Self::apply), answering the server's refusal instead of
+    /// panicking, for tests of what the server refuses.
+    pub fn try_apply(&self, obj: Value) -> Result<Value, String> {
+        self.shared.state().apply(&self.shared.changes, obj)
     }
 
     /// [`apply`](Self::apply), putting the object in `namespace` when it has
@@ -823,6 +952,22 @@ impl KubeServer {
     pub fn compact(&self) {
         let mut state = self.shared.state();
         state.compacted_rv = state.rv;
+    }
+
+    /// Takes away the CRDs of `group` (one of [`CRD_GROUPS`]), as on a cluster
+    /// where that tool is not installed: its paths answer 404 and discovery
+    /// no longer lists it. Stored objects stay, for a later [`KubeServer::reinstall`].
+    pub fn uninstall(&self, group: &str) {
+        assert!(
+            CRD_GROUPS.contains(&group),
+            "KubeServer::uninstall: {group:?} is not a CRD group"
+        );
+        self.shared.state().uninstalled.push(group.to_string());
+    }
+
+    /// Serves every CRD group again.
+    pub fn reinstall(&self) {
+        self.shared.state().uninstalled.clear();
     }
 
     /// How often a watch that allows bookmarks gets one (a final one is
@@ -1250,8 +1395,23 @@ fn respond(
             None,
         );
     }
-    let route = route(uri.path());
-    let user = shared.state().user.clone();
+    let (user, uninstalled) = {
+        let state = shared.state();
+        (state.user.clone(), state.uninstalled.clone())
+    };
+    let is_uninstalled = |group: &str| uninstalled.iter().any(|g| g == group);
+    let route = match route(uri.path()) {
+        Route::Resource { resource, .. } if is_uninstalled(RESOURCES[resource].group) => {
+            Route::Unknown
+        }
+        Route::GroupVersion { group, .. } if is_uninstalled(&group) => Route::Unknown,
+        route => route,
+    };
+    let groups: Vec<(&str, &str)> = GROUPS
+        .iter()
+        .copied()
+        .filter(|(group, _)| !is_uninstalled(group))
+        .collect();
 
     let write_verb = match *method {
         Method::GET => None,
@@ -1309,8 +1469,8 @@ fn respond(
             aggregated_response(aggregated_discovery(&[("", "v1")]))
         }
         Route::CoreVersions => json_response(StatusCode::OK, &core_versions(shared.addr)),
-        Route::Groups if aggregated => aggregated_response(aggregated_discovery(GROUPS)),
-        Route::Groups => json_response(StatusCode::OK, &group_list()),
+        Route::Groups if aggregated => aggregated_response(aggregated_discovery(&groups)),
+        Route::Groups => json_response(StatusCode::OK, &group_list(&groups)),
         Route::GroupVersion { group, version } => {
             json_response(StatusCode::OK, &resource_list(&group, &version))
         }
@@ -2214,8 +2374,8 @@ fn core_versions(addr: std::net::SocketAddr) -> Value {
     serde_json::to_value(versions).expect("serialize APIVersions")
 }
 
-fn group_list() -> Value {
-    let groups = GROUPS
+fn group_list(groups: &[(&str, &str)]) -> Value {
+    let groups = groups
         .iter()
         .map(|(group, version)| {
             let gv = meta::GroupVersionForDiscovery {

@@ -1,0 +1,1322 @@
+//! Argo CD Applications and Flux Kustomizations, asked directly.
+//!
+//! tagpin pins files in Git; a GitOps tool turns them into live objects. Left to itself, the
+//! verifier guesses the live names (a kustomize `namePrefix`, a namespace the tool sets) and can
+//! only infer "not synced yet" from a pod template that lacks the digest. The tool knows both:
+//! its inventory lists the objects it applied, and its status names the commit it applied. So
+//! when the cluster holds an Argo CD `Application` or a Flux `Kustomization` whose source is the
+//! configured repository and whose path holds a pinned file (or that `verify.gitops` names), it
+//! speaks for that file's workloads:
+//!
+//! - the live workload is the inventory entry of the same kind named as the manifest names it,
+//!   or so named with a prefix or suffix added, when that is unambiguous (else the pin is not
+//!   verified, with the reason);
+//! - until the object applied the pin commit or a commit after it, its workloads are
+//!   Progressing ("Argo CD has not synced <sha> yet (at <rev>)"), not judged on the old spec;
+//! - its own sync and health are reported beside the verdicts.
+//!
+//! A workload no such object applies is read exactly as before. Pure: the caller lists the
+//! objects (as JSON) and answers which applied revisions descend from the pin commit; nothing
+//! here does I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::expected::{Expected, NameMapping, NotVerified, NotVerifiedReason};
+use super::verdict::{Condition, ConditionStatus, ConditionType, State, Verdict};
+use crate::config::{GitOpsObjects, ObjectName};
+use crate::manifest::Origin;
+use crate::plan::ScannedFile;
+use crate::proposal::Pin;
+use crate::workload::{WorkloadId, WorkloadKind};
+
+/// Which tool an object belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Tool {
+    #[serde(rename = "argocd")]
+    ArgoCd,
+    #[serde(rename = "flux")]
+    Flux,
+}
+
+impl Tool {
+    /// The product, as its users name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::ArgoCd => "Argo CD",
+            Tool::Flux => "Flux",
+        }
+    }
+
+    /// The kind of object that applies a path of a repository.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Tool::ArgoCd => "Application",
+            Tool::Flux => "Kustomization",
+        }
+    }
+}
+
+/// One place an object applies manifests from, and the commit it last applied from there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub url: String,
+    /// Relative to the repository root, without `./` or slashes at either end; empty for the
+    /// root itself.
+    pub path: String,
+    /// The commit applied; `None` before the first sync.
+    pub revision: Option<String>,
+}
+
+/// A live object the GitOps object applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InventoryEntry {
+    /// Empty for the core group.
+    pub group: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// The object's own judgement of what it applied: Argo CD's `status.health`, Flux's `Ready`
+/// condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// `Healthy`, `Progressing`, `Degraded`, `Suspended`, `Missing` (Argo CD); `Ready`, or the
+    /// `Ready` condition's reason when it is not true, or `Suspended` (Flux); `Unknown`.
+    pub status: String,
+    pub message: Option<String>,
+}
+
+impl Health {
+    fn is_good(&self) -> bool {
+        self.status == "Healthy" || self.status == "Ready"
+    }
+}
+
+/// An Argo CD Application or Flux Kustomization, reduced to what tagpin reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitOpsObject {
+    pub tool: Tool,
+    pub namespace: String,
+    pub name: String,
+    pub sources: Vec<Source>,
+    pub inventory: Vec<InventoryEntry>,
+    pub health: Health,
+    /// Named in `verify.gitops`: it speaks for every pin, wherever the pinned files are.
+    pub named: bool,
+}
+
+impl GitOpsObject {
+    /// `Argo CD Application argocd/shop`.
+    pub fn title(&self) -> String {
+        format!(
+            "{} {} {}/{}",
+            self.tool.name(),
+            self.tool.kind(),
+            self.namespace,
+            self.name
+        )
+    }
+
+    /// Whether it applies one of `files`: it is named, or one of its sources' paths holds one.
+    fn applies(&self, files: Option<&BTreeSet<String>>) -> bool {
+        self.named
+            || self.sources.iter().any(|s| {
+                files
+                    .into_iter()
+                    .flatten()
+                    .any(|file| path_holds(&s.path, file))
+            })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the listed objects
+
+fn text(value: &Value) -> String {
+    value.as_str().unwrap_or_default().to_string()
+}
+
+fn non_empty(value: &Value) -> Option<String> {
+    value.as_str().filter(|s| !s.is_empty()).map(str::to_string)
+}
+
+/// The listed objects: every Application, and the Kustomizations whose source is a
+/// GitRepository (with that GitRepository's URL).
+pub fn objects(
+    applications: &[Value],
+    kustomizations: &[Value],
+    git_repositories: &[Value],
+) -> Vec<GitOpsObject> {
+    applications
+        .iter()
+        .map(application)
+        .chain(
+            kustomizations
+                .iter()
+                .filter_map(|k| kustomization(k, git_repositories)),
+        )
+        .collect()
+}
+
+/// An Argo CD `Application`: its sources, each with the revision applied from it
+/// (`status.sync.revision`; for `spec.sources[i]`, `status.sync.revisions[i]`), the resources
+/// it manages (`status.resources`) and `status.health`.
+pub fn application(obj: &Value) -> GitOpsObject {
+    let spec = &obj["spec"];
+    let status = &obj["status"];
+    let sync = &status["sync"];
+    let source = |s: &Value, revision: &Value| Source {
+        url: text(&s["repoURL"]),
+        path: clean_path(&text(&s["path"])),
+        revision: non_empty(revision),
+    };
+    let sources = match spec["sources"].as_array().filter(|s| !s.is_empty()) {
+        Some(sources) => sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| source(s, &sync["revisions"][i]))
+            .collect(),
+        None => vec![source(&spec["source"], &sync["revision"])],
+    };
+    let inventory = status["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| InventoryEntry {
+            group: text(&r["group"]),
+            kind: text(&r["kind"]),
+            namespace: text(&r["namespace"]),
+            name: text(&r["name"]),
+        })
+        .collect();
+    GitOpsObject {
+        tool: Tool::ArgoCd,
+        namespace: text(&obj["metadata"]["namespace"]),
+        name: text(&obj["metadata"]["name"]),
+        sources,
+        inventory,
+        health: Health {
+            status: non_empty(&status["health"]["status"]).unwrap_or_else(|| "Unknown".into()),
+            message: non_empty(&status["health"]["message"]),
+        },
+        named: false,
+    }
+}
+
+/// A Flux `Kustomization`, with the URL of the `GitRepository` its `spec.sourceRef` names
+/// (looked up in `git_repositories`; one that is not there leaves the URL empty), the commit of
+/// `status.lastAppliedRevision`, `status.inventory` and its `Ready` condition. `None` when its
+/// source is not a GitRepository: an OCIRepository or a Bucket applies no commit.
+pub fn kustomization(obj: &Value, git_repositories: &[Value]) -> Option<GitOpsObject> {
+    let spec = &obj["spec"];
+    let status = &obj["status"];
+    let source_ref = &spec["sourceRef"];
+    if source_ref["kind"] != "GitRepository" {
+        return None;
+    }
+    let namespace = text(&obj["metadata"]["namespace"]);
+    let source_namespace = non_empty(&source_ref["namespace"]).unwrap_or_else(|| namespace.clone());
+    let url = git_repositories
+        .iter()
+        .find(|r| {
+            r["metadata"]["namespace"] == source_namespace.as_str()
+                && r["metadata"]["name"] == source_ref["name"]
+        })
+        .map(|r| text(&r["spec"]["url"]))
+        .unwrap_or_default();
+    let inventory = status["inventory"]["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| flux_entry(e["id"].as_str()?))
+        .collect();
+    Some(GitOpsObject {
+        tool: Tool::Flux,
+        name: text(&obj["metadata"]["name"]),
+        namespace,
+        sources: vec![Source {
+            url,
+            path: clean_path(&text(&spec["path"])),
+            revision: status["lastAppliedRevision"].as_str().and_then(flux_commit),
+        }],
+        inventory,
+        health: flux_health(obj),
+        named: false,
+    })
+}
+
+/// A Flux inventory id, `<namespace>_<name>_<group>_<kind>`: none of the four can hold `_`.
+fn flux_entry(id: &str) -> Option<InventoryEntry> {
+    let parts: Vec<&str> = id.split('_').collect();
+    let [namespace, name, group, kind] = parts.as_slice() else {
+        return None;
+    };
+    Some(InventoryEntry {
+        group: group.to_string(),
+        kind: kind.to_string(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    })
+}
+
+/// The commit in a Flux revision: `main@sha1:<sha>` (Flux 2.1 and later), `main/<sha>`
+/// (before), or `sha1:<sha>` for a GitRepository that checks out a commit.
+pub fn flux_commit(revision: &str) -> Option<String> {
+    let digest = match revision.rsplit_once('@') {
+        Some((_, digest)) => digest,
+        None => revision.rsplit_once('/').map_or(revision, |(_, sha)| sha),
+    };
+    let hex = digest
+        .strip_prefix("sha1:")
+        .or_else(|| digest.strip_prefix("sha256:"))
+        .unwrap_or(digest);
+    (!hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| hex.to_lowercase())
+}
+
+/// Flux's judgement: `spec.suspend`, else the `Ready` condition.
+fn flux_health(obj: &Value) -> Health {
+    if obj["spec"]["suspend"] == true {
+        return Health {
+            status: "Suspended".into(),
+            message: None,
+        };
+    }
+    let ready = obj["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready");
+    match ready {
+        None => Health {
+            status: "Unknown".into(),
+            message: None,
+        },
+        Some(c) => Health {
+            status: if c["status"] == "True" {
+                "Ready".into()
+            } else {
+                non_empty(&c["reason"]).unwrap_or_else(|| "NotReady".into())
+            },
+            message: non_empty(&c["message"]),
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Which objects speak for the pins
+
+/// Whether two repository URLs name the same repository, as Argo CD compares them: scheme,
+/// credentials, a default port, a `.git` suffix, a trailing slash and case aside, and
+/// `git@host:org/repo` the same as `https://host/org/repo`.
+pub fn same_repository(a: &str, b: &str) -> bool {
+    let (a, b) = (normalized_url(a), normalized_url(b));
+    !a.is_empty() && a == b
+}
+
+/// `host/path`, lowercase, or `/path` for a local repository.
+fn normalized_url(url: &str) -> String {
+    let url = url.trim();
+    let without_user = |authority: &str| authority.rsplit('@').next().unwrap_or("").to_string();
+    let (host, path) = if let Some((scheme, rest)) = url.split_once("://") {
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let mut host = without_user(authority);
+        let default_port = match scheme.to_ascii_lowercase().as_str() {
+            "https" => ":443",
+            "http" => ":80",
+            "ssh" => ":22",
+            "git" => ":9418",
+            _ => "",
+        };
+        if !default_port.is_empty() && host.ends_with(default_port) {
+            host.truncate(host.len() - default_port.len());
+        }
+        (host, path)
+    } else {
+        // scp-like `user@host:path`; a path (even `C:\…`) has no colon before its first slash
+        // that follows a host of more than one character.
+        match url.split_once(':') {
+            Some((authority, path)) if authority.len() > 1 && !authority.contains('/') => {
+                (without_user(authority), path)
+            }
+            _ => (String::new(), url),
+        }
+    };
+    let path = path.trim_matches('/');
+    let path = path
+        .strip_suffix(".git")
+        .unwrap_or(path)
+        .trim_end_matches('/');
+    if host.is_empty() && path.is_empty() {
+        return String::new();
+    }
+    format!("{host}/{path}").to_lowercase()
+}
+
+/// A path in a repository as tools write it (`./apps/prod/`, `.`), made comparable.
+fn clean_path(path: &str) -> String {
+    let mut path = path.trim();
+    while let Some(rest) = path.strip_prefix("./") {
+        path = rest;
+    }
+    let path = path.trim_matches('/');
+    if path == "." {
+        String::new()
+    } else {
+        path.to_string()
+    }
+}
+
+/// Whether the directory `dir` (cleaned; empty for the root) holds `file`.
+fn path_holds(dir: &str, file: &str) -> bool {
+    dir.is_empty() || file == dir || file.starts_with(&format!("{dir}/"))
+}
+
+/// The objects that may speak for the pins: those named in `verify.gitops` when any are,
+/// else every object with a source in `repository`. Only the sources in `repository` are kept
+/// (all of a named object's, if none is): the revision applied from another repository says
+/// nothing about the pin commit.
+pub fn relevant(
+    objects: Vec<GitOpsObject>,
+    repository: &str,
+    named: &GitOpsObjects,
+) -> Vec<GitOpsObject> {
+    objects
+        .into_iter()
+        .filter_map(|mut object| {
+            let ours = |s: &Source| same_repository(&s.url, repository);
+            if named.is_empty() {
+                object.sources.retain(ours);
+                return (!object.sources.is_empty()).then_some(object);
+            }
+            if !names_for(named, object.tool).contains(&name_of(&object)) {
+                return None;
+            }
+            object.named = true;
+            if object.sources.iter().any(ours) {
+                object.sources.retain(ours);
+            }
+            Some(object)
+        })
+        .collect()
+}
+
+fn names_for(named: &GitOpsObjects, tool: Tool) -> &[ObjectName] {
+    match tool {
+        Tool::ArgoCd => &named.applications,
+        Tool::Flux => &named.kustomizations,
+    }
+}
+
+fn name_of(object: &GitOpsObject) -> ObjectName {
+    ObjectName {
+        namespace: object.namespace.clone(),
+        name: object.name.clone(),
+    }
+}
+
+/// The objects `verify.gitops` names that are not among `objects` (as listed): a typo there
+/// would otherwise quietly bring back the guessing the names were meant to end.
+pub fn missing_names(named: &GitOpsObjects, objects: &[GitOpsObject]) -> Vec<String> {
+    [Tool::ArgoCd, Tool::Flux]
+        .into_iter()
+        .flat_map(|tool| {
+            names_for(named, tool)
+                .iter()
+                .filter(move |n| !objects.iter().any(|o| o.tool == tool && name_of(o) == **n))
+                .map(move |n| format!("{} {} {n}", tool.name(), tool.kind()))
+        })
+        .collect()
+}
+
+/// Every revision the objects applied, to ask the repository about.
+pub fn revisions(objects: &[GitOpsObject]) -> BTreeSet<String> {
+    objects
+        .iter()
+        .flat_map(|o| &o.sources)
+        .filter_map(|s| s.revision.clone())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synced or not
+
+/// Whether an object applied the pin commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sync {
+    /// Every source of the repository applied the pin commit or a later one (this one).
+    Synced(String),
+    /// A source applied an earlier or unrelated commit (this one).
+    Behind(String),
+    /// A source applied nothing yet.
+    NothingApplied,
+}
+
+/// The object's sync, given which revisions are the pin commit or come after it.
+pub fn sync_of(object: &GitOpsObject, descends: &BTreeMap<String, bool>) -> Sync {
+    let mut applied = None;
+    for source in &object.sources {
+        match &source.revision {
+            None => return Sync::NothingApplied,
+            Some(revision) if descends.get(revision) != Some(&true) => {
+                return Sync::Behind(revision.clone())
+            }
+            Some(revision) => applied = Some(revision.clone()),
+        }
+    }
+    applied.map_or(Sync::NothingApplied, Sync::Synced)
+}
+
+/// A commit as people read it: its first 7 hex digits.
+fn short(sha: &str) -> &str {
+    sha.get(..7).unwrap_or(sha)
+}
+
+/// `Argo CD has not synced 1a2b3c4 yet (at 9f8e7d6)`.
+fn not_synced_reason(tool: Tool, sync: &Sync, pin: &str) -> String {
+    let at = match sync {
+        Sync::Behind(revision) | Sync::Synced(revision) => format!("at {}", short(revision)),
+        Sync::NothingApplied => "nothing applied yet".to_string(),
+    };
+    format!("{} has not synced {} yet ({at})", tool.name(), short(pin))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Placing each expected workload
+
+/// What the objects say about one expected workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// No object applies its files: it is read as before.
+    Unmanaged,
+    /// An object applied the pin commit, and its inventory names this live workload.
+    Live { object: usize, workload: WorkloadId },
+    /// The object that applies it has not applied the pin commit yet.
+    NotSynced { object: usize, workload: WorkloadId },
+    /// The objects that apply it list no such workload, or several.
+    Unplaced(NotVerifiedReason),
+}
+
+/// The API group of a kind's objects, as inventories name it.
+fn group_of(kind: WorkloadKind) -> &'static str {
+    match kind {
+        WorkloadKind::Deployment
+        | WorkloadKind::StatefulSet
+        | WorkloadKind::DaemonSet
+        | WorkloadKind::ReplicaSet => "apps",
+        WorkloadKind::Job | WorkloadKind::CronJob => "batch",
+        WorkloadKind::DeploymentConfig => "apps.openshift.io",
+        WorkloadKind::Pod | WorkloadKind::PodTemplate | WorkloadKind::ReplicationController => "",
+    }
+}
+
+/// The inventory entries of `candidates` that can be `workload`: of its kind and group, named
+/// as the manifest names it, else so named with a prefix or suffix added (kustomize
+/// `namePrefix`, `nameSuffix`). Of several, those in the expected namespace, if that leaves one.
+fn inventory_matches<'o>(
+    workload: &WorkloadId,
+    candidates: &[usize],
+    objects: &'o [GitOpsObject],
+) -> Vec<(usize, &'o InventoryEntry)> {
+    let of_kind: Vec<(usize, &InventoryEntry)> = candidates
+        .iter()
+        .flat_map(|&i| objects[i].inventory.iter().map(move |e| (i, e)))
+        .filter(|(_, e)| e.kind == workload.kind.as_str() && e.group == group_of(workload.kind))
+        .collect();
+    let named = |affixed: bool| -> Vec<(usize, &'o InventoryEntry)> {
+        of_kind
+            .iter()
+            .filter(|(_, e)| {
+                if affixed {
+                    e.name != workload.name && e.name.contains(&workload.name)
+                } else {
+                    e.name == workload.name
+                }
+            })
+            .copied()
+            .collect()
+    };
+    let mut found = named(false);
+    if found.is_empty() {
+        found = named(true);
+    }
+    if found.len() > 1 {
+        let namespace = workload.namespace.as_deref().unwrap_or_default();
+        let same: Vec<_> = found
+            .iter()
+            .filter(|(_, e)| e.namespace == namespace)
+            .copied()
+            .collect();
+        if same.len() == 1 {
+            return same;
+        }
+    }
+    found
+}
+
+/// Places one workload, given the objects that apply its files (`candidates`).
+fn place(
+    workload: &WorkloadId,
+    candidates: &[usize],
+    objects: &[GitOpsObject],
+    sync: &[Sync],
+) -> Placement {
+    if candidates.is_empty() {
+        return Placement::Unmanaged;
+    }
+    let synced = |i: usize| matches!(sync[i], Sync::Synced(_));
+    match inventory_matches(workload, candidates, objects).as_slice() {
+        [(object, entry)] => {
+            let live = WorkloadId {
+                namespace: Some(entry.namespace.clone())
+                    .filter(|ns| !ns.is_empty())
+                    .or_else(|| workload.namespace.clone()),
+                kind: workload.kind,
+                name: entry.name.clone(),
+            };
+            if synced(*object) {
+                Placement::Live {
+                    object: *object,
+                    workload: live,
+                }
+            } else {
+                Placement::NotSynced {
+                    object: *object,
+                    workload: live,
+                }
+            }
+        }
+        // Not in an inventory yet: a new workload the object has not applied, if it is behind.
+        [] => match candidates.iter().find(|&&i| !synced(i)) {
+            Some(&object) => Placement::NotSynced {
+                object,
+                workload: workload.clone(),
+            },
+            None => Placement::Unplaced(NotVerifiedReason::NotInGitOpsInventory),
+        },
+        _ => Placement::Unplaced(NotVerifiedReason::AmbiguousInGitOpsInventory),
+    }
+}
+
+/// One object as the verdict reports it: `Argo CD Application argocd/shop: Synced to 1a2b3c4,
+/// Healthy`, with the data behind the line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ObjectReport {
+    pub tool: Tool,
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    /// It applied the pin commit or a later one.
+    pub synced: bool,
+    /// The commit it applied from the repository; none before its first sync.
+    pub revision: Option<String>,
+    pub pin_commit: String,
+    pub health: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_message: Option<String>,
+    /// The pinned workloads it applies, by live identity.
+    pub workloads: Vec<WorkloadId>,
+    pub summary: String,
+}
+
+fn report(
+    object: &GitOpsObject,
+    sync: &Sync,
+    pin: &str,
+    workloads: Vec<WorkloadId>,
+) -> ObjectReport {
+    let (synced, revision, state) = match sync {
+        Sync::Synced(revision) => (
+            true,
+            Some(revision.clone()),
+            format!("Synced to {}", short(revision)),
+        ),
+        Sync::Behind(revision) => (
+            false,
+            Some(revision.clone()),
+            format!(
+                "not synced: at {}, waiting for {}",
+                short(revision),
+                short(pin)
+            ),
+        ),
+        Sync::NothingApplied => (
+            false,
+            None,
+            format!(
+                "not synced: nothing applied yet, waiting for {}",
+                short(pin)
+            ),
+        ),
+    };
+    let health = &object.health;
+    let health_text = match &health.message {
+        Some(message) if !health.is_good() => {
+            format!("{}: {}", health.status, super::wording::one_line(message))
+        }
+        _ => health.status.clone(),
+    };
+    ObjectReport {
+        tool: object.tool,
+        kind: object.tool.kind(),
+        namespace: object.namespace.clone(),
+        name: object.name.clone(),
+        synced,
+        revision,
+        pin_commit: pin.to_string(),
+        health: health.status.clone(),
+        health_message: health.message.clone(),
+        workloads,
+        summary: format!("{}: {state}, {health_text}", object.title()),
+    }
+}
+
+/// What the GitOps objects said, for the verdict's readers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Findings {
+    /// The objects that apply pinned files.
+    pub objects: Vec<ObjectReport>,
+    /// Pins the objects could not place on a live workload.
+    pub not_verified: Vec<NotVerified>,
+}
+
+impl Findings {
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty() && self.not_verified.is_empty()
+    }
+}
+
+/// What asking the objects changes in one check.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decision {
+    /// The expectations to read live, named as the inventories name them.
+    pub read: Vec<Expected>,
+    /// Progressing verdicts for workloads whose object has not applied the pin commit.
+    pub verdicts: Vec<Verdict>,
+    pub findings: Findings,
+}
+
+impl Decision {
+    /// Nothing changes: every expectation is read as it is.
+    pub fn unchanged(expected: &[Expected]) -> Decision {
+        Decision {
+            read: expected.to_vec(),
+            ..Decision::default()
+        }
+    }
+}
+
+/// Asks the objects about every expectation. `files` says which files pin each workload,
+/// `sync[i]` whether `objects[i]` applied `pin` (the commit whose sync is awaited).
+pub fn decide(
+    expected: &[Expected],
+    files: &BTreeMap<WorkloadId, BTreeSet<String>>,
+    objects: &[GitOpsObject],
+    sync: &[Sync],
+    pin: &str,
+) -> Decision {
+    let mut placements: BTreeMap<&WorkloadId, Placement> = BTreeMap::new();
+    let mut consulted: BTreeMap<usize, BTreeSet<WorkloadId>> = BTreeMap::new();
+    for e in expected {
+        if placements.contains_key(&e.workload) {
+            continue;
+        }
+        let candidates: Vec<usize> = (0..objects.len())
+            .filter(|&i| objects[i].applies(files.get(&e.workload)))
+            .collect();
+        let placement = place(&e.workload, &candidates, objects, sync);
+        for &i in &candidates {
+            consulted.entry(i).or_default();
+        }
+        if let Placement::Live { object, workload } | Placement::NotSynced { object, workload } =
+            &placement
+        {
+            consulted
+                .entry(*object)
+                .or_default()
+                .insert(workload.clone());
+        }
+        placements.insert(&e.workload, placement);
+    }
+    let mut decision = Decision::default();
+    for e in expected {
+        match &placements[&e.workload] {
+            Placement::Unmanaged => decision.read.push(e.clone()),
+            Placement::Live { workload, .. } => decision.read.push(Expected {
+                workload: workload.clone(),
+                ..e.clone()
+            }),
+            Placement::NotSynced { object, workload } => {
+                let reason = not_synced_reason(objects[*object].tool, &sync[*object], pin);
+                decision.verdicts.push(not_synced(e, workload, reason));
+            }
+            Placement::Unplaced(reason) => decision.findings.not_verified.push(NotVerified {
+                image: e.pinned_ref.clone(),
+                workload: e.workload.to_string(),
+                reason: *reason,
+                detail: None,
+            }),
+        }
+    }
+    decision.findings.not_verified.sort();
+    decision.findings.not_verified.dedup();
+    decision.findings.objects = consulted
+        .into_iter()
+        .map(|(i, workloads)| report(&objects[i], &sync[i], pin, workloads.into_iter().collect()))
+        .collect();
+    decision
+}
+
+/// The verdict for a container whose GitOps object has not applied the pin commit: Progressing,
+/// with the object's words, and nothing judged on the old spec.
+fn not_synced(e: &Expected, workload: &WorkloadId, reason: String) -> Verdict {
+    let condition = |type_, status| Condition {
+        type_,
+        status,
+        reason: "GitOpsNotSynced".to_string(),
+        message: reason.clone(),
+    };
+    Verdict {
+        workload: workload.clone(),
+        container: e.container.clone(),
+        pinned_digest: e.digest.clone(),
+        pods_on_pinned: 0,
+        pods_total: 0,
+        stale_pods: Vec::new(),
+        finished_pods: Vec::new(),
+        conditions: vec![
+            condition(ConditionType::Synced, ConditionStatus::False),
+            condition(ConditionType::RolledOut, ConditionStatus::Unknown),
+            condition(ConditionType::DigestsMatch, ConditionStatus::Unknown),
+        ],
+        state: State::Progressing,
+        reason,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Which files pin which workload
+
+/// The files that pin each workload of a pull request's plan block, by live identity.
+pub fn files_of_pins(
+    pins: &[Pin],
+    mapping: &NameMapping,
+) -> BTreeMap<WorkloadId, BTreeSet<String>> {
+    by_live_workload(
+        pins.iter()
+            .filter_map(|p| Some((p.file.as_str(), p.workload.workload()?))),
+        mapping,
+    )
+}
+
+/// The files that pin each workload of a scanned tree, by live identity.
+pub fn files_of_scan(
+    files: &[ScannedFile],
+    mapping: &NameMapping,
+) -> BTreeMap<WorkloadId, BTreeSet<String>> {
+    by_live_workload(
+        files.iter().flat_map(|file| {
+            file.fields.iter().filter_map(|field| match &field.origin {
+                Origin::Container { workload, .. } => Some((file.path.to_str()?, workload)),
+                Origin::KustomizeImage { .. } => None,
+            })
+        }),
+        mapping,
+    )
+}
+
+fn by_live_workload<'a>(
+    pins: impl Iterator<Item = (&'a str, &'a WorkloadId)>,
+    mapping: &NameMapping,
+) -> BTreeMap<WorkloadId, BTreeSet<String>> {
+    let mut files: BTreeMap<WorkloadId, BTreeSet<String>> = BTreeMap::new();
+    for (file, workload) in pins {
+        files
+            .entry(mapping.live(workload))
+            .or_default()
+            .insert(clean_path(file));
+    }
+    files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::path::Path;
+
+    const PIN: &str = "1111111111111111111111111111111111111111";
+    const OLD: &str = "0000000000000000000000000000000000000000";
+    const DIGEST: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+    /// A capture from `tests/fixtures/gitops/`, as the API server lists it.
+    fn capture(name: &str) -> Vec<Value> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/gitops")
+            .join(name);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read the capture {}: {e}", path.display()));
+        let value: Value = serde_yaml::from_str(&text).unwrap();
+        match value["items"].as_array() {
+            Some(items) => items.clone(),
+            None => vec![value],
+        }
+    }
+
+    fn expected(workload: &str) -> Expected {
+        Expected {
+            workload: workload.parse().unwrap(),
+            container: "app".into(),
+            pinned_ref: format!("ghcr.io/acme/web:1@{DIGEST}"),
+            digest: DIGEST.parse().unwrap(),
+        }
+    }
+
+    fn entry(namespace: &str, kind: &str, name: &str) -> InventoryEntry {
+        InventoryEntry {
+            group: group_of(WorkloadKind::from_kind(kind).unwrap()).into(),
+            kind: kind.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    fn object(path: &str, revision: &str, inventory: Vec<InventoryEntry>) -> GitOpsObject {
+        GitOpsObject {
+            tool: Tool::ArgoCd,
+            namespace: "argocd".into(),
+            name: "shop".into(),
+            sources: vec![Source {
+                url: "https://git.example.com/acme/gitops.git".into(),
+                path: path.into(),
+                revision: Some(revision.into()),
+            }],
+            inventory,
+            health: Health {
+                status: "Healthy".into(),
+                message: None,
+            },
+            named: false,
+        }
+    }
+
+    fn files(pairs: &[(&str, &str)]) -> BTreeMap<WorkloadId, BTreeSet<String>> {
+        let mut files: BTreeMap<WorkloadId, BTreeSet<String>> = BTreeMap::new();
+        for (workload, file) in pairs {
+            files
+                .entry(workload.parse().unwrap())
+                .or_default()
+                .insert(file.to_string());
+        }
+        files
+    }
+
+    fn synced() -> Vec<Sync> {
+        vec![Sync::Synced(PIN.into())]
+    }
+
+    /// What `objects`, all synced, say about `shop/Deployment/web` pinned in `apps/web.yaml`.
+    fn decide_web(objects: &[GitOpsObject]) -> Decision {
+        decide(
+            &[expected("shop/Deployment/web")],
+            &files(&[("shop/Deployment/web", "apps/web.yaml")]),
+            objects,
+            &synced(),
+            PIN,
+        )
+    }
+
+    #[test]
+    fn urls_of_one_repository_are_the_same_however_spelled() {
+        let same = [
+            "https://github.com/acme/gitops.git",
+            "https://github.com/acme/gitops",
+            "https://github.com/acme/gitops/",
+            "http://github.com/acme/gitops",
+            "git@github.com:acme/gitops.git",
+            "ssh://git@github.com/acme/gitops.git",
+            "ssh://git@github.com:22/acme/gitops",
+            "https://x-access-token:t0k3n@GitHub.com/Acme/GitOps.git",
+        ];
+        for url in same {
+            assert!(
+                same_repository(url, "https://github.com/acme/gitops.git"),
+                "{url}"
+            );
+        }
+        for other in [
+            "https://github.com/acme/gitops-infra.git",
+            "https://gitlab.com/acme/gitops.git",
+            "https://github.com:8443/acme/gitops.git",
+            "",
+        ] {
+            assert!(
+                !same_repository(other, "https://github.com/acme/gitops.git"),
+                "{other}"
+            );
+        }
+        assert!(same_repository(
+            "file:///srv/git/gitops.git",
+            "/srv/git/gitops"
+        ));
+    }
+
+    #[test]
+    fn flux_revisions_of_every_format_give_the_commit() {
+        let sha = "67e2c98a60dc92283531412a9e604dd4bae005a9";
+        for revision in [
+            format!("main@sha1:{sha}"),
+            format!("refs/heads/main@sha1:{sha}"),
+            format!("v1.0.0@sha1:{sha}"),
+            format!("master/{sha}"),
+            format!("feature/x/{sha}"),
+            format!("sha1:{sha}"),
+            sha.to_string(),
+        ] {
+            assert_eq!(flux_commit(&revision).as_deref(), Some(sha), "{revision}");
+        }
+        assert_eq!(flux_commit("main@sha1:"), None);
+        assert_eq!(flux_commit("latest@sha256:not-hex"), None);
+    }
+
+    #[test]
+    fn paths_hold_the_files_under_them() {
+        assert_eq!(clean_path("./apps/prod/"), "apps/prod");
+        assert_eq!(clean_path("."), "");
+        assert_eq!(clean_path("./"), "");
+        assert!(path_holds("apps/prod", "apps/prod/web.yaml"));
+        assert!(path_holds("", "anything.yaml"));
+        assert!(!path_holds("apps/prod", "apps/production/web.yaml"));
+        assert!(!path_holds("apps/prod", "base/web.yaml"));
+    }
+
+    #[test]
+    fn the_real_argo_cd_capture_reads_as_sources_inventory_and_health() {
+        let app = application(&capture("argocd-application-sock-shop.yaml")[0]);
+        assert_eq!(app.title(), "Argo CD Application argo/sock-shop");
+        assert_eq!(
+            app.sources,
+            vec![Source {
+                url: "https://github.com/argoproj/argocd-example-apps".into(),
+                path: "sock-shop".into(),
+                revision: Some("d7927a27b4533926b7d86b5f249cd9ebe7625e90".into()),
+            }]
+        );
+        assert_eq!(app.health.status, "Healthy");
+        assert!(app
+            .inventory
+            .contains(&entry("sock-shop", "Deployment", "user-db")));
+        assert!(app.inventory.contains(&InventoryEntry {
+            group: String::new(),
+            kind: "Service".into(),
+            namespace: "sock-shop".into(),
+            name: "carts-db".into(),
+        }));
+    }
+
+    #[test]
+    fn the_flux_capture_reads_with_its_git_repository() {
+        let listed = capture("flux-kustomization-podinfo.yaml");
+        let (repositories, kustomizations): (Vec<Value>, Vec<Value>) = listed
+            .into_iter()
+            .partition(|o| o["kind"] == "GitRepository");
+        let found = objects(&[], &kustomizations, &repositories);
+        assert_eq!(found.len(), 1);
+        let ks = &found[0];
+        assert_eq!(ks.title(), "Flux Kustomization flux-system/podinfo");
+        assert_eq!(ks.sources[0].url, "https://github.com/stefanprodan/podinfo");
+        assert_eq!(ks.sources[0].path, "kustomize");
+        assert_eq!(
+            ks.sources[0].revision.as_deref(),
+            Some("67e2c98a60dc92283531412a9e604dd4bae005a9")
+        );
+        assert_eq!(
+            ks.inventory,
+            vec![
+                InventoryEntry {
+                    group: String::new(),
+                    kind: "Service".into(),
+                    namespace: "default".into(),
+                    name: "podinfo".into()
+                },
+                entry("default", "Deployment", "podinfo"),
+                InventoryEntry {
+                    group: "autoscaling".into(),
+                    kind: "HorizontalPodAutoscaler".into(),
+                    namespace: "default".into(),
+                    name: "podinfo".into()
+                },
+            ]
+        );
+        assert_eq!(ks.health.status, "Ready");
+        // Without its GitRepository, the Kustomization names no repository.
+        assert_eq!(objects(&[], &kustomizations, &[])[0].sources[0].url, "");
+    }
+
+    #[test]
+    fn a_kustomization_from_an_oci_repository_applies_no_commit() {
+        let ks = json!({"metadata": {"namespace": "flux-system", "name": "apps"},
+                        "spec": {"sourceRef": {"kind": "OCIRepository", "name": "apps"}}});
+        assert_eq!(kustomization(&ks, &[]), None);
+    }
+
+    #[test]
+    fn a_multi_source_application_pairs_each_source_with_its_revision() {
+        let app = json!({
+            "metadata": {"namespace": "argocd", "name": "shop"},
+            "spec": {"sources": [
+                {"repoURL": "https://charts.example.com", "chart": "web", "targetRevision": "1.2.0"},
+                {"repoURL": "git@github.com:acme/gitops.git", "path": "./apps/shop", "ref": "values"}
+            ]},
+            "status": {"sync": {"status": "Synced", "revisions": ["1.2.0", PIN]}}
+        });
+        let found = relevant(
+            vec![application(&app)],
+            "https://github.com/acme/gitops",
+            &GitOpsObjects::default(),
+        );
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            found[0].sources,
+            vec![Source {
+                url: "git@github.com:acme/gitops.git".into(),
+                path: "apps/shop".into(),
+                revision: Some(PIN.into()),
+            }]
+        );
+    }
+
+    #[test]
+    fn named_objects_are_the_only_ones_and_unknown_names_are_told() {
+        let mut other = object("", PIN, vec![]);
+        other.name = "other".into();
+        other.sources[0].url = "https://mirror.example.com/gitops".into();
+        let named = GitOpsObjects {
+            applications: vec![
+                ObjectName::parse("argocd/other").unwrap(),
+                ObjectName::parse("argocd/typo").unwrap(),
+            ],
+            kustomizations: vec![],
+        };
+        let listed = vec![object("", PIN, vec![]), other];
+        assert_eq!(
+            missing_names(&named, &listed),
+            vec!["Argo CD Application argocd/typo"]
+        );
+        let found = relevant(listed, "https://git.example.com/acme/gitops", &named);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].name, "other");
+        assert!(found[0].named, "a named object keeps its mirror source");
+    }
+
+    #[test]
+    fn sync_is_the_pin_commit_or_after_for_every_source() {
+        let o = object("", PIN, vec![]);
+        let descends = |answer| BTreeMap::from([(PIN.to_string(), answer)]);
+        assert_eq!(sync_of(&o, &descends(true)), Sync::Synced(PIN.into()));
+        assert_eq!(sync_of(&o, &descends(false)), Sync::Behind(PIN.into()));
+        assert_eq!(sync_of(&o, &BTreeMap::new()), Sync::Behind(PIN.into()));
+        let mut never = o.clone();
+        never.sources[0].revision = None;
+        assert_eq!(sync_of(&never, &descends(true)), Sync::NothingApplied);
+    }
+
+    #[test]
+    fn an_inventory_entry_with_the_manifest_name_is_the_live_workload() {
+        let objects = [object(
+            "apps",
+            PIN,
+            vec![
+                InventoryEntry {
+                    group: String::new(),
+                    kind: "Service".into(),
+                    namespace: "prod".into(),
+                    name: "web".into(),
+                },
+                entry("prod", "Deployment", "web"),
+                entry("prod", "StatefulSet", "web-db"),
+            ],
+        )];
+        let d = decide(
+            &[expected("default/Deployment/web")],
+            &files(&[("default/Deployment/web", "apps/web.yaml")]),
+            &objects,
+            &synced(),
+            PIN,
+        );
+        assert_eq!(d.read.len(), 1);
+        assert_eq!(d.read[0].workload.to_string(), "prod/Deployment/web");
+        assert!(d.verdicts.is_empty());
+        assert!(d.findings.not_verified.is_empty());
+        let report = &d.findings.objects[0];
+        assert_eq!(
+            report.summary,
+            "Argo CD Application argocd/shop: Synced to 1111111, Healthy"
+        );
+        assert_eq!(report.workloads[0].to_string(), "prod/Deployment/web");
+    }
+
+    #[test]
+    fn a_prefixed_or_suffixed_name_is_matched_when_unambiguous() {
+        // What `shop/Deployment/web` is read as, when an object's inventory holds these
+        // Deployments.
+        let read_as = |deployments: &[(&str, &str)]| -> Decision {
+            let inventory = deployments
+                .iter()
+                .map(|(namespace, name)| entry(namespace, "Deployment", name))
+                .collect();
+            decide_web(&[object("", PIN, inventory)])
+        };
+        let live = |d: Decision| d.read[0].workload.to_string();
+        assert_eq!(
+            live(read_as(&[("shop", "prod-web")])),
+            "shop/Deployment/prod-web"
+        );
+        assert_eq!(
+            live(read_as(&[("shop", "web-canary"), ("shop", "web")])),
+            "shop/Deployment/web",
+            "the name itself comes first"
+        );
+        assert_eq!(
+            live(read_as(&[("staging", "web"), ("shop", "web")])),
+            "shop/Deployment/web",
+            "the expected namespace settles it"
+        );
+        let ambiguous = read_as(&[("shop", "prod-web"), ("shop", "web-canary")]);
+        assert!(ambiguous.read.is_empty());
+        assert_eq!(
+            ambiguous.findings.not_verified,
+            vec![NotVerified {
+                image: format!("ghcr.io/acme/web:1@{DIGEST}"),
+                workload: "shop/Deployment/web".into(),
+                reason: NotVerifiedReason::AmbiguousInGitOpsInventory,
+                detail: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn a_workload_missing_from_a_synced_inventory_is_not_verified() {
+        let objects = [object("", PIN, vec![entry("shop", "StatefulSet", "web")])];
+        let d = decide_web(&objects);
+        assert!(d.read.is_empty() && d.verdicts.is_empty());
+        assert_eq!(
+            d.findings.not_verified[0].reason,
+            NotVerifiedReason::NotInGitOpsInventory
+        );
+        assert_eq!(d.findings.objects.len(), 1, "the object is still reported");
+    }
+
+    #[test]
+    fn before_the_object_applied_the_pin_every_workload_it_applies_is_progressing() {
+        let objects = [object(
+            "apps",
+            OLD,
+            vec![entry("shop", "Deployment", "prod-web")],
+        )];
+        let behind = [Sync::Behind(OLD.into())];
+        let d = decide(
+            &[
+                expected("shop/Deployment/web"),
+                expected("shop/Deployment/new"),
+            ],
+            &files(&[
+                ("shop/Deployment/web", "apps/web.yaml"),
+                ("shop/Deployment/new", "apps/new.yaml"),
+            ]),
+            &objects,
+            &behind,
+            PIN,
+        );
+        assert!(d.read.is_empty(), "nothing is judged on the old spec");
+        let reasons: Vec<(String, &str)> = d
+            .verdicts
+            .iter()
+            .map(|v| (v.workload.to_string(), v.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (
+                    "shop/Deployment/prod-web".to_string(),
+                    "Argo CD has not synced 1111111 yet (at 0000000)"
+                ),
+                (
+                    "shop/Deployment/new".to_string(),
+                    "Argo CD has not synced 1111111 yet (at 0000000)"
+                ),
+            ]
+        );
+        assert!(d.verdicts.iter().all(|v| v.state == State::Progressing));
+        assert_eq!(d.verdicts[0].conditions[0].reason, "GitOpsNotSynced");
+        assert_eq!(
+            d.findings.objects[0].summary,
+            "Argo CD Application argocd/shop: not synced: at 0000000, waiting for 1111111, Healthy"
+        );
+    }
+
+    #[test]
+    fn a_workload_whose_file_no_object_applies_is_read_as_before() {
+        let objects = [object(
+            "apps/other",
+            PIN,
+            vec![entry("shop", "Deployment", "web")],
+        )];
+        let e = expected("shop/Deployment/web");
+        let d = decide(
+            std::slice::from_ref(&e),
+            &files(&[("shop/Deployment/web", "apps/web.yaml")]),
+            &objects,
+            &synced(),
+            PIN,
+        );
+        assert_eq!(d, Decision::unchanged(&[e]));
+    }
+
+    #[test]
+    fn a_named_object_applies_every_pin_and_flux_health_explains_itself() {
+        let mut ks = object("elsewhere", PIN, vec![entry("shop", "Deployment", "web")]);
+        ks.tool = Tool::Flux;
+        ks.named = true;
+        ks.health = Health {
+            status: "HealthCheckFailed".into(),
+            message: Some("timeout waiting for: [Deployment/shop/web status: 'InProgress']".into()),
+        };
+        let d = decide(
+            &[expected("shop/Deployment/web")],
+            &BTreeMap::new(),
+            &[ks],
+            &synced(),
+            PIN,
+        );
+        assert_eq!(d.read[0].workload.to_string(), "shop/Deployment/web");
+        assert_eq!(
+            d.findings.objects[0].summary,
+            "Flux Kustomization argocd/shop: Synced to 1111111, HealthCheckFailed: timeout waiting for: [Deployment/shop/web status: 'InProgress']"
+        );
+    }
+
+    #[test]
+    fn pinned_files_are_keyed_by_the_live_workload() {
+        let pins = [Pin {
+            file: "./apps/web.yaml".into(),
+            workload: "Deployment/web".parse().unwrap(),
+            container: "app".into(),
+            image: "ghcr.io/acme/web:1".into(),
+            new_value: format!("ghcr.io/acme/web:1@{DIGEST}"),
+            new_digest: DIGEST.parse().unwrap(),
+            old_digest: None,
+        }];
+        let mapping = NameMapping {
+            default_namespace: "shop".into(),
+            ..NameMapping::default()
+        };
+        assert_eq!(
+            files_of_pins(&pins, &mapping),
+            files(&[("shop/Deployment/web", "apps/web.yaml")])
+        );
+    }
+}
