@@ -376,6 +376,53 @@ async fn an_evicted_pod_of_the_old_replica_set_does_not_hold_convergence_back() 
 }
 
 #[tokio::test]
+async fn a_commit_is_named_by_any_unique_prefix_of_seven_or_more_hex_digits() {
+    let new = "sha256:7878787878787878787878787878787878787878787878787878787878787878";
+    let image = format!("ghcr.io/acme/web:1@{new}");
+    let w = World::new(
+        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        "127.0.0.1:1",
+    )
+    .await;
+    live_deployment(&w.kube, "web", &image, 1);
+    live_pod(
+        &w.kube,
+        "web",
+        "web-1",
+        &image,
+        &format!("ghcr.io/acme/web@{new}"),
+    );
+    let head = w.repo.head("main").unwrap();
+
+    // As people paste it from `git log --oneline`.
+    let short = w.verify(&["--commit", &head[..7]]).await;
+    assert_eq!(short.status.code(), Some(0), "{}", text(&short));
+    let full = w.verify(&["--commit", &head]).await;
+    assert_eq!(full.stdout, short.stdout);
+
+    let too_short = w.verify(&["--commit", &head[..6]]).await;
+    assert_eq!(too_short.status.code(), Some(2), "{}", text(&too_short));
+    assert!(
+        String::from_utf8_lossy(&too_short.stderr)
+            .contains("is not a commit id (7 to 40 hex digits)"),
+        "{}",
+        text(&too_short)
+    );
+    let unknown = if head.starts_with("0000000") {
+        "1111111"
+    } else {
+        "0000000"
+    };
+    let missing = w.verify(&["--commit", unknown]).await;
+    assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains(&format!("commit {unknown}")),
+        "{}",
+        text(&missing)
+    );
+}
+
+#[tokio::test]
 async fn wait_watches_what_it_listed_and_answers_on_the_change() {
     let new = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
     let image = format!("ghcr.io/acme/web:1@{new}");
