@@ -124,6 +124,40 @@ pub struct Author {
 pub struct ImageRules {
     pub manage: Vec<String>,
     pub ignore: Vec<String>,
+    /// How each image's tag may move (`images.policies`); the first matching entry wins, and
+    /// an image no entry matches keeps its tag (see [`crate::policy`]).
+    pub policies: Vec<PolicyRule>,
+}
+
+/// One `images.policies` entry: a glob over the image name (as written or normalized) and the
+/// policy of the images it matches. Kept as text here; [`crate::policy::Policies::compile`]
+/// compiles it (validation has already compiled it once, so that cannot fail).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyRule {
+    pub matches: String,
+    pub policy: TagPolicy,
+}
+
+/// How a tag may move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TagPolicy {
+    /// Keep the tag written, pin its digest: tagpin's behaviour without policies.
+    Digest,
+    /// The highest tag satisfying a semver range (`~1.4`, `>=2, <3`).
+    Semver { range: String },
+    /// The highest tag matching a regex, compared by the value `extract` makes of it.
+    Pattern {
+        pattern: String,
+        extract: String,
+        order: Order,
+    },
+}
+
+/// How the values a pattern extracts are compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    Numerical,
+    Alphabetical,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -613,16 +647,120 @@ impl Validator {
         let Some(value) = top.get("images") else {
             return ImageRules::default();
         };
-        let Some(m) = self.mapping(value, "images", &["manage", "ignore"]) else {
+        let Some(m) = self.mapping(value, "images", &["manage", "ignore", "policies"]) else {
             return ImageRules::default();
         };
         let rules = ImageRules {
             manage: self.strings(m, "images", "manage"),
             ignore: self.strings(m, "images", "ignore"),
+            policies: self.policies(m),
         };
         self.globs("images.manage", &rules.manage);
         self.globs("images.ignore", &rules.ignore);
         rules
+    }
+
+    /// `images.policies`: each entry's glob, range or regex is compiled now, so a typo is a
+    /// configuration error with its field path rather than a failure in the middle of a pass.
+    fn policies(&mut self, images: &Mapping) -> Vec<PolicyRule> {
+        let items = match images.get("policies") {
+            None | Some(Value::Null) => return Vec::new(),
+            Some(Value::Sequence(items)) => items,
+            Some(other) => {
+                self.problem(
+                    "images.policies",
+                    format!("expected a list, found {}", kind_of(other)),
+                );
+                return Vec::new();
+            }
+        };
+        let mut rules = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("images.policies[{i}]");
+            let known = ["match", "digest", "semver", "pattern", "extract", "order"];
+            let Some(m) = self.mapping(item, &path, &known) else {
+                continue;
+            };
+            let matches = self.required_string(m, &path, "match");
+            if let Some(glob) = &matches {
+                if let Err(e) = globset::Glob::new(glob) {
+                    self.problem(&join(&path, "match"), format!("invalid glob: {}", e.kind()));
+                }
+            }
+            if let Some(policy) = self.tag_policy(m, &path) {
+                if let Some(matches) = matches {
+                    rules.push(PolicyRule { matches, policy });
+                }
+            }
+        }
+        rules
+    }
+
+    /// The one policy of a `images.policies` entry: `digest: true` (the default), `semver`,
+    /// or `pattern` with `extract` and `order`.
+    fn tag_policy(&mut self, m: &Mapping, path: &str) -> Option<TagPolicy> {
+        let named: Vec<&str> = ["digest", "semver", "pattern"]
+            .into_iter()
+            .filter(|key| m.contains_key(*key))
+            .collect();
+        if named.len() > 1 {
+            self.problem(
+                path,
+                format!(
+                    "set one of digest, semver, pattern, not {}",
+                    named.join(" and ")
+                ),
+            );
+            return None;
+        }
+        let semver = self.string(m, path, "semver");
+        let pattern = self.string(m, path, "pattern");
+        let extract = self.string(m, path, "extract");
+        let order = self.choice(
+            m,
+            path,
+            "order",
+            &[
+                ("numerical", Order::Numerical),
+                ("alphabetical", Order::Alphabetical),
+            ],
+            Order::Alphabetical,
+        );
+        if pattern.is_none() {
+            for key in ["extract", "order"] {
+                if m.contains_key(key) {
+                    self.problem(&join(path, key), "only applies to a pattern policy");
+                }
+            }
+        }
+        match m.get("digest") {
+            None | Some(Value::Bool(true)) => {}
+            Some(_) => self.problem(&join(path, "digest"), "expected true"),
+        }
+        if let Some(range) = semver {
+            if let Err(e) = semver::VersionReq::parse(&range) {
+                self.problem(&join(path, "semver"), format!("invalid semver range: {e}"));
+                return None;
+            }
+            return Some(TagPolicy::Semver { range });
+        }
+        if let Some(pattern) = pattern {
+            if let Err(e) = regex::Regex::new(&pattern) {
+                let first_line = e.to_string().lines().last().unwrap_or_default().to_string();
+                self.problem(
+                    &join(path, "pattern"),
+                    format!("invalid regex: {first_line}"),
+                );
+                return None;
+            }
+            let extract = extract.unwrap_or_else(|| "$0".to_string());
+            return Some(TagPolicy::Pattern {
+                pattern,
+                extract,
+                order,
+            });
+        }
+        Some(TagPolicy::Digest)
     }
 
     fn registries(&mut self, top: &Mapping) -> Registries {
@@ -1094,6 +1232,87 @@ colour: blue
             problems.contains("verify.gitops.flux: unknown key"),
             "{problems}"
         );
+    }
+
+    #[test]
+    fn image_policies_are_read_in_order_with_their_defaults() {
+        let c = parse(concat!(
+            "repository: {url: /srv/git/gitops.git}\n",
+            "images:\n",
+            "  policies:\n",
+            "  - {match: ghcr.io/acme/job, pattern: '^build-(?P<n>[0-9]+)$', extract: '$n', order: numerical}\n",
+            "  - {match: 'ghcr.io/acme/*', semver: '~1.4'}\n",
+            "  - {match: nginx, digest: true}\n",
+            "  - {match: 'quay.io/**', pattern: '^[0-9a-f]{7}$'}\n",
+        ))
+        .unwrap();
+        let policies: Vec<(&str, &TagPolicy)> = c
+            .images
+            .policies
+            .iter()
+            .map(|rule| (rule.matches.as_str(), &rule.policy))
+            .collect();
+        assert_eq!(
+            policies,
+            [
+                (
+                    "ghcr.io/acme/job",
+                    &TagPolicy::Pattern {
+                        pattern: "^build-(?P<n>[0-9]+)$".into(),
+                        extract: "$n".into(),
+                        order: Order::Numerical
+                    }
+                ),
+                (
+                    "ghcr.io/acme/*",
+                    &TagPolicy::Semver {
+                        range: "~1.4".into()
+                    }
+                ),
+                ("nginx", &TagPolicy::Digest),
+                (
+                    "quay.io/**",
+                    &TagPolicy::Pattern {
+                        pattern: "^[0-9a-f]{7}$".into(),
+                        extract: "$0".into(),
+                        order: Order::Alphabetical
+                    }
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn invalid_image_policies_are_named_by_field_path_and_position() {
+        let err = parse(concat!(
+            "repository: {url: /srv/git/gitops.git}\n",
+            "images:\n",
+            "  policies:\n",
+            "  - {match: a, semver: 'not a range'}\n",
+            "  - {match: b, pattern: '^(unclosed'}\n",
+            "  - {semver: '1', pattern: x}\n",
+            "  - {match: c, semver: '^1', order: numerical}\n",
+            "  - {match: d, pattern: x, order: newest}\n",
+            "  - {match: '[e', digest: false, tags: 3}\n",
+        ))
+        .unwrap_err();
+        let problems = err.problems.join("\n");
+        for expected in [
+            "tagpin.yaml:4:16: images.policies[0].semver: invalid semver range:",
+            "tagpin.yaml:5:16: images.policies[1].pattern: invalid regex: error: unclosed group",
+            "images.policies[2].match: is required",
+            "images.policies[2]: set one of digest, semver, pattern, not semver and pattern",
+            "tagpin.yaml:7:30: images.policies[3].order: only applies to a pattern policy",
+            "images.policies[4].order: expected one of numerical, alphabetical, found \"newest\"",
+            "images.policies[5].match: invalid glob",
+            "images.policies[5].digest: expected true",
+            "images.policies[5].tags: unknown key",
+        ] {
+            assert!(
+                problems.contains(expected),
+                "missing {expected:?} in:\n{problems}"
+            );
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod pass;
 pub mod pipeline;
 pub mod plan;
+pub mod policy;
 pub mod proposal;
 pub mod reference;
 pub mod registry;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::manifest::{self, FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Skipped};
 use crate::plan::{self, FilePlan, Plan};
+use crate::policy::Follow;
 use crate::registry::Client;
 
 /// The outcome of one pass.
@@ -42,10 +43,12 @@ impl Pass {
 /// Scans `paths`, resolves every distinct image once, and plans. Writes nothing.
 pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pass {
     let scanned = pipeline::scan_working_tree(paths, filter, &ImageSelection::default());
-    let references = plan::references_to_resolve(&scanned.files);
+    // `plan` and `pin` read no configuration, so every tag stays as written.
+    let follow = Follow::default();
+    let references = plan::references_to_resolve(&scanned.files, &follow);
     let resolutions = client.resolve_all(references.iter()).await;
     Pass {
-        plan: plan::plan(&scanned.files, &resolutions),
+        plan: plan::plan(&scanned.files, &resolutions, &follow),
         file_errors: scanned.errors,
         skipped: scanned.skipped,
     }

@@ -340,6 +340,7 @@ mod tests {
         let selection = ImageSelection::compile(&config::ImageRules {
             manage: vec![],
             ignore: vec!["ghcr.io/acme/**".into()],
+            ..config::ImageRules::default()
         })
         .unwrap();
         let scanned = scan(gathered(vec![file("web.yaml", DEPLOYMENT)]), &selection);

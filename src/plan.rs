@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::manifest::{self, Edit, ImageField, Origin};
+use crate::manifest::{self, Edit, ImageField, Origin, Target};
+use crate::policy::Follow;
 use crate::reference::{Digest, Reference};
 use crate::registry::{ResolveKey, ResolveResult};
 use crate::workload::Owner;
@@ -52,6 +53,12 @@ pub struct Change {
     pub new_value: String,
     pub old_digest: Option<Digest>,
     pub new_digest: Digest,
+    /// The tag before and after, when an `images.policies` entry moved it (`1.4.2` → `1.4.3`);
+    /// absent when the tag stays, so output without policies is what it always was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old_tag: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_tag: Option<String>,
     pub action: Action,
 }
 
@@ -111,18 +118,25 @@ pub struct Plan {
 }
 
 /// The references the registry must be asked about: every tagged (or implicitly `latest`)
-/// reference, digest-only ones excluded. Invalid ones are skipped here and reported by [`plan`].
-pub fn references_to_resolve(files: &[ScannedFile]) -> Vec<Reference> {
+/// reference, digest-only ones excluded, with the tag its policy picks (see [`Follow`]).
+/// Invalid ones, and ones whose policy picks nothing, are skipped here and reported by [`plan`].
+pub fn references_to_resolve(files: &[ScannedFile], follow: &Follow) -> Vec<Reference> {
     files
         .iter()
         .flat_map(|f| f.fields.iter())
         .filter_map(|field| Reference::parse(&field.value).ok())
         .filter(|r| !r.is_digest_only())
+        .filter_map(|r| follow.target(&r).ok())
         .collect()
 }
 
-/// Computes the plan. Pure: the same inputs always give the same plan.
-pub fn plan(files: &[ScannedFile], resolutions: &BTreeMap<ResolveKey, ResolveResult>) -> Plan {
+/// Computes the plan. Pure: the same inputs always give the same plan. `follow` holds the
+/// tag policies and tag lists; [`Follow::default`] keeps every tag.
+pub fn plan(
+    files: &[ScannedFile],
+    resolutions: &BTreeMap<ResolveKey, ResolveResult>,
+    follow: &Follow,
+) -> Plan {
     let mut plan = Plan::default();
     plan.summary.files_scanned = files.len();
     for file in files {
@@ -130,12 +144,9 @@ pub fn plan(files: &[ScannedFile], resolutions: &BTreeMap<ResolveKey, ResolveRes
         let mut changes = Vec::new();
         for field in &file.fields {
             plan.summary.references += 1;
-            match plan_field(&file.path, field, resolutions) {
-                FieldPlan::Change(change) => {
-                    edits.push(Edit {
-                        target: field.target.clone(),
-                        new_value: change.new_value.clone(),
-                    });
+            match plan_field(&file.path, field, resolutions, follow) {
+                FieldPlan::Change(change, field_edits) => {
+                    edits.extend(field_edits);
                     changes.push(*change);
                 }
                 FieldPlan::Current => plan.summary.current += 1,
@@ -182,7 +193,9 @@ pub fn plan(files: &[ScannedFile], resolutions: &BTreeMap<ResolveKey, ResolveRes
 }
 
 enum FieldPlan {
-    Change(Box<Change>),
+    /// The change, and the edits that make it: the field itself, and a kustomize entry's
+    /// `newTag` when a policy moves the tag.
+    Change(Box<Change>, Vec<Edit>),
     Current,
     DigestOnly,
     Failed(Problem),
@@ -192,6 +205,7 @@ fn plan_field(
     path: &Path,
     field: &ImageField,
     resolutions: &BTreeMap<ResolveKey, ResolveResult>,
+    follow: &Follow,
 ) -> FieldPlan {
     let reference = match Reference::parse(&field.value) {
         Ok(r) => r,
@@ -207,24 +221,25 @@ fn plan_field(
     if reference.is_digest_only() {
         return FieldPlan::DigestOnly;
     }
-    let key = ResolveKey::of(&reference);
+    let unresolved = |message: String| {
+        FieldPlan::Failed(Problem::Unresolved {
+            file: path.to_path_buf(),
+            line: field.line,
+            message,
+        })
+    };
+    let wanted = match follow.target(&reference) {
+        Ok(wanted) => wanted,
+        Err(message) => return unresolved(message),
+    };
+    let key = ResolveKey::of(&wanted);
     let resolved = match resolutions.get(&key) {
         Some(Ok(resolved)) => resolved,
-        Some(Err(e)) => {
-            return FieldPlan::Failed(Problem::Unresolved {
-                file: path.to_path_buf(),
-                line: field.line,
-                message: e.to_string(),
-            })
-        }
-        None => {
-            return FieldPlan::Failed(Problem::Unresolved {
-                file: path.to_path_buf(),
-                line: field.line,
-                message: format!("{key}: not resolved"),
-            })
-        }
+        Some(Err(e)) => return unresolved(e.to_string()),
+        None => return unresolved(format!("{key}: not resolved")),
     };
+    let (old_tag, new_tag) = (reference.effective_tag(), wanted.effective_tag());
+    let tag_moves = old_tag != new_tag;
     let (workload, container, old_digest, new_value) = match &field.origin {
         Origin::Container {
             workload,
@@ -234,7 +249,7 @@ fn plan_field(
             Owner::Workload(workload.clone()),
             container.clone(),
             reference.digest().cloned(),
-            reference.with_digest(&resolved.digest),
+            wanted.with_digest(&resolved.digest),
         ),
         Origin::KustomizeImage {
             name,
@@ -249,7 +264,7 @@ fn plan_field(
             resolved.digest.to_string(),
         ),
     };
-    if old_digest.as_ref() == Some(&resolved.digest) {
+    if old_digest.as_ref() == Some(&resolved.digest) && !tag_moves {
         return FieldPlan::Current;
     }
     let action = if old_digest.is_some() {
@@ -261,18 +276,36 @@ fn plan_field(
         Origin::Container { .. } => field.value.clone(),
         Origin::KustomizeImage { current_digest, .. } => current_digest.clone().unwrap_or_default(),
     };
-    FieldPlan::Change(Box::new(Change {
-        file: path.to_path_buf(),
-        line: field.line,
-        workload,
-        container,
-        image: key.to_string(),
-        old_value,
-        new_value,
-        old_digest,
-        new_digest: resolved.digest.clone(),
-        action,
-    }))
+    let mut edits = vec![Edit {
+        target: field.target.clone(),
+        new_value: new_value.clone(),
+    }];
+    if let (true, Origin::KustomizeImage { tag: Some(at), .. }, Some(tag)) =
+        (tag_moves, &field.origin, new_tag)
+    {
+        edits.push(Edit {
+            target: Target::clone(at),
+            new_value: tag.to_string(),
+        });
+    }
+    let moved = |tag: Option<&str>| tag.filter(|_| tag_moves).map(str::to_string);
+    FieldPlan::Change(
+        Box::new(Change {
+            file: path.to_path_buf(),
+            line: field.line,
+            workload,
+            container,
+            image: key.to_string(),
+            old_value,
+            new_value,
+            old_digest,
+            new_digest: resolved.digest.clone(),
+            old_tag: moved(old_tag),
+            new_tag: moved(new_tag),
+            action,
+        }),
+        edits,
+    )
 }
 
 /// A unified diff with three lines of context, as `git diff` shows it.
@@ -346,6 +379,7 @@ mod tests {
                 ("redis:7", Ok(D1)),
                 ("busybox:1", Ok(D1)),
             ]),
+            &Follow::default(),
         );
         assert_eq!(
             (
@@ -380,7 +414,11 @@ mod tests {
     #[test]
     fn a_file_where_everything_is_current_is_not_in_the_plan() {
         let files = [scanned("pod.yaml", &pod(&[&format!("nginx:1.27@{D1}")]))];
-        let plan = plan(&files, &answers(&[("nginx:1.27", Ok(D1))]));
+        let plan = plan(
+            &files,
+            &answers(&[("nginx:1.27", Ok(D1))]),
+            &Follow::default(),
+        );
         assert!(plan.files.is_empty() && plan.changes.is_empty());
         assert_eq!(plan.summary.current, 1);
     }
@@ -399,6 +437,7 @@ mod tests {
         let plan = plan(
             &files,
             &answers(&[("nginx:1.27", Ok(D1)), ("ghcr.io/acme/gone:1", Err(gone))]),
+            &Follow::default(),
         );
         assert_eq!(plan.changes.len(), 1);
         assert_eq!(plan.summary.failed, 1);
@@ -412,7 +451,7 @@ mod tests {
     #[test]
     fn an_invalid_reference_is_a_problem_naming_line_and_column() {
         let files = [scanned("pod.yaml", &pod(&["Bad::Ref"]))];
-        let plan = plan(&files, &BTreeMap::new());
+        let plan = plan(&files, &BTreeMap::new(), &Follow::default());
         assert!(plan.files.is_empty());
         let problem = plan.problems[0].to_string();
         assert!(
@@ -427,7 +466,7 @@ mod tests {
             "pod.yaml",
             &pod(&["nginx", &format!("alpine@{D1}"), "Bad::Ref"]),
         )];
-        let refs: Vec<String> = references_to_resolve(&files)
+        let refs: Vec<String> = references_to_resolve(&files, &Follow::default())
             .iter()
             .map(|r| r.to_string())
             .collect();
@@ -438,17 +477,193 @@ mod tests {
     fn a_kustomize_entry_gets_a_digest_key_next_to_its_tag() {
         let text = "images:\n- name: web\n  newName: ghcr.io/acme/web\n  newTag: \"5.0\"\n";
         let files = [scanned("kustomization.yaml", text)];
-        let plan = plan(&files, &answers(&[("ghcr.io/acme/web:5.0", Ok(D1))]));
+        let plan = plan(
+            &files,
+            &answers(&[("ghcr.io/acme/web:5.0", Ok(D1))]),
+            &Follow::default(),
+        );
         let updated = String::from_utf8(plan.files[0].updated.clone()).unwrap();
         assert_eq!(updated, format!("{text}  digest: {D1}\n"));
         assert_eq!(plan.changes[0].workload, Owner::Kustomization);
         assert_eq!(plan.changes[0].action, Action::Pin);
     }
 
+    fn following(rules: &[(&str, crate::config::TagPolicy)], lists: &[(&str, &[&str])]) -> Follow {
+        let rules: Vec<crate::config::PolicyRule> = rules
+            .iter()
+            .map(|(matches, policy)| crate::config::PolicyRule {
+                matches: matches.to_string(),
+                policy: policy.clone(),
+            })
+            .collect();
+        Follow {
+            policies: crate::policy::Policies::compile(&rules).unwrap(),
+            tags: lists
+                .iter()
+                .map(|(image, tags)| {
+                    let reference = Reference::parse(image).unwrap();
+                    let tags = tags.iter().map(|t| t.to_string()).collect();
+                    (crate::policy::RepositoryKey::of(&reference), Ok(tags))
+                })
+                .collect(),
+        }
+    }
+
+    fn semver(range: &str) -> crate::config::TagPolicy {
+        crate::config::TagPolicy::Semver {
+            range: range.into(),
+        }
+    }
+
+    #[test]
+    fn a_policy_moves_tag_and_digest_of_a_container_image_together() {
+        let text = format!(
+            "# web\napiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers:\n  - name: web\n    image: \"ghcr.io/acme/web:1.4.2@{D1}\"  # pinned\n  - {{name: side, image: 'ghcr.io/acme/side:1'}}\r\n"
+        );
+        let files = [scanned("pod.yaml", &text)];
+        let follow = following(
+            &[("ghcr.io/acme/web", semver("~1.4"))],
+            &[("ghcr.io/acme/web", &["1.4.2", "1.4.3", "1.5.0", "latest"])],
+        );
+        assert_eq!(
+            references_to_resolve(&files, &follow)
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            [
+                format!("ghcr.io/acme/web:1.4.3@{D1}"),
+                "ghcr.io/acme/side:1".into()
+            ]
+        );
+        let plan = plan(
+            &files,
+            &answers(&[
+                ("ghcr.io/acme/web:1.4.3", Ok(D2)),
+                ("ghcr.io/acme/side:1", Ok(D1)),
+            ]),
+            &follow,
+        );
+        let updated = String::from_utf8(plan.files[0].updated.clone()).unwrap();
+        assert_eq!(
+            updated,
+            text.replace(&format!("web:1.4.2@{D1}"), &format!("web:1.4.3@{D2}"))
+                .replace("side:1'", &format!("side:1@{D1}'"))
+        );
+        let web = &plan.changes[0];
+        assert_eq!(
+            (
+                web.old_tag.as_deref(),
+                web.new_tag.as_deref(),
+                web.image.as_str()
+            ),
+            (Some("1.4.2"), Some("1.4.3"), "ghcr.io/acme/web:1.4.3")
+        );
+        assert_eq!(web.action, Action::Update);
+        // A field whose tag stays says nothing of tags, in JSON too.
+        assert_eq!(
+            (
+                plan.changes[1].old_tag.as_ref(),
+                plan.changes[1].new_tag.as_ref()
+            ),
+            (None, None)
+        );
+        let json = serde_json::to_string(&plan.changes[1]).unwrap();
+        assert!(!json.contains("_tag"), "{json}");
+    }
+
+    #[test]
+    fn the_same_digest_under_a_new_tag_is_still_a_change() {
+        let text = pod(&[&format!("ghcr.io/acme/job:build-99@{D1}")]);
+        let files = [scanned("pod.yaml", &text)];
+        let follow = following(
+            &[(
+                "ghcr.io/acme/*",
+                crate::config::TagPolicy::Pattern {
+                    pattern: "^build-(?P<n>[0-9]+)$".into(),
+                    extract: "$n".into(),
+                    order: crate::config::Order::Numerical,
+                },
+            )],
+            &[("ghcr.io/acme/job", &["build-99", "build-120", "build-100"])],
+        );
+        let plan = plan(
+            &files,
+            &answers(&[("ghcr.io/acme/job:build-120", Ok(D1))]),
+            &follow,
+        );
+        let updated = String::from_utf8(plan.files[0].updated.clone()).unwrap();
+        assert_eq!(updated, text.replace("build-99", "build-120"));
+    }
+
+    #[test]
+    fn a_policy_moves_a_kustomize_entry_new_tag_and_digest_byte_exactly() {
+        let text = format!(
+            "images:\r\n- name: web  # app\r\n  newName: ghcr.io/acme/web\r\n  newTag: 'v1.4.2' # tracked\r\n  digest: {D1}\r\n- {{name: api, newName: ghcr.io/acme/api, newTag: \"2.0.0\"}}\r\n"
+        );
+        let files = [scanned("kustomization.yaml", &text)];
+        let follow = following(
+            &[
+                ("ghcr.io/acme/web", semver("~1.4")),
+                ("ghcr.io/acme/*", semver("^2")),
+            ],
+            &[
+                ("ghcr.io/acme/web", &["v1.4.2", "v1.4.3", "v2.0.0-rc.1"]),
+                ("ghcr.io/acme/api", &["2.0.0", "2.1.0", "3.0.0"]),
+            ],
+        );
+        let plan = plan(
+            &files,
+            &answers(&[
+                ("ghcr.io/acme/web:v1.4.3", Ok(D2)),
+                ("ghcr.io/acme/api:2.1.0", Ok(D1)),
+            ]),
+            &follow,
+        );
+        let updated = String::from_utf8(plan.files[0].updated.clone()).unwrap();
+        assert_eq!(
+            updated,
+            format!(
+                "images:\r\n- name: web  # app\r\n  newName: ghcr.io/acme/web\r\n  newTag: 'v1.4.3' # tracked\r\n  digest: {D2}\r\n- {{name: api, newName: ghcr.io/acme/api, newTag: \"2.1.0\", digest: {D1}}}\r\n"
+            )
+        );
+        let moved: Vec<(Option<&str>, Option<&str>)> = plan
+            .changes
+            .iter()
+            .map(|c| (c.old_tag.as_deref(), c.new_tag.as_deref()))
+            .collect();
+        assert_eq!(
+            moved,
+            [
+                (Some("v1.4.2"), Some("v1.4.3")),
+                (Some("2.0.0"), Some("2.1.0"))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_policy_that_matches_no_tag_leaves_the_field_alone_and_says_why() {
+        let text = pod(&["ghcr.io/acme/web:1.4.2", "nginx:1.27"]);
+        let files = [scanned("pod.yaml", &text)];
+        let follow = following(
+            &[("ghcr.io/acme/web", semver("~2"))],
+            &[("ghcr.io/acme/web", &["1.4.2", "1.4.3"])],
+        );
+        let plan = plan(&files, &answers(&[("nginx:1.27", Ok(D1))]), &follow);
+        assert_eq!(plan.changes.len(), 1);
+        assert_eq!(
+            plan.problems[0].to_string(),
+            "pod.yaml:8: ghcr.io/acme/web: policy semver \"~2\" matches none of the 2 tag(s) the registry lists; the tag is left as it is"
+        );
+    }
+
     #[test]
     fn the_diff_names_the_file_and_shows_one_line_moving() {
         let files = [scanned("pod.yaml", &pod(&["nginx:1.27"]))];
-        let plan = plan(&files, &answers(&[("nginx:1.27", Ok(D1))]));
+        let plan = plan(
+            &files,
+            &answers(&[("nginx:1.27", Ok(D1))]),
+            &Follow::default(),
+        );
         let diff = &plan.files[0].diff;
         assert!(
             diff.starts_with("--- a/pod.yaml\n+++ b/pod.yaml\n"),

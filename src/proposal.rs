@@ -36,6 +36,12 @@ pub struct Pin {
     pub new_digest: Digest,
     #[serde(default)]
     pub old_digest: Option<Digest>,
+    /// The tag before and after, when a policy moved it; absent otherwise (and in blocks
+    /// written before policies existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_tag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_tag: Option<String>,
 }
 
 impl PlanBlock {
@@ -50,6 +56,8 @@ impl PlanBlock {
                 new_value: c.new_value.clone(),
                 new_digest: c.new_digest.clone(),
                 old_digest: c.old_digest.clone(),
+                old_tag: c.old_tag.clone(),
+                new_tag: c.new_tag.clone(),
             })
             .collect();
         pins.sort();

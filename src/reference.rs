@@ -260,6 +260,24 @@ impl Reference {
         self.tag.is_none() && self.digest.is_some()
     }
 
+    /// The name as written, without tag or digest (`nginx`, `ghcr.io/acme/web`): what a
+    /// person matches in `images.policies` before thinking of normalization.
+    pub fn written_name(&self) -> String {
+        match &self.domain {
+            Some(domain) => format!("{domain}/{}", self.path),
+            None => self.path.clone(),
+        }
+    }
+
+    /// The same reference with another tag (a policy moved it), the user's spelling and any
+    /// digest kept.
+    pub fn retagged(&self, tag: &str) -> Reference {
+        Reference {
+            tag: Some(tag.to_string()),
+            ..self.clone()
+        }
+    }
+
     /// The string to write back when pinning to `digest`: the user's own
     /// spelling (never expanded to `docker.io/library/…`), the implied tag
     /// made explicit so the pin stays readable, and the new digest in place

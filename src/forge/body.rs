@@ -20,8 +20,12 @@ pub fn render(block: &PlanBlock) -> String {
     out.push_str("| File | Workload | Container | Image | Old digest | New digest |\n");
     out.push_str("|---|---|---|---|---|---|\n");
     for pin in &block.pins {
+        let moved = match &pin.old_tag {
+            Some(old_tag) => format!(" (from `{old_tag}`)"),
+            None => String::new(),
+        };
         out.push_str(&format!(
-            "| `{}` | {} | {} | `{}` | {} | `{}` |\n",
+            "| `{}` | {} | {} | `{}`{moved} | {} | `{}` |\n",
             pin.file,
             pin.workload,
             pin.container,
@@ -61,16 +65,23 @@ pub fn commit_message(template: &str, block: &PlanBlock) -> String {
     let mut message = fill_template(template, block);
     message.push_str("\n\n");
     for pin in &block.pins {
+        let old_digest = pin.old_digest.as_ref().map(ToString::to_string);
+        // A tag a policy moved is said on both sides: `1.4.2@sha256:a -> 1.4.3@sha256:b`.
+        let (old, new) = match (&pin.old_tag, &pin.new_tag, old_digest) {
+            (Some(old_tag), Some(new_tag), old_digest) => (
+                old_digest.map_or(format!("{old_tag} (unpinned)"), |d| {
+                    format!("{old_tag}@{d}")
+                }),
+                format!("{new_tag}@{}", pin.new_digest),
+            ),
+            (_, _, old_digest) => (
+                old_digest.unwrap_or_else(|| "unpinned".to_string()),
+                pin.new_digest.to_string(),
+            ),
+        };
         message.push_str(&format!(
-            "{} ({} {}/{}): {} -> {}\n",
-            pin.image,
-            pin.file,
-            pin.workload,
-            pin.container,
-            pin.old_digest
-                .as_ref()
-                .map_or("unpinned".to_string(), |d| d.to_string()),
-            pin.new_digest
+            "{} ({} {}/{}): {old} -> {new}\n",
+            pin.image, pin.file, pin.workload, pin.container,
         ));
     }
     message
@@ -92,6 +103,8 @@ mod tests {
                 new_value: "ghcr.io/acme/web:1.0@sha256:1111111111111111111111111111111111111111111111111111111111111111".into(),
                 new_digest: "sha256:1111111111111111111111111111111111111111111111111111111111111111".parse().unwrap(),
                 old_digest: None,
+                old_tag: None,
+                new_tag: None,
             }],
         }
     }
@@ -120,6 +133,26 @@ mod tests {
         );
         b.pins[0].old_digest = None;
         assert_eq!(a.promises(), b.promises());
+    }
+
+    #[test]
+    fn a_tag_moved_by_a_policy_is_said_in_the_table_and_the_commit_message() {
+        let mut moved = block();
+        moved.pins[0].old_tag = Some("0.9".into());
+        moved.pins[0].new_tag = Some("1.0".into());
+        let body = render(&moved);
+        assert!(
+            body.contains("| `ghcr.io/acme/web:1.0` (from `0.9`) | (none) |"),
+            "{body}"
+        );
+        assert_eq!(parse(&body), Some(moved.clone()));
+        let message = commit_message("Pin {count}", &moved);
+        assert!(
+            message.contains("/app): 0.9 (unpinned) -> 1.0@sha256:1111"),
+            "{message}"
+        );
+        // Without a moved tag, the plan block reads exactly as before policies.
+        assert!(!render(&block()).contains("old_tag"));
     }
 
     #[test]

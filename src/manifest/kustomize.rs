@@ -62,6 +62,7 @@ pub(super) fn scan_images(
             name: String::new(),
             document: index,
             current_digest: None,
+            tag: None,
         };
         if !document.is_mapping(entry) {
             out.skip(entry_node, SkipReason::KustomizeEntryNotAMapping, origin);
@@ -75,14 +76,25 @@ pub(super) fn scan_images(
             name: name.to_string(),
             document: index,
             current_digest: None,
+            tag: None,
         };
         let new_tag = document.get(entry, "newTag")?;
-        let Some((tag_node, tag)) = new_tag
+        let Some((tag_node, tag, tag_target)) = new_tag
             .and_then(|id| document.node(document.resolve(id)))
-            .and_then(|node| string_target(node).ok().map(|(tag, _)| (node, tag)))
+            .and_then(|node| {
+                string_target(node)
+                    .ok()
+                    .map(|(tag, target)| (node, tag, target))
+            })
         else {
             out.skip(entry_node, SkipReason::KustomizeWithoutNewTag, origin);
             continue;
+        };
+        origin = Origin::KustomizeImage {
+            name: name.to_string(),
+            document: index,
+            current_digest: None,
+            tag: Some(tag_target.clone()),
         };
         let image = document.get_str(entry, "newName")?.unwrap_or(name);
         let value = format!("{image}:{tag}");
@@ -98,6 +110,7 @@ pub(super) fn scan_images(
                             name: name.to_string(),
                             document: index,
                             current_digest: Some(current.to_string()),
+                            tag: Some(tag_target),
                         };
                         out.field(ImageField {
                             line,
@@ -233,13 +246,20 @@ mod tests {
         assert_eq!(field.value, "nginx:1.27");
         assert_eq!(written(text, field), "sha256:old");
         assert_eq!((field.line, field.column), (5, 11));
+        let Origin::KustomizeImage {
+            name,
+            document: 0,
+            current_digest: Some(current),
+            tag: Some(Target::Scalar { span, style }),
+        } = &field.origin
+        else {
+            panic!("{:?}", field.origin);
+        };
+        assert_eq!((name.as_str(), current.as_str()), ("nginx", "sha256:old"));
+        // The newTag value too, for a policy that moves the tag.
         assert_eq!(
-            field.origin,
-            Origin::KustomizeImage {
-                name: "nginx".into(),
-                document: 0,
-                current_digest: Some("sha256:old".into()),
-            }
+            (&text[span.clone()], *style),
+            ("\"1.27\"", crate::manifest::ScalarStyle::DoubleQuoted)
         );
         assert_eq!(outcome.kubernetes_documents, 1);
     }

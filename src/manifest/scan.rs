@@ -38,10 +38,13 @@ pub enum Origin {
     },
     /// An entry of a kustomization's `images:` list. `name` is the entry's `name` (the image
     /// the kustomization replaces); `current_digest` is its `digest:` value, when there is one.
+    /// `tag` is where the entry's `newTag` value is, for a policy that moves the tag (the
+    /// field's own target is the digest); `None` only on skipped entries.
     KustomizeImage {
         name: String,
         document: usize,
         current_digest: Option<String>,
+        tag: Option<Target>,
     },
 }
 

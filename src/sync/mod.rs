@@ -24,13 +24,18 @@ use crate::git::{off_runtime, Credentials, Expect, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Scanned, Skipped};
 use crate::plan::{self, Plan, ScannedFile};
+use crate::policy::{Follow, Policies, TagLists};
 use crate::proposal::PlanBlock;
 use crate::reference::Reference;
-use crate::registry::{Client, ResolveKey, ResolveResult};
+use crate::registry::{Client, RegistryError, ResolveKey, ResolveResult};
 use policy::{Group, PrDecision};
 
 /// How many times a push that lost a race is retried (fetch, re-plan, push).
 pub const MAX_PUSH_ATTEMPTS: u32 = 5;
+
+/// Tags asked per `tags/list` page (`n`); a registry may serve fewer and point to the rest
+/// with `Link`, which [`Client::list_tags`] follows.
+pub const TAG_PAGE_SIZE: usize = 100;
 
 /// A pass that could not run at all.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +47,10 @@ pub enum SyncError {
     /// An include, exclude or `images:` glob does not compile.
     #[error("configuration: {0}")]
     Filter(#[from] ManifestError),
+    /// An `images.policies` entry does not compile (only for a `Config` not loaded from a file,
+    /// which validates them).
+    #[error("configuration: images.policies: {0}")]
+    Policy(String),
     #[error("pull-request mode needs a forge: section in the configuration")]
     NoForge,
     /// A secret named by the configuration could not be read; never holds the secret.
@@ -141,6 +150,7 @@ pub struct Syncer<'a> {
     pub mirror: Mirror,
     filter: FileFilter,
     selection: ImageSelection,
+    policies: Policies,
 }
 
 impl<'a> Syncer<'a> {
@@ -154,6 +164,7 @@ impl<'a> Syncer<'a> {
         let mirror = Mirror::open(cache_dir, &config.repository.url, credentials)?;
         let filter = FileFilter::with_default_include(&config.include, &config.exclude)?;
         let selection = ImageSelection::compile(&config.images)?;
+        let policies = Policies::compile(&config.images.policies).map_err(SyncError::Policy)?;
         if config.mode == WriteMode::PullRequest && forge.is_none() {
             return Err(SyncError::NoForge);
         }
@@ -164,6 +175,7 @@ impl<'a> Syncer<'a> {
             mirror,
             filter,
             selection,
+            policies,
         })
     }
 
@@ -187,6 +199,10 @@ impl<'a> Syncer<'a> {
             ..SyncReport::default()
         };
         let mut attempt = 0;
+        let mut follow = Follow {
+            policies: self.policies.clone(),
+            tags: TagLists::new(),
+        };
         loop {
             attempt += 1;
             let (tip, scanned) = off_runtime(|| {
@@ -196,11 +212,14 @@ impl<'a> Syncer<'a> {
                 Ok::<_, SyncError>((tip, self.scan_tip(tip)?))
             })?;
             let started = std::time::Instant::now();
-            self.resolve_missing(&scanned.files, resolutions).await;
+            self.list_missing_tags(&scanned.files, &mut follow).await;
+            self.resolve_missing(&scanned.files, &follow, resolutions)
+                .await;
             report.resolve_time += started.elapsed();
             let grouped = policy::group(
                 &scanned.files,
                 resolutions,
+                &follow,
                 self.config.pull_request.grouping,
                 self.config.mode,
             );
@@ -262,13 +281,49 @@ impl<'a> Syncer<'a> {
     async fn resolve_missing(
         &self,
         files: &[ScannedFile],
+        follow: &Follow,
         resolutions: &mut BTreeMap<ResolveKey, ResolveResult>,
     ) {
-        let wanted: Vec<Reference> = plan::references_to_resolve(files)
+        let wanted: Vec<Reference> = plan::references_to_resolve(files, follow)
             .into_iter()
             .filter(|r| !resolutions.contains_key(&ResolveKey::of(r)))
             .collect();
         resolutions.extend(self.registry.resolve_all(wanted.iter()).await);
+    }
+
+    /// Lists the tags of each repository whose policy chooses among tags and that this pass
+    /// has not listed yet: once per repository per pass, concurrently, each within the
+    /// registry budget so one slow registry delays only its own images.
+    async fn list_missing_tags(&self, files: &[ScannedFile], follow: &mut Follow) {
+        let references: Vec<Reference> = files
+            .iter()
+            .flat_map(|f| f.fields.iter())
+            .filter_map(|field| Reference::parse(&field.value).ok())
+            .collect();
+        let wanted: Vec<_> = Follow::repositories_to_list(&follow.policies, &references)
+            .into_iter()
+            .filter(|(key, _)| !follow.tags.contains_key(key))
+            .collect();
+        let budget = std::time::Duration::from_secs(self.config.registries.budget_seconds);
+        let lists = futures::future::join_all(wanted.iter().map(|(_, reference)| async move {
+            match tokio::time::timeout(budget, self.registry.list_tags(reference, TAG_PAGE_SIZE))
+                .await
+            {
+                Ok(result) => result,
+                Err(_) => Err(RegistryError::Unreachable {
+                    image: reference.canonical_name(),
+                    host: reference.api_host().to_string(),
+                    detail: format!(
+                        "no tag list within {}s; the pass went on without it",
+                        budget.as_secs()
+                    ),
+                }),
+            }
+        }))
+        .await;
+        for ((key, _), list) in wanted.into_iter().zip(lists) {
+            follow.tags.insert(key, list);
+        }
     }
 
     async fn write_group(

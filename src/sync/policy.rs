@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use crate::config::{Grouping, WriteMode};
 use crate::forge::PullRequestInfo;
 use crate::plan::{self, Plan, ScannedFile};
+use crate::policy::Follow;
 use crate::proposal::PlanBlock;
 use crate::reference::Reference;
 use crate::registry::{ResolveKey, ResolveResult};
@@ -46,10 +47,11 @@ pub struct Grouped {
 pub fn group(
     files: &[ScannedFile],
     resolutions: &BTreeMap<ResolveKey, ResolveResult>,
+    follow: &Follow,
     grouping: Grouping,
     mode: WriteMode,
 ) -> Grouped {
-    let whole = plan::plan(files, resolutions);
+    let whole = plan::plan(files, resolutions, follow);
     let groups = match (grouping, mode) {
         (Grouping::Single, _) | (_, WriteMode::Commit) => vec![(Group::All, whole.clone())],
         (Grouping::PerImage, WriteMode::PullRequest) => {
@@ -78,7 +80,7 @@ pub fn group(
                         })
                         .filter(|f| !f.fields.is_empty())
                         .collect();
-                    (Group::Image(name), plan::plan(&only, resolutions))
+                    (Group::Image(name), plan::plan(&only, resolutions, follow))
                 })
                 .collect()
         }
@@ -192,6 +194,8 @@ mod tests {
                 new_value: format!("ghcr.io/acme/web:1@{}", digest(d)),
                 new_digest: digest(d),
                 old_digest: None,
+                old_tag: None,
+                new_tag: None,
             }],
         }
     }
@@ -322,6 +326,7 @@ mod tests {
         let grouped = group(
             &files,
             &BTreeMap::new(),
+            &Follow::default(),
             Grouping::PerImage,
             WriteMode::PullRequest,
         );
@@ -350,6 +355,7 @@ mod tests {
         let grouped = group(
             &files,
             &BTreeMap::new(),
+            &Follow::default(),
             Grouping::PerImage,
             WriteMode::Commit,
         );

@@ -382,6 +382,8 @@ mod tests {
             new_value: format!("nginx:1.27@{D}"),
             new_digest: D.parse().unwrap(),
             old_digest: None,
+            old_tag: None,
+            new_tag: None,
         }
     }
 

@@ -1309,6 +1309,8 @@ mod tests {
             new_value: format!("ghcr.io/acme/web:1@{DIGEST}"),
             new_digest: DIGEST.parse().unwrap(),
             old_digest: None,
+            old_tag: None,
+            new_tag: None,
         }];
         let mapping = NameMapping {
             default_namespace: "shop".into(),

@@ -61,7 +61,7 @@ fn pin_tree(
         root.display(),
         scanned.errors
     );
-    let planned = plan::plan(&scanned.files, resolutions);
+    let planned = plan::plan(&scanned.files, resolutions, &Default::default());
     assert!(
         planned.problems.is_empty(),
         "{}: {:?}",

@@ -22,6 +22,7 @@ mod harness_selftest;
 mod kube_server_selftest;
 mod kustomize;
 mod pipeline;
+mod policies;
 mod quickstart;
 mod registry_client;
 mod run;

@@ -616,25 +616,13 @@ async fn fetching_a_manifest_by_digest_verifies_its_bytes() {
     let pushed = registry.push_image("acme/web", "1", "w").await;
     let other = registry.push_image("acme/web", "2", "other").await;
     // The proxy answers the request for `pushed` with the bytes of `other`.
-    let other_bytes = reqwest::Client::new()
-        .get(format!(
-            "{}/v2/acme/web/manifests/{}",
-            registry.base_url(),
-            other.manifest
-        ))
-        .header("accept", support::registry::ACCEPT_ALL_MANIFESTS)
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
+    let other_bytes = registry.manifest_bytes("acme/web", &other.manifest).await;
     let proxy = FaultProxy::start(
         &registry.base_url(),
         vec![FaultRule::new(
             "GET",
             &pushed.manifest,
-            Fault::fixed_body(200, support::registry::OCI_MANIFEST, other_bytes.to_vec()),
+            Fault::fixed_body(200, support::registry::OCI_MANIFEST, other_bytes),
         )],
     )
     .await;

@@ -14,25 +14,25 @@ use support::registry::{Mode, TestRegistry};
 
 const TOKEN: &str = "tok-3f9a1c77e2";
 
-fn deployment(name: &str, image: &str) -> String {
+pub(crate) fn deployment(name: &str, image: &str) -> String {
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {image}  # the app\n"
     )
 }
 
-struct Run {
+pub(crate) struct Run {
     dir: tempfile::TempDir,
 }
 
 impl Run {
-    fn new() -> Run {
+    pub(crate) fn new() -> Run {
         Run {
             dir: tempfile::tempdir().unwrap(),
         }
     }
 
     /// Writes `tagpin.yaml` with the given repository URL and extra top-level YAML.
-    fn config(&self, url: &str, registry_host: &str, extra: &str) -> PathBuf {
+    pub(crate) fn config(&self, url: &str, registry_host: &str, extra: &str) -> PathBuf {
         let path = self.dir.path().join("tagpin.yaml");
         std::fs::write(
             &path,
@@ -44,7 +44,7 @@ impl Run {
         path
     }
 
-    fn sync(&self, config: &Path, cache: &str) -> Output {
+    pub(crate) fn sync(&self, config: &Path, cache: &str) -> Output {
         std::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
             .args(["sync", "--config"])
             .arg(config)

@@ -569,6 +569,8 @@ async fn a_pull_request_gets_statuses_in_order_and_one_comment_edited_in_place()
             new_value: image.clone(),
             new_digest: new.parse().unwrap(),
             old_digest: None,
+            old_tag: None,
+            new_tag: None,
         }],
     };
     let octo_body = tagpin::forge::body::render(&block);

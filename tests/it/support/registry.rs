@@ -574,6 +574,20 @@ impl TestRegistry {
         digest
     }
 
+    /// The bytes of a manifest as the registry serves them, to push again under other tags or
+    /// to serve in place of another.
+    pub async fn manifest_bytes(&self, repo: &str, reference: &str) -> Vec<u8> {
+        let auth = self.auth_header(repo).await;
+        let url = format!("{}/v2/{repo}/manifests/{reference}", self.base_url());
+        let response = with_auth(self.client.get(&url), &auth)
+            .header(header::ACCEPT, ACCEPT_ALL_MANIFESTS)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        let response = expect_status(response, StatusCode::OK, "GET", &url).await;
+        response.bytes().await.unwrap().to_vec()
+    }
+
     /// Pushes a small linux/amd64 OCI image under `tag`. Each `seed` gives
     /// distinct config, layer and manifest digests.
     pub async fn push_image(&self, repo: &str, tag: &str, seed: &str) -> ImageDigests {

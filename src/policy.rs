@@ -1,0 +1,477 @@
+//! Following versions: which tag an image moves to under its `images.policies` entry.
+//!
+//! Without a policy tagpin keeps the tag written and pins its digest. Renovate, Argo CD Image
+//! Updater, Flux image automation and Kargo also move `app:1.4.2` to `app:1.4.3` under a semver
+//! range or a tag pattern; this module decides that move. It is pure: a policy and a tag list
+//! in, one tag out. Listing tags (once per repository per pass, only for repositories whose
+//! policy needs them) is the caller's I/O; rewriting tag and digest together is the planner's.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use globset::{Glob, GlobMatcher};
+use regex::Regex;
+use semver::{Version, VersionReq};
+
+use crate::config::{Order, PolicyRule, TagPolicy};
+use crate::reference::Reference;
+use crate::registry::RegistryError;
+
+/// A compiled policy.
+#[derive(Debug, Clone)]
+pub enum Policy {
+    /// Keep the tag written, pin its digest.
+    Digest,
+    /// The highest tag whose version satisfies `range`.
+    Semver { range: VersionReq },
+    /// The highest tag `regex` matches, compared by what `extract` makes of its groups.
+    Pattern {
+        regex: Regex,
+        extract: String,
+        order: Order,
+    },
+}
+
+/// Policies are named in errors as they are written in the configuration.
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Policy::Digest => f.write_str("digest"),
+            Policy::Semver { range } => write!(f, "semver {:?}", range.to_string()),
+            Policy::Pattern { regex, .. } => write!(f, "pattern {:?}", regex.as_str()),
+        }
+    }
+}
+
+impl Policy {
+    fn compile(policy: &TagPolicy) -> Result<Policy, String> {
+        Ok(match policy {
+            TagPolicy::Digest => Policy::Digest,
+            TagPolicy::Semver { range } => Policy::Semver {
+                range: VersionReq::parse(range).map_err(|e| format!("{range:?}: {e}"))?,
+            },
+            TagPolicy::Pattern {
+                pattern,
+                extract,
+                order,
+            } => Policy::Pattern {
+                regex: Regex::new(pattern).map_err(|e| format!("{pattern:?}: {e}"))?,
+                extract: extract.clone(),
+                order: *order,
+            },
+        })
+    }
+
+    /// Whether the policy needs the repository's tag list (every policy but `digest`).
+    pub fn needs_tags(&self) -> bool {
+        !matches!(self, Policy::Digest)
+    }
+
+    /// The tag to move to, among `tags`; `current` is the tag written now. `None` when no tag
+    /// qualifies. Among tags that compare equal (`1.4.3` and `v1.4.3`, `build-07` and
+    /// `build-7`) the current tag wins, then a tag spelled like it (with or without `v`), then
+    /// the alphabetically first, so the choice never flips between passes.
+    pub fn select(&self, current: &str, tags: &[String]) -> Option<String> {
+        match self {
+            Policy::Digest => Some(current.to_string()),
+            Policy::Semver { range } => highest(
+                tags.iter()
+                    .filter_map(|tag| Some((version_of(tag)?, tag.as_str())))
+                    .filter(|(version, _)| range.matches(version))
+                    .map(|(v, tag)| ((v.major, v.minor, v.patch, v.pre), tag)),
+                Ord::cmp,
+                current,
+            ),
+            Policy::Pattern {
+                regex,
+                extract,
+                order,
+            } => {
+                let extracted = tags.iter().filter_map(|tag| {
+                    let captures = regex.captures(tag)?;
+                    let mut value = String::new();
+                    captures.expand(extract, &mut value);
+                    Some((value, tag.as_str()))
+                });
+                match order {
+                    Order::Alphabetical => highest(extracted, Ord::cmp, current),
+                    Order::Numerical => highest(
+                        extracted.filter_map(|(value, tag)| {
+                            let number: f64 = value.trim().parse().ok()?;
+                            number.is_finite().then_some((number, tag))
+                        }),
+                        f64::total_cmp,
+                        current,
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// A tag read as a semantic version, with or without a leading `v` (`1.4.3`, `v1.4.3`).
+fn version_of(tag: &str) -> Option<Version> {
+    Version::parse(tag.strip_prefix('v').unwrap_or(tag)).ok()
+}
+
+/// The tag with the highest key; ties broken as [`Policy::select`] says.
+fn highest<'t, K>(
+    candidates: impl Iterator<Item = (K, &'t str)>,
+    compare: impl Fn(&K, &K) -> Ordering,
+    current: &str,
+) -> Option<String> {
+    let spelled_like_current = |tag: &str| tag.starts_with('v') == current.starts_with('v');
+    let preference = |tag: &str| (tag == current, spelled_like_current(tag));
+    candidates
+        .max_by(|(a, a_tag), (b, b_tag)| {
+            compare(a, b)
+                .then_with(|| preference(a_tag).cmp(&preference(b_tag)))
+                .then_with(|| b_tag.cmp(a_tag))
+        })
+        .map(|(_, tag)| tag.to_string())
+}
+
+/// The `images.policies` entries, compiled once.
+#[derive(Debug, Clone, Default)]
+pub struct Policies {
+    rules: Vec<(GlobMatcher, Policy)>,
+}
+
+const DIGEST: Policy = Policy::Digest;
+
+impl Policies {
+    /// Compiles the configuration's entries. The configuration validated them at load, so an
+    /// error here means a `Config` built by hand.
+    pub fn compile(rules: &[PolicyRule]) -> Result<Policies, String> {
+        let rules = rules
+            .iter()
+            .map(|rule| {
+                let glob = Glob::new(&rule.matches)
+                    .map_err(|e| format!("{:?}: invalid glob: {}", rule.matches, e.kind()))?;
+                Ok((glob.compile_matcher(), Policy::compile(&rule.policy)?))
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Policies { rules })
+    }
+
+    /// The policy of the first entry whose glob matches the image name as written
+    /// (`nginx`) or normalized (`docker.io/library/nginx`); `digest` when none does.
+    pub fn for_image(&self, reference: &Reference) -> &Policy {
+        let written = reference.written_name();
+        let normalized = reference.canonical_name();
+        self.rules
+            .iter()
+            .find(|(glob, _)| glob.is_match(&written) || glob.is_match(&normalized))
+            .map_or(&DIGEST, |(_, policy)| policy)
+    }
+}
+
+/// A repository whose tags are listed: one list per pass, whatever the spellings and tags of
+/// the references to it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RepositoryKey {
+    pub domain: String,
+    pub repository: String,
+}
+
+impl RepositoryKey {
+    pub fn of(reference: &Reference) -> RepositoryKey {
+        RepositoryKey {
+            domain: reference.domain().to_string(),
+            repository: reference.repository(),
+        }
+    }
+}
+
+/// What the registry answered for each repository's tag list.
+pub type TagLists = BTreeMap<RepositoryKey, Result<Vec<String>, RegistryError>>;
+
+/// Policies and the tag lists they choose from: what the planner needs to move tags. The
+/// default (no policies) keeps every tag, which is tagpin's behaviour without `images.policies`.
+#[derive(Debug, Default)]
+pub struct Follow {
+    pub policies: Policies,
+    pub tags: TagLists,
+}
+
+impl Follow {
+    /// One reference per repository whose tags must be listed: those with a policy that
+    /// chooses among tags, digest-only references aside.
+    pub fn repositories_to_list<'r>(
+        policies: &Policies,
+        references: impl IntoIterator<Item = &'r Reference>,
+    ) -> BTreeMap<RepositoryKey, &'r Reference> {
+        let mut wanted = BTreeMap::new();
+        for reference in references {
+            if !reference.is_digest_only() && policies.for_image(reference).needs_tags() {
+                wanted
+                    .entry(RepositoryKey::of(reference))
+                    .or_insert(reference);
+            }
+        }
+        wanted
+    }
+
+    /// The reference to resolve for a field: the same one, or with the tag its policy picks.
+    /// An error names the image, the policy and how many tags were seen; the field is then
+    /// left alone.
+    pub fn target(&self, reference: &Reference) -> Result<Reference, String> {
+        let policy = self.policies.for_image(reference);
+        let Some(current) = reference.effective_tag().filter(|_| policy.needs_tags()) else {
+            return Ok(reference.clone());
+        };
+        let image = reference.canonical_name();
+        let tags = match self.tags.get(&RepositoryKey::of(reference)) {
+            Some(Ok(tags)) => tags,
+            Some(Err(e)) => {
+                return Err(format!(
+                    "{image}: cannot list tags for policy {policy}: {e}"
+                ))
+            }
+            None => return Err(format!("{image}: tags not listed for policy {policy}")),
+        };
+        match policy.select(current, tags) {
+            Some(tag) => Ok(reference.retagged(&tag)),
+            None => Err(format!(
+                "{image}: policy {policy} matches none of the {} tag(s) the registry lists; the tag is left as it is",
+                tags.len()
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tags(list: &[&str]) -> Vec<String> {
+        list.iter().map(|t| t.to_string()).collect()
+    }
+
+    fn semver(range: &str) -> Policy {
+        Policy::compile(&TagPolicy::Semver {
+            range: range.into(),
+        })
+        .unwrap()
+    }
+
+    fn pattern(pattern: &str, extract: &str, order: Order) -> Policy {
+        Policy::compile(&TagPolicy::Pattern {
+            pattern: pattern.into(),
+            extract: extract.into(),
+            order,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn semver_picks_the_highest_tag_in_range_not_the_last_listed() {
+        let list = tags(&[
+            "1.4.2", "1.4.10", "1.4.3", "1.5.0", "latest", "1.4", "2.0.0",
+        ]);
+        assert_eq!(
+            semver("~1.4").select("1.4.2", &list).as_deref(),
+            Some("1.4.10")
+        );
+        assert_eq!(
+            semver("^1").select("1.4.2", &list).as_deref(),
+            Some("1.5.0")
+        );
+        assert_eq!(
+            semver(">=1.4.2, <1.4.3").select("1.4.2", &list).as_deref(),
+            Some("1.4.2")
+        );
+        assert_eq!(semver("~3").select("1.4.2", &list), None);
+        assert_eq!(semver("*").select("x", &tags(&[])), None);
+    }
+
+    #[test]
+    fn pre_releases_count_only_when_the_range_names_one() {
+        let list = tags(&["1.4.2", "1.4.3-rc.1", "1.5.0-beta.1"]);
+        assert_eq!(
+            semver("~1.4").select("1.4.2", &list).as_deref(),
+            Some("1.4.2")
+        );
+        assert_eq!(semver("*").select("1.4.2", &list).as_deref(), Some("1.4.2"));
+        assert_eq!(
+            semver(">=1.4.3-rc.0, <1.5")
+                .select("1.4.2", &list)
+                .as_deref(),
+            Some("1.4.3-rc.1")
+        );
+        // A pre-release of another version stays out, as in Cargo and npm.
+        assert_eq!(
+            semver(">=1.4.3-rc.0").select("1.4.2", &list).as_deref(),
+            Some("1.4.3-rc.1")
+        );
+        // A release outranks its own pre-releases.
+        let with_release = tags(&["1.4.3-rc.1", "1.4.3"]);
+        assert_eq!(
+            semver(">=1.4.3-rc.0")
+                .select("1.4.2", &with_release)
+                .as_deref(),
+            Some("1.4.3")
+        );
+    }
+
+    #[test]
+    fn v_prefixed_tags_are_versions_and_are_written_back_as_listed() {
+        let list = tags(&["v1.4.2", "v1.4.3", "v1.5.0", "vnext", "V1.4.9"]);
+        assert_eq!(
+            semver("~1.4").select("v1.4.2", &list).as_deref(),
+            Some("v1.4.3")
+        );
+        let mixed = tags(&["1.4.2", "v1.4.4", "1.4.3"]);
+        assert_eq!(
+            semver("~1.4").select("1.4.2", &mixed).as_deref(),
+            Some("v1.4.4")
+        );
+    }
+
+    #[test]
+    fn equal_versions_spelled_differently_keep_the_current_spelling() {
+        let list = tags(&["v1.4.3", "1.4.3", "1.4.2"]);
+        assert_eq!(
+            semver("~1.4").select("1.4.2", &list).as_deref(),
+            Some("1.4.3")
+        );
+        assert_eq!(
+            semver("~1.4").select("v1.4.2", &list).as_deref(),
+            Some("v1.4.3")
+        );
+        assert_eq!(
+            semver("~1.4").select("v1.4.3", &list).as_deref(),
+            Some("v1.4.3")
+        );
+        assert_eq!(
+            semver("~1.4").select("1.4.3", &list).as_deref(),
+            Some("1.4.3")
+        );
+        let numbers = tags(&["build-7", "build-07", "build-6"]);
+        let builds = pattern(r"^build-(?P<n>\d+)$", "$n", Order::Numerical);
+        assert_eq!(
+            builds.select("build-6", &numbers).as_deref(),
+            Some("build-07")
+        );
+        assert_eq!(
+            builds.select("build-7", &numbers).as_deref(),
+            Some("build-7")
+        );
+    }
+
+    #[test]
+    fn numerical_order_compares_numbers_and_alphabetical_compares_text() {
+        let list = tags(&["build-99", "build-120", "build-100", "main", "build-x"]);
+        let builds = pattern(r"^build-(?P<n>[0-9]+)$", "$n", Order::Numerical);
+        assert_eq!(
+            builds.select("build-99", &list).as_deref(),
+            Some("build-120")
+        );
+        let alphabetical = pattern(r"^build-(?P<n>[0-9]+)$", "$n", Order::Alphabetical);
+        assert_eq!(
+            alphabetical.select("build-99", &list).as_deref(),
+            Some("build-99")
+        );
+        let decimals = pattern(r"^r(?P<n>[0-9.]+)$", "$n", Order::Numerical);
+        assert_eq!(
+            decimals
+                .select("r1.5", &tags(&["r1.5", "r1.25", "r0.9"]))
+                .as_deref(),
+            Some("r1.5")
+        );
+    }
+
+    #[test]
+    fn extract_builds_the_compared_value_from_named_groups() {
+        // Flux's timestamped tags: compare `<ts>` only, whatever the branch and sha in front.
+        let list = tags(&[
+            "main-aaaa111-1700000300",
+            "main-bbbb222-1700000100",
+            "feature-cccc333-1700000900",
+            "main-dddd444-170000020",
+        ]);
+        let latest_main = pattern(r"^main-[a-f0-9]+-(?P<ts>[0-9]+)$", "$ts", Order::Numerical);
+        assert_eq!(
+            latest_main.select("x", &list).as_deref(),
+            Some("main-aaaa111-1700000300")
+        );
+        let by_two_groups = pattern(
+            r"^(?P<major>\d+)\.(?P<minor>\d+)-(?P<flavour>alpine|slim)$",
+            "$flavour-$major.$minor",
+            Order::Alphabetical,
+        );
+        let images = tags(&["1.2-alpine", "1.9-alpine", "1.3-slim", "2.0-debian"]);
+        assert_eq!(
+            by_two_groups.select("x", &images).as_deref(),
+            Some("1.3-slim")
+        );
+        let everything = pattern(r"^[a-z]+$", "$0", Order::Alphabetical);
+        assert_eq!(
+            everything
+                .select("x", &tags(&["beta", "alpha", "1"]))
+                .as_deref(),
+            Some("beta")
+        );
+    }
+
+    #[test]
+    fn the_first_matching_entry_wins_over_written_or_normalized_names() {
+        let rule = |matches: &str, policy: TagPolicy| PolicyRule {
+            matches: matches.into(),
+            policy,
+        };
+        let policies = Policies::compile(&[
+            rule("ghcr.io/acme/job", TagPolicy::Digest),
+            rule(
+                "ghcr.io/acme/*",
+                TagPolicy::Semver {
+                    range: "~1.4".into(),
+                },
+            ),
+            rule(
+                "docker.io/library/nginx",
+                TagPolicy::Semver { range: "^1".into() },
+            ),
+        ])
+        .unwrap();
+        let policy_of = |image: &str| {
+            policies
+                .for_image(&Reference::parse(image).unwrap())
+                .to_string()
+        };
+        assert_eq!(policy_of("ghcr.io/acme/job:1"), "digest");
+        assert_eq!(policy_of("ghcr.io/acme/web:1.4.2@sha256:1111111111111111111111111111111111111111111111111111111111111111"), "semver \"~1.4\"");
+        assert_eq!(policy_of("nginx:1.27"), "semver \"^1\"");
+        assert_eq!(policy_of("quay.io/other/app:1"), "digest");
+    }
+
+    #[test]
+    fn a_policy_that_matches_no_tag_names_image_policy_and_count() {
+        let policies = Policies::compile(&[PolicyRule {
+            matches: "ghcr.io/acme/*".into(),
+            policy: TagPolicy::Semver { range: "~9".into() },
+        }])
+        .unwrap();
+        let web = Reference::parse("ghcr.io/acme/web:1.4.2").unwrap();
+        let mut follow = Follow {
+            policies,
+            tags: TagLists::new(),
+        };
+        follow
+            .tags
+            .insert(RepositoryKey::of(&web), Ok(tags(&["1.4.2", "1.4.3"])));
+        assert_eq!(
+            follow.target(&web).unwrap_err(),
+            "ghcr.io/acme/web: policy semver \"~9\" matches none of the 2 tag(s) the registry lists; the tag is left as it is"
+        );
+        let other = Reference::parse("nginx:1.27").unwrap();
+        assert_eq!(follow.target(&other).unwrap(), other);
+        assert!(
+            Follow::repositories_to_list(&follow.policies, [&web, &other, &web])
+                .keys()
+                .map(|k| k.repository.as_str())
+                .eq(["acme/web"])
+        );
+    }
+}
