@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use support::registry::{Mode, TestRegistry, TOKEN_SERVICE};
+use support::registry::{ImageDigests, Mode, TestRegistry, TOKEN_SERVICE};
 
 /// A home with `bin/` (helpers), `docker/config.json`, and a way to run tagpin there.
 struct Login {
@@ -107,6 +107,17 @@ fn config_helper_for(host: &str, helper: &str) -> String {
 
 const SECRET: &str = "helper-s3cret-7f3a91";
 
+/// A token-auth registry holding `acme/t:1`, whose token service takes `refresh_token`.
+async fn token_registry(refresh_token: &str) -> (TestRegistry, ImageDigests) {
+    let registry = TestRegistry::start(Mode::token("bob", "pw")).await;
+    let pushed = registry.push_image("acme/t", "1", "t").await;
+    registry
+        .token_server()
+        .unwrap()
+        .set_refresh_token(refresh_token);
+    (registry, pushed)
+}
+
 #[tokio::test]
 async fn a_cred_helper_logs_in_to_a_basic_auth_registry_once_per_host() {
     let registry = TestRegistry::start(Mode::htpasswd("alice", SECRET)).await;
@@ -158,12 +169,9 @@ async fn cred_helpers_win_over_auths_and_creds_store_serves_the_rest() {
 
 #[tokio::test]
 async fn an_identity_token_from_a_helper_is_exchanged_with_the_refresh_token_grant() {
-    let registry = TestRegistry::start(Mode::token("bob", "pw")).await;
-    let host = registry.host();
-    let pushed = registry.push_image("acme/t", "1", "t").await;
-    let server = registry.token_server().unwrap();
     let refresh_token = "refresh-9c1d77e2aa";
-    server.set_refresh_token(refresh_token);
+    let (registry, pushed) = token_registry(refresh_token).await;
+    let (host, server) = (registry.host(), registry.token_server().unwrap());
     let login = Login::new(&config_helper_for(&host, "acr"));
     login.answering("acr", "<token>", refresh_token);
 
@@ -187,11 +195,8 @@ async fn an_identity_token_from_a_helper_is_exchanged_with_the_refresh_token_gra
 
 #[tokio::test]
 async fn an_identity_token_in_auths_is_exchanged_and_a_wrong_one_is_refused() {
-    let registry = TestRegistry::start(Mode::token("bob", "pw")).await;
-    let host = registry.host();
-    let pushed = registry.push_image("acme/t", "1", "t").await;
-    let server = registry.token_server().unwrap();
-    server.set_refresh_token("good-refresh-5e8b20");
+    let (registry, pushed) = token_registry("good-refresh-5e8b20").await;
+    let (host, server) = (registry.host(), registry.token_server().unwrap());
     let image = [format!("{host}/acme/t:1")];
     let with_token = |token: &str| {
         Login::new(&format!(
@@ -203,6 +208,14 @@ async fn an_identity_token_in_auths_is_exchanged_and_a_wrong_one_is_refused() {
     let out = good.resolve(&host, &image).await;
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains(&pushed.manifest));
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.grant_type.as_deref() == Some("refresh_token") && r.status == 200),
+        "{:?}",
+        server.requests()
+    );
 
     let bad = with_token("bad-refresh-0d4f61");
     let out = bad.resolve(&host, &image).await;
@@ -297,4 +310,49 @@ async fn a_hung_helper_is_stopped_at_the_timeout() {
     assert!(hung.contains("gave no answer within 10s"), "{hung}");
     let took = started.elapsed();
     assert!(took < Duration::from_secs(40), "took {took:?}");
+}
+
+#[test]
+fn the_deploy_example_patches_the_controller_with_helper_environment() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let overlay = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        repo.join("deploy/credential-helpers.example.yaml"),
+        overlay.path().join("credential-helpers.yaml"),
+    )
+    .unwrap();
+    // kustomize takes only relative resource paths: up to `/`, then down to deploy/.
+    let up = "../".repeat(overlay.path().components().count() - 1);
+    let base = repo.join("deploy");
+    let base = base.strip_prefix("/").unwrap();
+    std::fs::write(
+        overlay.path().join("kustomization.yaml"),
+        format!(
+            "resources: [{up}{}]\npatches:\n  - path: credential-helpers.yaml\n",
+            base.display()
+        ),
+    )
+    .unwrap();
+
+    let objects = support::kubectl::kustomize(overlay.path()).unwrap_or_else(|e| panic!("{e}"));
+
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"].as_str() == Some("Deployment"))
+        .expect("a Deployment");
+    let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+    let names: Vec<&str> = env
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    for wanted in [
+        "DOCKER_CONFIG",
+        "GIT_TOKEN",
+        "AWS_REGION",
+        "AZURE_CLIENT_SECRET",
+    ] {
+        assert!(names.contains(&wanted), "{wanted} missing from {names:?}");
+    }
 }
