@@ -506,7 +506,8 @@ impl Client {
                 .await?;
             if answer.status != StatusCode::UNAUTHORIZED || reauthenticated {
                 if answer.status == StatusCode::UNAUTHORIZED {
-                    return Err(self.unauthorized(target, authorization.is_some()));
+                    let has_credentials = self.login(target).await?.is_some();
+                    return Err(self.unauthorized(target, has_credentials));
                 }
                 return Ok(answer);
             }
@@ -783,11 +784,11 @@ impl Client {
         }
     }
 
-    fn unauthorized(&self, target: &Target<'_>, sent_credentials: bool) -> RegistryError {
-        let has_credentials = self.settings.credentials.is_configured(target.domain);
-        let hint = match (sent_credentials, has_credentials) {
-            (_, true) => format!("the credentials configured for {} were refused", target.domain),
-            (_, false) => format!(
+    /// `has_credentials`: a login was found (a helper that found none counts as none).
+    fn unauthorized(&self, target: &Target<'_>, has_credentials: bool) -> RegistryError {
+        let hint = match has_credentials {
+            true => format!("the credentials configured for {} were refused", target.domain),
+            false => format!(
                 "the registry requires credentials and none are configured for {} (docker login, or --docker-config)",
                 target.domain
             ),

@@ -247,15 +247,21 @@ async fn a_helper_that_finds_nothing_means_anonymous() {
     assert_eq!(login.calls("empty").len(), 1);
 }
 
-/// Runs one failing helper against an htpasswd registry; returns tagpin's output.
+/// Runs one failing helper against an htpasswd registry holding `acme/a:1` and `acme/a:2`;
+/// returns tagpin's output.
 async fn failing(registry: &TestRegistry, name: &str, body: Option<&str>) -> String {
     let host = registry.host();
     let login = Login::new(&config_helper_for(&host, name));
     if let Some(body) = body {
         login.helper(name, body);
     }
-    let out = login.resolve(&host, &[format!("{host}/acme/a:1")]).await;
+    // Two images on one host: the failure is reused, not a second run (or a second timeout).
+    let images = [format!("{host}/acme/a:1"), format!("{host}/acme/a:2")];
+    let out = login.resolve(&host, &images).await;
     assert!(!out.status.success(), "{}", text(&out));
+    if body.is_some() {
+        assert_eq!(login.calls(name).len(), 1, "{name} ran more than once");
+    }
     let all = text(&out);
     assert!(
         all.contains(&format!("docker-credential-{name} for {host}: ")),
@@ -268,6 +274,7 @@ async fn failing(registry: &TestRegistry, name: &str, body: Option<&str>) -> Str
 async fn failing_helpers_name_themselves_and_the_host_and_never_show_secrets() {
     let registry = TestRegistry::start(Mode::htpasswd("alice", SECRET)).await;
     registry.push_image("acme/a", "1", "a").await;
+    registry.push_image("acme/a", "2", "a2").await;
 
     let missing = failing(&registry, "absent", None).await;
     assert!(missing.contains("not found on PATH"), "{missing}");
@@ -303,6 +310,7 @@ async fn failing_helpers_name_themselves_and_the_host_and_never_show_secrets() {
 async fn a_hung_helper_is_stopped_at_the_timeout() {
     let registry = TestRegistry::start(Mode::htpasswd("alice", SECRET)).await;
     registry.push_image("acme/a", "1", "a").await;
+    registry.push_image("acme/a", "2", "a2").await;
     let started = Instant::now();
 
     let hung = failing(&registry, "hangs", Some("exec sleep 60")).await;
