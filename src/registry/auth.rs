@@ -5,6 +5,11 @@
 //! for `Basic` it resends with credentials. Parsing challenges and token answers is kept here,
 //! free of I/O, so every quirk (Quay's scope-less challenge, `access_token` instead of `token`)
 //! is unit-tested without a server.
+//!
+//! A `docker login` leaves either a password (sent as Basic to the registry or its token
+//! realm) or an OAuth2 identity token (ACR, some `credsStore`s), which is only good for the
+//! refresh-token grant at the token realm: [`Login`] keeps the two apart so neither is sent
+//! where it does not belong.
 
 use std::fmt;
 use std::time::Duration;
@@ -27,6 +32,49 @@ impl fmt::Debug for Credential {
             .field("password", &"<redacted>")
             .finish()
     }
+}
+
+/// What `docker login` left for one registry.
+///
+/// `Debug` never prints the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Login {
+    /// Sent as `Basic` to the registry, or to its token realm's `GET`.
+    Password(Credential),
+    /// An OAuth2 refresh token, exchanged at the token realm with a `POST` (see
+    /// [`refresh_token_form`]); never sent to the registry itself.
+    IdentityToken(String),
+}
+
+impl fmt::Debug for Login {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Login::Password(c) => f.debug_tuple("Password").field(c).finish(),
+            Login::IdentityToken(_) => f.write_str("IdentityToken(<redacted>)"),
+        }
+    }
+}
+
+/// The `client_id` tagpin names itself with at OAuth2 token endpoints.
+pub const OAUTH_CLIENT_ID: &str = "tagpin";
+
+/// The form of the OAuth2 refresh-token grant (distribution's `docs/spec/auth/oauth.md`):
+/// `POST realm` with these fields, answered with JSON `access_token`.
+pub fn refresh_token_form<'a>(
+    refresh_token: &'a str,
+    service: Option<&'a str>,
+    scope: &'a str,
+) -> Vec<(&'static str, &'a str)> {
+    let mut form = vec![
+        ("grant_type", "refresh_token"),
+        ("refresh_token", refresh_token),
+    ];
+    if let Some(service) = service {
+        form.push(("service", service));
+    }
+    form.push(("scope", scope));
+    form.push(("client_id", OAUTH_CLIENT_ID));
+    form
 }
 
 /// What a `401` asked for.
@@ -265,7 +313,27 @@ mod tests {
             value: "secret-token".into(),
             lifetime: Duration::from_secs(1),
         };
-        let shown = format!("{c:?} {t:?}");
+        let l = Login::IdentityToken("refresh-me".into());
+        let p = Login::Password(c.clone());
+        let shown = format!("{c:?} {t:?} {l:?} {p:?}");
         assert!(!shown.contains("hunter2") && !shown.contains("secret-token"));
+        assert!(!shown.contains("refresh-me"), "{shown}");
+    }
+
+    #[test]
+    fn refresh_token_form_has_the_oauth_fields_in_order() {
+        let form = refresh_token_form("rt", Some("svc"), "repository:a/b:pull");
+        assert_eq!(
+            form,
+            vec![
+                ("grant_type", "refresh_token"),
+                ("refresh_token", "rt"),
+                ("service", "svc"),
+                ("scope", "repository:a/b:pull"),
+                ("client_id", "tagpin"),
+            ]
+        );
+        let without_service = refresh_token_form("rt", None, "s");
+        assert!(!without_service.iter().any(|(k, _)| *k == "service"));
     }
 }

@@ -1,21 +1,57 @@
 //! Registry credentials from a Docker config file (`config.json`).
 //!
 //! Users already have `docker login` credentials; reading the same file means tagpin needs no
-//! credential format of its own. Only the `auths` map is read: credential helpers
-//! (`credsStore`, `credHelpers`) run external programs and are reported as unsupported.
+//! credential format of its own. For each registry host the source is docker's: a
+//! `credHelpers` entry for the host, else the host's `auths` entry (a password, or an
+//! `identitytoken`), else the `credsStore` helper. With `credsStore` set, `docker login` leaves
+//! empty `auths` entries that only list hosts; those are skipped.
+//!
+//! Helpers run lazily, when a registry first asks for credentials, and at most once per host:
+//! the answer is kept for the process. A failure is kept only for [`FAILURE_REUSE`], so a
+//! pass with many images on a broken host does not run a hanging helper for each, and a
+//! long-running controller still recovers once the helper works again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde::Deserialize;
 
-use super::auth::Credential;
+use super::auth::{Credential, Login};
+use super::{cred_helper, lock};
+
+/// How long a helper's failure is answered from memory before the helper is run again.
+pub const FAILURE_REUSE: Duration = Duration::from_secs(30);
 
 /// Registry credentials keyed by normalized registry name (`docker.io`, `quay.io`, `host:5000`).
 #[derive(Debug, Clone, Default)]
 pub struct CredentialStore {
-    by_registry: HashMap<String, Credential>,
+    by_registry: HashMap<String, Login>,
+    /// `credHelpers`: helper name by registry.
+    helpers: HashMap<String, String>,
+    /// `credsStore`: the helper for every other registry.
+    default_helper: Option<String>,
+    /// Helper answers by registry; shared by clones, so one process asks once.
+    answers: Arc<Mutex<HashMap<String, HelperSlot>>>,
+}
+
+/// One registry's helper answer; locked across the run so concurrent lookups wait for it.
+type HelperSlot = Arc<tokio::sync::Mutex<Option<HelperAnswer>>>;
+
+#[derive(Debug)]
+enum HelperAnswer {
+    Answered(Option<Login>),
+    Failed { error: String, at: Instant },
+}
+
+/// Where one registry's credentials come from; decided from the file alone.
+#[derive(Debug, PartialEq, Eq)]
+enum Source<'a> {
+    Helper(&'a str),
+    Stored(&'a Login),
+    Anonymous,
 }
 
 #[derive(Deserialize)]
@@ -64,48 +100,102 @@ impl CredentialStore {
     pub fn parse(bytes: &[u8], source: &Path) -> Result<CredentialStore, String> {
         let file: ConfigFile = serde_json::from_slice(bytes)
             .map_err(|e| format!("{}: not a Docker config file: {e}", source.display()))?;
-        if let Some(store) = &file.creds_store {
-            tracing::warn!(
-                file = %source.display(),
-                "credsStore {store:?} is not supported; only `auths` entries are read"
-            );
+        let mut store = CredentialStore {
+            default_helper: file.creds_store.filter(|s| !s.is_empty()),
+            ..CredentialStore::default()
+        };
+        for (key, helper) in file.cred_helpers {
+            store.helpers.insert(normalize_registry_key(&key), helper);
         }
-        for registry in file.cred_helpers.keys() {
-            tracing::warn!(
-                file = %source.display(),
-                "credHelpers entry for {registry} is not supported; only `auths` entries are read"
-            );
-        }
-        let mut store = CredentialStore::default();
         for (key, entry) in file.auths {
             let registry = normalize_registry_key(&key);
-            let credential = match (entry.auth, entry.username, entry.password) {
-                (Some(auth), _, _) if !auth.is_empty() => decode_auth(&auth)
-                    .map_err(|e| format!("{}: auths[{key:?}].auth: {e}", source.display()))?,
-                (_, Some(username), Some(password)) => Credential { username, password },
-                _ if entry.identitytoken.is_some() => {
-                    tracing::warn!(
-                        file = %source.display(),
-                        "auths entry for {key} holds an identity token, which is not supported"
-                    );
-                    continue;
+            // docker exchanges an identity token when there is one, whatever `auth` holds.
+            let login = match (
+                entry.identitytoken,
+                entry.auth,
+                entry.username,
+                entry.password,
+            ) {
+                (Some(token), _, _, _) if !token.is_empty() => Login::IdentityToken(token),
+                (_, Some(auth), _, _) if !auth.is_empty() => Login::Password(
+                    decode_auth(&auth)
+                        .map_err(|e| format!("{}: auths[{key:?}].auth: {e}", source.display()))?,
+                ),
+                (_, _, Some(username), Some(password)) => {
+                    Login::Password(Credential { username, password })
                 }
                 _ => continue,
             };
-            store.by_registry.insert(registry, credential);
+            store.by_registry.insert(registry, login);
         }
         Ok(store)
     }
 
-    /// The credential for a registry, by its normalized name (`Reference::domain`).
-    pub fn get(&self, registry: &str) -> Option<&Credential> {
-        self.by_registry.get(&normalize_registry_key(registry))
-    }
-
     /// Adds or replaces the credential for a registry.
     pub fn insert(&mut self, registry: &str, credential: Credential) {
-        self.by_registry
-            .insert(normalize_registry_key(registry), credential);
+        self.by_registry.insert(
+            normalize_registry_key(registry),
+            Login::Password(credential),
+        );
+    }
+
+    /// The login for a registry (`Reference::domain`), running its helper on first use.
+    /// `Ok(None)` means anonymous. Errors name the helper and the registry.
+    pub async fn login(&self, registry: &str) -> Result<Option<Login>, String> {
+        let registry = normalize_registry_key(registry);
+        let helper = match self.source(&registry) {
+            Source::Anonymous => return Ok(None),
+            Source::Stored(login) => return Ok(Some(login.clone())),
+            Source::Helper(helper) => helper,
+        };
+        let slot = lock(&self.answers)
+            .entry(registry.clone())
+            .or_default()
+            .clone();
+        // Held across the run: concurrent lookups for one host wait for its single run.
+        let mut slot = slot.lock().await;
+        match &*slot {
+            Some(HelperAnswer::Answered(login)) => return Ok(login.clone()),
+            Some(HelperAnswer::Failed { error, at }) if at.elapsed() < FAILURE_REUSE => {
+                return Err(error.clone())
+            }
+            _ => {}
+        }
+        let answer = match cred_helper::program(helper) {
+            Ok(program) => cred_helper::get(&program, &server_url(&registry), cred_helper::TIMEOUT)
+                .await
+                .map_err(|e| format!("{program} for {registry}: {e}")),
+            Err(e) => Err(format!("{e} (for {registry})")),
+        };
+        *slot = Some(match &answer {
+            Ok(login) => HelperAnswer::Answered(login.clone()),
+            Err(error) => HelperAnswer::Failed {
+                error: error.clone(),
+                at: Instant::now(),
+            },
+        });
+        answer
+    }
+
+    fn source(&self, registry: &str) -> Source<'_> {
+        if let Some(helper) = self.helpers.get(registry) {
+            return Source::Helper(helper);
+        }
+        if let Some(login) = self.by_registry.get(registry) {
+            return Source::Stored(login);
+        }
+        match &self.default_helper {
+            Some(helper) => Source::Helper(helper),
+            None => Source::Anonymous,
+        }
+    }
+}
+
+/// The server URL a helper is asked about: docker's legacy key for Docker Hub, else the host.
+fn server_url(registry: &str) -> String {
+    match registry {
+        "docker.io" => "https://index.docker.io/v1/".to_string(),
+        _ => registry.to_string(),
     }
 }
 
@@ -150,15 +240,66 @@ mod tests {
         CredentialStore::parse(json.as_bytes(), Path::new("config.json"))
     }
 
+    fn password(store: &CredentialStore, registry: &str) -> Credential {
+        match store.source(&normalize_registry_key(registry)) {
+            Source::Stored(Login::Password(c)) => c.clone(),
+            other => panic!("expected a stored password for {registry}, got {other:?}"),
+        }
+    }
+
     #[test]
     fn docker_hub_legacy_key_serves_docker_io_images() {
         // base64("alice:s3cret")
         let store =
             parse(r#"{"auths":{"https://index.docker.io/v1/":{"auth":"YWxpY2U6czNjcmV0"}}}"#)
                 .unwrap();
-        let cred = store.get("docker.io").expect("credential for docker.io");
+        let cred = password(&store, "docker.io");
         assert_eq!(cred.username, "alice");
         assert_eq!(cred.password, "s3cret");
+    }
+
+    #[test]
+    fn cred_helpers_win_over_auths_which_win_over_creds_store() {
+        let store = parse(
+            r#"{"credsStore":"desktop","credHelpers":{"https://ecr.example":"ecr-login"},
+                "auths":{"ecr.example":{"auth":"dTpw"},"ghcr.io":{"auth":"dTpw"},"gcr.io":{}}}"#,
+        )
+        .unwrap();
+        assert_eq!(store.source("ecr.example"), Source::Helper("ecr-login"));
+        assert!(matches!(store.source("ghcr.io"), Source::Stored(_)));
+        // An empty entry only lists the host: the store holds its credential.
+        assert_eq!(store.source("gcr.io"), Source::Helper("desktop"));
+        assert_eq!(store.source("docker.io"), Source::Helper("desktop"));
+        assert_eq!(store.source("quay.io"), Source::Helper("desktop"));
+    }
+
+    #[test]
+    fn identity_token_in_auths_is_kept_as_such() {
+        let store = parse(
+            r#"{"auths":{"acr.example":{"auth":"MDAwMDAwMDAtMDAwMDo=","identitytoken":"rt-1"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            store.source("acr.example"),
+            Source::Stored(&Login::IdentityToken("rt-1".into()))
+        );
+        assert_eq!(store.source("other.example"), Source::Anonymous);
+    }
+
+    #[test]
+    fn docker_hub_is_asked_about_by_its_legacy_url() {
+        assert_eq!(server_url("docker.io"), "https://index.docker.io/v1/");
+        assert_eq!(server_url("host:5000"), "host:5000");
+    }
+
+    #[tokio::test]
+    async fn a_helper_that_is_not_a_plain_name_is_refused_naming_the_registry() {
+        let store = parse(r#"{"credHelpers":{"r.example":"../sh"}}"#).unwrap();
+        let err = store.login("r.example").await.unwrap_err();
+        assert!(
+            err.contains("not a plain name") && err.contains("r.example"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -167,8 +308,8 @@ mod tests {
             r#"{"auths":{"https://quay.io":{"username":"bob","password":"pw"},"localhost:5000/v2/":{"auth":"dTpw"}}}"#,
         )
         .unwrap();
-        assert_eq!(store.get("quay.io").unwrap().username, "bob");
-        assert_eq!(store.get("localhost:5000").unwrap().password, "p");
+        assert_eq!(password(&store, "quay.io").username, "bob");
+        assert_eq!(password(&store, "localhost:5000").password, "p");
     }
 
     #[test]
@@ -193,6 +334,6 @@ mod tests {
     fn missing_file_is_an_empty_store() {
         let dir = tempfile::tempdir().unwrap();
         let store = CredentialStore::load_dir(dir.path()).unwrap();
-        assert!(store.get("docker.io").is_none());
+        assert_eq!(store.source("docker.io"), Source::Anonymous);
     }
 }

@@ -11,6 +11,7 @@
 //! expire, and retries only what is transient ([`retry`]).
 
 pub mod auth;
+pub mod cred_helper;
 pub mod docker_config;
 pub mod media;
 pub mod retry;
@@ -30,7 +31,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::Semaphore;
 
 use crate::reference::{Digest, Reference};
-use auth::{Challenge, Credential};
+use auth::{Challenge, Credential, Login};
 pub use docker_config::CredentialStore;
 pub use media::{IndexChild, ManifestKind, ParsedManifest};
 pub use retry::RetryPolicy;
@@ -127,6 +128,13 @@ pub enum RegistryError {
     },
     #[error("{image}: registry {host}: {detail}")]
     BadResponse {
+        image: String,
+        host: String,
+        detail: String,
+    },
+    /// A credential helper failed; `detail` names the helper and the registry.
+    #[error("{image}: {detail}")]
+    Credentials {
         image: String,
         host: String,
         detail: String,
@@ -498,7 +506,8 @@ impl Client {
                 .await?;
             if answer.status != StatusCode::UNAUTHORIZED || reauthenticated {
                 if answer.status == StatusCode::UNAUTHORIZED {
-                    return Err(self.unauthorized(target, authorization.is_some()));
+                    let has_credentials = self.login(target).await?.is_some();
+                    return Err(self.unauthorized(target, has_credentials));
                 }
                 return Ok(answer);
             }
@@ -518,8 +527,8 @@ impl Client {
             };
             lock(&self.host_auth).insert(target.host.to_string(), challenge.clone());
             authorization = match &challenge {
-                Challenge::Basic => match self.settings.credentials.get(target.domain) {
-                    Some(c) => Some(basic_header(c)),
+                Challenge::Basic => match self.basic_authorization(target).await? {
+                    Some(value) => Some(value),
                     None => return Err(self.unauthorized(target, false)),
                 },
                 Challenge::Bearer {
@@ -546,17 +555,46 @@ impl Client {
         let known = lock(&self.host_auth).get(target.host).cloned();
         match known {
             None => Ok(None),
-            Some(Challenge::Basic) => Ok(self
-                .settings
-                .credentials
-                .get(target.domain)
-                .map(basic_header)),
+            Some(Challenge::Basic) => self.basic_authorization(target).await,
             Some(Challenge::Bearer { realm, service, .. }) => {
                 let token = self
                     .fetch_token(target, &realm, service.as_deref(), scope)
                     .await?;
                 Ok(Some(format!("Bearer {token}")))
             }
+        }
+    }
+
+    /// The target's login, from the Docker config or its credential helper.
+    async fn login(&self, target: &Target<'_>) -> Result<Option<Login>, RegistryError> {
+        self.settings
+            .credentials
+            .login(target.domain)
+            .await
+            .map_err(|detail| RegistryError::Credentials {
+                image: target.image.clone(),
+                host: target.host.to_string(),
+                detail,
+            })
+    }
+
+    /// The `Basic` Authorization value for the target, `None` when it has no password.
+    /// An identity token is refused here: it is only good at a token realm.
+    async fn basic_authorization(
+        &self,
+        target: &Target<'_>,
+    ) -> Result<Option<String>, RegistryError> {
+        match self.login(target).await? {
+            None => Ok(None),
+            Some(Login::Password(c)) => Ok(Some(basic_header(&c))),
+            Some(Login::IdentityToken(_)) => Err(RegistryError::Unauthorized {
+                image: target.image.clone(),
+                host: target.host.to_string(),
+                hint: format!(
+                    "the credentials for {} are an identity token, which needs a Bearer token service, but the registry asked for Basic",
+                    target.domain
+                ),
+            }),
         }
     }
 
@@ -579,25 +617,38 @@ impl Client {
         if !matches!(url.scheme(), "https" | "http") {
             return Err(bad(target, format!("token realm {realm:?} is not http(s)")));
         }
-        {
-            let mut query = url.query_pairs_mut();
-            if let Some(service) = service {
-                query.append_pair("service", service);
-            }
-            query.append_pair("scope", scope);
-        }
-        let mut request = self.http.get(url.clone());
-        if let Some(credential) = self.settings.credentials.get(target.domain) {
-            if self.may_send_credentials_to(&url, target.host) {
-                request = request.header(AUTHORIZATION, basic_header(credential));
-            } else {
+        let login = match self.login(target).await? {
+            Some(_) if !self.may_send_credentials_to(&url, target.host) => {
                 tracing::warn!(
                     registry = target.host,
                     "not sending credentials to token realm {} over plain HTTP on another host",
                     url.host_str().unwrap_or("?")
                 );
+                None
             }
-        }
+            login => login,
+        };
+        let request = match &login {
+            // OAuth2 refresh-token grant: the only place an identity token goes.
+            Some(Login::IdentityToken(refresh_token)) => self
+                .http
+                .post(url)
+                .form(&auth::refresh_token_form(refresh_token, service, scope)),
+            _ => {
+                {
+                    let mut query = url.query_pairs_mut();
+                    if let Some(service) = service {
+                        query.append_pair("service", service);
+                    }
+                    query.append_pair("scope", scope);
+                }
+                let request = self.http.get(url);
+                match &login {
+                    Some(Login::Password(c)) => request.header(AUTHORIZATION, basic_header(c)),
+                    _ => request,
+                }
+            }
+        };
         self.token_requests.fetch_add(1, Ordering::Relaxed);
         let answer = self.send_with_retry(target, request, false).await?;
         if answer.status == StatusCode::UNAUTHORIZED || answer.status == StatusCode::FORBIDDEN {
@@ -605,8 +656,13 @@ impl Client {
                 image: target.image.clone(),
                 host: target.host.to_string(),
                 hint: format!(
-                    "the token service refused the credentials for {} ({})",
-                    target.domain, answer.status
+                    "the token service refused the {} for {} ({})",
+                    match login {
+                        Some(Login::IdentityToken(_)) => "identity token",
+                        _ => "credentials",
+                    },
+                    target.domain,
+                    answer.status
                 ),
             });
         }
@@ -728,11 +784,11 @@ impl Client {
         }
     }
 
-    fn unauthorized(&self, target: &Target<'_>, sent_credentials: bool) -> RegistryError {
-        let has_credentials = self.settings.credentials.get(target.domain).is_some();
-        let hint = match (sent_credentials, has_credentials) {
-            (_, true) => format!("the credentials configured for {} were refused", target.domain),
-            (_, false) => format!(
+    /// `has_credentials`: a login was found (a helper that found none counts as none).
+    fn unauthorized(&self, target: &Target<'_>, has_credentials: bool) -> RegistryError {
+        let hint = match has_credentials {
+            true => format!("the credentials configured for {} were refused", target.domain),
+            false => format!(
                 "the registry requires credentials and none are configured for {} (docker login, or --docker-config)",
                 target.domain
             ),

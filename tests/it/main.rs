@@ -12,6 +12,7 @@
 mod support;
 
 mod cli;
+mod cred_helpers;
 mod deploy;
 mod examples;
 mod git_server_selftest;

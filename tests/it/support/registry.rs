@@ -821,6 +821,10 @@ pub struct TokenRequest {
     pub status: u16,
     /// True for the harness's own push-token requests.
     pub from_harness: bool,
+    /// `grant_type` of an OAuth2 `POST`; `None` for the `GET` protocol.
+    pub grant_type: Option<String>,
+    /// `client_id` of an OAuth2 `POST`.
+    pub client_id: Option<String>,
 }
 
 struct TokenSettings {
@@ -835,6 +839,8 @@ struct TokenState {
     /// Base64 DER of the signing certificate, for the JWT `x5c` header.
     x5c: String,
     settings: Mutex<TokenSettings>,
+    /// The one refresh token the OAuth2 `POST` accepts (as `user`).
+    refresh_token: Mutex<Option<String>>,
     requests: Mutex<Vec<TokenRequest>>,
     next_jti: AtomicU64,
 }
@@ -890,11 +896,15 @@ impl TokenServer {
                 field: TokenField::Token,
                 expires_in: Some(300),
             }),
+            refresh_token: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             next_jti: AtomicU64::new(1),
         });
         let router = Router::new()
-            .route("/token", axum::routing::get(token_handler))
+            .route(
+                "/token",
+                axum::routing::get(token_handler).post(oauth_token_handler),
+            )
             .with_state(state.clone());
         let (listener, addr) = bind_loopback().await;
         let task = spawn_server(listener, router);
@@ -929,6 +939,12 @@ impl TokenServer {
     /// the token soon: test token refresh by counting token requests instead.
     pub fn set_expires_in(&self, expires_in: Option<u64>) {
         self.state.settings.lock().unwrap().expires_in = expires_in;
+    }
+
+    /// Accepts `token` in the OAuth2 refresh-token grant (`POST /token`) from now on,
+    /// as the identity token `docker login` stores; any other refresh token gets 401.
+    pub fn set_refresh_token(&self, token: &str) {
+        *self.state.refresh_token.lock().unwrap() = Some(token.to_string());
     }
 
     /// Requests served, excluding the harness's own (so a test can assert
@@ -1062,6 +1078,8 @@ async fn token_handler(
         user: credentials.as_ref().map(|(user, _)| user.clone()),
         status: 200,
         from_harness,
+        grant_type: None,
+        client_id: None,
     };
 
     let authenticated = match &credentials {
@@ -1078,6 +1096,53 @@ async fn token_handler(
             return response;
         }
     };
+    issue_token(&state, record, authenticated)
+}
+
+/// `POST /token`: the OAuth2 refresh-token grant (distribution's `spec/auth/oauth.md`).
+/// Only the refresh token set with [`TokenServer::set_refresh_token`] is accepted.
+async fn oauth_token_handler(State(state): State<Arc<TokenState>>, body: Bytes) -> Response {
+    let mut form = std::collections::HashMap::new();
+    for (key, value) in url::form_urlencoded::parse(&body) {
+        form.insert(key.into_owned(), value.into_owned());
+    }
+    let mut record = TokenRequest {
+        service: form.get("service").cloned(),
+        scopes: form
+            .get("scope")
+            .map(|s| s.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default(),
+        user: None,
+        status: 200,
+        from_harness: false,
+        grant_type: form.get("grant_type").cloned(),
+        client_id: form.get("client_id").cloned(),
+    };
+    let known_refresh_token = state.refresh_token.lock().unwrap().clone();
+    let refusal = if record.grant_type.as_deref() != Some("refresh_token") {
+        Some((StatusCode::BAD_REQUEST, "unsupported grant_type"))
+    } else if record.client_id.as_deref().unwrap_or("").is_empty() {
+        Some((StatusCode::BAD_REQUEST, "client_id is required"))
+    } else if known_refresh_token.is_none()
+        || form.get("refresh_token") != known_refresh_token.as_ref()
+    {
+        Some((StatusCode::UNAUTHORIZED, "invalid refresh token"))
+    } else {
+        None
+    };
+    if let Some((status, message)) = refusal {
+        record.status = status.as_u16();
+        state.requests.lock().unwrap().push(record);
+        return json_error(status, message);
+    }
+    record.user = Some(state.user.clone());
+    issue_token(&state, record, true)
+}
+
+/// Signs a token for `record`'s service and scopes, and records the request.
+fn issue_token(state: &TokenState, mut record: TokenRequest, authenticated: bool) -> Response {
+    let service = record.service.clone();
+    let scopes = record.scopes.clone();
     // A token for another service would be rejected by the registry anyway;
     // refusing here points straight at the client bug.
     if service.as_deref() != Some(TOKEN_SERVICE) {
