@@ -74,6 +74,28 @@ impl World {
     }
 }
 
+impl World {
+    /// The branch pins `web` to `digest`, and the cluster runs it: one replica, rolled out,
+    /// its pod on the digest.
+    async fn converged_web(digest: &str) -> World {
+        let image = format!("ghcr.io/acme/web:1@{digest}");
+        let w = World::new(
+            &[("apps/web.yaml", &manifest("web", &image, 1))],
+            "127.0.0.1:1",
+        )
+        .await;
+        live_deployment(&w.kube, "web", &image, 1);
+        live_pod(
+            &w.kube,
+            "web",
+            "web-1",
+            &image,
+            &format!("ghcr.io/acme/web@{digest}"),
+        );
+        w
+    }
+}
+
 pub(crate) fn manifest(name: &str, image: &str, replicas: u32) -> String {
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
@@ -378,20 +400,7 @@ async fn an_evicted_pod_of_the_old_replica_set_does_not_hold_convergence_back() 
 #[tokio::test]
 async fn a_commit_is_named_by_any_unique_prefix_of_seven_or_more_hex_digits() {
     let new = "sha256:7878787878787878787878787878787878787878787878787878787878787878";
-    let image = format!("ghcr.io/acme/web:1@{new}");
-    let w = World::new(
-        &[("apps/web.yaml", &manifest("web", &image, 1))],
-        "127.0.0.1:1",
-    )
-    .await;
-    live_deployment(&w.kube, "web", &image, 1);
-    live_pod(
-        &w.kube,
-        "web",
-        "web-1",
-        &image,
-        &format!("ghcr.io/acme/web@{new}"),
-    );
+    let w = World::converged_web(new).await;
     let head = w.repo.head("main").unwrap();
 
     // As people paste it from `git log --oneline`.
@@ -472,20 +481,7 @@ async fn wait_watches_what_it_listed_and_answers_on_the_change() {
 #[tokio::test]
 async fn transient_api_errors_are_retried_and_do_not_fail_the_check() {
     let new = "sha256:5656565656565656565656565656565656565656565656565656565656565656";
-    let image = format!("ghcr.io/acme/web:1@{new}");
-    let w = World::new(
-        &[("apps/web.yaml", &manifest("web", &image, 1))],
-        "127.0.0.1:1",
-    )
-    .await;
-    live_deployment(&w.kube, "web", &image, 1);
-    live_pod(
-        &w.kube,
-        "web",
-        "web-1",
-        &image,
-        &format!("ghcr.io/acme/web@{new}"),
-    );
+    let w = World::converged_web(new).await;
     // The API server sheds load once (429 with Retry-After), then times out once.
     w.kube.inject(Fault {
         path_contains: "/namespaces/shop/pods".into(),
