@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
-use registry_support::{Mode, TestRegistry, ACCEPT_ALL_MANIFESTS};
+use registry_support::{Mode, TestRegistry};
 use tagpin::manifest::{self, FileFilter};
 use tagpin::registry::{Client, Settings, DEFAULT_CONCURRENCY_PER_HOST};
 
@@ -66,27 +66,12 @@ fn median(mut v: Vec<Duration>) -> Duration {
 async fn baseline(host: &str, images: &[(String, String)]) -> Duration {
     let http = reqwest::Client::new();
     let started = Instant::now();
-    let statuses: Vec<u16> = stream::iter(images.iter().map(|(_, repo_tag)| {
+    let repo_tags = images.iter().map(|(_, repo_tag)| {
         let (repo, tag) = repo_tag.split_once(':').unwrap();
-        let url = format!("http://{host}/v2/{repo}/manifests/{tag}");
-        let http = http.clone();
-        async move {
-            let response = http
-                .head(url)
-                .header("accept", ACCEPT_ALL_MANIFESTS)
-                .send()
-                .await
-                .unwrap();
-            let _digest = response.headers().get("docker-content-digest").cloned();
-            response.status().as_u16()
-        }
-    }))
-    .buffer_unordered(DEFAULT_CONCURRENCY_PER_HOST)
-    .collect()
-    .await;
-    let elapsed = started.elapsed();
-    assert!(statuses.iter().all(|s| *s == 200), "baseline HEADs failed");
-    elapsed
+        (repo.to_string(), tag.to_string())
+    });
+    registry_support::head_manifests(&http, host, repo_tags, DEFAULT_CONCURRENCY_PER_HOST).await;
+    started.elapsed()
 }
 
 async fn plan_once(host: &str, root: &Path) -> (Duration, u64, usize, Option<u64>) {

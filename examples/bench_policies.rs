@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
 use support::git::BareRepo;
-use support::registry::{FaultProxy, ImageKind, Mode, TestRegistry, ACCEPT_ALL_MANIFESTS};
+use support::registry::{FaultProxy, ImageKind, Mode, TestRegistry};
 use tagpin::config::Config;
 use tagpin::registry::{Client, Settings};
 use tagpin::sync::{SyncOptions, SyncReport, Syncer, TAG_PAGE_SIZE};
@@ -178,26 +178,9 @@ async fn floor(host: &str, concurrency: usize) -> (Duration, usize) {
     .await
     .into_iter()
     .sum();
-    let statuses: Vec<u16> = stream::iter((0..REPOSITORIES).map(|r| {
-        let url = format!("http://{host}/v2/{}/manifests/{}", repo_name(r), chosen(r));
-        let http = http.clone();
-        async move {
-            let response = http
-                .head(url)
-                .header("accept", ACCEPT_ALL_MANIFESTS)
-                .send()
-                .await
-                .unwrap();
-            let _digest = response.headers().get("docker-content-digest").cloned();
-            response.status().as_u16()
-        }
-    }))
-    .buffer_unordered(concurrency)
-    .collect()
-    .await;
-    let elapsed = started.elapsed();
-    assert!(statuses.iter().all(|s| *s == 200), "floor HEADs failed");
-    (elapsed, pages)
+    let repo_tags = (0..REPOSITORIES).map(|r| (repo_name(r), chosen(r)));
+    support::registry::head_manifests(&http, host, repo_tags, concurrency).await;
+    (started.elapsed(), pages)
 }
 
 fn ms(d: Duration) -> f64 {

@@ -46,6 +46,36 @@ pub const ACCEPT_ALL_MANIFESTS: &str = "application/vnd.oci.image.index.v1+json,
      application/vnd.oci.image.manifest.v1+json, \
      application/vnd.docker.distribution.manifest.v2+json";
 
+/// The physical floor the benchmarks compare with: a bare client sending one manifest HEAD
+/// per `(repository, tag)`, `concurrency` at a time, as a resolver must at least. Panics if
+/// any HEAD is not answered 200.
+pub async fn head_manifests(
+    http: &reqwest::Client,
+    host: &str,
+    repo_tags: impl IntoIterator<Item = (String, String)>,
+    concurrency: usize,
+) {
+    use futures::stream::{self, StreamExt};
+    let statuses: Vec<u16> = stream::iter(repo_tags.into_iter().map(|(repo, tag)| {
+        let url = format!("http://{host}/v2/{repo}/manifests/{tag}");
+        let http = http.clone();
+        async move {
+            http.head(url)
+                .header("accept", ACCEPT_ALL_MANIFESTS)
+                .send()
+                .await
+                .map_or(0, |r| r.status().as_u16())
+        }
+    }))
+    .buffer_unordered(concurrency)
+    .collect()
+    .await;
+    assert!(
+        statuses.iter().all(|s| *s == 200),
+        "bare HEADs failed: {statuses:?}"
+    );
+}
+
 /// The service name the token-auth registry announces and checks as `aud`.
 pub const TOKEN_SERVICE: &str = "tagpin-test-registry";
 /// The issuer the token-auth registry trusts (`iss`).
