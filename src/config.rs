@@ -29,6 +29,82 @@ pub struct Config {
     pub pull_request: PullRequest,
     pub forge: Option<Forge>,
     pub verify: Verify,
+    /// `promotion.stages`, when the repository promotes between environments. With it,
+    /// [`Config::paths`] is the first stage's paths: `sync` pins only that stage from the
+    /// registry, and every later stage is only ever promoted (see [`crate::promote`]).
+    pub promotion: Option<Promotion>,
+}
+
+/// Environments in promotion order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Promotion {
+    /// At least two; names unique; paths of different stages never overlap.
+    pub stages: Vec<Stage>,
+}
+
+impl Promotion {
+    /// The stage called `name`.
+    pub fn stage(&self, name: &str) -> Option<&Stage> {
+        self.stages.iter().find(|s| s.name == name)
+    }
+
+    /// The stage `name` is promoted from: the one before it. `None` for the first stage and
+    /// for names that are not stages.
+    pub fn source_of(&self, name: &str) -> Option<&Stage> {
+        let i = self.stages.iter().position(|s| s.name == name)?;
+        i.checked_sub(1).map(|i| &self.stages[i])
+    }
+}
+
+/// One environment: where its manifests are, how to reach its cluster, and how promotions
+/// into it are gated and written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stage {
+    /// Lowercase letters, digits, `-`, `_` and `.`: it names a branch and a status context.
+    pub name: String,
+    /// Directories or files of this stage, relative to the repository root.
+    pub paths: Vec<String>,
+    pub cluster: ClusterTarget,
+    /// How long the previous stage must have stayed Converged before its digests come here.
+    /// Zero for the first stage (it is pinned from the registry, not promoted).
+    pub soak: std::time::Duration,
+    /// How promotions into this stage are written (`pull-request` unless set).
+    pub mode: WriteMode,
+}
+
+/// How tagpin reaches a cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ClusterTarget {
+    /// As kube does by default: the kubeconfig's current context, else in-cluster.
+    #[default]
+    Default,
+    /// A context of the default kubeconfig (`$KUBECONFIG`, else `~/.kube/config`).
+    Context(String),
+    /// A kubeconfig file, with its current context unless one is named.
+    Kubeconfig {
+        path: PathBuf,
+        context: Option<String>,
+    },
+    /// The service account of the pod tagpin runs in.
+    InCluster,
+}
+
+impl std::fmt::Display for ClusterTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClusterTarget::Default => f.write_str("the default kubeconfig context"),
+            ClusterTarget::Context(name) => write!(f, "kubeconfig context {name:?}"),
+            ClusterTarget::Kubeconfig {
+                path,
+                context: None,
+            } => write!(f, "kubeconfig {}", path.display()),
+            ClusterTarget::Kubeconfig {
+                path,
+                context: Some(name),
+            } => write!(f, "context {name:?} of kubeconfig {}", path.display()),
+            ClusterTarget::InCluster => f.write_str("the in-cluster service account"),
+        }
+    }
 }
 
 /// How `tagpin verify` finds the live objects a manifest describes.
@@ -495,6 +571,7 @@ impl Validator {
         let verify = self.verify(top);
         Some(Config {
             verify,
+            promotion: None,
             repository: repository?,
             author,
             paths,
