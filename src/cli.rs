@@ -9,8 +9,10 @@
 //! | 0 | done, or nothing to do |
 //! | 1 | something needs attention: an image or file failed (the rest was done), or `pin --check` found references to pin |
 //! | 2 | usage, configuration or fatal error: nothing was done |
-//! | 3 | `verify`: the cluster is still progressing (at the timeout, with `--wait`) |
-//! | 4 | `verify`: unverified: some pinned image matched no live workload, a manifest could not be read, or nothing was selected |
+//! | 3 | `verify`: the cluster is still progressing (at the timeout, with `--wait`); `promote`: the source stage is still rolling out or soaking |
+//! | 4 | `verify`: unverified: some pinned image matched no live workload, a manifest could not be read, or nothing was selected; `promote`: the source stage is unverified |
+//!
+//! `promote` exits 1 when the source stage Failed or a manifest could not be read.
 //!
 //! Every command returns its report or a [`CliError`]; [`run`] alone turns either into output
 //! and an exit code, as ripgrep's `main` does.
@@ -116,6 +118,27 @@ pub enum Command {
     ///
     /// Exit 0 converged, 1 failed, 3 still progressing (at the timeout, with --wait).
     Verify(VerifyArgs),
+    /// Carry the digests that converged in the previous stage to this one, by pull request.
+    ///
+    /// Exit 0 promoted (or nothing to promote), 1 the source failed, 3 the source is still
+    /// rolling out or soaking, 4 the source is unverified.
+    Promote(PromoteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PromoteArgs {
+    /// The configuration file.
+    #[arg(long, short, value_name = "FILE", default_value = "tagpin.yaml")]
+    pub config: PathBuf,
+    /// The stage to promote into (a name from promotion.stages, not the first).
+    #[arg(long, value_name = "STAGE")]
+    pub to: String,
+    /// Verify the source stage and print what would be proposed; set no status, push nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Where the Git mirror is kept.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -139,9 +162,14 @@ pub struct VerifyArgs {
     /// How long --wait waits: 90s, 10m, 1h.
     #[arg(long, value_name = "DURATION", default_value = "10m")]
     pub timeout: String,
-    /// The kubeconfig context [default: verify.context, else the current one, else in-cluster].
+    /// The kubeconfig context [default: the stage's cluster, else verify.context, else the
+    /// current one, else in-cluster].
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
+    /// Verify this stage of promotion.stages: its paths, on its cluster. A promotion pull
+    /// request (--pr) is verified against the stage it promotes into without this flag.
+    #[arg(long, value_name = "STAGE")]
+    pub stage: Option<String>,
     /// Where the Git mirror is kept (for --commit and --branch).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -217,6 +245,8 @@ pub enum CliError {
     Manifest(#[from] crate::manifest::ManifestError),
     #[error(transparent)]
     Registry(#[from] registry::RegistryError),
+    #[error(transparent)]
+    Promote(#[from] crate::promote::PromoteError),
     #[error("registry credentials: {0}")]
     Credentials(String),
     #[error("{flag}: {message}")]
@@ -236,6 +266,7 @@ enum Report {
     Pin(Pass, Vec<pass::WriteOutcome>),
     Sync(SyncReport),
     Verify(VerifyReport),
+    Promote(crate::promote::PromoteReport),
     Stopped,
 }
 
@@ -284,6 +315,7 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
             .await
             .map(Report::Sync),
         Command::Verify(args) => verify(&cli.registry, &args).await.map(Report::Verify),
+        Command::Promote(args) => promote(&cli.registry, &args).await.map(Report::Promote),
         Command::Run {
             config,
             listen,
@@ -330,6 +362,7 @@ fn print(report: &Report, format: OutputFormat) -> Exit {
         Report::Pin(pass, written) => report_pin(pass, written, format),
         Report::Sync(r) => report_sync(r, format),
         Report::Verify(r) => report_verify(r, format),
+        Report::Promote(r) => report_promote(r, format),
         Report::Stopped => Exit::Ok,
     }
 }
@@ -583,14 +616,12 @@ struct VerifyReport {
 
 /// `tagpin verify`: gather what is expected, check the cluster, report on the PR.
 async fn verify(registry: &RegistryArgs, args: &VerifyArgs) -> Result<VerifyReport, CliError> {
-    let config = Config::load(&args.config)?;
+    let mut config = Config::load(&args.config)?;
     let timeout = duration_flag("--timeout", &args.timeout)?;
     let client = build_client(registry, Some(&config.registries))?;
     let forge = forge_from(&config)?;
-    let cache_dir = cache_dir_for(&config, args.cache_dir.as_deref())?;
-    let credentials = crate::sync::git_credentials(&config.repository.auth)?;
-    let mirror = crate::git::Mirror::open(&cache_dir, &config.repository.url, credentials)?;
-    let source = match (&args.pr, &args.commit, &args.branch) {
+    let mirror = open_mirror(&config, args.cache_dir.as_deref())?;
+    let mut source = match (&args.pr, &args.commit, &args.branch) {
         (Some(n), _, _) => Source::PullRequest(*n),
         (_, Some(sha), _) => Source::Commit(sha.clone()),
         (_, _, Some(b)) => Source::Branch(b.clone()),
@@ -601,25 +632,139 @@ async fn verify(registry: &RegistryArgs, args: &VerifyArgs) -> Result<VerifyRepo
             })
         }
     };
+    let mut stage = match &args.stage {
+        Some(name) => Some(
+            config
+                .promotion
+                .as_ref()
+                .and_then(|p| p.stage(name))
+                .cloned()
+                .ok_or_else(|| CliError::Flag {
+                    flag: "--stage",
+                    message: format!("{name}: no such stage in promotion.stages"),
+                })?,
+        ),
+        None => None,
+    };
+    // A promotion pull request is verified against the stage it promotes into.
+    let mut pr = None;
+    if let (Source::PullRequest(number), Some(forge)) = (source.clone(), &forge) {
+        let info = forge.pull_request(number).await?;
+        if let Some(target) = crate::promote::stage_of_branch(&config, &info.head_ref) {
+            stage.get_or_insert_with(|| target.clone());
+            source = crate::promote::verification_source(&info);
+        }
+        pr = Some(number);
+    }
+    let first = config.promotion.as_ref().map(|p| p.stages[0].clone());
+    if let Some(stage) = &stage {
+        config = crate::promote::stage_config(&config, stage);
+    }
     let expectations =
         crate::verify::expectations(&source, &config, &mirror, forge.as_ref()).await?;
     let context = args.context.clone().or(config.verify.context.clone());
-    let cluster = Cluster::connect(context.as_deref()).await?;
+    let cluster = match (context, stage.or(first)) {
+        (Some(context), _) => Cluster::connect(Some(&context)).await?,
+        (None, Some(stage)) => crate::promote::connect(&stage).await?,
+        (None, None) => Cluster::connect(None).await?,
+    };
     if let Some(forge) = &forge {
         crate::verify::publish_pending(forge, &expectations.commits).await;
     }
     let check = crate::verify::watch(&expectations, &cluster, &client, args.wait, timeout).await?;
     if let Some(forge) = &forge {
-        let pr = match source {
-            Source::PullRequest(number) => Some(number),
-            _ => None,
-        };
         crate::verify::publish(forge, pr, &expectations, &check).await;
     }
     Ok(VerifyReport {
         check,
         expectations,
     })
+}
+
+/// The Git mirror of the configured repository, for `verify` and `promote`.
+fn open_mirror(config: &Config, cache_dir: Option<&Path>) -> Result<crate::git::Mirror, CliError> {
+    let cache_dir = cache_dir_for(config, cache_dir)?;
+    let credentials = crate::sync::git_credentials(&config.repository.auth)?;
+    Ok(crate::git::Mirror::open(
+        &cache_dir,
+        &config.repository.url,
+        credentials,
+    )?)
+}
+
+/// `tagpin promote --to STAGE`: one promotion pass, the same the controller runs.
+async fn promote(
+    registry: &RegistryArgs,
+    args: &PromoteArgs,
+) -> Result<crate::promote::PromoteReport, CliError> {
+    let config = Config::load(&args.config)?;
+    let (source, _) = crate::promote::route(&config, &args.to)?;
+    let client = build_client(registry, Some(&config.registries))?;
+    let forge = forge_from(&config)?;
+    let mirror = open_mirror(&config, args.cache_dir.as_deref())?;
+    let cluster = crate::promote::connect(source).await?;
+    let promoter = crate::promote::Promoter::new(&config, &client, forge.as_ref(), &mirror);
+    let options = crate::promote::PromoteOptions {
+        dry_run: args.dry_run,
+    };
+    Ok(promoter.run(&args.to, &cluster, options).await?)
+}
+
+fn report_promote(report: &crate::promote::PromoteReport, format: OutputFormat) -> Exit {
+    use crate::promote::Gate;
+    for failure in &report.failures {
+        eprintln!("error: {failure}");
+    }
+    match format {
+        OutputFormat::Json => emit_json(&serde_json::to_value(report).unwrap_or_default()),
+        OutputFormat::Human => {
+            let mut text = format!(
+                "{} -> {} ({} at {}): {}\n",
+                report.source.stage,
+                report.stage,
+                report.source.state.as_str(),
+                &report.source.commit[..report.source.commit.len().min(12)],
+                report.reason
+            );
+            match &report.outcome {
+                Some(Outcome::DryRun { branch, title, body }) => {
+                    text.push_str(&report.diff);
+                    text.push_str(&format!(
+                        "dry run: would propose on {branch}:\ntitle: {title}\n\n{body}\n"
+                    ));
+                }
+                Some(Outcome::NothingToDo) => text.push_str(&format!(
+                    "nothing to promote: {} already pins what {} runs\n",
+                    report.stage, report.source.stage
+                )),
+                Some(outcome) => {
+                    let group = crate::sync::GroupReport {
+                        group: report.stage.clone(),
+                        outcome: outcome.clone(),
+                        changes: report.changes.clone(),
+                        diff: String::new(),
+                    };
+                    text.push_str(&outcome_line(&report.stage, &group));
+                    text.push('\n');
+                }
+                None => text.push_str("nothing promoted\n"),
+            }
+            for skipped in &report.skipped_text {
+                text.push_str(&format!("  {skipped}\n"));
+            }
+            emit(&text);
+        }
+    }
+    match &report.gate {
+        Gate::Refused {
+            state: State::Unverified,
+            ..
+        } => Exit::Unverified,
+        Gate::Refused { .. } => Exit::Attention,
+        _ if !report.failures.is_empty() => Exit::Attention,
+        Gate::Waiting { .. } | Gate::Soaking { .. } => Exit::Progressing,
+        Gate::Open { .. } => Exit::Ok,
+    }
 }
 
 fn report_verify(report: &VerifyReport, format: OutputFormat) -> Exit {
@@ -798,33 +943,39 @@ fn report_sync(report: &SyncReport, format: OutputFormat) -> Exit {
 fn sync_text(report: &SyncReport) -> String {
     let mut text = String::new();
     for group in &report.groups {
-        let images = group.changes.len();
-        let line = match &group.outcome {
-            Outcome::NothingToDo => format!("{}: nothing to pin", report.target),
-            Outcome::Committed { branch, commit, .. } => {
-                format!("committed {commit} to {branch}: {images} image field(s) pinned")
-            }
-            Outcome::PullRequestOpened { number, url, branch } => {
-                format!("opened pull request #{number} from {branch}: {url}")
-            }
-            Outcome::PullRequestUpdated { number, url, branch } => {
-                format!("updated pull request #{number} from {branch}: {url}")
-            }
-            Outcome::PullRequestUnchanged { number, url, .. } => {
-                format!("pull request #{number} already proposes these digests: {url}")
-            }
-            Outcome::ClosedByHand { number, branch } => format!(
-                "pull request #{number} from {branch} was closed by hand for these same digests; not reopening"
-            ),
-            Outcome::DryRun { branch, title, body } => {
-                text.push_str(&group.diff);
-                format!("dry run: would propose on {branch}:\ntitle: {title}\n\n{body}")
-            }
-        };
-        text.push_str(&line);
+        if let Outcome::DryRun { .. } = &group.outcome {
+            text.push_str(&group.diff);
+        }
+        text.push_str(&outcome_line(&report.target, group));
         text.push('\n');
     }
     text
+}
+
+/// One line for what a group's write did; `target` is the branch (or stage) written to.
+fn outcome_line(target: &str, group: &crate::sync::GroupReport) -> String {
+    let images = group.changes.len();
+    match &group.outcome {
+        Outcome::NothingToDo => format!("{target}: nothing to pin"),
+        Outcome::Committed { branch, commit, .. } => {
+            format!("committed {commit} to {branch}: {images} image field(s) pinned")
+        }
+        Outcome::PullRequestOpened { number, url, branch } => {
+            format!("opened pull request #{number} from {branch}: {url}")
+        }
+        Outcome::PullRequestUpdated { number, url, branch } => {
+            format!("updated pull request #{number} from {branch}: {url}")
+        }
+        Outcome::PullRequestUnchanged { number, url, .. } => {
+            format!("pull request #{number} already proposes these digests: {url}")
+        }
+        Outcome::ClosedByHand { number, branch } => format!(
+            "pull request #{number} from {branch} was closed by hand for these same digests; not reopening"
+        ),
+        Outcome::DryRun { branch, title, body } => {
+            format!("dry run: would propose on {branch}:\ntitle: {title}\n\n{body}")
+        }
+    }
 }
 
 /// `$XDG_CACHE_HOME/tagpin`, else `~/.cache/tagpin`.

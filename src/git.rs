@@ -409,6 +409,23 @@ impl Mirror {
         update.create_updated(&self.repo, &base).map_err(other)
     }
 
+    /// `commit` and up to `max - 1` of its first-parent ancestors, newest first: the history
+    /// of a branch as its merges made it.
+    pub fn first_parents(&self, commit: Oid, max: usize) -> Result<Vec<Oid>, GitError> {
+        let mut out = Vec::new();
+        let mut current = self.repo.find_commit(commit).map_err(other)?;
+        loop {
+            out.push(current.id());
+            if out.len() >= max {
+                return Ok(out);
+            }
+            match current.parent(0) {
+                Ok(parent) => current = parent,
+                Err(_) => return Ok(out),
+            }
+        }
+    }
+
     /// The tree and first parent of a commit, to tell whether a branch already holds a change.
     pub fn tree_and_parent(&self, commit: Oid) -> Result<(Oid, Option<Oid>), GitError> {
         let c = self.repo.find_commit(commit).map_err(other)?;

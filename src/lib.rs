@@ -15,6 +15,7 @@ pub mod pass;
 pub mod pipeline;
 pub mod plan;
 pub mod policy;
+pub mod promote;
 pub mod proposal;
 pub mod reference;
 pub mod registry;

@@ -130,13 +130,52 @@ pub fn references_to_resolve(files: &[ScannedFile], follow: &Follow) -> Vec<Refe
         .collect()
 }
 
-/// Computes the plan. Pure: the same inputs always give the same plan. `follow` holds the
+/// What one image field should become, as the caller of [`plan_by`] decides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wanted {
+    /// The field moves to `reference` (its tag is the one wanted) at `digest`; a field already
+    /// there is current.
+    To { reference: Reference, digest: Digest },
+    /// A digest-only reference, which has no tag to pin.
+    DigestOnly,
+    /// Left as it is on purpose; the caller says why (counted as current).
+    Leave,
+    /// Cannot be planned; becomes [`Problem::Unresolved`].
+    Failed(String),
+}
+
+/// Computes the plan of a pass: each tag (or the tag its policy picks) at the digest the
+/// registry answered. Pure: the same inputs always give the same plan. `follow` holds the
 /// tag policies and tag lists; [`Follow::default`] keeps every tag.
 pub fn plan(
     files: &[ScannedFile],
     resolutions: &BTreeMap<ResolveKey, ResolveResult>,
     follow: &Follow,
 ) -> Plan {
+    plan_by(files, |reference| {
+        if reference.is_digest_only() {
+            return Wanted::DigestOnly;
+        }
+        let wanted = match follow.target(reference) {
+            Ok(wanted) => wanted,
+            Err(message) => return Wanted::Failed(message),
+        };
+        let key = ResolveKey::of(&wanted);
+        match resolutions.get(&key) {
+            Some(Ok(resolved)) => Wanted::To {
+                reference: wanted,
+                digest: resolved.digest.clone(),
+            },
+            Some(Err(e)) => Wanted::Failed(e.to_string()),
+            None => Wanted::Failed(format!("{key}: not resolved")),
+        }
+    })
+}
+
+/// Computes a plan where `want` decides, for each parsed reference, where it should point:
+/// the edits, byte-exact rewrites, diffs and counts are the same whoever decides (the
+/// registry for `sync`, a converged stage for `promote`). Pure.
+pub fn plan_by(files: &[ScannedFile], want: impl Fn(&Reference) -> Wanted) -> Plan {
     let mut plan = Plan::default();
     plan.summary.files_scanned = files.len();
     for file in files {
@@ -144,7 +183,7 @@ pub fn plan(
         let mut changes = Vec::new();
         for field in &file.fields {
             plan.summary.references += 1;
-            match plan_field(&file.path, field, resolutions, follow) {
+            match plan_field(&file.path, field, &want) {
                 FieldPlan::Change(change, field_edits) => {
                     edits.extend(field_edits);
                     changes.push(*change);
@@ -201,12 +240,7 @@ enum FieldPlan {
     Failed(Problem),
 }
 
-fn plan_field(
-    path: &Path,
-    field: &ImageField,
-    resolutions: &BTreeMap<ResolveKey, ResolveResult>,
-    follow: &Follow,
-) -> FieldPlan {
+fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wanted) -> FieldPlan {
     let reference = match Reference::parse(&field.value) {
         Ok(r) => r,
         Err(e) => {
@@ -218,26 +252,19 @@ fn plan_field(
             })
         }
     };
-    if reference.is_digest_only() {
-        return FieldPlan::DigestOnly;
-    }
-    let unresolved = |message: String| {
-        FieldPlan::Failed(Problem::Unresolved {
-            file: path.to_path_buf(),
-            line: field.line,
-            message,
-        })
-    };
-    let wanted = match follow.target(&reference) {
-        Ok(wanted) => wanted,
-        Err(message) => return unresolved(message),
+    let (wanted, digest) = match want(&reference) {
+        Wanted::To { reference, digest } => (reference, digest),
+        Wanted::DigestOnly => return FieldPlan::DigestOnly,
+        Wanted::Leave => return FieldPlan::Current,
+        Wanted::Failed(message) => {
+            return FieldPlan::Failed(Problem::Unresolved {
+                file: path.to_path_buf(),
+                line: field.line,
+                message,
+            })
+        }
     };
     let key = ResolveKey::of(&wanted);
-    let resolved = match resolutions.get(&key) {
-        Some(Ok(resolved)) => resolved,
-        Some(Err(e)) => return unresolved(e.to_string()),
-        None => return unresolved(format!("{key}: not resolved")),
-    };
     let (old_tag, new_tag) = (reference.effective_tag(), wanted.effective_tag());
     let tag_moves = old_tag != new_tag;
     let (workload, container, old_digest, new_value) = match &field.origin {
@@ -249,7 +276,7 @@ fn plan_field(
             Owner::Workload(workload.clone()),
             container.clone(),
             reference.digest().cloned(),
-            wanted.with_digest(&resolved.digest),
+            wanted.with_digest(&digest),
         ),
         Origin::KustomizeImage {
             name,
@@ -261,10 +288,10 @@ fn plan_field(
             current_digest
                 .as_deref()
                 .and_then(|d| Digest::parse(d).ok()),
-            resolved.digest.to_string(),
+            digest.to_string(),
         ),
     };
-    if old_digest.as_ref() == Some(&resolved.digest) && !tag_moves {
+    if old_digest.as_ref() == Some(&digest) && !tag_moves {
         return FieldPlan::Current;
     }
     let action = if old_digest.is_some() {
@@ -299,7 +326,7 @@ fn plan_field(
             old_value,
             new_value,
             old_digest,
-            new_digest: resolved.digest.clone(),
+            new_digest: digest,
             old_tag: moved(old_tag),
             new_tag: moved(new_tag),
             action,

@@ -17,6 +17,16 @@ pub fn render(block: &PlanBlock) -> String {
         "tagpin pins these images on `{}` to the digests their tags point to now, so every node runs the same image.\n\n",
         block.target
     ));
+    out.push_str(&pins_table(block));
+    out.push('\n');
+    out.push_str(&plan_block(block));
+    out
+}
+
+/// One row per field that moves: file, workload, container, image (and the tag it moved
+/// from), old and new digest.
+pub fn pins_table(block: &PlanBlock) -> String {
+    let mut out = String::new();
     out.push_str("| File | Workload | Container | Image | Old digest | New digest |\n");
     out.push_str("|---|---|---|---|---|---|\n");
     for pin in &block.pins {
@@ -36,9 +46,13 @@ pub fn render(block: &PlanBlock) -> String {
             pin.new_digest.short(),
         ));
     }
-    let json = serde_json::to_string_pretty(block).unwrap_or_default();
-    out.push_str(&format!("\n{PLAN_START}\n{json}\n{PLAN_END}\n"));
     out
+}
+
+/// The hidden plan block alone, for bodies that say more than [`render`] (promotions).
+pub fn plan_block(block: &PlanBlock) -> String {
+    let json = serde_json::to_string_pretty(block).unwrap_or_default();
+    format!("{PLAN_START}\n{json}\n{PLAN_END}\n")
 }
 
 /// Reads the plan block back from a PR body; `None` when there is none or it is unreadable.

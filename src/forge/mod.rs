@@ -51,6 +51,15 @@ pub enum StatusState {
     Error,
 }
 
+/// One commit status as tagpin reads it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub state: StatusState,
+    pub description: String,
+    /// Unix time it was set, when the forge says.
+    pub created_at: Option<i64>,
+}
+
 /// What tagpin reads of a pull request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullRequestInfo {
@@ -230,22 +239,33 @@ impl GitHub {
         sha: &str,
         context: &str,
     ) -> Result<Option<(StatusState, String)>, ForgeError> {
+        Ok(self
+            .statuses(sha, context)
+            .await?
+            .into_iter()
+            .next()
+            .map(|s| (s.state, s.description)))
+    }
+
+    /// Every status `context` on `sha`, newest first (as GitHub lists them), with when each
+    /// was set: the promoter reads its soak clock back from them.
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
         let what = format!("read statuses of {sha}");
         let page = self
             .call(&what, || async move {
                 self.octo
                     .repos(&self.owner, &self.repo)
                     .list_statuses(sha.to_string())
+                    .per_page(100)
                     .send()
                     .await
             })
             .await?;
-        // GitHub lists statuses newest first.
         Ok(page
             .items
             .iter()
-            .find(|s| s.context.as_deref() == Some(context))
-            .and_then(|s| {
+            .filter(|s| s.context.as_deref() == Some(context))
+            .filter_map(|s| {
                 let state = match s.state {
                     octocrab::models::StatusState::Success => StatusState::Success,
                     octocrab::models::StatusState::Failure => StatusState::Failure,
@@ -253,8 +273,13 @@ impl GitHub {
                     octocrab::models::StatusState::Pending => StatusState::Pending,
                     _ => return None,
                 };
-                Some((state, s.description.clone().unwrap_or_default()))
-            }))
+                Some(Status {
+                    state,
+                    description: s.description.clone().unwrap_or_default(),
+                    created_at: s.created_at.map(|t| t.timestamp()),
+                })
+            })
+            .collect())
     }
 
     /// One pull request by number.

@@ -377,122 +377,138 @@ impl<'a> Syncer<'a> {
             }
             WriteMode::PullRequest => {
                 let forge = self.forge.ok_or(SyncError::NoForge)?;
-                self.write_pull_request(forge, &branch, &block, &title, tip, &updates, &message)
-                    .await
+                let body = body::render(&block);
+                let proposal = Proposal {
+                    branch: &branch,
+                    target,
+                    block: &block,
+                    title: &title,
+                    body: &body,
+                    refresh_body: false,
+                    labels: &self.config.pull_request.labels,
+                    tip,
+                    updates: &updates,
+                    message: &message,
+                };
+                propose(&self.mirror, forge, &self.config.author, &proposal).await
             }
         }
     }
 
-    /// Carries out [`policy::decide_pr`] for one group.
-    #[allow(clippy::too_many_arguments)]
-    async fn write_pull_request(
-        &self,
-        forge: &GitHub,
-        branch: &str,
-        block: &PlanBlock,
-        title: &str,
-        tip: git2::Oid,
-        updates: &[(PathBuf, Vec<u8>)],
-        message: &str,
-    ) -> Result<Outcome, SyncError> {
-        let target = &self.config.repository.branch;
-        let prs = forge.pull_requests_for(branch, target).await?;
-        // Whether the branch already carries exactly this change on this tip.
-        let existing = self.mirror.tip(branch);
-        let carries = off_runtime(|| {
-            let wanted_tree = self.mirror.tree_with(tip, updates)?;
-            Ok::<_, GitError>(match existing {
-                Some(commit) => self.mirror.tree_and_parent(commit)? == (wanted_tree, Some(tip)),
-                None => false,
-            })
-        })?;
-        let labels = &self.config.pull_request.labels;
-        let push = |needed: bool| {
-            if needed {
-                off_runtime(|| self.push_change(branch, tip, updates, message, existing))
+}
+
+/// A change to propose on a tagpin-owned branch, as a pull request into `target`.
+pub struct Proposal<'p> {
+    pub branch: &'p str,
+    pub target: &'p str,
+    pub block: &'p PlanBlock,
+    pub title: &'p str,
+    pub body: &'p str,
+    /// Edit an open pull request whose body differs from `body` even when its plan block is
+    /// the same (a promotion's evidence changes while its digests do not). Off for `sync`, so
+    /// a person's note in the body survives until the digests move.
+    pub refresh_body: bool,
+    pub labels: &'p [String],
+    /// The target's tip the change was planned on, and the files it writes there.
+    pub tip: git2::Oid,
+    pub updates: &'p [(PathBuf, Vec<u8>)],
+    pub message: &'p str,
+}
+
+/// Carries out [`policy::decide_pr`] for one proposal: pushes the branch when it does not carry
+/// the change yet, then opens, updates or leaves alone its pull request. Shared by `sync` and
+/// `promote`, so both treat races, adopted and closed pull requests alike.
+pub async fn propose(
+    mirror: &Mirror,
+    forge: &GitHub,
+    author: &crate::config::Author,
+    p: &Proposal<'_>,
+) -> Result<Outcome, SyncError> {
+    let prs = forge.pull_requests_for(p.branch, p.target).await?;
+    // Whether the branch already carries exactly this change on this tip.
+    let existing = mirror.tip(p.branch);
+    let carries = off_runtime(|| {
+        let wanted_tree = mirror.tree_with(p.tip, p.updates)?;
+        Ok::<_, GitError>(match existing {
+            Some(commit) => mirror.tree_and_parent(commit)? == (wanted_tree, Some(p.tip)),
+            None => false,
+        })
+    })?;
+    let push = |needed: bool| {
+        if needed {
+            off_runtime(|| push_change(mirror, author, p, existing))
+        } else {
+            Ok(())
+        }
+    };
+    let branch = p.branch.to_string();
+    match policy::decide_pr(p.block, p.title, p.labels, &prs, carries) {
+        PrDecision::LeaveClosed { number } => Ok(Outcome::ClosedByHand { number, branch }),
+        PrDecision::Update {
+            number,
+            push: needs_push,
+            edit,
+            missing_labels,
+            ..
+        } => {
+            let pr = prs.iter().find(|pr| pr.number == number);
+            let stale_body = p.refresh_body && pr.is_some_and(|pr| pr.body != p.body);
+            let edit = edit || stale_body;
+            push(needs_push)?;
+            if edit {
+                forge.update_pull_request(number, p.title, p.body).await?;
+            }
+            if !missing_labels.is_empty() {
+                forge.add_labels(number, &missing_labels).await?;
+            }
+            let url = pr.map(|pr| pr.url.clone()).unwrap_or_default();
+            Ok(if edit || needs_push {
+                Outcome::PullRequestUpdated {
+                    number,
+                    url,
+                    branch,
+                }
             } else {
-                Ok(())
-            }
-        };
-        let branch_name = branch.to_string();
-        match policy::decide_pr(block, title, labels, &prs, carries) {
-            PrDecision::LeaveClosed { number } => Ok(Outcome::ClosedByHand {
-                number,
-                branch: branch_name,
-            }),
-            PrDecision::Update {
-                number,
-                push: needs_push,
-                edit,
-                missing_labels,
-                ..
-            } => {
-                push(needs_push)?;
-                if edit {
-                    forge
-                        .update_pull_request(number, title, &body::render(block))
-                        .await?;
+                Outcome::PullRequestUnchanged {
+                    number,
+                    url,
+                    branch,
                 }
-                if !missing_labels.is_empty() {
-                    forge.add_labels(number, &missing_labels).await?;
-                }
-                let url = prs
-                    .iter()
-                    .find(|p| p.number == number)
-                    .map(|p| p.url.clone())
-                    .unwrap_or_default();
-                Ok(if edit || needs_push {
-                    Outcome::PullRequestUpdated {
-                        number,
-                        url,
-                        branch: branch_name,
-                    }
-                } else {
-                    Outcome::PullRequestUnchanged {
-                        number,
-                        url,
-                        branch: branch_name,
-                    }
-                })
+            })
+        }
+        PrDecision::Open => {
+            push(!carries)?;
+            let pr: PullRequestInfo = forge
+                .open_pull_request(p.branch, p.target, p.title, p.body)
+                .await?;
+            if !p.labels.is_empty() {
+                forge.add_labels(pr.number, p.labels).await?;
             }
-            PrDecision::Open => {
-                push(!carries)?;
-                let pr: PullRequestInfo = forge
-                    .open_pull_request(branch, target, title, &body::render(block))
-                    .await?;
-                if !labels.is_empty() {
-                    forge.add_labels(pr.number, labels).await?;
-                }
-                Ok(Outcome::PullRequestOpened {
-                    number: pr.number,
-                    url: pr.url,
-                    branch: branch_name,
-                })
-            }
+            Ok(Outcome::PullRequestOpened {
+                number: pr.number,
+                url: pr.url,
+                branch,
+            })
         }
     }
+}
 
-    /// Commits the change on `tip` and moves tagpin's `branch` to it, with a lease on the tip
-    /// tagpin saw (`existing`): a person's push to the branch is never overwritten.
-    fn push_change(
-        &self,
-        branch: &str,
-        tip: git2::Oid,
-        updates: &[(PathBuf, Vec<u8>)],
-        message: &str,
-        existing: Option<git2::Oid>,
-    ) -> Result<(), SyncError> {
-        let commit = self
-            .mirror
-            .commit(tip, updates, &self.config.author, message)?;
-        match self.mirror.push(commit, branch, Expect::Lease(existing)) {
-            Ok(()) => Ok(()),
-            // Another tagpin moved our branch: start the pass over, as for a lost race.
-            Err(GitError::LeaseBroken { url, branch, .. }) => {
-                Err(SyncError::Git(GitError::NonFastForward { url, branch }))
-            }
-            Err(e) => Err(e.into()),
+/// Commits the change on `p.tip` and moves tagpin's branch to it, with a lease on the tip
+/// tagpin saw (`existing`): a person's push to the branch is never overwritten.
+fn push_change(
+    mirror: &Mirror,
+    author: &crate::config::Author,
+    p: &Proposal<'_>,
+    existing: Option<git2::Oid>,
+) -> Result<(), SyncError> {
+    let commit = mirror.commit(p.tip, p.updates, author, p.message)?;
+    match mirror.push(commit, p.branch, Expect::Lease(existing)) {
+        Ok(()) => Ok(()),
+        // Another tagpin moved our branch: start the pass over, as for a lost race.
+        Err(GitError::LeaseBroken { url, branch, .. }) => {
+            Err(SyncError::Git(GitError::NonFastForward { url, branch }))
         }
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -16,6 +16,14 @@ pub fn comment(check: &Check, expectations: &Expectations) -> String {
         state_word(check.state),
         check.summary
     );
+    out.push_str(&tables(check, expectations));
+    out
+}
+
+/// The verdict without headline: one row per container, the GitOps objects, what was not
+/// verified, and the manifests that could not be read. A promotion's evidence quotes it.
+pub fn tables(check: &Check, expectations: &Expectations) -> String {
+    let mut out = String::new();
     out.push_str(
         "| Workload | Container | Pinned digest | Pods on it / total | Verdict | Reason |\n",
     );

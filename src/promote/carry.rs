@@ -1,0 +1,310 @@
+//! Which digests a promotion carries and where they land, as pure functions.
+//!
+//! The source stage's manifests say which digest of each repository converged there (a
+//! container `image:` with a digest, or a kustomize `images:` entry's `newTag` and `digest`).
+//! Each reference of the target stage to the same repository, matched on the normalized name
+//! after kustomize's `newName` mapping, is rewritten to the same tag text and digest, through
+//! the same planner `sync` uses, so the edit is byte-exact. Nothing is asked of the registry.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+use sha2::{Digest as _, Sha256};
+
+use crate::manifest::{ImageField, Origin};
+use crate::plan::{self, Plan, ScannedFile, Wanted};
+use crate::reference::{Digest, Reference};
+
+/// A tag and digest the source stage pins for one repository.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Carried {
+    /// The tag as written there (`None` for a digest-only reference).
+    pub tag: Option<String>,
+    pub digest: Digest,
+}
+
+/// What the source stage pins, by normalized repository name (`ghcr.io/acme/web`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourcePins {
+    pinned: BTreeMap<String, Vec<Carried>>,
+    /// Repositories the source refers to without a digest: nothing proven to carry.
+    unpinned: BTreeMap<String, ()>,
+}
+
+impl SourcePins {
+    /// Reads the pins out of the source stage's scanned files.
+    pub fn from_files(files: &[ScannedFile]) -> SourcePins {
+        let mut pins = SourcePins::default();
+        for field in files.iter().flat_map(|f| &f.fields) {
+            let Some((reference, digest)) = pinned(field) else {
+                continue;
+            };
+            let name = reference.canonical_name();
+            match digest {
+                Some(digest) => {
+                    let carried = Carried {
+                        tag: reference.tag().map(str::to_string),
+                        digest,
+                    };
+                    let list = pins.pinned.entry(name).or_default();
+                    if !list.contains(&carried) {
+                        list.push(carried);
+                        list.sort();
+                    }
+                }
+                None => {
+                    pins.unpinned.insert(name, ());
+                }
+            }
+        }
+        pins
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pinned.is_empty()
+    }
+
+    /// How many repositories the source pins.
+    pub fn len(&self) -> usize {
+        self.pinned.len()
+    }
+
+    /// A short hash of every (repository, tag, digest) pinned: the soak clock belongs to
+    /// exactly this set of digests.
+    pub fn fingerprint(&self) -> String {
+        let mut hasher = Sha256::new();
+        for (name, carried) in &self.pinned {
+            for c in carried {
+                hasher.update(format!("{name} {} {}\n", c.tag.as_deref().unwrap_or(""), c.digest));
+            }
+        }
+        let hex: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        hex[..12].to_string()
+    }
+
+    /// Where a target reference should point, or why it stays as it is.
+    fn decide(&self, target: &Reference) -> Result<Carried, SkipWhy> {
+        let name = target.canonical_name();
+        let Some(carried) = self.pinned.get(&name) else {
+            return Err(if self.unpinned.contains_key(&name) {
+                SkipWhy::NotPinnedInSource
+            } else {
+                SkipWhy::NotInSource
+            });
+        };
+        match carried.as_slice() {
+            [one] => Ok(one.clone()),
+            many => {
+                // Several versions of one repository in the source: only a reference with the
+                // same tag tells which one this is.
+                let same_tag: Vec<&Carried> = many
+                    .iter()
+                    .filter(|c| c.tag.is_some() && c.tag.as_deref() == target.tag())
+                    .collect();
+                match same_tag.as_slice() {
+                    [one] => Ok((*one).clone()),
+                    _ => Err(SkipWhy::Ambiguous(
+                        many.iter()
+                            .map(|c| match &c.tag {
+                                Some(tag) => format!("{tag}@{}", c.digest.short()),
+                                None => c.digest.short(),
+                            })
+                            .collect(),
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// The reference a field stands for and the digest it pins, if it parses.
+fn pinned(field: &ImageField) -> Option<(Reference, Option<Digest>)> {
+    let reference = Reference::parse(&field.value).ok()?;
+    let digest = match &field.origin {
+        Origin::Container { .. } => reference.digest().cloned(),
+        Origin::KustomizeImage { current_digest, .. } => current_digest
+            .as_deref()
+            .and_then(|d| Digest::parse(d).ok()),
+    };
+    Some((reference, digest))
+}
+
+/// Why a target reference is left as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "why", content = "versions", rename_all = "snake_case")]
+pub enum SkipWhy {
+    /// The source stage does not use this repository.
+    NotInSource,
+    /// The source stage uses it without a digest: nothing converged there to carry.
+    NotPinnedInSource,
+    /// The source pins several versions and the target's tag matches none (or several).
+    Ambiguous(Vec<String>),
+}
+
+/// A target reference left alone, named for the output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Skip {
+    pub file: PathBuf,
+    pub line: usize,
+    pub image: String,
+    #[serde(flatten)]
+    pub why: SkipWhy,
+}
+
+impl Skip {
+    /// The sentence for people, with the source stage's name.
+    pub fn describe(&self, source: &str) -> String {
+        let why = match &self.why {
+            SkipWhy::NotInSource => format!("{source} does not use this repository"),
+            SkipWhy::NotPinnedInSource => {
+                format!("{source} uses this repository without a digest, so nothing converged there to carry")
+            }
+            SkipWhy::Ambiguous(versions) => format!(
+                "{source} pins several versions ({}) and this tag matches none of them",
+                versions.join(", ")
+            ),
+        };
+        format!("{}:{}: {}: left as it is: {why}", self.file.display(), self.line, self.image)
+    }
+}
+
+/// The plan that carries `source`'s digests into the target stage's files, and the
+/// references it leaves alone. Digest-only target references are carried too.
+pub fn plan(target: &[ScannedFile], source: &SourcePins) -> (Plan, Vec<Skip>) {
+    let plan = plan::plan_by(target, |reference| match source.decide(reference) {
+        Ok(carried) => Wanted::To {
+            reference: match &carried.tag {
+                Some(tag) => reference.retagged(tag),
+                None => reference.clone(),
+            },
+            digest: carried.digest,
+        },
+        Err(_) => Wanted::Leave,
+    });
+    let mut skips = Vec::new();
+    for file in target {
+        for field in &file.fields {
+            let Some((reference, _)) = pinned(field) else {
+                continue;
+            };
+            if let Err(why) = source.decide(&reference) {
+                skips.push(Skip {
+                    file: file.path.clone(),
+                    line: field.line,
+                    image: field.value.clone(),
+                    why,
+                });
+            }
+        }
+    }
+    (plan, skips)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::scan;
+
+    const A: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &str = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    fn file(path: &str, text: &str) -> ScannedFile {
+        let fields = scan(std::path::Path::new(path), text.as_bytes())
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .fields;
+        ScannedFile {
+            path: PathBuf::from(path),
+            source: text.as_bytes().to_vec(),
+            fields,
+        }
+    }
+
+    fn deployment(image: &str) -> String {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  template:\n    spec:\n      containers:\n      - name: web\n        image: {image}   # keep me\n"
+        )
+    }
+
+    #[test]
+    fn plain_manifests_get_the_source_tag_and_digest_byte_exactly() {
+        let source = [file("staging/web.yaml", &deployment(&format!("ghcr.io/acme/web:1.4.2@{A}")))];
+        let target_text = deployment(&format!("ghcr.io/acme/web:1.4.1@{B}"));
+        let target = [file("production/web.yaml", &target_text)];
+        let (plan, skips) = plan(&target, &SourcePins::from_files(&source));
+        assert!(skips.is_empty());
+        assert_eq!(plan.files.len(), 1);
+        let expected = target_text.replace(&format!("1.4.1@{B}"), &format!("1.4.2@{A}"));
+        assert_eq!(String::from_utf8(plan.files[0].updated.clone()).unwrap(), expected);
+        assert_eq!(plan.changes[0].new_digest.to_string(), A);
+        assert_eq!(plan.changes[0].new_tag.as_deref(), Some("1.4.2"));
+    }
+
+    #[test]
+    fn kustomize_entries_are_matched_after_new_name_and_moved_together() {
+        let source = [file(
+            "overlays/staging/kustomization.yaml",
+            &format!("images:\n- name: web\n  newName: registry.example.com/acme/web\n  newTag: \"2.0.0\"\n  digest: {A}\n"),
+        )];
+        let target_text = "images:\n- name: web\n  newName: registry.example.com/acme/web\n  newTag: \"1.9.0\"\n".to_string();
+        let target = [file("overlays/production/kustomization.yaml", &target_text)];
+        let (plan, skips) = plan(&target, &SourcePins::from_files(&source));
+        assert!(skips.is_empty(), "{skips:?}");
+        let updated = String::from_utf8(plan.files[0].updated.clone()).unwrap();
+        assert!(updated.contains("newTag: \"2.0.0\""), "{updated}");
+        assert!(updated.contains(&format!("digest: {A}")), "{updated}");
+        // A plain manifest naming the same repository is carried as well.
+        let plain = [file("production/web.yaml", &deployment("registry.example.com/acme/web:1.9.0"))];
+        let (plan, _) = super::plan(&plain, &SourcePins::from_files(&source));
+        assert_eq!(plan.changes[0].new_value, format!("registry.example.com/acme/web:2.0.0@{A}"));
+    }
+
+    #[test]
+    fn repositories_the_source_does_not_pin_are_named_skips() {
+        let source = [
+            file("staging/web.yaml", &deployment(&format!("ghcr.io/acme/web:1.0@{A}"))),
+            file("staging/db.yaml", &deployment("ghcr.io/acme/db:15")),
+        ];
+        let target = [
+            file("production/db.yaml", &deployment("ghcr.io/acme/db:14")),
+            file("production/cache.yaml", &deployment("redis:7")),
+        ];
+        let pins = SourcePins::from_files(&source);
+        let (plan, skips) = plan(&target, &pins);
+        assert!(plan.files.is_empty());
+        assert_eq!(skips.len(), 2);
+        assert_eq!(skips[0].why, SkipWhy::NotPinnedInSource);
+        assert_eq!(skips[1].why, SkipWhy::NotInSource);
+        assert!(skips[1].describe("staging").contains("production/cache.yaml:10: redis:7: left as it is: staging does not use"));
+    }
+
+    #[test]
+    fn two_versions_in_the_source_are_told_apart_by_tag_or_skipped() {
+        let source = [
+            file("staging/a.yaml", &deployment(&format!("ghcr.io/acme/web:1.0@{A}"))),
+            file("staging/b.yaml", &deployment(&format!("ghcr.io/acme/web:2.0@{B}"))),
+        ];
+        let pins = SourcePins::from_files(&source);
+        let (plan, skips) = plan(&[file("p/a.yaml", &deployment("ghcr.io/acme/web:2.0"))], &pins);
+        assert!(skips.is_empty());
+        assert_eq!(plan.changes[0].new_digest.to_string(), B);
+        let (plan, skips) = super::plan(&[file("p/a.yaml", &deployment("ghcr.io/acme/web:3.0"))], &pins);
+        assert!(plan.files.is_empty());
+        assert!(matches!(&skips[0].why, SkipWhy::Ambiguous(v) if v.len() == 2));
+    }
+
+    #[test]
+    fn already_promoted_is_nothing_to_do_and_the_fingerprint_follows_the_digests() {
+        let text = deployment(&format!("ghcr.io/acme/web:1.0@{A}"));
+        let pins = SourcePins::from_files(&[file("s/web.yaml", &text)]);
+        let (plan, skips) = plan(&[file("p/web.yaml", &text)], &pins);
+        assert!(plan.files.is_empty() && skips.is_empty());
+        let other = SourcePins::from_files(&[file("s/web.yaml", &deployment(&format!("ghcr.io/acme/web:1.0@{B}")))]);
+        assert_ne!(pins.fingerprint(), other.fingerprint());
+        assert_eq!(pins.fingerprint(), SourcePins::from_files(&[file("x.yaml", &text)]).fingerprint());
+    }
+}

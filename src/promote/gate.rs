@@ -1,0 +1,282 @@
+//! The promotion gate, as pure functions: has the source stage been Converged, on the digests
+//! it pins now, for at least the soak time?
+//!
+//! tagpin keeps no state of its own, so the soak clock lives where the team can see it: the
+//! `tagpin/stage/<name>` commit status that each promotion pass sets on the source stage's
+//! commit. Its description carries when the stage was first seen converged and a fingerprint
+//! of the digests it pins (`converged since 2026-11-23T14:05:00Z · 3 image(s) · set
+//! 1a2b3c4d5e6f`). A restarted controller reads the clock back from there; a new set of
+//! digests, or any verdict other than Converged in between, starts it again.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::forge::{Status, StatusState};
+use crate::verify::verdict::State;
+
+/// The status context of a stage's verdict, as set by the promoter.
+pub fn stage_context(stage: &str) -> String {
+    format!("tagpin/stage/{stage}")
+}
+
+/// The status a promotion pull request carries: success while its evidence holds.
+pub const PROMOTION_CONTEXT: &str = "tagpin/promotion";
+
+/// GitHub refuses status descriptions longer than this.
+const MAX_DESCRIPTION: usize = 140;
+
+/// Whether a promotion may go ahead now, and why (not).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "gate", rename_all = "snake_case")]
+pub enum Gate {
+    /// Converged since `since` (Unix seconds), for at least the soak time.
+    Open { since: i64 },
+    /// Converged since `since`, but not for the soak time yet.
+    Soaking { since: i64, remaining_seconds: u64 },
+    /// Still rolling out: nothing to promote yet.
+    Waiting { reason: String },
+    /// Failed, or something pinned was not checked: never promoted.
+    Refused { state: State, reason: String },
+}
+
+impl Gate {
+    pub fn is_open(&self) -> bool {
+        matches!(self, Gate::Open { .. })
+    }
+
+    /// One line for people: `staging converged since …, held 42m (soak 30m)`.
+    pub fn describe(&self, stage: &str, soak: Duration) -> String {
+        match self {
+            Gate::Open { since } => format!(
+                "{stage} converged since {}{}",
+                rfc3339(*since),
+                if soak.is_zero() {
+                    String::new()
+                } else {
+                    format!(" (soak {} held)", human(soak))
+                }
+            ),
+            Gate::Soaking {
+                since,
+                remaining_seconds,
+            } => format!(
+                "{stage} converged since {}; soak {} not over, {} to go",
+                rfc3339(*since),
+                human(soak),
+                human(Duration::from_secs(*remaining_seconds))
+            ),
+            Gate::Waiting { reason } => format!("{stage} is not converged yet: {reason}"),
+            Gate::Refused { state, reason } => {
+                format!("{stage} is {}: {reason}", state.as_str())
+            }
+        }
+    }
+}
+
+/// Decides the gate from the source stage's verdict now and when it converged.
+pub fn decide(state: State, summary: &str, since: Option<i64>, soak: Duration, now: i64) -> Gate {
+    match state {
+        State::Converged => {
+            let since = since.unwrap_or(now);
+            let held = u64::try_from(now.saturating_sub(since)).unwrap_or(0);
+            if held >= soak.as_secs() {
+                Gate::Open { since }
+            } else {
+                Gate::Soaking {
+                    since,
+                    remaining_seconds: soak.as_secs() - held,
+                }
+            }
+        }
+        State::Progressing => Gate::Waiting {
+            reason: summary.to_string(),
+        },
+        State::Failed | State::Unverified => Gate::Refused {
+            state,
+            reason: summary.to_string(),
+        },
+    }
+}
+
+/// When the stage converged on the digests `fingerprint` names, from the stage statuses of the
+/// newest commit that has any (newest first). The clock carries over only from an unbroken
+/// run of success statuses for the same fingerprint; `None` means "starts now".
+pub fn converged_since(history: &[Status], fingerprint: &str) -> Option<i64> {
+    let latest = history.first()?;
+    if latest.state != StatusState::Success {
+        return None;
+    }
+    let (since, set) = parse_description(&latest.description)?;
+    (set == fingerprint).then_some(since)
+}
+
+/// The stage status: its state and a description that carries the clock when converged.
+pub fn stage_status(
+    state: State,
+    summary: &str,
+    since: Option<i64>,
+    images: usize,
+    fingerprint: &str,
+) -> (StatusState, String) {
+    let status = match state {
+        State::Converged => StatusState::Success,
+        State::Progressing => StatusState::Pending,
+        State::Failed => StatusState::Failure,
+        State::Unverified => StatusState::Error,
+    };
+    let description = match (state, since) {
+        (State::Converged, Some(since)) => format!(
+            "converged since {} · {images} image(s) · set {fingerprint}",
+            rfc3339(since)
+        ),
+        _ => summary.to_string(),
+    };
+    (status, truncate(&description))
+}
+
+/// The `tagpin/promotion` status of an open promotion pull request.
+pub fn promotion_status(gate: &Gate, stage: &str, soak: Duration, proposes_current: bool) -> (StatusState, String) {
+    let state = match gate {
+        Gate::Open { .. } if proposes_current => StatusState::Success,
+        Gate::Open { .. } | Gate::Soaking { .. } | Gate::Waiting { .. } => StatusState::Pending,
+        Gate::Refused { .. } => StatusState::Failure,
+    };
+    let description = if matches!(gate, Gate::Open { .. }) && !proposes_current {
+        format!("{stage} now runs other digests; this pull request is being updated")
+    } else {
+        gate.describe(stage, soak)
+    };
+    (state, truncate(&description))
+}
+
+/// `since <RFC 3339>` and `set <hex>` read back from a stage status description.
+fn parse_description(description: &str) -> Option<(i64, String)> {
+    let since = description.split("since ").nth(1)?.split_whitespace().next()?;
+    let since: Timestamp = since.parse().ok()?;
+    let set = description.split("set ").nth(1)?.split_whitespace().next()?;
+    Some((since.as_second(), set.to_string()))
+}
+
+/// `2026-11-23T14:05:00Z`.
+pub fn rfc3339(unix: i64) -> String {
+    Timestamp::from_second(unix)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| unix.to_string())
+}
+
+/// `30m`, `1h5m`, `45s`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    let (h, m, s) = (s / 3600, (s % 3600) / 60, s % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
+fn truncate(text: &str) -> String {
+    if text.chars().count() <= MAX_DESCRIPTION {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(MAX_DESCRIPTION - 1).collect();
+    out.push('…');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_795_000_000;
+
+    fn status(state: StatusState, description: &str) -> Status {
+        Status {
+            state,
+            description: description.to_string(),
+            created_at: Some(NOW - 100),
+        }
+    }
+
+    #[test]
+    fn the_clock_round_trips_through_the_status_description() {
+        let (state, description) = stage_status(State::Converged, "ok", Some(NOW - 600), 3, "abc123def456");
+        assert_eq!(state, StatusState::Success);
+        assert!(description.starts_with("converged since 2026-"), "{description}");
+        let history = [status(StatusState::Success, &description)];
+        assert_eq!(converged_since(&history, "abc123def456"), Some(NOW - 600));
+    }
+
+    #[test]
+    fn new_digests_or_a_break_restart_the_clock() {
+        let (_, d) = stage_status(State::Converged, "ok", Some(NOW - 600), 3, "aaaa");
+        assert_eq!(converged_since(&[status(StatusState::Success, &d)], "bbbb"), None);
+        let broken = [
+            status(StatusState::Pending, "1 of 3 pods on an old digest"),
+            status(StatusState::Success, &d),
+        ];
+        assert_eq!(converged_since(&broken, "aaaa"), None);
+        assert_eq!(converged_since(&[], "aaaa"), None);
+        // A success status a person or another tool wrote, without the clock, starts it now.
+        assert_eq!(converged_since(&[status(StatusState::Success, "fine")], "aaaa"), None);
+    }
+
+    #[test]
+    fn the_gate_opens_only_after_the_soak() {
+        let soak = Duration::from_secs(1800);
+        assert_eq!(
+            decide(State::Converged, "", Some(NOW - 600), soak, NOW),
+            Gate::Soaking { since: NOW - 600, remaining_seconds: 1200 }
+        );
+        assert_eq!(
+            decide(State::Converged, "", Some(NOW - 1800), soak, NOW),
+            Gate::Open { since: NOW - 1800 }
+        );
+        // First seen converged now: with no soak, open at once.
+        assert_eq!(decide(State::Converged, "", None, Duration::ZERO, NOW), Gate::Open { since: NOW });
+        assert!(!decide(State::Converged, "", None, soak, NOW).is_open());
+    }
+
+    #[test]
+    fn progressing_waits_and_failed_or_unverified_refuse() {
+        let soak = Duration::ZERO;
+        assert!(matches!(decide(State::Progressing, "rolling", None, soak, NOW), Gate::Waiting { reason } if reason == "rolling"));
+        assert!(matches!(decide(State::Failed, "crash", Some(NOW - 9999), soak, NOW), Gate::Refused { state: State::Failed, .. }));
+        assert!(matches!(decide(State::Unverified, "2 not checked", None, soak, NOW), Gate::Refused { state: State::Unverified, .. }));
+    }
+
+    #[test]
+    fn the_promotion_status_follows_the_gate() {
+        let soak = Duration::from_secs(1800);
+        let open = Gate::Open { since: NOW - 3600 };
+        assert_eq!(promotion_status(&open, "staging", soak, true).0, StatusState::Success);
+        assert_eq!(promotion_status(&open, "staging", soak, false).0, StatusState::Pending);
+        let refused = decide(State::Failed, "web: CrashLoopBackOff", None, soak, NOW);
+        let (state, description) = promotion_status(&refused, "staging", soak, true);
+        assert_eq!(state, StatusState::Failure);
+        assert!(description.contains("staging is failed: web: CrashLoopBackOff"), "{description}");
+        let waiting = decide(State::Progressing, "1 of 3 pods on an old digest", None, soak, NOW);
+        assert_eq!(promotion_status(&waiting, "staging", soak, true).0, StatusState::Pending);
+    }
+
+    #[test]
+    fn descriptions_stay_within_what_github_accepts() {
+        let long = "x".repeat(500);
+        let (_, d) = stage_status(State::Failed, &long, None, 1, "f");
+        assert_eq!(d.chars().count(), MAX_DESCRIPTION);
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(human(Duration::from_secs(1800)), "30m");
+        assert_eq!(human(Duration::from_secs(3900)), "1h5m");
+        assert_eq!(human(Duration::ZERO), "0s");
+    }
+}
