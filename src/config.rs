@@ -68,7 +68,8 @@ pub struct Stage {
     /// How long the previous stage must have stayed Converged before its digests come here.
     /// Zero for the first stage (it is pinned from the registry, not promoted).
     pub soak: std::time::Duration,
-    /// How promotions into this stage are written (`pull-request` unless set).
+    /// How promotions into this stage are written (`pull-request` unless set). The first
+    /// stage takes none: it is the top-level `mode`, with which sync writes its pins.
     pub mode: WriteMode,
 }
 
@@ -537,11 +538,12 @@ impl Validator {
                 "pull_request",
                 "forge",
                 "verify",
+                "promotion",
             ],
         )?;
         let repository = self.repository(top);
         let author = self.author(top);
-        let paths = self.paths(top);
+        let mut paths = self.paths(top);
         let include = self.strings(top, "", "include");
         let exclude = self.strings(top, "", "exclude");
         for (key, globs) in [("include", &include), ("exclude", &exclude)] {
@@ -569,9 +571,25 @@ impl Validator {
             self.problem("forge", "is required when mode is pull-request");
         }
         let verify = self.verify(top);
+        let promotion = match top.get("promotion") {
+            None => None,
+            Some(value) => {
+                if top.get("paths").is_some_and(|p| !p.is_null()) {
+                    self.problem(
+                        "paths",
+                        "with promotion.stages, each stage lists its own paths; sync pins the first stage's",
+                    );
+                }
+                let promotion = self.promotion(value, mode, top.contains_key("forge"));
+                if let Some(first) = promotion.as_ref().and_then(|p| p.stages.first()) {
+                    paths = first.paths.clone();
+                }
+                promotion
+            }
+        };
         Some(Config {
             verify,
-            promotion: None,
+            promotion,
             repository: repository?,
             author,
             paths,
@@ -685,11 +703,22 @@ impl Validator {
     }
 
     fn paths(&mut self, top: &Mapping) -> Vec<String> {
-        let paths = self.strings(top, "", "paths");
+        let paths = self.relative_paths(top, "", "paths");
+        if paths.is_empty() {
+            vec![".".to_string()]
+        } else {
+            paths
+        }
+    }
+
+    /// The list of paths at `key`, each of which must stay inside the repository (top-level
+    /// `paths` and each stage's `paths`).
+    fn relative_paths(&mut self, m: &Mapping, path: &str, key: &str) -> Vec<String> {
+        let paths = self.strings(m, path, key);
         for (i, p) in paths.iter().enumerate() {
-            let path = Path::new(p);
-            let escapes = path.is_absolute()
-                || path.components().any(|c| {
+            let relative = Path::new(p);
+            let escapes = relative.is_absolute()
+                || relative.components().any(|c| {
                     matches!(
                         c,
                         Component::ParentDir | Component::RootDir | Component::Prefix(_)
@@ -697,16 +726,12 @@ impl Validator {
                 });
             if escapes {
                 self.problem(
-                    &format!("paths[{i}]"),
+                    &format!("{}[{i}]", join(path, key)),
                     format!("{p:?} must be relative to the repository and stay inside it"),
                 );
             }
         }
-        if paths.is_empty() {
-            vec![".".to_string()]
-        } else {
-            paths
-        }
+        paths
     }
 
     fn globs(&mut self, key: &str, globs: &[String]) {
@@ -995,6 +1020,252 @@ impl Validator {
         }
     }
 
+    /// `promotion`: the stages in promotion order. `mode` is the top-level write mode (the
+    /// first stage's writes follow it); `has_forge` whether a `forge` section is present.
+    fn promotion(&mut self, value: &Value, mode: WriteMode, has_forge: bool) -> Option<Promotion> {
+        let m = self.mapping(value, "promotion", &["stages"])?;
+        let path = "promotion.stages";
+        let items = match m.get("stages") {
+            None | Some(Value::Null) => {
+                self.problem(path, "is required");
+                return None;
+            }
+            Some(Value::Sequence(items)) => items,
+            Some(other) => {
+                self.problem(
+                    path,
+                    format!("expected a list of stages, found {}", kind_of(other)),
+                );
+                return None;
+            }
+        };
+        if items.len() < 2 {
+            self.problem(
+                path,
+                format!(
+                    "needs at least two stages, found {}: the first is pinned from the registry, \
+                     each later one is promoted from the one before it",
+                    items.len()
+                ),
+            );
+        }
+        let mut stages = Vec::new();
+        let mut complete = true;
+        let mut by_pull_request = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            match self.stage(item, i, mode, &mut by_pull_request) {
+                Some(stage) => stages.push((i, stage)),
+                None => complete = false,
+            }
+        }
+        if !has_forge && !by_pull_request.is_empty() {
+            let verb = if by_pull_request.len() == 1 {
+                "is"
+            } else {
+                "are"
+            };
+            self.problem(
+                "forge",
+                format!(
+                    "is required when {} {verb} pull-request (the default for a stage promoted \
+                     into; set mode: commit to promote by commit)",
+                    by_pull_request.join(" and ")
+                ),
+            );
+        }
+        for (a, (i, stage)) in stages.iter().enumerate() {
+            if let Some((j, _)) = stages[..a].iter().find(|(_, s)| s.name == stage.name) {
+                self.problem(
+                    &format!("{path}[{i}].name"),
+                    format!(
+                        "{:?} is also the name of stages[{j}]: names must be unique, since a \
+                         stage repeated in the order would promote into itself (a cycle)",
+                        stage.name
+                    ),
+                );
+            }
+        }
+        for (b, (i, later)) in stages.iter().enumerate() {
+            for (j, earlier) in &stages[..b] {
+                for (k, later_path) in later.paths.iter().enumerate() {
+                    for (l, earlier_path) in earlier.paths.iter().enumerate() {
+                        if paths_overlap(earlier_path, later_path) {
+                            self.problem(
+                                &format!("{path}[{i}].paths[{k}]"),
+                                format!(
+                                    "{later_path:?} of stage {:?} overlaps {earlier_path:?} of \
+                                     stage {:?} (stages[{j}].paths[{l}]): each file belongs to \
+                                     one stage, or promoting into one would rewrite the other",
+                                    later.name, earlier.name
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        (complete && stages.len() >= 2).then(|| Promotion {
+            stages: stages.into_iter().map(|(_, stage)| stage).collect(),
+        })
+    }
+
+    /// `promotion.stages[i]`. The first stage is pinned from the registry, not promoted into:
+    /// it takes no `soak` or `mode`, and its writes follow the top-level `mode`.
+    /// The field of each stage promoted into by pull request is added to `by_pull_request`.
+    fn stage(
+        &mut self,
+        value: &Value,
+        i: usize,
+        mode: WriteMode,
+        by_pull_request: &mut Vec<String>,
+    ) -> Option<Stage> {
+        let path = format!("promotion.stages[{i}]");
+        let known = ["name", "paths", "cluster", "soak", "mode"];
+        let m = self.mapping(value, &path, &known)?;
+        let name = self.required_string(m, &path, "name");
+        if let Some(name) = &name {
+            if let Some(reason) = invalid_stage_name(name) {
+                self.problem(
+                    &join(&path, "name"),
+                    format!(
+                        "{name:?} {reason}: it names the branch tagpin/promote/<name> and a \
+                         status context, so use lowercase letters, digits, '-', '_' and '.', \
+                         starting with a letter or digit, at most {MAX_STAGE_NAME} characters"
+                    ),
+                );
+            }
+        }
+        let paths = self.relative_paths(m, &path, "paths");
+        match m.get("paths") {
+            None | Some(Value::Null) => self.problem(&join(&path, "paths"), "is required"),
+            Some(Value::Sequence(items)) if items.is_empty() => self.problem(
+                &join(&path, "paths"),
+                "must list at least one directory or file of this stage",
+            ),
+            Some(_) => {}
+        }
+        let cluster = self.cluster_target(m, &path);
+        let (soak, stage_mode) = if i == 0 {
+            for key in ["soak", "mode"] {
+                if m.contains_key(key) {
+                    self.problem(
+                        &join(&path, key),
+                        "the first stage is pinned from the registry by sync, not promoted into: \
+                         soak and mode apply to the stages promoted into; its writes follow the \
+                         top-level mode",
+                    );
+                }
+            }
+            (std::time::Duration::ZERO, mode)
+        } else {
+            let soak = self.duration(m, &path, "soak").unwrap_or_default();
+            let stage_mode = self.choice(
+                m,
+                &path,
+                "mode",
+                &[
+                    ("commit", WriteMode::Commit),
+                    ("pull-request", WriteMode::PullRequest),
+                ],
+                WriteMode::PullRequest,
+            );
+            if stage_mode == WriteMode::PullRequest {
+                by_pull_request.push(format!("{path}.mode"));
+            }
+            (soak, stage_mode)
+        };
+        Some(Stage {
+            name: name?,
+            paths,
+            cluster,
+            soak,
+            mode: stage_mode,
+        })
+    }
+
+    /// `cluster` of a stage: absent for the default, else exactly one of `context`,
+    /// `kubeconfig` (with an optional `context` of that file) and `in_cluster: true`.
+    fn cluster_target(&mut self, stage: &Mapping, stage_path: &str) -> ClusterTarget {
+        let value = match stage.get("cluster") {
+            None | Some(Value::Null) => return ClusterTarget::Default,
+            Some(value) => value,
+        };
+        let path = join(stage_path, "cluster");
+        let Some(m) = self.mapping(value, &path, &["context", "kubeconfig", "in_cluster"]) else {
+            return ClusterTarget::Default;
+        };
+        let context = self.string(m, &path, "context");
+        let kubeconfig = self.string(m, &path, "kubeconfig");
+        let in_cluster = match m.get("in_cluster") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(true)) => true,
+            Some(_) => {
+                self.problem(
+                    &join(&path, "in_cluster"),
+                    "expected true (omit cluster for the default kubeconfig context)",
+                );
+                false
+            }
+        };
+        let named: Vec<&str> = ["context", "kubeconfig", "in_cluster"]
+            .into_iter()
+            .filter(|key| m.contains_key(*key))
+            .collect();
+        if named.is_empty() {
+            self.problem(
+                &path,
+                "set one of context, kubeconfig, in_cluster (omit cluster for the default \
+                 kubeconfig context)",
+            );
+        } else if named.contains(&"in_cluster") && named.len() > 1 {
+            self.problem(
+                &path,
+                format!(
+                    "set one of context, kubeconfig, in_cluster, not {}",
+                    named.join(" and ")
+                ),
+            );
+        }
+        match (kubeconfig, context, in_cluster) {
+            (Some(file), context, false) => ClusterTarget::Kubeconfig {
+                path: PathBuf::from(file),
+                context,
+            },
+            (None, Some(context), false) => ClusterTarget::Context(context),
+            (None, None, true) => ClusterTarget::InCluster,
+            _ => ClusterTarget::Default,
+        }
+    }
+
+    /// A duration written `90s`, `10m`, `1h`, or as a whole number of seconds.
+    fn duration(&mut self, m: &Mapping, path: &str, key: &str) -> Option<std::time::Duration> {
+        let expected = "expected a duration like 90s, 10m or 1h, or a whole number of seconds";
+        match m.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(seconds) => Some(std::time::Duration::from_secs(seconds)),
+                None => {
+                    self.problem(&join(path, key), format!("{expected}, found {n}"));
+                    None
+                }
+            },
+            Some(Value::String(text)) => match parse_duration(text) {
+                Ok(duration) => Some(duration),
+                Err(message) => {
+                    self.problem(&join(path, key), message);
+                    None
+                }
+            },
+            Some(other) => {
+                self.problem(
+                    &join(path, key),
+                    format!("{expected}, found {}", kind_of(other)),
+                );
+                None
+            }
+        }
+    }
+
     fn forge(&mut self, value: &Value) -> Option<Forge> {
         let path = "forge";
         let m = self.mapping(
@@ -1094,6 +1365,65 @@ pub fn valid_branch_name(name: &str) -> bool {
         && !name
             .chars()
             .any(|c| c.is_ascii_control() || " ~^:?*[\\".contains(c))
+}
+
+/// Parses `90s`, `10m`, `1h` or plain seconds.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let not_a_duration = || format!("{text:?} is not a duration like 90s, 10m or 1h");
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&text[..i], &text[i..]),
+        None => (text, "s"),
+    };
+    let n: u64 = number.parse().map_err(|_| not_a_duration())?;
+    let per_unit = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(not_a_duration()),
+    };
+    let secs = n
+        .checked_mul(per_unit)
+        .ok_or_else(|| format!("{text:?} is too long a duration"))?;
+    Ok(std::time::Duration::from_secs(secs))
+}
+
+/// The longest stage name: a DNS label's length, so it fits wherever a name is used.
+const MAX_STAGE_NAME: usize = 63;
+
+/// Why `name` cannot name a stage (it becomes the branch `tagpin/promote/<name>` and part of
+/// a commit status context), or `None` when it can.
+fn invalid_stage_name(name: &str) -> Option<&'static str> {
+    if name.len() > MAX_STAGE_NAME {
+        return Some("is too long");
+    }
+    if !name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+        return Some("must start with a lowercase letter or digit");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c))
+    {
+        return Some("has a character other than a-z, 0-9, '-', '_' and '.'");
+    }
+    if !valid_branch_name(&format!("tagpin/promote/{name}")) {
+        return Some("is not valid in a Git branch name (no '..', no trailing '.' or '.lock')");
+    }
+    None
+}
+
+/// Whether two repository paths cover a common file: equal once normalised (`./a/` is `a`,
+/// `.` is the whole repository), or one a parent directory of the other, component by
+/// component (`overlays/prod` and `overlays/production` do not overlap).
+fn paths_overlap(a: &str, b: &str) -> bool {
+    fn components(path: &str) -> Vec<Component<'_>> {
+        Path::new(path)
+            .components()
+            .filter(|c| *c != Component::CurDir)
+            .collect()
+    }
+    let (a, b) = (components(a), components(b));
+    a.starts_with(&b) || b.starts_with(&a)
 }
 
 /// Plain HTTP is tolerated for a token only on loopback, where it never crosses a network.
@@ -1241,7 +1571,7 @@ colour: blue
         assert_eq!(
             err.problems,
             [
-                "tagpin.yaml:6:1: (top level).colour: unknown key (known: repository, author, paths, include, exclude, images, registries, mode, commit_message, pull_request, forge, verify)",
+                "tagpin.yaml:6:1: (top level).colour: unknown key (known: repository, author, paths, include, exclude, images, registries, mode, commit_message, pull_request, forge, verify, promotion)",
                 "repository.url: is required",
                 "tagpin.yaml:2:3: repository.branch: \"bad branch\" is not a valid branch name",
                 "tagpin.yaml:3:15: paths[1]: \"../outside\" must be relative to the repository and stay inside it",
@@ -1420,6 +1750,415 @@ colour: blue
     fn yaml_syntax_errors_name_the_line() {
         let err = parse("repository:\n  url: [unclosed\n").unwrap_err();
         assert!(err.to_string().contains("line "), "{err}");
+    }
+
+    /// A repository with a forge, so stages promoted by pull request (the default) are valid.
+    const PROMOTING: &str = concat!(
+        "repository: {url: /srv/git/gitops.git}\n",
+        "forge: {owner: acme, repo: gitops, token_env: GITHUB_TOKEN}\n",
+    );
+
+    fn problems_of(text: &str) -> String {
+        parse(text).unwrap_err().problems.join("\n")
+    }
+
+    fn assert_problems(problems: &str, expected: &[&str]) {
+        for expected in expected {
+            assert!(
+                problems.contains(expected),
+                "missing {expected:?} in:\n{problems}"
+            );
+        }
+    }
+
+    #[test]
+    fn promotion_stages_are_read_with_every_cluster_and_soak_form() {
+        let c = parse(&format!(
+            "{PROMOTING}{}",
+            concat!(
+                "promotion:\n",
+                "  stages:\n",
+                "  - name: dev\n",
+                "    paths: [overlays/dev]\n",
+                "  - name: staging\n",
+                "    paths: [./overlays/staging/]\n",
+                "    cluster: {context: staging}\n",
+                "    soak: 90\n",
+                "    mode: commit\n",
+                "  - name: canary.eu-1\n",
+                "    paths: [overlays/canary]\n",
+                "    cluster: {in_cluster: true}\n",
+                "    soak: 10m\n",
+                "  - name: production\n",
+                "    paths: [overlays/production, clusters/prod]\n",
+                "    cluster: {kubeconfig: /etc/tagpin/prod.kubeconfig, context: prod}\n",
+                "    soak: 1h\n",
+                "    mode: pull-request\n",
+                "  - name: dr_2\n",
+                "    paths: [overlays/dr]\n",
+                "    cluster: {kubeconfig: /etc/tagpin/dr.kubeconfig}\n",
+                "    soak: 90s\n",
+            )
+        ))
+        .unwrap();
+        let promotion = c.promotion.as_ref().unwrap();
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(
+            promotion.stages,
+            [
+                Stage {
+                    name: "dev".into(),
+                    paths: vec!["overlays/dev".into()],
+                    cluster: ClusterTarget::Default,
+                    soak: secs(0),
+                    mode: WriteMode::Commit,
+                },
+                Stage {
+                    name: "staging".into(),
+                    paths: vec!["./overlays/staging/".into()],
+                    cluster: ClusterTarget::Context("staging".into()),
+                    soak: secs(90),
+                    mode: WriteMode::Commit,
+                },
+                Stage {
+                    name: "canary.eu-1".into(),
+                    paths: vec!["overlays/canary".into()],
+                    cluster: ClusterTarget::InCluster,
+                    soak: secs(600),
+                    mode: WriteMode::PullRequest,
+                },
+                Stage {
+                    name: "production".into(),
+                    paths: vec!["overlays/production".into(), "clusters/prod".into()],
+                    cluster: ClusterTarget::Kubeconfig {
+                        path: "/etc/tagpin/prod.kubeconfig".into(),
+                        context: Some("prod".into()),
+                    },
+                    soak: secs(3600),
+                    mode: WriteMode::PullRequest,
+                },
+                Stage {
+                    name: "dr_2".into(),
+                    paths: vec!["overlays/dr".into()],
+                    cluster: ClusterTarget::Kubeconfig {
+                        path: "/etc/tagpin/dr.kubeconfig".into(),
+                        context: None,
+                    },
+                    soak: secs(90),
+                    mode: WriteMode::PullRequest,
+                },
+            ]
+        );
+        assert_eq!(
+            promotion.source_of("production").map(|s| s.name.as_str()),
+            Some("canary.eu-1")
+        );
+        assert!(promotion.source_of("dev").is_none());
+    }
+
+    #[test]
+    fn with_promotion_sync_pins_the_first_stages_paths() {
+        let c = parse(&format!(
+            "{PROMOTING}{}",
+            concat!(
+                "mode: pull-request\n",
+                "promotion:\n",
+                "  stages:\n",
+                "  - {name: staging, paths: [overlays/staging, base/staging]}\n",
+                "  - {name: production, paths: [overlays/production]}\n",
+            )
+        ))
+        .unwrap();
+        assert_eq!(c.paths, ["overlays/staging", "base/staging"]);
+        let first = &c.promotion.as_ref().unwrap().stages[0];
+        assert_eq!(c.paths, first.paths);
+        // The first stage's writes are sync's: they follow the top-level mode.
+        assert_eq!(first.mode, WriteMode::PullRequest);
+    }
+
+    #[test]
+    fn promotion_needs_a_list_of_at_least_two_stages_and_no_top_level_paths() {
+        let problems = problems_of(&format!(
+            "{PROMOTING}paths: [apps]\npromotion:\n  stages:\n  - {{name: only, paths: [a]}}\n"
+        ));
+        assert_problems(
+            &problems,
+            &[
+                "paths: with promotion.stages, each stage lists its own paths; sync pins the first stage's",
+                "promotion.stages: needs at least two stages, found 1: the first is pinned from the registry, each later one is promoted from the one before it",
+            ],
+        );
+        for (promotion, expected) in [
+            (
+                "promotion: [a, b]\n",
+                "promotion: expected a mapping, found a list",
+            ),
+            ("promotion: {}\n", "promotion.stages: is required"),
+            (
+                "promotion: {stages: staging}\n",
+                "promotion.stages: expected a list of stages, found a string",
+            ),
+            (
+                "promotion: {stages: [], order: [a]}\n",
+                "promotion.order: unknown key (known: stages)",
+            ),
+            (
+                "promotion: {stages: [staging, {name: b, paths: [b]}]}\n",
+                "promotion.stages[0]: expected a mapping, found a string",
+            ),
+        ] {
+            assert_problems(
+                &problems_of(&format!("{PROMOTING}{promotion}")),
+                &[expected],
+            );
+        }
+    }
+
+    #[test]
+    fn stage_names_are_unique_and_fit_a_branch_name() {
+        let long = "a".repeat(64);
+        let problems = problems_of(&format!(
+            "{PROMOTING}{}",
+            format_args!(
+                concat!(
+                    "promotion:\n",
+                    "  stages:\n",
+                    "  - {{name: staging, paths: [a]}}\n",
+                    "  - {{name: production, paths: [b]}}\n",
+                    "  - {{name: staging, paths: [c]}}\n",
+                    "  - {{name: Prod, paths: [d]}}\n",
+                    "  - {{name: 'pr od', paths: [e]}}\n",
+                    "  - {{name: a..b, paths: [f]}}\n",
+                    "  - {{name: {long}, paths: [g]}}\n",
+                    "  - {{name: -x, paths: [h]}}\n",
+                    "  - {{paths: [i]}}\n",
+                    "  - {{name: 7, paths: [j]}}\n",
+                ),
+                long = long
+            )
+        ));
+        assert_problems(
+            &problems,
+            &[
+                "promotion.stages[2].name: \"staging\" is also the name of stages[0]",
+                "a stage repeated in the order would promote into itself (a cycle)",
+                "promotion.stages[3].name: \"Prod\" must start with a lowercase letter or digit",
+                "promotion.stages[4].name: \"pr od\" has a character other than a-z, 0-9",
+                "promotion.stages[5].name: \"a..b\" is not valid in a Git branch name",
+                "promotion.stages[6].name: \"aaaa",
+                "\" is too long: it names the branch tagpin/promote/<name>",
+                "promotion.stages[7].name: \"-x\" must start with a lowercase letter or digit",
+                "promotion.stages[8].name: is required",
+                "promotion.stages[9].name: expected a string, found a number",
+            ],
+        );
+        assert!(
+            !problems.contains("stages[1].name"),
+            "a valid name was refused:\n{problems}"
+        );
+        let max = "a".repeat(63);
+        assert!(parse(&format!(
+            "{PROMOTING}promotion:\n  stages:\n  - {{name: {max}, paths: [a]}}\n  - {{name: 0.b_c-d, paths: [b]}}\n"
+        ))
+        .is_ok());
+    }
+
+    #[test]
+    fn stage_paths_are_required_relative_and_placed() {
+        let text = format!(
+            "{PROMOTING}{}",
+            concat!(
+                "promotion:\n",
+                "  stages:\n",
+                "  - name: staging\n",
+                "    paths: [overlays/staging, /etc]\n",
+                "  - name: production\n",
+                "    paths: [\"../outside\"]\n",
+                "  - name: qa\n",
+                "  - name: perf\n",
+                "    paths: []\n",
+                "  - name: dr\n",
+                "    paths: overlays/dr\n",
+            )
+        );
+        let problems = problems_of(&text);
+        assert_problems(
+            &problems,
+            &[
+                "tagpin.yaml:6:31: promotion.stages[0].paths[1]: \"/etc\" must be relative to the repository and stay inside it",
+                "tagpin.yaml:8:13: promotion.stages[1].paths[0]: \"../outside\" must be relative to the repository and stay inside it",
+                "promotion.stages[2].paths: is required",
+                "tagpin.yaml:11:5: promotion.stages[3].paths: must list at least one directory or file of this stage",
+                "promotion.stages[4].paths: expected a list of strings, found a string",
+            ],
+        );
+    }
+
+    #[test]
+    fn paths_of_different_stages_must_not_overlap() {
+        let stages = |staging: &str, production: &str| {
+            format!(
+                "{PROMOTING}promotion:\n  stages:\n  - {{name: staging, paths: [{staging}]}}\n  - {{name: production, paths: [{production}]}}\n"
+            )
+        };
+        assert!(parse(&stages("overlays/prod", "overlays/production")).is_ok());
+        assert!(parse(&stages("overlays/prod/", "./overlays/production")).is_ok());
+        let problems = problems_of(&stages("overlays/prod, base", "overlays/prod/"));
+        assert_problems(
+            &problems,
+            &["promotion.stages[1].paths[0]: \"overlays/prod/\" of stage \"production\" overlaps \"overlays/prod\" of stage \"staging\" (stages[0].paths[0])"],
+        );
+        assert!(!problems.contains("base"), "{problems}");
+        let problems = problems_of(&stages(
+            "overlays",
+            "overlays/production/kustomization.yaml",
+        ));
+        assert_problems(
+            &problems,
+            &["\"overlays/production/kustomization.yaml\" of stage \"production\" overlaps \"overlays\" of stage \"staging\""],
+        );
+        let problems = problems_of(&stages("apps", "."));
+        assert_problems(
+            &problems,
+            &["\".\" of stage \"production\" overlaps \"apps\" of stage \"staging\""],
+        );
+    }
+
+    #[test]
+    fn overlap_is_component_wise_after_normalisation() {
+        for (a, b) in [
+            ("overlays/prod", "overlays/prod"),
+            ("./overlays/prod/", "overlays/prod"),
+            ("overlays", "overlays/prod"),
+            ("overlays/prod/app.yaml", "overlays/prod"),
+            (".", "overlays/prod"),
+            ("./", "."),
+            ("overlays/./prod", "overlays/prod"),
+        ] {
+            assert!(paths_overlap(a, b), "{a} and {b} overlap");
+            assert!(paths_overlap(b, a), "{b} and {a} overlap");
+        }
+        for (a, b) in [
+            ("overlays/prod", "overlays/production"),
+            ("overlays/prod", "overlays/staging"),
+            ("apps", "apps-extra"),
+            ("overlays/prod.yaml", "overlays/prod"),
+        ] {
+            assert!(!paths_overlap(a, b), "{a} and {b} do not overlap");
+            assert!(!paths_overlap(b, a), "{b} and {a} do not overlap");
+        }
+    }
+
+    #[test]
+    fn a_stage_cluster_is_one_of_context_kubeconfig_in_cluster() {
+        let problems = problems_of(&format!(
+            "{PROMOTING}{}",
+            concat!(
+                "promotion:\n",
+                "  stages:\n",
+                "  - {name: s0, paths: [a], cluster: {}}\n",
+                "  - {name: s1, paths: [b], cluster: {in_cluster: true, context: x}}\n",
+                "  - {name: s2, paths: [c], cluster: {in_cluster: true, kubeconfig: /k}}\n",
+                "  - {name: s3, paths: [d], cluster: {in_cluster: false}}\n",
+                "  - {name: s4, paths: [e], cluster: {kubeconfig: 3, region: eu}}\n",
+                "  - {name: s5, paths: [f], cluster: prod}\n",
+                "  - {name: s6, paths: [g], cluster: {context: ''}}\n",
+                "  - {name: s7, paths: [h], cluster: ~}\n",
+            )
+        ));
+        assert_problems(
+            &problems,
+            &[
+                "promotion.stages[0].cluster: set one of context, kubeconfig, in_cluster (omit cluster for the default kubeconfig context)",
+                "promotion.stages[1].cluster: set one of context, kubeconfig, in_cluster, not context and in_cluster",
+                "promotion.stages[2].cluster: set one of context, kubeconfig, in_cluster, not kubeconfig and in_cluster",
+                "promotion.stages[3].cluster.in_cluster: expected true",
+                "promotion.stages[4].cluster.kubeconfig: expected a string, found a number",
+                "promotion.stages[4].cluster.region: unknown key (known: context, kubeconfig, in_cluster)",
+                "promotion.stages[5].cluster: expected a mapping, found a string",
+                "promotion.stages[6].cluster.context: must not be empty",
+            ],
+        );
+        assert!(!problems.contains("stages[7]"), "{problems}");
+    }
+
+    #[test]
+    fn only_stages_promoted_into_take_soak_and_mode() {
+        let problems = problems_of(&format!(
+            "{PROMOTING}{}",
+            concat!(
+                "promotion:\n",
+                "  stages:\n",
+                "  - {name: s0, paths: [a], soak: 10m, mode: commit}\n",
+                "  - {name: s1, paths: [b], soak: 5d, mode: sometimes}\n",
+                "  - {name: s2, paths: [c], soak: -1}\n",
+                "  - {name: s3, paths: [d], soak: 1.5}\n",
+                "  - {name: s4, paths: [e], soak: [1m]}\n",
+                "  - {name: s5, paths: [f], soak: 99999999999999999h}\n",
+            )
+        ));
+        let first = "the first stage is pinned from the registry by sync, not promoted into: soak and mode apply to the stages promoted into; its writes follow the top-level mode";
+        assert_problems(
+            &problems,
+            &[
+                &format!("tagpin.yaml:5:28: promotion.stages[0].soak: {first}"),
+                &format!("tagpin.yaml:5:39: promotion.stages[0].mode: {first}"),
+                "promotion.stages[1].soak: \"5d\" is not a duration like 90s, 10m or 1h",
+                "promotion.stages[1].mode: expected one of commit, pull-request, found \"sometimes\"",
+                "promotion.stages[2].soak: expected a duration like 90s, 10m or 1h, or a whole number of seconds, found -1",
+                "promotion.stages[3].soak: expected a duration like 90s, 10m or 1h, or a whole number of seconds, found 1.5",
+                "promotion.stages[4].soak: expected a duration like 90s, 10m or 1h, or a whole number of seconds, found a list",
+                "promotion.stages[5].soak: \"99999999999999999h\" is too long a duration",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_stage_promoted_by_pull_request_needs_a_forge() {
+        let stages = concat!(
+            "promotion:\n",
+            "  stages:\n",
+            "  - {name: staging, paths: [a]}\n",
+            "  - {name: production, paths: [b]}\n",
+            "  - {name: dr, paths: [c], mode: commit}\n",
+        );
+        let problems = problems_of(&format!(
+            "repository: {{url: /srv/git/gitops.git}}\n{stages}"
+        ));
+        assert_problems(
+            &problems,
+            &["forge: is required when promotion.stages[1].mode is pull-request (the default for a stage promoted into; set mode: commit to promote by commit)"],
+        );
+        assert!(!problems.contains("stages[2]"), "{problems}");
+        assert!(!problems.contains("stages[0]"), "{problems}");
+        assert!(parse(&format!("{PROMOTING}{stages}")).is_ok());
+        let problems = problems_of(&format!(
+            "repository: {{url: /srv/git/gitops.git}}\n{}",
+            stages.replace(", mode: commit", "")
+        ));
+        assert_eq!(
+            problems,
+            "forge: is required when promotion.stages[1].mode and promotion.stages[2].mode are pull-request (the default for a stage promoted into; set mode: commit to promote by commit)"
+        );
+    }
+
+    #[test]
+    fn durations_read_like_people_write_them() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        assert_eq!(parse_duration(" 0 "), Ok(Duration::ZERO));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("-5s").is_err());
+        assert!(parse_duration("2h30m").is_err());
+        assert_eq!(
+            parse_duration("5124095576030432h"),
+            Err("\"5124095576030432h\" is too long a duration".to_string())
+        );
     }
 
     #[test]

@@ -18,9 +18,10 @@ use std::time::Duration;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, WatchEvent, WatchParams,
 };
-use kube::config::KubeConfigOptions;
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 use super::verdict::{Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus};
+use crate::config::ClusterTarget;
 use crate::workload::{WorkloadId, WorkloadKind};
 
 /// Objects asked for per page: large enough for big namespaces in few requests, small enough
@@ -40,7 +41,9 @@ const NAMESPACES_AT_ONCE: usize = 4;
 /// The cluster could not be reached or asked at all (as opposed to answering 403 or 404).
 #[derive(Debug, thiserror::Error)]
 pub enum LiveError {
-    #[error("kubeconfig: {0}")]
+    /// The cluster's client could not be configured; the message names the target
+    /// (`kubeconfig context "prod": …`).
+    #[error("{0}")]
     Config(String),
     /// The API call failed; the kube error keeps its kind (status code, transport) so callers
     /// can tell [`LiveError::is_transient`] causes from permanent ones.
@@ -100,23 +103,39 @@ impl Cluster {
     /// Connects as kube does by default (kubeconfig, else in-cluster), with `context` chosen
     /// from the kubeconfig when given.
     pub async fn connect(context: Option<&str>) -> Result<Cluster, LiveError> {
-        let mut config = match context {
-            Some(context) => kube::Config::from_kubeconfig(&KubeConfigOptions {
-                context: Some(context.to_string()),
-                ..KubeConfigOptions::default()
-            })
-            .await
-            .map_err(|e| LiveError::Config(e.to_string()))?,
-            None => kube::Config::infer()
-                .await
-                .map_err(|e| LiveError::Config(e.to_string()))?,
+        let target = match context {
+            Some(context) => ClusterTarget::Context(context.to_string()),
+            None => ClusterTarget::Default,
+        };
+        Cluster::connect_to(&target).await
+    }
+
+    /// Connects to `target` (a promotion stage's `cluster`). Errors name the target: with
+    /// several clusters configured, "context not found" alone does not say which one.
+    pub async fn connect_to(target: &ClusterTarget) -> Result<Cluster, LiveError> {
+        let failed =
+            |message: &dyn std::fmt::Display| LiveError::Config(format!("{target}: {message}"));
+        let mut config = match target {
+            ClusterTarget::Default => kube::Config::infer().await.map_err(|e| failed(&e))?,
+            ClusterTarget::Context(context) => {
+                let kubeconfig = Kubeconfig::read().map_err(|e| failed(&read_error(e)))?;
+                from_kubeconfig(kubeconfig, Some(context))
+                    .await
+                    .map_err(|e| failed(&e))?
+            }
+            ClusterTarget::Kubeconfig { path, context } => {
+                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| failed(&read_error(e)))?;
+                from_kubeconfig(kubeconfig, context.as_deref())
+                    .await
+                    .map_err(|e| failed(&e))?
+            }
+            ClusterTarget::InCluster => kube::Config::incluster().map_err(|e| failed(&e))?,
         };
         // kube's default retry waits up to 1000 s over 15 attempts: right for a controller
         // that runs forever, not for a verdict someone is waiting on. tagpin retries itself,
         // bounded (see [`Cluster::read_all`] and `--wait`).
         config.default_retry = false;
-        let client =
-            kube::Client::try_from(config).map_err(|e| LiveError::Config(e.to_string()))?;
+        let client = kube::Client::try_from(config).map_err(|e| failed(&e))?;
         Ok(Cluster {
             client,
             seen: std::sync::Mutex::default(),
@@ -436,6 +455,48 @@ where
         }
     }
     false
+}
+
+/// The client configuration for `context` of `kubeconfig` (its current context when `None`).
+/// A missing context is reported with the contexts the file does have.
+async fn from_kubeconfig(
+    kubeconfig: Kubeconfig,
+    context: Option<&str>,
+) -> Result<kube::Config, String> {
+    let known: Vec<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
+    let options = KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..KubeConfigOptions::default()
+    };
+    kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+        .await
+        .map_err(|e| match e {
+            KubeconfigError::LoadContext(name) => {
+                // A named context is in the target already; the current one is not.
+                let missing = match context {
+                    Some(_) => "context not found".to_string(),
+                    None => format!("current-context {name:?} not found"),
+                };
+                if known.is_empty() {
+                    format!("{missing}: the kubeconfig has no contexts")
+                } else {
+                    format!("{missing} (the kubeconfig has {})", known.join(", "))
+                }
+            }
+            KubeconfigError::CurrentContextNotSet => {
+                "no current-context is set; name one (cluster.context)".to_string()
+            }
+            e => e.to_string(),
+        })
+}
+
+/// A kubeconfig that could not be read, without kube's repetition of the path (the target
+/// names it already).
+fn read_error(e: KubeconfigError) -> String {
+    match e {
+        KubeconfigError::ReadConfig(source, _) => format!("cannot read: {source}"),
+        e => e.to_string(),
+    }
 }
 
 fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -969,5 +1030,224 @@ mod tests {
         let selector = Selector::Name("web-1".into());
         assert!(selector.matches(&labels(&[]), "web-1"));
         assert!(!selector.matches(&labels(&[]), "web-2"));
+    }
+}
+
+/// [`Cluster::connect_to`] against kubeconfig files, with local API servers that record who
+/// asked them what.
+#[cfg(test)]
+mod connect_tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    /// What one request asked: `GET /path?query Bearer token`.
+    type Requests = Arc<Mutex<Vec<String>>>;
+
+    /// A plain-HTTP API server that answers every request 404 (no such resource, which
+    /// [`Cluster::gitops_objects`] reads as "none") and records each request line with its
+    /// Authorization header.
+    async fn recording_server() -> (String, Requests) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let requests = Requests::default();
+        let record = requests.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let record = record.clone();
+                tokio::spawn(async move {
+                    let mut stream = BufReader::new(stream);
+                    let (mut request, mut authorization) = (String::new(), String::new());
+                    let mut line = String::new();
+                    while stream.read_line(&mut line).await.unwrap_or(0) > 0 {
+                        let header = line.trim_end();
+                        if header.is_empty() {
+                            break;
+                        }
+                        if request.is_empty() {
+                            request = header.trim_end_matches(" HTTP/1.1").to_string();
+                        } else if let Some((name, value)) = header.split_once(':') {
+                            if name.eq_ignore_ascii_case("authorization") {
+                                authorization = value.trim().to_string();
+                            }
+                        }
+                        line.clear();
+                    }
+                    lock(&record).push(format!("{request} {authorization}"));
+                    let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"not found","reason":"NotFound","code":404}"#;
+                    let response = format!(
+                        "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let stream = stream.get_mut();
+                    let _ = stream.write_all(response.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        (url, requests)
+    }
+
+    /// A kubeconfig with contexts `staging` (current) and `prod`, each with its own cluster
+    /// and user, written to `dir/kubeconfig`.
+    fn two_contexts(dir: &Path, staging_url: &str, prod_url: &str) -> PathBuf {
+        let path = dir.join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: staging
+  cluster: {{server: '{staging_url}'}}
+- name: prod
+  cluster: {{server: '{prod_url}'}}
+users:
+- name: staging
+  user: {{token: staging-token}}
+- name: prod
+  user: {{token: prod-token}}
+contexts:
+- name: staging
+  context: {{cluster: staging, user: staging}}
+- name: prod
+  context: {{cluster: prod, user: prod}}
+current-context: staging
+"
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn kubeconfig(path: &Path, context: Option<&str>) -> ClusterTarget {
+        ClusterTarget::Kubeconfig {
+            path: path.to_path_buf(),
+            context: context.map(str::to_string),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kubeconfig_target_reaches_the_named_contexts_server_as_its_user() {
+        let (staging_url, staging) = recording_server().await;
+        let (prod_url, prod) = recording_server().await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = two_contexts(dir.path(), &staging_url, &prod_url);
+
+        let cluster = Cluster::connect_to(&kubeconfig(&path, Some("prod")))
+            .await
+            .unwrap();
+        let listing = cluster.gitops_objects().await.unwrap();
+        assert!(listing.applications.is_empty());
+        assert!(lock(&staging).is_empty(), "{:?}", lock(&staging));
+        let asked = lock(&prod).clone();
+        assert_eq!(asked.len(), 3, "{asked:?}");
+        assert!(
+            asked.iter().all(|r| r.ends_with(" Bearer prod-token")),
+            "{asked:?}"
+        );
+        assert!(
+            asked
+                .iter()
+                .any(|r| r.starts_with("GET /apis/argoproj.io/v1alpha1/applications?")),
+            "{asked:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_kubeconfig_target_without_a_context_uses_the_files_current_one() {
+        let (staging_url, staging) = recording_server().await;
+        let (prod_url, prod) = recording_server().await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = two_contexts(dir.path(), &staging_url, &prod_url);
+
+        let cluster = Cluster::connect_to(&kubeconfig(&path, None)).await.unwrap();
+        cluster.gitops_objects().await.unwrap();
+        assert!(lock(&prod).is_empty(), "{:?}", lock(&prod));
+        let asked = lock(&staging).clone();
+        assert_eq!(asked.len(), 3, "{asked:?}");
+        assert!(
+            asked.iter().all(|r| r.ends_with(" Bearer staging-token")),
+            "{asked:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_kubeconfig_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("absent.kubeconfig");
+        let Err(e) = Cluster::connect_to(&kubeconfig(&path, None)).await else {
+            panic!("connected with a kubeconfig that does not exist");
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("kubeconfig {}: cannot read: ", path.display())),
+            "{text}"
+        );
+        assert!(text.contains("No such file"), "{text}");
+        assert!(matches!(e, LiveError::Config(_)) && !e.is_transient());
+    }
+
+    #[tokio::test]
+    async fn a_missing_context_is_named_with_the_ones_there_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = two_contexts(dir.path(), "http://127.0.0.1:1", "http://127.0.0.1:2");
+        let Err(e) = Cluster::connect_to(&kubeconfig(&path, Some("dev"))).await else {
+            panic!("connected to a context that does not exist");
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "context \"dev\" of kubeconfig {}: context not found (the kubeconfig has staging, prod)",
+                path.display()
+            )
+        );
+
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("current-context: staging", "current-context: gone");
+        std::fs::write(&path, text).unwrap();
+        let Err(e) = Cluster::connect_to(&kubeconfig(&path, None)).await else {
+            panic!("connected to a current-context that does not exist");
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "kubeconfig {}: current-context \"gone\" not found (the kubeconfig has staging, prod)",
+                path.display()
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unparsable_kubeconfig_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(&path, "clusters: [unclosed\n").unwrap();
+        let Err(e) = Cluster::connect_to(&kubeconfig(&path, Some("prod"))).await else {
+            panic!("connected with a kubeconfig that is not YAML");
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "context \"prod\" of kubeconfig {}: failed to parse kubeconfig YAML",
+                path.display()
+            )),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn in_cluster_outside_a_pod_names_the_service_account() {
+        if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+            return; // Running in a pod: in-cluster configuration may well succeed.
+        }
+        let Err(e) = Cluster::connect_to(&ClusterTarget::InCluster).await else {
+            panic!("connected in-cluster outside a pod");
+        };
+        assert!(
+            e.to_string().starts_with(
+                "the in-cluster service account: failed to read an incluster environment variable"
+            ),
+            "{e}"
+        );
     }
 }

@@ -37,6 +37,9 @@ use expected::{Expected, NameMapping, NotVerified};
 use live::{Cluster, LiveError};
 use verdict::{DigestFamily, Live, State, Verdict};
 
+/// Durations of flags (`--wait 10m`) read like the configuration's (`soak: 10m`).
+pub use crate::config::parse_duration;
+
 /// Where the expectations come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -566,38 +569,4 @@ async fn consult_gitops(
         &sync,
         pin,
     ))
-}
-
-/// Parses `90s`, `10m`, `1h` or plain seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => (&text[..i], &text[i..]),
-        None => (text, "s"),
-    };
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 90s, 10m or 1h"))?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => return Err(format!("{text:?} is not a duration like 90s, 10m or 1h")),
-    };
-    Ok(Duration::from_secs(secs))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_like_people_write_them() {
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
-        assert!(parse_duration("ten").is_err());
-        assert!(parse_duration("5d").is_err());
-    }
 }
