@@ -245,8 +245,9 @@ pub enum CliError {
     Manifest(#[from] crate::manifest::ManifestError),
     #[error(transparent)]
     Registry(#[from] registry::RegistryError),
+    /// Boxed: the largest cause, and rare.
     #[error(transparent)]
-    Promote(#[from] crate::promote::PromoteError),
+    Promote(Box<crate::promote::PromoteError>),
     #[error("registry credentials: {0}")]
     Credentials(String),
     #[error("{flag}: {message}")]
@@ -257,6 +258,12 @@ pub enum CliError {
     NoCacheDir,
     #[error("{0}")]
     Listen(String),
+}
+
+impl From<crate::promote::PromoteError> for CliError {
+    fn from(e: crate::promote::PromoteError) -> CliError {
+        CliError::Promote(Box::new(e))
+    }
 }
 
 /// What a command produced, for the printer.
@@ -727,7 +734,11 @@ fn report_promote(report: &crate::promote::PromoteReport, format: OutputFormat) 
                 report.reason
             );
             match &report.outcome {
-                Some(Outcome::DryRun { branch, title, body }) => {
+                Some(Outcome::DryRun {
+                    branch,
+                    title,
+                    body,
+                }) => {
                     text.push_str(&report.diff);
                     text.push_str(&format!(
                         "dry run: would propose on {branch}:\ntitle: {title}\n\n{body}\n"

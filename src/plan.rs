@@ -135,7 +135,10 @@ pub fn references_to_resolve(files: &[ScannedFile], follow: &Follow) -> Vec<Refe
 pub enum Wanted {
     /// The field moves to `reference` (its tag is the one wanted) at `digest`; a field already
     /// there is current.
-    To { reference: Reference, digest: Digest },
+    To {
+        reference: Reference,
+        digest: Digest,
+    },
     /// A digest-only reference, which has no tag to pin.
     DigestOnly,
     /// Left as it is on purpose; the caller says why (counted as current).

@@ -76,7 +76,11 @@ impl SourcePins {
         let mut hasher = Sha256::new();
         for (name, carried) in &self.pinned {
             for c in carried {
-                hasher.update(format!("{name} {} {}\n", c.tag.as_deref().unwrap_or(""), c.digest));
+                hasher.update(format!(
+                    "{name} {} {}\n",
+                    c.tag.as_deref().unwrap_or(""),
+                    c.digest
+                ));
             }
         }
         let hex: String = hasher
@@ -169,7 +173,12 @@ impl Skip {
                 versions.join(", ")
             ),
         };
-        format!("{}:{}: {}: left as it is: {why}", self.file.display(), self.line, self.image)
+        format!(
+            "{}:{}: {}: left as it is: {why}",
+            self.file.display(),
+            self.line,
+            self.image
+        )
     }
 }
 
@@ -232,14 +241,20 @@ mod tests {
 
     #[test]
     fn plain_manifests_get_the_source_tag_and_digest_byte_exactly() {
-        let source = [file("staging/web.yaml", &deployment(&format!("ghcr.io/acme/web:1.4.2@{A}")))];
+        let source = [file(
+            "staging/web.yaml",
+            &deployment(&format!("ghcr.io/acme/web:1.4.2@{A}")),
+        )];
         let target_text = deployment(&format!("ghcr.io/acme/web:1.4.1@{B}"));
         let target = [file("production/web.yaml", &target_text)];
         let (plan, skips) = plan(&target, &SourcePins::from_files(&source));
         assert!(skips.is_empty());
         assert_eq!(plan.files.len(), 1);
         let expected = target_text.replace(&format!("1.4.1@{B}"), &format!("1.4.2@{A}"));
-        assert_eq!(String::from_utf8(plan.files[0].updated.clone()).unwrap(), expected);
+        assert_eq!(
+            String::from_utf8(plan.files[0].updated.clone()).unwrap(),
+            expected
+        );
         assert_eq!(plan.changes[0].new_digest.to_string(), A);
         assert_eq!(plan.changes[0].new_tag.as_deref(), Some("1.4.2"));
     }
@@ -250,7 +265,9 @@ mod tests {
             "overlays/staging/kustomization.yaml",
             &format!("images:\n- name: web\n  newName: registry.example.com/acme/web\n  newTag: \"2.0.0\"\n  digest: {A}\n"),
         )];
-        let target_text = "images:\n- name: web\n  newName: registry.example.com/acme/web\n  newTag: \"1.9.0\"\n".to_string();
+        let target_text =
+            "images:\n- name: web\n  newName: registry.example.com/acme/web\n  newTag: \"1.9.0\"\n"
+                .to_string();
         let target = [file("overlays/production/kustomization.yaml", &target_text)];
         let (plan, skips) = plan(&target, &SourcePins::from_files(&source));
         assert!(skips.is_empty(), "{skips:?}");
@@ -258,15 +275,24 @@ mod tests {
         assert!(updated.contains("newTag: \"2.0.0\""), "{updated}");
         assert!(updated.contains(&format!("digest: {A}")), "{updated}");
         // A plain manifest naming the same repository is carried as well.
-        let plain = [file("production/web.yaml", &deployment("registry.example.com/acme/web:1.9.0"))];
+        let plain = [file(
+            "production/web.yaml",
+            &deployment("registry.example.com/acme/web:1.9.0"),
+        )];
         let (plan, _) = super::plan(&plain, &SourcePins::from_files(&source));
-        assert_eq!(plan.changes[0].new_value, format!("registry.example.com/acme/web:2.0.0@{A}"));
+        assert_eq!(
+            plan.changes[0].new_value,
+            format!("registry.example.com/acme/web:2.0.0@{A}")
+        );
     }
 
     #[test]
     fn repositories_the_source_does_not_pin_are_named_skips() {
         let source = [
-            file("staging/web.yaml", &deployment(&format!("ghcr.io/acme/web:1.0@{A}"))),
+            file(
+                "staging/web.yaml",
+                &deployment(&format!("ghcr.io/acme/web:1.0@{A}")),
+            ),
             file("staging/db.yaml", &deployment("ghcr.io/acme/db:15")),
         ];
         let target = [
@@ -279,20 +305,34 @@ mod tests {
         assert_eq!(skips.len(), 2);
         assert_eq!(skips[0].why, SkipWhy::NotPinnedInSource);
         assert_eq!(skips[1].why, SkipWhy::NotInSource);
-        assert!(skips[1].describe("staging").contains("production/cache.yaml:10: redis:7: left as it is: staging does not use"));
+        assert!(skips[1]
+            .describe("staging")
+            .contains("production/cache.yaml:10: redis:7: left as it is: staging does not use"));
     }
 
     #[test]
     fn two_versions_in_the_source_are_told_apart_by_tag_or_skipped() {
         let source = [
-            file("staging/a.yaml", &deployment(&format!("ghcr.io/acme/web:1.0@{A}"))),
-            file("staging/b.yaml", &deployment(&format!("ghcr.io/acme/web:2.0@{B}"))),
+            file(
+                "staging/a.yaml",
+                &deployment(&format!("ghcr.io/acme/web:1.0@{A}")),
+            ),
+            file(
+                "staging/b.yaml",
+                &deployment(&format!("ghcr.io/acme/web:2.0@{B}")),
+            ),
         ];
         let pins = SourcePins::from_files(&source);
-        let (plan, skips) = plan(&[file("p/a.yaml", &deployment("ghcr.io/acme/web:2.0"))], &pins);
+        let (plan, skips) = plan(
+            &[file("p/a.yaml", &deployment("ghcr.io/acme/web:2.0"))],
+            &pins,
+        );
         assert!(skips.is_empty());
         assert_eq!(plan.changes[0].new_digest.to_string(), B);
-        let (plan, skips) = super::plan(&[file("p/a.yaml", &deployment("ghcr.io/acme/web:3.0"))], &pins);
+        let (plan, skips) = super::plan(
+            &[file("p/a.yaml", &deployment("ghcr.io/acme/web:3.0"))],
+            &pins,
+        );
         assert!(plan.files.is_empty());
         assert!(matches!(&skips[0].why, SkipWhy::Ambiguous(v) if v.len() == 2));
     }
@@ -303,8 +343,14 @@ mod tests {
         let pins = SourcePins::from_files(&[file("s/web.yaml", &text)]);
         let (plan, skips) = plan(&[file("p/web.yaml", &text)], &pins);
         assert!(plan.files.is_empty() && skips.is_empty());
-        let other = SourcePins::from_files(&[file("s/web.yaml", &deployment(&format!("ghcr.io/acme/web:1.0@{B}")))]);
+        let other = SourcePins::from_files(&[file(
+            "s/web.yaml",
+            &deployment(&format!("ghcr.io/acme/web:1.0@{B}")),
+        )]);
         assert_ne!(pins.fingerprint(), other.fingerprint());
-        assert_eq!(pins.fingerprint(), SourcePins::from_files(&[file("x.yaml", &text)]).fingerprint());
+        assert_eq!(
+            pins.fingerprint(),
+            SourcePins::from_files(&[file("x.yaml", &text)]).fingerprint()
+        );
     }
 }

@@ -136,7 +136,12 @@ pub fn stage_status(
 }
 
 /// The `tagpin/promotion` status of an open promotion pull request.
-pub fn promotion_status(gate: &Gate, stage: &str, soak: Duration, proposes_current: bool) -> (StatusState, String) {
+pub fn promotion_status(
+    gate: &Gate,
+    stage: &str,
+    soak: Duration,
+    proposes_current: bool,
+) -> (StatusState, String) {
     let state = match gate {
         Gate::Open { .. } if proposes_current => StatusState::Success,
         Gate::Open { .. } | Gate::Soaking { .. } | Gate::Waiting { .. } => StatusState::Pending,
@@ -152,9 +157,17 @@ pub fn promotion_status(gate: &Gate, stage: &str, soak: Duration, proposes_curre
 
 /// `since <RFC 3339>` and `set <hex>` read back from a stage status description.
 fn parse_description(description: &str) -> Option<(i64, String)> {
-    let since = description.split("since ").nth(1)?.split_whitespace().next()?;
+    let since = description
+        .split("since ")
+        .nth(1)?
+        .split_whitespace()
+        .next()?;
     let since: Timestamp = since.parse().ok()?;
-    let set = description.split("set ").nth(1)?.split_whitespace().next()?;
+    let set = description
+        .split("set ")
+        .nth(1)?
+        .split_whitespace()
+        .next()?;
     Some((since.as_second(), set.to_string()))
 }
 
@@ -207,9 +220,13 @@ mod tests {
 
     #[test]
     fn the_clock_round_trips_through_the_status_description() {
-        let (state, description) = stage_status(State::Converged, "ok", Some(NOW - 600), 3, "abc123def456");
+        let (state, description) =
+            stage_status(State::Converged, "ok", Some(NOW - 600), 3, "abc123def456");
         assert_eq!(state, StatusState::Success);
-        assert!(description.starts_with("converged since 2026-"), "{description}");
+        assert!(
+            description.starts_with("converged since 2026-"),
+            "{description}"
+        );
         let history = [status(StatusState::Success, &description)];
         assert_eq!(converged_since(&history, "abc123def456"), Some(NOW - 600));
     }
@@ -217,7 +234,10 @@ mod tests {
     #[test]
     fn new_digests_or_a_break_restart_the_clock() {
         let (_, d) = stage_status(State::Converged, "ok", Some(NOW - 600), 3, "aaaa");
-        assert_eq!(converged_since(&[status(StatusState::Success, &d)], "bbbb"), None);
+        assert_eq!(
+            converged_since(&[status(StatusState::Success, &d)], "bbbb"),
+            None
+        );
         let broken = [
             status(StatusState::Pending, "1 of 3 pods on an old digest"),
             status(StatusState::Success, &d),
@@ -225,7 +245,10 @@ mod tests {
         assert_eq!(converged_since(&broken, "aaaa"), None);
         assert_eq!(converged_since(&[], "aaaa"), None);
         // A success status a person or another tool wrote, without the clock, starts it now.
-        assert_eq!(converged_since(&[status(StatusState::Success, "fine")], "aaaa"), None);
+        assert_eq!(
+            converged_since(&[status(StatusState::Success, "fine")], "aaaa"),
+            None
+        );
     }
 
     #[test]
@@ -233,37 +256,75 @@ mod tests {
         let soak = Duration::from_secs(1800);
         assert_eq!(
             decide(State::Converged, "", Some(NOW - 600), soak, NOW),
-            Gate::Soaking { since: NOW - 600, remaining_seconds: 1200 }
+            Gate::Soaking {
+                since: NOW - 600,
+                remaining_seconds: 1200
+            }
         );
         assert_eq!(
             decide(State::Converged, "", Some(NOW - 1800), soak, NOW),
             Gate::Open { since: NOW - 1800 }
         );
         // First seen converged now: with no soak, open at once.
-        assert_eq!(decide(State::Converged, "", None, Duration::ZERO, NOW), Gate::Open { since: NOW });
+        assert_eq!(
+            decide(State::Converged, "", None, Duration::ZERO, NOW),
+            Gate::Open { since: NOW }
+        );
         assert!(!decide(State::Converged, "", None, soak, NOW).is_open());
     }
 
     #[test]
     fn progressing_waits_and_failed_or_unverified_refuse() {
         let soak = Duration::ZERO;
-        assert!(matches!(decide(State::Progressing, "rolling", None, soak, NOW), Gate::Waiting { reason } if reason == "rolling"));
-        assert!(matches!(decide(State::Failed, "crash", Some(NOW - 9999), soak, NOW), Gate::Refused { state: State::Failed, .. }));
-        assert!(matches!(decide(State::Unverified, "2 not checked", None, soak, NOW), Gate::Refused { state: State::Unverified, .. }));
+        assert!(
+            matches!(decide(State::Progressing, "rolling", None, soak, NOW), Gate::Waiting { reason } if reason == "rolling")
+        );
+        assert!(matches!(
+            decide(State::Failed, "crash", Some(NOW - 9999), soak, NOW),
+            Gate::Refused {
+                state: State::Failed,
+                ..
+            }
+        ));
+        assert!(matches!(
+            decide(State::Unverified, "2 not checked", None, soak, NOW),
+            Gate::Refused {
+                state: State::Unverified,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn the_promotion_status_follows_the_gate() {
         let soak = Duration::from_secs(1800);
         let open = Gate::Open { since: NOW - 3600 };
-        assert_eq!(promotion_status(&open, "staging", soak, true).0, StatusState::Success);
-        assert_eq!(promotion_status(&open, "staging", soak, false).0, StatusState::Pending);
+        assert_eq!(
+            promotion_status(&open, "staging", soak, true).0,
+            StatusState::Success
+        );
+        assert_eq!(
+            promotion_status(&open, "staging", soak, false).0,
+            StatusState::Pending
+        );
         let refused = decide(State::Failed, "web: CrashLoopBackOff", None, soak, NOW);
         let (state, description) = promotion_status(&refused, "staging", soak, true);
         assert_eq!(state, StatusState::Failure);
-        assert!(description.contains("staging is failed: web: CrashLoopBackOff"), "{description}");
-        let waiting = decide(State::Progressing, "1 of 3 pods on an old digest", None, soak, NOW);
-        assert_eq!(promotion_status(&waiting, "staging", soak, true).0, StatusState::Pending);
+        assert!(
+            description.contains("staging is failed: web: CrashLoopBackOff"),
+            "{description}"
+        );
+        let waiting = decide(
+            State::Progressing,
+            "1 of 3 pods on an old digest",
+            None,
+            soak,
+            NOW,
+        );
+        assert_eq!(
+            promotion_status(&waiting, "staging", soak, true).0,
+            StatusState::Pending
+        );
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::sync::{self, Outcome, Proposal, SyncError, MAX_PUSH_ATTEMPTS};
 use crate::verify::live::{Cluster, LiveError};
 use crate::verify::verdict::State;
 use crate::verify::{self, Families, Source, VerifyError};
-use carry::{SourcePins, Skip};
+use carry::{Skip, SourcePins};
 use evidence::Evidence;
 pub use gate::Gate;
 
@@ -55,7 +55,7 @@ pub enum PromoteError {
     Cluster {
         stage: String,
         target: String,
-        error: LiveError,
+        error: Box<LiveError>,
     },
     #[error(transparent)]
     Git(#[from] GitError),
@@ -131,7 +131,7 @@ pub async fn connect(stage: &Stage) -> Result<Cluster, PromoteError> {
         .map_err(|error| PromoteError::Cluster {
             stage: stage.name.clone(),
             target: stage.cluster.to_string(),
-            error,
+            error: Box::new(error),
         })
 }
 
@@ -268,7 +268,7 @@ impl<'a> Promoter<'a> {
             VerifyError::Live(error) => PromoteError::Cluster {
                 stage: source.name.clone(),
                 target: source.cluster.to_string(),
-                error,
+                error: Box::new(error),
             },
             e => e.into(),
         })?;
@@ -339,9 +339,9 @@ impl<'a> Promoter<'a> {
             WriteMode::Commit if writable => {
                 let message = evidence::commit_message(&evidence, &block);
                 let commit = off_runtime(|| {
-                    let commit =
-                        self.mirror
-                            .commit(tip, &updates, &config.author, &message)?;
+                    let commit = self
+                        .mirror
+                        .commit(tip, &updates, &config.author, &message)?;
                     self.mirror
                         .push(commit, branch, Expect::FastForwardFrom(tip))?;
                     Ok::<_, GitError>(commit)

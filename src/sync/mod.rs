@@ -394,7 +394,6 @@ impl<'a> Syncer<'a> {
             }
         }
     }
-
 }
 
 /// A change to propose on a tagpin-owned branch, as a pull request into `target`.
