@@ -893,15 +893,36 @@ async fn run_controller(
     let shared = crate::daemon::Shared::new(secret);
     let stop = crate::daemon::stop_signal();
     let server = tokio::spawn(crate::daemon::serve(listener, shared.clone(), stop.clone()));
-    // Verification is on when a cluster is reachable; the controller pins without one.
-    let context = config.verify.context.clone();
-    let in_flight = match Cluster::connect(context.as_deref()).await {
+    // Each promotion stage's cluster; a stage that cannot be set up is warned about here and
+    // its promotions are skipped (each pass says so), the rest of the controller runs.
+    let mut stage_clusters = std::collections::BTreeMap::new();
+    for stage in config.promotion.iter().flat_map(|p| &p.stages) {
+        match crate::promote::connect(stage).await {
+            Ok(cluster) => {
+                stage_clusters.insert(stage.name.clone(), cluster);
+            }
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
+    // Verification is on when a cluster is reachable; the controller pins without one. With
+    // promotion, sync pins the first stage, whose cluster is its own.
+    let first_stage = config.promotion.as_ref().map(|p| &p.stages[0]);
+    let cluster = match (&config.verify.context, first_stage) {
+        (None, Some(stage)) => crate::promote::connect(stage)
+            .await
+            .map_err(|e| e.to_string()),
+        (context, _) => Cluster::connect(context.as_deref())
+            .await
+            .map_err(|e| e.to_string()),
+    };
+    let in_flight = match cluster {
         Ok(cluster) => Some(crate::daemon::InFlight {
             config: &config,
             mirror: &syncer.mirror,
             forge: forge.as_ref(),
             registry: &client,
             cluster,
+            stage_clusters: &stage_clusters,
             settled_tip: std::sync::Mutex::default(),
         }),
         Err(e) => {
@@ -909,11 +930,32 @@ async fn run_controller(
             None
         }
     };
+    let promotions = config
+        .promotion
+        .as_ref()
+        .map(|_| crate::daemon::Promotions {
+            promoter: crate::promote::Promoter::new(
+                &config,
+                &client,
+                forge.as_ref(),
+                &syncer.mirror,
+            ),
+            clusters: &stage_clusters,
+        });
     tracing::info!(
         "tagpin run: listening on {listen}, a pass every {:?}",
         schedule.interval
     );
-    crate::daemon::reconcile(&syncer, &client, in_flight.as_ref(), shared, schedule, stop).await;
+    crate::daemon::reconcile(
+        &syncer,
+        &client,
+        in_flight.as_ref(),
+        promotions.as_ref(),
+        shared,
+        schedule,
+        stop,
+    )
+    .await;
     let _ = server.await;
     Ok(())
 }

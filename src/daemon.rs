@@ -25,10 +25,13 @@ use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::{watch, Notify};
 
-use crate::config::{Config, WriteMode};
+use crate::config::{Config, Stage, WriteMode};
 use crate::forge::{GitHub, StatusState};
 use crate::git::Mirror;
-use crate::metrics::{self, ActionLabels, Metrics, PassLabels, VerdictLabels, WebhookLabels};
+use crate::metrics::{
+    self, ActionLabels, Metrics, PassLabels, PromotionLabels, VerdictLabels, WebhookLabels,
+};
+use crate::promote::{self, Gate, PromoteOptions, Promoter};
 use crate::registry::{Client, ResolveKey, ResolveResult};
 use crate::sync::{Outcome, SyncOptions, Syncer};
 use crate::verify::live::Cluster;
@@ -198,7 +201,11 @@ pub struct InFlight<'a> {
     pub mirror: &'a Mirror,
     pub forge: Option<&'a GitHub>,
     pub registry: &'a Client,
+    /// The cluster of `sync`'s pins (the first stage's, with promotion).
     pub cluster: Cluster,
+    /// Each promotion stage's cluster, by name: a promotion pull request is verified on the
+    /// cluster of the stage it promotes into.
+    pub stage_clusters: &'a BTreeMap<String, Cluster>,
     /// Commit mode: the last tip judged Converged or Failed, not checked again.
     pub settled_tip: Mutex<Option<String>>,
 }
@@ -216,63 +223,86 @@ impl InFlight<'_> {
         metrics: &Metrics,
     ) -> Result<(), VerifyError> {
         let target = &self.config.repository.branch;
-        let sources: Vec<(Source, Option<u64>)> = match (self.config.mode, self.forge) {
-            (WriteMode::PullRequest, Some(forge)) => {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs() as i64);
-                let mut sources = Vec::new();
-                for pr in forge
-                    .pull_requests_with_prefix(&self.config.pull_request.branch_prefix, target)
-                    .await?
-                {
-                    let recent = pr
-                        .merged_at
-                        .is_some_and(|t| now - t < RECENTLY_MERGED.as_secs() as i64);
-                    if !(pr.open || recent) {
+        // Each source with its pull request and, for a promotion, the stage it promotes into.
+        let mut sources: Vec<(Source, Option<u64>, Option<&Stage>)> = Vec::new();
+        if let Some(forge) = self.forge {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            for pr in forge
+                .pull_requests_with_prefix(&self.config.pull_request.branch_prefix, target)
+                .await?
+            {
+                let stage = promote::stage_of_branch(self.config, &pr.head_ref);
+                // Sync's own pull requests only in pull-request mode; a promotion only once
+                // merged, since no cluster can run an unmerged promotion.
+                let skip = match stage {
+                    None => self.config.mode != WriteMode::PullRequest,
+                    Some(_) => !pr.merged,
+                };
+                if skip {
+                    continue;
+                }
+                let recent = pr
+                    .merged_at
+                    .is_some_and(|t| now - t < RECENTLY_MERGED.as_secs() as i64);
+                if !(pr.open || recent) {
+                    continue;
+                }
+                let final_sha = if pr.merged {
+                    pr.merge_commit_sha.clone()
+                } else {
+                    Some(pr.head_sha.clone())
+                };
+                if let Some(sha) = final_sha {
+                    let status = forge
+                        .status_of(&sha, verify::report::STATUS_CONTEXT)
+                        .await?;
+                    if matches!(
+                        status,
+                        Some((StatusState::Success | StatusState::Failure, _))
+                    ) && pr.merged
+                    {
                         continue;
                     }
-                    let final_sha = if pr.merged {
-                        pr.merge_commit_sha.clone()
-                    } else {
-                        Some(pr.head_sha.clone())
-                    };
-                    if let Some(sha) = final_sha {
-                        let status = forge
-                            .status_of(&sha, verify::report::STATUS_CONTEXT)
-                            .await?;
-                        if matches!(
-                            status,
-                            Some((StatusState::Success | StatusState::Failure, _))
-                        ) && pr.merged
-                        {
-                            continue;
-                        }
-                    }
-                    sources.push((Source::PullRequest(pr.number), Some(pr.number)));
                 }
-                sources
+                let source = match stage {
+                    Some(_) => promote::verification_source(&pr),
+                    None => Source::PullRequest(pr.number),
+                };
+                sources.push((source, Some(pr.number), stage));
             }
-            _ => match self.mirror.tip(target) {
-                Some(tip)
-                    if lock(&self.settled_tip).as_deref() != Some(tip.to_string().as_str()) =>
-                {
-                    vec![(Source::Commit(tip.to_string()), None)]
+        }
+        if self.config.mode == WriteMode::Commit {
+            if let Some(tip) = self.mirror.tip(target) {
+                if lock(&self.settled_tip).as_deref() != Some(tip.to_string().as_str()) {
+                    sources.push((Source::Commit(tip.to_string()), None, None));
                 }
-                _ => Vec::new(),
-            },
-        };
-        for (source, pr) in sources {
+            }
+        }
+        for (source, pr, stage) in sources {
+            let (config, cluster) = match stage {
+                Some(stage) => match self.stage_clusters.get(&stage.name) {
+                    Some(cluster) => (promote::stage_config(self.config, stage), cluster),
+                    None => {
+                        tracing::warn!(
+                            "cannot verify {source:?}: no cluster for stage {}",
+                            stage.name
+                        );
+                        continue;
+                    }
+                },
+                None => (self.config.clone(), &self.cluster),
+            };
             let expectations =
-                verify::expectations(&source, self.config, self.mirror, self.forge).await?;
+                verify::expectations(&source, &config, self.mirror, self.forge).await?;
             if expectations.expected.is_empty()
                 && expectations.not_verified.is_empty()
                 && expectations.failures.is_empty()
             {
                 continue;
             }
-            let check =
-                verify::check(&expectations, &self.cluster, self.registry, families).await?;
+            let check = verify::check(&expectations, cluster, self.registry, families).await?;
             metrics::inc(
                 &metrics.verdicts,
                 VerdictLabels {
@@ -280,8 +310,8 @@ impl InFlight<'_> {
                 },
             );
             tracing::info!("{source:?}: {}", check.summary);
-            if let (Source::Commit(sha), Verdict::Converged | Verdict::Failed) =
-                (&source, check.state)
+            if let (Source::Commit(sha), None, Verdict::Converged | Verdict::Failed) =
+                (&source, pr, check.state)
             {
                 *lock(&self.settled_tip) = Some(sha.clone());
             }
@@ -290,6 +320,72 @@ impl InFlight<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The promotion step of every pass: each stage after the first is promoted from the one
+/// before it, verified on that stage's cluster.
+pub struct Promotions<'a> {
+    pub promoter: Promoter<'a>,
+    /// Each stage's cluster, by name. A stage whose cluster could not be set up at start is
+    /// missing: promotions from it are skipped with a warning on every pass.
+    pub clusters: &'a BTreeMap<String, Cluster>,
+}
+
+impl Promotions<'_> {
+    async fn run(&self, metrics: &Metrics) {
+        let Some(promotion) = &self.promoter.config.promotion else {
+            return;
+        };
+        for target in promotion.stages.iter().skip(1) {
+            let Some(source) = promotion.source_of(&target.name) else {
+                continue;
+            };
+            let Some(cluster) = self.clusters.get(&source.name) else {
+                tracing::warn!(
+                    "promotion into {}: no cluster for stage {} ({}); skipped",
+                    target.name,
+                    source.name,
+                    source.cluster
+                );
+                continue;
+            };
+            let result = self
+                .promoter
+                .run(&target.name, cluster, PromoteOptions::default())
+                .await;
+            let gate = match &result {
+                Ok(report) => match report.gate {
+                    Gate::Open { .. } => "open",
+                    Gate::Soaking { .. } => "soaking",
+                    Gate::Waiting { .. } => "waiting",
+                    Gate::Refused { .. } => "refused",
+                },
+                Err(_) => "error",
+            };
+            metrics::inc(
+                &metrics.promotions,
+                PromotionLabels {
+                    stage: target.name.clone(),
+                    gate: gate.to_string(),
+                },
+            );
+            match result {
+                Ok(report) => {
+                    for failure in &report.failures {
+                        tracing::warn!("promotion into {}: {failure}", target.name);
+                    }
+                    tracing::info!(
+                        "promotion {} -> {}: {}; {:?}",
+                        source.name,
+                        target.name,
+                        report.reason,
+                        report.outcome
+                    );
+                }
+                Err(e) => tracing::warn!("promotion into {}: {e}", target.name),
+            }
+        }
     }
 }
 
@@ -306,6 +402,7 @@ pub async fn reconcile(
     syncer: &Syncer<'_>,
     registry: &Client,
     in_flight: Option<&InFlight<'_>>,
+    promotions: Option<&Promotions<'_>>,
     shared: Arc<Shared>,
     schedule: Schedule,
     mut stop: watch::Receiver<bool>,
@@ -360,6 +457,9 @@ pub async fn reconcile(
         answers.retain(|_, r| r.is_ok());
         record_pass(&shared, registry, trigger, started.elapsed(), &result);
         shared.ready.store(true, Ordering::Relaxed);
+        if let Some(promotions) = promotions {
+            promotions.run(&shared.metrics).await;
+        }
         if let Some(in_flight) = in_flight {
             in_flight.verify(&mut families, &shared.metrics).await;
             next_verify = Instant::now() + schedule.verify_every;

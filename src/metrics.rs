@@ -54,6 +54,14 @@ pub struct VerdictLabels {
     pub verdict: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PromotionLabels {
+    /// The stage promoted into.
+    pub stage: String,
+    /// `open`, `soaking`, `waiting`, `refused`, or `error` when the pass could not run.
+    pub gate: String,
+}
+
 /// Every metric of the controller, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -66,6 +74,7 @@ pub struct Metrics {
     pub pull_requests: Family<ActionLabels, Counter>,
     pub webhooks: Family<WebhookLabels, Counter>,
     pub verdicts: Family<VerdictLabels, Counter>,
+    pub promotions: Family<PromotionLabels, Counter>,
     /// Unix time of the last pass that ran without failures; `time() - this` is the age.
     pub last_success: Gauge<i64, AtomicI64>,
     /// Registry request counts already added to `registry_requests`, to add only the change.
@@ -90,6 +99,7 @@ impl Metrics {
         let pull_requests = Family::<ActionLabels, Counter>::default();
         let webhooks = Family::<WebhookLabels, Counter>::default();
         let verdicts = Family::<VerdictLabels, Counter>::default();
+        let promotions = Family::<PromotionLabels, Counter>::default();
         let last_success = Gauge::<i64, AtomicI64>::default();
         registry.register(
             "passes",
@@ -129,6 +139,11 @@ impl Metrics {
         );
         registry.register("verifications", "Verification verdicts", verdicts.clone());
         registry.register(
+            "promotions",
+            "Promotion passes by target stage and gate",
+            promotions.clone(),
+        );
+        registry.register(
             "last_success_timestamp_seconds",
             "Unix time of the last pass without failures",
             last_success.clone(),
@@ -144,6 +159,7 @@ impl Metrics {
             pull_requests,
             webhooks,
             verdicts,
+            promotions,
             last_success,
             seen_requests: Mutex::default(),
         }
