@@ -1073,6 +1073,19 @@ impl Validator {
                 ),
             );
         }
+        if !has_forge {
+            for (i, stage) in stages.iter().filter(|(_, s)| !s.soak.is_zero()) {
+                self.problem(
+                    &format!("{path}[{i}].soak"),
+                    format!(
+                        "needs a forge: section: tagpin keeps no state of its own and reads when \
+                         the previous stage converged back from the commit statuses it sets \
+                         there (stage {:?})",
+                        stage.name
+                    ),
+                );
+            }
+        }
         for (a, (i, stage)) in stages.iter().enumerate() {
             if let Some((j, _)) = stages[..a].iter().find(|(_, s)| s.name == stage.name) {
                 self.problem(
@@ -2140,6 +2153,29 @@ colour: blue
             problems,
             "forge: is required when promotion.stages[1].mode and promotion.stages[2].mode are pull-request (the default for a stage promoted into; set mode: commit to promote by commit)"
         );
+    }
+
+    #[test]
+    fn a_soak_needs_a_forge_to_keep_its_clock() {
+        let problems = problems_of(concat!(
+            "repository: {url: /srv/git/gitops.git}\n",
+            "promotion:\n",
+            "  stages:\n",
+            "  - {name: staging, paths: [a]}\n",
+            "  - {name: production, paths: [b], mode: commit, soak: 30m}\n",
+        ));
+        assert!(
+            problems.contains("promotion.stages[1].soak: needs a forge: section"),
+            "{problems}"
+        );
+        assert!(parse(concat!(
+            "repository: {url: /srv/git/gitops.git}\n",
+            "promotion:\n",
+            "  stages:\n",
+            "  - {name: staging, paths: [a]}\n",
+            "  - {name: production, paths: [b], mode: commit}\n",
+        ))
+        .is_ok());
     }
 
     #[test]
