@@ -97,3 +97,118 @@ fn images(block: &PlanBlock) -> Vec<&str> {
     images.dedup();
     images
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Action, Change};
+    use crate::verify::verdict::State;
+
+    const A: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+    fn block() -> PlanBlock {
+        let change = Change {
+            file: "overlays/production/kustomization.yaml".into(),
+            line: 4,
+            workload: crate::workload::Owner::Kustomization,
+            container: "web".into(),
+            image: "ghcr.io/acme/web:1.4.2".into(),
+            old_value: String::new(),
+            new_value: A.into(),
+            old_digest: None,
+            new_digest: A.parse().unwrap(),
+            old_tag: Some("1.4.1".into()),
+            new_tag: Some("1.4.2".into()),
+            action: Action::Update,
+        };
+        PlanBlock::new("main", &[change])
+    }
+
+    fn check(state: State, summary: &str) -> Check {
+        Check {
+            state,
+            summary: summary.into(),
+            verdicts: Vec::new(),
+            gitops: Default::default(),
+        }
+    }
+
+    fn render_with(gate: &Gate, check: &Check) -> String {
+        let expectations = Expectations::default();
+        let e = Evidence {
+            source: "staging",
+            target: "production",
+            branch: "main",
+            source_commit: "3f2a9c1d4e5b",
+            soak: Duration::from_secs(1800),
+            gate,
+            check,
+            expectations: &expectations,
+        };
+        render(&e, &block())
+    }
+
+    #[test]
+    fn the_body_carries_the_evidence_and_a_plan_block_the_verifier_reads() {
+        let body = render_with(
+            &Gate::Open {
+                since: 1_795_000_000,
+            },
+            &check(State::Converged, "3 of 3 pods on the pinned digest"),
+        );
+        assert!(
+            body.contains("**Gate:** ✅ staging converged since 2026-"),
+            "{body}"
+        );
+        assert!(body.contains("(soak 30m held)"), "{body}");
+        assert!(body.contains("`main` at `3f2a9c1d4e5b`"), "{body}");
+        assert!(body.contains("### staging: Converged"), "{body}");
+        assert!(body.contains("(from `1.4.1`)"), "{body}");
+        assert_eq!(body::parse(&body), Some(block()));
+        assert!(!body.contains("should not be merged"), "{body}");
+    }
+
+    #[test]
+    fn a_closed_gate_says_why_and_keeps_the_plan_block() {
+        let gate = Gate::Refused {
+            state: State::Failed,
+            reason: "shop/Deployment/web: CrashLoopBackOff".into(),
+        };
+        let body = render_with(&gate, &check(State::Failed, "web failed"));
+        assert!(
+            body.contains("**Gate:** ❌ staging is failed: shop/Deployment/web: CrashLoopBackOff"),
+            "{body}"
+        );
+        assert!(body.contains("should not be merged yet"), "{body}");
+        assert_eq!(body::parse(&body), Some(block()));
+    }
+
+    #[test]
+    fn titles_and_commit_messages_name_both_stages() {
+        assert_eq!(
+            title(&block(), "staging", "production"),
+            "Promote 1 image(s) from staging to production"
+        );
+        let expectations = Expectations::default();
+        let converged = check(State::Converged, "ok");
+        let e = Evidence {
+            source: "staging",
+            target: "production",
+            branch: "main",
+            source_commit: "3f2a9c1d4e5b",
+            soak: Duration::ZERO,
+            gate: &Gate::Open {
+                since: 1_795_000_000,
+            },
+            check: &converged,
+            expectations: &expectations,
+        };
+        let message = commit_message(&e, &block());
+        assert!(message.starts_with("Promote 1 image(s) from staging to production\n\n"));
+        assert!(message.contains(&format!("-> {A}")), "{message}");
+        assert!(
+            message.contains("Evidence: staging at 3f2a9c1d4e5b; staging converged since"),
+            "{message}"
+        );
+    }
+}

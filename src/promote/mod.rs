@@ -474,7 +474,13 @@ impl<'a> Promoter<'a> {
             .await;
         }
         let (number, url, branch) = (pr.number, pr.url, pr_branch.to_string());
-        Ok(Some(if edit {
+        Ok(Some(if edit && options.dry_run {
+            Outcome::DryRun {
+                branch,
+                title: pr.title,
+                body,
+            }
+        } else if edit {
             Outcome::PullRequestUpdated {
                 number,
                 url,
