@@ -476,3 +476,170 @@ async fn a_broken_manifest_makes_the_pass_partial_while_the_good_ones_are_pinned
     let (_, log) = controller.stop().await;
     assert!(log.contains("apps/broken.yaml:3:1"), "{log}");
 }
+
+#[tokio::test]
+async fn the_controller_promotes_what_converged_in_staging_and_verifies_production_after_the_merge()
+{
+    use serde_json::json;
+    use support::github::GitHubServer;
+    use support::kube::{deployment as live_deployment, pod, running_pod_status, KubeServer};
+
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let pushed = registry.push_image("acme/web", "1.0", "one").await;
+    let production_before = deployment("web", &format!("{host}/acme/web:0.9"));
+    let repo = BareRepo::create(&[
+        (
+            "envs/staging/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        ),
+        ("envs/production/web.yaml", &production_before),
+    ]);
+    let github = GitHubServer::start("ghs_promote_run", "acme", "gitops", repo.path()).await;
+    let (staging, production) = (KubeServer::start().await, KubeServer::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubeconfigs = Vec::new();
+    for (name, kube) in [("staging", &staging), ("production", &production)] {
+        let at = dir.path().join(name);
+        std::fs::create_dir_all(&at).unwrap();
+        kubeconfigs.push(kube.kubeconfig(&at));
+    }
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\nmode: commit\n\
+             registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
+             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n\
+             promotion:\n  stages:\n\
+             \x20 - {{name: staging, paths: [envs/staging], cluster: {{kubeconfig: '{}'}}}}\n\
+             \x20 - {{name: production, paths: [envs/production], cluster: {{kubeconfig: '{}'}}}}\n",
+            repo.file_url(),
+            github.api_url(),
+            kubeconfigs[0].display(),
+            kubeconfigs[1].display(),
+        ),
+    )
+    .unwrap();
+    // Both clusters run the tags, unpinned, as before tagpin.
+    let converge = |kube: &KubeServer, image: &str, pod_name: &str| {
+        kube.apply(live_deployment(
+            "shop",
+            "web",
+            &[("app", "web")],
+            &[("app", image)],
+        ));
+        let generation =
+            kube.get("Deployment", "shop", "web").unwrap()["metadata"]["generation"].clone();
+        kube.set_status(
+            "Deployment",
+            "shop",
+            "web",
+            json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
+                   "readyReplicas": 1, "availableReplicas": 1}),
+        );
+        kube.apply(pod("shop", pod_name, &[("app", "web")], &[("app", image)]));
+        kube.set_pod_status(
+            "shop",
+            pod_name,
+            running_pod_status(&[(
+                "app",
+                image,
+                &format!("{host}/acme/web@{}", pushed.manifest),
+            )]),
+        );
+    };
+    staging.apply(live_deployment(
+        "shop",
+        "web",
+        &[("app", "web")],
+        &[("app", &format!("{host}/acme/web:1.0"))],
+    ));
+
+    let controller =
+        Controller::start_with(dir.path(), &config, &[("GH_TOKEN", "ghs_promote_run")]).await;
+    // The first pass pins staging from the registry; staging does not run the pin yet, so
+    // nothing is promoted.
+    let pinned = format!("{host}/acme/web:1.0@{}", pushed.manifest);
+    assert!(repo
+        .read("main", "envs/staging/web.yaml")
+        .unwrap()
+        .contains(&pinned));
+    assert_eq!(
+        repo.read("main", "envs/production/web.yaml").unwrap(),
+        production_before
+    );
+    let tip = repo.head("main").unwrap();
+    eventually("staging's verdict on the tip", || {
+        github
+            .statuses(&tip)
+            .iter()
+            .any(|s| s.context == "tagpin/stage/staging" && s.state == "pending")
+    })
+    .await;
+    assert!(github.prs().is_empty(), "staging has not converged yet");
+
+    // Argo CD applies staging's pin and the pod runs it; the next pass promotes.
+    converge(&staging, &pinned, "web-1");
+    let event = format!(
+        r#"{{"events":[{{"action":"push","target":{{"repository":"acme/web","tag":"1.0"}},"request":{{"host":"{host}"}}}}]}}"#
+    );
+    assert_eq!(
+        controller
+            .deliver("distribution", Some(&format!("Bearer {SECRET}")), &event)
+            .await,
+        202
+    );
+    eventually("the promotion pull request", || github.prs().len() == 1).await;
+    let pr = github.prs()[0].clone();
+    assert_eq!(pr.head_ref, "tagpin/promote/production");
+    assert_eq!(
+        repo.read("tagpin/promote/production", "envs/production/web.yaml")
+            .unwrap(),
+        production_before.replace(&format!("{host}/acme/web:0.9"), &pinned),
+        "only the image value moved, to staging's tag and digest"
+    );
+    eventually("tagpin/promotion success on the PR head", || {
+        github
+            .statuses(&pr.head_sha)
+            .iter()
+            .any(|s| s.context == "tagpin/promotion" && s.state == "success")
+    })
+    .await;
+
+    // A person merges; production runs it; the controller verifies it on production's cluster.
+    let merge = repo.commit_as_other_writer(
+        "main",
+        &[(
+            "envs/production/web.yaml",
+            &production_before.replace(&format!("{host}/acme/web:0.9"), &pinned),
+        )],
+        "Merge #1",
+    );
+    github.merge_pr(pr.number, &merge);
+    converge(&production, &pinned, "web-p1");
+    let converged = eventually_or("tagpin/converged success on the merge commit", || {
+        github
+            .statuses(&merge)
+            .iter()
+            .any(|s| s.context == "tagpin/converged" && s.state == "success")
+    })
+    .await;
+    if !converged {
+        let (_, log) = controller.stop().await;
+        panic!("no success status: {:?}\n{log}", github.statuses(&merge));
+    }
+    assert!(github.comments(pr.number)[0]
+        .body
+        .contains("cluster Converged"));
+    let metrics = controller.metrics().await;
+    assert!(
+        metrics.contains("tagpin_promotions_total{stage=\"production\",gate=\"open\"}"),
+        "{metrics}"
+    );
+    let (code, log) = controller.stop().await;
+    assert_eq!(code, Some(0), "{log}");
+    github.assert_no_violations();
+    staging.assert_no_writes();
+    production.assert_no_writes();
+}
