@@ -480,18 +480,8 @@ impl<'a> Promoter<'a> {
                 title: pr.title,
                 body,
             }
-        } else if edit {
-            Outcome::PullRequestUpdated {
-                number,
-                url,
-                branch,
-            }
         } else {
-            Outcome::PullRequestUnchanged {
-                number,
-                url,
-                branch,
-            }
+            Outcome::pull_request(edit, number, url, branch)
         }))
     }
 

@@ -104,6 +104,26 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// `PullRequestUpdated` when the pass changed the pull request, else
+    /// `PullRequestUnchanged`.
+    pub fn pull_request(changed: bool, number: u64, url: String, branch: String) -> Outcome {
+        if changed {
+            Outcome::PullRequestUpdated {
+                number,
+                url,
+                branch,
+            }
+        } else {
+            Outcome::PullRequestUnchanged {
+                number,
+                url,
+                branch,
+            }
+        }
+    }
+}
+
 /// The report of one group.
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupReport {
@@ -461,19 +481,12 @@ pub async fn propose(
                 forge.add_labels(number, &missing_labels).await?;
             }
             let url = pr.map(|pr| pr.url.clone()).unwrap_or_default();
-            Ok(if edit || needs_push {
-                Outcome::PullRequestUpdated {
-                    number,
-                    url,
-                    branch,
-                }
-            } else {
-                Outcome::PullRequestUnchanged {
-                    number,
-                    url,
-                    branch,
-                }
-            })
+            Ok(Outcome::pull_request(
+                edit || needs_push,
+                number,
+                url,
+                branch,
+            ))
         }
         PrDecision::Open => {
             push(!carries)?;

@@ -154,6 +154,33 @@ fn commit_mode_config(dir: &std::path::Path, repo: &BareRepo, host: &str) -> Pat
     config
 }
 
+/// Argo CD applied `shop/Deployment/web` running `image`, its rollout finished, and its one
+/// pod `pod_name` reports `image_id`.
+fn runs_converged(kube: &support::kube::KubeServer, image: &str, image_id: &str, pod_name: &str) {
+    use support::kube::{deployment as live_deployment, pod, running_pod_status};
+    kube.apply(live_deployment(
+        "shop",
+        "web",
+        &[("app", "web")],
+        &[("app", image)],
+    ));
+    let generation =
+        kube.get("Deployment", "shop", "web").unwrap()["metadata"]["generation"].clone();
+    kube.set_status(
+        "Deployment",
+        "shop",
+        "web",
+        serde_json::json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
+                           "readyReplicas": 1, "availableReplicas": 1}),
+    );
+    kube.apply(pod("shop", pod_name, &[("app", "web")], &[("app", image)]));
+    kube.set_pod_status(
+        "shop",
+        pod_name,
+        running_pod_status(&[("app", image, image_id)]),
+    );
+}
+
 async fn eventually(what: &str, check: impl FnMut() -> bool) {
     assert!(
         eventually_or(what, check).await,
@@ -334,9 +361,8 @@ async fn sigterm_during_a_pass_leaves_nothing_half_done() {
 
 #[tokio::test]
 async fn in_pull_request_mode_the_controller_verifies_what_it_opened_until_converged() {
-    use serde_json::json;
     use support::github::GitHubServer;
-    use support::kube::{deployment as live_deployment, pod, running_pod_status, KubeServer};
+    use support::kube::{deployment as live_deployment, KubeServer};
 
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
@@ -397,29 +423,11 @@ async fn in_pull_request_mode_the_controller_verifies_what_it_opened_until_conve
         "Merge #1",
     );
     github.merge_pr(1, &merge);
-    kube.apply(live_deployment(
-        "shop",
-        "web",
-        &[("app", "web")],
-        &[("app", &pinned)],
-    ));
-    let generation =
-        kube.get("Deployment", "shop", "web").unwrap()["metadata"]["generation"].clone();
-    kube.set_status(
-        "Deployment",
-        "shop",
-        "web",
-        json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}),
-    );
-    kube.apply(pod("shop", "web-1", &[("app", "web")], &[("app", &pinned)]));
-    kube.set_pod_status(
-        "shop",
+    runs_converged(
+        &kube,
+        &pinned,
+        &format!("{host}/acme/web@{}", pushed.manifest),
         "web-1",
-        running_pod_status(&[(
-            "app",
-            &pinned,
-            &format!("{host}/acme/web@{}", pushed.manifest),
-        )]),
     );
 
     let converged = eventually_or("success on the merge commit", || {
@@ -480,9 +488,8 @@ async fn a_broken_manifest_makes_the_pass_partial_while_the_good_ones_are_pinned
 #[tokio::test]
 async fn the_controller_promotes_what_converged_in_staging_and_verifies_production_after_the_merge()
 {
-    use serde_json::json;
     use support::github::GitHubServer;
-    use support::kube::{deployment as live_deployment, pod, running_pod_status, KubeServer};
+    use support::kube::{deployment as live_deployment, KubeServer};
 
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
@@ -521,34 +528,11 @@ async fn the_controller_promotes_what_converged_in_staging_and_verifies_producti
         ),
     )
     .unwrap();
-    // Both clusters run the tags, unpinned, as before tagpin.
     let converge = |kube: &KubeServer, image: &str, pod_name: &str| {
-        kube.apply(live_deployment(
-            "shop",
-            "web",
-            &[("app", "web")],
-            &[("app", image)],
-        ));
-        let generation =
-            kube.get("Deployment", "shop", "web").unwrap()["metadata"]["generation"].clone();
-        kube.set_status(
-            "Deployment",
-            "shop",
-            "web",
-            json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
-                   "readyReplicas": 1, "availableReplicas": 1}),
-        );
-        kube.apply(pod("shop", pod_name, &[("app", "web")], &[("app", image)]));
-        kube.set_pod_status(
-            "shop",
-            pod_name,
-            running_pod_status(&[(
-                "app",
-                image,
-                &format!("{host}/acme/web@{}", pushed.manifest),
-            )]),
-        );
+        let image_id = format!("{host}/acme/web@{}", pushed.manifest);
+        runs_converged(kube, image, &image_id, pod_name);
     };
+    // Staging runs the tag, unpinned, as before tagpin.
     staging.apply(live_deployment(
         "shop",
         "web",
