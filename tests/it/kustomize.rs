@@ -141,6 +141,7 @@ fn the_renderer_agrees_with_kubectl_kustomize_on_every_kustomization_of_the_repo
             ("deploy/kustomization.yaml", 1),
             ("examples/gitops/apps/web/kustomization.yaml", 1),
             ("examples/gitops/overlays/production/kustomization.yaml", 1),
+            ("examples/gitops/overlays/staging/kustomization.yaml", 1),
             (
                 "tests/fixtures/golden/base-and-overlay/expected/base/kustomization.yaml",
                 1
