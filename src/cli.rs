@@ -748,6 +748,11 @@ fn report_promote(report: &crate::promote::PromoteReport, format: OutputFormat) 
                     "nothing to promote: {} already pins what {} runs\n",
                     report.stage, report.source.stage
                 )),
+                Some(Outcome::Committed { branch, commit, .. }) => text.push_str(&format!(
+                    "committed {commit} to {branch}: {} image field(s) promoted from {}\n",
+                    report.changes.len(),
+                    report.source.stage
+                )),
                 Some(outcome) => {
                     let group = crate::sync::GroupReport {
                         group: report.stage.clone(),

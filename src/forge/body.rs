@@ -78,9 +78,16 @@ pub fn fill_template(template: &str, block: &PlanBlock) -> String {
 pub fn commit_message(template: &str, block: &PlanBlock) -> String {
     let mut message = fill_template(template, block);
     message.push_str("\n\n");
+    message.push_str(&pin_lines(block));
+    message
+}
+
+/// One line per field moved: `image (file workload/container): old -> new`, with the tag on
+/// both sides when it moved (`1.4.2@sha256:a -> 1.4.3@sha256:b`).
+pub fn pin_lines(block: &PlanBlock) -> String {
+    let mut lines = String::new();
     for pin in &block.pins {
         let old_digest = pin.old_digest.as_ref().map(ToString::to_string);
-        // A tag a policy moved is said on both sides: `1.4.2@sha256:a -> 1.4.3@sha256:b`.
         let (old, new) = match (&pin.old_tag, &pin.new_tag, old_digest) {
             (Some(old_tag), Some(new_tag), old_digest) => (
                 old_digest.map_or(format!("{old_tag} (unpinned)"), |d| {
@@ -93,12 +100,12 @@ pub fn commit_message(template: &str, block: &PlanBlock) -> String {
                 pin.new_digest.to_string(),
             ),
         };
-        message.push_str(&format!(
+        lines.push_str(&format!(
             "{} ({} {}/{}): {old} -> {new}\n",
             pin.image, pin.file, pin.workload, pin.container,
         ));
     }
-    message
+    lines
 }
 
 #[cfg(test)]

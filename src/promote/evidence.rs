@@ -76,12 +76,7 @@ pub fn render(e: &Evidence<'_>, block: &PlanBlock) -> String {
 pub fn commit_message(e: &Evidence<'_>, block: &PlanBlock) -> String {
     let mut message = title(block, e.source, e.target);
     message.push_str("\n\n");
-    for pin in &block.pins {
-        message.push_str(&format!(
-            "{} ({} {}/{}): -> {}\n",
-            pin.image, pin.file, pin.workload, pin.container, pin.new_value
-        ));
-    }
+    message.push_str(&body::pin_lines(block));
     message.push_str(&format!(
         "\nEvidence: {} at {}; {}.\n",
         e.source,
@@ -205,7 +200,10 @@ mod tests {
         };
         let message = commit_message(&e, &block());
         assert!(message.starts_with("Promote 1 image(s) from staging to production\n\n"));
-        assert!(message.contains(&format!("-> {A}")), "{message}");
+        assert!(
+            message.contains(&format!("(unpinned) -> 1.4.2@{A}")),
+            "{message}"
+        );
         assert!(
             message.contains("Evidence: staging at 3f2a9c1d4e5b; staging converged since"),
             "{message}"
