@@ -474,18 +474,23 @@ impl<'a> Promoter<'a> {
             .await;
         }
         let (number, url, branch) = (pr.number, pr.url, pr_branch.to_string());
-        Ok(Some(if edit {
-            Outcome::PullRequestUpdated {
+        Ok(Some(match (edit, options.dry_run) {
+            // Nothing was edited: say what the body would become, not that it was updated.
+            (true, true) => Outcome::DryRun {
+                branch,
+                title: pr.title,
+                body,
+            },
+            (true, false) => Outcome::PullRequestUpdated {
                 number,
                 url,
                 branch,
-            }
-        } else {
-            Outcome::PullRequestUnchanged {
+            },
+            (false, _) => Outcome::PullRequestUnchanged {
                 number,
                 url,
                 branch,
-            }
+            },
         }))
     }
 
