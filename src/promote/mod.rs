@@ -57,6 +57,17 @@ pub enum PromoteError {
         target: String,
         error: Box<LiveError>,
     },
+    #[error(
+        "promotion.stages[{index}].soak: {stage} soaks {soak}, which needs the forge section: \
+         the soak clock is read back from the {context} commit status, so without a forge it \
+         restarts on every pass and the gate never opens (set forge, or remove soak)"
+    )]
+    SoakWithoutForge {
+        index: usize,
+        stage: String,
+        soak: String,
+        context: String,
+    },
     #[error(transparent)]
     Git(#[from] GitError),
     #[error(transparent)]
@@ -88,6 +99,20 @@ pub fn route<'c>(config: &'c Config, to: &str) -> Result<(&'c Stage, &'c Stage),
         .ok_or_else(|| PromoteError::FirstStage {
             name: to.to_string(),
         })?;
+    // The soak clock lives in a commit status: without a forge, every pass would find no
+    // clock, start it at "now", and the gate would stay Soaking for ever.
+    if !target.soak.is_zero() && config.forge.is_none() {
+        return Err(PromoteError::SoakWithoutForge {
+            index: promotion
+                .stages
+                .iter()
+                .position(|s| s.name == target.name)
+                .unwrap_or_default(),
+            stage: target.name.clone(),
+            soak: gate::human(target.soak),
+            context: gate::stage_context(&source.name),
+        });
+    }
     Ok((source, target))
 }
 
@@ -556,4 +581,41 @@ fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(forge: bool, soak: &str) -> Config {
+        let text = format!(
+            "repository: {{url: /srv/git/gitops.git}}\n{}promotion:\n  stages:\n  - {{name: staging, paths: [staging]}}\n  - {{name: production, paths: [production], mode: commit{soak}}}\n",
+            if forge {
+                "forge: {owner: acme, repo: gitops, token_env: GITHUB_TOKEN}\n"
+            } else {
+                ""
+            },
+        );
+        Config::parse(&text, std::path::Path::new("tagpin.yaml")).unwrap()
+    }
+
+    #[test]
+    fn a_soak_without_a_forge_to_keep_its_clock_is_refused_by_name() {
+        let no_forge = config(false, ", soak: 30m");
+        let error = route(&no_forge, "production").unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "promotion.stages[1].soak: production soaks 30m, which needs the forge section: \
+             the soak clock is read back from the tagpin/stage/staging commit status, so without \
+             a forge it restarts on every pass and the gate never opens (set forge, or remove soak)"
+        );
+        // Without a soak there is no clock to keep; with a forge it is kept there.
+        let no_soak = config(false, "");
+        let (source, target) = route(&no_soak, "production").unwrap();
+        assert_eq!(
+            (source.name.as_str(), target.name.as_str()),
+            ("staging", "production")
+        );
+        assert!(route(&config(true, ", soak: 30m"), "production").is_ok());
+    }
 }
