@@ -669,11 +669,13 @@ async fn verify(registry: &RegistryArgs, args: &VerifyArgs) -> Result<VerifyRepo
     }
     let expectations =
         crate::verify::expectations(&source, &config, &mirror, forge.as_ref()).await?;
-    let context = args.context.clone().or(config.verify.context.clone());
-    let cluster = match (context, stage.or(first)) {
-        (Some(context), _) => Cluster::connect(Some(&context)).await?,
-        (None, Some(stage)) => crate::promote::connect(&stage).await?,
-        (None, None) => Cluster::connect(None).await?,
+    // --context, else the stage's own cluster, else verify.context, else the first stage's.
+    let cluster = match (&args.context, stage, &config.verify.context, first) {
+        (Some(context), ..) => Cluster::connect(Some(context)).await?,
+        (None, Some(stage), ..) => crate::promote::connect(&stage).await?,
+        (None, None, Some(context), _) => Cluster::connect(Some(context)).await?,
+        (None, None, None, Some(first)) => crate::promote::connect(&first).await?,
+        (None, None, None, None) => Cluster::connect(None).await?,
     };
     if let Some(forge) = &forge {
         crate::verify::publish_pending(forge, &expectations.commits).await;

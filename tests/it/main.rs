@@ -24,6 +24,7 @@ mod kube_server_selftest;
 mod kustomize;
 mod pipeline;
 mod policies;
+mod promote;
 mod quickstart;
 mod registry_client;
 mod run;
