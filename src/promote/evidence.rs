@@ -11,6 +11,7 @@ use crate::verify::{report, Check, Expectations};
 use super::gate::Gate;
 
 /// The facts a promotion rests on.
+#[derive(Clone, Copy)]
 pub struct Evidence<'e> {
     pub source: &'e str,
     pub target: &'e str,
@@ -22,6 +23,9 @@ pub struct Evidence<'e> {
     /// The source stage's verdict now, and what it was checked against.
     pub check: &'e Check,
     pub expectations: &'e Expectations,
+    /// The source now pins other digests than the pull request proposes (its gate and
+    /// verdict are about those).
+    pub moved_on: bool,
 }
 
 /// `Promote 2 image(s) from staging to production`.
@@ -48,6 +52,12 @@ pub fn render(e: &Evidence<'_>, block: &PlanBlock) -> String {
         "**Gate:** {mark} {}\n\n",
         e.gate.describe(e.source, e.soak)
     ));
+    if e.moved_on {
+        out.push_str(&format!(
+            "{} now pins other digests than this pull request proposes; the gate above is about those, and this pull request is updated to them once they pass it.\n\n",
+            e.source
+        ));
+    }
     if !e.gate.is_open() {
         out.push_str(&format!(
             "The evidence does not hold right now, so this pull request should not be merged yet; tagpin updates it when {} converges again.\n\n",
@@ -129,6 +139,10 @@ mod tests {
     }
 
     fn render_with(gate: &Gate, check: &Check) -> String {
+        render_moved(gate, check, false)
+    }
+
+    fn render_moved(gate: &Gate, check: &Check, moved_on: bool) -> String {
         let expectations = Expectations::default();
         let e = Evidence {
             source: "staging",
@@ -139,6 +153,7 @@ mod tests {
             gate,
             check,
             expectations: &expectations,
+            moved_on,
         };
         render(&e, &block())
     }
@@ -179,6 +194,21 @@ mod tests {
     }
 
     #[test]
+    fn a_pull_request_the_source_moved_on_from_says_so() {
+        let gate = Gate::Soaking {
+            since: 1_795_000_000,
+            remaining_seconds: 600,
+        };
+        let converged = check(State::Converged, "ok");
+        let body = render_moved(&gate, &converged, true);
+        assert!(
+            body.contains("staging now pins other digests than this pull request proposes"),
+            "{body}"
+        );
+        assert!(!render_with(&gate, &converged).contains("now pins other digests"));
+    }
+
+    #[test]
     fn titles_and_commit_messages_name_both_stages() {
         assert_eq!(
             title(&block(), "staging", "production"),
@@ -197,6 +227,7 @@ mod tests {
             },
             check: &converged,
             expectations: &expectations,
+            moved_on: false,
         };
         let message = commit_message(&e, &block());
         assert!(message.starts_with("Promote 1 image(s) from staging to production\n\n"));

@@ -322,6 +322,7 @@ impl<'a> Promoter<'a> {
             gate: &gate,
             check: &check,
             expectations: &expectations,
+            moved_on: false,
         };
         let writable = gate.is_open() && failures.is_empty() && !plan.files.is_empty();
         let block = PlanBlock::new(branch, &plan.changes);
@@ -450,7 +451,11 @@ impl<'a> Promoter<'a> {
             return Ok(None);
         };
         let proposes_current = proposed.promises() == current.promises();
-        let body = evidence::render(evidence, &proposed);
+        let evidence = Evidence {
+            moved_on: !proposes_current && !current.pins.is_empty(),
+            ..*evidence
+        };
+        let body = evidence::render(&evidence, &proposed);
         let edit = pr.body != body;
         if !options.dry_run {
             if edit {
