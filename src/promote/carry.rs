@@ -6,7 +6,7 @@
 //! after kustomize's `newName` mapping, is rewritten to the same tag text and digest, through
 //! the same planner `sync` uses, so the edit is byte-exact. Nothing is asked of the registry.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -28,8 +28,9 @@ pub struct Carried {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SourcePins {
     pinned: BTreeMap<String, Vec<Carried>>,
-    /// Repositories the source refers to without a digest: nothing proven to carry.
-    unpinned: BTreeMap<String, ()>,
+    /// Repositories the source refers to without a digest, with the tags written there:
+    /// nothing proven to carry, and a version a pinned one must not be mistaken for.
+    unpinned: BTreeMap<String, BTreeSet<Option<String>>>,
 }
 
 impl SourcePins {
@@ -54,7 +55,10 @@ impl SourcePins {
                     }
                 }
                 None => {
-                    pins.unpinned.insert(name, ());
+                    pins.unpinned
+                        .entry(name)
+                        .or_default()
+                        .insert(reference.tag().map(str::to_string));
                 }
             }
         }
@@ -101,8 +105,20 @@ impl SourcePins {
                 SkipWhy::NotInSource
             });
         };
+        // Tags the source also runs this repository at without a digest: other versions, so
+        // only the tag can tell which one a target reference is.
+        let unpinned: Vec<&Option<String>> = self
+            .unpinned
+            .get(&name)
+            .into_iter()
+            .flatten()
+            .filter(|tag| !carried.iter().any(|c| &c.tag == *tag))
+            .collect();
+        if unpinned.iter().any(|tag| tag.as_deref() == target.tag()) {
+            return Err(SkipWhy::NotPinnedInSource);
+        }
         match carried.as_slice() {
-            [one] => Ok(one.clone()),
+            [one] if unpinned.is_empty() => Ok(one.clone()),
             many => {
                 // Several versions of one repository in the source: only a reference with the
                 // same tag tells which one this is.
@@ -118,6 +134,9 @@ impl SourcePins {
                                 Some(tag) => format!("{tag}@{}", c.digest.short()),
                                 None => c.digest.short(),
                             })
+                            .chain(unpinned.iter().map(|tag| {
+                                format!("{} without a digest", tag.as_deref().unwrap_or("latest"))
+                            }))
                             .collect(),
                     )),
                 }
@@ -335,6 +354,62 @@ mod tests {
         );
         assert!(plan.files.is_empty());
         assert!(matches!(&skips[0].why, SkipWhy::Ambiguous(v) if v.len() == 2));
+    }
+
+    #[test]
+    fn a_repository_the_source_also_runs_unpinned_at_another_tag_is_not_carried_by_guess() {
+        // Staging runs web pinned, and a worker from the same repository at another tag that
+        // is not pinned yet: production's worker must not get web's digest.
+        let source = [
+            file(
+                "staging/web.yaml",
+                &deployment(&format!("ghcr.io/acme/app:web-1.5@{A}")),
+            ),
+            file(
+                "staging/worker.yaml",
+                &deployment("ghcr.io/acme/app:worker-1.5"),
+            ),
+        ];
+        let pins = SourcePins::from_files(&source);
+        let target = [
+            file(
+                "production/web.yaml",
+                &deployment(&format!("ghcr.io/acme/app:web-1.4@{B}")),
+            ),
+            file(
+                "production/worker.yaml",
+                &deployment(&format!("ghcr.io/acme/app:worker-1.4@{B}")),
+            ),
+        ];
+        let (plan, skips) = plan(&target, &pins);
+        assert!(
+            plan.changes
+                .iter()
+                .all(|c| c.file != std::path::Path::new("production/worker.yaml")),
+            "the worker was given web's digest: {:?}",
+            plan.changes
+        );
+        // Two versions in staging, and neither tag is production's: both are named skips.
+        assert!(plan.files.is_empty(), "{:?}", plan.changes);
+        assert_eq!(skips.len(), 2, "{skips:?}");
+        assert!(
+            matches!(&skips[1].why, SkipWhy::Ambiguous(v) if v.iter().any(|v| v.contains("worker-1.5"))),
+            "{skips:?}"
+        );
+        // The same tag as the unpinned use: nothing converged there to carry.
+        let (plan, skips) = super::plan(
+            &[file("p/w.yaml", &deployment("ghcr.io/acme/app:worker-1.5"))],
+            &pins,
+        );
+        assert!(plan.files.is_empty());
+        assert_eq!(skips[0].why, SkipWhy::NotPinnedInSource);
+        // A target reference with the pinned tag is still carried.
+        let (plan, skips) = super::plan(
+            &[file("p/w.yaml", &deployment("ghcr.io/acme/app:web-1.5"))],
+            &pins,
+        );
+        assert!(skips.is_empty(), "{skips:?}");
+        assert_eq!(plan.changes[0].new_digest.to_string(), A);
     }
 
     #[test]
