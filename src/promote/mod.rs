@@ -492,7 +492,9 @@ impl<'a> Promoter<'a> {
 
     /// Since when the source stage has been Converged on the digests `fingerprint` names,
     /// read back from the stage statuses of the newest commit (along first parents) that has
-    /// any. `None`: no unbroken record, the clock starts now.
+    /// any. `None`: no unbroken record, the clock starts now. A commit on the way there that
+    /// pinned other digests in the source stage breaks the record, even if no pass saw it
+    /// (digests changed and changed back between two passes).
     async fn clock(
         &self,
         forge: &GitHub,
@@ -502,7 +504,19 @@ impl<'a> Promoter<'a> {
     ) -> Result<Option<i64>, PromoteError> {
         let commits = off_runtime(|| self.mirror.first_parents(tip, CLOCK_DEPTH))?;
         let context = gate::stage_context(&source.name);
+        let filter = FileFilter::with_default_include(&self.config.include, &self.config.exclude)?;
+        let selection = ImageSelection::compile(&self.config.images)?;
         for commit in commits {
+            if commit != tip {
+                let there = off_runtime(|| {
+                    self.mirror
+                        .read_files(commit, &source.paths, &filter)
+                        .map(|gathered| pipeline::scan(gathered, &selection))
+                })?;
+                if SourcePins::from_files(&there.files).fingerprint() != fingerprint {
+                    return Ok(None);
+                }
+            }
             let history = forge.statuses(&commit.to_string(), &context).await?;
             if !history.is_empty() {
                 return Ok(gate::converged_since(&history, fingerprint));

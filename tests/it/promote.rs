@@ -934,6 +934,47 @@ async fn the_soak_clock_is_read_back_from_the_stage_status_by_the_next_pass() {
     w.github.assert_no_violations();
 }
 
+#[tokio::test]
+async fn the_soak_clock_is_not_carried_across_commits_that_pinned_other_digests_in_between() {
+    let w = World::new(Layout::Kustomize, "1h").await;
+    w.staging_pinned_and_converged().await;
+    let (code, report, out) = w.promote_json().await;
+    assert_eq!(code, Some(3), "{}", text(&out));
+    let since = report["gate"]["since"].as_i64().unwrap();
+
+    // Between two passes, staging is pinned to other digests (a bad build) and back (a
+    // revert): no pass saw either commit, but staging did not stay on these digests.
+    let file = "overlays/staging/kustomization.yaml";
+    let converged = w.repo.read("main", file).unwrap();
+    let other = converged.replace(&w.new.web, &w.old.web);
+    assert_ne!(other, converged);
+    w.repo
+        .commit_as_other_writer("main", &[(file, &other)], "web: try another build");
+    w.repo.commit_as_other_writer(
+        "main",
+        &[(file, &converged)],
+        "Revert \"web: try another build\"",
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let (code, report, out) = w.promote_json().await;
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    assert!(
+        report["gate"]["since"].as_i64().unwrap() > since,
+        "the clock of the digests before the change was carried over: {report:#}"
+    );
+    // A commit that leaves staging's digests alone keeps the clock.
+    let since = report["gate"]["since"].as_i64().unwrap();
+    w.repo
+        .commit_as_other_writer("main", &[("README.md", "# shop\n")], "docs");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (code, report, out) = w.promote_json().await;
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["since"].as_i64(), Some(since), "{report:#}");
+    w.github.assert_no_violations();
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. Staging moves on while the pull request is open.
 
