@@ -57,14 +57,14 @@ impl Gate {
                     format!(" (soak {} held)", human(soak))
                 }
             ),
-            Gate::Soaking {
-                since,
-                remaining_seconds,
-            } => format!(
-                "{stage} converged since {}; soak {} not over, {} to go",
+            // The end of the soak, not the time left: this sentence is in the pull request
+            // body and status, which must not change from one pass to the next while the
+            // soak runs (`remaining_seconds` is in the report).
+            Gate::Soaking { since, .. } => format!(
+                "{stage} converged since {}; soak {} not over, until {}",
                 rfc3339(*since),
                 human(soak),
-                human(Duration::from_secs(*remaining_seconds))
+                rfc3339(since.saturating_add(i64::try_from(soak.as_secs()).unwrap_or(i64::MAX)))
             ),
             Gate::Waiting { reason } => format!("{stage} is not converged yet: {reason}"),
             Gate::Refused { state, reason } => {
@@ -271,6 +271,26 @@ mod tests {
             Gate::Open { since: NOW }
         );
         assert!(!decide(State::Converged, "", None, soak, NOW).is_open());
+    }
+
+    #[test]
+    fn a_soak_reads_the_same_on_every_pass_until_it_is_over() {
+        let soak = Duration::from_secs(1800);
+        let first = decide(State::Converged, "", Some(NOW - 600), soak, NOW);
+        let later = decide(State::Converged, "", Some(NOW - 600), soak, NOW + 61);
+        assert_ne!(first, later, "remaining_seconds follows the clock");
+        assert_eq!(
+            first.describe("staging", soak),
+            later.describe("staging", soak)
+        );
+        assert_eq!(
+            first.describe("staging", soak),
+            format!(
+                "staging converged since {}; soak 30m not over, until {}",
+                rfc3339(NOW - 600),
+                rfc3339(NOW + 1200)
+            )
+        );
     }
 
     #[test]

@@ -1026,6 +1026,44 @@ async fn staging_moving_on_updates_the_same_pull_request() {
     w.github.assert_no_violations();
 }
 
+#[tokio::test]
+async fn an_open_pull_request_held_while_staging_soaks_is_not_edited_on_every_pass() {
+    let w = World::new(Layout::Kustomize, "0s").await;
+    w.staging_pinned_and_converged().await;
+    w.first_promotion().await;
+    // From now on a soak of an hour; staging moves on to a rebuilt web, which soaks.
+    w.configure("1h");
+    let rebuilt = w
+        .registry
+        .push_image("acme/web", WEB_NEW, "web-1.5.0-rebuilt")
+        .await
+        .manifest;
+    w.sync().await;
+    w.runs_staging(&Pins {
+        web: rebuilt,
+        api: w.new.api.clone(),
+    });
+    let (code, report, out) = w.promote_json().await;
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let body = w.github.prs()[0].body.clone().unwrap();
+    assert!(body.contains("now pins other digests"), "{body}");
+    let writes = w.github_writes();
+
+    // The next pass, a little later: the soak is the same, so is what the pull request says.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (code, report, out) = w.promote_json().await;
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    assert_eq!(
+        w.github_writes(),
+        writes,
+        "the body or status was rewritten though nothing changed"
+    );
+    assert_eq!(w.github.prs()[0].body.clone().unwrap(), body);
+    w.github.assert_no_violations();
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. Staging regresses while the pull request is open.
 
