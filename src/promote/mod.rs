@@ -382,8 +382,21 @@ impl<'a> Promoter<'a> {
                         };
                         let outcome =
                             sync::propose(self.mirror, forge, &config.author, &proposal).await?;
-                        if let Some(number) = pr_number(&outcome) {
-                            let head = forge.pull_request(number).await?.head_sha;
+                        // The pull request stands even if its head cannot be read back: the
+                        // status is set by the next pass, as any status tagpin fails to set.
+                        let head = match pr_number(&outcome) {
+                            Some(number) => {
+                                match forge.pull_request(number).await {
+                                    Ok(pr) => Some(pr.head_sha),
+                                    Err(e) => {
+                                        tracing::warn!("cannot set the {} status on pull request #{number}: {e}", gate::PROMOTION_CONTEXT);
+                                        None
+                                    }
+                                }
+                            }
+                            None => None,
+                        };
+                        if let Some(head) = head {
                             let (state, description) =
                                 gate::promotion_status(&gate, &source.name, target.soak, true);
                             set_status_once(

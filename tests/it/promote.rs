@@ -1064,6 +1064,30 @@ async fn an_open_pull_request_held_while_staging_soaks_is_not_edited_on_every_pa
     w.github.assert_no_violations();
 }
 
+#[tokio::test]
+async fn a_pull_request_opened_is_reported_even_if_its_head_cannot_be_read_back_for_the_status() {
+    let w = World::new(Layout::Plain, "0s").await;
+    w.staging_pinned_and_converged().await;
+    // GitHub fails to answer for the new pull request, after tagpin pushed and opened it.
+    w.github
+        .inject(support::github::Fault::new("GET", "/pulls/1", 502));
+
+    let (code, report, out) = w.promote_json().await;
+
+    assert_eq!(code, Some(0), "the pull request was opened: {}", text(&out));
+    assert_eq!(
+        report["outcome"]["outcome"], "pull_request_opened",
+        "{report:#}"
+    );
+    assert_eq!(w.github.prs().len(), 1);
+    // The next pass sets the status it could not set.
+    let head = w.repo.head(PR_BRANCH).unwrap();
+    let (code, _, out) = w.promote_json().await;
+    assert_eq!(code, Some(0), "{}", text(&out));
+    assert_eq!(w.statuses(&head, PROMOTION_CONTEXT)[0].0, "success");
+    assert_eq!(w.github.prs().len(), 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. Staging regresses while the pull request is open.
 
