@@ -155,6 +155,17 @@ pub fn promotion_status(
     (state, truncate(&description))
 }
 
+/// The `tagpin/promotion` status of an open promotion pull request when the pass could not
+/// read every manifest: pending, naming the first.
+pub fn blocked_status(count: usize, first: &str) -> (StatusState, String) {
+    (
+        StatusState::Pending,
+        truncate(&format!(
+            "not updated: {count} manifest(s) or field(s) cannot be read: {first}"
+        )),
+    )
+}
+
 /// `since <RFC 3339>` and `set <hex>` read back from a stage status description.
 fn parse_description(description: &str) -> Option<(i64, String)> {
     let since = description
@@ -344,6 +355,21 @@ mod tests {
         assert_eq!(
             promotion_status(&waiting, "staging", soak, true).0,
             StatusState::Pending
+        );
+    }
+
+    #[test]
+    fn a_pass_that_cannot_read_every_manifest_holds_the_pull_request_pending() {
+        let (state, description) = blocked_status(
+            2,
+            "overlays/production/kustomization.yaml:3:1: invalid YAML",
+        );
+        assert_eq!(state, StatusState::Pending);
+        assert!(
+            description.starts_with(
+                "not updated: 2 manifest(s) or field(s) cannot be read: overlays/production"
+            ),
+            "{description}"
         );
     }
 

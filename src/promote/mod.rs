@@ -411,7 +411,7 @@ impl<'a> Promoter<'a> {
                         Some(outcome)
                     }
                 } else {
-                    self.hold_open_pr(forge, &pr_branch, &evidence, &block, options)
+                    self.hold_open_pr(forge, &pr_branch, &evidence, &block, &failures, options)
                         .await?
                         .or_else(|| nothing_to_do(&gate, &plan.files, &failures))
                 }
@@ -448,6 +448,7 @@ impl<'a> Promoter<'a> {
         pr_branch: &str,
         evidence: &Evidence<'_>,
         current: &PlanBlock,
+        failures: &[String],
         options: PromoteOptions,
     ) -> Result<Option<Outcome>, PromoteError> {
         let prs = forge
@@ -476,12 +477,19 @@ impl<'a> Promoter<'a> {
                     .update_pull_request(pr.number, &pr.title, &body)
                     .await?;
             }
-            let (state, description) = gate::promotion_status(
-                evidence.gate,
-                evidence.source,
-                evidence.soak,
-                proposes_current || current.pins.is_empty(),
-            );
+            let (state, description) = match failures.first() {
+                // The evidence may hold, but this pass could not read every manifest, so it
+                // cannot say what the pull request should propose now.
+                Some(first) if evidence.gate.is_open() => {
+                    gate::blocked_status(failures.len(), first)
+                }
+                _ => gate::promotion_status(
+                    evidence.gate,
+                    evidence.source,
+                    evidence.soak,
+                    proposes_current || current.pins.is_empty(),
+                ),
+            };
             set_status_once(
                 forge,
                 &pr.head_sha,

@@ -1348,10 +1348,8 @@ async fn a_second_pass_in_a_row_changes_nothing() {
     let (code, report, out) = w.promote_json().await;
 
     assert_eq!(code, Some(0), "{}", text(&out));
-    assert_eq!(
-        report["outcome"]["outcome"], "pull_request_unchanged",
-        "{report:#}"
-    );
+    // Its body may be refreshed (main moved, so the source commit did); its branch is not.
+    assert_eq!(report["outcome"]["number"], 1, "{report:#}");
     assert_eq!(w.repo.log(PR_BRANCH), log, "no new commit on the branch");
     assert_eq!(w.repo.head(PR_BRANCH).unwrap(), head);
     assert_eq!(w.github.prs()[0].body, body, "the body is unchanged");
@@ -1657,6 +1655,49 @@ async fn an_unreadable_production_manifest_stops_the_promotion_with_exit_1() {
     assert_eq!(report["outcome"], Value::Null);
     assert_eq!(w.remote(), remote, "nothing pushed");
     assert!(w.github.prs().is_empty());
+    w.github.assert_no_violations();
+}
+
+/// A production manifest that breaks while a promotion is open: the pull request is neither
+/// updated nor left saying success; its status says why nothing was updated.
+#[tokio::test]
+async fn an_open_promotion_is_held_pending_while_a_production_manifest_cannot_be_read() {
+    let w = World::new(Layout::Plain, "0s").await;
+    w.staging_pinned_and_converged().await;
+    w.first_promotion().await;
+    let head = w.github.prs()[0].head_sha.clone();
+    assert_eq!(
+        w.statuses(&head, PROMOTION_CONTEXT).last().unwrap().0,
+        "success"
+    );
+    w.repo.commit_as_other_writer(
+        "main",
+        &[(
+            "envs/production/cache.yaml",
+            "kind: Deployment\nspec: [unclosed\n",
+        )],
+        "A broken manifest lands on main",
+    );
+    let branch_before = w.repo.head(PR_BRANCH);
+
+    let (code, report, out) = w.promote_json().await;
+
+    assert_eq!(code, Some(1), "{}", text(&out));
+    // Its body may be refreshed (main moved, so the source commit did); its branch is not.
+    assert_eq!(report["outcome"]["number"], 1, "{report:#}");
+    let (state, description) = w.statuses(&head, PROMOTION_CONTEXT).last().unwrap().clone();
+    assert_eq!(state, "pending");
+    assert!(
+        description.starts_with(
+            "not updated: 1 manifest(s) or field(s) cannot be read: envs/production/cache.yaml:"
+        ),
+        "{description}"
+    );
+    assert_eq!(
+        w.repo.head(PR_BRANCH),
+        branch_before,
+        "the PR branch is left as it was"
+    );
     w.github.assert_no_violations();
 }
 
