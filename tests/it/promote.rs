@@ -585,6 +585,22 @@ impl World {
         pins
     }
 
+    /// The first promotion (kustomize layout), merged by a person (main gets the promoted
+    /// overlay) and applied by Argo CD on production; returns the merge commit.
+    async fn merged_first_promotion(&self) -> String {
+        self.first_promotion().await;
+        let file = "overlays/production/kustomization.yaml";
+        let promoted = self.repo.read(PR_BRANCH, file).unwrap();
+        let merge = self.repo.commit_as_other_writer(
+            "main",
+            &[(file, &promoted)],
+            &format!("Merge pull request #1 from acme/{PR_BRANCH}"),
+        );
+        self.github.merge_pr(1, &merge);
+        self.runs_production(&self.new);
+        merge
+    }
+
     /// Runs the first promotion of a converged staging and checks it opened pull request #1;
     /// returns main's tip it was verified at.
     async fn first_promotion(&self) -> String {
@@ -1238,18 +1254,7 @@ async fn a_promotion_closed_by_hand_is_not_reopened_for_the_same_digests() {
 async fn a_merged_promotion_is_verified_on_production_and_leaves_nothing_to_promote() {
     let w = World::new(Layout::Kustomize, "0s").await;
     w.staging_pinned_and_converged().await;
-    w.first_promotion().await;
-    // A person merges: main gets production's promoted files.
-    let file = "overlays/production/kustomization.yaml";
-    let promoted = w.repo.read(PR_BRANCH, file).unwrap();
-    let merge = w.repo.commit_as_other_writer(
-        "main",
-        &[(file, &promoted)],
-        &format!("Merge pull request #1 from acme/{PR_BRANCH}"),
-    );
-    w.github.merge_pr(1, &merge);
-    // Argo CD applies it on production.
-    w.runs_production(&w.new);
+    let merge = w.merged_first_promotion().await;
 
     let out = w.tagpin(&["verify", "--pr", "1"]).await;
 
@@ -1794,16 +1799,7 @@ async fn a_soak_without_a_forge_to_keep_its_clock_is_refused_by_name() {
 async fn verify_context_does_not_override_the_cluster_of_the_stage_a_promotion_is_verified_on() {
     let w = World::new(Layout::Kustomize, "0s").await;
     w.staging_pinned_and_converged().await;
-    w.first_promotion().await;
-    let file = "overlays/production/kustomization.yaml";
-    let promoted = w.repo.read(PR_BRANCH, file).unwrap();
-    let merge = w.repo.commit_as_other_writer(
-        "main",
-        &[(file, &promoted)],
-        &format!("Merge pull request #1 from acme/{PR_BRANCH}"),
-    );
-    w.github.merge_pr(1, &merge);
-    w.runs_production(&w.new);
+    let merge = w.merged_first_promotion().await;
     // The team's default context, for commands run without a stage: staging's cluster.
     let mut config = std::fs::read_to_string(w.config()).unwrap();
     config.push_str("verify: {context: test}\n");
