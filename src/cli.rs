@@ -712,7 +712,7 @@ async fn promote(
     let forge = forge_from(&config)?;
     let mirror = open_mirror(&config, args.cache_dir.as_deref())?;
     let cluster = crate::promote::connect(source).await?;
-    let promoter = crate::promote::Promoter::new(&config, &client, forge.as_ref(), &mirror);
+    let promoter = crate::promote::Promoter::new(&config, &client, forge.as_ref(), &mirror)?;
     let options = crate::promote::PromoteOptions {
         dry_run: args.dry_run,
     };
@@ -937,18 +937,18 @@ async fn run_controller(
             None
         }
     };
-    let promotions = config
-        .promotion
-        .as_ref()
-        .map(|_| crate::daemon::Promotions {
+    let promotions = match &config.promotion {
+        Some(_) => Some(crate::daemon::Promotions {
             promoter: crate::promote::Promoter::new(
                 &config,
                 &client,
                 forge.as_ref(),
                 &syncer.mirror,
-            ),
+            )?,
             clusters: &stage_clusters,
-        });
+        }),
+        None => None,
+    };
     tracing::info!(
         "tagpin run: listening on {listen}, a pass every {:?}",
         schedule.interval

@@ -322,6 +322,25 @@ impl GitHub {
         Ok(())
     }
 
+    /// Sets the status unless the newest one of its context already says the same (a pass
+    /// that changes nothing spends no write). A failure is logged, not returned: a verdict or
+    /// promotion stands whether or not its status could be posted.
+    pub async fn set_status_once(
+        &self,
+        sha: &str,
+        state: StatusState,
+        context: &str,
+        description: &str,
+    ) {
+        let current = self.status_of(sha, context).await.ok().flatten();
+        if current.as_ref() == Some(&(state, description.to_string())) {
+            return;
+        }
+        if let Err(e) = self.set_status(sha, state, context, description).await {
+            tracing::warn!("cannot set the {context} status on {sha}: {e}");
+        }
+    }
+
     /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
     /// the marker, among comments by anyone), creates it otherwise. Returns the comment id.
     pub async fn upsert_comment(

@@ -23,10 +23,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::config::{Config, Stage, WriteMode};
-use crate::forge::{body, ForgeError, GitHub, StatusState};
+use crate::forge::{body, ForgeError, GitHub};
 use crate::git::{off_runtime, Expect, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
-use crate::pipeline::{self, ImageSelection};
+use crate::pipeline::{self, ImageSelection, Scanned};
 use crate::plan::Change;
 use crate::proposal::PlanBlock;
 use crate::registry::Client;
@@ -184,6 +184,8 @@ pub struct Promoter<'a> {
     pub registry: &'a Client,
     pub forge: Option<&'a GitHub>,
     pub mirror: &'a Mirror,
+    filter: FileFilter,
+    selection: ImageSelection,
     families: tokio::sync::Mutex<Families>,
 }
 
@@ -193,14 +195,22 @@ impl<'a> Promoter<'a> {
         registry: &'a Client,
         forge: Option<&'a GitHub>,
         mirror: &'a Mirror,
-    ) -> Promoter<'a> {
-        Promoter {
+    ) -> Result<Promoter<'a>, PromoteError> {
+        Ok(Promoter {
             config,
             registry,
             forge,
             mirror,
+            filter: FileFilter::with_default_include(&config.include, &config.exclude)?,
+            selection: ImageSelection::compile(&config.images)?,
             families: tokio::sync::Mutex::default(),
-        }
+        })
+    }
+
+    /// The scanned manifests of `stage` at `commit`, through the pipeline `sync` uses.
+    fn scan_stage(&self, commit: git2::Oid, stage: &Stage) -> Result<Scanned, GitError> {
+        let gathered = self.mirror.read_files(commit, &stage.paths, &self.filter)?;
+        Ok(pipeline::scan(gathered, &self.selection))
     }
 
     /// One promotion pass into `to`; `cluster` is the source stage's. A push that loses a race
@@ -241,25 +251,14 @@ impl<'a> Promoter<'a> {
                 .fetch(branch, &config.pull_request.branch_prefix)?;
             self.mirror.require_tip(branch)
         })?;
-        let filter = FileFilter::with_default_include(&config.include, &config.exclude)?;
-        let selection = ImageSelection::compile(&config.images)?;
         let (source_scan, target_scan) = off_runtime(|| {
-            let read = |stage: &Stage| {
-                self.mirror
-                    .read_files(tip, &stage.paths, &filter)
-                    .map(|gathered| pipeline::scan(gathered, &selection))
-            };
-            Ok::<_, GitError>((read(source)?, read(target)?))
+            Ok::<_, GitError>((self.scan_stage(tip, source)?, self.scan_stage(tip, target)?))
         })?;
 
-        // 1. The source stage's verdict, at this very commit, on its own cluster.
-        let expectations = verify::expectations(
-            &Source::Commit(tip.to_string()),
-            &stage_config(config, source),
-            self.mirror,
-            self.forge,
-        )
-        .await?;
+        // 1. The source stage's verdict, at this very commit (just fetched), on its own cluster.
+        let source_config = stage_config(config, source);
+        let expectations =
+            off_runtime(|| verify::expectations_at(tip, &source_config, self.mirror))?;
         let check = {
             let mut families = self.families.lock().await;
             verify::check(&expectations, cluster, self.registry, &mut families).await
@@ -290,14 +289,14 @@ impl<'a> Promoter<'a> {
         if let (false, Some(forge)) = (options.dry_run, self.forge) {
             let (state, description) =
                 gate::stage_status(check.state, &check.summary, since, pins.len(), &fingerprint);
-            set_status_once(
-                forge,
-                &tip.to_string(),
-                &gate::stage_context(&source.name),
-                state,
-                &description,
-            )
-            .await;
+            forge
+                .set_status_once(
+                    &tip.to_string(),
+                    state,
+                    &gate::stage_context(&source.name),
+                    &description,
+                )
+                .await;
         }
 
         // 3. What moves.
@@ -399,14 +398,14 @@ impl<'a> Promoter<'a> {
                         if let Some(head) = head {
                             let (state, description) =
                                 gate::promotion_status(&gate, &source.name, target.soak, true);
-                            set_status_once(
-                                forge,
-                                &head,
-                                gate::PROMOTION_CONTEXT,
-                                state,
-                                &description,
-                            )
-                            .await;
+                            forge
+                                .set_status_once(
+                                    &head,
+                                    state,
+                                    gate::PROMOTION_CONTEXT,
+                                    &description,
+                                )
+                                .await;
                         }
                         Some(outcome)
                     }
@@ -490,14 +489,9 @@ impl<'a> Promoter<'a> {
                     proposes_current || current.pins.is_empty(),
                 ),
             };
-            set_status_once(
-                forge,
-                &pr.head_sha,
-                gate::PROMOTION_CONTEXT,
-                state,
-                &description,
-            )
-            .await;
+            forge
+                .set_status_once(&pr.head_sha, state, gate::PROMOTION_CONTEXT, &description)
+                .await;
         }
         let (number, url, branch) = (pr.number, pr.url, pr_branch.to_string());
         Ok(Some(if edit && options.dry_run {
@@ -525,15 +519,9 @@ impl<'a> Promoter<'a> {
     ) -> Result<Option<i64>, PromoteError> {
         let commits = off_runtime(|| self.mirror.first_parents(tip, CLOCK_DEPTH))?;
         let context = gate::stage_context(&source.name);
-        let filter = FileFilter::with_default_include(&self.config.include, &self.config.exclude)?;
-        let selection = ImageSelection::compile(&self.config.images)?;
         for commit in commits {
             if commit != tip {
-                let there = off_runtime(|| {
-                    self.mirror
-                        .read_files(commit, &source.paths, &filter)
-                        .map(|gathered| pipeline::scan(gathered, &selection))
-                })?;
+                let there = off_runtime(|| self.scan_stage(commit, source))?;
                 if SourcePins::from_files(&there.files).fingerprint() != fingerprint {
                     return Ok(None);
                 }
@@ -562,24 +550,6 @@ fn pr_number(outcome: &Outcome) -> Option<u64> {
         | Outcome::PullRequestUpdated { number, .. }
         | Outcome::PullRequestUnchanged { number, .. } => Some(*number),
         _ => None,
-    }
-}
-
-/// Sets a status unless the newest one of its context already says the same. A failure is
-/// logged, not fatal: the promotion itself stands.
-async fn set_status_once(
-    forge: &GitHub,
-    sha: &str,
-    context: &str,
-    state: StatusState,
-    description: &str,
-) {
-    let current = forge.status_of(sha, context).await.ok().flatten();
-    if current.as_ref() == Some(&(state, description.to_string())) {
-        return;
-    }
-    if let Err(e) = forge.set_status(sha, state, context, description).await {
-        tracing::warn!("cannot set the {context} status on {sha}: {e}");
     }
 }
 

@@ -154,11 +154,7 @@ pub async fn expectations(
     mirror: &Mirror,
     forge: Option<&GitHub>,
 ) -> Result<Expectations, VerifyError> {
-    let mapping = NameMapping {
-        default_namespace: config.verify.default_namespace.clone(),
-        name_prefix: config.verify.name_prefix.clone(),
-        name_suffix: config.verify.name_suffix.clone(),
-    };
+    let mapping = name_mapping(config);
     let mut expectations = match source {
         Source::PullRequest(number) => {
             let forge = forge.ok_or(VerifyError::NoForge)?;
@@ -177,22 +173,46 @@ pub async fn expectations(
                 gitops: None,
             }
         }
-        Source::Commit(sha) => off_runtime(|| {
-            mirror.fetch(
-                &config.repository.branch,
-                &config.pull_request.branch_prefix,
-            )?;
-            let oid = mirror.resolve_commit(sha)?;
-            from_tree(mirror, oid, config, &mapping)
-        })?,
-        Source::Branch(branch) => off_runtime(|| {
-            mirror.fetch(branch, &config.pull_request.branch_prefix)?;
-            let tip = mirror.require_tip(branch)?;
-            from_tree(mirror, tip, config, &mapping)
-        })?,
+        Source::Commit(sha) => {
+            let oid = off_runtime(|| {
+                mirror.fetch(
+                    &config.repository.branch,
+                    &config.pull_request.branch_prefix,
+                )?;
+                mirror.resolve_commit(sha)
+            })?;
+            return off_runtime(|| expectations_at(oid, config, mirror));
+        }
+        Source::Branch(branch) => {
+            let tip = off_runtime(|| {
+                mirror.fetch(branch, &config.pull_request.branch_prefix)?;
+                mirror.require_tip(branch)
+            })?;
+            return off_runtime(|| expectations_at(tip, config, mirror));
+        }
     };
     expectations.gitops = Some(GitOpsScope::new(config, mirror)?);
     Ok(expectations)
+}
+
+/// The expectations of a commit the mirror already holds (no fetch): for callers that have
+/// just fetched, such as a promotion pass.
+pub fn expectations_at(
+    commit: git2::Oid,
+    config: &Config,
+    mirror: &Mirror,
+) -> Result<Expectations, VerifyError> {
+    let mut expectations = from_tree(mirror, commit, config, &name_mapping(config))?;
+    expectations.gitops = Some(GitOpsScope::new(config, mirror)?);
+    Ok(expectations)
+}
+
+fn name_mapping(config: &Config) -> NameMapping {
+    NameMapping {
+        default_namespace: config.verify.default_namespace.clone(),
+        name_prefix: config.verify.name_prefix.clone(),
+        name_suffix: config.verify.name_suffix.clone(),
+    }
 }
 
 /// Expectations from the manifests of a commit, through the same pipeline `plan` and `sync`
@@ -424,23 +444,9 @@ pub async fn publish(forge: &GitHub, pr: Option<u64>, expectations: &Expectation
     };
     let description = verdict::status_description(&check.verdicts, check.unchecked(expectations));
     for sha in &expectations.commits {
-        let current = forge
-            .status_of(sha, report::STATUS_CONTEXT)
-            .await
-            .ok()
-            .flatten();
-        if current.as_ref() == Some(&(state, description.clone())) {
-            continue;
-        }
-        if let Err(e) = forge
-            .set_status(sha, state, report::STATUS_CONTEXT, &description)
-            .await
-        {
-            tracing::warn!(
-                "cannot set the {} status on {sha}: {e}",
-                report::STATUS_CONTEXT
-            );
-        }
+        forge
+            .set_status_once(sha, state, report::STATUS_CONTEXT, &description)
+            .await;
     }
     if let Some(number) = pr {
         let body = report::comment(check, expectations);
