@@ -13,7 +13,7 @@ use std::ops::Range;
 use std::path::Path;
 
 pub(crate) use saphyr_parser::ScalarStyle as Style;
-use saphyr_parser::{Event, Marker, Parser, Span, StrInput};
+use saphyr_parser::{BufferedInput, Event, Marker, Parser, Span, StrInput};
 
 use super::{ManifestError, MAX_DEPTH};
 
@@ -58,12 +58,18 @@ fn is_block(style: Style) -> bool {
 /// one at a time: each is built only when the one before it has been looked at, and the first
 /// error ends the sequence.
 pub(crate) fn documents<'a>(path: &'a Path, text: &'a str) -> Documents<'a> {
+    let parser = if has_tab_after_colon(text) {
+        Events::TabsAfterColons(Parser::new_from_iter(TabsAfterColons::new(text)))
+    } else {
+        Events::Text(Parser::new_from_str(text))
+    };
     Documents {
         path,
         text,
-        parser: Parser::new_from_str(text),
+        parser,
         offsets: CharOffsets::new(text),
         builder: None,
+        prologue_start: 0,
         done: false,
     }
 }
@@ -72,10 +78,111 @@ pub(crate) fn documents<'a>(path: &'a Path, text: &'a str) -> Documents<'a> {
 pub(crate) struct Documents<'a> {
     path: &'a Path,
     text: &'a str,
-    parser: Parser<'a, StrInput<'a>>,
+    parser: Events<'a>,
     offsets: CharOffsets<'a>,
     builder: Option<DocumentBuilder<'a>>,
+    /// Byte offset where the directives of the next document may start: after the last
+    /// document's end, or the start of the stream.
+    prologue_start: usize,
     done: bool,
+}
+
+/// The parser, over the text as it is or with [`TabsAfterColons`].
+enum Events<'a> {
+    Text(Parser<'a, StrInput<'a>>),
+    TabsAfterColons(Parser<'a, BufferedInput<TabsAfterColons<'a>>>),
+}
+
+impl<'a> Events<'a> {
+    fn next(&mut self) -> Option<Result<(Event<'a>, Span), saphyr_parser::ScanError>> {
+        match self {
+            Events::Text(parser) => parser.next(),
+            Events::TabsAfterColons(parser) => parser.next(),
+        }
+    }
+}
+
+/// Whether `text` has a `:` followed by a tab and then content on the same line, the one
+/// separation YAML 1.2 allows that `saphyr-parser` 0.3 refuses (`image:\tnginx:1.0`).
+fn has_tab_after_colon(text: &str) -> bool {
+    text.as_bytes()
+        .windows(2)
+        .enumerate()
+        .any(|(i, pair)| pair == b":\t" && tab_run_ends_in_content(text.as_bytes(), i + 1))
+}
+
+/// Whether the run of tabs and spaces starting at `at` is followed by content on its line
+/// (not a line break, a comment or the end of the text).
+fn tab_run_ends_in_content(bytes: &[u8], at: usize) -> bool {
+    let after = bytes[at..]
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t'))
+        .map(|n| bytes[at + n]);
+    !matches!(after, None | Some(b'\n' | b'\r' | b'#'))
+}
+
+/// The characters of the text with the tab right after a `:` (and before content on the same
+/// line) read as a space, so the parser accepts this separation as YAML 1.2 does
+/// (s-separate-in-line is spaces or tabs). A space is one byte and one character, like the
+/// tab, so every position the parser reports is a position in the text as written, and edits
+/// land on the original bytes: the tab stays in the file. Only files that have such a tab
+/// are read this way; in them, a quoted or block scalar holding `:` and a tab before more
+/// text is read with a space there, a value that is never an image, a name or a path.
+struct TabsAfterColons<'a> {
+    text: &'a str,
+    chars: std::str::CharIndices<'a>,
+    after_colon: bool,
+}
+
+impl<'a> TabsAfterColons<'a> {
+    fn new(text: &'a str) -> Self {
+        TabsAfterColons {
+            text,
+            chars: text.char_indices(),
+            after_colon: false,
+        }
+    }
+}
+
+impl Iterator for TabsAfterColons<'_> {
+    type Item = char;
+
+    fn next(&mut self) -> Option<char> {
+        let (at, c) = self.chars.next()?;
+        let after_colon = std::mem::replace(&mut self.after_colon, c == ':');
+        if c == '\t' && after_colon && tab_run_ends_in_content(self.text.as_bytes(), at) {
+            return Some(' ');
+        }
+        Some(c)
+    }
+}
+
+/// Refuses a `%YAML` directive in `prologue` (the text between the last document's end and
+/// this document's `---`, which holds only directives, comments and blank lines) whose major
+/// version is not 1: YAML 1.2 §6.8.1 says such a document must be rejected, since its meaning
+/// is unknown. A higher minor version of 1 is read, as the spec allows.
+fn check_directives(path: &Path, text: &str, prologue: Range<usize>) -> Result<(), ManifestError> {
+    let mut line_start = prologue.start;
+    for line in text[prologue.clone()].split_inclusive('\n') {
+        let at = line_start;
+        line_start += line.len();
+        let Some(version) = line.strip_prefix("%YAML") else {
+            continue;
+        };
+        let version = version.split('#').next().unwrap_or_default().trim();
+        let major = version.split('.').next().unwrap_or_default();
+        if major != "1" {
+            return Err(ManifestError::InvalidYaml {
+                path: path.to_path_buf(),
+                line: text[..at].matches('\n').count() + 1,
+                column: 1,
+                message: format!(
+                    "%YAML {version} is a major version this parser does not know (YAML 1.2 §6.8.1)"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 impl<'a> Iterator for Documents<'a> {
@@ -96,9 +203,19 @@ impl<'a> Iterator for Documents<'a> {
             };
             match event {
                 Event::DocumentStart(_) => {
+                    let start = self
+                        .offsets
+                        .byte(span.start.index())
+                        .max(self.prologue_start);
+                    let prologue = self.prologue_start..start;
+                    if let Err(error) = check_directives(self.path, self.text, prologue) {
+                        self.done = true;
+                        return Some(Err(error));
+                    }
                     self.builder = Some(DocumentBuilder::new(self.path, self.text));
                 }
                 Event::DocumentEnd => {
+                    self.prologue_start = self.offsets.byte(span.end.index());
                     if let Some(builder) = self.builder.take() {
                         return Some(Ok(builder.finish()));
                     }
@@ -696,6 +813,56 @@ mod tests {
         );
         let outcome = scan_str("web.yaml", &text);
         assert_eq!(written(&text, &outcome.fields[0]), "nginx:1.27");
+    }
+
+    #[test]
+    fn a_tab_after_the_colon_separates_and_stays_out_of_the_span() {
+        // YAML 1.2 allows tabs as separation whitespace after `key:`.
+        let text = deployment("      containers:\n      - name: a\n        image:\tnginx:1.27\n");
+        let outcome = scan_str("web.yaml", &text);
+        let field = &outcome.fields[0];
+        assert_eq!(written(&text, field), "nginx:1.27");
+        let start = field.target.span().start;
+        assert_eq!(&text[start - 1..start], "\t");
+    }
+
+    #[test]
+    fn a_yaml_directive_of_an_unknown_major_version_refuses_the_file() {
+        let text = "%YAML 9.9\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: a\n    image: nginx:1.27\n";
+        let error = scan(Path::new("pod.yaml"), text.as_bytes()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "pod.yaml:1:1: invalid YAML: %YAML 9.9 is a major version this parser does not know (YAML 1.2 §6.8.1)"
+        );
+    }
+
+    #[test]
+    fn a_later_document_of_an_unknown_yaml_version_is_refused_at_its_directive() {
+        let text = "a: 1\n...\n# next\n%YAML 2.0\n---\nb: |\n  %YAML 3.0 is text here\n";
+        let error = scan(Path::new("two.yaml"), text.as_bytes()).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("two.yaml:4:1: invalid YAML: %YAML 2.0"),
+            "{error}"
+        );
+        let text = "a: 1\n---\nb: |\n  %YAML 3.0 is text here\n";
+        assert!(scan(Path::new("one.yaml"), text.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn yaml_directives_of_version_one_are_read() {
+        for version in ["1.1", "1.2", "1.3"] {
+            let text = format!(
+                "%YAML {version}\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: a\n    image: nginx:1.27\n"
+            );
+            let outcome = scan_str("pod.yaml", &text);
+            assert_eq!(
+                written(&text, &outcome.fields[0]),
+                "nginx:1.27",
+                "%YAML {version}"
+            );
+        }
     }
 
     #[test]

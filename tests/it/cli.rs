@@ -374,3 +374,41 @@ fn an_unreadable_ca_file_is_a_fatal_configuration_error() {
         stderr(&out)
     );
 }
+
+/// YAML 1.2 allows a tab as the separation after `key:`; it refuses a document whose `%YAML`
+/// directive names a major version it does not define (§6.8.1). tagpin does both, as the spec
+/// says: the first file is pinned with its tab kept, the second refused by name and left as is.
+#[tokio::test]
+async fn a_tab_after_the_colon_is_pinned_and_an_unknown_yaml_major_version_is_refused() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1", "w").await;
+    let tree = Tree::new();
+    let tabbed = deployment("web", &format!("{host}/acme/web:1"))
+        .replace("image: \"", "image:\t\"")
+        .replace("name: web", "name:\tweb");
+    tree.write("tabbed.yaml", &tabbed);
+    let future = format!(
+        "%YAML 9.9\n---\n{}",
+        deployment("future", &format!("{host}/acme/web:1"))
+    );
+    tree.write("future.yaml", &future);
+    let root = tree.root();
+    let root = root.to_str().unwrap();
+
+    let out = tree.run(&["--insecure-registry", &host, "pin", root]);
+
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("future.yaml:1:1: invalid YAML: %YAML 9.9"),
+        "{err}"
+    );
+    assert_eq!(tree.read("future.yaml"), future);
+    let pinned = tabbed.replace(
+        &format!("{host}/acme/web:1\""),
+        &format!("{host}/acme/web:1@{}\"", web.manifest),
+    );
+    assert_ne!(pinned, tabbed);
+    assert_eq!(tree.read("tabbed.yaml"), pinned);
+}
