@@ -12,6 +12,10 @@
 //! | 3 | `verify`: the cluster is still progressing (at the timeout, with `--wait`); `promote`: the source stage is still rolling out or soaking |
 //! | 4 | `verify`: unverified: some pinned image matched no live workload, a manifest could not be read, or nothing was selected; `promote`: the source stage is unverified |
 //!
+//! `verify`'s exit code is its state and nothing else, so the headline, `state` in JSON, the
+//! commit status and the code agree; a configured path the commit does not hold is a
+//! configuration error (2). With `--output json`, an error that stops a command (2) is also a
+//! document on stdout: `{"state": "error", "error": "…"}`.
 //! `promote` exits 1 when the source stage Failed or a manifest could not be read.
 //!
 //! Every command returns its report or a [`CliError`]; [`run`] alone turns either into output
@@ -307,6 +311,10 @@ pub async fn run(cli: Cli) -> Exit {
         Ok(report) => print(&report, format),
         Err(e) => {
             eprintln!("error: {e}");
+            // A script reading stdout gets a document for every exit code.
+            if format == OutputFormat::Json {
+                emit_json(&json!({ "state": "error", "error": e.to_string() }));
+            }
             Exit::Fatal
         }
     }
@@ -846,10 +854,10 @@ fn report_verify(report: &VerifyReport, format: OutputFormat) -> Exit {
             emit(&text);
         }
     }
+    // The exit code is the state, nothing else: a manifest that could not be read leaves its
+    // pins unchecked, which the state already says (Unverified, unless something Failed).
     match check.state {
         State::Failed => Exit::Attention,
-        // A manifest that could not be read is a failure of the pass, as in every command.
-        _ if !expectations.failures.is_empty() => Exit::Attention,
         State::Converged => Exit::Ok,
         State::Progressing => Exit::Progressing,
         State::Unverified => Exit::Unverified,

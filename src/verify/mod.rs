@@ -92,6 +92,10 @@ pub enum VerifyError {
     NoForge,
     #[error("pull request #{0} has no tagpin plan block in its body")]
     NoPlanBlock(u64),
+    /// A configured path the commit does not hold: a mistake in the configuration (or a
+    /// folder moved in the repository), so nothing at that path can be judged.
+    #[error("configuration: paths names {path}, which commit {commit} does not hold")]
+    MissingPath { path: String, commit: String },
 }
 
 /// The outcome of one check of every expectation.
@@ -228,6 +232,20 @@ fn from_tree(
 ) -> Result<Expectations, VerifyError> {
     let filter = FileFilter::with_default_include(&config.include, &config.exclude)?;
     let selection = ImageSelection::compile(&config.images)?;
+    for path in &config.paths {
+        let relative = path.trim_start_matches("./").trim_end_matches('/');
+        if !matches!(relative, "" | ".")
+            && matches!(
+                mirror.read_path(commit, Path::new(relative))?,
+                Lookup::Missing
+            )
+        {
+            return Err(VerifyError::MissingPath {
+                path: path.clone(),
+                commit: commit.to_string(),
+            });
+        }
+    }
     let gathered = mirror.read_files(commit, &config.paths, &filter)?;
     let kustomizations: Vec<PathBuf> = gathered
         .files

@@ -323,10 +323,12 @@ async fn plan_sync_and_verify_agree_on_files_namespaces_skips_and_errors() {
         .await;
     kube.assert_no_writes();
 
-    // A broken file is a failure of the pass in every command: exit 1, never 0 or 2.
-    for (name, output) in [("plan", &plan), ("sync", &sync), ("verify", &verify)] {
+    // A broken file is a failure of the pass for plan and sync: exit 1, never 0 or 2. For
+    // verify it leaves pins unchecked: Unverified, and the exit code says the same (4).
+    for (name, output) in [("plan", &plan), ("sync", &sync)] {
         assert_eq!(output.status.code(), Some(1), "{name}: {}", text(output));
     }
+    assert_eq!(verify.status.code(), Some(4), "verify: {}", text(&verify));
     let plan_json = json_of(&plan);
     let sync_json = json_of(&sync);
     let verify_json = json_of(&verify);
@@ -562,7 +564,7 @@ async fn a_pinned_cronjob_is_synced_not_run_since_then_judged_by_its_new_runs_on
 }
 
 #[tokio::test]
-async fn a_typo_in_paths_or_nothing_selected_is_unverified_never_converged() {
+async fn a_typo_in_paths_is_a_configuration_error_and_nothing_selected_is_unverified() {
     let world = World::new(&[("apps/web.yaml", &web("HOST/acme/web:1.0"))]).await;
     let kube = KubeServer::start().await;
     // Nothing pinned in the selected manifests: nothing was checked.
@@ -574,7 +576,8 @@ async fn a_typo_in_paths_or_nothing_selected_is_unverified_never_converged() {
         "{}",
         text(&output)
     );
-    // A configured path the commit does not hold is named, and fails the pass.
+    // A configured path the commit does not hold is a configuration error (2), named, and
+    // the JSON on stdout says the same.
     let typo = world.dir.path().join("typo.yaml");
     std::fs::write(
         &typo,
@@ -584,10 +587,23 @@ async fn a_typo_in_paths_or_nothing_selected_is_unverified_never_converged() {
     )
     .unwrap();
     let output = world.verify(&typo, &kube, &["--branch", "main"]).await;
-    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
     assert!(
-        String::from_utf8_lossy(&output.stderr).contains("error: aps: configured in paths"),
+        String::from_utf8_lossy(&output.stderr)
+            .contains("error: configuration: paths names aps, which commit"),
         "{}",
         text(&output)
+    );
+    let output = world
+        .verify(&typo, &kube, &["--branch", "main", "--output", "json"])
+        .await;
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let document = json_of(&output);
+    assert_eq!(document["state"], "error", "{document:#}");
+    assert!(
+        document["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("paths names aps")),
+        "{document:#}"
     );
 }
