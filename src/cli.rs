@@ -1,44 +1,26 @@
-//! Subcommands, their flags, and how their results are printed.
+//! Subcommands, their flags, and running them.
 //!
-//! Producers elsewhere return data; this module alone renders it, as human text or as one
-//! JSON document (`--output json`). Results go to stdout, logs and errors to stderr, and the
-//! exit code is decided here, in one place:
-//!
-//! | code | meaning |
-//! |------|---------|
-//! | 0 | done, or nothing to do |
-//! | 1 | something needs attention: an image or file failed (the rest was done), or `pin --check` found references to pin |
-//! | 2 | usage, configuration or fatal error: nothing was done |
-//! | 3 | `verify`: the cluster is still progressing (at the timeout, with `--wait`); `promote`: the source stage is still rolling out or soaking |
-//! | 4 | `verify`: unverified: some pinned image matched no live workload, a manifest could not be read, or nothing was selected; `promote`: the source stage is unverified |
-//!
-//! `verify`'s exit code is its state and nothing else, so the headline, `state` in JSON, the
-//! commit status and the code agree; a configured path the commit does not hold is a
-//! configuration error (2). With `--output json`, an error that stops a command (2) is also a
-//! document on stdout: `{"state": "error", "error": "…"}`.
-//! `promote` exits 1 when the source stage Failed or a manifest could not be read.
-//!
-//! Every command returns its report or a [`CliError`]; [`run`] alone turns either into output
-//! and an exit code, as ripgrep's `main` does.
+//! Every command returns its report or a [`CliError`]; [`run`] alone hands either to
+//! [`crate::output`], which prints it and decides the exit code, as ripgrep's `main` does.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use serde_json::json;
 
 use crate::config::{self, Config};
 use crate::forge::GitHub;
 use crate::manifest::walk::FileFilter;
-use crate::pass::{self, Pass};
-use crate::plan::Plan;
+use crate::pass;
 use crate::reference::Reference;
 use crate::registry::{self, Client, CredentialStore, Settings};
-use crate::sync::{Outcome, SyncOptions, SyncReport, Syncer};
+use crate::sync::{SyncOptions, SyncReport, Syncer};
 use crate::verify::live::Cluster;
-use crate::verify::verdict::State;
-use crate::verify::{report, Source};
+use crate::verify::Source;
+
+use crate::output;
+pub use crate::output::Exit;
+use crate::output::{Mode, Report, ResolveReport, VerifyReport};
 
 /// Pins Kubernetes image tags to registry digests, byte-exactly.
 #[derive(Debug, Parser)]
@@ -218,18 +200,6 @@ pub struct RegistryArgs {
     pub registry_timeout: u64,
 }
 
-/// The process exit code; see the module documentation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
-    Ok = 0,
-    Attention = 1,
-    Fatal = 2,
-    /// `verify`: still progressing when it stopped looking.
-    Progressing = 3,
-    /// `verify`: something pinned was not checked; never reported as converged.
-    Unverified = 4,
-}
-
 /// Why a command could not run at all (exit 2). Each names the file, flag, host or object.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -270,17 +240,6 @@ impl From<crate::promote::PromoteError> for CliError {
     }
 }
 
-/// What a command produced, for the printer.
-enum Report {
-    Resolve(ResolveReport),
-    Plan(Pass, Mode),
-    Pin(Pass, Vec<pass::WriteOutcome>),
-    Sync(SyncReport),
-    Verify(VerifyReport),
-    Promote(crate::promote::PromoteReport),
-    Stopped,
-}
-
 /// Sets up `tracing` on stderr: `RUST_LOG` when set, else warn (or info/debug with -v/-vv).
 pub fn init_logging(cli: &Cli) {
     let default = match cli.verbose {
@@ -307,17 +266,11 @@ pub fn init_logging(cli: &Cli) {
 /// place that does.
 pub async fn run(cli: Cli) -> Exit {
     let format = cli.output;
-    match execute(cli).await {
-        Ok(report) => print(&report, format),
-        Err(e) => {
-            eprintln!("error: {e}");
-            // A script reading stdout gets a document for every exit code.
-            if format == OutputFormat::Json {
-                emit_json(&json!({ "state": "error", "error": e.to_string() }));
-            }
-            Exit::Fatal
-        }
-    }
+    let printed = match execute(cli).await {
+        Ok(report) => output::render(&report, format),
+        Err(e) => output::render_error(&e, format),
+    };
+    output::print(printed)
 }
 
 async fn execute(cli: Cli) -> Result<Report, CliError> {
@@ -370,18 +323,6 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
     }
 }
 
-fn print(report: &Report, format: OutputFormat) -> Exit {
-    match report {
-        Report::Resolve(r) => report_resolve(r, format),
-        Report::Plan(pass, mode) => report_plan(pass, format, *mode),
-        Report::Pin(pass, written) => report_pin(pass, written, format),
-        Report::Sync(r) => report_sync(r, format),
-        Report::Verify(r) => report_verify(r, format),
-        Report::Promote(r) => report_promote(r, format),
-        Report::Stopped => Exit::Ok,
-    }
-}
-
 /// The registry client from the command line, plus a configuration file's `registries:`
 /// section when `sync` has one (the command line adds to it).
 fn build_client(
@@ -422,12 +363,6 @@ fn scan_filter(scan: &ScanArgs) -> Result<FileFilter, CliError> {
     )?)
 }
 
-/// The answer for each image asked, in the order asked.
-struct ResolveReport {
-    lone: bool,
-    rows: Vec<(String, Result<registry::Resolved, String>)>,
-}
-
 /// `tagpin resolve`: asks the registry about each image once.
 async fn resolve(client: &Client, images: &[String]) -> ResolveReport {
     let parsed: Vec<(String, Result<Reference, String>)> = images
@@ -461,148 +396,6 @@ async fn resolve(client: &Client, images: &[String]) -> ResolveReport {
     }
 }
 
-/// One line per image; a lone image prints just its digest, so `$(tagpin resolve nginx)` works
-/// in scripts the way `crane digest` does.
-fn report_resolve(report: &ResolveReport, format: OutputFormat) -> Exit {
-    let mut failed = false;
-    let mut rows = Vec::new();
-    let mut human = String::new();
-    for (image, outcome) in &report.rows {
-        match outcome {
-            Ok(resolved) => {
-                rows.push(
-                    json!({"image": image, "digest": resolved.digest.to_string(),
-                    "kind": resolved.kind, "media_type": resolved.media_type}),
-                );
-                if report.lone {
-                    human.push_str(&format!("{}\n", resolved.digest));
-                } else {
-                    human.push_str(&format!("{image}\t{}\n", resolved.digest));
-                }
-            }
-            Err(message) => {
-                failed = true;
-                eprintln!("error: {message}");
-                rows.push(json!({"image": image, "error": message}));
-            }
-        }
-    }
-    match format {
-        OutputFormat::Human => emit(&human),
-        OutputFormat::Json => emit_json(&json!({ "images": rows })),
-    }
-    if failed {
-        Exit::Attention
-    } else {
-        Exit::Ok
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Plan,
-    Check,
-}
-
-fn report_plan(pass: &Pass, format: OutputFormat, mode: Mode) -> Exit {
-    print_problems(pass);
-    match format {
-        OutputFormat::Human => {
-            let mut text = String::new();
-            for file in &pass.plan.files {
-                text.push_str(&file.diff);
-            }
-            text.push_str(&summary_line(&pass.plan));
-            emit(&text);
-        }
-        OutputFormat::Json => emit_json(&plan_json(pass, None)),
-    }
-    let needs_pinning = mode == Mode::Check && !pass.plan.changes.is_empty();
-    if needs_pinning || pass.has_failures() {
-        Exit::Attention
-    } else {
-        Exit::Ok
-    }
-}
-
-fn report_pin(pass: &Pass, written: &[pass::WriteOutcome], format: OutputFormat) -> Exit {
-    print_problems(pass);
-    let mut write_failed = false;
-    for outcome in written {
-        if let Err(e) = &outcome.result {
-            write_failed = true;
-            eprintln!("error: {}: cannot write: {e}", outcome.path.display());
-        }
-    }
-    match format {
-        OutputFormat::Human => {
-            let mut text = String::new();
-            for outcome in written.iter().filter(|o| o.result.is_ok()) {
-                text.push_str(&format!("pinned {}\n", outcome.path.display()));
-            }
-            text.push_str(&summary_line(&pass.plan));
-            emit(&text);
-        }
-        OutputFormat::Json => emit_json(&plan_json(pass, Some(written))),
-    }
-    if write_failed || pass.has_failures() {
-        Exit::Attention
-    } else {
-        Exit::Ok
-    }
-}
-
-fn print_problems(pass: &Pass) {
-    for skipped in &pass.skipped {
-        tracing::info!("skipped {skipped}");
-    }
-    for failure in pass.failures() {
-        eprintln!("error: {failure}");
-    }
-}
-
-fn summary_line(plan: &Plan) -> String {
-    let s = &plan.summary;
-    format!(
-        "{} image reference(s) in {} file(s): {} to pin, {} stale pin(s) to update, {} already current, {} digest-only left alone, {} failed; {} file(s) to change\n",
-        s.references, s.files_scanned, s.to_pin, s.to_update, s.current, s.digest_only, s.failed, s.files_changed
-    )
-}
-
-fn plan_json(pass: &Pass, written: Option<&[pass::WriteOutcome]>) -> serde_json::Value {
-    let mut value = json!({
-        "summary": pass.plan.summary,
-        "changes": pass.plan.changes,
-        "failures": pass.failures().iter().map(|f| f.to_string()).collect::<Vec<_>>(),
-        "skipped": pass.skipped,
-        "diff": pass.plan.files.iter().map(|f| f.diff.as_str()).collect::<String>(),
-    });
-    if let Some(written) = written {
-        value["written"] = written
-            .iter()
-            .filter(|o| o.result.is_ok())
-            .map(|o| json!(o.path.display().to_string()))
-            .collect();
-    }
-    value
-}
-
-/// Writes to stdout; a closed pipe (`tagpin plan … | head`) is not an error.
-fn emit(text: &str) {
-    let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("error: cannot write to stdout: {e}");
-        }
-    }
-}
-
-fn emit_json(value: &serde_json::Value) {
-    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
-    text.push('\n');
-    emit(&text);
-}
-
 /// The forge named by the configuration, with its token read from the environment.
 fn forge_from(config: &Config) -> Result<Option<GitHub>, CliError> {
     let Some(forge_config) = &config.forge else {
@@ -621,12 +414,6 @@ fn cache_dir_for(config: &Config, flag: Option<&Path>) -> Result<PathBuf, CliErr
 
 fn duration_flag(flag: &'static str, text: &str) -> Result<Duration, CliError> {
     crate::verify::parse_duration(text).map_err(|message| CliError::Flag { flag, message })
-}
-
-/// What `verify` found, for the printer.
-struct VerifyReport {
-    check: crate::verify::Check,
-    expectations: crate::verify::Expectations,
 }
 
 /// `tagpin verify`: gather what is expected, check the cluster, report on the PR.
@@ -725,143 +512,6 @@ async fn promote(
         dry_run: args.dry_run,
     };
     Ok(promoter.run(&args.to, &cluster, options).await?)
-}
-
-fn report_promote(report: &crate::promote::PromoteReport, format: OutputFormat) -> Exit {
-    use crate::promote::Gate;
-    for failure in &report.failures {
-        eprintln!("error: {failure}");
-    }
-    match format {
-        OutputFormat::Json => emit_json(&serde_json::to_value(report).unwrap_or_default()),
-        OutputFormat::Human => {
-            let mut text = format!(
-                "{} -> {} ({} at {}): {}\n",
-                report.source.stage,
-                report.stage,
-                report.source.state.as_str(),
-                &report.source.commit[..report.source.commit.len().min(12)],
-                report.reason
-            );
-            match &report.outcome {
-                Some(Outcome::DryRun {
-                    branch,
-                    title,
-                    body,
-                }) => {
-                    text.push_str(&report.diff);
-                    text.push_str(&format!(
-                        "dry run: would propose on {branch}:\ntitle: {title}\n\n{body}\n"
-                    ));
-                }
-                Some(Outcome::NothingToDo) => text.push_str(&format!(
-                    "nothing to promote: {} already pins what {} runs\n",
-                    report.stage, report.source.stage
-                )),
-                Some(Outcome::Committed { branch, commit, .. }) => text.push_str(&format!(
-                    "committed {commit} to {branch}: {} image field(s) promoted from {}\n",
-                    report.changes.len(),
-                    report.source.stage
-                )),
-                Some(outcome) => {
-                    let group = crate::sync::GroupReport {
-                        group: report.stage.clone(),
-                        outcome: outcome.clone(),
-                        changes: report.changes.clone(),
-                        diff: String::new(),
-                    };
-                    text.push_str(&outcome_line(&report.stage, &group));
-                    text.push('\n');
-                }
-                None => text.push_str("nothing promoted\n"),
-            }
-            for skipped in &report.skipped_text {
-                text.push_str(&format!("  {skipped}\n"));
-            }
-            emit(&text);
-        }
-    }
-    match &report.gate {
-        Gate::Refused {
-            state: State::Unverified,
-            ..
-        } => Exit::Unverified,
-        Gate::Refused { .. } => Exit::Attention,
-        _ if !report.failures.is_empty() => Exit::Attention,
-        Gate::Waiting { .. } | Gate::Soaking { .. } => Exit::Progressing,
-        Gate::Open { .. } => Exit::Ok,
-    }
-}
-
-fn report_verify(report: &VerifyReport, format: OutputFormat) -> Exit {
-    let VerifyReport {
-        check,
-        expectations,
-    } = report;
-    for skipped in &expectations.skipped {
-        tracing::info!("skipped {skipped}");
-    }
-    for failure in &expectations.failures {
-        eprintln!("error: {failure}");
-    }
-    match format {
-        OutputFormat::Json => {
-            let mut document = json!({
-                "state": check.state,
-                "summary": check.summary,
-                "verdicts": check.verdicts,
-                "not_verified": check.not_verified(expectations).collect::<Vec<_>>(),
-                "failures": expectations.failures,
-                "skipped": expectations.skipped,
-            });
-            // Only when a GitOps object applies the pins, so other documents keep their shape.
-            if !check.gitops.objects.is_empty() {
-                document["gitops"] = json!(check.gitops.objects);
-            }
-            emit_json(&document)
-        }
-        OutputFormat::Human => {
-            let mut text = format!("{}: {}\n", report::state_word(check.state), check.summary);
-            for v in &check.verdicts {
-                text.push_str(&format!(
-                    "  {} {}: {} ({} of {} pods on {}) {}\n",
-                    v.workload,
-                    v.container,
-                    report::state_word(v.state),
-                    v.pods_on_pinned,
-                    v.pods_total,
-                    v.pinned_digest,
-                    v.reason
-                ));
-                if !v.finished_pods.is_empty() {
-                    text.push_str(&format!(
-                        "    not counted (ended or being deleted): {}\n",
-                        v.finished_pods.join(", ")
-                    ));
-                }
-            }
-            for object in &check.gitops.objects {
-                text.push_str(&format!("  {}\n", object.summary));
-            }
-            for n in check.not_verified(expectations) {
-                text.push_str(&format!(
-                    "  {} {}: not verified: {}\n",
-                    n.workload,
-                    n.image,
-                    n.why()
-                ));
-            }
-            emit(&text);
-        }
-    }
-    // The exit code is the state, nothing else: a manifest that could not be read leaves its
-    // pins unchecked, which the state already says (Unverified, unless something Failed).
-    match check.state {
-        State::Failed => Exit::Attention,
-        State::Converged => Exit::Ok,
-        State::Progressing => Exit::Progressing,
-        State::Unverified => Exit::Unverified,
-    }
 }
 
 /// `tagpin run`: the controller, until SIGTERM or SIGINT.
@@ -988,62 +638,6 @@ async fn sync(
     let cache_dir = cache_dir_for(&config, cache_dir)?;
     let syncer = Syncer::new(&config, &client, forge.as_ref(), &cache_dir)?;
     Ok(syncer.run(SyncOptions { dry_run }).await?)
-}
-
-fn report_sync(report: &SyncReport, format: OutputFormat) -> Exit {
-    for skipped in &report.skipped {
-        tracing::info!("skipped {skipped}");
-    }
-    for failure in &report.failures {
-        eprintln!("error: {failure}");
-    }
-    match format {
-        OutputFormat::Json => emit_json(&serde_json::to_value(report).unwrap_or_default()),
-        OutputFormat::Human => emit(&sync_text(report)),
-    }
-    if report.has_failures() {
-        Exit::Attention
-    } else {
-        Exit::Ok
-    }
-}
-
-fn sync_text(report: &SyncReport) -> String {
-    let mut text = String::new();
-    for group in &report.groups {
-        if let Outcome::DryRun { .. } = &group.outcome {
-            text.push_str(&group.diff);
-        }
-        text.push_str(&outcome_line(&report.target, group));
-        text.push('\n');
-    }
-    text
-}
-
-/// One line for what a group's write did; `target` is the branch (or stage) written to.
-fn outcome_line(target: &str, group: &crate::sync::GroupReport) -> String {
-    let images = group.changes.len();
-    match &group.outcome {
-        Outcome::NothingToDo => format!("{target}: nothing to pin"),
-        Outcome::Committed { branch, commit, .. } => {
-            format!("committed {commit} to {branch}: {images} image field(s) pinned")
-        }
-        Outcome::PullRequestOpened { number, url, branch } => {
-            format!("opened pull request #{number} from {branch}: {url}")
-        }
-        Outcome::PullRequestUpdated { number, url, branch } => {
-            format!("updated pull request #{number} from {branch}: {url}")
-        }
-        Outcome::PullRequestUnchanged { number, url, .. } => {
-            format!("pull request #{number} already proposes these digests: {url}")
-        }
-        Outcome::ClosedByHand { number, branch } => format!(
-            "pull request #{number} from {branch} was closed by hand for these same digests; not reopening"
-        ),
-        Outcome::DryRun { branch, title, body } => {
-            format!("dry run: would propose on {branch}:\ntitle: {title}\n\n{body}")
-        }
-    }
 }
 
 /// `$XDG_CACHE_HOME/tagpin`, else `~/.cache/tagpin`.

@@ -11,6 +11,7 @@ pub mod forge;
 pub mod git;
 pub mod manifest;
 pub mod metrics;
+mod output;
 pub mod pass;
 pub mod pipeline;
 pub mod plan;

@@ -1,0 +1,631 @@
+//! What each command prints, and the exit code it ends with.
+//!
+//! Commands return data; this module alone renders it, as human text or as one JSON document
+//! (`--output json`), and decides the exit code. Rendering is pure ([`render`] returns what
+//! would be written), so each report's text and code are unit-tested; [`print`] writes it:
+//! results on stdout, errors on stderr, skips in the log.
+//!
+//! | code | meaning |
+//! |------|---------|
+//! | 0 | done, or nothing to do |
+//! | 1 | something needs attention: an image or file failed (the rest was done), or `pin --check` found references to pin |
+//! | 2 | usage, configuration or fatal error: nothing was done |
+//! | 3 | `verify`: the cluster is still progressing (at the timeout, with `--wait`); `promote`: the source stage is still rolling out or soaking |
+//! | 4 | `verify`: unverified: some pinned image matched no live workload, a manifest could not be read, or nothing was selected; `promote`: the source stage is unverified |
+//!
+//! `verify`'s exit code is its state and nothing else, so the headline, `state` in JSON, the
+//! commit status and the code agree; a configured path the commit does not hold is a
+//! configuration error (2). With `--output json`, an error that stops a command (2) is also a
+//! document on stdout: `{"state": "error", "error": "…"}`.
+//! `promote` exits 1 when the source stage Failed or a manifest could not be read.
+
+use std::fmt::Display;
+use std::io::Write;
+
+use serde_json::json;
+
+use crate::cli::OutputFormat;
+use crate::pass::{self, Pass};
+use crate::plan::Plan;
+use crate::registry;
+use crate::sync::{Outcome, SyncReport};
+use crate::verify::report;
+use crate::verify::verdict::State;
+
+/// What rendering a report produced: the text for stdout, the error lines for stderr, what
+/// was skipped (logged at info), and the exit code.
+#[derive(Debug)]
+pub(crate) struct Printed {
+    pub(crate) stdout: String,
+    pub(crate) errors: Vec<String>,
+    pub(crate) skipped: Vec<String>,
+    pub(crate) exit: Exit,
+}
+
+impl Printed {
+    fn text(&mut self, text: &str) {
+        self.stdout.push_str(text);
+    }
+
+    fn json(&mut self, value: &serde_json::Value) {
+        self.stdout
+            .push_str(&serde_json::to_string_pretty(value).unwrap_or_default());
+        self.stdout.push('\n');
+    }
+
+    fn error(&mut self, message: impl Display) {
+        self.errors.push(message.to_string());
+    }
+
+    fn skipped(&mut self, skipped: impl Display) {
+        self.skipped.push(skipped.to_string());
+    }
+
+    fn problems(&mut self, pass: &Pass) {
+        for skipped in &pass.skipped {
+            self.skipped(skipped);
+        }
+        for failure in pass.failures() {
+            self.error(failure);
+        }
+    }
+}
+
+/// What `report` prints in `format`, and its exit code.
+pub(crate) fn render(report: &Report, format: OutputFormat) -> Printed {
+    let mut out = Printed {
+        stdout: String::new(),
+        errors: Vec::new(),
+        skipped: Vec::new(),
+        exit: Exit::Ok,
+    };
+    out.exit = match report {
+        Report::Resolve(r) => render_resolve(r, format, &mut out),
+        Report::Plan(pass, mode) => render_plan(pass, format, *mode, &mut out),
+        Report::Pin(pass, written) => render_pin(pass, written, format, &mut out),
+        Report::Sync(r) => render_sync(r, format, &mut out),
+        Report::Verify(r) => render_verify(r, format, &mut out),
+        Report::Promote(r) => render_promote(r, format, &mut out),
+        Report::Stopped => Exit::Ok,
+    };
+    out
+}
+
+/// What an error that stopped the command prints: a line on stderr and, with `--output json`,
+/// a document on stdout, so a script reading stdout gets one for every exit code.
+pub(crate) fn render_error(error: &dyn Display, format: OutputFormat) -> Printed {
+    let mut out = Printed {
+        stdout: String::new(),
+        errors: vec![error.to_string()],
+        skipped: Vec::new(),
+        exit: Exit::Fatal,
+    };
+    if format == OutputFormat::Json {
+        out.json(&json!({ "state": "error", "error": error.to_string() }));
+    }
+    out
+}
+
+/// Writes what was rendered and returns its exit code. A closed pipe (`tagpin plan … | head`)
+/// is not an error.
+pub(crate) fn print(printed: Printed) -> Exit {
+    for skipped in &printed.skipped {
+        tracing::info!("skipped {skipped}");
+    }
+    for error in &printed.errors {
+        eprintln!("error: {error}");
+    }
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out
+        .write_all(printed.stdout.as_bytes())
+        .and_then(|_| out.flush())
+    {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error: cannot write to stdout: {e}");
+        }
+    }
+    printed.exit
+}
+
+/// The process exit code; see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Ok = 0,
+    Attention = 1,
+    Fatal = 2,
+    /// `verify`: still progressing when it stopped looking.
+    Progressing = 3,
+    /// `verify`: something pinned was not checked; never reported as converged.
+    Unverified = 4,
+}
+
+/// What a command produced, for the printer.
+pub(crate) enum Report {
+    Resolve(ResolveReport),
+    Plan(Pass, Mode),
+    Pin(Pass, Vec<pass::WriteOutcome>),
+    Sync(SyncReport),
+    Verify(VerifyReport),
+    Promote(crate::promote::PromoteReport),
+    Stopped,
+}
+
+/// The answer for each image asked, in the order asked.
+pub(crate) struct ResolveReport {
+    pub(crate) lone: bool,
+    pub(crate) rows: Vec<(String, Result<registry::Resolved, String>)>,
+}
+
+/// One line per image; a lone image prints just its digest, so `$(tagpin resolve nginx)` works
+/// in scripts the way `crane digest` does.
+fn render_resolve(report: &ResolveReport, format: OutputFormat, out: &mut Printed) -> Exit {
+    let mut failed = false;
+    let mut rows = Vec::new();
+    let mut human = String::new();
+    for (image, outcome) in &report.rows {
+        match outcome {
+            Ok(resolved) => {
+                rows.push(
+                    json!({"image": image, "digest": resolved.digest.to_string(),
+                    "kind": resolved.kind, "media_type": resolved.media_type}),
+                );
+                if report.lone {
+                    human.push_str(&format!("{}\n", resolved.digest));
+                } else {
+                    human.push_str(&format!("{image}\t{}\n", resolved.digest));
+                }
+            }
+            Err(message) => {
+                failed = true;
+                out.error(message);
+                rows.push(json!({"image": image, "error": message}));
+            }
+        }
+    }
+    match format {
+        OutputFormat::Human => out.text(&human),
+        OutputFormat::Json => out.json(&json!({ "images": rows })),
+    }
+    if failed {
+        Exit::Attention
+    } else {
+        Exit::Ok
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Plan,
+    Check,
+}
+
+fn render_plan(pass: &Pass, format: OutputFormat, mode: Mode, out: &mut Printed) -> Exit {
+    out.problems(pass);
+    match format {
+        OutputFormat::Human => {
+            let mut text = String::new();
+            for file in &pass.plan.files {
+                text.push_str(&file.diff);
+            }
+            text.push_str(&summary_line(&pass.plan));
+            out.text(&text);
+        }
+        OutputFormat::Json => out.json(&plan_json(pass, None)),
+    }
+    let needs_pinning = mode == Mode::Check && !pass.plan.changes.is_empty();
+    if needs_pinning || pass.has_failures() {
+        Exit::Attention
+    } else {
+        Exit::Ok
+    }
+}
+
+fn render_pin(
+    pass: &Pass,
+    written: &[pass::WriteOutcome],
+    format: OutputFormat,
+    out: &mut Printed,
+) -> Exit {
+    out.problems(pass);
+    let mut write_failed = false;
+    for outcome in written {
+        if let Err(e) = &outcome.result {
+            write_failed = true;
+            out.error(format!("{}: cannot write: {e}", outcome.path.display()));
+        }
+    }
+    match format {
+        OutputFormat::Human => {
+            let mut text = String::new();
+            for outcome in written.iter().filter(|o| o.result.is_ok()) {
+                text.push_str(&format!("pinned {}\n", outcome.path.display()));
+            }
+            text.push_str(&summary_line(&pass.plan));
+            out.text(&text);
+        }
+        OutputFormat::Json => out.json(&plan_json(pass, Some(written))),
+    }
+    if write_failed || pass.has_failures() {
+        Exit::Attention
+    } else {
+        Exit::Ok
+    }
+}
+
+fn summary_line(plan: &Plan) -> String {
+    let s = &plan.summary;
+    format!(
+        "{} image reference(s) in {} file(s): {} to pin, {} stale pin(s) to update, {} already current, {} digest-only left alone, {} failed; {} file(s) to change\n",
+        s.references, s.files_scanned, s.to_pin, s.to_update, s.current, s.digest_only, s.failed, s.files_changed
+    )
+}
+
+fn plan_json(pass: &Pass, written: Option<&[pass::WriteOutcome]>) -> serde_json::Value {
+    let mut value = json!({
+        "summary": pass.plan.summary,
+        "changes": pass.plan.changes,
+        "failures": pass.failures().iter().map(|f| f.to_string()).collect::<Vec<_>>(),
+        "skipped": pass.skipped,
+        "diff": pass.plan.files.iter().map(|f| f.diff.as_str()).collect::<String>(),
+    });
+    if let Some(written) = written {
+        value["written"] = written
+            .iter()
+            .filter(|o| o.result.is_ok())
+            .map(|o| json!(o.path.display().to_string()))
+            .collect();
+    }
+    value
+}
+
+/// What `verify` found, for the printer.
+pub(crate) struct VerifyReport {
+    pub(crate) check: crate::verify::Check,
+    pub(crate) expectations: crate::verify::Expectations,
+}
+
+fn render_promote(
+    report: &crate::promote::PromoteReport,
+    format: OutputFormat,
+    out: &mut Printed,
+) -> Exit {
+    use crate::promote::Gate;
+    for failure in &report.failures {
+        out.error(failure);
+    }
+    match format {
+        OutputFormat::Json => out.json(&serde_json::to_value(report).unwrap_or_default()),
+        OutputFormat::Human => {
+            let mut text = format!(
+                "{} -> {} ({} at {}): {}\n",
+                report.source.stage,
+                report.stage,
+                report.source.state.as_str(),
+                &report.source.commit[..report.source.commit.len().min(12)],
+                report.reason
+            );
+            match &report.outcome {
+                Some(Outcome::DryRun {
+                    branch,
+                    title,
+                    body,
+                }) => {
+                    text.push_str(&report.diff);
+                    text.push_str(&format!(
+                        "dry run: would propose on {branch}:\ntitle: {title}\n\n{body}\n"
+                    ));
+                }
+                Some(Outcome::NothingToDo) => text.push_str(&format!(
+                    "nothing to promote: {} already pins what {} runs\n",
+                    report.stage, report.source.stage
+                )),
+                Some(Outcome::Committed { branch, commit, .. }) => text.push_str(&format!(
+                    "committed {commit} to {branch}: {} image field(s) promoted from {}\n",
+                    report.changes.len(),
+                    report.source.stage
+                )),
+                Some(outcome) => {
+                    let group = crate::sync::GroupReport {
+                        group: report.stage.clone(),
+                        outcome: outcome.clone(),
+                        changes: report.changes.clone(),
+                        diff: String::new(),
+                    };
+                    text.push_str(&outcome_line(&report.stage, &group));
+                    text.push('\n');
+                }
+                None => text.push_str("nothing promoted\n"),
+            }
+            for skipped in &report.skipped_text {
+                text.push_str(&format!("  {skipped}\n"));
+            }
+            out.text(&text);
+        }
+    }
+    match &report.gate {
+        Gate::Refused {
+            state: State::Unverified,
+            ..
+        } => Exit::Unverified,
+        Gate::Refused { .. } => Exit::Attention,
+        _ if !report.failures.is_empty() => Exit::Attention,
+        Gate::Waiting { .. } | Gate::Soaking { .. } => Exit::Progressing,
+        Gate::Open { .. } => Exit::Ok,
+    }
+}
+
+fn render_verify(report: &VerifyReport, format: OutputFormat, out: &mut Printed) -> Exit {
+    let VerifyReport {
+        check,
+        expectations,
+    } = report;
+    for skipped in &expectations.skipped {
+        out.skipped(skipped);
+    }
+    for failure in &expectations.failures {
+        out.error(failure);
+    }
+    match format {
+        OutputFormat::Json => {
+            let mut document = json!({
+                "state": check.state,
+                "summary": check.summary,
+                "verdicts": check.verdicts,
+                "not_verified": check.not_verified(expectations).collect::<Vec<_>>(),
+                "failures": expectations.failures,
+                "skipped": expectations.skipped,
+            });
+            // Only when a GitOps object applies the pins, so other documents keep their shape.
+            if !check.gitops.objects.is_empty() {
+                document["gitops"] = json!(check.gitops.objects);
+            }
+            out.json(&document)
+        }
+        OutputFormat::Human => {
+            let mut text = format!("{}: {}\n", report::state_word(check.state), check.summary);
+            for v in &check.verdicts {
+                text.push_str(&format!(
+                    "  {} {}: {} ({} of {} pods on {}) {}\n",
+                    v.workload,
+                    v.container,
+                    report::state_word(v.state),
+                    v.pods_on_pinned,
+                    v.pods_total,
+                    v.pinned_digest,
+                    v.reason
+                ));
+                if !v.finished_pods.is_empty() {
+                    text.push_str(&format!(
+                        "    not counted (ended or being deleted): {}\n",
+                        v.finished_pods.join(", ")
+                    ));
+                }
+            }
+            for object in &check.gitops.objects {
+                text.push_str(&format!("  {}\n", object.summary));
+            }
+            for n in check.not_verified(expectations) {
+                text.push_str(&format!(
+                    "  {} {}: not verified: {}\n",
+                    n.workload,
+                    n.image,
+                    n.why()
+                ));
+            }
+            out.text(&text);
+        }
+    }
+    // The exit code is the state, nothing else: a manifest that could not be read leaves its
+    // pins unchecked, which the state already says (Unverified, unless something Failed).
+    match check.state {
+        State::Failed => Exit::Attention,
+        State::Converged => Exit::Ok,
+        State::Progressing => Exit::Progressing,
+        State::Unverified => Exit::Unverified,
+    }
+}
+
+fn render_sync(report: &SyncReport, format: OutputFormat, out: &mut Printed) -> Exit {
+    for skipped in &report.skipped {
+        out.skipped(skipped);
+    }
+    for failure in &report.failures {
+        out.error(failure);
+    }
+    match format {
+        OutputFormat::Json => out.json(&serde_json::to_value(report).unwrap_or_default()),
+        OutputFormat::Human => out.text(&sync_text(report)),
+    }
+    if report.has_failures() {
+        Exit::Attention
+    } else {
+        Exit::Ok
+    }
+}
+
+fn sync_text(report: &SyncReport) -> String {
+    let mut text = String::new();
+    for group in &report.groups {
+        if let Outcome::DryRun { .. } = &group.outcome {
+            text.push_str(&group.diff);
+        }
+        text.push_str(&outcome_line(&report.target, group));
+        text.push('\n');
+    }
+    text
+}
+
+/// One line for what a group's write did; `target` is the branch (or stage) written to.
+fn outcome_line(target: &str, group: &crate::sync::GroupReport) -> String {
+    let images = group.changes.len();
+    match &group.outcome {
+        Outcome::NothingToDo => format!("{target}: nothing to pin"),
+        Outcome::Committed { branch, commit, .. } => {
+            format!("committed {commit} to {branch}: {images} image field(s) pinned")
+        }
+        Outcome::PullRequestOpened { number, url, branch } => {
+            format!("opened pull request #{number} from {branch}: {url}")
+        }
+        Outcome::PullRequestUpdated { number, url, branch } => {
+            format!("updated pull request #{number} from {branch}: {url}")
+        }
+        Outcome::PullRequestUnchanged { number, url, .. } => {
+            format!("pull request #{number} already proposes these digests: {url}")
+        }
+        Outcome::ClosedByHand { number, branch } => format!(
+            "pull request #{number} from {branch} was closed by hand for these same digests; not reopening"
+        ),
+        Outcome::DryRun { branch, title, body } => {
+            format!("dry run: would propose on {branch}:\ntitle: {title}\n\n{body}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::Digest;
+    use crate::registry::{ManifestKind, Resolved};
+    use crate::verify::{Check, Expectations};
+
+    fn verify_report(state: State, failures: &[&str]) -> Report {
+        Report::Verify(VerifyReport {
+            check: Check {
+                state,
+                summary: "1 image(s) checked".into(),
+                verdicts: Vec::new(),
+                gitops: Default::default(),
+            },
+            expectations: Expectations {
+                failures: failures.iter().map(|f| f.to_string()).collect(),
+                ..Expectations::default()
+            },
+        })
+    }
+
+    fn json_of(printed: &Printed) -> serde_json::Value {
+        serde_json::from_str(&printed.stdout).expect("one JSON document on stdout")
+    }
+
+    #[test]
+    fn verify_exits_with_its_state_and_says_the_same_in_json_and_text() {
+        let cases = [
+            (State::Converged, Exit::Ok, "converged", "Converged"),
+            (State::Failed, Exit::Attention, "failed", "Failed"),
+            (
+                State::Progressing,
+                Exit::Progressing,
+                "progressing",
+                "Progressing",
+            ),
+            (
+                State::Unverified,
+                Exit::Unverified,
+                "unverified",
+                "Unverified",
+            ),
+        ];
+        for (state, exit, word, headline) in cases {
+            let report = verify_report(state, &[]);
+            let json = render(&report, OutputFormat::Json);
+            assert_eq!(json.exit, exit, "{word}");
+            assert_eq!(json_of(&json)["state"], word);
+            let human = render(&report, OutputFormat::Human);
+            assert_eq!(human.exit, exit, "{word}");
+            assert!(
+                human.stdout.starts_with(&format!("{headline}: ")),
+                "{}",
+                human.stdout
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreadable_manifest_is_named_and_exits_as_the_state_says() {
+        let broken = "apps/broken.yaml:5:1: invalid YAML: did not find expected key";
+        let report = verify_report(State::Unverified, &[broken]);
+        let printed = render(&report, OutputFormat::Json);
+        assert_eq!(printed.exit, Exit::Unverified);
+        assert_eq!(printed.errors, vec![broken.to_string()]);
+        assert_eq!(json_of(&printed)["failures"][0], broken);
+        // Something that Failed still decides the code.
+        let report = verify_report(State::Failed, &[broken]);
+        assert_eq!(render(&report, OutputFormat::Json).exit, Exit::Attention);
+    }
+
+    #[test]
+    fn an_error_that_stops_a_command_is_a_json_document_too() {
+        let error = "configuration: paths names aps, which commit 1a2b does not hold";
+        let json = render_error(&error, OutputFormat::Json);
+        assert_eq!(json.exit, Exit::Fatal);
+        assert_eq!(json_of(&json), json!({"state": "error", "error": error}));
+        assert_eq!(json.errors, vec![error.to_string()]);
+        let human = render_error(&error, OutputFormat::Human);
+        assert_eq!((human.exit, human.stdout.as_str()), (Exit::Fatal, ""));
+    }
+
+    #[test]
+    fn one_resolved_image_prints_its_digest_alone_and_a_failure_exits_1() {
+        let digest = Digest::parse(&format!("sha256:{}", "a".repeat(64))).unwrap();
+        let resolved = Resolved {
+            digest: digest.clone(),
+            kind: ManifestKind::Image,
+            media_type: "application/vnd.oci.image.manifest.v1+json".into(),
+        };
+        let lone = Report::Resolve(ResolveReport {
+            lone: true,
+            rows: vec![("nginx:1.27".into(), Ok(resolved.clone()))],
+        });
+        let printed = render(&lone, OutputFormat::Human);
+        assert_eq!(printed.stdout, format!("{digest}\n"));
+        assert_eq!(printed.exit, Exit::Ok);
+
+        let two = Report::Resolve(ResolveReport {
+            lone: false,
+            rows: vec![
+                ("nginx:1.27".into(), Ok(resolved)),
+                ("acme/gone:1".into(), Err("acme/gone:1: not found".into())),
+            ],
+        });
+        let printed = render(&two, OutputFormat::Human);
+        assert_eq!(printed.stdout, format!("nginx:1.27\t{digest}\n"));
+        assert_eq!(printed.errors, vec!["acme/gone:1: not found".to_string()]);
+        assert_eq!(printed.exit, Exit::Attention);
+    }
+
+    #[test]
+    fn plan_and_pin_check_with_nothing_to_pin_exit_0() {
+        let clean = Report::Plan(Pass::default(), Mode::Check);
+        let printed = render(&clean, OutputFormat::Human);
+        assert_eq!(printed.exit, Exit::Ok);
+        assert!(printed
+            .stdout
+            .starts_with("0 image reference(s) in 0 file(s)"));
+        let plan = Report::Plan(Pass::default(), Mode::Plan);
+        assert_eq!(render(&plan, OutputFormat::Json).exit, Exit::Ok);
+    }
+
+    #[test]
+    fn a_sync_pass_prints_one_line_per_group_and_a_failure_exits_1() {
+        let report = SyncReport {
+            target: "main".into(),
+            groups: vec![crate::sync::GroupReport {
+                group: "all".into(),
+                outcome: Outcome::ClosedByHand {
+                    number: 7,
+                    branch: "tagpin/pin".into(),
+                },
+                changes: Vec::new(),
+                diff: String::new(),
+            }],
+            failures: vec!["acme/web:1: registry answered 500".into()],
+            ..SyncReport::default()
+        };
+        let printed = render(&Report::Sync(report), OutputFormat::Human);
+        assert_eq!(
+            printed.stdout,
+            "pull request #7 from tagpin/pin was closed by hand for these same digests; not reopening\n"
+        );
+        assert_eq!(printed.exit, Exit::Attention);
+    }
+}
