@@ -8,35 +8,10 @@
 
 use std::collections::HashSet;
 
-use super::scan::{string_target, Collector, ImageField, Origin};
+use super::field::{string_target, Collector, ContainerList, ImageField, Origin};
 use super::yaml::{Document, NodeId};
 use super::ManifestError;
 use crate::workload::{WorkloadId, WorkloadKind};
-
-/// Which list of a pod spec a container came from; reports name it the way `kubectl` does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ContainerList {
-    Containers,
-    InitContainers,
-    EphemeralContainers,
-}
-
-impl ContainerList {
-    const ALL: [ContainerList; 3] = [
-        ContainerList::Containers,
-        ContainerList::InitContainers,
-        ContainerList::EphemeralContainers,
-    ];
-
-    /// The pod spec key holding this list.
-    pub fn key(self) -> &'static str {
-        match self {
-            ContainerList::Containers => "containers",
-            ContainerList::InitContainers => "initContainers",
-            ContainerList::EphemeralContainers => "ephemeralContainers",
-        }
-    }
-}
 
 /// Scans an object and, for `kind: List` and `*List` kinds, its items, with an explicit work
 /// list and a visited set (aliases may repeat items, or even make a list contain itself).

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::scan::{string_target, Collector, ImageField, Origin, SkipReason, Target};
+use super::field::{string_target, Collector, ImageField, Origin, SkipReason, Target};
 use super::yaml::{Document, NodeId, NodeKind, Style};
 use super::ManifestError;
 

@@ -9,6 +9,7 @@
 //! is the only part that touches the file system (listing manifest files, writing results
 //! atomically).
 
+mod field;
 pub mod kubernetes;
 pub mod kustomize;
 pub mod rewrite;
@@ -19,12 +20,10 @@ pub(crate) mod yaml;
 use std::ops::Range;
 use std::path::PathBuf;
 
-pub use kubernetes::ContainerList;
+pub use field::{ContainerList, ImageField, Origin, ScalarStyle, SkipReason, SkippedField, Target};
 pub use kustomize::KustomizeNamespaces;
 pub use rewrite::{apply, render_scalar, Edit};
-pub use scan::{
-    scan, ImageField, Origin, ScalarStyle, ScanOutcome, SkipReason, SkippedField, Target,
-};
+pub use scan::{scan, ScanOutcome};
 pub use walk::{read_manifest, walk, write_atomic, FileFilter, SkippedPath, Walk, WalkSkipReason};
 
 /// Files larger than this are refused before parsing: no manifest is this big, and the parser

@@ -6,7 +6,7 @@
 
 use std::ops::Range;
 
-use super::scan::{ScalarStyle, Target};
+use super::field::{ScalarStyle, Target};
 use super::ManifestError;
 
 /// One change to a file: put `new_value` (decoded, unquoted) at `target`.
@@ -225,7 +225,8 @@ fn double_quoted(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::scan::{scan, ImageField};
+    use super::super::scan::scan;
+    use super::super::ImageField;
     use super::super::Origin;
     use super::*;
     use proptest::prelude::*;

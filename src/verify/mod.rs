@@ -7,9 +7,11 @@
 //! digests), and lets the pure [`verdict`] judge. [`report`] renders the verdict for the pull
 //! request. Nothing here writes to the cluster.
 
+mod condition;
 pub mod expected;
 pub mod gitops;
 pub mod live;
+mod observed;
 mod pods;
 pub mod report;
 mod rollout;

@@ -8,11 +8,10 @@
 //! that no wait will cure fails the verdict here, unless the pod is an old one the rollout will
 //! replace anyway. Pure, like the rest of the verdict: plain structs in.
 
+use super::condition::{judged, ConditionStatus, ConditionType, Judged};
 use super::expected::Expected;
-use super::verdict::{
-    judged, ConditionStatus, ConditionType, DigestFamily, Judged, LivePod, RolloutStatus,
-};
-use super::wording::{fatal_line, plural, stale_line};
+use super::observed::{DigestFamily, LivePod, RolloutStatus};
+use super::wording::{fatal_line, plural, stale_line, Stale};
 
 /// Waiting reasons with which the kubelet says a container cannot run as specified. Waiting
 /// longer does not help (the kubelet only backs off), so they make a verdict Failed rather than
@@ -56,12 +55,6 @@ pub fn digest_of_image_id(image_id: &str) -> Option<ImageIdDigest> {
         return Some(ImageIdDigest::Bare(format!("sha256:{id}")));
     }
     None
-}
-
-/// A pod that does not run the pinned digest, and whether it never started the container.
-pub(super) struct Stale {
-    pub(super) name: String,
-    pub(super) not_started: bool,
 }
 
 /// The `DigestsMatch` judgement with the pod counts it was made from.

@@ -7,8 +7,8 @@
 //! (non-rolling strategies, ReplicaSet, Job, Pod) the rule is the closest one it would give,
 //! written out in that kind's function. Pure, like the rest of the verdict: plain structs in.
 
-use super::verdict::RolloutStatus;
-use super::verdict::{judged, ConditionStatus, ConditionType, Judged, LivePod, LiveWorkload};
+use super::condition::{judged, ConditionStatus, ConditionType, Judged};
+use super::observed::{LivePod, LiveWorkload, RolloutStatus};
 use super::wording::one_line;
 
 /// `RolledOut` for the workload, by its kind. Only unpacks the kind's status fields, so that

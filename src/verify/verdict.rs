@@ -24,7 +24,12 @@
 
 use serde::Serialize;
 
+use super::condition::{condition, judged, Judged};
+pub use super::condition::{Condition, ConditionStatus, ConditionType, State};
 pub use super::expected::Expected;
+pub use super::observed::{
+    DigestFamily, Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus,
+};
 pub use super::pods::{digest_of_image_id, ImageIdDigest};
 use super::pods::{digest_part, judge_pods};
 use super::rollout::judge_rollout;
@@ -34,195 +39,6 @@ use crate::workload::WorkloadId;
 
 /// GitHub rejects a commit status whose description is longer than this many characters.
 pub const STATUS_DESCRIPTION_MAX_CHARS: usize = 140;
-
-/// What the registry says the pinned digest stands for. Any part may be empty when unknown;
-/// then only the pinned digest itself is accepted.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DigestFamily {
-    /// The digest this family was resolved for. When set and different from
-    /// [`Expected::digest`] the family is stale and is ignored, so that the children of another
-    /// index can never vouch for a pod.
-    pub pinned: String,
-    /// For a multi-arch index, the digests of its platform manifests: CRI-O and containerd may
-    /// report the platform manifest a node pulled instead of the index.
-    pub platform_children: Vec<String>,
-    /// The image config digests (image IDs), which Docker-based runtimes report as a bare
-    /// `sha256:…` without a repository.
-    pub config_digests: Vec<String>,
-}
-
-/// The live workload object, reduced to what the verdict reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LiveWorkload {
-    pub kind: String,
-    /// `metadata.generation`; absent reads as 0, as in Go.
-    pub generation: Option<i64>,
-    /// `status.observedGeneration`; absent reads as 0, as in Go.
-    pub observed_generation: Option<i64>,
-    /// The live pod template's containers and init containers: `(name, image)`.
-    pub template_images: Vec<(String, String)>,
-    pub rollout: RolloutStatus,
-}
-
-/// The fields `kubectl rollout status` (or `oc rollout status`) reads, per kind.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RolloutStatus {
-    Deployment {
-        spec_replicas: i32,
-        replicas: i32,
-        updated: i32,
-        ready: i32,
-        available: i32,
-        /// The `Progressing` condition has reason `ProgressDeadlineExceeded`.
-        progress_deadline_exceeded: bool,
-    },
-    StatefulSet {
-        spec_replicas: i32,
-        ready: i32,
-        updated: i32,
-        current_revision: Option<String>,
-        update_revision: Option<String>,
-        /// `spec.updateStrategy.type` is `RollingUpdate` (the default).
-        rolling_update: bool,
-        /// `spec.updateStrategy.rollingUpdate.partition`.
-        partition: Option<i32>,
-    },
-    DaemonSet {
-        desired: i32,
-        updated: i32,
-        available: i32,
-        /// `spec.updateStrategy.type` is `RollingUpdate` (the default).
-        rolling_update: bool,
-    },
-    ReplicaSet {
-        spec_replicas: i32,
-        ready: i32,
-        available: i32,
-    },
-    Job {
-        active: i32,
-        succeeded: i32,
-        failed: i32,
-        /// The message of a `Failed` condition with status `True`.
-        failed_condition: Option<String>,
-    },
-    /// A CronJob, judged by the newest Job it created from its current `jobTemplate` (once the
-    /// template carries the pin, those are the runs since the pin). The caller passes the pods
-    /// of those Jobs only.
-    CronJob {
-        /// Jobs created from the current template.
-        runs: usize,
-        /// The newest of them, as [`RolloutStatus::Job`].
-        latest: Option<Box<RolloutStatus>>,
-    },
-    /// A bare Pod: judged from the pod itself, which the caller passes in [`Live::Found`].
-    Pod,
-    DeploymentConfig {
-        spec_replicas: i32,
-        updated: i32,
-        available: i32,
-        /// `status.latestVersion`; 0 or absent means no deployment has run yet.
-        latest_version: Option<i64>,
-        /// The message of the `Progressing` condition when its reason says the rollout failed
-        /// (`ProgressDeadlineExceeded`, `RolloutCancelled`).
-        progressing_failed: Option<String>,
-    },
-}
-
-/// One pod of the workload.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LivePod {
-    pub name: String,
-    /// `status.phase`: `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
-    pub phase: String,
-    /// The pod's `Ready` condition is `True`.
-    pub ready: bool,
-    /// `metadata.deletionTimestamp` is set: the pod is on its way out and says nothing about
-    /// what the workload will run.
-    pub deleting: bool,
-    /// `status.reason`, such as `Evicted`, for a pod that ended.
-    pub reason: Option<String>,
-    /// Container statuses (init containers may be included; names are unique within a pod).
-    pub containers: Vec<LiveContainer>,
-}
-
-/// One entry of a pod's `status.containerStatuses`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LiveContainer {
-    pub name: String,
-    pub image: String,
-    /// Empty until the runtime has the image and created the container.
-    pub image_id: String,
-    pub ready: bool,
-    pub waiting_reason: Option<String>,
-    pub waiting_message: Option<String>,
-    pub restart_count: i32,
-    pub last_terminated_reason: Option<String>,
-}
-
-/// What the cluster holds for an expected workload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Live {
-    Missing,
-    /// The API refused the read; the string is the API server's message.
-    Forbidden(String),
-    Found {
-        workload: LiveWorkload,
-        pods: Vec<LivePod>,
-    },
-}
-
-/// The overall judgement for one container, or for a whole set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum State {
-    Converged,
-    Progressing,
-    Failed,
-    /// Something pinned was not checked (no live workload to check it on, or nothing selected
-    /// at all): never reported as Converged.
-    Unverified,
-}
-
-impl State {
-    /// The same spelling as the serialized form, for human output.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Converged => "converged",
-            State::Progressing => "progressing",
-            State::Failed => "failed",
-            State::Unverified => "unverified",
-        }
-    }
-}
-
-/// The three conditions a verdict always carries, in this order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum ConditionType {
-    Synced,
-    RolledOut,
-    DigestsMatch,
-}
-
-/// A Kubernetes condition status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum ConditionStatus {
-    True,
-    False,
-    Unknown,
-}
-
-/// A Kubernetes-style condition, so that people and tools used to `kubectl describe` read the
-/// verdict without a legend.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub type_: ConditionType,
-    pub status: ConditionStatus,
-    /// A CamelCase reason, stable enough to match on.
-    pub reason: String,
-    pub message: String,
-}
 
 /// The judgement for one container of one workload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -437,46 +253,6 @@ pub fn summarize(verdicts: &[Verdict], unchecked: Unchecked) -> (State, String) 
 pub fn status_description(verdicts: &[Verdict], unchecked: Unchecked) -> String {
     let (_, line) = summarize(verdicts, unchecked);
     truncate_chars(&one_line(&line), STATUS_DESCRIPTION_MAX_CHARS)
-}
-
-/// One condition as judged, with what it means for the overall state.
-pub(super) struct Judged {
-    pub(super) condition: Condition,
-    /// This condition alone makes the verdict Failed.
-    pub(super) failed: bool,
-    /// The one-line reason to show when this condition decides the verdict.
-    pub(super) summary: String,
-}
-
-/// A condition from borrowed text, so every judgement can spell its own reason and message.
-fn condition(
-    type_: ConditionType,
-    status: ConditionStatus,
-    reason: &str,
-    message: &str,
-) -> Condition {
-    Condition {
-        type_,
-        status,
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-    }
-}
-
-/// A condition with its summary line, not failing the verdict by itself (callers that fail it
-/// say so with `failed: true`).
-pub(super) fn judged(
-    type_: ConditionType,
-    status: ConditionStatus,
-    reason: &str,
-    message: String,
-    summary: String,
-) -> Judged {
-    Judged {
-        condition: condition(type_, status, reason, &message),
-        failed: false,
-        summary,
-    }
 }
 
 /// `Synced`: the live template's container carries the expected digest. Only the digest part is

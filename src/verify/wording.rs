@@ -5,13 +5,18 @@
 //! while a commit status takes one line of a bounded length: the helpers that make any text fit
 //! are kept together with the reason lines that need them.
 
-use super::pods::Stale;
-use super::verdict::LiveContainer;
+use super::observed::LiveContainer;
 
 /// How many pod names a reason line lists before "and N more": the line must stay readable in a
 /// commit status or a terminal, and
 /// [`Verdict::stale_pods`](super::verdict::Verdict::stale_pods) keeps the full list.
 const PODS_NAMED_IN_REASON: usize = 5;
+
+/// A pod that does not run the pinned digest, and whether it never started the container.
+pub(super) struct Stale {
+    pub(super) name: String,
+    pub(super) not_started: bool,
+}
 
 /// `ImagePullBackOff on web-xyz: <kubelet message>`, plus the last exit for a crash loop, since
 /// the back-off message alone does not say why the container died.

@@ -1,0 +1,211 @@
+//! What the scanner reports, shared by the walks that find image fields
+//! ([`super::kubernetes`], [`super::kustomize`]), the scanner that runs them ([`super::scan`])
+//! and the rewriter ([`super::rewrite`]): where a value sits in the file and what owns it.
+
+use std::collections::HashSet;
+use std::ops::Range;
+
+use super::yaml::{Node, NodeKind, Style};
+use crate::workload::WorkloadId;
+
+/// Which list of a pod spec a container came from; reports name it the way `kubectl` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContainerList {
+    Containers,
+    InitContainers,
+    EphemeralContainers,
+}
+
+impl ContainerList {
+    pub(super) const ALL: [ContainerList; 3] = [
+        ContainerList::Containers,
+        ContainerList::InitContainers,
+        ContainerList::EphemeralContainers,
+    ];
+
+    /// The pod spec key holding this list.
+    pub fn key(self) -> &'static str {
+        match self {
+            ContainerList::Containers => "containers",
+            ContainerList::InitContainers => "initContainers",
+            ContainerList::EphemeralContainers => "ephemeralContainers",
+        }
+    }
+}
+
+/// How a scalar is written in the file; a rewrite keeps it so a diff shows only the value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScalarStyle {
+    Plain,
+    SingleQuoted,
+    DoubleQuoted,
+}
+
+/// What an image field belongs to, so plans, diffs and the verifier can name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A container of a workload. `workload` is the object that owns the pod spec (for a
+    /// `kind: List`, the item, not the list); its name is empty when the object has no
+    /// `metadata.name`. `document` is the 0-based index of the YAML document.
+    Container {
+        workload: WorkloadId,
+        container: String,
+        list: ContainerList,
+        document: usize,
+    },
+    /// An entry of a kustomization's `images:` list. `name` is the entry's `name` (the image
+    /// the kustomization replaces); `current_digest` is its `digest:` value, when there is one.
+    /// `tag` is where the entry's `newTag` value is, for a policy that moves the tag (the
+    /// field's own target is the digest); `None` only on skipped entries.
+    KustomizeImage {
+        name: String,
+        document: usize,
+        current_digest: Option<String>,
+        tag: Option<Target>,
+    },
+}
+
+/// Where a new value goes in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Replace this scalar (a byte range of the file, quotes included), keeping its style.
+    Scalar {
+        span: Range<usize>,
+        style: ScalarStyle,
+    },
+    /// A kustomize entry without a `digest:` key: insert one. For a block mapping, a new line
+    /// `<indent>digest: <value>` goes at byte `at`, which is the end of the entry's last line
+    /// (before its line break, so a trailing comment stays where it is). For a flow mapping,
+    /// `, digest: <value>` goes at `at`, the end of the entry's last value.
+    InsertKustomizeDigest {
+        at: usize,
+        indent: String,
+        flow: bool,
+    },
+}
+
+impl Target {
+    /// The bytes of the original file this target replaces (empty for an insertion).
+    pub fn span(&self) -> Range<usize> {
+        match self {
+            Target::Scalar { span, .. } => span.clone(),
+            Target::InsertKustomizeDigest { at, .. } => *at..*at,
+        }
+    }
+}
+
+/// One image field tagpin can pin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageField {
+    /// 1-based line of the value in the file (for an alias, of the anchored value).
+    pub line: usize,
+    /// 1-based column, in characters.
+    pub column: usize,
+    /// The image to resolve. For a container, the decoded `image` scalar as written (it may
+    /// already carry a digest). For a kustomize entry, `newName` (else `name`) plus `:newTag`;
+    /// the entry's current digest is in [`Origin::KustomizeImage`].
+    pub value: String,
+    pub target: Target,
+    pub origin: Origin,
+}
+
+/// Why a field that looks like an image was not offered for pinning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SkipReason {
+    /// `|` and `>` scalars cannot be replaced without re-indenting lines; nobody writes images so.
+    BlockScalar,
+    /// The value is a mapping or a sequence.
+    NotAString,
+    /// The value is empty or null.
+    Empty,
+    /// A kustomize `images:` entry that is not a mapping.
+    KustomizeEntryNotAMapping,
+    /// A kustomize entry without `name:`.
+    KustomizeWithoutName,
+    /// A kustomize entry without `newTag:`: the tag lives in the base, there is nothing to pin
+    /// here.
+    KustomizeWithoutNewTag,
+    /// A kustomize entry whose last value is empty or a block scalar, so there is no safe place
+    /// to insert a `digest:` line.
+    KustomizeNoPlaceForDigest,
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = match self {
+            SkipReason::BlockScalar => "block scalars (| or >) are not supported for images",
+            SkipReason::NotAString => "the value is not a string",
+            SkipReason::Empty => "the value is empty",
+            SkipReason::KustomizeEntryNotAMapping => "the images entry is not a mapping",
+            SkipReason::KustomizeWithoutName => "the images entry has no name",
+            SkipReason::KustomizeWithoutNewTag => {
+                "the images entry has no newTag (the tag is set in the base)"
+            }
+            SkipReason::KustomizeNoPlaceForDigest => {
+                "no safe place to insert digest: (the entry's last value is empty or a block scalar)"
+            }
+        };
+        f.write_str(text)
+    }
+}
+
+/// A field tagpin found but will not touch, with the reason, for the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedField {
+    pub line: usize,
+    pub column: usize,
+    pub reason: SkipReason,
+    pub origin: Origin,
+}
+
+/// Results across the documents of a file, deduplicated by target.
+#[derive(Default)]
+pub(super) struct Collector {
+    pub(super) fields: Vec<ImageField>,
+    pub(super) skipped: Vec<SkippedField>,
+    targets: HashSet<(usize, usize, bool)>,
+}
+
+impl Collector {
+    pub(super) fn field(&mut self, field: ImageField) {
+        let span = field.target.span();
+        let insert = matches!(field.target, Target::InsertKustomizeDigest { .. });
+        if self.targets.insert((span.start, span.end, insert)) {
+            self.fields.push(field);
+        }
+    }
+
+    pub(super) fn skip(&mut self, node: &Node, reason: SkipReason, origin: Origin) {
+        self.skipped.push(SkippedField {
+            line: node.line,
+            column: node.column,
+            reason,
+            origin,
+        });
+    }
+}
+
+/// A scalar that can be replaced in place: its value and target, or why not.
+pub(super) fn string_target(node: &Node) -> Result<(&str, Target), SkipReason> {
+    let NodeKind::Scalar { value, style } = &node.kind else {
+        return Err(SkipReason::NotAString);
+    };
+    let style = match style {
+        Style::Plain => ScalarStyle::Plain,
+        Style::SingleQuoted => ScalarStyle::SingleQuoted,
+        Style::DoubleQuoted => ScalarStyle::DoubleQuoted,
+        Style::Literal | Style::Folded => return Err(SkipReason::BlockScalar),
+    };
+    if value.is_empty()
+        || (style == ScalarStyle::Plain && matches!(value.as_str(), "~" | "null" | "Null" | "NULL"))
+    {
+        return Err(SkipReason::Empty);
+    }
+    Ok((
+        value,
+        Target::Scalar {
+            span: node.span.clone(),
+            style,
+        },
+    ))
+}

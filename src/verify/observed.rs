@@ -1,0 +1,140 @@
+//! What tagpin read of the cluster and the registry, reduced to the plain data the verdict
+//! judges: the live workload and its rollout fields, its pods and their container statuses,
+//! and what a pinned digest stands for. No logic; every judging module reads these types.
+
+/// What the registry says the pinned digest stands for. Any part may be empty when unknown;
+/// then only the pinned digest itself is accepted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DigestFamily {
+    /// The digest this family was resolved for. When set and different from
+    /// [`Expected::digest`](super::expected::Expected::digest) the family is stale and is ignored, so that the children of another
+    /// index can never vouch for a pod.
+    pub pinned: String,
+    /// For a multi-arch index, the digests of its platform manifests: CRI-O and containerd may
+    /// report the platform manifest a node pulled instead of the index.
+    pub platform_children: Vec<String>,
+    /// The image config digests (image IDs), which Docker-based runtimes report as a bare
+    /// `sha256:…` without a repository.
+    pub config_digests: Vec<String>,
+}
+
+/// The live workload object, reduced to what the verdict reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveWorkload {
+    pub kind: String,
+    /// `metadata.generation`; absent reads as 0, as in Go.
+    pub generation: Option<i64>,
+    /// `status.observedGeneration`; absent reads as 0, as in Go.
+    pub observed_generation: Option<i64>,
+    /// The live pod template's containers and init containers: `(name, image)`.
+    pub template_images: Vec<(String, String)>,
+    pub rollout: RolloutStatus,
+}
+
+/// The fields `kubectl rollout status` (or `oc rollout status`) reads, per kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RolloutStatus {
+    Deployment {
+        spec_replicas: i32,
+        replicas: i32,
+        updated: i32,
+        ready: i32,
+        available: i32,
+        /// The `Progressing` condition has reason `ProgressDeadlineExceeded`.
+        progress_deadline_exceeded: bool,
+    },
+    StatefulSet {
+        spec_replicas: i32,
+        ready: i32,
+        updated: i32,
+        current_revision: Option<String>,
+        update_revision: Option<String>,
+        /// `spec.updateStrategy.type` is `RollingUpdate` (the default).
+        rolling_update: bool,
+        /// `spec.updateStrategy.rollingUpdate.partition`.
+        partition: Option<i32>,
+    },
+    DaemonSet {
+        desired: i32,
+        updated: i32,
+        available: i32,
+        /// `spec.updateStrategy.type` is `RollingUpdate` (the default).
+        rolling_update: bool,
+    },
+    ReplicaSet {
+        spec_replicas: i32,
+        ready: i32,
+        available: i32,
+    },
+    Job {
+        active: i32,
+        succeeded: i32,
+        failed: i32,
+        /// The message of a `Failed` condition with status `True`.
+        failed_condition: Option<String>,
+    },
+    /// A CronJob, judged by the newest Job it created from its current `jobTemplate` (once the
+    /// template carries the pin, those are the runs since the pin). The caller passes the pods
+    /// of those Jobs only.
+    CronJob {
+        /// Jobs created from the current template.
+        runs: usize,
+        /// The newest of them, as [`RolloutStatus::Job`].
+        latest: Option<Box<RolloutStatus>>,
+    },
+    /// A bare Pod: judged from the pod itself, which the caller passes in [`Live::Found`].
+    Pod,
+    DeploymentConfig {
+        spec_replicas: i32,
+        updated: i32,
+        available: i32,
+        /// `status.latestVersion`; 0 or absent means no deployment has run yet.
+        latest_version: Option<i64>,
+        /// The message of the `Progressing` condition when its reason says the rollout failed
+        /// (`ProgressDeadlineExceeded`, `RolloutCancelled`).
+        progressing_failed: Option<String>,
+    },
+}
+
+/// One pod of the workload.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LivePod {
+    pub name: String,
+    /// `status.phase`: `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
+    pub phase: String,
+    /// The pod's `Ready` condition is `True`.
+    pub ready: bool,
+    /// `metadata.deletionTimestamp` is set: the pod is on its way out and says nothing about
+    /// what the workload will run.
+    pub deleting: bool,
+    /// `status.reason`, such as `Evicted`, for a pod that ended.
+    pub reason: Option<String>,
+    /// Container statuses (init containers may be included; names are unique within a pod).
+    pub containers: Vec<LiveContainer>,
+}
+
+/// One entry of a pod's `status.containerStatuses`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveContainer {
+    pub name: String,
+    pub image: String,
+    /// Empty until the runtime has the image and created the container.
+    pub image_id: String,
+    pub ready: bool,
+    pub waiting_reason: Option<String>,
+    pub waiting_message: Option<String>,
+    pub restart_count: i32,
+    pub last_terminated_reason: Option<String>,
+}
+
+/// What the cluster holds for an expected workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Live {
+    Missing,
+    /// The API refused the read; the string is the API server's message.
+    Forbidden(String),
+    Found {
+        workload: LiveWorkload,
+        pods: Vec<LivePod>,
+    },
+}
