@@ -5,9 +5,18 @@
 //! by replacing blobs in that tree, so tagpin never writes into (or follows a symlink out of) a
 //! directory on disk: a symlink in the repository is a blob holding a path, and is skipped.
 //! The mirror lives in a cache directory and is fetched, not cloned, on every pass.
+//!
+//! The mirror holds the manifests of a repository that may be private, so the cache directory
+//! tagpin creates and every mirror in it are `0700`. Writes to a mirror (fetches, the push
+//! ref) are made under an advisory lock on a file beside it ([`MirrorLock`]), so that lock
+//! files git leaves behind when a process dies mid-write can be told from live ones and
+//! removed: a crash never blocks the passes after it.
 
 use std::cell::{Cell, RefCell};
+use std::fs::{DirBuilder, File, OpenOptions, TryLockError};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use git2::{
     Direction, FetchOptions, FileMode, ObjectType, Oid, PushOptions, RemoteCallbacks, Repository,
@@ -109,11 +118,75 @@ pub fn off_runtime<T>(work: impl FnOnce() -> T) -> T {
     }
 }
 
+/// The mode of the cache directory tagpin creates and of each mirror in it: only the user
+/// running tagpin may read the manifests a mirror holds.
+pub const PRIVATE_DIR_MODE: u32 = 0o700;
+
+/// How long a write to a mirror waits for another user of it (a second tagpin process on the
+/// same cache directory, or the verifier of this one) to finish writing before failing.
+pub const MIRROR_LOCK_WAIT: Duration = Duration::from_secs(600);
+const MIRROR_LOCK_POLL: Duration = Duration::from_millis(50);
+
+/// The trailer ending the message of every commit tagpin writes on its own branches: the id
+/// of the tree it wrote. See [`Mirror::is_own_commit`].
+pub const TREE_TRAILER: &str = "Tagpin-Tree";
+
 /// A local bare mirror of one remote.
 pub struct Mirror {
     repo: Repository,
     url: String,
     credentials: Credentials,
+    /// The file [`MirrorLock`] locks, beside the mirror in the cache directory.
+    lock_path: PathBuf,
+}
+
+/// An exclusive advisory lock (`flock`) on one mirror, held while tagpin writes to it and
+/// released when dropped, or by the kernel when the process dies. Every write to a mirror
+/// holds it, so whoever holds it knows that any git `*.lock` file in the mirror was left by a
+/// process that stopped mid-write, and may remove it. It also keeps two fetches into one
+/// mirror from failing on each other's lock files.
+struct MirrorLock {
+    _file: File,
+}
+
+impl MirrorLock {
+    /// Waits up to [`MIRROR_LOCK_WAIT`] for the lock on `path` (created `0600` if missing).
+    fn acquire(path: &Path) -> Result<MirrorLock, GitError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| mirror_error(path, e.to_string()))?;
+        let deadline = Instant::now() + MIRROR_LOCK_WAIT;
+        let mut told = false;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(MirrorLock { _file: file }),
+                Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    if !told {
+                        tracing::info!(
+                            "{}: another process is writing to this git mirror; waiting",
+                            path.display()
+                        );
+                        told = true;
+                    }
+                    std::thread::sleep(MIRROR_LOCK_POLL);
+                }
+                Err(TryLockError::WouldBlock) => {
+                    return Err(mirror_error(
+                        path,
+                        format!(
+                            "another process has held the mirror's lock for over {}s",
+                            MIRROR_LOCK_WAIT.as_secs()
+                        ),
+                    ))
+                }
+                Err(TryLockError::Error(e)) => return Err(mirror_error(path, e.to_string())),
+            }
+        }
+    }
 }
 
 const REMOTE_PREFIX: &str = "refs/remotes/origin/";
@@ -121,26 +194,25 @@ const REMOTE_PREFIX: &str = "refs/remotes/origin/";
 const PUSH_REF: &str = "refs/tagpin/push";
 
 impl Mirror {
-    /// Opens the mirror of `url` under `cache_dir`, creating it the first time.
+    /// Opens the mirror of `url` under `cache_dir`, creating both the first time (`0700`).
+    ///
+    /// A mirror left readable by others is tightened to `0700`; one that is no longer a
+    /// repository is re-created (it is only a cache: the next fetch fills it again); lock
+    /// files a killed process left in it are removed. Each is logged.
     pub fn open(cache_dir: &Path, url: &str, credentials: Credentials) -> Result<Mirror, GitError> {
-        let path = cache_dir.join(mirror_dir_name(url));
-        let repo = if path.join("HEAD").exists() {
-            Repository::open_bare(&path)
-        } else {
-            std::fs::create_dir_all(&path).map_err(|e| GitError::Mirror {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
-            Repository::init_bare(&path)
-        }
-        .map_err(|e| GitError::Mirror {
-            path: path.clone(),
-            message: e.message().to_string(),
-        })?;
+        prepare_cache_dir(cache_dir)?;
+        let name = mirror_dir_name(url);
+        let path = cache_dir.join(&name);
+        let lock_path = cache_dir.join(format!("{name}.flock"));
+        let lock = MirrorLock::acquire(&lock_path)?;
+        let repo = open_or_create(&path)?;
+        remove_stale_locks(repo.path());
+        drop(lock);
         Ok(Mirror {
             repo,
             url: url.to_string(),
             credentials,
+            lock_path,
         })
     }
 
@@ -151,6 +223,9 @@ impl Mirror {
 
     /// Fetches `branch` and every branch under `prefix` (tagpin's own), pruning deleted ones.
     pub fn fetch(&self, branch: &str, prefix: &str) -> Result<(), GitError> {
+        let _lock = MirrorLock::acquire(&self.lock_path)?;
+        // Another process sharing the cache directory may have died mid-write since the open.
+        remove_stale_locks(self.repo.path());
         let refspecs = [
             format!("+refs/heads/{branch}:{REMOTE_PREFIX}{branch}"),
             format!("+refs/heads/{prefix}*:{REMOTE_PREFIX}{prefix}*"),
@@ -378,6 +453,44 @@ impl Mirror {
         message: &str,
     ) -> Result<Oid, GitError> {
         let tree_id = self.tree_with(parent, files)?;
+        self.commit_tree(parent, tree_id, author, message)
+    }
+
+    /// Like [`Mirror::commit`], for one of tagpin's own branches: the message ends with the
+    /// [`TREE_TRAILER`] naming the tree written, which [`Mirror::is_own_commit`] checks.
+    pub fn commit_owned(
+        &self,
+        parent: Oid,
+        files: &[(PathBuf, Vec<u8>)],
+        author: &crate::config::Author,
+        message: &str,
+    ) -> Result<Oid, GitError> {
+        let tree_id = self.tree_with(parent, files)?;
+        let message = format!("{}\n\n{TREE_TRAILER}: {tree_id}\n", message.trim_end());
+        self.commit_tree(parent, tree_id, author, &message)
+    }
+
+    /// Whether `commit` is, as it stands, one tagpin wrote on its own branch: one parent, and
+    /// a [`TREE_TRAILER`] naming the very tree the commit has.
+    ///
+    /// Neither the committer identity nor the message is enough, as a person can copy both
+    /// (an amend keeps the message; a person may use the bot's identity). But a person's
+    /// amend, rebase or commit on top changes the tree, and the trailer, written by tagpin
+    /// before anyone could change the tree, then no longer names it. A commit whose tree is
+    /// the one tagpin wrote holds no one's work but tagpin's, whoever made the commit, so
+    /// replacing it loses nothing (a person's edit of the message alone would be lost).
+    pub fn is_own_commit(&self, commit: Oid) -> Result<bool, GitError> {
+        let c = self.repo.find_commit(commit).map_err(other)?;
+        Ok(c.parent_count() == 1 && tree_trailer(c.message_bytes()) == Some(c.tree_id()))
+    }
+
+    fn commit_tree(
+        &self,
+        parent: Oid,
+        tree_id: Oid,
+        author: &crate::config::Author,
+        message: &str,
+    ) -> Result<Oid, GitError> {
         let tree = self.repo.find_tree(tree_id).map_err(other)?;
         let parent = self.repo.find_commit(parent).map_err(other)?;
         let signature = git2::Signature::now(&author.name, &author.email).map_err(other)?;
@@ -444,6 +557,7 @@ impl Mirror {
             repo,
             url: self.url.clone(),
             credentials: self.credentials.clone(),
+            lock_path: self.lock_path.clone(),
         })
     }
 
@@ -476,6 +590,8 @@ impl Mirror {
 
     /// Pushes `commit` to `branch`, on the condition `expect` states.
     pub fn push(&self, commit: Oid, branch: &str, expect: Expect) -> Result<(), GitError> {
+        // The push ref is written into the mirror.
+        let _lock = MirrorLock::acquire(&self.lock_path)?;
         if let Some(path) = local_path(&self.url) {
             return self.push_local(&path, commit, branch, expect);
         }
@@ -755,6 +871,150 @@ fn is_stale(e: &git2::Error) -> bool {
     )
 }
 
+/// Creates the cache directory `0700` (with any missing parents), or checks the mode of an
+/// existing one. One others can list is left as it is, with a warning: it may be shared on
+/// purpose (a configured `/var/cache`), and the mirrors inside are `0700` whatever it is.
+fn prepare_cache_dir(dir: &Path) -> Result<(), GitError> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => {
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                // Listing reveals only mirror names; writing (without the sticky bit) would
+                // let another user put a repository of their own in a mirror's place.
+                let writable = mode & 0o022 != 0 && mode & 0o1000 == 0;
+                tracing::warn!(
+                    "cache directory {} has mode {mode:04o}: other users can list it{} (each git mirror in it is 0700 all the same); chmod 700 it unless it is shared on purpose",
+                    dir.display(),
+                    if writable { " and replace the mirrors in it" } else { "" }
+                );
+            }
+            Ok(())
+        }
+        Ok(_) => Err(mirror_error(dir, "exists and is not a directory".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => DirBuilder::new()
+            .recursive(true)
+            .mode(PRIVATE_DIR_MODE)
+            .create(dir)
+            .map_err(|e| mirror_error(dir, e.to_string())),
+        Err(e) => Err(mirror_error(dir, e.to_string())),
+    }
+}
+
+/// Opens the bare repository at `path`, tightening it to `0700`; creates it when missing, and
+/// re-creates it when it is not a repository (a half-written or damaged cache would otherwise
+/// fail every pass). Never follows a symlink at `path`: that is removed, not its target.
+fn open_or_create(path: &Path) -> Result<Repository, GitError> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return create_mirror(path),
+        Err(e) => return Err(mirror_error(path, e.to_string())),
+        Ok(meta) if !meta.is_dir() => {
+            tracing::warn!(
+                "git mirror {}: not a directory; re-creating it",
+                path.display()
+            );
+            std::fs::remove_file(path).map_err(|e| mirror_error(path, e.to_string()))?;
+            return create_mirror(path);
+        }
+        Ok(meta) => {
+            let mode = meta.permissions().mode() & 0o777;
+            if mode != PRIVATE_DIR_MODE {
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(PRIVATE_DIR_MODE))
+                    .map_err(|e| mirror_error(path, format!("cannot make it private: {e}")))?;
+                tracing::warn!(
+                    "git mirror {}: had mode {mode:04o}; now {PRIVATE_DIR_MODE:04o}",
+                    path.display()
+                );
+            }
+        }
+    }
+    match Repository::open_bare(path) {
+        Ok(repo) => Ok(repo),
+        Err(e) => {
+            tracing::warn!(
+                "git mirror {}: not a usable repository ({}); re-creating it, the next fetch fills it again",
+                path.display(),
+                e.message()
+            );
+            std::fs::remove_dir_all(path).map_err(|e| mirror_error(path, e.to_string()))?;
+            create_mirror(path)
+        }
+    }
+}
+
+fn create_mirror(path: &Path) -> Result<Repository, GitError> {
+    DirBuilder::new()
+        .mode(PRIVATE_DIR_MODE)
+        .create(path)
+        .map_err(|e| mirror_error(path, e.to_string()))?;
+    Repository::init_bare(path).map_err(|e| mirror_error(path, e.message().to_string()))
+}
+
+/// Removes every git lock file (`*.lock`: refs, `packed-refs`, `FETCH_HEAD`, `config`,
+/// `index`, `shallow`) in the mirror at `root`, outside the object database, and logs which.
+/// The caller holds the [`MirrorLock`], so none belongs to a live writer: each was left by a
+/// process that stopped mid-write, and would fail every later fetch ("failed to lock file").
+fn remove_stale_locks(root: &Path) {
+    let mut removed = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                if !(dir == root && entry.file_name() == "objects") {
+                    dirs.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "lock") {
+                let name = path
+                    .strip_prefix(root)
+                    .unwrap_or(&path)
+                    .display()
+                    .to_string();
+                match std::fs::remove_file(&path) {
+                    Ok(()) => removed.push(name),
+                    Err(e) => tracing::warn!(
+                        "git mirror {}: cannot remove the stale lock file {name}: {e}",
+                        root.display()
+                    ),
+                }
+            }
+        }
+    }
+    if !removed.is_empty() {
+        removed.sort();
+        tracing::warn!(
+            "git mirror {}: removed stale lock files a process that stopped mid-write left: {}",
+            root.display(),
+            removed.join(", ")
+        );
+    }
+}
+
+/// The tree id a commit message's last line names as [`TREE_TRAILER`], if it does in full.
+fn tree_trailer(message: &[u8]) -> Option<Oid> {
+    let text = std::str::from_utf8(message).ok()?;
+    let value = text
+        .trim_end()
+        .lines()
+        .last()?
+        .strip_prefix(TREE_TRAILER)?
+        .strip_prefix(": ")?;
+    let full = value.len() == 40 || value.len() == 64;
+    full.then(|| Oid::from_str(value).ok()).flatten()
+}
+
+fn mirror_error(path: &Path, message: String) -> GitError {
+    GitError::Mirror {
+        path: path.to_path_buf(),
+        message,
+    }
+}
+
 /// `tagpin/<sha256 of the URL, 16 hex>`: one mirror per remote, no user text in the path.
 fn mirror_dir_name(url: &str) -> String {
     let hash = Sha256::digest(url.as_bytes());
@@ -931,6 +1191,116 @@ mod tests {
             assert_eq!(m.is_descendant_or_equal(&unknown, &pin).unwrap(), None);
             assert_eq!(m.is_descendant_or_equal(&pin[..7], &pin).unwrap(), None);
         }
+    }
+
+    #[test]
+    fn only_a_commit_whose_tree_is_the_one_its_trailer_names_is_tagpins() {
+        let dir = tempfile::tempdir().unwrap();
+        let mirror = Mirror::open(dir.path(), "file:///nowhere", Credentials::None).unwrap();
+        let repo = &mirror.repo;
+        let bot = crate::config::Author {
+            name: "tagpin".into(),
+            email: "tagpin@localhost".into(),
+        };
+        let empty = repo.treebuilder(None).unwrap().write().unwrap();
+        let signature = git2::Signature::now("t", "t@example.com").unwrap();
+        let tree = repo.find_tree(empty).unwrap();
+        let root = repo
+            .commit(None, &signature, &signature, "root", &tree, &[])
+            .unwrap();
+        let file = |text: &str| vec![(PathBuf::from("a.yaml"), text.as_bytes().to_vec())];
+
+        let own = mirror
+            .commit_owned(root, &file("a: 1\n"), &bot, "Pin 1\n\nx\n")
+            .unwrap();
+        assert!(mirror.is_own_commit(own).unwrap());
+        // The same message (trailer included) and identity over another tree: an amend.
+        let message = repo
+            .find_commit(own)
+            .unwrap()
+            .message()
+            .unwrap()
+            .to_string();
+        assert!(message.ends_with(&format!(
+            "\n\n{TREE_TRAILER}: {}\n",
+            mirror.tree_with(root, &file("a: 1\n")).unwrap()
+        )));
+        let amended = mirror
+            .commit(root, &file("a: 2\n"), &bot, &message)
+            .unwrap();
+        assert!(!mirror.is_own_commit(amended).unwrap());
+        // A commit on top of tagpin's, and one without the trailer.
+        let on_top = mirror.commit(own, &file("a: 3\n"), &bot, "fix").unwrap();
+        assert!(!mirror.is_own_commit(on_top).unwrap());
+        assert!(!mirror
+            .is_own_commit(mirror.commit(root, &file("a: 1\n"), &bot, "Pin").unwrap())
+            .unwrap());
+        // A trailer that is not the last line, or names a shortened id, is not one.
+        assert_eq!(
+            tree_trailer(format!("{TREE_TRAILER}: {empty}\nmore").as_bytes()),
+            None
+        );
+        assert_eq!(
+            tree_trailer(format!("x\n\n{TREE_TRAILER}: {}", &empty.to_string()[..12]).as_bytes()),
+            None
+        );
+        assert_eq!(
+            tree_trailer(format!("x\n\n{TREE_TRAILER}: {empty}\n").as_bytes()),
+            Some(empty)
+        );
+    }
+
+    #[test]
+    fn a_mirror_and_the_cache_it_creates_are_private_and_lock_files_left_behind_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("a/cache");
+        let url = "https://example.com/a.git";
+        let mirror = Mirror::open(&cache, url, Credentials::None).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let path = mirror.repo.path().to_path_buf();
+        assert_eq!(mode(&cache), PRIVATE_DIR_MODE);
+        assert_eq!(mode(&path), PRIVATE_DIR_MODE);
+        assert_eq!(mode(&mirror.lock_path), 0o600);
+        drop(mirror);
+
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for lock in ["packed-refs.lock", "refs/heads/x.lock", "objects/keep.lock"] {
+            std::fs::write(path.join(lock), "").unwrap();
+        }
+        let mirror = Mirror::open(&cache, url, Credentials::None).unwrap();
+        assert_eq!(mode(&path), PRIVATE_DIR_MODE);
+        assert!(!path.join("packed-refs.lock").exists());
+        assert!(!path.join("refs/heads/x.lock").exists());
+        assert!(
+            path.join("objects/keep.lock").exists(),
+            "the object database is not walked"
+        );
+
+        // While one handle holds the mirror's lock, another cannot take it (even in this
+        // process); once released, it can.
+        let held = MirrorLock::acquire(&mirror.lock_path).unwrap();
+        let other = File::open(&mirror.lock_path).unwrap();
+        assert!(matches!(other.try_lock(), Err(TryLockError::WouldBlock)));
+        drop(held);
+        assert!(other.try_lock().is_ok());
+    }
+
+    #[test]
+    fn a_mirror_that_is_not_a_repository_or_not_a_directory_is_recreated() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = "https://example.com/a.git";
+        let path = Mirror::open(dir.path(), url, Credentials::None)
+            .unwrap()
+            .repo
+            .path()
+            .to_path_buf();
+        std::fs::remove_dir_all(path.join("objects")).unwrap();
+        assert!(Mirror::open(dir.path(), url, Credentials::None).is_ok());
+        assert!(path.join("objects").is_dir());
+        std::fs::remove_dir_all(&path).unwrap();
+        std::fs::write(path.to_str().unwrap().trim_end_matches('/'), "junk").unwrap();
+        assert!(Mirror::open(dir.path(), url, Credentials::None).is_ok());
+        assert!(path.join("HEAD").is_file());
     }
 
     #[test]

@@ -478,6 +478,16 @@ fn outcome_line(target: &str, group: &crate::sync::GroupReport) -> String {
         Outcome::DryRun { branch, title, body } => {
             format!("dry run: would propose on {branch}:\ntitle: {title}\n\n{body}")
         }
+        Outcome::EditedByHand {
+            number,
+            url,
+            branch,
+            commit,
+        } => format!(
+            "pull request #{number}: {branch} was edited by hand (its tip {} is not tagpin's); left alone until the pull request is closed or the branch is reset: {url}",
+            &commit[..commit.len().min(12)]
+        ),
+        Outcome::Failed { branch, reason } => format!("{branch}: not proposed: {reason}"),
     }
 }
 

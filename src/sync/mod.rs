@@ -9,6 +9,11 @@
 //! Races: a push to the target branch that loses to another writer re-fetches, re-plans on the
 //! new tip and tries again (never forcing); a tagpin branch is force-updated only with a lease
 //! on the tip tagpin saw, so a person's push to it is never overwritten.
+//!
+//! A person's work on a tagpin branch is never overwritten either: while its pull request is
+//! open, a branch whose tip tagpin did not write ([`Mirror::is_own_commit`]) is left alone and
+//! the pull request says so, once ([`HAND_EDIT_MARKER`]). And in pull-request mode one group's
+//! failure (a refused push, a forge error) is reported for that group while the others go on.
 
 pub mod policy;
 
@@ -67,6 +72,31 @@ pub enum SyncError {
     },
 }
 
+impl SyncError {
+    /// Whether the error would fail every group of the pass alike (credentials, setup, a rate
+    /// limit to wait out), so going on to the next group would only repeat it, or hammer the
+    /// forge. Other errors belong to the group that met them.
+    pub fn is_pass_wide(&self) -> bool {
+        matches!(
+            self,
+            SyncError::Git(GitError::Auth { .. } | GitError::Mirror { .. })
+                | SyncError::Forge(
+                    ForgeError::Setup(_)
+                        | ForgeError::RateLimited { .. }
+                        | ForgeError::Call {
+                            status: Some(401),
+                            ..
+                        }
+                )
+                | SyncError::NoForge
+                | SyncError::Secret { .. }
+                | SyncError::TooManyRaces { .. }
+                | SyncError::Filter(_)
+                | SyncError::Policy(_)
+        )
+    }
+}
+
 /// What happened to one group of changes (the whole pass, or one image when grouped).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -101,6 +131,20 @@ pub enum Outcome {
         branch: String,
         title: String,
         body: String,
+    },
+    /// The open pull request's branch ends with a commit tagpin did not write: nothing is
+    /// pushed or edited until the pull request is closed or the branch is reset.
+    EditedByHand {
+        number: u64,
+        url: String,
+        branch: String,
+        /// The tip tagpin found there.
+        commit: String,
+    },
+    /// This group could not be proposed; the others were. Also in the pass's failures.
+    Failed {
+        branch: String,
+        reason: String,
     },
 }
 
@@ -268,6 +312,26 @@ impl<'a> Syncer<'a> {
                             branch,
                             attempts: attempt,
                         })
+                    }
+                    // In pull-request mode each group is its own proposal: one that fails is
+                    // reported, and the next is still proposed.
+                    Err(e) if self.config.mode == WriteMode::PullRequest && !e.is_pass_wide() => {
+                        let branch = policy::pr_branch(
+                            &self.config.pull_request.branch_prefix,
+                            &target,
+                            &group,
+                        );
+                        let what = match &group {
+                            Group::All => format!("pull request from {branch}"),
+                            Group::Image(image) => {
+                                format!("image {image}: pull request from {branch}")
+                            }
+                        };
+                        report.failures.push(format!("{what}: {e}"));
+                        Outcome::Failed {
+                            branch,
+                            reason: e.to_string(),
+                        }
                     }
                     Err(e) => return Err(e),
                 };
@@ -444,13 +508,17 @@ pub async fn propose(
     p: &Proposal<'_>,
 ) -> Result<Outcome, SyncError> {
     let prs = forge.pull_requests_for(p.branch, p.target).await?;
-    // Whether the branch already carries exactly this change on this tip.
+    // Whether the branch already carries exactly this change on this tip, and whether its tip
+    // is someone else's work.
     let existing = mirror.tip(p.branch);
-    let carries = off_runtime(|| {
+    let (carries, by_hand) = off_runtime(|| {
         let wanted_tree = mirror.tree_with(p.tip, p.updates)?;
         Ok::<_, GitError>(match existing {
-            Some(commit) => mirror.tree_and_parent(commit)? == (wanted_tree, Some(p.tip)),
-            None => false,
+            Some(commit) => (
+                mirror.tree_and_parent(commit)? == (wanted_tree, Some(p.tip)),
+                !mirror.is_own_commit(commit)?,
+            ),
+            None => (false, false),
         })
     })?;
     let push = |needed: bool| {
@@ -471,6 +539,25 @@ pub async fn propose(
             ..
         } => {
             let pr = prs.iter().find(|pr| pr.number == number);
+            let url = pr.map(|pr| pr.url.clone()).unwrap_or_default();
+            if let (true, true, Some(commit)) = (needs_push, by_hand, existing) {
+                // Pushing would replace a person's work, and editing the body would promise
+                // what the branch does not hold: leave the pull request to them.
+                tracing::warn!(
+                    "pull request #{number}: {} ends with {commit}, which tagpin did not write; not pushing over it",
+                    p.branch
+                );
+                let note = hand_edit_note(p.branch, &commit.to_string());
+                forge
+                    .upsert_comment(number, HAND_EDIT_MARKER, &note)
+                    .await?;
+                return Ok(Outcome::EditedByHand {
+                    number,
+                    url,
+                    branch,
+                    commit: commit.to_string(),
+                });
+            }
             let stale_body = p.refresh_body && pr.is_some_and(|pr| pr.body != p.body);
             let edit = edit || stale_body;
             push(needs_push)?;
@@ -480,7 +567,6 @@ pub async fn propose(
             if !missing_labels.is_empty() {
                 forge.add_labels(number, &missing_labels).await?;
             }
-            let url = pr.map(|pr| pr.url.clone()).unwrap_or_default();
             Ok(Outcome::pull_request(
                 edit || needs_push,
                 number,
@@ -505,15 +591,26 @@ pub async fn propose(
     }
 }
 
+/// Finds tagpin's "edited by hand" comment among a pull request's comments, so it is posted
+/// once however many passes find the branch edited.
+pub const HAND_EDIT_MARKER: &str = "<!-- tagpin-edited-by-hand -->";
+
+/// The comment on a pull request whose branch a person changed.
+fn hand_edit_note(branch: &str, commit: &str) -> String {
+    format!(
+        "{HAND_EDIT_MARKER}\n**tagpin has stopped updating this pull request.** Its branch `{branch}` now ends with commit {commit}, which tagpin did not write, so tagpin will not push over it.\n\nTo hand the branch back, close this pull request (tagpin proposes the next digests on a new one) or reset `{branch}` to a commit tagpin wrote.\n"
+    )
+}
+
 /// Commits the change on `p.tip` and moves tagpin's branch to it, with a lease on the tip
-/// tagpin saw (`existing`): a person's push to the branch is never overwritten.
+/// tagpin saw (`existing`): a push to the branch since the fetch is never overwritten.
 fn push_change(
     mirror: &Mirror,
     author: &crate::config::Author,
     p: &Proposal<'_>,
     existing: Option<git2::Oid>,
 ) -> Result<(), SyncError> {
-    let commit = mirror.commit(p.tip, p.updates, author, p.message)?;
+    let commit = mirror.commit_owned(p.tip, p.updates, author, p.message)?;
     match mirror.push(commit, p.branch, Expect::Lease(existing)) {
         Ok(()) => Ok(()),
         // Another tagpin moved our branch: start the pass over, as for a lost race.
@@ -561,4 +658,47 @@ pub fn git_credentials(auth: &GitAuth) -> Result<Credentials, SyncError> {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hand_edit_note_carries_its_marker_and_names_the_branch_and_commit() {
+        let note = hand_edit_note("tagpin/main", "0123456789abcdef0123456789abcdef01234567");
+        assert!(note.starts_with(HAND_EDIT_MARKER), "{note}");
+        assert!(note.contains("`tagpin/main`"), "{note}");
+        assert!(
+            note.contains("0123456789abcdef0123456789abcdef01234567"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn only_errors_every_group_would_meet_end_the_pass() {
+        let call = |status| {
+            SyncError::Forge(ForgeError::Call {
+                repo: "acme/gitops".into(),
+                what: "open a pull request".into(),
+                detail: String::new(),
+                status,
+            })
+        };
+        assert!(call(Some(401)).is_pass_wide());
+        assert!(!call(Some(422)).is_pass_wide());
+        assert!(!call(Some(502)).is_pass_wide());
+        assert!(!call(None).is_pass_wide());
+        let rejected = SyncError::Git(GitError::Rejected {
+            url: "https://git.example.com/a.git".into(),
+            branch: "tagpin/main/web".into(),
+            reason: "pre-receive hook declined".into(),
+        });
+        assert!(!rejected.is_pass_wide());
+        let auth = SyncError::Git(GitError::Auth {
+            url: "https://git.example.com/a.git".into(),
+            message: "401".into(),
+        });
+        assert!(auth.is_pass_wide());
+    }
 }

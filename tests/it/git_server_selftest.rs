@@ -755,3 +755,27 @@ fn pseudo_random_hex(len: usize) -> String {
     text.push('\n');
     text
 }
+
+#[tokio::test]
+async fn an_amended_tip_keeps_message_and_author_and_a_reset_moves_the_branch_back() {
+    let repo = BareRepo::create(&[("a.txt", "a\n")]);
+    let first = repo.commit_as_other_writer("feature", &[("b.txt", "b\n")], "Add b\n\nTrailer: x");
+    let amended = repo.amend_tip_as("feature", &[("c.txt", "c\n")], "Bot", "bot@example.com");
+
+    assert_ne!(amended, first);
+    assert_eq!(repo.head("feature").as_deref(), Some(amended.as_str()));
+    assert_eq!(repo.read("feature", "c.txt").as_deref(), Some("c\n"));
+    let show = |sha: &str, format: &str| {
+        git_ok(
+            repo.path(),
+            &["show", "--no-patch", &format!("--format={format}"), sha],
+        )
+    };
+    assert_eq!(show(&amended, "%B"), show(&first, "%B"));
+    assert_eq!(show(&amended, "%an <%ae>"), show(&first, "%an <%ae>"));
+    assert_eq!(show(&amended, "%cn <%ce>"), "Bot <bot@example.com>");
+    assert_eq!(show(&amended, "%P"), show(&first, "%P"), "the same parent");
+
+    repo.reset_branch("feature", &first);
+    assert_eq!(repo.head("feature").as_deref(), Some(first.as_str()));
+}

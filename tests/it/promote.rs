@@ -1819,3 +1819,47 @@ async fn verify_context_does_not_override_the_cluster_of_the_stage_a_promotion_i
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(w.statuses(&merge, "tagpin/converged")[1].0, "success");
 }
+
+#[tokio::test]
+async fn a_reviewers_commit_on_the_promotion_branch_is_kept_when_staging_moves_on() {
+    let w = World::new(Layout::Kustomize, "0s").await;
+    w.staging_pinned_and_converged().await;
+    w.first_promotion().await;
+    let reviewer = w.repo.commit_as_other_writer(
+        PR_BRANCH,
+        &[("NOTES.md", "Production: roll out after the freeze.\n")],
+        "Review: hold for the freeze",
+    );
+    let rebuilt = w
+        .registry
+        .push_image("acme/web", WEB_NEW, "web-1.5.0-rebuilt")
+        .await
+        .manifest;
+    w.sync().await;
+    w.runs_staging(&Pins {
+        web: rebuilt.clone(),
+        api: w.new.api.clone(),
+    });
+
+    let (code, report, out) = w.promote_json().await;
+
+    assert_eq!(code, Some(0), "{}", text(&out));
+    assert_eq!(report["outcome"]["outcome"], "edited_by_hand", "{report:#}");
+    assert_eq!(report["outcome"]["commit"], reviewer.as_str());
+    assert_eq!(w.repo.head(PR_BRANCH).as_deref(), Some(reviewer.as_str()));
+    let prs = w.github.prs();
+    assert_eq!(prs.len(), 1);
+    assert!(!prs[0].body.clone().unwrap().contains(&rebuilt));
+    let notes: Vec<_> = w
+        .github
+        .comments(1)
+        .into_iter()
+        .filter(|c| c.body.contains("<!-- tagpin-edited-by-hand -->"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:#?}");
+    assert!(
+        w.statuses(&reviewer, PROMOTION_CONTEXT).is_empty(),
+        "tagpin vouches for no commit it did not write"
+    );
+    w.github.assert_no_violations();
+}

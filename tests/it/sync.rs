@@ -385,3 +385,157 @@ async fn two_tagpin_processes_racing_on_one_branch_both_land_their_commits() {
         .count();
     assert_eq!(pins, 2);
 }
+
+/// The one mirror a pass keeps under `cache` (`mirror-<hash>.git`).
+fn mirror_in(cache: &Path) -> PathBuf {
+    let mirrors: Vec<PathBuf> = std::fs::read_dir(cache)
+        .unwrap_or_else(|e| panic!("{}: {e}", cache.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "git"))
+        .collect();
+    assert_eq!(mirrors.len(), 1, "{mirrors:?}");
+    mirrors[0].clone()
+}
+
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// A registry with `acme/web:1.0`, a bare repository pinning nothing yet, and a config for it.
+async fn one_image_world() -> (TestRegistry, BareRepo, Run, PathBuf) {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let run = Run::new();
+    let config = run.config(&repo.file_url(), &host, "");
+    (registry, repo, run, config)
+}
+
+#[tokio::test]
+async fn the_mirror_cache_is_private_to_its_user() {
+    let (_registry, _repo, run, config) = one_image_world().await;
+    // Under the usual umask, whatever the test runner's is: 0755 directories unless tagpin
+    // asks for less.
+    let sync_umask_022 = |cache: &Path| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg("umask 022 && exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_tagpin"))
+            .args(["sync", "--config"])
+            .arg(&config)
+            .arg("--cache-dir")
+            .arg(cache)
+            .env("HOME", run.dir.path())
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("run tagpin")
+    };
+
+    // A cache directory tagpin creates, and the mirror in it, are the user's alone.
+    let fresh = run.dir.path().join("new/cache");
+    let out = sync_umask_022(&fresh);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(mode_of(&fresh), 0o700);
+    let mirror = mirror_in(&fresh);
+    assert_eq!(mode_of(&mirror), 0o700);
+    for entry in std::fs::read_dir(&fresh).unwrap() {
+        let path = entry.unwrap().path();
+        assert_eq!(mode_of(&path) & 0o077, 0, "{}", path.display());
+    }
+
+    // A mirror an older tagpin left readable by others is tightened at the next pass.
+    std::fs::set_permissions(&mirror, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = sync_umask_022(&fresh);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(mode_of(&mirror), 0o700);
+
+    // An existing cache directory others can read (it may be shared, as /var/cache is) is left
+    // as it is, with a warning naming it; the mirror inside is private all the same.
+    let shared = run.dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = sync_umask_022(&shared);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{}", shared.display())) && stderr.contains("0755"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(mode_of(&shared), 0o755);
+    assert_eq!(mode_of(&mirror_in(&shared)), 0o700);
+}
+
+#[tokio::test]
+async fn lock_files_left_by_a_killed_fetch_are_removed_and_the_pass_goes_on() {
+    let (registry, repo, run, config) = one_image_world().await;
+    let first = run.sync(&config, "cache");
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let mirror = mirror_in(&run.dir.path().join("cache"));
+    // What a fetch killed half-way leaves: the lock of each ref it was updating, of the
+    // packed refs, FETCH_HEAD and config, and (from git itself) index and shallow.
+    let locks = [
+        "refs/remotes/origin/main.lock",
+        "refs/heads/x.lock",
+        "packed-refs.lock",
+        "FETCH_HEAD.lock",
+        "config.lock",
+        "index.lock",
+        "shallow.lock",
+    ];
+    for lock in locks {
+        let path = mirror.join(lock);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "0123456789012345678901234567890123456789\n").unwrap();
+    }
+    // The next pass has to move the tracking ref the killed fetch was updating.
+    let moved = registry.push_image("acme/web", "1.0", "two").await;
+
+    let out = run.sync(&config, "cache");
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(repo
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&moved.manifest));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("stale lock") && stderr.contains("refs/remotes/origin/main.lock"),
+        "{}",
+        text(&out)
+    );
+    for lock in locks {
+        assert!(!mirror.join(lock).exists(), "{lock} is still there");
+    }
+}
+
+#[tokio::test]
+async fn a_mirror_that_is_no_longer_a_repository_is_recreated() {
+    let (registry, repo, run, config) = one_image_world().await;
+    let first = run.sync(&config, "cache");
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let mirror = mirror_in(&run.dir.path().join("cache"));
+    // A disk that filled up mid-write, or a half-copied volume: no object database, no refs.
+    std::fs::remove_dir_all(mirror.join("objects")).unwrap();
+    std::fs::remove_dir_all(mirror.join("refs")).unwrap();
+    let moved = registry.push_image("acme/web", "1.0", "two").await;
+
+    let out = run.sync(&config, "cache");
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("re-creat"),
+        "{}",
+        text(&out)
+    );
+    assert!(repo
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&moved.manifest));
+}

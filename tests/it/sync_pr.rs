@@ -187,7 +187,9 @@ async fn a_failed_pr_creation_is_reconciled_by_the_next_pass_without_a_duplicate
     w.github.fail_next_pr_create(502);
 
     let failed = w.sync(&[]).await;
-    assert_eq!(failed.status.code(), Some(2), "{}", text(&failed));
+    // A group that could not be proposed is a failure of the pass (1), not a pass that could
+    // not run (2): the other groups, if any, were proposed.
+    assert_eq!(failed.status.code(), Some(1), "{}", text(&failed));
     assert!(
         text(&failed).contains("open a pull request from tagpin/main"),
         "{}",
@@ -299,5 +301,168 @@ async fn an_exhausted_primary_rate_limit_is_waited_out_until_its_reset() {
     let out = w.sync(&[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(w.github.prs().len(), 1);
+    w.github.assert_no_violations();
+}
+
+/// The hidden marker of tagpin's "edited by hand" comment.
+const HAND_EDIT_MARKER: &str = "<!-- tagpin-edited-by-hand -->";
+
+fn hand_edit_notes(w: &World, pr: u64) -> usize {
+    w.github
+        .comments(pr)
+        .iter()
+        .filter(|c| c.body.contains(HAND_EDIT_MARKER))
+        .count()
+}
+
+#[tokio::test]
+async fn a_reviewers_commit_on_the_pr_branch_is_kept_and_said_once() {
+    let w = World::new("single").await;
+    let first = w.sync(&[]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let tagpins = w.repo.head("tagpin/main").unwrap();
+    let reviewer = w.repo.commit_as_other_writer(
+        "tagpin/main",
+        &[("apps/README.md", "Reviewed: web needs 2 replicas.\n")],
+        "Review: a note for the deploy",
+    );
+    // A digest moves, so tagpin has something new to push.
+    let moved = w
+        .registry
+        .push_image("acme/web", "1.0", "web-1-rebuilt")
+        .await;
+
+    let out = w.sync(&[]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        w.repo.head("tagpin/main").as_deref(),
+        Some(reviewer.as_str()),
+        "the reviewer's commit is still the tip"
+    );
+    assert!(text(&out).contains("edited by hand"), "{}", text(&out));
+    assert!(text(&out).contains(&reviewer[..12]), "{}", text(&out));
+    let pr = &w.github.prs()[0];
+    assert!(
+        !pr.body.clone().unwrap().contains(&moved.manifest[..19]),
+        "the body does not promise what the branch does not hold"
+    );
+    assert_eq!(hand_edit_notes(&w, 1), 1);
+    let note = &w.github.comments(1)[0].body;
+    assert!(
+        note.contains(&reviewer[..12]) && note.contains("tagpin/main"),
+        "{note}"
+    );
+
+    // Said once: the next pass repeats it on its report, not on the pull request.
+    let mutations = w.mutating_requests();
+    let again = w.sync(&[]).await;
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert!(text(&again).contains("edited by hand"), "{}", text(&again));
+    assert_eq!(
+        w.repo.head("tagpin/main").as_deref(),
+        Some(reviewer.as_str())
+    );
+    assert_eq!(hand_edit_notes(&w, 1), 1);
+    assert_eq!(w.mutating_requests(), mutations, "no write at all");
+
+    // The reviewer hands the branch back: tagpin carries on with the moved digest.
+    w.repo.reset_branch("tagpin/main", &tagpins);
+    let back = w.sync(&[]).await;
+    assert_eq!(back.status.code(), Some(0), "{}", text(&back));
+    assert!(w
+        .repo
+        .read("tagpin/main", "apps/web.yaml")
+        .unwrap()
+        .contains(&moved.manifest));
+    assert!(w.github.prs()[0]
+        .body
+        .clone()
+        .unwrap()
+        .contains(&moved.manifest[..19]));
+    w.github.assert_no_violations();
+}
+
+#[tokio::test]
+async fn an_amended_commit_with_tagpins_message_and_identity_is_still_a_hand_edit() {
+    let w = World::new("single").await;
+    let first = w.sync(&[]).await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    // Same message (trailer and all), same author, committed under tagpin's own identity:
+    // only the content differs from what tagpin wrote.
+    let amended = w.repo.amend_tip_as(
+        "tagpin/main",
+        &[("apps/README.md", "Reviewed.\n")],
+        "tagpin",
+        "tagpin@localhost",
+    );
+
+    let out = w.sync(&[]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        w.repo.head("tagpin/main").as_deref(),
+        Some(amended.as_str())
+    );
+    assert!(text(&out).contains("edited by hand"), "{}", text(&out));
+    assert_eq!(hand_edit_notes(&w, 1), 1);
+
+    // Closed by hand, the branch is tagpin's again: the next proposal goes over it.
+    w.github.close_pr(1);
+    w.registry
+        .push_image("acme/web", "1.0", "web-1-rebuilt")
+        .await;
+    let out = w.sync(&[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_ne!(
+        w.repo.head("tagpin/main").as_deref(),
+        Some(amended.as_str())
+    );
+    assert_eq!(w.github.prs().len(), 2);
+    w.github.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_refused_pr_for_one_image_does_not_stop_the_others() {
+    let w = World::new("per-image").await;
+    // Groups go in name order: acme/api is proposed first, and GitHub refuses it.
+    w.github.fail_next_pr_create(422);
+
+    let out = w.sync(&[]).await;
+
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let host = w.registry.host().replace(':', "-");
+    let heads: Vec<String> = w.github.prs().iter().map(|p| p.head_ref.clone()).collect();
+    assert_eq!(heads, vec![format!("tagpin/main/{host}-acme-web")]);
+    let t = text(&out);
+    assert!(
+        t.contains(&format!("{}/acme/api", w.registry.host())) && t.contains("422"),
+        "{t}"
+    );
+    w.github.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_push_rejected_for_one_image_does_not_stop_the_others() {
+    let w = World::new("per-image").await;
+    let host = w.registry.host().replace(':', "-");
+    let api_branch = format!("tagpin/main/{host}-acme-api");
+    w.repo.protect(&api_branch);
+    // Hooks run in receive-pack, so the rejection needs a server (as on any forge).
+    let server =
+        support::git::GitHttpServer::start(w.repo.base_dir(), support::git::HttpAuth::None);
+    let config = std::fs::read_to_string(w.config())
+        .unwrap()
+        .replace(&w.repo.file_url(), &server.url(w.repo.name()));
+    std::fs::write(w.config(), config).unwrap();
+
+    let out = w.sync(&[]).await;
+
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(w.repo.head(&api_branch).is_none());
+    let heads: Vec<String> = w.github.prs().iter().map(|p| p.head_ref.clone()).collect();
+    assert_eq!(heads, vec![format!("tagpin/main/{host}-acme-web")]);
+    let t = text(&out);
+    assert!(t.contains(&api_branch) && t.contains("rejected"), "{t}");
     w.github.assert_no_violations();
 }

@@ -390,6 +390,56 @@ impl BareRepo {
         git_ok(work.path(), &["rev-parse", "HEAD"])
     }
 
+    /// Rewrites the tip of `branch` as `git commit --amend --no-edit` does: the same message
+    /// and author, `files` written on top, committed as `name <email>` (a person who set their
+    /// Git identity to the bot's, say), then force-pushed. Returns the new commit's sha.
+    pub fn amend_tip_as(
+        &self,
+        branch: &str,
+        files: &[(&str, &str)],
+        name: &str,
+        email: &str,
+    ) -> String {
+        let work = tempfile::tempdir().expect("create temp work tree");
+        let url = self.file_url();
+        git_ok(
+            work.path(),
+            &["clone", "--quiet", "--branch", branch, &url, "."],
+        );
+        write_files(work.path(), files);
+        git_ok(work.path(), &["add", "--all"]);
+        let amend = git_command()
+            .current_dir(work.path())
+            .args(["commit", "--quiet", "--amend", "--no-edit"])
+            .env("GIT_COMMITTER_NAME", name)
+            .env("GIT_COMMITTER_EMAIL", email)
+            .output()
+            .expect("spawn git commit --amend");
+        assert!(
+            amend.status.success(),
+            "amend on {branch} failed: {}",
+            String::from_utf8_lossy(&amend.stderr)
+        );
+        git_ok(
+            work.path(),
+            &[
+                "push",
+                "--quiet",
+                "origin",
+                &format!("+HEAD:refs/heads/{branch}"),
+            ],
+        );
+        git_ok(work.path(), &["rev-parse", "HEAD"])
+    }
+
+    /// Points `branch` at `sha`, as `git push --force` of an older commit would.
+    pub fn reset_branch(&self, branch: &str, sha: &str) {
+        git_ok(
+            &self.path,
+            &["update-ref", &format!("refs/heads/{branch}"), sha],
+        );
+    }
+
     /// Protects `branch` as a Git host does: a `pre-receive` hook rejects any
     /// push that updates it (creating, moving or deleting), printing
     /// `protected branch <name>: changes must be made through a pull request`
