@@ -452,6 +452,7 @@ async fn verify(registry: &RegistryArgs, args: &VerifyArgs) -> Result<VerifyRepo
     let mut pr = None;
     if let (Source::PullRequest(number), Some(forge)) = (source.clone(), &forge) {
         let info = forge.pull_request(number).await?;
+        crate::verify::refuse_fork(&info)?;
         if let Some(target) = crate::promote::stage_of_branch(&config, &info.head_ref) {
             stage.get_or_insert_with(|| target.clone());
             source = crate::promote::verification_source(&info);
@@ -589,6 +590,7 @@ async fn run_controller(
             cluster,
             stage_clusters: &stage_clusters,
             settled_tip: std::sync::Mutex::default(),
+            pr_memory: std::sync::Mutex::default(),
         }),
         Err(e) => {
             tracing::warn!("no cluster to verify against ({e}); pinning only");

@@ -356,6 +356,18 @@ struct Problem {
 }
 
 impl Validator {
+    /// The one rule for every URL a token is sent to: plain `http://` only on loopback, where
+    /// it never crosses a network. `path` names the field the problem is reported at.
+    fn token_transport(&mut self, path: &str, url: &str) {
+        let plain = url::Url::parse(url).is_ok_and(|u| u.scheme() == "http");
+        if plain && !is_loopback_url(url) {
+            self.problem(
+                path,
+                "a token is never sent over plain http:// beyond this machine; use https://",
+            );
+        }
+    }
+
     fn problem(&mut self, path: &str, message: impl std::fmt::Display) {
         self.problems.push(Problem {
             path: path.to_string(),
@@ -625,12 +637,7 @@ impl Validator {
             Some(value) => self.git_auth(value),
         };
         if let (Some(url), GitAuth::Token { .. }) = (&url, &auth) {
-            if url.starts_with("http://") && !is_loopback_url(url) {
-                self.problem(
-                    "repository.auth",
-                    "a token is never sent over plain http:// beyond this machine; use https://",
-                );
-            }
+            self.token_transport("repository.auth", url);
         }
         let cache_dir = self.string(m, "repository", "cache_dir").map(PathBuf::from);
         Some(Repository {
@@ -1304,6 +1311,8 @@ impl Validator {
                 format!("{api_url:?} is not an http(s) URL"),
             );
         }
+        // The forge always carries a token.
+        self.token_transport("forge.api_url", &api_url);
         let owner = self.required_string(m, path, "owner");
         let repo = self.required_string(m, path, "repo");
         let token_env = self.required_string(m, path, "token_env");
@@ -1757,6 +1766,38 @@ colour: blue
         );
         let loopback = "repository: {url: 'http://127.0.0.1:8080/a.git', auth: {token_env: T}}\n";
         assert!(parse(loopback).is_ok());
+    }
+
+    #[test]
+    fn the_forge_token_is_never_sent_over_plain_http_beyond_this_machine() {
+        let text = "repository: {url: /srv/git/gitops.git}\n\
+                    forge:\n  api_url: 'http://ghe.example.com/api/v3'\n  owner: acme\n  repo: gitops\n  token_env: GITHUB_TOKEN\n";
+        let err = Config::parse(text, Path::new("tagpin.yaml")).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "tagpin.yaml:3:3: forge.api_url: a token is never sent over plain http:// beyond this machine; use https://"
+            ),
+            "{err}"
+        );
+        // Loopback is this machine (a local GitHub for tests, or a proxy beside tagpin).
+        for local in [
+            "http://127.0.0.1:8080",
+            "http://localhost:9000/api/v3",
+            "http://[::1]:80",
+        ] {
+            let text = format!(
+                "repository: {{url: /srv/git/gitops.git}}\nforge: {{api_url: '{local}', owner: acme, repo: gitops, token_env: GITHUB_TOKEN}}\n"
+            );
+            assert!(parse(&text).is_ok(), "{local}");
+        }
+        // The scheme is read as a URL reads it, whatever its case.
+        let err =
+            parse("repository: {url: 'HTTP://git.example.com/a.git', auth: {token_env: T}}\n")
+                .unwrap_err();
+        assert!(
+            err.to_string().contains("never sent over plain http"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -195,7 +195,8 @@ pub const RECENTLY_MERGED: Duration = Duration::from_secs(24 * 3600);
 
 /// What is in flight, verified between passes until Converged or Failed: open and recently
 /// merged tagpin pull requests (pull-request mode), or the target branch's tip (commit mode).
-/// Nothing is remembered: the forge's `tagpin/converged` statuses say what is already final.
+/// The forge's `tagpin/converged` statuses (tagpin's own) say what is already final; the
+/// process only remembers what it read there, to spend no call on it again.
 pub struct InFlight<'a> {
     pub config: &'a Config,
     pub mirror: &'a Mirror,
@@ -208,6 +209,48 @@ pub struct InFlight<'a> {
     pub stage_clusters: &'a BTreeMap<String, Cluster>,
     /// Commit mode: the last tip judged Converged or Failed, not checked again.
     pub settled_tip: Mutex<Option<String>>,
+    /// Pull-request mode: what is known of each pull request between cycles.
+    pub pr_memory: Mutex<PrMemory>,
+}
+
+/// One thing to verify: its source, its pull request, the stage a promotion goes into, and the
+/// commit whose final verdict ends its verification.
+type InFlightItem<'c> = (Source, Option<u64>, Option<&'c Stage>, Option<String>);
+
+/// What the verification of pull requests remembers between cycles, so that a cycle spends
+/// no GitHub call on what cannot have changed. Lost on restart: one status read per pull
+/// request rebuilds it.
+#[derive(Debug, Default)]
+pub struct PrMemory {
+    /// Pull request -> the commit whose verdict is final (Converged or Failed, set by tagpin):
+    /// not verified again until that commit changes (a push to an open one, its merge).
+    settled: BTreeMap<u64, String>,
+    /// Pull request -> the commit whose `tagpin/converged` status was read and not final: a
+    /// final verdict on it can only come from this process (recorded in `settled`), so the
+    /// status is not read again.
+    read: BTreeMap<u64, String>,
+    /// Pull requests left alone (forks, promotion branches tagpin did not open), logged once.
+    ignored: BTreeSet<u64>,
+}
+
+/// Why a pull request on a tagpin branch is not tagpin's to verify, if it is not. Its plan
+/// block chooses what is read from the cluster and the verdict (live images, digests, pod
+/// counts) is posted back to it, so it must come from this repository, not a fork; and a
+/// promotion, from tagpin itself (`me`, the token's login).
+pub fn not_ours(pr: &crate::forge::PullRequestInfo, promotion: bool, me: &str) -> Option<String> {
+    if !pr.same_repository {
+        return Some(format!(
+            "its branch {} is in a fork, not in this repository (opened by {})",
+            pr.head_ref, pr.author
+        ));
+    }
+    if promotion && pr.author != me {
+        return Some(format!(
+            "promotion branch {} opened by {}, not by tagpin ({me})",
+            pr.head_ref, pr.author
+        ));
+    }
+    None
 }
 
 impl InFlight<'_> {
@@ -223,17 +266,28 @@ impl InFlight<'_> {
         metrics: &Metrics,
     ) -> Result<(), VerifyError> {
         let target = &self.config.repository.branch;
-        // Each source with its pull request and, for a promotion, the stage it promotes into.
-        let mut sources: Vec<(Source, Option<u64>, Option<&Stage>)> = Vec::new();
+        let mut sources: Vec<InFlightItem> = Vec::new();
         if let Some(forge) = self.forge {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);
+            let me = forge.login().await?;
+            let window = RECENTLY_MERGED.as_secs() as i64;
             for pr in forge
-                .pull_requests_with_prefix(&self.config.pull_request.branch_prefix, target)
+                .pull_requests_with_prefix(
+                    &self.config.pull_request.branch_prefix,
+                    target,
+                    now - window,
+                )
                 .await?
             {
                 let stage = promote::stage_of_branch(self.config, &pr.head_ref);
+                if let Some(why) = not_ours(&pr, stage.is_some(), me) {
+                    if lock(&self.pr_memory).ignored.insert(pr.number) {
+                        tracing::warn!("pull request #{} is not verified: {why}", pr.number);
+                    }
+                    continue;
+                }
                 // Sync's own pull requests only in pull-request mode; a promotion only once
                 // merged, since no cluster can run an unmerged promotion.
                 let skip = match stage {
@@ -243,9 +297,7 @@ impl InFlight<'_> {
                 if skip {
                     continue;
                 }
-                let recent = pr
-                    .merged_at
-                    .is_some_and(|t| now - t < RECENTLY_MERGED.as_secs() as i64);
+                let recent = pr.merged_at.is_some_and(|t| now - t < window);
                 if !(pr.open || recent) {
                     continue;
                 }
@@ -254,33 +306,46 @@ impl InFlight<'_> {
                 } else {
                     Some(pr.head_sha.clone())
                 };
-                if let Some(sha) = final_sha {
-                    let status = forge
-                        .status_of(&sha, verify::report::STATUS_CONTEXT)
-                        .await?;
-                    if matches!(
-                        status,
-                        Some((StatusState::Success | StatusState::Failure, _))
-                    ) && pr.merged
-                    {
+                // A final verdict on that commit ends the verification, open or merged.
+                if let Some(sha) = &final_sha {
+                    let (settled, read) = {
+                        let memory = lock(&self.pr_memory);
+                        (
+                            memory.settled.get(&pr.number) == Some(sha),
+                            memory.read.get(&pr.number) == Some(sha),
+                        )
+                    };
+                    if settled {
                         continue;
+                    }
+                    if !read {
+                        let status = forge.status_of(sha, verify::report::STATUS_CONTEXT).await?;
+                        let mut memory = lock(&self.pr_memory);
+                        if matches!(
+                            status,
+                            Some((StatusState::Success | StatusState::Failure, _))
+                        ) {
+                            memory.settled.insert(pr.number, sha.clone());
+                            continue;
+                        }
+                        memory.read.insert(pr.number, sha.clone());
                     }
                 }
                 let source = match stage {
                     Some(_) => promote::verification_source(&pr),
                     None => Source::PullRequest(pr.number),
                 };
-                sources.push((source, Some(pr.number), stage));
+                sources.push((source, Some(pr.number), stage, final_sha));
             }
         }
         if self.config.mode == WriteMode::Commit {
             if let Some(tip) = self.mirror.tip(target) {
                 if lock(&self.settled_tip).as_deref() != Some(tip.to_string().as_str()) {
-                    sources.push((Source::Commit(tip.to_string()), None, None));
+                    sources.push((Source::Commit(tip.to_string()), None, None, None));
                 }
             }
         }
-        for (source, pr, stage) in sources {
+        for (source, pr, stage, final_sha) in sources {
             let (config, cluster) = match stage {
                 Some(stage) => match self.stage_clusters.get(&stage.name) {
                     Some(cluster) => (promote::stage_config(self.config, stage), cluster),
@@ -317,6 +382,11 @@ impl InFlight<'_> {
             }
             if let Some(forge) = self.forge {
                 verify::publish(forge, pr, &expectations, &check).await;
+            }
+            if let (Some(pr), Some(sha), Verdict::Converged | Verdict::Failed) =
+                (pr, final_sha, check.state)
+            {
+                lock(&self.pr_memory).settled.insert(pr, sha);
             }
         }
         Ok(())
@@ -582,6 +652,41 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pr(author: &str, same_repository: bool) -> crate::forge::PullRequestInfo {
+        crate::forge::PullRequestInfo {
+            number: 7,
+            open: true,
+            merged: false,
+            title: String::new(),
+            body: String::new(),
+            labels: Vec::new(),
+            url: String::new(),
+            head_ref: "tagpin/promote/production".into(),
+            head_sha: "0".repeat(40),
+            merge_commit_sha: None,
+            merged_at: None,
+            updated_at: None,
+            author: author.into(),
+            same_repository,
+        }
+    }
+
+    #[test]
+    fn forks_and_promotions_tagpin_did_not_open_are_not_verified() {
+        assert_eq!(not_ours(&pr("tagpin-bot", true), true, "tagpin-bot"), None);
+        // Sync adopts a collaborator's pull request on its branch; a promotion is tagpin's.
+        assert_eq!(not_ours(&pr("alice", true), false, "tagpin-bot"), None);
+        let promotion = not_ours(&pr("alice", true), true, "tagpin-bot").unwrap();
+        assert!(
+            promotion.contains("opened by alice, not by tagpin"),
+            "{promotion}"
+        );
+        for promotion in [false, true] {
+            let fork = not_ours(&pr("tagpin-bot", false), promotion, "tagpin-bot").unwrap();
+            assert!(fork.contains("in a fork"), "{fork}");
+        }
+    }
 
     #[test]
     fn jitter_stays_within_ten_percent() {

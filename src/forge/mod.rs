@@ -5,13 +5,25 @@
 //! requests), and a rate-limit answer (`429`, or `403` with `x-ratelimit-remaining: 0`) is
 //! waited out when GitHub says when to come back within [`MAX_RATE_LIMIT_WAIT`], and reported
 //! otherwise. The token is held by octocrab as a secret string and never printed.
+//!
+//! Reads are cheap on the rate limit: every list and pull request is read with the `ETag` of
+//! the last answer (`If-None-Match`), and a `304 Not Modified`, which GitHub does not count,
+//! is answered from what this process kept ([`MAX_CACHED_READS`] answers). Lists follow
+//! GitHub's `Link` header to their last page.
+//!
+//! Who tagpin is on GitHub (the login of the token, `GET /user`) is asked once per process:
+//! only statuses that login created count as tagpin's own, and only pull requests from this
+//! repository (not from forks) are tagpin's to read a plan from.
 
 pub mod body;
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use octocrab::Octocrab;
+use serde::de::DeserializeOwned;
 
 use crate::config;
 
@@ -19,6 +31,15 @@ use crate::config;
 pub const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
 /// Attempts per call when GitHub answers with a rate limit.
 const RATE_LIMIT_ATTEMPTS: u32 = 3;
+/// Answers kept for conditional reads (one per URL: a list page, a pull request, the statuses
+/// of a commit). When full, all are dropped: the next reads are plain ones, nothing is wrong.
+const MAX_CACHED_READS: usize = 512;
+/// Pages read of one list at most (100 items each): a bound on a runaway `Link` chain.
+const MAX_PAGES: usize = 50;
+/// How long what this process last wrote (a status, the verdict comment) is trusted without
+/// reading it back: a pass that would write the same again spends no call, and a status or
+/// comment changed by hand is set right within this time.
+pub const READ_BACK_AFTER: Duration = Duration::from_secs(600);
 
 /// A failed forge call, naming the repository and, where there is one, the pull request.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +79,8 @@ pub struct Status {
     pub description: String,
     /// Unix time it was set, when the forge says.
     pub created_at: Option<i64>,
+    /// The login that created it: anyone with status rights can post any context.
+    pub creator: Option<String>,
 }
 
 /// What tagpin reads of a pull request.
@@ -75,6 +98,13 @@ pub struct PullRequestInfo {
     pub merge_commit_sha: Option<String>,
     /// Unix time of the merge, for "recently merged".
     pub merged_at: Option<i64>,
+    /// Unix time of the last change.
+    pub updated_at: Option<i64>,
+    /// Login of who opened it.
+    pub author: String,
+    /// The head branch is in this very repository (GitHub's `head.repo` is `base.repo`), not
+    /// in a fork: only then is its plan block tagpin's or a collaborator's to act on.
+    pub same_repository: bool,
 }
 
 /// A GitHub repository, with a token.
@@ -82,6 +112,25 @@ pub struct GitHub {
     octo: Octocrab,
     owner: String,
     repo: String,
+    /// The token's login, asked once.
+    login: tokio::sync::OnceCell<String>,
+    /// The last answer of each conditional read, by URL.
+    reads: Mutex<HashMap<String, Cached>>,
+    /// What this process last wrote or read back: `(sha, context)` -> `(state, description)`,
+    /// and pull request -> verdict comment body; each with when.
+    statuses_set: Mutex<HashMap<(String, String), KnownStatus>>,
+    comments_set: Mutex<HashMap<u64, (String, Instant)>>,
+}
+
+/// A status tagpin set or read back, `(state, description, when)`.
+type KnownStatus = (StatusState, String, Instant);
+
+/// One answer kept for a conditional read.
+#[derive(Clone)]
+struct Cached {
+    etag: String,
+    body: String,
+    next: Option<String>,
 }
 
 impl ForgeError {
@@ -118,66 +167,198 @@ impl GitHub {
             octo,
             owner: forge.owner.clone(),
             repo: forge.repo.clone(),
+            login: tokio::sync::OnceCell::new(),
+            reads: Mutex::default(),
+            statuses_set: Mutex::default(),
+            comments_set: Mutex::default(),
         })
+    }
+
+    /// The login the token belongs to (`GET /user`), asked once per process. A token that may
+    /// not read its user (a GitHub App installation token) fails here, naming the call.
+    pub async fn login(&self) -> Result<&str, ForgeError> {
+        self.login
+            .get_or_try_init(|| async {
+                let user = self
+                    .call("read the token's user (GET /user)", || async {
+                        self.octo.current().user().await
+                    })
+                    .await?;
+                Ok::<_, ForgeError>(user.login)
+            })
+            .await
+            .map(String::as_str)
     }
 
     fn full_name(&self) -> String {
         format!("{}/{}", self.owner, self.repo)
     }
 
-    /// Every pull request (open, closed, merged) from `branch` into `base`, newest first.
+    /// Every pull request (open, closed, merged) from `branch` of this repository into
+    /// `base`, newest first. GitHub's `head=owner:branch` leaves out forks' branches of the
+    /// same name; what it returns is checked again, so a fork's pull request is never adopted.
     pub async fn pull_requests_for(
         &self,
         branch: &str,
         base: &str,
     ) -> Result<Vec<PullRequestInfo>, ForgeError> {
         let head = format!("{}:{branch}", self.owner);
-        self.list_pulls(
-            &format!("list pull requests from {branch}"),
-            Some(&head),
-            base,
-        )
-        .await
+        let mut prs = self
+            .list_pulls(
+                &format!("list pull requests from {branch}"),
+                &[("state", "all"), ("head", &head), ("base", base)],
+                None,
+            )
+            .await?;
+        prs.retain(|p| p.same_repository);
+        Ok(prs)
     }
 
-    /// The newest pull requests into `base` whose branch starts with `prefix` (tagpin's own),
-    /// open or closed, newest first: what is in flight is read back from here.
+    /// What is in flight into `base` on branches starting with `prefix` (tagpin's own), newest
+    /// first: every open pull request, and those closed at or after `closed_since` (Unix
+    /// seconds). Forks' pull requests are included, marked by `same_repository`: the caller
+    /// says why it leaves them alone.
     pub async fn pull_requests_with_prefix(
         &self,
         prefix: &str,
         base: &str,
+        closed_since: i64,
     ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let what = format!("list pull requests into {base}");
         let mut prs = self
-            .list_pulls(&format!("list pull requests into {base}"), None, base)
+            .list_pulls(&what, &[("state", "open"), ("base", base)], None)
             .await?;
+        // Most recently changed first, so the pages stop where the window does.
+        let closed = [
+            ("state", "closed"),
+            ("base", base),
+            ("sort", "updated"),
+            ("direction", "desc"),
+        ];
+        prs.extend(self.list_pulls(&what, &closed, Some(closed_since)).await?);
         prs.retain(|p| p.head_ref.starts_with(prefix));
+        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
         Ok(prs)
     }
 
-    /// One page (100) of pull requests into `base`, of every state, newest first.
+    /// Every page of a pull request list, 100 at a time; with `until`, pages stop after the
+    /// first one that reaches a pull request updated before it (the list is by update time).
     async fn list_pulls(
         &self,
         what: &str,
-        head: Option<&str>,
-        base: &str,
+        query: &[(&str, &str)],
+        until: Option<i64>,
     ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let page = self
-            .call(what, || async move {
-                let list = self.octo.pulls(&self.owner, &self.repo);
-                let mut request = list
-                    .list()
-                    .state(octocrab::params::State::All)
-                    .base(base)
-                    .per_page(100u8);
-                if let Some(head) = head {
-                    request = request.head(head);
+        let mut query: Vec<(&str, &str)> = query.to_vec();
+        query.push(("per_page", "100"));
+        let first = format!(
+            "/repos/{}/{}/pulls?{}",
+            self.owner,
+            self.repo,
+            url::form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(&query)
+                .finish()
+        );
+        let mut prs = Vec::new();
+        let mut next = Some(first);
+        let mut pages = 0;
+        while let Some(url) = next.take() {
+            pages += 1;
+            let (items, link) = self
+                .read_list::<octocrab::models::pulls::PullRequest>(what, &url)
+                .await?;
+            let items: Vec<PullRequestInfo> = items.into_iter().map(|p| self.info(p)).collect();
+            let past = until.is_some_and(|until| {
+                items
+                    .iter()
+                    .any(|p| p.updated_at.is_some_and(|t| t < until))
+            });
+            prs.extend(items);
+            if !past && pages < MAX_PAGES {
+                next = link;
+            }
+        }
+        Ok(prs)
+    }
+
+    /// One page of a list, read conditionally, with the address of the next page.
+    async fn read_list<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        url: &str,
+    ) -> Result<(Vec<T>, Option<String>), ForgeError> {
+        let cached = self.read(what, url).await?;
+        let items = serde_json::from_str(&cached.body).map_err(|e| self.unexpected(what, e))?;
+        Ok((items, cached.next))
+    }
+
+    /// `GET url` with the `ETag` of the last answer: a `304` is answered from that answer.
+    async fn read(&self, what: &str, url: &str) -> Result<Cached, ForgeError> {
+        let kept = lock(&self.reads).get(url).cloned();
+        let fresh = self
+            .call(what, || {
+                let etag = kept.as_ref().map(|k| k.etag.clone());
+                async move {
+                    let mut headers = http::HeaderMap::new();
+                    if let Some(value) = etag.and_then(|e| http::HeaderValue::from_str(&e).ok()) {
+                        headers.insert(http::header::IF_NONE_MATCH, value);
+                    }
+                    let response = self.octo._get_with_headers(url, Some(headers)).await?;
+                    if response.status() == http::StatusCode::NOT_MODIFIED {
+                        return Ok(None);
+                    }
+                    let response = octocrab::map_github_error(response).await?;
+                    let header = |name: http::header::HeaderName| {
+                        response
+                            .headers()
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_string)
+                    };
+                    let etag = header(http::header::ETAG);
+                    let next = header(http::header::LINK).and_then(|l| next_link(&l));
+                    let body = self.octo.body_to_string(response).await?;
+                    Ok(Some((
+                        etag,
+                        Cached {
+                            etag: String::new(),
+                            body,
+                            next,
+                        },
+                    )))
                 }
-                request.send().await
             })
             .await?;
-        let mut prs: Vec<PullRequestInfo> = page.items.into_iter().map(info).collect();
-        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
-        Ok(prs)
+        match (fresh, kept) {
+            (Some((etag, mut answer)), _) => {
+                if let Some(etag) = etag {
+                    answer.etag = etag;
+                    let mut reads = lock(&self.reads);
+                    if reads.len() >= MAX_CACHED_READS {
+                        reads.clear();
+                    }
+                    reads.insert(url.to_string(), answer.clone());
+                }
+                Ok(answer)
+            }
+            (None, Some(kept)) => Ok(kept),
+            // A 304 to a request that named no ETag: GitHub does not send one.
+            (None, None) => Err(ForgeError::Call {
+                repo: self.full_name(),
+                what: what.to_string(),
+                detail: "GitHub answered 304 Not Modified to an unconditional request".into(),
+                status: Some(304),
+            }),
+        }
+    }
+
+    fn unexpected(&self, what: &str, e: serde_json::Error) -> ForgeError {
+        ForgeError::Call {
+            repo: self.full_name(),
+            what: what.to_string(),
+            detail: format!("unexpected answer: {e}"),
+            status: None,
+        }
     }
 
     pub async fn open_pull_request(
@@ -198,7 +379,7 @@ impl GitHub {
                     .await
             })
             .await?;
-        Ok(info(pr))
+        Ok(self.info(pr))
     }
 
     pub async fn update_pull_request(
@@ -233,36 +414,35 @@ impl GitHub {
         Ok(())
     }
 
-    /// The newest state and description of status `context` on `sha`, if tagpin set one.
+    /// The newest state and description of status `context` on `sha` that tagpin itself set
+    /// (created by [`GitHub::login`]): a status anyone else posted in tagpin's context is not
+    /// tagpin's verdict.
     pub async fn status_of(
         &self,
         sha: &str,
         context: &str,
     ) -> Result<Option<(StatusState, String)>, ForgeError> {
+        let me = self.login().await?;
         Ok(self
             .statuses(sha, context)
             .await?
             .into_iter()
-            .next()
+            .find(|s| s.creator.as_deref() == Some(me))
             .map(|s| (s.state, s.description)))
     }
 
-    /// Every status `context` on `sha`, newest first (as GitHub lists them), with when each
-    /// was set: the promoter reads its soak clock back from them.
+    /// Every status `context` on `sha`, newest first (as GitHub lists them; the newest 100),
+    /// with who set each and when: the promoter reads its soak clock back from them.
     pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
         let what = format!("read statuses of {sha}");
-        let page = self
-            .call(&what, || async move {
-                self.octo
-                    .repos(&self.owner, &self.repo)
-                    .list_statuses(sha.to_string())
-                    .per_page(100)
-                    .send()
-                    .await
-            })
+        let url = format!(
+            "/repos/{}/{}/commits/{sha}/statuses?per_page=100",
+            self.owner, self.repo
+        );
+        let (items, _) = self
+            .read_list::<octocrab::models::Status>(&what, &url)
             .await?;
-        Ok(page
-            .items
+        Ok(items
             .iter()
             .filter(|s| s.context.as_deref() == Some(context))
             .filter_map(|s| {
@@ -277,6 +457,7 @@ impl GitHub {
                     state,
                     description: s.description.clone().unwrap_or_default(),
                     created_at: s.created_at.map(|t| t.timestamp()),
+                    creator: s.creator.as_ref().map(|c| c.login.clone()),
                 })
             })
             .collect())
@@ -285,12 +466,10 @@ impl GitHub {
     /// One pull request by number.
     pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
         let what = format!("read pull request #{number}");
-        let pr = self
-            .call(&what, || async move {
-                self.octo.pulls(&self.owner, &self.repo).get(number).await
-            })
-            .await?;
-        Ok(info(pr))
+        let url = format!("/repos/{}/{}/pulls/{number}", self.owner, self.repo);
+        let answer = self.read(&what, &url).await?;
+        let pr = serde_json::from_str(&answer.body).map_err(|e| self.unexpected(&what, e))?;
+        Ok(self.info(pr))
     }
 
     /// Sets the commit status `context` on `sha`. GitHub refuses descriptions over 140
@@ -303,7 +482,7 @@ impl GitHub {
         description: &str,
     ) -> Result<(), ForgeError> {
         let what = format!("set status {context} on {sha}");
-        let state = match state {
+        let wire = match state {
             StatusState::Pending => octocrab::models::StatusState::Pending,
             StatusState::Success => octocrab::models::StatusState::Success,
             StatusState::Failure => octocrab::models::StatusState::Failure,
@@ -312,19 +491,21 @@ impl GitHub {
         self.call(&what, || async move {
             self.octo
                 .repos(&self.owner, &self.repo)
-                .create_status(sha.to_string(), state)
+                .create_status(sha.to_string(), wire)
                 .context(context.to_string())
                 .description(description.to_string())
                 .send()
                 .await
         })
         .await?;
+        self.remember_status(sha, context, state, description);
         Ok(())
     }
 
-    /// Sets the status unless the newest one of its context already says the same (a pass
-    /// that changes nothing spends no write). A failure is logged, not returned: a verdict or
-    /// promotion stands whether or not its status could be posted.
+    /// Sets the status unless tagpin's own newest one of its context already says the same (a
+    /// pass that changes nothing spends no write, and no read either while what this process
+    /// set is younger than [`READ_BACK_AFTER`]). A failure is logged, not returned: a verdict
+    /// or promotion stands whether or not its status could be posted.
     pub async fn set_status_once(
         &self,
         sha: &str,
@@ -332,8 +513,16 @@ impl GitHub {
         context: &str,
         description: &str,
     ) {
+        let key = (sha.to_string(), context.to_string());
+        let known = lock(&self.statuses_set).get(&key).cloned();
+        if let Some((s, d, at)) = known {
+            if s == state && d == description && at.elapsed() < READ_BACK_AFTER {
+                return;
+            }
+        }
         let current = self.status_of(sha, context).await.ok().flatten();
         if current.as_ref() == Some(&(state, description.to_string())) {
+            self.remember_status(sha, context, state, description);
             return;
         }
         if let Err(e) = self.set_status(sha, state, context, description).await {
@@ -341,30 +530,66 @@ impl GitHub {
         }
     }
 
+    fn remember_status(&self, sha: &str, context: &str, state: StatusState, description: &str) {
+        let mut known = lock(&self.statuses_set);
+        if known.len() >= MAX_CACHED_READS {
+            known.clear();
+        }
+        known.insert(
+            (sha.to_string(), context.to_string()),
+            (state, description.to_string(), Instant::now()),
+        );
+    }
+
     /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
-    /// the marker, among comments by anyone), creates it otherwise. Returns the comment id.
+    /// the marker, among comments by anyone, on every page), creates it otherwise. What this
+    /// process wrote or found there is not read again for [`READ_BACK_AFTER`] while the body
+    /// stays the same.
     pub async fn upsert_comment(
+        &self,
+        number: u64,
+        marker: &str,
+        body: &str,
+    ) -> Result<(), ForgeError> {
+        let known = lock(&self.comments_set).get(&number).cloned();
+        if known.is_some_and(|(b, at)| b == body && at.elapsed() < READ_BACK_AFTER) {
+            return Ok(());
+        }
+        self.upsert_comment_now(number, marker, body).await?;
+        let mut comments = lock(&self.comments_set);
+        if comments.len() >= MAX_CACHED_READS {
+            comments.clear();
+        }
+        comments.insert(number, (body.to_string(), Instant::now()));
+        Ok(())
+    }
+
+    async fn upsert_comment_now(
         &self,
         number: u64,
         marker: &str,
         body: &str,
     ) -> Result<u64, ForgeError> {
         let what = format!("list comments of pull request #{number}");
-        let page = self
-            .call(&what, || async move {
-                self.octo
-                    .issues(&self.owner, &self.repo)
-                    .list_comments(number)
-                    .per_page(100)
-                    .send()
-                    .await
-            })
-            .await?;
-        let existing = page
-            .items
-            .iter()
-            .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
-            .map(|c| (c.id, c.body.as_deref() == Some(body)));
+        let mut next = Some(format!(
+            "/repos/{}/{}/issues/{number}/comments?per_page=100",
+            self.owner, self.repo
+        ));
+        let mut existing = None;
+        let mut pages = 0;
+        while let (Some(url), None) = (next.take(), &existing) {
+            pages += 1;
+            let (items, link) = self
+                .read_list::<octocrab::models::issues::Comment>(&what, &url)
+                .await?;
+            existing = items
+                .iter()
+                .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
+                .map(|c| (c.id, c.body.as_deref() == Some(body)));
+            if pages < MAX_PAGES {
+                next = link;
+            }
+        }
         match existing {
             // Already says exactly this: editing it again would only spend rate limit.
             Some((id, true)) => Ok(id.into_inner()),
@@ -436,6 +661,46 @@ impl GitHub {
     }
 }
 
+impl GitHub {
+    fn info(&self, pr: octocrab::models::pulls::PullRequest) -> PullRequestInfo {
+        // By id, which a rename does not change; a deleted fork has no head repository.
+        let same_repository = match (&pr.head.repo, &pr.base.repo) {
+            (Some(head), Some(base)) => head.id == base.id,
+            _ => false,
+        };
+        PullRequestInfo {
+            updated_at: pr.updated_at.map(|t| t.timestamp()),
+            author: pr
+                .user
+                .as_ref()
+                .map(|u| u.login.clone())
+                .unwrap_or_default(),
+            same_repository,
+            ..info(pr)
+        }
+    }
+}
+
+/// The `rel="next"` address of a `Link` header, if there is a next page.
+fn next_link(link: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        let next = params
+            .split(';')
+            .any(|p| p.trim().replace(' ', "") == "rel=\"next\"");
+        next.then(|| {
+            url.trim()
+                .trim_start_matches('<')
+                .trim_end_matches('>')
+                .to_string()
+        })
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn info(pr: octocrab::models::pulls::PullRequest) -> PullRequestInfo {
     PullRequestInfo {
         number: pr.number,
@@ -454,6 +719,9 @@ fn info(pr: octocrab::models::pulls::PullRequest) -> PullRequestInfo {
         head_sha: pr.head.sha,
         merge_commit_sha: pr.merge_commit_sha,
         merged_at: pr.merged_at.map(|t| t.timestamp()),
+        updated_at: None,
+        author: String::new(),
+        same_repository: false,
     }
 }
 
@@ -525,5 +793,21 @@ fn describe(error: &octocrab::Error) -> String {
                 .unwrap_or(&text)
                 .to_string()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_page_is_read_from_the_link_header() {
+        let link = "<https://api.github.com/repositories/1/pulls?state=open&page=2>; rel=\"next\", <https://api.github.com/repositories/1/pulls?state=open&page=5>; rel=\"last\"";
+        assert_eq!(
+            next_link(link).as_deref(),
+            Some("https://api.github.com/repositories/1/pulls?state=open&page=2")
+        );
+        let last = "<https://api.github.com/x?page=1>; rel=\"prev\", <https://api.github.com/x?page=1>; rel=\"first\"";
+        assert_eq!(next_link(last), None);
     }
 }

@@ -3,10 +3,19 @@
 //!
 //! tagpin keeps no state of its own, so the soak clock lives where the team can see it: the
 //! `tagpin/stage/<name>` commit status that each promotion pass sets on the source stage's
-//! commit. Its description carries when the stage was first seen converged and a fingerprint
-//! of the digests it pins (`converged since 2026-11-23T14:05:00Z · 3 image(s) · set
-//! 1a2b3c4d5e6f`). A restarted controller reads the clock back from there; a new set of
+//! commit. Its description says when the stage was first seen converged and gives a
+//! fingerprint of the digests it pins (`converged since 2026-11-23T14:05:00Z · 3 image(s) ·
+//! set 1a2b3c4d5e6f`). A restarted controller reads the clock back from there; a new set of
 //! digests, or any verdict other than Converged in between, starts it again.
+//!
+//! Anyone with status rights (any CI job) can post a status in that context with any text, so
+//! only statuses created by tagpin's own login count, and the time comes from GitHub's
+//! `created_at`, not from the text: the clock starts at the `created_at` of the oldest own
+//! success status of the unbroken run for this fingerprint (a status re-posted with the same
+//! content keeps the start of the first). When the run began on an earlier commit, the first
+//! own status on the new commit carries that start in its description; it is believed only
+//! as far back as that status's own `created_at`, and it was written by tagpin from the same
+//! rule, so every start goes back to a `created_at` of a status tagpin set.
 
 use std::time::Duration;
 
@@ -100,15 +109,25 @@ pub fn decide(state: State, summary: &str, since: Option<i64>, soak: Duration, n
 }
 
 /// When the stage converged on the digests `fingerprint` names, from the stage statuses of the
-/// newest commit that has any (newest first). The clock carries over only from an unbroken
-/// run of success statuses for the same fingerprint; `None` means "starts now".
-pub fn converged_since(history: &[Status], fingerprint: &str) -> Option<i64> {
-    let latest = history.first()?;
-    if latest.state != StatusState::Success {
-        return None;
+/// newest commit where tagpin (`me`) set any (newest first). Only statuses created by `me`
+/// count. The clock runs over the unbroken run of own success statuses for the same
+/// fingerprint, from the oldest one's `created_at`, or the earlier start it carries from the
+/// commit before; `None` means "starts now".
+pub fn converged_since(history: &[Status], fingerprint: &str, me: &str) -> Option<i64> {
+    let mut since = None;
+    for status in history.iter().filter(|s| s.creator.as_deref() == Some(me)) {
+        let Some(created) = status.created_at else {
+            break;
+        };
+        let Some((carried, set)) = parse_description(&status.description) else {
+            break;
+        };
+        if status.state != StatusState::Success || set != fingerprint {
+            break;
+        }
+        since = Some(carried.min(created));
     }
-    let (since, set) = parse_description(&latest.description)?;
-    (set == fingerprint).then_some(since)
+    since
 }
 
 /// The stage status: its state and a description that carries the clock when converged.
@@ -221,12 +240,72 @@ mod tests {
 
     const NOW: i64 = 1_795_000_000;
 
+    const ME: &str = "tagpin-bot";
+
     fn status(state: StatusState, description: &str) -> Status {
         Status {
             state,
             description: description.to_string(),
             created_at: Some(NOW - 100),
+            creator: Some(ME.to_string()),
         }
+    }
+
+    fn by(creator: &str, created_at: i64, status: Status) -> Status {
+        Status {
+            creator: Some(creator.to_string()),
+            created_at: Some(created_at),
+            ..status
+        }
+    }
+
+    #[test]
+    fn only_statuses_tagpin_created_carry_the_clock() {
+        // A CI job with status rights posts tagpin's context, claiming a start long ago.
+        let (_, forged) = stage_status(State::Converged, "ok", Some(NOW - 86_400), 3, "abc");
+        let history = [by(
+            "ci-bot",
+            NOW - 10,
+            status(StatusState::Success, &forged),
+        )];
+        assert_eq!(converged_since(&history, "abc", ME), None);
+        // Posted after tagpin's own: ignored, tagpin's clock stands.
+        let (_, own) = stage_status(State::Converged, "ok", Some(NOW - 60), 3, "abc");
+        let history = [
+            by("ci-bot", NOW - 10, status(StatusState::Success, &forged)),
+            by(ME, NOW - 60, status(StatusState::Success, &own)),
+        ];
+        assert_eq!(converged_since(&history, "abc", ME), Some(NOW - 60));
+        // Nor can another creator's failure break tagpin's run.
+        let history = [
+            by("ci-bot", NOW - 10, status(StatusState::Failure, "broken")),
+            by(ME, NOW - 60, status(StatusState::Success, &own)),
+        ];
+        assert_eq!(converged_since(&history, "abc", ME), Some(NOW - 60));
+    }
+
+    #[test]
+    fn the_start_is_when_github_says_the_first_own_status_was_set() {
+        // Even tagpin's own text is not believed beyond the status's created_at.
+        let (_, ahead) = stage_status(State::Converged, "ok", Some(NOW - 600), 3, "abc");
+        let (_, later) = stage_status(State::Converged, "ok", Some(NOW), 3, "abc");
+        assert_eq!(
+            converged_since(
+                &[by(ME, NOW - 100, status(StatusState::Success, &later))],
+                "abc",
+                ME
+            ),
+            Some(NOW - 100)
+        );
+        // Re-posted with the same content: the first one's start is kept.
+        let history = [
+            by(ME, NOW - 10, status(StatusState::Success, &later)),
+            by(ME, NOW - 300, status(StatusState::Success, &later)),
+        ];
+        assert_eq!(converged_since(&history, "abc", ME), Some(NOW - 300));
+        // The start carried from an earlier commit, earlier than this status: kept.
+        let history = [by(ME, NOW - 10, status(StatusState::Success, &ahead))];
+        assert_eq!(converged_since(&history, "abc", ME), Some(NOW - 600));
     }
 
     #[test]
@@ -239,25 +318,28 @@ mod tests {
             "{description}"
         );
         let history = [status(StatusState::Success, &description)];
-        assert_eq!(converged_since(&history, "abc123def456"), Some(NOW - 600));
+        assert_eq!(
+            converged_since(&history, "abc123def456", ME),
+            Some(NOW - 600)
+        );
     }
 
     #[test]
     fn new_digests_or_a_break_restart_the_clock() {
         let (_, d) = stage_status(State::Converged, "ok", Some(NOW - 600), 3, "aaaa");
         assert_eq!(
-            converged_since(&[status(StatusState::Success, &d)], "bbbb"),
+            converged_since(&[status(StatusState::Success, &d)], "bbbb", ME),
             None
         );
         let broken = [
             status(StatusState::Pending, "1 of 3 pods on an old digest"),
             status(StatusState::Success, &d),
         ];
-        assert_eq!(converged_since(&broken, "aaaa"), None);
-        assert_eq!(converged_since(&[], "aaaa"), None);
-        // A success status a person or another tool wrote, without the clock, starts it now.
+        assert_eq!(converged_since(&broken, "aaaa", ME), None);
+        assert_eq!(converged_since(&[], "aaaa", ME), None);
+        // A success status without the clock starts it now.
         assert_eq!(
-            converged_since(&[status(StatusState::Success, "fine")], "aaaa"),
+            converged_since(&[status(StatusState::Success, "fine")], "aaaa", ME),
             None
         );
     }

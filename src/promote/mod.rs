@@ -506,8 +506,9 @@ impl<'a> Promoter<'a> {
     }
 
     /// Since when the source stage has been Converged on the digests `fingerprint` names,
-    /// read back from the stage statuses of the newest commit (along first parents) that has
-    /// any. `None`: no unbroken record, the clock starts now. A commit on the way there that
+    /// read back from the stage statuses of the newest commit (along first parents) where
+    /// tagpin set any (see [`gate`]: statuses other logins created are ignored, and logged).
+    /// `None`: no unbroken record, the clock starts now. A commit on the way there that
     /// pinned other digests in the source stage breaks the record, even if no pass saw it
     /// (digests changed and changed back between two passes).
     async fn clock(
@@ -517,6 +518,7 @@ impl<'a> Promoter<'a> {
         source: &Stage,
         fingerprint: &str,
     ) -> Result<Option<i64>, PromoteError> {
+        let me = forge.login().await?;
         let commits = off_runtime(|| self.mirror.first_parents(tip, CLOCK_DEPTH))?;
         let context = gate::stage_context(&source.name);
         for commit in commits {
@@ -527,8 +529,14 @@ impl<'a> Promoter<'a> {
                 }
             }
             let history = forge.statuses(&commit.to_string(), &context).await?;
-            if !history.is_empty() {
-                return Ok(gate::converged_since(&history, fingerprint));
+            for other in history.iter().filter(|s| s.creator.as_deref() != Some(me)) {
+                tracing::warn!(
+                    "{context} status on {commit} set by {} is ignored: only tagpin's own ({me}) carry the soak clock",
+                    other.creator.as_deref().unwrap_or("an unknown creator")
+                );
+            }
+            if history.iter().any(|s| s.creator.as_deref() == Some(me)) {
+                return Ok(gate::converged_since(&history, fingerprint, me));
             }
         }
         Ok(None)

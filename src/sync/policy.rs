@@ -213,6 +213,9 @@ mod tests {
             head_sha: "0".repeat(40),
             merge_commit_sha: None,
             merged_at: None,
+            updated_at: None,
+            author: "tagpin-bot".into(),
+            same_repository: true,
         }
     }
 

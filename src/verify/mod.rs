@@ -98,6 +98,25 @@ pub enum VerifyError {
     /// folder moved in the repository), so nothing at that path can be judged.
     #[error("configuration: paths names {path}, which commit {commit} does not hold")]
     MissingPath { path: String, commit: String },
+    #[error("pull request #{number} comes from a fork ({author}:{branch}), not from this repository: tagpin does not verify it, since its body would choose what is read from the cluster and shown back")]
+    FromFork {
+        number: u64,
+        author: String,
+        branch: String,
+    },
+}
+
+/// Refuses a pull request whose branch is in a fork: its plan block, written by anyone, would
+/// choose which workloads are read from the cluster, and the verdict is posted back to it.
+pub fn refuse_fork(pr: &crate::forge::PullRequestInfo) -> Result<(), VerifyError> {
+    if pr.same_repository {
+        return Ok(());
+    }
+    Err(VerifyError::FromFork {
+        number: pr.number,
+        author: pr.author.clone(),
+        branch: pr.head_ref.clone(),
+    })
 }
 
 /// The outcome of one check of every expectation.
@@ -165,6 +184,7 @@ pub async fn expectations(
         Source::PullRequest(number) => {
             let forge = forge.ok_or(VerifyError::NoForge)?;
             let pr = forge.pull_request(*number).await?;
+            refuse_fork(&pr)?;
             let block = body::parse(&pr.body).ok_or(VerifyError::NoPlanBlock(*number))?;
             let promised = expected::from_plan(&block, &mapping);
             let mut commits = vec![pr.head_sha.clone()];

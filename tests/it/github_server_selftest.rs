@@ -569,3 +569,76 @@ async fn scripted_faults_and_octocrab_retries() {
     assert!(server.comments(1).is_empty());
     server.assert_no_violations();
 }
+
+#[tokio::test]
+async fn forks_authors_the_token_user_and_conditional_reads_are_served_as_github_does() {
+    let repo = repo_with_feature();
+    let server = GitHubServer::start(TOKEN, OWNER, REPO, repo.path()).await;
+    let gh = client(&server, TOKEN);
+    let main = repo.branch_sha("main").unwrap();
+
+    // GET /user: who the token is.
+    let me = gh.current().user().await.expect("GET /user");
+    assert_eq!(me.login, TOKEN_USER_LOGIN);
+
+    // A fork's pull request: head.repo is another repository (id, owner, full name).
+    let fork = server.open_pr_as(
+        "mallory",
+        Some("mallory"),
+        "feature",
+        &main,
+        "main",
+        "t",
+        "b",
+    );
+    let pr = gh.pulls(OWNER, REPO).get(fork).await.expect("get fork PR");
+    let (head, base) = (pr.head.repo.unwrap(), pr.base.repo.unwrap());
+    assert_ne!(head.id, base.id);
+    assert_eq!(head.full_name.as_deref(), Some("mallory/deploy"));
+    assert_eq!(base.full_name.as_deref(), Some("acme/deploy"));
+    assert_eq!(pr.head.label.as_deref(), Some("mallory:feature"));
+    assert_eq!(pr.user.unwrap().login, "mallory");
+    // GitHub's head=owner:branch filter names the fork's owner, not the base's.
+    let ours = gh
+        .pulls(OWNER, REPO)
+        .list()
+        .head(format!("{OWNER}:feature"))
+        .send()
+        .await
+        .unwrap();
+    assert!(ours.items.is_empty());
+
+    // Conditional reads: 304 where GitHub documents it (pulls/get), never for statuses.
+    let http = reqwest::Client::new();
+    let get = |url: String, etag: Option<String>| {
+        let mut request = http
+            .get(url)
+            .bearer_auth(TOKEN)
+            .header("user-agent", "selftest");
+        if let Some(etag) = etag {
+            request = request.header("if-none-match", etag);
+        }
+        request.send()
+    };
+    let url = format!("{}/repos/{OWNER}/{REPO}/pulls/{fork}", server.api_url());
+    let first = get(url.clone(), None).await.unwrap();
+    assert_eq!(first.status(), 200);
+    let etag = first.headers()["etag"].to_str().unwrap().to_string();
+    let again = get(url.clone(), Some(etag.clone())).await.unwrap();
+    assert_eq!(again.status(), 304);
+    assert_eq!(again.headers()["etag"].to_str().unwrap(), etag);
+    assert!(again.bytes().await.unwrap().is_empty());
+    server.add_comment_as(fork, "reviewer", "looks odd");
+    assert_eq!(get(url, Some(etag)).await.unwrap().status(), 200, "changed");
+    server.add_status_as("ci-bot", &main, "success", "ci", "ok");
+    let url = format!(
+        "{}/repos/{OWNER}/{REPO}/commits/{main}/statuses",
+        server.api_url()
+    );
+    let first = get(url.clone(), None).await.unwrap();
+    let etag = first.headers()["etag"].to_str().unwrap().to_string();
+    let body: Value = first.json().await.unwrap();
+    assert_eq!(body[0]["creator"]["login"], "ci-bot");
+    assert_eq!(get(url, Some(etag)).await.unwrap().status(), 200);
+    server.assert_no_violations();
+}

@@ -991,6 +991,40 @@ async fn the_soak_clock_is_not_carried_across_commits_that_pinned_other_digests_
     w.github.assert_no_violations();
 }
 
+#[tokio::test]
+async fn a_stage_status_posted_by_another_creator_does_not_move_the_soak_clock() {
+    let w = World::new(Layout::Kustomize, "1h").await;
+    w.staging_pinned_and_converged().await;
+    let (code, report, out) = w.promote_json().await;
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let since = report["gate"]["since"].as_i64().unwrap();
+    let fingerprint = report["source"]["digests"].as_str().unwrap().to_string();
+
+    // A CI job with status rights posts tagpin's context on the same commit, with the same
+    // fingerprint, claiming staging converged a day ago.
+    let tip = w.tip();
+    w.github.add_status_as(
+        "ci-bot",
+        &tip,
+        "success",
+        STAGE_CONTEXT,
+        &format!("converged since 2020-01-01T00:00:00Z · 2 image(s) · set {fingerprint}"),
+    );
+    let (code, report, out) = w.promote_json().await;
+
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    assert_eq!(report["gate"]["since"].as_i64(), Some(since), "{report:#}");
+    assert!(w.github.prs().is_empty(), "nothing promoted");
+    assert!(
+        text(&out).contains("set by ci-bot is ignored"),
+        "{}",
+        text(&out)
+    );
+    w.github.assert_no_violations();
+}
+
 // ---------------------------------------------------------------------------------------------
 // 4. Staging moves on while the pull request is open.
 

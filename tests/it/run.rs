@@ -438,13 +438,17 @@ async fn in_pull_request_mode_the_controller_verifies_what_it_opened_until_conve
         let (_, log) = controller.stop().await;
         panic!("no success status: {:?}\n{log}", github.statuses(&merge));
     }
+    // The status is set before the comment is edited: wait for the comment too.
+    let commented = eventually_or("the verdict comment says Converged", || {
+        github
+            .comments(1)
+            .iter()
+            .any(|c| c.body.contains("cluster Converged"))
+    })
+    .await;
     let comments = github.comments(1);
-    assert_eq!(comments.len(), 1);
-    assert!(
-        comments[0].body.contains("cluster Converged"),
-        "{}",
-        comments[0].body
-    );
+    assert!(commented, "{comments:?}");
+    assert_eq!(comments.len(), 1, "{comments:?}");
     let metrics = controller.metrics().await;
     assert!(
         metrics.contains("tagpin_verifications_total{verdict=\"converged\"}"),
@@ -626,4 +630,209 @@ async fn the_controller_promotes_what_converged_in_staging_and_verifies_producti
     github.assert_no_violations();
     staging.assert_no_writes();
     production.assert_no_writes();
+}
+
+/// A pull-request-mode controller verifying against a local Kubernetes API server, whose
+/// first pass opened tagpin's pull request #1 (Progressing: the cluster runs the tag).
+struct PrModeWorld {
+    _registry: TestRegistry,
+    repo: BareRepo,
+    github: support::github::GitHubServer,
+    _kube: support::kube::KubeServer,
+    dir: tempfile::TempDir,
+    controller: Controller,
+}
+
+impl PrModeWorld {
+    async fn start(token: &str) -> PrModeWorld {
+        use support::github::GitHubServer;
+        use support::kube::{deployment as live_deployment, KubeServer};
+        let registry = TestRegistry::start(Mode::Plain).await;
+        let host = registry.host();
+        registry.push_image("acme/web", "1.0", "one").await;
+        let repo = BareRepo::create(&[(
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        )]);
+        let github = GitHubServer::start(token, "acme", "gitops", repo.path()).await;
+        let kube = KubeServer::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = kube.kubeconfig(dir.path());
+        let config = dir.path().join("tagpin.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: pull-request\n\
+                 registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
+                 forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",
+                repo.file_url(),
+                github.api_url()
+            ),
+        )
+        .unwrap();
+        kube.apply(live_deployment(
+            "shop",
+            "web",
+            &[("app", "web")],
+            &[("app", &format!("{host}/acme/web:1.0"))],
+        ));
+        let kubeconfig = kubeconfig.to_str().unwrap().to_string();
+        let controller = Controller::start_with(
+            dir.path(),
+            &config,
+            &[("KUBECONFIG", kubeconfig.as_str()), ("GH_TOKEN", token)],
+        )
+        .await;
+        assert_eq!(github.prs().len(), 1, "the first pass opened the PR");
+        PrModeWorld {
+            _registry: registry,
+            repo,
+            github,
+            _kube: kube,
+            dir,
+            controller,
+        }
+    }
+
+    /// Indexes into the request log where a verification cycle starts: its list of open pull
+    /// requests into main (a sync pass lists by `head=`, and not first).
+    fn cycle_starts(&self) -> Vec<usize> {
+        self.github
+            .requests()
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                r.method == "GET"
+                    && r.path == "/repos/acme/gitops/pulls"
+                    && r.query
+                        .as_deref()
+                        .is_some_and(|q| !q.contains("head=") && !q.contains("state=closed"))
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Waits until `n` more verification cycles have started.
+    async fn cycles(&self, n: usize) {
+        let before = self.cycle_starts().len();
+        eventually("verification cycles", || {
+            self.cycle_starts().len() >= before + n
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_pull_request_from_a_fork_is_not_verified_nor_answered() {
+    let w = PrModeWorld::start("ghs_fork_token").await;
+    let ours = w.github.prs()[0].clone();
+    // An outsider forks the repository and opens a pull request from a branch named like
+    // tagpin's, whose body is a plan block of its choosing (here, tagpin's own, copied).
+    let main = w.repo.head("main").unwrap();
+    let fork = w.github.open_pr_as(
+        "mallory",
+        Some("mallory"),
+        "tagpin/main",
+        &main,
+        "main",
+        "Pin 1 image(s) to digests",
+        ours.body.as_deref().unwrap(),
+    );
+    w.cycles(3).await;
+
+    assert!(
+        w.github.comments(fork).is_empty(),
+        "{:?}",
+        w.github.comments(fork)
+    );
+    assert!(
+        w.github.statuses(&main).is_empty(),
+        "{:?}",
+        w.github.statuses(&main)
+    );
+    let fork_reads: Vec<_> = w
+        .github
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with(&format!("/pulls/{fork}")))
+        .collect();
+    assert!(fork_reads.is_empty(), "{fork_reads:?}");
+    // tagpin's own pull request is verified as before.
+    assert!(w
+        .github
+        .statuses(&ours.head_sha)
+        .iter()
+        .any(|s| s.context == "tagpin/converged"));
+    let (code, log) = w.controller.stop().await;
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(
+        log.matches(&format!("pull request #{fork} is not verified"))
+            .count(),
+        1,
+        "said once: {log}"
+    );
+    assert!(log.contains("in a fork"), "{log}");
+    w.github.assert_no_violations();
+    drop(w.dir);
+}
+
+#[tokio::test]
+async fn a_verify_cycle_of_ten_open_pull_requests_spends_almost_no_rate_limit() {
+    let w = PrModeWorld::start("ghs_cycle_token").await;
+    let ours = w.github.prs()[0].clone();
+    // Nine more open tagpin pull requests, each on its own branch, all still Progressing
+    // (waiting for review: the cluster does not run their pins).
+    for i in 2..=10 {
+        let branch = format!("tagpin/extra-{i}");
+        support::git::git_ok(
+            w.repo.path(),
+            &[
+                "update-ref",
+                &format!("refs/heads/{branch}"),
+                &ours.head_sha,
+            ],
+        );
+        w.github.open_pr_as(
+            support::github::TOKEN_USER_LOGIN,
+            None,
+            &branch,
+            &ours.head_sha,
+            "main",
+            &ours.title,
+            ours.body.as_deref().unwrap(),
+        );
+    }
+    // Let every pull request get its first verdict and comment (a comment changes the pull
+    // request, so the cycle after it reads it in full once), then measure a whole cycle.
+    w.cycles(4).await;
+    let starts = w.cycle_starts();
+    let from = starts[starts.len() - 2];
+    let to = starts[starts.len() - 1];
+    let cycle: Vec<_> = w.github.requests()[from..to].to_vec();
+    let counted = cycle.iter().filter(|r| r.status != 304).count();
+    eprintln!(
+        "one verification cycle, 10 open pull requests: {} GitHub requests, {} counted against the rate limit (the rest 304)",
+        cycle.len(),
+        counted
+    );
+    let shown: Vec<String> = cycle
+        .iter()
+        .map(|r| format!("{} {} {}", r.method, r.path, r.status))
+        .collect();
+    assert!(counted <= 2, "{counted} counted:\n{}", shown.join("\n"));
+    assert!(cycle.len() <= 14, "{}", shown.join("\n"));
+    // Every pull request is still verified: each has tagpin's pending verdict.
+    for pr in w.github.prs() {
+        assert!(
+            w.github
+                .statuses(&pr.head_sha)
+                .iter()
+                .any(|s| s.context == "tagpin/converged" && s.state == "pending"),
+            "#{}",
+            pr.number
+        );
+    }
+    let (code, log) = w.controller.stop().await;
+    assert_eq!(code, Some(0), "{log}");
+    w.github.assert_no_violations();
 }

@@ -466,3 +466,88 @@ async fn a_push_rejected_for_one_image_does_not_stop_the_others() {
     assert!(t.contains(&api_branch) && t.contains("rejected"), "{t}");
     w.github.assert_no_violations();
 }
+
+#[tokio::test]
+async fn a_fork_pull_request_on_a_tagpin_branch_is_never_adopted() {
+    let w = World::new("single").await;
+    // An outsider's fork has a branch named like tagpin's, with a pull request into main.
+    let main = w.repo.head("main").unwrap();
+    let fork = w.github.open_pr_as(
+        "mallory",
+        Some("mallory"),
+        "tagpin/main",
+        &main,
+        "main",
+        "Pin 2 image(s) to digests",
+        "<!-- tagpin-plan -->",
+    );
+
+    let out = w.sync(&[]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let prs = w.github.prs();
+    assert_eq!(prs.len(), 2, "{prs:?}");
+    let ours = prs.iter().find(|p| p.number != fork).unwrap();
+    assert_eq!(ours.fork_owner, None);
+    assert_eq!(ours.head_ref, "tagpin/main");
+    let theirs = prs.iter().find(|p| p.number == fork).unwrap();
+    assert_eq!(
+        theirs.body.as_deref(),
+        Some("<!-- tagpin-plan -->"),
+        "untouched"
+    );
+    assert!(theirs.labels.is_empty());
+    let edits: Vec<_> = w
+        .github
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET" && r.path.contains(&format!("/{fork}")))
+        .collect();
+    assert!(edits.is_empty(), "{edits:?}");
+    w.github.assert_no_violations();
+}
+
+#[tokio::test]
+async fn verify_refuses_a_pull_request_from_a_fork() {
+    let w = World::new("single").await;
+    let out = w.sync(&[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let ours = w.github.prs()[0].clone();
+    // The fork's body is a plan block of the outsider's choosing (tagpin's own, copied).
+    let main = w.repo.head("main").unwrap();
+    let fork = w.github.open_pr_as(
+        "mallory",
+        Some("mallory"),
+        "tagpin/main",
+        &main,
+        "main",
+        &ours.title,
+        ours.body.as_deref().unwrap(),
+    );
+
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+        .args(["verify", "--pr", &fork.to_string(), "--config"])
+        .arg(w.config())
+        .arg("--cache-dir")
+        .arg(w.dir.path().join("cache"))
+        .env("HOME", w.dir.path())
+        .env("KUBECONFIG", w.dir.path().join("no-kubeconfig"))
+        .env("TAGPIN_GITHUB_TOKEN", GH_TOKEN)
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .expect("run tagpin");
+
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "pull request #{fork} comes from a fork (mallory:tagpin/main)"
+        )),
+        "{}",
+        text(&out)
+    );
+    assert!(w.github.comments(fork).is_empty());
+    assert!(w.github.statuses(&main).is_empty());
+    w.github.assert_no_violations();
+}

@@ -25,6 +25,15 @@
 //! - GitHub's own rules that a schema cannot express are enforced: one open
 //!   pull request per head+base, 140-character status descriptions, auth.
 //! - Faults (rate limits, 5xx, lost responses) can be scripted per request.
+//! - Pull requests from forks (`head.repo` another repository than
+//!   `base.repo`) and by other authors can be opened with
+//!   [`GitHubServer::open_pr_as`], and statuses by other creators posted with
+//!   [`GitHubServer::add_status_as`], as outsiders and CI jobs do on GitHub.
+//! - Every `200` answer to a `GET` carries an `ETag`; an `If-None-Match` that
+//!   matches is answered `304 Not Modified` (which GitHub does not count
+//!   against the rate limit) on the operations whose OpenAPI description lists
+//!   a 304 (`conditional` in the subset), so tests can count what a client
+//!   really spends.
 //!
 //! The API is served at the root, like `https://api.github.com`: octocrab's
 //! `base_uri` keeps any path of the base and prepends it to `/repos/...`, so
@@ -104,6 +113,10 @@ pub struct PullRequest {
     pub labels: Vec<String>,
     /// Login of the author.
     pub user: String,
+    /// For a pull request from a fork: the owner of the fork (`head.repo` is
+    /// `fork_owner/<repo>`). Its head then lives in the fork, so it is not
+    /// refreshed from the bare repository.
+    pub fork_owner: Option<String>,
     pub merge_commit_sha: Option<String>,
     pub created_at: String,
     pub updated_at: String,
@@ -399,6 +412,80 @@ impl GitHubServer {
         state.add_comment(issue, login, body)
     }
 
+    /// Opens a pull request as `user` would on GitHub's web page, without the
+    /// API: from `head_ref` of this repository, or, with `fork_owner`, from
+    /// `head_ref` of that owner's fork whose head commit is `head_sha` (a
+    /// commit the bare repository holds, as GitHub keeps `refs/pull/N/head`).
+    /// Returns its number.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_pr_as(
+        &self,
+        user: &str,
+        fork_owner: Option<&str>,
+        head_ref: &str,
+        head_sha: &str,
+        base_ref: &str,
+        title: &str,
+        body: &str,
+    ) -> u64 {
+        let base_sha = rev_parse_now(&self.inner.git_dir, &format!("refs/heads/{base_ref}"))
+            .unwrap_or_else(|| panic!("no base branch {base_ref}"));
+        let head_sha = rev_parse_now(&self.inner.git_dir, head_sha)
+            .unwrap_or_else(|| panic!("no commit {head_sha} for the head"));
+        let now = now_iso8601();
+        let mut state = self.inner.lock();
+        state.last_issue_number += 1;
+        let number = state.last_issue_number;
+        state.prs.push(PullRequest {
+            number,
+            state: PrState::Open,
+            merged: false,
+            draft: false,
+            title: title.to_string(),
+            body: Some(body.to_string()),
+            head_ref: head_ref.to_string(),
+            head_sha,
+            base_ref: base_ref.to_string(),
+            base_sha,
+            labels: Vec::new(),
+            user: user.to_string(),
+            fork_owner: fork_owner.map(str::to_string),
+            merge_commit_sha: None,
+            created_at: now.clone(),
+            updated_at: now,
+            closed_at: None,
+            merged_at: None,
+        });
+        number
+    }
+
+    /// Posts a commit status as `login` (a CI job, a person), not as the
+    /// token's user.
+    pub fn add_status_as(
+        &self,
+        login: &str,
+        sha: &str,
+        state: &str,
+        context: &str,
+        description: &str,
+    ) {
+        let sha =
+            rev_parse_now(&self.inner.git_dir, sha).unwrap_or_else(|| panic!("no commit {sha}"));
+        let mut server = self.inner.lock();
+        server.last_status_id += 1;
+        let status = CommitStatus {
+            id: server.last_status_id,
+            sha,
+            state: state.to_string(),
+            context: context.to_string(),
+            description: Some(description.to_string()),
+            target_url: None,
+            creator: login.to_string(),
+            created_at: now_iso8601(),
+        };
+        server.statuses.push(status);
+    }
+
     /// All pull requests, by number.
     pub fn prs(&self) -> Vec<PullRequest> {
         self.inner.lock().prs.clone()
@@ -690,6 +777,8 @@ struct Operation {
     body_required: bool,
     body: Option<jsonschema::Validator>,
     success_status: StatusCode,
+    /// GitHub documents `304 Not Modified` for it: `If-None-Match` is honoured.
+    conditional: bool,
     example: Value,
 }
 
@@ -750,6 +839,7 @@ impl Spec {
                     body_required: op["request_body_required"] == true,
                     body,
                     success_status: StatusCode::from_u16(status).expect("status"),
+                    conditional: op["conditional"] == true,
                     example,
                 },
             );
@@ -781,6 +871,7 @@ enum Route {
     CreateStatus(String),
     ListStatuses(String),
     CombinedStatus(String),
+    AuthenticatedUser,
 }
 
 impl Route {
@@ -797,6 +888,7 @@ impl Route {
             Route::CreateStatus(_) => "repos/create-commit-status",
             Route::ListStatuses(_) => "repos/list-commit-statuses-for-ref",
             Route::CombinedStatus(_) => "repos/get-combined-status-for-ref",
+            Route::AuthenticatedUser => "users/get-authenticated",
         }
     }
 }
@@ -823,6 +915,7 @@ fn route(method: &Method, path: &str, owner: &str, repo: &str) -> Routed {
     let patch_like = *method == Method::PATCH || *method == Method::POST;
     let number = |s: &str| s.parse::<u64>().ok().filter(|n| *n > 0);
     match seg.as_slice() {
+        ["user"] if *method == Method::GET => Routed::Known(Route::AuthenticatedUser),
         ["repos", o, r, rest @ ..] => {
             if !o.eq_ignore_ascii_case(owner) || !r.eq_ignore_ascii_case(repo) {
                 return Routed::OtherRepo;
@@ -1023,6 +1116,15 @@ async fn answer(
         Route::CreateStatus(sha) => create_status(inner, op, &sha, &incoming, body_text).await,
         Route::ListStatuses(r) => list_statuses(inner, op, &r, &incoming).await,
         Route::CombinedStatus(r) => combined_status(inner, op, &r).await,
+        Route::AuthenticatedUser => Reply::new(
+            op.success_status,
+            user_json(inner, &op.example, TOKEN_USER_LOGIN),
+        ),
+    };
+    let reply = if *method == Method::GET {
+        conditional(op, headers, reply)
+    } else {
+        reply
     };
 
     let fault = inner.lock().take_fault(method.as_str(), path, true);
@@ -1133,7 +1235,7 @@ async fn list_pulls(inner: &Inner, op: &Operation, req: &Incoming) -> Reply {
             .filter(|p| state_filter == "all" || p.state.as_str() == state_filter)
             .filter(|p| match head_filter {
                 Some((owner, branch)) => {
-                    owner.eq_ignore_ascii_case(&inner.owner)
+                    owner.eq_ignore_ascii_case(p.fork_owner.as_deref().unwrap_or(&inner.owner))
                         && (branch.is_empty() || p.head_ref == branch)
                 }
                 None => true,
@@ -1199,11 +1301,12 @@ async fn create_pull(inner: &Inner, op: &Operation, req: &Incoming) -> Reply {
     let already_merged = is_ancestor(inner, &head_sha, &base_sha).await;
     let now = now_iso8601();
     let mut state = inner.lock();
-    if state
-        .prs
-        .iter()
-        .any(|p| p.state == PrState::Open && p.head_ref == head_ref && p.base_ref == base_ref)
-    {
+    if state.prs.iter().any(|p| {
+        p.state == PrState::Open
+            && p.fork_owner.is_none()
+            && p.head_ref == head_ref
+            && p.base_ref == base_ref
+    }) {
         let message = format!(
             "A pull request already exists for {}:{head_ref}.",
             inner.owner
@@ -1234,6 +1337,7 @@ async fn create_pull(inner: &Inner, op: &Operation, req: &Incoming) -> Reply {
         base_sha,
         labels: Vec::new(),
         user: TOKEN_USER_LOGIN.to_string(),
+        fork_owner: None,
         merge_commit_sha: None,
         created_at: now.clone(),
         updated_at: now,
@@ -1338,7 +1442,7 @@ async fn refresh_open_prs(inner: &Inner) {
         .lock()
         .prs
         .iter()
-        .filter(|p| p.state == PrState::Open)
+        .filter(|p| p.state == PrState::Open && p.fork_owner.is_none())
         .map(|p| (p.number, p.head_ref.clone(), p.base_ref.clone()))
         .collect();
     for (number, head_ref, base_ref) in open {
@@ -1415,19 +1519,33 @@ fn pr_json(inner: &Inner, state: &ServerState, template: &Value, pr: &PullReques
     v["merge_commit_sha"] = json!(pr.merge_commit_sha);
     v["draft"] = json!(pr.draft);
     v["auto_merge"] = Value::Null;
-    v["author_association"] = json!("OWNER");
-    for (side, branch, sha) in [
-        ("head", &pr.head_ref, &pr.head_sha),
-        ("base", &pr.base_ref, &pr.base_sha),
+    v["author_association"] = json!(if pr.user == TOKEN_USER_LOGIN {
+        "OWNER"
+    } else {
+        "CONTRIBUTOR"
+    });
+    let head_owner = pr.fork_owner.as_deref().unwrap_or(&inner.owner);
+    for (side, owner_login, branch, sha) in [
+        ("head", head_owner, &pr.head_ref, &pr.head_sha),
+        ("base", inner.owner.as_str(), &pr.base_ref, &pr.base_sha),
     ] {
-        let owner = user_json(inner, &template[side]["user"], &inner.owner);
-        v[side]["label"] = json!(format!("{}:{branch}", inner.owner));
+        let owner = user_json(inner, &template[side]["user"], owner_login);
+        let full_name = format!("{owner_login}/{}", inner.repo);
+        v[side]["label"] = json!(format!("{owner_login}:{branch}"));
         v[side]["ref"] = json!(branch);
         v[side]["sha"] = json!(sha);
         v[side]["user"] = owner.clone();
         v[side]["repo"]["name"] = json!(inner.repo);
-        v[side]["repo"]["full_name"] = json!(format!("{}/{}", inner.owner, inner.repo));
+        v[side]["repo"]["full_name"] = json!(full_name);
         v[side]["repo"]["owner"] = owner;
+        if owner_login != inner.owner {
+            // A fork: another repository, with its own id and addresses.
+            v[side]["repo"]["id"] = json!(9_000_000 + pr.number);
+            v[side]["repo"]["node_id"] = json!(format!("R_fork{}", pr.number));
+            v[side]["repo"]["fork"] = json!(true);
+            v[side]["repo"]["url"] = json!(format!("{}/repos/{full_name}", inner.base));
+            v[side]["repo"]["html_url"] = json!(format!("{}/{full_name}", inner.base));
+        }
     }
     v["_links"] = json!({
         "self": {"href": api},
@@ -1849,8 +1967,43 @@ fn paginate(inner: &Inner, req: &Incoming, items: Vec<Value>) -> Reply {
     reply
 }
 
+/// GitHub's conditional requests: a `200` to a `GET` carries an `ETag` (a
+/// hash of what it says, `Link` included); when the request's
+/// `If-None-Match` names it and GitHub documents a 304 for the operation, the
+/// answer is `304 Not Modified` with no body.
+fn conditional(op: &Operation, headers: &HeaderMap, reply: Reply) -> Reply {
+    use sha2::Digest as _;
+    if reply.status != StatusCode::OK {
+        return reply;
+    }
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(serde_json::to_vec(&reply.body).expect("serialize response"));
+    for (name, value) in &reply.headers {
+        if name.eq_ignore_ascii_case("link") {
+            hasher.update(value.as_bytes());
+        }
+    }
+    let digest = hasher.finalize();
+    let etag: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    let etag = format!("\"{etag}\"");
+    let matches = headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|tag| tag.trim().trim_start_matches("W/") == etag || tag.trim() == "*");
+    if op.conditional && matches {
+        return Reply::new(StatusCode::NOT_MODIFIED, Value::Null).with_header("etag", &etag);
+    }
+    reply.with_header("etag", &etag)
+}
+
 fn into_response(reply: Reply) -> Response {
-    let body = serde_json::to_vec(&reply.body).expect("serialize response");
+    let body = if reply.status == StatusCode::NOT_MODIFIED {
+        Vec::new()
+    } else {
+        serde_json::to_vec(&reply.body).expect("serialize response")
+    };
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = reply.status;
     let reset = (unix_now() + 3600).to_string();
@@ -1937,6 +2090,22 @@ async fn is_ancestor(inner: &Inner, a: &str, b: &str) -> bool {
         .await
         .expect("run git merge-base");
     status.success()
+}
+
+/// `git rev-parse` for the test's own thread (helpers called outside the
+/// server's runtime).
+fn rev_parse_now(git_dir: &Path, rev: &str) -> Option<String> {
+    let output = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(["rev-parse", "--verify", "--quiet"])
+        .arg(format!("{rev}^{{commit}}"))
+        .output()
+        .expect("run git rev-parse");
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
 }
 
 fn is_full_sha(s: &str) -> bool {
