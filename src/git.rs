@@ -23,7 +23,7 @@ use git2::{
 };
 use sha2::{Digest as _, Sha256};
 
-use crate::manifest::{FileFilter, ManifestError};
+use crate::manifest::{FileFilter, ManifestError, MAX_FILE_BYTES};
 use crate::pipeline::{Gathered, SkipWhy, Skipped, SourceFile};
 use crate::render::Lookup;
 
@@ -368,6 +368,23 @@ impl Mirror {
                         read.skipped.push(Skipped::file(&path, SkipWhy::Symlink));
                         return git2::TreeWalkResult::Ok;
                     }
+                    // The size from the object's header first: a blob over the limit is
+                    // refused without being inflated into memory.
+                    match blob_size(&self.repo, entry.id()) {
+                        Ok(size) if size > MAX_FILE_BYTES => {
+                            read.errors.push(ManifestError::TooLarge {
+                                path: PathBuf::from(&path),
+                                size,
+                                limit: MAX_FILE_BYTES,
+                            });
+                            return git2::TreeWalkResult::Ok;
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            failure = Some(format!("{path}: {}", e.message()));
+                            return git2::TreeWalkResult::Abort;
+                        }
+                    }
                     match self.repo.find_blob(entry.id()) {
                         Ok(blob) => read.files.push(SourceFile {
                             path: PathBuf::from(&path),
@@ -433,6 +450,12 @@ impl Mirror {
                 _ if link => return Ok(Lookup::Symlink),
                 Some(ObjectType::Tree) => tree = self.repo.find_tree(id).map_err(other)?,
                 Some(ObjectType::Blob) if i + 1 == parts.len() => {
+                    if blob_size(&self.repo, id).map_err(other)? > MAX_FILE_BYTES {
+                        return Ok(Lookup::Refused(format!(
+                            "{}: larger than {MAX_FILE_BYTES} bytes",
+                            path.display()
+                        )));
+                    }
                     let blob = self.repo.find_blob(id).map_err(other)?;
                     return Ok(Lookup::File(blob.content().to_vec()));
                 }
@@ -1068,6 +1091,13 @@ fn under(path: &str, prefix: &str) -> Option<String> {
 fn path_str(path: &Path) -> Result<&str, GitError> {
     path.to_str()
         .ok_or_else(|| GitError::Other(format!("{}: path is not UTF-8", path.display())))
+}
+
+/// A blob's size from its object header, without reading its content (for a packed delta,
+/// libgit2 reads only the delta's header).
+fn blob_size(repo: &Repository, id: Oid) -> Result<u64, git2::Error> {
+    let (size, _) = repo.odb()?.read_header(id)?;
+    Ok(u64::try_from(size).unwrap_or(u64::MAX))
 }
 
 fn other(e: git2::Error) -> GitError {

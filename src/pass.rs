@@ -74,9 +74,50 @@ pub fn write(plan: &Plan) -> Vec<WriteOutcome> {
 }
 
 fn write_one(file: &FilePlan) -> Result<(), String> {
-    let current = std::fs::read(&file.path).map_err(|e| e.to_string())?;
+    // Read within the size limit like the first time: a file that grew since is not read whole.
+    // The caller names the file; the message says only what went wrong.
+    let current = manifest::read_manifest(&file.path).map_err(|e| match e {
+        ManifestError::TooLarge { size, limit, .. } => {
+            format!("it is now {size} bytes, larger than the {limit}-byte limit")
+        }
+        ManifestError::Io { source, .. } => source.to_string(),
+        other => other.to_string(),
+    })?;
     if current != file.original {
         return Err("the file changed while tagpin was planning; run again".to_string());
     }
     manifest::write_atomic(Path::new(&file.path), &file.updated).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_that_grew_past_the_limit_since_planning_is_not_read_whole_nor_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yaml");
+        let file = std::fs::File::create(&path).unwrap();
+        // Sparse: 17 MiB on paper, nothing on disk.
+        file.set_len(manifest::MAX_FILE_BYTES + 1024 * 1024)
+            .unwrap();
+        let plan = FilePlan {
+            path: path.clone(),
+            original: b"image: a:1\n".to_vec(),
+            updated: b"image: a:1@sha256:0\n".to_vec(),
+            diff: String::new(),
+        };
+
+        let error = write_one(&plan).unwrap_err();
+
+        assert!(
+            error.contains("larger than the 16777216-byte limit"),
+            "{error}"
+        );
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            manifest::MAX_FILE_BYTES + 1024 * 1024,
+            "left as it was"
+        );
+    }
 }

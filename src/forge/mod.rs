@@ -756,7 +756,9 @@ fn rate_limit_wait(error: &octocrab::Error, now: SystemTime) -> Option<Duration>
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0);
-            Some(Duration::from_secs(reset.saturating_sub(now) + 1))
+            Some(Duration::from_secs(
+                reset.saturating_sub(now).saturating_add(1),
+            ))
         }
         (true, None) => Some(Duration::from_secs(60)),
         _ => None,

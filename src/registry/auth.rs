@@ -196,6 +196,11 @@ impl fmt::Debug for Token {
 const DEFAULT_TOKEN_LIFETIME: Duration = Duration::from_secs(60);
 /// Tokens are dropped this long before they expire, so a request never carries a stale one.
 const TOKEN_EXPIRY_MARGIN: Duration = Duration::from_secs(10);
+/// The longest a token is reused, whatever `expires_in` says. The number comes from the
+/// network: `18446744073709551615` must neither overflow the clock nor pin a token (which the
+/// registry may revoke) for ever. Registries hand out tokens for 5 to 60 minutes; asking again
+/// after an hour costs one request per repository.
+pub const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 
 #[derive(Deserialize)]
 struct TokenAnswer {
@@ -203,8 +208,23 @@ struct TokenAnswer {
     token: Option<String>,
     #[serde(default)]
     access_token: Option<String>,
+    /// Any JSON value: a negative, fractional or out-of-range number must not make a usable
+    /// token unreadable (see [`token_lifetime`]).
     #[serde(default)]
-    expires_in: Option<u64>,
+    expires_in: Option<serde_json::Value>,
+}
+
+/// How long a token may be reused, from its answer's `expires_in`: absent or not a number is
+/// the spec's 60 s; zero or negative is "do not reuse" (the token serves the request that
+/// asked for it); anything is capped at [`MAX_TOKEN_LIFETIME`]; the margin is taken off.
+fn token_lifetime(expires_in: Option<&serde_json::Value>) -> Duration {
+    let lifetime = match expires_in.and_then(serde_json::Value::as_f64) {
+        None => DEFAULT_TOKEN_LIFETIME,
+        Some(secs) if secs >= MAX_TOKEN_LIFETIME.as_secs_f64() => MAX_TOKEN_LIFETIME,
+        Some(secs) if secs <= 0.0 => Duration::ZERO,
+        Some(secs) => Duration::from_secs_f64(secs),
+    };
+    lifetime.saturating_sub(TOKEN_EXPIRY_MARGIN)
 }
 
 /// Reads a token endpoint's JSON answer. Both `token` and the OAuth2 `access_token` are
@@ -217,11 +237,7 @@ pub fn parse_token_answer(body: &[u8]) -> Result<Token, String> {
         .filter(|t| !t.is_empty())
         .or(answer.access_token.filter(|t| !t.is_empty()))
         .ok_or_else(|| "token answer has neither `token` nor `access_token`".to_string())?;
-    let lifetime = answer
-        .expires_in
-        .map(Duration::from_secs)
-        .unwrap_or(DEFAULT_TOKEN_LIFETIME)
-        .saturating_sub(TOKEN_EXPIRY_MARGIN);
+    let lifetime = token_lifetime(answer.expires_in.as_ref());
     Ok(Token { value, lifetime })
 }
 
@@ -295,6 +311,35 @@ mod tests {
     fn token_without_expiry_lives_the_spec_default_less_the_margin() {
         let t = parse_token_answer(br#"{"token":"abc"}"#).unwrap();
         assert_eq!(t.lifetime, Duration::from_secs(50));
+    }
+
+    #[test]
+    fn absurd_lifetimes_are_capped_and_negative_ones_mean_do_not_reuse() {
+        let lifetime = |json: &str| parse_token_answer(json.as_bytes()).unwrap().lifetime;
+        let capped = MAX_TOKEN_LIFETIME - TOKEN_EXPIRY_MARGIN;
+        assert_eq!(
+            lifetime(r#"{"token":"a","expires_in":18446744073709551615}"#),
+            capped
+        );
+        assert_eq!(lifetime(r#"{"token":"a","expires_in":1e300}"#), capped);
+        assert_eq!(
+            lifetime(r#"{"token":"a","expires_in":99999999999999999999999999}"#),
+            capped
+        );
+        assert_eq!(lifetime(r#"{"token":"a","expires_in":0}"#), Duration::ZERO);
+        assert_eq!(
+            lifetime(r#"{"token":"a","expires_in":-300}"#),
+            Duration::ZERO
+        );
+        assert_eq!(lifetime(r#"{"token":"a","expires_in":5}"#), Duration::ZERO);
+        assert_eq!(
+            lifetime(r#"{"token":"a","expires_in":70.5}"#),
+            Duration::from_secs_f64(60.5)
+        );
+        assert_eq!(
+            lifetime(r#"{"token":"a","expires_in":"300"}"#),
+            Duration::from_secs(50)
+        );
     }
 
     #[test]

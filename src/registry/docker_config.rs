@@ -6,10 +6,14 @@
 //! `identitytoken`), else the `credsStore` helper. With `credsStore` set, `docker login` leaves
 //! empty `auths` entries that only list hosts; those are skipped.
 //!
-//! Helpers run lazily, when a registry first asks for credentials, and at most once per host:
-//! the answer is kept for the process. A failure is kept only for [`FAILURE_REUSE`], so a
-//! pass with many images on a broken host does not run a hanging helper for each, and a
-//! long-running controller still recovers once the helper works again.
+//! Helpers run lazily, when a registry first asks for credentials, and once per host for a
+//! while: an answer is reused for [`ANSWER_REUSE`], a failure for [`FAILURE_REUSE`], so a pass
+//! with many images on one host runs the helper once, not once per image. The answers of
+//! cloud helpers expire (ECR passwords after 12 h, Artifact Registry tokens after about an
+//! hour, sooner when the helper hands out a cached one), so a controller that kept an answer
+//! for ever would fail every image there with 401 until restarted. An answer is therefore
+//! asked again when its time is up, and at once when the registry refuses it
+//! ([`CredentialStore::refused`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -24,6 +28,11 @@ use super::{cred_helper, lock};
 
 /// How long a helper's failure is answered from memory before the helper is run again.
 pub const FAILURE_REUSE: Duration = Duration::from_secs(30);
+
+/// How long a helper's answer is reused before the helper is run again: well inside the
+/// shortest credential lifetime of the cloud registries, and one helper run per registry
+/// every few minutes costs little.
+pub const ANSWER_REUSE: Duration = Duration::from_secs(300);
 
 /// Registry credentials keyed by normalized registry name (`docker.io`, `quay.io`, `host:5000`).
 #[derive(Debug, Clone, Default)]
@@ -42,8 +51,31 @@ type HelperSlot = Arc<tokio::sync::Mutex<Option<HelperAnswer>>>;
 
 #[derive(Debug)]
 enum HelperAnswer {
-    Answered(Option<Login>),
-    Failed { error: String, at: Instant },
+    Answered {
+        login: Option<Login>,
+        at: Instant,
+        /// Asked because the answer before was refused: if this one is refused too, the
+        /// helper is not run again until [`ANSWER_REUSE`] is up, so a host whose credentials
+        /// are simply wrong does not run the helper for every image.
+        after_refusal: bool,
+    },
+    Failed {
+        error: String,
+        at: Instant,
+    },
+    /// The registry refused the last answer: the next lookup runs the helper.
+    Refused,
+}
+
+impl HelperAnswer {
+    /// Whether this answer is still given at `now`, instead of running the helper.
+    fn reusable(&self, now: Instant) -> bool {
+        match self {
+            HelperAnswer::Answered { at, .. } => now.saturating_duration_since(*at) < ANSWER_REUSE,
+            HelperAnswer::Failed { at, .. } => now.saturating_duration_since(*at) < FAILURE_REUSE,
+            HelperAnswer::Refused => false,
+        }
+    }
 }
 
 /// Where one registry's credentials come from; decided from the file alone.
@@ -154,27 +186,74 @@ impl CredentialStore {
             .clone();
         // Held across the run: concurrent lookups for one host wait for its single run.
         let mut slot = slot.lock().await;
+        let now = Instant::now();
         match &*slot {
-            Some(HelperAnswer::Answered(login)) => return Ok(login.clone()),
-            Some(HelperAnswer::Failed { error, at }) if at.elapsed() < FAILURE_REUSE => {
+            Some(answer @ HelperAnswer::Answered { login, .. }) if answer.reusable(now) => {
+                return Ok(login.clone())
+            }
+            Some(answer @ HelperAnswer::Failed { error, .. }) if answer.reusable(now) => {
                 return Err(error.clone())
             }
             _ => {}
         }
+        let after_refusal = matches!(*slot, Some(HelperAnswer::Refused));
         let answer = match cred_helper::program(helper) {
             Ok(program) => cred_helper::get(&program, &server_url(&registry), cred_helper::TIMEOUT)
                 .await
                 .map_err(|e| format!("{program} for {registry}: {e}")),
             Err(e) => Err(format!("{e} (for {registry})")),
         };
+        let at = Instant::now();
         *slot = Some(match &answer {
-            Ok(login) => HelperAnswer::Answered(login.clone()),
+            Ok(login) => HelperAnswer::Answered {
+                login: login.clone(),
+                at,
+                after_refusal,
+            },
             Err(error) => HelperAnswer::Failed {
                 error: error.clone(),
-                at: Instant::now(),
+                at,
             },
         });
         answer
+    }
+
+    /// The registry refused `login` for `registry` (a 401 for Basic credentials, or the token
+    /// service refusing them). For a helper's answer, forgets it so the next lookup runs the
+    /// helper again: a password rotated or a cloud token expired since it was asked.
+    ///
+    /// Returns whether looking the login up again may give another: true when this forgot the
+    /// answer or another lookup already replaced it; false for credentials from the file, and
+    /// when the refused answer was itself asked after a refusal (the helper is then not run
+    /// again before [`ANSWER_REUSE`] is up).
+    pub async fn refused(&self, registry: &str, login: &Login) -> bool {
+        let registry = normalize_registry_key(registry);
+        if !matches!(self.source(&registry), Source::Helper(_)) {
+            return false;
+        }
+        let Some(slot) = lock(&self.answers).get(&registry).cloned() else {
+            return false;
+        };
+        let mut slot = slot.lock().await;
+        match &*slot {
+            Some(HelperAnswer::Answered {
+                login: Some(current),
+                after_refusal,
+                ..
+            }) if current == login => {
+                if *after_refusal {
+                    return false;
+                }
+                tracing::info!(
+                    registry = %registry,
+                    "the registry refused the credential helper's answer; asking the helper again"
+                );
+                *slot = Some(HelperAnswer::Refused);
+                true
+            }
+            Some(HelperAnswer::Answered { .. }) | Some(HelperAnswer::Refused) => true,
+            Some(HelperAnswer::Failed { .. }) | None => false,
+        }
     }
 
     fn source(&self, registry: &str) -> Source<'_> {
@@ -300,6 +379,29 @@ mod tests {
             err.contains("not a plain name") && err.contains("r.example"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn helper_answers_are_reused_for_a_while_failures_shorter_and_refusals_never() {
+        let t0 = Instant::now();
+        let answered = HelperAnswer::Answered {
+            login: None,
+            at: t0,
+            after_refusal: false,
+        };
+        assert!(answered.reusable(t0));
+        assert!(answered.reusable(t0 + ANSWER_REUSE - Duration::from_secs(1)));
+        assert!(!answered.reusable(t0 + ANSWER_REUSE));
+        let failed = HelperAnswer::Failed {
+            error: "x".into(),
+            at: t0,
+        };
+        assert!(failed.reusable(t0 + FAILURE_REUSE - Duration::from_secs(1)));
+        assert!(!failed.reusable(t0 + FAILURE_REUSE));
+        assert!(!HelperAnswer::Refused.reusable(t0));
+        // A clock that reads earlier than the answer (it cannot, but `Instant` arithmetic
+        // must not panic if it did) keeps the answer.
+        assert!(answered.reusable(t0.checked_sub(Duration::from_secs(1)).unwrap_or(t0)));
     }
 
     #[test]

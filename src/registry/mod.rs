@@ -225,6 +225,15 @@ pub struct Client {
     answers: Mutex<BTreeMap<(String, u16), u64>>,
 }
 
+/// An Authorization header as sent, with what a `401` to it must forget.
+struct Sent {
+    header: String,
+    /// The token cache key of a `Bearer` header: the token is dropped on a `401`.
+    token: Option<(String, String)>,
+    /// The login a `Basic` header carries: reported refused on a `401`.
+    basic_login: Option<Login>,
+}
+
 /// Where a request goes and whose name goes into its errors.
 struct Target<'a> {
     image: String,
@@ -480,6 +489,11 @@ impl Client {
 
     /// Sends one request with authentication and retries; returns the final answer, whatever
     /// its status, unless the registry could not be reached or kept failing transiently.
+    ///
+    /// On a `401` whatever was sent is forgotten (a bearer token the registry no longer takes
+    /// is never sent again) and the request is authenticated as the challenge asks; if Basic
+    /// credentials from a credential helper are then refused, the helper is asked again, once
+    /// (see [`CredentialStore::refused`]).
     async fn fetch(
         &self,
         target: &Target<'_>,
@@ -490,26 +504,45 @@ impl Client {
     ) -> Result<Answer, RegistryError> {
         let url = format!("{}://{}{}", self.scheme(target.host), target.host, path);
         let scope = auth::token_scope(None, &target.repository);
-        let mut authorization = self.known_authorization(target, &scope).await?;
+        let mut sent = self.known_authorization(target, &scope).await?;
         let mut reauthenticated = false;
+        let mut asked_again = false;
         loop {
             let request = self
                 .http
                 .request(method.clone(), &url)
                 .header(ACCEPT, accept);
-            let request = match &authorization {
-                Some(value) => request.header(AUTHORIZATION, value),
+            let request = match &sent {
+                Some(sent) => request.header(AUTHORIZATION, &sent.header),
                 None => request,
             };
             let answer = self
                 .send_with_retry(target, request, counts_as_manifest)
                 .await?;
-            if answer.status != StatusCode::UNAUTHORIZED || reauthenticated {
-                if answer.status == StatusCode::UNAUTHORIZED {
-                    let has_credentials = self.login(target).await?.is_some();
-                    return Err(self.unauthorized(target, has_credentials));
-                }
+            if answer.status != StatusCode::UNAUTHORIZED {
                 return Ok(answer);
+            }
+            if let Some(key) = sent.as_ref().and_then(|s| s.token.as_ref()) {
+                lock(&self.tokens).remove(key);
+            }
+            if reauthenticated {
+                let refused = sent.as_ref().and_then(|s| s.basic_login.as_ref());
+                if let Some(login) = refused.filter(|_| !asked_again) {
+                    if self
+                        .settings
+                        .credentials
+                        .refused(target.domain, login)
+                        .await
+                    {
+                        asked_again = true;
+                        sent = self.basic_authorization(target).await?;
+                        if sent.is_some() {
+                            continue;
+                        }
+                    }
+                }
+                let has_credentials = self.login(target).await?.is_some();
+                return Err(self.unauthorized(target, has_credentials));
             }
             reauthenticated = true;
             let challenge = answer
@@ -526,7 +559,7 @@ impl Client {
                 });
             };
             lock(&self.host_auth).insert(target.host.to_string(), challenge.clone());
-            authorization = match &challenge {
+            sent = match &challenge {
                 Challenge::Basic => match self.basic_authorization(target).await? {
                     Some(value) => Some(value),
                     None => return Err(self.unauthorized(target, false)),
@@ -537,31 +570,29 @@ impl Client {
                     scope: asked,
                 } => {
                     let scope = auth::token_scope(asked.as_deref(), &target.repository);
-                    let token = self
-                        .fetch_token(target, realm, service.as_deref(), &scope)
-                        .await?;
-                    Some(format!("Bearer {token}"))
+                    Some(
+                        self.bearer_authorization(target, realm, service.as_deref(), &scope)
+                            .await?,
+                    )
                 }
             };
         }
     }
 
-    /// The Authorization value to send up front, from what the host asked for before.
+    /// The Authorization to send up front, from what the host asked for before.
     async fn known_authorization(
         &self,
         target: &Target<'_>,
         scope: &str,
-    ) -> Result<Option<String>, RegistryError> {
+    ) -> Result<Option<Sent>, RegistryError> {
         let known = lock(&self.host_auth).get(target.host).cloned();
         match known {
             None => Ok(None),
             Some(Challenge::Basic) => self.basic_authorization(target).await,
-            Some(Challenge::Bearer { realm, service, .. }) => {
-                let token = self
-                    .fetch_token(target, &realm, service.as_deref(), scope)
-                    .await?;
-                Ok(Some(format!("Bearer {token}")))
-            }
+            Some(Challenge::Bearer { realm, service, .. }) => Ok(Some(
+                self.bearer_authorization(target, &realm, service.as_deref(), scope)
+                    .await?,
+            )),
         }
     }
 
@@ -578,15 +609,19 @@ impl Client {
             })
     }
 
-    /// The `Basic` Authorization value for the target, `None` when it has no password.
+    /// The `Basic` Authorization for the target, `None` when it has no password.
     /// An identity token is refused here: it is only good at a token realm.
     async fn basic_authorization(
         &self,
         target: &Target<'_>,
-    ) -> Result<Option<String>, RegistryError> {
+    ) -> Result<Option<Sent>, RegistryError> {
         match self.login(target).await? {
             None => Ok(None),
-            Some(Login::Password(c)) => Ok(Some(basic_header(&c))),
+            Some(Login::Password(c)) => Ok(Some(Sent {
+                header: basic_header(&c),
+                token: None,
+                basic_login: Some(Login::Password(c)),
+            })),
             Some(Login::IdentityToken(_)) => Err(RegistryError::Unauthorized {
                 image: target.image.clone(),
                 host: target.host.to_string(),
@@ -598,7 +633,24 @@ impl Client {
         }
     }
 
-    /// A bearer token for `scope` on the target's host, from the cache or the realm.
+    /// The `Bearer` Authorization for `scope` on the target's host.
+    async fn bearer_authorization(
+        &self,
+        target: &Target<'_>,
+        realm: &str,
+        service: Option<&str>,
+        scope: &str,
+    ) -> Result<Sent, RegistryError> {
+        let token = self.fetch_token(target, realm, service, scope).await?;
+        Ok(Sent {
+            header: format!("Bearer {token}"),
+            token: Some((target.host.to_string(), scope.to_string())),
+            basic_login: None,
+        })
+    }
+
+    /// A bearer token for `scope` on the target's host, from the cache or the realm. If the
+    /// realm refuses credentials from a credential helper, the helper is asked again, once.
     async fn fetch_token(
         &self,
         target: &Target<'_>,
@@ -612,23 +664,87 @@ impl Client {
                 return Ok(token.clone());
             }
         }
-        let mut url = reqwest::Url::parse(realm)
+        let url = reqwest::Url::parse(realm)
             .map_err(|e| bad(target, format!("token realm {realm:?} is not a URL: {e}")))?;
         if !matches!(url.scheme(), "https" | "http") {
             return Err(bad(target, format!("token realm {realm:?} is not http(s)")));
         }
-        let login = match self.login(target).await? {
-            Some(_) if !self.may_send_credentials_to(&url, target.host) => {
+        let mut login = self.realm_login(target, &url).await?;
+        let mut asked_again = false;
+        let answer = loop {
+            let answer = self
+                .request_token(target, url.clone(), service, scope, login.as_ref())
+                .await?;
+            if answer.status != StatusCode::UNAUTHORIZED && answer.status != StatusCode::FORBIDDEN {
+                break answer;
+            }
+            if let Some(refused) = login.as_ref().filter(|_| !asked_again) {
+                if self
+                    .settings
+                    .credentials
+                    .refused(target.domain, refused)
+                    .await
+                {
+                    asked_again = true;
+                    login = self.realm_login(target, &url).await?;
+                    continue;
+                }
+            }
+            return Err(RegistryError::Unauthorized {
+                image: target.image.clone(),
+                host: target.host.to_string(),
+                hint: format!(
+                    "the token service refused the {} for {} ({})",
+                    match login {
+                        Some(Login::IdentityToken(_)) => "identity token",
+                        _ => "credentials",
+                    },
+                    target.domain,
+                    answer.status
+                ),
+            });
+        };
+        if !answer.status.is_success() {
+            return Err(status_error(target, &answer));
+        }
+        let token = auth::parse_token_answer(&answer.body).map_err(|e| bad(target, e))?;
+        // The lifetime is bounded by `parse_token_answer`; checked all the same, since a
+        // panic here would take every image of the pass with it.
+        if let Some(until) = Instant::now().checked_add(token.lifetime) {
+            lock(&self.tokens).insert(cache_key, (token.value.clone(), until));
+        }
+        Ok(token.value)
+    }
+
+    /// The login to send to a token realm: none to a plain-HTTP realm on another host.
+    async fn realm_login(
+        &self,
+        target: &Target<'_>,
+        realm: &reqwest::Url,
+    ) -> Result<Option<Login>, RegistryError> {
+        Ok(match self.login(target).await? {
+            Some(_) if !self.may_send_credentials_to(realm, target.host) => {
                 tracing::warn!(
                     registry = target.host,
                     "not sending credentials to token realm {} over plain HTTP on another host",
-                    url.host_str().unwrap_or("?")
+                    realm.host_str().unwrap_or("?")
                 );
                 None
             }
             login => login,
-        };
-        let request = match &login {
+        })
+    }
+
+    /// One token request to the realm, with `login` as the protocol for its kind asks.
+    async fn request_token(
+        &self,
+        target: &Target<'_>,
+        mut url: reqwest::Url,
+        service: Option<&str>,
+        scope: &str,
+        login: Option<&Login>,
+    ) -> Result<Answer, RegistryError> {
+        let request = match login {
             // OAuth2 refresh-token grant: the only place an identity token goes.
             Some(Login::IdentityToken(refresh_token)) => self
                 .http
@@ -643,38 +759,14 @@ impl Client {
                     query.append_pair("scope", scope);
                 }
                 let request = self.http.get(url);
-                match &login {
+                match login {
                     Some(Login::Password(c)) => request.header(AUTHORIZATION, basic_header(c)),
                     _ => request,
                 }
             }
         };
         self.token_requests.fetch_add(1, Ordering::Relaxed);
-        let answer = self.send_with_retry(target, request, false).await?;
-        if answer.status == StatusCode::UNAUTHORIZED || answer.status == StatusCode::FORBIDDEN {
-            return Err(RegistryError::Unauthorized {
-                image: target.image.clone(),
-                host: target.host.to_string(),
-                hint: format!(
-                    "the token service refused the {} for {} ({})",
-                    match login {
-                        Some(Login::IdentityToken(_)) => "identity token",
-                        _ => "credentials",
-                    },
-                    target.domain,
-                    answer.status
-                ),
-            });
-        }
-        if !answer.status.is_success() {
-            return Err(status_error(target, &answer));
-        }
-        let token = auth::parse_token_answer(&answer.body).map_err(|e| bad(target, e))?;
-        lock(&self.tokens).insert(
-            cache_key,
-            (token.value.clone(), Instant::now() + token.lifetime),
-        );
-        Ok(token.value)
+        self.send_with_retry(target, request, false).await
     }
 
     /// Credentials go to a token realm over HTTPS, or over HTTP only to the registry's own

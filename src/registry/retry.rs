@@ -4,6 +4,10 @@
 //! registry's `Retry-After` asks), `5xx`, and connection errors or timeouts. A `401`, `404` or
 //! a digest mismatch will not get better by asking again, so they fail at once. The policy is
 //! pure so that its decisions are unit-tested without sleeping.
+//!
+//! `Retry-After` comes from the network: any value, up to `18446744073709551615` seconds or a
+//! date in the year 9999, is only compared with [`RetryPolicy::max_retry_after`] (a longer
+//! wait gives up), never added to a clock; zero or a past date waits the backoff.
 
 use std::time::{Duration, SystemTime};
 
@@ -60,10 +64,13 @@ impl RetryPolicy {
         if !is_retryable_status(status) || attempt >= self.max_attempts {
             return Decision::GiveUp;
         }
+        let backoff = self.backoff(attempt, jitter);
         match retry_after.and_then(|v| parse_retry_after(v, now)) {
             Some(wait) if wait > self.max_retry_after => Decision::GiveUp,
-            Some(wait) => Decision::RetryAfter(wait),
-            None => Decision::RetryAfter(self.backoff(attempt, jitter)),
+            // `Retry-After: 0` (or a date already past) waits the backoff all the same, so a
+            // registry saying "now" is not asked again at once on every attempt.
+            Some(wait) => Decision::RetryAfter(wait.max(backoff)),
+            None => Decision::RetryAfter(backoff),
         }
     }
 
@@ -124,6 +131,28 @@ mod tests {
     fn retry_after_beyond_the_cap_gives_up_instead_of_hammering_or_hanging() {
         let d = policy().after_status(1, 429, Some("21600"), SystemTime::now(), 0.0);
         assert_eq!(d, Decision::GiveUp);
+    }
+
+    #[test]
+    fn absurd_retry_after_values_give_up_or_wait_the_backoff() {
+        let p = policy();
+        let now = SystemTime::now();
+        assert_eq!(
+            p.after_status(1, 429, Some("18446744073709551615"), now, 0.0),
+            Decision::GiveUp
+        );
+        assert_eq!(
+            p.after_status(1, 429, Some("Fri, 31 Dec 9999 23:59:59 GMT"), now, 0.0),
+            Decision::GiveUp
+        );
+        let backoff = Decision::RetryAfter(Duration::from_millis(125));
+        assert_eq!(p.after_status(1, 429, Some("0"), now, 0.0), backoff);
+        assert_eq!(
+            p.after_status(1, 503, Some("Thu, 01 Jan 1970 00:00:00 GMT"), now, 0.0),
+            backoff
+        );
+        // Negative or garbage: not a Retry-After at all, so the backoff.
+        assert_eq!(p.after_status(1, 429, Some("-5"), now, 0.0), backoff);
     }
 
     #[test]

@@ -308,34 +308,75 @@ fn from_tree(
     })
 }
 
-/// Digest families already asked of the registry, by pinned digest: they never change.
+/// How long a digest family is kept. A family never changes (manifests are addressed by
+/// their digest); the bound only lets a controller that runs for months forget the images it
+/// no longer verifies.
+pub const FAMILY_LIFETIME: Duration = Duration::from_secs(6 * 3600);
+
+/// At most this many families are kept; the oldest is forgotten first. A family is a few
+/// digests per platform, so this is well under a few megabytes.
+pub const MAX_FAMILIES: usize = 1024;
+
+/// Digest families already asked of the registry, by pinned digest, for [`FAMILY_LIFETIME`]
+/// and at most [`MAX_FAMILIES`] of them. A lookup that failed is not kept: the next check
+/// asks again, so a registry that was down once does not leave a pin judged by its digest
+/// alone for as long as the controller runs.
 #[derive(Default)]
 pub struct Families {
-    known: BTreeMap<Digest, DigestFamily>,
+    known: BTreeMap<Digest, (Instant, DigestFamily)>,
 }
 
 impl Families {
     /// The digests that stand for `expected`'s pinned one: itself, an index's platform
     /// manifests, and the config digests of each image (what docker reports as a bare imageID).
-    async fn of(&mut self, expected: &Expected, registry: &Client) -> DigestFamily {
-        if let Some(family) = self.known.get(&expected.digest) {
-            return family.clone();
+    pub async fn of(&mut self, expected: &Expected, registry: &Client) -> DigestFamily {
+        if let Some(family) = self.get(&expected.digest, Instant::now()) {
+            return family;
         }
-        let family = match ask_family(expected, registry).await {
-            Ok(family) => family,
+        match ask_family(expected, registry).await {
+            Ok(family) => {
+                self.insert(expected.digest.clone(), family.clone(), Instant::now());
+                family
+            }
             Err(message) => {
                 tracing::warn!(
                     image = %expected.pinned_ref,
-                    "cannot read the pinned manifest, only the pinned digest itself will match: {message}"
+                    "cannot read the pinned manifest, only the pinned digest itself will match (asked again on the next check): {message}"
                 );
                 DigestFamily {
                     pinned: expected.digest.to_string(),
                     ..DigestFamily::default()
                 }
             }
-        };
-        self.known.insert(expected.digest.clone(), family.clone());
-        family
+        }
+    }
+
+    /// The family of `digest` if it was stored less than [`FAMILY_LIFETIME`] before `now`.
+    fn get(&mut self, digest: &Digest, now: Instant) -> Option<DigestFamily> {
+        let (at, family) = self.known.get(digest)?;
+        if now.saturating_duration_since(*at) < FAMILY_LIFETIME {
+            return Some(family.clone());
+        }
+        self.known.remove(digest);
+        None
+    }
+
+    /// Stores a family at `now`, first forgetting the expired ones and, when full, the oldest.
+    fn insert(&mut self, digest: Digest, family: DigestFamily, now: Instant) {
+        self.known
+            .retain(|_, (at, _)| now.saturating_duration_since(*at) < FAMILY_LIFETIME);
+        while self.known.len() >= MAX_FAMILIES {
+            let oldest = self
+                .known
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(digest, _)| digest.clone());
+            match oldest {
+                Some(oldest) => self.known.remove(&oldest),
+                None => break,
+            };
+        }
+        self.known.insert(digest, (now, family));
     }
 }
 
@@ -615,4 +656,67 @@ async fn consult_gitops(
         &sync,
         pin,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digest(n: usize) -> Digest {
+        match Digest::from_sha256_hex(&format!("{n:064x}")) {
+            Ok(d) => d,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn family(n: usize) -> DigestFamily {
+        DigestFamily {
+            pinned: digest(n).to_string(),
+            platform_children: vec![digest(n + 100_000).to_string()],
+            ..DigestFamily::default()
+        }
+    }
+
+    #[test]
+    fn a_family_is_kept_for_its_lifetime_then_forgotten() {
+        let t0 = Instant::now();
+        let mut families = Families::default();
+        families.insert(digest(1), family(1), t0);
+        let almost = t0 + FAMILY_LIFETIME - Duration::from_secs(1);
+        assert_eq!(families.get(&digest(1), almost), Some(family(1)));
+        assert_eq!(families.get(&digest(1), t0 + FAMILY_LIFETIME), None);
+        assert!(families.known.is_empty(), "an expired family is dropped");
+    }
+
+    #[test]
+    fn a_full_cache_forgets_the_oldest_family_first() {
+        let t0 = Instant::now();
+        let mut families = Families::default();
+        for n in 0..MAX_FAMILIES {
+            // Stored in reverse age: digest 0 is the newest, the last one the oldest.
+            let at = t0 + Duration::from_secs((MAX_FAMILIES - n) as u64);
+            families.insert(digest(n), family(n), at);
+        }
+        assert_eq!(families.known.len(), MAX_FAMILIES);
+        let later = t0 + Duration::from_secs(MAX_FAMILIES as u64 + 1);
+        families.insert(digest(MAX_FAMILIES), family(MAX_FAMILIES), later);
+        assert_eq!(families.known.len(), MAX_FAMILIES);
+        assert_eq!(families.get(&digest(MAX_FAMILIES - 1), later), None);
+        assert_eq!(families.get(&digest(0), later), Some(family(0)));
+        assert_eq!(
+            families.get(&digest(MAX_FAMILIES), later),
+            Some(family(MAX_FAMILIES))
+        );
+    }
+
+    #[test]
+    fn storing_sweeps_out_every_expired_family() {
+        let t0 = Instant::now();
+        let mut families = Families::default();
+        families.insert(digest(1), family(1), t0);
+        families.insert(digest(2), family(2), t0 + Duration::from_secs(60));
+        families.insert(digest(3), family(3), t0 + FAMILY_LIFETIME);
+        let kept: Vec<_> = families.known.keys().cloned().collect();
+        assert_eq!(kept, vec![digest(2), digest(3)]);
+    }
 }

@@ -247,6 +247,92 @@ async fn a_helper_that_finds_nothing_means_anonymous() {
     assert_eq!(login.calls("empty").len(), 1);
 }
 
+impl Login {
+    /// A helper whose first run answers `stale` (a password since rotated, a cloud token
+    /// expired in the helper's own cache) and every later run `fresh`.
+    fn rotating(&self, name: &str, username: &str, stale: &str, fresh: &str) {
+        let log = self.bin().join(format!("{name}.calls"));
+        self.helper(
+            name,
+            &format!(
+                r#"if [ "$(wc -l < '{}')" -le 1 ]; then pw='{stale}'; else pw='{fresh}'; fi
+printf '{{"ServerURL":"%s","Username":"{username}","Secret":"%s"}}' "$url" "$pw""#,
+                log.display()
+            ),
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refused_helper_password_is_asked_again_and_the_new_one_is_used() {
+    let registry = TestRegistry::start(Mode::htpasswd("alice", SECRET)).await;
+    let host = registry.host();
+    let one = registry.push_image("acme/a", "1", "a").await;
+    let two = registry.push_image("acme/b", "2", "b").await;
+    let login = Login::new(&config_helper_for(&host, "rotating"));
+    login.rotating("rotating", "alice", "rotated-away-4c1e", SECRET);
+
+    let images = [format!("{host}/acme/a:1"), format!("{host}/acme/b:2")];
+    let out = login.resolve(&host, &images).await;
+
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&one.manifest) && stdout.contains(&two.manifest),
+        "{stdout}"
+    );
+    // Once for the stale answer, once after the 401: not once per image.
+    assert_eq!(login.calls("rotating").len(), 2, "{}", text(&out));
+    assert_no_secret(&out, SECRET);
+    assert_no_secret(&out, "rotated-away-4c1e");
+}
+
+#[tokio::test]
+async fn credentials_the_token_service_refuses_are_asked_of_the_helper_again() {
+    let registry = TestRegistry::start(Mode::token("bob", "pw")).await;
+    let host = registry.host();
+    let pushed = registry.push_image("acme/t", "1", "t").await;
+    let login = Login::new(&config_helper_for(&host, "rotating"));
+    login.rotating("rotating", "bob", "expired-7d2a", "pw");
+
+    let out = login.resolve(&host, &[format!("{host}/acme/t:1")]).await;
+
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains(&pushed.manifest));
+    assert_eq!(login.calls("rotating").len(), 2);
+    let statuses: Vec<u16> = registry
+        .token_server()
+        .unwrap()
+        .requests()
+        .iter()
+        .filter(|r| !r.from_harness)
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, vec![401, 200]);
+}
+
+#[tokio::test]
+async fn a_helper_answer_refused_twice_is_reported_without_running_it_for_every_image() {
+    let registry = TestRegistry::start(Mode::htpasswd("alice", SECRET)).await;
+    let host = registry.host();
+    registry.push_image("acme/a", "1", "a").await;
+    registry.push_image("acme/a", "2", "a2").await;
+    let login = Login::new(&config_helper_for(&host, "wrong"));
+    login.answering("wrong", "alice", "never-right-93b0");
+
+    let images = [format!("{host}/acme/a:1"), format!("{host}/acme/a:2")];
+    let out = login.resolve(&host, &images).await;
+
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("credentials configured for"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(login.calls("wrong").len(), 2, "asked again once, then kept");
+    assert_no_secret(&out, "never-right-93b0");
+}
+
 /// Runs one failing helper against an htpasswd registry holding `acme/a:1` and `acme/a:2`;
 /// returns tagpin's output.
 async fn failing(registry: &TestRegistry, name: &str, body: Option<&str>) -> String {

@@ -15,6 +15,7 @@ mod cli;
 mod cred_helpers;
 mod deploy;
 mod examples;
+mod file_size;
 mod git_server_selftest;
 mod github_server_selftest;
 mod gitops;

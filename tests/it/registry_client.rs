@@ -762,3 +762,69 @@ async fn a_hanging_registry_delays_only_its_own_images() {
     );
     drop(hanging);
 }
+
+/// `tagpin resolve` as a process, so that a panic shows as what it is: exit code 101.
+async fn tagpin_resolve(host: &str, images: &[String]) -> std::process::Output {
+    let home = tempfile::tempdir().unwrap();
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+        .args(["--insecure-registry", host, "resolve"])
+        .args(images)
+        .env("HOME", home.path())
+        .env_remove("DOCKER_CONFIG")
+        .output()
+        .await
+        .expect("run tagpin")
+}
+
+fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[tokio::test]
+async fn a_token_said_to_live_for_ever_resolves_without_a_panic() {
+    let registry = TestRegistry::start(Mode::token("bob", "pw")).await;
+    let pushed = registry.push_image("acme/tok", "1", "t1").await;
+    registry
+        .token_server()
+        .unwrap()
+        .set_expires_in(Some(u64::MAX));
+    let host = registry.host();
+
+    let out = tagpin_resolve(&host, &[format!("{host}/acme/tok:1")]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&pushed.manifest),
+        "{}",
+        output_text(&out)
+    );
+}
+
+#[tokio::test]
+async fn a_retry_after_of_u64_max_is_reported_without_a_panic() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    registry.push_image("acme/web", "1", "w").await;
+    let proxy = FaultProxy::start(
+        &registry.base_url(),
+        vec![FaultRule::any_method(
+            "/manifests/",
+            Fault::too_many_requests(u64::MAX),
+        )],
+    )
+    .await;
+    let host = proxy.host();
+
+    let out = tagpin_resolve(&host, &[format!("{host}/acme/web:1")]).await;
+
+    let all = output_text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains(&format!("{host}/acme/web:1")) && all.contains("429"),
+        "{all}"
+    );
+    assert_eq!(proxy.count("HEAD", "/manifests/"), 1, "it gave up at once");
+}

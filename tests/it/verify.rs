@@ -679,3 +679,84 @@ async fn a_deployment_config_in_a_kustomization_namespace_is_verified() {
         text(&out)
     );
 }
+
+/// The controller keeps its digest families across checks: a registry that failed once must
+/// be asked again on the next check, not leave the pin judged by its own digest for ever.
+#[tokio::test]
+async fn a_failed_registry_lookup_is_asked_again_on_the_next_check() {
+    use support::registry::{Fault as RegistryFault, FaultProxy, FaultRule};
+    use tagpin::config::ClusterTarget;
+    use tagpin::verify::expected::Expected;
+    use tagpin::verify::live::Cluster;
+    use tagpin::verify::verdict::State;
+    use tagpin::verify::{check, Expectations, Families};
+    use tagpin::workload::{WorkloadId, WorkloadKind};
+
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let platforms = [("linux", "amd64"), ("linux", "arm64")];
+    let pinned = registry
+        .push_index("acme/multi", "1", IndexKind::Oci, &platforms, "mine")
+        .await;
+    let proxy = FaultProxy::start(
+        &registry.base_url(),
+        vec![FaultRule::any_method(
+            "/manifests/",
+            RegistryFault::status(503),
+        )],
+    )
+    .await;
+    let host = proxy.host();
+    let image = format!("{host}/acme/multi:1@{}", pinned.index);
+    let kube = KubeServer::start().await;
+    live_deployment(&kube, "multi", &image, 1);
+    // The node pulled the amd64 manifest: only the index's family says it is the pinned one.
+    live_pod(
+        &kube,
+        "multi",
+        "multi-a",
+        &image,
+        &format!("{host}/acme/multi@{}", pinned.children[0].manifest),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::connect_to(&ClusterTarget::Kubeconfig {
+        path: kube.kubeconfig(dir.path()),
+        context: None,
+    })
+    .await
+    .unwrap();
+    let client = tagpin::registry::Client::new(tagpin::registry::Settings {
+        insecure_hosts: vec![host.clone()],
+        retry: tagpin::registry::RetryPolicy {
+            max_attempts: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .unwrap();
+    let expectations = Expectations {
+        expected: vec![Expected {
+            workload: WorkloadId {
+                namespace: Some("shop".into()),
+                kind: WorkloadKind::Deployment,
+                name: "multi".into(),
+            },
+            container: "app".into(),
+            pinned_ref: image.clone(),
+            digest: tagpin::reference::Digest::parse(&pinned.index).unwrap(),
+        }],
+        ..Default::default()
+    };
+    let mut families = Families::default();
+
+    let first = check(&expectations, &cluster, &client, &mut families)
+        .await
+        .unwrap();
+    assert_ne!(first.state, State::Converged, "{}", first.summary);
+    assert!(proxy.count("GET", "/manifests/") >= 1);
+
+    proxy.clear_rules();
+    let second = check(&expectations, &cluster, &client, &mut families)
+        .await
+        .unwrap();
+    assert_eq!(second.state, State::Converged, "{}", second.summary);
+}

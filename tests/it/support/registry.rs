@@ -962,7 +962,10 @@ impl TokenServer {
     }
 
     /// The `expires_in` to answer with (default 300); `None` leaves the field
-    /// out, meaning 60 s per the protocol. The JWT's `exp` matches it.
+    /// out, meaning 60 s per the protocol. The JWT's `exp` matches it, up to a day.
+    ///
+    /// Any `u64` is sent as is, `18446744073709551615` included: the registry reads `exp` as
+    /// an int64, so only the JSON answer carries an absurd lifetime.
     ///
     /// distribution accepts a token until 60 s after `exp` (its clock-skew
     /// leeway), so a short `expires_in` does not make the registry refuse
@@ -1038,6 +1041,9 @@ struct TokenClaims {
     jti: String,
     access: Vec<AccessClaim>,
 }
+
+/// The longest `exp` put into a JWT, whatever `expires_in` the answer claims.
+const MAX_JWT_LIFETIME_SECS: u64 = 24 * 3600;
 
 /// Which of the requested actions the caller gets.
 fn granted_actions(kind: &str, requested: &str, authenticated: bool) -> Vec<String> {
@@ -1204,7 +1210,9 @@ fn issue_token(state: &TokenState, mut record: TokenRequest, authenticated: bool
         iss: TOKEN_ISSUER.to_string(),
         sub: record.user.clone().unwrap_or_default(),
         aud: TOKEN_SERVICE.to_string(),
-        exp: now + expires_in.unwrap_or(60),
+        // distribution reads `exp` as an int64: an absurd `expires_in` (a test of the client's
+        // arithmetic) is answered as sent, with a token good for a day.
+        exp: now.saturating_add(expires_in.unwrap_or(60).min(MAX_JWT_LIFETIME_SECS)),
         nbf: now,
         iat: now,
         jti: format!(
