@@ -21,6 +21,8 @@ pub mod proposal;
 pub mod reference;
 pub mod registry;
 pub mod render;
+pub mod resolution;
+pub mod review;
 pub mod sync;
 pub mod verify;
 pub mod webhook;

@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::manifest::{self, Edit, ImageField, Origin, Target};
 use crate::policy::Follow;
 use crate::reference::{Digest, Reference};
-use crate::registry::{ResolveKey, ResolveResult};
+use crate::resolution::{ResolveKey, ResolveResult};
 use crate::workload::Owner;
 
 /// One scanned file, as the planner needs it.
@@ -353,7 +353,7 @@ fn unified_diff(path: &Path, old: &[u8], new: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{ManifestKind, RegistryError, Resolved};
+    use crate::resolution::{ManifestKind, RegistryError, Resolved};
 
     const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
     const D2: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";

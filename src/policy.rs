@@ -16,7 +16,7 @@ use semver::{Version, VersionReq};
 
 use crate::config::{Order, PolicyRule, TagPolicy};
 use crate::reference::Reference;
-use crate::registry::RegistryError;
+use crate::resolution::RegistryError;
 
 /// A compiled policy.
 #[derive(Debug, Clone)]

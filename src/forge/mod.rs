@@ -62,50 +62,7 @@ pub enum ForgeError {
     Setup(String),
 }
 
-/// The commit states tagpin sets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StatusState {
-    Pending,
-    Success,
-    Failure,
-    /// The check could not be made (GitHub's `error`): tagpin says so rather than guess.
-    Error,
-}
-
-/// One commit status as tagpin reads it back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Status {
-    pub state: StatusState,
-    pub description: String,
-    /// Unix time it was set, when the forge says.
-    pub created_at: Option<i64>,
-    /// The login that created it: anyone with status rights can post any context.
-    pub creator: Option<String>,
-}
-
-/// What tagpin reads of a pull request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PullRequestInfo {
-    pub number: u64,
-    pub open: bool,
-    pub merged: bool,
-    pub title: String,
-    pub body: String,
-    pub labels: Vec<String>,
-    pub url: String,
-    pub head_ref: String,
-    pub head_sha: String,
-    pub merge_commit_sha: Option<String>,
-    /// Unix time of the merge, for "recently merged".
-    pub merged_at: Option<i64>,
-    /// Unix time of the last change.
-    pub updated_at: Option<i64>,
-    /// Login of who opened it.
-    pub author: String,
-    /// The head branch is in this very repository (GitHub's `head.repo` is `base.repo`), not
-    /// in a fork: only then is its plan block tagpin's or a collaborator's to act on.
-    pub same_repository: bool,
-}
+pub use crate::review::{PullRequestInfo, Status, StatusState};
 
 /// A GitHub repository, with a token.
 pub struct GitHub {

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::forge::{Status, StatusState};
+use crate::review::{Status, StatusState};
 use crate::verify::verdict::State;
 
 /// The status context of a stage's verdict, as set by the promoter.

@@ -28,13 +28,7 @@ application/vnd.docker.distribution.manifest.v2+json";
 /// The spec's suggested upper bound on a manifest a client must accept (4 MiB).
 pub const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
 
-/// Index (multi-platform) or single image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ManifestKind {
-    Index,
-    Image,
-}
+pub use crate::resolution::ManifestKind;
 
 /// Why a media type is not accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]

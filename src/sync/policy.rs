@@ -8,12 +8,12 @@
 use std::collections::BTreeMap;
 
 use crate::config::{Grouping, WriteMode};
-use crate::forge::PullRequestInfo;
 use crate::plan::{self, Plan, ScannedFile};
 use crate::policy::Follow;
 use crate::proposal::PlanBlock;
 use crate::reference::Reference;
-use crate::registry::{ResolveKey, ResolveResult};
+use crate::resolution::{ResolveKey, ResolveResult};
+use crate::review::PullRequestInfo;
 
 /// The changes of one pull request (or one commit).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
