@@ -116,6 +116,10 @@ pub enum Command {
         /// Time between verifications of what is in flight, when a cluster is reachable.
         #[arg(long, value_name = "DURATION", default_value = "30s")]
         verify_interval: String,
+        /// How long work under way may go on after SIGTERM; keep it below the pod's
+        /// terminationGracePeriodSeconds.
+        #[arg(long, value_name = "DURATION", default_value = "30s")]
+        grace_period: String,
     },
     /// Check that the cluster runs what a pull request, commit or branch pins, and report it.
     ///
@@ -362,12 +366,13 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
             interval,
             cache_dir,
             verify_interval,
+            grace_period,
         } => {
             run_controller(
                 (&cli.registry, &cli.cluster),
                 &config,
                 listen,
-                (&interval, &verify_interval),
+                (&interval, &verify_interval, &grace_period),
                 cache_dir.as_deref(),
             )
             .await?;
@@ -901,7 +906,7 @@ async fn run_controller(
     (registry, cluster_args): (&RegistryArgs, &ClusterArgs),
     config_path: &Path,
     listen: std::net::SocketAddr,
-    (interval, verify_interval): (&str, &str),
+    (interval, verify_interval, grace_period): (&str, &str, &str),
     cache_dir: Option<&Path>,
 ) -> Result<(), CliError> {
     let config = Config::load(config_path)?;
@@ -923,6 +928,7 @@ async fn run_controller(
     let schedule = crate::daemon::Schedule {
         interval: durations[0],
         verify_every: durations[1],
+        grace: duration_flag("--grace-period", grace_period)?,
     };
     let client = build_client(registry, Some(&config.registries))?;
     let forge = forge_from(&config)?;
@@ -938,9 +944,14 @@ async fn run_controller(
     let listener = crate::daemon::bind(listen)
         .await
         .map_err(CliError::Listen)?;
-    let shared = crate::daemon::Shared::new(secret);
-    let stop = crate::daemon::stop_signal();
-    let server = tokio::spawn(crate::daemon::serve(listener, shared.clone(), stop.clone()));
+    let shared = crate::daemon::Shared::new(secret, schedule.stale_after());
+    let stop = crate::daemon::stop_signal(schedule.grace);
+    let server = tokio::spawn(crate::daemon::serve(
+        listener,
+        shared.clone(),
+        stop.clone(),
+        crate::daemon::HttpLimits::default(),
+    ));
     // Each promotion stage's cluster; a stage that cannot be set up is warned about here and
     // its promotions are skipped (each pass says so), the rest of the controller runs.
     let mut stage_clusters = std::collections::BTreeMap::new();
