@@ -63,6 +63,11 @@ pub const WEBHOOK_SECRET_ENV: &str = "TAGPIN_WEBHOOK_SECRET";
 const JITTER: f64 = 0.1;
 /// The largest webhook body accepted.
 const MAX_WEBHOOK_BYTES: usize = 1024 * 1024;
+/// Signed deliveries (GHCR) whose bodies are read at once: a signature can only be checked on
+/// the whole body, so anyone can make tagpin read one. Past this, a signed delivery is
+/// answered 503 at once rather than buffering up to [`MAX_WEBHOOK_BYTES`] more, or holding a
+/// connection slot while it waits; the next scheduled pass sees the push anyway.
+const UNVERIFIED_BODIES_AT_ONCE: usize = 4;
 
 /// What the HTTP side shares with the loop.
 pub struct Shared {
@@ -77,6 +82,8 @@ pub struct Shared {
     progress: Mutex<Instant>,
     /// How long without progress before `/healthz` fails ([`Schedule::stale_after`]).
     stale_after: Duration,
+    /// Permits to read a body not yet authenticated ([`UNVERIFIED_BODIES_AT_ONCE`]).
+    unverified_bodies: Semaphore,
 }
 
 impl Shared {
@@ -89,6 +96,7 @@ impl Shared {
             webhook_secret,
             progress: Mutex::new(Instant::now()),
             stale_after,
+            unverified_bodies: Semaphore::new(UNVERIFIED_BODIES_AT_ONCE),
         })
     }
 
@@ -108,8 +116,9 @@ pub struct HttpLimits {
     /// Reading the body and answering must be done within this (408 otherwise).
     pub request_timeout: Duration,
     /// Connections served at once. More wait, unread, in the kernel's listen backlog until a
-    /// slot frees: each served connection holds at most [`MAX_HEAD_BYTES`] of headers and,
-    /// once authenticated (or for an HMAC, being checked), one body of at most 1 MiB.
+    /// slot frees: each served connection holds at most [`MAX_HEAD_BYTES`] of headers, and a
+    /// body of at most 1 MiB only once authenticated by a shared secret, or while it is one of
+    /// the few (4) signed bodies being checked at once.
     pub max_connections: usize,
     /// After a stop signal, how long open connections may finish before they are cut.
     pub drain: Duration,
@@ -321,6 +330,21 @@ async fn webhook_delivery(
         authenticate(b"")
     };
     let announced = header("content-length").and_then(|n| n.trim().parse::<u64>().ok());
+    // Held until the signature is checked.
+    let _reading = if sender.signs_body() {
+        match shared.unverified_bodies.try_acquire() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                record("busy");
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many signed deliveries being read; try again\n".to_string(),
+                );
+            }
+        }
+    } else {
+        None
+    };
     let checked = match early {
         Err(rejection) => Err(rejection),
         Ok(()) if announced.is_some_and(|n| n > MAX_WEBHOOK_BYTES as u64) => {

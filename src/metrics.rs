@@ -44,7 +44,7 @@ pub struct ActionLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
     pub sender: String,
-    /// `accepted`, `unauthorized`, `bad_payload`.
+    /// `accepted`, `unauthorized`, `bad_payload`, `busy` (too many signed bodies being read).
     pub result: String,
 }
 

@@ -1125,3 +1125,47 @@ async fn sigterm_with_a_half_sent_request_open_exits_within_the_bound() {
     assert!(took < Duration::from_secs(15), "took {took:?}\n{log}");
     drop(half);
 }
+
+#[tokio::test]
+async fn signed_bodies_read_before_their_check_are_few_and_the_next_is_turned_away_at_once() {
+    use tokio::io::AsyncWriteExt;
+    let limits = tagpin::daemon::HttpLimits {
+        request_timeout: Duration::from_secs(600),
+        ..short_limits()
+    };
+    let (addr, _stop, _server) = http_side(limits).await;
+    let head = b"POST /webhooks/ghcr HTTP/1.1\r\nHost: tagpin\r\nX-Hub-Signature-256: sha256=00\r\nContent-Length: 1000\r\n\r\n{";
+    // Four deliveries nobody signed, their bodies never finished, are being read.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(head).await.unwrap();
+        held.push(stream);
+    }
+    // A fifth is not read: answered at once (well before the request deadline of 600 s).
+    let mut fifth = tokio::net::TcpStream::connect(addr).await.unwrap();
+    fifth.write_all(head).await.unwrap();
+    let answer = read_until_closed(&mut fifth).await.unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    // Once one of the four is gone, a signed delivery is read (and checked) again.
+    drop(held.pop());
+    let body = br#"{"action":"published"}"#;
+    let signed = format!(
+        "POST /webhooks/ghcr HTTP/1.1\r\nHost: tagpin\r\nX-Hub-Signature-256: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        tagpin::webhook::sign("not-the-secret", body),
+        body.len()
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(signed.as_bytes()).await.unwrap();
+        stream.write_all(body).await.unwrap();
+        let answer = read_until_closed(&mut stream).await.unwrap_or_default();
+        if answer.starts_with("HTTP/1.1 401") {
+            break;
+        }
+        // The server may not have seen the dropped connection close yet.
+        assert!(Instant::now() < deadline, "{answer}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
