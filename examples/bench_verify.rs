@@ -85,7 +85,9 @@ async fn main() {
     );
     let dir = tempfile::tempdir().unwrap();
     std::env::set_var("KUBECONFIG", kube.kubeconfig(dir.path()));
-    let cluster = Cluster::connect(None).await.expect("connect");
+    let cluster = Cluster::connect(None, tagpin::verify::live::DEFAULT_API_TIMEOUT)
+        .await
+        .expect("connect");
     let registry = Client::new(Settings::default()).expect("registry client");
     let expectations = Expectations {
         expected,

@@ -41,6 +41,9 @@ pub struct Cli {
     #[command(flatten)]
     pub registry: RegistryArgs,
 
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -99,6 +102,10 @@ pub enum Command {
         /// Time between verifications of what is in flight, when a cluster is reachable.
         #[arg(long, value_name = "DURATION", default_value = "30s")]
         verify_interval: String,
+        /// How long work under way may go on after SIGTERM; keep it below the pod's
+        /// terminationGracePeriodSeconds.
+        #[arg(long, value_name = "DURATION", default_value = "30s")]
+        grace_period: String,
     },
     /// Check that the cluster runs what a pull request, commit or branch pins, and report it.
     ///
@@ -200,6 +207,32 @@ pub struct RegistryArgs {
     pub registry_timeout: u64,
 }
 
+/// How tagpin talks to the Kubernetes API (`verify`, `promote`, `run`).
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// Timeout of one Kubernetes API request, in seconds: to connect, to send, and between two
+    /// reads of the answer. A read is tried 3 times before the check fails.
+    #[arg(
+        long = "kube-timeout",
+        value_name = "SECONDS",
+        global = true,
+        default_value_t = crate::verify::live::DEFAULT_API_TIMEOUT.as_secs()
+    )]
+    pub kube_timeout: u64,
+}
+
+impl ClusterArgs {
+    fn timeout(&self) -> Result<Duration, CliError> {
+        if self.kube_timeout == 0 {
+            return Err(CliError::Flag {
+                flag: "--kube-timeout",
+                message: "must be at least 1 second".into(),
+            });
+        }
+        Ok(Duration::from_secs(self.kube_timeout))
+    }
+}
+
 /// Why a command could not run at all (exit 2). Each names the file, flag, host or object.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -282,20 +315,25 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
         } => sync(&cli.registry, &config, dry_run, cache_dir.as_deref())
             .await
             .map(Report::Sync),
-        Command::Verify(args) => verify(&cli.registry, &args).await.map(Report::Verify),
-        Command::Promote(args) => promote(&cli.registry, &args).await.map(Report::Promote),
+        Command::Verify(args) => verify(&cli.registry, &cli.cluster, &args)
+            .await
+            .map(Report::Verify),
+        Command::Promote(args) => promote(&cli.registry, &cli.cluster, &args)
+            .await
+            .map(Report::Promote),
         Command::Run {
             config,
             listen,
             interval,
             cache_dir,
             verify_interval,
+            grace_period,
         } => {
             run_controller(
-                &cli.registry,
+                (&cli.registry, &cli.cluster),
                 &config,
                 listen,
-                (&interval, &verify_interval),
+                (&interval, &verify_interval, &grace_period),
                 cache_dir.as_deref(),
             )
             .await?;
@@ -417,9 +455,14 @@ fn duration_flag(flag: &'static str, text: &str) -> Result<Duration, CliError> {
 }
 
 /// `tagpin verify`: gather what is expected, check the cluster, report on the PR.
-async fn verify(registry: &RegistryArgs, args: &VerifyArgs) -> Result<VerifyReport, CliError> {
+async fn verify(
+    registry: &RegistryArgs,
+    cluster_args: &ClusterArgs,
+    args: &VerifyArgs,
+) -> Result<VerifyReport, CliError> {
     let mut config = Config::load(&args.config)?;
     let timeout = duration_flag("--timeout", &args.timeout)?;
+    let api_timeout = cluster_args.timeout()?;
     let client = build_client(registry, Some(&config.registries))?;
     let forge = forge_from(&config)?;
     let mirror = open_mirror(&config, args.cache_dir.as_deref())?;
@@ -467,11 +510,11 @@ async fn verify(registry: &RegistryArgs, args: &VerifyArgs) -> Result<VerifyRepo
         crate::verify::expectations(&source, &config, &mirror, forge.as_ref()).await?;
     // --context, else the stage's own cluster, else verify.context, else the first stage's.
     let cluster = match (&args.context, stage, &config.verify.context, first) {
-        (Some(context), ..) => Cluster::connect(Some(context)).await?,
-        (None, Some(stage), ..) => crate::promote::connect(&stage).await?,
-        (None, None, Some(context), _) => Cluster::connect(Some(context)).await?,
-        (None, None, None, Some(first)) => crate::promote::connect(&first).await?,
-        (None, None, None, None) => Cluster::connect(None).await?,
+        (Some(context), ..) => Cluster::connect(Some(context), api_timeout).await?,
+        (None, Some(stage), ..) => crate::promote::connect(&stage, api_timeout).await?,
+        (None, None, Some(context), _) => Cluster::connect(Some(context), api_timeout).await?,
+        (None, None, None, Some(first)) => crate::promote::connect(&first, api_timeout).await?,
+        (None, None, None, None) => Cluster::connect(None, api_timeout).await?,
     };
     if let Some(forge) = &forge {
         crate::verify::publish_pending(forge, &expectations.commits).await;
@@ -500,14 +543,16 @@ fn open_mirror(config: &Config, cache_dir: Option<&Path>) -> Result<crate::git::
 /// `tagpin promote --to STAGE`: one promotion pass, the same the controller runs.
 async fn promote(
     registry: &RegistryArgs,
+    cluster_args: &ClusterArgs,
     args: &PromoteArgs,
 ) -> Result<crate::promote::PromoteReport, CliError> {
     let config = Config::load(&args.config)?;
+    let api_timeout = cluster_args.timeout()?;
     let (source, _) = crate::promote::route(&config, &args.to)?;
     let client = build_client(registry, Some(&config.registries))?;
     let forge = forge_from(&config)?;
     let mirror = open_mirror(&config, args.cache_dir.as_deref())?;
-    let cluster = crate::promote::connect(source).await?;
+    let cluster = crate::promote::connect(source, api_timeout).await?;
     let promoter = crate::promote::Promoter::new(&config, &client, forge.as_ref(), &mirror)?;
     let options = crate::promote::PromoteOptions {
         dry_run: args.dry_run,
@@ -517,13 +562,14 @@ async fn promote(
 
 /// `tagpin run`: the controller, until SIGTERM or SIGINT.
 async fn run_controller(
-    registry: &RegistryArgs,
+    (registry, cluster_args): (&RegistryArgs, &ClusterArgs),
     config_path: &Path,
     listen: std::net::SocketAddr,
-    (interval, verify_interval): (&str, &str),
+    (interval, verify_interval, grace_period): (&str, &str, &str),
     cache_dir: Option<&Path>,
 ) -> Result<(), CliError> {
     let config = Config::load(config_path)?;
+    let api_timeout = cluster_args.timeout()?;
     let mut durations = Vec::new();
     for (flag, text) in [
         ("--interval", interval),
@@ -541,6 +587,7 @@ async fn run_controller(
     let schedule = crate::daemon::Schedule {
         interval: durations[0],
         verify_every: durations[1],
+        grace: duration_flag("--grace-period", grace_period)?,
     };
     let client = build_client(registry, Some(&config.registries))?;
     let forge = forge_from(&config)?;
@@ -556,14 +603,19 @@ async fn run_controller(
     let listener = crate::daemon::bind(listen)
         .await
         .map_err(CliError::Listen)?;
-    let shared = crate::daemon::Shared::new(secret);
-    let stop = crate::daemon::stop_signal();
-    let server = tokio::spawn(crate::daemon::serve(listener, shared.clone(), stop.clone()));
+    let shared = crate::daemon::Shared::new(secret, schedule.stale_after());
+    let stop = crate::daemon::stop_signal(schedule.grace);
+    let server = tokio::spawn(crate::daemon::serve(
+        listener,
+        shared.clone(),
+        stop.clone(),
+        crate::daemon::HttpLimits::default(),
+    ));
     // Each promotion stage's cluster; a stage that cannot be set up is warned about here and
     // its promotions are skipped (each pass says so), the rest of the controller runs.
     let mut stage_clusters = std::collections::BTreeMap::new();
     for stage in config.promotion.iter().flat_map(|p| &p.stages) {
-        match crate::promote::connect(stage).await {
+        match crate::promote::connect(stage, api_timeout).await {
             Ok(cluster) => {
                 stage_clusters.insert(stage.name.clone(), cluster);
             }
@@ -574,10 +626,10 @@ async fn run_controller(
     // promotion, sync pins the first stage, whose cluster is its own.
     let first_stage = config.promotion.as_ref().map(|p| &p.stages[0]);
     let cluster = match (&config.verify.context, first_stage) {
-        (None, Some(stage)) => crate::promote::connect(stage)
+        (None, Some(stage)) => crate::promote::connect(stage, api_timeout)
             .await
             .map_err(|e| e.to_string()),
-        (context, _) => Cluster::connect(context.as_deref())
+        (context, _) => Cluster::connect(context.as_deref(), api_timeout)
             .await
             .map_err(|e| e.to_string()),
     };

@@ -7,10 +7,16 @@
 //! nothing; between passes the controller only keeps registry answers, to re-ask just the
 //! images a webhook names.
 //!
-//! SIGTERM or SIGINT stops it: no new pass starts, a pass under way may finish within
-//! [`GRACE_PERIOD`]. Git writes are single blocking calls inside a pass, so stopping never
-//! cuts a commit or a push in half; a pass stopped between its push and its PR update is
-//! completed by the next start (the branch already carries the change, the PR gets opened).
+//! SIGTERM or SIGINT stops it: no new work starts, and the work under way (a pass, a
+//! promotion round or a verification round) may finish within the grace period
+//! ([`GRACE_PERIOD`] by default). Git writes are single blocking calls inside a pass, so
+//! stopping never cuts a commit or a push in half; a pass stopped between its push and its PR
+//! update is completed by the next start (the branch already carries the change, the PR gets
+//! opened).
+//!
+//! `/healthz` fails once the loop has finished nothing (no pass, no promotion round, no
+//! verification round) for [`LIVENESS_INTERVALS`] intervals: every network call has a timeout,
+//! so a loop that long without progress is stuck, and Kubernetes restarts the pod.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -23,13 +29,17 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
-use tokio::sync::{watch, Notify};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
 
 use crate::config::{Config, Stage, WriteMode};
 use crate::forge::{GitHub, StatusState};
 use crate::git::Mirror;
 use crate::metrics::{
-    self, ActionLabels, Metrics, PassLabels, PromotionLabels, VerdictLabels, WebhookLabels,
+    self, ActionLabels, ErrorLabels, Metrics, PassLabels, PromotionLabels, VerdictLabels,
+    WebhookLabels,
 };
 use crate::promote::{self, Gate, PromoteOptions, Promoter};
 use crate::registry::{Client, ResolveKey, ResolveResult};
@@ -39,8 +49,12 @@ use crate::verify::verdict::State as Verdict;
 use crate::verify::{self, Families, Source, VerifyError};
 use crate::webhook::{self, Sender};
 
-/// How long a pass under way may go on after a stop signal.
+/// How long work under way may go on after a stop signal, by default (`--grace-period`). Keep
+/// it below the pod's `terminationGracePeriodSeconds` (45 s in `deploy/`).
 pub const GRACE_PERIOD: Duration = Duration::from_secs(30);
+/// `/healthz` fails after this many intervals (`--interval`) without finished work. A pass
+/// comes every interval (±10%), so three leave room for a slow pass or two.
+pub const LIVENESS_INTERVALS: u32 = 3;
 /// Webhook deliveries arriving within this window are handled by one pass.
 pub const COALESCE_WINDOW: Duration = Duration::from_secs(2);
 /// The environment variable holding the webhook secret (shared secret or HMAC key).
@@ -49,6 +63,11 @@ pub const WEBHOOK_SECRET_ENV: &str = "TAGPIN_WEBHOOK_SECRET";
 const JITTER: f64 = 0.1;
 /// The largest webhook body accepted.
 const MAX_WEBHOOK_BYTES: usize = 1024 * 1024;
+/// Signed deliveries (GHCR) whose bodies are read at once: a signature can only be checked on
+/// the whole body, so anyone can make tagpin read one. Past this, a signed delivery is
+/// answered 503 at once rather than buffering up to [`MAX_WEBHOOK_BYTES`] more, or holding a
+/// connection slot while it waits; the next scheduled pass sees the push anyway.
+const UNVERIFIED_BODIES_AT_ONCE: usize = 4;
 
 /// What the HTTP side shares with the loop.
 pub struct Shared {
@@ -58,41 +77,186 @@ pub struct Shared {
     wake: Notify,
     ready: AtomicBool,
     webhook_secret: Option<String>,
+    /// When the loop last finished a pass, a promotion round or a verification round (or
+    /// started).
+    progress: Mutex<Instant>,
+    /// How long without progress before `/healthz` fails ([`Schedule::stale_after`]).
+    stale_after: Duration,
+    /// Permits to read a body not yet authenticated ([`UNVERIFIED_BODIES_AT_ONCE`]).
+    unverified_bodies: Semaphore,
 }
 
 impl Shared {
-    pub fn new(webhook_secret: Option<String>) -> Arc<Shared> {
+    pub fn new(webhook_secret: Option<String>, stale_after: Duration) -> Arc<Shared> {
         Arc::new(Shared {
             metrics: Metrics::new(),
             pending: Mutex::default(),
             wake: Notify::new(),
             ready: AtomicBool::new(false),
             webhook_secret,
+            progress: Mutex::new(Instant::now()),
+            stale_after,
+            unverified_bodies: Semaphore::new(UNVERIFIED_BODIES_AT_ONCE),
         })
+    }
+
+    /// The loop finished a piece of work.
+    fn progressed(&self) {
+        *lock(&self.progress) = Instant::now();
     }
 }
 
-/// Serves health, readiness, metrics and webhooks on `listener` until `stop` turns true.
+/// Limits of the HTTP side against slow and numerous clients: the webhook port is open to
+/// the registries, and anyone who can reach it can connect without knowing the secret.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// A request's line and headers must arrive within this from when the connection waits
+    /// for them; an idle keep-alive connection is closed after it too.
+    pub header_timeout: Duration,
+    /// Reading the body and answering must be done within this (408 otherwise).
+    pub request_timeout: Duration,
+    /// Connections served at once. More wait, unread, in the kernel's listen backlog until a
+    /// slot frees: each served connection holds at most [`MAX_HEAD_BYTES`] of headers, and a
+    /// body of at most 1 MiB only once authenticated by a shared secret, or while it is one of
+    /// the few (4) signed bodies being checked at once.
+    pub max_connections: usize,
+    /// After a stop signal, how long open connections may finish before they are cut.
+    pub drain: Duration,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            header_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+            max_connections: 64,
+            drain: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The read buffer of one connection, which bounds its request line and headers: webhook
+/// deliveries, probes and scrapes send a few hundred bytes of them.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// Serves health, readiness, metrics and webhooks on `listener` until `stop` turns true, then
+/// lets open connections finish for at most `limits.drain`.
+///
+/// Not `axum::serve`: it sets no header read timeout and no connection limit, and its graceful
+/// shutdown waits for every connection, so one half-sent request kept the process alive after
+/// SIGTERM. This loop is the same hyper connection with those three bounds.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
+    limits: HttpLimits,
 ) {
     let app = Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_page))
         .route("/webhooks/{sender}", post(webhook_delivery))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_WEBHOOK_BYTES))
         .with_state(shared);
-    let shutdown = async move {
-        let _ = stop.wait_for(|s| *s).await;
-    };
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        tracing::error!("HTTP server stopped: {e}");
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let (closing, closing_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    loop {
+        // A slot first: past the limit, connections wait in the backlog, not in memory here.
+        let slot = tokio::select! {
+            slot = Arc::clone(&slots).acquire_owned() => slot,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let Ok(slot) = slot else { break };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors, typically: wait a little rather than spin.
+                tracing::warn!("HTTP: cannot accept a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        while connections.try_join_next().is_some() {}
+        connections.spawn(serve_connection(
+            stream,
+            app.clone(),
+            limits,
+            closing_rx.clone(),
+            slot,
+        ));
+    }
+    drop(listener);
+    let _ = closing.send(true);
+    let drained = tokio::time::timeout(limits.drain, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            "HTTP: {} connection(s) still open {:?} after the stop signal; closed",
+            connections.len(),
+            limits.drain
+        );
+        connections.abort_all();
+    }
+}
+
+/// One HTTP/1.1 connection, holding its `_slot` until it ends.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    app: Router,
+    limits: HttpLimits,
+    mut closing: watch::Receiver<bool>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let app = TowerToHyperService::new(app);
+    let service = hyper::service::service_fn(move |request| {
+        let answer = hyper::service::Service::call(&app, request);
+        async move {
+            match tokio::time::timeout(limits.request_timeout, answer).await {
+                Ok(answered) => answered,
+                Err(_) => Ok((
+                    StatusCode::REQUEST_TIMEOUT,
+                    "request not received in time\n",
+                )
+                    .into_response()),
+            }
+        }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEAD_BYTES);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    let mut connection = std::pin::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => return,
+        _ = closing.wait_for(|c| *c) => connection.as_mut().graceful_shutdown(),
+    }
+    // Finishes the request under way, if any; `serve` cuts it after its drain time.
+    let _ = connection.await;
+}
+
+/// 200 while the loop makes progress; 503 once it has finished nothing for
+/// [`Schedule::stale_after`], so that the kubelet restarts a stuck controller.
+async fn healthz(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+    let idle = lock(&shared.progress).elapsed();
+    if idle > shared.stale_after {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "stuck: no pass, promotion or verification finished for {}s (limit {}s)\n",
+                idle.as_secs(),
+                shared.stale_after.as_secs()
+            ),
+        )
+    } else {
+        (StatusCode::OK, "ok\n".to_string())
     }
 }
 
@@ -119,7 +283,7 @@ async fn webhook_delivery(
     Path(sender): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> impl IntoResponse {
     let Some(sender) = Sender::from_path(&sender) else {
         return (
@@ -148,15 +312,64 @@ async fn webhook_delivery(
         );
     };
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let checked = webhook::authenticate(
-        sender,
-        secret,
-        header("authorization"),
-        header("x-hub-signature-256"),
-        query.get("token").map(String::as_str),
-        &body,
-    )
-    .and_then(|()| webhook::pushed_repositories(sender, &body));
+    let authenticate = |body: &[u8]| {
+        webhook::authenticate(
+            sender,
+            secret,
+            header("authorization"),
+            header("x-hub-signature-256"),
+            query.get("token").map(String::as_str),
+            body,
+        )
+    };
+    // A shared secret (header or URL) is checked before a byte of the body is read: without
+    // it, nothing is buffered. A signature needs the body, read up to the limit.
+    let early = if sender.signs_body() {
+        Ok(())
+    } else {
+        authenticate(b"")
+    };
+    let announced = header("content-length").and_then(|n| n.trim().parse::<u64>().ok());
+    // Held until the signature is checked.
+    let _reading = if sender.signs_body() {
+        match shared.unverified_bodies.try_acquire() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                record("busy");
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many signed deliveries being read; try again\n".to_string(),
+                );
+            }
+        }
+    } else {
+        None
+    };
+    let checked = match early {
+        Err(rejection) => Err(rejection),
+        Ok(()) if announced.is_some_and(|n| n > MAX_WEBHOOK_BYTES as u64) => {
+            record("bad_payload");
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("body larger than {MAX_WEBHOOK_BYTES} bytes\n"),
+            );
+        }
+        Ok(()) => match axum::body::to_bytes(body, MAX_WEBHOOK_BYTES).await {
+            Err(_) => {
+                record("bad_payload");
+                return (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("body larger than {MAX_WEBHOOK_BYTES} bytes, or cut off\n"),
+                );
+            }
+            Ok(body) => if sender.signs_body() {
+                authenticate(&body)
+            } else {
+                Ok(())
+            }
+            .and_then(|()| webhook::pushed_repositories(sender, &body)),
+        },
+    };
     match checked {
         Ok(names) => {
             record("accepted");
@@ -319,7 +532,22 @@ impl InFlight<'_> {
                         continue;
                     }
                     if !read {
-                        let status = forge.status_of(sha, verify::report::STATUS_CONTEXT).await?;
+                        // One unreadable status skips that pull request this round, not all.
+                        let status = match forge
+                            .status_of(sha, verify::report::STATUS_CONTEXT)
+                            .await
+                        {
+                            Ok(status) => status,
+                            Err(e) => {
+                                count_error(metrics, "forge");
+                                tracing::warn!(
+                                        "pull request #{}: cannot read its {} status, not verified this round: {e}",
+                                        pr.number,
+                                        verify::report::STATUS_CONTEXT
+                                    );
+                                continue;
+                            }
+                        };
                         let mut memory = lock(&self.pr_memory);
                         if matches!(
                             status,
@@ -359,15 +587,32 @@ impl InFlight<'_> {
                 },
                 None => (self.config.clone(), &self.cluster),
             };
+            // Each source is independent: one that cannot be verified (a pull request whose body
+            // lost its plan block, an API server that times out) is counted, logged and left
+            // for the next round; the others are still verified.
             let expectations =
-                verify::expectations(&source, &config, self.mirror, self.forge).await?;
+                match verify::expectations(&source, &config, self.mirror, self.forge).await {
+                    Ok(expectations) => expectations,
+                    Err(e) => {
+                        count_error(metrics, error_kind(&e));
+                        tracing::warn!("cannot verify {source:?}: {e}");
+                        continue;
+                    }
+                };
             if expectations.expected.is_empty()
                 && expectations.not_verified.is_empty()
                 && expectations.failures.is_empty()
             {
                 continue;
             }
-            let check = verify::check(&expectations, cluster, self.registry, families).await?;
+            let check = match verify::check(&expectations, cluster, self.registry, families).await {
+                Ok(check) => check,
+                Err(e) => {
+                    count_error(metrics, error_kind(&e));
+                    tracing::warn!("cannot verify {source:?}: {e}");
+                    continue;
+                }
+            };
             metrics::inc(
                 &metrics.verdicts,
                 VerdictLabels {
@@ -391,6 +636,29 @@ impl InFlight<'_> {
         }
         Ok(())
     }
+}
+
+/// The bounded metric label for a verification that could not be made.
+fn error_kind(e: &VerifyError) -> &'static str {
+    match e {
+        VerifyError::Forge(_) => "forge",
+        VerifyError::Git(_) => "git",
+        VerifyError::Live(_) => "kubernetes",
+        VerifyError::Filter(_) | VerifyError::NoForge | VerifyError::MissingPath { .. } => {
+            "configuration"
+        }
+        VerifyError::NoPlanBlock(_) => "no_plan_block",
+        VerifyError::FromFork { .. } => "fork",
+    }
+}
+
+fn count_error(metrics: &Metrics, kind: &str) {
+    metrics::inc(
+        &metrics.verification_errors,
+        ErrorLabels {
+            kind: kind.to_string(),
+        },
+    );
 }
 
 /// The promotion step of every pass: each stage after the first is promoted from the one
@@ -460,11 +728,46 @@ impl Promotions<'_> {
 }
 
 /// How often the loop wakes and when: passes every `interval`, verification every
-/// `verify_every` (when there is a cluster to verify against).
+/// `verify_every` (when there is a cluster to verify against); and how long work under way may
+/// go on after a stop signal.
 #[derive(Debug, Clone, Copy)]
 pub struct Schedule {
     pub interval: Duration,
     pub verify_every: Duration,
+    pub grace: Duration,
+}
+
+impl Schedule {
+    /// How long the loop may go without finishing any work before `/healthz` fails:
+    /// [`LIVENESS_INTERVALS`] times the interval.
+    pub fn stale_after(&self) -> Duration {
+        self.interval.saturating_mul(LIVENESS_INTERVALS)
+    }
+}
+
+/// Runs `work` to its end, unless a stop signal comes and `grace` passes after it: then
+/// `None`, and `work` is dropped where it stands.
+async fn within_grace<T>(
+    stop: &watch::Receiver<bool>,
+    grace: Duration,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    let mut stop = stop.clone();
+    let deadline = async move {
+        if stop.wait_for(|s| *s).await.is_err() {
+            // No stop signal can come any more: no deadline either.
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        out = work => Some(out),
+        _ = deadline => None,
+    }
+}
+
+fn stopping(stop: &watch::Receiver<bool>) -> bool {
+    *stop.borrow()
 }
 
 /// Runs passes (and verifies what is in flight) until `stop` turns true.
@@ -488,10 +791,23 @@ pub async fn reconcile(
             _ = tokio::time::sleep_until(next_verify.into()), if in_flight.is_some() => Trigger::Verify,
             _ = stop.wait_for(|s| *s) => return,
         };
+        let stopped = |what: &str| {
+            tracing::warn!(
+                "stopped during {what} after the {:?} grace period; the next start carries on",
+                schedule.grace
+            );
+        };
         match trigger {
             Trigger::Verify => {
                 if let Some(in_flight) = in_flight {
-                    in_flight.verify(&mut families, &shared.metrics).await;
+                    let verified = in_flight.verify(&mut families, &shared.metrics);
+                    if within_grace(&stop, schedule.grace, verified)
+                        .await
+                        .is_none()
+                    {
+                        return stopped("a verification");
+                    }
+                    shared.progressed();
                 }
                 next_verify = Instant::now() + schedule.verify_every;
                 continue;
@@ -502,7 +818,10 @@ pub async fn reconcile(
             }
             Trigger::Webhook => {
                 // Let a burst of deliveries arrive, then serve them all with one pass.
-                tokio::time::sleep(COALESCE_WINDOW).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(COALESCE_WINDOW) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
                 let names = std::mem::take(&mut *lock(&shared.pending));
                 answers.retain(|key, result| {
                     result.is_ok() && !names.contains(&format!("{}/{}", key.domain, key.repository))
@@ -511,27 +830,39 @@ pub async fn reconcile(
         }
         let started = Instant::now();
         let pass = syncer.run_with(SyncOptions::default(), &mut answers);
-        let grace = async {
-            let _ = stop.clone().wait_for(|s| *s).await;
-            tokio::time::sleep(GRACE_PERIOD).await;
-        };
-        let result = tokio::select! {
-            result = pass => Some(result),
-            _ = grace => None,
-        };
-        let Some(result) = result else {
-            tracing::warn!("stopped during a pass after the {GRACE_PERIOD:?} grace period; the next start carries on");
-            return;
+        let Some(result) = within_grace(&stop, schedule.grace, pass).await else {
+            return stopped("a pass");
         };
         // Failed answers are asked again next time; good ones are kept until the schedule.
         answers.retain(|_, r| r.is_ok());
         record_pass(&shared, registry, trigger, started.elapsed(), &result);
         shared.ready.store(true, Ordering::Relaxed);
+        shared.progressed();
         if let Some(promotions) = promotions {
-            promotions.run(&shared.metrics).await;
+            if stopping(&stop) {
+                return;
+            }
+            let promoted = promotions.run(&shared.metrics);
+            if within_grace(&stop, schedule.grace, promoted)
+                .await
+                .is_none()
+            {
+                return stopped("a promotion");
+            }
+            shared.progressed();
         }
         if let Some(in_flight) = in_flight {
-            in_flight.verify(&mut families, &shared.metrics).await;
+            if stopping(&stop) {
+                return;
+            }
+            let verified = in_flight.verify(&mut families, &shared.metrics);
+            if within_grace(&stop, schedule.grace, verified)
+                .await
+                .is_none()
+            {
+                return stopped("a verification");
+            }
+            shared.progressed();
             next_verify = Instant::now() + schedule.verify_every;
         }
     }
@@ -616,8 +947,8 @@ fn jittered(interval: Duration) -> Duration {
     interval.mul_f64(1.0 - JITTER + 2.0 * JITTER * unit)
 }
 
-/// Turns true on SIGTERM or SIGINT.
-pub fn stop_signal() -> watch::Receiver<bool> {
+/// Turns true on SIGTERM or SIGINT; `grace` only words the log line.
+pub fn stop_signal(grace: Duration) -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         let terminate = async {
@@ -632,7 +963,7 @@ pub fn stop_signal() -> watch::Receiver<bool> {
             _ = terminate => {},
             _ = tokio::signal::ctrl_c() => {},
         }
-        tracing::info!("stop signal received; finishing within {GRACE_PERIOD:?}");
+        tracing::info!("stop signal received; finishing within {grace:?}");
         let _ = tx.send(true);
     });
     rx
@@ -686,6 +1017,33 @@ mod tests {
             let fork = not_ours(&pr("tagpin-bot", false), promotion, "tagpin-bot").unwrap();
             assert!(fork.contains("in a fork"), "{fork}");
         }
+    }
+
+    #[test]
+    fn healthz_allows_three_intervals_without_progress() {
+        let schedule = Schedule {
+            interval: Duration::from_secs(300),
+            verify_every: Duration::from_secs(30),
+            grace: GRACE_PERIOD,
+        };
+        assert_eq!(schedule.stale_after(), Duration::from_secs(900));
+    }
+
+    #[tokio::test]
+    async fn work_under_way_gets_the_grace_period_after_a_stop_and_no_more() {
+        let (tx, rx) = watch::channel(false);
+        let grace = Duration::from_millis(100);
+        // Without a stop, work ends as it ends.
+        assert_eq!(within_grace(&rx, grace, async { 7 }).await, Some(7));
+
+        tx.send(true).unwrap();
+        let started = Instant::now();
+        let hung = within_grace(&rx, grace, std::future::pending::<()>()).await;
+        assert_eq!(hung, None);
+        assert!(started.elapsed() >= grace);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // Work that ends within the grace period ends normally.
+        assert_eq!(within_grace(&rx, grace, async { 8 }).await, Some(8));
     }
 
     #[test]

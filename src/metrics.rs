@@ -44,7 +44,7 @@ pub struct ActionLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
     pub sender: String,
-    /// `accepted`, `unauthorized`, `bad_payload`.
+    /// `accepted`, `unauthorized`, `bad_payload`, `busy` (too many signed bodies being read).
     pub result: String,
 }
 
@@ -62,6 +62,13 @@ pub struct PromotionLabels {
     pub gate: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// What failed, as a fixed word (`forge`, `git`, `kubernetes`, `configuration`,
+    /// `no_plan_block`); the message itself goes to the log.
+    pub kind: String,
+}
+
 /// Every metric of the controller, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -74,6 +81,9 @@ pub struct Metrics {
     pub pull_requests: Family<ActionLabels, Counter>,
     pub webhooks: Family<WebhookLabels, Counter>,
     pub verdicts: Family<VerdictLabels, Counter>,
+    /// Verifications that could not be made, one per pull request or commit and round; the
+    /// others of the round go on.
+    pub verification_errors: Family<ErrorLabels, Counter>,
     pub promotions: Family<PromotionLabels, Counter>,
     /// Unix time of the last pass that ran without failures; `time() - this` is the age.
     pub last_success: Gauge<i64, AtomicI64>,
@@ -99,6 +109,7 @@ impl Metrics {
         let pull_requests = Family::<ActionLabels, Counter>::default();
         let webhooks = Family::<WebhookLabels, Counter>::default();
         let verdicts = Family::<VerdictLabels, Counter>::default();
+        let verification_errors = Family::<ErrorLabels, Counter>::default();
         let promotions = Family::<PromotionLabels, Counter>::default();
         let last_success = Gauge::<i64, AtomicI64>::default();
         registry.register(
@@ -139,6 +150,11 @@ impl Metrics {
         );
         registry.register("verifications", "Verification verdicts", verdicts.clone());
         registry.register(
+            "verification_errors",
+            "Verifications of one pull request or commit that could not be made, by kind",
+            verification_errors.clone(),
+        );
+        registry.register(
             "promotions",
             "Promotion passes by target stage and gate",
             promotions.clone(),
@@ -159,6 +175,7 @@ impl Metrics {
             pull_requests,
             webhooks,
             verdicts,
+            verification_errors,
             promotions,
             last_success,
             seen_requests: Mutex::default(),

@@ -42,6 +42,12 @@ impl Sender {
         }
     }
 
+    /// Whether the sender authenticates by signing the body (so the body must be read before
+    /// the delivery can be authenticated), rather than by a secret in a header or the URL.
+    pub fn signs_body(self) -> bool {
+        matches!(self, Sender::Ghcr)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Sender::DockerHub => "dockerhub",

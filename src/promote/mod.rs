@@ -18,7 +18,7 @@ pub mod evidence;
 pub mod gate;
 
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -124,9 +124,10 @@ pub fn stage_config(config: &Config, stage: &Stage) -> Config {
     config
 }
 
-/// Connects to a stage's cluster, with an error naming the stage and how it is reached.
-pub async fn connect(stage: &Stage) -> Result<Cluster, PromoteError> {
-    Cluster::connect_to(&stage.cluster)
+/// Connects to a stage's cluster, with an error naming the stage and how it is reached; each
+/// request gives up after `timeout` without progress.
+pub async fn connect(stage: &Stage, timeout: Duration) -> Result<Cluster, PromoteError> {
+    Cluster::connect_to(&stage.cluster, timeout)
         .await
         .map_err(|error| PromoteError::Cluster {
             stage: stage.name.clone(),

@@ -8,6 +8,7 @@
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
 
@@ -38,6 +39,11 @@ const READ_ATTEMPTS: u32 = 3;
 /// enough not to look like a burst to its priority and fairness limits.
 const NAMESPACES_AT_ONCE: usize = 4;
 
+/// How long one request to the Kubernetes API may go without progress, by default: to connect
+/// (TCP and TLS), to send, and between two reads of the answer. A list of 500 objects starts
+/// answering within a second on a healthy API server; a hung one never does.
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The cluster could not be reached or asked at all (as opposed to answering 403 or 404).
 #[derive(Debug, thiserror::Error)]
 pub enum LiveError {
@@ -46,9 +52,11 @@ pub enum LiveError {
     #[error("{0}")]
     Config(String),
     /// The API call failed; the kube error keeps its kind (status code, transport) so callers
-    /// can tell [`LiveError::is_transient`] causes from permanent ones.
-    #[error("Kubernetes API: reading {what}: {source}")]
+    /// can tell [`LiveError::is_transient`] causes from permanent ones. The message names the
+    /// API server: with several clusters configured, "timed out" alone does not say which.
+    #[error("Kubernetes API {}: reading {what}: {}", server.url, cause(source, server.timeout))]
     Api {
+        server: Arc<Server>,
         what: String,
         #[source]
         source: kube::Error,
@@ -91,9 +99,24 @@ impl LiveError {
     }
 }
 
+/// The API server a [`Cluster`] talks to, as its errors name it.
+#[derive(Debug)]
+pub struct Server {
+    /// `https://10.0.0.1:6443`.
+    pub url: String,
+    /// How long one request may go without progress (see [`Cluster::connect_to`]).
+    pub timeout: Duration,
+}
+
 /// A connection to the cluster.
 pub struct Cluster {
+    /// Every read goes through this client, whose requests give up after [`Cluster::timeout`]
+    /// without progress.
     client: kube::Client,
+    /// For watches only: a quiet watch sends nothing for minutes, so it has no read timeout;
+    /// [`Cluster::wait_for_change`] bounds and ends every watch itself.
+    watch_client: kube::Client,
+    server: Arc<Server>,
     /// The resourceVersion of the last list of each (namespace, resource): where a watch for
     /// what changed since starts.
     seen: std::sync::Mutex<BTreeMap<(String, Watched), String>>,
@@ -101,18 +124,26 @@ pub struct Cluster {
 
 impl Cluster {
     /// Connects as kube does by default (kubeconfig, else in-cluster), with `context` chosen
-    /// from the kubeconfig when given.
-    pub async fn connect(context: Option<&str>) -> Result<Cluster, LiveError> {
+    /// from the kubeconfig when given. Each request gives up after `timeout` without progress.
+    pub async fn connect(context: Option<&str>, timeout: Duration) -> Result<Cluster, LiveError> {
         let target = match context {
             Some(context) => ClusterTarget::Context(context.to_string()),
             None => ClusterTarget::Default,
         };
-        Cluster::connect_to(&target).await
+        Cluster::connect_to(&target, timeout).await
     }
 
     /// Connects to `target` (a promotion stage's `cluster`). Errors name the target: with
     /// several clusters configured, "context not found" alone does not say which one.
-    pub async fn connect_to(target: &ClusterTarget) -> Result<Cluster, LiveError> {
+    ///
+    /// kube sets no read timeout by default, so an API server that accepts a connection and
+    /// never answers would hold a check (and the controller's loop) forever. Here connecting,
+    /// sending and each wait for more of the answer give up after `timeout`; the read timeout
+    /// counts from the request sent, not from when a pooled connection went idle.
+    pub async fn connect_to(
+        target: &ClusterTarget,
+        timeout: Duration,
+    ) -> Result<Cluster, LiveError> {
         let failed =
             |message: &dyn std::fmt::Display| LiveError::Config(format!("{target}: {message}"));
         let mut config = match target {
@@ -135,9 +166,24 @@ impl Cluster {
         // that runs forever, not for a verdict someone is waiting on. tagpin retries itself,
         // bounded (see [`Cluster::read_all`] and `--wait`).
         config.default_retry = false;
+        config.connect_timeout = Some(timeout);
+        config.write_timeout = Some(timeout);
+        let watch_client = kube::Client::try_from(config.clone()).map_err(|e| failed(&e))?;
+        config.read_timeout = Some(timeout);
+        config.reset_reader_on_write = true;
+        let server = Server {
+            url: config
+                .cluster_url
+                .to_string()
+                .trim_end_matches('/')
+                .to_string(),
+            timeout,
+        };
         let client = kube::Client::try_from(config).map_err(|e| failed(&e))?;
         Ok(Cluster {
             client,
+            watch_client,
+            server: Arc::new(server),
             seen: std::sync::Mutex::default(),
         })
     }
@@ -227,12 +273,12 @@ impl Cluster {
         namespace: &'n str,
         kinds: &BTreeSet<WorkloadKind>,
     ) -> Result<NamespaceRead<'n>, LiveError> {
-        let listed = refused_or(self.list_pods(namespace).await, namespace, "pods")?;
+        let listed = self.refused_or(self.list_pods(namespace).await, namespace, "pods")?;
         let mut found = Vec::new();
         for kind in kinds {
             let workloads = match kind {
                 WorkloadKind::Pod => Ok(pod_workloads(listed.as_ref().ok())),
-                kind => refused_or(
+                kind => self.refused_or(
                     self.list_kind(*kind, namespace).await,
                     namespace,
                     kind.as_str(),
@@ -356,7 +402,7 @@ impl Cluster {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
         let mut watches = Vec::new();
         for ((namespace, watched), version) in seen {
-            let (client, tx) = (self.client.clone(), tx.clone());
+            let (client, tx) = (self.watch_client.clone(), tx.clone());
             watches.push(tokio::spawn(async move {
                 let changed = match watched {
                     Watched::Pods => changes::<Pod>(client, &namespace, &version, seconds).await,
@@ -570,20 +616,48 @@ where
     }
 }
 
-/// A refused list (403) is data for the verdict; any other failure stops the check.
-fn refused_or<T>(
-    result: Result<T, kube::Error>,
-    namespace: &str,
-    what: &str,
-) -> Result<Listed<T>, LiveError> {
-    match result {
-        Ok(items) => Ok(Ok(items)),
-        Err(kube::Error::Api(status)) if status.code == 403 => Ok(Err(status.message)),
-        Err(source) => Err(LiveError::Api {
-            what: format!("{what} in namespace {namespace}"),
-            source,
-        }),
+impl Cluster {
+    /// A refused list (403) is data for the verdict; any other failure stops the check.
+    fn refused_or<T>(
+        &self,
+        result: Result<T, kube::Error>,
+        namespace: &str,
+        what: &str,
+    ) -> Result<Listed<T>, LiveError> {
+        match result {
+            Ok(items) => Ok(Ok(items)),
+            Err(kube::Error::Api(status)) if status.code == 403 => Ok(Err(status.message)),
+            Err(source) => Err(self.failed(format!("{what} in namespace {namespace}"), source)),
+        }
     }
+
+    fn failed(&self, what: String, source: kube::Error) -> LiveError {
+        LiveError::Api {
+            server: Arc::clone(&self.server),
+            what,
+            source,
+        }
+    }
+}
+
+/// Why a request failed, in words: "no answer within 30s" when the client gave up waiting
+/// (kube's own message only says "client error"), else kube's message and its causes.
+fn cause(error: &kube::Error, timeout: Duration) -> String {
+    let mut messages = vec![error.to_string()];
+    let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return format!("no answer within {timeout:?} (timed out)");
+        }
+        let message = e.to_string();
+        if !messages.iter().any(|m| m.contains(&message)) {
+            messages.push(message);
+        }
+        next = e.source();
+    }
+    messages.join(": ")
 }
 
 /// A workload's pod selector, matched here against the labels of the namespace's pods.
@@ -972,10 +1046,7 @@ impl Cluster {
                 );
                 Ok(Vec::new())
             }
-            Err(source) => Err(LiveError::Api {
-                what: format!("{plural}.{group} in all namespaces"),
-                source,
-            }),
+            Err(source) => Err(self.failed(format!("{plural}.{group} in all namespaces"), source)),
         }
     }
 }
@@ -1132,7 +1203,7 @@ current-context: staging
         let dir = tempfile::tempdir().unwrap();
         let path = two_contexts(dir.path(), &staging_url, &prod_url);
 
-        let cluster = Cluster::connect_to(&kubeconfig(&path, Some("prod")))
+        let cluster = Cluster::connect_to(&kubeconfig(&path, Some("prod")), DEFAULT_API_TIMEOUT)
             .await
             .unwrap();
         let listing = cluster.gitops_objects().await.unwrap();
@@ -1159,7 +1230,9 @@ current-context: staging
         let dir = tempfile::tempdir().unwrap();
         let path = two_contexts(dir.path(), &staging_url, &prod_url);
 
-        let cluster = Cluster::connect_to(&kubeconfig(&path, None)).await.unwrap();
+        let cluster = Cluster::connect_to(&kubeconfig(&path, None), DEFAULT_API_TIMEOUT)
+            .await
+            .unwrap();
         cluster.gitops_objects().await.unwrap();
         assert!(lock(&prod).is_empty(), "{:?}", lock(&prod));
         let asked = lock(&staging).clone();
@@ -1174,7 +1247,8 @@ current-context: staging
     async fn a_missing_kubeconfig_file_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("absent.kubeconfig");
-        let Err(e) = Cluster::connect_to(&kubeconfig(&path, None)).await else {
+        let Err(e) = Cluster::connect_to(&kubeconfig(&path, None), DEFAULT_API_TIMEOUT).await
+        else {
             panic!("connected with a kubeconfig that does not exist");
         };
         let text = e.to_string();
@@ -1190,7 +1264,9 @@ current-context: staging
     async fn a_missing_context_is_named_with_the_ones_there_are() {
         let dir = tempfile::tempdir().unwrap();
         let path = two_contexts(dir.path(), "http://127.0.0.1:1", "http://127.0.0.1:2");
-        let Err(e) = Cluster::connect_to(&kubeconfig(&path, Some("dev"))).await else {
+        let Err(e) =
+            Cluster::connect_to(&kubeconfig(&path, Some("dev")), DEFAULT_API_TIMEOUT).await
+        else {
             panic!("connected to a context that does not exist");
         };
         assert_eq!(
@@ -1205,7 +1281,8 @@ current-context: staging
             .unwrap()
             .replace("current-context: staging", "current-context: gone");
         std::fs::write(&path, text).unwrap();
-        let Err(e) = Cluster::connect_to(&kubeconfig(&path, None)).await else {
+        let Err(e) = Cluster::connect_to(&kubeconfig(&path, None), DEFAULT_API_TIMEOUT).await
+        else {
             panic!("connected to a current-context that does not exist");
         };
         assert_eq!(
@@ -1222,7 +1299,9 @@ current-context: staging
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kubeconfig");
         std::fs::write(&path, "clusters: [unclosed\n").unwrap();
-        let Err(e) = Cluster::connect_to(&kubeconfig(&path, Some("prod"))).await else {
+        let Err(e) =
+            Cluster::connect_to(&kubeconfig(&path, Some("prod")), DEFAULT_API_TIMEOUT).await
+        else {
             panic!("connected with a kubeconfig that is not YAML");
         };
         let text = e.to_string();
@@ -1240,7 +1319,8 @@ current-context: staging
         if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
             return; // Running in a pod: in-cluster configuration may well succeed.
         }
-        let Err(e) = Cluster::connect_to(&ClusterTarget::InCluster).await else {
+        let Err(e) = Cluster::connect_to(&ClusterTarget::InCluster, DEFAULT_API_TIMEOUT).await
+        else {
             panic!("connected in-cluster outside a pod");
         };
         assert!(

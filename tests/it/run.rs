@@ -35,16 +35,21 @@ impl Controller {
         config: &PathBuf,
         env: &[(&str, &str)],
     ) -> Controller {
+        Controller::start_with_args(dir, config, env, &["--interval", "1h"]).await
+    }
+
+    /// Started with `args` added to `run --verify-interval 1s` (`--interval` is theirs).
+    async fn start_with_args(
+        dir: &std::path::Path,
+        config: &PathBuf,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Controller {
         let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_tagpin"))
-            .args([
-                "run",
-                "--interval",
-                "1h",
-                "--verify-interval",
-                "1s",
-                "--listen",
-            ])
+            .args(["run", "--verify-interval", "1s"])
+            .args(args)
+            .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--config")
             .arg(config)
@@ -835,4 +840,550 @@ async fn a_verify_cycle_of_ten_open_pull_requests_spends_almost_no_rate_limit() 
     let (code, log) = w.controller.stop().await;
     assert_eq!(code, Some(0), "{log}");
     w.github.assert_no_violations();
+}
+
+impl Controller {
+    /// Sends SIGTERM and waits at most `bound` for the exit; returns the exit code, the log and
+    /// how long it took. Panics, with what was logged so far unknown, if it is still running.
+    async fn stop_within(mut self, bound: Duration) -> (Option<i32>, String, Duration) {
+        let pid = self.child.id().expect("running") as i32;
+        let sent = Instant::now();
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        let status = tokio::time::timeout(bound, self.child.wait()).await;
+        let took = sent.elapsed();
+        let Ok(status) = status else {
+            let _ = self.child.kill().await;
+            panic!("tagpin run still running {bound:?} after SIGTERM");
+        };
+        let mut log = String::new();
+        if let Some(mut stderr) = self.child.stderr.take() {
+            use tokio::io::AsyncReadExt;
+            let _ = stderr.read_to_string(&mut log).await;
+        }
+        (status.unwrap().code(), log, took)
+    }
+
+    async fn healthz(&self) -> (u16, String) {
+        let r = self
+            .http
+            .get(format!("{}/healthz", self.base))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+}
+
+/// Commit mode against `registry`, with a Kubernetes API server that accepts every request
+/// and never answers: the first pass pins, then the verification of the tip hangs.
+async fn with_a_hung_api_server() -> (
+    TestRegistry,
+    BareRepo,
+    support::kube::KubeServer,
+    tempfile::TempDir,
+    PathBuf,
+) {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let kube = support::kube::KubeServer::start().await;
+    kube.hang("");
+    let dir = tempfile::tempdir().unwrap();
+    let config = commit_mode_config(dir.path(), &repo, &host);
+    (registry, repo, kube, dir, config)
+}
+
+#[tokio::test]
+async fn sigterm_while_a_verification_hangs_stops_within_the_grace_period() {
+    let (_registry, _repo, kube, dir, config) = with_a_hung_api_server().await;
+    let kubeconfig = kube.kubeconfig(dir.path());
+    let controller = Controller::start_with_args(
+        dir.path(),
+        &config,
+        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+        // The API server's silence would hold a request for ten minutes: only the grace
+        // period can end the verification.
+        &[
+            "--interval",
+            "1h",
+            "--grace-period",
+            "2s",
+            "--kube-timeout",
+            "600",
+        ],
+    )
+    .await;
+    eventually("the verification to be waiting on the API server", || {
+        !kube.hung_requests().is_empty()
+    })
+    .await;
+
+    let (code, log, took) = controller.stop_within(Duration::from_secs(20)).await;
+
+    assert_eq!(code, Some(0), "{log}");
+    assert!(took < Duration::from_secs(10), "took {took:?}\n{log}");
+    assert!(
+        log.contains("stopped during a verification after the 2s grace period"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn healthz_fails_once_the_loop_has_finished_nothing_for_three_intervals() {
+    let (_registry, _repo, kube, dir, config) = with_a_hung_api_server().await;
+    let kubeconfig = kube.kubeconfig(dir.path());
+    // A pass every second: three seconds without a finished pass or verification is stuck.
+    let controller = Controller::start_with_args(
+        dir.path(),
+        &config,
+        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+        &[
+            "--interval",
+            "1s",
+            "--grace-period",
+            "0s",
+            "--kube-timeout",
+            "600",
+        ],
+    )
+    .await;
+    // Ready: the first pass just finished.
+    assert_eq!(controller.healthz().await.0, 200);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (status, body) = loop {
+        let (status, body) = controller.healthz().await;
+        if status != 200 || Instant::now() >= deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("limit 3s"), "{body}");
+    assert!(!kube.hung_requests().is_empty());
+    let (code, log, _) = controller.stop_within(Duration::from_secs(20)).await;
+    assert_eq!(code, Some(0), "{log}");
+}
+
+/// `name` as Argo CD applied it from `image`, rolled out, its one pod running `image_id`.
+fn runs(kube: &support::kube::KubeServer, name: &str, image: &str, image_id: &str) {
+    use support::kube::{deployment as live_deployment, pod, running_pod_status};
+    kube.apply(live_deployment(
+        "shop",
+        name,
+        &[("app", name)],
+        &[("app", image)],
+    ));
+    let generation =
+        kube.get("Deployment", "shop", name).unwrap()["metadata"]["generation"].clone();
+    kube.set_status(
+        "Deployment",
+        "shop",
+        name,
+        serde_json::json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
+                           "readyReplicas": 1, "availableReplicas": 1}),
+    );
+    let pod_name = format!("{name}-1");
+    kube.apply(pod("shop", &pod_name, &[("app", name)], &[("app", image)]));
+    kube.set_pod_status(
+        "shop",
+        &pod_name,
+        running_pod_status(&[("app", image, image_id)]),
+    );
+}
+
+#[tokio::test]
+async fn a_pull_request_that_lost_its_plan_block_does_not_stop_the_others_verification() {
+    use support::github::GitHubServer;
+    use support::kube::KubeServer;
+
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let names = ["api", "web", "worker"];
+    let mut files = Vec::new();
+    let mut pushed = Vec::new();
+    for name in names {
+        pushed.push(
+            registry
+                .push_image(&format!("acme/{name}"), "1", name)
+                .await,
+        );
+        files.push((
+            format!("apps/{name}.yaml"),
+            deployment(name, &format!("{host}/acme/{name}:1")),
+        ));
+    }
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, c)| (p.as_str(), c.as_str()))
+        .collect();
+    let repo = BareRepo::create(&files);
+    let github = GitHubServer::start("ghs_three_prs", "acme", "gitops", repo.path()).await;
+    let kube = KubeServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kube.kubeconfig(dir.path());
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: pull-request\n\
+             pull_request: {{grouping: per-image}}\n\
+             registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
+             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",
+            repo.file_url(),
+            github.api_url()
+        ),
+    )
+    .unwrap();
+    // The workloads already run the tags, unpinned, as before tagpin: Progressing, not final.
+    for (name, image) in names.iter().zip(&pushed) {
+        runs(
+            &kube,
+            name,
+            &format!("{host}/acme/{name}:1"),
+            &format!("{host}/acme/{name}@{}", image.manifest),
+        );
+    }
+    let kubeconfig = kubeconfig.to_str().unwrap().to_string();
+    let controller = Controller::start_with(
+        dir.path(),
+        &config,
+        &[
+            ("KUBECONFIG", kubeconfig.as_str()),
+            ("GH_TOKEN", "ghs_three_prs"),
+        ],
+    )
+    .await;
+    let prs = github.prs();
+    assert_eq!(prs.len(), 3, "one pull request per image");
+
+    // Someone rewrites the middle pull request's description, plan block and all. Whichever
+    // order the pull requests are listed in, one of the others comes after it.
+    let broken = prs.iter().find(|p| p.number == 2).unwrap();
+    let edited = reqwest::Client::new()
+        .patch(format!("{}/repos/acme/gitops/pulls/2", github.api_url()))
+        .bearer_auth("ghs_three_prs")
+        .header("user-agent", "a-person")
+        .json(&serde_json::json!({"body": "Bumps the image. (Description rewritten by hand.)"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(edited.status().is_success(), "{}", edited.status());
+    // A round that read the edited body has ended (the next one lists the pull requests
+    // again); only then does the cluster run every pin, so no round that began before the
+    // edit can see them converge.
+    eventually("a whole verification round after the edit", || {
+        let requests = github.requests();
+        let is = |r: &support::github::RecordedRequest, method: &str, end: &str| {
+            r.method == method && r.path.ends_with(end)
+        };
+        let Some(edit) = requests.iter().position(|r| is(r, "PATCH", "/pulls/2")) else {
+            return false;
+        };
+        let after = &requests[edit + 1..];
+        after
+            .iter()
+            .position(|r| is(r, "GET", "/pulls/2"))
+            .is_some_and(|read| after[read + 1..].iter().any(|r| is(r, "GET", "/pulls")))
+    })
+    .await;
+    for (name, image) in names.iter().zip(&pushed) {
+        runs(
+            &kube,
+            name,
+            &format!("{host}/acme/{name}:1@{}", image.manifest),
+            &format!("{host}/acme/{name}@{}", image.manifest),
+        );
+    }
+
+    let others: Vec<_> = prs.iter().filter(|p| p.number != 2).collect();
+    let converged = eventually_or("success on the two intact pull requests", || {
+        others.iter().all(|pr| {
+            github
+                .statuses(&pr.head_sha)
+                .iter()
+                .any(|s| s.context == "tagpin/converged" && s.state == "success")
+        })
+    })
+    .await;
+    let metrics = controller.metrics().await;
+    let (_, log, _) = controller.stop_within(Duration::from_secs(60)).await;
+    assert!(converged, "{log}");
+    assert!(
+        !github
+            .statuses(&broken.head_sha)
+            .iter()
+            .any(|s| s.state == "success"),
+        "nothing to verify the edited one against"
+    );
+    assert!(
+        metrics.contains("tagpin_verification_errors_total{kind=\"no_plan_block\"}"),
+        "{metrics}"
+    );
+    assert!(
+        log.contains("pull request #2 has no tagpin plan block"),
+        "{log}"
+    );
+    github.assert_no_violations();
+    kube.assert_no_writes();
+}
+
+// --- the HTTP side against slow and numerous clients -----------------------------------------
+
+/// `tagpin::daemon::serve` on a loopback port with `limits`, as `tagpin run` serves it; the
+/// sender stops it.
+async fn http_side(
+    limits: tagpin::daemon::HttpLimits,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shared = tagpin::daemon::Shared::new(Some(SECRET.to_string()), Duration::from_secs(3600));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(tagpin::daemon::serve(listener, shared, stopped, limits));
+    (addr, stop, server)
+}
+
+fn short_limits() -> tagpin::daemon::HttpLimits {
+    tagpin::daemon::HttpLimits {
+        header_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_secs(1),
+        max_connections: 8,
+        drain: Duration::from_secs(1),
+    }
+}
+
+/// Everything the server sends on `stream` until it closes it (or 15 s pass: then `None`).
+async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(15), stream.read_to_end(&mut answer));
+    match read.await {
+        Ok(_) => Some(String::from_utf8_lossy(&answer).into_owned()),
+        Err(_) => None,
+    }
+}
+
+#[tokio::test]
+async fn a_half_sent_header_and_a_body_trickled_byte_by_byte_are_cut_off() {
+    use tokio::io::AsyncWriteExt;
+    let (addr, _stop, _server) = http_side(short_limits()).await;
+
+    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: tagpin\r\n")
+        .await
+        .unwrap();
+    let cut = read_until_closed(&mut half).await;
+    assert!(cut.is_some(), "a half-sent header holds its connection");
+
+    // Authenticated, then a byte at a time: the whole request has a deadline.
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(
+        format!(
+            "POST /webhooks/distribution HTTP/1.1\r\nHost: tagpin\r\nAuthorization: Bearer {SECRET}\r\nContent-Length: 1000\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let (mut reader, mut writer) = slow.into_split();
+    let trickle = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        for _ in 0..1000 {
+            tick.tick().await;
+            if writer.write_all(b"{").await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut answer = Vec::new();
+    use tokio::io::AsyncReadExt;
+    let read = tokio::time::timeout(Duration::from_secs(15), reader.read_to_end(&mut answer));
+    let answered = read.await.is_ok();
+    trickle.abort();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answered, "a trickled body holds its connection");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+}
+
+#[tokio::test]
+async fn a_wrong_shared_secret_is_refused_before_the_body_is_sent() {
+    use tokio::io::AsyncWriteExt;
+    let (addr, _stop, _server) = http_side(short_limits()).await;
+    // Announces a whole MiB and sends none of it: the answer must not wait for it. (With
+    // the request deadline of 1 s, a body-first server answers only after it: 408.)
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            b"POST /webhooks/harbor HTTP/1.1\r\nHost: tagpin\r\nAuthorization: Bearer wrong\r\nContent-Length: 1048576\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut stream).await.unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+
+    // A signed delivery needs its body, but not one over the limit.
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            b"POST /webhooks/ghcr HTTP/1.1\r\nHost: tagpin\r\nX-Hub-Signature-256: sha256=00\r\nContent-Length: 2097152\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut stream).await.unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+}
+
+#[tokio::test]
+async fn connections_beyond_the_limit_wait_unread_until_a_slot_frees() {
+    use tokio::io::AsyncWriteExt;
+    let limits = tagpin::daemon::HttpLimits {
+        max_connections: 2,
+        ..short_limits()
+    };
+    let (addr, _stop, _server) = http_side(limits).await;
+    // Two slow clients take both slots.
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        slow.push(stream);
+    }
+    // A third, complete request is served only once the header timeout freed a slot.
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: tagpin\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut third).await;
+    let answer = answer.expect("the third connection is served in the end");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // By then the server had closed a slow one: its end is already here, read without waiting.
+    let closed = slow.iter().any(|stream| {
+        let mut buf = [0u8; 1024];
+        loop {
+            match stream.try_read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(_) => return false,
+            }
+        }
+    });
+    assert!(
+        closed,
+        "the third connection was served while both slots were held"
+    );
+}
+
+#[tokio::test]
+async fn stopping_cuts_a_half_sent_request_after_the_drain_time() {
+    use tokio::io::AsyncWriteExt;
+    let limits = tagpin::daemon::HttpLimits {
+        // Longer than the test: only the stop can end the connection.
+        header_timeout: Duration::from_secs(600),
+        request_timeout: Duration::from_secs(600),
+        ..short_limits()
+    };
+    let (addr, stop, server) = http_side(limits).await;
+    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"POST /webhooks/harbor HTTP/1.1\r\nHost: tagpin\r\n")
+        .await
+        .unwrap();
+    // The server holds the connection (a request to it is answered, so it is up).
+    let mut probe = tokio::net::TcpStream::connect(addr).await.unwrap();
+    probe
+        .write_all(b"GET /readyz HTTP/1.1\r\nHost: tagpin\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_until_closed(&mut probe).await.is_some());
+
+    stop.send(true).unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), server).await;
+    assert!(stopped.is_ok(), "the server waited on a half-sent request");
+    assert!(read_until_closed(&mut half).await.is_some());
+}
+
+#[tokio::test]
+async fn sigterm_with_a_half_sent_request_open_exits_within_the_bound() {
+    use tokio::io::AsyncWriteExt;
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = commit_mode_config(dir.path(), &repo, &host);
+    let controller = Controller::start(dir.path(), &config).await;
+    let addr = controller.base.trim_start_matches("http://").to_string();
+    let mut half = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    half.write_all(b"POST /webhooks/distribution HTTP/1.1\r\nHost: tagpin\r\n")
+        .await
+        .unwrap();
+
+    // Nothing is under way: the HTTP side's drain (5 s) is the bound.
+    let (code, log, took) = controller.stop_within(Duration::from_secs(30)).await;
+
+    assert_eq!(code, Some(0), "{log}");
+    assert!(took < Duration::from_secs(15), "took {took:?}\n{log}");
+    drop(half);
+}
+
+#[tokio::test]
+async fn signed_bodies_read_before_their_check_are_few_and_the_next_is_turned_away_at_once() {
+    use tokio::io::AsyncWriteExt;
+    let limits = tagpin::daemon::HttpLimits {
+        request_timeout: Duration::from_secs(600),
+        ..short_limits()
+    };
+    let (addr, _stop, _server) = http_side(limits).await;
+    let head = b"POST /webhooks/ghcr HTTP/1.1\r\nHost: tagpin\r\nX-Hub-Signature-256: sha256=00\r\nContent-Length: 1000\r\n\r\n{";
+    // Four deliveries nobody signed, their bodies never finished, are being read.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(head).await.unwrap();
+        held.push(stream);
+    }
+    // A fifth is not read: answered at once (well before the request deadline of 600 s).
+    let mut fifth = tokio::net::TcpStream::connect(addr).await.unwrap();
+    fifth.write_all(head).await.unwrap();
+    let answer = read_until_closed(&mut fifth).await.unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    // Once one of the four is gone, a signed delivery is read (and checked) again.
+    drop(held.pop());
+    let body = br#"{"action":"published"}"#;
+    let signed = format!(
+        "POST /webhooks/ghcr HTTP/1.1\r\nHost: tagpin\r\nX-Hub-Signature-256: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        tagpin::webhook::sign("not-the-secret", body),
+        body.len()
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(signed.as_bytes()).await.unwrap();
+        stream.write_all(body).await.unwrap();
+        let answer = read_until_closed(&mut stream).await.unwrap_or_default();
+        if answer.starts_with("HTTP/1.1 401") {
+            break;
+        }
+        // The server may not have seen the dropped connection close yet.
+        assert!(Instant::now() < deadline, "{answer}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

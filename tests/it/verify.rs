@@ -532,6 +532,52 @@ async fn a_persistent_api_failure_is_reported_naming_what_was_read() {
 }
 
 #[tokio::test]
+async fn an_api_server_that_never_answers_fails_the_check_naming_it_within_the_timeout() {
+    let image = format!("ghcr.io/acme/web:1@{OLD}");
+    let w = World::new(
+        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        "127.0.0.1:1",
+    )
+    .await;
+    // It accepts every connection and reads every request, and never answers.
+    w.kube.hang("");
+    let kubeconfig = w.kube.kubeconfig(w.dir.path());
+    let started = std::time::Instant::now();
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+        .args([
+            "verify",
+            "--branch",
+            "main",
+            "--kube-timeout",
+            "1",
+            "--config",
+        ])
+        .arg(w.dir.path().join("tagpin.yaml"))
+        .arg("--cache-dir")
+        .arg(w.dir.path().join("cache"))
+        .env("HOME", w.dir.path())
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true)
+        .output();
+    // Three attempts of one second each, and the pauses between them, are the bound.
+    let out = tokio::time::timeout(std::time::Duration::from_secs(30), run)
+        .await
+        .expect("tagpin verify gives up on a silent API server")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        stderr.contains(&format!("Kubernetes API {}", w.kube.url())),
+        "the error names the API server: {stderr}"
+    );
+    assert!(stderr.contains("no answer within 1s"), "{stderr}");
+    assert!(!w.kube.hung_requests().is_empty());
+    eprintln!("gave up after {:?}: {stderr}", started.elapsed());
+}
+
+#[tokio::test]
 async fn a_pull_request_gets_statuses_in_order_and_one_comment_edited_in_place() {
     let new = "sha256:6666666666666666666666666666666666666666666666666666666666666666";
     let image = format!("ghcr.io/acme/web:1@{new}");
@@ -718,10 +764,13 @@ async fn a_failed_registry_lookup_is_asked_again_on_the_next_check() {
         &format!("{host}/acme/multi@{}", pinned.children[0].manifest),
     );
     let dir = tempfile::tempdir().unwrap();
-    let cluster = Cluster::connect_to(&ClusterTarget::Kubeconfig {
-        path: kube.kubeconfig(dir.path()),
-        context: None,
-    })
+    let cluster = Cluster::connect_to(
+        &ClusterTarget::Kubeconfig {
+            path: kube.kubeconfig(dir.path()),
+            context: None,
+        },
+        tagpin::verify::live::DEFAULT_API_TIMEOUT,
+    )
     .await
     .unwrap();
     let client = tagpin::registry::Client::new(tagpin::registry::Settings {

@@ -571,6 +571,10 @@ struct State {
     faults: Vec<Fault>,
     /// CRD groups taken away with [`KubeServer::uninstall`].
     uninstalled: Vec<String>,
+    /// Path fragments of the requests never answered (see [`KubeServer::hang`]).
+    hangs: Vec<String>,
+    /// The paths of the requests held unanswered so far.
+    hung: Vec<String>,
 }
 
 /// A transient failure the real API server gives under load or during an upgrade: the next
@@ -790,6 +794,8 @@ impl KubeServer {
                 next_uid: 0,
                 faults: Vec::new(),
                 uninstalled: Vec::new(),
+                hangs: Vec::new(),
+                hung: Vec::new(),
             }),
             changes,
             shutdown,
@@ -999,6 +1005,24 @@ impl KubeServer {
     /// Answers the next matching requests with a transient failure (see [`Fault`]).
     pub fn inject(&self, fault: Fault) {
         self.shared.state().faults.push(fault);
+    }
+
+    /// From now on, requests whose path contains `path_contains` ("" for all) are read whole
+    /// and never answered, as an API server whose storage hangs (etcd lost its quorum): the
+    /// connection stays open, no status line ever comes. Until [`KubeServer::answer_again`]
+    /// or the server is dropped.
+    pub fn hang(&self, path_contains: &str) {
+        self.shared.state().hangs.push(path_contains.to_string());
+    }
+
+    /// Answers every request again; the ones held so far stay unanswered.
+    pub fn answer_again(&self) {
+        self.shared.state().hangs.clear();
+    }
+
+    /// The paths of the requests held unanswered by [`KubeServer::hang`], in arrival order.
+    pub fn hung_requests(&self) -> Vec<String> {
+        self.shared.state().hung.clone()
     }
 
     /// Back to the default: every read allowed, nothing denied.
@@ -1327,6 +1351,20 @@ async fn handle(AxumState(shared): AxumState<Arc<Shared>>, request: Request) -> 
         method,
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
     );
+    let hangs = {
+        let mut state = shared.state();
+        let hangs = state.hangs.iter().any(|h| uri.path().contains(h.as_str()));
+        if hangs {
+            state.hung.push(uri.path().to_string());
+        }
+        hangs
+    };
+    if hangs {
+        // Held until the server is dropped; the client must give up on its own.
+        let mut shutdown = shared.shutdown.subscribe();
+        let _ = shutdown.wait_for(|stopped| *stopped).await;
+        return Response::new(Body::empty());
+    }
     let authenticated = {
         let state = shared.state();
         bearer_token(&headers).as_deref() == Some(state.token.as_str())
