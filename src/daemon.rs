@@ -1,9 +1,11 @@
 //! `tagpin run`: the long-running controller.
 //!
 //! A sync pass every `interval` (with jitter, so many controllers do not hit a registry in
-//! step), and a targeted pass within seconds of a registry webhook. Passes never overlap: one
-//! task runs them one after another, and webhook deliveries that arrive during a pass are
-//! coalesced into the next one. State lives in Git and on the forge, so a restart repeats
+//! step), and a targeted pass as soon as a registry webhook arrives (leading edge: the first
+//! delivery is never held back to wait for others). Passes never overlap: one task runs them
+//! one after another, and the deliveries that arrive while a pass runs are merged into one
+//! follow-up pass (their repositories gather in one set, and [`Notify`] keeps a single wake-up
+//! however many arrive), never dropped and never one pass each. State lives in Git and on the forge, so a restart repeats
 //! nothing; between passes the controller only keeps registry answers, to re-ask just the
 //! images a webhook names.
 //!
@@ -55,8 +57,6 @@ pub const GRACE_PERIOD: Duration = Duration::from_secs(30);
 /// `/healthz` fails after this many intervals (`--interval`) without finished work. A pass
 /// comes every interval (±10%), so three leave room for a slow pass or two.
 pub const LIVENESS_INTERVALS: u32 = 3;
-/// Webhook deliveries arriving within this window are handled by one pass.
-pub const COALESCE_WINDOW: Duration = Duration::from_secs(2);
 /// The environment variable holding the webhook secret (shared secret or HMAC key).
 pub const WEBHOOK_SECRET_ENV: &str = "TAGPIN_WEBHOOK_SECRET";
 /// Fraction of the interval by which each wait is randomly shortened or lengthened.
@@ -817,11 +817,7 @@ pub async fn reconcile(
                 next_scheduled = Instant::now() + jittered(schedule.interval);
             }
             Trigger::Webhook => {
-                // Let a burst of deliveries arrive, then serve them all with one pass.
-                tokio::select! {
-                    _ = tokio::time::sleep(COALESCE_WINDOW) => {}
-                    _ = stop.wait_for(|s| *s) => return,
-                }
+                // At once: what arrives from now on waits for the follow-up pass.
                 let names = std::mem::take(&mut *lock(&shared.pending));
                 answers.retain(|key, result| {
                     result.is_ok() && !names.contains(&format!("{}/{}", key.domain, key.repository))

@@ -271,7 +271,8 @@ async fn the_controller_pins_on_start_and_within_seconds_of_a_webhook_then_stops
     assert_eq!(controller.deliver_ghcr(SECRET, package).await, 202);
     let started = Instant::now();
     for _ in 0..5 {
-        // A flood of deliveries for one push is served by one pass.
+        // A flood of deliveries for one push: the first starts a pass at once, the others
+        // arrive during it and are served by at most one follow-up pass.
         assert_eq!(
             controller
                 .deliver("distribution", Some(&format!("Bearer {SECRET}")), &event)
@@ -293,14 +294,12 @@ async fn the_controller_pins_on_start_and_within_seconds_of_a_webhook_then_stops
     let metrics = controller.metrics().await;
     for expected in [
         "tagpin_passes_total{outcome=\"ok\",trigger=\"schedule\"} 1",
-        "tagpin_passes_total{outcome=\"ok\",trigger=\"webhook\"} 1",
-        "tagpin_commits_total 2",
         "tagpin_webhook_deliveries_total{sender=\"distribution\",result=\"accepted\"} 5",
         "tagpin_webhook_deliveries_total{sender=\"distribution\",result=\"unauthorized\"} 3",
         "tagpin_webhook_deliveries_total{sender=\"distribution\",result=\"bad_payload\"} 1",
         "tagpin_webhook_deliveries_total{sender=\"ghcr\",result=\"unauthorized\"} 1",
         "tagpin_webhook_deliveries_total{sender=\"ghcr\",result=\"accepted\"} 1",
-        &format!("tagpin_registry_requests_total{{host=\"{host}\",status=\"200\"}} 3"),
+        "tagpin_commits_total 2",
         "tagpin_last_success_timestamp_seconds",
     ] {
         assert!(
@@ -308,6 +307,19 @@ async fn the_controller_pins_on_start_and_within_seconds_of_a_webhook_then_stops
             "missing {expected} in\n{metrics}"
         );
     }
+    // Six accepted deliveries, never a pass each: the GHCR one's pass, the first distribution
+    // delivery's, and at most one follow-up for those that arrived during it. Each re-asks
+    // only acme/web, once the first pass asked both images.
+    let webhook_passes = metric_value(
+        &metrics,
+        "tagpin_passes_total{outcome=\"ok\",trigger=\"webhook\"}",
+    );
+    assert!((2.0..=3.0).contains(&webhook_passes), "{metrics}");
+    let asked = metric_value(
+        &metrics,
+        &format!("tagpin_registry_requests_total{{host=\"{host}\",status=\"200\"}}"),
+    );
+    assert!((3.0..=4.0).contains(&asked), "{metrics}");
     assert!(!metrics.contains("sha256:"), "no digest as a label");
 
     let (code, log) = controller.stop().await;
@@ -319,6 +331,120 @@ async fn the_controller_pins_on_start_and_within_seconds_of_a_webhook_then_stops
     let again = Controller::start(dir.path(), &config).await;
     assert_eq!(repo.log("main").len(), commits_before + 2);
     let (code, log) = again.stop().await;
+    assert_eq!(code, Some(0), "{log}");
+}
+
+/// The value of the sample named exactly `name` (with its labels), 0 when absent.
+fn metric_value(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().expect("a sample value"))
+}
+
+fn push_event(host: &str, repository: &str, tag: &str) -> String {
+    format!(
+        r#"{{"events":[{{"action":"push","target":{{"repository":"{repository}","tag":"{tag}"}},"request":{{"host":"{host}"}}}}]}}"#
+    )
+}
+
+/// Leading edge: a delivery starts a pass at once; what arrives while that pass runs is served
+/// by one follow-up pass, nothing dropped and never a pass per delivery.
+#[tokio::test]
+async fn deliveries_during_a_pass_are_served_by_one_follow_up_pass() {
+    use std::sync::Arc;
+    use support::registry::{Fault, FaultProxy, FaultRule};
+
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let proxy = FaultProxy::start(&registry.base_url(), vec![]).await;
+    let host = proxy.host();
+    registry.push_image("acme/web", "1.0", "one").await;
+    registry.push_image("acme/api", "1", "api-one").await;
+    let repo = BareRepo::create(&[
+        (
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        ),
+        (
+            "apps/api.yaml",
+            &deployment("api", &format!("{host}/acme/api:1")),
+        ),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = commit_mode_config(dir.path(), &repo, &host);
+    let controller = Controller::start(dir.path(), &config).await;
+    let auth = format!("Bearer {SECRET}");
+    let web_head = "/v2/acme/web/manifests/";
+
+    // web is pushed again; the pass its delivery starts is held at the registry.
+    let two = registry.push_image("acme/web", "1.0", "two").await;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    proxy.add_rule(FaultRule::new("HEAD", web_head, Fault::Hold(gate.clone())).times(1));
+    let asked = proxy.count("HEAD", web_head);
+    let event = push_event(&host, "acme/web", "1.0");
+    assert_eq!(
+        controller
+            .deliver("distribution", Some(&auth), &event)
+            .await,
+        202
+    );
+    eventually("the pass to start and ask the registry", || {
+        proxy.count("HEAD", web_head) > asked
+    })
+    .await;
+
+    // While it waits: api is pushed too, and five deliveries arrive.
+    let api_two = registry.push_image("acme/api", "1", "api-two").await;
+    for _ in 0..4 {
+        assert_eq!(
+            controller
+                .deliver("distribution", Some(&auth), &event)
+                .await,
+            202
+        );
+    }
+    let api_event = push_event(&host, "acme/api", "1");
+    assert_eq!(
+        controller
+            .deliver("distribution", Some(&auth), &api_event)
+            .await,
+        202
+    );
+    gate.add_permits(1);
+
+    eventually("web and api both pinned to their new digests", || {
+        repo.read("main", "apps/web.yaml")
+            .is_some_and(|t| t.contains(&two.manifest))
+            && repo
+                .read("main", "apps/api.yaml")
+                .is_some_and(|t| t.contains(&api_two.manifest))
+    })
+    .await;
+
+    // One more push and delivery: its pass is the third. Had every delivery its own pass, the
+    // five queued ones would run before it.
+    let three = registry.push_image("acme/web", "1.0", "three").await;
+    assert_eq!(
+        controller
+            .deliver("distribution", Some(&auth), &event)
+            .await,
+        202
+    );
+    eventually("the last push pinned", || {
+        repo.read("main", "apps/web.yaml")
+            .is_some_and(|t| t.contains(&three.manifest))
+    })
+    .await;
+    let webhook_passes = "tagpin_passes_total{outcome=\"ok\",trigger=\"webhook\"}";
+    let mut metrics = controller.metrics().await;
+    // A pass is counted just after its push.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric_value(&metrics, webhook_passes) < 3.0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        metrics = controller.metrics().await;
+    }
+    assert_eq!(metric_value(&metrics, webhook_passes), 3.0, "{metrics}");
+    let (code, log) = controller.stop().await;
     assert_eq!(code, Some(0), "{log}");
 }
 

@@ -1261,6 +1261,9 @@ pub enum Fault {
     RemoveDigest,
     /// Add these headers to the response (forwarded or injected).
     AddHeaders(Vec<(String, String)>),
+    /// Hold the request until the semaphore has a permit (a test adds them to release it),
+    /// then go on: a client observed in the middle of its work.
+    Hold(Arc<tokio::sync::Semaphore>),
 }
 
 impl Fault {
@@ -1516,6 +1519,12 @@ async fn proxy_handler(State(state): State<Arc<ProxyState>>, request: Request) -
     });
 
     let faults = take_faults(&state.rules, &method, &path);
+    for fault in &faults {
+        if let Fault::Hold(gate) = fault {
+            // The permit goes back at once: one release lets every held request through.
+            drop(gate.acquire().await);
+        }
+    }
     let mut response = match faults.iter().find(|fault| fault.answers_without_upstream()) {
         Some(Fault::DropConnection) => {
             // Unwinding out of the handler ends the connection's task, which
@@ -1551,7 +1560,7 @@ async fn proxy_handler(State(state): State<Arc<ProxyState>>, request: Request) -
                     insert_header(response.headers_mut(), name, value);
                 }
             }
-            Fault::Respond { .. } | Fault::DropConnection => {}
+            Fault::Respond { .. } | Fault::DropConnection | Fault::Hold(_) => {}
         }
     }
     response
