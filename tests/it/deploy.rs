@@ -848,6 +848,16 @@ fn the_configmap_holds_a_valid_pull_request_config_wired_to_the_pods() {
                     "{at}: {writable} is not writable"
                 );
             }
+            // The cache directory is not a mount point: tagpin creates it, private (0700),
+            // where an emptyDir mounted there would be 0777 and warned about at every start.
+            let mounted_at = |path: &str| {
+                container["volumeMounts"]
+                    .as_sequence()
+                    .into_iter()
+                    .flatten()
+                    .any(|m| m["mountPath"].as_str().map(|d| d.trim_end_matches('/')) == Some(path))
+            };
+            assert!(!mounted_at(cache_dir), "{at}: {cache_dir} is a mount point");
         }
     }
 }
