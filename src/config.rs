@@ -1,14 +1,14 @@
 //! The `tagpin.yaml` configuration: read once, validated once, then trusted everywhere.
 //!
-//! The file is read in two steps. serde derives its shape ([`raw`]): every value through a
-//! wrapper that keeps a node of the wrong type, and every mapping through one that keeps the
-//! keys it does not know, so nothing stops at the first mistake. Validation ([`validate`]) then
-//! turns that raw value into the trusted [`Config`], reporting *every* problem, of shape or of
-//! meaning, with its field path (`pull_request.grouping: expected one of single, per-image`);
-//! unknown keys (typos) are errors rather than silently ignored settings. Each problem whose
-//! field is in the file is then placed by the scanner's position-keeping YAML tree
-//! (`tagpin.yaml:7:1: mode: …`), so an editor can jump to it. Secrets never live here: the
-//! file names environment variables or files that hold them.
+//! The file is read in two steps. serde derives its shape (`config/raw.rs`): every value
+//! through a wrapper that keeps a node of the wrong type, and every mapping through one that
+//! keeps the keys it does not know, so nothing stops at the first mistake. Validation
+//! (`config/validate.rs`) then turns that raw value into the trusted [`Config`], reporting
+//! *every* problem, of shape or of meaning, with its field path (`pull_request.grouping:
+//! expected one of single, per-image`); unknown keys (typos) are errors rather than silently
+//! ignored settings. Each problem whose field is in the file is then placed by the scanner's
+//! position-keeping YAML tree (`tagpin.yaml:7:1: mode: …`), so an editor can jump to it.
+//! Secrets never live here: the file names environment variables or files that hold them.
 
 mod raw;
 mod validate;
