@@ -1,0 +1,331 @@
+//! The shape of `tagpin.yaml`, derived with serde: what the file may say, before any rule about
+//! what it means.
+//!
+//! Plain serde stops at the first error, and `tagpin.yaml` wants every problem listed at once,
+//! so every value is read through [`Field`]: a node of the wrong type is kept, with what was
+//! found, instead of failing the whole document; and every mapping through [`Known`], which
+//! keeps the keys its struct does not declare instead of refusing them. Validation
+//! (`super::validate`) then reports both with their field paths, together with the rules about
+//! meaning. Keys are written as in the file (snake_case), so the same structs can later give
+//! the spec of a Kubernetes resource.
+
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use serde::Deserialize;
+use serde_yaml::{Mapping, Value};
+
+use super::{Grouping, Order, WriteMode};
+
+/// One node of the file, read as `T` or kept as found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Field<T> {
+    /// The key is not written.
+    #[default]
+    Absent,
+    /// Written with no value (`key:` or `key: ~`).
+    Null,
+    Ok(T),
+    /// Not a `T`: the node as found and serde's reason. The reason may quote the value, so
+    /// messages describe `found` instead (a pasted secret must never be echoed).
+    Wrong {
+        found: Value,
+        error: String,
+    },
+}
+
+impl<T> Field<T> {
+    /// Whether the key is written at all, even with no value.
+    pub fn is_written(&self) -> bool {
+        !matches!(self, Field::Absent)
+    }
+
+    /// Whether the key is written with a value (right or wrong).
+    pub fn is_set(&self) -> bool {
+        matches!(self, Field::Ok(_) | Field::Wrong { .. })
+    }
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Field<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Only a node the YAML parser cannot read fails here; anything it can read is kept.
+        let found = Value::deserialize(deserializer)?;
+        match found {
+            Value::Null => Ok(Field::Null),
+            // serde_yaml would read through a tag (`!secret x` as the string `x`); the file
+            // uses none, so a tag is a mistake worth naming rather than ignoring.
+            Value::Tagged(_) => Ok(Field::Wrong {
+                found,
+                error: "a tagged value".to_string(),
+            }),
+            _ => match T::deserialize(&found) {
+                Ok(value) => Ok(Field::Ok(value)),
+                Err(error) => Ok(Field::Wrong {
+                    error: error.to_string(),
+                    found,
+                }),
+            },
+        }
+    }
+}
+
+/// A mapping read as the struct `T`, with the keys `T` does not declare set aside in
+/// `unknown` (in file order) instead of refused, so that each can be reported.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Known<T> {
+    pub value: T,
+    pub unknown: Vec<Value>,
+}
+
+impl<T: DeserializeOwned> Known<T> {
+    /// The keys `T` declares, in declaration order.
+    pub fn keys(&self) -> &'static [&'static str] {
+        names_of::<T>()
+    }
+}
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Known<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let Value::Mapping(mapping) = Value::deserialize(deserializer)? else {
+            return Err(de::Error::custom("expected a mapping"));
+        };
+        let keys = names_of::<T>();
+        let (known, unknown): (Mapping, Mapping) = mapping
+            .into_iter()
+            .partition(|(key, _)| key.as_str().is_some_and(|key| keys.contains(&key)));
+        // Every field of `T` is a `Field`, so reading the known keys cannot fail.
+        let value = T::deserialize(Value::Mapping(known)).map_err(de::Error::custom)?;
+        Ok(Known {
+            value,
+            unknown: unknown.into_iter().map(|(key, _)| key).collect(),
+        })
+    }
+}
+
+/// A mapping of `T`'s keys.
+pub type Section<T> = Field<Known<T>>;
+
+/// A list whose items are each kept or refused on their own.
+pub type List<T> = Field<Vec<Field<T>>>;
+
+/// The keys of a struct, or the names of an enum's variants, as its derived `Deserialize`
+/// declares them (after `rename`). serde hands them to the deserializer, so one that only
+/// records them and stops can read them without any input. A struct using
+/// `#[serde(flatten)]` would ask for a map instead and have none: the raw structs use none.
+pub fn names_of<T: DeserializeOwned>() -> &'static [&'static str] {
+    struct Names<'a>(&'a mut &'static [&'static str]);
+
+    impl<'de> Deserializer<'de> for Names<'_> {
+        type Error = de::value::Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("neither a struct nor an enum"))
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(de::Error::custom("names read"))
+        }
+
+        fn deserialize_enum<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            variants: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = variants;
+            Err(de::Error::custom("names read"))
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map
+            identifier ignored_any
+        }
+    }
+
+    let mut names: &'static [&'static str] = &[];
+    // The error is the point: it stops `T` once the names are read.
+    let _ = T::deserialize(Names(&mut names));
+    names
+}
+
+/// The whole file. Fields are in the order the file documents them; unknown keys are named
+/// with this list.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawConfig {
+    pub repository: Section<RawRepository>,
+    pub author: Section<RawAuthor>,
+    pub paths: List<String>,
+    pub include: List<String>,
+    pub exclude: List<String>,
+    pub images: Section<RawImages>,
+    pub registries: Section<RawRegistries>,
+    pub mode: Field<WriteMode>,
+    pub commit_message: Field<String>,
+    pub pull_request: Section<RawPullRequest>,
+    pub forge: Section<RawForge>,
+    pub verify: Section<RawVerify>,
+    pub promotion: Section<RawPromotion>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawRepository {
+    pub url: Field<String>,
+    pub branch: Field<String>,
+    pub auth: Section<RawGitAuth>,
+    pub cache_dir: Field<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawGitAuth {
+    pub token_env: Field<String>,
+    pub username: Field<String>,
+    pub ssh_key_file: Field<String>,
+    pub passphrase_env: Field<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawAuthor {
+    pub name: Field<String>,
+    pub email: Field<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawImages {
+    pub manage: List<String>,
+    pub ignore: List<String>,
+    pub policies: List<Known<RawPolicy>>,
+}
+
+/// One `images.policies` entry: `match` and at most one of `digest`, `semver`, `pattern`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawPolicy {
+    #[serde(rename = "match")]
+    pub matches: Field<String>,
+    pub digest: Field<bool>,
+    pub semver: Field<String>,
+    pub pattern: Field<String>,
+    pub extract: Field<String>,
+    pub order: Field<Order>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawRegistries {
+    pub insecure: List<String>,
+    pub ca_files: List<String>,
+    pub docker_config: Field<String>,
+    pub concurrency: Field<u64>,
+    pub timeout_seconds: Field<u64>,
+    pub budget_seconds: Field<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawPullRequest {
+    pub grouping: Field<Grouping>,
+    pub title: Field<String>,
+    pub labels: List<String>,
+    pub branch_prefix: Field<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawForge {
+    pub kind: Field<String>,
+    pub api_url: Field<String>,
+    pub owner: Field<String>,
+    pub repo: Field<String>,
+    pub token_env: Field<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawVerify {
+    pub default_namespace: Field<String>,
+    pub name_prefix: Field<String>,
+    pub name_suffix: Field<String>,
+    pub context: Field<String>,
+    pub gitops: Section<RawGitOps>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawGitOps {
+    pub applications: List<String>,
+    pub kustomizations: List<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawPromotion {
+    pub stages: List<Known<RawStage>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawStage {
+    pub name: Field<String>,
+    pub paths: List<String>,
+    pub cluster: Section<RawCluster>,
+    pub soak: Field<RawDuration>,
+    pub mode: Field<WriteMode>,
+}
+
+/// A stage's `cluster`: at most one of its keys (`kubeconfig` may take a `context`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawCluster {
+    pub context: Field<String>,
+    pub kubeconfig: Field<String>,
+    pub in_cluster: Field<bool>,
+}
+
+/// A duration as written: whole seconds, or text like `90s`, `10m`, `1h`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum RawDuration {
+    Seconds(u64),
+    Text(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_read_from_the_derived_deserialize() {
+        assert_eq!(names_of::<RawAuthor>(), ["name", "email"]);
+        assert_eq!(names_of::<RawPolicy>()[0], "match");
+        assert_eq!(names_of::<WriteMode>(), ["commit", "pull-request"]);
+        assert!(names_of::<String>().is_empty());
+    }
+
+    #[test]
+    fn a_wrong_node_is_kept_and_the_rest_still_read() {
+        let raw: Section<RawAuthor> =
+            serde_yaml::from_str("{name: [a], email: e@x, colour: blue, 7: x}").unwrap();
+        let Field::Ok(author) = raw else {
+            panic!("{raw:?}")
+        };
+        assert!(matches!(
+            &author.value.name,
+            Field::Wrong {
+                found: Value::Sequence(_),
+                ..
+            }
+        ));
+        assert_eq!(author.value.email, Field::Ok("e@x".to_string()));
+        assert_eq!(author.unknown, [Value::from("colour"), Value::from(7)]);
+    }
+}

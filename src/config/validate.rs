@@ -1,0 +1,1000 @@
+//! From the raw file ([`super::raw`]) to the trusted [`Config`]: every problem, of shape or of
+//! meaning, is collected with its field path (`pull_request.grouping`,
+//! `promotion.stages[1].cluster`), so one run lists them all.
+
+use std::borrow::Cow;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_yaml::Value;
+
+use super::raw::{
+    names_of, Field, Known, List, RawAuthor, RawCluster, RawConfig, RawDuration, RawForge,
+    RawGitAuth, RawImages, RawPolicy, RawPromotion, RawPullRequest, RawRegistries, RawRepository,
+    RawStage, RawVerify, Section,
+};
+use super::{
+    invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
+    ClusterTarget, Config, Forge, GitAuth, GitOpsObjects, Grouping, ImageRules, ObjectName, Order,
+    PolicyRule, Problem, Promotion, PullRequest, Registries, Repository, Stage, TagPolicy, Verify,
+    WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX,
+    DEFAULT_COMMIT_MESSAGE, DEFAULT_PR_TITLE, DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME,
+    MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
+};
+
+/// The configuration the raw file describes, or every problem found in it.
+pub(super) fn config(raw: &Section<RawConfig>) -> Result<Config, Vec<Problem>> {
+    let mut check = Check::default();
+    match check.config(raw) {
+        Some(config) if check.problems.is_empty() => Ok(config),
+        _ => Err(check.problems),
+    }
+}
+
+/// Collects problems while reading the raw values.
+#[derive(Default)]
+struct Check {
+    problems: Vec<Problem>,
+}
+
+impl Check {
+    /// The one rule for every URL a token is sent to: plain `http://` only on loopback, where
+    /// it never crosses a network. `path` names the field the problem is reported at.
+    fn token_transport(&mut self, path: &str, url: &str) {
+        let plain = url::Url::parse(url).is_ok_and(|u| u.scheme() == "http");
+        if plain && !is_loopback_url(url) {
+            self.problem(
+                path,
+                "a token is never sent over plain http:// beyond this machine; use https://",
+            );
+        }
+    }
+
+    fn problem(&mut self, path: &str, message: impl std::fmt::Display) {
+        self.problems.push(Problem {
+            path: path.to_string(),
+            message: message.to_string(),
+        });
+    }
+
+    /// The section at `path`, with its unknown keys reported; `None` when absent or not a
+    /// mapping (reported).
+    fn section<'r, T: DeserializeOwned>(
+        &mut self,
+        path: &str,
+        field: &'r Section<T>,
+    ) -> Option<&'r T> {
+        match field {
+            Field::Absent => None,
+            Field::Ok(known) => {
+                self.unknown_keys(path, known);
+                Some(&known.value)
+            }
+            // A mapping the struct could not read: not expected, since every field of a raw
+            // struct is a `Field`, which keeps what it cannot read.
+            Field::Wrong {
+                found: Value::Mapping(_),
+                error,
+            } => {
+                self.problem(path, error);
+                None
+            }
+            other => {
+                self.wrong(path, "a mapping", other);
+                None
+            }
+        }
+    }
+
+    /// A section that may be left out: absent (or not a mapping, reported) it reads as its
+    /// struct with every key absent, so that the defaults are applied in one place.
+    fn optional<'r, T: DeserializeOwned + Default + Clone>(
+        &mut self,
+        path: &str,
+        field: &'r Section<T>,
+    ) -> Cow<'r, T> {
+        match self.section(path, field) {
+            Some(raw) => Cow::Borrowed(raw),
+            None => Cow::Owned(T::default()),
+        }
+    }
+
+    fn unknown_keys<T: DeserializeOwned>(&mut self, path: &str, known: &Known<T>) {
+        for key in &known.unknown {
+            match key.as_str() {
+                Some(key) => self.problem(
+                    &join(path, key),
+                    format!("unknown key (known: {})", known.keys().join(", ")),
+                ),
+                None => self.problem(path, "keys must be strings"),
+            }
+        }
+    }
+
+    /// Reports a field that is not what was `expected`, naming only the kind of value found.
+    fn wrong<T>(&mut self, path: &str, expected: &str, field: &Field<T>) {
+        self.problem(path, format!("expected {expected}, found {}", found(field)));
+    }
+
+    fn string<'r>(&mut self, path: &str, field: &'r Field<String>) -> Option<&'r str> {
+        match field {
+            Field::Absent | Field::Null => None,
+            Field::Ok(s) if s.trim().is_empty() => {
+                self.problem(path, "must not be empty");
+                None
+            }
+            Field::Ok(s) => Some(s),
+            other => {
+                self.wrong(path, "a string", other);
+                None
+            }
+        }
+    }
+
+    fn required_string<'r>(&mut self, path: &str, field: &'r Field<String>) -> Option<&'r str> {
+        let value = self.string(path, field);
+        if !field.is_set() {
+            self.problem(path, "is required");
+        }
+        value
+    }
+
+    /// The items of a list; none when not set, or not a list of `expected` (reported).
+    fn list<'r, T>(&mut self, path: &str, field: &'r List<T>, expected: &str) -> &'r [Field<T>] {
+        match field {
+            Field::Ok(items) => items,
+            Field::Absent | Field::Null => &[],
+            other => {
+                self.wrong(path, expected, other);
+                &[]
+            }
+        }
+    }
+
+    fn strings(&mut self, path: &str, field: &List<String>) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, item) in self
+            .list(path, field, "a list of strings")
+            .iter()
+            .enumerate()
+        {
+            let found = match item {
+                Field::Ok(s) if !s.trim().is_empty() => {
+                    out.push(s.clone());
+                    continue;
+                }
+                Field::Ok(_) => "a string",
+                other => found(other),
+            };
+            self.problem(
+                &format!("{path}[{i}]"),
+                format!("expected a non-empty string, found {found}"),
+            );
+        }
+        out
+    }
+
+    fn number(&mut self, path: &str, field: &Field<u64>, min: u64, max: u64) -> Option<u64> {
+        let found = match field {
+            Field::Absent | Field::Null => return None,
+            Field::Ok(n) if (min..=max).contains(n) => return Some(*n),
+            Field::Ok(n) => n.to_string(),
+            Field::Wrong { found, .. } => describe(found),
+        };
+        let expected = format!("a whole number from {min} to {max}");
+        self.problem(path, format!("expected {expected}, found {found}"));
+        None
+    }
+
+    /// One of the names of the enum `T`, `default` when not set.
+    fn choice<T: Copy + DeserializeOwned>(
+        &mut self,
+        path: &str,
+        field: &Field<T>,
+        default: T,
+    ) -> T {
+        match field {
+            Field::Ok(value) => *value,
+            Field::Absent | Field::Null => default,
+            Field::Wrong {
+                found: Value::String(s),
+                ..
+            } => {
+                let names = names_of::<T>().join(", ");
+                self.problem(path, format!("expected one of {names}, found {s:?}"));
+                default
+            }
+            other => {
+                self.wrong(path, "a string", other);
+                default
+            }
+        }
+    }
+
+    /// A field that may only be `true` (or left out).
+    fn only_true(&mut self, path: &str, field: &Field<bool>, message: &str) -> bool {
+        match field {
+            Field::Absent | Field::Null => false,
+            Field::Ok(true) => true,
+            _ => {
+                self.problem(path, message);
+                false
+            }
+        }
+    }
+
+    /// A duration written `90s`, `10m`, `1h`, or as a whole number of seconds.
+    fn duration(&mut self, path: &str, field: &Field<RawDuration>) -> Option<Duration> {
+        let expected = "expected a duration like 90s, 10m or 1h, or a whole number of seconds";
+        match field {
+            Field::Absent | Field::Null => None,
+            Field::Ok(RawDuration::Seconds(seconds)) => Some(Duration::from_secs(*seconds)),
+            Field::Ok(RawDuration::Text(text)) => match parse_duration(text) {
+                Ok(duration) => Some(duration),
+                Err(message) => {
+                    self.problem(path, message);
+                    None
+                }
+            },
+            Field::Wrong { found, .. } => {
+                self.problem(path, format!("{expected}, found {}", describe(found)));
+                None
+            }
+        }
+    }
+
+    fn env_name(&mut self, path: &str, name: &str) {
+        let looks_like_name = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit());
+        if !looks_like_name {
+            // Never echo the value: it may be the secret itself, pasted in by mistake.
+            self.problem(
+                path,
+                "must name an environment variable (like GITHUB_TOKEN), not hold a secret",
+            );
+        }
+    }
+
+    fn template(&mut self, path: &str, template: &str) {
+        let mut rest = template;
+        while let Some(start) = rest.find('{') {
+            let Some(len) = rest[start..].find('}') else {
+                self.problem(path, "has a '{' without a closing '}'");
+                return;
+            };
+            let placeholder = &rest[start..start + len + 1];
+            if !TEMPLATE_PLACEHOLDERS.contains(&placeholder) {
+                self.problem(
+                    path,
+                    format!(
+                        "unknown placeholder {placeholder} (known: {})",
+                        TEMPLATE_PLACEHOLDERS.join(", ")
+                    ),
+                );
+            }
+            rest = &rest[start + len + 1..];
+        }
+    }
+
+    /// A list of paths, each of which must stay inside the repository (top-level `paths` and
+    /// each stage's `paths`).
+    fn relative_paths(&mut self, path: &str, field: &List<String>) -> Vec<String> {
+        let paths = self.strings(path, field);
+        for (i, p) in paths.iter().enumerate() {
+            let relative = Path::new(p);
+            let escapes = relative.is_absolute()
+                || relative.components().any(|c| {
+                    matches!(
+                        c,
+                        Component::ParentDir | Component::RootDir | Component::Prefix(_)
+                    )
+                });
+            if escapes {
+                self.problem(
+                    &format!("{path}[{i}]"),
+                    format!("{p:?} must be relative to the repository and stay inside it"),
+                );
+            }
+        }
+        paths
+    }
+
+    fn globs(&mut self, path: &str, globs: &[String]) {
+        for (i, g) in globs.iter().enumerate() {
+            if let Err(e) = globset::Glob::new(g) {
+                self.problem(
+                    &format!("{path}[{i}]"),
+                    format!("invalid glob: {}", e.kind()),
+                );
+            }
+        }
+    }
+
+    fn config(&mut self, root: &Section<RawConfig>) -> Option<Config> {
+        let top = self.section("(top level)", root)?;
+        let repository = self.repository(&top.repository);
+        let author = self.author(&top.author);
+        let mut paths = self.relative_paths("paths", &top.paths);
+        if paths.is_empty() {
+            paths = vec![".".to_string()];
+        }
+        let include = self.strings("include", &top.include);
+        let exclude = self.strings("exclude", &top.exclude);
+        self.globs("include", &include);
+        self.globs("exclude", &exclude);
+        let images = self.images(&top.images);
+        let registries = self.registries(&top.registries);
+        let mode = self.choice("mode", &top.mode, WriteMode::Commit);
+        let commit_message = self
+            .string("commit_message", &top.commit_message)
+            .unwrap_or(DEFAULT_COMMIT_MESSAGE)
+            .to_string();
+        self.template("commit_message", &commit_message);
+        let pull_request = self.pull_request(&top.pull_request);
+        let forge = self.forge(&top.forge);
+        if mode == WriteMode::PullRequest && !top.forge.is_written() {
+            self.problem("forge", "is required when mode is pull-request");
+        }
+        let verify = self.verify(&top.verify);
+        let promotion = if top.promotion.is_written() {
+            if top.paths.is_set() {
+                self.problem(
+                    "paths",
+                    "with promotion.stages, each stage lists its own paths; sync pins the first stage's",
+                );
+            }
+            let promotion = self.promotion(&top.promotion, mode, top.forge.is_written());
+            if let Some(first) = promotion.as_ref().and_then(|p| p.stages.first()) {
+                paths = first.paths.clone();
+            }
+            promotion
+        } else {
+            None
+        };
+        Some(Config {
+            verify,
+            promotion,
+            repository: repository?,
+            author,
+            paths,
+            include,
+            exclude,
+            images,
+            registries,
+            mode,
+            commit_message,
+            pull_request,
+            forge,
+        })
+    }
+
+    fn repository(&mut self, field: &Section<RawRepository>) -> Option<Repository> {
+        if !field.is_written() {
+            self.problem("repository", "is required");
+            return None;
+        }
+        let raw = self.section("repository", field)?;
+        let url = self.required_string("repository.url", &raw.url);
+        let branch = self
+            .string("repository.branch", &raw.branch)
+            .unwrap_or("main");
+        if !valid_branch_name(branch) {
+            self.problem(
+                "repository.branch",
+                format!("{branch:?} is not a valid branch name"),
+            );
+        }
+        let auth = if raw.auth.is_set() {
+            self.git_auth(&raw.auth)
+        } else {
+            GitAuth::None
+        };
+        if let (Some(url), GitAuth::Token { .. }) = (url, &auth) {
+            self.token_transport("repository.auth", url);
+        }
+        let cache_dir = self.string("repository.cache_dir", &raw.cache_dir);
+        Some(Repository {
+            url: url?.to_string(),
+            branch: branch.to_string(),
+            auth,
+            cache_dir: cache_dir.map(PathBuf::from),
+        })
+    }
+
+    fn git_auth(&mut self, field: &Section<RawGitAuth>) -> GitAuth {
+        let path = "repository.auth";
+        let Some(raw) = self.section(path, field) else {
+            return GitAuth::None;
+        };
+        let token_env = self.string("repository.auth.token_env", &raw.token_env);
+        let key_file = self.string("repository.auth.ssh_key_file", &raw.ssh_key_file);
+        match (token_env, key_file) {
+            (Some(_), Some(_)) => {
+                self.problem(path, "set token_env or ssh_key_file, not both");
+                GitAuth::None
+            }
+            (Some(env), None) => {
+                self.env_name("repository.auth.token_env", env);
+                let username = self
+                    .string("repository.auth.username", &raw.username)
+                    .unwrap_or(DEFAULT_TOKEN_USERNAME);
+                GitAuth::Token {
+                    env: env.to_string(),
+                    username: username.to_string(),
+                }
+            }
+            (None, Some(file)) => {
+                let passphrase_env =
+                    self.string("repository.auth.passphrase_env", &raw.passphrase_env);
+                if let Some(env) = passphrase_env {
+                    self.env_name("repository.auth.passphrase_env", env);
+                }
+                GitAuth::SshKey {
+                    key_file: PathBuf::from(file),
+                    passphrase_env: passphrase_env.map(str::to_string),
+                }
+            }
+            (None, None) => {
+                self.problem(path, "needs token_env or ssh_key_file (omit auth for none)");
+                GitAuth::None
+            }
+        }
+    }
+
+    fn author(&mut self, field: &Section<RawAuthor>) -> Author {
+        let raw = self.optional("author", field);
+        let name = self.string("author.name", &raw.name);
+        let email = self.string("author.email", &raw.email);
+        if let Some(email) = email.filter(|email| !email.contains('@')) {
+            self.problem("author.email", format!("{email:?} is not an email address"));
+        }
+        Author {
+            name: name.unwrap_or(DEFAULT_AUTHOR_NAME).to_string(),
+            email: email.unwrap_or(DEFAULT_AUTHOR_EMAIL).to_string(),
+        }
+    }
+
+    fn images(&mut self, field: &Section<RawImages>) -> ImageRules {
+        let raw = self.optional("images", field);
+        let rules = ImageRules {
+            manage: self.strings("images.manage", &raw.manage),
+            ignore: self.strings("images.ignore", &raw.ignore),
+            policies: self.policies(&raw.policies),
+        };
+        self.globs("images.manage", &rules.manage);
+        self.globs("images.ignore", &rules.ignore);
+        rules
+    }
+
+    /// `images.policies`: each entry's glob, range or regex is compiled now, so a typo is a
+    /// configuration error with its field path rather than a failure in the middle of a pass.
+    fn policies(&mut self, field: &List<Known<RawPolicy>>) -> Vec<PolicyRule> {
+        let mut rules = Vec::new();
+        for (i, item) in self
+            .list("images.policies", field, "a list")
+            .iter()
+            .enumerate()
+        {
+            let path = format!("images.policies[{i}]");
+            let Some(raw) = self.section(&path, item) else {
+                continue;
+            };
+            let matches = self.required_string(&join(&path, "match"), &raw.matches);
+            if let Some(glob) = matches {
+                if let Err(e) = globset::Glob::new(glob) {
+                    self.problem(&join(&path, "match"), format!("invalid glob: {}", e.kind()));
+                }
+            }
+            if let (Some(policy), Some(matches)) = (self.tag_policy(raw, &path), matches) {
+                rules.push(PolicyRule {
+                    matches: matches.to_string(),
+                    policy,
+                });
+            }
+        }
+        rules
+    }
+
+    /// The one policy of a `images.policies` entry: `digest: true` (the default), `semver`,
+    /// or `pattern` with `extract` and `order`.
+    fn tag_policy(&mut self, raw: &RawPolicy, path: &str) -> Option<TagPolicy> {
+        let named = written([
+            ("digest", raw.digest.is_written()),
+            ("semver", raw.semver.is_written()),
+            ("pattern", raw.pattern.is_written()),
+        ]);
+        if named.len() > 1 {
+            self.problem(
+                path,
+                format!(
+                    "set one of digest, semver, pattern, not {}",
+                    named.join(" and ")
+                ),
+            );
+            return None;
+        }
+        let semver = self.string(&join(path, "semver"), &raw.semver);
+        let pattern = self.string(&join(path, "pattern"), &raw.pattern);
+        let extract = self.string(&join(path, "extract"), &raw.extract);
+        let order = self.choice(&join(path, "order"), &raw.order, Order::Alphabetical);
+        if pattern.is_none() {
+            let keys = [
+                ("extract", raw.extract.is_written()),
+                ("order", raw.order.is_written()),
+            ];
+            for key in written(keys) {
+                self.problem(&join(path, key), "only applies to a pattern policy");
+            }
+        }
+        if !matches!(raw.digest, Field::Absent | Field::Ok(true)) {
+            self.problem(&join(path, "digest"), "expected true");
+        }
+        if let Some(range) = semver {
+            if let Err(e) = semver::VersionReq::parse(range) {
+                self.problem(&join(path, "semver"), format!("invalid semver range: {e}"));
+                return None;
+            }
+            return Some(TagPolicy::Semver {
+                range: range.to_string(),
+            });
+        }
+        if let Some(pattern) = pattern {
+            if let Err(e) = regex::Regex::new(pattern) {
+                let first_line = e.to_string().lines().last().unwrap_or_default().to_string();
+                self.problem(
+                    &join(path, "pattern"),
+                    format!("invalid regex: {first_line}"),
+                );
+                return None;
+            }
+            return Some(TagPolicy::Pattern {
+                pattern: pattern.to_string(),
+                extract: extract.unwrap_or("$0").to_string(),
+                order,
+            });
+        }
+        Some(TagPolicy::Digest)
+    }
+
+    fn registries(&mut self, field: &Section<RawRegistries>) -> Registries {
+        let p = "registries";
+        let raw = self.optional(p, field);
+        Registries {
+            insecure: self.strings(&join(p, "insecure"), &raw.insecure),
+            ca_files: self
+                .strings(&join(p, "ca_files"), &raw.ca_files)
+                .into_iter()
+                .map(PathBuf::from)
+                .collect(),
+            docker_config: self
+                .string(&join(p, "docker_config"), &raw.docker_config)
+                .map(PathBuf::from),
+            concurrency: self
+                .number(&join(p, "concurrency"), &raw.concurrency, 1, 256)
+                .map_or(crate::registry::DEFAULT_CONCURRENCY_PER_HOST, |n| {
+                    n as usize
+                }),
+            timeout_seconds: self
+                .number(&join(p, "timeout_seconds"), &raw.timeout_seconds, 1, 3600)
+                .unwrap_or(DEFAULT_TIMEOUT_SECONDS),
+            budget_seconds: self
+                .number(&join(p, "budget_seconds"), &raw.budget_seconds, 1, 3600)
+                .unwrap_or(crate::registry::DEFAULT_RESOLVE_BUDGET.as_secs()),
+        }
+    }
+
+    fn pull_request(&mut self, field: &Section<RawPullRequest>) -> PullRequest {
+        let p = "pull_request";
+        let raw = self.optional(p, field);
+        let grouping = self.choice(&join(p, "grouping"), &raw.grouping, Grouping::Single);
+        let title = self
+            .string(&join(p, "title"), &raw.title)
+            .unwrap_or(DEFAULT_PR_TITLE);
+        self.template(&join(p, "title"), title);
+        let labels = if raw.labels.is_written() {
+            self.strings(&join(p, "labels"), &raw.labels)
+        } else {
+            vec!["tagpin".to_string()]
+        };
+        let prefix = self.string(&join(p, "branch_prefix"), &raw.branch_prefix);
+        if let Some(prefix) = prefix.filter(|prefix| !valid_branch_name(&format!("{prefix}x"))) {
+            self.problem(
+                &join(p, "branch_prefix"),
+                format!("{prefix:?} cannot start a branch name"),
+            );
+        }
+        PullRequest {
+            grouping,
+            title: title.to_string(),
+            labels,
+            branch_prefix: prefix.unwrap_or(DEFAULT_BRANCH_PREFIX).to_string(),
+        }
+    }
+
+    fn verify(&mut self, field: &Section<RawVerify>) -> Verify {
+        let p = "verify";
+        let raw = self.optional(p, field);
+        let mut text = |key, field| self.string(&join(p, key), field).map(str::to_string);
+        let default_namespace = text("default_namespace", &raw.default_namespace);
+        let name_prefix = text("name_prefix", &raw.name_prefix);
+        let name_suffix = text("name_suffix", &raw.name_suffix);
+        let context = text("context", &raw.context);
+        let gitops = self
+            .section("verify.gitops", &raw.gitops)
+            .map(|gitops| GitOpsObjects {
+                applications: self.object_names("verify.gitops.applications", &gitops.applications),
+                kustomizations: self
+                    .object_names("verify.gitops.kustomizations", &gitops.kustomizations),
+            });
+        Verify {
+            default_namespace: default_namespace.unwrap_or_else(|| "default".to_string()),
+            name_prefix: name_prefix.unwrap_or_default(),
+            name_suffix: name_suffix.unwrap_or_default(),
+            context,
+            gitops: gitops.unwrap_or_default(),
+        }
+    }
+
+    fn object_names(&mut self, path: &str, field: &List<String>) -> Vec<ObjectName> {
+        let mut names = Vec::new();
+        for (i, text) in self.strings(path, field).iter().enumerate() {
+            match ObjectName::parse(text) {
+                Some(name) => names.push(name),
+                None => self.problem(
+                    &format!("{path}[{i}]"),
+                    format!("expected namespace/name, found {text:?}"),
+                ),
+            }
+        }
+        names
+    }
+
+    /// `promotion`: the stages in promotion order. `mode` is the top-level write mode (the
+    /// first stage's writes follow it); `has_forge` whether a `forge` section is present.
+    fn promotion(
+        &mut self,
+        field: &Section<RawPromotion>,
+        mode: WriteMode,
+        has_forge: bool,
+    ) -> Option<Promotion> {
+        let raw = self.section("promotion", field)?;
+        let path = "promotion.stages";
+        let items = match &raw.stages {
+            Field::Ok(items) => items,
+            Field::Absent | Field::Null => {
+                self.problem(path, "is required");
+                return None;
+            }
+            other => {
+                self.wrong(path, "a list of stages", other);
+                return None;
+            }
+        };
+        if items.len() < 2 {
+            self.problem(
+                path,
+                format!(
+                    "needs at least two stages, found {}: the first is pinned from the registry, \
+                     each later one is promoted from the one before it",
+                    items.len()
+                ),
+            );
+        }
+        let mut stages = Vec::new();
+        let mut complete = true;
+        let mut by_pull_request = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            match self.stage(item, i, mode, &mut by_pull_request) {
+                Some(stage) => stages.push((i, stage)),
+                None => complete = false,
+            }
+        }
+        if !has_forge && !by_pull_request.is_empty() {
+            let verb = if by_pull_request.len() == 1 {
+                "is"
+            } else {
+                "are"
+            };
+            self.problem(
+                "forge",
+                format!(
+                    "is required when {} {verb} pull-request (the default for a stage promoted \
+                     into; set mode: commit to promote by commit)",
+                    by_pull_request.join(" and ")
+                ),
+            );
+        }
+        if !has_forge {
+            for (i, stage) in stages.iter().filter(|(_, s)| !s.soak.is_zero()) {
+                self.problem(
+                    &format!("{path}[{i}].soak"),
+                    format!(
+                        "needs a forge: section: tagpin keeps no state of its own and reads when \
+                         the previous stage converged back from the commit statuses it sets \
+                         there (stage {:?})",
+                        stage.name
+                    ),
+                );
+            }
+        }
+        for (a, (i, stage)) in stages.iter().enumerate() {
+            if let Some((j, _)) = stages[..a].iter().find(|(_, s)| s.name == stage.name) {
+                self.problem(
+                    &format!("{path}[{i}].name"),
+                    format!(
+                        "{:?} is also the name of stages[{j}]: names must be unique, since a \
+                         stage repeated in the order would promote into itself (a cycle)",
+                        stage.name
+                    ),
+                );
+            }
+        }
+        for (b, (i, later)) in stages.iter().enumerate() {
+            for (j, earlier) in &stages[..b] {
+                for (k, later_path) in later.paths.iter().enumerate() {
+                    for (l, earlier_path) in earlier.paths.iter().enumerate() {
+                        if paths_overlap(earlier_path, later_path) {
+                            self.problem(
+                                &format!("{path}[{i}].paths[{k}]"),
+                                format!(
+                                    "{later_path:?} of stage {:?} overlaps {earlier_path:?} of \
+                                     stage {:?} (stages[{j}].paths[{l}]): each file belongs to \
+                                     one stage, or promoting into one would rewrite the other",
+                                    later.name, earlier.name
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        (complete && stages.len() >= 2).then(|| Promotion {
+            stages: stages.into_iter().map(|(_, stage)| stage).collect(),
+        })
+    }
+
+    /// `promotion.stages[i]`. The first stage is pinned from the registry, not promoted into:
+    /// it takes no `soak` or `mode`, and its writes follow the top-level `mode`.
+    /// The field of each stage promoted into by pull request is added to `by_pull_request`.
+    fn stage(
+        &mut self,
+        field: &Section<RawStage>,
+        i: usize,
+        mode: WriteMode,
+        by_pull_request: &mut Vec<String>,
+    ) -> Option<Stage> {
+        let path = format!("promotion.stages[{i}]");
+        let raw = self.section(&path, field)?;
+        let name = self.required_string(&join(&path, "name"), &raw.name);
+        if let Some(name) = name {
+            if let Some(reason) = invalid_stage_name(name) {
+                self.problem(
+                    &join(&path, "name"),
+                    format!(
+                        "{name:?} {reason}: it names the branch tagpin/promote/<name> and a \
+                         status context, so use lowercase letters, digits, '-', '_' and '.', \
+                         starting with a letter or digit, at most {MAX_STAGE_NAME} characters"
+                    ),
+                );
+            }
+        }
+        let paths_path = join(&path, "paths");
+        let paths = self.relative_paths(&paths_path, &raw.paths);
+        match &raw.paths {
+            Field::Absent | Field::Null => self.problem(&paths_path, "is required"),
+            Field::Ok(items) if items.is_empty() => self.problem(
+                &paths_path,
+                "must list at least one directory or file of this stage",
+            ),
+            _ => {}
+        }
+        let cluster = self.cluster_target(&join(&path, "cluster"), &raw.cluster);
+        let (soak, stage_mode) = if i == 0 {
+            let keys = [
+                ("soak", raw.soak.is_written()),
+                ("mode", raw.mode.is_written()),
+            ];
+            for key in written(keys) {
+                self.problem(
+                    &join(&path, key),
+                    "the first stage is pinned from the registry by sync, not promoted into: \
+                     soak and mode apply to the stages promoted into; its writes follow the \
+                     top-level mode",
+                );
+            }
+            (Duration::ZERO, mode)
+        } else {
+            let soak = self.duration(&join(&path, "soak"), &raw.soak);
+            let stage_mode = self.choice(&join(&path, "mode"), &raw.mode, WriteMode::PullRequest);
+            if stage_mode == WriteMode::PullRequest {
+                by_pull_request.push(format!("{path}.mode"));
+            }
+            (soak.unwrap_or_default(), stage_mode)
+        };
+        Some(Stage {
+            name: name?.to_string(),
+            paths,
+            cluster,
+            soak,
+            mode: stage_mode,
+        })
+    }
+
+    /// `cluster` of a stage: absent for the default, else exactly one of `context`,
+    /// `kubeconfig` (with an optional `context` of that file) and `in_cluster: true`.
+    fn cluster_target(&mut self, path: &str, field: &Section<RawCluster>) -> ClusterTarget {
+        if !field.is_set() {
+            return ClusterTarget::Default;
+        }
+        let Some(raw) = self.section(path, field) else {
+            return ClusterTarget::Default;
+        };
+        let context = self.string(&join(path, "context"), &raw.context);
+        let kubeconfig = self.string(&join(path, "kubeconfig"), &raw.kubeconfig);
+        let in_cluster = self.only_true(
+            &join(path, "in_cluster"),
+            &raw.in_cluster,
+            "expected true (omit cluster for the default kubeconfig context)",
+        );
+        let named = written([
+            ("context", raw.context.is_written()),
+            ("kubeconfig", raw.kubeconfig.is_written()),
+            ("in_cluster", raw.in_cluster.is_written()),
+        ]);
+        if named.is_empty() {
+            self.problem(
+                path,
+                "set one of context, kubeconfig, in_cluster (omit cluster for the default \
+                 kubeconfig context)",
+            );
+        } else if named.contains(&"in_cluster") && named.len() > 1 {
+            self.problem(
+                path,
+                format!(
+                    "set one of context, kubeconfig, in_cluster, not {}",
+                    named.join(" and ")
+                ),
+            );
+        }
+        match (kubeconfig, context, in_cluster) {
+            (Some(file), context, false) => ClusterTarget::Kubeconfig {
+                path: PathBuf::from(file),
+                context: context.map(str::to_string),
+            },
+            (None, Some(context), false) => ClusterTarget::Context(context.to_string()),
+            (None, None, true) => ClusterTarget::InCluster,
+            _ => ClusterTarget::Default,
+        }
+    }
+
+    fn forge(&mut self, field: &Section<RawForge>) -> Option<Forge> {
+        let raw = self.section("forge", field)?;
+        let kind = self.string("forge.kind", &raw.kind).unwrap_or("github");
+        if kind != "github" {
+            self.problem("forge.kind", format!("expected github, found {kind:?}"));
+        }
+        let api_url = self
+            .string("forge.api_url", &raw.api_url)
+            .unwrap_or("https://api.github.com");
+        if url::Url::parse(api_url)
+            .map(|u| !matches!(u.scheme(), "http" | "https"))
+            .unwrap_or(true)
+        {
+            self.problem(
+                "forge.api_url",
+                format!("{api_url:?} is not an http(s) URL"),
+            );
+        }
+        // The forge always carries a token.
+        self.token_transport("forge.api_url", api_url);
+        let owner = self.required_string("forge.owner", &raw.owner);
+        let repo = self.required_string("forge.repo", &raw.repo);
+        let token_env = self.required_string("forge.token_env", &raw.token_env);
+        if let Some(env) = token_env {
+            self.env_name("forge.token_env", env);
+        }
+        Some(Forge {
+            api_url: api_url.to_string(),
+            owner: owner?.to_string(),
+            repo: repo?.to_string(),
+            token_env: token_env?.to_string(),
+        })
+    }
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// The kind of value a field holds that is not what was expected: only the kind, since the
+/// value may be a secret pasted in by mistake.
+fn found<T>(field: &Field<T>) -> &'static str {
+    match field {
+        Field::Wrong { found, .. } => kind_of(found),
+        _ => "nothing",
+    }
+}
+
+/// A number where one was expected is shown (`found -1`); anything else by its kind only.
+fn describe(found: &Value) -> String {
+    match found {
+        Value::Number(n) => n.to_string(),
+        other => kind_of(other).to_string(),
+    }
+}
+
+/// Which of `keys` are written, for rules that allow only one.
+fn written<const N: usize>(keys: [(&'static str, bool); N]) -> Vec<&'static str> {
+    keys.into_iter()
+        .filter_map(|(key, written)| written.then_some(key))
+        .collect()
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::Config;
+
+    fn problems_of(text: &str) -> Vec<String> {
+        Config::parse(text, Path::new("tagpin.yaml"))
+            .unwrap_err()
+            .problems
+    }
+
+    #[test]
+    fn a_tagged_value_is_refused_wherever_it_is() {
+        // The hand walk read through a tag in lists and mappings but not in scalars; a tag is
+        // never meant in tagpin.yaml, so it is named wherever it is.
+        let problems = problems_of(concat!(
+            "repository: !git {url: /srv/git/gitops.git}\n",
+            "paths: [!dir apps]\n",
+            "mode: !mode commit\n",
+        ));
+        assert_eq!(
+            problems,
+            [
+                "tagpin.yaml:1:1: repository: expected a mapping, found a tagged value",
+                "tagpin.yaml:2:14: paths[0]: expected a non-empty string, found a tagged value",
+                "tagpin.yaml:3:1: mode: expected a string, found a tagged value",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_number_of_the_wrong_kind_is_told_its_range() {
+        let problems = problems_of(concat!(
+            "repository: {url: /srv/git/gitops.git}\n",
+            "registries: {concurrency: eight, timeout_seconds: 1.5}\n",
+            "mode: ''\n",
+        ));
+        assert_eq!(
+            problems,
+            [
+                "tagpin.yaml:2:14: registries.concurrency: expected a whole number from 1 to 256, found a string",
+                "tagpin.yaml:2:34: registries.timeout_seconds: expected a whole number from 1 to 3600, found 1.5",
+                "tagpin.yaml:3:1: mode: expected one of commit, pull-request, found \"\"",
+            ]
+        );
+    }
+}
