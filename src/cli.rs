@@ -93,6 +93,10 @@ pub enum Command {
         /// Address for /healthz, /readyz, /metrics and /webhooks/<sender>.
         #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
         listen: std::net::SocketAddr,
+        /// Also serve /healthz, /readyz and /metrics here, apart from the webhook port, so
+        /// slow webhook clients never delay the kubelet's probes.
+        #[arg(long, value_name = "ADDR")]
+        health_listen: Option<std::net::SocketAddr>,
         /// Time between scheduled passes (with ±10% jitter): 90s, 5m, 1h.
         #[arg(long, value_name = "DURATION", default_value = "5m")]
         interval: String,
@@ -324,6 +328,7 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
         Command::Run {
             config,
             listen,
+            health_listen,
             interval,
             cache_dir,
             verify_interval,
@@ -332,7 +337,7 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
             run_controller(
                 (&cli.registry, &cli.cluster),
                 &config,
-                listen,
+                (listen, health_listen),
                 (&interval, &verify_interval, &grace_period),
                 cache_dir.as_deref(),
             )
@@ -564,7 +569,7 @@ async fn promote(
 async fn run_controller(
     (registry, cluster_args): (&RegistryArgs, &ClusterArgs),
     config_path: &Path,
-    listen: std::net::SocketAddr,
+    (listen, health_listen): (std::net::SocketAddr, Option<std::net::SocketAddr>),
     (interval, verify_interval, grace_period): (&str, &str, &str),
     cache_dir: Option<&Path>,
 ) -> Result<(), CliError> {
@@ -603,14 +608,28 @@ async fn run_controller(
     let listener = crate::daemon::bind(listen)
         .await
         .map_err(CliError::Listen)?;
+    let health_listener = match health_listen {
+        Some(addr) => Some(crate::daemon::bind(addr).await.map_err(CliError::Listen)?),
+        None => None,
+    };
     let shared = crate::daemon::Shared::new(secret, schedule.stale_after());
     let stop = crate::daemon::stop_signal(schedule.grace);
-    let server = tokio::spawn(crate::daemon::serve(
+    let mut servers = vec![tokio::spawn(crate::daemon::serve(
         listener,
         shared.clone(),
         stop.clone(),
         crate::daemon::HttpLimits::default(),
-    ));
+        crate::daemon::Routes::All,
+    ))];
+    if let Some(health_listener) = health_listener {
+        servers.push(tokio::spawn(crate::daemon::serve(
+            health_listener,
+            shared.clone(),
+            stop.clone(),
+            crate::daemon::HttpLimits::default(),
+            crate::daemon::Routes::Probes,
+        )));
+    }
     // Each promotion stage's cluster; a stage that cannot be set up is warned about here and
     // its promotions are skipped (each pass says so), the rest of the controller runs.
     let mut stage_clusters = std::collections::BTreeMap::new();
@@ -675,7 +694,9 @@ async fn run_controller(
         stop,
     )
     .await;
-    let _ = server.await;
+    for server in servers {
+        let _ = server.await;
+    }
     Ok(())
 }
 

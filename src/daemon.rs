@@ -139,8 +139,18 @@ impl Default for HttpLimits {
 /// deliveries, probes and scrapes send a few hundred bytes of them.
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
-/// Serves health, readiness, metrics and webhooks on `listener` until `stop` turns true, then
-/// lets open connections finish for at most `limits.drain`.
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routes {
+    /// Health, readiness, metrics and webhooks: `--listen`.
+    All,
+    /// Health, readiness and metrics only: `--health-listen`, a port of its own so that
+    /// clients holding the webhook port's connection slots never delay the kubelet's probes.
+    Probes,
+}
+
+/// Serves `routes` on `listener` until `stop` turns true, then lets open connections finish
+/// for at most `limits.drain`.
 ///
 /// Not `axum::serve`: it sets no header read timeout and no connection limit, and its graceful
 /// shutdown waits for every connection, so one half-sent request kept the process alive after
@@ -150,13 +160,16 @@ pub async fn serve(
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
     limits: HttpLimits,
+    routes: Routes,
 ) {
-    let app = Router::new()
+    let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_page))
-        .route("/webhooks/{sender}", post(webhook_delivery))
-        .with_state(shared);
+        .route("/metrics", get(metrics_page));
+    if routes == Routes::All {
+        app = app.route("/webhooks/{sender}", post(webhook_delivery));
+    }
+    let app = app.with_state(shared);
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let (closing, closing_rx) = watch::channel(false);
     let mut connections = JoinSet::new();

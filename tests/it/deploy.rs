@@ -503,10 +503,12 @@ fn the_controller_is_one_recreated_replica_with_health_probes() {
     assert_eq!(pod["containers"].as_sequence().unwrap().len(), 1);
     assert_eq!(strings(&container["args"]).first(), Some(&"run"));
     assert_eq!(flag(container, "--listen"), Some("0.0.0.0:8080"));
+    // Probes on their own port, which the webhook port's clients cannot fill.
+    assert_eq!(flag(container, "--health-listen"), Some("0.0.0.0:8081"));
     for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         let get = &container[probe]["httpGet"];
         assert_eq!(get["path"], path, "{probe}");
-        assert_eq!(resolve_port(container, &get["port"]), Some(8080), "{probe}");
+        assert_eq!(resolve_port(container, &get["port"]), Some(8081), "{probe}");
     }
 }
 

@@ -1277,7 +1277,13 @@ async fn http_side(
     let addr = listener.local_addr().unwrap();
     let shared = tagpin::daemon::Shared::new(Some(SECRET.to_string()), Duration::from_secs(3600));
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(tagpin::daemon::serve(listener, shared, stopped, limits));
+    let server = tokio::spawn(tagpin::daemon::serve(
+        listener,
+        shared,
+        stopped,
+        limits,
+        tagpin::daemon::Routes::All,
+    ));
     (addr, stop, server)
 }
 
@@ -1413,6 +1419,59 @@ async fn connections_beyond_the_limit_wait_unread_until_a_slot_frees() {
         closed,
         "the third connection was served while both slots were held"
     );
+}
+
+/// `--health-listen`: clients that hold every slot of the webhook port (here forever) delay
+/// neither the kubelet's probes nor a scrape, served on a port of their own, which serves
+/// nothing else.
+#[tokio::test]
+async fn probes_on_their_own_port_are_answered_while_the_webhook_port_is_full() {
+    use tokio::io::AsyncWriteExt;
+    let held = tagpin::daemon::HttpLimits {
+        header_timeout: Duration::from_secs(600),
+        request_timeout: Duration::from_secs(600),
+        max_connections: 2,
+        ..short_limits()
+    };
+    let webhooks = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let webhook_addr = webhooks.local_addr().unwrap();
+    let probes = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let probe_addr = probes.local_addr().unwrap();
+    let shared = tagpin::daemon::Shared::new(Some(SECRET.to_string()), Duration::from_secs(3600));
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    for (listener, routes) in [
+        (webhooks, tagpin::daemon::Routes::All),
+        (probes, tagpin::daemon::Routes::Probes),
+    ] {
+        tokio::spawn(tagpin::daemon::serve(
+            listener,
+            shared.clone(),
+            stopped.clone(),
+            held,
+            routes,
+        ));
+    }
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let mut stream = tokio::net::TcpStream::connect(webhook_addr).await.unwrap();
+        stream
+            .write_all(b"POST /webhooks/harbor HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        slow.push(stream);
+    }
+    let ask = |path: &'static str| async move {
+        let mut stream = tokio::net::TcpStream::connect(probe_addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: tagpin\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        read_until_closed(&mut stream)
+            .await
+            .expect("the probe port answers")
+    };
+    assert!(ask("/healthz").await.starts_with("HTTP/1.1 200"));
+    assert!(ask("/metrics").await.starts_with("HTTP/1.1 200"));
+    let webhook = ask("/webhooks/harbor").await;
+    assert!(webhook.starts_with("HTTP/1.1 404"), "{webhook}");
 }
 
 #[tokio::test]
