@@ -27,3 +27,4 @@ pub mod sync;
 pub mod verify;
 pub mod webhook;
 pub mod workload;
+pub mod writer;

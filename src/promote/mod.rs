@@ -10,31 +10,37 @@
 //! 4. open or update one pull request on `tagpin/promote/<stage>` whose body holds the evidence
 //!    and the plan block ([`evidence`]), with the `tagpin/promotion` status; or commit.
 //!
+//! A pass gathers (steps 1 and 2), decides what to write as a pure
+//! function of what it found ([`decision`]), and writes through the writer `sync` uses
+//! ([`crate::writer`]): a push that loses a race starts the pass over on the new tip.
+//!
 //! Like `sync`, nothing is remembered between passes: the pull request, its plan block and the
 //! statuses on GitHub say what is in flight, so a restart repeats nothing.
 
 pub mod carry;
+pub mod decision;
 pub mod evidence;
 pub mod gate;
 
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::config::{Config, Stage, WriteMode};
+use crate::config::{Config, Stage};
 use crate::forge::{body, ForgeError, GitHub};
-use crate::git::{off_runtime, Expect, GitError, Mirror};
+use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Scanned};
-use crate::plan::Change;
+use crate::plan::{Change, Plan};
 use crate::proposal::PlanBlock;
 use crate::registry::Client;
-use crate::sync::{self, Outcome, Proposal, SyncError, MAX_PUSH_ATTEMPTS};
+use crate::sync::{Outcome, SyncError};
 use crate::verify::live::{Cluster, LiveError};
 use crate::verify::verdict::State;
-use crate::verify::{self, Families, Source, VerifyError};
+use crate::verify::{self, Check, Expectations, Families, Source, VerifyError};
+use crate::writer::{self, Planned, Proposal};
 use carry::{Skip, SourcePins};
+use decision::Decision;
 use evidence::Evidence;
 pub use gate::Gate;
 
@@ -179,6 +185,22 @@ pub struct PromoteReport {
     pub skipped_text: Vec<String>,
 }
 
+/// What a promotion pass reads before deciding anything ([`Promoter::gather`]).
+struct Found {
+    /// The branch's tip, where both stages were read and the source stage verified.
+    tip: git2::Oid,
+    source_scan: Scanned,
+    target_scan: Scanned,
+    expectations: Expectations,
+    check: Check,
+    /// The digests the source stage pins, and their fingerprint (the soak clock's key).
+    pins: SourcePins,
+    fingerprint: String,
+    /// Since when the source has been Converged on them (Unix seconds), when it is.
+    since: Option<i64>,
+    gate: Gate,
+}
+
 /// Everything a promotion pass needs.
 pub struct Promoter<'a> {
     pub config: &'a Config,
@@ -215,7 +237,7 @@ impl<'a> Promoter<'a> {
     }
 
     /// One promotion pass into `to`; `cluster` is the source stage's. A push that loses a race
-    /// starts the pass over on the new tip, as `sync` does.
+    /// starts the pass over on the new tip, as `sync` does ([`writer::retry_after`]).
     pub async fn run(
         &self,
         to: &str,
@@ -223,28 +245,84 @@ impl<'a> Promoter<'a> {
         options: PromoteOptions,
     ) -> Result<PromoteReport, PromoteError> {
         let (source, target) = route(self.config, to)?;
-        let mut attempt = 1;
+        let mut attempt = 0;
         loop {
-            match self.pass(source, target, cluster, options).await {
-                Err(PromoteError::Git(GitError::NonFastForward { .. }))
-                | Err(PromoteError::Sync(SyncError::Git(GitError::NonFastForward { .. })))
-                    if attempt < MAX_PUSH_ATTEMPTS =>
-                {
-                    attempt += 1;
-                    tracing::info!(stage = %target.name, attempt, "the branch moved during the promotion; starting over");
-                }
-                other => return other,
+            attempt += 1;
+            match self.pass(source, target, cluster, options, attempt).await {
+                Err(PromoteError::Sync(error)) => writer::retry_after(attempt, error)?,
+                done => return done,
             }
         }
     }
 
+    /// One attempt: gather, decide, write. A lost race is returned as the error.
     async fn pass(
         &self,
         source: &Stage,
         target: &Stage,
         cluster: &Cluster,
         options: PromoteOptions,
+        attempt: u32,
     ) -> Result<PromoteReport, PromoteError> {
+        let found = self.gather(source, target, cluster).await?;
+        self.record_source_state(&found, source, options).await;
+        let (plan, skipped) = carry::plan(&found.target_scan.files, &found.pins);
+        let mut failures: Vec<String> = found
+            .source_scan
+            .errors
+            .iter()
+            .chain(&found.target_scan.errors)
+            .map(ToString::to_string)
+            .chain(plan.problems.iter().map(ToString::to_string))
+            .collect();
+        failures.sort();
+        failures.dedup();
+        let decision =
+            decision::decide(&found.gate, &plan, &failures, target.mode, options.dry_run);
+        let evidence = Evidence {
+            source: &source.name,
+            target: &target.name,
+            branch: &self.config.repository.branch,
+            source_commit: &found.tip.to_string(),
+            soak: target.soak,
+            gate: &found.gate,
+            check: &found.check,
+            expectations: &found.expectations,
+            moved_on: false,
+        };
+        let outcome = self
+            .write(decision, &evidence, &plan, &failures, found.tip, attempt)
+            .await?;
+        let skipped_text = skipped.iter().map(|s| s.describe(&source.name)).collect();
+        Ok(PromoteReport {
+            stage: target.name.clone(),
+            source: SourceReport {
+                stage: source.name.clone(),
+                commit: found.tip.to_string(),
+                state: found.check.state,
+                summary: found.check.summary,
+                converged_since: found.since.map(gate::rfc3339),
+                digests: found.fingerprint,
+            },
+            reason: found.gate.describe(&source.name, target.soak),
+            gate: found.gate,
+            outcome,
+            changes: plan.changes,
+            skipped,
+            failures,
+            diff: plan.files.iter().map(|f| f.diff.as_str()).collect(),
+            skipped_text,
+        })
+    }
+
+    /// Fetches the branch, scans both stages at its tip, verifies the source stage at that
+    /// very commit on its own cluster, and reads its soak clock to decide the gate.
+    async fn gather(
+        &self,
+        source: &Stage,
+        target: &Stage,
+        cluster: &Cluster,
+    ) -> Result<Found, PromoteError> {
         let config = self.config;
         let branch = &config.repository.branch;
         let tip = off_runtime(|| {
@@ -255,8 +333,6 @@ impl<'a> Promoter<'a> {
         let (source_scan, target_scan) = off_runtime(|| {
             Ok::<_, GitError>((self.scan_stage(tip, source)?, self.scan_stage(tip, target)?))
         })?;
-
-        // 1. The source stage's verdict, at this very commit (just fetched), on its own cluster.
         let source_config = stage_config(config, source);
         let expectations =
             off_runtime(|| verify::expectations_at(tip, &source_config, self.mirror))?;
@@ -272,8 +348,6 @@ impl<'a> Promoter<'a> {
             },
             e => e.into(),
         })?;
-
-        // 2. The gate.
         let pins = SourcePins::from_files(&source_scan.files);
         let fingerprint = pins.fingerprint();
         let now = unix_now();
@@ -287,156 +361,142 @@ impl<'a> Promoter<'a> {
             _ => None,
         };
         let gate = gate::decide(check.state, &check.summary, since, target.soak, now);
-        if let (false, Some(forge)) = (options.dry_run, self.forge) {
-            let (state, description) =
-                gate::stage_status(check.state, &check.summary, since, pins.len(), &fingerprint);
-            forge
-                .set_status_once(
-                    &tip.to_string(),
-                    state,
-                    &gate::stage_context(&source.name),
-                    &description,
-                )
-                .await;
-        }
-
-        // 3. What moves.
-        let (plan, skipped) = carry::plan(&target_scan.files, &pins);
-        let mut failures: Vec<String> = source_scan
-            .errors
-            .iter()
-            .chain(&target_scan.errors)
-            .map(ToString::to_string)
-            .chain(plan.problems.iter().map(ToString::to_string))
-            .collect();
-        failures.sort();
-        failures.dedup();
-
-        // 4. The write.
-        let evidence = Evidence {
-            source: &source.name,
-            target: &target.name,
-            branch,
-            source_commit: &tip.to_string(),
-            soak: target.soak,
-            gate: &gate,
-            check: &check,
-            expectations: &expectations,
-            moved_on: false,
-        };
-        let writable = gate.is_open() && failures.is_empty() && !plan.files.is_empty();
-        let block = PlanBlock::new(branch, &plan.changes);
-        let updates: Vec<(PathBuf, Vec<u8>)> = plan
-            .files
-            .iter()
-            .map(|f| (f.path.clone(), f.updated.clone()))
-            .collect();
-        let outcome = match target.mode {
-            WriteMode::Commit if writable && options.dry_run => Some(Outcome::DryRun {
-                branch: branch.clone(),
-                title: evidence::title(&block, &source.name, &target.name),
-                body: evidence::commit_message(&evidence, &block),
-            }),
-            WriteMode::Commit if writable => {
-                let message = evidence::commit_message(&evidence, &block);
-                let commit = off_runtime(|| {
-                    let commit = self
-                        .mirror
-                        .commit(tip, &updates, &config.author, &message)?;
-                    self.mirror
-                        .push(commit, branch, Expect::FastForwardFrom(tip))?;
-                    Ok::<_, GitError>(commit)
-                })?;
-                Some(Outcome::Committed {
-                    branch: branch.clone(),
-                    commit: commit.to_string(),
-                    attempts: 1,
-                })
-            }
-            WriteMode::Commit => nothing_to_do(&gate, &plan.files, &failures),
-            WriteMode::PullRequest => {
-                let forge = self.forge.ok_or(SyncError::NoForge)?;
-                let pr_branch = branch_for(config, &target.name);
-                if writable {
-                    let title = evidence::title(&block, &source.name, &target.name);
-                    let body = evidence::render(&evidence, &block);
-                    if options.dry_run {
-                        Some(Outcome::DryRun {
-                            branch: pr_branch,
-                            title,
-                            body,
-                        })
-                    } else {
-                        let message = evidence::commit_message(&evidence, &block);
-                        let proposal = Proposal {
-                            branch: &pr_branch,
-                            target: branch,
-                            block: &block,
-                            title: &title,
-                            body: &body,
-                            refresh_body: true,
-                            labels: &config.pull_request.labels,
-                            tip,
-                            updates: &updates,
-                            message: &message,
-                        };
-                        let outcome =
-                            sync::propose(self.mirror, forge, &config.author, &proposal).await?;
-                        // The pull request stands even if its head cannot be read back: the
-                        // status is set by the next pass, as any status tagpin fails to set.
-                        let head = match pr_number(&outcome) {
-                            Some(number) => {
-                                match forge.pull_request(number).await {
-                                    Ok(pr) => Some(pr.head_sha),
-                                    Err(e) => {
-                                        tracing::warn!("cannot set the {} status on pull request #{number}: {e}", gate::PROMOTION_CONTEXT);
-                                        None
-                                    }
-                                }
-                            }
-                            None => None,
-                        };
-                        if let Some(head) = head {
-                            let (state, description) =
-                                gate::promotion_status(&gate, &source.name, target.soak, true);
-                            forge
-                                .set_status_once(
-                                    &head,
-                                    state,
-                                    gate::PROMOTION_CONTEXT,
-                                    &description,
-                                )
-                                .await;
-                        }
-                        Some(outcome)
-                    }
-                } else {
-                    self.hold_open_pr(forge, &pr_branch, &evidence, &block, &failures, options)
-                        .await?
-                        .or_else(|| nothing_to_do(&gate, &plan.files, &failures))
-                }
-            }
-        };
-        let skipped_text = skipped.iter().map(|s| s.describe(&source.name)).collect();
-        Ok(PromoteReport {
-            stage: target.name.clone(),
-            source: SourceReport {
-                stage: source.name.clone(),
-                commit: tip.to_string(),
-                state: check.state,
-                summary: check.summary.clone(),
-                converged_since: since.map(gate::rfc3339),
-                digests: fingerprint,
-            },
-            reason: gate.describe(&source.name, target.soak),
+        Ok(Found {
+            tip,
+            source_scan,
+            target_scan,
+            expectations,
+            check,
+            pins,
+            fingerprint,
+            since,
             gate,
-            outcome,
-            changes: plan.changes,
-            skipped,
-            failures,
-            diff: plan.files.iter().map(|f| f.diff.as_str()).collect(),
-            skipped_text,
         })
+    }
+
+    /// Sets the source stage's `tagpin/stage/<name>` status on the tip: the record the next
+    /// pass reads its soak clock from. Not in a dry run, nor without a forge.
+    async fn record_source_state(&self, found: &Found, source: &Stage, options: PromoteOptions) {
+        let (false, Some(forge)) = (options.dry_run, self.forge) else {
+            return;
+        };
+        let (state, description) = gate::stage_status(
+            found.check.state,
+            &found.check.summary,
+            found.since,
+            found.pins.len(),
+            &found.fingerprint,
+        );
+        forge
+            .set_status_once(
+                &found.tip.to_string(),
+                state,
+                &gate::stage_context(&source.name),
+                &description,
+            )
+            .await;
+    }
+
+    /// Carries out `decision` through the shared writer; `None` when there is nothing to
+    /// report (the gate is closed, or something could not be read, and no pull request is
+    /// open).
+    async fn write(
+        &self,
+        decision: Decision,
+        evidence: &Evidence<'_>,
+        plan: &Plan,
+        failures: &[String],
+        tip: git2::Oid,
+        attempt: u32,
+    ) -> Result<Option<Outcome>, PromoteError> {
+        let block = PlanBlock::new(evidence.branch, &plan.changes);
+        let title = || evidence::title(&block, evidence.source, evidence.target);
+        let pr_branch = branch_for(self.config, evidence.target);
+        let updates = writer::updates(&plan.files);
+        Ok(match decision {
+            Decision::Commit { dry_run: true } => Some(Outcome::DryRun {
+                branch: evidence.branch.to_string(),
+                title: title(),
+                body: evidence::commit_message(evidence, &block),
+            }),
+            Decision::Commit { dry_run: false } => {
+                let message = evidence::commit_message(evidence, &block);
+                let change = Planned {
+                    tip,
+                    updates: &updates,
+                    message: &message,
+                };
+                Some(writer::commit(
+                    self.mirror,
+                    &self.config.author,
+                    evidence.branch,
+                    &change,
+                    attempt,
+                )?)
+            }
+            Decision::Propose { dry_run } => {
+                let forge = self.forge.ok_or(SyncError::NoForge)?;
+                let title = title();
+                let body = evidence::render(evidence, &block);
+                if dry_run {
+                    return Ok(Some(Outcome::DryRun {
+                        branch: pr_branch,
+                        title,
+                        body,
+                    }));
+                }
+                let message = evidence::commit_message(evidence, &block);
+                let proposal = Proposal {
+                    branch: &pr_branch,
+                    target: evidence.branch,
+                    block: &block,
+                    title: &title,
+                    body: &body,
+                    refresh_body: true,
+                    labels: &self.config.pull_request.labels,
+                    change: Planned {
+                        tip,
+                        updates: &updates,
+                        message: &message,
+                    },
+                };
+                let outcome =
+                    writer::propose(self.mirror, forge, &self.config.author, &proposal).await?;
+                self.mark_proposal(forge, &outcome, evidence).await;
+                Some(outcome)
+            }
+            Decision::HoldOpenPr { settled, dry_run } => {
+                let forge = self.forge.ok_or(SyncError::NoForge)?;
+                self.hold_open_pr(forge, &pr_branch, evidence, &block, failures, dry_run)
+                    .await?
+                    .or_else(|| settled.then_some(Outcome::NothingToDo))
+            }
+            Decision::Nothing { settled } => settled.then_some(Outcome::NothingToDo),
+        })
+    }
+
+    /// Sets the `tagpin/promotion` status on the head of the pull request just proposed. The
+    /// pull request stands even if its head cannot be read back: the status is set by the next
+    /// pass, as any status tagpin fails to set.
+    async fn mark_proposal(&self, forge: &GitHub, outcome: &Outcome, evidence: &Evidence<'_>) {
+        let Some(number) = pr_number(outcome) else {
+            return;
+        };
+        let head = match forge.pull_request(number).await {
+            Ok(pr) => pr.head_sha,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot set the {} status on pull request #{number}: {e}",
+                    gate::PROMOTION_CONTEXT
+                );
+                return;
+            }
+        };
+        let (state, description) =
+            gate::promotion_status(evidence.gate, evidence.source, evidence.soak, true);
+        forge
+            .set_status_once(&head, state, gate::PROMOTION_CONTEXT, &description)
+            .await;
     }
 
     /// When nothing may be written: an open promotion pull request keeps its digests, but its
@@ -449,7 +509,7 @@ impl<'a> Promoter<'a> {
         evidence: &Evidence<'_>,
         current: &PlanBlock,
         failures: &[String],
-        options: PromoteOptions,
+        dry_run: bool,
     ) -> Result<Option<Outcome>, PromoteError> {
         let prs = forge
             .pull_requests_for(pr_branch, &self.config.repository.branch)
@@ -471,7 +531,7 @@ impl<'a> Promoter<'a> {
         };
         let body = evidence::render(&evidence, &proposed);
         let edit = pr.body != body;
-        if !options.dry_run {
+        if !dry_run {
             if edit {
                 forge
                     .update_pull_request(pr.number, &pr.title, &body)
@@ -495,7 +555,7 @@ impl<'a> Promoter<'a> {
                 .await;
         }
         let (number, url, branch) = (pr.number, pr.url, pr_branch.to_string());
-        Ok(Some(if edit && options.dry_run {
+        Ok(Some(if edit && dry_run {
             Outcome::DryRun {
                 branch,
                 title: pr.title,
@@ -542,15 +602,6 @@ impl<'a> Promoter<'a> {
         }
         Ok(None)
     }
-}
-
-/// `NothingToDo` when the gate is open and the target already runs the source's digests.
-fn nothing_to_do(
-    gate: &Gate,
-    files: &[crate::plan::FilePlan],
-    failures: &[String],
-) -> Option<Outcome> {
-    (gate.is_open() && files.is_empty() && failures.is_empty()).then_some(Outcome::NothingToDo)
 }
 
 fn pr_number(outcome: &Outcome) -> Option<u64> {

@@ -6,26 +6,23 @@
 //! flight is read back from the remote (tagpin's branches) and the forge (its pull requests
 //! and their plan blocks), so a restarted process carries on where the last one stopped.
 //!
-//! Races: a push to the target branch that loses to another writer re-fetches, re-plans on the
-//! new tip and tries again (never forcing); a tagpin branch is force-updated only with a lease
-//! on the tip tagpin saw, so a person's push to it is never overwritten.
-//!
-//! A person's work on a tagpin branch is never overwritten either: while its pull request is
-//! open, a branch whose tip tagpin did not write ([`Mirror::is_own_commit`]) is left alone and
-//! the pull request says so, once ([`HAND_EDIT_MARKER`]). And in pull-request mode one group's
-//! failure (a refused push, a forge error) is reported for that group while the others go on.
+//! The writing itself (the commit and its fast-forward push, the pull request, a lost race and
+//! a tagpin branch a person edited) is [`crate::writer`]'s, shared with `promote`: a push that
+//! loses to another writer re-fetches, re-plans on the new tip and tries again, never forcing.
+//! In pull-request mode one group's failure (a refused push, a forge error) is reported for
+//! that group while the others go on.
 
 pub mod policy;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
 use crate::config::{Config, GitAuth, WriteMode};
 use crate::forge::body;
-use crate::forge::{ForgeError, GitHub, PullRequestInfo};
-use crate::git::{off_runtime, Credentials, Expect, GitError, Mirror};
+use crate::forge::{ForgeError, GitHub};
+use crate::git::{off_runtime, Credentials, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Scanned, Skipped};
 use crate::plan::{self, Plan, ScannedFile};
@@ -33,10 +30,8 @@ use crate::policy::{Follow, Policies, TagLists};
 use crate::proposal::PlanBlock;
 use crate::reference::Reference;
 use crate::registry::{Client, RegistryError, ResolveKey, ResolveResult};
-use policy::{Group, PrDecision};
-
-/// How many times a push that lost a race is retried (fetch, re-plan, push).
-pub const MAX_PUSH_ATTEMPTS: u32 = 5;
+use crate::writer::{self, Planned, Proposal};
+use policy::Group;
 
 /// Tags asked per `tags/list` page (`n`); a registry may serve fewer and point to the rest
 /// with `Link`, which [`Client::list_tags`] follows.
@@ -73,6 +68,12 @@ pub enum SyncError {
 }
 
 impl SyncError {
+    /// Whether a push lost a race: the branch moved since the pass read it, so the pass plans
+    /// again on the new tip ([`writer::retry_after`]).
+    pub fn is_lost_race(&self) -> bool {
+        matches!(self, SyncError::Git(GitError::NonFastForward { .. }))
+    }
+
     /// Whether the error would fail every group of the pass alike (credentials, setup, a rate
     /// limit to wait out), so going on to the next group would only repeat it, or hammer the
     /// forge. Other errors belong to the group that met them.
@@ -251,105 +252,108 @@ impl<'a> Syncer<'a> {
     /// Runs one pass, reusing the registry answers in `resolutions` and adding the ones it had
     /// to ask for. The controller keeps answers between a scheduled pass and the webhook passes
     /// after it, dropping only the images a webhook names, so a push re-resolves one image
-    /// instead of all of them.
+    /// instead of all of them. A write that loses a race plans again on the new tip
+    /// ([`writer::retry_after`]).
     pub async fn run_with(
         &self,
         options: SyncOptions,
         resolutions: &mut BTreeMap<ResolveKey, ResolveResult>,
     ) -> Result<SyncReport, SyncError> {
-        let target = self.config.repository.branch.clone();
         let mut report = SyncReport {
-            target: target.clone(),
+            target: self.config.repository.branch.clone(),
             ..SyncReport::default()
         };
-        let mut attempt = 0;
         let mut follow = Follow {
             policies: self.policies.clone(),
             tags: TagLists::new(),
         };
+        let mut attempt = 0;
         loop {
             attempt += 1;
-            let (tip, scanned) = off_runtime(|| {
-                self.mirror
-                    .fetch(&target, &self.config.pull_request.branch_prefix)?;
-                let tip = self.mirror.require_tip(&target)?;
-                Ok::<_, SyncError>((tip, self.scan_tip(tip)?))
-            })?;
-            let started = std::time::Instant::now();
-            self.list_missing_tags(&scanned.files, &mut follow).await;
-            self.resolve_missing(&scanned.files, &follow, resolutions)
-                .await;
-            report.resolve_time += started.elapsed();
-            let grouped = policy::group(
-                &scanned.files,
-                resolutions,
-                &follow,
-                self.config.pull_request.grouping,
-                self.config.mode,
-            );
-            report.failures = scanned
-                .errors
-                .iter()
-                .map(ToString::to_string)
-                .chain(grouped.whole.problems.iter().map(ToString::to_string))
-                .collect();
-            report.skipped = scanned.skipped;
-            report.groups.clear();
-            let mut raced = false;
-            for (group, plan) in grouped.groups {
-                let diff: String = plan.files.iter().map(|f| f.diff.as_str()).collect();
-                let outcome = match self.write_group(&group, &plan, tip, options, attempt).await {
-                    Ok(outcome) => outcome,
-                    Err(SyncError::Git(GitError::NonFastForward { .. }))
-                        if attempt < MAX_PUSH_ATTEMPTS =>
-                    {
-                        raced = true;
-                        break;
-                    }
-                    Err(SyncError::Git(GitError::NonFastForward { url, branch })) => {
-                        return Err(SyncError::TooManyRaces {
-                            url,
-                            branch,
-                            attempts: attempt,
-                        })
-                    }
-                    // In pull-request mode each group is its own proposal: one that fails is
-                    // reported, and the next is still proposed.
-                    Err(e) if self.config.mode == WriteMode::PullRequest && !e.is_pass_wide() => {
-                        let branch = policy::pr_branch(
-                            &self.config.pull_request.branch_prefix,
-                            &target,
-                            &group,
-                        );
-                        let what = match &group {
-                            Group::All => format!("pull request from {branch}"),
-                            Group::Image(image) => {
-                                format!("image {image}: pull request from {branch}")
-                            }
-                        };
-                        report.failures.push(format!("{what}: {e}"));
-                        Outcome::Failed {
-                            branch,
-                            reason: e.to_string(),
-                        }
-                    }
-                    Err(e) => return Err(e),
-                };
-                report.groups.push(GroupReport {
-                    group: group.to_string(),
-                    outcome,
-                    changes: plan.changes.clone(),
-                    diff,
-                });
+            match self
+                .attempt(options, attempt, &mut follow, resolutions, &mut report)
+                .await
+            {
+                Ok(()) => break,
+                Err(error) => writer::retry_after(attempt, error)?,
             }
-            if raced {
-                tracing::info!(branch = %target, attempt, "the branch moved during the pass; fetching and planning again");
-                continue;
-            }
-            report.failures.sort();
-            report.failures.dedup();
-            return Ok(report);
         }
+        report.failures.sort();
+        report.failures.dedup();
+        Ok(report)
+    }
+
+    /// One attempt at the pass: fetch, plan on the tip, write each group. Fills `report`
+    /// (keeping the time spent resolving in earlier attempts); a lost race is returned as the
+    /// error, for [`writer::retry_after`].
+    async fn attempt(
+        &self,
+        options: SyncOptions,
+        attempt: u32,
+        follow: &mut Follow,
+        resolutions: &mut BTreeMap<ResolveKey, ResolveResult>,
+        report: &mut SyncReport,
+    ) -> Result<(), SyncError> {
+        let target = &self.config.repository.branch;
+        let (tip, scanned) = off_runtime(|| {
+            self.mirror
+                .fetch(target, &self.config.pull_request.branch_prefix)?;
+            let tip = self.mirror.require_tip(target)?;
+            Ok::<_, SyncError>((tip, self.scan_tip(tip)?))
+        })?;
+        let started = std::time::Instant::now();
+        self.list_missing_tags(&scanned.files, follow).await;
+        self.resolve_missing(&scanned.files, follow, resolutions)
+            .await;
+        report.resolve_time += started.elapsed();
+        let grouped = policy::group(
+            &scanned.files,
+            resolutions,
+            follow,
+            self.config.pull_request.grouping,
+            self.config.mode,
+        );
+        report.failures = scanned
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .chain(grouped.whole.problems.iter().map(ToString::to_string))
+            .collect();
+        report.skipped = scanned.skipped;
+        report.groups.clear();
+        for (group, plan) in grouped.groups {
+            let diff: String = plan.files.iter().map(|f| f.diff.as_str()).collect();
+            let outcome = match self.write_group(&group, &plan, tip, options, attempt).await {
+                Ok(outcome) => outcome,
+                // The branch moved: this attempt's plan is void, the caller plans again.
+                Err(e) if e.is_lost_race() => return Err(e),
+                // In pull-request mode each group is its own proposal: one that fails is
+                // reported, and the next is still proposed.
+                Err(e) if self.config.mode == WriteMode::PullRequest && !e.is_pass_wide() => {
+                    let branch =
+                        policy::pr_branch(&self.config.pull_request.branch_prefix, target, &group);
+                    let what = match &group {
+                        Group::All => format!("pull request from {branch}"),
+                        Group::Image(image) => {
+                            format!("image {image}: pull request from {branch}")
+                        }
+                    };
+                    report.failures.push(format!("{what}: {e}"));
+                    Outcome::Failed {
+                        branch,
+                        reason: e.to_string(),
+                    }
+                }
+                Err(e) => return Err(e),
+            };
+            report.groups.push(GroupReport {
+                group: group.to_string(),
+                outcome,
+                changes: plan.changes.clone(),
+                diff,
+            });
+        }
+        Ok(())
     }
 
     /// Reads and scans the manifests at `tip` (paths relative to the repository root).
@@ -437,27 +441,16 @@ impl<'a> Syncer<'a> {
                 body: body::render(&block),
             });
         }
-        let updates: Vec<(PathBuf, Vec<u8>)> = plan
-            .files
-            .iter()
-            .map(|f| (f.path.clone(), f.updated.clone()))
-            .collect();
+        let updates = writer::updates(&plan.files);
         let message = body::commit_message(&self.config.commit_message, &block);
+        let change = Planned {
+            tip,
+            updates: &updates,
+            message: &message,
+        };
         match self.config.mode {
             WriteMode::Commit => {
-                let commit = off_runtime(|| {
-                    let commit =
-                        self.mirror
-                            .commit(tip, &updates, &self.config.author, &message)?;
-                    self.mirror
-                        .push(commit, target, Expect::FastForwardFrom(tip))?;
-                    Ok::<_, GitError>(commit)
-                })?;
-                Ok(Outcome::Committed {
-                    branch: target.clone(),
-                    commit: commit.to_string(),
-                    attempts: attempt,
-                })
+                writer::commit(&self.mirror, &self.config.author, target, &change, attempt)
             }
             WriteMode::PullRequest => {
                 let forge = self.forge.ok_or(SyncError::NoForge)?;
@@ -470,154 +463,11 @@ impl<'a> Syncer<'a> {
                     body: &body,
                     refresh_body: false,
                     labels: &self.config.pull_request.labels,
-                    tip,
-                    updates: &updates,
-                    message: &message,
+                    change,
                 };
-                propose(&self.mirror, forge, &self.config.author, &proposal).await
+                writer::propose(&self.mirror, forge, &self.config.author, &proposal).await
             }
         }
-    }
-}
-
-/// A change to propose on a tagpin-owned branch, as a pull request into `target`.
-pub struct Proposal<'p> {
-    pub branch: &'p str,
-    pub target: &'p str,
-    pub block: &'p PlanBlock,
-    pub title: &'p str,
-    pub body: &'p str,
-    /// Edit an open pull request whose body differs from `body` even when its plan block is
-    /// the same (a promotion's evidence changes while its digests do not). Off for `sync`, so
-    /// a person's note in the body survives until the digests move.
-    pub refresh_body: bool,
-    pub labels: &'p [String],
-    /// The target's tip the change was planned on, and the files it writes there.
-    pub tip: git2::Oid,
-    pub updates: &'p [(PathBuf, Vec<u8>)],
-    pub message: &'p str,
-}
-
-/// Carries out [`policy::decide_pr`] for one proposal: pushes the branch when it does not carry
-/// the change yet, then opens, updates or leaves alone its pull request. Shared by `sync` and
-/// `promote`, so both treat races, adopted and closed pull requests alike.
-pub async fn propose(
-    mirror: &Mirror,
-    forge: &GitHub,
-    author: &crate::config::Author,
-    p: &Proposal<'_>,
-) -> Result<Outcome, SyncError> {
-    let prs = forge.pull_requests_for(p.branch, p.target).await?;
-    // Whether the branch already carries exactly this change on this tip, and whether its tip
-    // is someone else's work.
-    let existing = mirror.tip(p.branch);
-    let (carries, by_hand) = off_runtime(|| {
-        let wanted_tree = mirror.tree_with(p.tip, p.updates)?;
-        Ok::<_, GitError>(match existing {
-            Some(commit) => (
-                mirror.tree_and_parent(commit)? == (wanted_tree, Some(p.tip)),
-                !mirror.is_own_commit(commit)?,
-            ),
-            None => (false, false),
-        })
-    })?;
-    let push = |needed: bool| {
-        if needed {
-            off_runtime(|| push_change(mirror, author, p, existing))
-        } else {
-            Ok(())
-        }
-    };
-    let branch = p.branch.to_string();
-    match policy::decide_pr(p.block, p.title, p.labels, &prs, carries) {
-        PrDecision::LeaveClosed { number } => Ok(Outcome::ClosedByHand { number, branch }),
-        PrDecision::Update {
-            number,
-            push: needs_push,
-            edit,
-            missing_labels,
-            ..
-        } => {
-            let pr = prs.iter().find(|pr| pr.number == number);
-            let url = pr.map(|pr| pr.url.clone()).unwrap_or_default();
-            if let (true, true, Some(commit)) = (needs_push, by_hand, existing) {
-                // Pushing would replace a person's work, and editing the body would promise
-                // what the branch does not hold: leave the pull request to them.
-                tracing::warn!(
-                    "pull request #{number}: {} ends with {commit}, which tagpin did not write; not pushing over it",
-                    p.branch
-                );
-                let note = hand_edit_note(p.branch, &commit.to_string());
-                forge
-                    .upsert_comment(number, HAND_EDIT_MARKER, &note)
-                    .await?;
-                return Ok(Outcome::EditedByHand {
-                    number,
-                    url,
-                    branch,
-                    commit: commit.to_string(),
-                });
-            }
-            let stale_body = p.refresh_body && pr.is_some_and(|pr| pr.body != p.body);
-            let edit = edit || stale_body;
-            push(needs_push)?;
-            if edit {
-                forge.update_pull_request(number, p.title, p.body).await?;
-            }
-            if !missing_labels.is_empty() {
-                forge.add_labels(number, &missing_labels).await?;
-            }
-            Ok(Outcome::pull_request(
-                edit || needs_push,
-                number,
-                url,
-                branch,
-            ))
-        }
-        PrDecision::Open => {
-            push(!carries)?;
-            let pr: PullRequestInfo = forge
-                .open_pull_request(p.branch, p.target, p.title, p.body)
-                .await?;
-            if !p.labels.is_empty() {
-                forge.add_labels(pr.number, p.labels).await?;
-            }
-            Ok(Outcome::PullRequestOpened {
-                number: pr.number,
-                url: pr.url,
-                branch,
-            })
-        }
-    }
-}
-
-/// Finds tagpin's "edited by hand" comment among a pull request's comments, so it is posted
-/// once however many passes find the branch edited.
-pub const HAND_EDIT_MARKER: &str = "<!-- tagpin-edited-by-hand -->";
-
-/// The comment on a pull request whose branch a person changed.
-fn hand_edit_note(branch: &str, commit: &str) -> String {
-    format!(
-        "{HAND_EDIT_MARKER}\n**tagpin has stopped updating this pull request.** Its branch `{branch}` now ends with commit {commit}, which tagpin did not write, so tagpin will not push over it.\n\nTo hand the branch back, close this pull request (tagpin proposes the next digests on a new one) or reset `{branch}` to a commit tagpin wrote.\n"
-    )
-}
-
-/// Commits the change on `p.tip` and moves tagpin's branch to it, with a lease on the tip
-/// tagpin saw (`existing`): a push to the branch since the fetch is never overwritten.
-fn push_change(
-    mirror: &Mirror,
-    author: &crate::config::Author,
-    p: &Proposal<'_>,
-    existing: Option<git2::Oid>,
-) -> Result<(), SyncError> {
-    let commit = mirror.commit_owned(p.tip, p.updates, author, p.message)?;
-    match mirror.push(commit, p.branch, Expect::Lease(existing)) {
-        Ok(()) => Ok(()),
-        // Another tagpin moved our branch: start the pass over, as for a lost race.
-        Err(GitError::LeaseBroken { url, branch, .. }) => {
-            Err(SyncError::Git(GitError::NonFastForward { url, branch }))
-        }
-        Err(e) => Err(e.into()),
     }
 }
 
@@ -663,17 +513,6 @@ pub fn git_credentials(auth: &GitAuth) -> Result<Credentials, SyncError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_hand_edit_note_carries_its_marker_and_names_the_branch_and_commit() {
-        let note = hand_edit_note("tagpin/main", "0123456789abcdef0123456789abcdef01234567");
-        assert!(note.starts_with(HAND_EDIT_MARKER), "{note}");
-        assert!(note.contains("`tagpin/main`"), "{note}");
-        assert!(
-            note.contains("0123456789abcdef0123456789abcdef01234567"),
-            "{note}"
-        );
-    }
 
     #[test]
     fn only_errors_every_group_would_meet_end_the_pass() {

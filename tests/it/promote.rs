@@ -17,7 +17,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::git::BareRepo;
+use support::git::{BareRepo, GitHttpServer, HttpAuth};
 use support::github::{GitHubServer, PrState};
 use support::kube::{deployment, pod, running_pod_status, KubeServer};
 use support::registry::{FaultProxy, Mode, TestRegistry};
@@ -1793,6 +1793,114 @@ async fn a_stage_promoted_by_commit_gets_one_commit_on_main_and_then_nothing() {
         "{report:#}"
     );
     assert_eq!(w.tip(), commit);
+    w.github.assert_no_violations();
+}
+
+impl World {
+    /// Production promoted by commit (both stages on the layout's paths, no soak).
+    fn configure_commit_mode(&self) {
+        self.write_config(&format!(
+            "  - name: staging\n    paths: [{}]\n    cluster: {}\n\
+             \x20 - name: production\n    paths: [{}]\n    cluster: {}\n    mode: commit\n",
+            self.layout.stage_path("staging"),
+            self.cluster("staging"),
+            self.layout.stage_path("production"),
+            self.cluster("production"),
+        ));
+    }
+
+    /// Serves the repository over smart HTTP, where a test can make pushes race, and points
+    /// the configuration at it.
+    fn serve_over_http(&self) -> GitHttpServer {
+        let server = GitHttpServer::start(self.repo.base_dir(), HttpAuth::None);
+        let config = std::fs::read_to_string(self.config()).unwrap();
+        let served = config.replace(&self.repo.file_url(), &server.url(self.repo.name()));
+        assert_ne!(served, config, "the configuration names the repository");
+        std::fs::write(self.config(), served).unwrap();
+        server
+    }
+}
+
+/// A person's commit on main, landing just before each of tagpin's next `times` pushes.
+fn main_moves_before_each_push(w: &World, server: &GitHttpServer, times: usize) {
+    let other = w.repo.clone();
+    server.before_push_advertisements(times, move || {
+        other.commit_as_other_writer(
+            "main",
+            &[("notes/busy.txt", "someone else is at work\n")],
+            "A human change",
+        );
+    });
+}
+
+#[tokio::test]
+async fn a_promotion_by_commit_that_loses_a_race_commits_on_the_new_tip_and_counts_two_attempts() {
+    let w = World::new(Layout::Plain, "0s").await;
+    w.configure_commit_mode();
+    let server = w.serve_over_http();
+    w.staging_pinned_and_converged().await;
+    main_moves_before_each_push(&w, &server, 1);
+
+    let (code, report, out) = w.promote_json().await;
+
+    assert_eq!(code, Some(0), "{}", text(&out));
+    let commit = w.tip();
+    assert_eq!(
+        report["outcome"],
+        json!({"outcome": "committed", "branch": "main", "commit": commit, "attempts": 2}),
+        "{report:#}"
+    );
+    let log = w.repo.log("main");
+    assert!(log[0].1.starts_with("Promote 2 image(s)"), "{log:?}");
+    assert_eq!(log[1].1, "A human change", "{log:?}");
+    assert_eq!(
+        report["source"]["commit"], log[1].0,
+        "verified again on the new tip"
+    );
+    for file in w.layout.production_files() {
+        assert_eq!(w.repo.read("main", file).unwrap(), w.promoted(file, &w.new));
+    }
+    assert!(w.repo.read("main", "notes/busy.txt").is_some());
+    w.github.assert_no_violations();
+}
+
+#[tokio::test]
+async fn a_promotion_by_commit_that_keeps_losing_the_race_gives_up_naming_the_branch() {
+    let w = World::new(Layout::Plain, "0s").await;
+    w.configure_commit_mode();
+    let server = w.serve_over_http();
+    w.staging_pinned_and_converged().await;
+    let before = w.repo.log("main").len();
+    // Once more than tagpin tries, so a sixth attempt would race too.
+    main_moves_before_each_push(&w, &server, 6);
+    server.clear_requests();
+
+    let (code, report, out) = w.promote_json().await;
+
+    assert_eq!(code, Some(2), "{}", text(&out));
+    let url = server.url(w.repo.name());
+    assert_eq!(
+        report,
+        json!({"state": "error", "error": format!(
+            "{url}: main kept moving; gave up after 5 attempts to push on top of it"
+        )}),
+        "{}",
+        text(&out)
+    );
+    let log = w.repo.log("main");
+    assert_eq!(log.len(), before + 5, "{log:?}");
+    assert!(
+        log[..5]
+            .iter()
+            .all(|(_, subject)| subject == "A human change"),
+        "nothing of tagpin's landed: {log:?}"
+    );
+    let advertisements = server
+        .requests()
+        .iter()
+        .filter(|r| r.query.as_deref() == Some("service=git-receive-pack"))
+        .count();
+    assert_eq!(advertisements, 5, "one push per attempt");
     w.github.assert_no_violations();
 }
 

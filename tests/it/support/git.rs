@@ -788,6 +788,17 @@ impl GitHttpServer {
             .expect("hook lock") = Some(Box::new(action));
     }
 
+    /// [`GitHttpServer::before_next_push_advertisement`] for each of the
+    /// next `times` pushes: a branch that keeps moving under every push, as on
+    /// a busy repository.
+    pub fn before_push_advertisements(
+        &self,
+        times: usize,
+        action: impl Fn() + Send + Sync + 'static,
+    ) {
+        arm_push_advertisement(Arc::downgrade(&self.shared), times, Arc::new(action));
+    }
+
     /// Answers the next `count` requests with `status` (e.g. 500 or 503)
     /// without running http-backend. Auth is not checked for them.
     pub fn fail_next(&self, count: usize, status: u16) {
@@ -805,6 +816,23 @@ impl Drop for GitHttpServer {
             let _ = thread.join();
         }
     }
+}
+
+/// Sets a one-shot push-advertisement hook that runs `action` and then sets
+/// itself again, `times` times in all. It holds the server weakly, so a hook
+/// left armed never keeps a stopped server alive.
+fn arm_push_advertisement(
+    shared: std::sync::Weak<HttpShared>,
+    times: usize,
+    action: Arc<dyn Fn() + Send + Sync>,
+) {
+    let Some(strong) = shared.upgrade().filter(|_| times > 0) else {
+        return;
+    };
+    *strong.before_push_advertisement.lock().expect("hook lock") = Some(Box::new(move || {
+        action();
+        arm_push_advertisement(shared, times - 1, action);
+    }));
 }
 
 impl HttpShared {

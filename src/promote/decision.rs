@@ -1,0 +1,190 @@
+//! What a promotion pass writes, as a pure function of what it found: the gate, the carried
+//! plan, the manifests and fields that could not be read, and the target stage's write mode.
+//!
+//! [`super::Promoter`] only gathers the inputs (the fetched tip, both stages' manifests, the
+//! source stage's verdict and soak clock) and carries out the decision through
+//! [`crate::writer`], so every rule here is tested with plain data.
+
+use crate::config::WriteMode;
+use crate::plan::Plan;
+
+use super::Gate;
+
+/// What one promotion pass writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Commit the carried digests on the branch (commit mode). `dry_run`: only say what would
+    /// be committed.
+    Commit { dry_run: bool },
+    /// Open or update the promotion pull request with them (pull-request mode). `dry_run`:
+    /// only say what it would propose.
+    Propose { dry_run: bool },
+    /// Nothing may be written (pull-request mode): an open promotion pull request keeps its
+    /// digests while its body and status say why, or that the source has moved on. With none
+    /// open, as [`Decision::Nothing`]. `dry_run`: edit and set nothing, only say what would be.
+    HoldOpenPr { settled: bool, dry_run: bool },
+    /// Nothing is written. `settled`: the gate is open, everything was read and the target
+    /// already runs the source's digests (reported as nothing to do); otherwise the gate or the
+    /// failures say why, and there is no outcome.
+    Nothing { settled: bool },
+}
+
+/// Decides the write. A promotion is all or nothing: with any failure nothing is carried, so
+/// the target never runs half of what the source was verified on.
+pub fn decide(
+    gate: &Gate,
+    plan: &Plan,
+    failures: &[String],
+    mode: WriteMode,
+    dry_run: bool,
+) -> Decision {
+    let may_write = gate.is_open() && failures.is_empty();
+    let changes = !plan.files.is_empty();
+    let settled = may_write && !changes;
+    match (mode, may_write && changes) {
+        (WriteMode::Commit, true) => Decision::Commit { dry_run },
+        (WriteMode::PullRequest, true) => Decision::Propose { dry_run },
+        (WriteMode::Commit, false) => Decision::Nothing { settled },
+        (WriteMode::PullRequest, false) => Decision::HoldOpenPr { settled, dry_run },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::FilePlan;
+    use crate::verify::verdict::State;
+
+    const OPEN: Gate = Gate::Open {
+        since: 1_700_000_000,
+    };
+
+    /// A carried plan that rewrites one file, or none.
+    fn plan(changes: bool) -> Plan {
+        let files = if changes {
+            vec![FilePlan {
+                path: "envs/production/web.yaml".into(),
+                original: b"image: web:1@sha256:old\n".to_vec(),
+                updated: b"image: web:1@sha256:new\n".to_vec(),
+                diff: String::new(),
+            }]
+        } else {
+            Vec::new()
+        };
+        Plan {
+            files,
+            ..Plan::default()
+        }
+    }
+
+    fn closed_gates() -> Vec<Gate> {
+        vec![
+            Gate::Soaking {
+                since: 1_700_000_000,
+                remaining_seconds: 600,
+            },
+            Gate::Waiting {
+                reason: "web: 1 of 2 pods updated".into(),
+            },
+            Gate::Refused {
+                state: State::Failed,
+                reason: "web: ImagePullBackOff".into(),
+            },
+        ]
+    }
+
+    fn unreadable() -> Vec<String> {
+        vec!["envs/production/cache.yaml:2:7: did not find expected node content".into()]
+    }
+
+    #[test]
+    fn an_open_gate_with_digests_to_carry_commits_in_commit_mode() {
+        assert_eq!(
+            decide(&OPEN, &plan(true), &[], WriteMode::Commit, false),
+            Decision::Commit { dry_run: false }
+        );
+        assert_eq!(
+            decide(&OPEN, &plan(true), &[], WriteMode::Commit, true),
+            Decision::Commit { dry_run: true }
+        );
+    }
+
+    #[test]
+    fn an_open_gate_with_digests_to_carry_proposes_in_pull_request_mode() {
+        assert_eq!(
+            decide(&OPEN, &plan(true), &[], WriteMode::PullRequest, false),
+            Decision::Propose { dry_run: false }
+        );
+        assert_eq!(
+            decide(&OPEN, &plan(true), &[], WriteMode::PullRequest, true),
+            Decision::Propose { dry_run: true }
+        );
+    }
+
+    #[test]
+    fn a_closed_gate_writes_nothing_new_and_holds_an_open_pull_request() {
+        for gate in closed_gates() {
+            assert_eq!(
+                decide(&gate, &plan(true), &[], WriteMode::Commit, false),
+                Decision::Nothing { settled: false },
+                "{gate:?}"
+            );
+            assert_eq!(
+                decide(&gate, &plan(true), &[], WriteMode::PullRequest, false),
+                Decision::HoldOpenPr {
+                    settled: false,
+                    dry_run: false
+                },
+                "{gate:?}"
+            );
+            assert_eq!(
+                decide(&gate, &plan(false), &[], WriteMode::PullRequest, true),
+                Decision::HoldOpenPr {
+                    settled: false,
+                    dry_run: true
+                },
+                "{gate:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failure_blocks_the_whole_promotion_even_with_the_gate_open() {
+        assert_eq!(
+            decide(&OPEN, &plan(true), &unreadable(), WriteMode::Commit, false),
+            Decision::Nothing { settled: false }
+        );
+        assert_eq!(
+            decide(
+                &OPEN,
+                &plan(true),
+                &unreadable(),
+                WriteMode::PullRequest,
+                false
+            ),
+            Decision::HoldOpenPr {
+                settled: false,
+                dry_run: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_target_already_on_the_source_digests_is_settled_only_when_everything_was_read() {
+        assert_eq!(
+            decide(&OPEN, &plan(false), &[], WriteMode::Commit, false),
+            Decision::Nothing { settled: true }
+        );
+        assert_eq!(
+            decide(&OPEN, &plan(false), &[], WriteMode::PullRequest, false),
+            Decision::HoldOpenPr {
+                settled: true,
+                dry_run: false
+            }
+        );
+        assert_eq!(
+            decide(&OPEN, &plan(false), &unreadable(), WriteMode::Commit, false),
+            Decision::Nothing { settled: false }
+        );
+    }
+}

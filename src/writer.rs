@@ -1,0 +1,295 @@
+//! The one way tagpin writes a planned change to the GitOps repository, shared by `sync` and
+//! `promote` so both treat races, adopted pull requests and hand edits alike.
+//!
+//! - Commit mode, [`commit`]: commit the change on the tip it was planned on and fast-forward
+//!   the branch to it. Never forced: if the branch moved since it was read, the push fails as a
+//!   lost race.
+//! - Pull-request mode, [`propose`]: put the change on a tagpin-owned branch (with a lease on the
+//!   tip tagpin saw) and open, update or leave alone its pull request. A branch whose tip tagpin
+//!   did not write ([`Mirror::is_own_commit`]) is never pushed over; the pull request says so,
+//!   once ([`HAND_EDIT_MARKER`]).
+//!
+//! A lost race is not a failure of the change: the caller's pass loop asks [`retry_after`],
+//! which has it fetch, plan again on the new tip and write again, up to [`MAX_PUSH_ATTEMPTS`]
+//! attempts, and ends in [`SyncError::TooManyRaces`] naming the branch. Errors and outcomes are
+//! `sync`'s, which `promote` reports wrapped as it wraps every `sync` error.
+
+use std::path::PathBuf;
+
+use crate::config::Author;
+use crate::forge::{GitHub, PullRequestInfo};
+use crate::git::{off_runtime, Expect, GitError, Mirror};
+use crate::plan::FilePlan;
+use crate::proposal::PlanBlock;
+use crate::sync::policy::{self, PrDecision};
+use crate::sync::{Outcome, SyncError};
+
+/// How many attempts a pass makes to write on top of a branch that keeps moving (fetch,
+/// re-plan, push) before giving up with [`SyncError::TooManyRaces`].
+pub const MAX_PUSH_ATTEMPTS: u32 = 5;
+
+/// A planned change: the files it writes, on the tip of the target branch it was planned on.
+pub struct Planned<'p> {
+    pub tip: git2::Oid,
+    pub updates: &'p [(PathBuf, Vec<u8>)],
+    pub message: &'p str,
+}
+
+/// The new content of each file a plan changes, as [`Planned::updates`] takes it.
+pub fn updates(files: &[FilePlan]) -> Vec<(PathBuf, Vec<u8>)> {
+    files
+        .iter()
+        .map(|f| (f.path.clone(), f.updated.clone()))
+        .collect()
+}
+
+/// What follows attempt number `attempt` of a pass that failed with `error`.
+///
+/// `Ok(())` when the push lost a race (the branch moved since the pass read it) and another
+/// attempt is allowed: the caller fetches, plans on the new tip and writes again. Otherwise the
+/// error that ends the pass: a race lost on the last attempt becomes
+/// [`SyncError::TooManyRaces`], naming the remote and the branch; any other error is returned
+/// as it is.
+pub fn retry_after(attempt: u32, error: SyncError) -> Result<(), SyncError> {
+    match error {
+        SyncError::Git(GitError::NonFastForward { branch, .. }) if attempt < MAX_PUSH_ATTEMPTS => {
+            tracing::info!(%branch, attempt, "the branch moved during the pass; fetching and planning again");
+            Ok(())
+        }
+        SyncError::Git(GitError::NonFastForward { url, branch }) => Err(SyncError::TooManyRaces {
+            url,
+            branch,
+            attempts: attempt,
+        }),
+        error => Err(error),
+    }
+}
+
+/// Commits `change` on the tip it was planned on and fast-forwards `branch` to it (commit
+/// mode). A branch that moved since gives [`GitError::NonFastForward`], for [`retry_after`].
+/// `attempt` is the pass's attempt number, reported in the outcome.
+pub fn commit(
+    mirror: &Mirror,
+    author: &Author,
+    branch: &str,
+    change: &Planned<'_>,
+    attempt: u32,
+) -> Result<Outcome, SyncError> {
+    let commit = off_runtime(|| {
+        let commit = mirror.commit(change.tip, change.updates, author, change.message)?;
+        mirror.push(commit, branch, Expect::FastForwardFrom(change.tip))?;
+        Ok::<_, GitError>(commit)
+    })?;
+    Ok(Outcome::Committed {
+        branch: branch.to_string(),
+        commit: commit.to_string(),
+        attempts: attempt,
+    })
+}
+
+/// A change to propose on a tagpin-owned branch, as a pull request into `target`.
+pub struct Proposal<'p> {
+    pub branch: &'p str,
+    pub target: &'p str,
+    pub block: &'p PlanBlock,
+    pub title: &'p str,
+    pub body: &'p str,
+    /// Edit an open pull request whose body differs from `body` even when its plan block is
+    /// the same (a promotion's evidence changes while its digests do not). Off for `sync`, so
+    /// a person's note in the body survives until the digests move.
+    pub refresh_body: bool,
+    pub labels: &'p [String],
+    /// What the branch must hold: this change on the target's tip it was planned on.
+    pub change: Planned<'p>,
+}
+
+/// Carries out [`policy::decide_pr`] for one proposal: pushes the branch when it does not carry
+/// the change yet, then opens, updates or leaves alone its pull request.
+pub async fn propose(
+    mirror: &Mirror,
+    forge: &GitHub,
+    author: &Author,
+    p: &Proposal<'_>,
+) -> Result<Outcome, SyncError> {
+    let prs = forge.pull_requests_for(p.branch, p.target).await?;
+    // Whether the branch already carries exactly this change on this tip, and whether its tip
+    // is someone else's work.
+    let existing = mirror.tip(p.branch);
+    let (carries, by_hand) = off_runtime(|| {
+        let wanted_tree = mirror.tree_with(p.change.tip, p.change.updates)?;
+        Ok::<_, GitError>(match existing {
+            Some(commit) => (
+                mirror.tree_and_parent(commit)? == (wanted_tree, Some(p.change.tip)),
+                !mirror.is_own_commit(commit)?,
+            ),
+            None => (false, false),
+        })
+    })?;
+    let push = |needed: bool| {
+        if needed {
+            off_runtime(|| push_change(mirror, author, p, existing))
+        } else {
+            Ok(())
+        }
+    };
+    let branch = p.branch.to_string();
+    match policy::decide_pr(p.block, p.title, p.labels, &prs, carries) {
+        PrDecision::LeaveClosed { number } => Ok(Outcome::ClosedByHand { number, branch }),
+        PrDecision::Update {
+            number,
+            push: needs_push,
+            edit,
+            missing_labels,
+            ..
+        } => {
+            let pr = prs.iter().find(|pr| pr.number == number);
+            let url = pr.map(|pr| pr.url.clone()).unwrap_or_default();
+            if let (true, true, Some(commit)) = (needs_push, by_hand, existing) {
+                // Pushing would replace a person's work, and editing the body would promise
+                // what the branch does not hold: leave the pull request to them.
+                tracing::warn!(
+                    "pull request #{number}: {} ends with {commit}, which tagpin did not write; not pushing over it",
+                    p.branch
+                );
+                let note = hand_edit_note(p.branch, &commit.to_string());
+                forge
+                    .upsert_comment(number, HAND_EDIT_MARKER, &note)
+                    .await?;
+                return Ok(Outcome::EditedByHand {
+                    number,
+                    url,
+                    branch,
+                    commit: commit.to_string(),
+                });
+            }
+            let stale_body = p.refresh_body && pr.is_some_and(|pr| pr.body != p.body);
+            let edit = edit || stale_body;
+            push(needs_push)?;
+            if edit {
+                forge.update_pull_request(number, p.title, p.body).await?;
+            }
+            if !missing_labels.is_empty() {
+                forge.add_labels(number, &missing_labels).await?;
+            }
+            Ok(Outcome::pull_request(
+                edit || needs_push,
+                number,
+                url,
+                branch,
+            ))
+        }
+        PrDecision::Open => {
+            push(!carries)?;
+            let pr: PullRequestInfo = forge
+                .open_pull_request(p.branch, p.target, p.title, p.body)
+                .await?;
+            if !p.labels.is_empty() {
+                forge.add_labels(pr.number, p.labels).await?;
+            }
+            Ok(Outcome::PullRequestOpened {
+                number: pr.number,
+                url: pr.url,
+                branch,
+            })
+        }
+    }
+}
+
+/// Finds tagpin's "edited by hand" comment among a pull request's comments, so it is posted
+/// once however many passes find the branch edited.
+pub const HAND_EDIT_MARKER: &str = "<!-- tagpin-edited-by-hand -->";
+
+/// The comment on a pull request whose branch a person changed.
+fn hand_edit_note(branch: &str, commit: &str) -> String {
+    format!(
+        "{HAND_EDIT_MARKER}\n**tagpin has stopped updating this pull request.** Its branch `{branch}` now ends with commit {commit}, which tagpin did not write, so tagpin will not push over it.\n\nTo hand the branch back, close this pull request (tagpin proposes the next digests on a new one) or reset `{branch}` to a commit tagpin wrote.\n"
+    )
+}
+
+/// Commits the change on its tip and moves tagpin's branch to it, with a lease on the tip
+/// tagpin saw (`existing`): a push to the branch since the fetch is never overwritten.
+fn push_change(
+    mirror: &Mirror,
+    author: &Author,
+    p: &Proposal<'_>,
+    existing: Option<git2::Oid>,
+) -> Result<(), SyncError> {
+    let commit = mirror.commit_owned(p.change.tip, p.change.updates, author, p.change.message)?;
+    match mirror.push(commit, p.branch, Expect::Lease(existing)) {
+        Ok(()) => Ok(()),
+        // Another tagpin moved our branch: start the pass over, as for a lost race.
+        Err(GitError::LeaseBroken { url, branch, .. }) => {
+            Err(SyncError::Git(GitError::NonFastForward { url, branch }))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lost_race() -> SyncError {
+        SyncError::Git(GitError::NonFastForward {
+            url: "https://git.example.com/gitops.git".into(),
+            branch: "main".into(),
+        })
+    }
+
+    #[test]
+    fn a_lost_race_is_tried_again_while_attempts_remain() {
+        for attempt in 1..MAX_PUSH_ATTEMPTS {
+            assert!(
+                retry_after(attempt, lost_race()).is_ok(),
+                "attempt {attempt}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_race_lost_on_the_last_attempt_gives_up_naming_the_remote_and_branch() {
+        let error = retry_after(MAX_PUSH_ATTEMPTS, lost_race()).unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                SyncError::TooManyRaces { url, branch, attempts }
+                    if url == "https://git.example.com/gitops.git"
+                        && branch == "main"
+                        && *attempts == MAX_PUSH_ATTEMPTS
+            ),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "https://git.example.com/gitops.git: main kept moving; gave up after 5 attempts to push on top of it"
+        );
+    }
+
+    #[test]
+    fn any_other_error_ends_the_pass_as_it_is_on_the_first_attempt() {
+        let rejected = || {
+            SyncError::Git(GitError::Rejected {
+                url: "https://git.example.com/gitops.git".into(),
+                branch: "main".into(),
+                reason: "pre-receive hook declined".into(),
+            })
+        };
+        let error = retry_after(1, rejected()).unwrap_err();
+        assert_eq!(error.to_string(), rejected().to_string());
+        assert!(matches!(
+            retry_after(1, SyncError::NoForge),
+            Err(SyncError::NoForge)
+        ));
+    }
+
+    #[test]
+    fn the_hand_edit_note_carries_its_marker_and_names_the_branch_and_commit() {
+        let note = hand_edit_note("tagpin/main", "0123456789abcdef0123456789abcdef01234567");
+        assert!(note.starts_with(HAND_EDIT_MARKER), "{note}");
+        assert!(note.contains("`tagpin/main`"), "{note}");
+        assert!(
+            note.contains("0123456789abcdef0123456789abcdef01234567"),
+            "{note}"
+        );
+    }
+}
