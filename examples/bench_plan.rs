@@ -70,20 +70,25 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-async fn baseline(host: &str, images: &[(String, String)]) -> Duration {
+async fn baseline(host: &str, images: &[(String, String)], connections: usize) -> Duration {
     let http = reqwest::Client::new();
     let started = Instant::now();
     let repo_tags = images.iter().map(|(_, repo_tag)| {
         let (repo, tag) = repo_tag.split_once(':').unwrap();
         (repo.to_string(), tag.to_string())
     });
-    registry_support::head_manifests(&http, host, repo_tags, FLOOR_CONNECTIONS).await;
+    registry_support::head_manifests(&http, host, repo_tags, connections).await;
     started.elapsed()
 }
 
-async fn plan_once(host: &str, root: &Path) -> (Duration, u64, usize, Option<u64>) {
+async fn plan_once(
+    host: &str,
+    root: &Path,
+    per_host: usize,
+) -> (Duration, u64, usize, Option<u64>) {
     let client = Client::new(Settings {
         insecure_hosts: vec![host.to_string()],
+        concurrency_per_host: per_host,
         ..Settings::default()
     })
     .unwrap();
@@ -217,19 +222,27 @@ async fn main() {
 
     let mut plan_times = Vec::new();
     let mut base_times = Vec::new();
+    // Where the time goes: the floor at tagpin's own per-host limit, and plan at the floor's.
+    let mut base_at_limit = Vec::new();
+    let mut plan_at_floor = Vec::new();
     let mut requests = 0;
     let mut peak = 0;
     for _ in 0..ROUNDS {
-        base_times.push(baseline(&host, &images).await);
-        let (elapsed, sent, to_pin, rss) = plan_once(&host, tree.path()).await;
+        base_times.push(baseline(&host, &images, FLOOR_CONNECTIONS).await);
+        base_at_limit.push(baseline(&host, &images, DEFAULT_CONCURRENCY_PER_HOST).await);
+        let (elapsed, sent, to_pin, rss) =
+            plan_once(&host, tree.path(), DEFAULT_CONCURRENCY_PER_HOST).await;
         assert_eq!(to_pin, MANIFESTS);
         plan_times.push(elapsed);
         requests = sent;
         peak = peak.max(rss.unwrap_or(0));
+        plan_at_floor.push(plan_once(&host, tree.path(), FLOOR_CONNECTIONS).await.0);
     }
     let plan = median(plan_times);
     let base = median(base_times);
     let ratio = plan.as_secs_f64() / base.as_secs_f64();
+    let base_at_limit = median(base_at_limit);
+    let plan_at_floor = median(plan_at_floor);
 
     // The same manifests, already pinned, in a Git repository: sync has nothing to do.
     let client = Client::new(Settings {
@@ -269,6 +282,20 @@ async fn main() {
         base.as_secs_f64() * 1e3
     );
     println!("  ratio plan / floor        {ratio:>9.2}   (target <= 1.1)");
+    println!(
+        "  floor at {DEFAULT_CONCURRENCY_PER_HOST} conns            {:>9.1} ms   (plan / it: {:.2})",
+        base_at_limit.as_secs_f64() * 1e3,
+        plan.as_secs_f64() / base_at_limit.as_secs_f64()
+    );
+    println!(
+        "  plan at {FLOOR_CONNECTIONS}/host            {:>9.1} ms   (/ floor: {:.2})",
+        plan_at_floor.as_secs_f64() * 1e3,
+        plan_at_floor.as_secs_f64() / base.as_secs_f64()
+    );
+    println!(
+        "  scan of all manifests     {:>9.1} ms   (no network)",
+        MANIFESTS as f64 / rate * 1e3
+    );
     println!(
         "  sync, nothing changed     {:>9.1} ms",
         sync.as_secs_f64() * 1e3

@@ -41,12 +41,32 @@ impl Pass {
 }
 
 /// Scans `paths`, resolves every distinct image once, and plans. Writes nothing.
+///
+/// The files are read and scanned on a blocking thread that hands each file's images over as
+/// it goes, and the registry is asked for them at once: the scan's time hides behind the
+/// registry's answers instead of coming before them.
 pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pass {
-    let scanned = pipeline::scan_working_tree(paths, filter, &ImageSelection::default());
     // `plan` and `pin` read no configuration, so every tag stays as written.
     let follow = Follow::default();
-    let references = plan::references_to_resolve(&scanned.files, &follow);
-    let resolutions = client.resolve_all(references.iter()).await;
+    let (found, references) = tokio::sync::mpsc::unbounded_channel();
+    let (paths, filter) = (paths.to_vec(), filter.clone());
+    let scanning = tokio::task::spawn_blocking(move || {
+        let gathered = pipeline::gather_working_tree(&paths, &filter);
+        pipeline::scan_with(gathered, &ImageSelection::default(), |file| {
+            for reference in plan::references_to_resolve(std::slice::from_ref(file), &follow) {
+                // The receiver lives until the sender is dropped, after the scan.
+                let _ = found.send(reference);
+            }
+        })
+    });
+    let resolutions = client.resolve_as_found(references).await;
+    let scanned = match scanning.await {
+        Ok(scanned) => scanned,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Cancelled: only when the runtime shuts down, and then nothing reads the pass.
+        Err(_) => pipeline::Scanned::default(),
+    };
+    let follow = Follow::default();
     Pass {
         plan: plan::plan(&scanned.files, &resolutions, &follow),
         file_errors: scanned.errors,

@@ -204,6 +204,16 @@ pub fn gather_working_tree(paths: &[PathBuf], filter: &FileFilter) -> Gathered {
 /// manifests beside and below it, `selection` decides which images are managed, and every
 /// problem is kept with its file, line and column.
 pub fn scan(gathered: Gathered, selection: &ImageSelection) -> Scanned {
+    scan_with(gathered, selection, |_| {})
+}
+
+/// [`scan`], handing each file with image fields to `found` as soon as it is scanned, so a
+/// caller can start resolving its images while the rest is scanned.
+pub fn scan_with(
+    gathered: Gathered,
+    selection: &ImageSelection,
+    mut found: impl FnMut(&ScannedFile),
+) -> Scanned {
     let Gathered {
         files,
         mut skipped,
@@ -247,11 +257,13 @@ pub fn scan(gathered: Gathered, selection: &ImageSelection) -> Scanned {
         }
         namespaces.fill(&path, &mut fields);
         if !fields.is_empty() {
-            scanned.files.push(ScannedFile {
+            let file = ScannedFile {
                 path,
                 source: bytes,
                 fields,
-            });
+            };
+            found(&file);
+            scanned.files.push(file);
         }
     }
     scanned.files.sort_by(|a, b| a.path.cmp(&b.path));

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
 use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_TYPE, LINK, RETRY_AFTER};
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
@@ -203,22 +204,59 @@ impl Client {
         for r in refs {
             distinct.entry(ResolveKey::of(r)).or_insert(r);
         }
-        let budget = self.settings.resolve_budget;
-        let results = join_all(distinct.values().map(|r| async move {
-            match tokio::time::timeout(budget, self.resolve(r)).await {
-                Ok(result) => result,
-                Err(_) => Err(RegistryError::Unreachable {
-                    image: ResolveKey::of(r).to_string(),
-                    host: r.api_host().to_string(),
-                    detail: format!(
-                        "no answer within {}s; the pass went on without it",
-                        budget.as_secs()
-                    ),
-                }),
-            }
-        }))
-        .await;
+        let results = join_all(distinct.values().map(|r| self.resolve_within_budget(r))).await;
         distinct.into_keys().zip(results).collect()
+    }
+
+    /// Like [`Client::resolve_all`], for references that arrive while the caller is still
+    /// finding them (a scan on another thread): each distinct one is asked as soon as it
+    /// arrives, so reading the files and asking the registry overlap. Ends when the sender
+    /// is dropped and every answer is in.
+    pub async fn resolve_as_found(
+        &self,
+        mut found: tokio::sync::mpsc::UnboundedReceiver<Reference>,
+    ) -> BTreeMap<ResolveKey, ResolveResult> {
+        let mut results = BTreeMap::new();
+        let mut asked = std::collections::BTreeSet::new();
+        let mut pending = FuturesUnordered::new();
+        let mut open = true;
+        loop {
+            tokio::select! {
+                reference = found.recv(), if open => match reference {
+                    Some(reference) => {
+                        let key = ResolveKey::of(&reference);
+                        if asked.insert(key.clone()) {
+                            pending.push(async move {
+                                (key, self.resolve_within_budget(&reference).await)
+                            });
+                        }
+                    }
+                    None => open = false,
+                },
+                Some((key, result)) = pending.next(), if !pending.is_empty() => {
+                    results.insert(key, result);
+                }
+                else => break,
+            }
+        }
+        results
+    }
+
+    /// [`Client::resolve`] within [`Settings::resolve_budget`]: a registry that keeps
+    /// answering slowly costs one image, never the pass.
+    async fn resolve_within_budget(&self, r: &Reference) -> ResolveResult {
+        let budget = self.settings.resolve_budget;
+        match tokio::time::timeout(budget, self.resolve(r)).await {
+            Ok(result) => result,
+            Err(_) => Err(RegistryError::Unreachable {
+                image: ResolveKey::of(r).to_string(),
+                host: r.api_host().to_string(),
+                detail: format!(
+                    "no answer within {}s; the pass went on without it",
+                    budget.as_secs()
+                ),
+            }),
+        }
     }
 
     /// Resolves one reference: its tag (the implied `latest` when none is written), or for a
