@@ -813,14 +813,9 @@ pub async fn reconcile(
         match trigger {
             Trigger::Verify => {
                 if let Some(in_flight) = in_flight {
-                    let verified = in_flight.verify(&mut families, &shared.metrics);
-                    if within_grace(&stop, schedule.grace, verified)
-                        .await
-                        .is_none()
-                    {
+                    if !verify_round(in_flight, &mut families, &shared, &stop, schedule).await {
                         return stopped("a verification");
                     }
-                    shared.progressed();
                 }
                 next_verify = Instant::now() + schedule.verify_every;
                 continue;
@@ -864,17 +859,28 @@ pub async fn reconcile(
             if stopping(&stop) {
                 return;
             }
-            let verified = in_flight.verify(&mut families, &shared.metrics);
-            if within_grace(&stop, schedule.grace, verified)
-                .await
-                .is_none()
-            {
+            if !verify_round(in_flight, &mut families, &shared, &stop, schedule).await {
                 return stopped("a verification");
             }
-            shared.progressed();
             next_verify = Instant::now() + schedule.verify_every;
         }
     }
+}
+
+/// One verification round under the grace period; false when a stop cut it short.
+async fn verify_round(
+    in_flight: &InFlight<'_>,
+    families: &mut Families,
+    shared: &Shared,
+    stop: &watch::Receiver<bool>,
+    schedule: Schedule,
+) -> bool {
+    let verified = in_flight.verify(families, &shared.metrics);
+    if within_grace(stop, schedule.grace, verified).await.is_none() {
+        return false;
+    }
+    shared.progressed();
+    true
 }
 
 fn record_pass(

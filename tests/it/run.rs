@@ -146,6 +146,24 @@ impl Controller {
 }
 
 /// A commit-mode `tagpin.yaml` for `repo`, pinning `apps/` against the registry at `host`.
+/// A repository pinning `acme/web:1.0` and `acme/api:1` of `host`, and a commit-mode
+/// configuration for it in a new directory.
+fn web_and_api_in_commit_mode(host: &str) -> (BareRepo, tempfile::TempDir, PathBuf) {
+    let repo = BareRepo::create(&[
+        (
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        ),
+        (
+            "apps/api.yaml",
+            &deployment("api", &format!("{host}/acme/api:1")),
+        ),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = commit_mode_config(dir.path(), &repo, host);
+    (repo, dir, config)
+}
+
 fn commit_mode_config(dir: &std::path::Path, repo: &BareRepo, host: &str) -> PathBuf {
     let config = dir.join("tagpin.yaml");
     std::fs::write(
@@ -212,18 +230,7 @@ async fn the_controller_pins_on_start_and_within_seconds_of_a_webhook_then_stops
     let host = registry.host();
     let first = registry.push_image("acme/web", "1.0", "one").await;
     registry.push_image("acme/api", "1", "api").await;
-    let repo = BareRepo::create(&[
-        (
-            "apps/web.yaml",
-            &deployment("web", &format!("{host}/acme/web:1.0")),
-        ),
-        (
-            "apps/api.yaml",
-            &deployment("api", &format!("{host}/acme/api:1")),
-        ),
-    ]);
-    let dir = tempfile::tempdir().unwrap();
-    let config = commit_mode_config(dir.path(), &repo, &host);
+    let (repo, dir, config) = web_and_api_in_commit_mode(&host);
     let commits_before = repo.log("main").len();
 
     let controller = Controller::start(dir.path(), &config).await;
@@ -360,18 +367,7 @@ async fn deliveries_during_a_pass_are_served_by_one_follow_up_pass() {
     let host = proxy.host();
     registry.push_image("acme/web", "1.0", "one").await;
     registry.push_image("acme/api", "1", "api-one").await;
-    let repo = BareRepo::create(&[
-        (
-            "apps/web.yaml",
-            &deployment("web", &format!("{host}/acme/web:1.0")),
-        ),
-        (
-            "apps/api.yaml",
-            &deployment("api", &format!("{host}/acme/api:1")),
-        ),
-    ]);
-    let dir = tempfile::tempdir().unwrap();
-    let config = commit_mode_config(dir.path(), &repo, &host);
+    let (repo, dir, config) = web_and_api_in_commit_mode(&host);
     let controller = Controller::start(dir.path(), &config).await;
     let auth = format!("Bearer {SECRET}");
     let web_head = "/v2/acme/web/manifests/";
@@ -492,51 +488,9 @@ async fn sigterm_during_a_pass_leaves_nothing_half_done() {
 
 #[tokio::test]
 async fn in_pull_request_mode_the_controller_verifies_what_it_opened_until_converged() {
-    use support::github::GitHubServer;
-    use support::kube::{deployment as live_deployment, KubeServer};
-
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    let pushed = registry.push_image("acme/web", "1.0", "one").await;
-    let repo = BareRepo::create(&[(
-        "apps/web.yaml",
-        &deployment("web", &format!("{host}/acme/web:1.0")),
-    )]);
-    let github = GitHubServer::start("ghs_run_token", "acme", "gitops", repo.path()).await;
-    let kube = KubeServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = kube.kubeconfig(dir.path());
-    let config = dir.path().join("tagpin.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: pull-request\n\
-             registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
-             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",
-            repo.file_url(),
-            github.api_url()
-        ),
-    )
-    .unwrap();
-    // The workload already runs the tag, unpinned, as before tagpin.
-    let unpinned = format!("{host}/acme/web:1.0");
-    kube.apply(live_deployment(
-        "shop",
-        "web",
-        &[("app", "web")],
-        &[("app", &unpinned)],
-    ));
-    let kubeconfig = kubeconfig.to_str().unwrap().to_string();
-    let controller = Controller::start_with(
-        dir.path(),
-        &config,
-        &[
-            ("KUBECONFIG", kubeconfig.as_str()),
-            ("GH_TOKEN", "ghs_run_token"),
-        ],
-    )
-    .await;
-    assert_eq!(github.prs().len(), 1, "the first pass opened the PR");
+    let w = PrModeWorld::start("ghs_run_token").await;
+    let (github, repo, kube, controller) = (&w.github, &w.repo, &w.kube, w.controller);
+    let (host, pushed) = (w.registry.host(), &w.pushed);
     let head = github.prs()[0].head_sha.clone();
     eventually("a pending status on the PR head", || {
         github
@@ -555,7 +509,7 @@ async fn in_pull_request_mode_the_controller_verifies_what_it_opened_until_conve
     );
     github.merge_pr(1, &merge);
     runs_converged(
-        &kube,
+        kube,
         &pinned,
         &format!("{host}/acme/web@{}", pushed.manifest),
         "web-1",
@@ -766,10 +720,12 @@ async fn the_controller_promotes_what_converged_in_staging_and_verifies_producti
 /// A pull-request-mode controller verifying against a local Kubernetes API server, whose
 /// first pass opened tagpin's pull request #1 (Progressing: the cluster runs the tag).
 struct PrModeWorld {
-    _registry: TestRegistry,
+    registry: TestRegistry,
+    /// What `acme/web:1.0` was when the controller started.
+    pushed: support::registry::ImageDigests,
     repo: BareRepo,
     github: support::github::GitHubServer,
-    _kube: support::kube::KubeServer,
+    kube: support::kube::KubeServer,
     dir: tempfile::TempDir,
     controller: Controller,
 }
@@ -780,7 +736,7 @@ impl PrModeWorld {
         use support::kube::{deployment as live_deployment, KubeServer};
         let registry = TestRegistry::start(Mode::Plain).await;
         let host = registry.host();
-        registry.push_image("acme/web", "1.0", "one").await;
+        let pushed = registry.push_image("acme/web", "1.0", "one").await;
         let repo = BareRepo::create(&[(
             "apps/web.yaml",
             &deployment("web", &format!("{host}/acme/web:1.0")),
@@ -801,6 +757,7 @@ impl PrModeWorld {
             ),
         )
         .unwrap();
+        // The workload already runs the tag, unpinned, as before tagpin.
         kube.apply(live_deployment(
             "shop",
             "web",
@@ -816,10 +773,11 @@ impl PrModeWorld {
         .await;
         assert_eq!(github.prs().len(), 1, "the first pass opened the PR");
         PrModeWorld {
-            _registry: registry,
+            registry,
+            pushed,
             repo,
             github,
-            _kube: kube,
+            kube,
             dir,
             controller,
         }
