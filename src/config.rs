@@ -285,6 +285,10 @@ pub struct Forge {
     pub repo: String,
     /// Environment variable holding the token.
     pub token_env: String,
+    /// The login the token acts as, when `GET /user` cannot tell: a GitHub App installation
+    /// token (`my-app[bot]`) cannot read it. Only statuses this login created carry the soak
+    /// clock, and only pull requests it opened are tagpin's promotions.
+    pub login: Option<String>,
 }
 
 /// Placeholders the commit message and PR title templates may use.
@@ -770,6 +774,20 @@ colour: blue
         );
         let loopback = "repository: {url: 'http://127.0.0.1:8080/a.git', auth: {token_env: T}}\n";
         assert!(parse(loopback).is_ok());
+    }
+
+    #[test]
+    fn a_forge_login_is_read_for_tokens_that_cannot_ask_who_they_are() {
+        let text = "repository: {url: /srv/git/gitops.git}\n\
+                    forge: {owner: acme, repo: gitops, token_env: GITHUB_TOKEN, login: 'tagpin-app[bot]'}\n";
+        let config = parse(text).unwrap();
+        assert_eq!(
+            config.forge.unwrap().login.as_deref(),
+            Some("tagpin-app[bot]")
+        );
+        let text = "repository: {url: /srv/git/gitops.git}\n\
+                    forge: {owner: acme, repo: gitops, token_env: GITHUB_TOKEN}\n";
+        assert_eq!(parse(text).unwrap().forge.unwrap().login, None);
     }
 
     #[test]

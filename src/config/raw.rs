@@ -247,6 +247,7 @@ pub struct RawForge {
     pub owner: Field<String>,
     pub repo: Field<String>,
     pub token_env: Field<String>,
+    pub login: Field<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

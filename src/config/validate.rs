@@ -897,11 +897,13 @@ impl Check {
         if let Some(env) = token_env {
             self.env_name("forge.token_env", env);
         }
+        let login = self.string("forge.login", &raw.login).map(str::to_string);
         Some(Forge {
             api_url: api_url.to_string(),
             owner: owner?.to_string(),
             repo: repo?.to_string(),
             token_env: token_env?.to_string(),
+            login,
         })
     }
 }

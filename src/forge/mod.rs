@@ -124,7 +124,9 @@ impl GitHub {
             octo,
             owner: forge.owner.clone(),
             repo: forge.repo.clone(),
-            login: tokio::sync::OnceCell::new(),
+            // A configured login is taken as is: GitHub App installation tokens cannot read
+            // `GET /user`.
+            login: tokio::sync::OnceCell::new_with(forge.login.clone()),
             reads: Mutex::default(),
             statuses_set: Mutex::default(),
             comments_set: Mutex::default(),

@@ -551,3 +551,34 @@ async fn verify_refuses_a_pull_request_from_a_fork() {
     assert!(w.github.statuses(&main).is_empty());
     w.github.assert_no_violations();
 }
+
+/// A GitHub App installation token cannot read `GET /user` (GitHub answers 403): with
+/// `forge.login` configured, tagpin takes that login and never asks; without it, the failure
+/// names the call.
+#[tokio::test]
+async fn a_configured_login_stands_in_for_get_user_which_app_tokens_cannot_read() {
+    let repo = BareRepo::create(&[("apps/web.yaml", &deployment("web", "nginx:1.27"))]);
+    let github = GitHubServer::start(GH_TOKEN, "acme", "gitops", repo.path()).await;
+    github.inject(support::github::Fault::new("GET", "/user", 403).times(2));
+    let forge = |login: Option<&str>| tagpin::config::Forge {
+        api_url: github.api_url(),
+        owner: "acme".into(),
+        repo: "gitops".into(),
+        token_env: "TAGPIN_GITHUB_TOKEN".into(),
+        login: login.map(str::to_string),
+    };
+
+    let configured =
+        tagpin::forge::GitHub::new(&forge(Some("tagpin-app[bot]")), GH_TOKEN.into()).unwrap();
+    assert_eq!(configured.login().await.unwrap(), "tagpin-app[bot]");
+    assert!(
+        !github.requests().iter().any(|r| r.path == "/user"),
+        "{:?}",
+        github.requests()
+    );
+
+    let asked = tagpin::forge::GitHub::new(&forge(None), GH_TOKEN.into()).unwrap();
+    let error = asked.login().await.unwrap_err().to_string();
+    assert!(error.contains("GET /user"), "{error}");
+    assert!(error.contains("403"), "{error}");
+}
