@@ -210,7 +210,12 @@ pub struct Promoter<'a> {
     filter: FileFilter,
     selection: ImageSelection,
     families: tokio::sync::Mutex<Families>,
+    clock: Clock,
 }
+
+/// Unix seconds now, for the soak: the system clock, or a test's, so a soak can be checked
+/// without waiting it out.
+pub type Clock = std::sync::Arc<dyn Fn() -> i64 + Send + Sync>;
 
 impl<'a> Promoter<'a> {
     pub fn new(
@@ -227,7 +232,13 @@ impl<'a> Promoter<'a> {
             filter: FileFilter::with_default_include(&config.include, &config.exclude)?,
             selection: ImageSelection::compile(&config.images)?,
             families: tokio::sync::Mutex::default(),
+            clock: std::sync::Arc::new(unix_now),
         })
+    }
+
+    /// The same promoter, reading the time from `clock`.
+    pub fn with_clock(self, clock: Clock) -> Promoter<'a> {
+        Promoter { clock, ..self }
     }
 
     /// The scanned manifests of `stage` at `commit`, through the pipeline `sync` uses.
@@ -350,7 +361,7 @@ impl<'a> Promoter<'a> {
         })?;
         let pins = SourcePins::from_files(&source_scan.files);
         let fingerprint = pins.fingerprint();
-        let now = unix_now();
+        let now = (self.clock)();
         let since = match (check.state, self.forge) {
             (State::Converged, Some(forge)) => Some(
                 self.clock(forge, tip, source, &fingerprint)

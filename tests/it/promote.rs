@@ -341,6 +341,46 @@ impl World {
         (out.status.code(), document, out)
     }
 
+    /// One promotion pass into production in this process, the report as `--output json`
+    /// prints it: tagpin's clock runs as far ahead as the GitHub server's
+    /// ([`GitHubServer::advance_clock`]), so a test moves time for both instead of sleeping.
+    async fn promote_at_forge_time(&self) -> Value {
+        use tagpin::promote::{Clock, PromoteOptions, Promoter};
+        let config = tagpin::config::Config::load(&self.config()).unwrap();
+        let forge =
+            tagpin::forge::GitHub::new(config.forge.as_ref().unwrap(), GH_TOKEN.into()).unwrap();
+        let registry = tagpin::registry::Client::new(tagpin::registry::Settings {
+            insecure_hosts: config.registries.insecure.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+        let credentials = tagpin::sync::git_credentials(&config.repository.auth).unwrap();
+        let mirror = tagpin::git::Mirror::open(
+            &self.dir.path().join("cache"),
+            &config.repository.url,
+            credentials,
+        )
+        .unwrap();
+        let (source, _) = tagpin::promote::route(&config, "production").unwrap();
+        let cluster = tagpin::promote::connect(source, tagpin::verify::live::DEFAULT_API_TIMEOUT)
+            .await
+            .unwrap();
+        let ahead = self.github.clock_offset().as_secs() as i64;
+        let clock: Clock = std::sync::Arc::new(move || {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            now.as_secs() as i64 + ahead
+        });
+        let report = Promoter::new(&config, &registry, Some(&forge), &mirror)
+            .unwrap()
+            .with_clock(clock)
+            .run("production", &cluster, PromoteOptions::default())
+            .await
+            .unwrap();
+        serde_json::to_value(&report).unwrap()
+    }
+
     /// `tagpin sync`: pins staging's tags from the registry, by a commit on main.
     async fn sync(&self) {
         let before = self.tip();
@@ -917,10 +957,10 @@ async fn the_soak_clock_is_read_back_from_the_stage_status_by_the_next_pass() {
     assert_eq!(w.remote(), remote);
     assert!(w.github.prs().is_empty());
 
-    tokio::time::sleep(Duration::from_secs(remaining) + Duration::from_millis(200)).await;
-    let (code, report, out) = w.promote_json().await;
+    // The soak passes, on the forge's clock and tagpin's alike.
+    w.github.advance_clock(Duration::from_secs(remaining));
+    let report = w.promote_at_forge_time().await;
 
-    assert_eq!(code, Some(0), "{}", text(&out));
     assert_eq!(
         report["gate"],
         json!({"gate": "open", "since": since}),
@@ -971,10 +1011,10 @@ async fn the_soak_clock_is_not_carried_across_commits_that_pinned_other_digests_
         &[(file, &converged)],
         "Revert \"web: try another build\"",
     );
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // Two seconds later, on the forge's clock and tagpin's.
+    w.github.advance_clock(Duration::from_secs(2));
 
-    let (code, report, out) = w.promote_json().await;
-    assert_eq!(code, Some(3), "{}", text(&out));
+    let report = w.promote_at_forge_time().await;
     assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
     assert!(
         report["gate"]["since"].as_i64().unwrap() > since,
@@ -984,9 +1024,9 @@ async fn the_soak_clock_is_not_carried_across_commits_that_pinned_other_digests_
     let since = report["gate"]["since"].as_i64().unwrap();
     w.repo
         .commit_as_other_writer("main", &[("README.md", "# shop\n")], "docs");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let (code, report, out) = w.promote_json().await;
-    assert_eq!(code, Some(3), "{}", text(&out));
+    w.github.advance_clock(Duration::from_secs(2));
+    let report = w.promote_at_forge_time().await;
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
     assert_eq!(report["gate"]["since"].as_i64(), Some(since), "{report:#}");
     w.github.assert_no_violations();
 }
@@ -1101,9 +1141,8 @@ async fn an_open_pull_request_held_while_staging_soaks_is_not_edited_on_every_pa
     let writes = w.github_writes();
 
     // The next pass, a little later: the soak is the same, so is what the pull request says.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let (code, report, out) = w.promote_json().await;
-    assert_eq!(code, Some(3), "{}", text(&out));
+    w.github.advance_clock(Duration::from_secs(2));
+    let report = w.promote_at_forge_time().await;
     assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
     assert_eq!(
         w.github_writes(),

@@ -57,7 +57,10 @@ fn run_quickstart(port: u16) -> (Option<i32>, String) {
             let _ = Command::new("kill")
                 .args(["-TERM", &child.id().to_string()])
                 .status();
-            std::thread::sleep(Duration::from_secs(5));
+            let grace = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < grace && matches!(child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
             let _ = child.kill();
             let _ = child.wait();
             break None;

@@ -444,15 +444,26 @@ async fn wait_watches_what_it_listed_and_answers_on_the_change() {
     waiting_pod(&w.kube, "web", "web-1", &image, "ContainerCreating", "");
 
     let verify = w.verify(&["--branch", "main", "--wait", "--timeout", "60s"]);
-    let kubelet = async {
-        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-        w.kube.set_pod_status(
-            "shop",
-            "web-1",
-            running_pod_status(&[("app", &image, &format!("ghcr.io/acme/web@{new}"))]),
-        );
-        std::time::Instant::now()
-    };
+    let kubelet =
+        async {
+            // Once verify watches the pods it listed, the kubelet reports the container running.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while !w.kube.requests().iter().any(|r| {
+                r.path.ends_with("/pods") && r.query_param("watch").as_deref() == Some("true")
+            }) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "verify never watched the pods"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            w.kube.set_pod_status(
+                "shop",
+                "web-1",
+                running_pod_status(&[("app", &image, &format!("ghcr.io/acme/web@{new}"))]),
+            );
+            std::time::Instant::now()
+        };
     let (out, changed_at) = tokio::join!(verify, kubelet);
 
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

@@ -45,7 +45,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Query, Request, State as AxumState};
@@ -341,6 +341,7 @@ impl GitHubServer {
             base,
             spec,
             state: Mutex::new(ServerState::default()),
+            clock_offset: Default::default(),
         });
         let router = Router::new().fallback(handle).with_state(inner.clone());
         let task = tokio::spawn(async move {
@@ -378,7 +379,7 @@ impl GitHubServer {
 
     /// Marks pull request `number` merged, as if a person pressed the button.
     pub fn merge_pr(&self, number: u64, merge_commit_sha: &str) {
-        let now = now_iso8601();
+        let now = self.inner.now();
         let mut state = self.inner.lock();
         let pr = state.pr_mut(number);
         assert!(!pr.merged, "pull request #{number} is already merged");
@@ -392,7 +393,7 @@ impl GitHubServer {
 
     /// Closes pull request `number` without merging, as a person would.
     pub fn close_pr(&self, number: u64) {
-        let now = now_iso8601();
+        let now = self.inner.now();
         let mut state = self.inner.lock();
         let pr = state.pr_mut(number);
         assert!(!pr.merged, "pull request #{number} is merged");
@@ -432,7 +433,7 @@ impl GitHubServer {
             .unwrap_or_else(|| panic!("no base branch {base_ref}"));
         let head_sha = rev_parse_now(&self.inner.git_dir, head_sha)
             .unwrap_or_else(|| panic!("no commit {head_sha} for the head"));
-        let now = now_iso8601();
+        let now = self.inner.now();
         let mut state = self.inner.lock();
         state.last_issue_number += 1;
         let number = state.last_issue_number;
@@ -481,7 +482,7 @@ impl GitHubServer {
             description: Some(description.to_string()),
             target_url: None,
             creator: login.to_string(),
-            created_at: now_iso8601(),
+            created_at: self.inner.now(),
         };
         server.statuses.push(status);
     }
@@ -500,6 +501,24 @@ impl GitHubServer {
             .filter(|c| c.issue == issue)
             .cloned()
             .collect()
+    }
+
+    /// Moves the server's clock `by` ahead: what it creates from now on (statuses, pull
+    /// requests) carries the later time. A test that moves tagpin's clock the same way lets
+    /// a soak pass without waiting for it.
+    pub fn advance_clock(&self, by: Duration) {
+        self.inner
+            .clock_offset
+            .fetch_add(by.as_secs(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How far [`GitHubServer::advance_clock`] moved the server's clock.
+    pub fn clock_offset(&self) -> Duration {
+        Duration::from_secs(
+            self.inner
+                .clock_offset
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// The statuses posted for commit `sha`, oldest first.
@@ -696,9 +715,17 @@ struct Inner {
     base: String,
     spec: Spec,
     state: Mutex<ServerState>,
+    /// How far the server's clock is ahead of the machine's ([`GitHubServer::advance_clock`]).
+    clock_offset: std::sync::atomic::AtomicU64,
 }
 
 impl Inner {
+    /// The server's time as GitHub writes it (`2011-01-26T19:01:12Z`), for what it creates.
+    fn now(&self) -> String {
+        let offset = self.clock_offset.load(std::sync::atomic::Ordering::Relaxed);
+        super::rfc3339(SystemTime::now() + Duration::from_secs(offset))
+    }
+
     fn lock(&self) -> MutexGuard<'_, ServerState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -1299,7 +1326,7 @@ async fn create_pull(inner: &Inner, op: &Operation, req: &Incoming) -> Reply {
     };
 
     let already_merged = is_ancestor(inner, &head_sha, &base_sha).await;
-    let now = now_iso8601();
+    let now = inner.now();
     let mut state = inner.lock();
     if state.prs.iter().any(|p| {
         p.state == PrState::Open
@@ -1375,7 +1402,7 @@ async fn update_pull(inner: &Inner, op: &Operation, number: u64, req: &Incoming)
         },
         None => None,
     };
-    let now = now_iso8601();
+    let now = inner.now();
     let mut state = inner.lock();
     let Some(index) = state.prs.iter().position(|p| p.number == number) else {
         return not_found();
@@ -1453,7 +1480,7 @@ async fn refresh_open_prs(inner: &Inner) {
         match head {
             Some(sha) => pr.head_sha = sha,
             None => {
-                let now = now_iso8601();
+                let now = inner.now();
                 pr.state = PrState::Closed;
                 pr.closed_at = Some(now.clone());
                 pr.updated_at = now;
@@ -1602,7 +1629,7 @@ fn add_labels(inner: &Inner, op: &Operation, number: u64, req: &Incoming) -> Rep
         let next_id = 208_045_946 + state.label_ids.len() as u64;
         state.label_ids.entry(name.clone()).or_insert(next_id);
     }
-    let now = now_iso8601();
+    let now = inner.now();
     let pr = state.pr_mut(number);
     for name in names {
         // GitHub matches label names case-insensitively.
@@ -1669,7 +1696,7 @@ fn create_comment(inner: &Inner, op: &Operation, issue: u64, req: &Incoming) -> 
 
 fn update_comment(inner: &Inner, op: &Operation, id: u64, req: &Incoming) -> Reply {
     let body = req.body["body"].as_str().unwrap_or_default();
-    let now = now_iso8601();
+    let now = inner.now();
     let mut state = inner.lock();
     let Some(comment) = state.comments.iter_mut().find(|c| c.id == id) else {
         return not_found();
@@ -1757,7 +1784,7 @@ async fn create_status(
             ),
         );
     };
-    let now = now_iso8601();
+    let now = inner.now();
     let mut state = inner.lock();
     state.last_status_id += 1;
     let status = CommitStatus {
