@@ -267,8 +267,8 @@ pub enum CliError {
     ForgeToken(String),
     #[error("no cache directory: set repository.cache_dir or --cache-dir")]
     NoCacheDir,
-    #[error("{0}")]
-    Listen(String),
+    #[error(transparent)]
+    Daemon(#[from] crate::daemon::DaemonError),
 }
 
 impl From<crate::promote::PromoteError> for CliError {
@@ -597,106 +597,17 @@ async fn run_controller(
     let client = build_client(registry, Some(&config.registries))?;
     let forge = forge_from(&config)?;
     let cache_dir = cache_dir_for(&config, cache_dir)?;
-    let syncer = Syncer::new(&config, &client, forge.as_ref(), &cache_dir)?;
-    let secret = config::read_env(crate::daemon::WEBHOOK_SECRET_ENV).ok();
-    if secret.is_none() {
-        tracing::warn!(
-            "{} is not set: webhooks are refused, passes run on the schedule only",
-            crate::daemon::WEBHOOK_SECRET_ENV
-        );
-    }
-    let listener = crate::daemon::bind(listen)
-        .await
-        .map_err(CliError::Listen)?;
-    let health_listener = match health_listen {
-        Some(addr) => Some(crate::daemon::bind(addr).await.map_err(CliError::Listen)?),
-        None => None,
-    };
-    let shared = crate::daemon::Shared::new(secret, schedule.stale_after());
-    let stop = crate::daemon::stop_signal(schedule.grace);
-    let mut servers = vec![tokio::spawn(crate::daemon::serve(
-        listener,
-        shared.clone(),
-        stop.clone(),
-        crate::daemon::HttpLimits::default(),
-        crate::daemon::Routes::All,
-    ))];
-    if let Some(health_listener) = health_listener {
-        servers.push(tokio::spawn(crate::daemon::serve(
-            health_listener,
-            shared.clone(),
-            stop.clone(),
-            crate::daemon::HttpLimits::default(),
-            crate::daemon::Routes::Probes,
-        )));
-    }
-    // Each promotion stage's cluster; a stage that cannot be set up is warned about here and
-    // its promotions are skipped (each pass says so), the rest of the controller runs.
-    let mut stage_clusters = std::collections::BTreeMap::new();
-    for stage in config.promotion.iter().flat_map(|p| &p.stages) {
-        match crate::promote::connect(stage, api_timeout).await {
-            Ok(cluster) => {
-                stage_clusters.insert(stage.name.clone(), cluster);
-            }
-            Err(e) => tracing::warn!("{e}"),
-        }
-    }
-    // Verification is on when a cluster is reachable; the controller pins without one. With
-    // promotion, sync pins the first stage, whose cluster is its own.
-    let first_stage = config.promotion.as_ref().map(|p| &p.stages[0]);
-    let cluster = match (&config.verify.context, first_stage) {
-        (None, Some(stage)) => crate::promote::connect(stage, api_timeout)
-            .await
-            .map_err(|e| e.to_string()),
-        (context, _) => Cluster::connect(context.as_deref(), api_timeout)
-            .await
-            .map_err(|e| e.to_string()),
-    };
-    let in_flight = match cluster {
-        Ok(cluster) => Some(crate::daemon::InFlight {
-            config: &config,
-            mirror: &syncer.mirror,
-            forge: forge.as_ref(),
-            registry: &client,
-            cluster,
-            stage_clusters: &stage_clusters,
-            settled_tip: std::sync::Mutex::default(),
-            pr_memory: std::sync::Mutex::default(),
-        }),
-        Err(e) => {
-            tracing::warn!("no cluster to verify against ({e}); pinning only");
-            None
-        }
-    };
-    let promotions = match &config.promotion {
-        Some(_) => Some(crate::daemon::Promotions {
-            promoter: crate::promote::Promoter::new(
-                &config,
-                &client,
-                forge.as_ref(),
-                &syncer.mirror,
-            )?,
-            clusters: &stage_clusters,
-        }),
-        None => None,
-    };
-    tracing::info!(
-        "tagpin run: listening on {listen}, a pass every {:?}",
-        schedule.interval
-    );
-    crate::daemon::reconcile(
-        &syncer,
-        &client,
-        in_flight.as_ref(),
-        promotions.as_ref(),
-        shared,
+    crate::daemon::run(crate::daemon::Setup {
+        config: &config,
+        registry: &client,
+        forge: forge.as_ref(),
+        cache_dir: &cache_dir,
+        listen,
+        health_listen,
         schedule,
-        stop,
-    )
-    .await;
-    for server in servers {
-        let _ = server.await;
-    }
+        api_timeout,
+    })
+    .await?;
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! `tagpin run`: the long-running controller.
+//! `tagpin run`: the long-running controller, from its setup ([`run`]) to the loop.
 //!
 //! A sync pass every `interval` (with jitter, so many controllers do not hit a registry in
 //! step), and a targeted pass as soon as a registry webhook arrives (leading edge: the first
@@ -865,6 +865,143 @@ pub async fn reconcile(
             next_verify = Instant::now() + schedule.verify_every;
         }
     }
+}
+
+/// Everything `tagpin run` was given, checked: the configuration, the clients it built from it,
+/// and where to listen.
+pub struct Setup<'a> {
+    pub config: &'a Config,
+    pub registry: &'a Client,
+    pub forge: Option<&'a GitHub>,
+    pub cache_dir: &'a std::path::Path,
+    pub listen: SocketAddr,
+    /// A port of its own for probes and metrics (`--health-listen`).
+    pub health_listen: Option<SocketAddr>,
+    pub schedule: Schedule,
+    /// Each Kubernetes API request's timeout (`--kube-timeout`).
+    pub api_timeout: Duration,
+}
+
+/// Why the controller could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Sync(#[from] crate::sync::SyncError),
+    /// Boxed: the largest cause, and rare.
+    #[error(transparent)]
+    Promote(Box<crate::promote::PromoteError>),
+    #[error("{0}")]
+    Listen(String),
+}
+
+/// `tagpin run`: sets up the HTTP side, the clusters to verify and promote on, and runs the
+/// loop until SIGTERM or SIGINT.
+pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
+    let Setup {
+        config,
+        registry: client,
+        forge,
+        cache_dir,
+        listen,
+        health_listen,
+        schedule,
+        api_timeout,
+    } = setup;
+    let syncer = Syncer::new(config, client, forge, cache_dir)?;
+    let secret = crate::config::read_env(WEBHOOK_SECRET_ENV).ok();
+    if secret.is_none() {
+        tracing::warn!(
+            "{} is not set: webhooks are refused, passes run on the schedule only",
+            WEBHOOK_SECRET_ENV
+        );
+    }
+    let listener = bind(listen).await.map_err(DaemonError::Listen)?;
+    let health_listener = match health_listen {
+        Some(addr) => Some(bind(addr).await.map_err(DaemonError::Listen)?),
+        None => None,
+    };
+    let shared = Shared::new(secret, schedule.stale_after());
+    let stop = stop_signal(schedule.grace);
+    let mut servers = vec![tokio::spawn(serve(
+        listener,
+        shared.clone(),
+        stop.clone(),
+        HttpLimits::default(),
+        Routes::All,
+    ))];
+    if let Some(health_listener) = health_listener {
+        servers.push(tokio::spawn(serve(
+            health_listener,
+            shared.clone(),
+            stop.clone(),
+            HttpLimits::default(),
+            Routes::Probes,
+        )));
+    }
+    // Each promotion stage's cluster; a stage that cannot be set up is warned about here and
+    // its promotions are skipped (each pass says so), the rest of the controller runs.
+    let mut stage_clusters = std::collections::BTreeMap::new();
+    for stage in config.promotion.iter().flat_map(|p| &p.stages) {
+        match crate::promote::connect(stage, api_timeout).await {
+            Ok(cluster) => {
+                stage_clusters.insert(stage.name.clone(), cluster);
+            }
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
+    // Verification is on when a cluster is reachable; the controller pins without one. With
+    // promotion, sync pins the first stage, whose cluster is its own.
+    let first_stage = config.promotion.as_ref().map(|p| &p.stages[0]);
+    let cluster = match (&config.verify.context, first_stage) {
+        (None, Some(stage)) => crate::promote::connect(stage, api_timeout)
+            .await
+            .map_err(|e| e.to_string()),
+        (context, _) => Cluster::connect(context.as_deref(), api_timeout)
+            .await
+            .map_err(|e| e.to_string()),
+    };
+    let in_flight = match cluster {
+        Ok(cluster) => Some(InFlight {
+            config,
+            mirror: &syncer.mirror,
+            forge,
+            registry: client,
+            cluster,
+            stage_clusters: &stage_clusters,
+            settled_tip: std::sync::Mutex::default(),
+            pr_memory: std::sync::Mutex::default(),
+        }),
+        Err(e) => {
+            tracing::warn!("no cluster to verify against ({e}); pinning only");
+            None
+        }
+    };
+    let promotions = match &config.promotion {
+        Some(_) => Some(Promotions {
+            promoter: Promoter::new(config, client, forge, &syncer.mirror)
+                .map_err(|e| DaemonError::Promote(Box::new(e)))?,
+            clusters: &stage_clusters,
+        }),
+        None => None,
+    };
+    tracing::info!(
+        "tagpin run: listening on {listen}, a pass every {:?}",
+        schedule.interval
+    );
+    reconcile(
+        &syncer,
+        client,
+        in_flight.as_ref(),
+        promotions.as_ref(),
+        shared,
+        schedule,
+        stop,
+    )
+    .await;
+    for server in servers {
+        let _ = server.await;
+    }
+    Ok(())
 }
 
 /// One verification round under the grace period; false when a stop cut it short.
