@@ -961,15 +961,18 @@ impl Controller {
     }
 }
 
-/// Commit mode against `registry`, with a Kubernetes API server that accepts every request
-/// and never answers: the first pass pins, then the verification of the tip hangs.
-async fn with_a_hung_api_server() -> (
-    TestRegistry,
-    BareRepo,
-    support::kube::KubeServer,
-    tempfile::TempDir,
-    PathBuf,
-) {
+/// What a controller started by [`controller_on_a_hung_api_server`] works on; kept alive
+/// with it.
+struct HungWorld {
+    _registry: TestRegistry,
+    _repo: BareRepo,
+    kube: support::kube::KubeServer,
+    _dir: tempfile::TempDir,
+}
+
+/// `tagpin run` with `args` in commit mode, with a Kubernetes API server that accepts every
+/// request and never answers: the first pass pins, then the verification of the tip hangs.
+async fn controller_on_a_hung_api_server(args: &[&str]) -> (Controller, HungWorld) {
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     registry.push_image("acme/web", "1.0", "one").await;
@@ -981,29 +984,37 @@ async fn with_a_hung_api_server() -> (
     kube.hang("");
     let dir = tempfile::tempdir().unwrap();
     let config = commit_mode_config(dir.path(), &repo, &host);
-    (registry, repo, kube, dir, config)
-}
-
-#[tokio::test]
-async fn sigterm_while_a_verification_hangs_stops_within_the_grace_period() {
-    let (_registry, _repo, kube, dir, config) = with_a_hung_api_server().await;
     let kubeconfig = kube.kubeconfig(dir.path());
     let controller = Controller::start_with_args(
         dir.path(),
         &config,
         &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
-        // The API server's silence would hold a request for ten minutes: only the grace
-        // period can end the verification.
-        &[
-            "--interval",
-            "1h",
-            "--grace-period",
-            "2s",
-            "--kube-timeout",
-            "600",
-        ],
+        args,
     )
     .await;
+    let world = HungWorld {
+        _registry: registry,
+        _repo: repo,
+        kube,
+        _dir: dir,
+    };
+    (controller, world)
+}
+
+#[tokio::test]
+async fn sigterm_while_a_verification_hangs_stops_within_the_grace_period() {
+    // The API server's silence would hold a request for ten minutes: only the grace period
+    // can end the verification.
+    let (controller, world) = controller_on_a_hung_api_server(&[
+        "--interval",
+        "1h",
+        "--grace-period",
+        "2s",
+        "--kube-timeout",
+        "600",
+    ])
+    .await;
+    let kube = &world.kube;
     eventually("the verification to be waiting on the API server", || {
         !kube.hung_requests().is_empty()
     })
@@ -1021,23 +1032,17 @@ async fn sigterm_while_a_verification_hangs_stops_within_the_grace_period() {
 
 #[tokio::test]
 async fn healthz_fails_once_the_loop_has_finished_nothing_for_three_intervals() {
-    let (_registry, _repo, kube, dir, config) = with_a_hung_api_server().await;
-    let kubeconfig = kube.kubeconfig(dir.path());
     // A pass every second: three seconds without a finished pass or verification is stuck.
-    let controller = Controller::start_with_args(
-        dir.path(),
-        &config,
-        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
-        &[
-            "--interval",
-            "1s",
-            "--grace-period",
-            "0s",
-            "--kube-timeout",
-            "600",
-        ],
-    )
+    let (controller, world) = controller_on_a_hung_api_server(&[
+        "--interval",
+        "1s",
+        "--grace-period",
+        "0s",
+        "--kube-timeout",
+        "600",
+    ])
     .await;
+    let kube = &world.kube;
     // Ready: the first pass just finished.
     assert_eq!(controller.healthz().await.0, 200);
 
