@@ -16,6 +16,8 @@
 //!
 //! Figures are printed, never asserted: speed is measured here, not tested.
 
+#[path = "support/bare_repo.rs"]
+mod bare_repo;
 #[path = "../tests/it/support/registry.rs"]
 #[allow(dead_code)]
 mod registry_support;
@@ -109,40 +111,16 @@ async fn plan_once(
 /// A bare Git repository whose `main` holds every manifest of `tree` pinned as `plan` would pin
 /// it, and the configuration that syncs it: a pass over it has nothing to commit.
 fn pinned_repository(tree: &Path, pass: &tagpin::pass::Pass, work: &Path) -> PathBuf {
-    let checkout = work.join("checkout");
-    let git = |dir: &Path, args: &[&str]| {
-        let status = std::process::Command::new("git")
-            .current_dir(dir)
-            .args(args)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("run git");
-        assert!(status.success(), "git {args:?}");
-    };
-    std::fs::create_dir_all(&checkout).unwrap();
-    git(&checkout, &["init", "-q", "-b", "main"]);
-    for file in &pass.plan.files {
-        let relative = file.path.strip_prefix(tree).unwrap();
-        let path = checkout.join("apps").join(relative);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, &file.updated).unwrap();
-    }
-    git(&checkout, &["add", "."]);
-    git(
-        &checkout,
-        &[
-            "-c",
-            "user.name=bench",
-            "-c",
-            "user.email=bench@example.com",
-            "commit",
-            "-qm",
-            "pinned",
-        ],
-    );
-    let bare = work.join("gitops.git");
-    git(work, &["clone", "-q", "--bare", "checkout", "gitops.git"]);
-    bare
+    let files: Vec<(PathBuf, Vec<u8>)> = pass
+        .plan
+        .files
+        .iter()
+        .map(|file| {
+            let relative = file.path.strip_prefix(tree).unwrap();
+            (Path::new("apps").join(relative), file.updated.clone())
+        })
+        .collect();
+    bare_repo::bare_repo(work, &files)
 }
 
 async fn sync_once(config: &tagpin::config::Config, host: &str, cache: &Path) -> Duration {

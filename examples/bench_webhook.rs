@@ -9,6 +9,8 @@
 //! notification (distribution format) and waits for the branch to move. It prints each latency
 //! and the median. Figures are printed, never asserted.
 
+#[path = "support/bare_repo.rs"]
+mod bare_repo;
 #[path = "../tests/it/support/registry.rs"]
 #[allow(dead_code)]
 mod registry_support;
@@ -17,20 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bare_repo::{bare_repo, git};
 use registry_support::{free_port, Mode, TestRegistry};
 
 const ROUNDS: usize = 5;
 const SECRET: &str = "bench-webhook-secret";
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("run git");
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 fn deployment(name: &str, image: &str) -> String {
     format!(
@@ -40,31 +33,17 @@ fn deployment(name: &str, image: &str) -> String {
 
 /// A bare repository whose `main` holds the two manifests.
 fn repository(work: &Path, host: &str) -> PathBuf {
-    let checkout = work.join("checkout");
-    std::fs::create_dir_all(checkout.join("apps")).unwrap();
-    git(&checkout, &["init", "-q", "-b", "main"]);
-    for name in ["web", "api"] {
-        std::fs::write(
-            checkout.join(format!("apps/{name}.yaml")),
-            deployment(name, &format!("{host}/acme/{name}:1.0")),
-        )
-        .unwrap();
-    }
-    git(&checkout, &["add", "."]);
-    git(
-        &checkout,
-        &[
-            "-c",
-            "user.name=bench",
-            "-c",
-            "user.email=bench@example.com",
-            "commit",
-            "-qm",
-            "apps",
-        ],
-    );
-    git(work, &["clone", "-q", "--bare", "checkout", "gitops.git"]);
-    work.join("gitops.git")
+    let files: Vec<(PathBuf, Vec<u8>)> = ["web", "api"]
+        .iter()
+        .map(|name| {
+            let manifest = deployment(name, &format!("{host}/acme/{name}:1.0"));
+            (
+                PathBuf::from(format!("apps/{name}.yaml")),
+                manifest.into_bytes(),
+            )
+        })
+        .collect();
+    bare_repo(work, &files)
 }
 
 fn tagpin_binary() -> PathBuf {

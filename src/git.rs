@@ -305,6 +305,20 @@ impl Mirror {
         Ok(object.id())
     }
 
+    /// The entries of `paths` (as configured) that `commit` does not hold.
+    pub fn missing_paths<'p>(
+        &self,
+        commit: Oid,
+        paths: &'p [String],
+    ) -> Result<Vec<&'p String>, GitError> {
+        let tree = self
+            .repo
+            .find_commit(commit)
+            .and_then(|c| c.tree())
+            .map_err(other)?;
+        Ok(missing_in(&tree, paths))
+    }
+
     /// Reads the files under `paths` (relative to the root) in `commit`'s tree that `filter`
     /// accepts, for [`crate::pipeline::scan`]. Symlinks and submodules are skipped and
     /// reported, never followed; a configured path the tree does not hold is an error naming
@@ -320,22 +334,18 @@ impl Mirror {
             .find_commit(commit)
             .and_then(|c| c.tree())
             .map_err(other)?;
-        let prefixes: Vec<String> = paths
-            .iter()
-            .map(|p| p.trim_start_matches("./").trim_end_matches('/').to_string())
-            .map(|p| if p == "." { String::new() } else { p })
-            .collect();
+        let prefixes: Vec<String> = paths.iter().map(|p| path_prefix(p).to_string()).collect();
         let mut read = Gathered::default();
-        for prefix in prefixes.iter().filter(|p| !p.is_empty()) {
-            if tree.get_path(Path::new(prefix)).is_err() {
-                read.errors.push(ManifestError::Io {
-                    path: PathBuf::from(prefix),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::NotFound,
-                        format!("configured in paths, but commit {commit} has no such file or directory"),
+        for missing in missing_in(&tree, paths) {
+            read.errors.push(ManifestError::Io {
+                path: PathBuf::from(path_prefix(missing)),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "configured in paths, but commit {commit} has no such file or directory"
                     ),
-                });
-            }
+                ),
+            });
         }
         let mut failure = None;
         tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
@@ -884,6 +894,25 @@ fn local_path(url: &str) -> Option<PathBuf> {
 
 /// The ref moved (or appeared) under us, or another writer holds its lock right now: a
 /// compare-and-swap lost, and the pass is planned again.
+/// A configured path as a prefix of tree paths: `./apps/` is `apps`, `.` is the root (empty).
+fn path_prefix(path: &str) -> &str {
+    match path.trim_start_matches("./").trim_end_matches('/') {
+        "." => "",
+        prefix => prefix,
+    }
+}
+
+/// The entries of `paths` that `tree` does not hold (the root always exists).
+fn missing_in<'p>(tree: &git2::Tree<'_>, paths: &'p [String]) -> Vec<&'p String> {
+    paths
+        .iter()
+        .filter(|p| {
+            let prefix = path_prefix(p);
+            !prefix.is_empty() && tree.get_path(Path::new(prefix)).is_err()
+        })
+        .collect()
+}
+
 fn is_stale(e: &git2::Error) -> bool {
     matches!(
         e.code(),

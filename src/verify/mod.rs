@@ -254,19 +254,11 @@ fn from_tree(
 ) -> Result<Expectations, VerifyError> {
     let filter = FileFilter::with_default_include(&config.include, &config.exclude)?;
     let selection = ImageSelection::compile(&config.images)?;
-    for path in &config.paths {
-        let relative = path.trim_start_matches("./").trim_end_matches('/');
-        if !matches!(relative, "" | ".")
-            && matches!(
-                mirror.read_path(commit, Path::new(relative))?,
-                Lookup::Missing
-            )
-        {
-            return Err(VerifyError::MissingPath {
-                path: path.clone(),
-                commit: commit.to_string(),
-            });
-        }
+    if let Some(path) = mirror.missing_paths(commit, &config.paths)?.first() {
+        return Err(VerifyError::MissingPath {
+            path: path.to_string(),
+            commit: commit.to_string(),
+        });
     }
     let gathered = mirror.read_files(commit, &config.paths, &filter)?;
     let kustomizations: Vec<PathBuf> = gathered
