@@ -407,3 +407,44 @@ async fn a_conflict_on_renew_makes_the_leader_stop_and_exit_non_zero() {
     );
     assert_eq!(world.repo.log("main").len(), 2);
 }
+
+#[tokio::test]
+async fn leader_election_flags_that_cannot_work_are_refused_by_name() {
+    let world = World::start().await;
+    let run = |args: &[&str], namespace: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tagpin"));
+        command
+            .args(["run", "--leader-elect", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .arg("--config")
+            .arg(&world.config)
+            .env("HOME", world.dir.path())
+            .env("KUBECONFIG", &world.kubeconfig)
+            .env_remove("POD_NAMESPACE");
+        if let Some(namespace) = namespace {
+            command.env("POD_NAMESPACE", namespace);
+        }
+        command.kill_on_drop(true).output()
+    };
+
+    let out = run(&[], None).await.unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", support::output_text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--leader-elect-namespace: not given"),
+        "{}",
+        support::output_text(&out)
+    );
+
+    let out = run(&["--leader-elect-renew-deadline", "20s"], Some(NAMESPACE))
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", support::output_text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("renew deadline 20s must be shorter than the lease duration 15s"),
+        "{}",
+        support::output_text(&out)
+    );
+    // Nothing was written: the checks come before any Lease.
+    assert!(world.kube.get("Lease", NAMESPACE, LEASE).is_none());
+}

@@ -939,6 +939,10 @@ impl State {
     fn normalize(resource: usize, obj: Value) -> Result<(Value, Vec<String>), String> {
         let t = ty(resource);
         let mut obj = (t.normalize)(obj)?;
+        if resource == crd_resource() {
+            // Refused before anything is stored, as the real server validates a CRD.
+            crd::resource_type(&obj)?;
+        }
         let pruned = match t.schema {
             Some(schema) => schema.check(&mut obj)?,
             None => Vec::new(),
