@@ -1021,6 +1021,81 @@ impl Cluster {
         })
     }
 
+    /// Every Flux HelmRelease (`helm.toolkit.fluxcd.io/v2`, Flux 2.3 and later) in all
+    /// namespaces; none when the CRD is not installed or tagpin may not list them.
+    pub async fn helm_releases(&self) -> Result<Vec<serde_json::Value>, LiveError> {
+        self.list_everywhere(
+            "helm.toolkit.fluxcd.io",
+            "v2",
+            "HelmRelease",
+            "helmreleases",
+        )
+        .await
+    }
+
+    /// The workloads of `namespace` a Helm release may run its containers in
+    /// ([`super::helm::RELEASE_KINDS`]), with their annotations and template images; the
+    /// message of a refusal (403) instead, for the verdict to name.
+    pub async fn release_workloads(
+        &self,
+        namespace: &str,
+    ) -> Result<super::helm::NamespaceWorkloads, LiveError> {
+        use super::helm::ReleaseWorkload;
+        fn of<K: kube::Resource>(
+            kind: WorkloadKind,
+            namespace: &str,
+            o: &K,
+            template: Option<&PodTemplateSpec>,
+        ) -> ReleaseWorkload {
+            ReleaseWorkload {
+                workload: WorkloadId {
+                    namespace: Some(namespace.to_string()),
+                    kind,
+                    name: o.meta().name.clone().unwrap_or_default(),
+                },
+                annotations: o.meta().annotations.clone().unwrap_or_default(),
+                containers: template_images(template),
+            }
+        }
+        let mut found = Vec::new();
+        let deployments = self.refused_or(
+            self.list_all::<Deployment>(namespace, Watched::Deployments)
+                .await,
+            namespace,
+            "Deployment",
+        )?;
+        let stateful_sets = self.refused_or(
+            self.list_all::<StatefulSet>(namespace, Watched::StatefulSets)
+                .await,
+            namespace,
+            "StatefulSet",
+        )?;
+        let daemon_sets = self.refused_or(
+            self.list_all::<DaemonSet>(namespace, Watched::DaemonSets)
+                .await,
+            namespace,
+            "DaemonSet",
+        )?;
+        match (deployments, stateful_sets, daemon_sets) {
+            (Ok(deployments), Ok(stateful_sets), Ok(daemon_sets)) => {
+                found.extend(deployments.iter().map(|d| {
+                    let template = d.spec.as_ref().map(|s| &s.template);
+                    of(WorkloadKind::Deployment, namespace, d, template)
+                }));
+                found.extend(stateful_sets.iter().map(|s| {
+                    let template = s.spec.as_ref().map(|s| &s.template);
+                    of(WorkloadKind::StatefulSet, namespace, s, template)
+                }));
+                found.extend(daemon_sets.iter().map(|d| {
+                    let template = d.spec.as_ref().map(|s| &s.template);
+                    of(WorkloadKind::DaemonSet, namespace, d, template)
+                }));
+                Ok(Ok(found))
+            }
+            (Err(message), _, _) | (_, Err(message), _) | (_, _, Err(message)) => Ok(Err(message)),
+        }
+    }
+
     /// Every object of a custom resource in all namespaces, as JSON; none when the resource is
     /// not served (404) or not readable (403).
     async fn list_everywhere(
