@@ -458,9 +458,13 @@ impl Release {
 type ReleaseKey = (Tool, &'static str, String, String);
 
 /// What the cluster holds, as listed, and what the GitOps objects applied.
+#[derive(Default)]
 pub struct Listed<'a> {
     pub applications: &'a [Value],
     pub helm_releases: &'a [Value],
+    /// Why no HelmRelease could be listed, when none could (see
+    /// [`super::live::Cluster::helm_releases`]).
+    pub helm_releases_unread: Option<&'a str>,
     pub git_repositories: &'a [Value],
     /// The GitOps objects of the configured repository ([`gitops::relevant`]), which may have
     /// applied HelmReleases and Applications, and `sync[i]` for `appliers[i]`.
@@ -485,15 +489,17 @@ fn find<'v>(objects: &'v [Value], namespace: &str, name: &str) -> Option<&'v Val
 
 /// The releases that deploy `pin`.
 pub fn releases(pin: &HelmPin, listed: &Listed<'_>) -> Releases {
-    let missing = || {
-        (
-            NotVerifiedReason::HelmReleaseMissing,
-            format!("{} is not in the cluster", pin.release),
-        )
+    let missing = |unread: Option<&str>| {
+        let detail = match unread {
+            Some(why) => format!("{} cannot be read: {why}", pin.release),
+            None => format!("{} is not in the cluster", pin.release),
+        };
+        (NotVerifiedReason::HelmReleaseMissing, detail)
     };
     match &pin.release {
         ReleaseRef::HelmRelease { namespace, name } => {
-            let obj = find(listed.helm_releases, namespace, name).ok_or_else(missing)?;
+            let obj = find(listed.helm_releases, namespace, name)
+                .ok_or_else(|| missing(listed.helm_releases_unread))?;
             let (revision, applied) = applied_from(
                 listed,
                 pin,
@@ -517,7 +523,7 @@ pub fn releases(pin: &HelmPin, listed: &Listed<'_>) -> Releases {
             }])
         }
         ReleaseRef::Application { namespace, name } => {
-            let obj = find(listed.applications, namespace, name).ok_or_else(missing)?;
+            let obj = find(listed.applications, namespace, name).ok_or_else(|| missing(None))?;
             let app = gitops::application(obj);
             let sources = match obj["spec"]["sources"].as_array() {
                 Some(sources) if !sources.is_empty() => Value::Array(sources.clone()),
@@ -590,9 +596,15 @@ pub fn releases(pin: &HelmPin, listed: &Listed<'_>) -> Releases {
                 }
             }
             if found.is_empty() {
+                let unread = listed
+                    .helm_releases_unread
+                    .map(|why| format!(" ({why})"))
+                    .unwrap_or_default();
                 return Err((
                     NotVerifiedReason::HelmReleaseMissing,
-                    format!("no HelmRelease or Argo CD Application in the cluster reads {path}"),
+                    format!(
+                        "no HelmRelease or Argo CD Application in the cluster reads {path}{unread}"
+                    ),
                 ));
             }
             Ok(found)
@@ -1136,6 +1148,7 @@ mod tests {
         let listed = Listed {
             applications: &[],
             helm_releases: &[hr],
+            helm_releases_unread: None,
             git_repositories: &[],
             appliers: &appliers,
             sync: &[sync],
@@ -1485,6 +1498,7 @@ mod tests {
             let l = Listed {
                 applications: &[],
                 helm_releases: &list,
+                helm_releases_unread: None,
                 git_repositories: &[],
                 appliers: &[],
                 sync: &[],
@@ -1504,13 +1518,9 @@ mod tests {
             lacks[0].progress
         );
         let missing = Listed {
-            applications: &[],
-            helm_releases: &[],
-            git_repositories: &[],
-            appliers: &[],
-            sync: &[],
             repository: "https://git.example.com/acme/gitops",
             pin: PIN,
+            ..Listed::default()
         };
         assert_eq!(
             releases(&pin(hr_ref()), &missing),
@@ -1518,6 +1528,14 @@ mod tests {
                 NotVerifiedReason::HelmReleaseMissing,
                 "Flux HelmRelease shop/web is not in the cluster".into()
             ))
+        );
+        let refused = Listed {
+            helm_releases_unread: Some("tagpin may not list HelmReleases: forbidden"),
+            ..missing
+        };
+        assert_eq!(
+            releases(&pin(hr_ref()), &refused).unwrap_err().1,
+            "Flux HelmRelease shop/web cannot be read: tagpin may not list HelmReleases: forbidden"
         );
     }
 
@@ -1530,6 +1548,7 @@ mod tests {
         let l = Listed {
             applications: &[],
             helm_releases: &[hr],
+            helm_releases_unread: None,
             git_repositories: &[repository],
             appliers: &[],
             sync: &[],

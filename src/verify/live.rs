@@ -1022,15 +1022,30 @@ impl Cluster {
     }
 
     /// Every Flux HelmRelease (`helm.toolkit.fluxcd.io/v2`, Flux 2.3 and later) in all
-    /// namespaces; none when the CRD is not installed or tagpin may not list them.
-    pub async fn helm_releases(&self) -> Result<Vec<serde_json::Value>, LiveError> {
-        self.list_everywhere(
-            "helm.toolkit.fluxcd.io",
-            "v2",
-            "HelmRelease",
-            "helmreleases",
-        )
-        .await
+    /// namespaces, or why there are none to read: the CRD is not installed (404), or tagpin may
+    /// not list them (403). Unlike the other GitOps objects, a pin names its HelmRelease, so
+    /// its verdict must say which.
+    pub async fn helm_releases(&self) -> Result<Result<Vec<serde_json::Value>, String>, LiveError> {
+        let gvk = GroupVersionKind::gvk("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "helmreleases");
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        match list_pages(&api).await {
+            Ok((items, _)) => Ok(Ok(items
+                .iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect())),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Err(
+                "the cluster serves no helm.toolkit.fluxcd.io/v2 HelmReleases (CRD not installed, or Flux older than 2.3)".to_string(),
+            )),
+            Err(kube::Error::Api(status)) if status.code == 403 => Ok(Err(format!(
+                "tagpin may not list HelmReleases: {}",
+                status.message
+            ))),
+            Err(source) => Err(self.failed(
+                "helmreleases.helm.toolkit.fluxcd.io in all namespaces".to_string(),
+                source,
+            )),
+        }
     }
 
     /// The workloads of `namespace` a Helm release may run its containers in

@@ -689,7 +689,10 @@ async fn consult_helm(
         return Ok(helm::decide(pins, &releases, &BTreeMap::new(), ""));
     };
     let listing = cluster.gitops_objects().await?;
-    let helm_releases = cluster.helm_releases().await?;
+    let (helm_releases, helm_releases_unread) = match cluster.helm_releases().await? {
+        Ok(listed) => (listed, None),
+        Err(why) => (Vec::new(), Some(why)),
+    };
     let appliers = gitops::relevant(
         gitops::objects(
             &listing.applications,
@@ -708,6 +711,7 @@ async fn consult_helm(
     let listed = helm::Listed {
         applications: &listing.applications,
         helm_releases: &helm_releases,
+        helm_releases_unread: helm_releases_unread.as_deref(),
         git_repositories: &listing.git_repositories,
         appliers: &appliers,
         sync: &sync,
