@@ -429,6 +429,9 @@ static RESOURCES: &[ResourceType] = &[
         field_labels: &[],
         has_generation: true,
         normalize: flux_helm_release,
+        namespaced: true,
+        status_subresource: true,
+        schema: None,
     },
 ];
 
