@@ -70,22 +70,35 @@ pub const RELEASE_KINDS: [WorkloadKind; 3] = [
 /// Where a pinned Helm value is written, and so which release deploys it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ReleaseRef {
-    /// In `spec.values` of this Flux HelmRelease.
-    HelmRelease { namespace: String, name: String },
-    /// In `helm.valuesObject`, `helm.values` or `helm.parameters` of this Argo CD Application.
-    Application { namespace: String, name: String },
+    /// In `spec.values` of this Flux HelmRelease. A manifest that names no namespace (the
+    /// applier sets it) leaves `namespace` out: the one live HelmRelease of that name is meant,
+    /// and several are not told apart.
+    HelmRelease {
+        namespace: Option<String>,
+        name: String,
+    },
+    /// In `helm.valuesObject`, `helm.values` or `helm.parameters` of this Argo CD Application
+    /// (`namespace` as for a HelmRelease).
+    Application {
+        namespace: Option<String>,
+        name: String,
+    },
     /// In this values file of the repository (relative to its root).
     ValuesFile { path: String },
 }
 
 impl std::fmt::Display for ReleaseRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let qualified = |namespace: &Option<String>, name: &str| match namespace {
+            Some(namespace) => format!("{namespace}/{name}"),
+            None => name.to_string(),
+        };
         match self {
             ReleaseRef::HelmRelease { namespace, name } => {
-                write!(f, "Flux HelmRelease {namespace}/{name}")
+                write!(f, "Flux HelmRelease {}", qualified(namespace, name))
             }
             ReleaseRef::Application { namespace, name } => {
-                write!(f, "Argo CD Application {namespace}/{name}")
+                write!(f, "Argo CD Application {}", qualified(namespace, name))
             }
             ReleaseRef::ValuesFile { path } => write!(f, "values file {path}"),
         }
@@ -480,16 +493,42 @@ pub struct Listed<'a> {
 /// and its detail).
 pub type Releases = Result<Vec<Release>, (NotVerifiedReason, String)>;
 
-/// The listed object named `namespace/name`.
-fn find<'v>(objects: &'v [Value], namespace: &str, name: &str) -> Option<&'v Value> {
-    objects
+/// The listed object named `namespace/name`, or the one named `name` when no namespace is
+/// given; `Err` with the namespaced names found when that is not exactly one.
+fn find<'v>(
+    objects: &'v [Value],
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<&'v Value, Vec<String>> {
+    let found: Vec<&Value> = objects
         .iter()
-        .find(|o| o["metadata"]["namespace"] == namespace && o["metadata"]["name"] == name)
+        .filter(|o| {
+            o["metadata"]["name"] == name
+                && namespace.is_none_or(|ns| o["metadata"]["namespace"] == ns)
+        })
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(one),
+        several => Err(several
+            .iter()
+            .map(|o| format!("{}/{name}", text(&o["metadata"]["namespace"])))
+            .collect()),
+    }
 }
 
 /// The releases that deploy `pin`.
 pub fn releases(pin: &HelmPin, listed: &Listed<'_>) -> Releases {
-    let missing = |unread: Option<&str>| {
+    let missing = |unread: Option<&str>, found: Vec<String>| {
+        if !found.is_empty() {
+            return (
+                NotVerifiedReason::HelmAmbiguous,
+                format!(
+                    "{} names no namespace, and the cluster holds several: {}",
+                    pin.release,
+                    found.join(", ")
+                ),
+            );
+        }
         let detail = match unread {
             Some(why) => format!("{} cannot be read: {why}", pin.release),
             None => format!("{} is not in the cluster", pin.release),
@@ -498,20 +537,22 @@ pub fn releases(pin: &HelmPin, listed: &Listed<'_>) -> Releases {
     };
     match &pin.release {
         ReleaseRef::HelmRelease { namespace, name } => {
-            let obj = find(listed.helm_releases, namespace, name)
-                .ok_or_else(|| missing(listed.helm_releases_unread))?;
-            let (revision, applied) = applied_from(
-                listed,
-                pin,
-                "helm.toolkit.fluxcd.io",
-                "HelmRelease",
-                &obj["spec"]["values"],
-            );
+            let obj = find(listed.helm_releases, namespace.as_deref(), name)
+                .map_err(|found| missing(listed.helm_releases_unread, found))?;
+            let namespace = text(&obj["metadata"]["namespace"]);
+            let applied_as = InventoryEntry {
+                group: "helm.toolkit.fluxcd.io".into(),
+                kind: "HelmRelease".into(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+            };
+            let (revision, applied) =
+                applied_from(listed, pin, &applied_as, &obj["spec"]["values"]);
             let progress = applied.unwrap_or_else(|| helm_release_progress(obj));
             Ok(vec![Release {
                 tool: Tool::Flux,
                 kind: "HelmRelease",
-                namespace: namespace.clone(),
+                namespace,
                 name: name.clone(),
                 candidates: Candidates::Annotated {
                     namespace: release_namespace(obj),
@@ -523,14 +564,20 @@ pub fn releases(pin: &HelmPin, listed: &Listed<'_>) -> Releases {
             }])
         }
         ReleaseRef::Application { namespace, name } => {
-            let obj = find(listed.applications, namespace, name).ok_or_else(|| missing(None))?;
+            let obj = find(listed.applications, namespace.as_deref(), name)
+                .map_err(|found| missing(None, found))?;
             let app = gitops::application(obj);
+            let applied_as = InventoryEntry {
+                group: "argoproj.io".into(),
+                kind: "Application".into(),
+                namespace: app.namespace.clone(),
+                name: app.name.clone(),
+            };
             let sources = match obj["spec"]["sources"].as_array() {
                 Some(sources) if !sources.is_empty() => Value::Array(sources.clone()),
                 _ => obj["spec"]["source"].clone(),
             };
-            let (revision, applied) =
-                applied_from(listed, pin, "argoproj.io", "Application", &sources);
+            let (revision, applied) = applied_from(listed, pin, &applied_as, &sources);
             let progress = applied.unwrap_or_else(|| application_progress(obj));
             Ok(vec![argo_release(app, progress, revision)])
         }
@@ -625,27 +672,17 @@ fn argo_release(app: GitOpsObject, progress: Progress, revision: Option<String>)
     }
 }
 
-/// Rule 1 of the module for an object holding values (`values`, as listed): the commit its
+/// Rule 1 of the module for `object` holding values (`values`, as listed): the commit its
 /// applier applied, and a verdict when that already settles it (not applied yet, or no applier
 /// and no trace of the pin). `None` lets the controller's progress decide.
 fn applied_from(
     listed: &Listed<'_>,
     pin: &HelmPin,
-    group: &str,
-    kind: &str,
+    object: &InventoryEntry,
     values: &Value,
 ) -> (Option<String>, Option<Progress>) {
-    let (namespace, name) = match &pin.release {
-        ReleaseRef::HelmRelease { namespace, name }
-        | ReleaseRef::Application { namespace, name } => (namespace, name),
-        ReleaseRef::ValuesFile { .. } => return (None, None),
-    };
     let appliers: Vec<usize> = (0..listed.appliers.len())
-        .filter(|&i| {
-            listed.appliers[i].inventory.iter().any(|e| {
-                e.group == group && e.kind == kind && &e.namespace == namespace && &e.name == name
-            })
-        })
+        .filter(|&i| listed.appliers[i].inventory.contains(object))
         .collect();
     if appliers.is_empty() {
         let holds = values.to_string().contains(&pin.digest.to_string());
@@ -1092,7 +1129,7 @@ mod tests {
 
     fn hr_ref() -> ReleaseRef {
         ReleaseRef::HelmRelease {
-            namespace: "shop".into(),
+            namespace: Some("shop".into()),
             name: "web".into(),
         }
     }
@@ -1536,6 +1573,42 @@ mod tests {
         assert_eq!(
             releases(&pin(hr_ref()), &refused).unwrap_err().1,
             "Flux HelmRelease shop/web cannot be read: tagpin may not list HelmReleases: forbidden"
+        );
+    }
+
+    #[test]
+    fn a_release_named_without_namespace_is_the_one_live_release_of_that_name() {
+        let unnamespaced = pin(ReleaseRef::HelmRelease {
+            namespace: None,
+            name: "web".into(),
+        });
+        let mut staging = converged_release();
+        staging["metadata"]["namespace"] = json!("staging");
+        let one = [converged_release()];
+        let l = Listed {
+            helm_releases: &one,
+            repository: "https://git.example.com/acme/gitops",
+            pin: PIN,
+            ..Listed::default()
+        };
+        let found = releases(&unnamespaced, &l).unwrap();
+        assert_eq!(found[0].title(), "Flux HelmRelease shop/web");
+        let two = [converged_release(), staging];
+        let l = Listed {
+            helm_releases: &two,
+            ..l
+        };
+        assert_eq!(
+            releases(&unnamespaced, &l),
+            Err((
+                NotVerifiedReason::HelmAmbiguous,
+                "Flux HelmRelease web names no namespace, and the cluster holds several: shop/web, staging/web".into()
+            ))
+        );
+        assert_eq!(
+            releases(&pin(hr_ref()), &l).unwrap()[0].title(),
+            "Flux HelmRelease shop/web",
+            "a namespace settles it"
         );
     }
 

@@ -212,7 +212,7 @@ fn release_pin() -> HelmPin {
         tag: Some("1.4".into()),
         digest: DIGEST.parse().unwrap(),
         release: ReleaseRef::HelmRelease {
-            namespace: "shop".into(),
+            namespace: Some("shop".into()),
             name: "web".into(),
         },
     }
