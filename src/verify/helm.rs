@@ -32,12 +32,20 @@
 //!    must have attempted the current generation (`status.lastAttemptedGeneration`, else
 //!    `status.observedGeneration`, equal to `metadata.generation`), and the newest Helm release
 //!    it recorded (`status.history[0]`) must be `deployed` with the values of that attempt
-//!    (`configDigest` equal to `status.lastAttemptedConfigDigest`). A `failed` or rolled-back
+//!    (`configDigest` equal to `status.lastAttemptedConfigDigest`; the chart version is not
+//!    compared, since a pin changes values, not charts, and an OCI chart's attempted revision
+//!    carries a digest suffix its history entry may not). A `failed` or rolled-back
 //!    release is Failed once Flux stopped retrying (condition `Stalled`), Progressing before.
 //!    A HelmRelease without history (an older helm-controller) must be `Ready` at the current
 //!    generation with `lastAppliedRevision` equal to `lastAttemptedRevision`. For an Application
 //!    holding values inline, Argo CD must have compared the current spec (`status.sync.comparedTo`
 //!    equal to the spec's sources) and found it `Synced`.
+//!
+//! Once placed and released, the container's usual `Synced` condition still asks the live pod
+//! template for the pinned digest: a chart that ignores the value it was pinned in stays
+//! Progressing, never Converged. A pin that matches no container while its release has not
+//! released it yet (a workload the new values add) is not verified rather than Progressing,
+//! since no live workload can carry its verdict; the reason says the release is behind.
 //!
 //! Pure: the caller lists the objects and workloads and says which applied revisions come at or
 //! after the pin commit; nothing here does I/O.
