@@ -80,6 +80,19 @@ pub enum NotVerifiedReason {
     /// this workload.
     #[serde(rename = "ambiguous_in_gitops_inventory")]
     AmbiguousInGitOpsInventory,
+    /// A pinned Helm value no HelmRelease or Argo CD Application in the cluster deploys (see
+    /// `verify::helm`).
+    HelmReleaseMissing,
+    /// The release that deploys a pinned Helm value cannot say which commit its values come
+    /// from; [`NotVerified::detail`] says why.
+    HelmRevisionUnknown,
+    /// No live container of the release's workloads runs the pinned repository.
+    HelmNoMatchingContainer,
+    /// Several live containers of the release's workloads run the pinned repository, or several
+    /// pins of the release name the one container that does.
+    HelmAmbiguous,
+    /// tagpin may not list the workloads of the release's namespace.
+    HelmWorkloadsUnreadable,
 }
 
 impl std::fmt::Display for NotVerifiedReason {
@@ -100,6 +113,21 @@ impl std::fmt::Display for NotVerifiedReason {
             }
             NotVerifiedReason::AmbiguousInGitOpsInventory => {
                 "several workloads listed by the GitOps objects applying it could be this one"
+            }
+            NotVerifiedReason::HelmReleaseMissing => {
+                "no Helm release in the cluster deploys this value"
+            }
+            NotVerifiedReason::HelmRevisionUnknown => {
+                "tagpin cannot tell which commit the Helm release's values come from"
+            }
+            NotVerifiedReason::HelmNoMatchingContainer => {
+                "no live container of the Helm release runs the pinned repository"
+            }
+            NotVerifiedReason::HelmAmbiguous => {
+                "the live containers of the Helm release cannot be told apart for this pin"
+            }
+            NotVerifiedReason::HelmWorkloadsUnreadable => {
+                "tagpin may not list the Helm release's workloads"
             }
         })
     }

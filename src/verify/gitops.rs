@@ -91,7 +91,7 @@ pub struct Health {
 }
 
 impl Health {
-    fn is_good(&self) -> bool {
+    pub(crate) fn is_good(&self) -> bool {
         self.status == "Healthy" || self.status == "Ready"
     }
 }
@@ -278,7 +278,7 @@ pub fn flux_commit(revision: &str) -> Option<String> {
 }
 
 /// Flux's judgement: `spec.suspend`, else the `Ready` condition.
-fn flux_health(obj: &Value) -> Health {
+pub(crate) fn flux_health(obj: &Value) -> Health {
     if obj["spec"]["suspend"] == true {
         return Health {
             status: "Suspended".into(),
@@ -357,7 +357,7 @@ fn normalized_url(url: &str) -> String {
 }
 
 /// A path in a repository as tools write it (`./apps/prod/`, `.`), made comparable.
-fn clean_path(path: &str) -> String {
+pub(crate) fn clean_path(path: &str) -> String {
     let mut path = path.trim();
     while let Some(rest) = path.strip_prefix("./") {
         path = rest;
@@ -371,7 +371,7 @@ fn clean_path(path: &str) -> String {
 }
 
 /// Whether the directory `dir` (cleaned; empty for the root) holds `file`.
-fn path_holds(dir: &str, file: &str) -> bool {
+pub(crate) fn path_holds(dir: &str, file: &str) -> bool {
     dir.is_empty() || file == dir || file.starts_with(&format!("{dir}/"))
 }
 
@@ -471,12 +471,12 @@ pub fn sync_of(object: &GitOpsObject, descends: &BTreeMap<String, bool>) -> Sync
 }
 
 /// A commit as people read it: its first 7 hex digits.
-fn short(sha: &str) -> &str {
+pub(crate) fn short(sha: &str) -> &str {
     sha.get(..7).unwrap_or(sha)
 }
 
 /// `Argo CD has not synced 1a2b3c4 yet (at 9f8e7d6)`.
-fn not_synced_reason(tool: Tool, sync: &Sync, pin: &str) -> String {
+pub(crate) fn not_synced_reason(tool: Tool, sync: &Sync, pin: &str) -> String {
     let at = match sync {
         Sync::Behind(revision) | Sync::Synced(revision) => format!("at {}", short(revision)),
         Sync::NothingApplied => "nothing applied yet".to_string(),
@@ -501,7 +501,7 @@ pub enum Placement {
 }
 
 /// The API group of a kind's objects, as inventories name it.
-fn group_of(kind: WorkloadKind) -> &'static str {
+pub(crate) fn group_of(kind: WorkloadKind) -> &'static str {
     match kind {
         WorkloadKind::Deployment
         | WorkloadKind::StatefulSet

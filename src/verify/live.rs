@@ -1021,6 +1021,96 @@ impl Cluster {
         })
     }
 
+    /// Every Flux HelmRelease (`helm.toolkit.fluxcd.io/v2`, Flux 2.3 and later) in all
+    /// namespaces, or why there are none to read: the CRD is not installed (404), or tagpin may
+    /// not list them (403). Unlike the other GitOps objects, a pin names its HelmRelease, so
+    /// its verdict must say which.
+    pub async fn helm_releases(&self) -> Result<Result<Vec<serde_json::Value>, String>, LiveError> {
+        let gvk = GroupVersionKind::gvk("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "helmreleases");
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        match list_pages(&api).await {
+            Ok((items, _)) => Ok(Ok(items
+                .iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect())),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Err(
+                "the cluster serves no helm.toolkit.fluxcd.io/v2 HelmReleases (CRD not installed, or Flux older than 2.3)".to_string(),
+            )),
+            Err(kube::Error::Api(status)) if status.code == 403 => Ok(Err(format!(
+                "tagpin may not list HelmReleases: {}",
+                status.message
+            ))),
+            Err(source) => Err(self.failed(
+                "helmreleases.helm.toolkit.fluxcd.io in all namespaces".to_string(),
+                source,
+            )),
+        }
+    }
+
+    /// The workloads of `namespace` a Helm release may run its containers in
+    /// ([`super::helm::RELEASE_KINDS`]), with their annotations and template images; the
+    /// message of a refusal (403) instead, for the verdict to name.
+    pub async fn release_workloads(
+        &self,
+        namespace: &str,
+    ) -> Result<super::helm::NamespaceWorkloads, LiveError> {
+        use super::helm::ReleaseWorkload;
+        fn of<K: kube::Resource>(
+            kind: WorkloadKind,
+            namespace: &str,
+            o: &K,
+            template: Option<&PodTemplateSpec>,
+        ) -> ReleaseWorkload {
+            ReleaseWorkload {
+                workload: WorkloadId {
+                    namespace: Some(namespace.to_string()),
+                    kind,
+                    name: o.meta().name.clone().unwrap_or_default(),
+                },
+                annotations: o.meta().annotations.clone().unwrap_or_default(),
+                containers: template_images(template),
+            }
+        }
+        let mut found = Vec::new();
+        let deployments = self.refused_or(
+            self.list_all::<Deployment>(namespace, Watched::Deployments)
+                .await,
+            namespace,
+            "Deployment",
+        )?;
+        let stateful_sets = self.refused_or(
+            self.list_all::<StatefulSet>(namespace, Watched::StatefulSets)
+                .await,
+            namespace,
+            "StatefulSet",
+        )?;
+        let daemon_sets = self.refused_or(
+            self.list_all::<DaemonSet>(namespace, Watched::DaemonSets)
+                .await,
+            namespace,
+            "DaemonSet",
+        )?;
+        match (deployments, stateful_sets, daemon_sets) {
+            (Ok(deployments), Ok(stateful_sets), Ok(daemon_sets)) => {
+                found.extend(deployments.iter().map(|d| {
+                    let template = d.spec.as_ref().map(|s| &s.template);
+                    of(WorkloadKind::Deployment, namespace, d, template)
+                }));
+                found.extend(stateful_sets.iter().map(|s| {
+                    let template = s.spec.as_ref().map(|s| &s.template);
+                    of(WorkloadKind::StatefulSet, namespace, s, template)
+                }));
+                found.extend(daemon_sets.iter().map(|d| {
+                    let template = d.spec.as_ref().map(|s| &s.template);
+                    of(WorkloadKind::DaemonSet, namespace, d, template)
+                }));
+                Ok(Ok(found))
+            }
+            (Err(message), _, _) | (_, Err(message), _) | (_, _, Err(message)) => Ok(Err(message)),
+        }
+    }
+
     /// Every object of a custom resource in all namespaces, as JSON; none when the resource is
     /// not served (404) or not readable (403).
     async fn list_everywhere(

@@ -10,6 +10,7 @@
 mod condition;
 pub mod expected;
 pub mod gitops;
+pub mod helm;
 pub mod live;
 mod observed;
 mod pods;
@@ -68,6 +69,9 @@ pub struct Expectations {
     pub pinned_in: BTreeMap<WorkloadId, BTreeSet<String>>,
     /// How each check consults GitOps objects; `None` leaves checks as they were.
     pub gitops: Option<GitOpsScope>,
+    /// Images pinned in Helm values, verified through the releases that deploy them (see
+    /// [`helm`]).
+    pub helm: Vec<helm::HelmPin>,
 }
 
 impl Expectations {
@@ -197,6 +201,7 @@ pub async fn expectations(
                 commits,
                 pinned_in: gitops::files_of_pins(&block.pins, &mapping),
                 gitops: None,
+                helm: Vec::new(),
             }
         }
         Source::Commit(sha) => {
@@ -297,6 +302,7 @@ fn from_tree(
         commits: vec![commit.to_string()],
         pinned_in: gitops::files_of_scan(&scanned.files, mapping),
         gitops: None,
+        helm: Vec::new(),
     })
 }
 
@@ -410,7 +416,15 @@ pub async fn check(
     registry: &Client,
     families: &mut Families,
 ) -> Result<Check, VerifyError> {
-    let gitops = consult_gitops(expectations, cluster).await?;
+    let mut gitops = consult_gitops(expectations, cluster).await?;
+    let helm = consult_helm(expectations, cluster).await?;
+    gitops.read.extend(helm.read);
+    gitops.verdicts.extend(helm.verdicts);
+    gitops.findings.objects.extend(helm.findings.objects);
+    gitops
+        .findings
+        .not_verified
+        .extend(helm.findings.not_verified);
     let ids: BTreeSet<&WorkloadId> = gitops.read.iter().map(|e| &e.workload).collect();
     let ids: Vec<&WorkloadId> = ids.into_iter().collect();
     let live = cluster.read_all(&ids).await?;
@@ -648,6 +662,75 @@ async fn consult_gitops(
         &sync,
         pin,
     ))
+}
+
+/// What the releases that deploy the Helm pins say in one check (see [`helm`]): the GitOps
+/// objects, HelmReleases and Applications are listed, then the workloads of the releases'
+/// namespaces. Without Helm pins, nothing is listed.
+async fn consult_helm(
+    expectations: &Expectations,
+    cluster: &Cluster,
+) -> Result<gitops::Decision, VerifyError> {
+    let pins = &expectations.helm;
+    if pins.is_empty() {
+        return Ok(gitops::Decision::default());
+    }
+    let (Some(scope), Some(pin)) = (&expectations.gitops, expectations.commits.last()) else {
+        // Only a check built without a repository gets here: nothing to compare commits with.
+        let releases: Vec<helm::Releases> = pins
+            .iter()
+            .map(|_| {
+                Err((
+                    expected::NotVerifiedReason::HelmRevisionUnknown,
+                    "no repository to compare the applied commits with".to_string(),
+                ))
+            })
+            .collect();
+        return Ok(helm::decide(pins, &releases, &BTreeMap::new(), ""));
+    };
+    let listing = cluster.gitops_objects().await?;
+    let (helm_releases, helm_releases_unread) = match cluster.helm_releases().await? {
+        Ok(listed) => (listed, None),
+        Err(why) => (Vec::new(), Some(why)),
+    };
+    let appliers = gitops::relevant(
+        gitops::objects(
+            &listing.applications,
+            &listing.kustomizations,
+            &listing.git_repositories,
+        ),
+        &scope.repository_url,
+        &scope.named,
+    );
+    let revisions = gitops::revisions(&appliers);
+    let descends = off_runtime(|| scope.descends(&revisions, &expectations.commits));
+    let sync: Vec<gitops::Sync> = appliers
+        .iter()
+        .map(|o| gitops::sync_of(o, &descends))
+        .collect();
+    let listed = helm::Listed {
+        applications: &listing.applications,
+        helm_releases: &helm_releases,
+        helm_releases_unread: helm_releases_unread.as_deref(),
+        git_repositories: &listing.git_repositories,
+        appliers: &appliers,
+        sync: &sync,
+        repository: &scope.repository_url,
+        pin,
+    };
+    let releases: Vec<helm::Releases> = pins.iter().map(|p| helm::releases(p, &listed)).collect();
+    let namespaces: BTreeSet<String> = releases
+        .iter()
+        .flatten()
+        .flatten()
+        .flat_map(|r| r.candidates.namespaces())
+        .collect();
+    let mut workloads = BTreeMap::new();
+    for namespace in namespaces {
+        let listed = cluster.release_workloads(&namespace).await?;
+        workloads.insert(namespace, listed);
+    }
+    Ok(helm::decide(pins, &releases, &workloads, pin))
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use serde_yaml::Value;
 
 /// Everything the verifier reads, by (API group, resource): the workload kinds and their pods,
 /// and the GitOps objects that say which commit was applied and what it became. Nothing else.
-const VERIFIER_READS: [(&str, &str); 10] = [
+const VERIFIER_READS: [(&str, &str); 11] = [
     ("", "pods"),
     ("apps", "daemonsets"),
     ("apps", "deployments"),
@@ -28,6 +28,7 @@ const VERIFIER_READS: [(&str, &str); 10] = [
     ("apps.openshift.io", "deploymentconfigs"),
     ("argoproj.io", "applications"),
     ("batch", "jobs"),
+    ("helm.toolkit.fluxcd.io", "helmreleases"),
     ("kustomize.toolkit.fluxcd.io", "kustomizations"),
     ("source.toolkit.fluxcd.io", "gitrepositories"),
 ];
@@ -71,7 +72,7 @@ fn the_verifier_role_grants_only_read_verbs() {
             }
         }
     }
-    assert_eq!(rules_seen, 7);
+    assert_eq!(rules_seen, 8);
     let expected: BTreeSet<(String, String)> = VERIFIER_READS
         .iter()
         .map(|(g, r)| (g.to_string(), r.to_string()))
@@ -362,7 +363,7 @@ fn roles_grant_only_get_list_watch_and_never_secrets() {
             );
             let rules = role["rules"].as_sequence().unwrap();
             if name(role) == "tagpin-verifier" {
-                assert_eq!(rules.len(), 7, "{at}");
+                assert_eq!(rules.len(), 8, "{at}");
             }
             for rule in rules {
                 let verbs = strings(&rule["verbs"]);

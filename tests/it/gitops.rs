@@ -132,7 +132,11 @@ fn capture(name: &str) -> Vec<Value> {
 
 /// The real sock-shop Application, made to apply `apps/` of `repo_url` at `revision`, managing
 /// the Deployments `(namespace, name)` (each in the capture's own resource form).
-fn argo_application(repo_url: &str, revision: &str, deployments: &[(&str, &str)]) -> Value {
+pub(crate) fn argo_application(
+    repo_url: &str,
+    revision: &str,
+    deployments: &[(&str, &str)],
+) -> Value {
     let mut app = capture("argocd-application-sock-shop.yaml").remove(0);
     app["metadata"] = json!({"name": "shop", "namespace": "argocd"});
     let source = json!({"repoURL": repo_url, "path": "./apps", "targetRevision": "main"});
@@ -161,7 +165,7 @@ fn argo_application(repo_url: &str, revision: &str, deployments: &[(&str, &str)]
 /// The documented podinfo GitRepository and Kustomization, made to apply `./apps` of `url` at
 /// `revision` (reported as `main@sha1:<revision>`), with the Deployments `(namespace, name)` in
 /// its inventory.
-fn flux_objects(url: &str, revision: &str, deployments: &[(&str, &str)]) -> [Value; 2] {
+pub(crate) fn flux_objects(url: &str, revision: &str, deployments: &[(&str, &str)]) -> [Value; 2] {
     let objects = capture("flux-kustomization-podinfo.yaml");
     let mut repository = objects[0].clone();
     repository["metadata"]["name"] = json!("gitops");
@@ -185,7 +189,7 @@ fn flux_objects(url: &str, revision: &str, deployments: &[(&str, &str)]) -> [Val
 }
 
 /// The grants of the ClusterRole in `deploy/common/rbac.yaml`, as the test server applies them.
-fn verifier_grants() -> Vec<Grant> {
+pub(crate) fn verifier_grants() -> Vec<Grant> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/common/rbac.yaml");
     let text = std::fs::read_to_string(path).unwrap();
     let strings = |v: &serde_yaml::Value| -> Vec<String> {

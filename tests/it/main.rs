@@ -22,6 +22,7 @@ mod gitlab_server_selftest;
 mod gitops;
 mod golden;
 mod harness_selftest;
+mod helm_verify;
 mod kube_server_selftest;
 mod kustomize;
 mod leader;

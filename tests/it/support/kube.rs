@@ -16,8 +16,8 @@
 //!   server's typed storage does, so a fixture that a real server would refuse
 //!   fails loudly here too. OpenShift's DeploymentConfig has no such type; its
 //!   metadata and pod template are checked with the types that exist. The
-//!   GitOps custom resources (Argo CD Applications, Flux Kustomizations and
-//!   GitRepositories) are checked against their CRDs' schemas
+//!   GitOps custom resources (Argo CD Applications, Flux Kustomizations,
+//!   GitRepositories and HelmReleases) are checked against their CRDs' schemas
 //!   (`tests/fixtures/crds/`), and can be uninstalled ([`KubeServer::uninstall`]):
 //!   their paths then answer 404, as on a cluster without the CRD.
 //! - One global, monotonic `resourceVersion`, a full change history, lists that
@@ -419,6 +419,20 @@ static RESOURCES: &[ResourceType] = &[
         status_subresource: true,
         schema: None,
     },
+    ResourceType {
+        group: "helm.toolkit.fluxcd.io",
+        version: "v2",
+        kind: "HelmRelease",
+        plural: "helmreleases",
+        singular: "helmrelease",
+        short_names: &["hr"],
+        field_labels: &[],
+        has_generation: true,
+        normalize: flux_helm_release,
+        namespaced: true,
+        status_subresource: true,
+        schema: None,
+    },
 ];
 
 /// The API groups under `/apis`, in the order the real server lists them
@@ -433,6 +447,7 @@ const GROUPS: &[(&str, &str)] = &[
     ("argoproj.io", "v1alpha1"),
     ("kustomize.toolkit.fluxcd.io", "v1"),
     ("source.toolkit.fluxcd.io", "v1"),
+    ("helm.toolkit.fluxcd.io", "v2"),
 ];
 
 /// The groups whose resources come from CRDs, which [`KubeServer::uninstall`]
@@ -441,6 +456,7 @@ pub const CRD_GROUPS: &[&str] = &[
     "argoproj.io",
     "kustomize.toolkit.fluxcd.io",
     "source.toolkit.fluxcd.io",
+    "helm.toolkit.fluxcd.io",
 ];
 
 /// Decodes into the `k8s-openapi` type and encodes again: unknown fields are
@@ -489,6 +505,10 @@ fn flux_git_repository(obj: Value) -> Result<Value, String> {
     custom_resource("flux-gitrepository-v1.yaml", obj)
 }
 
+fn flux_helm_release(obj: Value) -> Result<Value, String> {
+    custom_resource("flux-helmrelease-v2.yaml", obj)
+}
+
 /// A custom resource, checked as the real server checks it: `metadata` as
 /// ObjectMeta, the whole object against the CRD's `openAPIV3Schema` (a copy in
 /// `tests/fixtures/crds/`, trimmed to what tagpin reads and what it requires).
@@ -520,6 +540,7 @@ fn crd_schema(file: &str) -> &'static jsonschema::Validator {
             "argocd-application-v1alpha1.yaml",
             "flux-kustomization-v1.yaml",
             "flux-gitrepository-v1.yaml",
+            "flux-helmrelease-v2.yaml",
         ]
         .into_iter()
         .map(|name| {
