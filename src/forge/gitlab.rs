@@ -230,12 +230,10 @@ impl GitLab {
         let mut mrs = self
             .list_merge_requests(&what, &[("state", "opened"), ("target_branch", base)], None)
             .await?;
-        let since = rfc3339(closed_since);
         // Most recently changed first, so the pages stop where the window does.
         let recent = [
             ("state", "all"),
             ("target_branch", base),
-            ("updated_after", since.as_str()),
             ("order_by", "updated_at"),
             ("sort", "desc"),
         ];
@@ -414,8 +412,8 @@ impl GitLab {
 
     /// Sets status `context` on `sha` to `state`, as user `me`. GitLab keeps one status per
     /// name in `pending` or `running` and moves it, refusing a move to the state it is in
-    /// (`400 Cannot transition status`); so the current one `me` set is read first and only a
-    /// change is posted ([`status_to_post`]).
+    /// (`400 Cannot transition status`); so the statuses are read first and only a change is
+    /// posted ([`status_to_post`]).
     pub async fn set_status(
         &self,
         sha: &str,
@@ -425,11 +423,16 @@ impl GitLab {
         me: &str,
     ) -> Result<(), ForgeError> {
         let statuses = self.commit_statuses(sha, context).await?;
-        let current = statuses
+        let own = statuses
             .iter()
             .find(|s| s.author.as_ref().is_some_and(|a| a.username == me))
             .map(|s| (s.status.as_str(), s.description.as_deref().unwrap_or("")));
-        let Some(wire) = status_to_post(state, description, current) else {
+        // Whose ever it is: GitLab may move the live one of the name whoever posted it.
+        let live = statuses
+            .iter()
+            .map(|s| s.status.as_str())
+            .find(|s| matches!(*s, "pending" | "running"));
+        let Some(wire) = status_to_post(state, description, own, live) else {
             return Ok(());
         };
         let what = format!("set status {context} on {sha}");
@@ -641,8 +644,10 @@ fn read_state(status: &str) -> Option<StatusState> {
     }
 }
 
-/// The state to post for `want` with `description`, given the current status tagpin set in
-/// that name (its GitLab state and description), or nothing when nothing is to be posted.
+/// The state to post for `want` with `description`, or nothing when nothing is to be posted;
+/// given the newest status tagpin set in that name (`own`: its GitLab state and description)
+/// and the state of the name's status GitLab still holds open (`live`: `pending` or
+/// `running`, whoever set it).
 ///
 /// GitLab keeps one status per name while it is `pending` or `running` and moves that one:
 /// `pending` may become `running` or final, `running` only final, and a final status is
@@ -652,7 +657,8 @@ fn read_state(status: &str) -> Option<StatusState> {
 fn status_to_post(
     want: StatusState,
     description: &str,
-    current: Option<(&str, &str)>,
+    own: Option<(&str, &str)>,
+    live: Option<&str>,
 ) -> Option<&'static str> {
     let wire = match want {
         StatusState::Pending => "pending",
@@ -660,10 +666,12 @@ fn status_to_post(
         StatusState::Failure => "failed",
         StatusState::Error => "canceled",
     };
-    match current {
-        Some((state, said)) if said == description && read_state(state) == Some(want) => None,
-        Some(("pending", _)) if want == StatusState::Pending => Some("running"),
-        Some(("running", _)) if want == StatusState::Pending => None,
+    if own.is_some_and(|(state, said)| said == description && read_state(state) == Some(want)) {
+        return None;
+    }
+    match live {
+        Some("pending") if want == StatusState::Pending => Some("running"),
+        Some("running") if want == StatusState::Pending => None,
         _ => Some(wire),
     }
 }
@@ -805,12 +813,6 @@ fn is_conflict(e: &ForgeError) -> bool {
     )
 }
 
-fn rfc3339(unix: i64) -> String {
-    Timestamp::from_second(unix)
-        .map(|t| t.to_string())
-        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_string())
-}
-
 fn unix(text: &str) -> Option<i64> {
     text.parse::<Timestamp>().ok().map(|t| t.as_second())
 }
@@ -945,7 +947,7 @@ mod tests {
             (StatusState::Failure, "failed"),
             (StatusState::Error, "canceled"),
         ] {
-            assert_eq!(status_to_post(state, "d", None), Some(wire));
+            assert_eq!(status_to_post(state, "d", None, None), Some(wire));
             assert_eq!(read_state(wire), Some(state));
         }
     }
@@ -953,37 +955,56 @@ mod tests {
     #[test]
     fn a_status_is_posted_only_when_gitlab_would_take_it_and_it_changes_something() {
         use StatusState::*;
-        // The same state and words: nothing to post.
-        assert_eq!(status_to_post(Success, "ok", Some(("success", "ok"))), None);
-        assert_eq!(status_to_post(Pending, "x", Some(("pending", "x"))), None);
-        assert_eq!(status_to_post(Pending, "x", Some(("running", "x"))), None);
+        let mine = |state, said| Some((state, said));
+        // The same state and words as tagpin's own: nothing to post.
+        assert_eq!(
+            status_to_post(Success, "ok", mine("success", "ok"), None),
+            None
+        );
+        let pending = Some("pending");
+        let running = Some("running");
+        assert_eq!(
+            status_to_post(Pending, "x", mine("pending", "x"), pending),
+            None
+        );
+        assert_eq!(
+            status_to_post(Pending, "x", mine("running", "x"), running),
+            None
+        );
         // A final status is followed by a new one, in any state.
         assert_eq!(
-            status_to_post(Success, "ok now", Some(("success", "ok"))),
+            status_to_post(Success, "ok now", mine("success", "ok"), None),
             Some("success")
         );
         assert_eq!(
-            status_to_post(Pending, "again", Some(("failed", "no"))),
+            status_to_post(Pending, "again", mine("failed", "no"), None),
             Some("pending")
         );
         // pending -> pending is refused by GitLab; pending -> running carries the new words.
         assert_eq!(
-            status_to_post(Pending, "2 left", Some(("pending", "3 left"))),
+            status_to_post(Pending, "2 left", mine("pending", "3 left"), pending),
             Some("running")
         );
         // running may only end.
         assert_eq!(
-            status_to_post(Pending, "1 left", Some(("running", "2 left"))),
+            status_to_post(Pending, "1 left", mine("running", "2"), running),
             None
         );
         assert_eq!(
-            status_to_post(Failure, "broken", Some(("running", "2 left"))),
+            status_to_post(Failure, "broken", mine("running", "2"), running),
             Some("failed")
         );
         assert_eq!(
-            status_to_post(Error, "unsure", Some(("pending", "x"))),
+            status_to_post(Error, "unsure", mine("pending", "x"), pending),
             Some("canceled")
         );
+        // Someone else's live status of the name is the one GitLab would move.
+        assert_eq!(
+            status_to_post(Pending, "checking", None, pending),
+            Some("running")
+        );
+        // Someone else's status saying the same is not tagpin's.
+        assert_eq!(status_to_post(Success, "ok", None, None), Some("success"));
     }
 
     #[test]
@@ -1127,8 +1148,8 @@ mod tests {
     }
 
     #[test]
-    fn the_window_of_recent_merge_requests_is_asked_in_gitlabs_time_format() {
-        assert_eq!(rfc3339(1536318977), "2018-09-07T11:16:17Z");
+    fn gitlab_times_read_as_unix_seconds() {
         assert_eq!(unix("2018-09-07T11:16:17.520Z"), Some(1536318977));
+        assert_eq!(unix("yesterday"), None);
     }
 }
