@@ -261,6 +261,11 @@ impl World {
         }
     }
 
+    /// Replaces `tagpin.yaml`.
+    fn write_config(&self, text: &str) {
+        std::fs::write(self.config(), text).unwrap();
+    }
+
     fn config(&self) -> PathBuf {
         self.dir.path().join("tagpin.yaml")
     }
@@ -276,6 +281,10 @@ impl World {
             .env("HOME", self.dir.path())
             .env("KUBECONFIG", self.kube.kubeconfig(self.dir.path()))
             .env("TAGPIN_FORGE_TOKEN", TOKEN)
+            // The example configurations' names.
+            .env("GITHUB_TOKEN", TOKEN)
+            .env("GITLAB_TOKEN", TOKEN)
+            .env("GIT_TOKEN", "unused-for-a-file-remote")
             .env_remove("DOCKER_CONFIG")
             .env_remove("RUST_LOG")
             .output()
@@ -556,3 +565,49 @@ async fn gitlab_a_merge_request_opened_meanwhile_is_adopted_on_409() {
         .any(|r| r.method == "POST" && r.status == 409));
     gl.assert_no_violations();
 }
+
+/// `examples/config`'s pull-request configuration for the forge, pointed at the local servers
+/// (only the addresses change), opens its change request.
+async fn the_pull_request_example_runs(kind: Kind) {
+    let w = World::new(kind).await;
+    let (file, remote, api) = match &w.hub {
+        Hub::GitHub(gh) => (
+            "pull-request-mode.yaml",
+            "https://github.com/acme/gitops.git",
+            ("https://api.github.com", gh.api_url()),
+        ),
+        Hub::GitLab(gl) => (
+            "pull-request-mode-gitlab.yaml",
+            "https://gitlab.example.com/acme/platform/gitops.git",
+            ("https://gitlab.example.com/api/v4", gl.api_url()),
+        ),
+    };
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/config")
+            .join(file),
+    )
+    .unwrap();
+    assert!(
+        example.contains(remote) && example.contains(api.0),
+        "{example}"
+    );
+    let local = example
+        .replace(remote, &w.repo.file_url())
+        .replace(api.0, &api.1);
+    w.write_config(&format!(
+        "{local}\nregistries: {{insecure: ['{}']}}\n",
+        w.registry.host()
+    ));
+
+    let out = w.sync().await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let changes = w.hub.changes();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert!(changes[0].open && changes[0].labels.contains(&"dependencies".to_string()));
+    w.hub.assert_no_violations();
+}
+both_forges!(the_pull_request_example_runs:
+    github_the_pull_request_example_runs,
+    gitlab_the_pull_request_example_runs);
