@@ -16,7 +16,7 @@ use serde_json::json;
 use support::git::BareRepo;
 use support::github::{GitHubServer, PrState};
 use support::gitlab::{GitLabServer, MrState};
-use support::kube::{pod, KubeServer};
+use support::kube::{deployment, pod, running_pod_status, KubeServer};
 use support::registry::{Mode, TestRegistry};
 
 use crate::verify::{live_deployment, live_pod, manifest};
@@ -136,8 +136,9 @@ impl Hub {
         }
     }
 
-    /// A person merges the change request; returns the commit the target branch is at.
-    fn merge_by_hand(&self, repo: &BareRepo, number: u64) -> String {
+    /// A person merges the change request, which changes `files`; returns the commit the
+    /// target branch is at.
+    fn merge_by_hand(&self, repo: &BareRepo, number: u64, files: &[&str]) -> String {
         match self {
             Hub::GitHub(gh) => {
                 // The local GitHub records a merge; the commit is made as GitHub would.
@@ -147,10 +148,15 @@ impl Hub {
                     .find(|p| p.number == number)
                     .unwrap()
                     .head_ref;
-                let file = repo.read(&branch, "apps/web.yaml").unwrap();
+                let contents: Vec<(&str, String)> = files
+                    .iter()
+                    .map(|f| (*f, repo.read(&branch, f).unwrap()))
+                    .collect();
+                let files: Vec<(&str, &str)> =
+                    contents.iter().map(|(f, c)| (*f, c.as_str())).collect();
                 let merge = repo.commit_as_other_writer(
                     "main",
-                    &[("apps/web.yaml", &file)],
+                    &files,
                     &format!("Merge pull request #{number}"),
                 );
                 gh.merge_pr(number, &merge);
@@ -162,17 +168,48 @@ impl Hub {
 
     /// `(context, state)` of every status on `sha`, oldest first.
     fn statuses(&self, sha: &str) -> Vec<(String, String)> {
+        self.statuses_described(sha)
+            .into_iter()
+            .map(|(context, state, _)| (context, state))
+            .collect()
+    }
+
+    /// `(context, state, description)` of every status on `sha`, oldest first.
+    fn statuses_described(&self, sha: &str) -> Vec<(String, String, String)> {
         match self {
             Hub::GitHub(gh) => gh
                 .statuses(sha)
                 .into_iter()
-                .map(|s| (s.context, s.state))
+                .map(|s| (s.context, s.state, s.description.unwrap_or_default()))
                 .collect(),
             Hub::GitLab(gl) => gl
                 .statuses(PROJECT, sha)
                 .into_iter()
-                .map(|s| (s.name, s.status))
+                .map(|s| (s.name, s.status, s.description.unwrap_or_default()))
                 .collect(),
+        }
+    }
+
+    /// Someone else with status rights (a CI job) posts `context` on `sha`, through the API.
+    async fn post_status_as_ci(&self, sha: &str, context: &str, description: &str) {
+        match self {
+            Hub::GitHub(gh) => gh.add_status_as("ci-bot", sha, "success", context, description),
+            Hub::GitLab(gl) => {
+                gl.add_token("glpat-ci-bot", "ci-bot", support::gitlab::Scope::Api);
+                gl.add_member(PROJECT, "ci-bot", support::gitlab::AccessLevel::Developer);
+                let posted = reqwest::Client::new()
+                    .post(format!(
+                        "{}/projects/{}/statuses/{sha}",
+                        gl.api_url(),
+                        PROJECT.replace('/', "%2F")
+                    ))
+                    .header("PRIVATE-TOKEN", "glpat-ci-bot")
+                    .json(&json!({"state": "success", "name": context, "description": description}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
+            }
         }
     }
 
@@ -428,7 +465,7 @@ async fn merged_then_verified(kind: Kind) {
     let (tagged, digest) = image.split_once('@').unwrap();
     let repository = tagged.rsplit_once(':').unwrap().0;
 
-    let merged = w.hub.merge_by_hand(&w.repo, 1);
+    let merged = w.hub.merge_by_hand(&w.repo, 1, &["apps/web.yaml"]);
     assert!(w.hub.changes()[0].merged);
     // The pod is still pulling: the check is pending twice in a row (being checked, then
     // what it waits for), which GitLab takes only as pending, then running.
@@ -611,3 +648,306 @@ async fn the_pull_request_example_runs(kind: Kind) {
 both_forges!(the_pull_request_example_runs:
     github_the_pull_request_example_runs,
     gitlab_the_pull_request_example_runs);
+
+// ---------------------------------------------------------------------------------------------
+// Promotion by change request, staging -> production, each stage on its own cluster.
+
+const PROMOTION_BRANCH: &str = "tagpin/promote/production";
+const STAGE_CONTEXT: &str = "tagpin/stage/staging";
+const PROMOTION_CONTEXT: &str = "tagpin/promotion";
+const STAGING_FILE: &str = "envs/staging/web.yaml";
+const PRODUCTION_FILE: &str = "envs/production/web.yaml";
+
+/// `acme/web:1.5.0` for staging (sync pins it), production on `1.4.0` by digest, a forge, and
+/// a cluster per stage.
+struct Stages {
+    registry: TestRegistry,
+    repo: BareRepo,
+    hub: Hub,
+    staging: KubeServer,
+    production: KubeServer,
+    dir: tempfile::TempDir,
+    host: String,
+    old: String,
+}
+
+impl Stages {
+    async fn new(kind: Kind, soak: &str) -> Stages {
+        let registry = TestRegistry::start(Mode::Plain).await;
+        let host = registry.host();
+        registry.push_image("acme/web", "1.5.0", "web-1.5.0").await;
+        let old = registry
+            .push_image("acme/web", "1.4.0", "web-1.4.0")
+            .await
+            .manifest;
+        let repo = BareRepo::create(&[
+            (
+                STAGING_FILE,
+                &manifest("web", &format!("{host}/acme/web:1.5.0"), 1),
+            ),
+            (
+                PRODUCTION_FILE,
+                &manifest("web", &format!("{host}/acme/web:1.4.0@{old}"), 1),
+            ),
+        ]);
+        let hub = Hub::start(kind, &repo).await;
+        let (staging, production) = (KubeServer::start().await, KubeServer::start().await);
+        let dir = tempfile::tempdir().unwrap();
+        let mut kubeconfigs = Vec::new();
+        for (name, kube) in [("staging", &staging), ("production", &production)] {
+            std::fs::create_dir_all(dir.path().join(name)).unwrap();
+            kubeconfigs.push(kube.kubeconfig(&dir.path().join(name)));
+        }
+        std::fs::write(
+            dir.path().join("tagpin.yaml"),
+            format!(
+                "repository: {{url: '{}', branch: main}}\n\
+                 mode: commit\n\
+                 registries: {{insecure: ['{host}']}}\n\
+                 verify: {{default_namespace: shop}}\n\
+                 {}\
+                 promotion:\n  stages:\n\
+                 \x20 - name: staging\n    paths: [envs/staging]\n    cluster: {{kubeconfig: '{}'}}\n\
+                 \x20 - name: production\n    paths: [envs/production]\n    cluster: {{kubeconfig: '{}'}}\n    soak: {soak}\n    mode: pull-request\n",
+                repo.file_url(),
+                hub.forge_yaml(),
+                kubeconfigs[0].display(),
+                kubeconfigs[1].display(),
+            ),
+        )
+        .unwrap();
+        Stages {
+            registry,
+            repo,
+            hub,
+            staging,
+            production,
+            dir,
+            host,
+            old,
+        }
+    }
+
+    async fn tagpin(&self, args: &[&str]) -> Output {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .args(args)
+            .arg("--config")
+            .arg(self.dir.path().join("tagpin.yaml"))
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("cache"))
+            .env("HOME", self.dir.path())
+            // Only the stages' own kubeconfig files may be used.
+            .env("KUBECONFIG", self.dir.path().join("no-such-kubeconfig"))
+            .env("TAGPIN_FORGE_TOKEN", TOKEN)
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .expect("run tagpin");
+        assert!(
+            !text(&out).contains(TOKEN),
+            "the token is shown: {}",
+            text(&out)
+        );
+        out
+    }
+
+    /// `sync` pins staging on main; returns the image staging now names.
+    async fn sync(&self) -> String {
+        let out = self.tagpin(&["sync"]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let staging = self.repo.read("main", STAGING_FILE).unwrap();
+        staging
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("image: "))
+            .unwrap()
+            .to_string()
+    }
+
+    /// `promote --to production --output json`: the exit code and the report.
+    async fn promote(&self) -> (Option<i32>, serde_json::Value, Output) {
+        let out = self
+            .tagpin(&["promote", "--to", "production", "--output", "json"])
+            .await;
+        let report = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", text(&out)));
+        (out.status.code(), report, out)
+    }
+
+    /// `cluster` runs `image` (`HOST/acme/web:TAG@DIGEST`), its one pod on `digest`.
+    /// A new image is a new generation of the Deployment, observed and rolled out.
+    fn runs(&self, cluster: &KubeServer, image: &str, digest: &str) {
+        let stored = cluster.apply(deployment(
+            "shop",
+            "web",
+            &[("app", "web")],
+            &[("app", image)],
+        ));
+        cluster.set_status(
+            "Deployment",
+            "shop",
+            "web",
+            json!({"observedGeneration": stored["metadata"]["generation"], "replicas": 1,
+                   "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}),
+        );
+        cluster.apply(pod("shop", "web-1", &[("app", "web")], &[("app", image)]));
+        let id = format!("{}/acme/web@{digest}", self.host);
+        cluster.set_pod_status("shop", "web-1", running_pod_status(&[("app", image, &id)]));
+    }
+
+    fn tip(&self) -> String {
+        self.repo.head("main").unwrap()
+    }
+
+    /// `(state, description)` of the statuses `context` on `sha`, oldest first.
+    fn statuses(&self, sha: &str, context: &str) -> Vec<(String, String)> {
+        self.hub
+            .statuses_described(sha)
+            .into_iter()
+            .filter(|(c, ..)| c == context)
+            .map(|(_, state, description)| (state, description))
+            .collect()
+    }
+}
+
+fn digest_of(image: &str) -> String {
+    image.split_once('@').unwrap().1.to_string()
+}
+
+/// Staging rolling out holds the promotion back; converged, it opens one change request whose
+/// head carries `tagpin/promotion` success; staging moving on updates that same one; merged
+/// and run by production, `verify` of it posts `tagpin/converged` on the commit that landed.
+async fn promotion_gated_then_opened_then_updated(kind: Kind) {
+    let w = Stages::new(kind, "0s").await;
+    let image = w.sync().await;
+    let digest = digest_of(&image);
+
+    // Staging's pod still runs the old digest: not promoted.
+    w.runs(&w.staging, &image, &w.old);
+    let (code, report, out) = w.promote().await;
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["gate"], "waiting", "{report:#}");
+    assert!(w.hub.changes().is_empty());
+
+    w.runs(&w.staging, &image, &digest);
+    let (code, report, out) = w.promote().await;
+    assert_eq!(code, Some(0), "{}", text(&out));
+    assert_eq!(
+        report["outcome"]["outcome"], "pull_request_opened",
+        "{report:#}"
+    );
+    let changes = w.hub.changes();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].head_ref, PROMOTION_BRANCH);
+    assert_eq!(
+        changes[0].title,
+        "Promote 1 image(s) from staging to production"
+    );
+    let head = w.repo.head(PROMOTION_BRANCH).unwrap();
+    assert!(w
+        .repo
+        .read(PROMOTION_BRANCH, PRODUCTION_FILE)
+        .unwrap()
+        .contains(&digest));
+    let promotion = w.statuses(&head, PROMOTION_CONTEXT);
+    assert_eq!(promotion.last().unwrap().0, "success", "{promotion:?}");
+    let stage = w.statuses(&w.tip(), STAGE_CONTEXT);
+    assert_eq!(stage.last().unwrap().0, "success", "{stage:?}");
+    assert!(
+        stage.last().unwrap().1.starts_with("converged since "),
+        "{stage:?}"
+    );
+
+    // A second pass reads the clock back and changes nothing.
+    let writes = w.hub.writes();
+    let (code, _, out) = w.promote().await;
+    assert_eq!(code, Some(0), "{}", text(&out));
+    assert_eq!(w.hub.writes(), writes, "nothing written again");
+
+    // Staging moves on: the same change request is updated.
+    let rebuilt = w
+        .registry
+        .push_image("acme/web", "1.5.0", "web-1.5.0-rebuilt")
+        .await
+        .manifest;
+    let moved = w.sync().await;
+    assert_eq!(digest_of(&moved), rebuilt);
+    w.runs(&w.staging, &moved, &rebuilt);
+    let (code, report, out) = w.promote().await;
+    assert_eq!(code, Some(0), "{}", text(&out));
+    assert_eq!(
+        report["outcome"]["outcome"], "pull_request_updated",
+        "{report:#}"
+    );
+    let changes = w.hub.changes();
+    assert_eq!(changes.len(), 1, "the same one: {changes:?}");
+    assert!(
+        changes[0].body.contains(&rebuilt[..19]),
+        "{}",
+        changes[0].body
+    );
+    let moved_head = w.repo.head(PROMOTION_BRANCH).unwrap();
+    assert_ne!(moved_head, head);
+    let promotion = w.statuses(&moved_head, PROMOTION_CONTEXT);
+    assert_eq!(promotion.last().unwrap().0, "success", "{promotion:?}");
+
+    // Merged by a person and run by production: verified there.
+    let merged = w.hub.merge_by_hand(&w.repo, 1, &[PRODUCTION_FILE]);
+    let promoted = w.repo.read("main", PRODUCTION_FILE).unwrap();
+    let production_image = promoted
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("image: "))
+        .unwrap()
+        .to_string();
+    assert_eq!(digest_of(&production_image), rebuilt);
+    w.runs(&w.production, &production_image, &rebuilt);
+    let out = w.tagpin(&["verify", "--pr", "1"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let converged = w.statuses(&merged, "tagpin/converged");
+    assert_eq!(converged.last().unwrap().0, "success", "{converged:?}");
+    w.hub.assert_no_violations();
+    w.staging.assert_no_writes();
+    w.production.assert_no_writes();
+}
+both_forges!(promotion_gated_then_opened_then_updated:
+    github_promotion_gated_then_opened_then_updated,
+    gitlab_promotion_gated_then_opened_then_updated);
+
+/// While staging soaks, nothing is promoted; the clock is read back from tagpin's own stage
+/// status (GitHub: its creator; GitLab: its author), and one posted in tagpin's context by a
+/// CI job, claiming an earlier start, does not move it.
+async fn the_soak_clock_is_tagpins_own(kind: Kind) {
+    let w = Stages::new(kind, "1h").await;
+    let image = w.sync().await;
+    w.runs(&w.staging, &image, &digest_of(&image));
+
+    let (code, report, out) = w.promote().await;
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let since = report["gate"]["since"].as_i64().unwrap();
+    let fingerprint = report["source"]["digests"].as_str().unwrap().to_string();
+    let tip = w.tip();
+    assert_eq!(w.statuses(&tip, STAGE_CONTEXT).len(), 1);
+
+    w.hub
+        .post_status_as_ci(
+            &tip,
+            STAGE_CONTEXT,
+            &format!("converged since 2020-01-01T00:00:00Z · 1 image(s) · set {fingerprint}"),
+        )
+        .await;
+    let (code, report, out) = w.promote().await;
+
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["since"].as_i64(), Some(since), "{report:#}");
+    assert!(
+        text(&out).contains("set by ci-bot is ignored"),
+        "{}",
+        text(&out)
+    );
+    assert!(w.hub.changes().is_empty(), "nothing promoted");
+    w.hub.assert_no_violations();
+}
+both_forges!(the_soak_clock_is_tagpins_own:
+    github_the_soak_clock_is_tagpins_own,
+    gitlab_the_soak_clock_is_tagpins_own);
