@@ -951,3 +951,118 @@ async fn the_soak_clock_is_tagpins_own(kind: Kind) {
 both_forges!(the_soak_clock_is_tagpins_own:
     github_the_soak_clock_is_tagpins_own,
     gitlab_the_soak_clock_is_tagpins_own);
+
+// ---------------------------------------------------------------------------------------------
+// The controller.
+
+/// Polls `check` for up to 30 s.
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !check() {
+        if std::time::Instant::now() >= deadline {
+            eprintln!("timed out waiting for {what}");
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    true
+}
+
+/// `tagpin run` opens its change request on start, verifies it while it is open, and after a
+/// person merges it and the cluster runs it, posts success on the commit that landed and says
+/// Converged in its one comment; then it stops cleanly on SIGTERM.
+async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
+    let w = World::new(kind).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+        .args(["run", "--verify-interval", "1s", "--interval", "1h"])
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--config")
+        .arg(w.config())
+        .arg("--cache-dir")
+        .arg(w.dir.path().join("cache"))
+        .env("HOME", w.dir.path())
+        .env("KUBECONFIG", w.kube.kubeconfig(w.dir.path()))
+        .env("TAGPIN_FORGE_TOKEN", TOKEN)
+        .env("RUST_LOG", "tagpin=info")
+        .env_remove("DOCKER_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start tagpin run");
+
+    let opened = eventually("a change request and its pending status", || {
+        w.repo.head("tagpin/main").is_some_and(|head| {
+            w.hub.changes().len() == 1
+                && w.hub
+                    .statuses(&head)
+                    .iter()
+                    .any(|(c, s)| c == "tagpin/converged" && s != "success")
+        })
+    })
+    .await;
+    let merged = if opened {
+        let pinned = w.repo.read("tagpin/main", "apps/web.yaml").unwrap();
+        let image = pinned
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("image: "))
+            .unwrap()
+            .to_string();
+        let (tagged, digest) = image.split_once('@').unwrap();
+        let repository = tagged.rsplit_once(':').unwrap().0;
+        let merged = w.hub.merge_by_hand(&w.repo, 1, &["apps/web.yaml"]);
+        live_deployment(&w.kube, "web", &image, 1);
+        live_pod(
+            &w.kube,
+            "web",
+            "web-1",
+            &image,
+            &format!("{repository}@{digest}"),
+        );
+        let converged = eventually("success on the merge commit and the comment", || {
+            w.hub
+                .statuses(&merged)
+                .iter()
+                .any(|(c, s)| c == "tagpin/converged" && s == "success")
+                && w.hub
+                    .comments(1)
+                    .iter()
+                    .any(|c| c.contains("cluster Converged"))
+        })
+        .await;
+        converged.then_some(merged)
+    } else {
+        None
+    };
+
+    let pid = child.id().expect("running");
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("tagpin run stops within its grace period")
+        .unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(opened, "no change request verified: {log}");
+    assert!(merged.is_some(), "not verified after the merge: {log}");
+    assert_eq!(output.status.code(), Some(0), "{log}");
+    assert!(!log.contains(TOKEN));
+    assert!(
+        !log.contains("cannot set the") && !log.contains("cannot mark"),
+        "every status was taken: {log}"
+    );
+    assert_eq!(w.hub.comments(1).len(), 1, "one comment");
+    w.hub.assert_no_violations();
+    w.kube.assert_no_writes();
+}
+both_forges!(the_controller_verifies_what_it_opened_until_converged:
+    github_the_controller_verifies_what_it_opened_until_converged,
+    gitlab_the_controller_verifies_what_it_opened_until_converged);
