@@ -308,6 +308,10 @@ impl World {
     }
 
     async fn tagpin(&self, command: &str, args: &[&str]) -> Output {
+        self.tagpin_with_token(command, args, TOKEN).await
+    }
+
+    async fn tagpin_with_token(&self, command: &str, args: &[&str], token: &str) -> Output {
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
             .arg(command)
             .arg("--config")
@@ -317,7 +321,7 @@ impl World {
             .args(args)
             .env("HOME", self.dir.path())
             .env("KUBECONFIG", self.kube.kubeconfig(self.dir.path()))
-            .env("TAGPIN_FORGE_TOKEN", TOKEN)
+            .env("TAGPIN_FORGE_TOKEN", token)
             // The example configurations' names.
             .env("GITHUB_TOKEN", TOKEN)
             .env("GITLAB_TOKEN", TOKEN)
@@ -1066,3 +1070,99 @@ async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
 both_forges!(the_controller_verifies_what_it_opened_until_converged:
     github_the_controller_verifies_what_it_opened_until_converged,
     gitlab_the_controller_verifies_what_it_opened_until_converged);
+
+// ---------------------------------------------------------------------------------------------
+// GitLab's own answers: rate limits and refusals, named.
+
+/// A `429` with `Retry-After` is waited out and the call made again; one asking longer than
+/// tagpin waits is reported with GitLab's wait, and nothing is written.
+#[tokio::test]
+async fn gitlab_a_rate_limit_is_waited_out_or_reported_with_its_wait() {
+    let w = World::new(Kind::GitLab).await;
+    let Hub::GitLab(gl) = &w.hub else {
+        unreachable!()
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    gl.inject(support::gitlab::Fault::rate_limited(
+        "GET",
+        "/merge_requests",
+        3600,
+        now + 3600,
+    ));
+    let refused = w.sync().await;
+    // A rate limit would meet every group alike: the pass could not run (2).
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("rate limited; GitLab asks to wait 3600s"),
+        "{}",
+        text(&refused)
+    );
+    assert!(w.hub.changes().is_empty());
+
+    gl.inject(support::gitlab::Fault::rate_limited(
+        "GET",
+        "/merge_requests",
+        1,
+        now + 1,
+    ));
+    let waited = w.sync().await;
+    assert_eq!(waited.status.code(), Some(0), "{}", text(&waited));
+    assert_eq!(w.hub.changes().len(), 1);
+    let lists: Vec<u16> = gl
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/merge_requests"))
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(lists[..3], [429, 429, 200], "{lists:?}");
+    gl.assert_no_violations();
+}
+
+/// A revoked token, a token without the `api` scope, and a project the token cannot see are
+/// each told apart, and the token is never shown.
+#[tokio::test]
+async fn gitlab_token_and_project_problems_are_named() {
+    let w = World::new(Kind::GitLab).await;
+    let Hub::GitLab(gl) = &w.hub else {
+        unreachable!()
+    };
+    let out = w.tagpin_with_token("sync", &[], "glpat-unknown-0000").await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("401 Unauthorized") && text(&out).contains("the token is not valid"),
+        "{}",
+        text(&out)
+    );
+
+    gl.add_token("glpat-read-only-1111", BOT, support::gitlab::Scope::ReadApi);
+    let out = w
+        .tagpin_with_token("sync", &[], "glpat-read-only-1111")
+        .await;
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("the token lacks the api scope"),
+        "{}",
+        text(&out)
+    );
+    assert!(w.hub.changes().is_empty());
+
+    gl.add_token(
+        "glpat-outsider-2222",
+        "outsider",
+        support::gitlab::Scope::Api,
+    );
+    let out = w
+        .tagpin_with_token("sync", &[], "glpat-outsider-2222")
+        .await;
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("404 Project Not Found")
+            && text(&out).contains(&format!("{PROJECT} is not at {}", gl.api_url())),
+        "{}",
+        text(&out)
+    );
+    gl.take_violations();
+}
