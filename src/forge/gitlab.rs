@@ -88,6 +88,8 @@ struct CommitStatus {
     status: String,
     description: Option<String>,
     created_at: Option<String>,
+    /// When it reached its final state.
+    finished_at: Option<String>,
     author: Option<User>,
 }
 
@@ -97,6 +99,7 @@ struct Note {
     id: u64,
     #[serde(default)]
     body: String,
+    author: Option<User>,
     /// GitLab's own notes ("added 1 commit"): never tagpin's.
     #[serde(default)]
     system: bool,
@@ -376,7 +379,7 @@ impl GitLab {
                 Some(Status {
                     state: read_state(&s.status)?,
                     description: s.description.clone().unwrap_or_default(),
-                    created_at: s.created_at.as_deref().and_then(unix),
+                    created_at: set_at(s),
                     creator: s.author.as_ref().map(|a| a.username.clone()),
                 })
             })
@@ -448,12 +451,14 @@ impl GitLab {
     }
 
     /// Keeps one note per merge request carrying `marker`: edits it when it exists (found by
-    /// the marker, among notes by anyone, on every page), creates it otherwise.
+    /// the marker among the notes `me` wrote, on every page: GitLab lets only a note's author
+    /// edit it, so a person quoting the marker is not mistaken for it), creates it otherwise.
     pub async fn upsert_comment(
         &self,
         number: u64,
         marker: &str,
         body: &str,
+        me: &str,
     ) -> Result<(), ForgeError> {
         let what = format!("list notes of merge request !{number}");
         let notes = self.project_url(&format!("/merge_requests/{number}/notes"));
@@ -467,7 +472,7 @@ impl GitLab {
             pages += 1;
             let answer = self.request(&what, Method::GET, &url, None).await?;
             let items: Vec<Note> = self.parse(&what, &answer.body)?;
-            existing = find_note(&items, marker).map(|n| (n.id, n.body == body));
+            existing = find_note(&items, marker, me).map(|n| (n.id, n.body == body));
             if pages < MAX_PAGES {
                 next = answer.next;
             }
@@ -676,9 +681,25 @@ fn status_to_post(
     }
 }
 
-/// The note carrying `marker`, oldest first; GitLab's system notes are never tagpin's.
-fn find_note<'n>(notes: &'n [Note], marker: &str) -> Option<&'n Note> {
-    notes.iter().find(|n| !n.system && n.body.contains(marker))
+/// When a status took the state it is in. GitLab moves a `pending` or `running` status to its
+/// final state in place, keeping its `created_at`: a success posted after a pending one of the
+/// same name was set at its `finished_at`, not when the pending one was (the soak clock must
+/// not start while the stage was still rolling out).
+fn set_at(status: &CommitStatus) -> Option<i64> {
+    let finished = matches!(status.status.as_str(), "success" | "failed" | "canceled");
+    let when = match (&status.finished_at, finished) {
+        (Some(at), true) => at,
+        _ => status.created_at.as_ref()?,
+    };
+    unix(when)
+}
+
+/// The note `me` wrote carrying `marker`, oldest first; GitLab's system notes are never
+/// tagpin's.
+fn find_note<'n>(notes: &'n [Note], marker: &str, me: &str) -> Option<&'n Note> {
+    notes.iter().find(|n| {
+        !n.system && n.body.contains(marker) && n.author.as_ref().is_some_and(|a| a.username == me)
+    })
 }
 
 /// The next page of a list: the `Link` header's `rel="next"`, else GitLab's `x-next-page`
@@ -935,6 +956,17 @@ mod tests {
     }
 
     #[test]
+    fn a_status_moved_from_pending_to_success_was_set_when_it_finished() {
+        let mut status: CommitStatus = serde_json::from_str(DOCUMENTED_STATUS).unwrap();
+        assert_eq!(set_at(&status), unix("2016-01-19T09:05:50.365Z"));
+        status.created_at = Some("2026-01-01T10:00:00.000Z".into());
+        status.finished_at = Some("2026-01-01T10:05:00.000Z".into());
+        assert_eq!(set_at(&status), unix("2026-01-01T10:05:00Z"));
+        status.status = "running".into();
+        assert_eq!(set_at(&status), unix("2026-01-01T10:00:00Z"));
+    }
+
+    #[test]
     fn gitlab_states_map_to_tagpins_and_back() {
         assert_eq!(read_state("pending"), Some(StatusState::Pending));
         assert_eq!(read_state("running"), Some(StatusState::Pending));
@@ -1133,18 +1165,22 @@ mod tests {
     }
 
     #[test]
-    fn the_verdict_note_is_found_by_its_marker_and_never_in_a_system_note() {
+    fn the_verdict_note_is_tagpins_own_found_by_its_marker() {
         let notes: Vec<Note> = serde_json::from_str(
-            r#"[{"id": 1, "body": "mentioned <!-- tagpin-verdict --> in a commit", "system": true},
-                {"id": 2, "body": "looks good", "system": false},
-                {"id": 3, "body": "<!-- tagpin-verdict -->\nConverged", "system": false}]"#,
+            r#"[{"id": 1, "body": "mentioned <!-- tagpin-verdict --> in a commit", "system": true,
+                 "author": {"username": "tagpin-bot"}},
+                {"id": 2, "body": "quoting <!-- tagpin-verdict -->", "system": false,
+                 "author": {"username": "alice"}},
+                {"id": 3, "body": "<!-- tagpin-verdict -->\nConverged", "system": false,
+                 "author": {"username": "tagpin-bot"}}]"#,
         )
         .unwrap();
+        let marker = "<!-- tagpin-verdict -->";
         assert_eq!(
-            find_note(&notes, "<!-- tagpin-verdict -->").map(|n| n.id),
+            find_note(&notes, marker, "tagpin-bot").map(|n| n.id),
             Some(3)
         );
-        assert!(find_note(&notes[..2], "<!-- tagpin-verdict -->").is_none());
+        assert!(find_note(&notes[..2], marker, "tagpin-bot").is_none());
     }
 
     #[test]

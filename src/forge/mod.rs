@@ -254,7 +254,8 @@ impl Forge {
     }
 
     /// Keeps one comment (GitLab: note) per change request carrying `marker`: edits it when it
-    /// exists (found by the marker, among comments by anyone, on every page), creates it
+    /// exists (found by the marker on every page; on GitHub among comments by anyone, on
+    /// GitLab, which lets only a note's author edit it, among tagpin's own), creates it
     /// otherwise. What this process wrote or found there is not read again for
     /// [`READ_BACK_AFTER`] while the body stays the same.
     pub async fn upsert_comment(
@@ -267,7 +268,13 @@ impl Forge {
         if known.is_some_and(|(b, at)| b == body && at.elapsed() < READ_BACK_AFTER) {
             return Ok(());
         }
-        dispatch!(self.upsert_comment(number, marker, body))?;
+        match &self.adapter {
+            Adapter::GitHub(forge) => forge.upsert_comment(number, marker, body).await,
+            Adapter::GitLab(forge) => {
+                let me = self.login().await?;
+                forge.upsert_comment(number, marker, body, me).await
+            }
+        }?;
         let mut comments = lock(&self.comments_set);
         if comments.len() >= MAX_REMEMBERED {
             comments.clear();
