@@ -102,14 +102,6 @@ impl Forge {
         })
     }
 
-    /// `GitHub` or `GitLab`, for messages.
-    pub fn name(&self) -> &'static str {
-        match self.adapter {
-            Adapter::GitHub(_) => "GitHub",
-            Adapter::GitLab(_) => "GitLab",
-        }
-    }
-
     /// The login (GitLab: username) the token acts as, asked once per process, or
     /// `forge.login` when configured.
     pub async fn login(&self) -> Result<&str, ForgeError> {
