@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{self, Config};
-use crate::forge::GitHub;
+use crate::forge::Forge;
 use crate::manifest::walk::FileFilter;
 use crate::pass;
 use crate::reference::Reference;
@@ -146,8 +146,9 @@ pub struct VerifyArgs {
     /// The configuration file.
     #[arg(long, short, value_name = "FILE", default_value = "tagpin.yaml")]
     pub config: PathBuf,
-    /// Verify what this tagpin pull request promises (its plan block), and report on it.
-    #[arg(long, value_name = "N")]
+    /// Verify what this tagpin pull request promises (its plan block), and report on it. On
+    /// GitLab, N is the merge request's IID (`!N`); --mr N says the same.
+    #[arg(long, value_name = "N", visible_alias = "mr")]
     pub pr: Option<u64>,
     /// Verify the pinned images in the manifests of this commit.
     #[arg(long, value_name = "SHA")]
@@ -521,12 +522,12 @@ async fn resolve(client: &Client, images: &[String]) -> ResolveReport {
 }
 
 /// The forge named by the configuration, with its token read from the environment.
-fn forge_from(config: &Config) -> Result<Option<GitHub>, CliError> {
+fn forge_from(config: &Config) -> Result<Option<Forge>, CliError> {
     let Some(forge_config) = &config.forge else {
         return Ok(None);
     };
     let token = config::read_env(&forge_config.token_env).map_err(CliError::ForgeToken)?;
-    Ok(Some(GitHub::new(forge_config, token)?))
+    Ok(Some(Forge::new(forge_config, token)?))
 }
 
 fn cache_dir_for(config: &Config, flag: Option<&Path>) -> Result<PathBuf, CliError> {

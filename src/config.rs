@@ -279,16 +279,26 @@ pub struct PullRequest {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forge {
-    /// REST API base: `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise.
+    /// Which forge, and the repository on it.
+    pub kind: ForgeKind,
+    /// REST API base: `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise;
+    /// `https://gitlab.com/api/v4`, or `https://HOST/api/v4` for a self-managed GitLab.
     pub api_url: String,
-    pub owner: String,
-    pub repo: String,
     /// Environment variable holding the token.
     pub token_env: String,
     /// The login the token acts as, when `GET /user` cannot tell: a GitHub App installation
     /// token (`my-app[bot]`) cannot read it. Only statuses this login created carry the soak
     /// clock, and only pull requests it opened are tagpin's promotions.
     pub login: Option<String>,
+}
+
+/// The forge `forge.kind` names, with the repository tagpin writes to there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForgeKind {
+    /// `forge.owner` and `forge.repo`.
+    GitHub { owner: String, repo: String },
+    /// `forge.project`: the project's full path, `group/subgroup/project`.
+    GitLab { project: String },
 }
 
 /// Placeholders the commit message and PR title templates may use.
@@ -788,6 +798,58 @@ colour: blue
         let text = "repository: {url: /srv/git/gitops.git}\n\
                     forge: {owner: acme, repo: gitops, token_env: GITHUB_TOKEN}\n";
         assert_eq!(parse(text).unwrap().forge.unwrap().login, None);
+    }
+
+    #[test]
+    fn a_gitlab_forge_names_its_project_by_path() {
+        let text = "repository: {url: /srv/git/gitops.git}\n\
+                    forge: {kind: gitlab, api_url: 'https://gitlab.example.com/api/v4', project: group/sub/gitops, token_env: GITLAB_TOKEN}\n";
+        let forge = parse(text).unwrap().forge.unwrap();
+        assert_eq!(
+            forge.kind,
+            ForgeKind::GitLab {
+                project: "group/sub/gitops".into()
+            }
+        );
+        assert_eq!(forge.api_url, "https://gitlab.example.com/api/v4");
+        assert_eq!(forge.token_env, "GITLAB_TOKEN");
+        let text = "repository: {url: /srv/git/gitops.git}\n\
+                    forge: {kind: gitlab, project: '1234', token_env: GITLAB_TOKEN}\n";
+        assert_eq!(
+            parse(text).unwrap().forge.unwrap().api_url,
+            "https://gitlab.com/api/v4"
+        );
+    }
+
+    #[test]
+    fn each_forge_is_told_the_keys_of_the_other_apart() {
+        let problems = |forge: &str| {
+            Config::parse(
+                &format!("repository: {{url: /srv/git/gitops.git}}\nforge: {forge}\n"),
+                Path::new("tagpin.yaml"),
+            )
+            .unwrap_err()
+            .to_string()
+        };
+        let gitlab = problems("{kind: gitlab, owner: acme, repo: gitops, token_env: T}");
+        assert!(gitlab.contains("forge.owner: is for GitHub"), "{gitlab}");
+        assert!(gitlab.contains("forge.project: is required"), "{gitlab}");
+        let github = problems("{owner: acme, repo: gitops, project: acme/gitops, token_env: T}");
+        assert!(github.contains("forge.project: is for GitLab"), "{github}");
+        let path = problems("{kind: gitlab, project: 'acme/', token_env: T}");
+        assert!(
+            path.contains("forge.project: \"acme/\" is not a GitLab project path"),
+            "{path}"
+        );
+        let kind = problems("{kind: bitbucket, owner: acme, repo: gitops, token_env: T}");
+        assert!(
+            kind.contains("forge.kind: expected github or gitlab, found \"bitbucket\""),
+            "{kind}"
+        );
+        let plain = problems(
+            "{kind: gitlab, api_url: 'http://gitlab.example.com/api/v4', project: a/b, token_env: T}",
+        );
+        assert!(plain.contains("never sent over plain http"), "{plain}");
     }
 
     #[test]

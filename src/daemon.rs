@@ -44,7 +44,7 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::config::{Config, Stage, WriteMode};
-use crate::forge::{GitHub, StatusState};
+use crate::forge::{Forge, StatusState};
 use crate::git::Mirror;
 use crate::metrics::{
     self, ActionLabels, ErrorLabels, Metrics, PassLabels, PromotionLabels, VerdictLabels,
@@ -433,7 +433,7 @@ pub const RECENTLY_MERGED: Duration = Duration::from_secs(24 * 3600);
 pub struct InFlight<'a> {
     pub config: &'a Config,
     pub mirror: &'a Mirror,
-    pub forge: Option<&'a GitHub>,
+    pub forge: Option<&'a Forge>,
     pub registry: &'a Client,
     /// The cluster of `sync`'s pins (the first stage's, with promotion).
     pub cluster: Cluster,
@@ -879,7 +879,7 @@ pub async fn reconcile(
 pub struct Setup<'a> {
     pub config: &'a Config,
     pub registry: &'a Client,
-    pub forge: Option<&'a GitHub>,
+    pub forge: Option<&'a Forge>,
     pub cache_dir: &'a std::path::Path,
     pub listen: SocketAddr,
     /// A port of its own for probes and metrics (`--health-listen`).

@@ -17,7 +17,8 @@ pub enum StatusState {
 pub struct Status {
     pub state: StatusState,
     pub description: String,
-    /// Unix time it was set, when the forge says.
+    /// Unix time it was set in this state, when the forge says (GitLab moves a pending status
+    /// to its final state in place: there, when it finished).
     pub created_at: Option<i64>,
     /// The login that created it: anyone with status rights can post any context.
     pub creator: Option<String>,

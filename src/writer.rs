@@ -17,7 +17,7 @@
 use std::path::PathBuf;
 
 use crate::config::Author;
-use crate::forge::{GitHub, PullRequestInfo};
+use crate::forge::{Forge, PullRequestInfo};
 use crate::git::{off_runtime, Expect, GitError, Mirror};
 use crate::plan::FilePlan;
 use crate::proposal::PlanBlock;
@@ -107,7 +107,7 @@ pub struct Proposal<'p> {
 /// the change yet, then opens, updates or leaves alone its pull request.
 pub async fn propose(
     mirror: &Mirror,
-    forge: &GitHub,
+    forge: &Forge,
     author: &Author,
     p: &Proposal<'_>,
 ) -> Result<Outcome, SyncError> {

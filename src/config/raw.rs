@@ -246,6 +246,7 @@ pub struct RawForge {
     pub api_url: Field<String>,
     pub owner: Field<String>,
     pub repo: Field<String>,
+    pub project: Field<String>,
     pub token_env: Field<String>,
     pub login: Field<String>,
 }

@@ -16,9 +16,9 @@ use super::raw::{
 };
 use super::{
     invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
-    ClusterTarget, Config, Forge, GitAuth, GitOpsObjects, Grouping, ImageRules, ObjectName, Order,
-    PolicyRule, Problem, Promotion, PullRequest, Registries, Repository, Stage, TagPolicy, Verify,
-    WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX,
+    ClusterTarget, Config, Forge, ForgeKind, GitAuth, GitOpsObjects, Grouping, ImageRules,
+    ObjectName, Order, PolicyRule, Problem, Promotion, PullRequest, Registries, Repository, Stage,
+    TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX,
     DEFAULT_COMMIT_MESSAGE, DEFAULT_PR_TITLE, DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME,
     MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
 };
@@ -874,12 +874,25 @@ impl Check {
     fn forge(&mut self, field: &Section<RawForge>) -> Option<Forge> {
         let raw = self.section("forge", field)?;
         let kind = self.string("forge.kind", &raw.kind).unwrap_or("github");
-        if kind != "github" {
-            self.problem("forge.kind", format!("expected github, found {kind:?}"));
-        }
+        let gitlab = match kind {
+            "github" => false,
+            "gitlab" => true,
+            other => {
+                self.problem(
+                    "forge.kind",
+                    format!("expected github or gitlab, found {other:?}"),
+                );
+                false
+            }
+        };
+        let default_api = if gitlab {
+            "https://gitlab.com/api/v4"
+        } else {
+            "https://api.github.com"
+        };
         let api_url = self
             .string("forge.api_url", &raw.api_url)
-            .unwrap_or("https://api.github.com");
+            .unwrap_or(default_api);
         if url::Url::parse(api_url)
             .map(|u| !matches!(u.scheme(), "http" | "https"))
             .unwrap_or(true)
@@ -891,21 +904,67 @@ impl Check {
         }
         // The forge always carries a token.
         self.token_transport("forge.api_url", api_url);
-        let owner = self.required_string("forge.owner", &raw.owner);
-        let repo = self.required_string("forge.repo", &raw.repo);
+        let kind = if gitlab {
+            for (key, field) in [("forge.owner", &raw.owner), ("forge.repo", &raw.repo)] {
+                if field.is_set() {
+                    self.problem(
+                        key,
+                        "is for GitHub; a GitLab project is named by forge.project (group/subgroup/project)",
+                    );
+                }
+            }
+            let project = self.required_string("forge.project", &raw.project);
+            if let Some(project) = project.filter(|p| !gitlab_project_ok(p)) {
+                self.problem(
+                    "forge.project",
+                    format!("{project:?} is not a GitLab project path (group/subgroup/project) or numeric ID"),
+                );
+            }
+            ForgeKind::GitLab {
+                project: project?.to_string(),
+            }
+        } else {
+            if raw.project.is_set() {
+                self.problem(
+                    "forge.project",
+                    "is for GitLab (kind: gitlab); a GitHub repository is named by forge.owner and forge.repo",
+                );
+            }
+            let owner = self.required_string("forge.owner", &raw.owner);
+            let repo = self.required_string("forge.repo", &raw.repo);
+            ForgeKind::GitHub {
+                owner: owner?.to_string(),
+                repo: repo?.to_string(),
+            }
+        };
         let token_env = self.required_string("forge.token_env", &raw.token_env);
         if let Some(env) = token_env {
             self.env_name("forge.token_env", env);
         }
         let login = self.string("forge.login", &raw.login).map(str::to_string);
         Some(Forge {
+            kind,
             api_url: api_url.to_string(),
-            owner: owner?.to_string(),
-            repo: repo?.to_string(),
             token_env: token_env?.to_string(),
             login,
         })
     }
+}
+
+/// A GitLab project as its API takes it: a numeric ID, or the full path of a project in a
+/// group or namespace (`group/subgroup/project`), each part of letters, digits, `_`, `-`, `.`.
+fn gitlab_project_ok(project: &str) -> bool {
+    if project.bytes().all(|b| b.is_ascii_digit()) {
+        return true;
+    }
+    let parts: Vec<&str> = project.split('/').collect();
+    parts.len() >= 2
+        && parts.iter().all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        })
 }
 
 fn join(path: &str, key: &str) -> String {

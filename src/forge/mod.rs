@@ -1,80 +1,85 @@
-//! The forge adapter: GitHub and GitHub Enterprise through octocrab.
+//! The forge: where tagpin's change requests (GitHub pull requests, GitLab merge requests),
+//! commit statuses and verdict notes live.
 //!
-//! Only what tagpin needs: find the pull requests of a tagpin branch, open or update one, add
-//! labels. Calls are made one at a time (GitHub asks integrators to serialize mutating
-//! requests), and a rate-limit answer (`429`, or `403` with `x-ratelimit-remaining: 0`) is
-//! waited out when GitHub says when to come back within [`MAX_RATE_LIMIT_WAIT`], and reported
-//! otherwise. The token is held by octocrab as a secret string and never printed.
-//!
-//! Reads are cheap on the rate limit: every list and pull request is read with the `ETag` of
-//! the last answer (`If-None-Match`), and a `304 Not Modified`, which GitHub does not count,
-//! is answered from what this process kept ([`MAX_CACHED_READS`] answers). Lists follow
-//! GitHub's `Link` header to their last page.
-//!
-//! Who tagpin is on GitHub (the login of the token, `GET /user`) is asked once per process:
-//! only statuses that login created count as tagpin's own, and only pull requests from this
-//! repository (not from forks) are tagpin's to read a plan from.
+//! [`Forge`] is the one interface sync, verify, promote and the controller use; it does not
+//! say which forge it is. Each forge has its adapter ([`github::GitHub`] through octocrab,
+//! [`gitlab::GitLab`] through reqwest), which speaks that forge's API and maps its answers to
+//! the neutral types of [`crate::review`]. What is the same on every forge lives here: which
+//! status is tagpin's own (created by the token's login), and the memory of what this process
+//! last wrote, so a pass that would write the same again spends no call.
 
 pub mod body;
+pub mod github;
+pub mod gitlab;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use octocrab::Octocrab;
-use serde::de::DeserializeOwned;
+use std::time::{Duration, Instant};
 
 use crate::config;
 
+pub use crate::review::{PullRequestInfo, Status, StatusState};
+pub use github::GitHub;
+pub use gitlab::GitLab;
+
 /// The longest tagpin waits for a rate limit to lift before failing the call.
 pub const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
-/// Attempts per call when GitHub answers with a rate limit.
-const RATE_LIMIT_ATTEMPTS: u32 = 3;
-/// Answers kept for conditional reads (one per URL: a list page, a pull request, the statuses
-/// of a commit). When full, all are dropped: the next reads are plain ones, nothing is wrong.
-const MAX_CACHED_READS: usize = 512;
 /// Pages read of one list at most (100 items each): a bound on a runaway `Link` chain.
 const MAX_PAGES: usize = 50;
+/// Entries kept of what this process last wrote; when full, all are dropped: the next passes
+/// read back once, nothing is wrong.
+const MAX_REMEMBERED: usize = 512;
 /// How long what this process last wrote (a status, the verdict comment) is trusted without
 /// reading it back: a pass that would write the same again spends no call, and a status or
 /// comment changed by hand is set right within this time.
 pub const READ_BACK_AFTER: Duration = Duration::from_secs(600);
 
-/// A failed forge call, naming the repository and, where there is one, the pull request.
+/// A failed forge call, naming the forge, the repository or project and, where there is one,
+/// the change request.
 #[derive(Debug, thiserror::Error)]
 pub enum ForgeError {
-    #[error("GitHub {repo}: {what}: {detail}")]
+    #[error("{forge} {repo}: {what}: {detail}")]
     Call {
+        /// `GitHub` or `GitLab`.
+        forge: &'static str,
         repo: String,
         what: String,
         detail: String,
-        /// The HTTP status GitHub answered, when it answered.
+        /// The HTTP status the forge answered, when it answered.
         status: Option<u16>,
     },
-    #[error("GitHub {repo}: {what}: rate limited; GitHub asks to wait {wait}")]
+    #[error("{forge} {repo}: {what}: rate limited; {forge} asks to wait {wait}")]
     RateLimited {
+        forge: &'static str,
         repo: String,
         what: String,
         wait: String,
     },
-    #[error("GitHub setup: {0}")]
-    Setup(String),
+    #[error("{forge} setup: {detail}")]
+    Setup { forge: &'static str, detail: String },
 }
 
-pub use crate::review::{PullRequestInfo, Status, StatusState};
+/// The forge adapter the configuration names.
+enum Adapter {
+    GitHub(GitHub),
+    GitLab(GitLab),
+}
 
-/// A GitHub repository, with a token.
-pub struct GitHub {
-    octo: Octocrab,
-    owner: String,
-    repo: String,
-    /// The token's login, asked once.
-    login: tokio::sync::OnceCell<String>,
-    /// The last answer of each conditional read, by URL.
-    reads: Mutex<HashMap<String, Cached>>,
+/// Dispatches one call to the adapter, which has a method of the same name and arguments.
+macro_rules! dispatch {
+    ($self:ident . $method:ident ( $($arg:expr),* )) => {
+        match &$self.adapter {
+            Adapter::GitHub(forge) => forge.$method($($arg),*).await,
+            Adapter::GitLab(forge) => forge.$method($($arg),*).await,
+        }
+    };
+}
+
+/// The forge of the configuration, with its token.
+pub struct Forge {
+    adapter: Adapter,
     /// What this process last wrote or read back: `(sha, context)` -> `(state, description)`,
-    /// and pull request -> verdict comment body; each with when.
+    /// and change request -> verdict comment body; each with when.
     statuses_set: Mutex<HashMap<(String, String), KnownStatus>>,
     comments_set: Mutex<HashMap<u64, (String, Instant)>>,
 }
@@ -82,244 +87,52 @@ pub struct GitHub {
 /// A status tagpin set or read back, `(state, description, when)`.
 type KnownStatus = (StatusState, String, Instant);
 
-/// One answer kept for a conditional read.
-#[derive(Clone)]
-struct Cached {
-    etag: String,
-    body: String,
-    next: Option<String>,
-}
-
-impl ForgeError {
-    /// GitHub refused a request as invalid (422): for a new pull request, usually one that
-    /// already exists for the branch.
-    pub fn is_unprocessable(&self) -> bool {
-        matches!(
-            self,
-            ForgeError::Call {
-                status: Some(422),
-                ..
-            }
-        )
-    }
-}
-
-impl GitHub {
-    /// `api_url` is `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise.
-    pub fn new(forge: &config::Forge, token: String) -> Result<GitHub, ForgeError> {
-        let octo = Octocrab::builder()
-            .base_uri(forge.api_url.as_str())
-            .map_err(|e| {
-                ForgeError::Setup(format!("api_url {:?}: {}", forge.api_url, describe(&e)))
-            })?
-            .personal_token(token)
-            // octocrab would retry a 5xx POST at once, which can open a pull request twice;
-            // tagpin retries rate limits itself and reconciles everything else on the next pass.
-            .add_retry_config(octocrab::service::middleware::retry::RetryConfig::None)
-            .set_connect_timeout(Some(Duration::from_secs(10)))
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .build()
-            .map_err(|e| ForgeError::Setup(describe(&e)))?;
-        Ok(GitHub {
-            octo,
-            owner: forge.owner.clone(),
-            repo: forge.repo.clone(),
-            // A configured login is taken as is: GitHub App installation tokens cannot read
-            // `GET /user`.
-            login: tokio::sync::OnceCell::new_with(forge.login.clone()),
-            reads: Mutex::default(),
+impl Forge {
+    /// The forge `forge.kind` names. Nothing is called yet: a wrong token or project is met,
+    /// and named, at the first call.
+    pub fn new(forge: &config::Forge, token: String) -> Result<Forge, ForgeError> {
+        let adapter = match forge.kind {
+            config::ForgeKind::GitHub { .. } => Adapter::GitHub(GitHub::new(forge, token)?),
+            config::ForgeKind::GitLab { .. } => Adapter::GitLab(GitLab::new(forge, token)?),
+        };
+        Ok(Forge {
+            adapter,
             statuses_set: Mutex::default(),
             comments_set: Mutex::default(),
         })
     }
 
-    /// The login the token belongs to (`GET /user`), asked once per process. A token that may
-    /// not read its user (a GitHub App installation token) fails here, naming the call.
+    /// The login (GitLab: username) the token acts as, asked once per process, or
+    /// `forge.login` when configured.
     pub async fn login(&self) -> Result<&str, ForgeError> {
-        self.login
-            .get_or_try_init(|| async {
-                let user = self
-                    .call("read the token's user (GET /user)", || async {
-                        self.octo.current().user().await
-                    })
-                    .await?;
-                Ok::<_, ForgeError>(user.login)
-            })
-            .await
-            .map(String::as_str)
+        dispatch!(self.login())
     }
 
-    fn full_name(&self) -> String {
-        format!("{}/{}", self.owner, self.repo)
-    }
-
-    /// Every pull request (open, closed, merged) from `branch` of this repository into
-    /// `base`, newest first. GitHub's `head=owner:branch` leaves out forks' branches of the
-    /// same name; what it returns is checked again, so a fork's pull request is never adopted.
+    /// Every change request (open, closed, merged) from `branch` of this repository into
+    /// `base`, newest first. Never one from a fork.
     pub async fn pull_requests_for(
         &self,
         branch: &str,
         base: &str,
     ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let head = format!("{}:{branch}", self.owner);
-        let mut prs = self
-            .list_pulls(
-                &format!("list pull requests from {branch}"),
-                &[("state", "all"), ("head", &head), ("base", base)],
-                None,
-            )
-            .await?;
-        prs.retain(|p| p.same_repository);
-        Ok(prs)
+        dispatch!(self.pull_requests_for(branch, base))
     }
 
     /// What is in flight into `base` on branches starting with `prefix` (tagpin's own), newest
-    /// first: every open pull request, and those closed at or after `closed_since` (Unix
-    /// seconds). Forks' pull requests are included, marked by `same_repository`: the caller
-    /// says why it leaves them alone.
+    /// first: every open change request, and those closed or merged at or after `closed_since`
+    /// (Unix seconds). Forks' are included, marked by `same_repository`: the caller says why
+    /// it leaves them alone.
     pub async fn pull_requests_with_prefix(
         &self,
         prefix: &str,
         base: &str,
         closed_since: i64,
     ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list pull requests into {base}");
-        let mut prs = self
-            .list_pulls(&what, &[("state", "open"), ("base", base)], None)
-            .await?;
-        // Most recently changed first, so the pages stop where the window does.
-        let closed = [
-            ("state", "closed"),
-            ("base", base),
-            ("sort", "updated"),
-            ("direction", "desc"),
-        ];
-        prs.extend(self.list_pulls(&what, &closed, Some(closed_since)).await?);
-        prs.retain(|p| p.head_ref.starts_with(prefix));
-        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
-        Ok(prs)
+        dispatch!(self.pull_requests_with_prefix(prefix, base, closed_since))
     }
 
-    /// Every page of a pull request list, 100 at a time; with `until`, pages stop after the
-    /// first one that reaches a pull request updated before it (the list is by update time).
-    async fn list_pulls(
-        &self,
-        what: &str,
-        query: &[(&str, &str)],
-        until: Option<i64>,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let mut query: Vec<(&str, &str)> = query.to_vec();
-        query.push(("per_page", "100"));
-        let first = format!(
-            "/repos/{}/{}/pulls?{}",
-            self.owner,
-            self.repo,
-            url::form_urlencoded::Serializer::new(String::new())
-                .extend_pairs(&query)
-                .finish()
-        );
-        let mut prs = Vec::new();
-        let mut next = Some(first);
-        let mut pages = 0;
-        while let Some(url) = next.take() {
-            pages += 1;
-            let (items, link) = self
-                .read_list::<octocrab::models::pulls::PullRequest>(what, &url)
-                .await?;
-            let items: Vec<PullRequestInfo> = items.into_iter().map(|p| self.info(p)).collect();
-            let past = until.is_some_and(|until| {
-                items
-                    .iter()
-                    .any(|p| p.updated_at.is_some_and(|t| t < until))
-            });
-            prs.extend(items);
-            if !past && pages < MAX_PAGES {
-                next = link;
-            }
-        }
-        Ok(prs)
-    }
-
-    /// One page of a list, read conditionally, with the address of the next page.
-    async fn read_list<T: DeserializeOwned>(
-        &self,
-        what: &str,
-        url: &str,
-    ) -> Result<(Vec<T>, Option<String>), ForgeError> {
-        let cached = self.read(what, url).await?;
-        let items = serde_json::from_str(&cached.body).map_err(|e| self.unexpected(what, e))?;
-        Ok((items, cached.next))
-    }
-
-    /// `GET url` with the `ETag` of the last answer: a `304` is answered from that answer.
-    async fn read(&self, what: &str, url: &str) -> Result<Cached, ForgeError> {
-        let kept = lock(&self.reads).get(url).cloned();
-        let fresh = self
-            .call(what, || {
-                let etag = kept.as_ref().map(|k| k.etag.clone());
-                async move {
-                    let mut headers = http::HeaderMap::new();
-                    if let Some(value) = etag.and_then(|e| http::HeaderValue::from_str(&e).ok()) {
-                        headers.insert(http::header::IF_NONE_MATCH, value);
-                    }
-                    let response = self.octo._get_with_headers(url, Some(headers)).await?;
-                    if response.status() == http::StatusCode::NOT_MODIFIED {
-                        return Ok(None);
-                    }
-                    let response = octocrab::map_github_error(response).await?;
-                    let header = |name: http::header::HeaderName| {
-                        response
-                            .headers()
-                            .get(name)
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_string)
-                    };
-                    let etag = header(http::header::ETAG);
-                    let next = header(http::header::LINK).and_then(|l| next_link(&l));
-                    let body = self.octo.body_to_string(response).await?;
-                    Ok(Some((
-                        etag,
-                        Cached {
-                            etag: String::new(),
-                            body,
-                            next,
-                        },
-                    )))
-                }
-            })
-            .await?;
-        match (fresh, kept) {
-            (Some((etag, mut answer)), _) => {
-                if let Some(etag) = etag {
-                    answer.etag = etag;
-                    let mut reads = lock(&self.reads);
-                    if reads.len() >= MAX_CACHED_READS {
-                        reads.clear();
-                    }
-                    reads.insert(url.to_string(), answer.clone());
-                }
-                Ok(answer)
-            }
-            (None, Some(kept)) => Ok(kept),
-            // A 304 to a request that named no ETag: GitHub does not send one.
-            (None, None) => Err(ForgeError::Call {
-                repo: self.full_name(),
-                what: what.to_string(),
-                detail: "GitHub answered 304 Not Modified to an unconditional request".into(),
-                status: Some(304),
-            }),
-        }
-    }
-
-    fn unexpected(&self, what: &str, e: serde_json::Error) -> ForgeError {
-        ForgeError::Call {
-            repo: self.full_name(),
-            what: what.to_string(),
-            detail: format!("unexpected answer: {e}"),
-            status: None,
-        }
-    }
-
+    /// Opens a change request from `branch` into `base`. On GitLab, one opened meanwhile for
+    /// the same branch (`409`) is adopted: given this title and body, and returned.
     pub async fn open_pull_request(
         &self,
         branch: &str,
@@ -327,18 +140,7 @@ impl GitHub {
         title: &str,
         body: &str,
     ) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("open a pull request from {branch} into {base}");
-        let pr = self
-            .call(&what, || async move {
-                self.octo
-                    .pulls(&self.owner, &self.repo)
-                    .create(title, branch, base)
-                    .body(body)
-                    .send()
-                    .await
-            })
-            .await?;
-        Ok(self.info(pr))
+        dispatch!(self.open_pull_request(branch, base, title, body))
     }
 
     pub async fn update_pull_request(
@@ -347,34 +149,26 @@ impl GitHub {
         title: &str,
         body: &str,
     ) -> Result<(), ForgeError> {
-        let what = format!("update pull request #{number}");
-        self.call(&what, || async move {
-            self.octo
-                .pulls(&self.owner, &self.repo)
-                .update(number)
-                .title(title)
-                .body(body)
-                .send()
-                .await
-        })
-        .await?;
-        Ok(())
+        dispatch!(self.update_pull_request(number, title, body))
     }
 
     pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
-        let what = format!("add labels to pull request #{number}");
-        self.call(&what, || async move {
-            self.octo
-                .issues(&self.owner, &self.repo)
-                .add_labels(number, labels)
-                .await
-        })
-        .await?;
-        Ok(())
+        dispatch!(self.add_labels(number, labels))
+    }
+
+    /// One change request by number (GitLab: the merge request's IID).
+    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
+        dispatch!(self.pull_request(number))
+    }
+
+    /// Every status `context` on `sha`, newest first, with who set each and when: the
+    /// promoter reads its soak clock back from them.
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+        dispatch!(self.statuses(sha, context))
     }
 
     /// The newest state and description of status `context` on `sha` that tagpin itself set
-    /// (created by [`GitHub::login`]): a status anyone else posted in tagpin's context is not
+    /// (created by [`Forge::login`]): a status anyone else posted in tagpin's context is not
     /// tagpin's verdict.
     pub async fn status_of(
         &self,
@@ -390,49 +184,10 @@ impl GitHub {
             .map(|s| (s.state, s.description)))
     }
 
-    /// Every status `context` on `sha`, newest first (as GitHub lists them; the newest 100),
-    /// with who set each and when: the promoter reads its soak clock back from them.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
-        let what = format!("read statuses of {sha}");
-        let url = format!(
-            "/repos/{}/{}/commits/{sha}/statuses?per_page=100",
-            self.owner, self.repo
-        );
-        let (items, _) = self
-            .read_list::<octocrab::models::Status>(&what, &url)
-            .await?;
-        Ok(items
-            .iter()
-            .filter(|s| s.context.as_deref() == Some(context))
-            .filter_map(|s| {
-                let state = match s.state {
-                    octocrab::models::StatusState::Success => StatusState::Success,
-                    octocrab::models::StatusState::Failure => StatusState::Failure,
-                    octocrab::models::StatusState::Error => StatusState::Error,
-                    octocrab::models::StatusState::Pending => StatusState::Pending,
-                    _ => return None,
-                };
-                Some(Status {
-                    state,
-                    description: s.description.clone().unwrap_or_default(),
-                    created_at: s.created_at.map(|t| t.timestamp()),
-                    creator: s.creator.as_ref().map(|c| c.login.clone()),
-                })
-            })
-            .collect())
-    }
-
-    /// One pull request by number.
-    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("read pull request #{number}");
-        let url = format!("/repos/{}/{}/pulls/{number}", self.owner, self.repo);
-        let answer = self.read(&what, &url).await?;
-        let pr = serde_json::from_str(&answer.body).map_err(|e| self.unexpected(&what, e))?;
-        Ok(self.info(pr))
-    }
-
-    /// Sets the commit status `context` on `sha`. GitHub refuses descriptions over 140
-    /// characters; [`crate::verify::verdict::status_description`] stays within that.
+    /// Sets the commit status `context` on `sha`. Descriptions are kept within 140 characters
+    /// ([`crate::verify::verdict::status_description`]), which GitHub requires. GitLab refuses
+    /// a status in the state its own current one is already in, so its adapter reads first
+    /// and posts only a change.
     pub async fn set_status(
         &self,
         sha: &str,
@@ -440,23 +195,13 @@ impl GitHub {
         context: &str,
         description: &str,
     ) -> Result<(), ForgeError> {
-        let what = format!("set status {context} on {sha}");
-        let wire = match state {
-            StatusState::Pending => octocrab::models::StatusState::Pending,
-            StatusState::Success => octocrab::models::StatusState::Success,
-            StatusState::Failure => octocrab::models::StatusState::Failure,
-            StatusState::Error => octocrab::models::StatusState::Error,
-        };
-        self.call(&what, || async move {
-            self.octo
-                .repos(&self.owner, &self.repo)
-                .create_status(sha.to_string(), wire)
-                .context(context.to_string())
-                .description(description.to_string())
-                .send()
-                .await
-        })
-        .await?;
+        match &self.adapter {
+            Adapter::GitHub(forge) => forge.set_status(sha, state, context, description).await,
+            Adapter::GitLab(forge) => {
+                let me = self.login().await?;
+                forge.set_status(sha, state, context, description, me).await
+            }
+        }?;
         self.remember_status(sha, context, state, description);
         Ok(())
     }
@@ -491,7 +236,7 @@ impl GitHub {
 
     fn remember_status(&self, sha: &str, context: &str, state: StatusState, description: &str) {
         let mut known = lock(&self.statuses_set);
-        if known.len() >= MAX_CACHED_READS {
+        if known.len() >= MAX_REMEMBERED {
             known.clear();
         }
         known.insert(
@@ -500,10 +245,11 @@ impl GitHub {
         );
     }
 
-    /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
-    /// the marker, among comments by anyone, on every page), creates it otherwise. What this
-    /// process wrote or found there is not read again for [`READ_BACK_AFTER`] while the body
-    /// stays the same.
+    /// Keeps one comment (GitLab: note) per change request carrying `marker`: edits it when it
+    /// exists (found by the marker on every page; on GitHub among comments by anyone, on
+    /// GitLab, which lets only a note's author edit it, among tagpin's own), creates it
+    /// otherwise. What this process wrote or found there is not read again for
+    /// [`READ_BACK_AFTER`] while the body stays the same.
     pub async fn upsert_comment(
         &self,
         number: u64,
@@ -514,133 +260,24 @@ impl GitHub {
         if known.is_some_and(|(b, at)| b == body && at.elapsed() < READ_BACK_AFTER) {
             return Ok(());
         }
-        self.upsert_comment_now(number, marker, body).await?;
+        match &self.adapter {
+            Adapter::GitHub(forge) => forge.upsert_comment(number, marker, body).await,
+            Adapter::GitLab(forge) => {
+                let me = self.login().await?;
+                forge.upsert_comment(number, marker, body, me).await
+            }
+        }?;
         let mut comments = lock(&self.comments_set);
-        if comments.len() >= MAX_CACHED_READS {
+        if comments.len() >= MAX_REMEMBERED {
             comments.clear();
         }
         comments.insert(number, (body.to_string(), Instant::now()));
         Ok(())
     }
-
-    async fn upsert_comment_now(
-        &self,
-        number: u64,
-        marker: &str,
-        body: &str,
-    ) -> Result<u64, ForgeError> {
-        let what = format!("list comments of pull request #{number}");
-        let mut next = Some(format!(
-            "/repos/{}/{}/issues/{number}/comments?per_page=100",
-            self.owner, self.repo
-        ));
-        let mut existing = None;
-        let mut pages = 0;
-        while let (Some(url), None) = (next.take(), &existing) {
-            pages += 1;
-            let (items, link) = self
-                .read_list::<octocrab::models::issues::Comment>(&what, &url)
-                .await?;
-            existing = items
-                .iter()
-                .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
-                .map(|c| (c.id, c.body.as_deref() == Some(body)));
-            if pages < MAX_PAGES {
-                next = link;
-            }
-        }
-        match existing {
-            // Already says exactly this: editing it again would only spend rate limit.
-            Some((id, true)) => Ok(id.into_inner()),
-            Some((id, false)) => {
-                let what = format!("update comment {id} on pull request #{number}");
-                self.call(&what, || async move {
-                    self.octo
-                        .issues(&self.owner, &self.repo)
-                        .update_comment(id, body)
-                        .await
-                })
-                .await?;
-                Ok(id.into_inner())
-            }
-            None => {
-                let what = format!("comment on pull request #{number}");
-                let comment = self
-                    .call(&what, || async move {
-                        self.octo
-                            .issues(&self.owner, &self.repo)
-                            .create_comment(number, body)
-                            .await
-                    })
-                    .await?;
-                Ok(comment.id.into_inner())
-            }
-        }
-    }
-
-    /// Runs one call, waiting out rate limits GitHub gives a time for, within bounds.
-    async fn call<T, F, Fut>(&self, what: &str, mut request: F) -> Result<T, ForgeError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = octocrab::Result<T>>,
-    {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let error = match request().await {
-                Ok(value) => return Ok(value),
-                Err(e) => e,
-            };
-            match rate_limit_wait(&error, SystemTime::now()) {
-                Some(wait) if wait <= MAX_RATE_LIMIT_WAIT && attempt < RATE_LIMIT_ATTEMPTS => {
-                    tracing::warn!(repo = %self.full_name(), "{what}: rate limited, waiting {wait:?}");
-                    tokio::time::sleep(wait).await;
-                }
-                Some(wait) => {
-                    return Err(ForgeError::RateLimited {
-                        repo: self.full_name(),
-                        what: what.to_string(),
-                        wait: format!("{}s", wait.as_secs()),
-                    })
-                }
-                None => {
-                    let status = match &error {
-                        octocrab::Error::GitHub { source, .. } => Some(source.status_code.as_u16()),
-                        _ => None,
-                    };
-                    return Err(ForgeError::Call {
-                        repo: self.full_name(),
-                        what: what.to_string(),
-                        detail: describe(&error),
-                        status,
-                    });
-                }
-            }
-        }
-    }
 }
 
-impl GitHub {
-    fn info(&self, pr: octocrab::models::pulls::PullRequest) -> PullRequestInfo {
-        // By id, which a rename does not change; a deleted fork has no head repository.
-        let same_repository = match (&pr.head.repo, &pr.base.repo) {
-            (Some(head), Some(base)) => head.id == base.id,
-            _ => false,
-        };
-        PullRequestInfo {
-            updated_at: pr.updated_at.map(|t| t.timestamp()),
-            author: pr
-                .user
-                .as_ref()
-                .map(|u| u.login.clone())
-                .unwrap_or_default(),
-            same_repository,
-            ..info(pr)
-        }
-    }
-}
-
-/// The `rel="next"` address of a `Link` header, if there is a next page.
+/// The `rel="next"` address of a `Link` header (RFC 8288, as GitHub and GitLab send it), if
+/// there is a next page.
 fn next_link(link: &str) -> Option<String> {
     link.split(',').find_map(|part| {
         let (url, params) = part.split_once(';')?;
@@ -658,103 +295,6 @@ fn next_link(link: &str) -> Option<String> {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn info(pr: octocrab::models::pulls::PullRequest) -> PullRequestInfo {
-    PullRequestInfo {
-        number: pr.number,
-        open: matches!(pr.state, Some(octocrab::models::IssueState::Open)),
-        merged: pr.merged_at.is_some() || pr.merged == Some(true),
-        title: pr.title.unwrap_or_default(),
-        body: pr.body.unwrap_or_default(),
-        labels: pr
-            .labels
-            .unwrap_or_default()
-            .into_iter()
-            .map(|l| l.name)
-            .collect(),
-        url: pr.html_url.map(|u| u.to_string()).unwrap_or_default(),
-        head_ref: pr.head.ref_field,
-        head_sha: pr.head.sha,
-        merge_commit_sha: pr.merge_commit_sha,
-        merged_at: pr.merged_at.map(|t| t.timestamp()),
-        updated_at: None,
-        author: String::new(),
-        same_repository: false,
-    }
-}
-
-/// How long GitHub asks to wait, if the error is a rate limit: `retry-after` seconds, or the
-/// `x-ratelimit-reset` epoch when `x-ratelimit-remaining` is 0.
-fn rate_limit_wait(error: &octocrab::Error, now: SystemTime) -> Option<Duration> {
-    let octocrab::Error::GitHub { source, .. } = error else {
-        return None;
-    };
-    let status = source.status_code.as_u16();
-    if status != 403 && status != 429 {
-        return None;
-    }
-    let headers = source.headers.as_ref();
-    let header = |name: &str| {
-        headers
-            .and_then(|h| h.get(name))
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .map(str::to_string)
-    };
-    if let Some(secs) = header("retry-after").and_then(|v| v.parse::<u64>().ok()) {
-        return Some(Duration::from_secs(secs));
-    }
-    let exhausted = header("x-ratelimit-remaining").as_deref() == Some("0");
-    let reset = source
-        .rate_limit_reset
-        .or_else(|| header("x-ratelimit-reset").and_then(|v| v.parse().ok()));
-    match (exhausted || status == 429, reset) {
-        (true, Some(reset)) => {
-            let now = now
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0);
-            Some(Duration::from_secs(
-                reset.saturating_sub(now).saturating_add(1),
-            ))
-        }
-        (true, None) => Some(Duration::from_secs(60)),
-        _ => None,
-    }
-}
-
-/// octocrab's messages carry backtraces; tagpin's carry the status and GitHub's own words.
-fn describe(error: &octocrab::Error) -> String {
-    match error {
-        octocrab::Error::GitHub { source, .. } => {
-            let mut text = format!("GitHub answered {}: {}", source.status_code, source.message);
-            if let Some(errors) = &source.errors {
-                let details: Vec<String> = errors
-                    .iter()
-                    .map(|e| match e.get("message").and_then(|m| m.as_str()) {
-                        Some(m) => m.to_string(),
-                        None => e.to_string(),
-                    })
-                    .collect();
-                if !details.is_empty() {
-                    text.push_str(&format!(" ({})", details.join("; ")));
-                }
-            }
-            text
-        }
-        octocrab::Error::Hyper { source, .. } => format!("connection failed: {source}"),
-        octocrab::Error::Service { source, .. } => format!("connection failed: {source}"),
-        octocrab::Error::Serde { source, .. } => format!("unexpected answer: {source}"),
-        octocrab::Error::Json { source, .. } => format!("unexpected answer: {source}"),
-        other => {
-            let text = other.to_string();
-            text.split("\n\nFound at")
-                .next()
-                .unwrap_or(&text)
-                .to_string()
-        }
-    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::config::{Config, Stage};
-use crate::forge::{body, ForgeError, GitHub};
+use crate::forge::{body, Forge, ForgeError};
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Scanned};
@@ -205,7 +205,7 @@ struct Found {
 pub struct Promoter<'a> {
     pub config: &'a Config,
     pub registry: &'a Client,
-    pub forge: Option<&'a GitHub>,
+    pub forge: Option<&'a Forge>,
     pub mirror: &'a Mirror,
     filter: FileFilter,
     selection: ImageSelection,
@@ -221,7 +221,7 @@ impl<'a> Promoter<'a> {
     pub fn new(
         config: &'a Config,
         registry: &'a Client,
-        forge: Option<&'a GitHub>,
+        forge: Option<&'a Forge>,
         mirror: &'a Mirror,
     ) -> Result<Promoter<'a>, PromoteError> {
         Ok(Promoter {
@@ -489,7 +489,7 @@ impl<'a> Promoter<'a> {
     /// Sets the `tagpin/promotion` status on the head of the pull request just proposed. The
     /// pull request stands even if its head cannot be read back: the status is set by the next
     /// pass, as any status tagpin fails to set.
-    async fn mark_proposal(&self, forge: &GitHub, outcome: &Outcome, evidence: &Evidence<'_>) {
+    async fn mark_proposal(&self, forge: &Forge, outcome: &Outcome, evidence: &Evidence<'_>) {
         let Some(number) = pr_number(outcome) else {
             return;
         };
@@ -515,7 +515,7 @@ impl<'a> Promoter<'a> {
     /// holds for digests the source no longer runs).
     async fn hold_open_pr(
         &self,
-        forge: &GitHub,
+        forge: &Forge,
         pr_branch: &str,
         evidence: &Evidence<'_>,
         current: &PlanBlock,
@@ -585,7 +585,7 @@ impl<'a> Promoter<'a> {
     /// (digests changed and changed back between two passes).
     async fn clock(
         &self,
-        forge: &GitHub,
+        forge: &Forge,
         tip: git2::Oid,
         source: &Stage,
         fingerprint: &str,

@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::config::{Config, GitAuth, WriteMode};
 use crate::forge::body;
-use crate::forge::{ForgeError, GitHub};
+use crate::forge::{Forge, ForgeError};
 use crate::git::{off_runtime, Credentials, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Scanned, Skipped};
@@ -82,7 +82,7 @@ impl SyncError {
             self,
             SyncError::Git(GitError::Auth { .. } | GitError::Mirror { .. })
                 | SyncError::Forge(
-                    ForgeError::Setup(_)
+                    ForgeError::Setup { .. }
                         | ForgeError::RateLimited { .. }
                         | ForgeError::Call {
                             status: Some(401),
@@ -211,7 +211,7 @@ pub struct SyncOptions {
 pub struct Syncer<'a> {
     pub config: &'a Config,
     pub registry: &'a Client,
-    pub forge: Option<&'a GitHub>,
+    pub forge: Option<&'a Forge>,
     pub mirror: Mirror,
     filter: FileFilter,
     selection: ImageSelection,
@@ -222,7 +222,7 @@ impl<'a> Syncer<'a> {
     pub fn new(
         config: &'a Config,
         registry: &'a Client,
-        forge: Option<&'a GitHub>,
+        forge: Option<&'a Forge>,
         cache_dir: &Path,
     ) -> Result<Syncer<'a>, SyncError> {
         let credentials = git_credentials(&config.repository.auth)?;
@@ -518,6 +518,7 @@ mod tests {
     fn only_errors_every_group_would_meet_end_the_pass() {
         let call = |status| {
             SyncError::Forge(ForgeError::Call {
+                forge: "GitHub",
                 repo: "acme/gitops".into(),
                 what: "open a pull request".into(),
                 detail: String::new(),

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, GitOpsObjects};
-use crate::forge::{body, ForgeError, GitHub, StatusState};
+use crate::forge::{body, Forge, ForgeError, StatusState};
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::kustomize::is_kustomization_file;
 use crate::manifest::{FileFilter, ManifestError};
@@ -181,7 +181,7 @@ pub async fn expectations(
     source: &Source,
     config: &Config,
     mirror: &Mirror,
-    forge: Option<&GitHub>,
+    forge: Option<&Forge>,
 ) -> Result<Expectations, VerifyError> {
     let mapping = name_mapping(config);
     let mut expectations = match source {
@@ -503,7 +503,7 @@ pub async fn watch(
 }
 
 /// Marks the commits as being checked (the `pending` status that comes before a verdict).
-pub async fn publish_pending(forge: &GitHub, commits: &[String]) {
+pub async fn publish_pending(forge: &Forge, commits: &[String]) {
     for sha in commits {
         if let Err(e) = forge
             .set_status(
@@ -522,7 +522,7 @@ pub async fn publish_pending(forge: &GitHub, commits: &[String]) {
 /// Reports a check where the team looks: the `tagpin/converged` status on each commit and,
 /// for a pull request, the one comment tagpin keeps there. A status already saying the same
 /// is not set again. A failure to report is logged, not fatal: the verdict stands.
-pub async fn publish(forge: &GitHub, pr: Option<u64>, expectations: &Expectations, check: &Check) {
+pub async fn publish(forge: &Forge, pr: Option<u64>, expectations: &Expectations, check: &Check) {
     let state = match check.state {
         State::Converged => StatusState::Success,
         State::Failed => StatusState::Failure,

@@ -16,6 +16,7 @@ mod cred_helpers;
 mod deploy;
 mod examples;
 mod file_size;
+mod forges;
 mod git_server_selftest;
 mod github_server_selftest;
 mod gitlab_server_selftest;

@@ -562,14 +562,16 @@ async fn a_configured_login_stands_in_for_get_user_which_app_tokens_cannot_read(
     github.inject(support::github::Fault::new("GET", "/user", 403).times(2));
     let forge = |login: Option<&str>| tagpin::config::Forge {
         api_url: github.api_url(),
-        owner: "acme".into(),
-        repo: "gitops".into(),
+        kind: tagpin::config::ForgeKind::GitHub {
+            owner: "acme".into(),
+            repo: "gitops".into(),
+        },
         token_env: "TAGPIN_GITHUB_TOKEN".into(),
         login: login.map(str::to_string),
     };
 
     let configured =
-        tagpin::forge::GitHub::new(&forge(Some("tagpin-app[bot]")), GH_TOKEN.into()).unwrap();
+        tagpin::forge::Forge::new(&forge(Some("tagpin-app[bot]")), GH_TOKEN.into()).unwrap();
     assert_eq!(configured.login().await.unwrap(), "tagpin-app[bot]");
     assert!(
         !github.requests().iter().any(|r| r.path == "/user"),
@@ -577,7 +579,7 @@ async fn a_configured_login_stands_in_for_get_user_which_app_tokens_cannot_read(
         github.requests()
     );
 
-    let asked = tagpin::forge::GitHub::new(&forge(None), GH_TOKEN.into()).unwrap();
+    let asked = tagpin::forge::Forge::new(&forge(None), GH_TOKEN.into()).unwrap();
     let error = asked.login().await.unwrap_err().to_string();
     assert!(error.contains("GET /user"), "{error}");
     assert!(error.contains("403"), "{error}");

@@ -1,0 +1,1191 @@
+//! The GitLab adapter: gitlab.com and self-managed GitLab through REST v4.
+//!
+//! A merge request is what a GitHub pull request is to tagpin: it is found by its source
+//! branch (a tagpin branch of this very project, never a fork's), opened with the plan block
+//! in its description and `remove_source_branch`, and read back as open, merged (with the
+//! commit that landed) or closed by a person. Commit statuses are GitLab's external statuses,
+//! and the verdict is one merge request note found by its marker.
+//!
+//! Plain reqwest with typed request and answer structs, not a GitLab client crate: tagpin
+//! needs ten calls, the `Retry-After` and `Link`/`x-next-page` headers of their answers, and
+//! its own timeouts and error naming, which a general client hides behind its own types.
+//!
+//! The token goes in the `PRIVATE-TOKEN` header (a personal, project or group access token),
+//! marked sensitive so no debug output shows it. Redirects are not followed and a `Link` to
+//! another origin is refused, so the token is sent to `api_url`'s host only. Every call has a
+//! connect and a total timeout; a `429` is waited out when GitLab says when to come back
+//! within [`MAX_RATE_LIMIT_WAIT`], and reported otherwise.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::jiff::Timestamp;
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use super::{next_link, ForgeError, PullRequestInfo, Status, StatusState};
+use super::{MAX_PAGES, MAX_RATE_LIMIT_WAIT};
+use crate::config;
+
+const FORGE: &str = "GitLab";
+/// Attempts per call when GitLab answers `429 Too Many Requests`.
+const RATE_LIMIT_ATTEMPTS: u32 = 3;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The whole call, answer included.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How much of an unexpected answer body an error quotes.
+const QUOTED_BODY: usize = 200;
+
+/// A GitLab project, with a token.
+pub struct GitLab {
+    http: reqwest::Client,
+    /// `forge.api_url` without a trailing slash: `https://gitlab.example.com/api/v4`.
+    api: String,
+    /// `group/subgroup/project`, as configured, for messages.
+    project: String,
+    token: HeaderValue,
+    /// The token's username, asked once.
+    login: tokio::sync::OnceCell<String>,
+}
+
+/// A merge request as GitLab's list and single-merge-request answers carry it (the fields
+/// tagpin reads).
+#[derive(Debug, Deserialize)]
+struct MergeRequest {
+    iid: u64,
+    #[serde(default)]
+    title: String,
+    description: Option<String>,
+    /// `opened`, `closed`, `locked` (being merged) or `merged`.
+    state: String,
+    #[serde(default)]
+    labels: Vec<String>,
+    #[serde(default)]
+    web_url: String,
+    source_branch: String,
+    /// The head commit of the source branch.
+    sha: Option<String>,
+    merge_commit_sha: Option<String>,
+    squash_commit_sha: Option<String>,
+    merged_at: Option<String>,
+    updated_at: Option<String>,
+    author: Option<User>,
+    source_project_id: Option<u64>,
+    target_project_id: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct User {
+    username: String,
+}
+
+/// One commit status (`GET /projects/:id/repository/commits/:sha/statuses`).
+#[derive(Debug, Deserialize)]
+struct CommitStatus {
+    id: u64,
+    name: String,
+    /// `pending`, `running`, `success`, `failed`, `canceled`, `skipped`, …
+    status: String,
+    description: Option<String>,
+    created_at: Option<String>,
+    /// When it reached its final state.
+    finished_at: Option<String>,
+    author: Option<User>,
+}
+
+/// One merge request note.
+#[derive(Debug, Deserialize)]
+struct Note {
+    id: u64,
+    #[serde(default)]
+    body: String,
+    author: Option<User>,
+    /// GitLab's own notes ("added 1 commit"): never tagpin's.
+    #[serde(default)]
+    system: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct NewMergeRequest<'a> {
+    source_branch: &'a str,
+    target_branch: &'a str,
+    title: &'a str,
+    description: &'a str,
+    /// tagpin's branches are its own: once merged, GitLab deletes them.
+    remove_source_branch: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct EditMergeRequest<'a> {
+    title: &'a str,
+    description: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+struct AddLabels {
+    /// Comma-separated; labels already on the merge request stay.
+    add_labels: String,
+}
+
+#[derive(Debug, Serialize)]
+struct NewStatus<'a> {
+    state: &'a str,
+    name: &'a str,
+    description: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+struct NoteBody<'a> {
+    body: &'a str,
+}
+
+/// A successful answer: its body, and the address of the next page of a list.
+struct Answer {
+    body: String,
+    next: Option<String>,
+}
+
+impl GitLab {
+    /// `api_url` is `https://gitlab.com/api/v4`, or `https://HOST/api/v4` for a self-managed
+    /// GitLab.
+    pub fn new(forge: &config::Forge, token: String) -> Result<GitLab, ForgeError> {
+        let config::ForgeKind::GitLab { project } = &forge.kind else {
+            return Err(setup("the forge configured is not GitLab".into()));
+        };
+        let mut token = HeaderValue::from_str(token.trim()).map_err(|_| {
+            setup(format!(
+                "the token in {} holds characters an HTTP header cannot carry",
+                forge.token_env
+            ))
+        })?;
+        token.set_sensitive(true);
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(CALL_TIMEOUT)
+            // The token header would follow a redirect to any host.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("tagpin/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| setup(format!("HTTP client: {e}")))?;
+        Ok(GitLab {
+            http,
+            api: forge.api_url.trim_end_matches('/').to_string(),
+            project: project.clone(),
+            token,
+            login: tokio::sync::OnceCell::new_with(forge.login.clone()),
+        })
+    }
+
+    /// The username the token belongs to (`GET /user`), asked once per process; for a project
+    /// or group access token, its bot user.
+    pub async fn login(&self) -> Result<&str, ForgeError> {
+        self.login
+            .get_or_try_init(|| async {
+                let url = format!("{}/user", self.api);
+                let answer = self
+                    .request("read the token's user (GET /user)", Method::GET, &url, None)
+                    .await?;
+                let user: User = self.parse("read the token's user (GET /user)", &answer.body)?;
+                Ok::<_, ForgeError>(user.username)
+            })
+            .await
+            .map(String::as_str)
+    }
+
+    /// `{api}/projects/{group%2Fsub%2Fproject}{rest}`.
+    fn project_url(&self, rest: &str) -> String {
+        format!(
+            "{}/projects/{}{rest}",
+            self.api,
+            encode_project(&self.project)
+        )
+    }
+
+    /// Every merge request (open, closed, merged) from `branch` of this project into `base`,
+    /// newest first; a fork's merge request from a branch of the same name is left out.
+    pub async fn pull_requests_for(
+        &self,
+        branch: &str,
+        base: &str,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let what = format!("list merge requests from {branch}");
+        let query = [
+            ("state", "all"),
+            ("source_branch", branch),
+            ("target_branch", base),
+        ];
+        let mut mrs = self.list_merge_requests(&what, &query, None).await?;
+        mrs.retain(|m| m.same_repository);
+        mrs.sort_by_key(|m| std::cmp::Reverse(m.number));
+        Ok(mrs)
+    }
+
+    /// Every open merge request into `base` from a branch starting with `prefix`, and those
+    /// closed or merged at or after `closed_since` (Unix seconds), newest first; forks' are
+    /// included, marked by `same_repository`.
+    pub async fn pull_requests_with_prefix(
+        &self,
+        prefix: &str,
+        base: &str,
+        closed_since: i64,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let what = format!("list merge requests into {base}");
+        let mut mrs = self
+            .list_merge_requests(&what, &[("state", "opened"), ("target_branch", base)], None)
+            .await?;
+        // Most recently changed first, so the pages stop where the window does.
+        let recent = [
+            ("state", "all"),
+            ("target_branch", base),
+            ("order_by", "updated_at"),
+            ("sort", "desc"),
+        ];
+        for mr in self
+            .list_merge_requests(&what, &recent, Some(closed_since))
+            .await?
+        {
+            if !mr.open && !mrs.iter().any(|m| m.number == mr.number) {
+                mrs.push(mr);
+            }
+        }
+        mrs.retain(|m| m.head_ref.starts_with(prefix));
+        mrs.sort_by_key(|m| std::cmp::Reverse(m.number));
+        Ok(mrs)
+    }
+
+    /// Every page of a merge request list, 100 at a time; with `until`, pages stop after the
+    /// first one that reaches a merge request updated before it (the list is by update time).
+    async fn list_merge_requests(
+        &self,
+        what: &str,
+        query: &[(&str, &str)],
+        until: Option<i64>,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let first = with_query(&self.project_url("/merge_requests"), query);
+        let mut mrs = Vec::new();
+        let mut next = Some(first);
+        let mut pages = 0;
+        while let Some(url) = next.take() {
+            pages += 1;
+            let answer = self.request(what, Method::GET, &url, None).await?;
+            let items: Vec<MergeRequest> = self.parse(what, &answer.body)?;
+            let items: Vec<PullRequestInfo> = items.into_iter().map(info).collect();
+            let past = until.is_some_and(|until| {
+                items
+                    .iter()
+                    .any(|m| m.updated_at.is_some_and(|t| t < until))
+            });
+            mrs.extend(items);
+            if !past && pages < MAX_PAGES {
+                next = answer.next;
+            }
+        }
+        Ok(mrs)
+    }
+
+    /// Opens a merge request. When GitLab answers that one is already open for the branch
+    /// (`409`, another tagpin or a person got there first), that one is adopted: it is given
+    /// this title and description and returned.
+    pub async fn open_pull_request(
+        &self,
+        branch: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<PullRequestInfo, ForgeError> {
+        let what = format!("open a merge request from {branch} into {base}");
+        let request = NewMergeRequest {
+            source_branch: branch,
+            target_branch: base,
+            title,
+            description: body,
+            remove_source_branch: true,
+        };
+        let url = self.project_url("/merge_requests");
+        match self
+            .request(&what, Method::POST, &url, Some(json(&request)))
+            .await
+        {
+            Ok(answer) => Ok(info(self.parse(&what, &answer.body)?)),
+            Err(e) if is_conflict(&e) => {
+                let query = [
+                    ("state", "opened"),
+                    ("source_branch", branch),
+                    ("target_branch", base),
+                ];
+                let open = self
+                    .list_merge_requests(&what, &query, None)
+                    .await?
+                    .into_iter()
+                    .find(|m| m.same_repository && m.open);
+                let Some(mut mr) = open else { return Err(e) };
+                tracing::info!(
+                    "merge request !{} was opened for {branch} meanwhile; adopting it",
+                    mr.number
+                );
+                self.update_pull_request(mr.number, title, body).await?;
+                mr.title = title.to_string();
+                mr.body = body.to_string();
+                Ok(mr)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn update_pull_request(
+        &self,
+        number: u64,
+        title: &str,
+        body: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("update merge request !{number}");
+        let url = self.project_url(&format!("/merge_requests/{number}"));
+        let edit = EditMergeRequest {
+            title,
+            description: body,
+        };
+        self.request(&what, Method::PUT, &url, Some(json(&edit)))
+            .await?;
+        Ok(())
+    }
+
+    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
+        let what = format!("add labels to merge request !{number}");
+        let url = self.project_url(&format!("/merge_requests/{number}"));
+        let add = AddLabels {
+            add_labels: labels.join(","),
+        };
+        self.request(&what, Method::PUT, &url, Some(json(&add)))
+            .await?;
+        Ok(())
+    }
+
+    /// One merge request by its IID (the `!N` of the project).
+    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
+        let what = format!("read merge request !{number}");
+        let url = self.project_url(&format!("/merge_requests/{number}"));
+        let answer = self.request(&what, Method::GET, &url, None).await?;
+        Ok(info(self.parse(&what, &answer.body)?))
+    }
+
+    /// Every status `context` on `sha`, newest first (all of them, not only the latest per
+    /// name: the soak clock starts at the first), with who set each and when.
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+        Ok(self
+            .commit_statuses(sha, context)
+            .await?
+            .iter()
+            .filter_map(|s| {
+                Some(Status {
+                    state: read_state(&s.status)?,
+                    description: s.description.clone().unwrap_or_default(),
+                    created_at: set_at(s),
+                    creator: s.author.as_ref().map(|a| a.username.clone()),
+                })
+            })
+            .collect())
+    }
+
+    /// GitLab's statuses named `context` on `sha`, newest first.
+    async fn commit_statuses(
+        &self,
+        sha: &str,
+        context: &str,
+    ) -> Result<Vec<CommitStatus>, ForgeError> {
+        let what = format!("read statuses of {sha}");
+        let first = with_query(
+            &self.project_url(&format!("/repository/commits/{sha}/statuses")),
+            &[("name", context), ("all", "true")],
+        );
+        let mut statuses: Vec<CommitStatus> = Vec::new();
+        let mut next = Some(first);
+        let mut pages = 0;
+        while let Some(url) = next.take() {
+            pages += 1;
+            let answer = self.request(&what, Method::GET, &url, None).await?;
+            statuses.extend(self.parse::<Vec<CommitStatus>>(&what, &answer.body)?);
+            if pages < MAX_PAGES {
+                next = answer.next;
+            }
+        }
+        statuses.retain(|s| s.name == context);
+        statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
+        Ok(statuses)
+    }
+
+    /// Sets status `context` on `sha` to `state`, as user `me`. GitLab keeps one status per
+    /// name in `pending` or `running` and moves it, refusing a move to the state it is in
+    /// (`400 Cannot transition status`); so the statuses are read first and only a change is
+    /// posted ([`status_to_post`]).
+    pub async fn set_status(
+        &self,
+        sha: &str,
+        state: StatusState,
+        context: &str,
+        description: &str,
+        me: &str,
+    ) -> Result<(), ForgeError> {
+        let statuses = self.commit_statuses(sha, context).await?;
+        let own = statuses
+            .iter()
+            .find(|s| s.author.as_ref().is_some_and(|a| a.username == me))
+            .map(|s| (s.status.as_str(), s.description.as_deref().unwrap_or("")));
+        // Whose ever it is: GitLab may move the live one of the name whoever posted it.
+        let live = statuses
+            .iter()
+            .map(|s| s.status.as_str())
+            .find(|s| matches!(*s, "pending" | "running"));
+        let Some(wire) = status_to_post(state, description, own, live) else {
+            return Ok(());
+        };
+        let what = format!("set status {context} on {sha}");
+        let url = self.project_url(&format!("/statuses/{sha}"));
+        let status = NewStatus {
+            state: wire,
+            name: context,
+            description,
+        };
+        self.request(&what, Method::POST, &url, Some(json(&status)))
+            .await?;
+        Ok(())
+    }
+
+    /// Keeps one note per merge request carrying `marker`: edits it when it exists (found by
+    /// the marker among the notes `me` wrote, on every page: GitLab lets only a note's author
+    /// edit it, so a person quoting the marker is not mistaken for it), creates it otherwise.
+    pub async fn upsert_comment(
+        &self,
+        number: u64,
+        marker: &str,
+        body: &str,
+        me: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("list notes of merge request !{number}");
+        let notes = self.project_url(&format!("/merge_requests/{number}/notes"));
+        let mut next = Some(with_query(
+            &notes,
+            &[("sort", "asc"), ("order_by", "created_at")],
+        ));
+        let mut existing = None;
+        let mut pages = 0;
+        while let (Some(url), None) = (next.take(), &existing) {
+            pages += 1;
+            let answer = self.request(&what, Method::GET, &url, None).await?;
+            let items: Vec<Note> = self.parse(&what, &answer.body)?;
+            existing = find_note(&items, marker, me).map(|n| (n.id, n.body == body));
+            if pages < MAX_PAGES {
+                next = answer.next;
+            }
+        }
+        match existing {
+            // Already says exactly this: editing it again would only spend a call.
+            Some((_, true)) => Ok(()),
+            Some((id, false)) => {
+                let what = format!("update note {id} on merge request !{number}");
+                let url = format!("{notes}/{id}");
+                self.request(&what, Method::PUT, &url, Some(json(&NoteBody { body })))
+                    .await?;
+                Ok(())
+            }
+            None => {
+                let what = format!("comment on merge request !{number}");
+                self.request(&what, Method::POST, &notes, Some(json(&NoteBody { body })))
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// One call, waiting out a `429` GitLab gives a time for, within bounds. Any other
+    /// answer outside 2xx is an error naming what it means for tagpin.
+    async fn request(
+        &self,
+        what: &str,
+        method: Method,
+        url: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<Answer, ForgeError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut request = self
+                .http
+                .request(method.clone(), url)
+                .header("PRIVATE-TOKEN", self.token.clone())
+                .header(reqwest::header::ACCEPT, "application/json");
+            if let Some(body) = &body {
+                request = request.json(body);
+            }
+            let response = request.send().await.map_err(|e| self.failed(what, e))?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let text = response.text().await.map_err(|e| self.failed(what, e))?;
+            if status.is_success() {
+                let next = next_page(url, &headers, &self.api)
+                    .map_err(|detail| self.call_error(what, detail, Some(status.as_u16())))?;
+                return Ok(Answer { body: text, next });
+            }
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                let wait = rate_limit_wait(&headers, SystemTime::now());
+                if wait <= MAX_RATE_LIMIT_WAIT && attempt < RATE_LIMIT_ATTEMPTS {
+                    tracing::warn!(project = %self.project, "{what}: rate limited, waiting {wait:?}");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                return Err(ForgeError::RateLimited {
+                    forge: FORGE,
+                    repo: self.project.clone(),
+                    what: what.to_string(),
+                    wait: format!("{}s", wait.as_secs()),
+                });
+            }
+            let detail = describe_failure(status, &text, &self.project, &self.api);
+            return Err(self.call_error(what, detail, Some(status.as_u16())));
+        }
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        body: &str,
+    ) -> Result<T, ForgeError> {
+        serde_json::from_str(body)
+            .map_err(|e| self.call_error(what, format!("unexpected answer: {e}"), None))
+    }
+
+    fn failed(&self, what: &str, e: reqwest::Error) -> ForgeError {
+        let detail = if e.is_timeout() {
+            format!("no answer within {}s", CALL_TIMEOUT.as_secs())
+        } else {
+            // Without the URL: it is in `what` already, and never holds the token anyway.
+            format!("connection failed: {}", e.without_url())
+        };
+        self.call_error(what, detail, None)
+    }
+
+    fn call_error(&self, what: &str, detail: String, status: Option<u16>) -> ForgeError {
+        ForgeError::Call {
+            forge: FORGE,
+            repo: self.project.clone(),
+            what: what.to_string(),
+            detail,
+            status,
+        }
+    }
+}
+
+fn setup(detail: String) -> ForgeError {
+    ForgeError::Setup {
+        forge: FORGE,
+        detail,
+    }
+}
+
+fn json<T: Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}
+
+/// The project as GitLab's paths take it: `group/sub/project` is `group%2Fsub%2Fproject`.
+fn encode_project(project: &str) -> String {
+    url::form_urlencoded::byte_serialize(project.as_bytes()).collect()
+}
+
+/// `url` with `query` and `per_page=100` appended.
+fn with_query(url: &str, query: &[(&str, &str)]) -> String {
+    let mut pairs = url::form_urlencoded::Serializer::new(String::new());
+    pairs.extend_pairs(query);
+    pairs.append_pair("per_page", "100");
+    format!("{url}?{}", pairs.finish())
+}
+
+/// What tagpin reads of a merge request. The commit that landed is `merge_commit_sha`, else
+/// `squash_commit_sha` (a squash merged without a merge commit), else, once merged, the head
+/// itself (a fast-forward merge puts the source branch's tip on the target).
+fn info(mr: MergeRequest) -> PullRequestInfo {
+    let merged = mr.state == "merged";
+    let head_sha = mr.sha.unwrap_or_default();
+    let merge_commit_sha = match (mr.merge_commit_sha, mr.squash_commit_sha) {
+        (Some(sha), _) | (None, Some(sha)) => Some(sha),
+        (None, None) if merged && !head_sha.is_empty() => Some(head_sha.clone()),
+        (None, None) => None,
+    };
+    PullRequestInfo {
+        number: mr.iid,
+        // `locked` is GitLab's state while it merges: still open until it says merged.
+        open: matches!(mr.state.as_str(), "opened" | "locked"),
+        merged,
+        title: mr.title,
+        body: mr.description.unwrap_or_default(),
+        labels: mr.labels,
+        url: mr.web_url,
+        head_ref: mr.source_branch,
+        head_sha,
+        merge_commit_sha,
+        merged_at: mr.merged_at.as_deref().and_then(unix),
+        updated_at: mr.updated_at.as_deref().and_then(unix),
+        author: mr.author.map(|a| a.username).unwrap_or_default(),
+        // A merge request from a fork has the fork as its source project.
+        same_repository: mr.source_project_id.is_some()
+            && mr.source_project_id == mr.target_project_id,
+    }
+}
+
+/// A GitLab commit status state as tagpin reads it; `skipped` (and anything new) is no
+/// verdict of tagpin's.
+fn read_state(status: &str) -> Option<StatusState> {
+    match status {
+        "created"
+        | "waiting_for_resource"
+        | "preparing"
+        | "pending"
+        | "running"
+        | "scheduled"
+        | "manual" => Some(StatusState::Pending),
+        "success" => Some(StatusState::Success),
+        "failed" => Some(StatusState::Failure),
+        // tagpin posts `canceled` for a check it could not make.
+        "canceled" => Some(StatusState::Error),
+        _ => None,
+    }
+}
+
+/// The state to post for `want` with `description`, or nothing when nothing is to be posted;
+/// given the newest status tagpin set in that name (`own`: its GitLab state and description)
+/// and the state of the name's status GitLab still holds open (`live`: `pending` or
+/// `running`, whoever set it).
+///
+/// GitLab keeps one status per name while it is `pending` or `running` and moves that one:
+/// `pending` may become `running` or final, `running` only final, and a final status is
+/// followed by a new one. So a pending check whose description changes moves `pending` ->
+/// `running` once (GitLab shows the check running, which it is), then keeps its description
+/// until the verdict. tagpin's `error` (the check could not be made) is GitLab's `canceled`.
+fn status_to_post(
+    want: StatusState,
+    description: &str,
+    own: Option<(&str, &str)>,
+    live: Option<&str>,
+) -> Option<&'static str> {
+    let wire = match want {
+        StatusState::Pending => "pending",
+        StatusState::Success => "success",
+        StatusState::Failure => "failed",
+        StatusState::Error => "canceled",
+    };
+    if own.is_some_and(|(state, said)| said == description && read_state(state) == Some(want)) {
+        return None;
+    }
+    match live {
+        Some("pending") if want == StatusState::Pending => Some("running"),
+        Some("running") if want == StatusState::Pending => None,
+        _ => Some(wire),
+    }
+}
+
+/// When a status took the state it is in. GitLab moves a `pending` or `running` status to its
+/// final state in place, keeping its `created_at`: a success posted after a pending one of the
+/// same name was set at its `finished_at`, not when the pending one was (the soak clock must
+/// not start while the stage was still rolling out).
+fn set_at(status: &CommitStatus) -> Option<i64> {
+    let finished = matches!(status.status.as_str(), "success" | "failed" | "canceled");
+    let when = match (&status.finished_at, finished) {
+        (Some(at), true) => at,
+        _ => status.created_at.as_ref()?,
+    };
+    unix(when)
+}
+
+/// The note `me` wrote carrying `marker`, oldest first; GitLab's system notes are never
+/// tagpin's.
+fn find_note<'n>(notes: &'n [Note], marker: &str, me: &str) -> Option<&'n Note> {
+    notes.iter().find(|n| {
+        !n.system && n.body.contains(marker) && n.author.as_ref().is_some_and(|a| a.username == me)
+    })
+}
+
+/// The next page of a list: the `Link` header's `rel="next"`, else GitLab's `x-next-page`
+/// number on the same address (empty on the last page). A `Link` to another origin than
+/// `api` is refused: the token goes nowhere else.
+fn next_page(url: &str, headers: &HeaderMap, api: &str) -> Result<Option<String>, String> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    if let Some(next) = header("link").and_then(next_link) {
+        let origin = |u: &str| url::Url::parse(u).ok().map(|u| u.origin());
+        if origin(&next).is_none() || origin(&next) != origin(api) {
+            return Err(format!(
+                "the next page is at {next}, not on {api}; the token is not sent there"
+            ));
+        }
+        return Ok(Some(next));
+    }
+    let Some(page) = header("x-next-page") else {
+        return Ok(None);
+    };
+    if !page.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("x-next-page {page:?} is not a page number"));
+    }
+    let mut next = url::Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
+    let kept: Vec<(String, String)> = next
+        .query_pairs()
+        .filter(|(k, _)| k != "page")
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    next.query_pairs_mut()
+        .clear()
+        .extend_pairs(kept)
+        .append_pair("page", page);
+    Ok(Some(next.to_string()))
+}
+
+/// How long GitLab asks to wait after a `429`: `Retry-After` seconds, else until the
+/// `RateLimit-Reset` Unix time, else a minute.
+fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    if let Some(secs) = header("retry-after") {
+        return Duration::from_secs(secs);
+    }
+    if let Some(reset) = header("ratelimit-reset") {
+        let now = now
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        return Duration::from_secs(reset.saturating_sub(now).saturating_add(1));
+    }
+    Duration::from_secs(60)
+}
+
+/// A failed answer in words that say what to fix: the token (401), its scope or role (403),
+/// the project or object (404), or GitLab's own message.
+fn describe_failure(status: StatusCode, body: &str, project: &str, api: &str) -> String {
+    let said = gitlab_message(body);
+    let answered = format!("GitLab answered {status}: {said}");
+    match status.as_u16() {
+        401 => format!(
+            "{answered}; the token is not valid (expired, revoked, or not a GitLab token)"
+        ),
+        403 if body.contains("insufficient_scope") => format!(
+            "{answered}; the token lacks the api scope (a personal, project or group access token with scope api is needed)"
+        ),
+        403 => format!(
+            "{answered}; the token's user may not do this in {project} (it needs the Developer role or higher)"
+        ),
+        404 => format!(
+            "{answered}; {project} is not at {api}, or the token may not read it (GitLab answers 404 for projects hidden from the token)"
+        ),
+        _ => answered,
+    }
+}
+
+/// GitLab's message from an error body: `{"message": "..."}`, `{"message": ["..."]}`,
+/// `{"message": {"field": ["..."]}}` or `{"error": "...", "error_description": "..."}`;
+/// otherwise the start of the body as text.
+fn gitlab_message(body: &str) -> String {
+    let value: serde_json::Value = match serde_json::from_str(body) {
+        Ok(value) => value,
+        Err(_) => {
+            let text = body.trim();
+            return match text.char_indices().nth(QUOTED_BODY) {
+                Some((end, _)) => format!("{}…", &text[..end]),
+                None => text.to_string(),
+            };
+        }
+    };
+    let words = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(items) => items
+            .iter()
+            .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string))
+            .collect::<Vec<_>>()
+            .join("; "),
+        other => other.to_string(),
+    };
+    match (&value["message"], &value["error"]) {
+        (serde_json::Value::Object(fields), _) => fields
+            .iter()
+            .map(|(field, v)| format!("{field} {}", words(v)))
+            .collect::<Vec<_>>()
+            .join("; "),
+        (serde_json::Value::Null, serde_json::Value::Null) => value.to_string(),
+        (serde_json::Value::Null, error) => match value["error_description"].as_str() {
+            Some(more) => format!("{} ({more})", words(error)),
+            None => words(error),
+        },
+        (message, _) => words(message),
+    }
+}
+
+/// GitLab's `409 Conflict`: for a new merge request, one already open for the branch.
+fn is_conflict(e: &ForgeError) -> bool {
+    matches!(
+        e,
+        ForgeError::Call {
+            status: Some(409),
+            ..
+        }
+    )
+}
+
+fn unix(text: &str) -> Option<i64> {
+    text.parse::<Timestamp>().ok().map(|t| t.as_second())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// "List project merge requests", one item of the example answer in GitLab's REST
+    /// documentation (`doc/api/merge_requests.md`), trimmed of fields tagpin does not read.
+    const DOCUMENTED_MERGE_REQUEST: &str = r#"{
+      "id": 1, "iid": 1, "project_id": 3, "title": "test1",
+      "description": "fixed login page css paddings", "state": "merged",
+      "merged_by": {"id": 87854, "name": "Douwe Maan", "username": "DouweM", "state": "active"},
+      "merged_at": "2018-09-07T11:16:17.520Z", "closed_by": null, "closed_at": null,
+      "created_at": "2017-04-29T08:46:00Z", "updated_at": "2017-04-29T08:46:00Z",
+      "target_branch": "main", "source_branch": "test1", "upvotes": 0, "downvotes": 0,
+      "author": {"id": 1, "name": "Administrator", "username": "admin", "state": "active",
+                 "locked": false, "avatar_url": null, "web_url": "https://gitlab.example.com/admin"},
+      "source_project_id": 2, "target_project_id": 3,
+      "labels": ["Community contribution", "Manage"], "draft": false,
+      "merge_status": "can_be_merged", "detailed_merge_status": "not_open",
+      "sha": "8888888888888888888888888888888888888888",
+      "merge_commit_sha": null, "squash_commit_sha": null,
+      "should_remove_source_branch": true, "force_remove_source_branch": false,
+      "web_url": "http://gitlab.example.com/my-group/my-project/merge_requests/1",
+      "reference": "!1", "squash": false
+    }"#;
+
+    /// "Set the pipeline status of a commit", GitLab's example answer (`doc/api/commits.md`).
+    const DOCUMENTED_STATUS: &str = r#"{
+      "author": {"web_url": "https://gitlab.example.com/janedoe", "name": "Jane Doe",
+                 "avatar_url": "https://gitlab.example.com/uploads/user/avatar/28/jane-doe-400-400.png",
+                 "username": "janedoe", "state": "active", "id": 28},
+      "name": "default", "sha": "18f3e63d05582537db6d183d9d557be09e1f90c8",
+      "status": "success", "coverage": 100.0, "description": null, "id": 93,
+      "target_url": null, "ref": null, "started_at": null,
+      "created_at": "2016-01-19T09:05:50.355Z", "allow_failure": false,
+      "finished_at": "2016-01-19T09:05:50.365Z"
+    }"#;
+
+    fn mr(patch: serde_json::Value) -> PullRequestInfo {
+        let mut value: serde_json::Value = serde_json::from_str(DOCUMENTED_MERGE_REQUEST).unwrap();
+        for (k, v) in patch.as_object().unwrap() {
+            value[k] = v.clone();
+        }
+        info(serde_json::from_value(value).unwrap())
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn a_documented_merge_request_reads_as_tagpin_reads_a_pull_request() {
+        let pr = mr(serde_json::json!({"source_project_id": 3}));
+        assert_eq!(pr.number, 1, "the IID, not the global id");
+        assert!(pr.merged && !pr.open);
+        assert_eq!(pr.title, "test1");
+        assert_eq!(pr.body, "fixed login page css paddings");
+        assert_eq!(pr.labels, ["Community contribution", "Manage"]);
+        assert_eq!(pr.head_ref, "test1");
+        assert_eq!(pr.head_sha, "8".repeat(40));
+        assert_eq!(pr.author, "admin");
+        assert_eq!(pr.merged_at, Some(1536318977));
+        assert_eq!(pr.updated_at, Some(1493455560));
+        assert!(pr.same_repository);
+        assert_eq!(
+            pr.url,
+            "http://gitlab.example.com/my-group/my-project/merge_requests/1"
+        );
+    }
+
+    #[test]
+    fn a_merge_request_from_a_fork_is_not_this_repositorys() {
+        // The documented example itself comes from project 2 into project 3.
+        assert!(!mr(serde_json::json!({})).same_repository);
+        assert!(!mr(serde_json::json!({"source_project_id": null})).same_repository);
+    }
+
+    #[test]
+    fn the_commit_that_landed_is_the_merge_then_the_squash_then_the_fast_forwarded_head() {
+        let merge = "a".repeat(40);
+        let squash = "b".repeat(40);
+        let both = mr(serde_json::json!({"merge_commit_sha": merge, "squash_commit_sha": squash}));
+        assert_eq!(both.merge_commit_sha.as_deref(), Some(merge.as_str()));
+        let squashed = mr(serde_json::json!({"squash_commit_sha": squash}));
+        assert_eq!(squashed.merge_commit_sha.as_deref(), Some(squash.as_str()));
+        let fast_forward = mr(serde_json::json!({}));
+        assert_eq!(fast_forward.merge_commit_sha, Some("8".repeat(40)));
+        let open = mr(serde_json::json!({"state": "opened", "merged_at": null}));
+        assert!(open.open && !open.merged);
+        assert_eq!(open.merge_commit_sha, None);
+    }
+
+    #[test]
+    fn closed_by_a_person_is_neither_open_nor_merged_and_locked_is_still_open() {
+        let closed = mr(serde_json::json!({"state": "closed", "merged_at": null}));
+        assert!(!closed.open && !closed.merged);
+        let locked = mr(serde_json::json!({"state": "locked", "merged_at": null}));
+        assert!(locked.open && !locked.merged);
+    }
+
+    #[test]
+    fn a_documented_status_reads_with_its_author_and_time() {
+        let status: CommitStatus = serde_json::from_str(DOCUMENTED_STATUS).unwrap();
+        assert_eq!(status.id, 93);
+        assert_eq!(status.name, "default");
+        assert_eq!(read_state(&status.status), Some(StatusState::Success));
+        assert_eq!(status.description, None);
+        assert_eq!(status.author.unwrap().username, "janedoe");
+        assert_eq!(
+            status.created_at.as_deref().and_then(unix),
+            Some(1453194350)
+        );
+    }
+
+    #[test]
+    fn a_status_moved_from_pending_to_success_was_set_when_it_finished() {
+        let mut status: CommitStatus = serde_json::from_str(DOCUMENTED_STATUS).unwrap();
+        assert_eq!(set_at(&status), unix("2016-01-19T09:05:50.365Z"));
+        status.created_at = Some("2026-01-01T10:00:00.000Z".into());
+        status.finished_at = Some("2026-01-01T10:05:00.000Z".into());
+        assert_eq!(set_at(&status), unix("2026-01-01T10:05:00Z"));
+        status.status = "running".into();
+        assert_eq!(set_at(&status), unix("2026-01-01T10:00:00Z"));
+    }
+
+    #[test]
+    fn gitlab_states_map_to_tagpins_and_back() {
+        assert_eq!(read_state("pending"), Some(StatusState::Pending));
+        assert_eq!(read_state("running"), Some(StatusState::Pending));
+        assert_eq!(read_state("failed"), Some(StatusState::Failure));
+        assert_eq!(read_state("canceled"), Some(StatusState::Error));
+        assert_eq!(read_state("skipped"), None);
+        for (state, wire) in [
+            (StatusState::Pending, "pending"),
+            (StatusState::Success, "success"),
+            (StatusState::Failure, "failed"),
+            (StatusState::Error, "canceled"),
+        ] {
+            assert_eq!(status_to_post(state, "d", None, None), Some(wire));
+            assert_eq!(read_state(wire), Some(state));
+        }
+    }
+
+    #[test]
+    fn a_status_is_posted_only_when_gitlab_would_take_it_and_it_changes_something() {
+        use StatusState::*;
+        let mine = |state, said| Some((state, said));
+        // The same state and words as tagpin's own: nothing to post.
+        assert_eq!(
+            status_to_post(Success, "ok", mine("success", "ok"), None),
+            None
+        );
+        let pending = Some("pending");
+        let running = Some("running");
+        assert_eq!(
+            status_to_post(Pending, "x", mine("pending", "x"), pending),
+            None
+        );
+        assert_eq!(
+            status_to_post(Pending, "x", mine("running", "x"), running),
+            None
+        );
+        // A final status is followed by a new one, in any state.
+        assert_eq!(
+            status_to_post(Success, "ok now", mine("success", "ok"), None),
+            Some("success")
+        );
+        assert_eq!(
+            status_to_post(Pending, "again", mine("failed", "no"), None),
+            Some("pending")
+        );
+        // pending -> pending is refused by GitLab; pending -> running carries the new words.
+        assert_eq!(
+            status_to_post(Pending, "2 left", mine("pending", "3 left"), pending),
+            Some("running")
+        );
+        // running may only end.
+        assert_eq!(
+            status_to_post(Pending, "1 left", mine("running", "2"), running),
+            None
+        );
+        assert_eq!(
+            status_to_post(Failure, "broken", mine("running", "2"), running),
+            Some("failed")
+        );
+        assert_eq!(
+            status_to_post(Error, "unsure", mine("pending", "x"), pending),
+            Some("canceled")
+        );
+        // Someone else's live status of the name is the one GitLab would move.
+        assert_eq!(
+            status_to_post(Pending, "checking", None, pending),
+            Some("running")
+        );
+        // Someone else's status saying the same is not tagpin's.
+        assert_eq!(status_to_post(Success, "ok", None, None), Some("success"));
+    }
+
+    #[test]
+    fn requests_carry_gitlabs_field_names() {
+        let open = json(&NewMergeRequest {
+            source_branch: "tagpin/main/web",
+            target_branch: "main",
+            title: "Pin 1 image(s) to digests",
+            description: "body",
+            remove_source_branch: true,
+        });
+        assert_eq!(
+            open,
+            serde_json::json!({"source_branch": "tagpin/main/web", "target_branch": "main",
+                "title": "Pin 1 image(s) to digests", "description": "body",
+                "remove_source_branch": true})
+        );
+        let labels = json(&AddLabels {
+            add_labels: ["tagpin", "automated"].join(","),
+        });
+        assert_eq!(
+            labels,
+            serde_json::json!({"add_labels": "tagpin,automated"})
+        );
+        let status = json(&NewStatus {
+            state: "failed",
+            name: "tagpin/converged",
+            description: "1 of 2 pods",
+        });
+        assert_eq!(
+            status,
+            serde_json::json!({"state": "failed", "name": "tagpin/converged", "description": "1 of 2 pods"})
+        );
+    }
+
+    #[test]
+    fn the_project_path_is_one_encoded_segment() {
+        assert_eq!(encode_project("group/sub/project"), "group%2Fsub%2Fproject");
+        assert_eq!(encode_project("42"), "42");
+        assert_eq!(
+            with_query(
+                "https://gitlab.example.com/api/v4/projects/g%2Fp/merge_requests",
+                &[("source_branch", "tagpin/main/web"), ("state", "all")]
+            ),
+            "https://gitlab.example.com/api/v4/projects/g%2Fp/merge_requests?source_branch=tagpin%2Fmain%2Fweb&state=all&per_page=100"
+        );
+    }
+
+    #[test]
+    fn pages_follow_link_else_x_next_page_and_never_another_origin() {
+        let api = "https://gitlab.example.com/api/v4";
+        let url = "https://gitlab.example.com/api/v4/projects/g%2Fp/merge_requests?state=all&per_page=100";
+        let link = "<https://gitlab.example.com/api/v4/projects/g%2Fp/merge_requests?page=2&per_page=100&state=all>; rel=\"next\", <https://gitlab.example.com/api/v4/projects/g%2Fp/merge_requests?page=1&per_page=100&state=all>; rel=\"first\"";
+        assert_eq!(
+            next_page(url, &headers(&[("link", link), ("x-next-page", "2")]), api).unwrap(),
+            Some("https://gitlab.example.com/api/v4/projects/g%2Fp/merge_requests?page=2&per_page=100&state=all".to_string())
+        );
+        let page3 = format!("{url}&page=2");
+        assert_eq!(
+            next_page(&page3, &headers(&[("x-next-page", "3")]), api).unwrap(),
+            Some(
+                "https://gitlab.example.com/api/v4/projects/g%2Fp/merge_requests?state=all&per_page=100&page=3"
+                    .to_string()
+            )
+        );
+        // The last page: `x-next-page` is empty.
+        assert_eq!(
+            next_page(url, &headers(&[("x-next-page", "")]), api).unwrap(),
+            None
+        );
+        assert_eq!(next_page(url, &HeaderMap::new(), api).unwrap(), None);
+        let elsewhere = "<https://evil.example.net/api/v4/x?page=2>; rel=\"next\"";
+        let refused = next_page(url, &headers(&[("link", elsewhere)]), api).unwrap_err();
+        assert!(refused.contains("evil.example.net"), "{refused}");
+    }
+
+    #[test]
+    fn a_rate_limit_is_waited_as_gitlab_says() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000);
+        assert_eq!(
+            rate_limit_wait(&headers(&[("retry-after", "7")]), now),
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            rate_limit_wait(&headers(&[("ratelimit-reset", "1030")]), now),
+            Duration::from_secs(31)
+        );
+        assert_eq!(
+            rate_limit_wait(&HeaderMap::new(), now),
+            Duration::from_secs(60)
+        );
+    }
+
+    #[test]
+    fn failures_name_what_to_fix() {
+        let describe = |status: u16, body: &str| {
+            describe_failure(
+                StatusCode::from_u16(status).unwrap(),
+                body,
+                "group/sub/project",
+                "https://gitlab.example.com/api/v4",
+            )
+        };
+        let unauthorized = describe(401, r#"{"message":"401 Unauthorized"}"#);
+        assert!(unauthorized.contains("401 Unauthorized") && unauthorized.contains("not valid"));
+        let scope = describe(
+            403,
+            r#"{"error":"insufficient_scope","error_description":"The request requires higher privileges than provided by the access token.","scope":"api"}"#,
+        );
+        assert!(scope.contains("lacks the api scope"), "{scope}");
+        assert!(scope.contains("higher privileges"), "{scope}");
+        let role = describe(403, r#"{"message":"403 Forbidden"}"#);
+        assert!(role.contains("Developer role"), "{role}");
+        let missing = describe(404, r#"{"message":"404 Project Not Found"}"#);
+        assert!(missing.contains("404 Project Not Found"), "{missing}");
+        assert!(missing.contains("group/sub/project is not at https://gitlab.example.com/api/v4"));
+        let conflict = describe(
+            409,
+            r#"{"message":["Another open merge request already exists for this source branch: !1"]}"#,
+        );
+        assert!(conflict
+            .ends_with("Another open merge request already exists for this source branch: !1"));
+        let invalid = describe(400, r#"{"message":{"title":["is too long"]}}"#);
+        assert!(invalid.ends_with("title is too long"), "{invalid}");
+        assert!(describe(429, "Retry later").ends_with("Retry later"));
+    }
+
+    #[test]
+    fn the_verdict_note_is_tagpins_own_found_by_its_marker() {
+        let notes: Vec<Note> = serde_json::from_str(
+            r#"[{"id": 1, "body": "mentioned <!-- tagpin-verdict --> in a commit", "system": true,
+                 "author": {"username": "tagpin-bot"}},
+                {"id": 2, "body": "quoting <!-- tagpin-verdict -->", "system": false,
+                 "author": {"username": "alice"}},
+                {"id": 3, "body": "<!-- tagpin-verdict -->\nConverged", "system": false,
+                 "author": {"username": "tagpin-bot"}}]"#,
+        )
+        .unwrap();
+        let marker = "<!-- tagpin-verdict -->";
+        assert_eq!(
+            find_note(&notes, marker, "tagpin-bot").map(|n| n.id),
+            Some(3)
+        );
+        assert!(find_note(&notes[..2], marker, "tagpin-bot").is_none());
+    }
+
+    #[test]
+    fn gitlab_times_read_as_unix_seconds() {
+        assert_eq!(unix("2018-09-07T11:16:17.520Z"), Some(1536318977));
+        assert_eq!(unix("yesterday"), None);
+    }
+}

@@ -1,0 +1,1213 @@
+//! The same change-request scenarios on both forges, so neither can drift: the real binary, a
+//! real registry, a real bare Git remote, the local Kubernetes API server, and either the local
+//! GitHub server (`support::github`) or the local GitLab server (`support::gitlab`). Each
+//! scenario is one function over [`Kind`], run once per forge by [`both_forges!`]; what differs
+//! between the forges (how a person merges, GitLab's status state machine) is said where it
+//! differs.
+
+use crate::support;
+
+use support::output_text as text;
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use serde_json::json;
+use support::git::BareRepo;
+use support::github::{GitHubServer, PrState};
+use support::gitlab::{GitLabServer, MrState};
+use support::kube::{deployment, pod, running_pod_status, KubeServer};
+use support::registry::{Mode, TestRegistry};
+
+use crate::verify::{live_deployment, live_pod, manifest};
+
+/// The token both servers accept; it must never appear in tagpin's output.
+const TOKEN: &str = "glpat-forges-3c9e1f7a";
+/// The GitLab user the token belongs to (the GitHub server's is `tagpin-bot` too).
+const BOT: &str = "tagpin-bot";
+const PROJECT: &str = "acme/platform/gitops";
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    GitHub,
+    GitLab,
+}
+
+/// One scenario, once per forge.
+macro_rules! both_forges {
+    ($scenario:ident: $github:ident, $gitlab:ident) => {
+        #[tokio::test]
+        async fn $github() {
+            $scenario(Kind::GitHub).await;
+        }
+        #[tokio::test]
+        async fn $gitlab() {
+            $scenario(Kind::GitLab).await;
+        }
+    };
+}
+
+/// A change request as the scenarios look at it, whichever forge holds it.
+#[derive(Debug, Clone)]
+struct Change {
+    number: u64,
+    title: String,
+    body: String,
+    labels: Vec<String>,
+    open: bool,
+    merged: bool,
+    head_ref: String,
+    /// Opened from a fork.
+    fork: bool,
+}
+
+/// The forge server of a scenario.
+enum Hub {
+    GitHub(GitHubServer),
+    GitLab(GitLabServer),
+}
+
+impl Hub {
+    async fn start(kind: Kind, repo: &BareRepo) -> Hub {
+        match kind {
+            Kind::GitHub => {
+                Hub::GitHub(GitHubServer::start(TOKEN, "acme", "gitops", repo.path()).await)
+            }
+            Kind::GitLab => {
+                Hub::GitLab(GitLabServer::start(TOKEN, BOT, PROJECT, repo.path()).await)
+            }
+        }
+    }
+
+    /// The `forge:` section of `tagpin.yaml`.
+    fn forge_yaml(&self) -> String {
+        match self {
+            Hub::GitHub(gh) => format!(
+                "forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: TAGPIN_FORGE_TOKEN}}\n",
+                gh.api_url()
+            ),
+            Hub::GitLab(gl) => format!(
+                "forge: {{kind: gitlab, api_url: '{}', project: {PROJECT}, token_env: TAGPIN_FORGE_TOKEN}}\n",
+                gl.api_url()
+            ),
+        }
+    }
+
+    /// Every change request, by number.
+    fn changes(&self) -> Vec<Change> {
+        let mut changes: Vec<Change> = match self {
+            Hub::GitHub(gh) => gh
+                .prs()
+                .into_iter()
+                .map(|p| Change {
+                    number: p.number,
+                    title: p.title,
+                    body: p.body.unwrap_or_default(),
+                    labels: p.labels,
+                    open: p.state == PrState::Open,
+                    merged: p.merged,
+                    head_ref: p.head_ref,
+                    fork: p.fork_owner.is_some(),
+                })
+                .collect(),
+            Hub::GitLab(gl) => gl
+                .mrs(PROJECT)
+                .into_iter()
+                .map(|m| Change {
+                    number: m.iid,
+                    title: m.title,
+                    body: m.description.unwrap_or_default(),
+                    labels: m.labels,
+                    open: m.state == MrState::Opened,
+                    merged: m.state == MrState::Merged,
+                    head_ref: m.source_branch,
+                    fork: m.source_project_id != m.project_id,
+                })
+                .collect(),
+        };
+        changes.sort_by_key(|c| c.number);
+        changes
+    }
+
+    fn close_by_hand(&self, number: u64) {
+        match self {
+            Hub::GitHub(gh) => gh.close_pr(number),
+            Hub::GitLab(gl) => gl.close_mr_as("reviewer", PROJECT, number),
+        }
+    }
+
+    /// A person merges the change request, which changes `files`; returns the commit the
+    /// target branch is at.
+    fn merge_by_hand(&self, repo: &BareRepo, number: u64, files: &[&str]) -> String {
+        match self {
+            Hub::GitHub(gh) => {
+                // The local GitHub records a merge; the commit is made as GitHub would.
+                let branch = gh
+                    .prs()
+                    .into_iter()
+                    .find(|p| p.number == number)
+                    .unwrap()
+                    .head_ref;
+                let contents: Vec<(&str, String)> = files
+                    .iter()
+                    .map(|f| (*f, repo.read(&branch, f).unwrap()))
+                    .collect();
+                let files: Vec<(&str, &str)> =
+                    contents.iter().map(|(f, c)| (*f, c.as_str())).collect();
+                let merge = repo.commit_as_other_writer(
+                    "main",
+                    &files,
+                    &format!("Merge pull request #{number}"),
+                );
+                gh.merge_pr(number, &merge);
+                merge
+            }
+            Hub::GitLab(gl) => gl.merge_mr_as("reviewer", PROJECT, number).target_head,
+        }
+    }
+
+    /// `(context, state)` of every status on `sha`, oldest first.
+    fn statuses(&self, sha: &str) -> Vec<(String, String)> {
+        self.statuses_described(sha)
+            .into_iter()
+            .map(|(context, state, _)| (context, state))
+            .collect()
+    }
+
+    /// `(context, state, description)` of every status on `sha`, oldest first.
+    fn statuses_described(&self, sha: &str) -> Vec<(String, String, String)> {
+        match self {
+            Hub::GitHub(gh) => gh
+                .statuses(sha)
+                .into_iter()
+                .map(|s| (s.context, s.state, s.description.unwrap_or_default()))
+                .collect(),
+            Hub::GitLab(gl) => gl
+                .statuses(PROJECT, sha)
+                .into_iter()
+                .map(|s| (s.name, s.status, s.description.unwrap_or_default()))
+                .collect(),
+        }
+    }
+
+    /// Someone else with status rights (a CI job) posts `context` on `sha`, through the API.
+    async fn post_status_as_ci(&self, sha: &str, context: &str, description: &str) {
+        match self {
+            Hub::GitHub(gh) => gh.add_status_as("ci-bot", sha, "success", context, description),
+            Hub::GitLab(gl) => {
+                gl.add_token("glpat-ci-bot", "ci-bot", support::gitlab::Scope::Api);
+                gl.add_member(PROJECT, "ci-bot", support::gitlab::AccessLevel::Developer);
+                let posted = reqwest::Client::new()
+                    .post(format!(
+                        "{}/projects/{}/statuses/{sha}",
+                        gl.api_url(),
+                        PROJECT.replace('/', "%2F")
+                    ))
+                    .header("PRIVATE-TOKEN", "glpat-ci-bot")
+                    .json(&json!({"state": "success", "name": context, "description": description}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
+            }
+        }
+    }
+
+    /// The bodies of the comments (GitLab: notes people and bots wrote, not system notes).
+    fn comments(&self, number: u64) -> Vec<String> {
+        match self {
+            Hub::GitHub(gh) => gh.comments(number).into_iter().map(|c| c.body).collect(),
+            Hub::GitLab(gl) => gl
+                .notes(PROJECT, number)
+                .into_iter()
+                .filter(|n| !n.system)
+                .map(|n| n.body)
+                .collect(),
+        }
+    }
+
+    /// Requests that change something on the forge.
+    fn writes(&self) -> usize {
+        match self {
+            Hub::GitHub(gh) => gh.requests().iter().filter(|r| r.method != "GET").count(),
+            Hub::GitLab(gl) => gl.requests().iter().filter(|r| r.method != "GET").count(),
+        }
+    }
+
+    /// Every write, as `METHOD path body`.
+    fn write_log(&self) -> Vec<String> {
+        match self {
+            Hub::GitHub(gh) => gh
+                .requests()
+                .into_iter()
+                .filter(|r| r.method != "GET")
+                .map(|r| format!("{} {} {}", r.method, r.path, r.body))
+                .collect(),
+            Hub::GitLab(gl) => gl
+                .requests()
+                .into_iter()
+                .filter(|r| r.method != "GET")
+                .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
+                .collect(),
+        }
+    }
+
+    /// The next attempt to open a change request fails with a 502, before it is made.
+    fn fail_next_open(&self) {
+        match self {
+            Hub::GitHub(gh) => gh.fail_next_pr_create(502),
+            Hub::GitLab(gl) => {
+                gl.inject(support::gitlab::Fault::new("POST", "/merge_requests", 502).times(1))
+            }
+        }
+    }
+
+    fn assert_no_violations(&self) {
+        match self {
+            Hub::GitHub(gh) => gh.assert_no_violations(),
+            Hub::GitLab(gl) => gl.assert_no_violations(),
+        }
+    }
+}
+
+/// A registry with `acme/web:1.0`, a repository naming it, a forge, a cluster, a config.
+struct World {
+    kind: Kind,
+    registry: TestRegistry,
+    repo: BareRepo,
+    hub: Hub,
+    kube: KubeServer,
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn new(kind: Kind) -> World {
+        let registry = TestRegistry::start(Mode::Plain).await;
+        let host = registry.host();
+        registry.push_image("acme/web", "1.0", "web-1").await;
+        let repo = BareRepo::create(&[(
+            "apps/web.yaml",
+            &manifest("web", &format!("{host}/acme/web:1.0"), 1),
+        )]);
+        let hub = Hub::start(kind, &repo).await;
+        let kube = KubeServer::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("tagpin.yaml"),
+            format!(
+                "repository: {{url: '{}', branch: main}}\n\
+                 paths: [apps]\n\
+                 mode: pull-request\n\
+                 pull_request: {{labels: [tagpin, dependencies]}}\n\
+                 registries: {{insecure: ['{host}']}}\n\
+                 verify: {{default_namespace: shop}}\n{}",
+                repo.file_url(),
+                hub.forge_yaml()
+            ),
+        )
+        .unwrap();
+        World {
+            kind,
+            registry,
+            repo,
+            hub,
+            kube,
+            dir,
+        }
+    }
+
+    /// Replaces `tagpin.yaml`.
+    fn write_config(&self, text: &str) {
+        std::fs::write(self.config(), text).unwrap();
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.path().join("tagpin.yaml")
+    }
+
+    async fn tagpin(&self, command: &str, args: &[&str]) -> Output {
+        self.tagpin_with_token(command, args, TOKEN).await
+    }
+
+    async fn tagpin_with_token(&self, command: &str, args: &[&str], token: &str) -> Output {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .arg(command)
+            .arg("--config")
+            .arg(self.config())
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("cache"))
+            .args(args)
+            .env("HOME", self.dir.path())
+            .env("KUBECONFIG", self.kube.kubeconfig(self.dir.path()))
+            .env("TAGPIN_FORGE_TOKEN", token)
+            // The example configurations' names.
+            .env("GITHUB_TOKEN", TOKEN)
+            .env("GITLAB_TOKEN", TOKEN)
+            .env("GIT_TOKEN", "unused-for-a-file-remote")
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .expect("run tagpin");
+        assert!(
+            !text(&out).contains(TOKEN),
+            "the token is shown: {}",
+            text(&out)
+        );
+        out
+    }
+
+    async fn sync(&self) -> Output {
+        self.tagpin("sync", &[]).await
+    }
+
+    /// `verify` of change request `number`: `--pr N` on GitHub, `--mr N` on GitLab.
+    async fn verify(&self, number: u64) -> Output {
+        let flag = match self.kind {
+            Kind::GitHub => "--pr",
+            Kind::GitLab => "--mr",
+        };
+        self.tagpin("verify", &[flag, &number.to_string()]).await
+    }
+}
+
+async fn opens_one_change_request_then_updates_it(kind: Kind) {
+    let w = World::new(kind).await;
+
+    let first = w.sync().await;
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    let changes = w.hub.changes();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    let change = &changes[0];
+    assert!(change.open);
+    assert_eq!(change.head_ref, "tagpin/main");
+    assert_eq!(change.title, "Pin 1 image(s) to digests");
+    let mut labels = change.labels.clone();
+    labels.sort();
+    assert_eq!(labels, ["dependencies", "tagpin"]);
+    assert!(change.body.contains("<!-- tagpin-plan"), "{}", change.body);
+    let pinned = w.repo.read("tagpin/main", "apps/web.yaml").unwrap();
+    assert!(pinned.contains("@sha256:"), "{pinned}");
+    if let Hub::GitLab(gl) = &w.hub {
+        assert!(
+            gl.mr(PROJECT, change.number).force_remove_source_branch,
+            "tagpin's branch goes once merged"
+        );
+    }
+
+    let writes = w.hub.writes();
+    let quiet = w.sync().await;
+    assert_eq!(quiet.status.code(), Some(0), "{}", text(&quiet));
+    assert_eq!(w.hub.writes(), writes, "a quiet pass writes nothing");
+
+    let moved = w
+        .registry
+        .push_image("acme/web", "1.0", "web-1-rebuilt")
+        .await;
+    let again = w.sync().await;
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    let changes = w.hub.changes();
+    assert_eq!(changes.len(), 1, "the same change request: {changes:?}");
+    assert!(changes[0].body.contains(&moved.manifest[..19]));
+    assert!(w
+        .repo
+        .read("tagpin/main", "apps/web.yaml")
+        .unwrap()
+        .contains(&moved.manifest));
+    w.hub.assert_no_violations();
+}
+both_forges!(opens_one_change_request_then_updates_it:
+    github_opens_one_change_request_then_updates_it,
+    gitlab_opens_one_change_request_then_updates_it);
+
+async fn closed_by_hand_is_not_reopened_until_a_digest_moves(kind: Kind) {
+    let w = World::new(kind).await;
+    assert_eq!(w.sync().await.status.code(), Some(0));
+    w.hub.close_by_hand(1);
+
+    let out = w.sync().await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("closed by hand"), "{}", text(&out));
+    let changes = w.hub.changes();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert!(!changes[0].open && !changes[0].merged);
+
+    w.registry
+        .push_image("acme/web", "1.0", "web-1-rebuilt")
+        .await;
+    let out = w.sync().await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let changes = w.hub.changes();
+    assert_eq!(
+        changes.len(),
+        2,
+        "a new one for the new digest: {changes:?}"
+    );
+    assert!(changes[1].open);
+    w.hub.assert_no_violations();
+}
+both_forges!(closed_by_hand_is_not_reopened_until_a_digest_moves:
+    github_closed_by_hand_is_not_reopened_until_a_digest_moves,
+    gitlab_closed_by_hand_is_not_reopened_until_a_digest_moves);
+
+async fn a_failed_open_is_reconciled_without_a_duplicate(kind: Kind) {
+    let w = World::new(kind).await;
+    w.hub.fail_next_open();
+
+    let failed = w.sync().await;
+    assert_eq!(failed.status.code(), Some(1), "{}", text(&failed));
+    assert!(w.hub.changes().is_empty());
+    let tip = w.repo.head("tagpin/main");
+    assert!(tip.is_some(), "the branch was pushed");
+
+    let retried = w.sync().await;
+    assert_eq!(retried.status.code(), Some(0), "{}", text(&retried));
+    assert_eq!(w.hub.changes().len(), 1);
+    assert_eq!(w.repo.head("tagpin/main"), tip, "nothing pushed again");
+    w.hub.assert_no_violations();
+}
+both_forges!(a_failed_open_is_reconciled_without_a_duplicate:
+    github_a_failed_open_is_reconciled_without_a_duplicate,
+    gitlab_a_failed_open_is_reconciled_without_a_duplicate);
+
+/// The change request is merged by a person; the cluster then runs the pinned digest, and
+/// `verify` of it posts `tagpin/converged` success on the commit that landed and one verdict
+/// comment, edited in place by the next run. On GitLab the run also shows that no status is
+/// posted that GitLab's state machine would refuse.
+async fn merged_then_verified(kind: Kind) {
+    let w = World::new(kind).await;
+    assert_eq!(w.sync().await.status.code(), Some(0));
+    let pinned = w.repo.read("tagpin/main", "apps/web.yaml").unwrap();
+    let image = pinned
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("image: "))
+        .unwrap()
+        .to_string();
+    // `HOST:PORT/acme/web:1.0@sha256:…`: the pod runs `HOST:PORT/acme/web@sha256:…`.
+    let (tagged, digest) = image.split_once('@').unwrap();
+    let repository = tagged.rsplit_once(':').unwrap().0;
+
+    let merged = w.hub.merge_by_hand(&w.repo, 1, &["apps/web.yaml"]);
+    assert!(w.hub.changes()[0].merged);
+    // The pod is still pulling: the check is pending twice in a row (being checked, then
+    // what it waits for), which GitLab takes only as pending, then running.
+    live_deployment(&w.kube, "web", &image, 1);
+    w.kube
+        .apply(pod("shop", "web-1", &[("app", "web")], &[("app", &image)]));
+    w.kube.set_pod_status(
+        "shop",
+        "web-1",
+        json!({"phase": "Pending", "containerStatuses": [{"name": "app", "image": image, "imageID": "",
+               "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
+    );
+    // On GitLab, where only a note's author may edit it, a reviewer quoting the marker is
+    // left alone.
+    let quoted = format!(
+        "why does {} say pending?",
+        tagpin::verify::report::COMMENT_MARKER
+    );
+    if let Hub::GitLab(gl) = &w.hub {
+        gl.add_note_as("reviewer", PROJECT, 1, &quoted);
+    }
+    let waiting = w.verify(1).await;
+    assert_eq!(waiting.status.code(), Some(3), "{}", text(&waiting));
+
+    live_pod(
+        &w.kube,
+        "web",
+        "web-1",
+        &image,
+        &format!("{repository}@{digest}"),
+    );
+    let out = w.verify(1).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let again = w.verify(1).await;
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    for run in [&waiting, &out, &again] {
+        assert!(
+            !text(run).contains("cannot set the") && !text(run).contains("cannot mark"),
+            "every status was taken: {}",
+            text(run)
+        );
+    }
+
+    let statuses = w.hub.statuses(&merged);
+    let (context, state) = statuses.last().unwrap();
+    assert_eq!(
+        (context.as_str(), state.as_str()),
+        ("tagpin/converged", "success"),
+        "{statuses:?}"
+    );
+    let mut comments = w.hub.comments(1);
+    if let Kind::GitLab = kind {
+        assert_eq!(comments.first(), Some(&quoted), "untouched: {comments:?}");
+        comments.remove(0);
+    }
+    assert_eq!(comments.len(), 1, "one verdict comment: {comments:?}");
+    assert!(comments[0].contains("| Converged |"), "{}", comments[0]);
+    w.hub.assert_no_violations();
+    w.kube.assert_no_writes();
+}
+both_forges!(merged_then_verified:
+    github_merged_then_verified,
+    gitlab_merged_then_verified);
+
+/// A fork's change request from a branch named like tagpin's is never adopted, edited or
+/// verified: tagpin opens its own.
+async fn a_fork_change_request_is_never_adopted(kind: Kind) {
+    let w = World::new(kind).await;
+    let main = w.repo.head("main").unwrap();
+    let fork = match &w.hub {
+        Hub::GitHub(gh) => gh.open_pr_as(
+            "mallory",
+            Some("mallory"),
+            "tagpin/main",
+            &main,
+            "main",
+            "Pin 1 image(s) to digests",
+            "<!-- tagpin-plan -->",
+        ),
+        Hub::GitLab(gl) => {
+            gl.fork_project(PROJECT, "mallory/gitops", "mallory");
+            gl.open_fork_mr_as(
+                "mallory",
+                "mallory/gitops",
+                "tagpin/main",
+                &main,
+                PROJECT,
+                "main",
+                "Pin 1 image(s) to digests",
+            )
+        }
+    };
+
+    let out = w.sync().await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let changes = w.hub.changes();
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    let theirs = changes.iter().find(|c| c.number == fork).unwrap();
+    assert!(
+        theirs.fork && theirs.labels.is_empty(),
+        "untouched: {theirs:?}"
+    );
+    let ours = changes.iter().find(|c| c.number != fork).unwrap();
+    assert!(!ours.fork && ours.open);
+
+    let refused = w.verify(fork).await;
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(text(&refused).contains("fork"), "{}", text(&refused));
+    w.hub.assert_no_violations();
+}
+both_forges!(a_fork_change_request_is_never_adopted:
+    github_a_fork_change_request_is_never_adopted,
+    gitlab_a_fork_change_request_is_never_adopted);
+
+/// GitLab answers `409` when a merge request is already open for the source branch: one
+/// opened after tagpin listed (another replica, a person) is adopted in the same pass, given
+/// tagpin's title, body and labels, and no second one is opened.
+#[tokio::test]
+async fn gitlab_a_merge_request_opened_meanwhile_is_adopted_on_409() {
+    let w = World::new(Kind::GitLab).await;
+    let Hub::GitLab(gl) = &w.hub else {
+        unreachable!()
+    };
+    // A first pass pushed tagpin's branch but could not open its merge request; a person
+    // opened one on it since, which tagpin's next list does not see yet (it was opened
+    // between tagpin's list and its open).
+    w.hub.fail_next_open();
+    assert_eq!(w.sync().await.status.code(), Some(1));
+    gl.open_mr_as("reviewer", PROJECT, "tagpin/main", "main", "WIP");
+    gl.inject(
+        support::gitlab::Fault::new("GET", "/merge_requests", 200)
+            .json_body(json!([]))
+            .times(1),
+    );
+
+    let out = w.sync().await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let changes = w.hub.changes();
+    assert_eq!(changes.len(), 1, "adopted, not doubled: {changes:?}");
+    assert_eq!(changes[0].title, "Pin 1 image(s) to digests");
+    assert!(changes[0].body.contains("<!-- tagpin-plan"));
+    assert!(changes[0].labels.contains(&"tagpin".to_string()));
+    assert!(gl
+        .requests()
+        .iter()
+        .any(|r| r.method == "POST" && r.status == 409));
+    gl.assert_no_violations();
+}
+
+/// `examples/config`'s pull-request configuration for the forge, pointed at the local servers
+/// (only the addresses change), opens its change request.
+async fn the_pull_request_example_runs(kind: Kind) {
+    let w = World::new(kind).await;
+    let (file, remote, api) = match &w.hub {
+        Hub::GitHub(gh) => (
+            "pull-request-mode.yaml",
+            "https://github.com/acme/gitops.git",
+            ("https://api.github.com", gh.api_url()),
+        ),
+        Hub::GitLab(gl) => (
+            "pull-request-mode-gitlab.yaml",
+            "https://gitlab.example.com/acme/platform/gitops.git",
+            ("https://gitlab.example.com/api/v4", gl.api_url()),
+        ),
+    };
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/config")
+            .join(file),
+    )
+    .unwrap();
+    assert!(
+        example.contains(remote) && example.contains(api.0),
+        "{example}"
+    );
+    let local = example
+        .replace(remote, &w.repo.file_url())
+        .replace(api.0, &api.1);
+    w.write_config(&format!(
+        "{local}\nregistries: {{insecure: ['{}']}}\n",
+        w.registry.host()
+    ));
+
+    let out = w.sync().await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let changes = w.hub.changes();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert!(changes[0].open && changes[0].labels.contains(&"dependencies".to_string()));
+    w.hub.assert_no_violations();
+}
+both_forges!(the_pull_request_example_runs:
+    github_the_pull_request_example_runs,
+    gitlab_the_pull_request_example_runs);
+
+// ---------------------------------------------------------------------------------------------
+// Promotion by change request, staging -> production, each stage on its own cluster.
+
+const PROMOTION_BRANCH: &str = "tagpin/promote/production";
+const STAGE_CONTEXT: &str = "tagpin/stage/staging";
+const PROMOTION_CONTEXT: &str = "tagpin/promotion";
+const STAGING_FILE: &str = "envs/staging/web.yaml";
+const PRODUCTION_FILE: &str = "envs/production/web.yaml";
+
+/// `acme/web:1.5.0` for staging (sync pins it), production on `1.4.0` by digest, a forge, and
+/// a cluster per stage.
+struct Stages {
+    registry: TestRegistry,
+    repo: BareRepo,
+    hub: Hub,
+    staging: KubeServer,
+    production: KubeServer,
+    dir: tempfile::TempDir,
+    host: String,
+    old: String,
+}
+
+impl Stages {
+    async fn new(kind: Kind, soak: &str) -> Stages {
+        let registry = TestRegistry::start(Mode::Plain).await;
+        let host = registry.host();
+        registry.push_image("acme/web", "1.5.0", "web-1.5.0").await;
+        let old = registry
+            .push_image("acme/web", "1.4.0", "web-1.4.0")
+            .await
+            .manifest;
+        let repo = BareRepo::create(&[
+            (
+                STAGING_FILE,
+                &manifest("web", &format!("{host}/acme/web:1.5.0"), 1),
+            ),
+            (
+                PRODUCTION_FILE,
+                &manifest("web", &format!("{host}/acme/web:1.4.0@{old}"), 1),
+            ),
+        ]);
+        let hub = Hub::start(kind, &repo).await;
+        let (staging, production) = (KubeServer::start().await, KubeServer::start().await);
+        let dir = tempfile::tempdir().unwrap();
+        let mut kubeconfigs = Vec::new();
+        for (name, kube) in [("staging", &staging), ("production", &production)] {
+            std::fs::create_dir_all(dir.path().join(name)).unwrap();
+            kubeconfigs.push(kube.kubeconfig(&dir.path().join(name)));
+        }
+        std::fs::write(
+            dir.path().join("tagpin.yaml"),
+            format!(
+                "repository: {{url: '{}', branch: main}}\n\
+                 mode: commit\n\
+                 registries: {{insecure: ['{host}']}}\n\
+                 verify: {{default_namespace: shop}}\n\
+                 {}\
+                 promotion:\n  stages:\n\
+                 \x20 - name: staging\n    paths: [envs/staging]\n    cluster: {{kubeconfig: '{}'}}\n\
+                 \x20 - name: production\n    paths: [envs/production]\n    cluster: {{kubeconfig: '{}'}}\n    soak: {soak}\n    mode: pull-request\n",
+                repo.file_url(),
+                hub.forge_yaml(),
+                kubeconfigs[0].display(),
+                kubeconfigs[1].display(),
+            ),
+        )
+        .unwrap();
+        Stages {
+            registry,
+            repo,
+            hub,
+            staging,
+            production,
+            dir,
+            host,
+            old,
+        }
+    }
+
+    async fn tagpin(&self, args: &[&str]) -> Output {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .args(args)
+            .arg("--config")
+            .arg(self.dir.path().join("tagpin.yaml"))
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("cache"))
+            .env("HOME", self.dir.path())
+            // Only the stages' own kubeconfig files may be used.
+            .env("KUBECONFIG", self.dir.path().join("no-such-kubeconfig"))
+            .env("TAGPIN_FORGE_TOKEN", TOKEN)
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .expect("run tagpin");
+        assert!(
+            !text(&out).contains(TOKEN),
+            "the token is shown: {}",
+            text(&out)
+        );
+        out
+    }
+
+    /// `sync` pins staging on main; returns the image staging now names.
+    async fn sync(&self) -> String {
+        let out = self.tagpin(&["sync"]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let staging = self.repo.read("main", STAGING_FILE).unwrap();
+        staging
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("image: "))
+            .unwrap()
+            .to_string()
+    }
+
+    /// `promote --to production --output json`: the exit code and the report.
+    async fn promote(&self) -> (Option<i32>, serde_json::Value, Output) {
+        let out = self
+            .tagpin(&["promote", "--to", "production", "--output", "json"])
+            .await;
+        let report = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", text(&out)));
+        (out.status.code(), report, out)
+    }
+
+    /// `cluster` runs `image` (`HOST/acme/web:TAG@DIGEST`), its one pod on `digest`.
+    /// A new image is a new generation of the Deployment, observed and rolled out.
+    fn runs(&self, cluster: &KubeServer, image: &str, digest: &str) {
+        let stored = cluster.apply(deployment(
+            "shop",
+            "web",
+            &[("app", "web")],
+            &[("app", image)],
+        ));
+        cluster.set_status(
+            "Deployment",
+            "shop",
+            "web",
+            json!({"observedGeneration": stored["metadata"]["generation"], "replicas": 1,
+                   "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}),
+        );
+        cluster.apply(pod("shop", "web-1", &[("app", "web")], &[("app", image)]));
+        let id = format!("{}/acme/web@{digest}", self.host);
+        cluster.set_pod_status("shop", "web-1", running_pod_status(&[("app", image, &id)]));
+    }
+
+    fn tip(&self) -> String {
+        self.repo.head("main").unwrap()
+    }
+
+    /// `(state, description)` of the statuses `context` on `sha`, oldest first.
+    fn statuses(&self, sha: &str, context: &str) -> Vec<(String, String)> {
+        self.hub
+            .statuses_described(sha)
+            .into_iter()
+            .filter(|(c, ..)| c == context)
+            .map(|(_, state, description)| (state, description))
+            .collect()
+    }
+}
+
+fn digest_of(image: &str) -> String {
+    image.split_once('@').unwrap().1.to_string()
+}
+
+/// Staging rolling out holds the promotion back; converged, it opens one change request whose
+/// head carries `tagpin/promotion` success; staging moving on updates that same one; merged
+/// and run by production, `verify` of it posts `tagpin/converged` on the commit that landed.
+async fn promotion_gated_then_opened_then_updated(kind: Kind) {
+    let w = Stages::new(kind, "0s").await;
+    let image = w.sync().await;
+    let digest = digest_of(&image);
+
+    // Staging's pod still runs the old digest: not promoted. (On GitLab the pending stage
+    // status this posts is a minute old when staging converges: GitLab moves it to success in
+    // place, and the soak clock must start then, not when it was pending.)
+    if let Hub::GitLab(gl) = &w.hub {
+        gl.freeze_clock(std::time::SystemTime::now() - std::time::Duration::from_secs(60));
+    }
+    w.runs(&w.staging, &image, &w.old);
+    let (code, report, out) = w.promote().await;
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["gate"], "waiting", "{report:#}");
+    assert!(w.hub.changes().is_empty());
+    if let Hub::GitLab(gl) = &w.hub {
+        gl.advance_clock(std::time::Duration::from_secs(120));
+    }
+
+    w.runs(&w.staging, &image, &digest);
+    let (code, report, out) = w.promote().await;
+    assert_eq!(code, Some(0), "{}", text(&out));
+    assert_eq!(
+        report["outcome"]["outcome"], "pull_request_opened",
+        "{report:#}"
+    );
+    let changes = w.hub.changes();
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].head_ref, PROMOTION_BRANCH);
+    assert_eq!(
+        changes[0].title,
+        "Promote 1 image(s) from staging to production"
+    );
+    let head = w.repo.head(PROMOTION_BRANCH).unwrap();
+    assert!(w
+        .repo
+        .read(PROMOTION_BRANCH, PRODUCTION_FILE)
+        .unwrap()
+        .contains(&digest));
+    let promotion = w.statuses(&head, PROMOTION_CONTEXT);
+    assert_eq!(promotion.last().unwrap().0, "success", "{promotion:?}");
+    let stage = w.statuses(&w.tip(), STAGE_CONTEXT);
+    assert_eq!(stage.last().unwrap().0, "success", "{stage:?}");
+    assert!(
+        stage.last().unwrap().1.starts_with("converged since "),
+        "{stage:?}"
+    );
+
+    // A second pass reads the clock back and changes nothing.
+    let writes = w.hub.writes();
+    let (code, _, out) = w.promote().await;
+    assert_eq!(code, Some(0), "{}", text(&out));
+    assert_eq!(
+        w.hub.writes(),
+        writes,
+        "nothing written again: {:#?}\n{}",
+        w.hub.write_log(),
+        text(&out)
+    );
+
+    // Staging moves on: the same change request is updated.
+    let rebuilt = w
+        .registry
+        .push_image("acme/web", "1.5.0", "web-1.5.0-rebuilt")
+        .await
+        .manifest;
+    let moved = w.sync().await;
+    assert_eq!(digest_of(&moved), rebuilt);
+    w.runs(&w.staging, &moved, &rebuilt);
+    let (code, report, out) = w.promote().await;
+    assert_eq!(code, Some(0), "{}", text(&out));
+    assert_eq!(
+        report["outcome"]["outcome"], "pull_request_updated",
+        "{report:#}"
+    );
+    let changes = w.hub.changes();
+    assert_eq!(changes.len(), 1, "the same one: {changes:?}");
+    assert!(
+        changes[0].body.contains(&rebuilt[..19]),
+        "{}",
+        changes[0].body
+    );
+    let moved_head = w.repo.head(PROMOTION_BRANCH).unwrap();
+    assert_ne!(moved_head, head);
+    let promotion = w.statuses(&moved_head, PROMOTION_CONTEXT);
+    assert_eq!(promotion.last().unwrap().0, "success", "{promotion:?}");
+
+    // Merged by a person and run by production: verified there.
+    let merged = w.hub.merge_by_hand(&w.repo, 1, &[PRODUCTION_FILE]);
+    let promoted = w.repo.read("main", PRODUCTION_FILE).unwrap();
+    let production_image = promoted
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("image: "))
+        .unwrap()
+        .to_string();
+    assert_eq!(digest_of(&production_image), rebuilt);
+    w.runs(&w.production, &production_image, &rebuilt);
+    let out = w.tagpin(&["verify", "--pr", "1"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let converged = w.statuses(&merged, "tagpin/converged");
+    assert_eq!(converged.last().unwrap().0, "success", "{converged:?}");
+    w.hub.assert_no_violations();
+    w.staging.assert_no_writes();
+    w.production.assert_no_writes();
+}
+both_forges!(promotion_gated_then_opened_then_updated:
+    github_promotion_gated_then_opened_then_updated,
+    gitlab_promotion_gated_then_opened_then_updated);
+
+/// While staging soaks, nothing is promoted; the clock is read back from tagpin's own stage
+/// status (GitHub: its creator; GitLab: its author), and one posted in tagpin's context by a
+/// CI job, claiming an earlier start, does not move it.
+async fn the_soak_clock_is_tagpins_own(kind: Kind) {
+    let w = Stages::new(kind, "1h").await;
+    let image = w.sync().await;
+    w.runs(&w.staging, &image, &digest_of(&image));
+
+    let (code, report, out) = w.promote().await;
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let since = report["gate"]["since"].as_i64().unwrap();
+    let fingerprint = report["source"]["digests"].as_str().unwrap().to_string();
+    let tip = w.tip();
+    assert_eq!(w.statuses(&tip, STAGE_CONTEXT).len(), 1);
+
+    w.hub
+        .post_status_as_ci(
+            &tip,
+            STAGE_CONTEXT,
+            &format!("converged since 2020-01-01T00:00:00Z · 1 image(s) · set {fingerprint}"),
+        )
+        .await;
+    let (code, report, out) = w.promote().await;
+
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["since"].as_i64(), Some(since), "{report:#}");
+    assert!(
+        text(&out).contains("set by ci-bot is ignored"),
+        "{}",
+        text(&out)
+    );
+    assert!(w.hub.changes().is_empty(), "nothing promoted");
+    w.hub.assert_no_violations();
+}
+both_forges!(the_soak_clock_is_tagpins_own:
+    github_the_soak_clock_is_tagpins_own,
+    gitlab_the_soak_clock_is_tagpins_own);
+
+// ---------------------------------------------------------------------------------------------
+// The controller.
+
+/// Polls `check` for up to 30 s.
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !check() {
+        if std::time::Instant::now() >= deadline {
+            eprintln!("timed out waiting for {what}");
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    true
+}
+
+/// `tagpin run` opens its change request on start, verifies it while it is open, and after a
+/// person merges it and the cluster runs it, posts success on the commit that landed and says
+/// Converged in its one comment; then it stops cleanly on SIGTERM.
+async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
+    let w = World::new(kind).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+        .args(["run", "--verify-interval", "1s", "--interval", "1h"])
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--config")
+        .arg(w.config())
+        .arg("--cache-dir")
+        .arg(w.dir.path().join("cache"))
+        .env("HOME", w.dir.path())
+        .env("KUBECONFIG", w.kube.kubeconfig(w.dir.path()))
+        .env("TAGPIN_FORGE_TOKEN", TOKEN)
+        .env("RUST_LOG", "tagpin=info")
+        .env_remove("DOCKER_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start tagpin run");
+
+    let opened = eventually("a change request and its pending status", || {
+        w.repo.head("tagpin/main").is_some_and(|head| {
+            w.hub.changes().len() == 1
+                && w.hub
+                    .statuses(&head)
+                    .iter()
+                    .any(|(c, s)| c == "tagpin/converged" && s != "success")
+        })
+    })
+    .await;
+    let merged = if opened {
+        let pinned = w.repo.read("tagpin/main", "apps/web.yaml").unwrap();
+        let image = pinned
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("image: "))
+            .unwrap()
+            .to_string();
+        let (tagged, digest) = image.split_once('@').unwrap();
+        let repository = tagged.rsplit_once(':').unwrap().0;
+        let merged = w.hub.merge_by_hand(&w.repo, 1, &["apps/web.yaml"]);
+        live_deployment(&w.kube, "web", &image, 1);
+        live_pod(
+            &w.kube,
+            "web",
+            "web-1",
+            &image,
+            &format!("{repository}@{digest}"),
+        );
+        let converged = eventually("success on the merge commit and the comment", || {
+            w.hub
+                .statuses(&merged)
+                .iter()
+                .any(|(c, s)| c == "tagpin/converged" && s == "success")
+                && w.hub
+                    .comments(1)
+                    .iter()
+                    .any(|c| c.contains("cluster Converged"))
+        })
+        .await;
+        converged.then_some(merged)
+    } else {
+        None
+    };
+
+    let pid = child.id().expect("running");
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("tagpin run stops within its grace period")
+        .unwrap();
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(opened, "no change request verified: {log}");
+    assert!(merged.is_some(), "not verified after the merge: {log}");
+    assert_eq!(output.status.code(), Some(0), "{log}");
+    assert!(!log.contains(TOKEN));
+    assert!(
+        !log.contains("cannot set the") && !log.contains("cannot mark"),
+        "every status was taken: {log}"
+    );
+    assert_eq!(w.hub.comments(1).len(), 1, "one comment");
+    w.hub.assert_no_violations();
+    w.kube.assert_no_writes();
+}
+both_forges!(the_controller_verifies_what_it_opened_until_converged:
+    github_the_controller_verifies_what_it_opened_until_converged,
+    gitlab_the_controller_verifies_what_it_opened_until_converged);
+
+// ---------------------------------------------------------------------------------------------
+// GitLab's own answers: rate limits and refusals, named.
+
+/// A `429` with `Retry-After` is waited out and the call made again; one asking longer than
+/// tagpin waits is reported with GitLab's wait, and nothing is written.
+#[tokio::test]
+async fn gitlab_a_rate_limit_is_waited_out_or_reported_with_its_wait() {
+    let w = World::new(Kind::GitLab).await;
+    let Hub::GitLab(gl) = &w.hub else {
+        unreachable!()
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    gl.inject(support::gitlab::Fault::rate_limited(
+        "GET",
+        "/merge_requests",
+        3600,
+        now + 3600,
+    ));
+    let refused = w.sync().await;
+    // A rate limit would meet every group alike: the pass could not run (2).
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("rate limited; GitLab asks to wait 3600s"),
+        "{}",
+        text(&refused)
+    );
+    assert!(w.hub.changes().is_empty());
+
+    gl.inject(support::gitlab::Fault::rate_limited(
+        "GET",
+        "/merge_requests",
+        1,
+        now + 1,
+    ));
+    let waited = w.sync().await;
+    assert_eq!(waited.status.code(), Some(0), "{}", text(&waited));
+    assert_eq!(w.hub.changes().len(), 1);
+    let lists: Vec<u16> = gl
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/merge_requests"))
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(lists[..3], [429, 429, 200], "{lists:?}");
+    gl.assert_no_violations();
+}
+
+/// A revoked token, a token without the `api` scope, and a project the token cannot see are
+/// each told apart, and the token is never shown.
+#[tokio::test]
+async fn gitlab_token_and_project_problems_are_named() {
+    let w = World::new(Kind::GitLab).await;
+    let Hub::GitLab(gl) = &w.hub else {
+        unreachable!()
+    };
+    let out = w.tagpin_with_token("sync", &[], "glpat-unknown-0000").await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("401 Unauthorized") && text(&out).contains("the token is not valid"),
+        "{}",
+        text(&out)
+    );
+
+    gl.add_token("glpat-read-only-1111", BOT, support::gitlab::Scope::ReadApi);
+    let out = w
+        .tagpin_with_token("sync", &[], "glpat-read-only-1111")
+        .await;
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("the token lacks the api scope"),
+        "{}",
+        text(&out)
+    );
+    assert!(w.hub.changes().is_empty());
+
+    gl.add_token(
+        "glpat-outsider-2222",
+        "outsider",
+        support::gitlab::Scope::Api,
+    );
+    let out = w
+        .tagpin_with_token("sync", &[], "glpat-outsider-2222")
+        .await;
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("404 Project Not Found")
+            && text(&out).contains(&format!("{PROJECT} is not at {}", gl.api_url())),
+        "{}",
+        text(&out)
+    );
+    gl.take_violations();
+}
