@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::field::{string_target, Collector, ImageField, Origin, SkipReason, Target};
+use super::helm::HelmSource;
 use super::yaml::{Document, NodeId, NodeKind, Style};
 use super::ManifestError;
 
@@ -218,16 +219,24 @@ impl KustomizeNamespaces {
             .map(String::as_str)
     }
 
-    /// Fills the namespace of container fields from `path` that name none.
+    /// Fills the namespace of container fields, and of HelmReleases and Applications holding
+    /// Helm values, from `path` that name none.
     pub fn fill(&self, path: &Path, fields: &mut [ImageField]) {
         let Some(ns) = self.for_file(path) else {
             return;
         };
         for field in fields {
-            if let Origin::Container { workload, .. } = &mut field.origin {
-                if workload.namespace.is_none() {
-                    workload.namespace = Some(ns.to_string());
-                }
+            let namespace = match &mut field.origin {
+                Origin::Container { workload, .. } => &mut workload.namespace,
+                Origin::HelmImage(image) => match &mut image.source {
+                    HelmSource::HelmRelease { namespace, .. }
+                    | HelmSource::Application { namespace, .. } => namespace,
+                    HelmSource::ValuesFile { .. } => continue,
+                },
+                Origin::KustomizeImage { .. } => continue,
+            };
+            if namespace.is_none() {
+                *namespace = Some(ns.to_string());
             }
         }
     }
@@ -412,7 +421,7 @@ mod tests {
             .iter()
             .map(|f| match &f.origin {
                 Origin::Container { workload, .. } => workload.namespace.clone(),
-                Origin::KustomizeImage { .. } => None,
+                Origin::KustomizeImage { .. } | Origin::HelmImage(_) => None,
             })
             .collect();
         assert_eq!(

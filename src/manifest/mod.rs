@@ -10,6 +10,7 @@
 //! atomically).
 
 mod field;
+pub mod helm;
 pub mod kubernetes;
 pub mod kustomize;
 pub mod rewrite;
@@ -21,6 +22,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 
 pub use field::{ContainerList, ImageField, Origin, ScalarStyle, SkipReason, SkippedField, Target};
+pub use helm::{DigestMode, HelmImage, HelmOptions, HelmPart, HelmSource, HelmWrite};
 pub use kustomize::KustomizeNamespaces;
 pub use rewrite::{apply, render_scalar, Edit};
 pub use scan::{scan, ScanOutcome};
