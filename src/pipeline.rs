@@ -135,9 +135,19 @@ impl Scanned {
 pub struct ImageSelection {
     manage: Option<GlobSet>,
     ignore: GlobSet,
+    /// Which files hold Helm values and how digests go into them (`helm:`).
+    helm: manifest::HelmOptions,
 }
 
 impl ImageSelection {
+    /// The selection of a configuration: `images.manage`/`images.ignore`, and `helm:`.
+    pub fn for_config(config: &config::Config) -> Result<ImageSelection, ManifestError> {
+        Ok(ImageSelection {
+            helm: config.helm.options()?,
+            ..ImageSelection::compile(&config.images)?
+        })
+    }
+
     pub fn compile(rules: &config::ImageRules) -> Result<ImageSelection, ManifestError> {
         let set = |globs: &[String]| {
             let mut builder = GlobSetBuilder::new();
@@ -159,6 +169,7 @@ impl ImageSelection {
                 Some(set(&rules.manage)?)
             },
             ignore: set(&rules.ignore)?,
+            helm: manifest::HelmOptions::default(),
         })
     }
 
@@ -228,7 +239,7 @@ pub fn scan_with(
         ..Scanned::default()
     };
     for SourceFile { path, bytes } in files {
-        let outcome = match manifest::scan(&path, &bytes) {
+        let outcome = match manifest::scan_with_options(&path, &bytes, &selection.helm) {
             Ok(outcome) => outcome,
             Err(e) => {
                 errors.push(e);

@@ -147,6 +147,12 @@ pub enum SkipReason {
     /// An Argo CD `helm.parameters` tag whose repository is set neither by a parameter nor in
     /// the same source's values: it comes from the chart.
     HelmParameterWithoutRepository,
+    /// The value a digest would go into is shared: merged in with `<<`, an alias, or the
+    /// anchor of one, so writing it would change other images too.
+    HelmSharedValue,
+    /// The block's `digest:` key has no value at all (not even `""`), so there are no bytes
+    /// to replace.
+    HelmEmptyDigest,
 }
 
 impl std::fmt::Display for SkipReason {
@@ -178,6 +184,10 @@ impl std::fmt::Display for SkipReason {
             SkipReason::HelmParameterWithoutRepository => {
                 "no parameter or value of this source sets the image's repository"
             }
+            SkipReason::HelmSharedValue => {
+                "the value is shared (a << merge, an alias or an anchor): writing it would change other images"
+            }
+            SkipReason::HelmEmptyDigest => "the digest key has no value to replace (write digest: \"\")",
         };
         f.write_str(text)
     }

@@ -174,7 +174,7 @@ fn digest_insertion(document: &Document<'_>, entry: NodeId) -> Option<Target> {
 
 /// The offset of the line break (`\n`, or the `\r` of `\r\n`) ending the line that contains
 /// byte `from`, or the end of the text when that line is the last and has none.
-fn line_end(text: &str, from: usize) -> usize {
+pub(super) fn line_end(text: &str, from: usize) -> usize {
     let bytes = text.as_bytes();
     let Some(newline) = bytes
         .get(from..)

@@ -11,6 +11,9 @@
 
 mod field;
 pub mod helm;
+mod helm_objects;
+mod helm_text;
+mod helm_values;
 pub mod kubernetes;
 pub mod kustomize;
 pub mod rewrite;
@@ -25,7 +28,7 @@ pub use field::{ContainerList, ImageField, Origin, ScalarStyle, SkipReason, Skip
 pub use helm::{DigestMode, HelmImage, HelmOptions, HelmPart, HelmSource, HelmWrite};
 pub use kustomize::KustomizeNamespaces;
 pub use rewrite::{apply, render_scalar, Edit};
-pub use scan::{scan, ScanOutcome};
+pub use scan::{scan, scan_with_options, ScanOutcome};
 pub use walk::{read_manifest, walk, write_atomic, FileFilter, SkippedPath, Walk, WalkSkipReason};
 
 /// Files larger than this are refused before parsing: no manifest is this big, and the parser

@@ -248,6 +248,11 @@ impl<'a> Document<'a> {
         self.root
     }
 
+    /// The file the document was read from, as errors name it.
+    pub(crate) fn path(&self) -> &'a Path {
+        self.path
+    }
+
     /// The whole text the document was parsed from (spans are offsets into it).
     pub(crate) fn text(&self) -> &'a str {
         self.text
@@ -263,6 +268,17 @@ impl<'a> Document<'a> {
             Some(NodeKind::Alias { target }) => *target,
             _ => id,
         }
+    }
+
+    /// Every node some alias of the document points at: a value that is not written once only.
+    pub(crate) fn alias_targets(&self) -> HashSet<NodeId> {
+        self.nodes
+            .iter()
+            .filter_map(|node| match node.kind {
+                NodeKind::Alias { target } => Some(target),
+                _ => None,
+            })
+            .collect()
     }
 
     pub(crate) fn is_mapping(&self, id: NodeId) -> bool {
