@@ -378,13 +378,34 @@ mod tests {
     #[test]
     fn files_that_are_not_kubernetes_are_skipped_and_named() {
         let scanned = scan(
-            gathered(vec![file("values.yaml", "replicas: 3\nimage: nginx\n")]),
+            gathered(vec![file("settings.yaml", "replicas: 3\nimage: nginx\n")]),
             &ImageSelection::default(),
         );
         assert!(scanned.files.is_empty() && scanned.errors.is_empty());
         assert_eq!(
             scanned.skipped[0].to_string(),
-            "values.yaml: not a Kubernetes manifest"
+            "settings.yaml: not a Kubernetes manifest"
         );
+    }
+
+    #[test]
+    fn helm_values_files_are_scanned_by_name_or_by_the_configured_globs() {
+        let text = "replicas: 3\nimage: nginx:1.27\n";
+        let files = || {
+            gathered(vec![
+                file("chart/values.yaml", text),
+                file("envs/prod/overrides.yaml", text),
+            ])
+        };
+        let scanned = scan(files(), &ImageSelection::default());
+        let paths: Vec<&Path> = scanned.files.iter().map(|f| f.path.as_path()).collect();
+        assert_eq!(paths, [Path::new("chart/values.yaml")]);
+        let config = config::Config::parse(
+            "repository: {url: https://example.com/g.git}\nhelm: {values_files: [\"envs/*/overrides.yaml\"]}\n",
+            Path::new("tagpin.yaml"),
+        )
+        .unwrap();
+        let scanned = scan(files(), &ImageSelection::for_config(&config).unwrap());
+        assert_eq!(scanned.files.len(), 2);
     }
 }
