@@ -130,7 +130,12 @@ impl<'w, 'a> Walker<'w, 'a> {
                 continue;
             }
             let child = join(path, name);
-            if is_image_key(name) && self.image(value, &child)? {
+            let image = if is_image_key(name) {
+                self.image(value, &child)?
+            } else {
+                self.named_block(value, &child)?
+            };
+            if image {
                 continue;
             }
             self.walk(value, &child)?;
@@ -164,6 +169,34 @@ impl<'w, 'a> Walker<'w, 'a> {
             }
             _ => Ok(false),
         }
+    }
+
+    /// A block under a key that does not say "image" (podinfo's `redis: {repository: redis,
+    /// tag: 7.0.7}`): an image only when it is unmistakably one, with a `repository` that
+    /// reads as an image name (not a URL) and a tag or digest key.
+    fn named_block(&mut self, value: NodeId, path: &str) -> Result<bool, ManifestError> {
+        let document = self.document;
+        let id = document.resolve(value);
+        if !document.is_mapping(id) {
+            return Ok(false);
+        }
+        let Some(repository) = document.get_str(id, "repository")? else {
+            return Ok(false);
+        };
+        if repository.contains("://") || Reference::parse(repository).is_err() {
+            return Ok(false);
+        }
+        let mut keyed = false;
+        for key in ["tag", "version", "digest", "sha"] {
+            keyed |= document.get(id, key)?.is_some();
+        }
+        if !keyed {
+            return Ok(false);
+        }
+        if self.visited.insert(id) {
+            self.block(id, path)?;
+        }
+        Ok(true)
     }
 
     /// `image: nginx:1.27`: pinned like a container's image. A plain `true` or `3` under a
@@ -833,6 +866,19 @@ mod tests {
             text.replace("v0.79.2", &format!("v0.79.2@{D}"))
                 .replace("busybox:1.36", &format!("busybox:1.36@{D}"))
         );
+    }
+
+    #[test]
+    fn a_block_under_any_key_is_an_image_when_it_is_unmistakably_one() {
+        let text = "redis:\n  enabled: false\n  repository: redis\n  tag: 7.0.7\nchart:\n  repository: https://charts.example.com\n  version: 1.2.3\nbackup:\n  repository: acme/backup\n";
+        let outcome = scan(text);
+        let found: Vec<(&str, &str)> = outcome
+            .fields
+            .iter()
+            .map(|f| (helm(f).key_path.as_str(), f.value.as_str()))
+            .collect();
+        assert_eq!(found, [("redis.tag", "redis:7.0.7")]);
+        assert!(outcome.skipped.is_empty());
     }
 
     #[test]
