@@ -21,6 +21,7 @@ mod github_server_selftest;
 mod gitops;
 mod golden;
 mod harness_selftest;
+mod helm;
 mod kube_server_selftest;
 mod kustomize;
 mod pipeline;
