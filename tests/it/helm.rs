@@ -65,10 +65,7 @@ const FIXTURES: [Fixture; 6] = [
         to_local: &[
             ("quay.io/", "HOST/quay.io/"),
             ("ghcr.io/", "HOST/ghcr.io/"),
-            (
-                "value: redis\n",
-                "value: HOST/docker.io/library/redis\n",
-            ),
+            ("value: redis\n", "value: HOST/docker.io/library/redis\n"),
         ],
     },
 ];
@@ -179,7 +176,12 @@ async fn real_chart_values_and_helm_objects_are_pinned_byte_exactly_and_idempote
     let changes = json["changes"].as_array().unwrap();
     let nginx = changes
         .iter()
-        .find(|c| c["file"].as_str().unwrap().ends_with("bitnami-nginx/values.yaml"))
+        .find(|c| {
+            c["file"]
+                .as_str()
+                .unwrap()
+                .ends_with("bitnami-nginx/values.yaml")
+        })
         .unwrap_or_else(|| panic!("{json:#}"));
     assert_eq!(nginx["line"], 89, "{nginx:#}");
     assert_eq!(nginx["container"], "image.tag");
@@ -206,13 +208,16 @@ async fn real_chart_values_and_helm_objects_are_pinned_byte_exactly_and_idempote
         .map(|s| s.as_str().unwrap())
         .collect();
     assert!(
-        skipped.iter().any(|s| s.contains("prometheus-node-exporter/values.yaml:8:8:")
-            && s.contains("appVersion")),
+        skipped
+            .iter()
+            .any(|s| s.contains("prometheus-node-exporter/values.yaml:8:8:")
+                && s.contains("appVersion")),
         "{skipped:#?}"
     );
     assert!(
-        skipped.iter().any(|s| s.contains("argo-cd/values.yaml:31:15:")
-            && s.contains("repository is empty")),
+        skipped
+            .iter()
+            .any(|s| s.contains("argo-cd/values.yaml:31:15:") && s.contains("repository is empty")),
         "{skipped:#?}"
     );
 
