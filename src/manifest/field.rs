@@ -87,6 +87,14 @@ pub enum Target {
         indent: String,
         flow: bool,
     },
+    /// An Argo CD `helm.parameters` list without a `<path>.digest` parameter, under
+    /// `helm.digest: key`: a new item `- name: <name>` / `  value: <value>` goes at byte `at`,
+    /// the end of the tag parameter's last line, its dash indented by `indent`.
+    InsertHelmParameter {
+        at: usize,
+        indent: String,
+        name: String,
+    },
 }
 
 impl Target {
@@ -94,7 +102,9 @@ impl Target {
     pub fn span(&self) -> Range<usize> {
         match self {
             Target::Scalar { span, .. } => span.clone(),
-            Target::InsertKustomizeDigest { at, .. } => *at..*at,
+            Target::InsertKustomizeDigest { at, .. } | Target::InsertHelmParameter { at, .. } => {
+                *at..*at
+            }
         }
     }
 }
@@ -150,6 +160,9 @@ pub enum SkipReason {
     /// The value a digest would go into is shared: merged in with `<<`, an alias, or the
     /// anchor of one, so writing it would change other images too.
     HelmSharedValue,
+    /// `helm.digest: key` and no safe place to add a digest: a flow list of parameters, or a
+    /// tag key that does not start its line.
+    HelmNoPlaceForDigest,
     /// The block's `digest:` key has no value at all (not even `""`), so there are no bytes
     /// to replace.
     HelmEmptyDigest,
@@ -187,6 +200,9 @@ impl std::fmt::Display for SkipReason {
             SkipReason::HelmSharedValue => {
                 "the value is shared (a << merge, an alias or an anchor): writing it would change other images"
             }
+            SkipReason::HelmNoPlaceForDigest => {
+                "no safe place to add a digest here (helm.digest: key); add a digest key or use helm.digest: tag"
+            }
             SkipReason::HelmEmptyDigest => "the digest key has no value to replace (write digest: \"\")",
         };
         f.write_str(text)
@@ -213,7 +229,7 @@ pub(super) struct Collector {
 impl Collector {
     pub(super) fn field(&mut self, field: ImageField) {
         let span = field.target.span();
-        let insert = matches!(field.target, Target::InsertKustomizeDigest { .. });
+        let insert = !matches!(field.target, Target::Scalar { .. });
         if self.targets.insert((span.start, span.end, insert)) {
             self.fields.push(field);
         }

@@ -214,6 +214,11 @@ impl LineMap {
                     flow: *flow,
                 })
             }
+            Target::InsertHelmParameter { at, indent, name } => Some(Target::InsertHelmParameter {
+                at: self.offset(*at)?.1,
+                indent: format!("{}{indent}", " ".repeat(self.indent)),
+                name: name.clone(),
+            }),
         }
     }
 }

@@ -86,9 +86,16 @@ struct Parts<'n> {
     digest: Option<Entry<'n>>,
     /// Where to name the image when nothing else places it.
     at: &'n Node,
-    /// Whether a `digest:` key may be inserted after the tag, and in a flow mapping or not;
-    /// `None` where there is no mapping to add it to (parameters).
-    insert: Option<bool>,
+    /// Where a digest goes under `helm.digest: key` when there is no digest key.
+    insert: Insertion,
+}
+
+/// Where a digest is added under `helm.digest: key`.
+enum Insertion {
+    /// A `digest:` key after the tag's, in a flow mapping or a block one.
+    AfterTag { flow: bool },
+    /// A prepared place (a new parameter), or none that is safe.
+    At(Option<Target>),
 }
 
 /// A block's `tag`/`version`, or `digest`/`sha`, as written.
@@ -293,7 +300,9 @@ impl<'w, 'a> Walker<'w, 'a> {
             tag: self.entry(block, &["tag", "version"])?,
             digest: self.entry(block, &["digest", "sha"])?,
             at: block_node,
-            insert: Some(is_flow(block_node)),
+            insert: Insertion::AfterTag {
+                flow: is_flow(block_node),
+            },
         };
         self.report(parts, path);
         Ok(())
@@ -417,18 +426,21 @@ impl<'w, 'a> Walker<'w, 'a> {
                     (_, Err(why)) => Err((tag.as_ref().map_or(entry.value, |t| t.value), why)),
                 }
             }
-            (None, Some(tag))
-                if tag_has_digest || self.context.digest == DigestMode::Tag || insert.is_none() =>
-            {
-                self.writable(tag)
-                    .map(|target| (HelmWrite::TagSuffix, target, None))
-                    .map_err(|why| (tag.value, why))
-            }
+            (None, Some(tag)) if tag_has_digest || self.context.digest == DigestMode::Tag => self
+                .writable(tag)
+                .map(|target| (HelmWrite::TagSuffix, target, None))
+                .map_err(|why| (tag.value, why)),
             (None, Some(tag)) => match self.writable(tag) {
-                Ok(tag_target) => match insertion(self.document, tag, insert.unwrap_or_default()) {
-                    Some(target) => Ok((HelmWrite::InsertDigest, target, Some(tag_target))),
-                    None => Err((tag.value, SkipReason::KustomizeNoPlaceForDigest)),
-                },
+                Ok(tag_target) => {
+                    let place = match insert {
+                        Insertion::AfterTag { flow } => insertion(self.document, tag, flow),
+                        Insertion::At(place) => place,
+                    };
+                    match place {
+                        Some(target) => Ok((HelmWrite::InsertDigest, target, Some(tag_target))),
+                        None => Err((tag.value, SkipReason::HelmNoPlaceForDigest)),
+                    }
+                }
                 Err(why) => Err((tag.value, why)),
             },
             // Without a tag there is no digest written into one, and without a digest key
@@ -541,8 +553,9 @@ fn insertion(document: &Document<'_>, tag: &Entry<'_>, flow: bool) -> Option<Tar
 /// Collects the images an Argo CD source's `helm.parameters` set: a `<path>.tag` (or
 /// `.version`) parameter, with the repository, registry and digest from parameters of the same
 /// path or else from the source's `valuesObject` (`values`), and `image`-named parameters
-/// holding a whole reference. There is no mapping to add a key to, so without a `<path>.digest`
-/// parameter the digest is written into the tag.
+/// holding a whole reference. Without a `<path>.digest`
+/// parameter, the digest is written into the tag (`helm.digest: tag`) or a `<path>.digest`
+/// parameter is added after the tag's (`helm.digest: key`).
 pub(super) fn scan_parameters(
     document: &Document<'_>,
     list: NodeId,
@@ -552,6 +565,7 @@ pub(super) fn scan_parameters(
 ) -> Result<(), ManifestError> {
     let shared = document.alias_targets();
     let mut parameters: Vec<(&str, NodeId, NodeId)> = Vec::new();
+    let mut items: Vec<NodeId> = Vec::new();
     for &item in document.items(list) {
         let Some(name) = document.get_str(item, "name")? else {
             continue;
@@ -563,6 +577,7 @@ pub(super) fn scan_parameters(
                 .any(|&(k, v)| k == key && v == value);
             if own {
                 parameters.push((name, key, value));
+                items.push(item);
             }
         }
     }
@@ -606,7 +621,7 @@ pub(super) fn scan_parameters(
         shared: shared.clone(),
         global_registry: global_registry.clone(),
     };
-    for &(name, key, value) in &parameters {
+    for (&(name, key, value), &item) in parameters.iter().zip(&items) {
         if find(name).map(|&(_, k, _)| k) != Some(key) {
             // A later parameter of the same name overrides this one.
             continue;
@@ -660,11 +675,42 @@ pub(super) fn scan_parameters(
             tag: entry(key_name, key, value),
             digest,
             at: value_node,
-            insert: None,
+            insert: Insertion::At(new_parameter(document, list, item, &join(prefix, "digest"))),
         };
         walker.report(parts, prefix);
     }
     Ok(())
+}
+
+/// Where a new parameter `name` goes after the parameter `item` of the block sequence `list`:
+/// after the item's last line, its dash at the item's dash. `None` for a flow sequence, or an
+/// item whose line does not start with its dash.
+fn new_parameter(
+    document: &Document<'_>,
+    list: NodeId,
+    item: NodeId,
+    name: &str,
+) -> Option<Target> {
+    let text = document.text();
+    let list = document.node(document.resolve(list))?;
+    if text.as_bytes().get(list.span.start) == Some(&b'[') {
+        return None;
+    }
+    let item = document.node(item)?;
+    if item.span.is_empty() {
+        return None;
+    }
+    let line_start = text[..item.span.start].rfind('\n').map_or(0, |n| n + 1);
+    let lead = &text[line_start..item.span.start];
+    let indent = lead.trim_end_matches(' ').strip_suffix('-')?;
+    if !indent.bytes().all(|b| b == b' ') {
+        return None;
+    }
+    Some(Target::InsertHelmParameter {
+        at: line_end(text, item.span.end),
+        indent: indent.to_string(),
+        name: name.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -1037,7 +1083,10 @@ mod tests {
     fn application_parameters_and_values_text_are_pinned_in_place() {
         let pinned = pin_as("apps/web.yaml", APPLICATION, DigestMode::Key, None);
         let expected = APPLICATION
-            .replace("value: \"1.4.2\"", &format!("value: \"1.4.2@{D}\""))
+            .replace(
+                "value: \"1.4.2\"\n",
+                &format!("value: \"1.4.2\"\n      - name: image.digest\n        value: {D}\n"),
+            )
             .replace("value: \"\"", &format!("value: \"{D}\""))
             .replace(
                 "            tag: \"2.0\"\n",
@@ -1053,6 +1102,86 @@ mod tests {
         let inner: serde_yaml::Value = serde_yaml::from_str(text).unwrap();
         assert_eq!(inner["api"]["image"]["digest"].as_str(), Some(D));
     }
+
+    #[test]
+    fn parameters_get_the_digest_in_the_tag_by_default_and_not_in_a_flow_list_under_key_mode() {
+        let text = "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: web}\nspec:\n  source:\n    helm:\n      parameters:\n      - {name: image.repository, value: nginx}\n      - {name: image.tag, value: '1.27'}\n";
+        assert_eq!(
+            pin_as("app.yaml", text, DigestMode::Tag, None),
+            text.replace("'1.27'", &format!("'1.27@{D}'"))
+        );
+        let flow = text
+            .replace("      - {name: image.repository, value: nginx}\n      - {name: image.tag, value: '1.27'}\n", "        [{name: image.repository, value: nginx}, {name: image.tag, value: '1.27'}]\n");
+        let outcome = scan_as("app.yaml", &flow, DigestMode::Key);
+        assert!(outcome.fields.is_empty());
+        assert_eq!(outcome.skipped[0].reason, SkipReason::HelmNoPlaceForDigest);
+        // A block list in key mode takes a new item, flow items or not.
+        assert_eq!(
+            pin_as("app.yaml", text, DigestMode::Key, None),
+            format!("{text}      - name: image.digest\n        value: {D}\n")
+        );
+        assert_idempotent("app.yaml", text, DigestMode::Key);
+    }
+
+    proptest::proptest! {
+        /// Whatever a hostile values file or Application holds, scanning never panics, and a
+        /// file that scans is pinned into one that still scans, idempotently: never corrupted.
+        #[test]
+        fn pinning_yaml_like_text_never_corrupts_it(
+            noise in "([-:{}\\[\\],&*|>'\"# \r\n\u{feff}]|  |image|repository|tag|digest|sha|registry|global|imageRegistry|parameters|name|value|helm|values|valuesObject|<<|nginx|1\\.2|@sha256:[a]{64}|[a-z0-9]){0,200}",
+            pieces in proptest::collection::vec(proptest::sample::select(PIECES.to_vec()), 0..8),
+            crlf in proptest::bool::ANY,
+            key in proptest::bool::ANY,
+        ) {
+            let structured = pieces.concat();
+            let structured = if crlf { structured.replace('\n', "\r\n") } else { structured };
+            for text in [noise, structured] {
+            let mode = if key { DigestMode::Key } else { DigestMode::Tag };
+            let options = HelmOptions::new(&[], mode).unwrap();
+            for (path, text) in [
+                ("values.yaml", text.clone()),
+                ("app.yaml", format!("apiVersion: argoproj.io/v1alpha1\nkind: Application\nspec:\n  source:\n    helm:\n      values: |\n        {}\n", text.replace('\n', "\n        "))),
+            ] {
+                let Ok(outcome) = scan_with_options(Path::new(path), text.as_bytes(), &options) else {
+                    continue;
+                };
+                let files = [ScannedFile { path: PathBuf::from(path), source: text.as_bytes().to_vec(), fields: outcome.fields }];
+                let plan = plan::plan_by(&files, |reference| Wanted::To {
+                    reference: reference.clone(),
+                    digest: Digest::parse(D).unwrap(),
+                });
+                let Some(file) = plan.files.first() else { continue };
+                let again = scan_with_options(Path::new(path), &file.updated, &options);
+                proptest::prop_assert!(again.is_ok(), "{text:?} became {:?}", String::from_utf8_lossy(&file.updated));
+                let files = [ScannedFile { path: PathBuf::from(path), source: file.updated.clone(), fields: again.unwrap().fields }];
+                let twice = plan::plan_by(&files, |reference| Wanted::To {
+                    reference: reference.clone(),
+                    digest: Digest::parse(D).unwrap(),
+                });
+                proptest::prop_assert!(twice.files.is_empty(), "{text:?}: a second pin changed {:?}", twice.changes);
+            }
+            }
+        }
+    }
+
+    /// Top-level pieces of values files, in the shapes charts use; any sequence of them is a
+    /// mapping (some with duplicate keys, which are refused).
+    const PIECES: [&str; 14] = [
+        "image:\n  repository: nginx\n  tag: 1.2\n",
+        "a:\n  image:\n    registry: docker.io\n    repository: bitnami/nginx\n    tag: \"1.27.3\" # c\n    digest: \"\"\n",
+        "b:\n  image: {repository: busybox, tag: '1.36', sha: ''}\n",
+        "c:\n  image: &img\n    repository: acme/c\n    tag: v1\nd:\n  image: *img\n",
+        "e:\n  - name: x\n    image: \"redis:7\"\n  - image: redis\n",
+        "f: &f {tag: '2'}\ng:\n  image:\n    <<: *f\n    repository: acme/g\n",
+        "global:\n  imageRegistry: mirror.example.com\n",
+        "h:\n  image:\n    repository: acme/h\n    tag: \"\"\n",
+        "i:\n  configReloaderImage: quay.io/x/y:v1 # note\n",
+        "j:\n  image:\n    repository: acme/j\n    digest: sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n",
+        "k:\n  image:\n    repository: acme/k\n    tag: 1.0@sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n",
+        "# comment only\n",
+        "l:\n  image:\n    repository: acme/l\n    tag: |\n      1.0\n",
+        "m: {image: {repository: acme/m, version: \"3\"}}\n",
+    ];
 
     #[test]
     fn a_folded_values_text_is_reported_not_edited() {

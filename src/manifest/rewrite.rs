@@ -84,6 +84,12 @@ fn replacement(source: &[u8], edit: &Edit) -> String {
             let digest = render_scalar(&edit.new_value, ScalarStyle::Plain);
             format!(", digest: {digest}")
         }
+        Target::InsertHelmParameter { at, indent, name } => {
+            let eol = line_ending(source, *at);
+            let name = render_scalar(name, ScalarStyle::Plain);
+            let value = render_scalar(&edit.new_value, ScalarStyle::Plain);
+            format!("{eol}{indent}- name: {name}{eol}{indent}  value: {value}")
+        }
     }
 }
 

@@ -144,14 +144,18 @@ pub(super) mod fixtures {
     pub(crate) fn written<'t>(text: &'t str, field: &ImageField) -> &'t str {
         match &field.target {
             Target::Scalar { span, .. } => &text[span.clone()],
-            Target::InsertKustomizeDigest { .. } => panic!("not a scalar target: {field:?}"),
+            Target::InsertKustomizeDigest { .. } | Target::InsertHelmParameter { .. } => {
+                panic!("not a scalar target: {field:?}")
+            }
         }
     }
 
     pub(crate) fn style(field: &ImageField) -> ScalarStyle {
         match &field.target {
             Target::Scalar { style, .. } => *style,
-            Target::InsertKustomizeDigest { .. } => panic!("not a scalar target: {field:?}"),
+            Target::InsertKustomizeDigest { .. } | Target::InsertHelmParameter { .. } => {
+                panic!("not a scalar target: {field:?}")
+            }
         }
     }
 
