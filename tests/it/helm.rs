@@ -380,3 +380,56 @@ fn promotion_carries_helm_pins_from_staging_values_objects_and_parameters_into_p
     let (again, _) = carry::plan(&production, &pins);
     assert!(again.files.is_empty(), "{:?}", again.changes);
 }
+
+#[tokio::test]
+async fn sync_reads_the_helm_section_adding_digest_keys_to_values_files_it_names() {
+    use crate::support::git::BareRepo;
+    use crate::sync::Run;
+
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "web").await;
+    let api = registry.push_image("acme/api", "2", "api").await;
+    let values = format!(
+        "# production values\nimage:\n  repository: {host}/acme/web\n  tag: \"1.0\" # the release\n  pullPolicy: IfNotPresent\n"
+    );
+    let overrides = format!("api:\n  image: {{repository: {host}/acme/api, tag: '2'}}\n");
+    let repo = BareRepo::create(&[
+        ("apps/values-production.yaml", &values),
+        ("apps/overrides/api.yaml", &overrides),
+        (
+            "apps/settings.yaml",
+            "image: {repository: not/values, tag: '1'}\n",
+        ),
+    ]);
+    let run = Run::new();
+    let config = run.config(
+        &repo.file_url(),
+        &host,
+        "helm:\n  digest: key\n  values_files: [\"overrides/*.yaml\"]",
+    );
+    let before = repo.log("main").len();
+
+    let first = run.sync(&config, "cache");
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    assert_eq!(repo.log("main").len(), before + 1, "one commit");
+    assert_eq!(
+        repo.read("main", "apps/values-production.yaml").unwrap(),
+        values.replace(
+            "# the release\n",
+            &format!("# the release\n  digest: {}\n", web.manifest)
+        )
+    );
+    assert_eq!(
+        repo.read("main", "apps/overrides/api.yaml").unwrap(),
+        overrides.replace("'2'}", &format!("'2', digest: {}}}", api.manifest))
+    );
+    assert_eq!(
+        repo.read("main", "apps/settings.yaml").unwrap(),
+        "image: {repository: not/values, tag: '1'}\n"
+    );
+
+    let second = run.sync(&config, "cache");
+    assert_eq!(second.status.code(), Some(0), "{}", text(&second.stderr));
+    assert_eq!(repo.log("main").len(), before + 1, "no second commit");
+}
