@@ -44,6 +44,7 @@ pub(super) fn scan_values(
         out,
         visited: HashSet::new(),
         shared: document.alias_targets(),
+        merged: document.merge_sources(),
         global_registry,
     };
     walker.walk(root, "")
@@ -75,6 +76,9 @@ struct Walker<'w, 'a> {
     visited: HashSet<NodeId>,
     /// Nodes some alias points at: writing one would change every place that repeats it.
     shared: HashSet<NodeId>,
+    /// Mappings merged into others with `<<`: writing their entries would change the images
+    /// of the mappings that merge them, whatever repository those name.
+    merged: HashSet<NodeId>,
     global_registry: Option<String>,
 }
 
@@ -264,7 +268,10 @@ impl<'w, 'a> Walker<'w, 'a> {
                 .iter()
                 .any(|&(k, v)| k == key && v == value);
             let resolved = document.resolve(value);
-            let editable = own && resolved == value && !self.shared.contains(&value);
+            let editable = own
+                && resolved == value
+                && !self.shared.contains(&value)
+                && !self.merged.contains(&document.resolve(block));
             let (Some(key), Some(value)) = (document.node(key), document.node(resolved)) else {
                 continue;
             };
@@ -619,6 +626,7 @@ pub(super) fn scan_parameters(
         out,
         visited: HashSet::new(),
         shared: shared.clone(),
+        merged: document.merge_sources(),
         global_registry: global_registry.clone(),
     };
     for (&(name, key, value), &item) in parameters.iter().zip(&items) {
@@ -953,6 +961,18 @@ mod tests {
         assert!(outcome.fields.is_empty(), "{:?}", outcome.fields);
         let reasons: Vec<SkipReason> = outcome.skipped.iter().map(|s| s.reason).collect();
         assert_eq!(reasons, [SkipReason::HelmSharedValue; 3]);
+        assert_eq!(pin(text), text);
+    }
+
+    #[test]
+    fn a_block_merged_into_another_is_not_written_either() {
+        let text = "a:\n  image: &base\n    repository: acme/a\n    tag: \"1\"\nb:\n  image:\n    <<: *base\n    repository: acme/b\n";
+        let outcome = scan(text);
+        assert!(outcome.fields.is_empty(), "{:?}", outcome.fields);
+        assert_eq!(
+            outcome.skipped.iter().map(|s| s.reason).collect::<Vec<_>>(),
+            [SkipReason::HelmSharedValue; 2]
+        );
         assert_eq!(pin(text), text);
     }
 

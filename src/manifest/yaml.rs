@@ -281,6 +281,29 @@ impl<'a> Document<'a> {
             .collect()
     }
 
+    /// Every mapping some `<<` merge key of the document merges in: its entries are not
+    /// written once only either.
+    pub(crate) fn merge_sources(&self) -> HashSet<NodeId> {
+        let mut sources = HashSet::new();
+        for node in &self.nodes {
+            let NodeKind::Mapping { entries, .. } = &node.kind else {
+                continue;
+            };
+            for &(key, value) in entries {
+                if !self.key_is(key, "<<", Some(Style::Plain)) {
+                    continue;
+                }
+                let value = self.resolve(value);
+                if self.is_mapping(value) {
+                    sources.insert(value);
+                } else {
+                    sources.extend(self.items(value).iter().map(|&item| self.resolve(item)));
+                }
+            }
+        }
+        sources
+    }
+
     pub(crate) fn is_mapping(&self, id: NodeId) -> bool {
         matches!(
             self.node(self.resolve(id)).map(|node| &node.kind),
