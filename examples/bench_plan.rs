@@ -15,9 +15,13 @@
 //! - scanning throughput without network, in manifests per second.
 //!
 //! Figures are printed, never asserted: speed is measured here, not tested.
+//!
+//! `-- --helm` runs the Helm variant instead (`support/bench_plan_helm.rs`).
 
 #[path = "support/bare_repo.rs"]
 mod bare_repo;
+#[path = "support/bench_plan_helm.rs"]
+mod helm_variant;
 #[path = "../tests/it/support/registry.rs"]
 #[allow(dead_code)]
 mod registry_support;
@@ -163,6 +167,11 @@ fn scan_rate(files: &[(PathBuf, Vec<u8>)]) -> f64 {
 
 #[tokio::main]
 async fn main() {
+    // The Helm variant: values files against plain manifests, per image field.
+    if std::env::args().any(|arg| arg == "--helm") {
+        helm_variant::run().await;
+        return;
+    }
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     eprintln!("pushing {IMAGES} images to {host} …");

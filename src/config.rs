@@ -37,6 +37,42 @@ pub struct Config {
     /// [`Config::paths`] is the first stage's paths: `sync` pins only that stage from the
     /// registry, and every later stage is only ever promoted (see [`crate::promote`]).
     pub promotion: Option<Promotion>,
+    /// `helm:`: Helm values files and how digests are written into image blocks.
+    pub helm: Helm,
+}
+
+/// How tagpin reads and writes Helm values (see [`crate::manifest::helm`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Helm {
+    /// Globs naming values files beyond `values.yaml`, `values-*.yaml` and `values.*.yaml`,
+    /// relative to a scanned directory (`envs/*/overrides.yaml`).
+    pub values_files: Vec<String>,
+    /// Where a digest goes in an image block without a `digest:` key: into the tag
+    /// (`1.2.3@sha256:…`, the default) or a new `digest:` line after it.
+    pub digest: crate::manifest::DigestMode,
+}
+
+impl Helm {
+    /// The scanner's options; validation compiled the globs once already.
+    pub fn options(&self) -> Result<crate::manifest::HelmOptions, crate::manifest::ManifestError> {
+        crate::manifest::HelmOptions::new(&self.values_files, self.digest)
+    }
+}
+
+impl Config {
+    /// The include globs to walk: the configured ones plus `helm.values_files`, so a values
+    /// file the configuration names is read even when `include:` would not list it. Empty when
+    /// `include:` is, which means every YAML file.
+    pub fn include_globs(&self) -> Vec<String> {
+        if self.include.is_empty() {
+            return Vec::new();
+        }
+        self.include
+            .iter()
+            .chain(&self.helm.values_files)
+            .cloned()
+            .collect()
+    }
 }
 
 /// Environments in promotion order.
@@ -524,6 +560,41 @@ mod tests {
     }
 
     #[test]
+    fn helm_settings_default_to_digests_in_tags_and_the_usual_values_file_names() {
+        let c = parse("repository:\n  url: https://example.com/acme/gitops.git\n").unwrap();
+        assert_eq!(c.helm, Helm::default());
+        assert_eq!(c.helm.digest, crate::manifest::DigestMode::Tag);
+        let c = parse(
+            "repository:\n  url: https://example.com/acme/gitops.git\ninclude: [\"apps/**/*.yaml\"]\nhelm:\n  values_files: [\"envs/*/overrides.yaml\"]\n  digest: key\n",
+        )
+        .unwrap();
+        assert_eq!(c.helm.values_files, ["envs/*/overrides.yaml"]);
+        assert_eq!(c.helm.digest, crate::manifest::DigestMode::Key);
+        assert_eq!(
+            c.include_globs(),
+            ["apps/**/*.yaml", "envs/*/overrides.yaml"]
+        );
+        let options = c.helm.options().unwrap();
+        assert!(options.is_values_file(Path::new("envs/prod/overrides.yaml")));
+    }
+
+    #[test]
+    fn helm_problems_are_named_by_field_path_and_position() {
+        let err = parse(
+            "repository:\n  url: https://example.com/acme/gitops.git\nhelm:\n  values_files: [\"a/[b\"]\n  digest: sha\n  charts: true\n",
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        for expected in [
+            "tagpin.yaml:4:18: helm.values_files[0]: invalid glob",
+            "tagpin.yaml:5:3: helm.digest: expected one of tag, key, found \"sha\"",
+            "tagpin.yaml:6:3: helm.charts: unknown key (known: values_files, digest)",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+    }
+
+    #[test]
     fn a_full_config_is_read_into_typed_fields() {
         let c = parse(
             r#"
@@ -611,7 +682,7 @@ colour: blue
         assert_eq!(
             err.problems,
             [
-                "tagpin.yaml:6:1: (top level).colour: unknown key (known: repository, author, paths, include, exclude, images, registries, mode, commit_message, pull_request, forge, verify, promotion)",
+                "tagpin.yaml:6:1: (top level).colour: unknown key (known: repository, author, paths, include, exclude, images, registries, mode, commit_message, pull_request, forge, verify, promotion, helm)",
                 "repository.url: is required",
                 "tagpin.yaml:2:3: repository.branch: \"bad branch\" is not a valid branch name",
                 "tagpin.yaml:3:15: paths[1]: \"../outside\" must be relative to the repository and stay inside it",

@@ -135,9 +135,19 @@ impl Scanned {
 pub struct ImageSelection {
     manage: Option<GlobSet>,
     ignore: GlobSet,
+    /// Which files hold Helm values and how digests go into them (`helm:`).
+    helm: manifest::HelmOptions,
 }
 
 impl ImageSelection {
+    /// The selection of a configuration: `images.manage`/`images.ignore`, and `helm:`.
+    pub fn for_config(config: &config::Config) -> Result<ImageSelection, ManifestError> {
+        Ok(ImageSelection {
+            helm: config.helm.options()?,
+            ..ImageSelection::compile(&config.images)?
+        })
+    }
+
     pub fn compile(rules: &config::ImageRules) -> Result<ImageSelection, ManifestError> {
         let set = |globs: &[String]| {
             let mut builder = GlobSetBuilder::new();
@@ -159,6 +169,7 @@ impl ImageSelection {
                 Some(set(&rules.manage)?)
             },
             ignore: set(&rules.ignore)?,
+            helm: manifest::HelmOptions::default(),
         })
     }
 
@@ -228,7 +239,7 @@ pub fn scan_with(
         ..Scanned::default()
     };
     for SourceFile { path, bytes } in files {
-        let outcome = match manifest::scan(&path, &bytes) {
+        let outcome = match manifest::scan_with_options(&path, &bytes, &selection.helm) {
             Ok(outcome) => outcome,
             Err(e) => {
                 errors.push(e);
@@ -367,13 +378,34 @@ mod tests {
     #[test]
     fn files_that_are_not_kubernetes_are_skipped_and_named() {
         let scanned = scan(
-            gathered(vec![file("values.yaml", "replicas: 3\nimage: nginx\n")]),
+            gathered(vec![file("settings.yaml", "replicas: 3\nimage: nginx\n")]),
             &ImageSelection::default(),
         );
         assert!(scanned.files.is_empty() && scanned.errors.is_empty());
         assert_eq!(
             scanned.skipped[0].to_string(),
-            "values.yaml: not a Kubernetes manifest"
+            "settings.yaml: not a Kubernetes manifest"
         );
+    }
+
+    #[test]
+    fn helm_values_files_are_scanned_by_name_or_by_the_configured_globs() {
+        let text = "replicas: 3\nimage: nginx:1.27\n";
+        let files = || {
+            gathered(vec![
+                file("chart/values.yaml", text),
+                file("envs/prod/overrides.yaml", text),
+            ])
+        };
+        let scanned = scan(files(), &ImageSelection::default());
+        let paths: Vec<&Path> = scanned.files.iter().map(|f| f.path.as_path()).collect();
+        assert_eq!(paths, [Path::new("chart/values.yaml")]);
+        let config = config::Config::parse(
+            "repository: {url: https://example.com/g.git}\nhelm: {values_files: [\"envs/*/overrides.yaml\"]}\n",
+            Path::new("tagpin.yaml"),
+        )
+        .unwrap();
+        let scanned = scan(files(), &ImageSelection::for_config(&config).unwrap());
+        assert_eq!(scanned.files.len(), 2);
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::manifest::{self, Edit, ImageField, Origin, Target};
+use crate::manifest::{self, Edit, HelmImage, HelmWrite, ImageField, Origin, Target};
 use crate::policy::Follow;
 use crate::reference::{Digest, Reference};
 use crate::resolution::{ResolveKey, ResolveResult};
@@ -42,9 +42,11 @@ pub struct Change {
     pub file: PathBuf,
     pub line: usize,
     /// `Deployment/web` (with `namespace/` in front when the manifest or its kustomization
-    /// names one), or `kustomization` for an `images:` entry.
+    /// names one), `kustomization` for an `images:` entry, or `helm:<source>` for an image in
+    /// Helm values (`helm:values`, `helm:HelmRelease/flux-system/podinfo`).
     pub workload: Owner,
-    /// The container name; for a kustomization entry, the image name it matches.
+    /// The container name; for a kustomization entry, the image name it matches; for a Helm
+    /// image, its key path in the values (`controller.image.tag`).
     pub container: String,
     /// The image asked of the registry, normalized: `docker.io/library/nginx:1.27`.
     pub image: String,
@@ -293,6 +295,12 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
                 .and_then(|d| Digest::parse(d).ok()),
             digest.to_string(),
         ),
+        Origin::HelmImage(image) => (
+            Owner::Helm(image.source.owner_name()),
+            image.key_path.clone(),
+            reference.digest().cloned(),
+            helm_value(image.write, &wanted, &digest),
+        ),
     };
     if old_digest.as_ref() == Some(&digest) && !tag_moves {
         return FieldPlan::Current;
@@ -305,14 +313,18 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
     let old_value = match &field.origin {
         Origin::Container { .. } => field.value.clone(),
         Origin::KustomizeImage { current_digest, .. } => current_digest.clone().unwrap_or_default(),
+        Origin::HelmImage(image) => helm_old_value(image, &reference),
     };
     let mut edits = vec![Edit {
         target: field.target.clone(),
         new_value: new_value.clone(),
     }];
-    if let (true, Origin::KustomizeImage { tag: Some(at), .. }, Some(tag)) =
-        (tag_moves, &field.origin, new_tag)
-    {
+    let tag_at = match &field.origin {
+        Origin::Container { .. } => None,
+        Origin::KustomizeImage { tag, .. } => tag.as_ref(),
+        Origin::HelmImage(image) => image.tag_target.as_ref(),
+    };
+    if let (true, Some(at), Some(tag)) = (tag_moves, tag_at, new_tag) {
         edits.push(Edit {
             target: Target::clone(at),
             new_value: tag.to_string(),
@@ -336,6 +348,37 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
         }),
         edits,
     )
+}
+
+/// What a Helm image's target is given: the whole reference for an `image:` string, the
+/// digest for a `digest:` key (written or inserted), its hex for a `sha:` key, and
+/// `tag@digest` for a tag that carries the digest.
+fn helm_value(write: HelmWrite, wanted: &Reference, digest: &Digest) -> String {
+    match write {
+        HelmWrite::Reference => wanted.with_digest(digest),
+        HelmWrite::DigestKey | HelmWrite::InsertDigest => digest.to_string(),
+        HelmWrite::ShaKey => digest.hex().to_string(),
+        HelmWrite::TagSuffix => format!("{}@{digest}", wanted.effective_tag().unwrap_or("latest")),
+    }
+}
+
+/// The text a Helm image's target holds now, in the form [`helm_value`] writes.
+fn helm_old_value(image: &HelmImage, reference: &Reference) -> String {
+    let digest = image.digest.as_deref();
+    match image.write {
+        HelmWrite::Reference => reference.to_string(),
+        HelmWrite::DigestKey | HelmWrite::InsertDigest => digest.unwrap_or_default().to_string(),
+        HelmWrite::ShaKey => digest
+            .map(|d| d.strip_prefix("sha256:").unwrap_or(d).to_string())
+            .unwrap_or_default(),
+        HelmWrite::TagSuffix => {
+            let tag = image.tag.as_deref().unwrap_or_default();
+            match digest {
+                Some(digest) => format!("{tag}@{digest}"),
+                None => tag.to_string(),
+            }
+        }
+    }
 }
 
 /// A unified diff with three lines of context, as `git diff` shows it.

@@ -176,24 +176,30 @@ pub enum Owner {
     Workload(WorkloadId),
     /// An entry of a kustomization's `images:` list: it names no workload by itself.
     Kustomization,
+    /// An image in Helm values, named by what holds the values: `values` for a values file,
+    /// `HelmRelease/<ns>/<name>`, `Application/<ns>/<name>` (with `/sources[<i>]` for a
+    /// multi-source one). Written `helm:<source>`.
+    Helm(String),
 }
 
 impl Owner {
     pub fn workload(&self) -> Option<&WorkloadId> {
         match self {
             Owner::Workload(id) => Some(id),
-            Owner::Kustomization => None,
+            Owner::Kustomization | Owner::Helm(_) => None,
         }
     }
 }
 
 const KUSTOMIZATION: &str = "kustomization";
+const HELM_PREFIX: &str = "helm:";
 
 impl fmt::Display for Owner {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Owner::Workload(id) => id.fmt(f),
             Owner::Kustomization => f.write_str(KUSTOMIZATION),
+            Owner::Helm(source) => write!(f, "{HELM_PREFIX}{source}"),
         }
     }
 }
@@ -204,6 +210,8 @@ impl FromStr for Owner {
     fn from_str(text: &str) -> Result<Owner, WorkloadParseError> {
         if text == KUSTOMIZATION {
             Ok(Owner::Kustomization)
+        } else if let Some(source) = text.strip_prefix(HELM_PREFIX) {
+            Ok(Owner::Helm(source.to_string()))
         } else {
             text.parse().map(Owner::Workload)
         }
@@ -241,6 +249,9 @@ mod tests {
             "Deployment/web",
             "ns/CronJob/nightly",
             "kustomization",
+            "helm:values",
+            "helm:HelmRelease/flux-system/podinfo",
+            "helm:Application/argocd/web/sources[1]",
         ] {
             let owner: Owner = text.parse().unwrap();
             assert_eq!(owner.to_string(), text);

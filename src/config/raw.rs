@@ -171,6 +171,16 @@ pub struct RawConfig {
     pub forge: Section<RawForge>,
     pub verify: Section<RawVerify>,
     pub promotion: Section<RawPromotion>,
+    pub helm: Section<RawHelm>,
+}
+
+/// `helm:`: which files hold Helm values beyond the usual names, and where a digest goes in an
+/// image block without a digest key.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawHelm {
+    pub values_files: List<String>,
+    pub digest: Field<crate::manifest::DigestMode>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -11,8 +11,8 @@ use serde_yaml::Value;
 
 use super::raw::{
     names_of, Field, Known, List, RawAuthor, RawCluster, RawConfig, RawDuration, RawForge,
-    RawGitAuth, RawImages, RawPolicy, RawPromotion, RawPullRequest, RawRegistries, RawRepository,
-    RawStage, RawVerify, Section,
+    RawGitAuth, RawHelm, RawImages, RawPolicy, RawPromotion, RawPullRequest, RawRegistries,
+    RawRepository, RawStage, RawVerify, Section,
 };
 use super::{
     invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
@@ -340,6 +340,7 @@ impl Check {
             self.problem("forge", "is required when mode is pull-request");
         }
         let verify = self.verify(&top.verify);
+        let helm = self.helm(&top.helm);
         let promotion = if top.promotion.is_written() {
             if top.paths.is_set() {
                 self.problem(
@@ -358,6 +359,7 @@ impl Check {
         Some(Config {
             verify,
             promotion,
+            helm,
             repository: repository?,
             author,
             paths,
@@ -558,6 +560,21 @@ impl Check {
             });
         }
         Some(TagPolicy::Digest)
+    }
+
+    fn helm(&mut self, field: &Section<RawHelm>) -> super::Helm {
+        let p = "helm";
+        let raw = self.optional(p, field);
+        let values_files = self.strings(&join(p, "values_files"), &raw.values_files);
+        self.globs(&join(p, "values_files"), &values_files);
+        super::Helm {
+            values_files,
+            digest: self.choice(
+                &join(p, "digest"),
+                &raw.digest,
+                crate::manifest::DigestMode::Tag,
+            ),
+        }
     }
 
     fn registries(&mut self, field: &Section<RawRegistries>) -> Registries {

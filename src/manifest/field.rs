@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::ops::Range;
 
+use super::helm::HelmImage;
 use super::yaml::{Node, NodeKind, Style};
 use crate::workload::WorkloadId;
 
@@ -63,6 +64,9 @@ pub enum Origin {
         current_digest: Option<String>,
         tag: Option<Target>,
     },
+    /// An image in Helm values (a values file, a Flux HelmRelease, an Argo CD Application):
+    /// its source, key path, repository, tag and digest, and how a digest is written.
+    HelmImage(Box<HelmImage>),
 }
 
 /// Where a new value goes in the file.
@@ -73,14 +77,23 @@ pub enum Target {
         span: Range<usize>,
         style: ScalarStyle,
     },
-    /// A kustomize entry without a `digest:` key: insert one. For a block mapping, a new line
-    /// `<indent>digest: <value>` goes at byte `at`, which is the end of the entry's last line
-    /// (before its line break, so a trailing comment stays where it is). For a flow mapping,
-    /// `, digest: <value>` goes at `at`, the end of the entry's last value.
+    /// A kustomize entry or a Helm image block without a `digest:` key: insert one. For a block
+    /// mapping, a new line `<indent>digest: <value>` goes at byte `at`, which is the end of a
+    /// line (the entry's last line; the Helm block's `tag:` line), before its line break, so a
+    /// trailing comment stays where it is. For a flow mapping, `, digest: <value>` goes at
+    /// `at`, the end of a value.
     InsertKustomizeDigest {
         at: usize,
         indent: String,
         flow: bool,
+    },
+    /// An Argo CD `helm.parameters` list without a `<path>.digest` parameter, under
+    /// `helm.digest: key`: a new item `- name: <name>` / `  value: <value>` goes at byte `at`,
+    /// the end of the tag parameter's last line, its dash indented by `indent`.
+    InsertHelmParameter {
+        at: usize,
+        indent: String,
+        name: String,
     },
 }
 
@@ -89,7 +102,9 @@ impl Target {
     pub fn span(&self) -> Range<usize> {
         match self {
             Target::Scalar { span, .. } => span.clone(),
-            Target::InsertKustomizeDigest { at, .. } => *at..*at,
+            Target::InsertKustomizeDigest { at, .. } | Target::InsertHelmParameter { at, .. } => {
+                *at..*at
+            }
         }
     }
 }
@@ -128,6 +143,29 @@ pub enum SkipReason {
     /// A kustomize entry whose last value is empty or a block scalar, so there is no safe place
     /// to insert a `digest:` line.
     KustomizeNoPlaceForDigest,
+    /// A Helm image block whose tag is empty or absent: the chart fills it from its
+    /// `appVersion`, which is not in this repository.
+    HelmTagFromChart,
+    /// A Helm image block whose `repository` is empty: the chart's own default applies.
+    HelmNoRepository,
+    /// A Helm image block whose tag carries a digest while its `digest`/`sha` key holds
+    /// another: which one runs depends on the chart's template.
+    HelmTwoDigests,
+    /// An Argo CD `helm.values` text that cannot be edited in place (a folded `>` scalar, an
+    /// image value spanning lines, or YAML inside it that does not parse).
+    HelmValuesText,
+    /// An Argo CD `helm.parameters` tag whose repository is set neither by a parameter nor in
+    /// the same source's values: it comes from the chart.
+    HelmParameterWithoutRepository,
+    /// The value a digest would go into is shared: merged in with `<<`, an alias, or the
+    /// anchor of one, so writing it would change other images too.
+    HelmSharedValue,
+    /// `helm.digest: key` and no safe place to add a digest: a flow list of parameters, or a
+    /// tag key that does not start its line.
+    HelmNoPlaceForDigest,
+    /// The block's `digest:` key has no value at all (not even `""`), so there are no bytes
+    /// to replace.
+    HelmEmptyDigest,
 }
 
 impl std::fmt::Display for SkipReason {
@@ -144,6 +182,28 @@ impl std::fmt::Display for SkipReason {
             SkipReason::KustomizeNoPlaceForDigest => {
                 "no safe place to insert digest: (the entry's last value is empty or a block scalar)"
             }
+            SkipReason::HelmTagFromChart => {
+                "the image's tag is empty: the chart sets it from its appVersion"
+            }
+            SkipReason::HelmNoRepository => {
+                "the image's repository is empty: the chart's default applies"
+            }
+            SkipReason::HelmTwoDigests => {
+                "the tag carries a digest and the digest key holds another"
+            }
+            SkipReason::HelmValuesText => {
+                "helm.values text cannot be edited in place here (folded scalar, multi-line value or invalid YAML inside); use valuesObject"
+            }
+            SkipReason::HelmParameterWithoutRepository => {
+                "no parameter or value of this source sets the image's repository"
+            }
+            SkipReason::HelmSharedValue => {
+                "the value is shared (a << merge, an alias or an anchor): writing it would change other images"
+            }
+            SkipReason::HelmNoPlaceForDigest => {
+                "no safe place to add a digest here (helm.digest: key); add a digest key or use helm.digest: tag"
+            }
+            SkipReason::HelmEmptyDigest => "the digest key has no value to replace (write digest: \"\")",
         };
         f.write_str(text)
     }
@@ -169,7 +229,7 @@ pub(super) struct Collector {
 impl Collector {
     pub(super) fn field(&mut self, field: ImageField) {
         let span = field.target.span();
-        let insert = matches!(field.target, Target::InsertKustomizeDigest { .. });
+        let insert = !matches!(field.target, Target::Scalar { .. });
         if self.targets.insert((span.start, span.end, insert)) {
             self.fields.push(field);
         }

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::field::{string_target, Collector, ImageField, Origin, SkipReason, Target};
+use super::helm::HelmSource;
 use super::yaml::{Document, NodeId, NodeKind, Style};
 use super::ManifestError;
 
@@ -173,7 +174,7 @@ fn digest_insertion(document: &Document<'_>, entry: NodeId) -> Option<Target> {
 
 /// The offset of the line break (`\n`, or the `\r` of `\r\n`) ending the line that contains
 /// byte `from`, or the end of the text when that line is the last and has none.
-fn line_end(text: &str, from: usize) -> usize {
+pub(super) fn line_end(text: &str, from: usize) -> usize {
     let bytes = text.as_bytes();
     let Some(newline) = bytes
         .get(from..)
@@ -218,16 +219,24 @@ impl KustomizeNamespaces {
             .map(String::as_str)
     }
 
-    /// Fills the namespace of container fields from `path` that name none.
+    /// Fills the namespace of container fields, and of HelmReleases and Applications holding
+    /// Helm values, from `path` that name none.
     pub fn fill(&self, path: &Path, fields: &mut [ImageField]) {
         let Some(ns) = self.for_file(path) else {
             return;
         };
         for field in fields {
-            if let Origin::Container { workload, .. } = &mut field.origin {
-                if workload.namespace.is_none() {
-                    workload.namespace = Some(ns.to_string());
-                }
+            let namespace = match &mut field.origin {
+                Origin::Container { workload, .. } => &mut workload.namespace,
+                Origin::HelmImage(image) => match &mut image.source {
+                    HelmSource::HelmRelease { namespace, .. }
+                    | HelmSource::Application { namespace, .. } => namespace,
+                    HelmSource::ValuesFile { .. } => continue,
+                },
+                Origin::KustomizeImage { .. } => continue,
+            };
+            if namespace.is_none() {
+                *namespace = Some(ns.to_string());
             }
         }
     }
@@ -412,7 +421,7 @@ mod tests {
             .iter()
             .map(|f| match &f.origin {
                 Origin::Container { workload, .. } => workload.namespace.clone(),
-                Origin::KustomizeImage { .. } => None,
+                Origin::KustomizeImage { .. } | Origin::HelmImage(_) => None,
             })
             .collect();
         assert_eq!(

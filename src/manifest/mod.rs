@@ -10,6 +10,10 @@
 //! atomically).
 
 mod field;
+pub mod helm;
+mod helm_objects;
+mod helm_text;
+mod helm_values;
 pub mod kubernetes;
 pub mod kustomize;
 pub mod rewrite;
@@ -21,9 +25,10 @@ use std::ops::Range;
 use std::path::PathBuf;
 
 pub use field::{ContainerList, ImageField, Origin, ScalarStyle, SkipReason, SkippedField, Target};
+pub use helm::{DigestMode, HelmImage, HelmOptions, HelmPart, HelmSource, HelmWrite};
 pub use kustomize::KustomizeNamespaces;
 pub use rewrite::{apply, render_scalar, Edit};
-pub use scan::{scan, ScanOutcome};
+pub use scan::{scan, scan_with_options, ScanOutcome};
 pub use walk::{read_manifest, walk, write_atomic, FileFilter, SkippedPath, Walk, WalkSkipReason};
 
 /// Files larger than this are refused before parsing: no manifest is this big, and the parser

@@ -84,6 +84,12 @@ fn replacement(source: &[u8], edit: &Edit) -> String {
             let digest = render_scalar(&edit.new_value, ScalarStyle::Plain);
             format!(", digest: {digest}")
         }
+        Target::InsertHelmParameter { at, indent, name } => {
+            let eol = line_ending(source, *at);
+            let name = render_scalar(name, ScalarStyle::Plain);
+            let value = render_scalar(&edit.new_value, ScalarStyle::Plain);
+            format!("{eol}{indent}- name: {name}{eol}{indent}  value: {value}")
+        }
     }
 }
 
@@ -164,7 +170,7 @@ fn is_plain_safe(value: &str) -> bool {
 }
 
 /// Plain scalars that YAML would read as null, a boolean or a number.
-fn looks_like_non_string(value: &str) -> bool {
+pub(super) fn looks_like_non_string(value: &str) -> bool {
     const WORDS: [&str; 12] = [
         "~", "null", "true", "false", "yes", "no", "on", "off", "y", "n", ".inf", ".nan",
     ];
@@ -180,10 +186,44 @@ fn looks_like_non_string(value: &str) -> bool {
     let unsigned = lower.trim_start_matches(['+', '-']);
     let mut chars = unsigned.chars();
     match chars.next() {
-        Some(c) if c.is_ascii_digit() => true,
+        Some(c) if c.is_ascii_digit() => reads_as_number_or_time(unsigned),
         Some('.') => matches!(chars.next(), Some(c) if c.is_ascii_digit()) || unsigned == ".inf",
         _ => false,
     }
+}
+
+/// Whether a plain scalar starting with a digit (sign removed, lowercased) is an integer, a
+/// float, a sexagesimal number or a timestamp to some YAML reader (go-yaml, which Helm and
+/// Kubernetes use, libyaml, PyYAML). Versions such as `1.2.3` and `1.27.3-debian-12-r5` and
+/// hex digests are none of those, so they stay plain; `1.27`, `1e5`, `0x1f`, `1_000` and
+/// `2024-01-01` do not.
+fn reads_as_number_or_time(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    if value.starts_with("0x") || value.starts_with("0o") || value.starts_with("0b") {
+        return true;
+    }
+    // Sexagesimal (`1:30`) and anything with a colon: conservative.
+    if value.contains(':') {
+        return true;
+    }
+    // Timestamps start `YYYY-`.
+    if bytes.len() >= 5 && bytes[..4].iter().all(u8::is_ascii_digit) && bytes[4] == b'-' {
+        return true;
+    }
+    // Integers and floats: digits and underscores, at most one `.`, an optional exponent.
+    let (mantissa, exponent) = match value.split_once('e') {
+        Some((mantissa, exponent)) => (mantissa, Some(exponent)),
+        None => (value, None),
+    };
+    let mantissa_ok = mantissa.matches('.').count() <= 1
+        && mantissa
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'_' || b == b'.');
+    let exponent_ok = exponent.is_none_or(|e| {
+        let digits = e.trim_start_matches(['+', '-']);
+        !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+    });
+    mantissa_ok && exponent_ok
 }
 
 fn is_single_quote_safe(value: &str) -> bool {
@@ -448,6 +488,32 @@ mod tests {
             render_scalar("registry:5000/a/b:1.2@sha256:ab", ScalarStyle::Plain),
             "registry:5000/a/b:1.2@sha256:ab"
         );
+    }
+
+    #[test]
+    fn versions_and_hex_digests_that_no_yaml_reader_takes_for_numbers_stay_plain() {
+        for value in [
+            "1.2.3",
+            "1.27.3-debian-12-r5",
+            "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9",
+            "3.1.4-alpine",
+        ] {
+            assert_eq!(render_scalar(value, ScalarStyle::Plain), value);
+            assert_eq!(read_back(value), value);
+        }
+        for value in [
+            "1.27",
+            "1e5",
+            "12E+3",
+            "0x1f",
+            "0o17",
+            "1_000",
+            "2024-01-01",
+            "1:30",
+        ] {
+            let rendered = render_scalar(value, ScalarStyle::Plain);
+            assert!(rendered.starts_with('"'), "{value:?} -> {rendered}");
+        }
     }
 
     #[test]

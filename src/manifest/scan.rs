@@ -9,6 +9,9 @@
 use std::path::Path;
 
 use super::field::{Collector, ImageField, SkippedField};
+use super::helm::{HelmOptions, HelmPart, HelmSource};
+use super::helm_objects;
+use super::helm_values::{self, Context};
 use super::kubernetes;
 use super::kustomize;
 use super::yaml::{self, Document};
@@ -23,8 +26,9 @@ pub struct ScanOutcome {
     pub skipped: Vec<SkippedField>,
     /// YAML documents in the file.
     pub documents: usize,
-    /// Documents with `apiVersion` and `kind` (any kind), plus kustomizations. Zero means
-    /// "not a Kubernetes manifest", which callers report differently from "no images".
+    /// Documents with `apiVersion` and `kind` (any kind), plus kustomizations, plus the values
+    /// document of a Helm values file. Zero means "not a Kubernetes manifest (nor values)",
+    /// which callers report differently from "no images".
     pub kubernetes_documents: usize,
 }
 
@@ -34,6 +38,17 @@ pub struct ScanOutcome {
 /// (`kustomization.yaml`, `kustomization.yml`, `Kustomization`). Spans are byte offsets into
 /// `source`, including a leading byte order mark if there is one.
 pub fn scan(path: &Path, source: &[u8]) -> Result<ScanOutcome, ManifestError> {
+    scan_with_options(path, source, &HelmOptions::default())
+}
+
+/// [`scan`], with the configuration's Helm settings: which files are values files
+/// (`helm.values_files`) and where a digest goes in an image block without a digest key
+/// (`helm.digest`). A values file's first document is its values (Helm reads no other).
+pub fn scan_with_options(
+    path: &Path,
+    source: &[u8],
+    helm: &HelmOptions,
+) -> Result<ScanOutcome, ManifestError> {
     let size = source.len() as u64;
     if size > MAX_FILE_BYTES {
         return Err(ManifestError::TooLarge {
@@ -50,11 +65,31 @@ pub fn scan(path: &Path, source: &[u8]) -> Result<ScanOutcome, ManifestError> {
 
     let mut collector = Collector::default();
     let mut outcome = ScanOutcome::default();
+    if helm.is_values_file(path) {
+        if let Some(document) = yaml::documents(path, text).next() {
+            let document = document?;
+            outcome.documents = 1;
+            if let Some(root) = document.root().filter(|&root| document.is_mapping(root)) {
+                let context = Context {
+                    source: HelmSource::ValuesFile {
+                        path: path.to_path_buf(),
+                    },
+                    part: HelmPart::Values,
+                    digest: helm.digest,
+                };
+                helm_values::scan_values(&document, root, &context, &mut collector)?;
+                outcome.kubernetes_documents = 1;
+            }
+        }
+        outcome.fields = collector.fields;
+        outcome.skipped = collector.skipped;
+        return Ok(outcome);
+    }
     for document in yaml::documents(path, text) {
         let document = document?;
         let index = outcome.documents;
         outcome.documents += 1;
-        if scan_document(&document, index, kustomization_file, &mut collector)? {
+        if scan_document(&document, index, kustomization_file, helm, &mut collector)? {
             outcome.kubernetes_documents += 1;
         }
     }
@@ -69,6 +104,7 @@ fn scan_document(
     document: &Document<'_>,
     index: usize,
     kustomization_file: bool,
+    helm: &HelmOptions,
     out: &mut Collector,
 ) -> Result<bool, ManifestError> {
     let Some(root) = document.root().map(|root| document.resolve(root)) else {
@@ -83,8 +119,12 @@ fn scan_document(
         kustomize::scan_images(document, root, index, out)?;
         return Ok(true);
     }
-    if kind.is_none() || api_version.is_none() {
+    let (Some(kind), Some(api_version)) = (kind, api_version) else {
         return Ok(false);
+    };
+    if helm_objects::is_helm_object(kind, api_version) {
+        helm_objects::scan_object(document, root, index, helm, out)?;
+        return Ok(true);
     }
     kubernetes::scan_objects(document, root, index, out)?;
     Ok(true)
@@ -104,14 +144,18 @@ pub(super) mod fixtures {
     pub(crate) fn written<'t>(text: &'t str, field: &ImageField) -> &'t str {
         match &field.target {
             Target::Scalar { span, .. } => &text[span.clone()],
-            Target::InsertKustomizeDigest { .. } => panic!("not a scalar target: {field:?}"),
+            Target::InsertKustomizeDigest { .. } | Target::InsertHelmParameter { .. } => {
+                panic!("not a scalar target: {field:?}")
+            }
         }
     }
 
     pub(crate) fn style(field: &ImageField) -> ScalarStyle {
         match &field.target {
             Target::Scalar { style, .. } => *style,
-            Target::InsertKustomizeDigest { .. } => panic!("not a scalar target: {field:?}"),
+            Target::InsertKustomizeDigest { .. } | Target::InsertHelmParameter { .. } => {
+                panic!("not a scalar target: {field:?}")
+            }
         }
     }
 

@@ -248,6 +248,11 @@ impl<'a> Document<'a> {
         self.root
     }
 
+    /// The file the document was read from, as errors name it.
+    pub(crate) fn path(&self) -> &'a Path {
+        self.path
+    }
+
     /// The whole text the document was parsed from (spans are offsets into it).
     pub(crate) fn text(&self) -> &'a str {
         self.text
@@ -263,6 +268,40 @@ impl<'a> Document<'a> {
             Some(NodeKind::Alias { target }) => *target,
             _ => id,
         }
+    }
+
+    /// Every node some alias of the document points at: a value that is not written once only.
+    pub(crate) fn alias_targets(&self) -> HashSet<NodeId> {
+        self.nodes
+            .iter()
+            .filter_map(|node| match node.kind {
+                NodeKind::Alias { target } => Some(target),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every mapping some `<<` merge key of the document merges in: its entries are not
+    /// written once only either.
+    pub(crate) fn merge_sources(&self) -> HashSet<NodeId> {
+        let mut sources = HashSet::new();
+        for node in &self.nodes {
+            let NodeKind::Mapping { entries, .. } = &node.kind else {
+                continue;
+            };
+            for &(key, value) in entries {
+                if !self.key_is(key, "<<", Some(Style::Plain)) {
+                    continue;
+                }
+                let value = self.resolve(value);
+                if self.is_mapping(value) {
+                    sources.insert(value);
+                } else {
+                    sources.extend(self.items(value).iter().map(|&item| self.resolve(item)));
+                }
+            }
+        }
+        sources
     }
 
     pub(crate) fn is_mapping(&self, id: NodeId) -> bool {

@@ -149,7 +149,7 @@ impl SourcePins {
 fn pinned(field: &ImageField) -> Option<(Reference, Option<Digest>)> {
     let reference = Reference::parse(&field.value).ok()?;
     let digest = match &field.origin {
-        Origin::Container { .. } => reference.digest().cloned(),
+        Origin::Container { .. } | Origin::HelmImage(_) => reference.digest().cloned(),
         Origin::KustomizeImage { current_digest, .. } => current_digest
             .as_deref()
             .and_then(|d| Digest::parse(d).ok()),

@@ -229,8 +229,8 @@ impl<'a> Promoter<'a> {
             registry,
             forge,
             mirror,
-            filter: FileFilter::with_default_include(&config.include, &config.exclude)?,
-            selection: ImageSelection::compile(&config.images)?,
+            filter: FileFilter::with_default_include(&config.include_globs(), &config.exclude)?,
+            selection: ImageSelection::for_config(config)?,
             families: tokio::sync::Mutex::default(),
             clock: std::sync::Arc::new(unix_now),
         })

@@ -600,7 +600,7 @@ fn workloads(path: &Path, bytes: &[u8]) -> Result<Vec<Container>, manifest::Mani
                 },
                 replaced_by: Vec::new(),
             }),
-            Origin::KustomizeImage { .. } => None,
+            Origin::KustomizeImage { .. } | Origin::HelmImage(_) => None,
         });
     Ok(containers.collect())
 }

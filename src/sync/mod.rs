@@ -227,8 +227,8 @@ impl<'a> Syncer<'a> {
     ) -> Result<Syncer<'a>, SyncError> {
         let credentials = git_credentials(&config.repository.auth)?;
         let mirror = Mirror::open(cache_dir, &config.repository.url, credentials)?;
-        let filter = FileFilter::with_default_include(&config.include, &config.exclude)?;
-        let selection = ImageSelection::compile(&config.images)?;
+        let filter = FileFilter::with_default_include(&config.include_globs(), &config.exclude)?;
+        let selection = ImageSelection::for_config(config)?;
         let policies = Policies::compile(&config.images.policies).map_err(SyncError::Policy)?;
         if config.mode == WriteMode::PullRequest && forge.is_none() {
             return Err(SyncError::NoForge);

@@ -62,6 +62,8 @@ pub enum NotVerifiedReason {
     /// A kustomization `images:` entry that changes no container of the kustomizations that
     /// include it, as they render.
     KustomizeImageUnused,
+    /// An image in Helm values names a release's values, not a workload.
+    HelmImage,
     /// The pin belongs to a kustomization tagpin cannot render (a remote resource, a Helm chart,
     /// a patch that may change images); [`NotVerified::detail`] says which and where.
     KustomizeNotRendered,
@@ -99,6 +101,7 @@ impl std::fmt::Display for NotVerifiedReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             NotVerifiedReason::KustomizeImage => "a kustomization images: entry names no workload",
+            NotVerifiedReason::HelmImage => "an image in Helm values names no workload",
             NotVerifiedReason::KustomizeImageUnused => {
                 "the kustomization images: entry changes no rendered container"
             }
@@ -186,7 +189,7 @@ impl Promised {
         // Named as the verdicts name workloads: in their live namespace, with the live name.
         let workload = match owner {
             Owner::Workload(id) => mapping.live(id).to_string(),
-            Owner::Kustomization => owner.to_string(),
+            Owner::Kustomization | Owner::Helm(_) => owner.to_string(),
         };
         let not_verified = |reason| NotVerified {
             image: image.to_string(),
@@ -198,6 +201,9 @@ impl Promised {
             Owner::Kustomization => self
                 .not_verified
                 .push(not_verified(NotVerifiedReason::KustomizeImage)),
+            Owner::Helm(_) => self
+                .not_verified
+                .push(not_verified(NotVerifiedReason::HelmImage)),
             Owner::Workload(id) if !id.kind.is_verifiable() => self
                 .not_verified
                 .push(not_verified(NotVerifiedReason::KindNotVerifiable)),
@@ -249,6 +255,10 @@ pub fn from_fields<'a>(
                 ..
             } => (Owner::Workload(workload.clone()), container.as_str()),
             Origin::KustomizeImage { name, .. } => (Owner::Kustomization, name.as_str()),
+            Origin::HelmImage(image) => (
+                Owner::Helm(image.source.owner_name()),
+                image.key_path.as_str(),
+            ),
         };
         promised.add(
             &owner,
@@ -265,7 +275,7 @@ pub fn from_fields<'a>(
 /// The digest a field pins: the digest of a container's image, or a kustomize entry's `digest:`.
 fn pinned_digest(field: &ImageField) -> Option<Digest> {
     match &field.origin {
-        Origin::Container { .. } => image_digest(&field.value),
+        Origin::Container { .. } | Origin::HelmImage(_) => image_digest(&field.value),
         Origin::KustomizeImage { current_digest, .. } => current_digest
             .as_deref()
             .and_then(|d| Digest::parse(d).ok()),
@@ -357,6 +367,11 @@ pub fn from_manifests(
                     };
                     (Owner::Kustomization.to_string(), reason, Some(detail))
                 }
+                Origin::HelmImage(image) => (
+                    Owner::Helm(image.source.owner_name()).to_string(),
+                    NotVerifiedReason::HelmImage,
+                    None,
+                ),
             };
             promised.not_verified.push(NotVerified {
                 image: field.value.clone(),

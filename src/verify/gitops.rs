@@ -821,7 +821,7 @@ pub fn files_of_scan(
         files.iter().flat_map(|file| {
             file.fields.iter().filter_map(|field| match &field.origin {
                 Origin::Container { workload, .. } => Some((file.path.to_str()?, workload)),
-                Origin::KustomizeImage { .. } => None,
+                Origin::KustomizeImage { .. } | Origin::HelmImage(_) => None,
             })
         }),
         mapping,

@@ -257,8 +257,8 @@ fn from_tree(
     config: &Config,
     mapping: &NameMapping,
 ) -> Result<Expectations, VerifyError> {
-    let filter = FileFilter::with_default_include(&config.include, &config.exclude)?;
-    let selection = ImageSelection::compile(&config.images)?;
+    let filter = FileFilter::with_default_include(&config.include_globs(), &config.exclude)?;
+    let selection = ImageSelection::for_config(config)?;
     if let Some(path) = mirror.missing_paths(commit, &config.paths)?.first() {
         return Err(VerifyError::MissingPath {
             path: path.to_string(),

@@ -97,7 +97,10 @@ async fn pin_pins_every_image_and_a_second_run_changes_nothing() {
         &deployment("multi", &format!("{host}/acme/multi:2")),
     );
     tree.write("README.md", "not a manifest\n");
-    tree.write("apps/values.yaml", "replicas: 3\nimage: not-kubernetes:1\n");
+    tree.write(
+        "apps/settings.yaml",
+        "replicas: 3\nimage: not-kubernetes:1\n",
+    );
     let root = tree.root();
     let root = root.to_str().unwrap();
 
@@ -112,7 +115,7 @@ async fn pin_pins_every_image_and_a_second_run_changes_nothing() {
         deployment("multi", &format!("{host}/acme/multi:2@{}", multi.index))
     );
     assert_eq!(
-        tree.read("apps/values.yaml"),
+        tree.read("apps/settings.yaml"),
         "replicas: 3\nimage: not-kubernetes:1\n"
     );
 

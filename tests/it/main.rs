@@ -23,6 +23,7 @@ mod gitlab_server_selftest;
 mod gitops;
 mod golden;
 mod harness_selftest;
+mod helm;
 mod helm_verify;
 mod kube_server_selftest;
 mod kustomize;

@@ -160,7 +160,7 @@ fn gitops_tree() -> Vec<(&'static str, String)> {
         ("apps/web.yaml", web(&format!("HOST/acme/web:1.0@{OLD}"))),
         ("apps/cron.yaml", cronjob(&format!("HOST/acme/job:2@{OLD}"))),
         (
-            "apps/values.yaml",
+            "apps/settings.yaml",
             "replicas: 3\nimage: {repository: nginx}\n".into(),
         ),
         ("apps/broken.yaml", BROKEN.into()),
@@ -343,7 +343,7 @@ async fn plan_sync_and_verify_agree_on_files_namespaces_skips_and_errors() {
     // The same skips.
     let skipped = strings(&plan_json["skipped"]);
     assert!(
-        skipped.contains("apps/values.yaml: not a Kubernetes manifest"),
+        skipped.contains("apps/settings.yaml: not a Kubernetes manifest"),
         "{skipped:?}"
     );
     assert_eq!(skipped, strings(&sync_json["skipped"]));

@@ -1,0 +1,307 @@
+//! Images in Helm values: what a pinned Helm image is, and where values live.
+//!
+//! Most GitOps repositories deploy Helm releases, and a chart's images live in its values, not
+//! in a container's `image:` field: an `image:` block (`repository`, optional `registry`, `tag`
+//! or `version`, `digest` or `sha`), or an `image: repo:tag` string, at any depth. Values sit in
+//! values files, in a Flux `HelmRelease`'s `spec.values`, or in an Argo CD `Application`'s Helm
+//! source (`valuesObject`, `values` as a YAML text, `parameters`). This module defines what the
+//! scanner records for each such image ([`HelmImage`]: its source, key path, repository, tag,
+//! digest, and how a digest is written into it), which the planner, the promoter and the
+//! verifier read; `helm_values` finds images in one values tree and `helm_objects` finds the
+//! values of HelmReleases and Applications.
+
+use std::path::{Path, PathBuf};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+use super::field::Target;
+use super::ManifestError;
+
+/// What holds a set of Helm values.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HelmSource {
+    /// A values file (`values.yaml`, `values-production.yaml`, a `helm.values_files` match):
+    /// the path as the scan was given it.
+    ValuesFile { path: PathBuf },
+    /// A Flux `HelmRelease` (`helm.toolkit.fluxcd.io`): its `spec.values`. `document` is the
+    /// 0-based YAML document of the file.
+    HelmRelease {
+        namespace: Option<String>,
+        name: String,
+        document: usize,
+    },
+    /// An Argo CD `Application`'s Helm source: `spec.source` (`source: None`) or
+    /// `spec.sources[source]`.
+    Application {
+        namespace: Option<String>,
+        name: String,
+        source: Option<usize>,
+        document: usize,
+    },
+}
+
+impl std::fmt::Display for HelmSource {
+    /// `values file`, `HelmRelease flux-system/podinfo`, `Application argocd/web`,
+    /// `Application argocd/web sources[1]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let qualified = |namespace: &Option<String>, name: &str| match namespace {
+            Some(namespace) => format!("{namespace}/{name}"),
+            None => name.to_string(),
+        };
+        match self {
+            HelmSource::ValuesFile { .. } => f.write_str("values file"),
+            HelmSource::HelmRelease {
+                namespace, name, ..
+            } => write!(f, "HelmRelease {}", qualified(namespace, name)),
+            HelmSource::Application {
+                namespace,
+                name,
+                source,
+                ..
+            } => {
+                write!(f, "Application {}", qualified(namespace, name))?;
+                match source {
+                    Some(index) => write!(f, " sources[{index}]"),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+impl HelmSource {
+    /// The name plans and PR tables give the owner of the image (see
+    /// [`crate::workload::Owner::Helm`]): `values`, `HelmRelease/<ns>/<name>`,
+    /// `Application/<ns>/<name>[/sources[<i>]]`.
+    pub fn owner_name(&self) -> String {
+        let qualified = |namespace: &Option<String>, name: &str| match namespace {
+            Some(namespace) => format!("{namespace}/{name}"),
+            None => name.to_string(),
+        };
+        match self {
+            HelmSource::ValuesFile { .. } => "values".to_string(),
+            HelmSource::HelmRelease {
+                namespace, name, ..
+            } => format!("HelmRelease/{}", qualified(namespace, name)),
+            HelmSource::Application {
+                namespace,
+                name,
+                source,
+                ..
+            } => match source {
+                Some(index) => format!(
+                    "Application/{}/sources[{index}]",
+                    qualified(namespace, name)
+                ),
+                None => format!("Application/{}", qualified(namespace, name)),
+            },
+        }
+    }
+}
+
+/// Which part of its source the image was found in. Argo CD merges them in this order, later
+/// ones winning: `values`, `valuesObject`, `parameters`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HelmPart {
+    /// A values file, or a HelmRelease's `spec.values`.
+    Values,
+    /// An Application's `helm.valuesObject`.
+    ValuesObject,
+    /// An Application's `helm.values`, a YAML document inside a block scalar.
+    ValuesText,
+    /// An Application's `helm.parameters` (`{name: image.tag, value: …}`).
+    Parameters,
+}
+
+/// How the digest is written into the image's values: the field's [`Target`] is where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HelmWrite {
+    /// One string, `image: nginx:1.27`: written `nginx:1.27@sha256:…`, like a container image.
+    Reference,
+    /// The block's `digest:` value: written `sha256:…`; the tag stays.
+    DigestKey,
+    /// The block's `sha:` value (older prometheus-community charts): the hex, without
+    /// `sha256:`; the tag stays.
+    ShaKey,
+    /// The tag itself: written `1.2.3@sha256:…` (`helm.digest: tag`, or a tag already written
+    /// so); charts that render `repository:tag` then pull by digest.
+    TagSuffix,
+    /// A `digest:` key inserted after `tag:` at the same indentation (`helm.digest: key`).
+    InsertDigest,
+}
+
+/// One image of a set of Helm values, as the scanner found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelmImage {
+    pub source: HelmSource,
+    pub part: HelmPart,
+    /// The dotted path, in the values, of the value holding the tag (`controller.image.tag`,
+    /// `sidecars[0].image.tag`), of the string for a [`HelmWrite::Reference`] image (`image`),
+    /// or of the digest for a block with no tag. For parameters, the parameter's name.
+    pub key_path: String,
+    /// The normalized repository, registry included: `docker.io/bitnami/nginx`.
+    pub repository: String,
+    /// The tag as written (`1.27.3-debian-12-r5`), without a digest written into it.
+    pub tag: Option<String>,
+    /// The digest the values pin now (`sha256:…`), wherever it is written.
+    pub digest: Option<String>,
+    pub write: HelmWrite,
+    /// Where the tag's text is, for a tag policy that moves it together with the digest
+    /// (`None` for [`HelmWrite::Reference`] and [`HelmWrite::TagSuffix`], whose target already
+    /// holds the tag, and for a block without a tag).
+    pub tag_target: Option<Target>,
+}
+
+/// How a digest is added to a block that has no digest key (`helm.digest`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DigestMode {
+    /// `tag: 1.2.3@sha256:…`.
+    #[default]
+    Tag,
+    /// A `digest: sha256:…` line after `tag:`.
+    Key,
+}
+
+/// What the scanner needs to know about Helm: which files are values files and how a digest
+/// is added to a block without a digest key. Compiled once from the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct HelmOptions {
+    values_files: Option<GlobSet>,
+    pub digest: DigestMode,
+}
+
+impl HelmOptions {
+    /// Options with `values_files` globs (relative to a scanned directory, `**` crossing
+    /// directories) on top of the file names every chart uses.
+    pub fn new(values_files: &[String], digest: DigestMode) -> Result<HelmOptions, ManifestError> {
+        let globs = if values_files.is_empty() {
+            None
+        } else {
+            let mut builder = GlobSetBuilder::new();
+            for pattern in values_files {
+                let glob = GlobBuilder::new(pattern)
+                    .literal_separator(true)
+                    .build()
+                    .map_err(|error| ManifestError::InvalidGlob {
+                        glob: pattern.clone(),
+                        message: error.kind().to_string(),
+                    })?;
+                builder.add(glob);
+            }
+            Some(
+                builder
+                    .build()
+                    .map_err(|error| ManifestError::InvalidGlob {
+                        glob: values_files.join(", "),
+                        message: error.to_string(),
+                    })?,
+            )
+        };
+        Ok(HelmOptions {
+            values_files: globs,
+            digest,
+        })
+    }
+
+    /// Whether the file at `path` holds Helm values: named `values.yaml`, `values-*.yaml` or
+    /// `values.*.yaml` (or `.yml`), or matched by a `helm.values_files` glob. Globs match the
+    /// path as given and every suffix of it, so `envs/*/values.prod.yaml` matches whether the
+    /// scan was given the repository root or a directory above it.
+    pub fn is_values_file(&self, path: &Path) -> bool {
+        if is_values_file_name(path) {
+            return true;
+        }
+        let Some(globs) = &self.values_files else {
+            return false;
+        };
+        let mut rest = path;
+        loop {
+            if globs.is_match(rest) {
+                return true;
+            }
+            let mut components = rest.components();
+            if components.next().is_none() {
+                return false;
+            }
+            rest = components.as_path();
+            if rest.as_os_str().is_empty() {
+                return false;
+            }
+        }
+    }
+}
+
+/// The values file names of the Helm ecosystem's conventions.
+fn is_values_file_name(path: &Path) -> bool {
+    let Some(name) = path.file_name().and_then(|name| name.to_str()) else {
+        return false;
+    };
+    let Some(stem) = name
+        .strip_suffix(".yaml")
+        .or_else(|| name.strip_suffix(".yml"))
+    else {
+        return false;
+    };
+    stem == "values"
+        || stem
+            .strip_prefix("values-")
+            .or_else(|| stem.strip_prefix("values."))
+            .is_some_and(|rest| !rest.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_files_are_known_by_their_names() {
+        let options = HelmOptions::default();
+        for yes in [
+            "values.yaml",
+            "charts/web/values.yml",
+            "envs/values-production.yaml",
+            "values.staging.yaml",
+        ] {
+            assert!(options.is_values_file(Path::new(yes)), "{yes}");
+        }
+        for no in [
+            "values-.yaml",
+            "myvalues.yaml",
+            "values.json",
+            "deploy/web.yaml",
+            "values",
+        ] {
+            assert!(!options.is_values_file(Path::new(no)), "{no}");
+        }
+    }
+
+    #[test]
+    fn configured_globs_name_more_values_files_wherever_the_scan_starts() {
+        let options = HelmOptions::new(&["envs/*/helm.yaml".to_string()], DigestMode::Key).unwrap();
+        assert!(options.is_values_file(Path::new("envs/prod/helm.yaml")));
+        assert!(options.is_values_file(Path::new("repo/envs/prod/helm.yaml")));
+        assert!(!options.is_values_file(Path::new("envs/prod/app.yaml")));
+        assert!(!options.is_values_file(Path::new("envs/prod/x/helm.yaml")));
+    }
+
+    #[test]
+    fn an_invalid_glob_is_named() {
+        let error = HelmOptions::new(&["a/[b".to_string()], DigestMode::Tag).unwrap_err();
+        assert!(
+            error.to_string().starts_with("invalid glob \"a/[b\""),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn sources_name_their_object() {
+        let source = HelmSource::Application {
+            namespace: Some("argocd".into()),
+            name: "web".into(),
+            source: Some(1),
+            document: 0,
+        };
+        assert_eq!(source.to_string(), "Application argocd/web sources[1]");
+    }
+}
