@@ -536,7 +536,7 @@ async fn main() {
     };
     println!("  plan phases, ms from the start of the pass:");
     for (name, what) in [
-        ("read", "files listed and read (first request)"),
+        ("first image", "first image found (first request)"),
         ("scanned", "files scanned"),
         ("resolved", "last registry answer"),
         ("planned", "pass done"),

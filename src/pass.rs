@@ -43,11 +43,12 @@ impl Pass {
 
 /// Scans `paths`, resolves every distinct image once, and plans. Writes nothing.
 ///
-/// The files are read and scanned on a blocking thread that hands each file's images over as
-/// it goes, and the registry is asked for them at once: the scan's time hides behind the
-/// registry's answers instead of coming before them. The same thread then plans each file
-/// (rewrite and diff) as soon as its images are answered ([`plan::Planner`]), so what is left
-/// after the last answer is the few files that waited on it.
+/// The files are read and scanned, one after the other, on a blocking thread that hands each
+/// file's images over as it goes, and the registry is asked for them at once: the first
+/// request leaves after one file is read, not all of them, and the reading and scanning hide
+/// behind the registry's answers instead of coming before them. The same thread then plans
+/// each file (rewrite and diff) as soon as its images are answered ([`plan::Planner`]), so
+/// what is left after the last answer is the few files that waited on it.
 pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pass {
     let started = Instant::now();
     let (found, references) = tokio::sync::mpsc::unbounded_channel();
@@ -56,14 +57,17 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
     let scanning_and_planning = tokio::task::spawn_blocking(move || {
         // `plan` and `pin` read no configuration, so every tag stays as written.
         let follow = Follow::default();
-        let gathered = pipeline::gather_working_tree(&paths, &filter);
-        tracing::debug!(phase = "read", files = gathered.files.len(), elapsed = ?started.elapsed());
-        let scanned = pipeline::scan_with(gathered, &ImageSelection::default(), |file| {
-            for reference in plan::references_to_resolve(std::slice::from_ref(file), &follow) {
-                // The receiver lives until the sender is dropped, after the scan.
-                let _ = found.send(reference);
-            }
-        });
+        let mut first = true;
+        let scanned =
+            pipeline::scan_working_tree_with(&paths, &filter, &ImageSelection::default(), |file| {
+                if std::mem::take(&mut first) {
+                    tracing::debug!(phase = "first image", elapsed = ?started.elapsed());
+                }
+                for reference in plan::references_to_resolve(std::slice::from_ref(file), &follow) {
+                    // The receiver lives until the sender is dropped, after the scan.
+                    let _ = found.send(reference);
+                }
+            });
         // Every image is asked: the registry client may finish once its answers are in.
         drop(found);
         tracing::debug!(phase = "scanned", files = scanned.files.len(), elapsed = ?started.elapsed());
