@@ -41,6 +41,7 @@ use tagpin::registry::{Client, Settings, DEFAULT_CONCURRENCY_PER_HOST};
 const MANIFESTS: usize = 2_000;
 const IMAGES: usize = 500;
 const REPOSITORIES: usize = 50;
+/// Rounds measured (after one warm-up round); `BENCH_ROUNDS` overrides.
 const ROUNDS: usize = 7;
 const SCAN_REPEATS: usize = 10;
 /// Every this-many-th image is a multi-arch OCI index.
@@ -166,6 +167,39 @@ async fn plan_once(host: &str, root: &Path, per_host: usize, marks: &PhaseMarks)
         open_at_end: connections_to(port_of(host)),
         phases: marks.since(started),
     }
+}
+
+/// The pass as it was before issue #16's last changes, for comparison in the same rounds:
+/// every file read before the first is scanned, and the whole plan made after the last
+/// answer. Built from the same public pieces `pass::run` uses.
+async fn plan_as_before(host: &str, root: &Path) -> (Duration, usize) {
+    use tagpin::pipeline::{self, ImageSelection};
+    use tagpin::policy::Follow;
+    let client = Client::new(Settings {
+        insecure_hosts: vec![host.to_string()],
+        ..Settings::default()
+    })
+    .unwrap();
+    let started = Instant::now();
+    let (found, references) = tokio::sync::mpsc::unbounded_channel();
+    let paths = vec![root.to_path_buf()];
+    let scanning = tokio::task::spawn_blocking(move || {
+        let follow = Follow::default();
+        let gathered = pipeline::gather_working_tree(&paths, &FileFilter::default());
+        pipeline::scan_with(gathered, &ImageSelection::default(), |file| {
+            for reference in
+                tagpin::plan::references_to_resolve(std::slice::from_ref(file), &follow)
+            {
+                let _ = found.send(reference);
+            }
+        })
+    });
+    let resolutions = client.resolve_as_found(references, |_, _| {}).await;
+    let scanned = scanning.await.unwrap();
+    let plan = tagpin::plan::plan(&scanned.files, &resolutions, &Follow::default());
+    let elapsed = started.elapsed();
+    assert_eq!(plan.summary.to_pin, MANIFESTS);
+    (elapsed, connections_to(port_of(host)))
 }
 
 async fn resolve_once(host: &str, refs: &[Reference]) -> (Duration, usize) {
@@ -344,6 +378,7 @@ const PLAN: usize = 2;
 const PLAN_AT_FLOOR: usize = 3;
 const RESOLVE: usize = 4;
 const SYNC: usize = 5;
+const PLAN_AS_BEFORE: usize = 6;
 
 #[tokio::main]
 async fn main() {
@@ -431,11 +466,16 @@ async fn main() {
         Row::new("plan, 16 per host"),
         Row::new("resolution alone, 8 per host"),
         Row::new("sync, nothing changed"),
+        Row::new("plan as before (8 per host)"),
     ];
     let mut requests = 0;
     let mut phases: Vec<Vec<(String, Duration)>> = Vec::new();
     // Round 0 warms up (page cache, the registry's own caches) and is not counted.
-    for round in 0..=ROUNDS {
+    let rounds = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(ROUNDS);
+    for round in 0..=rounds {
         let mut order: Vec<usize> = (0..rows.len()).collect();
         order.rotate_left(round % rows.len());
         for i in order {
@@ -459,6 +499,7 @@ async fn main() {
                     (run.wall, run.open_at_end)
                 }
                 RESOLVE => resolve_once(&host, &refs).await,
+                PLAN_AS_BEFORE => plan_as_before(&host, tree.path()).await,
                 _ => sync_once(&config, &host, &cache).await,
             };
             let (own, reg) = (cpu_ticks("self") - own, cpu_ticks(&registry_pid) - reg);
@@ -486,8 +527,9 @@ async fn main() {
     let plan_at_floor_ratio = per_round(PLAN_AT_FLOOR, FLOOR);
     let resolve_ratio = per_round(RESOLVE, FLOOR);
     let sync_ratio = per_round(SYNC, PLAN);
+    let before_ratio = per_round(PLAN_AS_BEFORE, FLOOR);
 
-    println!("tagpin plan benchmark: {MANIFESTS} manifests, {IMAGES} distinct images (1 in {INDEX_EVERY} an OCI index), {ROUNDS} rounds, median (min to max)");
+    println!("tagpin plan benchmark: {MANIFESTS} manifests, {IMAGES} distinct images (1 in {INDEX_EVERY} an OCI index), {rounds} rounds, median (min to max)");
     println!(
         "  {:<32} {:>26} {:>11} {:>13} {:>6}",
         "run", "wall ms", "CPU tagpin", "CPU registry", "conns"
@@ -519,6 +561,10 @@ async fn main() {
     println!(
         "  ratio resolution alone / floor   {}",
         spread(resolve_ratio, 3)
+    );
+    println!(
+        "  ratio plan as before / floor     {}",
+        spread(before_ratio, 3)
     );
     println!(
         "  ratio sync / plan                {}   (target <= 1.2)",
