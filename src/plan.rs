@@ -6,7 +6,7 @@
 //! not be planned. Git, the forge and `pin` only consume a plan; none of them decides anything,
 //! which keeps every decision here testable with plain data.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -202,12 +202,19 @@ impl<'a> Planner<'a> {
             missing: vec![0; files.len()],
             planned: vec![None; files.len()],
         };
+        // Most images are named in several files: each value is parsed once.
+        let mut key_of_value: HashMap<&str, Option<ResolveKey>> = HashMap::new();
         for (index, file) in files.iter().enumerate() {
-            let mut keys: Vec<ResolveKey> =
-                references_to_resolve(std::slice::from_ref(file), follow)
-                    .iter()
-                    .map(ResolveKey::of)
-                    .collect();
+            let mut keys: Vec<ResolveKey> = file
+                .fields
+                .iter()
+                .filter_map(|field| {
+                    key_of_value
+                        .entry(field.value.as_str())
+                        .or_insert_with(|| key_to_resolve(&field.value, follow))
+                        .clone()
+                })
+                .collect();
             keys.sort();
             keys.dedup();
             planner.missing[index] = keys.len();
@@ -255,6 +262,16 @@ impl<'a> Planner<'a> {
         let file = std::slice::from_ref(&self.files[index]);
         self.planned[index] = Some(plan(file, &self.resolutions, self.follow));
     }
+}
+
+/// The key the registry is asked under for one field's value, as [`references_to_resolve`]
+/// picks it; `None` when the field needs no answer.
+fn key_to_resolve(value: &str, follow: &Follow) -> Option<ResolveKey> {
+    let reference = Reference::parse(value).ok()?;
+    if reference.is_digest_only() {
+        return None;
+    }
+    follow.target(&reference).ok().map(|r| ResolveKey::of(&r))
 }
 
 impl Plan {
