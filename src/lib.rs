@@ -11,6 +11,7 @@ pub mod forge;
 pub mod git;
 pub mod manifest;
 pub mod metrics;
+pub mod operator;
 mod output;
 pub mod pass;
 pub mod pipeline;
