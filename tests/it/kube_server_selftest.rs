@@ -8,12 +8,13 @@ use crate::support;
 
 use std::time::Duration;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
-    WatchEvent, WatchParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::Discovery;
@@ -672,4 +673,786 @@ async fn objects_a_real_server_would_refuse_make_apply_panic() {
         "metadata": { "name": "broken", "namespace": "shop" },
         "spec": { "containers": "not-a-list" },
     }));
+}
+
+// ---------------------------------------------------------------------------
+// Operator mode: custom resources, status, Secrets, Leases, Events
+// ---------------------------------------------------------------------------
+
+/// A CRD as `kube::CustomResource` derives them: one served version, a
+/// structural schema, a status subresource, a short name.
+fn pinned_repository_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": { "name": "pinnedrepositories.tagpin.dev" },
+        "spec": {
+            "group": "tagpin.dev",
+            "names": {
+                "categories": [],
+                "kind": "PinnedRepository",
+                "plural": "pinnedrepositories",
+                "shortNames": ["pinrepo"],
+                "singular": "pinnedrepository",
+            },
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1alpha1",
+                "served": true,
+                "storage": true,
+                "subresources": { "status": {} },
+                "schema": { "openAPIV3Schema": {
+                    "type": "object",
+                    "required": ["spec"],
+                    "properties": {
+                        "spec": {
+                            "type": "object",
+                            "required": ["url"],
+                            "properties": {
+                                "url": { "type": "string" },
+                                "branch": { "type": "string", "nullable": true },
+                                "interval": { "type": "integer", "format": "int64", "minimum": 1 },
+                            },
+                        },
+                        "status": {
+                            "type": "object",
+                            "nullable": true,
+                            "properties": {
+                                "observedGeneration": { "type": "integer", "nullable": true },
+                                "conditions": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["type", "status"],
+                                        "properties": {
+                                            "type": { "type": "string" },
+                                            "status": { "type": "string", "enum": ["True", "False", "Unknown"] },
+                                            "reason": { "type": "string" },
+                                            "message": { "type": "string" },
+                                            "lastTransitionTime": { "type": "string", "format": "date-time" },
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }},
+            }],
+        },
+    })
+}
+
+fn pinned_repository(name: &str, url: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "tagpin.dev/v1alpha1",
+        "kind": "PinnedRepository",
+        "metadata": { "name": name },
+        "spec": { "url": url },
+    }))
+    .unwrap()
+}
+
+fn pinned_repository_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("tagpin.dev", "v1alpha1", "PinnedRepository"),
+        "pinnedrepositories",
+    )
+}
+
+/// The grants a controller of PinnedRepositories has in namespace `ns`.
+fn operator_grants(server: &KubeServer, ns: &str) {
+    server.grant(Grant::namespaced(
+        ns,
+        &[
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ],
+        &[
+            "pinnedrepositories",
+            "pinnedrepositories/status",
+            "leases",
+            "events",
+            "secrets",
+        ],
+    ));
+}
+
+#[tokio::test]
+async fn a_crd_created_through_the_api_serves_its_custom_resource_with_discovery_and_schema() {
+    let server = KubeServer::start().await;
+    server.grant(Grant::cluster(&["create"], &["customresourcedefinitions"]));
+    operator_grants(&server, "shop");
+    let client = server.client().await;
+
+    // Before the CRD: 404, as on a cluster without it.
+    let repos: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "shop", &pinned_repository_resource());
+    let missing = api_error(repos.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!(missing.code, 404);
+
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(pinned_repository_crd()).unwrap();
+    let created = crds.create(&PostParams::default(), &crd).await.unwrap();
+    assert_eq!(created.metadata.generation, Some(1));
+    let established = created
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .any(|c| c.type_ == "Established" && c.status == "True");
+    assert!(established, "a created CRD is Established");
+
+    for discovery in [
+        Discovery::new(client.clone()).run().await.unwrap(),
+        Discovery::new(client.clone())
+            .run_aggregated()
+            .await
+            .unwrap(),
+    ] {
+        let gvk = GroupVersionKind::gvk("tagpin.dev", "v1alpha1", "PinnedRepository");
+        let (resource, caps) = discovery.resolve_gvk(&gvk).expect("PinnedRepository");
+        assert_eq!(resource.plural, "pinnedrepositories");
+        assert_eq!(caps.scope, kube::discovery::Scope::Namespaced);
+        assert!(caps.supports_operation(kube::discovery::verbs::WATCH));
+        assert!(
+            caps.subresources
+                .iter()
+                .any(|(r, _)| r.plural == "pinnedrepositories/status" || r.plural == "status"),
+            "status subresource listed: {:?}",
+            caps.subresources
+        );
+    }
+    let list: Value = client
+        .request(
+            http::Request::get("/apis/tagpin.dev/v1alpha1")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(list["resources"][0]["shortNames"], json!(["pinrepo"]));
+
+    // Create: generation 1, the status is the server's, unknown fields pruned with a warning.
+    let mut repo = pinned_repository("web", "https://git.example/web.git");
+    repo.data["spec"]["colour"] = json!("blue");
+    repo.data["status"] = json!({ "observedGeneration": 9 });
+    let stored = repos.create(&PostParams::default(), &repo).await.unwrap();
+    assert_eq!(stored.metadata.generation, Some(1));
+    assert_eq!(stored.metadata.namespace.as_deref(), Some("shop"));
+    assert!(stored.data.get("status").is_none(), "{:?}", stored.data);
+    assert!(stored.data["spec"].get("colour").is_none(), "pruned");
+    let create = server
+        .requests()
+        .into_iter()
+        .rfind(|r| r.verb == "create")
+        .unwrap();
+    assert_eq!(
+        (create.resource.as_str(), create.status),
+        ("pinnedrepositories", 201)
+    );
+
+    // What the schema refuses is 422 Invalid, naming the field.
+    let mut bad = pinned_repository("bad", "https://git.example/bad.git");
+    bad.data["spec"]["interval"] = json!(0);
+    let invalid = api_error(
+        repos
+            .create(&PostParams::default(), &bad)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((invalid.code, invalid.reason.as_str()), (422, "Invalid"));
+    assert!(
+        invalid
+            .message
+            .starts_with("PinnedRepository.tagpin.dev \"bad\" is invalid: spec.interval"),
+        "{}",
+        invalid.message
+    );
+
+    // Strict field validation refuses the unknown field instead of pruning it.
+    let strict = api_error(
+        repos
+            .patch(
+                "web",
+                &PatchParams {
+                    field_validation: Some(kube::api::ValidationDirective::Strict),
+                    ..Default::default()
+                },
+                &Patch::Merge(json!({ "spec": { "colour": "red" } })),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(strict.code, 400);
+    assert!(
+        strict.message.contains("unknown field \"spec.colour\""),
+        "{}",
+        strict.message
+    );
+
+    let again = api_error(
+        repos
+            .create(&PostParams::default(), &repo)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((again.code, again.reason.as_str()), (409, "AlreadyExists"));
+    assert_eq!(
+        again.message,
+        "pinnedrepositories.tagpin.dev \"web\" already exists"
+    );
+    server.assert_no_writes();
+}
+
+#[tokio::test]
+async fn status_subresource_generation_and_stale_updates_behave_like_the_real_server() {
+    let server = KubeServer::start().await;
+    server.register_crd(pinned_repository_crd());
+    operator_grants(&server, "shop");
+    let repos: Api<DynamicObject> =
+        Api::namespaced_with(server.client().await, "shop", &pinned_repository_resource());
+    let created = repos
+        .create(
+            &PostParams::default(),
+            &pinned_repository("web", "https://git.example/web.git"),
+        )
+        .await
+        .unwrap();
+    let rv = |o: &DynamicObject| o.metadata.resource_version.clone().unwrap();
+
+    // A status write changes only the status: no generation bump, a new resourceVersion.
+    let mut with_status = created.clone();
+    with_status.data["status"] = json!({
+        "observedGeneration": 1,
+        "conditions": [{ "type": "Ready", "status": "False", "reason": "Pending" }],
+    });
+    with_status.data["spec"]["url"] = json!("https://ignored.example/x.git");
+    let after_status = repos
+        .replace_status("web", &PostParams::default(), &with_status)
+        .await
+        .unwrap();
+    assert_eq!(after_status.metadata.generation, Some(1));
+    assert_ne!(rv(&after_status), rv(&created));
+    assert_eq!(
+        after_status.data["spec"]["url"],
+        "https://git.example/web.git"
+    );
+    assert_eq!(
+        after_status.data["status"]["conditions"][0]["reason"],
+        "Pending"
+    );
+
+    // A spec change bumps the generation and leaves the status alone.
+    let mut spec_change = after_status.clone();
+    spec_change.data["spec"]["branch"] = json!("main");
+    spec_change.data["status"] = json!({ "observedGeneration": 42 });
+    let after_spec = repos
+        .replace("web", &PostParams::default(), &spec_change)
+        .await
+        .unwrap();
+    assert_eq!(after_spec.metadata.generation, Some(2));
+    assert_eq!(after_spec.data["status"]["observedGeneration"], 1);
+
+    // The update that carried the old resourceVersion is 409 Conflict.
+    let stale = api_error(
+        repos
+            .replace("web", &PostParams::default(), &spec_change)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((stale.code, stale.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        stale.message,
+        "Operation cannot be fulfilled on pinnedrepositories.tagpin.dev \"web\": the object has \
+         been modified; please apply your changes to the latest version and try again"
+    );
+    let details = stale.details.unwrap();
+    assert_eq!(
+        (
+            details.name.as_str(),
+            details.group.as_str(),
+            details.kind.as_str()
+        ),
+        ("web", "tagpin.dev", "pinnedrepositories")
+    );
+
+    // Merge patch on /status, without a resourceVersion: unconditional.
+    let merged = repos
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "observedGeneration": 2 } })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(merged.data["status"]["observedGeneration"], 2);
+    assert_eq!(merged.data["status"]["conditions"][0]["type"], "Ready");
+    assert_eq!(merged.metadata.generation, Some(2));
+
+    // A merge patch that carries a stale resourceVersion is a failed precondition.
+    let stale_patch = api_error(
+        repos
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({
+                    "metadata": { "resourceVersion": rv(&created) },
+                    "spec": { "branch": "dev" },
+                })),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(stale_patch.code, 409);
+
+    // Nothing the schema does not allow gets into the status either.
+    let invalid = api_error(
+        repos
+            .patch_status(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({ "status": { "conditions": [{ "type": "Ready", "status": "Yes" }] } }),
+                ),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(invalid.code, 422, "{}", invalid.message);
+
+    // Updating an object that is not there is 404.
+    let mut ghost = pinned_repository("ghost", "https://git.example/g.git");
+    ghost.metadata.namespace = Some("shop".to_string());
+    let missing = api_error(
+        repos
+            .replace("ghost", &PostParams::default(), &ghost)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(missing.code, 404);
+    server.assert_no_writes();
+}
+
+#[tokio::test]
+async fn server_side_apply_creates_merges_and_drops_what_its_manager_stopped_applying() {
+    let server = KubeServer::start().await;
+    server.register_crd(pinned_repository_crd());
+    operator_grants(&server, "shop");
+    let repos: Api<DynamicObject> =
+        Api::namespaced_with(server.client().await, "shop", &pinned_repository_resource());
+
+    let no_manager = api_error(
+        repos
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Apply(pinned_repository("web", "https://git.example/web.git")),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(no_manager.code, 422);
+    assert!(
+        no_manager.message.contains("fieldManager: Required value"),
+        "{}",
+        no_manager.message
+    );
+
+    let pp = PatchParams::apply("tagpin-test").force();
+    let mut applied = pinned_repository("web", "https://git.example/web.git");
+    applied.data["spec"]["branch"] = json!("main");
+    let created = repos
+        .patch("web", &pp, &Patch::Apply(&applied))
+        .await
+        .unwrap();
+    assert_eq!(created.metadata.generation, Some(1));
+    assert_eq!(created.data["spec"]["branch"], "main");
+
+    // The manager stops applying `branch`: it goes; the URL changes.
+    let again = pinned_repository("web", "https://git.example/moved.git");
+    let updated = repos
+        .patch("web", &pp, &Patch::Apply(&again))
+        .await
+        .unwrap();
+    assert!(
+        updated.data["spec"].get("branch").is_none(),
+        "{:?}",
+        updated.data
+    );
+    assert_eq!(updated.data["spec"]["url"], "https://git.example/moved.git");
+    assert_eq!(updated.metadata.generation, Some(2));
+
+    // Apply on /status sets the status only.
+    let status = json!({
+        "apiVersion": "tagpin.dev/v1alpha1",
+        "kind": "PinnedRepository",
+        "metadata": { "name": "web" },
+        "status": { "observedGeneration": 2, "conditions": [{ "type": "Ready", "status": "True" }] },
+    });
+    let with_status = repos
+        .patch_status("web", &pp, &Patch::Apply(&status))
+        .await
+        .unwrap();
+    assert_eq!(
+        with_status.data["status"]["conditions"][0]["status"],
+        "True"
+    );
+    assert_eq!(with_status.metadata.generation, Some(2));
+    server.assert_no_writes();
+}
+
+#[tokio::test]
+async fn a_kube_runtime_watcher_sees_custom_resources_added_modified_and_deleted() {
+    use kube::runtime::watcher;
+
+    let server = KubeServer::start().await;
+    server.register_crd(pinned_repository_crd());
+    server.set_bookmark_interval(Duration::from_millis(200));
+    let repo_value = |name: &str, url: &str| {
+        json!({
+            "apiVersion": "tagpin.dev/v1alpha1",
+            "kind": "PinnedRepository",
+            "metadata": { "name": name, "namespace": "shop", "labels": { "team": "web" } },
+            "spec": { "url": url },
+        })
+    };
+    server.apply(repo_value("old", "https://git.example/old.git"));
+    let repos: Api<DynamicObject> =
+        Api::namespaced_with(server.client().await, "shop", &pinned_repository_resource());
+    let mut events = watcher::watcher(repos, watcher::Config::default().labels("team=web")).boxed();
+
+    async fn next(
+        events: &mut (impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>
+                  + Unpin),
+    ) -> watcher::Event<DynamicObject> {
+        tokio::time::timeout(Duration::from_secs(10), events.try_next())
+            .await
+            .expect("a watcher event within 10 s")
+            .unwrap()
+            .unwrap()
+    }
+    let name = |o: &DynamicObject| o.name_any();
+    assert!(matches!(next(&mut events).await, watcher::Event::Init));
+    assert!(matches!(next(&mut events).await, watcher::Event::InitApply(o) if name(&o) == "old"));
+    assert!(matches!(next(&mut events).await, watcher::Event::InitDone));
+
+    server.apply(repo_value("new", "https://git.example/new.git"));
+    assert!(matches!(next(&mut events).await, watcher::Event::Apply(o) if name(&o) == "new"));
+    server.set_status(
+        "pinnedrepository",
+        "shop",
+        "new",
+        json!({ "conditions": [{ "type": "Ready", "status": "True" }] }),
+    );
+    match next(&mut events).await {
+        watcher::Event::Apply(o) => assert_eq!(o.data["status"]["conditions"][0]["status"], "True"),
+        other => panic!("expected the status change, got {other:?}"),
+    }
+    assert!(server.delete("pinrepo", "shop", "old"));
+    assert!(matches!(next(&mut events).await, watcher::Event::Delete(o) if name(&o) == "old"));
+}
+
+#[tokio::test]
+async fn secrets_are_watched_by_name_and_a_rotation_is_seen() {
+    use kube::runtime::watcher;
+    use support::kube::secret;
+
+    let server = KubeServer::start().await;
+    server.apply(secret(
+        "shop",
+        "git-creds",
+        &[("tagpin.dev/credentials", "git")],
+        &[("token", "one")],
+    ));
+    server.apply(secret(
+        "shop",
+        "other",
+        &[("tagpin.dev/credentials", "git")],
+        &[("token", "x")],
+    ));
+    let secrets: Api<Secret> = Api::namespaced(server.client().await, "shop");
+    let config = watcher::Config::default()
+        .fields("metadata.name=git-creds")
+        .labels("tagpin.dev/credentials=git");
+    let mut events = watcher::watcher(secrets, config).boxed();
+    let mut seen = Vec::new();
+    let token =
+        |s: &Secret| String::from_utf8(s.data.as_ref().unwrap()["token"].0.clone()).unwrap();
+    loop {
+        let event = tokio::time::timeout(Duration::from_secs(10), events.try_next())
+            .await
+            .expect("a watcher event within 10 s")
+            .unwrap()
+            .unwrap();
+        match event {
+            watcher::Event::InitApply(s) => seen.push((s.name_any(), token(&s))),
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(seen, [("git-creds".to_string(), "one".to_string())]);
+
+    server.rotate_secret("shop", "other", &[("token", "ignored")]);
+    server.rotate_secret("shop", "git-creds", &[("token", "two")]);
+    let event = tokio::time::timeout(Duration::from_secs(10), events.try_next())
+        .await
+        .expect("the rotation within 10 s")
+        .unwrap()
+        .unwrap();
+    match event {
+        watcher::Event::Apply(s) => assert_eq!(
+            (s.name_any(), token(&s)),
+            ("git-creds".to_string(), "two".to_string())
+        ),
+        other => panic!("expected the rotated Secret, got {other:?}"),
+    }
+    assert_eq!(server.request_count("watch", "secrets"), 1);
+}
+
+#[tokio::test]
+async fn leases_conflict_on_a_stale_update_and_on_a_racing_create() {
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+
+    let server = KubeServer::start().await;
+    server.grant(Grant::namespaced(
+        "tagpin",
+        &["get", "create", "update"],
+        &["leases"],
+    ));
+    let leases: Api<Lease> = Api::namespaced(server.client().await, "tagpin");
+    let lease = |holder: &str| Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some("tagpin-leader".to_string()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.to_string()),
+            lease_duration_seconds: Some(15),
+            lease_transitions: Some(0),
+            ..Default::default()
+        }),
+    };
+    let first = leases
+        .create(&PostParams::default(), &lease("a"))
+        .await
+        .unwrap();
+    let racing = api_error(
+        leases
+            .create(&PostParams::default(), &lease("b"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        (racing.code, racing.reason.as_str()),
+        (409, "AlreadyExists")
+    );
+
+    let mut renewed = first.clone();
+    renewed.spec.as_mut().unwrap().renew_time =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+    let renewed = leases
+        .replace("tagpin-leader", &PostParams::default(), &renewed)
+        .await
+        .unwrap();
+    assert_ne!(
+        renewed.metadata.resource_version,
+        first.metadata.resource_version
+    );
+    assert!(
+        renewed.metadata.generation.is_none(),
+        "Leases have no generation"
+    );
+
+    // `b` read the Lease before `a` renewed it: its takeover is refused.
+    let mut takeover = first.clone();
+    takeover.spec.as_mut().unwrap().holder_identity = Some("b".to_string());
+    let stale = api_error(
+        leases
+            .replace("tagpin-leader", &PostParams::default(), &takeover)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((stale.code, stale.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        server.get("Lease", "tagpin", "tagpin-leader").unwrap()["spec"]["holderIdentity"],
+        "a"
+    );
+
+    // Without the grant (another namespace), a write is 403 and kept for the test to see.
+    let elsewhere: Api<Lease> = Api::namespaced(server.client().await, "default");
+    let denied = api_error(
+        elsewhere
+            .create(&PostParams::default(), &lease("c"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(denied.code, 403);
+    assert_eq!(server.take_writes().len(), 1);
+
+    let counts = server.request_counts();
+    assert_eq!(counts[&("create".to_string(), "leases".to_string())], 3);
+    assert_eq!(counts[&("update".to_string(), "leases".to_string())], 2);
+}
+
+#[tokio::test]
+async fn a_kube_recorder_creates_events_then_patches_them_as_a_series() {
+    use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+    let server = KubeServer::start().await;
+    server.grant(Grant::namespaced("shop", &["create", "patch"], &["events"]));
+    let client = server.client().await;
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "tagpin".into(),
+            instance: Some("tagpin-0".into()),
+        },
+    );
+    let reference = ObjectReference {
+        api_version: Some("tagpin.dev/v1alpha1".into()),
+        kind: Some("PinnedRepository".into()),
+        name: Some("web".into()),
+        namespace: Some("shop".into()),
+        ..Default::default()
+    };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Pinned".into(),
+        note: Some("pinned 2 images".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &reference).await.unwrap();
+    recorder.publish(&event, &reference).await.unwrap();
+
+    let events = server.events("shop");
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(events[0]["reason"], "Pinned");
+    assert_eq!(events[0]["regarding"]["name"], "web");
+    assert_eq!(events[0]["series"]["count"], 2);
+    assert_eq!(server.request_count("create", "events"), 1);
+    assert_eq!(server.request_count("patch", "events"), 1);
+
+    // An old-style core Event is recorded too.
+    let core: Api<CoreEvent> = Api::namespaced(client, "shop");
+    let old_style: CoreEvent = serde_json::from_value(json!({
+        "metadata": { "name": "web.1" },
+        "involvedObject": { "kind": "PinnedRepository", "name": "web", "namespace": "shop" },
+        "reason": "Verified",
+        "message": "converged",
+        "type": "Normal",
+    }))
+    .unwrap();
+    core.create(&PostParams::default(), &old_style)
+        .await
+        .unwrap();
+    let events = server.events("shop");
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[1]["apiVersion"], "v1");
+    assert_eq!(events[1]["reason"], "Verified");
+    server.assert_no_writes();
+}
+
+#[tokio::test]
+async fn deletion_waits_for_finalizers() {
+    let server = KubeServer::start().await;
+    server.register_crd(pinned_repository_crd());
+    operator_grants(&server, "shop");
+    let repos: Api<DynamicObject> =
+        Api::namespaced_with(server.client().await, "shop", &pinned_repository_resource());
+    let mut repo = pinned_repository("web", "https://git.example/web.git");
+    repo.metadata.finalizers = Some(vec!["tagpin.dev/cleanup".to_string()]);
+    repos.create(&PostParams::default(), &repo).await.unwrap();
+
+    repos.delete("web", &DeleteParams::default()).await.unwrap();
+    let deleting = repos.get("web").await.unwrap();
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    assert_eq!(deleting.metadata.generation, Some(1));
+
+    repos
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(json!([
+                { "op": "test", "path": "/metadata/finalizers/0", "value": "tagpin.dev/cleanup" },
+                { "op": "remove", "path": "/metadata/finalizers/0" },
+            ])).unwrap()),
+        )
+        .await
+        .unwrap();
+    let gone = api_error(repos.get("web").await.unwrap_err());
+    assert_eq!(gone.code, 404);
+    server.assert_no_writes();
+}
+
+/// The real kubectl reads this server's discovery and watches: `kubectl
+/// wait --for=condition=Ready` on a custom resource returns once a
+/// controller sets the condition.
+#[tokio::test]
+async fn kubectl_waits_for_a_condition_on_a_custom_resource() {
+    let server = KubeServer::start().await;
+    // kubectl sends no bearer token over plain HTTP.
+    server.allow_anonymous();
+    server.register_crd(pinned_repository_crd());
+    server.apply(json!({
+        "apiVersion": "tagpin.dev/v1alpha1",
+        "kind": "PinnedRepository",
+        "metadata": { "name": "x", "namespace": "default" },
+        "spec": { "url": "https://git.example/x.git" },
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.kubeconfig(dir.path());
+    let kubectl = std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into());
+    let run = |args: &[&str]| {
+        tokio::process::Command::new(&kubectl)
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("HOME", dir.path())
+            .kill_on_drop(true)
+            .output()
+    };
+
+    let got = run(&["get", "pinrepo", "-o", "name"]).await.unwrap();
+    assert!(got.status.success(), "{}", support::output_text(&got));
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout).trim(),
+        "pinnedrepository.tagpin.dev/x"
+    );
+
+    let wait = tokio::spawn(run(&[
+        "wait",
+        "--for=condition=Ready",
+        "pinnedrepository/x",
+        "--timeout=30s",
+    ]));
+    // kubectl is waiting once it watches the object.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !server
+        .requests()
+        .iter()
+        .any(|r| r.verb == "watch" && r.resource == "pinnedrepositories")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "kubectl never watched: {:#?}",
+            server.requests()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.set_status(
+        "PinnedRepository",
+        "default",
+        "x",
+        json!({ "conditions": [{ "type": "Ready", "status": "True", "reason": "Pinned" }] }),
+    );
+    let out = wait.await.unwrap().unwrap();
+    assert!(out.status.success(), "{}", support::output_text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "pinnedrepository.tagpin.dev/x condition met"
+    );
+    server.assert_no_writes();
 }

@@ -18,6 +18,7 @@ mod examples;
 mod file_size;
 mod git_server_selftest;
 mod github_server_selftest;
+mod gitlab_server_selftest;
 mod gitops;
 mod golden;
 mod harness_selftest;

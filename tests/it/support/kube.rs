@@ -3,7 +3,7 @@
 //! tagpin proves that a cluster converged by reading live workloads and each
 //! pod's `status.containerStatuses[].imageID` with the `kube` crate. No real
 //! API server can run on the test machines (no containers, no kind), so this
-//! module serves the read side of the Kubernetes API on a loopback port, with
+//! module serves the Kubernetes API on a loopback port, with
 //! in-memory state, for the real `kube` client to talk to.
 //!
 //! It follows the real server where a client could tell the difference:
@@ -28,13 +28,27 @@
 //! - Errors are real `Status` objects: 401 Unauthorized, 403 Forbidden with the
 //!   real message, 404 NotFound, 400 BadRequest, 410 Expired.
 //! - RBAC is simulated: reads are allowed by default and can be narrowed or
-//!   denied per (verb, resource, namespace). Writes are never allowed: tagpin
-//!   must not change the cluster, so every POST/PUT/PATCH/DELETE is refused
-//!   with 403 and kept in [`KubeServer::writes`]. A write fails the test that
-//!   caused it: [`KubeServer::assert_no_writes`] panics, and so does `Drop` if
-//!   any write is left that the test did not take with
-//!   [`KubeServer::take_writes`] (tests that attempt writes on purpose take
-//!   them and assert on them).
+//!   denied per (verb, resource, namespace). Writes are refused unless a test
+//!   grants them ([`KubeServer::grant`]): in verify mode tagpin must not change
+//!   the cluster, so every POST/PUT/PATCH/DELETE is refused with 403 and kept
+//!   in [`KubeServer::writes`]. A refused write fails the test that caused it:
+//!   [`KubeServer::assert_no_writes`] panics, and so does `Drop` if any is left
+//!   that the test did not take with [`KubeServer::take_writes`].
+//! - Granted writes (operator mode: a controller's status, Leases, Events) are
+//!   served as the real registry serves them (`kube/writes.rs`): 201/200 with
+//!   the stored object, 409 Conflict on a stale `resourceVersion`, 409
+//!   AlreadyExists, 422 Invalid, the `status` subresource, merge and JSON
+//!   patches, server-side apply, finalizers.
+//! - Custom resources: a CustomResourceDefinition created through the API or
+//!   with [`KubeServer::register_crd`] is served from then on, discovery
+//!   included, its schema checking and pruning objects (`kube/crd.rs`).
+//!   Secrets, Leases (`coordination.k8s.io/v1`) and Events (core `v1` and
+//!   `events.k8s.io/v1`) are built-in types.
+//! - Every request is logged with its Kubernetes verb and resource, and
+//!   counted ([`KubeServer::request_counts`]).
+//!
+//! Adding a built-in kind is one entry in `RESOURCES` (and its group in
+//! `GROUPS` if new).
 //!
 //! Test support panics with a clear message instead of returning errors.
 
@@ -51,13 +65,19 @@ use axum::response::Response;
 use axum::Router;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod, PodTemplateSpec, Secret};
+use k8s_openapi::api::events::v1::Event as EventsV1Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
+
+mod crd;
+mod writes;
 
 /// The bearer token [`KubeServer::start`] accepts.
 pub const DEFAULT_TOKEN: &str = "tagpin-test-token";
@@ -117,6 +137,15 @@ struct ResourceType {
     has_generation: bool,
     /// Decodes an object as the real server's storage would and re-encodes it.
     normalize: fn(Value) -> Result<Value, String>,
+    /// Namespaced, or cluster-scoped (CustomResourceDefinitions, cluster-scoped
+    /// custom resources): then objects are stored under the namespace `""`.
+    namespaced: bool,
+    /// Whether `/status` is a subresource of its own: writes to the object
+    /// then leave `status` alone, and writes to `/status` change only it.
+    status_subresource: bool,
+    /// For a type registered from a CRD: its schema, which checks and prunes
+    /// every stored object (after `normalize` checked the metadata).
+    schema: Option<&'static crd::CrdSchema>,
 }
 
 impl ResourceType {
@@ -164,6 +193,9 @@ static RESOURCES: &[ResourceType] = &[
         ],
         has_generation: false,
         normalize: typed::<Pod>,
+        namespaced: true,
+        status_subresource: true,
+        schema: None,
     },
     ResourceType {
         group: "apps",
@@ -175,6 +207,9 @@ static RESOURCES: &[ResourceType] = &[
         field_labels: &[],
         has_generation: true,
         normalize: typed::<Deployment>,
+        namespaced: true,
+        status_subresource: true,
+        schema: None,
     },
     ResourceType {
         group: "apps",
@@ -186,6 +221,9 @@ static RESOURCES: &[ResourceType] = &[
         field_labels: &[],
         has_generation: true,
         normalize: typed::<StatefulSet>,
+        namespaced: true,
+        status_subresource: true,
+        schema: None,
     },
     ResourceType {
         group: "apps",
@@ -197,6 +235,9 @@ static RESOURCES: &[ResourceType] = &[
         field_labels: &[],
         has_generation: true,
         normalize: typed::<DaemonSet>,
+        namespaced: true,
+        status_subresource: true,
+        schema: None,
     },
     ResourceType {
         group: "apps",
@@ -208,6 +249,9 @@ static RESOURCES: &[ResourceType] = &[
         field_labels: &["status.replicas"],
         has_generation: true,
         normalize: typed::<ReplicaSet>,
+        namespaced: true,
+        status_subresource: true,
+        schema: None,
     },
     ResourceType {
         group: "batch",
@@ -219,6 +263,9 @@ static RESOURCES: &[ResourceType] = &[
         field_labels: &["status.successful"],
         has_generation: true,
         normalize: typed::<Job>,
+        namespaced: true,
+        status_subresource: true,
+        schema: None,
     },
     ResourceType {
         group: "batch",
@@ -230,6 +277,9 @@ static RESOURCES: &[ResourceType] = &[
         field_labels: &[],
         has_generation: true,
         normalize: typed::<CronJob>,
+        namespaced: true,
+        status_subresource: true,
+        schema: None,
     },
     ResourceType {
         group: "apps.openshift.io",
@@ -241,6 +291,9 @@ static RESOURCES: &[ResourceType] = &[
         field_labels: &[],
         has_generation: true,
         normalize: deployment_config,
+        namespaced: true,
+        status_subresource: true,
+        schema: None,
     },
     ResourceType {
         group: "argoproj.io",
@@ -252,6 +305,9 @@ static RESOURCES: &[ResourceType] = &[
         field_labels: &[],
         has_generation: true,
         normalize: argo_cd_application,
+        namespaced: true,
+        status_subresource: false,
+        schema: None,
     },
     ResourceType {
         group: "kustomize.toolkit.fluxcd.io",
@@ -263,6 +319,9 @@ static RESOURCES: &[ResourceType] = &[
         field_labels: &[],
         has_generation: true,
         normalize: flux_kustomization,
+        namespaced: true,
+        status_subresource: true,
+        schema: None,
     },
     ResourceType {
         group: "source.toolkit.fluxcd.io",
@@ -274,6 +333,91 @@ static RESOURCES: &[ResourceType] = &[
         field_labels: &[],
         has_generation: true,
         normalize: flux_git_repository,
+        namespaced: true,
+        status_subresource: true,
+        schema: None,
+    },
+    ResourceType {
+        group: "",
+        version: "v1",
+        kind: "Secret",
+        plural: "secrets",
+        singular: "secret",
+        short_names: &[],
+        field_labels: &["type"],
+        has_generation: false,
+        normalize: typed::<Secret>,
+        namespaced: true,
+        status_subresource: false,
+        schema: None,
+    },
+    ResourceType {
+        group: "",
+        version: "v1",
+        kind: "Event",
+        plural: "events",
+        singular: "event",
+        short_names: &["ev"],
+        field_labels: &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        has_generation: false,
+        normalize: typed::<CoreEvent>,
+        namespaced: true,
+        status_subresource: false,
+        schema: None,
+    },
+    ResourceType {
+        group: "events.k8s.io",
+        version: "v1",
+        kind: "Event",
+        plural: "events",
+        singular: "event",
+        short_names: &["ev"],
+        field_labels: &["reason", "type", "reportingController"],
+        has_generation: false,
+        normalize: events_v1_event,
+        namespaced: true,
+        status_subresource: false,
+        schema: None,
+    },
+    ResourceType {
+        group: "coordination.k8s.io",
+        version: "v1",
+        kind: "Lease",
+        plural: "leases",
+        singular: "lease",
+        short_names: &[],
+        field_labels: &[],
+        has_generation: false,
+        normalize: typed::<Lease>,
+        namespaced: true,
+        status_subresource: false,
+        schema: None,
+    },
+    ResourceType {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        kind: "CustomResourceDefinition",
+        plural: "customresourcedefinitions",
+        singular: "customresourcedefinition",
+        short_names: &["crd", "crds"],
+        field_labels: &[],
+        has_generation: true,
+        normalize: typed::<CustomResourceDefinition>,
+        namespaced: false,
+        status_subresource: true,
+        schema: None,
     },
 ];
 
@@ -281,7 +425,10 @@ static RESOURCES: &[ResourceType] = &[
 /// (built-in groups first, then those of CRDs).
 const GROUPS: &[(&str, &str)] = &[
     ("apps", "v1"),
+    ("events.k8s.io", "v1"),
     ("batch", "v1"),
+    ("coordination.k8s.io", "v1"),
+    ("apiextensions.k8s.io", "v1"),
     ("apps.openshift.io", "v1"),
     ("argoproj.io", "v1alpha1"),
     ("kustomize.toolkit.fluxcd.io", "v1"),
@@ -390,34 +537,101 @@ fn crd_schema(file: &str) -> &'static jsonschema::Validator {
     &schemas[file]
 }
 
-/// The served type for an object's `apiVersion` and `kind`.
-fn resource_for_object(obj: &Value) -> Result<usize, String> {
-    let api_version = obj["apiVersion"].as_str().unwrap_or_default();
-    let kind = obj["kind"].as_str().unwrap_or_default();
-    RESOURCES
-        .iter()
-        .position(|r| r.api_version() == api_version && r.kind == kind)
-        .ok_or_else(|| format!("this test server does not serve {api_version} {kind}"))
+/// A registered custom resource keeps only its metadata typed: the rest is
+/// checked by its CRD's schema (`ResourceType::schema`).
+fn metadata_only(mut obj: Value) -> Result<Value, String> {
+    typed_metadata(&mut obj)?;
+    Ok(obj)
 }
 
-/// The served type a test names by kind, plural, singular or short name.
-fn resource_named(name: &str) -> usize {
-    let wanted = name.to_ascii_lowercase();
-    RESOURCES
-        .iter()
-        .position(|r| {
-            r.kind.to_ascii_lowercase() == wanted
-                || r.plural == wanted
-                || r.singular == wanted
-                || r.short_names.contains(&wanted.as_str())
-        })
-        .unwrap_or_else(|| panic!("KubeServer: no served resource type is called {name:?}"))
+/// The `events.k8s.io/v1` Event, with the fields the real server's validation
+/// requires of a new-style event (`k8s.io/kubernetes/pkg/apis/core/validation`,
+/// `ValidateEventCreate` for events.k8s.io/v1).
+fn events_v1_event(obj: Value) -> Result<Value, String> {
+    let obj = typed::<EventsV1Event>(obj)?;
+    for field in [
+        "eventTime",
+        "reportingController",
+        "reportingInstance",
+        "action",
+        "reason",
+    ] {
+        if obj[field].as_str().is_none_or(str::is_empty) {
+            return Err(format!("{field}: Required value"));
+        }
+    }
+    if !matches!(obj["type"].as_str(), Some("Normal" | "Warning")) {
+        return Err(format!(
+            "type: Unsupported value: {}: supported values: \"Normal\", \"Warning\"",
+            obj["type"]
+        ));
+    }
+    if obj["note"].as_str().is_some_and(|n| n.len() > 1024) {
+        return Err("note: Too long: may not be more than 1024 bytes".to_string());
+    }
+    Ok(obj)
 }
 
-fn resource_by_path(group: &str, version: &str, plural: &str) -> Option<usize> {
+/// Every type ever registered from a CRD, after the built-ins: the type at
+/// index `RESOURCES.len() + i`. Global and append-only, so an index stays
+/// valid for the whole test binary; each server serves only the ones it
+/// registered itself ([`State::custom`]). The same registration made by
+/// several tests is stored once.
+fn registered() -> MutexGuard<'static, Vec<&'static ResourceType>> {
+    static REGISTERED: OnceLock<Mutex<Vec<&'static ResourceType>>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The type at an index handed out by [`State::resource_by_path`] and friends.
+fn ty(resource: usize) -> &'static ResourceType {
+    match RESOURCES.get(resource) {
+        Some(ty) => ty,
+        None => registered()[resource - RESOURCES.len()],
+    }
+}
+
+/// The index of a type registered from a CRD, registering it if no equal
+/// registration exists yet.
+fn intern(new: ResourceType) -> usize {
+    let mut all = registered();
+    let same = |t: &ResourceType| {
+        t.group == new.group
+            && t.version == new.version
+            && t.kind == new.kind
+            && t.plural == new.plural
+            && t.singular == new.singular
+            && t.short_names == new.short_names
+            && t.namespaced == new.namespaced
+            && t.status_subresource == new.status_subresource
+            && t.schema.map(|s| &s.source) == new.schema.map(|s| &s.source)
+    };
+    if let Some(i) = all.iter().position(|t| same(t)) {
+        return RESOURCES.len() + i;
+    }
+    all.push(Box::leak(Box::new(new)));
+    RESOURCES.len() + all.len() - 1
+}
+
+/// The index of the CustomResourceDefinition type among the built-ins.
+fn crd_resource() -> usize {
     RESOURCES
         .iter()
-        .position(|r| r.group == group && r.version == version && r.plural == plural)
+        .position(|r| r.kind == "CustomResourceDefinition")
+        .expect("KubeServer: CustomResourceDefinition is a built-in type")
+}
+
+/// What `metadata.generation` counts changes of: everything but metadata
+/// and status.
+fn without_metadata_and_status(obj: &Value) -> Value {
+    let mut rest = obj.clone();
+    if let Some(map) = rest.as_object_mut() {
+        map.remove("metadata");
+        map.remove("status");
+    }
+    rest
 }
 
 // ---------------------------------------------------------------------------
@@ -438,6 +652,12 @@ pub struct RecordedRequest {
     pub status: u16,
     /// The request body as text; only writes have one.
     pub body: String,
+    /// The Kubernetes verb (`get`, `list`, `watch`, `create`, `update`,
+    /// `patch`, `delete`), or the lower-case method for discovery.
+    pub verb: String,
+    /// The resource's plural, with `/status` for the subresource; empty for
+    /// discovery.
+    pub resource: String,
 }
 
 impl RecordedRequest {
@@ -550,8 +770,23 @@ struct Change {
     new: Value,
 }
 
-/// (resource index, namespace, name).
+/// (resource index, namespace, name); the namespace is `""` for a
+/// cluster-scoped object.
 type Key = (usize, String, String);
+
+/// Who writes an object, which decides what [`State::commit`] keeps of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// The test itself ([`KubeServer::apply`]): what it gives is kept, even
+    /// `metadata.generation`, as a fixture may need.
+    Test,
+    /// A client through the API: server-managed metadata comes from the
+    /// stored object, never from the request.
+    Client,
+    /// A DELETE of an object with finalizers: as `Client`, and the deletion
+    /// timestamp it sets is kept.
+    Deletion,
+}
 
 struct State {
     token: String,
@@ -575,6 +810,13 @@ struct State {
     hangs: Vec<String>,
     /// The paths of the requests held unanswered so far.
     hung: Vec<String>,
+    /// The types registered from CRDs on this server (indices for [`ty`]).
+    custom: Vec<usize>,
+    /// Requests without credentials are let in (see [`KubeServer::allow_anonymous`]).
+    anonymous: bool,
+    /// The last configuration each field manager applied to each object
+    /// (server-side apply), to remove what it no longer applies.
+    applied: BTreeMap<(Key, String), Value>,
 }
 
 /// A transient failure the real API server gives under load or during an upgrade: the next
@@ -619,14 +861,97 @@ impl State {
         let _ = shared_changes.send(change);
     }
 
+    /// The types this server serves now: the built-ins (less the CRD groups
+    /// taken away with [`KubeServer::uninstall`]), then those registered.
+    fn served(&self) -> Vec<usize> {
+        (0..RESOURCES.len())
+            .filter(|&i| !self.uninstalled.iter().any(|g| g == RESOURCES[i].group))
+            .chain(self.custom.iter().copied())
+            .collect()
+    }
+
+    /// The types tests may name: every built-in (uninstalled CRD groups too:
+    /// their objects stay for a reinstall), then those registered.
+    fn known(&self) -> Vec<usize> {
+        (0..RESOURCES.len())
+            .chain(self.custom.iter().copied())
+            .collect()
+    }
+
+    fn resource_by_path(&self, group: &str, version: &str, plural: &str) -> Option<usize> {
+        self.served().into_iter().find(|&i| {
+            let t = ty(i);
+            t.group == group && t.version == version && t.plural == plural
+        })
+    }
+
+    /// The served type for an object's `apiVersion` and `kind`.
+    fn resource_for_object(&self, obj: &Value) -> Result<usize, String> {
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        self.known()
+            .into_iter()
+            .find(|&i| ty(i).api_version() == api_version && ty(i).kind == kind)
+            .ok_or_else(|| format!("this test server does not serve {api_version} {kind}"))
+    }
+
+    /// The served type a test names by kind, plural, singular or short name,
+    /// or as `plural.group` (`events.events.k8s.io`) where two groups share a
+    /// name. Built-ins come first: core `Event` before `events.k8s.io`'s.
+    fn resource_named(&self, name: &str) -> usize {
+        let wanted = name.to_ascii_lowercase();
+        self.known()
+            .into_iter()
+            .find(|&i| {
+                let r = ty(i);
+                r.kind.to_ascii_lowercase() == wanted
+                    || r.plural == wanted
+                    || r.singular == wanted
+                    || r.short_names.contains(&wanted.as_str())
+                    || r.group_resource() == wanted
+            })
+            .unwrap_or_else(|| panic!("KubeServer: no served resource type is called {name:?}"))
+    }
+
+    /// The (group, version) pairs under `/apis`: built-in groups first, then
+    /// those of CRDs, as the real server lists them.
+    fn groups(&self) -> Vec<(&'static str, &'static str)> {
+        let mut groups: Vec<(&'static str, &'static str)> = GROUPS
+            .iter()
+            .copied()
+            .filter(|(group, _)| !self.uninstalled.iter().any(|g| g == group))
+            .collect();
+        for &i in &self.custom {
+            let pair = (ty(i).group, ty(i).version);
+            if !groups.contains(&pair) {
+                groups.push(pair);
+            }
+        }
+        groups
+    }
+
+    /// Checks an object as the real server's storage would: typed decoding,
+    /// then the CRD schema for a registered type (pruning what it does not
+    /// declare: the pruned paths are returned).
+    fn normalize(resource: usize, obj: Value) -> Result<(Value, Vec<String>), String> {
+        let t = ty(resource);
+        let mut obj = (t.normalize)(obj)?;
+        let pruned = match t.schema {
+            Some(schema) => schema.check(&mut obj)?,
+            None => Vec::new(),
+        };
+        Ok((obj, pruned))
+    }
+
+    /// Test-side writes: creates or replaces an object whatever its state.
     fn apply(
         &mut self,
         changes: &broadcast::Sender<Arc<Change>>,
         obj: Value,
     ) -> Result<Value, String> {
-        let resource = resource_for_object(&obj)?;
-        let ty = &RESOURCES[resource];
-        let mut obj = (ty.normalize)(obj)?;
+        let resource = self.resource_for_object(&obj)?;
+        let t = ty(resource);
+        let (obj, _) = State::normalize(resource, obj)?;
         let name = obj["metadata"]["name"]
             .as_str()
             .filter(|n| !n.is_empty())
@@ -634,12 +959,44 @@ impl State {
             .to_string();
         let namespace = obj["metadata"]["namespace"]
             .as_str()
-            .filter(|n| !n.is_empty())
-            .ok_or("metadata.namespace is required: use apply_in or load_yaml with a namespace")?
+            .unwrap_or_default()
             .to_string();
-        let key = (resource, namespace.clone(), name.clone());
+        if t.namespaced && namespace.is_empty() {
+            return Err(
+                "metadata.namespace is required: use apply_in or load_yaml with a namespace"
+                    .to_string(),
+            );
+        }
+        if !t.namespaced && !namespace.is_empty() {
+            return Err(format!(
+                "{} is cluster-scoped: metadata.namespace must be empty",
+                t.kind
+            ));
+        }
+        let key = (resource, namespace, name);
         let old = self.objects.get(&key).cloned();
+        let stored = self.commit(changes, key, obj, old, Origin::Test);
+        if resource == crd_resource() {
+            return self.register_crd(changes, &stored);
+        }
+        Ok(stored)
+    }
 
+    /// Stores `obj` under `key` as the real server's registry does after a
+    /// write: sets `resourceVersion`, keeps `uid` and `creationTimestamp`
+    /// (or sets new ones), counts `metadata.generation` (bumped when anything
+    /// but metadata and status changed; a test may give its own), finishes a
+    /// deletion whose last finalizer went, and tells the watches.
+    fn commit(
+        &mut self,
+        changes: &broadcast::Sender<Arc<Change>>,
+        key: Key,
+        mut obj: Value,
+        old: Option<Value>,
+        origin: Origin,
+    ) -> Value {
+        let keep_given_generation = origin == Origin::Test;
+        let t = ty(key.0);
         self.rv += 1;
         let rv = self.rv;
         let uid = match old.as_ref().and_then(|o| o["metadata"]["uid"].as_str()) {
@@ -651,20 +1008,51 @@ impl State {
             .and_then(|o| o["metadata"]["creationTimestamp"].as_str())
             .map(str::to_string)
             .unwrap_or_else(|| rfc3339(SystemTime::now()));
-        let metadata = obj["metadata"]
-            .as_object_mut()
-            .ok_or("metadata must be an object")?;
-        metadata.insert("resourceVersion".into(), json!(rv.to_string()));
-        metadata.entry("uid").or_insert_with(|| json!(uid));
-        metadata
-            .entry("creationTimestamp")
-            .or_insert_with(|| json!(created));
-        if ty.has_generation && !metadata.contains_key("generation") {
+        let given_generation = obj["metadata"]["generation"].as_i64();
+        if !obj["metadata"].is_object() {
+            obj["metadata"] = json!({});
+        }
+        let metadata = &mut obj["metadata"];
+        metadata["resourceVersion"] = json!(rv.to_string());
+        if keep_given_generation {
+            if metadata.get("uid").is_none() {
+                metadata["uid"] = json!(uid);
+            }
+            if metadata.get("creationTimestamp").is_none() {
+                metadata["creationTimestamp"] = json!(created);
+            }
+        } else {
+            metadata["uid"] = json!(uid);
+            metadata["creationTimestamp"] = json!(created);
+            // Only the server sets these; a client's values are dropped.
+            let deletion = old
+                .as_ref()
+                .map(|o| o["metadata"]["deletionTimestamp"].clone())
+                .filter(|d| !d.is_null())
+                .or_else(|| {
+                    (origin == Origin::Deletion)
+                        .then(|| metadata["deletionTimestamp"].clone())
+                        .filter(|d| !d.is_null())
+                });
+            match deletion {
+                Some(d) => {
+                    metadata["deletionTimestamp"] = d;
+                    metadata["deletionGracePeriodSeconds"] = json!(0);
+                }
+                None => {
+                    if let Some(m) = metadata.as_object_mut() {
+                        m.remove("deletionTimestamp");
+                        m.remove("deletionGracePeriodSeconds");
+                    }
+                }
+            }
+        }
+        if t.has_generation && !(keep_given_generation && given_generation.is_some()) {
             let generation = match &old {
                 None => 1,
                 Some(old) => {
                     let old_generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
-                    if old.get("spec") == obj.get("spec") {
+                    if without_metadata_and_status(old) == without_metadata_and_status(&obj) {
                         old_generation
                     } else {
                         old_generation + 1
@@ -672,8 +1060,38 @@ impl State {
                 }
             };
             obj["metadata"]["generation"] = json!(generation);
+        } else if !t.has_generation {
+            if let Some(m) = obj["metadata"].as_object_mut() {
+                if !keep_given_generation {
+                    m.remove("generation");
+                }
+            }
         }
 
+        let (resource, namespace, name) = key.clone();
+        let finished = !obj["metadata"]["deletionTimestamp"].is_null()
+            && obj["metadata"]["finalizers"]
+                .as_array()
+                .is_none_or(Vec::is_empty);
+        if finished {
+            // The last finalizer went: the deletion completes, as the real
+            // garbage collector finishes it.
+            self.objects.remove(&key);
+            self.applied.retain(|(k, _), _| *k != key);
+            self.publish(
+                changes,
+                Change {
+                    rv,
+                    resource,
+                    namespace,
+                    name,
+                    kind: ChangeKind::Deleted,
+                    old,
+                    new: obj.clone(),
+                },
+            );
+            return obj;
+        }
         self.objects.insert(key, obj.clone());
         let kind = if old.is_some() {
             ChangeKind::Modified
@@ -692,7 +1110,49 @@ impl State {
                 new: obj.clone(),
             },
         );
-        Ok(obj)
+        obj
+    }
+
+    /// Serves the version a CustomResourceDefinition defines (kept until the
+    /// CRD is deleted) and marks the CRD Established, as the real
+    /// apiextensions controller does.
+    fn register_crd(
+        &mut self,
+        changes: &broadcast::Sender<Arc<Change>>,
+        crd: &Value,
+    ) -> Result<Value, String> {
+        let resource = intern(crd::resource_type(crd)?);
+        let t = ty(resource);
+        self.custom.retain(|&i| {
+            let other = ty(i);
+            !(other.group == t.group && other.version == t.version && other.plural == t.plural)
+        });
+        self.custom.push(resource);
+        let name = crd["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let key = (crd_resource(), String::new(), name);
+        let Some(stored) = self.objects.get(&key).cloned() else {
+            return Ok(crd.clone());
+        };
+        let mut established = stored.clone();
+        established["status"] = crd::established_status(&stored, &rfc3339(SystemTime::now()));
+        Ok(self.commit(changes, key, established, Some(stored), Origin::Client))
+    }
+
+    /// Stops serving what a deleted CRD defined; its objects go with it.
+    fn unregister_crd(&mut self, crd: &Value) {
+        let group = crd["spec"]["group"].as_str().unwrap_or_default();
+        let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or_default();
+        let gone: Vec<usize> = self
+            .custom
+            .iter()
+            .copied()
+            .filter(|&i| ty(i).group == group && ty(i).plural == plural)
+            .collect();
+        self.custom.retain(|i| !gone.contains(i));
+        self.objects.retain(|(r, _, _), _| !gone.contains(r));
     }
 
     fn delete(
@@ -706,6 +1166,10 @@ impl State {
         let Some(mut obj) = self.objects.remove(&key) else {
             return false;
         };
+        self.applied.retain(|(k, _), _| *k != key);
+        if resource == crd_resource() {
+            self.unregister_crd(&obj);
+        }
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
         self.publish(
@@ -796,6 +1260,9 @@ impl KubeServer {
                 uninstalled: Vec::new(),
                 hangs: Vec::new(),
                 hung: Vec::new(),
+                custom: Vec::new(),
+                anonymous: false,
+                applied: BTreeMap::new(),
             }),
             changes,
             shutdown,
@@ -854,10 +1321,17 @@ impl KubeServer {
     /// [`apply`](Self::apply), putting the object in `namespace` when it has
     /// none (captured manifests often have none).
     pub fn apply_in(&self, namespace: &str, mut obj: Value) -> Value {
-        if obj["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or("")
-            .is_empty()
+        let cluster_scoped = {
+            let state = self.shared.state();
+            state
+                .resource_for_object(&obj)
+                .is_ok_and(|r| !ty(r).namespaced)
+        };
+        if !cluster_scoped
+            && obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .is_empty()
         {
             obj["metadata"]["namespace"] = json!(namespace);
         }
@@ -874,28 +1348,42 @@ impl KubeServer {
     /// singular or short name (`Pod`, `deployments`, `dc`). Returns whether
     /// it existed.
     pub fn delete(&self, kind: &str, namespace: &str, name: &str) -> bool {
-        let resource = resource_named(kind);
         let mut state = self.shared.state();
+        let resource = state.resource_named(kind);
         state.delete(&self.shared.changes, resource, namespace, name)
     }
 
-    /// The stored object, if any.
+    /// The stored object, if any (`namespace` is `""` for a cluster-scoped one).
     pub fn get(&self, kind: &str, namespace: &str, name: &str) -> Option<Value> {
-        let resource = resource_named(kind);
+        let state = self.shared.state();
+        let resource = state.resource_named(kind);
         let key = (resource, namespace.to_string(), name.to_string());
-        self.shared.state().objects.get(&key).cloned()
+        state.objects.get(&key).cloned()
+    }
+
+    /// Every stored object of a type, in `namespace` (or everywhere, with
+    /// `None`), in etcd key order.
+    pub fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<Value> {
+        let state = self.shared.state();
+        let resource = state.resource_named(kind);
+        state
+            .objects
+            .iter()
+            .filter(|((r, ns, _), _)| *r == resource && namespace.is_none_or(|n| n == ns))
+            .map(|(_, obj)| obj.clone())
+            .collect()
     }
 
     /// Replaces an object's `status`, as the kubelet or a controller would:
     /// a new resourceVersion and a MODIFIED event, no generation bump.
     pub fn set_status(&self, kind: &str, namespace: &str, name: &str, status: Value) -> Value {
-        let resource = resource_named(kind);
-        let key = (resource, namespace.to_string(), name.to_string());
         let mut state = self.shared.state();
+        let resource = state.resource_named(kind);
+        let key = (resource, namespace.to_string(), name.to_string());
         let mut obj = state.objects.get(&key).cloned().unwrap_or_else(|| {
             panic!(
                 "KubeServer::set_status: no {} {namespace}/{name}",
-                RESOURCES[resource].kind
+                ty(resource).kind
             )
         });
         obj["status"] = status;
@@ -985,7 +1473,7 @@ impl KubeServer {
     // --- RBAC --------------------------------------------------------------
 
     /// Replaces every grant (the default is get, list and watch on every
-    /// resource, cluster-wide). Writes are refused whatever is granted.
+    /// resource, cluster-wide). Writes are refused unless granted.
     pub fn set_grants(&self, grants: Vec<Grant>) {
         self.shared.state().grants = grants;
     }
@@ -1025,6 +1513,132 @@ impl KubeServer {
         self.shared.state().hung.clone()
     }
 
+    /// Lets requests without credentials in, with the same grants, as a
+    /// server started with `--anonymous-auth` whose RBAC binds the same
+    /// roles to `system:anonymous`. For the real kubectl, which sends no
+    /// bearer token over plain HTTP (this server has no TLS).
+    pub fn allow_anonymous(&self) {
+        self.shared.state().anonymous = true;
+    }
+
+    /// Adds a grant to those in force, e.g. a controller's writes:
+    /// `Grant::namespaced("tagpin", &["get", "create", "update"], &["leases"])`.
+    /// Subresources are granted by name: `pinnedrepositories/status`.
+    pub fn grant(&self, grant: Grant) {
+        self.shared.state().grants.push(grant);
+    }
+
+    // --- custom resources, Secrets, Events ---------------------------------
+
+    /// Installs a CustomResourceDefinition (`apiextensions.k8s.io/v1`), as
+    /// `kubectl apply -f crd.yaml` would: its one served version is served
+    /// from now on (paths, discovery with its short names, watches), every
+    /// object is checked and pruned with its `openAPIV3Schema`, and
+    /// `subresources.status` makes `/status` a subresource. Returns the
+    /// stored CRD, Established. Panics if the CRD is one the real server
+    /// would refuse (or has several served versions: no conversion here).
+    pub fn register_crd(&self, crd: Value) -> Value {
+        self.apply(crd)
+    }
+
+    /// [`register_crd`](Self::register_crd) for a type whose objects need no
+    /// checking: a CRD whose `spec` and `status` keep any fields, with a
+    /// status subresource.
+    pub fn register_custom_resource(
+        &self,
+        group: &str,
+        version: &str,
+        kind: &str,
+        plural: &str,
+        namespaced: bool,
+        short_names: &[&str],
+    ) -> Value {
+        let open = json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true });
+        self.register_crd(json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": { "name": format!("{plural}.{group}") },
+            "spec": {
+                "group": group,
+                "names": {
+                    "kind": kind,
+                    "listKind": format!("{kind}List"),
+                    "plural": plural,
+                    "singular": kind.to_ascii_lowercase(),
+                    "shortNames": short_names,
+                },
+                "scope": if namespaced { "Namespaced" } else { "Cluster" },
+                "versions": [{
+                    "name": version,
+                    "served": true,
+                    "storage": true,
+                    "schema": { "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": { "spec": open, "status": open },
+                    }},
+                    "subresources": { "status": {} },
+                }],
+            },
+        }))
+    }
+
+    /// Replaces a Secret's `data` (plain values, stored base64-encoded), as
+    /// a rotation by an operator or `kubectl apply` would: a new
+    /// resourceVersion and a MODIFIED event for the watches. Panics if the
+    /// Secret does not exist.
+    pub fn rotate_secret(&self, namespace: &str, name: &str, data: &[(&str, &str)]) -> Value {
+        let mut secret = self
+            .get("Secret", namespace, name)
+            .unwrap_or_else(|| panic!("KubeServer::rotate_secret: no Secret {namespace}/{name}"));
+        secret["data"] = secret_data(data);
+        self.apply(secret)
+    }
+
+    /// Every Event stored in `namespace`, `events.k8s.io/v1` and core `v1`
+    /// alike (each keeps its own `apiVersion`), oldest first.
+    pub fn events(&self, namespace: &str) -> Vec<Value> {
+        let state = self.shared.state();
+        let mut events: Vec<(u64, Value)> = state
+            .objects
+            .iter()
+            .filter(|((r, ns, _), _)| ty(*r).kind == "Event" && ns == namespace)
+            .map(|((r, _, _), obj)| {
+                let mut obj = obj.clone();
+                obj["apiVersion"] = json!(ty(*r).api_version());
+                let rv = obj["metadata"]["resourceVersion"]
+                    .as_str()
+                    .and_then(|rv| rv.parse().ok())
+                    .unwrap_or(0);
+                (rv, obj)
+            })
+            .collect();
+        events.sort_by_key(|(rv, _)| *rv);
+        events.into_iter().map(|(_, e)| e).collect()
+    }
+
+    /// How many requests were made per (verb, resource), as
+    /// [`RecordedRequest::verb`] and [`RecordedRequest::resource`] name them:
+    /// `("update", "leases")`, `("watch", "secrets")`.
+    pub fn request_counts(&self) -> BTreeMap<(String, String), usize> {
+        let mut counts = BTreeMap::new();
+        for request in &self.shared.state().requests {
+            *counts
+                .entry((request.verb.clone(), request.resource.clone()))
+                .or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// The number of requests with this verb on this resource.
+    pub fn request_count(&self, verb: &str, resource: &str) -> usize {
+        self.shared
+            .state()
+            .requests
+            .iter()
+            .filter(|r| r.verb == verb && r.resource == resource)
+            .count()
+    }
+
     /// Back to the default: every read allowed, nothing denied.
     pub fn allow_all_reads(&self) {
         let mut state = self.shared.state();
@@ -1039,8 +1653,9 @@ impl KubeServer {
         self.shared.state().requests.clone()
     }
 
-    /// Every write attempt so far (all refused). tagpin must make none; they
-    /// stay pending, and `Drop` fails the test unless they are taken.
+    /// Every write refused so far (403: not granted). They stay pending, and
+    /// `Drop` fails the test unless they are taken. Granted writes are in
+    /// [`requests`](Self::requests).
     pub fn writes(&self) -> Vec<RecordedRequest> {
         self.shared.state().writes.clone()
     }
@@ -1225,6 +1840,41 @@ pub fn deployment(
     })
 }
 
+/// An Opaque Secret with these labels and `(key, value)` data (stored
+/// base64-encoded, as in `data`).
+pub fn secret(
+    namespace: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+    data: &[(&str, &str)],
+) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels_json(labels),
+        },
+        "type": "Opaque",
+        "data": secret_data(data),
+    })
+}
+
+fn secret_data(data: &[(&str, &str)]) -> Value {
+    use base64::Engine as _;
+    Value::Object(
+        data.iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    json!(base64::engine::general_purpose::STANDARD.encode(v)),
+                )
+            })
+            .collect(),
+    )
+}
+
 /// The status the kubelet reports for a running, ready pod whose containers
 /// `(name, image, imageID)` run: `imageID` is the digest the runtime pulled,
 /// like `quay.io/org/app@sha256:…`.
@@ -1302,7 +1952,10 @@ enum Route {
     Unknown,
 }
 
-fn route(path: &str) -> Route {
+/// What `path` names on this server: the types it serves now (see
+/// [`State::served`]), namespaced ones under `namespaces/{ns}` (or
+/// cluster-wide for lists), cluster-scoped ones without.
+fn route(state: &State, path: &str) -> Route {
     let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     let (group, version, rest) = match segments.as_slice() {
         ["version"] => return Route::Version,
@@ -1312,7 +1965,8 @@ fn route(path: &str) -> Route {
         ["apis", group, version, rest @ ..] => (*group, *version, rest),
         _ => return Route::Unknown,
     };
-    let served = (group.is_empty() && version == "v1") || GROUPS.contains(&(group, version));
+    let served =
+        (group.is_empty() && version == "v1") || state.groups().contains(&(group, version));
     if !served {
         return Route::Unknown;
     }
@@ -1323,20 +1977,32 @@ fn route(path: &str) -> Route {
                 version: version.to_string(),
             }
         }
-        [plural] => (None, *plural, None, None),
         ["namespaces", ns, plural] => (Some(*ns), *plural, None, None),
         ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name), None),
         ["namespaces", ns, plural, name, sub] => (Some(*ns), *plural, Some(*name), Some(*sub)),
+        [plural] => (None, *plural, None, None),
+        [plural, name] => (None, *plural, Some(*name), None),
+        [plural, name, sub] => (None, *plural, Some(*name), Some(*sub)),
         _ => return Route::Unknown,
     };
-    match resource_by_path(group, version, plural) {
-        Some(resource) => Route::Resource {
-            resource,
-            namespace: namespace.map(str::to_string),
-            name: name.map(str::to_string),
-            subresource: subresource.map(str::to_string),
-        },
-        None => Route::Unknown,
+    let Some(resource) = state.resource_by_path(group, version, plural) else {
+        return Route::Unknown;
+    };
+    // A namespaced object is only named inside its namespace, a
+    // cluster-scoped one only outside any.
+    let scoped_right = if ty(resource).namespaced {
+        name.is_none() || namespace.is_some()
+    } else {
+        namespace.is_none()
+    };
+    if !scoped_right {
+        return Route::Unknown;
+    }
+    Route::Resource {
+        resource,
+        namespace: namespace.map(str::to_string),
+        name: name.map(str::to_string),
+        subresource: subresource.map(str::to_string),
     }
 }
 
@@ -1370,7 +2036,11 @@ async fn handle(AxumState(shared): AxumState<Arc<Shared>>, request: Request) -> 
         bearer_token(&headers).as_deref() == Some(state.token.as_str())
     };
 
-    let response = respond(&shared, &method, &uri, &headers, authenticated);
+    let response = respond(&shared, &method, &uri, &headers, authenticated, &body);
+    let (verb, resource) = {
+        let state = shared.state();
+        request_info(&state, &method, &uri)
+    };
 
     let record = RecordedRequest {
         method: method.to_string(),
@@ -1383,13 +2053,53 @@ async fn handle(AxumState(shared): AxumState<Arc<Shared>>, request: Request) -> 
             .map(str::to_string),
         status: response.status().as_u16(),
         body: String::from_utf8_lossy(&body).into_owned(),
+        verb,
+        resource,
     };
     let mut state = shared.state();
-    if is_write {
+    // Refused writes are kept apart: a read-only test fails on any of them.
+    if is_write && record.status == 403 {
         state.writes.push(record.clone());
     }
     state.requests.push(record);
     response
+}
+
+/// The Kubernetes verb and resource of a request, as the real server's
+/// RequestInfo names them (`get`/`list`/`watch`/`create`/`update`/`patch`/
+/// `delete`/`deletecollection`; `leases`, `pinnedrepositories/status`), for
+/// counting. Requests that name no resource (discovery) count under their
+/// lower-case method and `""`.
+fn request_info(state: &State, method: &Method, uri: &Uri) -> (String, String) {
+    let Route::Resource {
+        resource,
+        name,
+        subresource,
+        ..
+    } = route(state, uri.path())
+    else {
+        return (method.as_str().to_ascii_lowercase(), String::new());
+    };
+    let watch = parse_query(uri.query().unwrap_or(""))
+        .iter()
+        .any(|(k, v)| k == "watch" && (v == "true" || v == "1"));
+    let verb = match (method.clone(), name.is_some()) {
+        (Method::GET, _) if watch => "watch",
+        (Method::GET, true) => "get",
+        (Method::GET, false) => "list",
+        (Method::POST, _) => "create",
+        (Method::PUT, _) => "update",
+        (Method::PATCH, _) => "patch",
+        (Method::DELETE, true) => "delete",
+        (Method::DELETE, false) => "deletecollection",
+        (other, _) => return (other.as_str().to_ascii_lowercase(), String::new()),
+    };
+    let plural = ty(resource).plural;
+    let resource = match subresource {
+        Some(sub) => format!("{plural}/{sub}"),
+        None => plural.to_string(),
+    };
+    (verb.to_string(), resource)
 }
 
 fn bearer_token(headers: &HeaderMap) -> Option<String> {
@@ -1404,6 +2114,7 @@ fn respond(
     uri: &Uri,
     headers: &HeaderMap,
     authenticated: bool,
+    body: &Bytes,
 ) -> Response {
     if let Some(status) = take_fault(shared, method, uri) {
         let code = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
@@ -1425,7 +2136,11 @@ fn respond(
         }
         return response;
     }
-    if !authenticated {
+    // With anonymous access on, a request without credentials goes on as
+    // `system:anonymous`; a wrong token is still 401, as on the real server.
+    let anonymous =
+        !authenticated && shared.state().anonymous && !headers.contains_key(header::AUTHORIZATION);
+    if !authenticated && !anonymous {
         return status_response(
             StatusCode::UNAUTHORIZED,
             "Unauthorized",
@@ -1433,23 +2148,15 @@ fn respond(
             None,
         );
     }
-    let (user, uninstalled) = {
+    let (user, route, groups, served) = {
         let state = shared.state();
-        (state.user.clone(), state.uninstalled.clone())
+        (
+            state.user.clone(),
+            route(&state, uri.path()),
+            state.groups(),
+            state.served(),
+        )
     };
-    let is_uninstalled = |group: &str| uninstalled.iter().any(|g| g == group);
-    let route = match route(uri.path()) {
-        Route::Resource { resource, .. } if is_uninstalled(RESOURCES[resource].group) => {
-            Route::Unknown
-        }
-        Route::GroupVersion { group, .. } if is_uninstalled(&group) => Route::Unknown,
-        route => route,
-    };
-    let groups: Vec<(&str, &str)> = GROUPS
-        .iter()
-        .copied()
-        .filter(|(group, _)| !is_uninstalled(group))
-        .collect();
 
     let write_verb = match *method {
         Method::GET => None,
@@ -1472,21 +2179,37 @@ fn respond(
         }
     };
     if let Some(verb) = write_verb {
-        // tagpin only reads: no write is ever granted.
-        return match &route {
+        // Writes are authorized first, as on the real server (a write to a
+        // path nobody may write to is 403 whether or not the path exists).
+        return match route {
             Route::Resource {
                 resource,
                 namespace,
                 name,
                 subresource,
-            } => forbidden(
-                &user,
-                verb,
-                &RESOURCES[*resource],
-                subresource.as_deref(),
-                namespace.as_deref(),
-                name.as_deref(),
-            ),
+            } => {
+                let params = match Params::parse(uri) {
+                    Ok(params) => params,
+                    Err(message) => return bad_request(&message),
+                };
+                writes::write(
+                    shared,
+                    writes::WriteRequest {
+                        verb,
+                        resource,
+                        namespace,
+                        name,
+                        subresource,
+                        params,
+                        content_type: headers
+                            .get(header::CONTENT_TYPE)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_string(),
+                        body,
+                    },
+                )
+            }
             _ => status_response(
                 StatusCode::FORBIDDEN,
                 "Forbidden",
@@ -1504,13 +2227,13 @@ fn respond(
     match route {
         Route::Version => json_response(StatusCode::OK, &version_info()),
         Route::CoreVersions if aggregated => {
-            aggregated_response(aggregated_discovery(&[("", "v1")]))
+            aggregated_response(aggregated_discovery(&[("", "v1")], &served))
         }
         Route::CoreVersions => json_response(StatusCode::OK, &core_versions(shared.addr)),
-        Route::Groups if aggregated => aggregated_response(aggregated_discovery(&groups)),
+        Route::Groups if aggregated => aggregated_response(aggregated_discovery(&groups, &served)),
         Route::Groups => json_response(StatusCode::OK, &group_list(&groups)),
         Route::GroupVersion { group, version } => {
-            json_response(StatusCode::OK, &resource_list(&group, &version))
+            json_response(StatusCode::OK, &resource_list(&group, &version, &served))
         }
         Route::Resource {
             resource,
@@ -1558,6 +2281,15 @@ struct Params {
     allow_bookmarks: bool,
     send_initial_events: bool,
     timeout: Option<Duration>,
+    /// Writes: who makes the change (required for server-side apply).
+    field_manager: String,
+    /// Server-side apply: take fields over from other managers.
+    force: bool,
+    /// `dryRun=All`: check and answer, store nothing.
+    dry_run: bool,
+    /// `fieldValidation`: `Strict` refuses unknown fields, `Warn` (the
+    /// default since 1.27) and `Ignore` prune them.
+    field_validation: String,
 }
 
 impl Params {
@@ -1579,6 +2311,31 @@ impl Params {
                 "watch" => params.watch = value == "true" || value == "1",
                 "allowWatchBookmarks" => params.allow_bookmarks = value == "true" || value == "1",
                 "sendInitialEvents" => params.send_initial_events = value == "true" || value == "1",
+                "fieldManager" => {
+                    if value.len() > 128 {
+                        return Err(format!(
+                            "fieldManager: Too long: may not be more than 128 bytes: {value:?}"
+                        ));
+                    }
+                    params.field_manager = value
+                }
+                "force" => params.force = value == "true" || value == "1",
+                "dryRun" => {
+                    if value != "All" {
+                        return Err(format!(
+                            "dryRun: Unsupported value: {value:?}: supported values: \"All\""
+                        ));
+                    }
+                    params.dry_run = true
+                }
+                "fieldValidation" => {
+                    if !matches!(value.as_str(), "Strict" | "Warn" | "Ignore") {
+                        return Err(format!(
+                            "fieldValidation: Unsupported value: {value:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
+                        ));
+                    }
+                    params.field_validation = value
+                }
                 "timeoutSeconds" => {
                     let seconds: u64 = value
                         .parse()
@@ -1609,7 +2366,7 @@ fn read_resource(
     params: Params,
     metadata_only: bool,
 ) -> Response {
-    let ty = &RESOURCES[resource];
+    let ty = ty(resource);
     let verb = match (&name, params.watch) {
         (Some(_), _) => "get",
         (None, true) => "watch",
@@ -1633,7 +2390,10 @@ fn read_resource(
 
     if let Some(name) = name {
         // Only `status` is served among subresources: it reads the object.
-        if subresource.as_deref().is_some_and(|s| s != "status") {
+        if subresource
+            .as_deref()
+            .is_some_and(|s| s != "status" || !ty.status_subresource)
+        {
             return not_found_path();
         }
         let namespace = namespace.unwrap_or_default();
@@ -1730,7 +2490,7 @@ fn decode_continue(token: &str) -> Result<(u64, String), String> {
 }
 
 fn list(state: &State, filter: &Filter, params: &Params, metadata_only: bool) -> Response {
-    let ty = &RESOURCES[filter.resource];
+    let ty = ty(filter.resource);
     // Which revision to read, and where to start in it.
     let (rv, start) = if !params.continue_token.is_empty() {
         if !params.resource_version.is_empty() && params.resource_version != "0" {
@@ -1920,7 +2680,7 @@ fn start_watch(
     params: &Params,
     metadata_only: bool,
 ) -> Response {
-    let ty = &RESOURCES[filter.resource];
+    let ty = ty(filter.resource);
     let mut lines = Vec::new();
     let mut expired = false;
     if params.send_initial_events {
@@ -2022,7 +2782,7 @@ impl Watch {
         if expired {
             return;
         }
-        let ty = &RESOURCES[self.filter.resource];
+        let ty = ty(self.filter.resource);
         let deadline = tokio::time::Instant::now() + self.timeout;
         let tick = self.bookmarks.unwrap_or(Duration::from_secs(3600));
         let mut bookmark_timer = tokio::time::interval_at(tokio::time::Instant::now() + tick, tick);
@@ -2431,31 +3191,51 @@ fn group_list(groups: &[(&str, &str)]) -> Value {
     serde_json::to_value(meta::APIGroupList { groups }).expect("serialize APIGroupList")
 }
 
-fn resource_list(group: &str, version: &str) -> Value {
+/// The categories discovery lists a type in: the workload kinds are in
+/// `all` (so `kubectl get all` shows them); Secrets, Events, Leases, CRDs
+/// and registered custom resources (whose CRDs name none here) are not.
+fn categories(t: &ResourceType) -> Vec<String> {
+    let plain = t.schema.is_some()
+        || matches!(
+            t.kind,
+            "Secret" | "Event" | "Lease" | "CustomResourceDefinition"
+        );
+    if plain {
+        Vec::new()
+    } else {
+        vec!["all".to_string()]
+    }
+}
+
+fn resource_list(group: &str, version: &str, served: &[usize]) -> Value {
     let mut resources = Vec::new();
-    for ty in RESOURCES
+    for ty in served
         .iter()
+        .map(|&i| ty(i))
         .filter(|r| r.group == group && r.version == version)
     {
+        let categories = categories(ty);
         resources.push(meta::APIResource {
             name: ty.plural.to_string(),
             singular_name: ty.singular.to_string(),
-            namespaced: true,
+            namespaced: ty.namespaced,
             kind: ty.kind.to_string(),
             verbs: RESOURCE_VERBS.iter().map(|v| v.to_string()).collect(),
             short_names: (!ty.short_names.is_empty())
                 .then(|| ty.short_names.iter().map(|s| s.to_string()).collect()),
-            categories: Some(vec!["all".to_string()]),
+            categories: (!categories.is_empty()).then_some(categories),
             ..Default::default()
         });
-        resources.push(meta::APIResource {
-            name: format!("{}/status", ty.plural),
-            singular_name: String::new(),
-            namespaced: true,
-            kind: ty.kind.to_string(),
-            verbs: vec!["get".to_string(), "patch".to_string(), "update".to_string()],
-            ..Default::default()
-        });
+        if ty.status_subresource {
+            resources.push(meta::APIResource {
+                name: format!("{}/status", ty.plural),
+                singular_name: String::new(),
+                namespaced: ty.namespaced,
+                kind: ty.kind.to_string(),
+                verbs: vec!["get".to_string(), "patch".to_string(), "update".to_string()],
+                ..Default::default()
+            });
+        }
     }
     let group_version = if group.is_empty() {
         version.to_string()
@@ -2470,30 +3250,34 @@ fn resource_list(group: &str, version: &str) -> Value {
 }
 
 /// `apidiscovery.k8s.io/v2` APIGroupDiscoveryList, answered when the client
-/// asks for it in `Accept` (kube's `Discovery::run_aggregated`).
-fn aggregated_discovery(groups: &[(&str, &str)]) -> Value {
+/// asks for it in `Accept` (kube's `Discovery::run_aggregated`, kubectl).
+fn aggregated_discovery(groups: &[(&str, &str)], served: &[usize]) -> Value {
     let items: Vec<Value> = groups
         .iter()
         .map(|(group, version)| {
-            let resources: Vec<Value> = RESOURCES
+            let resources: Vec<Value> = served
                 .iter()
+                .map(|&i| ty(i))
                 .filter(|r| r.group == *group && r.version == *version)
                 .map(|ty| {
                     let gvk = json!({ "group": ty.group, "version": ty.version, "kind": ty.kind });
-                    json!({
+                    let mut resource = json!({
                         "resource": ty.plural,
                         "responseKind": gvk,
-                        "scope": "Namespaced",
+                        "scope": if ty.namespaced { "Namespaced" } else { "Cluster" },
                         "singularResource": ty.singular,
                         "verbs": RESOURCE_VERBS,
                         "shortNames": ty.short_names,
-                        "categories": ["all"],
-                        "subresources": [{
+                        "categories": categories(ty),
+                    });
+                    if ty.status_subresource {
+                        resource["subresources"] = json!([{
                             "subresource": "status",
                             "responseKind": gvk,
                             "verbs": ["get", "patch", "update"],
-                        }],
-                    })
+                        }]);
+                    }
+                    resource
                 })
                 .collect();
             let mut item = json!({

@@ -8,6 +8,7 @@
 
 pub mod git;
 pub mod github;
+pub mod gitlab;
 pub mod kube;
 pub mod kubectl;
 pub mod registry;
