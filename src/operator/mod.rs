@@ -22,8 +22,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::ResourceExt;
 
 use crate::daemon::{self, HttpLimits, Routes, Shared};
@@ -185,8 +185,15 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
             }
         });
     }
-    let controller = Controller::new(objects, selection);
-    let store = controller.store();
+    // A reconcile's own status write changes the object but not its generation: only a spec
+    // change (or a Secret, a webhook, the interval) brings it back.
+    let (store, writer) = reflector::store();
+    let changed = watcher(objects, selection)
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    let controller = Controller::for_stream(changed, store.clone());
     let mut stopped = stop.clone();
     let shutdown = async move {
         let _ = stopped.wait_for(|s| *s).await;

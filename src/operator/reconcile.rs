@@ -163,6 +163,10 @@ pub async fn reconcile(
 ) -> Result<Action, ReconcileError> {
     let namespace = object.namespace().unwrap_or_default();
     let name = format!("{namespace}/{}", object.name_any());
+    tracing::debug!(
+        "{name}: reconciling generation {:?}",
+        object.metadata.generation
+    );
     // A pass holds a libgit2 repository, which is not `Sync`, across awaits: its future is
     // not `Send`, and the `Controller` runs reconciles as tasks. It runs on a blocking thread
     // of its own instead, driven by the same runtime (whose workers run what it spawns).
@@ -201,6 +205,7 @@ pub async fn reconcile(
                 source,
             })?;
     }
+    tracing::info!("{name}: {}", outcome_line(&outcome));
     let mut events = events;
     if let Some((reason, message)) =
         status::transition_event(&previous.conditions, &next.conditions)
@@ -226,6 +231,18 @@ pub async fn reconcile(
             Ok(Action::requeue(requeue))
         }
     }
+}
+
+/// One log line for what a reconcile found.
+fn outcome_line(outcome: &Outcome) -> String {
+    let (ready, reason) = outcome.ready();
+    let verdict = match outcome {
+        Outcome::Done {
+            verdict: Some(v), ..
+        } => format!(" verdict={} ({}: {})", v.state, v.source, v.summary),
+        _ => String::new(),
+    };
+    format!("ready={ready} reason={}{verdict}", reason.as_str())
 }
 
 /// The `Controller`'s error policy: this object alone waits, twice as long after each failure
@@ -327,10 +344,13 @@ async fn run_pass(
             let source = match (config.mode, &update.pull_request) {
                 (WriteMode::PullRequest, Some(pr)) => Some(Source::PullRequest(pr.number)),
                 (WriteMode::PullRequest, None) => None,
-                (WriteMode::Commit, _) => syncer
-                    .mirror
-                    .tip(&config.repository.branch)
-                    .map(|tip| Source::Commit(tip.to_string())),
+                // The commit this pass pushed, else the branch's tip as fetched.
+                (WriteMode::Commit, _) => pushed(&report).map(Source::Commit).or_else(|| {
+                    syncer
+                        .mirror
+                        .tip(&config.repository.branch)
+                        .map(|tip| Source::Commit(tip.to_string()))
+                }),
             };
             match source {
                 Some(source) => Some(
@@ -376,6 +396,14 @@ async fn run_pass(
         verdict: verdict.map(Box::new),
     };
     (outcome, update, requeue, events)
+}
+
+/// The commit a commit-mode pass pushed, if it pushed one.
+fn pushed(report: &SyncReport) -> Option<String> {
+    report.groups.iter().find_map(|group| match &group.outcome {
+        crate::sync::Outcome::Committed { commit, .. } => Some(commit.clone()),
+        _ => None,
+    })
 }
 
 /// The last pin and open pull request a pass reports, and the Events of what it wrote.
