@@ -110,6 +110,8 @@ pub enum Command {
         /// terminationGracePeriodSeconds.
         #[arg(long, value_name = "DURATION", default_value = "30s")]
         grace_period: String,
+        #[command(flatten)]
+        leader: LeaderElectArgs,
     },
     /// Run the operator: reconcile every PinnedRepository object it selects, each on its own.
     Operator(OperatorArgs),
@@ -222,6 +224,8 @@ pub struct OperatorArgs {
     /// Objects reconciled at once.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub concurrent: u16,
+    #[command(flatten)]
+    pub leader: LeaderElectArgs,
 }
 
 #[derive(Debug, Args)]
@@ -247,6 +251,81 @@ pub struct RegistryArgs {
         default_value_t = 30
     )]
     pub registry_timeout: u64,
+}
+
+/// Leader election among replicas (`run`, and the operator): only the holder of a
+/// `coordination.k8s.io/v1` Lease acts; see [`crate::leader`].
+#[derive(Debug, Clone, Args)]
+pub struct LeaderElectArgs {
+    /// Act only while holding a Lease; other replicas stand by and take over when the leader
+    /// stops renewing it or releases it on shutdown.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// The Lease's name.
+    #[arg(long, value_name = "NAME", default_value = "tagpin-leader")]
+    pub leader_elect_lease_name: String,
+    /// The Lease's namespace [default: $POD_NAMESPACE, else the service account's namespace].
+    #[arg(long, value_name = "NAMESPACE")]
+    pub leader_elect_namespace: Option<String>,
+    /// How long a Lease holds without renewal before another replica may take it (whole
+    /// seconds).
+    #[arg(long, value_name = "DURATION", default_value = "15s")]
+    pub leader_elect_lease_duration: String,
+    /// How long the leader keeps failing to renew before it stops acting and exits; shorter
+    /// than the lease duration.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub leader_elect_renew_deadline: String,
+    /// Time between tries, to renew or to take over: 500ms, 2s.
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub leader_elect_retry_period: String,
+}
+
+impl LeaderElectArgs {
+    /// The candidate for the Lease when `--leader-elect` is on, with its identity from
+    /// `POD_NAME` (or the host name) and a random suffix. Errors name the flag.
+    pub async fn elector(
+        &self,
+        api_timeout: Duration,
+    ) -> Result<Option<crate::leader::Elector>, CliError> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let duration = |flag: &'static str, text: &str| {
+            crate::leader::parse_duration(text).map_err(|message| CliError::Flag { flag, message })
+        };
+        let namespace = match &self.leader_elect_namespace {
+            Some(namespace) => namespace.clone(),
+            None => crate::leader::default_namespace().ok_or(CliError::Flag {
+                flag: "--leader-elect-namespace",
+                message: "not given, and neither POD_NAMESPACE nor the service account's \
+                          namespace file says which namespace tagpin runs in"
+                    .into(),
+            })?,
+        };
+        let config = crate::leader::ElectionConfig {
+            lease_name: self.leader_elect_lease_name.clone(),
+            namespace,
+            identity: crate::leader::default_identity(),
+            lease_duration: duration(
+                "--leader-elect-lease-duration",
+                &self.leader_elect_lease_duration,
+            )?,
+            renew_deadline: duration(
+                "--leader-elect-renew-deadline",
+                &self.leader_elect_renew_deadline,
+            )?,
+            retry_period: duration(
+                "--leader-elect-retry-period",
+                &self.leader_elect_retry_period,
+            )?,
+        };
+        config.validate().map_err(|e| CliError::Flag {
+            flag: "--leader-elect",
+            message: e.to_string(),
+        })?;
+        let client = crate::leader::Elector::client(api_timeout).await?;
+        Ok(Some(crate::leader::Elector::new(client, config)?))
+    }
 }
 
 /// How tagpin talks to the Kubernetes API (`verify`, `promote`, `run`).
@@ -309,6 +388,8 @@ pub enum CliError {
     Daemon(#[from] crate::daemon::DaemonError),
     #[error(transparent)]
     Operator(#[from] crate::operator::OperatorError),
+    #[error(transparent)]
+    Leader(#[from] crate::leader::LeaderError),
 }
 
 impl From<crate::promote::PromoteError> for CliError {
@@ -373,6 +454,7 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
             cache_dir,
             verify_interval,
             grace_period,
+            leader,
         } => {
             run_controller(
                 (&cli.registry, &cli.cluster),
@@ -380,6 +462,7 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
                 (listen, health_listen),
                 (&interval, &verify_interval, &grace_period),
                 cache_dir.as_deref(),
+                &leader,
             )
             .await?;
             Ok(Report::Stopped)
@@ -630,9 +713,11 @@ async fn run_controller(
     (listen, health_listen): (std::net::SocketAddr, Option<std::net::SocketAddr>),
     (interval, verify_interval, grace_period): (&str, &str, &str),
     cache_dir: Option<&Path>,
+    leader: &LeaderElectArgs,
 ) -> Result<(), CliError> {
     let config = Config::load(config_path)?;
     let api_timeout = cluster_args.timeout()?;
+    let leader = leader.elector(api_timeout).await?;
     let mut durations = Vec::new();
     for (flag, text) in [
         ("--interval", interval),
@@ -664,6 +749,7 @@ async fn run_controller(
         health_listen,
         schedule,
         api_timeout,
+        leader,
     })
     .await?;
     Ok(())
@@ -702,7 +788,10 @@ async fn run_operator(
         }
     }
     let settings = registry_settings(registry, None)?;
+    let api_timeout = cluster_args.timeout()?;
+    let leader = args.leader.elector(api_timeout).await?;
     crate::operator::run(crate::operator::Setup {
+        leader,
         registry: settings,
         cache_dir: args
             .cache_dir
@@ -712,7 +801,7 @@ async fn run_operator(
         interval,
         verify_interval,
         grace: duration_flag("--grace-period", &args.grace_period)?,
-        api_timeout: cluster_args.timeout()?,
+        api_timeout,
         listen: args.listen,
         health_listen: args.health_listen,
         label_selector: args.watch_label_selector.clone(),

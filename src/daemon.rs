@@ -19,6 +19,13 @@
 //! `/healthz` fails once the loop has finished nothing (no pass, no promotion round, no
 //! verification round) for [`LIVENESS_INTERVALS`] intervals: every network call has a timeout,
 //! so a loop that long without progress is stuck, and Kubernetes restarts the pod.
+//!
+//! With `--leader-elect` ([`crate::leader`]) the loop runs only while this replica holds the
+//! Lease. A standby serves `/healthz` (200: standing by is its work) but not `/readyz` (503,
+//! so webhooks go to the leader). A stopped leader releases the Lease after its work ended;
+//! a leader that loses the Lease drops the work under way and exits non-zero at once, so
+//! Kubernetes restarts it as a standby (a push cut short by the exit updates no ref; the new
+//! leader's pass redoes it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -907,6 +914,8 @@ pub struct Setup<'a> {
     pub schedule: Schedule,
     /// Each Kubernetes API request's timeout (`--kube-timeout`).
     pub api_timeout: Duration,
+    /// With `--leader-elect`: the candidate for the Lease. The loop runs only while it leads.
+    pub leader: Option<crate::leader::Elector>,
 }
 
 /// Why the controller could not start.
@@ -919,6 +928,10 @@ pub enum DaemonError {
     Promote(Box<crate::promote::PromoteError>),
     #[error("{0}")]
     Listen(String),
+    /// The leader could not renew its Lease, or another replica took it: this process
+    /// stops acting and exits non-zero, and Kubernetes restarts it as a standby.
+    #[error("lost the leadership ({0}); exiting so that this replica restarts as a standby")]
+    LostLeadership(String),
 }
 
 /// `tagpin run`: sets up the HTTP side, the clusters to verify and promote on, and runs the
@@ -933,6 +946,7 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         health_listen,
         schedule,
         api_timeout,
+        leader,
     } = setup;
     let syncer = Syncer::new(config, client, forge, cache_dir)?;
     let secret = crate::config::read_env(WEBHOOK_SECRET_ENV).ok();
@@ -1015,7 +1029,20 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         "tagpin run: listening on {listen}, a pass every {:?}",
         schedule.interval
     );
-    reconcile(
+    let mut leadership = match leader {
+        None => None,
+        Some(elector) => match stand_by(elector, &shared, stop.clone()).await {
+            Some(leadership) => Some(leadership),
+            // Stopped while standing by: nothing was started.
+            None => {
+                for server in servers {
+                    let _ = server.await;
+                }
+                return Ok(());
+            }
+        },
+    };
+    let work = reconcile(
         &syncer,
         client,
         in_flight.as_ref(),
@@ -1023,12 +1050,52 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         shared,
         schedule,
         stop,
-    )
-    .await;
+    );
+    match &mut leadership {
+        None => work.await,
+        Some(held) => {
+            tokio::select! {
+                () = work => {}
+                // Stop acting at once: whatever was under way is dropped mid-way, as in a
+                // crash, and the next leader's pass completes it.
+                reason = held.lost() => return Err(DaemonError::LostLeadership(reason)),
+            }
+        }
+    }
+    // Stopped gracefully: give the Lease up so that a standby takes over at once.
+    if let Some(held) = leadership {
+        if let Err(e) = held.release().await {
+            tracing::warn!("{e}; a standby takes over when the Lease expires");
+        }
+    }
     for server in servers {
         let _ = server.await;
     }
     Ok(())
+}
+
+/// Waits for the Lease, `None` if a stop signal comes first. A standby is alive (its
+/// `/healthz` stays 200, it is doing its job) but not ready: `/readyz` stays 503, so the
+/// Service sends webhooks to the leader only.
+pub async fn stand_by(
+    elector: crate::leader::Elector,
+    shared: &Shared,
+    mut stop: watch::Receiver<bool>,
+) -> Option<crate::leader::Leadership> {
+    tracing::info!(
+        "leader election: {} is a candidate; passes start once it leads",
+        elector.identity()
+    );
+    let acquire = elector.acquire();
+    tokio::pin!(acquire);
+    let mut alive = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            leadership = &mut acquire => return Some(leadership),
+            _ = alive.tick() => shared.progressed(),
+            _ = stop.wait_for(|s| *s) => return None,
+        }
+    }
 }
 
 /// One verification round under the grace period; false when a stop cut it short.

@@ -9,6 +9,7 @@ pub mod config;
 pub mod daemon;
 pub mod forge;
 pub mod git;
+pub mod leader;
 pub mod manifest;
 pub mod metrics;
 pub mod operator;

@@ -60,6 +60,8 @@ pub struct Setup {
     pub concurrency: u16,
     /// Names this replica in Events (the pod name).
     pub instance: Option<String>,
+    /// With `--leader-elect`: only the holder of the Lease reconciles.
+    pub leader: Option<crate::leader::Elector>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +70,8 @@ pub enum OperatorError {
     Listen(String),
     #[error("Kubernetes API: {0}")]
     Kube(String),
+    #[error("lost the leadership ({0}); exiting so that this replica restarts as a standby")]
+    LostLeadership(String),
 }
 
 /// The API clients: one for requests, each bounded by `timeout`; one for watches, which are
@@ -208,9 +212,22 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
             .map(|s| format!(", objects labelled {s}"))
             .unwrap_or_default()
     );
+    // A standby is alive but not ready: the Service sends webhooks to the leader only.
+    let mut leadership = match setup.leader {
+        None => None,
+        Some(elector) => match daemon::stand_by(elector, &shared, stop.clone()).await {
+            Some(leadership) => Some(leadership),
+            None => {
+                for server in servers {
+                    let _ = server.await;
+                }
+                return Ok(());
+            }
+        },
+    };
     shared.mark_ready();
     let progress = shared.clone();
-    controller
+    let work = controller
         .watches(secrets, watched_secrets, move |secret: Secret| {
             let (namespace, name) = (secret.namespace(), secret.name_any());
             store
@@ -232,8 +249,25 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
                 tracing::debug!("controller: {e}");
             }
             futures::future::ready(())
-        })
-        .await;
+        });
+    match &mut leadership {
+        None => work.await,
+        Some(held) => {
+            tokio::select! {
+                () = work => {}
+                // Stop acting at once: a pass under way is dropped as in a crash (its push is
+                // one Git call, never half made), and the next leader's reconcile of every
+                // object completes what it left.
+                reason = held.lost() => return Err(OperatorError::LostLeadership(reason)),
+            }
+        }
+    }
+    // Stopped gracefully: give the Lease up so that a standby takes over at once.
+    if let Some(held) = leadership {
+        if let Err(e) = held.release().await {
+            tracing::warn!("{e}; a standby takes over when the Lease expires");
+        }
+    }
     for server in servers {
         let _ = server.await;
     }

@@ -1147,6 +1147,13 @@ fn the_operator_runs_tagpin_operator_with_probes_and_no_secret_in_its_environmen
     let pod = &deployment["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
     assert_eq!(strings(&container["args"]).first(), Some(&"operator"));
+    // Two replicas, one acting: the other stands by on the Lease.
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert!(strings(&container["args"]).contains(&"--leader-elect"));
+    assert_eq!(
+        env_value(container, "POD_NAMESPACE").unwrap()["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
     assert_eq!(flag(container, "--health-listen"), Some("0.0.0.0:8081"));
     for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         let get = &container[probe]["httpGet"];

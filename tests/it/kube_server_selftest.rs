@@ -790,6 +790,25 @@ async fn a_crd_created_through_the_api_serves_its_custom_resource_with_discovery
     assert_eq!(missing.code, 404);
 
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    // A CRD the real server refuses is refused before anything is stored.
+    let mut misnamed = pinned_repository_crd();
+    misnamed["metadata"]["name"] = json!("repos.tagpin.dev");
+    let misnamed: CustomResourceDefinition = serde_json::from_value(misnamed).unwrap();
+    let refused = api_error(
+        crds.create(&PostParams::default(), &misnamed)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(refused.code, 422, "{}", refused.message);
+    assert!(
+        refused.message.contains("metadata.name"),
+        "{}",
+        refused.message
+    );
+    assert!(server
+        .get("CustomResourceDefinition", "", "repos.tagpin.dev")
+        .is_none());
+
     let crd: CustomResourceDefinition = serde_json::from_value(pinned_repository_crd()).unwrap();
     let created = crds.create(&PostParams::default(), &crd).await.unwrap();
     assert_eq!(created.metadata.generation, Some(1));

@@ -24,6 +24,7 @@ mod golden;
 mod harness_selftest;
 mod kube_server_selftest;
 mod kustomize;
+mod leader;
 mod operator;
 mod pipeline;
 mod policies;

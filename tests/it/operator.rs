@@ -87,6 +87,18 @@ struct Operator {
 
 impl Operator {
     async fn start(dir: &Path, kube: &KubeServer, name: &str, args: &[&str]) -> Operator {
+        Operator::start_waiting_for(dir, kube, name, args, "/readyz").await
+    }
+
+    /// Started, once `path` answers 200: `/readyz` for one that acts, `/healthz` for a
+    /// standby (alive, not ready).
+    async fn start_waiting_for(
+        dir: &Path,
+        kube: &KubeServer,
+        name: &str,
+        args: &[&str],
+        path: &str,
+    ) -> Operator {
         let port = free_port();
         let kubeconfig = kube.kubeconfig(dir);
         let child = Command::new(env!("CARGO_BIN_EXE_tagpin"))
@@ -99,6 +111,7 @@ impl Operator {
             .env("HOME", dir)
             .env("KUBECONFIG", &kubeconfig)
             .env("POD_NAME", name)
+            .env("POD_NAMESPACE", "tagpin")
             .env("RUST_LOG", "tagpin=info")
             .env_remove("DOCKER_CONFIG")
             .stdout(Stdio::null())
@@ -113,7 +126,7 @@ impl Operator {
         let http = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(r) = http.get(format!("{}/readyz", operator.base)).send().await {
+            if let Ok(r) = http.get(format!("{}{path}", operator.base)).send().await {
                 if r.status() == 200 {
                     break;
                 }
@@ -125,6 +138,11 @@ impl Operator {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         operator
+    }
+
+    async fn ready(&self) -> bool {
+        let url = format!("{}/readyz", self.base);
+        matches!(reqwest::get(url).await, Ok(r) if r.status() == 200)
     }
 
     /// SIGTERM, then what it logged.
@@ -522,4 +540,92 @@ async fn kubectl_wait_returns_when_the_operator_reports_ready() {
     );
     assert!(is_ready(&kube, "web"));
     operator.stop().await;
+}
+
+fn lease_holder(kube: &KubeServer) -> String {
+    kube.get("Lease", "tagpin", "tagpin-leader")
+        .and_then(|lease| lease["spec"]["holderIdentity"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn of_two_replicas_only_the_leader_acts_and_the_standby_takes_over_after_a_sigkill() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let one = registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let kube = cluster().await;
+    runs_converged(
+        &kube,
+        "web",
+        &format!("{host}/acme/web:1.0@{}", one.manifest),
+        &format!("{host}/acme/web@{}", one.manifest),
+    );
+    kube.apply(pinned_repository(
+        "web",
+        json!({}),
+        spec(&repo.file_url(), &host),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let lease = Duration::from_secs(2);
+    let election = [
+        "--leader-elect",
+        "--leader-elect-lease-duration",
+        "2s",
+        "--leader-elect-renew-deadline",
+        "1000ms",
+        "--leader-elect-retry-period",
+        "200ms",
+    ];
+    let a = Operator::start(dir.path(), &kube, "op-a", &election).await;
+    eventually("op-a leads and pins", || {
+        lease_holder(&kube).starts_with("op-a") && is_ready(&kube, "web")
+    })
+    .await;
+    let b = Operator::start_waiting_for(dir.path(), &kube, "op-b", &election, "/healthz").await;
+    // The standby is alive, not ready, and reconciles nothing: no mirror of its own, while
+    // op-a renews the Lease twice more (each time op-b has read it and stood by).
+    let renewed = |kube: &KubeServer| {
+        kube.get("Lease", "tagpin", "tagpin-leader").unwrap()["spec"]["renewTime"].clone()
+    };
+    for _ in 0..2 {
+        let before = renewed(&kube);
+        eventually("op-a renews its Lease", || renewed(&kube) != before).await;
+    }
+    assert!(!b.ready().await, "a standby is not ready");
+    assert!(!dir.path().join("cache-op-b").join(NS).exists());
+    assert!(lease_holder(&kube).starts_with("op-a"));
+
+    // SIGKILL: no release. A new digest is pushed meanwhile; op-b takes over once the Lease
+    // lapses, and its first reconcile of every object pins it, once.
+    let pid = a.child.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap();
+    let two = registry.push_image("acme/web", "1.0", "two").await;
+    let killed = Instant::now();
+    eventually("op-b takes over", || {
+        lease_holder(&kube).starts_with("op-b")
+    })
+    .await;
+    let took = killed.elapsed();
+    assert!(
+        took <= lease + Duration::from_millis(200).mul_f64(2.2) + Duration::from_secs(1),
+        "took over after {took:?}"
+    );
+    eprintln!("operator takeover after SIGKILL: {took:?} (lease {lease:?})");
+    eventually("op-b pins the new digest", || {
+        repo.read("main", "apps/web.yaml")
+            .unwrap()
+            .contains(&two.manifest)
+    })
+    .await;
+    // The initial commit, op-a's pin, op-b's pin: nothing committed twice.
+    assert_eq!(repo.log("main").len(), 3, "{:?}", repo.log("main"));
+    assert!(b.ready().await);
+    b.stop().await;
 }

@@ -814,6 +814,9 @@ struct State {
     custom: Vec<usize>,
     /// Requests without credentials are let in (see [`KubeServer::allow_anonymous`]).
     anonymous: bool,
+    /// Writes to answer 409 Conflict, as if another client had written first (see
+    /// [`KubeServer::conflict_writes`]): (path fragment, how many more).
+    write_conflicts: Vec<(String, usize)>,
     /// The last configuration each field manager applied to each object
     /// (server-side apply), to remove what it no longer applies.
     applied: BTreeMap<(Key, String), Value>,
@@ -936,6 +939,10 @@ impl State {
     fn normalize(resource: usize, obj: Value) -> Result<(Value, Vec<String>), String> {
         let t = ty(resource);
         let mut obj = (t.normalize)(obj)?;
+        if resource == crd_resource() {
+            // Refused before anything is stored, as the real server validates a CRD.
+            crd::resource_type(&obj)?;
+        }
         let pruned = match t.schema {
             Some(schema) => schema.check(&mut obj)?,
             None => Vec::new(),
@@ -1262,6 +1269,7 @@ impl KubeServer {
                 hung: Vec::new(),
                 custom: Vec::new(),
                 anonymous: false,
+                write_conflicts: Vec::new(),
                 applied: BTreeMap::new(),
             }),
             changes,
@@ -1519,6 +1527,17 @@ impl KubeServer {
     /// bearer token over plain HTTP (this server has no TLS).
     pub fn allow_anonymous(&self) {
         self.shared.state().anonymous = true;
+    }
+
+    /// Answers the next `times` granted updates and patches of objects whose
+    /// `{namespace}/{plural}/{name}` contains `object_contains` ("" for any) with 409 Conflict, as the real server does when another client wrote
+    /// the object between the client's read and its write (the race itself cannot be timed
+    /// from a test). The object is left as it was.
+    pub fn conflict_writes(&self, object_contains: &str, times: usize) {
+        self.shared
+            .state()
+            .write_conflicts
+            .push((object_contains.to_string(), times));
     }
 
     /// Adds a grant to those in force, e.g. a controller's writes:

@@ -72,6 +72,35 @@ pub(super) fn write(shared: &Arc<Shared>, request: WriteRequest<'_>) -> Response
     {
         return not_found_path();
     }
+    if matches!(request.verb, "update" | "patch") {
+        if let Some(name) = &request.name {
+            let path_hit = |fragment: &str| {
+                let path = format!(
+                    "{}/{}/{name}",
+                    request.namespace.as_deref().unwrap_or(""),
+                    t.plural
+                );
+                path.contains(fragment) || fragment.is_empty()
+            };
+            let injected = state
+                .write_conflicts
+                .iter_mut()
+                .find(|(fragment, times)| *times > 0 && path_hit(fragment));
+            if let Some((_, times)) = injected {
+                *times -= 1;
+                return status_response(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on {} \"{name}\": the object has been \
+                         modified; please apply your changes to the latest version and try again",
+                        t.group_resource()
+                    ),
+                    Some(details(t, Some(name))),
+                );
+            }
+        }
+    }
     let mut write = Write {
         state: &mut state,
         changes: &shared.changes,
