@@ -226,7 +226,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         },
     };
     shared.mark_ready();
-    let progress = shared.clone();
+    let (progress, counted) = (shared.clone(), ctx.clone());
     let work = controller
         .watches(secrets, watched_secrets, move |secret: Secret| {
             let (namespace, name) = (secret.namespace(), secret.name_any());
@@ -243,8 +243,11 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         .with_config(ControllerConfig::default().concurrency(setup.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
-        .for_each(|result| {
+        .for_each(move |result| {
             progress.progressed();
+            progress
+                .metrics
+                .observe_registry_counts(counted.registries.request_counts());
             if let Err(e) = result {
                 tracing::debug!("controller: {e}");
             }

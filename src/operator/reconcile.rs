@@ -80,6 +80,9 @@ pub struct RegistryClients {
     /// The controller's own settings (`--insecure-registry`, `--ca-file`, `--docker-config`).
     pub base: Settings,
     clients: Mutex<BTreeMap<ClientKey, Arc<Client>>>,
+    /// Requests of the clients dropped since (a rotated Docker config), so the totals only
+    /// grow.
+    retired: Mutex<BTreeMap<(String, u16), u64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -97,6 +100,7 @@ impl RegistryClients {
         RegistryClients {
             base,
             clients: Mutex::default(),
+            retired: Mutex::default(),
         }
     }
 
@@ -121,10 +125,18 @@ impl RegistryClients {
         // A Secret rotated: the client of its old version serves nobody any more.
         if let Some(secret) = &key.docker_config {
             let name = secret.split('@').next().unwrap_or_default();
-            clients.retain(|k, _| {
-                k.docker_config
+            let mut retired = lock(&self.retired);
+            clients.retain(|k, client| {
+                let keep = k
+                    .docker_config
                     .as_deref()
-                    .is_none_or(|other| other.split('@').next() != Some(name))
+                    .is_none_or(|other| other.split('@').next() != Some(name));
+                if !keep {
+                    for (key, count) in client.request_counts() {
+                        *retired.entry(key).or_insert(0) += count;
+                    }
+                }
+                keep
             });
         }
         let mut settings = self.base.clone();
@@ -142,9 +154,15 @@ impl RegistryClients {
         Ok(client)
     }
 
-    /// Every client, for their request counts.
-    pub fn all(&self) -> Vec<Arc<Client>> {
-        lock(&self.clients).values().cloned().collect()
+    /// Registry requests answered so far by (host, status), over every client there was.
+    pub fn request_counts(&self) -> Vec<((String, u16), u64)> {
+        let mut totals = lock(&self.retired).clone();
+        for client in lock(&self.clients).values() {
+            for (key, count) in client.request_counts() {
+                *totals.entry(key).or_insert(0) += count;
+            }
+        }
+        totals.into_iter().collect()
     }
 }
 
