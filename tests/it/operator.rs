@@ -629,3 +629,59 @@ async fn of_two_replicas_only_the_leader_acts_and_the_standby_takes_over_after_a
     assert!(b.ready().await);
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn objects_pinning_the_same_tag_ask_the_registry_once_per_interval() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "one").await;
+    let kube = cluster().await;
+    runs_converged(
+        &kube,
+        "web",
+        &format!("{host}/acme/web:1.0@{}", web.manifest),
+        &format!("{host}/acme/web@{}", web.manifest),
+    );
+    let repos: Vec<BareRepo> = (0..5)
+        .map(|_| {
+            BareRepo::create(&[(
+                "apps/web.yaml",
+                &deployment("web", &format!("{host}/acme/web:1.0")),
+            )])
+        })
+        .collect();
+    for (i, repo) in repos.iter().enumerate() {
+        kube.apply(pinned_repository(
+            &format!("repo-{i}"),
+            json!({}),
+            spec(&repo.file_url(), &host),
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &["--concurrent", "5"]).await;
+    eventually("every object Ready", || {
+        (0..5).all(|i| is_ready(&kube, &format!("repo-{i}")))
+    })
+    .await;
+    let metrics = reqwest::get(format!("{}/metrics", operator.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let asked: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("tagpin_registry_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    // Five repositories reconciled at once, one tag: one HEAD to the registry for all of them
+    // (the verification of the pins asks nothing more of it).
+    assert_eq!(asked, 1.0, "{metrics}");
+    for repo in &repos {
+        assert!(repo
+            .read("main", "apps/web.yaml")
+            .unwrap()
+            .contains(&web.manifest));
+    }
+    operator.stop().await;
+}
