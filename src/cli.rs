@@ -113,6 +113,10 @@ pub enum Command {
         #[command(flatten)]
         leader: LeaderElectArgs,
     },
+    /// Run the operator: reconcile every PinnedRepository object it selects, each on its own.
+    Operator(OperatorArgs),
+    /// Print the PinnedRepository CustomResourceDefinition (YAML), generated from the types.
+    Crd,
     /// Check that the cluster runs what a pull request, commit or branch pins, and report it.
     ///
     /// Exit 0 converged, 1 failed, 3 still progressing (at the timeout, with --wait).
@@ -187,6 +191,42 @@ pub struct ScanArgs {
     /// Skip files matching this glob; repeatable.
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
+}
+
+/// `tagpin operator`'s flags.
+#[derive(Debug, Args)]
+pub struct OperatorArgs {
+    /// Address for /healthz, /readyz, /metrics and /webhooks/<sender>.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+    pub listen: std::net::SocketAddr,
+    /// Also serve /healthz, /readyz and /metrics here, apart from the webhook port.
+    #[arg(long, value_name = "ADDR")]
+    pub health_listen: Option<std::net::SocketAddr>,
+    /// Time between passes of each object: 90s, 5m, 1h. Registry answers are shared by all
+    /// objects for as long.
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    pub interval: String,
+    /// Time between verifications while a verdict is still progressing.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub verify_interval: String,
+    /// Each object's Git mirror lives under DIR/<namespace>/<name>
+    /// [default: $XDG_CACHE_HOME/tagpin, else ~/.cache/tagpin].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// How long reconciles under way may go on after SIGTERM.
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub grace_period: String,
+    /// Only objects matching this label selector (sharding: sharding.tagpin.dev/key=shard1).
+    #[arg(long, value_name = "SELECTOR", env = "TAGPIN_WATCH_LABEL_SELECTOR")]
+    pub watch_label_selector: Option<String>,
+    /// Only objects of this namespace [default: all namespaces].
+    #[arg(long, value_name = "NAMESPACE")]
+    pub watch_namespace: Option<String>,
+    /// Objects reconciled at once.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub concurrent: u16,
+    #[command(flatten)]
+    pub leader: LeaderElectArgs,
 }
 
 #[derive(Debug, Args)]
@@ -348,6 +388,8 @@ pub enum CliError {
     #[error(transparent)]
     Daemon(#[from] crate::daemon::DaemonError),
     #[error(transparent)]
+    Operator(#[from] crate::operator::OperatorError),
+    #[error(transparent)]
     Leader(#[from] crate::leader::LeaderError),
 }
 
@@ -426,6 +468,16 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
             .await?;
             Ok(Report::Stopped)
         }
+        Command::Operator(args) => {
+            run_operator((&cli.registry, &cli.cluster), &args).await?;
+            Ok(Report::Stopped)
+        }
+        Command::Crd => crate::operator::crd::crd_yaml()
+            .map(Report::Document)
+            .map_err(|e| CliError::Flag {
+                flag: "crd",
+                message: e.to_string(),
+            }),
         Command::Resolve { images } => {
             let client = build_client(&cli.registry, None)?;
             Ok(Report::Resolve(resolve(&client, &images).await))
@@ -454,6 +506,14 @@ fn build_client(
     args: &RegistryArgs,
     config: Option<&config::Registries>,
 ) -> Result<Client, CliError> {
+    Ok(Client::new(registry_settings(args, config)?)?)
+}
+
+/// The registry settings from the command line and a configuration file's `registries:`.
+fn registry_settings(
+    args: &RegistryArgs,
+    config: Option<&config::Registries>,
+) -> Result<Settings, CliError> {
     let docker_config = args
         .docker_config
         .clone()
@@ -478,7 +538,7 @@ fn build_client(
         settings.request_timeout = Duration::from_secs(c.timeout_seconds);
         settings.resolve_budget = Duration::from_secs(c.budget_seconds);
     }
-    Ok(Client::new(settings)?)
+    Ok(settings)
 }
 
 fn scan_filter(scan: &ScanArgs) -> Result<FileFilter, CliError> {
@@ -691,6 +751,64 @@ async fn run_controller(
         schedule,
         api_timeout,
         leader,
+    })
+    .await?;
+    Ok(())
+}
+
+/// `tagpin operator`: until SIGTERM or SIGINT.
+async fn run_operator(
+    (registry, cluster_args): (&RegistryArgs, &ClusterArgs),
+    args: &OperatorArgs,
+) -> Result<(), CliError> {
+    let interval = duration_flag("--interval", &args.interval)?;
+    let verify_interval = duration_flag("--verify-interval", &args.verify_interval)?;
+    for (flag, d) in [
+        ("--interval", interval),
+        ("--verify-interval", verify_interval),
+    ] {
+        if d.is_zero() {
+            return Err(CliError::Flag {
+                flag,
+                message: "must be longer than zero".into(),
+            });
+        }
+    }
+    if args.concurrent == 0 {
+        return Err(CliError::Flag {
+            flag: "--concurrent",
+            message: "must be at least 1".into(),
+        });
+    }
+    if let Some(selector) = &args.watch_label_selector {
+        if selector.trim().is_empty() {
+            return Err(CliError::Flag {
+                flag: "--watch-label-selector",
+                message: "must not be empty (omit it for every object)".into(),
+            });
+        }
+    }
+    let settings = registry_settings(registry, None)?;
+    let api_timeout = cluster_args.timeout()?;
+    let leader = args.leader.elector(api_timeout).await?;
+    crate::operator::run(crate::operator::Setup {
+        leader,
+        registry: settings,
+        cache_dir: args
+            .cache_dir
+            .clone()
+            .or_else(default_cache_dir)
+            .ok_or(CliError::NoCacheDir)?,
+        interval,
+        verify_interval,
+        grace: duration_flag("--grace-period", &args.grace_period)?,
+        api_timeout,
+        listen: args.listen,
+        health_listen: args.health_listen,
+        label_selector: args.watch_label_selector.clone(),
+        namespace: args.watch_namespace.clone(),
+        concurrency: args.concurrent,
+        instance: std::env::var("POD_NAME").ok(),
     })
     .await?;
     Ok(())

@@ -39,6 +39,9 @@ pub struct Config {
     pub promotion: Option<Promotion>,
     /// `helm:`: Helm values files and how digests are written into image blocks.
     pub helm: Helm,
+    /// A `PinnedRepository`'s `secret_ref`: the Secret of its namespace whose keys the
+    /// `*_env` fields (and `repository.auth.ssh_key_file`) name. Always `None` from a file.
+    pub secret_ref: Option<String>,
 }
 
 /// How tagpin reads and writes Helm values (see [`crate::manifest::helm`]).
@@ -73,6 +76,17 @@ impl Config {
             .cloned()
             .collect()
     }
+}
+
+/// Where a configuration comes from. Both are read by the same types and the same validator;
+/// they differ only in where secrets and local files come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `tagpin.yaml`: secrets in environment variables, files on this machine.
+    File,
+    /// A `PinnedRepository`'s spec: secrets in Secrets of its namespace, nothing from the
+    /// controller's disk or environment.
+    Resource,
 }
 
 /// Environments in promotion order.
@@ -128,6 +142,9 @@ pub enum ClusterTarget {
     },
     /// The service account of the pod tagpin runs in.
     InCluster,
+    /// A kubeconfig held in a key of a Secret of a `PinnedRepository`'s namespace; the
+    /// operator reads it and hands on a [`ClusterTarget::Kubeconfig`].
+    KubeconfigSecret { name: String, key: String },
 }
 
 impl std::fmt::Display for ClusterTarget {
@@ -144,6 +161,9 @@ impl std::fmt::Display for ClusterTarget {
                 context: Some(name),
             } => write!(f, "context {name:?} of kubeconfig {}", path.display()),
             ClusterTarget::InCluster => f.write_str("the in-cluster service account"),
+            ClusterTarget::KubeconfigSecret { name, key } => {
+                write!(f, "the kubeconfig in key {key:?} of Secret {name}")
+            }
         }
     }
 }
@@ -271,7 +291,7 @@ pub enum TagPolicy {
 }
 
 /// How the values a pattern extracts are compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Order {
     Numerical,
@@ -283,20 +303,23 @@ pub struct Registries {
     pub insecure: Vec<String>,
     pub ca_files: Vec<PathBuf>,
     pub docker_config: Option<PathBuf>,
+    /// A `PinnedRepository`'s `docker_config_secret_ref`: a `kubernetes.io/dockerconfigjson`
+    /// Secret of its namespace. Always `None` from a file.
+    pub docker_config_secret: Option<String>,
     pub concurrency: usize,
     pub timeout_seconds: u64,
     /// How long one pass waits for any one image (see `registry::Settings::resolve_budget`).
     pub budget_seconds: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum WriteMode {
     Commit,
     PullRequest,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Grouping {
     /// One pull request for the whole pass.
@@ -376,9 +399,38 @@ impl Config {
                     None => format!("not valid YAML: {e}"),
                 }],
             })?;
-        validate::config(&raw).map_err(|problems| ConfigError {
+        validate::config(&raw, Origin::File).map_err(|problems| ConfigError {
             file: file.to_path_buf(),
             problems: place(text, file, problems),
+        })
+    }
+
+    /// Validates a `PinnedRepository`'s spec, as JSON from the API server, with the same rules
+    /// and messages as a file; `object` (`namespace/name`) names it in errors, and each
+    /// problem's path starts with `spec.`.
+    pub fn from_resource_spec(
+        spec: &serde_json::Value,
+        object: &str,
+    ) -> Result<Config, ConfigError> {
+        let error = |problems| ConfigError {
+            file: PathBuf::from(object),
+            problems,
+        };
+        let raw: raw::Section<raw::RawConfig> = serde_yaml::to_value(spec)
+            .and_then(serde_yaml::from_value)
+            .map_err(|e| error(vec![format!("spec: {e}")]))?;
+        validate::config(&raw, Origin::Resource).map_err(|problems| {
+            error(
+                problems
+                    .into_iter()
+                    .map(
+                        |Problem { path, message }| match path.strip_prefix("(top level)") {
+                            Some(rest) => format!("spec{rest}: {message}"),
+                            None => format!("spec.{path}: {message}"),
+                        },
+                    )
+                    .collect(),
+            )
         })
     }
 
@@ -386,6 +438,23 @@ impl Config {
     pub fn forge_token(&self) -> Option<Result<String, String>> {
         self.forge.as_ref().map(|f| read_env(&f.token_env))
     }
+}
+
+/// The JSON schema of the file's shape: the spec of a `PinnedRepository`.
+///
+/// Every key is optional in the raw types (so that a missing one is reported with the others);
+/// the two the API server can refuse by itself at `kubectl apply` are marked required here.
+pub fn spec_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = <raw::RawConfig as schemars::JsonSchema>::json_schema(generator);
+    schema.insert("required".into(), serde_json::json!(["repository"]));
+    if let Some(repository) = schema
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("repository"))
+        .and_then(|r| r.as_object_mut())
+    {
+        repository.insert("required".into(), serde_json::json!(["url"]));
+    }
+    schema
 }
 
 /// Reads a secret from an environment variable, with an error that names the variable only.
@@ -1403,5 +1472,121 @@ colour: blue
         ] {
             assert!(!valid_branch_name(bad), "{bad}");
         }
+    }
+
+    fn resource(spec: serde_json::Value) -> Result<Config, ConfigError> {
+        Config::from_resource_spec(&spec, "team-a/web")
+    }
+
+    #[test]
+    fn a_resource_spec_is_read_by_the_same_types_and_rules_as_a_file() {
+        let c = resource(serde_json::json!({
+            "repository": {"url": "https://git.example/acme/gitops.git", "auth": {"token_env": "git-token"}},
+            "secret_ref": {"name": "gitops-creds"},
+            "mode": "pull-request",
+            "forge": {"owner": "acme", "repo": "gitops", "token_env": "GITHUB_TOKEN"},
+            "registries": {"docker_config_secret_ref": {"name": "pull"}},
+        }))
+        .unwrap();
+        assert_eq!(c.secret_ref.as_deref(), Some("gitops-creds"));
+        assert_eq!(c.registries.docker_config_secret.as_deref(), Some("pull"));
+        assert_eq!(c.mode, WriteMode::PullRequest);
+        assert_eq!(c.forge.unwrap().token_env, "GITHUB_TOKEN");
+
+        let err = resource(serde_json::json!({
+            "repository": {"branch": "bad branch"},
+            "mode": "sometimes",
+            "colour": "blue",
+        }))
+        .unwrap_err();
+        assert_eq!(err.file, Path::new("team-a/web"));
+        for expected in [
+            "spec.repository.url: is required",
+            "spec.repository.branch: \"bad branch\" is not a valid branch name",
+            "spec.mode: expected one of commit, pull-request, found \"sometimes\"",
+            "spec.colour: unknown key",
+        ] {
+            assert!(
+                err.problems.iter().any(|p| p.starts_with(expected)),
+                "{expected} not in {:#?}",
+                err.problems
+            );
+        }
+    }
+
+    #[test]
+    fn a_resource_names_secrets_by_reference_and_nothing_on_the_controllers_disk() {
+        let err = resource(serde_json::json!({
+            "repository": {"url": "https://git.example/a.git", "cache_dir": "/tmp/x", "auth": {"token_env": "token"}},
+            "registries": {"docker_config": "/root/.docker", "ca_files": ["/ca.pem"]},
+            "verify": {"context": "prod"},
+            "forge": {"owner": "acme", "repo": "gitops", "token_env": "ghp_0123456789abcdef/"},
+        }))
+        .unwrap_err();
+        for expected in [
+            "spec.repository.cache_dir: names something on the controller's own disk",
+            "spec.registries.docker_config: names something on the controller's own disk; a PinnedRepository takes docker_config_secret_ref",
+            "spec.registries.ca_files: names something on the controller's own disk",
+            "spec.verify.context: names something on the controller's own disk",
+            "spec.repository.auth.token_env: names a key of the Secret secret_ref, and secret_ref is not set",
+            "spec.forge.token_env: must name a key of the Secret secret_ref",
+        ] {
+            assert!(
+                err.problems.iter().any(|p| p.starts_with(expected)),
+                "{expected} not in {:#?}",
+                err.problems
+            );
+        }
+        assert!(
+            !err.problems.iter().any(|p| p.contains("ghp_")),
+            "a pasted token is never echoed: {:#?}",
+            err.problems
+        );
+    }
+
+    #[test]
+    fn a_file_refuses_secret_references() {
+        let err = parse(
+            "repository: {url: https://git.example/a.git}\nsecret_ref: {name: creds}\n\
+             registries: {docker_config_secret_ref: {name: pull}}\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.problems,
+            [
+                "tagpin.yaml:3:14: registries.docker_config_secret_ref: only a PinnedRepository refers to Secrets; in a file, use docker_config",
+                "tagpin.yaml:2:1: secret_ref: only a PinnedRepository refers to Secrets; in a file, use environment variables and files",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stage_cluster_in_a_resource_is_in_cluster_or_a_kubeconfig_secret() {
+        let stages = |cluster: serde_json::Value| {
+            resource(serde_json::json!({
+                "repository": {"url": "https://git.example/a.git"},
+                "promotion": {"stages": [
+                    {"name": "staging", "paths": ["staging"], "cluster": {"in_cluster": true}},
+                    {"name": "prod", "paths": ["prod"], "cluster": cluster, "mode": "commit"},
+                ]},
+            }))
+        };
+        let c =
+            stages(serde_json::json!({"kubeconfig_secret_ref": {"name": "prod-cluster"}})).unwrap();
+        let promotion = c.promotion.unwrap();
+        assert_eq!(promotion.stages[0].cluster, ClusterTarget::InCluster);
+        assert_eq!(
+            promotion.stages[1].cluster,
+            ClusterTarget::KubeconfigSecret {
+                name: "prod-cluster".into(),
+                key: "kubeconfig".into()
+            }
+        );
+        let err = stages(serde_json::json!({"kubeconfig": "/etc/prod", "in_cluster": true, "kubeconfig_secret_ref": {"name": "p"}}))
+            .unwrap_err();
+        assert!(err.problems.iter().any(|p| p.starts_with(
+            "spec.promotion.stages[1].cluster.kubeconfig: names something on the controller's own disk"
+        )), "{:#?}", err.problems);
+        assert!(err.problems.iter().any(|p| p == "spec.promotion.stages[1].cluster: set one of kubeconfig_secret_ref, in_cluster, not both"), "{:#?}", err.problems);
     }
 }

@@ -108,8 +108,20 @@ impl Shared {
     }
 
     /// The loop finished a piece of work.
-    fn progressed(&self) {
+    pub fn progressed(&self) {
         *lock(&self.progress) = Instant::now();
+    }
+
+    /// `/readyz` answers 200 from now on.
+    pub fn mark_ready(&self) {
+        self.ready.store(true, Ordering::Relaxed);
+    }
+
+    /// Waits for a webhook delivery, then takes the repositories named since the last call
+    /// (`tagpin operator` serves them with its own loop).
+    pub async fn next_delivery(&self) -> BTreeSet<String> {
+        self.wake.notified().await;
+        std::mem::take(&mut *lock(&self.pending))
     }
 }
 
@@ -504,16 +516,31 @@ impl InFlight<'_> {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);
-            let me = forge.login().await?;
             let window = RECENTLY_MERGED.as_secs() as i64;
-            for pr in forge
-                .pull_requests_with_prefix(
-                    &self.config.pull_request.branch_prefix,
-                    target,
-                    now - window,
-                )
-                .await?
-            {
+            // The forge's pull requests are one source of work among others: when they
+            // cannot be listed, the commit-mode tip below is still verified.
+            let listed = match forge.login().await {
+                Ok(me) => forge
+                    .pull_requests_with_prefix(
+                        &self.config.pull_request.branch_prefix,
+                        target,
+                        now - window,
+                    )
+                    .await
+                    .map(|prs| (me, prs)),
+                Err(e) => Err(e),
+            };
+            let (me, prs) = match listed {
+                Ok(listed) => listed,
+                Err(e) => {
+                    count_error(metrics, "forge");
+                    tracing::warn!(
+                        "cannot list tagpin pull requests, none verified this round: {e}"
+                    );
+                    ("", Vec::new())
+                }
+            };
+            for pr in prs {
                 let stage = promote::stage_of_branch(self.config, &pr.head_ref);
                 if let Some(why) = not_ours(&pr, stage.is_some(), me) {
                     if lock(&self.pr_memory).ignored.insert(pr.number) {
@@ -1050,7 +1077,7 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
 /// Waits for the Lease, `None` if a stop signal comes first. A standby is alive (its
 /// `/healthz` stays 200, it is doing its job) but not ready: `/readyz` stays 503, so the
 /// Service sends webhooks to the leader only.
-async fn stand_by(
+pub async fn stand_by(
     elector: crate::leader::Elector,
     shared: &Shared,
     mut stop: watch::Receiver<bool>,

@@ -12,6 +12,7 @@ pub mod git;
 pub mod leader;
 pub mod manifest;
 pub mod metrics;
+pub mod operator;
 mod output;
 pub mod pass;
 pub mod pipeline;

@@ -184,8 +184,27 @@ impl Metrics {
 
     /// Adds what the registry client counted since the last call.
     pub fn observe_registry(&self, client: &crate::registry::Client) {
+        self.observe_registry_counts(client.request_counts());
+        for (host, _) in client.request_counts().into_iter().map(|(key, _)| key) {
+            if let Some(remaining) = client.rate_limit_remaining(&host) {
+                if let Some(n) = remaining
+                    .split(';')
+                    .next()
+                    .and_then(|n| n.trim().parse::<i64>().ok())
+                {
+                    self.rate_limit_remaining
+                        .get_or_create(&HostLabels { host })
+                        .set(n);
+                }
+            }
+        }
+    }
+
+    /// Registry requests answered so far by (host, status), as totals that only grow: the
+    /// operator sums them over its registry clients.
+    pub fn observe_registry_counts(&self, counts: Vec<((String, u16), u64)>) {
         let mut seen = self.seen_requests.lock().unwrap_or_else(|p| p.into_inner());
-        for ((host, status), count) in client.request_counts() {
+        for ((host, status), count) in counts {
             let before = seen.insert((host.clone(), status), count).unwrap_or(0);
             let status = if status == 0 {
                 "error".to_string()
@@ -198,17 +217,6 @@ impl Metrics {
                     status,
                 })
                 .inc_by(count.saturating_sub(before));
-            if let Some(remaining) = client.rate_limit_remaining(&host) {
-                if let Some(n) = remaining
-                    .split(';')
-                    .next()
-                    .and_then(|n| n.trim().parse::<i64>().ok())
-                {
-                    self.rate_limit_remaining
-                        .get_or_create(&HostLabels { host })
-                        .set(n);
-                }
-            }
         }
     }
 

@@ -87,6 +87,11 @@ pub(crate) fn render(report: &Report, format: OutputFormat) -> Printed {
         Report::Verify(r) => render_verify(r, format, &mut out),
         Report::Promote(r) => render_promote(r, format, &mut out),
         Report::Stopped => Exit::Ok,
+        // A document meant for `kubectl apply -f -`: the same bytes in either format.
+        Report::Document(text) => {
+            out.stdout.push_str(text);
+            Exit::Ok
+        }
     };
     out
 }
@@ -148,6 +153,8 @@ pub(crate) enum Report {
     Verify(VerifyReport),
     Promote(crate::promote::PromoteReport),
     Stopped,
+    /// YAML printed as it is (`tagpin crd`).
+    Document(String),
 }
 
 /// The answer for each image asked, in the order asked.

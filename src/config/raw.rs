@@ -6,9 +6,14 @@
 //! found, instead of failing the whole document; and every mapping through [`Known`], which
 //! keeps the keys its struct does not declare instead of refusing them. Validation
 //! (`super::validate`) then reports both with their field paths, together with the rules about
-//! meaning. Keys are written as in the file (snake_case), so the same structs can later give
-//! the spec of a Kubernetes resource.
+//! meaning. Keys are written as in the file (snake_case), so the same structs give the spec of
+//! the `PinnedRepository` resource: its schema is derived from them ([`schemars::JsonSchema`],
+//! read by `crate::operator::crd`), and its spec is read back through them and validated by
+//! the same code.
 
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
@@ -106,6 +111,37 @@ pub type Section<T> = Field<Known<T>>;
 /// A list whose items are each kept or refused on their own.
 pub type List<T> = Field<Vec<Field<T>>>;
 
+/// In a schema a field is what it holds: the wrapper only changes how mistakes are reported.
+impl<T: JsonSchema> JsonSchema for Field<T> {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        T::json_schema(generator)
+    }
+}
+
+/// A mapping's schema is its struct's: the unknown keys it sets aside are refused by the API
+/// server (strict field validation) before validation could report them.
+impl<T: JsonSchema> JsonSchema for Known<T> {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        T::schema_name()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        T::json_schema(generator)
+    }
+}
+
 /// The keys of a struct, or the names of an enum's variants, as its derived `Deserialize`
 /// declares them (after `rename`). serde hands them to the deserializer, so one that only
 /// records them and stops can read them without any input. A struct using
@@ -155,9 +191,11 @@ pub fn names_of<T: DeserializeOwned>() -> &'static [&'static str] {
 
 /// The whole file. Fields are in the order the file documents them; unknown keys are named
 /// with this list.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawConfig {
+    // Rules the schema can hold are also written here, so that the API server refuses a
+    // resource that breaks them at `kubectl apply`; validation checks them all the same.
     pub repository: Section<RawRepository>,
     pub author: Section<RawAuthor>,
     pub paths: List<String>,
@@ -172,27 +210,49 @@ pub struct RawConfig {
     pub verify: Section<RawVerify>,
     pub promotion: Section<RawPromotion>,
     pub helm: Section<RawHelm>,
+    /// Only in a `PinnedRepository`: the Secret of its namespace whose keys the `*_env` fields
+    /// and `repository.auth.ssh_key_file` name, in place of environment variables and files.
+    pub secret_ref: Section<RawLocalRef>,
 }
 
 /// `helm:`: which files hold Helm values beyond the usual names, and where a digest goes in an
 /// image block without a digest key.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawHelm {
     pub values_files: List<String>,
     pub digest: Field<crate::manifest::DigestMode>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A Secret of the resource's own namespace, by name.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawLocalRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: Field<String>,
+}
+
+/// One key of a Secret of the resource's own namespace.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawSecretKeyRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: Field<String>,
+    /// Default `kubeconfig`.
+    pub key: Field<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawRepository {
+    #[schemars(length(min = 1))]
     pub url: Field<String>,
     pub branch: Field<String>,
     pub auth: Section<RawGitAuth>,
     pub cache_dir: Field<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawGitAuth {
     pub token_env: Field<String>,
@@ -201,14 +261,14 @@ pub struct RawGitAuth {
     pub passphrase_env: Field<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawAuthor {
     pub name: Field<String>,
     pub email: Field<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawImages {
     pub manage: List<String>,
@@ -217,7 +277,7 @@ pub struct RawImages {
 }
 
 /// One `images.policies` entry: `match` and at most one of `digest`, `semver`, `pattern`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawPolicy {
     #[serde(rename = "match")]
@@ -229,18 +289,24 @@ pub struct RawPolicy {
     pub order: Field<Order>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawRegistries {
     pub insecure: List<String>,
     pub ca_files: List<String>,
     pub docker_config: Field<String>,
+    #[schemars(range(min = 1, max = 256))]
     pub concurrency: Field<u64>,
+    #[schemars(range(min = 1, max = 3600))]
     pub timeout_seconds: Field<u64>,
+    #[schemars(range(min = 1, max = 3600))]
     pub budget_seconds: Field<u64>,
+    /// Only in a `PinnedRepository`: a `kubernetes.io/dockerconfigjson` Secret of its
+    /// namespace, in place of `docker_config`.
+    pub docker_config_secret_ref: Section<RawLocalRef>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawPullRequest {
     pub grouping: Field<Grouping>,
@@ -249,7 +315,7 @@ pub struct RawPullRequest {
     pub branch_prefix: Field<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawForge {
     pub kind: Field<String>,
@@ -261,7 +327,7 @@ pub struct RawForge {
     pub login: Field<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawVerify {
     pub default_namespace: Field<String>,
@@ -271,20 +337,20 @@ pub struct RawVerify {
     pub gitops: Section<RawGitOps>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawGitOps {
     pub applications: List<String>,
     pub kustomizations: List<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawPromotion {
     pub stages: List<Known<RawStage>>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawStage {
     pub name: Field<String>,
@@ -295,12 +361,15 @@ pub struct RawStage {
 }
 
 /// A stage's `cluster`: at most one of its keys (`kubeconfig` may take a `context`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawCluster {
     pub context: Field<String>,
     pub kubeconfig: Field<String>,
     pub in_cluster: Field<bool>,
+    /// Only in a `PinnedRepository`: a kubeconfig held in a Secret of its namespace, in place
+    /// of `kubeconfig` and `context`.
+    pub kubeconfig_secret_ref: Section<RawSecretKeyRef>,
 }
 
 /// A duration as written: whole seconds, or text like `90s`, `10m`, `1h`.
@@ -309,6 +378,21 @@ pub struct RawCluster {
 pub enum RawDuration {
     Seconds(u64),
     Text(String),
+}
+
+/// Kubernetes' own spelling of "a number or a string": a structural schema allows no `anyOf`
+/// of types.
+impl JsonSchema for RawDuration {
+    fn schema_name() -> Cow<'static, str> {
+        "RawDuration".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        schemars::json_schema!({
+            "description": "Whole seconds, or text like 90s, 10m, 1h.",
+            "x-kubernetes-int-or-string": true
+        })
+    }
 }
 
 #[cfg(test)]

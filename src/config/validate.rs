@@ -11,21 +11,24 @@ use serde_yaml::Value;
 
 use super::raw::{
     names_of, Field, Known, List, RawAuthor, RawCluster, RawConfig, RawDuration, RawForge,
-    RawGitAuth, RawHelm, RawImages, RawPolicy, RawPromotion, RawPullRequest, RawRegistries,
-    RawRepository, RawStage, RawVerify, Section,
+    RawGitAuth, RawHelm, RawImages, RawLocalRef, RawPolicy, RawPromotion, RawPullRequest,
+    RawRegistries, RawRepository, RawSecretKeyRef, RawStage, RawVerify, Section,
 };
 use super::{
     invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
     ClusterTarget, Config, Forge, ForgeKind, GitAuth, GitOpsObjects, Grouping, ImageRules,
-    ObjectName, Order, PolicyRule, Problem, Promotion, PullRequest, Registries, Repository, Stage,
-    TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX,
-    DEFAULT_COMMIT_MESSAGE, DEFAULT_PR_TITLE, DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME,
-    MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
+    ObjectName, Order, Origin, PolicyRule, Problem, Promotion, PullRequest, Registries, Repository,
+    Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME,
+    DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE, DEFAULT_PR_TITLE, DEFAULT_TIMEOUT_SECONDS,
+    DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
 };
 
 /// The configuration the raw file describes, or every problem found in it.
-pub(super) fn config(raw: &Section<RawConfig>) -> Result<Config, Vec<Problem>> {
-    let mut check = Check::default();
+pub(super) fn config(raw: &Section<RawConfig>, origin: Origin) -> Result<Config, Vec<Problem>> {
+    let mut check = Check {
+        problems: Vec::new(),
+        origin,
+    };
     match check.config(raw) {
         Some(config) if check.problems.is_empty() => Ok(config),
         _ => Err(check.problems),
@@ -33,12 +36,93 @@ pub(super) fn config(raw: &Section<RawConfig>) -> Result<Config, Vec<Problem>> {
 }
 
 /// Collects problems while reading the raw values.
-#[derive(Default)]
 struct Check {
     problems: Vec<Problem>,
+    /// A file and a resource differ only in where secrets and local files come from.
+    origin: Origin,
 }
 
+/// Keys only a `PinnedRepository` may write.
+const RESOURCE_ONLY: [&str; 3] = [
+    "secret_ref",
+    "docker_config_secret_ref",
+    "kubeconfig_secret_ref",
+];
+
+/// The default key of a `kubeconfig_secret_ref`.
+const DEFAULT_KUBECONFIG_KEY: &str = "kubeconfig";
+
 impl Check {
+    /// A key naming something on the controller's own disk or environment, which a resource
+    /// cannot give: reported when a resource writes it, with what to use `instead`.
+    fn file_only(&mut self, path: &str, written: bool, instead: &str) {
+        if written && self.origin == Origin::Resource {
+            self.problem(
+                path,
+                format!(
+                    "names something on the controller's own disk; a PinnedRepository {instead}"
+                ),
+            );
+        }
+    }
+
+    /// A Secret reference, which only a resource may hold: reported when a file writes it.
+    fn resource_only(&mut self, path: &str, written: bool, instead: &str) {
+        if written && self.origin == Origin::File {
+            self.problem(
+                path,
+                format!("only a PinnedRepository refers to Secrets; in a file, use {instead}"),
+            );
+        }
+    }
+
+    /// The name of a Secret of the resource's namespace (a DNS subdomain).
+    fn local_ref(&mut self, path: &str, field: &Section<RawLocalRef>) -> Option<String> {
+        let raw = self.section(path, field)?;
+        let name = self.required_string(&join(path, "name"), &raw.name)?;
+        self.object_name(&join(path, "name"), name);
+        Some(name.to_string())
+    }
+
+    fn object_name(&mut self, path: &str, name: &str) {
+        let valid = name.len() <= 253
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !valid {
+            self.problem(
+                path,
+                format!("{name:?} is not a Secret name (lowercase letters, digits, '-', '.')"),
+            );
+        }
+    }
+
+    /// Where a secret is named: an environment variable in a file, a key of the Secret
+    /// `secret_ref` in a resource.
+    fn secret_name(&mut self, path: &str, name: &str) {
+        match self.origin {
+            Origin::File => self.env_name(path, name),
+            Origin::Resource => self.secret_key(path, name),
+        }
+    }
+
+    fn secret_key(&mut self, path: &str, key: &str) {
+        let valid = key.len() <= 253
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c));
+        if !valid {
+            // Never echo the value: it may be the secret itself, pasted in by mistake.
+            self.problem(
+                path,
+                "must name a key of the Secret secret_ref (letters, digits, '-', '_', '.'), \
+                 not hold a secret",
+            );
+        }
+    }
+
     /// The one rule for every URL a token is sent to: plain `http://` only on loopback, where
     /// it never crosses a network. `path` names the field the problem is reported at.
     fn token_transport(&mut self, path: &str, url: &str) {
@@ -103,10 +187,19 @@ impl Check {
     fn unknown_keys<T: DeserializeOwned>(&mut self, path: &str, known: &Known<T>) {
         for key in &known.unknown {
             match key.as_str() {
-                Some(key) => self.problem(
-                    &join(path, key),
-                    format!("unknown key (known: {})", known.keys().join(", ")),
-                ),
+                Some(key) => {
+                    // A file is told only the keys a file may use.
+                    let keys: Vec<&str> = known
+                        .keys()
+                        .iter()
+                        .copied()
+                        .filter(|k| self.origin == Origin::Resource || !RESOURCE_ONLY.contains(k))
+                        .collect();
+                    self.problem(
+                        &join(path, key),
+                        format!("unknown key (known: {})", keys.join(", ")),
+                    )
+                }
                 None => self.problem(path, "keys must be strings"),
             }
         }
@@ -341,6 +434,38 @@ impl Check {
         }
         let verify = self.verify(&top.verify);
         let helm = self.helm(&top.helm);
+        self.resource_only(
+            "secret_ref",
+            top.secret_ref.is_written(),
+            "environment variables and files",
+        );
+        let secret_ref = match self.origin {
+            Origin::Resource => self.local_ref("secret_ref", &top.secret_ref),
+            Origin::File => None,
+        };
+        if self.origin == Origin::Resource && secret_ref.is_none() {
+            let mut named = Vec::new();
+            match &repository {
+                Some(Repository {
+                    auth: GitAuth::Token { .. },
+                    ..
+                }) => named.push("repository.auth.token_env"),
+                Some(Repository {
+                    auth: GitAuth::SshKey { .. },
+                    ..
+                }) => named.push("repository.auth.ssh_key_file"),
+                _ => {}
+            }
+            if forge.is_some() {
+                named.push("forge.token_env");
+            }
+            for path in named {
+                self.problem(
+                    path,
+                    "names a key of the Secret secret_ref, and secret_ref is not set",
+                );
+            }
+        }
         let promotion = if top.promotion.is_written() {
             if top.paths.is_set() {
                 self.problem(
@@ -371,6 +496,7 @@ impl Check {
             commit_message,
             pull_request,
             forge,
+            secret_ref,
         })
     }
 
@@ -399,6 +525,11 @@ impl Check {
             self.token_transport("repository.auth", url);
         }
         let cache_dir = self.string("repository.cache_dir", &raw.cache_dir);
+        self.file_only(
+            "repository.cache_dir",
+            raw.cache_dir.is_written(),
+            "has its mirror under the controller's --cache-dir",
+        );
         Some(Repository {
             url: url?.to_string(),
             branch: branch.to_string(),
@@ -420,7 +551,7 @@ impl Check {
                 GitAuth::None
             }
             (Some(env), None) => {
-                self.env_name("repository.auth.token_env", env);
+                self.secret_name("repository.auth.token_env", env);
                 let username = self
                     .string("repository.auth.username", &raw.username)
                     .unwrap_or(DEFAULT_TOKEN_USERNAME);
@@ -430,10 +561,13 @@ impl Check {
                 }
             }
             (None, Some(file)) => {
+                if self.origin == Origin::Resource {
+                    self.secret_key("repository.auth.ssh_key_file", file);
+                }
                 let passphrase_env =
                     self.string("repository.auth.passphrase_env", &raw.passphrase_env);
                 if let Some(env) = passphrase_env {
-                    self.env_name("repository.auth.passphrase_env", env);
+                    self.secret_name("repository.auth.passphrase_env", env);
                 }
                 GitAuth::SshKey {
                     key_file: PathBuf::from(file),
@@ -580,7 +714,30 @@ impl Check {
     fn registries(&mut self, field: &Section<RawRegistries>) -> Registries {
         let p = "registries";
         let raw = self.optional(p, field);
+        self.file_only(
+            &join(p, "docker_config"),
+            raw.docker_config.is_written(),
+            "takes docker_config_secret_ref",
+        );
+        self.file_only(
+            &join(p, "ca_files"),
+            raw.ca_files.is_written(),
+            "uses the CA files given to the controller (--ca-file)",
+        );
+        self.resource_only(
+            &join(p, "docker_config_secret_ref"),
+            raw.docker_config_secret_ref.is_written(),
+            "docker_config",
+        );
+        let docker_config_secret = match self.origin {
+            Origin::Resource => self.local_ref(
+                &join(p, "docker_config_secret_ref"),
+                &raw.docker_config_secret_ref,
+            ),
+            Origin::File => None,
+        };
         Registries {
+            docker_config_secret,
             insecure: self.strings(&join(p, "insecure"), &raw.insecure),
             ca_files: self
                 .strings(&join(p, "ca_files"), &raw.ca_files)
@@ -640,6 +797,12 @@ impl Check {
         let name_prefix = text("name_prefix", &raw.name_prefix);
         let name_suffix = text("name_suffix", &raw.name_suffix);
         let context = text("context", &raw.context);
+        self.file_only(
+            "verify.context",
+            raw.context.is_written(),
+            "verifies on the controller's own cluster, or a stage's \
+             cluster.kubeconfig_secret_ref",
+        );
         let gitops = self
             .section("verify.gitops", &raw.gitops)
             .map(|gitops| GitOpsObjects {
@@ -852,6 +1015,41 @@ impl Check {
         };
         let context = self.string(&join(path, "context"), &raw.context);
         let kubeconfig = self.string(&join(path, "kubeconfig"), &raw.kubeconfig);
+        let instead = "takes kubeconfig_secret_ref or in_cluster";
+        self.file_only(&join(path, "context"), raw.context.is_written(), instead);
+        self.file_only(
+            &join(path, "kubeconfig"),
+            raw.kubeconfig.is_written(),
+            instead,
+        );
+        self.resource_only(
+            &join(path, "kubeconfig_secret_ref"),
+            raw.kubeconfig_secret_ref.is_written(),
+            "kubeconfig",
+        );
+        if self.origin == Origin::Resource {
+            let secret = self.secret_key_ref(
+                &join(path, "kubeconfig_secret_ref"),
+                &raw.kubeconfig_secret_ref,
+            );
+            let in_cluster = self.only_true(
+                &join(path, "in_cluster"),
+                &raw.in_cluster,
+                "expected true (omit cluster for the controller's own cluster)",
+            );
+            return match (secret, in_cluster) {
+                (Some(_), true) => {
+                    self.problem(
+                        path,
+                        "set one of kubeconfig_secret_ref, in_cluster, not both",
+                    );
+                    ClusterTarget::Default
+                }
+                (Some((name, key)), false) => ClusterTarget::KubeconfigSecret { name, key },
+                (None, true) => ClusterTarget::InCluster,
+                (None, false) => ClusterTarget::Default,
+            };
+        }
         let in_cluster = self.only_true(
             &join(path, "in_cluster"),
             &raw.in_cluster,
@@ -956,7 +1154,7 @@ impl Check {
         };
         let token_env = self.required_string("forge.token_env", &raw.token_env);
         if let Some(env) = token_env {
-            self.env_name("forge.token_env", env);
+            self.secret_name("forge.token_env", env);
         }
         let login = self.string("forge.login", &raw.login).map(str::to_string);
         Some(Forge {
@@ -982,6 +1180,26 @@ fn gitlab_project_ok(project: &str) -> bool {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
         })
+}
+
+impl Check {
+    /// `{name, key}` of a Secret of the resource's namespace; `key` defaults to `kubeconfig`.
+    fn secret_key_ref(
+        &mut self,
+        path: &str,
+        field: &Section<RawSecretKeyRef>,
+    ) -> Option<(String, String)> {
+        let raw = self.section(path, field)?;
+        let name = self.required_string(&join(path, "name"), &raw.name);
+        if let Some(name) = name {
+            self.object_name(&join(path, "name"), name);
+        }
+        let key = self
+            .string(&join(path, "key"), &raw.key)
+            .unwrap_or(DEFAULT_KUBECONFIG_KEY);
+        self.secret_key(&join(path, "key"), key);
+        Some((name?.to_string(), key.to_string()))
+    }
 }
 
 fn join(path: &str, key: &str) -> String {

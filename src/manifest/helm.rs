@@ -153,7 +153,7 @@ pub struct HelmImage {
 }
 
 /// How a digest is added to a block that has no digest key (`helm.digest`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum DigestMode {
     /// `tag: 1.2.3@sha256:…`.

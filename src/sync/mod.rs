@@ -13,6 +13,7 @@
 //! that group while the others go on.
 
 pub mod policy;
+pub mod shared;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -216,6 +217,8 @@ pub struct Syncer<'a> {
     filter: FileFilter,
     selection: ImageSelection,
     policies: Policies,
+    /// Registry answers shared with other repositories' passes (`tagpin operator`).
+    shared: Option<&'a shared::SharedAnswers>,
 }
 
 impl<'a> Syncer<'a> {
@@ -226,6 +229,18 @@ impl<'a> Syncer<'a> {
         cache_dir: &Path,
     ) -> Result<Syncer<'a>, SyncError> {
         let credentials = git_credentials(&config.repository.auth)?;
+        Syncer::with_credentials(config, registry, forge, cache_dir, credentials)
+    }
+
+    /// Like [`Syncer::new`], with the Git credentials already read (from a Secret, by the
+    /// operator) rather than from the environment and files the configuration names.
+    pub fn with_credentials(
+        config: &'a Config,
+        registry: &'a Client,
+        forge: Option<&'a Forge>,
+        cache_dir: &Path,
+        credentials: Credentials,
+    ) -> Result<Syncer<'a>, SyncError> {
         let mirror = Mirror::open(cache_dir, &config.repository.url, credentials)?;
         let filter = FileFilter::with_default_include(&config.include_globs(), &config.exclude)?;
         let selection = ImageSelection::for_config(config)?;
@@ -241,7 +256,15 @@ impl<'a> Syncer<'a> {
             filter,
             selection,
             policies,
+            shared: None,
         })
+    }
+
+    /// Resolves through `answers`, shared with other passes, instead of asking the registry
+    /// for every reference this pass has not resolved yet.
+    pub fn sharing(mut self, answers: &'a shared::SharedAnswers) -> Syncer<'a> {
+        self.shared = Some(answers);
+        self
     }
 
     /// Runs one pass.
@@ -376,7 +399,10 @@ impl<'a> Syncer<'a> {
             .into_iter()
             .filter(|r| !resolutions.contains_key(&ResolveKey::of(r)))
             .collect();
-        resolutions.extend(self.registry.resolve_all(wanted.iter()).await);
+        match self.shared {
+            Some(shared) => resolutions.extend(shared.resolve_all(self.registry, &wanted).await),
+            None => resolutions.extend(self.registry.resolve_all(wanted.iter()).await),
+        }
     }
 
     /// Lists the tags of each repository whose policy chooses among tags and that this pass

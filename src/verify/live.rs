@@ -161,6 +161,12 @@ impl Cluster {
                     .map_err(|e| failed(&e))?
             }
             ClusterTarget::InCluster => kube::Config::incluster().map_err(|e| failed(&e))?,
+            // Only a PinnedRepository names one, and the operator reads the Secret first.
+            ClusterTarget::KubeconfigSecret { .. } => {
+                return Err(failed(
+                    &"a kubeconfig Secret is read by `tagpin operator` only",
+                ))
+            }
         };
         // kube's default retry waits up to 1000 s over 15 attempts: right for a controller
         // that runs forever, not for a verdict someone is waiting on. tagpin retries itself,

@@ -119,6 +119,21 @@ fn builds() -> &'static [Build] {
     })
 }
 
+/// `deploy/operator/`, rendered once: checked with the others where the same promises hold
+/// (schema, hardening, network policy), and on its own for its RBAC and objects.
+fn operator() -> &'static Build {
+    static BUILD: OnceLock<Build> = OnceLock::new();
+    BUILD.get_or_init(|| Build {
+        dir: "deploy/operator",
+        objects: kustomize(&repo().join("deploy/operator")),
+    })
+}
+
+/// Every variant, the operator's included.
+fn all_builds() -> impl Iterator<Item = &'static Build> {
+    builds().iter().chain([operator()])
+}
+
 fn build(dir: &str) -> &'static Build {
     builds().iter().find(|b| b.dir == dir).unwrap()
 }
@@ -299,6 +314,8 @@ fn first_difference(
             .enumerate()
             .find_map(|(i, (v, w))| first_difference(v, w, format!("{path}[{i}]"))),
         (a, b) if a == b => None,
+        // One number, however written (kustomize prints the CRD's `maximum: 3600.0` as 3600).
+        (J::Number(a), J::Number(b)) if a.as_f64() == b.as_f64() => None,
         _ => Some(path),
     }
 }
@@ -310,7 +327,7 @@ fn every_object_matches_the_kubernetes_schema() {
     if let Err(e) = round_trip::<core::v1::Secret>(&template) {
         panic!("deploy/secret.example.yaml: {e}");
     }
-    for build in builds() {
+    for build in all_builds() {
         for object in &build.objects {
             let json = serde_json::to_value(object).unwrap();
             let api_version = object["apiVersion"].as_str().unwrap_or_default();
@@ -332,6 +349,12 @@ fn every_object_matches_the_kubernetes_schema() {
                     round_trip::<rbac::v1::ClusterRoleBinding>(&json)
                 }
                 ("rbac.authorization.k8s.io/v1", "Role") => round_trip::<rbac::v1::Role>(&json),
+                ("policy/v1", "PodDisruptionBudget") => {
+                    round_trip::<k8s_openapi::api::policy::v1::PodDisruptionBudget>(&json)
+                }
+                ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => round_trip::<
+                    k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+                >(&json),
                 ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
                     round_trip::<rbac::v1::RoleBinding>(&json)
                 }
@@ -425,7 +448,7 @@ fn effective<'a>(pod: &'a Value, container: &'a Value, field: &str) -> &'a Value
 
 #[test]
 fn every_container_runs_non_root_read_only_without_privileges() {
-    for build in builds() {
+    for build in all_builds() {
         let pods = build.pod_specs();
         assert!(!pods.is_empty(), "{}: no workload rendered", build.dir);
         for (owner, pod) in pods {
@@ -975,5 +998,209 @@ fn the_dockerfile_runs_the_binary_as_the_same_non_root_user() {
     assert_eq!(
         dockerignore.lines().find(|l| !l.starts_with('#')),
         Some("*")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The operator (`deploy/operator/`)
+
+#[test]
+fn the_operator_builds_offline_with_its_crd_rbac_and_disruption_budget() {
+    let mut found: Vec<String> = operator().objects.iter().map(label).collect();
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            "ClusterRole/tagpin-operator",
+            "ClusterRole/tagpin-verifier",
+            "ClusterRoleBinding/tagpin-operator",
+            "ClusterRoleBinding/tagpin-verifier",
+            "CustomResourceDefinition/pinnedrepositories.tagpin.dev",
+            "Deployment/tagpin-operator",
+            "Namespace/tagpin",
+            "NetworkPolicy/tagpin",
+            "PodDisruptionBudget/tagpin-operator",
+            "Role/tagpin-leader-election",
+            "RoleBinding/tagpin-leader-election",
+            "Service/tagpin-operator",
+            "ServiceAccount/tagpin",
+        ],
+        "no ConfigMap: the operator reads no tagpin.yaml"
+    );
+    let crd = operator().one("CustomResourceDefinition");
+    let checked_in: serde_json::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo().join("deploy/operator/crd.yaml")).unwrap(),
+    )
+    .unwrap();
+    let rendered = serde_json::to_value(crd).unwrap();
+    assert_eq!(
+        first_difference(&checked_in, &rendered, String::new()),
+        None,
+        "kustomize leaves the generated CRD as it is"
+    );
+    let pdb = &operator().one("PodDisruptionBudget")["spec"];
+    assert_eq!(
+        pdb["maxUnavailable"], 1,
+        "a drain evicts one replica at a time"
+    );
+    let deployment = operator().one("Deployment");
+    assert_eq!(
+        pdb["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    let service = operator().one("Service");
+    assert_eq!(
+        service["spec"]["selector"],
+        deployment["spec"]["template"]["metadata"]["labels"]
+    );
+}
+
+/// (API group, resource, verb) of every rule of `role`.
+fn grants(role: &Value) -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for rule in role["rules"].as_sequence().unwrap() {
+        assert!(rule["resourceNames"].is_null() && rule["nonResourceURLs"].is_null());
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    out.insert((group.to_string(), resource.to_string(), verb.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_operator_is_granted_exactly_what_it_reads_and_writes() {
+    let set = |items: &[(&str, &str, &str)]| -> BTreeSet<(String, String, String)> {
+        items
+            .iter()
+            .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
+            .collect()
+    };
+    let operator_role = operator()
+        .objects
+        .iter()
+        .find(|o| label(o) == "ClusterRole/tagpin-operator")
+        .unwrap();
+    assert_eq!(
+        grants(operator_role),
+        set(&[
+            ("tagpin.dev", "pinnedrepositories", "get"),
+            ("tagpin.dev", "pinnedrepositories", "list"),
+            ("tagpin.dev", "pinnedrepositories", "watch"),
+            // The only writes to its own objects: their status.
+            ("tagpin.dev", "pinnedrepositories/status", "get"),
+            ("tagpin.dev", "pinnedrepositories/status", "patch"),
+            ("tagpin.dev", "pinnedrepositories/status", "update"),
+            ("events.k8s.io", "events", "create"),
+            ("events.k8s.io", "events", "patch"),
+            // Read only: the Secrets objects name, and a watch of the labelled ones.
+            ("", "secrets", "get"),
+            ("", "secrets", "list"),
+            ("", "secrets", "watch"),
+        ])
+    );
+    // Leases only in its own namespace, with a Role, never cluster-wide.
+    let lease_role = operator().one("Role");
+    assert_eq!(lease_role["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(
+        grants(lease_role),
+        set(&[
+            ("coordination.k8s.io", "leases", "get"),
+            ("coordination.k8s.io", "leases", "create"),
+            ("coordination.k8s.io", "leases", "update"),
+        ])
+    );
+    // Every other role is the verifier's, read-only; every binding is to tagpin's own account.
+    for role in operator()
+        .objects
+        .iter()
+        .filter(|o| matches!(kind(o), "ClusterRole" | "Role"))
+    {
+        let writes: Vec<_> = grants(role)
+            .into_iter()
+            .filter(|(_, _, verb)| !READ_VERBS.contains(&verb.as_str()))
+            .collect();
+        match name(role) {
+            "tagpin-operator" | "tagpin-leader-election" => {}
+            other => assert!(writes.is_empty(), "{other}: {writes:?}"),
+        }
+        for (group, resource, _) in grants(role) {
+            assert!(group != "*" && resource != "*", "{}: wildcard", label(role));
+        }
+    }
+    for binding in operator()
+        .objects
+        .iter()
+        .filter(|o| matches!(kind(o), "ClusterRoleBinding" | "RoleBinding"))
+    {
+        for subject in binding["subjects"].as_sequence().unwrap() {
+            assert_eq!(subject["name"], "tagpin", "{}", label(binding));
+            assert_eq!(subject["namespace"], NAMESPACE, "{}", label(binding));
+        }
+    }
+}
+
+#[test]
+fn the_operator_runs_tagpin_operator_with_probes_and_no_secret_in_its_environment() {
+    let deployment = operator().one("Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(strings(&container["args"]).first(), Some(&"operator"));
+    // Two replicas, one acting: the other stands by on the Lease.
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert!(strings(&container["args"]).contains(&"--leader-elect"));
+    assert_eq!(
+        env_value(container, "POD_NAMESPACE").unwrap()["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    assert_eq!(flag(container, "--health-listen"), Some("0.0.0.0:8081"));
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        assert_eq!(resolve_port(container, &get["port"]), Some(8081), "{probe}");
+    }
+    // Tokens come from each object's Secrets, read when it is reconciled; only the webhook
+    // secret is the controller's own.
+    let from_secrets: Vec<&str> = container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter(|e| !e["valueFrom"]["secretKeyRef"].is_null())
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(from_secrets, ["TAGPIN_WEBHOOK_SECRET"]);
+    assert!(pod["terminationGracePeriodSeconds"].as_i64().unwrap() >= 45);
+}
+
+#[test]
+fn the_example_pinned_repository_is_valid_for_the_crd_and_the_validator() {
+    let example: serde_json::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo().join("deploy/operator/pinnedrepository.example.yaml"))
+            .unwrap(),
+    )
+    .unwrap();
+    let crd = serde_json::to_value(operator().one("CustomResourceDefinition")).unwrap();
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let validator = jsonschema::validator_for(schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&example)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    let broken =
+        serde_json::json!({"spec": {"repository": {"branch": "main"}, "mode": "sometimes"}});
+    assert!(
+        !validator.is_valid(&broken),
+        "the schema refuses what it can"
+    );
+    let config = tagpin::config::Config::from_resource_spec(&example["spec"], "team-a/web")
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.secret_ref.as_deref(), Some("gitops-creds"));
+    assert_eq!(
+        example["metadata"]["labels"][tagpin::operator::crd::SHARD_LABEL],
+        "shard1"
     );
 }

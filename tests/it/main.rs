@@ -28,6 +28,7 @@ mod helm_verify;
 mod kube_server_selftest;
 mod kustomize;
 mod leader;
+mod operator;
 mod pipeline;
 mod policies;
 mod promote;

@@ -1,0 +1,231 @@
+//! Benchmark of `tagpin operator` at fleet size, against the local Kubernetes API server.
+//!
+//! Run: `cargo build --release --bin tagpin --example bench_operator &&
+//! target/release/examples/bench_operator` (it starts `target/release/tagpin`).
+//!
+//! It creates 100 local bare Git repositories, each pinning one of 10 images of one local
+//! registry (`registry:2`, as the tests use), a `PinnedRepository` for each in the API server
+//! of `tests/it/support/kube.rs` (with the CRD of `deploy/operator/crd.yaml`, and only the
+//! writes `deploy/operator/rbac.yaml` grants), and the live Deployments the verification
+//! finds converged; then starts the operator (release build, default `--concurrent`) and
+//! reports:
+//! - the time from its start until every object is Ready (pinned and verified);
+//! - the API requests it sent, by verb and resource;
+//! - the registry requests it sent (its `tagpin_registry_requests_total`): shared resolution
+//!   asks each distinct tag once per interval, so 10, not 100;
+//! - its peak memory (VmHWM).
+//!
+//! Figures are printed, never asserted: speed is measured here, not tested.
+
+#[path = "../tests/it/support/mod.rs"]
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::git::BareRepo;
+use support::kube::{deployment, pod, running_pod_status, Grant, KubeServer};
+use support::registry::{free_port, Mode, TestRegistry};
+
+const OBJECTS: usize = 100;
+const IMAGES: usize = 10;
+const NS: &str = "fleet";
+
+fn manifest(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
+    )
+}
+
+/// The CRD installed, and the operator's writes granted as `deploy/operator/rbac.yaml` does.
+fn install(kube: &KubeServer, root: &Path) {
+    let crd: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.join("deploy/operator/crd.yaml")).unwrap(),
+    )
+    .unwrap();
+    kube.register_crd(crd);
+    let rbac = std::fs::read_to_string(root.join("deploy/operator/rbac.yaml")).unwrap();
+    for document in serde_yaml::Deserializer::from_str(&rbac) {
+        let role: Value = serde::Deserialize::deserialize(document).unwrap();
+        let namespaced = match role["kind"].as_str() {
+            Some("ClusterRole") => false,
+            Some("Role") => true,
+            _ => continue,
+        };
+        for rule in role["rules"].as_array().unwrap() {
+            let list = |v: &Value| -> Vec<String> {
+                v.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.as_str().unwrap().to_string())
+                    .collect()
+            };
+            let (verbs, resources) = (list(&rule["verbs"]), list(&rule["resources"]));
+            let verbs: Vec<&str> = verbs.iter().map(String::as_str).collect();
+            let resources: Vec<&str> = resources.iter().map(String::as_str).collect();
+            kube.grant(if namespaced {
+                Grant::namespaced("tagpin", &verbs, &resources)
+            } else {
+                Grant::cluster(&verbs, &resources)
+            });
+        }
+    }
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn ready_count(kube: &KubeServer) -> usize {
+    kube.list("PinnedRepository", Some(NS))
+        .iter()
+        .filter(|o| {
+            o["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+        .count()
+}
+
+#[tokio::main]
+async fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let binary = root.join("target/release/tagpin");
+    assert!(
+        binary.is_file(),
+        "{} is missing: cargo build --release --bin tagpin",
+        binary.display()
+    );
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let kube = KubeServer::start().await;
+    install(&kube, root);
+    let mut pushed = Vec::new();
+    for i in 0..IMAGES {
+        pushed.push(
+            registry
+                .push_image(&format!("acme/app-{i}"), "1", &format!("seed-{i}"))
+                .await,
+        );
+    }
+    let base = tempfile::tempdir().unwrap();
+    let mut repos = Vec::new();
+    for n in 0..OBJECTS {
+        let image = n % IMAGES;
+        let name = format!("app-{n}");
+        let repo = BareRepo::create_in(
+            base.path(),
+            &format!("{name}.git"),
+            &[(
+                "apps/app.yaml",
+                &manifest(&name, &format!("{host}/acme/app-{image}:1")),
+            )],
+        );
+        kube.apply(json!({
+            "apiVersion": "tagpin.dev/v1alpha1",
+            "kind": "PinnedRepository",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "repository": {"url": repo.file_url()},
+                "paths": ["apps"],
+                "registries": {"insecure": [host]},
+                "verify": {"default_namespace": NS},
+            },
+        }));
+        // What Argo CD applies from the pin, rolled out, its pod on the pinned digest.
+        let digest = &pushed[image].manifest;
+        let pinned = format!("{host}/acme/app-{image}:1@{digest}");
+        let image_id = format!("{host}/acme/app-{image}@{digest}");
+        kube.apply(deployment(
+            NS,
+            &name,
+            &[("app", &name)],
+            &[("app", &pinned)],
+        ));
+        kube.set_status(
+            "Deployment",
+            NS,
+            &name,
+            json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                   "readyReplicas": 1, "availableReplicas": 1}),
+        );
+        let pod_name = format!("{name}-1");
+        kube.apply(pod(NS, &pod_name, &[("app", &name)], &[("app", &pinned)]));
+        kube.set_pod_status(
+            NS,
+            &pod_name,
+            running_pod_status(&[("app", &pinned, &image_id)]),
+        );
+        repos.push(repo);
+    }
+    let before: usize = kube.request_counts().values().sum();
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = kube.kubeconfig(dir.path());
+    let port = free_port();
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(&binary)
+        .args(["operator", "--interval", "1h", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .env("HOME", dir.path())
+        .env("KUBECONFIG", &kubeconfig)
+        .env("RUST_LOG", "warn")
+        .env_remove("DOCKER_CONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut peak = 0;
+    while ready_count(&kube) < OBJECTS {
+        assert!(Instant::now() < deadline, "not all Ready after 10 minutes");
+        peak = peak.max(peak_rss_kib(pid).unwrap_or(0));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let all_ready = started.elapsed();
+    peak = peak.max(peak_rss_kib(pid).unwrap_or(0));
+    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let registry_requests: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("tagpin_registry_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    let pinned = repos.iter().filter(|r| r.log("main").len() == 2).count();
+    let counts = kube.request_counts();
+    let total: usize = counts.values().sum::<usize>() - before;
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
+
+    println!("bench_operator: {OBJECTS} PinnedRepository objects, {OBJECTS} repositories, {IMAGES} distinct tags, one registry");
+    println!(
+        "  all Ready (pinned and verified Converged): {:.2} s",
+        all_ready.as_secs_f64()
+    );
+    println!("  repositories pinned with one commit each: {pinned}/{OBJECTS}");
+    println!("  registry requests: {registry_requests} (distinct tags: {IMAGES})");
+    println!("  API requests: {total} (the benchmark's own reads excluded)");
+    let mut by_kind: Vec<_> = counts.iter().collect();
+    by_kind.sort_by(|a, b| b.1.cmp(a.1));
+    for ((verb, resource), n) in by_kind.iter().take(12) {
+        println!("    {verb:>6} {resource}: {n}");
+    }
+    println!("  peak memory (VmHWM): {:.1} MiB", peak as f64 / 1024.0);
+}

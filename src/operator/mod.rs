@@ -1,0 +1,297 @@
+//! `tagpin operator`: many repositories, each declared as a `PinnedRepository` object, each
+//! reconciled on its own by a kube-runtime `Controller`.
+//!
+//! Kubernetes is the engine: a watch brings each object (and each Secret it names) to
+//! [`reconcile`], its outcome is written to the object's status and as Events, and an error
+//! requeues that object alone with backoff. One object's broken spec, missing Secret or
+//! unreachable remote never stops another's work. What objects share is what is expensive and
+//! safe to share: the registry client (its tokens, per-host limits) and the registry answers
+//! of one interval; each object has its own Git mirror.
+
+pub mod crd;
+pub mod reconcile;
+pub mod status;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{predicates, watcher, WatchStreamExt};
+use kube::ResourceExt;
+
+use crate::daemon::{self, HttpLimits, Routes, Shared};
+use crate::registry::Settings;
+use crate::sync::shared::SharedAnswers;
+use crate::verify::live::Cluster;
+use crd::PinnedRepository;
+use reconcile::{Context, RegistryClients};
+
+/// The label a Secret carries for its changes to reach the objects that name it at once, as
+/// Flux's `reconcile.fluxcd.io/watch`; without it a rotation is read at the next interval.
+pub const WATCH_LABEL: &str = "tagpin.dev/watch";
+pub const WATCH_LABEL_VALUE: &str = "Enabled";
+
+/// How long a watch request may stay open before the API server ends it (and the watcher
+/// starts another): bounds a watch on a connection that went silent.
+const WATCH_TIMEOUT_SECONDS: u32 = 290;
+
+/// Everything `tagpin operator` was given.
+pub struct Setup {
+    pub registry: Settings,
+    pub cache_dir: PathBuf,
+    pub interval: Duration,
+    pub verify_interval: Duration,
+    pub grace: Duration,
+    pub api_timeout: Duration,
+    pub listen: SocketAddr,
+    pub health_listen: Option<SocketAddr>,
+    /// Only objects with these labels (`sharding.tagpin.dev/key=shard1`).
+    pub label_selector: Option<String>,
+    /// Only objects of this namespace; all namespaces when `None`.
+    pub namespace: Option<String>,
+    /// Objects reconciled at once.
+    pub concurrency: u16,
+    /// Names this replica in Events (the pod name).
+    pub instance: Option<String>,
+    /// With `--leader-elect`: only the holder of the Lease reconciles.
+    pub leader: Option<crate::leader::Elector>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    #[error("{0}")]
+    Listen(String),
+    #[error("Kubernetes API: {0}")]
+    Kube(String),
+    #[error("lost the leadership ({0}); exiting so that this replica restarts as a standby")]
+    LostLeadership(String),
+}
+
+/// The API clients: one for requests, each bounded by `timeout`; one for watches, which are
+/// quiet by design and bounded by [`WATCH_TIMEOUT_SECONDS`] instead.
+async fn clients(timeout: Duration) -> Result<(kube::Client, kube::Client), OperatorError> {
+    let mut config = kube::Config::infer()
+        .await
+        .map_err(|e| OperatorError::Kube(e.to_string()))?;
+    config.connect_timeout = Some(timeout);
+    config.write_timeout = Some(timeout);
+    let mut watch = config.clone();
+    watch.read_timeout = Some(Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS) + 30));
+    config.read_timeout = Some(timeout);
+    let requests =
+        kube::Client::try_from(config).map_err(|e| OperatorError::Kube(e.to_string()))?;
+    let watches = kube::Client::try_from(watch).map_err(|e| OperatorError::Kube(e.to_string()))?;
+    Ok((requests, watches))
+}
+
+/// Whether an object's spec names the Secret `name` (of its own namespace).
+pub fn names_secret(spec: &serde_json::Map<String, serde_json::Value>, name: &str) -> bool {
+    let at = |path: &[&str]| {
+        let mut value = spec.get(path[0]);
+        for key in &path[1..] {
+            value = value.and_then(|v| v.get(key));
+        }
+        value.and_then(|v| v.as_str()) == Some(name)
+    };
+    at(&["secret_ref", "name"]) || at(&["registries", "docker_config_secret_ref", "name"])
+}
+
+/// `tagpin operator`: reconciles every `PinnedRepository` it selects until SIGTERM or SIGINT.
+pub async fn run(setup: Setup) -> Result<(), OperatorError> {
+    let (client, watch_client) = clients(setup.api_timeout).await?;
+    let listener = daemon::bind(setup.listen)
+        .await
+        .map_err(OperatorError::Listen)?;
+    let health_listener = match setup.health_listen {
+        Some(addr) => Some(daemon::bind(addr).await.map_err(OperatorError::Listen)?),
+        None => None,
+    };
+    let secret = crate::config::read_env(daemon::WEBHOOK_SECRET_ENV).ok();
+    let shared = Shared::new(
+        secret,
+        setup.interval.saturating_mul(daemon::LIVENESS_INTERVALS),
+    );
+    let stop = daemon::stop_signal(setup.grace);
+    let mut servers = vec![tokio::spawn(daemon::serve(
+        listener,
+        shared.clone(),
+        stop.clone(),
+        HttpLimits::default(),
+        Routes::All,
+    ))];
+    if let Some(listener) = health_listener {
+        servers.push(tokio::spawn(daemon::serve(
+            listener,
+            shared.clone(),
+            stop.clone(),
+            HttpLimits::default(),
+            Routes::Probes,
+        )));
+    }
+    let cluster = match Cluster::connect(None, setup.api_timeout).await {
+        Ok(cluster) => Some(cluster),
+        Err(e) => {
+            tracing::warn!("no cluster to verify against ({e}); pinning only");
+            None
+        }
+    };
+    let reporter = Reporter {
+        controller: reconcile::MANAGER.to_string(),
+        instance: setup.instance.clone(),
+    };
+    let ctx = Arc::new(Context {
+        kube: client.clone(),
+        registries: RegistryClients::new(setup.registry),
+        answers: SharedAnswers::new(setup.interval),
+        cache_dir: setup.cache_dir,
+        interval: setup.interval,
+        verify_interval: setup.verify_interval,
+        recorder: Recorder::new(client.clone(), reporter),
+        cluster,
+        failures: Default::default(),
+    });
+    let (objects, secrets): (Api<PinnedRepository>, Api<Secret>) = match &setup.namespace {
+        Some(ns) => (
+            Api::namespaced(watch_client.clone(), ns),
+            Api::namespaced(watch_client.clone(), ns),
+        ),
+        None => (
+            Api::all(watch_client.clone()),
+            Api::all(watch_client.clone()),
+        ),
+    };
+    let mut selection = watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS);
+    if let Some(selector) = &setup.label_selector {
+        selection = selection.labels(selector);
+    }
+    let watched_secrets = watcher::Config::default()
+        .timeout(WATCH_TIMEOUT_SECONDS)
+        .labels(&format!("{WATCH_LABEL}={WATCH_LABEL_VALUE}"));
+    // Webhook deliveries: the answers for the images they name are forgotten, and every
+    // object reconciled (each asks the registry only for what was forgotten).
+    let (deliveries, delivered) = futures::channel::mpsc::channel::<()>(1);
+    {
+        let (shared, ctx) = (shared.clone(), ctx.clone());
+        let mut deliveries = deliveries;
+        tokio::spawn(async move {
+            loop {
+                let names: Vec<String> = shared.next_delivery().await.into_iter().collect();
+                ctx.answers.forget(&names);
+                // Full: a reconcile of all is already due, which serves these names too.
+                let _ = deliveries.try_send(());
+            }
+        });
+    }
+    // A reconcile's own status write changes the object but not its generation: only a spec
+    // change (or a Secret, a webhook, the interval) brings it back.
+    let (store, writer) = reflector::store();
+    let changed = watcher(objects, selection)
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    let controller = Controller::for_stream(changed, store.clone());
+    let mut stopped = stop.clone();
+    let shutdown = async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    tracing::info!(
+        "tagpin operator: listening on {}, a pass of each object every {:?}{}",
+        setup.listen,
+        setup.interval,
+        setup
+            .label_selector
+            .as_deref()
+            .map(|s| format!(", objects labelled {s}"))
+            .unwrap_or_default()
+    );
+    // A standby is alive but not ready: the Service sends webhooks to the leader only.
+    let mut leadership = match setup.leader {
+        None => None,
+        Some(elector) => match daemon::stand_by(elector, &shared, stop.clone()).await {
+            Some(leadership) => Some(leadership),
+            None => {
+                for server in servers {
+                    let _ = server.await;
+                }
+                return Ok(());
+            }
+        },
+    };
+    shared.mark_ready();
+    let (progress, counted) = (shared.clone(), ctx.clone());
+    let work = controller
+        .watches(secrets, watched_secrets, move |secret: Secret| {
+            let (namespace, name) = (secret.namespace(), secret.name_any());
+            store
+                .state()
+                .into_iter()
+                .filter(|object| {
+                    object.namespace() == namespace && names_secret(&object.spec.fields, &name)
+                })
+                .map(|object| ObjectRef::from_obj(&*object))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_all_on(delivered)
+        .with_config(ControllerConfig::default().concurrency(setup.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::reconcile, reconcile::error_policy, ctx)
+        .for_each(move |result| {
+            progress.progressed();
+            progress
+                .metrics
+                .observe_registry_counts(counted.registries.request_counts());
+            if let Err(e) = result {
+                tracing::debug!("controller: {e}");
+            }
+            futures::future::ready(())
+        });
+    match &mut leadership {
+        None => work.await,
+        Some(held) => {
+            tokio::select! {
+                () = work => {}
+                // Stop acting at once: a pass under way is dropped as in a crash (its push is
+                // one Git call, never half made), and the next leader's reconcile of every
+                // object completes what it left.
+                reason = held.lost() => return Err(OperatorError::LostLeadership(reason)),
+            }
+        }
+    }
+    // Stopped gracefully: give the Lease up so that a standby takes over at once.
+    if let Some(held) = leadership {
+        if let Err(e) = held.release().await {
+            tracing::warn!("{e}; a standby takes over when the Lease expires");
+        }
+    }
+    for server in servers {
+        let _ = server.await;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_names_its_own_secrets_only() {
+        let spec = serde_json::json!({
+            "repository": {"url": "https://git.example/a.git"},
+            "secret_ref": {"name": "git"},
+            "registries": {"docker_config_secret_ref": {"name": "pull"}}
+        });
+        let spec = spec.as_object().unwrap();
+        assert!(names_secret(spec, "git"));
+        assert!(names_secret(spec, "pull"));
+        assert!(!names_secret(spec, "other"));
+        assert!(!names_secret(&serde_json::Map::new(), "git"));
+    }
+}

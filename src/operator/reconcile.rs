@@ -1,0 +1,833 @@
+//! One `PinnedRepository`, reconciled: its spec validated as `tagpin.yaml` is, its Secrets
+//! read, one sync pass run on its repository, what is in flight verified, and the outcome
+//! written to its status and, for what a person should see, as Events.
+//!
+//! Nothing here stops at another object's problem: every failure becomes this object's
+//! status. A failure that needs a person (a broken spec, a missing Secret, refused
+//! credentials) stalls the object until it or its Secret changes; any other is retried with
+//! backoff, for this object alone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+
+use super::crd::{
+    LastPin, PinnedRepository, PinnedRepositoryStatus, PullRequestRef, VerdictSummary,
+};
+use super::status::{self, Outcome, Reason, StatusUpdate};
+use crate::config::{Config, GitAuth, WriteMode};
+use crate::forge::{Forge, ForgeError};
+use crate::git::{Credentials, GitError};
+use crate::registry::{Client, CredentialStore, Settings};
+use crate::sync::shared::SharedAnswers;
+use crate::sync::{SyncError, SyncOptions, SyncReport, Syncer};
+use crate::verify::live::Cluster;
+use crate::verify::{self, Families, Source};
+
+/// The field manager of the controller's status writes.
+pub const MANAGER: &str = "tagpin-operator";
+
+/// The first retry after a failure; each further one waits twice as long, up to the interval.
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The key of a Docker config Secret (`kubernetes.io/dockerconfigjson`).
+const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
+
+/// What every reconcile shares.
+pub struct Context {
+    pub kube: kube::Client,
+    /// Registry clients, shared by the objects that reach registries alike.
+    pub registries: RegistryClients,
+    /// Registry answers of the current interval, shared by every object.
+    pub answers: SharedAnswers,
+    /// Each object's Git mirror lives under `<cache_dir>/<namespace>/<name>`.
+    pub cache_dir: PathBuf,
+    /// Time between passes of one object.
+    pub interval: Duration,
+    /// Time between verifications while a verdict is still progressing.
+    pub verify_interval: Duration,
+    pub recorder: Recorder,
+    /// The cluster the controller runs in, where what it pins is verified; `None`: pins only.
+    pub cluster: Option<Cluster>,
+    /// Failures in a row, per object, for its backoff.
+    pub failures: Mutex<HashMap<String, u32>>,
+}
+
+/// Why a reconcile is retried: the status already says what went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("{object}: {message}")]
+    Retry { object: String, message: String },
+    #[error("{object}: cannot write its status: {source}")]
+    Status {
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Registry clients by what sets them apart: the Docker config Secret (at one
+/// resourceVersion, so a rotated Secret gets a fresh client) and the `registries:` settings.
+/// Objects that agree on both share one client: its tokens, its per-host limits.
+pub struct RegistryClients {
+    /// The controller's own settings (`--insecure-registry`, `--ca-file`, `--docker-config`).
+    pub base: Settings,
+    clients: Mutex<BTreeMap<ClientKey, Arc<Client>>>,
+    /// Requests of the clients dropped since (a rotated Docker config), so the totals only
+    /// grow.
+    retired: Mutex<BTreeMap<(String, u16), u64>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct ClientKey {
+    /// `namespace/name@resourceVersion` of the Docker config Secret.
+    docker_config: Option<String>,
+    insecure: Vec<String>,
+    concurrency: usize,
+    timeout_seconds: u64,
+    budget_seconds: u64,
+}
+
+impl RegistryClients {
+    pub fn new(base: Settings) -> RegistryClients {
+        RegistryClients {
+            base,
+            clients: Mutex::default(),
+            retired: Mutex::default(),
+        }
+    }
+
+    /// The client for `config`'s registries, with the Docker config `docker` (its key and
+    /// contents) when the object names one.
+    fn client(
+        &self,
+        config: &crate::config::Registries,
+        docker: Option<(String, CredentialStore)>,
+    ) -> Result<Arc<Client>, String> {
+        let key = ClientKey {
+            docker_config: docker.as_ref().map(|(key, _)| key.clone()),
+            insecure: config.insecure.clone(),
+            concurrency: config.concurrency,
+            timeout_seconds: config.timeout_seconds,
+            budget_seconds: config.budget_seconds,
+        };
+        let mut clients = lock(&self.clients);
+        if let Some(client) = clients.get(&key) {
+            return Ok(client.clone());
+        }
+        // A Secret rotated: the client of its old version serves nobody any more.
+        if let Some(secret) = &key.docker_config {
+            let name = secret.split('@').next().unwrap_or_default();
+            let mut retired = lock(&self.retired);
+            clients.retain(|k, client| {
+                let keep = k
+                    .docker_config
+                    .as_deref()
+                    .is_none_or(|other| other.split('@').next() != Some(name));
+                if !keep {
+                    for (key, count) in client.request_counts() {
+                        *retired.entry(key).or_insert(0) += count;
+                    }
+                }
+                keep
+            });
+        }
+        let mut settings = self.base.clone();
+        settings
+            .insecure_hosts
+            .extend(config.insecure.iter().cloned());
+        settings.concurrency_per_host = config.concurrency;
+        settings.request_timeout = Duration::from_secs(config.timeout_seconds);
+        settings.resolve_budget = Duration::from_secs(config.budget_seconds);
+        if let Some((_, store)) = docker {
+            settings.credentials = store;
+        }
+        let client = Arc::new(Client::new(settings).map_err(|e| e.to_string())?);
+        clients.insert(key, client.clone());
+        Ok(client)
+    }
+
+    /// Registry requests answered so far by (host, status), over every client there was.
+    pub fn request_counts(&self) -> Vec<((String, u16), u64)> {
+        let mut totals = lock(&self.retired).clone();
+        for client in lock(&self.clients).values() {
+            for (key, count) in client.request_counts() {
+                *totals.entry(key).or_insert(0) += count;
+            }
+        }
+        totals.into_iter().collect()
+    }
+}
+
+/// The Secrets an object's spec names, read now.
+struct Secrets {
+    git: Credentials,
+    forge_token: Option<String>,
+    /// `namespace/name@resourceVersion` and the credentials of its Docker config.
+    docker: Option<(String, CredentialStore)>,
+}
+
+/// Reconciles one object: the `Controller`'s reconciler.
+pub async fn reconcile(
+    object: Arc<PinnedRepository>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let namespace = object.namespace().unwrap_or_default();
+    let name = format!("{namespace}/{}", object.name_any());
+    tracing::debug!(
+        "{name}: reconciling generation {:?}",
+        object.metadata.generation
+    );
+    // A pass holds a libgit2 repository, which is not `Sync`, across awaits: its future is
+    // not `Send`, and the `Controller` runs reconciles as tasks. It runs on a blocking thread
+    // of its own instead, driven by the same runtime (whose workers run what it spawns).
+    let handle = tokio::runtime::Handle::current();
+    let pass = {
+        let (object, ctx, namespace, name) =
+            (object.clone(), ctx.clone(), namespace.clone(), name.clone());
+        tokio::task::spawn_blocking(move || {
+            handle.block_on(async { run_pass(&object, &namespace, &name, &ctx).await })
+        })
+    };
+    let (outcome, update, requeue, events) = match pass.await {
+        Ok(done) => done,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => {
+            return Err(ReconcileError::Retry {
+                object: name,
+                message: "the pass was cancelled".to_string(),
+            })
+        }
+    };
+    let previous = object.status.clone().unwrap_or_default();
+    let now = timestamp();
+    let next = status::next(
+        &previous,
+        &outcome,
+        object.metadata.generation,
+        &now,
+        update,
+    );
+    if next != previous {
+        write_status(&ctx, &object, &namespace, &next)
+            .await
+            .map_err(|source| ReconcileError::Status {
+                object: name.clone(),
+                source,
+            })?;
+    }
+    tracing::info!("{name}: {}", outcome_line(&outcome));
+    let mut events = events;
+    if let Some((reason, message)) =
+        status::transition_event(&previous.conditions, &next.conditions)
+    {
+        events.push((EventType::Warning, reason.as_str(), message));
+    }
+    for (type_, reason, note) in events {
+        publish(&ctx, &object, type_, reason, note).await;
+    }
+    match outcome {
+        Outcome::Retrying { message, .. } => Err(ReconcileError::Retry {
+            object: name,
+            message,
+        }),
+        Outcome::Stalled { .. } => {
+            lock(&ctx.failures).remove(&name);
+            // Nothing changes until the spec or a Secret does, which the watches bring; the
+            // interval only catches a Secret changed without the label that is watched.
+            Ok(Action::requeue(ctx.interval))
+        }
+        Outcome::Done { .. } => {
+            lock(&ctx.failures).remove(&name);
+            Ok(Action::requeue(requeue))
+        }
+    }
+}
+
+/// One log line for what a reconcile found.
+fn outcome_line(outcome: &Outcome) -> String {
+    let (ready, reason) = outcome.ready();
+    let verdict = match outcome {
+        Outcome::Done {
+            verdict: Some(v), ..
+        } => format!(" verdict={} ({}: {})", v.state, v.source, v.summary),
+        _ => String::new(),
+    };
+    format!("ready={ready} reason={}{verdict}", reason.as_str())
+}
+
+/// The `Controller`'s error policy: this object alone waits, twice as long after each failure
+/// in a row, from [`FIRST_BACKOFF`] up to the interval.
+pub fn error_policy(
+    object: Arc<PinnedRepository>,
+    error: &ReconcileError,
+    ctx: Arc<Context>,
+) -> Action {
+    let name = format!(
+        "{}/{}",
+        object.namespace().unwrap_or_default(),
+        object.name_any()
+    );
+    tracing::warn!("{error}");
+    let failures = {
+        let mut failures = lock(&ctx.failures);
+        let n = failures.entry(name).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    Action::requeue(backoff(failures, ctx.interval))
+}
+
+/// The wait after `failures` failures in a row.
+pub fn backoff(failures: u32, max: Duration) -> Duration {
+    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(16));
+    FIRST_BACKOFF.saturating_mul(factor).min(max)
+}
+
+type Events = Vec<(EventType, &'static str, String)>;
+
+/// Everything between reading the object and writing its status: the outcome, what changed,
+/// when to come back, and the Events of what was done.
+async fn run_pass(
+    object: &PinnedRepository,
+    namespace: &str,
+    name: &str,
+    ctx: &Context,
+) -> (Outcome, StatusUpdate, Duration, Events) {
+    let mut events = Events::new();
+    let stalled = |reason, message| {
+        (
+            Outcome::Stalled { reason, message },
+            StatusUpdate::default(),
+            ctx.interval,
+            Events::new(),
+        )
+    };
+    let spec = serde_json::Value::Object(object.spec.fields.clone());
+    let config = match Config::from_resource_spec(&spec, name) {
+        Ok(config) => config,
+        Err(e) => return stalled(Reason::InvalidSpec, e.problems.join("\n")),
+    };
+    if config.promotion.is_some() {
+        return stalled(
+            Reason::InvalidSpec,
+            "spec.promotion: promotion stages are run by `tagpin run`, not yet by \
+             `tagpin operator`"
+                .to_string(),
+        );
+    }
+    let dir = ctx.cache_dir.join(namespace).join(object.name_any());
+    let secrets = match read_secrets(&ctx.kube, namespace, &config, &dir).await {
+        Ok(secrets) => secrets,
+        Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
+    };
+    let registry = match ctx.registries.client(&config.registries, secrets.docker) {
+        Ok(client) => client,
+        Err(message) => return stalled(Reason::InvalidSpec, message),
+    };
+    let forge = match (&config.forge, secrets.forge_token) {
+        (Some(forge), Some(token)) => match Forge::new(forge, token) {
+            Ok(github) => Some(github),
+            Err(e) => return stalled(Reason::InvalidSpec, e.to_string()),
+        },
+        _ => None,
+    };
+    let syncer =
+        match Syncer::with_credentials(&config, &registry, forge.as_ref(), &dir, secrets.git) {
+            Ok(syncer) => syncer.sharing(&ctx.answers),
+            Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
+        };
+    let mut answers = BTreeMap::new();
+    let report = match syncer.run_with(SyncOptions::default(), &mut answers).await {
+        Ok(report) => report,
+        Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
+    };
+    let update = status_update(&report, &mut events);
+    if report.has_failures() {
+        let outcome = Outcome::Retrying {
+            reason: Reason::PartiallyPinned,
+            message: report.failures.join("\n"),
+        };
+        return (outcome, update, ctx.interval, events);
+    }
+    let verdict = match &ctx.cluster {
+        Some(cluster) => {
+            let source = match (config.mode, &update.pull_request) {
+                (WriteMode::PullRequest, Some(pr)) => Some(Source::PullRequest(pr.number)),
+                (WriteMode::PullRequest, None) => None,
+                // The commit this pass pushed, else the branch's tip as fetched.
+                (WriteMode::Commit, _) => pushed(&report).map(Source::Commit).or_else(|| {
+                    syncer
+                        .mirror
+                        .tip(&config.repository.branch)
+                        .map(|tip| Source::Commit(tip.to_string()))
+                }),
+            };
+            match source {
+                Some(source) => Some(
+                    verify_now(
+                        &source,
+                        &config,
+                        &syncer,
+                        forge.as_ref(),
+                        cluster,
+                        &registry,
+                    )
+                    .await,
+                ),
+                None => None,
+            }
+        }
+        None => None,
+    };
+    if let Some(v) = verdict.as_ref().filter(|v| v.state == "failed") {
+        let previous = object.status.as_ref().and_then(|s| s.verdict.as_ref());
+        if previous.is_none_or(|p| p.source != v.source || p.state != v.state) {
+            events.push((
+                EventType::Warning,
+                "VerificationFailed",
+                format!("{}: {}", v.source, v.summary),
+            ));
+        }
+    }
+    let requeue = match verdict.as_ref().map(|v| v.state.as_str()) {
+        Some("progressing") => ctx.verify_interval,
+        _ => ctx.interval,
+    };
+    let message = match &update.pull_request {
+        Some(pr) => format!(
+            "pins proposed in pull request #{} for {}",
+            pr.number, config.repository.branch
+        ),
+        None => format!("{} pinned", config.repository.branch),
+    };
+    let outcome = Outcome::Done {
+        message,
+        pull_request: update.pull_request.as_ref().map(|pr| pr.number),
+        verdict: verdict.map(Box::new),
+    };
+    (outcome, update, requeue, events)
+}
+
+/// The commit a commit-mode pass pushed, if it pushed one.
+fn pushed(report: &SyncReport) -> Option<String> {
+    report.groups.iter().find_map(|group| match &group.outcome {
+        crate::sync::Outcome::Committed { commit, .. } => Some(commit.clone()),
+        _ => None,
+    })
+}
+
+/// The last pin and open pull request a pass reports, and the Events of what it wrote.
+fn status_update(report: &SyncReport, events: &mut Events) -> StatusUpdate {
+    use crate::sync::Outcome as Done;
+    let mut update = StatusUpdate::default();
+    for group in &report.groups {
+        let images = u32::try_from(group.changes.len()).unwrap_or(u32::MAX);
+        match &group.outcome {
+            Done::Committed { branch, commit, .. } => {
+                events.push((
+                    EventType::Normal,
+                    "Pinned",
+                    format!("pushed {commit} to {branch}: {images} image(s) pinned"),
+                ));
+                update.last_pin = Some(LastPin {
+                    commit: commit.clone(),
+                    branch: branch.clone(),
+                    images,
+                    time: timestamp(),
+                });
+            }
+            Done::PullRequestOpened {
+                number,
+                url,
+                branch,
+            }
+            | Done::PullRequestUpdated {
+                number,
+                url,
+                branch,
+            }
+            | Done::PullRequestUnchanged {
+                number,
+                url,
+                branch,
+            } => {
+                if matches!(group.outcome, Done::PullRequestOpened { .. }) {
+                    events.push((
+                        EventType::Normal,
+                        "PullRequestOpened",
+                        format!("opened pull request #{number} from {branch}: {url}"),
+                    ));
+                }
+                // With one pull request per image, the status names the first; each is on
+                // the forge with its own verdict.
+                update.pull_request.get_or_insert(PullRequestRef {
+                    number: *number,
+                    url: url.clone(),
+                    branch: branch.clone(),
+                });
+            }
+            _ => {}
+        }
+    }
+    update
+}
+
+/// Verifies `source` on the controller's cluster, posts the verdict to the forge as `tagpin
+/// run` does, and sums it up. A verification that cannot be made is `unverified`, with why.
+async fn verify_now(
+    source: &Source,
+    config: &Config,
+    syncer: &Syncer<'_>,
+    forge: Option<&Forge>,
+    cluster: &Cluster,
+    registry: &Client,
+) -> VerdictSummary {
+    let what = match source {
+        Source::PullRequest(n) => format!("pull request #{n}"),
+        Source::Commit(sha) => format!("commit {}", &sha[..sha.len().min(12)]),
+        Source::Branch(b) => format!("branch {b}"),
+    };
+    let unverified = |why: String| VerdictSummary {
+        state: "unverified".into(),
+        source: what.clone(),
+        summary: why,
+        converged: 0,
+        progressing: 0,
+        failed: 0,
+        unverified: 0,
+        time: timestamp(),
+    };
+    let expectations = match verify::expectations(source, config, &syncer.mirror, forge).await {
+        Ok(e) => e,
+        Err(e) => return unverified(format!("cannot verify: {e}")),
+    };
+    let mut families = Families::default();
+    let check = match verify::check(&expectations, cluster, registry, &mut families).await {
+        Ok(check) => check,
+        Err(e) => return unverified(format!("cannot verify: {e}")),
+    };
+    if let Some(forge) = forge {
+        let pr = match source {
+            Source::PullRequest(n) => Some(*n),
+            _ => None,
+        };
+        verify::publish(forge, pr, &expectations, &check).await;
+    }
+    let count = |state: verify::verdict::State| {
+        u32::try_from(check.verdicts.iter().filter(|v| v.state == state).count())
+            .unwrap_or(u32::MAX)
+    };
+    use verify::verdict::State;
+    VerdictSummary {
+        state: check.state.as_str().to_string(),
+        source: what.clone(),
+        summary: check.summary.clone(),
+        converged: count(State::Converged),
+        progressing: count(State::Progressing),
+        failed: count(State::Failed),
+        unverified: count(State::Unverified),
+        time: timestamp(),
+    }
+}
+
+/// A pass that could not run, as the status says it: refused credentials and missing
+/// secrets need a person; the rest may pass by itself.
+fn classify(error: &SyncError) -> Outcome {
+    let message = error.to_string();
+    let reason = match error {
+        SyncError::Git(GitError::Auth { .. }) => Reason::AuthFailed,
+        SyncError::Forge(ForgeError::Call {
+            status: Some(401 | 403),
+            ..
+        }) => Reason::AuthFailed,
+        SyncError::Secret { .. } => Reason::SecretNotFound,
+        SyncError::Filter(_) | SyncError::Policy(_) | SyncError::NoForge => Reason::InvalidSpec,
+        _ => {
+            return Outcome::Retrying {
+                reason: Reason::Unreachable,
+                message,
+            }
+        }
+    };
+    Outcome::Stalled { reason, message }
+}
+
+/// Reads the Secrets the spec names, now: a rotated Secret is used by the next reconcile.
+/// Files (an SSH key) are written under the object's own directory, readable by the
+/// controller's user only.
+async fn read_secrets(
+    kube: &kube::Client,
+    namespace: &str,
+    config: &Config,
+    dir: &Path,
+) -> Result<Secrets, Outcome> {
+    let api: Api<Secret> = Api::namespaced(kube.clone(), namespace);
+    let missing = |message: String| Outcome::Stalled {
+        reason: Reason::SecretNotFound,
+        message,
+    };
+    let main = match &config.secret_ref {
+        Some(name) => Some(fetch(&api, namespace, name).await?),
+        None => None,
+    };
+    let key = |field: &str, key: &str| -> Result<Vec<u8>, Outcome> {
+        let Some((name, data, _)) = &main else {
+            return Err(missing(format!("spec.{field}: spec.secret_ref is not set")));
+        };
+        data.get(key).cloned().ok_or_else(|| {
+            missing(format!(
+                "spec.{field}: Secret {namespace}/{name} has no key {key:?}"
+            ))
+        })
+    };
+    let text = |field: &str, name: &str| -> Result<String, Outcome> {
+        let bytes = key(field, name)?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            missing(format!(
+                "spec.{field}: key {name:?} does not hold UTF-8 text"
+            ))
+        })?;
+        match text.trim() {
+            "" => Err(missing(format!("spec.{field}: key {name:?} is empty"))),
+            t => Ok(t.to_string()),
+        }
+    };
+    let git = match &config.repository.auth {
+        GitAuth::None => Credentials::None,
+        GitAuth::Token { env, username } => Credentials::Token {
+            username: username.clone(),
+            token: text("repository.auth.token_env", env)?,
+        },
+        GitAuth::SshKey {
+            key_file,
+            passphrase_env,
+        } => {
+            let field = "repository.auth.ssh_key_file";
+            let bytes = key(field, &key_file.to_string_lossy())?;
+            let path = dir.join("ssh-key");
+            write_private(&path, &bytes).map_err(|e| Outcome::Retrying {
+                reason: Reason::Unreachable,
+                message: format!("{}: {e}", path.display()),
+            })?;
+            Credentials::SshKey {
+                key_file: path,
+                passphrase: match passphrase_env {
+                    Some(env) => Some(text("repository.auth.passphrase_env", env)?),
+                    None => None,
+                },
+            }
+        }
+    };
+    let forge_token = match &config.forge {
+        Some(forge) => Some(text("forge.token_env", &forge.token_env)?),
+        None => None,
+    };
+    let docker = match &config.registries.docker_config_secret {
+        Some(name) => {
+            let (_, data, version) = fetch(&api, namespace, name).await?;
+            let bytes = data.get(DOCKER_CONFIG_KEY).ok_or_else(|| {
+                missing(format!(
+                    "spec.registries.docker_config_secret_ref: Secret {namespace}/{name} has no \
+                     key {DOCKER_CONFIG_KEY:?} (create it with `kubectl create secret \
+                     docker-registry`)"
+                ))
+            })?;
+            let store =
+                CredentialStore::parse(bytes, Path::new(&format!("Secret {namespace}/{name}")))
+                    .map_err(|e| Outcome::Stalled {
+                        reason: Reason::InvalidSpec,
+                        message: format!("spec.registries.docker_config_secret_ref: {e}"),
+                    })?;
+            Some((format!("{namespace}/{name}@{version}"), store))
+        }
+        None => None,
+    };
+    Ok(Secrets {
+        git,
+        forge_token,
+        docker,
+    })
+}
+
+/// A Secret's name, data and resourceVersion; a missing Secret stalls the object.
+async fn fetch(
+    api: &Api<Secret>,
+    namespace: &str,
+    name: &str,
+) -> Result<(String, BTreeMap<String, Vec<u8>>, String), Outcome> {
+    match api.get_opt(name).await {
+        Ok(Some(secret)) => {
+            let version = secret.resource_version().unwrap_or_default();
+            let data = secret
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            Ok((name.to_string(), data, version))
+        }
+        Ok(None) => Err(Outcome::Stalled {
+            reason: Reason::SecretNotFound,
+            message: format!("Secret {namespace}/{name} not found"),
+        }),
+        Err(e) => Err(Outcome::Retrying {
+            reason: Reason::Unreachable,
+            message: format!("cannot read Secret {namespace}/{name}: {e}"),
+        }),
+    }
+}
+
+/// Writes a secret file readable by this user only.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)
+}
+
+/// Writes the whole status with a merge patch; fields now empty are written as `null`, so
+/// that a merged pull request leaves the status.
+async fn write_status(
+    ctx: &Context,
+    object: &PinnedRepository,
+    namespace: &str,
+    status: &PinnedRepositoryStatus,
+) -> Result<(), kube::Error> {
+    let api: Api<PinnedRepository> = Api::namespaced(ctx.kube.clone(), namespace);
+    let mut value = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
+    if let Some(fields) = value.as_object_mut() {
+        for key in ["observedGeneration", "lastPin", "pullRequest", "verdict"] {
+            fields.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+    let patch = serde_json::json!({ "status": value });
+    api.patch_status(
+        &object.name_any(),
+        &PatchParams::apply(MANAGER),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// Publishes an Event about `object`; a failure is logged, never the reconcile's.
+async fn publish(
+    ctx: &Context,
+    object: &PinnedRepository,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note),
+        action: "Reconcile".to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
+        tracing::warn!(
+            "{}/{}: cannot publish Event {reason}: {e}",
+            object.namespace().unwrap_or_default(),
+            object.name_any()
+        );
+    }
+}
+
+/// Now, as RFC 3339 in UTC with seconds, as `metav1.Time` is written.
+fn timestamp() -> String {
+    let secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    rfc3339(secs)
+}
+
+/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (the civil-from-days algorithm).
+fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rest = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_five_seconds_up_to_the_interval() {
+        let max = Duration::from_secs(300);
+        let waits: Vec<u64> = (1..=8).map(|n| backoff(n, max).as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(backoff(u32::MAX, max), max);
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_764_052_215), "2025-11-25T06:30:15Z");
+    }
+
+    #[test]
+    fn refused_credentials_and_missing_secrets_stall_and_an_unreachable_remote_retries() {
+        let auth = SyncError::Git(GitError::Auth {
+            url: "https://git.example/a.git".into(),
+            message: "401".into(),
+        });
+        assert!(matches!(
+            classify(&auth),
+            Outcome::Stalled {
+                reason: Reason::AuthFailed,
+                ..
+            }
+        ));
+        let down = SyncError::Git(GitError::Fetch {
+            url: "https://git.example/a.git".into(),
+            message: "connection refused".into(),
+        });
+        assert!(matches!(
+            classify(&down),
+            Outcome::Retrying {
+                reason: Reason::Unreachable,
+                ..
+            }
+        ));
+    }
+}

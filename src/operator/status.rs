@@ -1,0 +1,381 @@
+//! What a `PinnedRepository`'s status says, decided from what one reconcile found: pure, so
+//! that every rule kstatus, `kubectl wait` and the health checks of Flux and Argo CD depend on
+//! is tested here without a cluster.
+//!
+//! The conditions follow the kstatus conventions: `Ready` is always present; `Reconciling`
+//! (work under way or retried) and `Stalled` (a person must act) are present only while true,
+//! as Flux's controllers do. `lastTransitionTime` moves only when a condition's status does.
+
+use super::crd::{Condition, PinnedRepositoryStatus, VerdictSummary};
+
+pub const READY: &str = "Ready";
+pub const RECONCILING: &str = "Reconciling";
+pub const STALLED: &str = "Stalled";
+
+/// Why a condition is what it is (its `reason`): CamelCase, a bounded set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The target branch carries every pin; nothing was left to write.
+    Pinned,
+    /// The pins wait in a pull request for a merge.
+    PullRequestOpen,
+    /// Pinned, and the cluster runs the pinned digests (verified).
+    Converged,
+    /// The cluster does not run what was pinned: a person must look.
+    VerificationFailed,
+    /// The spec is not valid: its field-path problems are the message.
+    InvalidSpec,
+    /// A Secret the spec refers to, or a key of it, does not exist.
+    SecretNotFound,
+    /// The Git remote or the forge refused the credentials.
+    AuthFailed,
+    /// Some images or files failed this pass (the rest was pinned); retried with backoff.
+    PartiallyPinned,
+    /// The Git remote, the forge or a cluster could not be reached; retried with backoff.
+    Unreachable,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Pinned => "Pinned",
+            Reason::PullRequestOpen => "PullRequestOpen",
+            Reason::Converged => "Converged",
+            Reason::VerificationFailed => "VerificationFailed",
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::SecretNotFound => "SecretNotFound",
+            Reason::AuthFailed => "AuthFailed",
+            Reason::PartiallyPinned => "PartiallyPinned",
+            Reason::Unreachable => "Unreachable",
+        }
+    }
+}
+
+/// What one reconcile found, in the terms the status speaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The pass ran without failure. `pull_request`: the number of the open pull request
+    /// carrying the pins, if any; `verdict`: the verification made after it, if one was.
+    Done {
+        message: String,
+        pull_request: Option<u64>,
+        /// Boxed: the largest part, and not always there.
+        verdict: Option<Box<VerdictSummary>>,
+    },
+    /// Nothing more can be done until a person changes the spec or a Secret: `Stalled`.
+    Stalled { reason: Reason, message: String },
+    /// A failure that may pass by itself: retried with backoff, `Reconciling`.
+    Retrying { reason: Reason, message: String },
+}
+
+impl Outcome {
+    /// The `Ready` condition's status and reason.
+    pub fn ready(&self) -> (bool, Reason) {
+        match self {
+            Outcome::Done {
+                verdict,
+                pull_request,
+                ..
+            } => match verdict.as_ref().map(|v| v.state.as_str()) {
+                Some("failed") => (false, Reason::VerificationFailed),
+                Some("converged") => (true, Reason::Converged),
+                _ if pull_request.is_some() => (true, Reason::PullRequestOpen),
+                _ => (true, Reason::Pinned),
+            },
+            Outcome::Stalled { reason, .. } | Outcome::Retrying { reason, .. } => (false, *reason),
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Outcome::Done {
+                message, verdict, ..
+            } => match verdict {
+                Some(v) => format!("{message}; {}: {}", v.source, v.summary),
+                None => message.clone(),
+            },
+            Outcome::Stalled { message, .. } | Outcome::Retrying { message, .. } => message.clone(),
+        }
+    }
+}
+
+/// The conditions after a reconcile that found `outcome` for `generation`, carried over from
+/// `previous` so that a condition whose status did not change keeps its transition time.
+pub fn conditions(
+    previous: &[Condition],
+    outcome: &Outcome,
+    generation: Option<i64>,
+    now: &str,
+) -> Vec<Condition> {
+    let (ready, reason) = outcome.ready();
+    let message = bounded(&outcome.message());
+    let mut wanted = vec![(READY, ready, reason)];
+    match outcome {
+        Outcome::Stalled { reason, .. } => wanted.push((STALLED, true, *reason)),
+        Outcome::Done { .. } if reason == Reason::VerificationFailed => {
+            wanted.push((STALLED, true, reason))
+        }
+        Outcome::Retrying { reason, .. } => wanted.push((RECONCILING, true, *reason)),
+        Outcome::Done { .. } => {}
+    }
+    wanted
+        .into_iter()
+        .map(|(type_, status, reason)| {
+            let status = if status { "True" } else { "False" };
+            let since = previous
+                .iter()
+                .find(|c| c.type_ == type_ && c.status == status)
+                .map_or(now, |c| c.last_transition_time.as_str());
+            Condition {
+                type_: type_.to_string(),
+                status: status.to_string(),
+                reason: reason.as_str().to_string(),
+                message: message.clone(),
+                last_transition_time: since.to_string(),
+                observed_generation: generation,
+            }
+        })
+        .collect()
+}
+
+/// The status after a reconcile: the conditions, and what the pass pinned, proposed and
+/// verified. A pin or a verdict not renewed by this reconcile is kept from `previous`: the
+/// last pin stays the last pin until another is made.
+pub fn next(
+    previous: &PinnedRepositoryStatus,
+    outcome: &Outcome,
+    generation: Option<i64>,
+    now: &str,
+    update: StatusUpdate,
+) -> PinnedRepositoryStatus {
+    let verdict = match outcome {
+        Outcome::Done {
+            verdict: Some(v), ..
+        } => Some(VerdictSummary::clone(v)),
+        _ => previous.verdict.clone(),
+    };
+    PinnedRepositoryStatus {
+        observed_generation: generation,
+        conditions: conditions(&previous.conditions, outcome, generation, now),
+        last_pin: update.last_pin.or_else(|| previous.last_pin.clone()),
+        pull_request: match outcome {
+            // A pass that ran knows whether a pull request is open.
+            Outcome::Done { .. } => update.pull_request,
+            _ => previous.pull_request.clone(),
+        },
+        verdict,
+    }
+}
+
+/// What a pass changed that the status records besides its conditions.
+#[derive(Debug, Clone, Default)]
+pub struct StatusUpdate {
+    pub last_pin: Option<super::crd::LastPin>,
+    pub pull_request: Option<super::crd::PullRequestRef>,
+}
+
+/// The Event a change of `Ready` deserves, if any: a warning when it turns to a failure
+/// reason, so a person sees it once and not on every retry.
+pub fn transition_event(previous: &[Condition], next: &[Condition]) -> Option<(Reason, String)> {
+    let ready = next.iter().find(|c| c.type_ == READY)?;
+    if ready.status == "True" {
+        return None;
+    }
+    let before = previous.iter().find(|c| c.type_ == READY);
+    if before.is_some_and(|b| b.status == ready.status && b.reason == ready.reason) {
+        return None;
+    }
+    let reason = [
+        Reason::VerificationFailed,
+        Reason::InvalidSpec,
+        Reason::SecretNotFound,
+        Reason::AuthFailed,
+        Reason::PartiallyPinned,
+        Reason::Unreachable,
+    ]
+    .into_iter()
+    .find(|r| r.as_str() == ready.reason)?;
+    Some((reason, ready.message.clone()))
+}
+
+/// Condition messages are read in `kubectl get`: the first lines of a long list are enough,
+/// with how many more there are. The API server caps a message at 32768 bytes.
+fn bounded(message: &str) -> String {
+    const MAX_LINES: usize = 10;
+    const MAX_BYTES: usize = 4096;
+    let lines: Vec<&str> = message.lines().collect();
+    let mut out = lines
+        .iter()
+        .take(MAX_LINES)
+        .copied()
+        .collect::<Vec<_>>()
+        .join("\n");
+    if lines.len() > MAX_LINES {
+        out.push_str(&format!("\n(and {} more)", lines.len() - MAX_LINES));
+    }
+    if out.len() > MAX_BYTES {
+        let mut end = MAX_BYTES;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(pr: Option<u64>, verdict: Option<&str>) -> Outcome {
+        Outcome::Done {
+            message: "main pinned".into(),
+            pull_request: pr,
+            verdict: verdict.map(|state| {
+                Box::new(VerdictSummary {
+                    state: state.into(),
+                    source: "commit abc".into(),
+                    summary: "2 converged".into(),
+                    converged: 2,
+                    progressing: 0,
+                    failed: 0,
+                    unverified: 0,
+                    time: "t".into(),
+                })
+            }),
+        }
+    }
+
+    fn get<'c>(conditions: &'c [Condition], type_: &str) -> Option<&'c Condition> {
+        conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    #[test]
+    fn a_clean_pass_is_ready_with_no_abnormal_condition() {
+        let c = conditions(&[], &done(None, None), Some(3), "t1");
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!((c[0].type_.as_str(), c[0].status.as_str()), (READY, "True"));
+        assert_eq!(c[0].reason, "Pinned");
+        assert_eq!(c[0].observed_generation, Some(3));
+    }
+
+    #[test]
+    fn ready_says_converged_only_when_verified_and_pull_request_when_one_is_open() {
+        let reason = |o: Outcome| conditions(&[], &o, None, "t")[0].reason.clone();
+        assert_eq!(reason(done(None, Some("converged"))), "Converged");
+        assert_eq!(reason(done(Some(4), None)), "PullRequestOpen");
+        assert_eq!(reason(done(None, Some("unverified"))), "Pinned");
+        assert_eq!(reason(done(None, Some("progressing"))), "Pinned");
+    }
+
+    #[test]
+    fn a_failed_verification_stalls_and_is_not_ready() {
+        let c = conditions(&[], &done(None, Some("failed")), None, "t");
+        assert_eq!(get(&c, READY).unwrap().status, "False");
+        assert_eq!(get(&c, STALLED).unwrap().reason, "VerificationFailed");
+        assert!(get(&c, RECONCILING).is_none());
+    }
+
+    #[test]
+    fn an_invalid_spec_stalls_with_its_problems_and_a_transient_error_reconciles() {
+        let stalled = Outcome::Stalled {
+            reason: Reason::InvalidSpec,
+            message: "spec.repository.url: is required".into(),
+        };
+        let c = conditions(&[], &stalled, Some(1), "t");
+        assert_eq!(get(&c, READY).unwrap().status, "False");
+        assert_eq!(
+            get(&c, STALLED).unwrap().message,
+            "spec.repository.url: is required"
+        );
+        assert!(get(&c, RECONCILING).is_none());
+
+        let retrying = Outcome::Retrying {
+            reason: Reason::Unreachable,
+            message: "git: connection refused".into(),
+        };
+        let c = conditions(&[], &retrying, Some(1), "t");
+        assert_eq!(get(&c, RECONCILING).unwrap().reason, "Unreachable");
+        assert!(get(&c, STALLED).is_none());
+    }
+
+    #[test]
+    fn the_transition_time_moves_only_when_the_status_does() {
+        let first = conditions(&[], &done(None, None), None, "t1");
+        let same = conditions(&first, &done(Some(2), None), None, "t2");
+        assert_eq!(
+            same[0].last_transition_time, "t1",
+            "reason changed, status did not"
+        );
+        let failed = Outcome::Retrying {
+            reason: Reason::Unreachable,
+            message: "down".into(),
+        };
+        let down = conditions(&same, &failed, None, "t3");
+        assert_eq!(get(&down, READY).unwrap().last_transition_time, "t3");
+        assert_eq!(get(&down, RECONCILING).unwrap().last_transition_time, "t3");
+        let still = conditions(&down, &failed, None, "t4");
+        assert_eq!(get(&still, RECONCILING).unwrap().last_transition_time, "t3");
+    }
+
+    #[test]
+    fn a_failure_is_announced_once_not_on_every_retry() {
+        let failed = Outcome::Stalled {
+            reason: Reason::SecretNotFound,
+            message: "Secret git-creds not found".into(),
+        };
+        let first = conditions(&[], &failed, None, "t1");
+        assert_eq!(
+            transition_event(&[], &first).map(|(r, _)| r),
+            Some(Reason::SecretNotFound)
+        );
+        let again = conditions(&first, &failed, None, "t2");
+        assert_eq!(transition_event(&first, &again), None);
+        let fixed = conditions(&again, &done(None, None), None, "t3");
+        assert_eq!(transition_event(&again, &fixed), None);
+    }
+
+    #[test]
+    fn the_last_pin_stays_until_another_is_made_and_a_merged_pull_request_is_forgotten() {
+        let before = PinnedRepositoryStatus {
+            last_pin: Some(super::super::crd::LastPin {
+                commit: "abc".into(),
+                branch: "main".into(),
+                images: 1,
+                time: "t0".into(),
+            }),
+            pull_request: Some(super::super::crd::PullRequestRef {
+                number: 1,
+                url: "u".into(),
+                branch: "tagpin/main".into(),
+            }),
+            ..Default::default()
+        };
+        let after = next(
+            &before,
+            &done(None, None),
+            Some(2),
+            "t1",
+            StatusUpdate::default(),
+        );
+        assert_eq!(after.last_pin, before.last_pin);
+        assert_eq!(after.pull_request, None);
+        assert_eq!(after.observed_generation, Some(2));
+        let failed = Outcome::Retrying {
+            reason: Reason::Unreachable,
+            message: "down".into(),
+        };
+        let after = next(&before, &failed, Some(2), "t1", StatusUpdate::default());
+        assert_eq!(after.pull_request, before.pull_request, "unknown, so kept");
+    }
+
+    #[test]
+    fn a_long_message_is_cut_to_what_kubectl_shows_well() {
+        let long: String = (0..30).map(|i| format!("problem {i}\n")).collect();
+        let cut = bounded(&long);
+        assert_eq!(cut.lines().count(), 11);
+        assert!(cut.ends_with("(and 20 more)"), "{cut}");
+        assert!(bounded(&"é".repeat(5000)).len() <= 4096 + '…'.len_utf8());
+    }
+}

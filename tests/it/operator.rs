@@ -1,0 +1,687 @@
+//! `tagpin operator` as a process, against the local Kubernetes API server with the generated
+//! CRD installed and only the writes `deploy/operator/rbac.yaml` grants: real bare Git
+//! repositories, a real registry, Secrets rotated, shards split by label, and the real
+//! `kubectl wait`.
+
+use crate::support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::git::{BareRepo, GitHttpServer, HttpAuth};
+use support::kube::{Grant, KubeServer};
+use support::registry::{free_port, Mode, TestRegistry};
+use tokio::process::{Child, Command};
+
+const NS: &str = "team-a";
+
+fn deployment(name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
+    )
+}
+
+/// The API server with the CRD of `deploy/operator/crd.yaml` installed, and granted exactly
+/// the writes `deploy/operator/rbac.yaml` gives the operator: a write it is not granted is
+/// refused (403) and fails the test.
+async fn cluster() -> KubeServer {
+    let kube = KubeServer::start().await;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let crd: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(root.join("deploy/operator/crd.yaml")).unwrap(),
+    )
+    .unwrap();
+    kube.register_crd(crd);
+    let rbac = std::fs::read_to_string(root.join("deploy/operator/rbac.yaml")).unwrap();
+    for document in serde_yaml::Deserializer::from_str(&rbac) {
+        let role: Value = serde::Deserialize::deserialize(document).unwrap();
+        let namespace = match role["kind"].as_str() {
+            Some("ClusterRole") => None,
+            Some("Role") => Some("tagpin"),
+            _ => continue,
+        };
+        for rule in role["rules"].as_array().unwrap() {
+            let strings = |v: &Value| -> Vec<String> {
+                v.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.as_str().unwrap().to_string())
+                    .collect()
+            };
+            let (verbs, resources) = (strings(&rule["verbs"]), strings(&rule["resources"]));
+            let verbs: Vec<&str> = verbs.iter().map(String::as_str).collect();
+            let resources: Vec<&str> = resources.iter().map(String::as_str).collect();
+            kube.grant(match namespace {
+                Some(ns) => Grant::namespaced(ns, &verbs, &resources),
+                None => Grant::cluster(&verbs, &resources),
+            });
+        }
+    }
+    kube
+}
+
+fn pinned_repository(name: &str, labels: Value, spec: Value) -> Value {
+    json!({
+        "apiVersion": "tagpin.dev/v1alpha1",
+        "kind": "PinnedRepository",
+        "metadata": {"name": name, "namespace": NS, "labels": labels},
+        "spec": spec,
+    })
+}
+
+/// A commit-mode spec pinning `apps/` of `url` against the registry at `host`.
+fn spec(url: &str, host: &str) -> Value {
+    json!({
+        "repository": {"url": url, "branch": "main"},
+        "paths": ["apps"],
+        "registries": {"insecure": [host]},
+    })
+}
+
+struct Operator {
+    child: Child,
+    base: String,
+}
+
+impl Operator {
+    async fn start(dir: &Path, kube: &KubeServer, name: &str, args: &[&str]) -> Operator {
+        Operator::start_waiting_for(dir, kube, name, args, "/readyz").await
+    }
+
+    /// Started, once `path` answers 200: `/readyz` for one that acts, `/healthz` for a
+    /// standby (alive, not ready).
+    async fn start_waiting_for(
+        dir: &Path,
+        kube: &KubeServer,
+        name: &str,
+        args: &[&str],
+        path: &str,
+    ) -> Operator {
+        let port = free_port();
+        let kubeconfig = kube.kubeconfig(dir);
+        let child = Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .args(["operator", "--interval", "1h", "--verify-interval", "1s"])
+            .args(args)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--cache-dir")
+            .arg(dir.join(format!("cache-{name}")))
+            .env("HOME", dir)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("POD_NAME", name)
+            .env("POD_NAMESPACE", "tagpin")
+            .env("RUST_LOG", "tagpin=info")
+            .env_remove("DOCKER_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start tagpin operator");
+        let operator = Operator {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = http.get(format!("{}{path}", operator.base)).send().await {
+                if r.status() == 200 {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "tagpin operator never became ready"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        operator
+    }
+
+    async fn ready(&self) -> bool {
+        let url = format!("{}/readyz", self.base);
+        matches!(reqwest::get(url).await, Ok(r) if r.status() == 200)
+    }
+
+    /// SIGTERM, then what it logged.
+    async fn stop(self) -> String {
+        let pid = self.child.id().expect("running") as i32;
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        let output = tokio::time::timeout(Duration::from_secs(60), self.child.wait_with_output())
+            .await
+            .expect("tagpin operator stops within its grace period")
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0));
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    }
+}
+
+/// Polls `check` for up to 60 s.
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Argo CD applied `default/Deployment/<name>` with its container `app` running `image`
+/// (pinned), its rollout done, and its one pod runs the pinned digest: what the operator's
+/// verification finds Converged.
+fn runs_converged(kube: &KubeServer, name: &str, image: &str, image_id: &str) {
+    use support::kube::{deployment as live, pod, running_pod_status};
+    kube.apply(live("default", name, &[("app", name)], &[("app", image)]));
+    let generation =
+        kube.get("Deployment", "default", name).unwrap()["metadata"]["generation"].clone();
+    kube.set_status(
+        "Deployment",
+        "default",
+        name,
+        json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
+               "readyReplicas": 1, "availableReplicas": 1}),
+    );
+    let pod_name = format!("{name}-1");
+    kube.apply(pod(
+        "default",
+        &pod_name,
+        &[("app", name)],
+        &[("app", image)],
+    ));
+    kube.set_pod_status(
+        "default",
+        &pod_name,
+        running_pod_status(&[("app", image, image_id)]),
+    );
+}
+
+fn condition(kube: &KubeServer, name: &str, type_: &str) -> Option<Value> {
+    let object = kube.get("PinnedRepository", NS, name)?;
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+}
+
+fn is_ready(kube: &KubeServer, name: &str) -> bool {
+    condition(kube, name, "Ready").is_some_and(|c| c["status"] == "True")
+}
+
+fn event_reasons(kube: &KubeServer, name: &str) -> Vec<String> {
+    kube.events(NS)
+        .iter()
+        .filter(|e| e["regarding"]["name"] == name)
+        .map(|e| e["reason"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_objects_are_pinned_in_one_run_while_a_broken_one_and_a_missing_secret_stall() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "one").await;
+    let api = registry.push_image("acme/api", "1", "api").await;
+    let repo_web = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let repo_api = BareRepo::create(&[(
+        "apps/api.yaml",
+        &deployment("api", &format!("{host}/acme/api:1")),
+    )]);
+    let kube = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    kube.apply(pinned_repository(
+        "web",
+        json!({}),
+        spec(&repo_web.file_url(), &host),
+    ));
+    kube.apply(pinned_repository(
+        "api",
+        json!({}),
+        spec(&repo_api.file_url(), &host),
+    ));
+    // The schema admits it, the validator does not: the same message as in tagpin.yaml.
+    let mut broken = spec(&repo_web.file_url(), &host);
+    broken["paths"] = json!(["../outside"]);
+    kube.apply(pinned_repository("broken", json!({}), broken));
+    let mut no_secret = spec(&repo_api.file_url(), &host);
+    no_secret["secret_ref"] = json!({"name": "missing"});
+    no_secret["repository"]["auth"] = json!({"token_env": "GIT_TOKEN"});
+    kube.apply(pinned_repository("no-secret", json!({}), no_secret));
+
+    for (name, repository, pushed) in [("web", "acme/web", &web), ("api", "acme/api", &api)] {
+        let tag = if name == "web" { "1.0" } else { "1" };
+        runs_converged(
+            &kube,
+            name,
+            &format!("{host}/{repository}:{tag}@{}", pushed.manifest),
+            &format!("{host}/{repository}@{}", pushed.manifest),
+        );
+    }
+
+    let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
+    eventually("both good objects Ready", || {
+        is_ready(&kube, "web") && is_ready(&kube, "api")
+    })
+    .await;
+    assert!(repo_web
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&web.manifest));
+    assert!(repo_api
+        .read("main", "apps/api.yaml")
+        .unwrap()
+        .contains(&api.manifest));
+    for (name, repo) in [("web", &repo_web), ("api", &repo_api)] {
+        let object = kube.get("PinnedRepository", NS, name).unwrap();
+        let status = &object["status"];
+        assert_eq!(
+            status["observedGeneration"], object["metadata"]["generation"],
+            "{name}"
+        );
+        assert_eq!(
+            status["lastPin"]["commit"],
+            repo.head("main").unwrap().as_str(),
+            "{name}"
+        );
+        assert_eq!(status["lastPin"]["images"], 1, "{name}");
+        // Pinned, and verified on the cluster the operator runs in.
+        assert_eq!(
+            condition(&kube, name, "Ready").unwrap()["reason"],
+            "Converged"
+        );
+        assert_eq!(status["verdict"]["state"], "converged", "{name}");
+        assert_eq!(status["verdict"]["converged"], 1, "{name}");
+        assert!(condition(&kube, name, "Stalled").is_none(), "{name}");
+        assert!(
+            event_reasons(&kube, name).contains(&"Pinned".to_string()),
+            "{name}"
+        );
+    }
+
+    eventually("the broken object Stalled", || {
+        condition(&kube, "broken", "Stalled").is_some()
+    })
+    .await;
+    let stalled = condition(&kube, "broken", "Stalled").unwrap();
+    assert_eq!(stalled["reason"], "InvalidSpec");
+    assert_eq!(
+        stalled["message"],
+        "spec.paths[0]: \"../outside\" must be relative to the repository and stay inside it"
+    );
+    assert_eq!(
+        condition(&kube, "broken", "Ready").unwrap()["status"],
+        "False"
+    );
+    eventually("the object without its Secret Stalled", || {
+        condition(&kube, "no-secret", "Stalled").is_some()
+    })
+    .await;
+    let stalled = condition(&kube, "no-secret", "Stalled").unwrap();
+    assert_eq!(stalled["reason"], "SecretNotFound");
+    assert_eq!(stalled["message"], format!("Secret {NS}/missing not found"));
+    assert!(event_reasons(&kube, "no-secret").contains(&"SecretNotFound".to_string()));
+
+    // Nothing moved: a reconcile with nothing to do writes no status and makes no commit.
+    let commits = repo_web.log("main").len();
+    let patches = kube.request_count("patch", "pinnedrepositories");
+    operator.stop().await;
+    assert_eq!(repo_web.log("main").len(), commits);
+    assert_eq!(kube.request_count("patch", "pinnedrepositories"), patches);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rotated_secret_is_used_by_the_next_reconcile() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "one").await;
+    let base = tempfile::tempdir().unwrap();
+    let repo = BareRepo::create_in(
+        base.path(),
+        "gitops.git",
+        &[(
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        )],
+    );
+    let server = GitHttpServer::start(
+        base.path(),
+        HttpAuth::basic("x-access-token", "right-token"),
+    );
+    let kube = cluster().await;
+    runs_converged(
+        &kube,
+        "web",
+        &format!("{host}/acme/web:1.0@{}", web.manifest),
+        &format!("{host}/acme/web@{}", web.manifest),
+    );
+    kube.apply(support::kube::secret(
+        NS,
+        "git-creds",
+        &[("tagpin.dev/watch", "Enabled")],
+        &[("GIT_TOKEN", "wrong-token")],
+    ));
+    let mut with_token = spec(&server.url("gitops.git"), &host);
+    with_token["repository"]["auth"] = json!({"token_env": "GIT_TOKEN"});
+    with_token["secret_ref"] = json!({"name": "git-creds"});
+    kube.apply(pinned_repository("web", json!({}), with_token));
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
+
+    eventually("the refused token stalls the object", || {
+        condition(&kube, "web", "Stalled").is_some_and(|c| c["reason"] == "AuthFailed")
+    })
+    .await;
+    let message = condition(&kube, "web", "Stalled").unwrap()["message"].to_string();
+    assert!(!message.contains("wrong-token"), "{message}");
+
+    // The rotation reaches the object through the watch of labelled Secrets, long before its
+    // one-hour interval.
+    kube.rotate_secret(NS, "git-creds", &[("GIT_TOKEN", "right-token")]);
+    eventually("the rotated token pins", || is_ready(&kube, "web")).await;
+    assert!(repo
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&web.manifest));
+    assert!(condition(&kube, "web", "Stalled").is_none());
+    let log = operator.stop().await;
+    assert!(!log.contains("right-token") && !log.contains("wrong-token"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_shards_each_reconcile_only_the_objects_labelled_for_them() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "one").await;
+    let repos: Vec<BareRepo> = (0..4)
+        .map(|_| {
+            BareRepo::create(&[(
+                "apps/web.yaml",
+                &deployment("web", &format!("{host}/acme/web:1.0")),
+            )])
+        })
+        .collect();
+    let kube = cluster().await;
+    runs_converged(
+        &kube,
+        "web",
+        &format!("{host}/acme/web:1.0@{}", web.manifest),
+        &format!("{host}/acme/web@{}", web.manifest),
+    );
+    let shard_of = |i: usize| {
+        if i.is_multiple_of(2) {
+            "shard1"
+        } else {
+            "shard2"
+        }
+    };
+    for (i, repo) in repos.iter().enumerate() {
+        kube.apply(pinned_repository(
+            &format!("repo-{i}"),
+            json!({ "sharding.tagpin.dev/key": shard_of(i) }),
+            spec(&repo.file_url(), &host),
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let one = Operator::start(
+        dir.path(),
+        &kube,
+        "shard1",
+        &["--watch-label-selector", "sharding.tagpin.dev/key=shard1"],
+    )
+    .await;
+    let two = Operator::start(
+        dir.path(),
+        &kube,
+        "shard2",
+        &["--watch-label-selector", "sharding.tagpin.dev/key=shard2"],
+    )
+    .await;
+    eventually("every object Ready", || {
+        (0..4).all(|i| is_ready(&kube, &format!("repo-{i}")))
+    })
+    .await;
+    for (i, repo) in repos.iter().enumerate() {
+        let name = format!("repo-{i}");
+        // Each shard keeps mirrors only of its own objects, and only it reported on them.
+        for shard in ["shard1", "shard2"] {
+            let mirrored = dir
+                .path()
+                .join(format!("cache-{shard}"))
+                .join(NS)
+                .join(&name)
+                .exists();
+            assert_eq!(mirrored, shard == shard_of(i), "{name} in {shard}'s cache");
+        }
+        let reporters: Vec<Value> = kube
+            .events(NS)
+            .iter()
+            .filter(|e| e["regarding"]["name"] == name.as_str())
+            .map(|e| e["reportingInstance"].clone())
+            .collect();
+        assert!(!reporters.is_empty(), "{name}: no Event");
+        assert!(
+            reporters.iter().all(|r| r == shard_of(i)),
+            "{name}: {reporters:?}"
+        );
+        assert_eq!(repo.log("main").len(), 2, "{name}: pinned once");
+    }
+    one.stop().await;
+    two.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_wait_returns_when_the_operator_reports_ready() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let kube = cluster().await;
+    // kubectl sends no token over plain HTTP.
+    kube.allow_anonymous();
+    runs_converged(
+        &kube,
+        "web",
+        &format!("{host}/acme/web:1.0@{}", web.manifest),
+        &format!("{host}/acme/web@{}", web.manifest),
+    );
+    kube.apply(pinned_repository(
+        "web",
+        json!({}),
+        spec(&repo.file_url(), &host),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig: PathBuf = kube.kubeconfig(dir.path());
+    let kubectl = std::env::var_os("KUBECTL").unwrap_or_else(|| "kubectl".into());
+    let wait = move |timeout: &str| {
+        std::process::Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args([
+                "-n",
+                NS,
+                "wait",
+                "pinnedrepository/web",
+                "--for=condition=Ready",
+            ])
+            .arg(format!("--timeout={timeout}"))
+            .output()
+            .unwrap()
+    };
+    let before = wait("1s");
+    assert!(
+        !before.status.success(),
+        "not Ready before the operator runs"
+    );
+
+    let waiting = tokio::task::spawn_blocking({
+        let wait = wait.clone();
+        move || wait("60s")
+    });
+    let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
+    let output = waiting.await.unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "pinnedrepository.tagpin.dev/web condition met"
+    );
+    assert!(is_ready(&kube, "web"));
+    operator.stop().await;
+}
+
+fn lease_holder(kube: &KubeServer) -> String {
+    kube.get("Lease", "tagpin", "tagpin-leader")
+        .and_then(|lease| lease["spec"]["holderIdentity"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn of_two_replicas_only_the_leader_acts_and_the_standby_takes_over_after_a_sigkill() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let one = registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let kube = cluster().await;
+    runs_converged(
+        &kube,
+        "web",
+        &format!("{host}/acme/web:1.0@{}", one.manifest),
+        &format!("{host}/acme/web@{}", one.manifest),
+    );
+    kube.apply(pinned_repository(
+        "web",
+        json!({}),
+        spec(&repo.file_url(), &host),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let lease = Duration::from_secs(2);
+    let election = [
+        "--leader-elect",
+        "--leader-elect-lease-duration",
+        "2s",
+        "--leader-elect-renew-deadline",
+        "1000ms",
+        "--leader-elect-retry-period",
+        "200ms",
+    ];
+    let a = Operator::start(dir.path(), &kube, "op-a", &election).await;
+    eventually("op-a leads and pins", || {
+        lease_holder(&kube).starts_with("op-a") && is_ready(&kube, "web")
+    })
+    .await;
+    let b = Operator::start_waiting_for(dir.path(), &kube, "op-b", &election, "/healthz").await;
+    // The standby is alive, not ready, and reconciles nothing: no mirror of its own, while
+    // op-a renews the Lease twice more (each time op-b has read it and stood by).
+    let renewed = |kube: &KubeServer| {
+        kube.get("Lease", "tagpin", "tagpin-leader").unwrap()["spec"]["renewTime"].clone()
+    };
+    for _ in 0..2 {
+        let before = renewed(&kube);
+        eventually("op-a renews its Lease", || renewed(&kube) != before).await;
+    }
+    assert!(!b.ready().await, "a standby is not ready");
+    assert!(!dir.path().join("cache-op-b").join(NS).exists());
+    assert!(lease_holder(&kube).starts_with("op-a"));
+
+    // SIGKILL: no release. A new digest is pushed meanwhile; op-b takes over once the Lease
+    // lapses, and its first reconcile of every object pins it, once.
+    let pid = a.child.id().unwrap().to_string();
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap();
+    let two = registry.push_image("acme/web", "1.0", "two").await;
+    let killed = Instant::now();
+    eventually("op-b takes over", || {
+        lease_holder(&kube).starts_with("op-b")
+    })
+    .await;
+    let took = killed.elapsed();
+    assert!(
+        took <= lease + Duration::from_millis(200).mul_f64(2.2) + Duration::from_secs(1),
+        "took over after {took:?}"
+    );
+    eprintln!("operator takeover after SIGKILL: {took:?} (lease {lease:?})");
+    eventually("op-b pins the new digest", || {
+        repo.read("main", "apps/web.yaml")
+            .unwrap()
+            .contains(&two.manifest)
+    })
+    .await;
+    // The initial commit, op-a's pin, op-b's pin: nothing committed twice.
+    assert_eq!(repo.log("main").len(), 3, "{:?}", repo.log("main"));
+    assert!(b.ready().await);
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn objects_pinning_the_same_tag_ask_the_registry_once_per_interval() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "one").await;
+    let kube = cluster().await;
+    runs_converged(
+        &kube,
+        "web",
+        &format!("{host}/acme/web:1.0@{}", web.manifest),
+        &format!("{host}/acme/web@{}", web.manifest),
+    );
+    let repos: Vec<BareRepo> = (0..5)
+        .map(|_| {
+            BareRepo::create(&[(
+                "apps/web.yaml",
+                &deployment("web", &format!("{host}/acme/web:1.0")),
+            )])
+        })
+        .collect();
+    for (i, repo) in repos.iter().enumerate() {
+        kube.apply(pinned_repository(
+            &format!("repo-{i}"),
+            json!({}),
+            spec(&repo.file_url(), &host),
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &["--concurrent", "5"]).await;
+    eventually("every object Ready", || {
+        (0..5).all(|i| is_ready(&kube, &format!("repo-{i}")))
+    })
+    .await;
+    let metrics = reqwest::get(format!("{}/metrics", operator.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let asked: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("tagpin_registry_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    // Five repositories reconciled at once, one tag: one HEAD to the registry for all of them
+    // (the verification of the pins asks nothing more of it).
+    assert_eq!(asked, 1.0, "{metrics}");
+    for repo in &repos {
+        assert!(repo
+            .read("main", "apps/web.yaml")
+            .unwrap()
+            .contains(&web.manifest));
+    }
+    operator.stop().await;
+}
