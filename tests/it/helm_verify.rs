@@ -206,7 +206,7 @@ impl World {
 fn release_pin() -> HelmPin {
     HelmPin {
         file: "apps/web/release.yaml".into(),
-        line: 17,
+        line: Some(17),
         key_path: "spec.values.image.digest".into(),
         repository: "ghcr.io/acme/web".into(),
         tag: Some("1.4".into()),
@@ -437,7 +437,7 @@ async fn an_argo_cd_application_with_a_helm_source_is_judged_on_its_inventory() 
     );
     let values_pin = HelmPin {
         file: "charts/web/values-prod.yaml".into(),
-        line: 4,
+        line: Some(4),
         key_path: "image.digest".into(),
         release: ReleaseRef::ValuesFile {
             path: "charts/web/values-prod.yaml".into(),
