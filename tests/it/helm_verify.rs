@@ -809,3 +809,159 @@ async fn binary_verify_of_a_merged_sync_pull_request_pinning_a_helm_release_says
     github.assert_no_violations();
     kube.assert_no_writes();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Promotion: a staging verified through the Argo CD Application reading its values file.
+
+const API_DIGEST: &str = "sha256:6666666666666666666666666666666666666666666666666666666666666666";
+const API_OLD_DIGEST: &str =
+    "sha256:5555555555555555555555555555555555555555555555555555555555555555";
+
+/// A stage's values file: ghcr.io/acme/web and a worker on ghcr.io/acme/api, each pinned.
+fn stage_values(stage: &str, web: &str, api: &str) -> String {
+    format!(
+        "# {stage}: what the web chart deploys there.\nimage:\n  repository: ghcr.io/acme/web\n  tag: '1.4'\n  digest: {web}\nworker:\n  replicas: 2\n  image:\n    repository: ghcr.io/acme/api\n    tag: '2.0'\n    digest: \"{api}\"  # quoted on purpose\n"
+    )
+}
+
+#[tokio::test]
+async fn binary_promote_carries_the_digests_of_a_staging_helm_release_verified_converged() {
+    let production_values = stage_values("production", OLD_DIGEST, API_OLD_DIGEST);
+    let repo = BareRepo::create(&[
+        (
+            "envs/staging/values-staging.yaml",
+            &stage_values("staging", DIGEST, API_DIGEST),
+        ),
+        ("envs/production/values-production.yaml", &production_values),
+        (
+            "charts/web/Chart.yaml",
+            "apiVersion: v2\nname: web\nversion: 1.2.0\n",
+        ),
+    ]);
+    let http = GitHttpServer::start(repo.base_dir(), HttpAuth::None);
+    let url = http.url(repo.name());
+    let (staging, production) = (KubeServer::start().await, KubeServer::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    for (name, kube) in [("staging", &staging), ("production", &production)] {
+        std::fs::create_dir_all(dir.path().join(name)).unwrap();
+        kube.kubeconfig(&dir.path().join(name));
+    }
+    let kubeconfig = |stage: &str| dir.path().join(stage).join("kubeconfig");
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{url}', branch: main}}\n\
+             mode: commit\n\
+             verify: {{default_namespace: shop}}\n\
+             promotion:\n  stages:\n\
+             \x20 - name: staging\n    paths: [envs/staging]\n    cluster: {{kubeconfig: '{}'}}\n\
+             \x20 - name: production\n    paths: [envs/production]\n    cluster: {{kubeconfig: '{}'}}\n    mode: commit\n",
+            kubeconfig("staging").display(),
+            kubeconfig("production").display(),
+        ),
+    )
+    .unwrap();
+    let tip = repo.head("main").unwrap();
+    // Staging's Argo CD renders charts/web with values-staging.yaml; it applied main's tip, and
+    // the chart's Deployment runs both pinned digests.
+    let mut app = argo_application(&url, &tip, &[("shop", "staging-web")]);
+    let source = json!({"repoURL": url, "path": "charts/web", "targetRevision": "main",
+                        "helm": {"valueFiles": ["../../envs/staging/values-staging.yaml"]}});
+    app["spec"]["source"] = source.clone();
+    app["status"]["sync"]["comparedTo"]["source"] = source;
+    let images = [
+        ("web", format!("ghcr.io/acme/web:1.4@{DIGEST}"), DIGEST),
+        (
+            "worker",
+            format!("ghcr.io/acme/api:2.0@{API_DIGEST}"),
+            API_DIGEST,
+        ),
+    ];
+    let containers: Vec<(&str, &str)> = images.iter().map(|(c, i, _)| (*c, i.as_str())).collect();
+    let app_labels = [("app", "staging-web")];
+    let promote = || {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .args([
+                "promote",
+                "--to",
+                "production",
+                "--output",
+                "json",
+                "--config",
+            ])
+            .arg(&config)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .env("HOME", dir.path())
+            .env("KUBECONFIG", dir.path().join("no-such-kubeconfig"))
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+    };
+
+    // Before the chart's Deployment is there, no live container carries the pins: staging is
+    // unverified, and nothing is promoted.
+    staging.apply(app);
+    let out = promote().await.unwrap();
+    let (code, report) = json_of(&out);
+    assert_eq!(code, Some(4), "{report:#}");
+    assert_eq!(
+        report["reason"],
+        "staging is unverified: 2 pinned images matched no live workload; 0 converged"
+    );
+    assert_eq!(
+        repo.head("main").unwrap(),
+        tip,
+        "nothing promoted: {report:#}"
+    );
+
+    staging.apply(deployment("shop", "staging-web", &app_labels, &containers));
+    staging.set_status(
+        "Deployment",
+        "shop",
+        "staging-web",
+        json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+               "readyReplicas": 1, "availableReplicas": 1}),
+    );
+    staging.apply(pod("shop", "staging-web-1", &app_labels, &containers));
+    let statuses: Vec<(&str, &str, String)> = images
+        .iter()
+        .map(|(c, i, d)| {
+            let repository = i.split(':').next().unwrap();
+            (*c, i.as_str(), format!("{repository}@{d}"))
+        })
+        .collect();
+    let statuses: Vec<(&str, &str, &str)> = statuses
+        .iter()
+        .map(|(c, i, id)| (*c, *i, id.as_str()))
+        .collect();
+    staging.set_pod_status("shop", "staging-web-1", running_pod_status(&statuses));
+
+    let out = promote().await.unwrap();
+
+    let (code, report) = json_of(&out);
+    assert_eq!(code, Some(0), "{report:#}\n{}", text(&out));
+    assert_eq!(report["source"]["state"], "converged", "{report:#}");
+    let commit = repo.head("main").unwrap();
+    assert_ne!(commit, tip);
+    assert_eq!(
+        report["outcome"],
+        json!({"outcome": "committed", "branch": "main", "commit": commit, "attempts": 1})
+    );
+    assert_eq!(
+        repo.read("main", "envs/production/values-production.yaml")
+            .unwrap(),
+        production_values
+            .replace(OLD_DIGEST, DIGEST)
+            .replace(API_OLD_DIGEST, API_DIGEST),
+        "exactly staging's digests, the rest byte for byte"
+    );
+    assert_eq!(
+        repo.read("main", "envs/staging/values-staging.yaml")
+            .unwrap(),
+        stage_values("staging", DIGEST, API_DIGEST)
+    );
+    staging.assert_no_writes();
+    production.assert_no_writes();
+}
