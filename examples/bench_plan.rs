@@ -2,17 +2,23 @@
 //!
 //! Run: `cargo run --release --example bench_plan` (needs Debian's `docker-registry`).
 //!
-//! It pushes 500 distinct images to a `docker-registry` on loopback (one in ten a multi-arch OCI
-//! index), writes 2,000 Deployment manifests naming them, and reports:
-//! - wall time of a full plan pass (walk, read, scan, resolve, plan, diff), median of 3;
-//! - manifest requests the pass sent (must equal the number of distinct references);
+//! It pushes 500 distinct images to a `docker-registry` on loopback (one in ten a multi-arch
+//! OCI index) and writes 2,000 Deployment manifests naming them. Then, in each of `ROUNDS`
+//! rounds, it runs once each, in an order rotated from round to round:
 //! - the registry floor: a bare concurrent HEAD client sending the same 500 requests on
-//!   `FLOOR_CONNECTIONS` connections, median of 3, and the ratio plan / floor;
+//!   `FLOOR_CONNECTIONS` connections (and on tagpin's per-host limit, for comparison);
+//! - a full plan pass (walk, read, scan, resolve, plan, diffs), at the default per-host limit
+//!   and at the floor's connection count;
+//! - the resolution alone (the 500 references, no files);
 //! - `sync` when nothing changed, on a Git repository holding the same manifests already
-//!   pinned (a fetch that brings nothing, the scan, the HEADs, no commit), median of 3, and its
-//!   ratio to plan;
-//! - peak RSS during the plan pass (VmHWM, reset before the pass);
-//! - scanning throughput without network, in manifests per second.
+//!   pinned (a fetch that brings nothing, the scan, the HEADs, no commit).
+//!
+//! Every run starts with a new client, so each opens its connections cold, like the floor.
+//! The machine is shared, so absolute times move between runs: the ratios are taken within
+//! a round (adjacent runs) and reported as median, min and max over the rounds. Also
+//! reported: CPU time per run of tagpin's process and of the registry's, connections opened
+//! per run, the phases of the plan pass (from its `tracing` debug events), manifest
+//! requests sent, peak RSS during the pass, and scanning throughput without network.
 //!
 //! Figures are printed, never asserted: speed is measured here, not tested.
 //!
@@ -27,17 +33,20 @@ mod helm_variant;
 mod registry_support;
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::stream::{self, StreamExt};
 use registry_support::{IndexKind, Mode, TestRegistry};
 use tagpin::manifest::{self, FileFilter};
+use tagpin::reference::Reference;
 use tagpin::registry::{Client, Settings, DEFAULT_CONCURRENCY_PER_HOST};
 
 const MANIFESTS: usize = 2_000;
 const IMAGES: usize = 500;
 const REPOSITORIES: usize = 50;
-const ROUNDS: usize = 3;
+/// Rounds measured (after one warm-up round); `BENCH_ROUNDS` overrides.
+const ROUNDS: usize = 7;
 const SCAN_REPEATS: usize = 10;
 /// Every this-many-th image is a multi-arch OCI index.
 const INDEX_EVERY: usize = 10;
@@ -71,12 +80,50 @@ fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+/// `getconf CLK_TCK` on Linux: the unit of utime and stime in `/proc/<pid>/stat`.
+const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
+
+/// utime + stime of a process, in clock ticks, dead threads included.
+fn cpu_ticks(pid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After `(comm)`: state is field 0, utime 11, stime 12.
+    fields
+        .get(11)
+        .and_then(|u| u.parse::<u64>().ok())
+        .unwrap_or(0)
+        + fields
+            .get(12)
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0)
 }
 
-async fn baseline(host: &str, images: &[(String, String)], connections: usize) -> Duration {
+/// The pid of our `docker-registry` child.
+fn registry_pid() -> String {
+    let me = std::process::id().to_string();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = entry.file_name().to_string_lossy().to_string();
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let ppid = rest.split_whitespace().nth(1).unwrap_or("");
+        if ppid == me && head.contains("(docker-registr") {
+            return pid;
+        }
+    }
+    panic!("no docker-registry child");
+}
+
+/// Wall time, and connections open at the end.
+async fn baseline(
+    host: &str,
+    images: &[(String, String)],
+    connections: usize,
+) -> (Duration, usize) {
     let http = reqwest::Client::new();
     let started = Instant::now();
     let repo_tags = images.iter().map(|(_, repo_tag)| {
@@ -84,14 +131,25 @@ async fn baseline(host: &str, images: &[(String, String)], connections: usize) -
         (repo.to_string(), tag.to_string())
     });
     registry_support::head_manifests(&http, host, repo_tags, connections).await;
-    started.elapsed()
+    (started.elapsed(), connections_to(port_of(host)))
 }
 
-async fn plan_once(
-    host: &str,
-    root: &Path,
-    per_host: usize,
-) -> (Duration, u64, usize, Option<u64>) {
+fn port_of(host: &str) -> u16 {
+    host.rsplit_once(':').unwrap().1.parse().unwrap()
+}
+
+/// What one plan pass measured.
+struct PlanRun {
+    wall: Duration,
+    requests: u64,
+    to_pin: usize,
+    peak_rss_kib: Option<u64>,
+    open_at_end: usize,
+    /// Instants of the pass's phase events, from its start.
+    phases: Vec<(String, Duration)>,
+}
+
+async fn plan_once(host: &str, root: &Path, per_host: usize, marks: &PhaseMarks) -> PlanRun {
     let client = Client::new(Settings {
         insecure_hosts: vec![host.to_string()],
         concurrency_per_host: per_host,
@@ -99,17 +157,66 @@ async fn plan_once(
     })
     .unwrap();
     reset_peak_rss();
+    marks.clear();
     let started = Instant::now();
     let pass = tagpin::pass::run(&[root.to_path_buf()], &FileFilter::default(), &client).await;
-    let elapsed = started.elapsed();
-    let peak = peak_rss_kib();
+    let wall = started.elapsed();
+    let peak_rss_kib = peak_rss_kib();
     assert!(!pass.has_failures(), "{:?}", pass.failures());
-    (
-        elapsed,
-        client.stats().manifest_requests,
-        pass.plan.summary.to_pin,
-        peak,
-    )
+    PlanRun {
+        wall,
+        requests: client.stats().manifest_requests,
+        to_pin: pass.plan.summary.to_pin,
+        peak_rss_kib,
+        open_at_end: connections_to(port_of(host)),
+        phases: marks.since(started),
+    }
+}
+
+/// The pass as it was before issue #16's last changes, for comparison in the same rounds:
+/// every file read before the first is scanned, and the whole plan made after the last
+/// answer. Built from the same public pieces `pass::run` uses.
+async fn plan_as_before(host: &str, root: &Path) -> (Duration, usize) {
+    use tagpin::pipeline::{self, ImageSelection};
+    use tagpin::policy::Follow;
+    let client = Client::new(Settings {
+        insecure_hosts: vec![host.to_string()],
+        ..Settings::default()
+    })
+    .unwrap();
+    let started = Instant::now();
+    let (found, references) = tokio::sync::mpsc::unbounded_channel();
+    let paths = vec![root.to_path_buf()];
+    let scanning = tokio::task::spawn_blocking(move || {
+        let follow = Follow::default();
+        let gathered = pipeline::gather_working_tree(&paths, &FileFilter::default());
+        pipeline::scan_with(gathered, &ImageSelection::default(), |file| {
+            for reference in
+                tagpin::plan::references_to_resolve(std::slice::from_ref(file), &follow)
+            {
+                let _ = found.send(reference);
+            }
+        })
+    });
+    let resolutions = client.resolve_as_found(references, |_, _| {}).await;
+    let scanned = scanning.await.unwrap();
+    let plan = tagpin::plan::plan(&scanned.files, &resolutions, &Follow::default());
+    let elapsed = started.elapsed();
+    assert_eq!(plan.summary.to_pin, MANIFESTS);
+    (elapsed, connections_to(port_of(host)))
+}
+
+async fn resolve_once(host: &str, refs: &[Reference]) -> (Duration, usize) {
+    let client = Client::new(Settings {
+        insecure_hosts: vec![host.to_string()],
+        ..Settings::default()
+    })
+    .unwrap();
+    let started = Instant::now();
+    let results = client.resolve_all(refs).await;
+    let elapsed = started.elapsed();
+    assert!(results.values().all(|r| r.is_ok()));
+    (elapsed, connections_to(port_of(host)))
 }
 
 /// A bare Git repository whose `main` holds every manifest of `tree` pinned as `plan` would pin
@@ -127,7 +234,7 @@ fn pinned_repository(tree: &Path, pass: &tagpin::pass::Pass, work: &Path) -> Pat
     bare_repo::bare_repo(work, &files)
 }
 
-async fn sync_once(config: &tagpin::config::Config, host: &str, cache: &Path) -> Duration {
+async fn sync_once(config: &tagpin::config::Config, host: &str, cache: &Path) -> (Duration, usize) {
     let client = Client::new(Settings {
         insecure_hosts: vec![host.to_string()],
         ..Settings::default()
@@ -149,7 +256,7 @@ async fn sync_once(config: &tagpin::config::Config, host: &str, cache: &Path) ->
         "sync found something to do"
     );
     assert_eq!(client.stats().manifest_requests, IMAGES as u64);
-    elapsed
+    (elapsed, connections_to(port_of(host)))
 }
 
 fn scan_rate(files: &[(PathBuf, Vec<u8>)]) -> f64 {
@@ -165,6 +272,118 @@ fn scan_rate(files: &[(PathBuf, Vec<u8>)]) -> f64 {
     (files.len() * SCAN_REPEATS) as f64 / elapsed.as_secs_f64()
 }
 
+/// Records when each `phase` debug event of `tagpin::pass` fires: the bench reads the pass's
+/// own phases instead of timing a copy of it.
+#[derive(Clone, Default)]
+struct PhaseMarks(Arc<Mutex<Vec<(String, Instant)>>>);
+
+impl PhaseMarks {
+    fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+
+    fn since(&self, start: Instant) -> Vec<(String, Duration)> {
+        let marks = self.0.lock().unwrap();
+        marks
+            .iter()
+            .map(|(phase, at)| (phase.clone(), at.duration_since(start)))
+            .collect()
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PhaseMarks {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Phase(Option<String>);
+        impl tracing::field::Visit for Phase {
+            fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+                if field.name() == "phase" {
+                    self.0 = Some(value.to_string());
+                }
+            }
+            fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+        }
+        let at = Instant::now();
+        let mut phase = Phase(None);
+        event.record(&mut phase);
+        if let Some(phase) = phase.0 {
+            self.0.lock().unwrap().push((phase, at));
+        }
+    }
+}
+
+/// Established TCP connections from a client to `port`. Counted right before a run's client
+/// is dropped, less those open before the run (the harness's own), it is the number of
+/// connections the run opened: none is closed during a run, keep-alive holds them all.
+fn connections_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let port = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            cols.len() > 3 && cols[2].ends_with(&port) && cols[3] == "01"
+        })
+        .count()
+}
+
+/// Waits (up to a second) until the connections of the last run, whose client is dropped,
+/// are closed, so that each run starts as cold as the floor does; the number still open.
+async fn settle(port: u16, before_any_run: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let open = connections_to(port);
+        if open <= before_any_run || Instant::now() > deadline {
+            return open;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// One kind of run, and what each round measured of it.
+struct Row {
+    name: &'static str,
+    walls: Vec<Duration>,
+    own_cpu_ticks: u64,
+    registry_cpu_ticks: u64,
+    connections: usize,
+}
+
+impl Row {
+    fn new(name: &'static str) -> Row {
+        Row {
+            name,
+            walls: Vec::new(),
+            own_cpu_ticks: 0,
+            registry_cpu_ticks: 0,
+            connections: 0,
+        }
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// `median (min to max)` of per-round values.
+fn spread(mut values: Vec<f64>, digits: usize) -> String {
+    values.sort_by(f64::total_cmp);
+    let (lo, mid, hi) = (
+        values[0],
+        values[values.len() / 2],
+        values[values.len() - 1],
+    );
+    format!("{mid:.digits$} ({lo:.digits$} to {hi:.digits$})")
+}
+
+const FLOOR: usize = 0;
+const FLOOR_AT_LIMIT: usize = 1;
+const PLAN: usize = 2;
+const PLAN_AT_FLOOR: usize = 3;
+const RESOLVE: usize = 4;
+const SYNC: usize = 5;
+const PLAN_AS_BEFORE: usize = 6;
+
 #[tokio::main]
 async fn main() {
     // The Helm variant: values files against plain manifests, per image field.
@@ -172,6 +391,16 @@ async fn main() {
         helm_variant::run().await;
         return;
     }
+
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let marks = PhaseMarks::default();
+    let only_pass_phases = tracing_subscriber::filter::Targets::new()
+        .with_target("tagpin::pass", tracing::Level::DEBUG);
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(
+        tracing_subscriber::Layer::with_filter(marks.clone(), only_pass_phases),
+    ))
+    .unwrap();
+
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     eprintln!("pushing {IMAGES} images to {host} …");
@@ -204,32 +433,16 @@ async fn main() {
         std::fs::write(&path, &text).unwrap();
         files.push((path, text.into_bytes()));
     }
+    let refs: Vec<Reference> = images
+        .iter()
+        .map(|(image, _)| Reference::parse(image).unwrap())
+        .collect();
 
     let rate = scan_rate(&files);
-
-    let mut plan_times = Vec::new();
-    let mut base_times = Vec::new();
-    // Where the time goes: the floor at tagpin's own per-host limit, and plan at the floor's.
-    let mut base_at_limit = Vec::new();
-    let mut plan_at_floor = Vec::new();
-    let mut requests = 0;
-    let mut peak = 0;
-    for _ in 0..ROUNDS {
-        base_times.push(baseline(&host, &images, FLOOR_CONNECTIONS).await);
-        base_at_limit.push(baseline(&host, &images, DEFAULT_CONCURRENCY_PER_HOST).await);
-        let (elapsed, sent, to_pin, rss) =
-            plan_once(&host, tree.path(), DEFAULT_CONCURRENCY_PER_HOST).await;
-        assert_eq!(to_pin, MANIFESTS);
-        plan_times.push(elapsed);
-        requests = sent;
-        peak = peak.max(rss.unwrap_or(0));
-        plan_at_floor.push(plan_once(&host, tree.path(), FLOOR_CONNECTIONS).await.0);
-    }
-    let plan = median(plan_times);
-    let base = median(base_times);
-    let ratio = plan.as_secs_f64() / base.as_secs_f64();
-    let base_at_limit = median(base_at_limit);
-    let plan_at_floor = median(plan_at_floor);
+    // Peak RSS of a plan pass in a process that has done nothing bigger before it (the
+    // allocator keeps what `sync` used, so later passes start higher).
+    let first = plan_once(&host, tree.path(), DEFAULT_CONCURRENCY_PER_HOST, &marks).await;
+    let peak = first.peak_rss_kib.unwrap_or(0);
 
     // The same manifests, already pinned, in a Git repository: sync has nothing to do.
     let client = Client::new(Settings {
@@ -252,46 +465,154 @@ async fn main() {
     let config = tagpin::config::Config::parse(&config_text, Path::new("tagpin.yaml")).unwrap();
     let cache = work.path().join("cache");
     sync_once(&config, &host, &cache).await; // clones the mirror once, as a controller's first pass
-    let mut sync_times = Vec::new();
-    for _ in 0..ROUNDS {
-        sync_times.push(sync_once(&config, &host, &cache).await);
-    }
-    let sync = median(sync_times);
-    let sync_ratio = sync.as_secs_f64() / plan.as_secs_f64();
 
-    println!("tagpin plan benchmark: {MANIFESTS} manifests, {IMAGES} distinct images (1 in {INDEX_EVERY} an OCI index), concurrency {DEFAULT_CONCURRENCY_PER_HOST}/host, median of {ROUNDS}");
+    let registry_pid = registry_pid();
+    let port = registry.port();
+    let harness_connections = connections_to(port);
+    let mut rows = [
+        Row::new("registry floor, 16 connections"),
+        Row::new("registry floor, 8 connections"),
+        Row::new("plan, 8 per host (default)"),
+        Row::new("plan, 16 per host"),
+        Row::new("resolution alone, 8 per host"),
+        Row::new("sync, nothing changed"),
+        Row::new("plan as before (8 per host)"),
+    ];
+    let mut requests = 0;
+    let mut phases: Vec<Vec<(String, Duration)>> = Vec::new();
+    // Round 0 warms up (page cache, the registry's own caches) and is not counted.
+    let rounds = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(ROUNDS);
+    for round in 0..=rounds {
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.rotate_left(round % rows.len());
+        for i in order {
+            let open_before = settle(port, harness_connections).await;
+            let (own, reg) = (cpu_ticks("self"), cpu_ticks(&registry_pid));
+            let (wall, open_at_end) = match i {
+                FLOOR => baseline(&host, &images, FLOOR_CONNECTIONS).await,
+                FLOOR_AT_LIMIT => baseline(&host, &images, DEFAULT_CONCURRENCY_PER_HOST).await,
+                PLAN | PLAN_AT_FLOOR => {
+                    let per_host = match i {
+                        PLAN => DEFAULT_CONCURRENCY_PER_HOST,
+                        _ => FLOOR_CONNECTIONS,
+                    };
+                    let run = plan_once(&host, tree.path(), per_host, &marks).await;
+                    assert_eq!(run.to_pin, MANIFESTS);
+                    assert_eq!(run.requests, IMAGES as u64);
+                    if i == PLAN {
+                        requests = run.requests;
+                        phases.push(run.phases);
+                    }
+                    (run.wall, run.open_at_end)
+                }
+                RESOLVE => resolve_once(&host, &refs).await,
+                PLAN_AS_BEFORE => plan_as_before(&host, tree.path()).await,
+                _ => sync_once(&config, &host, &cache).await,
+            };
+            let (own, reg) = (cpu_ticks("self") - own, cpu_ticks(&registry_pid) - reg);
+            let opened = open_at_end.saturating_sub(open_before);
+            if round > 0 {
+                let row = &mut rows[i];
+                row.walls.push(wall);
+                row.own_cpu_ticks += own;
+                row.registry_cpu_ticks += reg;
+                row.connections += opened;
+            }
+        }
+    }
+
+    let per_round = |a: usize, b: usize| -> Vec<f64> {
+        rows[a]
+            .walls
+            .iter()
+            .zip(&rows[b].walls)
+            .map(|(x, y)| x.as_secs_f64() / y.as_secs_f64())
+            .collect()
+    };
+    let plan_ratio = per_round(PLAN, FLOOR);
+    let plan_ratio_at_limit = per_round(PLAN, FLOOR_AT_LIMIT);
+    let plan_at_floor_ratio = per_round(PLAN_AT_FLOOR, FLOOR);
+    let resolve_ratio = per_round(RESOLVE, FLOOR);
+    let sync_ratio = per_round(SYNC, PLAN);
+    let before_ratio = per_round(PLAN_AS_BEFORE, FLOOR);
+
+    println!("tagpin plan benchmark: {MANIFESTS} manifests, {IMAGES} distinct images (1 in {INDEX_EVERY} an OCI index), {rounds} rounds, median (min to max)");
     println!(
-        "  plan wall time            {:>9.1} ms",
-        plan.as_secs_f64() * 1e3
+        "  {:<32} {:>26} {:>11} {:>13} {:>6}",
+        "run", "wall ms", "CPU tagpin", "CPU registry", "conns"
+    );
+    for row in &rows {
+        let n = row.walls.len() as f64;
+        let tick_ms = 1e3 / CLOCK_TICKS_PER_SECOND;
+        println!(
+            "  {:<32} {:>26} {:>8.0} ms {:>10.0} ms {:>6.1}",
+            row.name,
+            spread(row.walls.iter().copied().map(ms).collect(), 1),
+            row.own_cpu_ticks as f64 * tick_ms / n,
+            row.registry_cpu_ticks as f64 * tick_ms / n,
+            row.connections as f64 / n,
+        );
+    }
+    println!(
+        "  ratio plan / floor (16 conns)    {}   (target <= 1.1)",
+        spread(plan_ratio, 3)
     );
     println!(
-        "  registry floor ({FLOOR_CONNECTIONS} conns)  {:>9.1} ms",
-        base.as_secs_f64() * 1e3
-    );
-    println!("  ratio plan / floor        {ratio:>9.2}   (target <= 1.1)");
-    println!(
-        "  floor at {DEFAULT_CONCURRENCY_PER_HOST} conns            {:>9.1} ms   (plan / it: {:.2})",
-        base_at_limit.as_secs_f64() * 1e3,
-        plan.as_secs_f64() / base_at_limit.as_secs_f64()
+        "  ratio plan / floor (8 conns)     {}",
+        spread(plan_ratio_at_limit, 3)
     );
     println!(
-        "  plan at {FLOOR_CONNECTIONS}/host            {:>9.1} ms   (/ floor: {:.2})",
-        plan_at_floor.as_secs_f64() * 1e3,
-        plan_at_floor.as_secs_f64() / base.as_secs_f64()
+        "  ratio plan at 16/host / floor    {}",
+        spread(plan_at_floor_ratio, 3)
     );
     println!(
-        "  scan of all manifests     {:>9.1} ms   (no network)",
+        "  ratio resolution alone / floor   {}",
+        spread(resolve_ratio, 3)
+    );
+    println!(
+        "  ratio plan as before / floor     {}",
+        spread(before_ratio, 3)
+    );
+    println!(
+        "  ratio sync / plan                {}   (target <= 1.2)",
+        spread(sync_ratio, 3)
+    );
+    let phase_at = |name: &str| -> Vec<f64> {
+        phases
+            .iter()
+            .map(|run| {
+                run.iter()
+                    .find(|(phase, _)| phase == name)
+                    .map_or(f64::NAN, |(_, at)| ms(*at))
+            })
+            .collect()
+    };
+    println!("  plan phases, ms from the start of the pass:");
+    for (name, what) in [
+        ("first image", "first image found (first request)"),
+        ("scanned", "files scanned"),
+        ("resolved", "last registry answer"),
+        ("planned", "pass done"),
+    ] {
+        println!("    {what:<40} {}", spread(phase_at(name), 1));
+    }
+    let tail: Vec<f64> = phase_at("planned")
+        .iter()
+        .zip(phase_at("resolved"))
+        .map(|(end, last)| end - last)
+        .collect();
+    println!("    {:<40} {}", "after the last answer", spread(tail, 1));
+    println!(
+        "  scan of all manifests            {:>9.1} ms   (no network)",
         MANIFESTS as f64 / rate * 1e3
     );
+    println!("  manifest requests sent           {requests:>9}   (distinct refs: {IMAGES})");
     println!(
-        "  sync, nothing changed     {:>9.1} ms",
-        sync.as_secs_f64() * 1e3
-    );
-    println!("  ratio sync / plan         {sync_ratio:>9.2}   (target <= 1.2)");
-    println!("  manifest requests sent    {requests:>9}   (distinct refs: {IMAGES})");
-    println!(
-        "  peak RSS during plan      {:>9.1} MB  (target <= 100)",
+        "  peak RSS during plan             {:>9.1} MB  (target <= 100)",
         peak as f64 / 1024.0
     );
-    println!("  scan throughput           {rate:>9.0} manifests/s (target >= 20000)");
+    println!("  scan throughput                  {rate:>9.0} manifests/s (target >= 20000)");
 }

@@ -7,6 +7,7 @@
 //! manifest never blocks the pins of all the others.
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use crate::manifest::{self, FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Skipped};
@@ -42,35 +43,60 @@ impl Pass {
 
 /// Scans `paths`, resolves every distinct image once, and plans. Writes nothing.
 ///
-/// The files are read and scanned on a blocking thread that hands each file's images over as
-/// it goes, and the registry is asked for them at once: the scan's time hides behind the
-/// registry's answers instead of coming before them.
+/// The files are read and scanned, one after the other, on a blocking thread that hands each
+/// file's images over as it goes, and the registry is asked for them at once: the first
+/// request leaves after one file is read, not all of them, and the reading and scanning hide
+/// behind the registry's answers instead of coming before them. The same thread then plans
+/// each file (rewrite and diff) as soon as its images are answered ([`plan::Planner`]), so
+/// what is left after the last answer is the few files that waited on it.
 pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pass {
-    // `plan` and `pin` read no configuration, so every tag stays as written.
-    let follow = Follow::default();
+    let started = Instant::now();
     let (found, references) = tokio::sync::mpsc::unbounded_channel();
+    let (answered, answers) = std::sync::mpsc::channel();
     let (paths, filter) = (paths.to_vec(), filter.clone());
-    let scanning = tokio::task::spawn_blocking(move || {
-        let gathered = pipeline::gather_working_tree(&paths, &filter);
-        pipeline::scan_with(gathered, &ImageSelection::default(), |file| {
-            for reference in plan::references_to_resolve(std::slice::from_ref(file), &follow) {
-                // The receiver lives until the sender is dropped, after the scan.
-                let _ = found.send(reference);
-            }
-        })
+    let scanning_and_planning = tokio::task::spawn_blocking(move || {
+        // `plan` and `pin` read no configuration, so every tag stays as written.
+        let follow = Follow::default();
+        let mut first = true;
+        let scanned =
+            pipeline::scan_working_tree_with(&paths, &filter, &ImageSelection::default(), |file| {
+                if std::mem::take(&mut first) {
+                    tracing::debug!(phase = "first image", elapsed = ?started.elapsed());
+                }
+                for reference in plan::references_to_resolve(std::slice::from_ref(file), &follow) {
+                    // The receiver lives until the sender is dropped, after the scan.
+                    let _ = found.send(reference);
+                }
+            });
+        // Every image is asked: the registry client may finish once its answers are in.
+        drop(found);
+        tracing::debug!(phase = "scanned", files = scanned.files.len(), elapsed = ?started.elapsed());
+        let mut planner = plan::Planner::new(&scanned.files, &follow);
+        // Ends when the client has handed over its last answer and dropped the sender.
+        for (key, result) in answers {
+            planner.answer(key, result);
+        }
+        (planner.finish(), scanned.errors, scanned.skipped)
     });
-    let resolutions = client.resolve_as_found(references).await;
-    let scanned = match scanning.await {
-        Ok(scanned) => scanned,
+    client
+        .resolve_as_found(references, |key, result| {
+            // Fails only if the planning thread is gone (it panicked), reported below.
+            let _ = answered.send((key.clone(), result.clone()));
+        })
+        .await;
+    drop(answered);
+    tracing::debug!(phase = "resolved", elapsed = ?started.elapsed());
+    let (plan, file_errors, skipped) = match scanning_and_planning.await {
+        Ok(done) => done,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         // Cancelled: only when the runtime shuts down, and then nothing reads the pass.
-        Err(_) => pipeline::Scanned::default(),
+        Err(_) => Default::default(),
     };
-    let follow = Follow::default();
+    tracing::debug!(phase = "planned", elapsed = ?started.elapsed());
     Pass {
-        plan: plan::plan(&scanned.files, &resolutions, &follow),
-        file_errors: scanned.errors,
-        skipped: scanned.skipped,
+        plan,
+        file_errors,
+        skipped,
     }
 }
 

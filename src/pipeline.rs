@@ -188,6 +188,20 @@ impl ImageSelection {
 /// exist, a directory that cannot be listed and a file that cannot be read are errors naming
 /// the path; the other files are still read.
 pub fn gather_working_tree(paths: &[PathBuf], filter: &FileFilter) -> Gathered {
+    let (listed, mut gathered) = list_working_tree(paths, filter);
+    let mut read_errors = Vec::new();
+    for path in listed {
+        match manifest::read_manifest(&path) {
+            Ok(bytes) => gathered.files.push(SourceFile { path, bytes }),
+            Err(e) => read_errors.push(e),
+        }
+    }
+    gathered.errors.extend(read_errors);
+    gathered
+}
+
+/// The files under `paths` to read, and what the walk passed over or failed on (no files yet).
+fn list_working_tree(paths: &[PathBuf], filter: &FileFilter) -> (Vec<PathBuf>, Gathered) {
     let listing = manifest::walk(paths, filter);
     let mut gathered = Gathered {
         errors: listing.errors,
@@ -202,13 +216,7 @@ pub fn gather_working_tree(paths: &[PathBuf], filter: &FileFilter) -> Gathered {
             };
             Skipped::file(s.path, why)
         }));
-    for path in listing.files {
-        match manifest::read_manifest(&path) {
-            Ok(bytes) => gathered.files.push(SourceFile { path, bytes }),
-            Err(e) => gathered.errors.push(e),
-        }
-    }
-    gathered
+    (listing.files, gathered)
 }
 
 /// Scans every gathered file as one tree: each kustomization's `namespace:` reaches the
@@ -239,44 +247,108 @@ pub fn scan_with(
         ..Scanned::default()
     };
     for SourceFile { path, bytes } in files {
-        let outcome = match manifest::scan_with_options(&path, &bytes, &selection.helm) {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                errors.push(e);
-                continue;
-            }
-        };
-        if outcome.kubernetes_documents == 0 {
-            skipped.push(Skipped::file(&path, SkipWhy::NotKubernetes));
-        }
-        skipped.extend(outcome.skipped.iter().map(|field| Skipped {
-            path: path.clone(),
-            position: Some((field.line, field.column)),
-            why: SkipWhy::Field(field.reason),
-        }));
-        let mut fields = Vec::with_capacity(outcome.fields.len());
-        for field in outcome.fields {
-            if selection.manages(&field.value) {
-                fields.push(field);
-            } else {
-                skipped.push(Skipped {
-                    path: path.clone(),
-                    position: Some((field.line, field.column)),
-                    why: SkipWhy::NotManaged,
-                });
-            }
-        }
-        namespaces.fill(&path, &mut fields);
-        if !fields.is_empty() {
-            let file = ScannedFile {
-                path,
-                source: bytes,
-                fields,
-            };
+        if let Some(mut file) = scan_one(path, bytes, selection, &mut skipped, &mut errors) {
+            namespaces.fill(&file.path, &mut file.fields);
             found(&file);
             scanned.files.push(file);
         }
     }
+    finish(scanned, skipped, errors)
+}
+
+/// [`scan_working_tree`], reading each file just before scanning it and handing each file
+/// with image fields to `found` at once: a caller can ask the registry about the first file's
+/// images before the last file is read. `found` sees the fields before kustomization
+/// namespaces are filled in (the kustomization may come later in the walk); the result has
+/// them, and is exactly what [`scan_working_tree`] returns.
+pub fn scan_working_tree_with(
+    paths: &[PathBuf],
+    filter: &FileFilter,
+    selection: &ImageSelection,
+    mut found: impl FnMut(&ScannedFile),
+) -> Scanned {
+    let (listed, listing) = list_working_tree(paths, filter);
+    let Gathered {
+        mut skipped,
+        errors: listing_errors,
+        ..
+    } = listing;
+    let (mut read_errors, mut scan_errors) = (Vec::new(), Vec::new());
+    let mut namespaces = KustomizeNamespaces::default();
+    let mut scanned = Scanned::default();
+    for path in listed {
+        let bytes = match manifest::read_manifest(&path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                read_errors.push(e);
+                continue;
+            }
+        };
+        scanned.files_read += 1;
+        namespaces.add(&path, &bytes);
+        if let Some(file) = scan_one(path, bytes, selection, &mut skipped, &mut scan_errors) {
+            found(&file);
+            scanned.files.push(file);
+        }
+    }
+    for file in &mut scanned.files {
+        namespaces.fill(&file.path, &mut file.fields);
+    }
+    // In the order `scan_working_tree` gives them: listing, reading, scanning.
+    let mut errors = listing_errors;
+    errors.extend(read_errors);
+    errors.extend(scan_errors);
+    finish(scanned, skipped, errors)
+}
+
+/// Scans one file; the file if it holds image fields `selection` manages (namespaces not yet
+/// filled). What it passes over goes to `skipped`, a file that cannot be parsed to `errors`.
+fn scan_one(
+    path: PathBuf,
+    bytes: Vec<u8>,
+    selection: &ImageSelection,
+    skipped: &mut Vec<Skipped>,
+    errors: &mut Vec<ManifestError>,
+) -> Option<ScannedFile> {
+    let outcome = match manifest::scan_with_options(&path, &bytes, &selection.helm) {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            errors.push(e);
+            return None;
+        }
+    };
+    if outcome.kubernetes_documents == 0 {
+        skipped.push(Skipped::file(&path, SkipWhy::NotKubernetes));
+    }
+    skipped.extend(outcome.skipped.iter().map(|field| Skipped {
+        path: path.clone(),
+        position: Some((field.line, field.column)),
+        why: SkipWhy::Field(field.reason),
+    }));
+    let mut fields = Vec::with_capacity(outcome.fields.len());
+    for field in outcome.fields {
+        if selection.manages(&field.value) {
+            fields.push(field);
+        } else {
+            skipped.push(Skipped {
+                path: path.clone(),
+                position: Some((field.line, field.column)),
+                why: SkipWhy::NotManaged,
+            });
+        }
+    }
+    if fields.is_empty() {
+        return None;
+    }
+    Some(ScannedFile {
+        path,
+        source: bytes,
+        fields,
+    })
+}
+
+/// Files in path order, skip reasons sorted and once each.
+fn finish(mut scanned: Scanned, mut skipped: Vec<Skipped>, errors: Vec<ManifestError>) -> Scanned {
     scanned.files.sort_by(|a, b| a.path.cmp(&b.path));
     skipped.sort();
     skipped.dedup();
@@ -407,5 +479,44 @@ mod tests {
         .unwrap();
         let scanned = scan(files(), &ImageSelection::for_config(&config).unwrap());
         assert_eq!(scanned.files.len(), 2);
+    }
+
+    #[test]
+    fn reading_while_scanning_gives_what_reading_first_gives_and_finds_images_early() {
+        let dir = tempfile::tempdir().unwrap();
+        let apps = dir.path().join("apps");
+        std::fs::create_dir_all(apps.join("sub")).unwrap();
+        // The manifest is walked before the kustomization that gives it its namespace.
+        std::fs::write(apps.join("a-web.yaml"), DEPLOYMENT).unwrap();
+        std::fs::write(
+            apps.join("broken.yaml"),
+            "apiVersion: v1\nkind: Pod\nspec: [\n",
+        )
+        .unwrap();
+        std::fs::write(apps.join("kustomization.yaml"), "namespace: shop\n").unwrap();
+        std::fs::write(apps.join("sub/settings.yaml"), "image: nginx\n").unwrap();
+        std::fs::write(apps.join("sub/web.yaml"), DEPLOYMENT).unwrap();
+        let paths = [dir.path().to_path_buf(), dir.path().join("missing")];
+        let filter = FileFilter::default();
+        let selection = ImageSelection::default();
+
+        let mut found = Vec::new();
+        let streamed = scan_working_tree_with(&paths, &filter, &selection, |file| {
+            found.push(file.path.clone());
+        });
+        let read_first = scan_working_tree(&paths, &filter, &selection);
+
+        assert_eq!(format!("{streamed:?}"), format!("{read_first:?}"));
+        assert_eq!(streamed.files_read, 5);
+        assert_eq!(streamed.errors.len(), 2, "{:?}", streamed.errors);
+        assert_eq!(found, [apps.join("a-web.yaml"), apps.join("sub/web.yaml")]);
+        let owners: Vec<String> = streamed
+            .fields()
+            .map(|f| match &f.origin {
+                manifest::Origin::Container { workload, .. } => workload.to_string(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(owners, ["shop/Deployment/web"; 4]);
     }
 }

@@ -6,7 +6,7 @@
 //! not be planned. Git, the forge and `pin` only consume a plan; none of them decides anything,
 //! which keeps every decision here testable with plain data.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -175,6 +175,123 @@ pub fn plan(
             None => Wanted::Failed(format!("{key}: not resolved")),
         }
     })
+}
+
+/// Plans a pass file by file as the registry's answers arrive, instead of all at once after
+/// the last one: each file is planned (rewritten and diffed) as soon as every image it names
+/// is answered, so only the files waiting on the last answers are left for the end. The
+/// result is exactly [`plan`] over the same files and answers, whatever order they came in.
+pub struct Planner<'a> {
+    files: &'a [ScannedFile],
+    follow: &'a Follow,
+    resolutions: BTreeMap<ResolveKey, ResolveResult>,
+    /// The files, by index, still waiting on each unanswered key.
+    waiting: BTreeMap<ResolveKey, Vec<usize>>,
+    /// How many distinct keys each file still waits on.
+    missing: Vec<usize>,
+    /// Each file's plan, once planned.
+    planned: Vec<Option<Plan>>,
+}
+
+impl<'a> Planner<'a> {
+    /// Files that need no answer (only digest-only or invalid references) are planned here.
+    pub fn new(files: &'a [ScannedFile], follow: &'a Follow) -> Planner<'a> {
+        let mut planner = Planner {
+            files,
+            follow,
+            resolutions: BTreeMap::new(),
+            waiting: BTreeMap::new(),
+            missing: vec![0; files.len()],
+            planned: vec![None; files.len()],
+        };
+        // Most images are named in several files: each value is parsed once.
+        let mut key_of_value: HashMap<&str, Option<ResolveKey>> = HashMap::new();
+        for (index, file) in files.iter().enumerate() {
+            let mut keys: Vec<ResolveKey> = file
+                .fields
+                .iter()
+                .filter_map(|field| {
+                    key_of_value
+                        .entry(field.value.as_str())
+                        .or_insert_with(|| key_to_resolve(&field.value, follow))
+                        .clone()
+                })
+                .collect();
+            keys.sort();
+            keys.dedup();
+            planner.missing[index] = keys.len();
+            for key in keys {
+                planner.waiting.entry(key).or_default().push(index);
+            }
+            if planner.missing[index] == 0 {
+                planner.plan_file(index);
+            }
+        }
+        planner
+    }
+
+    /// Takes one answer and plans every file it was the last one missing for.
+    pub fn answer(&mut self, key: ResolveKey, result: ResolveResult) {
+        let ready = self.waiting.remove(&key).unwrap_or_default();
+        self.resolutions.insert(key, result);
+        for index in ready {
+            self.missing[index] -= 1;
+            if self.missing[index] == 0 {
+                self.plan_file(index);
+            }
+        }
+    }
+
+    /// The whole plan, in file order. A file still waiting (an answer that never came) is
+    /// planned with what is known, so its missing images are reported as not resolved.
+    pub fn finish(mut self) -> Plan {
+        let mut whole = Plan::default();
+        for index in 0..self.files.len() {
+            let part = match self.planned[index].take() {
+                Some(part) => part,
+                None => plan(
+                    std::slice::from_ref(&self.files[index]),
+                    &self.resolutions,
+                    self.follow,
+                ),
+            };
+            whole.absorb(part);
+        }
+        whole
+    }
+
+    fn plan_file(&mut self, index: usize) {
+        let file = std::slice::from_ref(&self.files[index]);
+        self.planned[index] = Some(plan(file, &self.resolutions, self.follow));
+    }
+}
+
+/// The key the registry is asked under for one field's value, as [`references_to_resolve`]
+/// picks it; `None` when the field needs no answer.
+fn key_to_resolve(value: &str, follow: &Follow) -> Option<ResolveKey> {
+    let reference = Reference::parse(value).ok()?;
+    if reference.is_digest_only() {
+        return None;
+    }
+    follow.target(&reference).ok().map(|r| ResolveKey::of(&r))
+}
+
+impl Plan {
+    /// Appends the plan of later files.
+    fn absorb(&mut self, other: Plan) {
+        self.files.extend(other.files);
+        self.changes.extend(other.changes);
+        self.problems.extend(other.problems);
+        let (total, part) = (&mut self.summary, other.summary);
+        total.files_scanned += part.files_scanned;
+        total.files_changed += part.files_changed;
+        total.references += part.references;
+        total.to_pin += part.to_pin;
+        total.to_update += part.to_update;
+        total.current += part.current;
+        total.digest_only += part.digest_only;
+        total.failed += part.failed;
+    }
 }
 
 /// Computes a plan where `want` decides, for each parsed reference, where it should point:
@@ -747,5 +864,61 @@ mod tests {
             diff.contains(&format!("+    image: nginx:1.27@{D1}\n")),
             "{diff}"
         );
+    }
+
+    /// Everything a user sees of a plan, comparable.
+    fn shown(plan: &Plan) -> String {
+        let files: Vec<String> = plan
+            .files
+            .iter()
+            .map(|f| format!("{}\n{}", f.path.display(), f.diff))
+            .collect();
+        let problems: Vec<String> = plan.problems.iter().map(ToString::to_string).collect();
+        format!(
+            "{:?}\n{files:?}\n{:?}\n{problems:?}",
+            plan.summary, plan.changes
+        )
+    }
+
+    #[test]
+    fn planning_as_answers_arrive_gives_the_plan_of_all_answers_at_once_in_any_order() {
+        let gone = RegistryError::NotFound {
+            image: "ghcr.io/acme/gone:1".into(),
+            host: "ghcr.io".into(),
+            detail: String::new(),
+        };
+        let files = [
+            scanned("a.yaml", &pod(&["nginx:1.27", "ghcr.io/acme/gone:1"])),
+            scanned("b.yaml", &pod(&[&format!("alpine@{D2}"), "Bad::Ref"])),
+            scanned("c.yaml", &pod(&["nginx:1.27", &format!("redis:7@{D2}")])),
+            scanned("d.yaml", &pod(&[&format!("busybox:1@{D1}")])),
+            scanned("e.yaml", &pod(&["never/answered:1"])),
+        ];
+        let given = [
+            ("nginx:1.27", Ok(D1)),
+            ("ghcr.io/acme/gone:1", Err(gone)),
+            ("redis:7", Ok(D1)),
+            ("busybox:1", Ok(D1)),
+        ];
+        let all_at_once = plan(&files, &answers(&given), &Follow::default());
+        assert_eq!(all_at_once.files.len(), 2, "a.yaml and c.yaml move");
+        assert_eq!(
+            all_at_once.summary.failed, 3,
+            "gone, Bad::Ref, never answered"
+        );
+
+        for order in [[0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1]] {
+            let follow = Follow::default();
+            let mut planner = Planner::new(&files, &follow);
+            for i in order {
+                let (key, result) = answers(&given[i..=i]).into_iter().next().unwrap();
+                planner.answer(key, result);
+            }
+            assert_eq!(
+                shown(&planner.finish()),
+                shown(&all_at_once),
+                "order {order:?}"
+            );
+        }
     }
 }

@@ -16,7 +16,7 @@ use tagpin::manifest;
 use tagpin::registry::DEFAULT_CONCURRENCY_PER_HOST;
 
 use super::registry_support::{IndexKind, Mode, TestRegistry};
-use super::{deployment, image_name, median, plan_once, IMAGES, INDEX_EVERY, ROUNDS};
+use super::{deployment, image_name, plan_once, PhaseMarks, IMAGES, INDEX_EVERY, ROUNDS};
 
 const VALUES_FILES: usize = 1_000;
 const FIELDS: usize = 2 * VALUES_FILES;
@@ -111,15 +111,20 @@ pub(crate) async fn run() {
     let scan_helm = scan_per_field(&helm_files, 2);
 
     let (mut plain_times, mut helm_times) = (Vec::new(), Vec::new());
+    let marks = PhaseMarks::default();
     for _ in 0..ROUNDS {
-        let (elapsed, _, to_pin, _) =
-            plan_once(&host, plain_dir.path(), DEFAULT_CONCURRENCY_PER_HOST).await;
-        assert_eq!(to_pin, FIELDS);
-        plain_times.push(elapsed);
-        let (elapsed, _, to_pin, _) =
-            plan_once(&host, helm_dir.path(), DEFAULT_CONCURRENCY_PER_HOST).await;
-        assert_eq!(to_pin, FIELDS);
-        helm_times.push(elapsed);
+        let run = plan_once(
+            &host,
+            plain_dir.path(),
+            DEFAULT_CONCURRENCY_PER_HOST,
+            &marks,
+        )
+        .await;
+        assert_eq!(run.to_pin, FIELDS);
+        plain_times.push(run.wall);
+        let run = plan_once(&host, helm_dir.path(), DEFAULT_CONCURRENCY_PER_HOST, &marks).await;
+        assert_eq!(run.to_pin, FIELDS);
+        helm_times.push(run.wall);
     }
     let (plain_plan, helm_plan) = (median(plain_times), median(helm_times));
     let per_field = |d: Duration| d.as_secs_f64() * 1e6 / FIELDS as f64;
@@ -151,4 +156,10 @@ pub(crate) async fn run() {
         "  ratio helm / plain (scan)     {:>9.2}   (target <= 1.0)",
         scan_helm.as_secs_f64() / scan_plain.as_secs_f64()
     );
+}
+
+/// The middle value of `times`.
+fn median(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
 }

@@ -210,11 +210,13 @@ impl Client {
 
     /// Like [`Client::resolve_all`], for references that arrive while the caller is still
     /// finding them (a scan on another thread): each distinct one is asked as soon as it
-    /// arrives, so reading the files and asking the registry overlap. Ends when the sender
-    /// is dropped and every answer is in.
+    /// arrives, so reading the files and asking the registry overlap. Each answer is handed
+    /// to `answered` as it comes, so the caller can use it before the last one is in (the
+    /// pass plans each file then). Ends when the sender is dropped and every answer is in.
     pub async fn resolve_as_found(
         &self,
         mut found: tokio::sync::mpsc::UnboundedReceiver<Reference>,
+        mut answered: impl FnMut(&ResolveKey, &ResolveResult),
     ) -> BTreeMap<ResolveKey, ResolveResult> {
         let mut results = BTreeMap::new();
         let mut asked = std::collections::BTreeSet::new();
@@ -234,6 +236,7 @@ impl Client {
                     None => open = false,
                 },
                 Some((key, result)) = pending.next(), if !pending.is_empty() => {
+                    answered(&key, &result);
                     results.insert(key, result);
                 }
                 else => break,

@@ -19,7 +19,7 @@ use serde_yaml::Value;
 
 /// Everything the verifier reads, by (API group, resource): the workload kinds and their pods,
 /// and the GitOps objects that say which commit was applied and what it became. Nothing else.
-const VERIFIER_READS: [(&str, &str); 11] = [
+const VERIFIER_READS: [(&str, &str); 12] = [
     ("", "pods"),
     ("apps", "daemonsets"),
     ("apps", "deployments"),
@@ -27,6 +27,7 @@ const VERIFIER_READS: [(&str, &str); 11] = [
     ("apps", "statefulsets"),
     ("apps.openshift.io", "deploymentconfigs"),
     ("argoproj.io", "applications"),
+    ("batch", "cronjobs"),
     ("batch", "jobs"),
     ("helm.toolkit.fluxcd.io", "helmreleases"),
     ("kustomize.toolkit.fluxcd.io", "kustomizations"),
