@@ -7,16 +7,18 @@
 //! manifests and the renders. A pin the verifier cannot check (a kind it cannot read live, a
 //! kustomization it cannot render, an `images:` entry that changes no container) is not an
 //! error: it comes back as [`NotVerified`] with its reason, so the verdict can say what was not
-//! checked.
+//! checked. A pin in Helm values names no workload: it becomes a [`HelmPin`], judged through the
+//! release that deploys it ([`super::helm`]).
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use serde::Serialize;
 
-use crate::manifest::{ImageField, Origin};
+use super::helm::{HelmPin, ReleaseRef};
+use crate::manifest::{HelmImage, HelmSource, ImageField, Origin};
 use crate::plan::ScannedFile;
-use crate::proposal::PlanBlock;
+use crate::proposal::{Pin, PlanBlock};
 use crate::reference::{Digest, Reference};
 use crate::render::Render;
 use crate::workload::{Owner, WorkloadId};
@@ -62,8 +64,6 @@ pub enum NotVerifiedReason {
     /// A kustomization `images:` entry that changes no container of the kustomizations that
     /// include it, as they render.
     KustomizeImageUnused,
-    /// An image in Helm values names a release's values, not a workload.
-    HelmImage,
     /// The pin belongs to a kustomization tagpin cannot render (a remote resource, a Helm chart,
     /// a patch that may change images); [`NotVerified::detail`] says which and where.
     KustomizeNotRendered,
@@ -101,7 +101,6 @@ impl std::fmt::Display for NotVerifiedReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             NotVerifiedReason::KustomizeImage => "a kustomization images: entry names no workload",
-            NotVerifiedReason::HelmImage => "an image in Helm values names no workload",
             NotVerifiedReason::KustomizeImageUnused => {
                 "the kustomization images: entry changes no rendered container"
             }
@@ -164,6 +163,8 @@ impl NotVerified {
 pub struct Promised {
     pub expected: Vec<Expected>,
     pub not_verified: Vec<NotVerified>,
+    /// Pins in Helm values, checked through the releases that deploy them.
+    pub helm: Vec<HelmPin>,
 }
 
 impl Promised {
@@ -173,13 +174,16 @@ impl Promised {
         self.expected.dedup();
         self.not_verified.sort();
         self.not_verified.dedup();
+        self.helm.sort();
+        self.helm.dedup();
         self
     }
 
-    /// Decides, in one place, whether a pin on `owner` can be checked live.
+    /// Decides, in one place, whether a pin on `workload` (`None`: a kustomization `images:`
+    /// entry) can be checked live. Helm pins do not come here: they name no workload.
     fn add(
         &mut self,
-        owner: &Owner,
+        workload: Option<&WorkloadId>,
         container: &str,
         image: &str,
         pinned_ref: &str,
@@ -187,30 +191,27 @@ impl Promised {
         mapping: &NameMapping,
     ) {
         // Named as the verdicts name workloads: in their live namespace, with the live name.
-        let workload = match owner {
-            Owner::Workload(id) => mapping.live(id).to_string(),
-            Owner::Kustomization | Owner::Helm(_) => owner.to_string(),
+        let named = match workload {
+            Some(id) => mapping.live(id).to_string(),
+            None => Owner::Kustomization.to_string(),
         };
         let not_verified = |reason| NotVerified {
             image: image.to_string(),
-            workload: workload.clone(),
+            workload: named.clone(),
             reason,
             detail: None,
         };
-        match owner {
-            Owner::Kustomization => self
+        match workload {
+            None => self
                 .not_verified
                 .push(not_verified(NotVerifiedReason::KustomizeImage)),
-            Owner::Helm(_) => self
-                .not_verified
-                .push(not_verified(NotVerifiedReason::HelmImage)),
-            Owner::Workload(id) if !id.kind.is_verifiable() => self
+            Some(id) if !id.kind.is_verifiable() => self
                 .not_verified
                 .push(not_verified(NotVerifiedReason::KindNotVerifiable)),
-            Owner::Workload(id) if id.name.is_empty() => self
+            Some(id) if id.name.is_empty() => self
                 .not_verified
                 .push(not_verified(NotVerifiedReason::NoName)),
-            Owner::Workload(id) => self.expected.push(Expected {
+            Some(id) => self.expected.push(Expected {
                 workload: mapping.live(id),
                 container: container.to_string(),
                 pinned_ref: pinned_ref.to_string(),
@@ -220,12 +221,29 @@ impl Promised {
     }
 }
 
-/// Expectations from a pull request's plan block.
+/// Expectations from a pull request's plan block. A Helm row (`helm:<source>`) becomes a
+/// [`HelmPin`]: its key path is the row's container, its repository and tag the row's image.
 pub fn from_plan(block: &PlanBlock, mapping: &NameMapping) -> Promised {
     let mut promised = Promised::default();
     for pin in &block.pins {
+        let workload = match &pin.workload {
+            Owner::Workload(id) => Some(id),
+            Owner::Kustomization => None,
+            Owner::Helm(source) => {
+                match helm_pin_of_plan(pin, source) {
+                    Ok(helm) => promised.helm.push(helm),
+                    Err(detail) => promised.not_verified.push(NotVerified {
+                        image: pin.image.clone(),
+                        workload: pin.workload.to_string(),
+                        reason: NotVerifiedReason::UnreadableWorkload,
+                        detail: Some(detail),
+                    }),
+                }
+                continue;
+            }
+        };
         promised.add(
-            &pin.workload,
+            workload,
             &pin.container,
             &pin.image,
             &pin.new_value,
@@ -236,32 +254,34 @@ pub fn from_plan(block: &PlanBlock, mapping: &NameMapping) -> Promised {
     promised.finish()
 }
 
-/// Expectations from the image fields of manifests at a commit: every field whose image is
-/// pinned (`repo:tag@digest`, `repo@digest`, or a kustomize entry with `digest:`). Unpinned
-/// images promise nothing.
+/// Expectations from the image fields of manifests at a commit, each with the file it is in:
+/// every field whose image is pinned (`repo:tag@digest`, `repo@digest`, a kustomize entry with
+/// `digest:`, Helm values with a digest). Unpinned images promise nothing.
 pub fn from_fields<'a>(
-    fields: impl IntoIterator<Item = &'a ImageField>,
+    fields: impl IntoIterator<Item = (&'a Path, &'a ImageField)>,
     mapping: &NameMapping,
 ) -> Promised {
     let mut promised = Promised::default();
-    for field in fields {
+    for (path, field) in fields {
         let Some(digest) = pinned_digest(field) else {
             continue;
         };
-        let (owner, container) = match &field.origin {
+        let (workload, container) = match &field.origin {
             Origin::Container {
                 workload,
                 container,
                 ..
-            } => (Owner::Workload(workload.clone()), container.as_str()),
-            Origin::KustomizeImage { name, .. } => (Owner::Kustomization, name.as_str()),
-            Origin::HelmImage(image) => (
-                Owner::Helm(image.source.owner_name()),
-                image.key_path.as_str(),
-            ),
+            } => (Some(workload), container.as_str()),
+            Origin::KustomizeImage { name, .. } => (None, name.as_str()),
+            Origin::HelmImage(image) => {
+                promised
+                    .helm
+                    .push(helm_pin(path, field.line, image, digest));
+                continue;
+            }
         };
         promised.add(
-            &owner,
+            workload,
             container,
             &field.value,
             &field.value,
@@ -272,14 +292,95 @@ pub fn from_fields<'a>(
     promised.finish()
 }
 
-/// The digest a field pins: the digest of a container's image, or a kustomize entry's `digest:`.
+/// The digest a field pins: the digest of a container's image, a kustomize entry's `digest:`,
+/// or the digest Helm values pin (wherever the block writes it).
 fn pinned_digest(field: &ImageField) -> Option<Digest> {
-    match &field.origin {
-        Origin::Container { .. } | Origin::HelmImage(_) => image_digest(&field.value),
-        Origin::KustomizeImage { current_digest, .. } => current_digest
-            .as_deref()
-            .and_then(|d| Digest::parse(d).ok()),
+    let digest = match &field.origin {
+        Origin::Container { .. } => return image_digest(&field.value),
+        Origin::KustomizeImage { current_digest, .. } => current_digest.as_deref(),
+        Origin::HelmImage(image) => image.digest.as_deref(),
+    };
+    digest.and_then(|d| Digest::parse(d).ok())
+}
+
+/// The Helm pin of an image found in `path` at `line`, pinning `digest`: the release is named
+/// as the values' holder is (a HelmRelease or Application by namespace and name, the source
+/// of a multi-source Application not mattering; a values file by its path from the root).
+fn helm_pin(path: &Path, line: usize, image: &HelmImage, digest: Digest) -> HelmPin {
+    let release = match &image.source {
+        HelmSource::ValuesFile { path } => ReleaseRef::ValuesFile {
+            path: path.display().to_string(),
+        },
+        HelmSource::HelmRelease {
+            namespace, name, ..
+        } => ReleaseRef::HelmRelease {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        },
+        HelmSource::Application {
+            namespace, name, ..
+        } => ReleaseRef::Application {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        },
+    };
+    HelmPin {
+        file: path.display().to_string(),
+        line: Some(line),
+        key_path: image.key_path.clone(),
+        repository: image.repository.clone(),
+        tag: image.tag.clone(),
+        digest,
+        release,
     }
+}
+
+/// The Helm pin of a plan block's row owned by `helm:<source>`, or why it cannot be read.
+/// `source` is `values` (the row's file), `HelmRelease/[<ns>/]<name>` or
+/// `Application/[<ns>/]<name>[/sources[<i>]]`; the row's image is `repository:tag` (or
+/// `repository@digest` for an image pinned by digest alone).
+fn helm_pin_of_plan(pin: &Pin, source: &str) -> Result<HelmPin, String> {
+    let unreadable = || format!("{}: helm:{source} names no Helm release", pin.file);
+    let release = if source == "values" {
+        ReleaseRef::ValuesFile {
+            path: pin.file.clone(),
+        }
+    } else {
+        let (kind, rest) = source.split_once('/').ok_or_else(unreadable)?;
+        let mut parts: Vec<&str> = rest.split('/').collect();
+        if kind == "Application"
+            && parts.len() > 1
+            && parts
+                .last()
+                .is_some_and(|p| p.starts_with("sources[") && p.ends_with(']'))
+        {
+            parts.pop();
+        }
+        let (namespace, name) = match parts.as_slice() {
+            [name] => (None, name.to_string()),
+            [namespace, name] => (Some(namespace.to_string()), name.to_string()),
+            _ => return Err(unreadable()),
+        };
+        if name.is_empty() || namespace.as_deref() == Some("") {
+            return Err(unreadable());
+        }
+        match kind {
+            "HelmRelease" => ReleaseRef::HelmRelease { namespace, name },
+            "Application" => ReleaseRef::Application { namespace, name },
+            _ => return Err(unreadable()),
+        }
+    };
+    let image = Reference::parse(&pin.image)
+        .map_err(|e| format!("{}: image {} cannot be read: {e}", pin.file, pin.image))?;
+    Ok(HelmPin {
+        file: pin.file.clone(),
+        line: None,
+        key_path: pin.container.clone(),
+        repository: image.canonical_name(),
+        tag: image.tag().map(str::to_string),
+        digest: pin.new_digest.clone(),
+        release,
+    })
 }
 
 fn image_digest(image: &str) -> Option<Digest> {
@@ -308,9 +409,15 @@ pub fn from_manifests(
             let Some(digest) = image_digest(&c.image).filter(|_| manages(&c.image)) else {
                 continue;
             };
-            let owner = Owner::Workload(c.workload.clone());
             match &problems {
-                None => promised.add(&owner, &c.container, &c.image, &c.image, digest, mapping),
+                None => promised.add(
+                    Some(&c.workload),
+                    &c.container,
+                    &c.image,
+                    &c.image,
+                    digest,
+                    mapping,
+                ),
                 Some(problems) => promised.not_verified.push(NotVerified {
                     image: c.image.clone(),
                     workload: mapping.live(&c.workload).to_string(),
@@ -335,14 +442,14 @@ pub fn from_manifests(
             .filter(|r| r.files.contains(&file.path))
             .collect();
         if covering.is_empty() {
-            plain.extend(file.fields.iter());
+            plain.extend(file.fields.iter().map(|f| (file.path.as_path(), f)));
             continue;
         }
         let problems = problems(&covering);
         for field in &file.fields {
-            if pinned_digest(field).is_none() {
+            let Some(digest) = pinned_digest(field) else {
                 continue;
-            }
+            };
             let (workload, reason, detail) = match &field.origin {
                 Origin::Container { workload, .. } => {
                     if written.contains(&(file.path.as_path(), field.line, field.column)) {
@@ -367,11 +474,14 @@ pub fn from_manifests(
                     };
                     (Owner::Kustomization.to_string(), reason, Some(detail))
                 }
-                Origin::HelmImage(image) => (
-                    Owner::Helm(image.source.owner_name()).to_string(),
-                    NotVerifiedReason::HelmImage,
-                    None,
-                ),
+                // A kustomization renders no chart: the release that deploys these values
+                // (named as the kustomization leaves it) is consulted as for any other file.
+                Origin::HelmImage(image) => {
+                    promised
+                        .helm
+                        .push(helm_pin(&file.path, field.line, image, digest));
+                    continue;
+                }
             };
             promised.not_verified.push(NotVerified {
                 image: field.value.clone(),
@@ -384,6 +494,7 @@ pub fn from_manifests(
     let rest = from_fields(plain, mapping);
     promised.expected.extend(rest.expected);
     promised.not_verified.extend(rest.not_verified);
+    promised.helm.extend(rest.helm);
     promised.finish()
 }
 
@@ -470,6 +581,124 @@ mod tests {
         assert_eq!(promised.expected[0].digest.to_string(), D);
     }
 
+    fn helm_row(owner: &str, file: &str, key_path: &str, image: &str) -> Pin {
+        Pin {
+            file: file.into(),
+            workload: owner.parse().unwrap(),
+            container: key_path.into(),
+            image: image.into(),
+            ..pin("Deployment/web")
+        }
+    }
+
+    #[test]
+    fn helm_rows_of_a_plan_become_helm_pins_named_by_their_release() {
+        let block = PlanBlock {
+            version: 1,
+            target: "main".into(),
+            pins: vec![
+                helm_row(
+                    "helm:HelmRelease/shop/web",
+                    "apps/web.yaml",
+                    "image.tag",
+                    "ghcr.io/acme/web:1.4",
+                ),
+                helm_row(
+                    "helm:Application/argocd/web/sources[1]",
+                    "apps/app.yaml",
+                    "image.digest",
+                    "docker.io/library/nginx:1.27",
+                ),
+                helm_row(
+                    "helm:values",
+                    "charts/web/values-prod.yaml",
+                    "image",
+                    "ghcr.io/acme/api:2",
+                ),
+                helm_row("helm:Chart/web", "apps/x.yaml", "image", "ghcr.io/acme/x:1"),
+            ],
+        };
+        let promised = from_plan(&block, &mapping());
+        assert!(promised.expected.is_empty());
+        type Row<'a> = (String, Option<usize>, &'a str, &'a str, Option<&'a str>);
+        let seen: Vec<Row> = promised
+            .helm
+            .iter()
+            .map(|p| {
+                (
+                    p.release.to_string(),
+                    p.line,
+                    p.key_path.as_str(),
+                    p.repository.as_str(),
+                    p.tag.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (
+                    "Argo CD Application argocd/web".to_string(),
+                    None,
+                    "image.digest",
+                    "docker.io/library/nginx",
+                    Some("1.27")
+                ),
+                (
+                    "Flux HelmRelease shop/web".to_string(),
+                    None,
+                    "image.tag",
+                    "ghcr.io/acme/web",
+                    Some("1.4")
+                ),
+                (
+                    "values file charts/web/values-prod.yaml".to_string(),
+                    None,
+                    "image",
+                    "ghcr.io/acme/api",
+                    Some("2")
+                ),
+            ]
+        );
+        assert!(promised.helm.iter().all(|p| p.digest.to_string() == D));
+        assert_eq!(
+            promised.not_verified,
+            [NotVerified {
+                image: "ghcr.io/acme/x:1".into(),
+                workload: "helm:Chart/web".into(),
+                reason: NotVerifiedReason::UnreadableWorkload,
+                detail: Some("apps/x.yaml: helm:Chart/web names no Helm release".into()),
+            }]
+        );
+    }
+
+    #[test]
+    fn pinned_helm_values_of_a_commit_become_helm_pins_with_file_and_line() {
+        let release = format!(
+            "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {{name: web}}\nspec:\n  values:\n    image:\n      repository: ghcr.io/acme/web\n      tag: '1.4'\n      digest: {D}\n    sidecar:\n      image: {{repository: busybox, tag: '1'}}\n"
+        );
+        let path = Path::new("apps/release.yaml");
+        let outcome = crate::manifest::scan(path, release.as_bytes()).unwrap();
+        let promised = from_fields(outcome.fields.iter().map(|f| (path, f)), &mapping());
+        assert!(promised.expected.is_empty() && promised.not_verified.is_empty());
+        assert_eq!(
+            promised.helm,
+            [HelmPin {
+                file: "apps/release.yaml".into(),
+                line: Some(8),
+                key_path: "image.tag".into(),
+                repository: "ghcr.io/acme/web".into(),
+                tag: Some("1.4".into()),
+                digest: D.parse().unwrap(),
+                release: ReleaseRef::HelmRelease {
+                    namespace: None,
+                    name: "web".into(),
+                },
+            }],
+            "the unpinned sidecar promises nothing"
+        );
+    }
+
     #[test]
     fn only_pinned_containers_of_a_commit_are_expected() {
         let text = format!(
@@ -477,7 +706,10 @@ mod tests {
         );
         let outcome =
             crate::manifest::scan(std::path::Path::new("w.yaml"), text.as_bytes()).unwrap();
-        let promised = from_fields(&outcome.fields, &NameMapping::default());
+        let promised = from_fields(
+            outcome.fields.iter().map(|f| (Path::new("w.yaml"), f)),
+            &NameMapping::default(),
+        );
         assert_eq!(promised.expected.len(), 1);
         assert_eq!(
             promised.expected[0].workload.to_string(),
@@ -494,7 +726,10 @@ mod tests {
         );
         let outcome =
             crate::manifest::scan(std::path::Path::new("w.yaml"), text.as_bytes()).unwrap();
-        let promised = from_fields(&outcome.fields, &mapping());
+        let promised = from_fields(
+            outcome.fields.iter().map(|f| (Path::new("w.yaml"), f)),
+            &mapping(),
+        );
         // A CronJob is verified (through the Jobs it runs); a ReplicationController is not.
         assert_eq!(
             promised

@@ -118,7 +118,9 @@ impl std::fmt::Display for ReleaseRef {
 pub struct HelmPin {
     /// The file the value is written in, relative to the repository root.
     pub file: String,
-    pub line: usize,
+    /// The value's line in [`HelmPin::file`]; `None` for a pin read from a pull request's plan
+    /// block, which records no lines (the key path still says where).
+    pub line: Option<usize>,
     /// The value's key path, such as `image.tag` or `spec.values.web.image`.
     pub key_path: String,
     /// The image repository the value names, such as `ghcr.io/acme/web`.
@@ -139,7 +141,10 @@ impl HelmPin {
 
     /// `charts/web/values.yaml:12 image.tag`: where a person finds the pin.
     fn place(&self) -> String {
-        format!("{}:{} {}", self.file, self.line, self.key_path)
+        match self.line {
+            Some(line) => format!("{}:{line} {}", self.file, self.key_path),
+            None => format!("{} {}", self.file, self.key_path),
+        }
     }
 }
 
@@ -1126,7 +1131,7 @@ mod tests {
     fn pin(release: ReleaseRef) -> HelmPin {
         HelmPin {
             file: "apps/web/release.yaml".into(),
-            line: 14,
+            line: Some(14),
             key_path: "spec.values.image.digest".into(),
             repository: "ghcr.io/acme/web".into(),
             tag: Some("1.4".into()),

@@ -201,7 +201,7 @@ pub async fn expectations(
                 commits,
                 pinned_in: gitops::files_of_pins(&block.pins, &mapping),
                 gitops: None,
-                helm: Vec::new(),
+                helm: promised.helm,
             }
         }
         Source::Commit(sha) => {
@@ -302,7 +302,7 @@ fn from_tree(
         commits: vec![commit.to_string()],
         pinned_in: gitops::files_of_scan(&scanned.files, mapping),
         gitops: None,
-        helm: Vec::new(),
+        helm: promised.helm,
     })
 }
 

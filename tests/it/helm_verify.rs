@@ -4,16 +4,21 @@
 //! and workloads Helm annotated with their release; a real Git repository (served over HTTP,
 //! as a Flux GitRepository requires) holds the pin commit.
 //!
-//! Which values are pinned comes from the Helm pins of `verify::helm` (built here as the
-//! scanner of Helm values will report them); everything after that is tagpin's own code, from
-//! the commit's expectations to the verdict.
+//! The first tests drive the library with Helm pins built by hand, to pin down each verdict;
+//! the `binary` tests run the real `tagpin verify`, where the pins come from the scanned
+//! commit or from a sync pull request's plan block.
 
 use crate::gitops::{argo_application, flux_objects, verifier_grants};
 use crate::support;
 
+use std::process::Output;
+
 use serde_json::{json, Value};
 use support::git::{BareRepo, GitHttpServer, HttpAuth};
+use support::github::GitHubServer;
 use support::kube::{deployment, pod, running_pod_status, KubeServer};
+use support::output_text as text;
+use support::registry::{Mode, TestRegistry};
 
 use tagpin::config::{ClusterTarget, Config};
 use tagpin::verify::expected::NotVerifiedReason;
@@ -96,37 +101,12 @@ impl World {
     /// status: helm-controller attempted `attempted` generation with [`CONFIG`], and the newest
     /// Helm release (revision 4) is `state` with `config`.
     fn helm_release(&self, digest: &str, attempted: i64, state: &str, config: &str) {
-        let manifest: Value = serde_yaml::from_str(&release_manifest(digest)).unwrap();
-        let stored = self.kube.apply(manifest);
-        let generation = stored["metadata"]["generation"].as_i64().unwrap();
-        let ready = match state {
-            "deployed" => ("True", "UpgradeSucceeded", "Helm upgrade succeeded for release shop/web.v4 with chart web@1.2.0"),
-            "pending-upgrade" => ("Unknown", "Progressing", "Running 'upgrade' action with timeout of 5m0s"),
-            _ => ("False", "UpgradeFailed", "Helm upgrade failed for release shop/web with chart web@1.2.0: context deadline exceeded"),
-        };
-        self.kube.set_status(
-            "HelmRelease",
-            "shop",
-            "web",
-            json!({
-                "observedGeneration": attempted,
-                "lastAttemptedGeneration": attempted,
-                "lastAttemptedConfigDigest": CONFIG,
-                "lastAttemptedRevision": "1.2.0",
-                "lastAttemptedReleaseAction": "upgrade",
-                "helmChart": "flux-system/shop-web",
-                "storageNamespace": "shop",
-                "history": [{
-                    "chartName": "web", "chartVersion": "1.2.0", "configDigest": config,
-                    "digest": "sha256:e4a5e1b5f1f0b1a9d0c3f7c6a1e1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d",
-                    "firstDeployed": "2026-11-20T10:00:00Z", "lastDeployed": "2026-11-25T06:00:00Z",
-                    "name": "web", "namespace": "shop", "status": state, "version": 4
-                }],
-                "conditions": [{
-                    "type": "Ready", "status": ready.0, "reason": ready.1, "message": ready.2,
-                    "lastTransitionTime": "2026-11-25T06:00:00Z", "observedGeneration": generation
-                }]
-            }),
+        released(
+            &self.kube,
+            &release_manifest(digest),
+            attempted,
+            state,
+            config,
         );
     }
 
@@ -134,32 +114,146 @@ impl World {
     /// ghcr.io/acme/web (its only container named `container`).
     fn released_workload(&self, name: &str, release: &str, container: &str, digest: &str) {
         let image = format!("ghcr.io/acme/web:1.4@{digest}");
-        let mut d = deployment("shop", name, &[("app", name)], &[(container, &image)]);
-        d["metadata"]["annotations"] = json!({
-            "meta.helm.sh/release-name": release,
-            "meta.helm.sh/release-namespace": "shop",
-        });
-        d["metadata"]["labels"]["app.kubernetes.io/managed-by"] = json!("Helm");
-        self.kube.apply(d);
+        let image_id = format!("ghcr.io/acme/web@{digest}");
+        released_workload(&self.kube, name, release, container, (&image, &image_id));
+    }
+}
+
+/// The HelmRelease shop/web as Flux applied it from Git (`manifest`), and its status:
+/// helm-controller attempted `attempted` generation with [`CONFIG`], and the newest Helm release
+/// (revision 4) is `state` with `config`.
+fn released(kube: &KubeServer, manifest: &str, attempted: i64, state: &str, config: &str) {
+    let manifest: Value = serde_yaml::from_str(manifest).unwrap();
+    let stored = kube.apply(manifest);
+    let generation = stored["metadata"]["generation"].as_i64().unwrap();
+    let ready = match state {
+            "deployed" => ("True", "UpgradeSucceeded", "Helm upgrade succeeded for release shop/web.v4 with chart web@1.2.0"),
+            "pending-upgrade" => ("Unknown", "Progressing", "Running 'upgrade' action with timeout of 5m0s"),
+            _ => ("False", "UpgradeFailed", "Helm upgrade failed for release shop/web with chart web@1.2.0: context deadline exceeded"),
+        };
+    kube.set_status(
+        "HelmRelease",
+        "shop",
+        "web",
+        json!({
+            "observedGeneration": attempted,
+            "lastAttemptedGeneration": attempted,
+            "lastAttemptedConfigDigest": CONFIG,
+            "lastAttemptedRevision": "1.2.0",
+            "lastAttemptedReleaseAction": "upgrade",
+            "helmChart": "flux-system/shop-web",
+            "storageNamespace": "shop",
+            "history": [{
+                "chartName": "web", "chartVersion": "1.2.0", "configDigest": config,
+                "digest": "sha256:e4a5e1b5f1f0b1a9d0c3f7c6a1e1b2c3d4e5f60718293a4b5c6d7e8f9a0b1c2d",
+                "firstDeployed": "2026-11-20T10:00:00Z", "lastDeployed": "2026-11-25T06:00:00Z",
+                "name": "web", "namespace": "shop", "status": state, "version": 4
+            }],
+            "conditions": [{
+                "type": "Ready", "status": ready.0, "reason": ready.1, "message": ready.2,
+                "lastTransitionTime": "2026-11-25T06:00:00Z", "observedGeneration": generation
+            }]
+        }),
+    );
+}
+
+/// A Deployment of shop Helm annotated with `release`, running one pod on `image` (the pod
+/// reporting `image_id`), its only container named `container`.
+fn released_workload(
+    kube: &KubeServer,
+    name: &str,
+    release: &str,
+    container: &str,
+    (image, image_id): (&str, &str),
+) {
+    let mut d = deployment("shop", name, &[("app", name)], &[(container, image)]);
+    d["metadata"]["annotations"] = json!({
+        "meta.helm.sh/release-name": release,
+        "meta.helm.sh/release-namespace": "shop",
+    });
+    d["metadata"]["labels"]["app.kubernetes.io/managed-by"] = json!("Helm");
+    // A workload released again (a new image) is a new generation, rolled out.
+    let generation = kube.apply(d)["metadata"]["generation"].clone();
+    kube.set_status(
+        "Deployment",
+        "shop",
+        name,
+        json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
+               "readyReplicas": 1, "availableReplicas": 1}),
+    );
+    let pod_name = format!("{name}-1");
+    kube.apply(pod(
+        "shop",
+        &pod_name,
+        &[("app", name)],
+        &[(container, image)],
+    ));
+    kube.set_pod_status(
+        "shop",
+        &pod_name,
+        running_pod_status(&[(container, image, image_id)]),
+    );
+}
+
+impl World {
+    /// The Argo CD Application argocd/shop, having applied `revision`, rendering charts/web
+    /// with values-prod.yaml; its inventory names the Deployment the chart made,
+    /// shop/acme-web-frontend, under a name found nowhere in Git.
+    fn argo_values_app(&self, revision: &str) {
+        let mut app = argo_application(&self.url, revision, &[("shop", "acme-web-frontend")]);
+        let source = json!({"repoURL": self.url, "path": "charts/web", "targetRevision": "main",
+                            "helm": {"valueFiles": ["values-prod.yaml"]}});
+        app["spec"]["source"] = source.clone();
+        app["status"]["sync"]["comparedTo"]["source"] = source;
+        self.kube.apply(app);
+    }
+
+    /// shop/acme-web-frontend rolled out, its container `web` on `digest` of ghcr.io/acme/web.
+    fn frontend_running(&self, digest: &str) {
+        let image = format!("ghcr.io/acme/web:1.4@{digest}");
+        let mut frontend = deployment(
+            "shop",
+            "acme-web-frontend",
+            &[("app", "frontend")],
+            &[("web", &image)],
+        );
+        frontend["metadata"]["labels"]["app.kubernetes.io/instance"] = json!("shop");
+        self.kube.apply(frontend);
         self.kube.set_status(
             "Deployment",
             "shop",
-            name,
+            "acme-web-frontend",
             json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
                    "readyReplicas": 1, "availableReplicas": 1}),
         );
-        let pod_name = format!("{name}-1");
         self.kube.apply(pod(
             "shop",
-            &pod_name,
-            &[("app", name)],
-            &[(container, &image)],
+            "frontend-1",
+            &[("app", "frontend")],
+            &[("web", &image)],
         ));
         self.kube.set_pod_status(
             "shop",
-            &pod_name,
-            running_pod_status(&[(container, &image, &format!("ghcr.io/acme/web@{digest}"))]),
+            "frontend-1",
+            running_pod_status(&[("web", &image, &format!("ghcr.io/acme/web@{digest}"))]),
         );
+    }
+
+    /// The real `tagpin verify` with `args`, on this world's cluster and configuration.
+    async fn verify(&self, args: &[&str]) -> Output {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .args(["verify", "--config"])
+            .arg(self.dir.path().join("tagpin.yaml"))
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("cache"))
+            .args(args)
+            .env("HOME", self.dir.path())
+            .env("KUBECONFIG", self.kube.kubeconfig(self.dir.path()))
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+            .await
+            .expect("run tagpin")
     }
 
     /// One check of the tip of `main`, with `pins` as the Helm pins of that commit.
@@ -206,7 +300,7 @@ impl World {
 fn release_pin() -> HelmPin {
     HelmPin {
         file: "apps/web/release.yaml".into(),
-        line: 17,
+        line: Some(17),
         key_path: "spec.values.image.digest".into(),
         repository: "ghcr.io/acme/web".into(),
         tag: Some("1.4".into()),
@@ -400,44 +494,11 @@ async fn a_pin_no_container_or_two_workloads_match_is_unverified_with_the_reason
 async fn an_argo_cd_application_with_a_helm_source_is_judged_on_its_inventory() {
     let w = World::new(DIGEST).await;
     let pin = w.tip();
-    // Argo CD renders charts/web with values-prod.yaml; its inventory names the Deployment the
-    // chart made, under a name found nowhere in Git.
-    let mut app = argo_application(&w.url, &pin, &[("shop", "acme-web-frontend")]);
-    let source = json!({"repoURL": w.url, "path": "charts/web", "targetRevision": "main",
-                        "helm": {"valueFiles": ["values-prod.yaml"]}});
-    app["spec"]["source"] = source.clone();
-    app["status"]["sync"]["comparedTo"]["source"] = source;
-    w.kube.apply(app);
-    let mut frontend = deployment(
-        "shop",
-        "acme-web-frontend",
-        &[("app", "frontend")],
-        &[("web", &format!("ghcr.io/acme/web:1.4@{DIGEST}"))],
-    );
-    frontend["metadata"]["labels"]["app.kubernetes.io/instance"] = json!("shop");
-    w.kube.apply(frontend);
-    w.kube.set_status(
-        "Deployment",
-        "shop",
-        "acme-web-frontend",
-        json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
-               "readyReplicas": 1, "availableReplicas": 1}),
-    );
-    let image = format!("ghcr.io/acme/web:1.4@{DIGEST}");
-    w.kube.apply(pod(
-        "shop",
-        "frontend-1",
-        &[("app", "frontend")],
-        &[("web", &image)],
-    ));
-    w.kube.set_pod_status(
-        "shop",
-        "frontend-1",
-        running_pod_status(&[("web", &image, &format!("ghcr.io/acme/web@{DIGEST}"))]),
-    );
+    w.argo_values_app(&pin);
+    w.frontend_running(DIGEST);
     let values_pin = HelmPin {
         file: "charts/web/values-prod.yaml".into(),
-        line: 4,
+        line: Some(4),
         key_path: "image.digest".into(),
         release: ReleaseRef::ValuesFile {
             path: "charts/web/values-prod.yaml".into(),
@@ -512,4 +573,395 @@ async fn the_test_server_holds_helm_releases_to_their_crd_schema() {
         json!({"history": [{"name": "web", "namespace": "shop", "version": 1}]});
     let refused = kube.try_apply(snapshot_without_digest).unwrap_err();
     assert!(refused.contains("configDigest"), "{refused}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real binary: Helm pins read from the commit, or from a sync pull request's plan block.
+
+/// `--output json` of a run: the exit code and the document.
+fn json_of(out: &Output) -> (Option<i32>, Value) {
+    let document = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", text(out)));
+    (out.status.code(), document)
+}
+
+/// Each verdict of a JSON report as `workload container state`.
+fn verdict_lines(report: &Value) -> Vec<String> {
+    let mut lines: Vec<String> = report["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            format!(
+                "{} {} {}",
+                v["workload"].as_str().unwrap(),
+                v["container"].as_str().unwrap(),
+                v["state"].as_str().unwrap()
+            )
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[tokio::test]
+async fn binary_verify_at_a_commit_follows_a_helm_release_and_a_values_file_to_convergence() {
+    let w = World::new(OLD_DIGEST).await;
+    let older = w.tip();
+    let pin = w.repo.commit_as_other_writer(
+        "main",
+        &[("apps/web/release.yaml", &release_manifest(DIGEST))],
+        "Pin web to a newer digest",
+    );
+    w.kube.set_grants(verifier_grants());
+    // Argo CD applied the pin commit's values-prod.yaml; its Deployment runs the digest.
+    w.argo_values_app(&pin);
+    w.frontend_running(DIGEST);
+    // Flux has applied only the commit before: the HelmRelease still has the old values.
+    w.flux_applied(&older);
+    w.helm_release(OLD_DIGEST, 1, "deployed", CONFIG);
+    w.released_workload("web", "web", "app", OLD_DIGEST);
+
+    let out = w.verify(&["--commit", &pin, "--output", "json"]).await;
+
+    let (code, report) = json_of(&out);
+    assert_eq!(code, Some(3), "progressing exits 3: {}", text(&out));
+    assert_eq!(report["state"], "progressing", "{report:#}");
+    assert_eq!(
+        verdict_lines(&report),
+        [
+            "shop/Deployment/acme-web-frontend web converged",
+            "shop/Deployment/web app progressing",
+        ]
+    );
+    let web = report["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["workload"] == "shop/Deployment/web")
+        .unwrap();
+    assert_eq!(
+        web["reason"],
+        format!(
+            "Flux HelmRelease shop/web has not released it yet: Flux has not synced {} yet (at {})",
+            &pin[..7],
+            &older[..7]
+        )
+    );
+    assert_eq!(web["pods_total"], 0, "the old pods are not judged");
+
+    // Flux applies the pin commit and helm-controller releases its values.
+    w.flux_applied(&pin);
+    w.helm_release(DIGEST, 2, "deployed", CONFIG);
+    w.released_workload("web", "web", "app", DIGEST);
+
+    let out = w.verify(&["--commit", &pin]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for line in [
+        "shop/Deployment/web app: Converged",
+        "shop/Deployment/acme-web-frontend web: Converged",
+    ] {
+        assert!(text(&out).contains(line), "{line} in {}", text(&out));
+    }
+    let (code, report) = json_of(&w.verify(&["--commit", &pin, "--output", "json"]).await);
+    assert_eq!(code, Some(0));
+    assert_eq!(report["state"], "converged", "{report:#}");
+    assert_eq!(
+        verdict_lines(&report),
+        [
+            "shop/Deployment/acme-web-frontend web converged",
+            "shop/Deployment/web app converged",
+        ]
+    );
+    for v in report["verdicts"].as_array().unwrap() {
+        assert_eq!(v["pinned_digest"], DIGEST);
+        assert_eq!(
+            (&v["pods_on_pinned"], &v["pods_total"]),
+            (&json!(1), &json!(1))
+        );
+    }
+    let refused: Vec<String> = w
+        .kube
+        .requests()
+        .iter()
+        .filter(|r| r.status >= 400)
+        .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the verifier role is not enough: {refused:?}"
+    );
+    w.kube.assert_no_writes();
+}
+
+const GH_TOKEN: &str = "ghs_helm_verify_5e0c1d";
+
+/// A HelmRelease shop/web whose values name `repository` at tag 1.4, unpinned.
+fn unpinned_release(repository: &str) -> String {
+    release_manifest(DIGEST).replace(
+        &format!("      repository: ghcr.io/acme/web\n      tag: '1.4'\n      digest: {DIGEST}\n"),
+        &format!("      repository: {repository}\n      tag: '1.4'\n"),
+    )
+}
+
+#[tokio::test]
+async fn binary_verify_of_a_merged_sync_pull_request_pinning_a_helm_release_says_converged() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let digest = registry
+        .push_image("acme/web", "1.4", "web-1.4")
+        .await
+        .manifest;
+    let repository = format!("{host}/acme/web");
+    let unpinned = unpinned_release(&repository);
+    assert!(unpinned.contains(&repository), "{unpinned}");
+    let repo = BareRepo::create(&[("apps/web/release.yaml", &unpinned)]);
+    let http = GitHttpServer::start(repo.base_dir(), HttpAuth::None);
+    let url = http.url(repo.name());
+    let github = GitHubServer::start(GH_TOKEN, "acme", "gitops", repo.path()).await;
+    let kube = KubeServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{url}', branch: main}}\n\
+             paths: [apps]\n\
+             mode: pull-request\n\
+             registries: {{insecure: ['{host}']}}\n\
+             verify: {{default_namespace: shop}}\n\
+             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: TAGPIN_GITHUB_TOKEN}}\n",
+            github.api_url()
+        ),
+    )
+    .unwrap();
+    let tagpin = |args: &[&str]| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .env("HOME", dir.path())
+            .env("KUBECONFIG", kube.kubeconfig(dir.path()))
+            .env("TAGPIN_GITHUB_TOKEN", GH_TOKEN)
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+    };
+
+    let out = tagpin(&["sync"]).await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let prs = github.prs();
+    assert_eq!(prs.len(), 1, "{}", text(&out));
+    let body = prs[0].body.clone().unwrap();
+    assert!(
+        body.contains("helm:HelmRelease/shop/web"),
+        "the plan block names the release: {body}"
+    );
+    let pinned = repo.read("tagpin/main", "apps/web/release.yaml").unwrap();
+    assert!(pinned.contains(&digest), "{pinned}");
+    // A person merges it; Flux applies the merge and helm-controller releases its values.
+    let merge = repo.commit_as_other_writer(
+        "main",
+        &[("apps/web/release.yaml", &pinned)],
+        "Merge pull request #1 from acme/tagpin/main",
+    );
+    github.merge_pr(1, &merge);
+    let [source, mut kustomization] = flux_objects(url.trim_end_matches(".git"), &merge, &[]);
+    kustomization["status"]["inventory"]["entries"] =
+        json!([{"id": "shop_web_helm.toolkit.fluxcd.io_HelmRelease", "v": "v2"}]);
+    kube.apply(source);
+    kube.apply(kustomization);
+    released(&kube, &pinned, 1, "deployed", CONFIG);
+    let image = format!("{repository}:1.4@{digest}");
+    let image_id = format!("{repository}@{digest}");
+    released_workload(&kube, "web", "web", "app", (&image, &image_id));
+    kube.set_grants(verifier_grants());
+
+    let out = tagpin(&["verify", "--pr", "1"]).await.unwrap();
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("shop/Deployment/web app: Converged"),
+        "{}",
+        text(&out)
+    );
+    let converged: Vec<String> = github
+        .statuses(&merge)
+        .into_iter()
+        .filter(|s| s.context == "tagpin/converged")
+        .map(|s| s.state)
+        .collect();
+    assert_eq!(converged, ["pending", "success"]);
+    let comments = github.comments(1);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    let row = format!(
+        "| shop/Deployment/web | app | `{}` | 1 / 1 | Converged |",
+        &digest[..19]
+    );
+    assert!(
+        comments[0].body.contains(&row),
+        "{row} in:\n{}",
+        comments[0].body
+    );
+    github.assert_no_violations();
+    kube.assert_no_writes();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Promotion: a staging verified through the Argo CD Application reading its values file.
+
+const API_DIGEST: &str = "sha256:6666666666666666666666666666666666666666666666666666666666666666";
+const API_OLD_DIGEST: &str =
+    "sha256:5555555555555555555555555555555555555555555555555555555555555555";
+
+/// A stage's values file: ghcr.io/acme/web and a worker on ghcr.io/acme/api, each pinned.
+fn stage_values(stage: &str, web: &str, api: &str) -> String {
+    format!(
+        "# {stage}: what the web chart deploys there.\nimage:\n  repository: ghcr.io/acme/web\n  tag: '1.4'\n  digest: {web}\nworker:\n  replicas: 2\n  image:\n    repository: ghcr.io/acme/api\n    tag: '2.0'\n    digest: \"{api}\"  # quoted on purpose\n"
+    )
+}
+
+#[tokio::test]
+async fn binary_promote_carries_the_digests_of_a_staging_helm_release_verified_converged() {
+    let production_values = stage_values("production", OLD_DIGEST, API_OLD_DIGEST);
+    let repo = BareRepo::create(&[
+        (
+            "envs/staging/values-staging.yaml",
+            &stage_values("staging", DIGEST, API_DIGEST),
+        ),
+        ("envs/production/values-production.yaml", &production_values),
+        (
+            "charts/web/Chart.yaml",
+            "apiVersion: v2\nname: web\nversion: 1.2.0\n",
+        ),
+    ]);
+    let http = GitHttpServer::start(repo.base_dir(), HttpAuth::None);
+    let url = http.url(repo.name());
+    let (staging, production) = (KubeServer::start().await, KubeServer::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    for (name, kube) in [("staging", &staging), ("production", &production)] {
+        std::fs::create_dir_all(dir.path().join(name)).unwrap();
+        kube.kubeconfig(&dir.path().join(name));
+    }
+    let kubeconfig = |stage: &str| dir.path().join(stage).join("kubeconfig");
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{url}', branch: main}}\n\
+             mode: commit\n\
+             verify: {{default_namespace: shop}}\n\
+             promotion:\n  stages:\n\
+             \x20 - name: staging\n    paths: [envs/staging]\n    cluster: {{kubeconfig: '{}'}}\n\
+             \x20 - name: production\n    paths: [envs/production]\n    cluster: {{kubeconfig: '{}'}}\n    mode: commit\n",
+            kubeconfig("staging").display(),
+            kubeconfig("production").display(),
+        ),
+    )
+    .unwrap();
+    let tip = repo.head("main").unwrap();
+    // Staging's Argo CD renders charts/web with values-staging.yaml; it applied main's tip, and
+    // the chart's Deployment runs both pinned digests.
+    let mut app = argo_application(&url, &tip, &[("shop", "staging-web")]);
+    let source = json!({"repoURL": url, "path": "charts/web", "targetRevision": "main",
+                        "helm": {"valueFiles": ["../../envs/staging/values-staging.yaml"]}});
+    app["spec"]["source"] = source.clone();
+    app["status"]["sync"]["comparedTo"]["source"] = source;
+    let images = [
+        ("web", format!("ghcr.io/acme/web:1.4@{DIGEST}"), DIGEST),
+        (
+            "worker",
+            format!("ghcr.io/acme/api:2.0@{API_DIGEST}"),
+            API_DIGEST,
+        ),
+    ];
+    let containers: Vec<(&str, &str)> = images.iter().map(|(c, i, _)| (*c, i.as_str())).collect();
+    let app_labels = [("app", "staging-web")];
+    let promote = || {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .args([
+                "promote",
+                "--to",
+                "production",
+                "--output",
+                "json",
+                "--config",
+            ])
+            .arg(&config)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .env("HOME", dir.path())
+            .env("KUBECONFIG", dir.path().join("no-such-kubeconfig"))
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+    };
+
+    // Before the chart's Deployment is there, no live container carries the pins: staging is
+    // unverified, and nothing is promoted.
+    staging.apply(app);
+    let out = promote().await.unwrap();
+    let (code, report) = json_of(&out);
+    assert_eq!(code, Some(4), "{report:#}");
+    assert_eq!(
+        report["reason"],
+        "staging is unverified: 2 pinned images matched no live workload; 0 converged"
+    );
+    assert_eq!(
+        repo.head("main").unwrap(),
+        tip,
+        "nothing promoted: {report:#}"
+    );
+
+    staging.apply(deployment("shop", "staging-web", &app_labels, &containers));
+    staging.set_status(
+        "Deployment",
+        "shop",
+        "staging-web",
+        json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+               "readyReplicas": 1, "availableReplicas": 1}),
+    );
+    staging.apply(pod("shop", "staging-web-1", &app_labels, &containers));
+    let statuses: Vec<(&str, &str, String)> = images
+        .iter()
+        .map(|(c, i, d)| {
+            let repository = i.split(':').next().unwrap();
+            (*c, i.as_str(), format!("{repository}@{d}"))
+        })
+        .collect();
+    let statuses: Vec<(&str, &str, &str)> = statuses
+        .iter()
+        .map(|(c, i, id)| (*c, *i, id.as_str()))
+        .collect();
+    staging.set_pod_status("shop", "staging-web-1", running_pod_status(&statuses));
+
+    let out = promote().await.unwrap();
+
+    let (code, report) = json_of(&out);
+    assert_eq!(code, Some(0), "{report:#}\n{}", text(&out));
+    assert_eq!(report["source"]["state"], "converged", "{report:#}");
+    let commit = repo.head("main").unwrap();
+    assert_ne!(commit, tip);
+    assert_eq!(
+        report["outcome"],
+        json!({"outcome": "committed", "branch": "main", "commit": commit, "attempts": 1})
+    );
+    assert_eq!(
+        repo.read("main", "envs/production/values-production.yaml")
+            .unwrap(),
+        production_values
+            .replace(OLD_DIGEST, DIGEST)
+            .replace(API_OLD_DIGEST, API_DIGEST),
+        "exactly staging's digests, the rest byte for byte"
+    );
+    assert_eq!(
+        repo.read("main", "envs/staging/values-staging.yaml")
+            .unwrap(),
+        stage_values("staging", DIGEST, API_DIGEST)
+    );
+    staging.assert_no_writes();
+    production.assert_no_writes();
 }
