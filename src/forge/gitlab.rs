@@ -130,6 +130,10 @@ struct AddLabels {
 #[derive(Debug, Serialize)]
 struct NewStatus<'a> {
     state: &'a str,
+    /// The branch the status belongs to; without it GitLab takes the first branch holding
+    /// the commit.
+    #[serde(rename = "ref", skip_serializing_if = "Option::is_none")]
+    ref_name: Option<&'a str>,
     name: &'a str,
     description: &'a str,
 }
@@ -368,11 +372,17 @@ impl GitLab {
         Ok(info(self.parse(&what, &answer.body)?))
     }
 
-    /// Every status `context` on `sha`, newest first (all of them, not only the latest per
-    /// name: the soak clock starts at the first), with who set each and when.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+    /// Every status `context` on `sha` (of `branch` only, when given), newest first (all of
+    /// them, not only the latest per name: the soak clock starts at the first), with who set
+    /// each and when.
+    pub async fn statuses(
+        &self,
+        sha: &str,
+        branch: Option<&str>,
+        context: &str,
+    ) -> Result<Vec<Status>, ForgeError> {
         Ok(self
-            .commit_statuses(sha, context)
+            .commit_statuses(sha, branch, context)
             .await?
             .iter()
             .filter_map(|s| {
@@ -386,16 +396,20 @@ impl GitLab {
             .collect())
     }
 
-    /// GitLab's statuses named `context` on `sha`, newest first.
+    /// GitLab's statuses named `context` on `sha` (of ref `branch` only, when given), newest
+    /// first.
     async fn commit_statuses(
         &self,
         sha: &str,
+        branch: Option<&str>,
         context: &str,
     ) -> Result<Vec<CommitStatus>, ForgeError> {
         let what = format!("read statuses of {sha}");
+        let mut query = vec![("name", context), ("all", "true")];
+        query.extend(branch.map(|b| ("ref", b)));
         let first = with_query(
             &self.project_url(&format!("/repository/commits/{sha}/statuses")),
-            &[("name", context), ("all", "true")],
+            &query,
         );
         let mut statuses: Vec<CommitStatus> = Vec::new();
         let mut next = Some(first);
@@ -413,19 +427,21 @@ impl GitLab {
         Ok(statuses)
     }
 
-    /// Sets status `context` on `sha` to `state`, as user `me`. GitLab keeps one status per
-    /// name in `pending` or `running` and moves it, refusing a move to the state it is in
-    /// (`400 Cannot transition status`); so the statuses are read first and only a change is
+    /// Sets status `context` on `sha` to `state`, as user `me`, on the ref `branch` when given
+    /// (see [`super::Forge::set_status`]). GitLab keeps one status per name and ref in
+    /// `pending` or `running` and moves it, refusing a move to the state it is in (`400 Cannot
+    /// transition status`); so the statuses of that ref are read first and only a change is
     /// posted ([`status_to_post`]).
     pub async fn set_status(
         &self,
         sha: &str,
+        branch: Option<&str>,
         state: StatusState,
         context: &str,
         description: &str,
         me: &str,
     ) -> Result<(), ForgeError> {
-        let statuses = self.commit_statuses(sha, context).await?;
+        let statuses = self.commit_statuses(sha, branch, context).await?;
         let own = statuses
             .iter()
             .find(|s| s.author.as_ref().is_some_and(|a| a.username == me))
@@ -442,6 +458,7 @@ impl GitLab {
         let url = self.project_url(&format!("/statuses/{sha}"));
         let status = NewStatus {
             state: wire,
+            ref_name: branch,
             name: context,
             description,
         };
@@ -1063,13 +1080,22 @@ mod tests {
         );
         let status = json(&NewStatus {
             state: "failed",
+            ref_name: Some("tagpin/main/web"),
             name: "tagpin/converged",
             description: "1 of 2 pods",
         });
         assert_eq!(
             status,
-            serde_json::json!({"state": "failed", "name": "tagpin/converged", "description": "1 of 2 pods"})
+            serde_json::json!({"state": "failed", "ref": "tagpin/main/web",
+                "name": "tagpin/converged", "description": "1 of 2 pods"})
         );
+        let unknown_branch = json(&NewStatus {
+            state: "success",
+            ref_name: None,
+            name: "tagpin/converged",
+            description: "ok",
+        });
+        assert!(unknown_branch.get("ref").is_none(), "{unknown_branch}");
     }
 
     #[test]

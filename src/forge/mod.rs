@@ -34,6 +34,47 @@ const MAX_REMEMBERED: usize = 512;
 /// comment changed by hand is set right within this time.
 pub const READ_BACK_AFTER: Duration = Duration::from_secs(600);
 
+/// What the forge calls a change request, for the text people read: GitHub's
+/// "pull request #12", GitLab's "merge request !12". Without a forge there is no change
+/// request to name, and the wording is GitHub's (the one tagpin had before GitLab).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ChangeRequestNoun {
+    #[default]
+    PullRequest,
+    MergeRequest,
+}
+
+impl ChangeRequestNoun {
+    /// The noun of the configured forge.
+    pub fn of(forge: Option<&config::Forge>) -> ChangeRequestNoun {
+        match forge.map(|f| &f.kind) {
+            Some(config::ForgeKind::GitLab { .. }) => ChangeRequestNoun::MergeRequest,
+            Some(config::ForgeKind::GitHub { .. }) | None => ChangeRequestNoun::PullRequest,
+        }
+    }
+
+    /// `pull request` or `merge request`.
+    pub fn word(self) -> &'static str {
+        match self {
+            ChangeRequestNoun::PullRequest => "pull request",
+            ChangeRequestNoun::MergeRequest => "merge request",
+        }
+    }
+
+    /// `#12` or `!12`: how the forge itself refers to number 12 in text.
+    pub fn reference(self, number: u64) -> String {
+        match self {
+            ChangeRequestNoun::PullRequest => format!("#{number}"),
+            ChangeRequestNoun::MergeRequest => format!("!{number}"),
+        }
+    }
+
+    /// `pull request #12` or `merge request !12`.
+    pub fn name(self, number: u64) -> String {
+        format!("{} {}", self.word(), self.reference(number))
+    }
+}
+
 /// A failed forge call, naming the forge, the repository or project and, where there is one,
 /// the change request.
 #[derive(Debug, thiserror::Error)]
@@ -78,14 +119,16 @@ macro_rules! dispatch {
 /// The forge of the configuration, with its token.
 pub struct Forge {
     adapter: Adapter,
-    /// What this process last wrote or read back: `(sha, context)` -> `(state, description)`,
-    /// and change request -> verdict comment body; each with when.
-    statuses_set: Mutex<HashMap<(String, String), KnownStatus>>,
+    /// What this process last wrote or read back: `(sha, branch, context)` ->
+    /// `(state, description)`, and change request -> verdict comment body; each with when.
+    statuses_set: Mutex<HashMap<StatusKey, KnownStatus>>,
     comments_set: Mutex<HashMap<u64, (String, Instant)>>,
 }
 
 /// A status tagpin set or read back, `(state, description, when)`.
 type KnownStatus = (StatusState, String, Instant);
+/// Which status: `(sha, branch, context)`; on GitLab the same commit has one per branch.
+type StatusKey = (String, Option<String>, String);
 
 impl Forge {
     /// The forge `forge.kind` names. Nothing is called yet: a wrong token or project is met,
@@ -100,6 +143,14 @@ impl Forge {
             statuses_set: Mutex::default(),
             comments_set: Mutex::default(),
         })
+    }
+
+    /// What this forge calls a change request.
+    pub fn noun(&self) -> ChangeRequestNoun {
+        match self.adapter {
+            Adapter::GitHub(_) => ChangeRequestNoun::PullRequest,
+            Adapter::GitLab(_) => ChangeRequestNoun::MergeRequest,
+        }
     }
 
     /// The login (GitLab: username) the token acts as, asked once per process, or
@@ -164,7 +215,21 @@ impl Forge {
     /// Every status `context` on `sha`, newest first, with who set each and when: the
     /// promoter reads its soak clock back from them.
     pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
-        dispatch!(self.statuses(sha, context))
+        self.statuses_on(sha, None, context).await
+    }
+
+    /// [`Forge::statuses`], on GitLab only those of `branch` when given. A GitHub status
+    /// belongs to the commit alone; a GitLab one to the commit on one ref.
+    async fn statuses_on(
+        &self,
+        sha: &str,
+        branch: Option<&str>,
+        context: &str,
+    ) -> Result<Vec<Status>, ForgeError> {
+        match &self.adapter {
+            Adapter::GitHub(forge) => forge.statuses(sha, context).await,
+            Adapter::GitLab(forge) => forge.statuses(sha, branch, context).await,
+        }
     }
 
     /// The newest state and description of status `context` on `sha` that tagpin itself set
@@ -175,9 +240,18 @@ impl Forge {
         sha: &str,
         context: &str,
     ) -> Result<Option<(StatusState, String)>, ForgeError> {
+        self.own_status(sha, None, context).await
+    }
+
+    async fn own_status(
+        &self,
+        sha: &str,
+        branch: Option<&str>,
+        context: &str,
+    ) -> Result<Option<(StatusState, String)>, ForgeError> {
         let me = self.login().await?;
         Ok(self
-            .statuses(sha, context)
+            .statuses_on(sha, branch, context)
             .await?
             .into_iter()
             .find(|s| s.creator.as_deref() == Some(me))
@@ -188,9 +262,15 @@ impl Forge {
     /// ([`crate::verify::verdict::status_description`]), which GitHub requires. GitLab refuses
     /// a status in the state its own current one is already in, so its adapter reads first
     /// and posts only a change.
+    ///
+    /// `branch` is the branch the status is about, where the caller knows it (a change
+    /// request's source branch; its target once merged). GitLab attaches a status to one ref
+    /// and, without one, to the first branch holding the commit, which for a commit on both
+    /// `main` and a tagpin branch may not be the change request's. GitHub has no such notion.
     pub async fn set_status(
         &self,
         sha: &str,
+        branch: Option<&str>,
         state: StatusState,
         context: &str,
         description: &str,
@@ -199,10 +279,12 @@ impl Forge {
             Adapter::GitHub(forge) => forge.set_status(sha, state, context, description).await,
             Adapter::GitLab(forge) => {
                 let me = self.login().await?;
-                forge.set_status(sha, state, context, description, me).await
+                forge
+                    .set_status(sha, branch, state, context, description, me)
+                    .await
             }
         }?;
-        self.remember_status(sha, context, state, description);
+        self.remember_status(sha, branch, context, state, description);
         Ok(())
     }
 
@@ -213,34 +295,45 @@ impl Forge {
     pub async fn set_status_once(
         &self,
         sha: &str,
+        branch: Option<&str>,
         state: StatusState,
         context: &str,
         description: &str,
     ) {
-        let key = (sha.to_string(), context.to_string());
+        let key = status_key(sha, branch, context);
         let known = lock(&self.statuses_set).get(&key).cloned();
         if let Some((s, d, at)) = known {
             if s == state && d == description && at.elapsed() < READ_BACK_AFTER {
                 return;
             }
         }
-        let current = self.status_of(sha, context).await.ok().flatten();
+        let current = self.own_status(sha, branch, context).await.ok().flatten();
         if current.as_ref() == Some(&(state, description.to_string())) {
-            self.remember_status(sha, context, state, description);
+            self.remember_status(sha, branch, context, state, description);
             return;
         }
-        if let Err(e) = self.set_status(sha, state, context, description).await {
+        if let Err(e) = self
+            .set_status(sha, branch, state, context, description)
+            .await
+        {
             tracing::warn!("cannot set the {context} status on {sha}: {e}");
         }
     }
 
-    fn remember_status(&self, sha: &str, context: &str, state: StatusState, description: &str) {
+    fn remember_status(
+        &self,
+        sha: &str,
+        branch: Option<&str>,
+        context: &str,
+        state: StatusState,
+        description: &str,
+    ) {
         let mut known = lock(&self.statuses_set);
         if known.len() >= MAX_REMEMBERED {
             known.clear();
         }
         known.insert(
-            (sha.to_string(), context.to_string()),
+            status_key(sha, branch, context),
             (state, description.to_string(), Instant::now()),
         );
     }
@@ -293,6 +386,14 @@ fn next_link(link: &str) -> Option<String> {
     })
 }
 
+fn status_key(sha: &str, branch: Option<&str>, context: &str) -> StatusKey {
+    (
+        sha.to_string(),
+        branch.map(str::to_string),
+        context.to_string(),
+    )
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -300,6 +401,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_forge_names_its_change_requests_as_its_users_read_them() {
+        assert_eq!(ChangeRequestNoun::PullRequest.name(12), "pull request #12");
+        assert_eq!(
+            ChangeRequestNoun::MergeRequest.name(12),
+            "merge request !12"
+        );
+        assert_eq!(ChangeRequestNoun::of(None), ChangeRequestNoun::PullRequest);
+    }
 
     #[test]
     fn the_next_page_is_read_from_the_link_header() {
