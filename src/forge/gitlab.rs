@@ -23,8 +23,8 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::{next_link, ForgeError, PullRequestInfo, Status, StatusState};
-use super::{MAX_PAGES, MAX_RATE_LIMIT_WAIT};
+use super::{in_flight, next_link, read_pages, updated_before};
+use super::{ForgeError, PullRequestInfo, Status, StatusState, MAX_RATE_LIMIT_WAIT};
 use crate::config;
 
 const FORGE: &str = "GitLab";
@@ -234,27 +234,21 @@ impl GitLab {
         closed_since: i64,
     ) -> Result<Vec<PullRequestInfo>, ForgeError> {
         let what = format!("list merge requests into {base}");
-        let mut mrs = self
+        let open = self
             .list_merge_requests(&what, &[("state", "opened"), ("target_branch", base)], None)
             .await?;
-        // Most recently changed first, so the pages stop where the window does.
+        // Most recently changed first, so the pages stop where the window does. GitLab's
+        // `closed` leaves merged ones out: all states are read, and the open ones dropped.
         let recent = [
             ("state", "all"),
             ("target_branch", base),
             ("order_by", "updated_at"),
             ("sort", "desc"),
         ];
-        for mr in self
+        let recent = self
             .list_merge_requests(&what, &recent, Some(closed_since))
-            .await?
-        {
-            if !mr.open && !mrs.iter().any(|m| m.number == mr.number) {
-                mrs.push(mr);
-            }
-        }
-        mrs.retain(|m| m.head_ref.starts_with(prefix));
-        mrs.sort_by_key(|m| std::cmp::Reverse(m.number));
-        Ok(mrs)
+            .await?;
+        Ok(in_flight(open, recent, prefix))
     }
 
     /// Every page of a merge request list, 100 at a time; with `until`, pages stop after the
@@ -266,25 +260,21 @@ impl GitLab {
         until: Option<i64>,
     ) -> Result<Vec<PullRequestInfo>, ForgeError> {
         let first = with_query(&self.project_url("/merge_requests"), query);
-        let mut mrs = Vec::new();
-        let mut next = Some(first);
-        let mut pages = 0;
-        while let Some(url) = next.take() {
-            pages += 1;
-            let answer = self.request(what, Method::GET, &url, None).await?;
-            let items: Vec<MergeRequest> = self.parse(what, &answer.body)?;
-            let items: Vec<PullRequestInfo> = items.into_iter().map(info).collect();
-            let past = until.is_some_and(|until| {
-                items
-                    .iter()
-                    .any(|m| m.updated_at.is_some_and(|t| t < until))
-            });
-            mrs.extend(items);
-            if !past && pages < MAX_PAGES {
-                next = answer.next;
-            }
-        }
-        Ok(mrs)
+        let read_page = |url: String| async move {
+            let (items, next) = self.read_list::<MergeRequest>(what, &url).await?;
+            Ok((items.into_iter().map(info).collect(), next))
+        };
+        read_pages(first, read_page, updated_before(until)).await
+    }
+
+    /// One page of a list, with the address of the next page.
+    async fn read_list<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        url: &str,
+    ) -> Result<(Vec<T>, Option<String>), ForgeError> {
+        let answer = self.request(what, Method::GET, url, None).await?;
+        Ok((self.parse(what, &answer.body)?, answer.next))
     }
 
     /// Opens a merge request. When GitLab answers that one is already open for the branch
@@ -411,17 +401,9 @@ impl GitLab {
             &self.project_url(&format!("/repository/commits/{sha}/statuses")),
             &query,
         );
-        let mut statuses: Vec<CommitStatus> = Vec::new();
-        let mut next = Some(first);
-        let mut pages = 0;
-        while let Some(url) = next.take() {
-            pages += 1;
-            let answer = self.request(&what, Method::GET, &url, None).await?;
-            statuses.extend(self.parse::<Vec<CommitStatus>>(&what, &answer.body)?);
-            if pages < MAX_PAGES {
-                next = answer.next;
-            }
-        }
+        let what = what.as_str();
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let mut statuses: Vec<CommitStatus> = read_pages(first, read_page, |_| false).await?;
         statuses.retain(|s| s.name == context);
         statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
         Ok(statuses)
@@ -479,21 +461,14 @@ impl GitLab {
     ) -> Result<(), ForgeError> {
         let what = format!("list notes of merge request !{number}");
         let notes = self.project_url(&format!("/merge_requests/{number}/notes"));
-        let mut next = Some(with_query(
-            &notes,
-            &[("sort", "asc"), ("order_by", "created_at")],
-        ));
-        let mut existing = None;
-        let mut pages = 0;
-        while let (Some(url), None) = (next.take(), &existing) {
-            pages += 1;
-            let answer = self.request(&what, Method::GET, &url, None).await?;
-            let items: Vec<Note> = self.parse(&what, &answer.body)?;
-            existing = find_note(&items, marker, me).map(|n| (n.id, n.body == body));
-            if pages < MAX_PAGES {
-                next = answer.next;
-            }
-        }
+        let first = with_query(&notes, &[("sort", "asc"), ("order_by", "created_at")]);
+        let what = what.as_str();
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let read: Vec<Note> = read_pages(first, read_page, |page: &[Note]| {
+            find_note(page, marker, me).is_some()
+        })
+        .await?;
+        let existing = find_note(&read, marker, me).map(|n| (n.id, n.body == body));
         match existing {
             // Already says exactly this: editing it again would only spend a call.
             Some((_, true)) => Ok(()),

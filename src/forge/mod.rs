@@ -13,6 +13,7 @@ pub mod github;
 pub mod gitlab;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -369,6 +370,59 @@ impl Forge {
     }
 }
 
+/// Reads a list page by page from `first`, following each page's next address, until a page
+/// satisfies `enough` or [`MAX_PAGES`] pages are read. `read_page` reads one page (the
+/// adapter's request, parse and error naming) and answers its items and the next address.
+async fn read_pages<T, F, Fut>(
+    first: String,
+    mut read_page: F,
+    mut enough: impl FnMut(&[T]) -> bool,
+) -> Result<Vec<T>, ForgeError>
+where
+    F: FnMut(String) -> Fut,
+    Fut: Future<Output = Result<(Vec<T>, Option<String>), ForgeError>>,
+{
+    let mut all = Vec::new();
+    let mut next = Some(first);
+    let mut pages = 0;
+    while let Some(url) = next.take() {
+        pages += 1;
+        let (items, link) = read_page(url).await?;
+        let done = enough(&items);
+        all.extend(items);
+        if !done && pages < MAX_PAGES {
+            next = link;
+        }
+    }
+    Ok(all)
+}
+
+/// For a list by update time, newest first: with `until`, a page that reaches a change
+/// request updated before it is the last one needed.
+fn updated_before(until: Option<i64>) -> impl Fn(&[PullRequestInfo]) -> bool {
+    move |page| {
+        until.is_some_and(|until| page.iter().any(|p| p.updated_at.is_some_and(|t| t < until)))
+    }
+}
+
+/// What is in flight on `prefix` branches, newest first: every `open` change request, and
+/// those of `recent` (closed or merged lately) not open and not already among them. A change
+/// request closed between the two reads is listed once.
+fn in_flight(
+    mut open: Vec<PullRequestInfo>,
+    recent: Vec<PullRequestInfo>,
+    prefix: &str,
+) -> Vec<PullRequestInfo> {
+    for pr in recent {
+        if !pr.open && !open.iter().any(|o| o.number == pr.number) {
+            open.push(pr);
+        }
+    }
+    open.retain(|p| p.head_ref.starts_with(prefix));
+    open.sort_by_key(|p| std::cmp::Reverse(p.number));
+    open
+}
+
 /// The `rel="next"` address of a `Link` header (RFC 8288, as GitHub and GitLab send it), if
 /// there is a next page.
 fn next_link(link: &str) -> Option<String> {
@@ -410,6 +464,81 @@ mod tests {
             "merge request !12"
         );
         assert_eq!(ChangeRequestNoun::of(None), ChangeRequestNoun::PullRequest);
+    }
+
+    fn change(number: u64, open: bool, head_ref: &str, updated_at: i64) -> PullRequestInfo {
+        PullRequestInfo {
+            number,
+            open,
+            merged: !open,
+            title: String::new(),
+            body: String::new(),
+            labels: Vec::new(),
+            url: String::new(),
+            head_ref: head_ref.into(),
+            head_sha: String::new(),
+            merge_commit_sha: None,
+            merged_at: None,
+            updated_at: Some(updated_at),
+            author: String::new(),
+            same_repository: true,
+        }
+    }
+
+    #[test]
+    fn in_flight_is_the_open_and_the_recently_closed_on_tagpins_branches_once_each() {
+        let open = vec![
+            change(3, true, "tagpin/main", 50),
+            change(4, true, "feature/x", 50),
+        ];
+        // 3 was closed between the two reads: the open read wins, it is not listed twice.
+        let recent = vec![
+            change(3, false, "tagpin/main", 60),
+            change(5, false, "tagpin/promote/prod", 55),
+            change(6, true, "tagpin/other", 40),
+        ];
+        let numbers: Vec<(u64, bool)> = in_flight(open, recent, "tagpin/")
+            .iter()
+            .map(|p| (p.number, p.open))
+            .collect();
+        assert_eq!(numbers, [(5, false), (3, true)]);
+    }
+
+    #[test]
+    fn a_page_reaching_past_the_window_is_the_last_read() {
+        let page = [
+            change(1, false, "tagpin/a", 100),
+            change(2, false, "tagpin/b", 90),
+        ];
+        assert!(!updated_before(None)(&page));
+        assert!(!updated_before(Some(90))(&page));
+        assert!(updated_before(Some(95))(&page));
+    }
+
+    #[tokio::test]
+    async fn pages_are_read_until_enough_or_the_last_or_the_bound() {
+        let read = |url: String| async move {
+            let n: usize = url.parse().unwrap();
+            Ok::<_, ForgeError>((vec![n], Some((n + 1).to_string())))
+        };
+        let until_three = read_pages("1".into(), read, |page: &[usize]| page == [3])
+            .await
+            .unwrap();
+        assert_eq!(until_three, [1, 2, 3]);
+        let endless = read_pages("1".into(), read, |_: &[usize]| false)
+            .await
+            .unwrap();
+        assert_eq!(endless.len(), MAX_PAGES, "a runaway chain stops");
+        let last = |url: String| async move {
+            let n: usize = url.parse().unwrap();
+            Ok::<_, ForgeError>((vec![n], (n < 2).then(|| (n + 1).to_string())))
+        };
+        assert_eq!(
+            read_pages("1".into(), last, |_: &[usize]| false)
+                .await
+                .unwrap(),
+            [1, 2]
+        );
     }
 
     #[test]
