@@ -642,7 +642,7 @@ async fn verify(
     let mut pr = None;
     if let (Source::PullRequest(number), Some(forge)) = (source.clone(), &forge) {
         let info = forge.pull_request(number).await?;
-        crate::verify::refuse_fork(&info)?;
+        crate::verify::refuse_fork(&info, forge.noun())?;
         if let Some(target) = crate::promote::stage_of_branch(&config, &info.head_ref) {
             stage.get_or_insert_with(|| target.clone());
             source = crate::promote::verification_source(&info);
@@ -664,7 +664,7 @@ async fn verify(
         (None, None, None, None) => Cluster::connect(None, api_timeout).await?,
     };
     if let Some(forge) = &forge {
-        crate::verify::publish_pending(forge, &expectations.commits).await;
+        crate::verify::publish_pending(forge, &expectations).await;
     }
     let check = crate::verify::watch(&expectations, &cluster, &client, args.wait, timeout).await?;
     if let Some(forge) = &forge {

@@ -544,7 +544,8 @@ impl InFlight<'_> {
                 let stage = promote::stage_of_branch(self.config, &pr.head_ref);
                 if let Some(why) = not_ours(&pr, stage.is_some(), me) {
                     if lock(&self.pr_memory).ignored.insert(pr.number) {
-                        tracing::warn!("pull request #{} is not verified: {why}", pr.number);
+                        let name = forge.noun().name(pr.number);
+                        tracing::warn!("{name} is not verified: {why}");
                     }
                     continue;
                 }
@@ -580,21 +581,19 @@ impl InFlight<'_> {
                     }
                     if !read {
                         // One unreadable status skips that pull request this round, not all.
-                        let status = match forge
-                            .status_of(sha, verify::report::STATUS_CONTEXT)
-                            .await
-                        {
-                            Ok(status) => status,
-                            Err(e) => {
-                                count_error(metrics, "forge");
-                                tracing::warn!(
-                                        "pull request #{}: cannot read its {} status, not verified this round: {e}",
-                                        pr.number,
-                                        verify::report::STATUS_CONTEXT
-                                    );
-                                continue;
-                            }
-                        };
+                        let status =
+                            match forge.status_of(sha, verify::report::STATUS_CONTEXT).await {
+                                Ok(status) => status,
+                                Err(e) => {
+                                    count_error(metrics, "forge");
+                                    tracing::warn!(
+                                    "{}: cannot read its {} status, not verified this round: {e}",
+                                    forge.noun().name(pr.number),
+                                    verify::report::STATUS_CONTEXT
+                                );
+                                    continue;
+                                }
+                            };
                         let mut memory = lock(&self.pr_memory);
                         if matches!(
                             status,
@@ -1160,7 +1159,7 @@ fn record_pass(
                                 action: "opened".into(),
                             },
                         );
-                        tracing::info!("opened pull request #{number}");
+                        tracing::info!("opened {}", report.noun.name(*number));
                     }
                     Outcome::PullRequestUpdated { number, .. } => {
                         metrics::inc(
@@ -1169,7 +1168,7 @@ fn record_pass(
                                 action: "updated".into(),
                             },
                         );
-                        tracing::info!("updated pull request #{number}");
+                        tracing::info!("updated {}", report.noun.name(*number));
                     }
                     _ => {}
                 }

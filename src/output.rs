@@ -25,6 +25,7 @@ use std::io::Write;
 use serde_json::json;
 
 use crate::cli::OutputFormat;
+use crate::forge::ChangeRequestNoun;
 use crate::pass::{self, Pass};
 use crate::plan::Plan;
 use crate::registry;
@@ -338,7 +339,7 @@ fn render_promote(
                         changes: report.changes.clone(),
                         diff: String::new(),
                     };
-                    text.push_str(&outcome_line(&report.stage, &group));
+                    text.push_str(&outcome_line(&report.stage, &group, report.noun));
                     text.push('\n');
                 }
                 None => text.push_str("nothing promoted\n"),
@@ -456,14 +457,15 @@ fn sync_text(report: &SyncReport) -> String {
         if let Outcome::DryRun { .. } = &group.outcome {
             text.push_str(&group.diff);
         }
-        text.push_str(&outcome_line(&report.target, group));
+        text.push_str(&outcome_line(&report.target, group, report.noun));
         text.push('\n');
     }
     text
 }
 
-/// One line for what a group's write did; `target` is the branch (or stage) written to.
-fn outcome_line(target: &str, group: &crate::sync::GroupReport) -> String {
+/// One line for what a group's write did; `target` is the branch (or stage) written to, and
+/// `noun` how the forge names its change requests.
+fn outcome_line(target: &str, group: &crate::sync::GroupReport, noun: ChangeRequestNoun) -> String {
     let images = group.changes.len();
     match &group.outcome {
         Outcome::NothingToDo => format!("{target}: nothing to pin"),
@@ -471,16 +473,17 @@ fn outcome_line(target: &str, group: &crate::sync::GroupReport) -> String {
             format!("committed {commit} to {branch}: {images} image field(s) pinned")
         }
         Outcome::PullRequestOpened { number, url, branch } => {
-            format!("opened pull request #{number} from {branch}: {url}")
+            format!("opened {} from {branch}: {url}", noun.name(*number))
         }
         Outcome::PullRequestUpdated { number, url, branch } => {
-            format!("updated pull request #{number} from {branch}: {url}")
+            format!("updated {} from {branch}: {url}", noun.name(*number))
         }
         Outcome::PullRequestUnchanged { number, url, .. } => {
-            format!("pull request #{number} already proposes these digests: {url}")
+            format!("{} already proposes these digests: {url}", noun.name(*number))
         }
         Outcome::ClosedByHand { number, branch } => format!(
-            "pull request #{number} from {branch} was closed by hand for these same digests; not reopening"
+            "{} from {branch} was closed by hand for these same digests; not reopening",
+            noun.name(*number)
         ),
         Outcome::DryRun { branch, title, body } => {
             format!("dry run: would propose on {branch}:\ntitle: {title}\n\n{body}")
@@ -491,8 +494,10 @@ fn outcome_line(target: &str, group: &crate::sync::GroupReport) -> String {
             branch,
             commit,
         } => format!(
-            "pull request #{number}: {branch} was edited by hand (its tip {} is not tagpin's); left alone until the pull request is closed or the branch is reset: {url}",
-            &commit[..commit.len().min(12)]
+            "{}: {branch} was edited by hand (its tip {} is not tagpin's); left alone until the {} is closed or the branch is reset: {url}",
+            noun.name(*number),
+            &commit[..commit.len().min(12)],
+            noun.word()
         ),
         Outcome::Failed { branch, reason } => format!("{branch}: not proposed: {reason}"),
     }
@@ -644,5 +649,39 @@ mod tests {
             "pull request #7 from tagpin/pin was closed by hand for these same digests; not reopening\n"
         );
         assert_eq!(printed.exit, Exit::Attention);
+    }
+
+    #[test]
+    fn on_gitlab_the_lines_name_merge_requests() {
+        let group = |outcome| crate::sync::GroupReport {
+            group: "all".into(),
+            outcome,
+            changes: Vec::new(),
+            diff: String::new(),
+        };
+        let report = SyncReport {
+            target: "main".into(),
+            groups: vec![
+                group(Outcome::PullRequestOpened {
+                    number: 3,
+                    url: "https://gitlab.example.com/g/p/-/merge_requests/3".into(),
+                    branch: "tagpin/main".into(),
+                }),
+                group(Outcome::EditedByHand {
+                    number: 4,
+                    url: "u".into(),
+                    branch: "tagpin/x".into(),
+                    commit: "0123456789abcdef".into(),
+                }),
+            ],
+            noun: ChangeRequestNoun::MergeRequest,
+            ..SyncReport::default()
+        };
+        let printed = render(&Report::Sync(report), OutputFormat::Human);
+        assert_eq!(
+            printed.stdout,
+            "opened merge request !3 from tagpin/main: https://gitlab.example.com/g/p/-/merge_requests/3\n\
+             merge request !4: tagpin/x was edited by hand (its tip 0123456789ab is not tagpin's); left alone until the merge request is closed or the branch is reset: u\n"
+        );
     }
 }

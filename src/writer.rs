@@ -17,7 +17,7 @@
 use std::path::PathBuf;
 
 use crate::config::Author;
-use crate::forge::{Forge, PullRequestInfo};
+use crate::forge::{ChangeRequestNoun, Forge, PullRequestInfo};
 use crate::git::{off_runtime, Expect, GitError, Mirror};
 use crate::plan::FilePlan;
 use crate::proposal::PlanBlock;
@@ -147,11 +147,13 @@ pub async fn propose(
             if let (true, true, Some(commit)) = (needs_push, by_hand, existing) {
                 // Pushing would replace a person's work, and editing the body would promise
                 // what the branch does not hold: leave the pull request to them.
+                let noun = forge.noun();
                 tracing::warn!(
-                    "pull request #{number}: {} ends with {commit}, which tagpin did not write; not pushing over it",
+                    "{}: {} ends with {commit}, which tagpin did not write; not pushing over it",
+                    noun.name(number),
                     p.branch
                 );
-                let note = hand_edit_note(p.branch, &commit.to_string());
+                let note = hand_edit_note(noun, p.branch, &commit.to_string());
                 forge
                     .upsert_comment(number, HAND_EDIT_MARKER, &note)
                     .await?;
@@ -199,10 +201,11 @@ pub async fn propose(
 /// once however many passes find the branch edited.
 pub const HAND_EDIT_MARKER: &str = "<!-- tagpin-edited-by-hand -->";
 
-/// The comment on a pull request whose branch a person changed.
-fn hand_edit_note(branch: &str, commit: &str) -> String {
+/// The comment on a change request whose branch a person changed, in the forge's words.
+fn hand_edit_note(noun: ChangeRequestNoun, branch: &str, commit: &str) -> String {
+    let cr = noun.word();
     format!(
-        "{HAND_EDIT_MARKER}\n**tagpin has stopped updating this pull request.** Its branch `{branch}` now ends with commit {commit}, which tagpin did not write, so tagpin will not push over it.\n\nTo hand the branch back, close this pull request (tagpin proposes the next digests on a new one) or reset `{branch}` to a commit tagpin wrote.\n"
+        "{HAND_EDIT_MARKER}\n**tagpin has stopped updating this {cr}.** Its branch `{branch}` now ends with commit {commit}, which tagpin did not write, so tagpin will not push over it.\n\nTo hand the branch back, close this {cr} (tagpin proposes the next digests on a new one) or reset `{branch}` to a commit tagpin wrote.\n"
     )
 }
 
@@ -284,8 +287,20 @@ mod tests {
 
     #[test]
     fn the_hand_edit_note_carries_its_marker_and_names_the_branch_and_commit() {
-        let note = hand_edit_note("tagpin/main", "0123456789abcdef0123456789abcdef01234567");
+        let note = hand_edit_note(
+            ChangeRequestNoun::PullRequest,
+            "tagpin/main",
+            "0123456789abcdef0123456789abcdef01234567",
+        );
         assert!(note.starts_with(HAND_EDIT_MARKER), "{note}");
+        assert!(note.contains("updating this pull request."), "{note}");
+        let on_gitlab = hand_edit_note(ChangeRequestNoun::MergeRequest, "tagpin/main", "0123");
+        assert!(
+            on_gitlab.contains("updating this merge request.")
+                && on_gitlab.contains("close this merge request")
+                && !on_gitlab.contains("pull request"),
+            "{on_gitlab}"
+        );
         assert!(note.contains("`tagpin/main`"), "{note}");
         assert!(
             note.contains("0123456789abcdef0123456789abcdef01234567"),

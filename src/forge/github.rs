@@ -23,8 +23,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use octocrab::Octocrab;
 use serde::de::DeserializeOwned;
 
-use super::{lock, next_link, ForgeError, PullRequestInfo, Status, StatusState};
-use super::{MAX_PAGES, MAX_RATE_LIMIT_WAIT};
+use super::MAX_RATE_LIMIT_WAIT;
+use super::{in_flight, lock, next_link, read_pages, updated_before};
+use super::{ForgeError, PullRequestInfo, Status, StatusState};
 use crate::config;
 
 /// Attempts per call when GitHub answers with a rate limit.
@@ -132,7 +133,7 @@ impl GitHub {
         closed_since: i64,
     ) -> Result<Vec<PullRequestInfo>, ForgeError> {
         let what = format!("list pull requests into {base}");
-        let mut prs = self
+        let open = self
             .list_pulls(&what, &[("state", "open"), ("base", base)], None)
             .await?;
         // Most recently changed first, so the pages stop where the window does.
@@ -142,10 +143,8 @@ impl GitHub {
             ("sort", "updated"),
             ("direction", "desc"),
         ];
-        prs.extend(self.list_pulls(&what, &closed, Some(closed_since)).await?);
-        prs.retain(|p| p.head_ref.starts_with(prefix));
-        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
-        Ok(prs)
+        let closed = self.list_pulls(&what, &closed, Some(closed_since)).await?;
+        Ok(in_flight(open, closed, prefix))
     }
 
     /// Every page of a pull request list, 100 at a time; with `until`, pages stop after the
@@ -166,26 +165,13 @@ impl GitHub {
                 .extend_pairs(&query)
                 .finish()
         );
-        let mut prs = Vec::new();
-        let mut next = Some(first);
-        let mut pages = 0;
-        while let Some(url) = next.take() {
-            pages += 1;
+        let read_page = |url: String| async move {
             let (items, link) = self
                 .read_list::<octocrab::models::pulls::PullRequest>(what, &url)
                 .await?;
-            let items: Vec<PullRequestInfo> = items.into_iter().map(|p| self.info(p)).collect();
-            let past = until.is_some_and(|until| {
-                items
-                    .iter()
-                    .any(|p| p.updated_at.is_some_and(|t| t < until))
-            });
-            prs.extend(items);
-            if !past && pages < MAX_PAGES {
-                next = link;
-            }
-        }
-        Ok(prs)
+            Ok((items.into_iter().map(|p| self.info(p)).collect(), link))
+        };
+        read_pages(first, read_page, updated_before(until)).await
     }
 
     /// One page of a list, read conditionally, with the address of the next page.
@@ -402,25 +388,25 @@ impl GitHub {
         body: &str,
     ) -> Result<(), ForgeError> {
         let what = format!("list comments of pull request #{number}");
-        let mut next = Some(format!(
+        let first = format!(
             "/repos/{}/{}/issues/{number}/comments?per_page=100",
             self.owner, self.repo
-        ));
-        let mut existing = None;
-        let mut pages = 0;
-        while let (Some(url), None) = (next.take(), &existing) {
-            pages += 1;
-            let (items, link) = self
-                .read_list::<octocrab::models::issues::Comment>(&what, &url)
-                .await?;
-            existing = items
-                .iter()
-                .find(|c| c.body.as_deref().is_some_and(|b| b.contains(marker)))
-                .map(|c| (c.id, c.body.as_deref() == Some(body)));
-            if pages < MAX_PAGES {
-                next = link;
-            }
-        }
+        );
+        let marked = |c: &octocrab::models::issues::Comment| {
+            c.body.as_deref().is_some_and(|b| b.contains(marker))
+        };
+        let what = what.as_str();
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let comments = read_pages(
+            first,
+            read_page,
+            |page: &[octocrab::models::issues::Comment]| page.iter().any(marked),
+        )
+        .await?;
+        let existing = comments
+            .iter()
+            .find(|c| marked(c))
+            .map(|c| (c.id, c.body.as_deref() == Some(body)));
         match existing {
             // Already says exactly this: editing it again would only spend rate limit.
             Some((_, true)) => Ok(()),

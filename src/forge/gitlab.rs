@@ -23,8 +23,8 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::{next_link, ForgeError, PullRequestInfo, Status, StatusState};
-use super::{MAX_PAGES, MAX_RATE_LIMIT_WAIT};
+use super::{in_flight, next_link, read_pages, updated_before};
+use super::{ForgeError, PullRequestInfo, Status, StatusState, MAX_RATE_LIMIT_WAIT};
 use crate::config;
 
 const FORGE: &str = "GitLab";
@@ -130,6 +130,10 @@ struct AddLabels {
 #[derive(Debug, Serialize)]
 struct NewStatus<'a> {
     state: &'a str,
+    /// The branch the status belongs to; without it GitLab takes the first branch holding
+    /// the commit.
+    #[serde(rename = "ref", skip_serializing_if = "Option::is_none")]
+    ref_name: Option<&'a str>,
     name: &'a str,
     description: &'a str,
 }
@@ -230,27 +234,21 @@ impl GitLab {
         closed_since: i64,
     ) -> Result<Vec<PullRequestInfo>, ForgeError> {
         let what = format!("list merge requests into {base}");
-        let mut mrs = self
+        let open = self
             .list_merge_requests(&what, &[("state", "opened"), ("target_branch", base)], None)
             .await?;
-        // Most recently changed first, so the pages stop where the window does.
+        // Most recently changed first, so the pages stop where the window does. GitLab's
+        // `closed` leaves merged ones out: all states are read, and the open ones dropped.
         let recent = [
             ("state", "all"),
             ("target_branch", base),
             ("order_by", "updated_at"),
             ("sort", "desc"),
         ];
-        for mr in self
+        let recent = self
             .list_merge_requests(&what, &recent, Some(closed_since))
-            .await?
-        {
-            if !mr.open && !mrs.iter().any(|m| m.number == mr.number) {
-                mrs.push(mr);
-            }
-        }
-        mrs.retain(|m| m.head_ref.starts_with(prefix));
-        mrs.sort_by_key(|m| std::cmp::Reverse(m.number));
-        Ok(mrs)
+            .await?;
+        Ok(in_flight(open, recent, prefix))
     }
 
     /// Every page of a merge request list, 100 at a time; with `until`, pages stop after the
@@ -262,25 +260,21 @@ impl GitLab {
         until: Option<i64>,
     ) -> Result<Vec<PullRequestInfo>, ForgeError> {
         let first = with_query(&self.project_url("/merge_requests"), query);
-        let mut mrs = Vec::new();
-        let mut next = Some(first);
-        let mut pages = 0;
-        while let Some(url) = next.take() {
-            pages += 1;
-            let answer = self.request(what, Method::GET, &url, None).await?;
-            let items: Vec<MergeRequest> = self.parse(what, &answer.body)?;
-            let items: Vec<PullRequestInfo> = items.into_iter().map(info).collect();
-            let past = until.is_some_and(|until| {
-                items
-                    .iter()
-                    .any(|m| m.updated_at.is_some_and(|t| t < until))
-            });
-            mrs.extend(items);
-            if !past && pages < MAX_PAGES {
-                next = answer.next;
-            }
-        }
-        Ok(mrs)
+        let read_page = |url: String| async move {
+            let (items, next) = self.read_list::<MergeRequest>(what, &url).await?;
+            Ok((items.into_iter().map(info).collect(), next))
+        };
+        read_pages(first, read_page, updated_before(until)).await
+    }
+
+    /// One page of a list, with the address of the next page.
+    async fn read_list<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        url: &str,
+    ) -> Result<(Vec<T>, Option<String>), ForgeError> {
+        let answer = self.request(what, Method::GET, url, None).await?;
+        Ok((self.parse(what, &answer.body)?, answer.next))
     }
 
     /// Opens a merge request. When GitLab answers that one is already open for the branch
@@ -368,11 +362,17 @@ impl GitLab {
         Ok(info(self.parse(&what, &answer.body)?))
     }
 
-    /// Every status `context` on `sha`, newest first (all of them, not only the latest per
-    /// name: the soak clock starts at the first), with who set each and when.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+    /// Every status `context` on `sha` (of `branch` only, when given), newest first (all of
+    /// them, not only the latest per name: the soak clock starts at the first), with who set
+    /// each and when.
+    pub async fn statuses(
+        &self,
+        sha: &str,
+        branch: Option<&str>,
+        context: &str,
+    ) -> Result<Vec<Status>, ForgeError> {
         Ok(self
-            .commit_statuses(sha, context)
+            .commit_statuses(sha, branch, context)
             .await?
             .iter()
             .filter_map(|s| {
@@ -386,46 +386,44 @@ impl GitLab {
             .collect())
     }
 
-    /// GitLab's statuses named `context` on `sha`, newest first.
+    /// GitLab's statuses named `context` on `sha` (of ref `branch` only, when given), newest
+    /// first.
     async fn commit_statuses(
         &self,
         sha: &str,
+        branch: Option<&str>,
         context: &str,
     ) -> Result<Vec<CommitStatus>, ForgeError> {
         let what = format!("read statuses of {sha}");
+        let mut query = vec![("name", context), ("all", "true")];
+        query.extend(branch.map(|b| ("ref", b)));
         let first = with_query(
             &self.project_url(&format!("/repository/commits/{sha}/statuses")),
-            &[("name", context), ("all", "true")],
+            &query,
         );
-        let mut statuses: Vec<CommitStatus> = Vec::new();
-        let mut next = Some(first);
-        let mut pages = 0;
-        while let Some(url) = next.take() {
-            pages += 1;
-            let answer = self.request(&what, Method::GET, &url, None).await?;
-            statuses.extend(self.parse::<Vec<CommitStatus>>(&what, &answer.body)?);
-            if pages < MAX_PAGES {
-                next = answer.next;
-            }
-        }
+        let what = what.as_str();
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let mut statuses: Vec<CommitStatus> = read_pages(first, read_page, |_| false).await?;
         statuses.retain(|s| s.name == context);
         statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
         Ok(statuses)
     }
 
-    /// Sets status `context` on `sha` to `state`, as user `me`. GitLab keeps one status per
-    /// name in `pending` or `running` and moves it, refusing a move to the state it is in
-    /// (`400 Cannot transition status`); so the statuses are read first and only a change is
+    /// Sets status `context` on `sha` to `state`, as user `me`, on the ref `branch` when given
+    /// (see [`super::Forge::set_status`]). GitLab keeps one status per name and ref in
+    /// `pending` or `running` and moves it, refusing a move to the state it is in (`400 Cannot
+    /// transition status`); so the statuses of that ref are read first and only a change is
     /// posted ([`status_to_post`]).
     pub async fn set_status(
         &self,
         sha: &str,
+        branch: Option<&str>,
         state: StatusState,
         context: &str,
         description: &str,
         me: &str,
     ) -> Result<(), ForgeError> {
-        let statuses = self.commit_statuses(sha, context).await?;
+        let statuses = self.commit_statuses(sha, branch, context).await?;
         let own = statuses
             .iter()
             .find(|s| s.author.as_ref().is_some_and(|a| a.username == me))
@@ -442,6 +440,7 @@ impl GitLab {
         let url = self.project_url(&format!("/statuses/{sha}"));
         let status = NewStatus {
             state: wire,
+            ref_name: branch,
             name: context,
             description,
         };
@@ -462,21 +461,14 @@ impl GitLab {
     ) -> Result<(), ForgeError> {
         let what = format!("list notes of merge request !{number}");
         let notes = self.project_url(&format!("/merge_requests/{number}/notes"));
-        let mut next = Some(with_query(
-            &notes,
-            &[("sort", "asc"), ("order_by", "created_at")],
-        ));
-        let mut existing = None;
-        let mut pages = 0;
-        while let (Some(url), None) = (next.take(), &existing) {
-            pages += 1;
-            let answer = self.request(&what, Method::GET, &url, None).await?;
-            let items: Vec<Note> = self.parse(&what, &answer.body)?;
-            existing = find_note(&items, marker, me).map(|n| (n.id, n.body == body));
-            if pages < MAX_PAGES {
-                next = answer.next;
-            }
-        }
+        let first = with_query(&notes, &[("sort", "asc"), ("order_by", "created_at")]);
+        let what = what.as_str();
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let read: Vec<Note> = read_pages(first, read_page, |page: &[Note]| {
+            find_note(page, marker, me).is_some()
+        })
+        .await?;
+        let existing = find_note(&read, marker, me).map(|n| (n.id, n.body == body));
         match existing {
             // Already says exactly this: editing it again would only spend a call.
             Some((_, true)) => Ok(()),
@@ -1063,13 +1055,22 @@ mod tests {
         );
         let status = json(&NewStatus {
             state: "failed",
+            ref_name: Some("tagpin/main/web"),
             name: "tagpin/converged",
             description: "1 of 2 pods",
         });
         assert_eq!(
             status,
-            serde_json::json!({"state": "failed", "name": "tagpin/converged", "description": "1 of 2 pods"})
+            serde_json::json!({"state": "failed", "ref": "tagpin/main/web",
+                "name": "tagpin/converged", "description": "1 of 2 pods"})
         );
+        let unknown_branch = json(&NewStatus {
+            state: "success",
+            ref_name: None,
+            name: "tagpin/converged",
+            description: "ok",
+        });
+        assert!(unknown_branch.get("ref").is_none(), "{unknown_branch}");
     }
 
     #[test]

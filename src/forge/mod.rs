@@ -13,6 +13,7 @@ pub mod github;
 pub mod gitlab;
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,47 @@ const MAX_REMEMBERED: usize = 512;
 /// reading it back: a pass that would write the same again spends no call, and a status or
 /// comment changed by hand is set right within this time.
 pub const READ_BACK_AFTER: Duration = Duration::from_secs(600);
+
+/// What the forge calls a change request, for the text people read: GitHub's
+/// "pull request #12", GitLab's "merge request !12". Without a forge there is no change
+/// request to name, and the wording is GitHub's (the one tagpin had before GitLab).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ChangeRequestNoun {
+    #[default]
+    PullRequest,
+    MergeRequest,
+}
+
+impl ChangeRequestNoun {
+    /// The noun of the configured forge.
+    pub fn of(forge: Option<&config::Forge>) -> ChangeRequestNoun {
+        match forge.map(|f| &f.kind) {
+            Some(config::ForgeKind::GitLab { .. }) => ChangeRequestNoun::MergeRequest,
+            Some(config::ForgeKind::GitHub { .. }) | None => ChangeRequestNoun::PullRequest,
+        }
+    }
+
+    /// `pull request` or `merge request`.
+    pub fn word(self) -> &'static str {
+        match self {
+            ChangeRequestNoun::PullRequest => "pull request",
+            ChangeRequestNoun::MergeRequest => "merge request",
+        }
+    }
+
+    /// `#12` or `!12`: how the forge itself refers to number 12 in text.
+    pub fn reference(self, number: u64) -> String {
+        match self {
+            ChangeRequestNoun::PullRequest => format!("#{number}"),
+            ChangeRequestNoun::MergeRequest => format!("!{number}"),
+        }
+    }
+
+    /// `pull request #12` or `merge request !12`.
+    pub fn name(self, number: u64) -> String {
+        format!("{} {}", self.word(), self.reference(number))
+    }
+}
 
 /// A failed forge call, naming the forge, the repository or project and, where there is one,
 /// the change request.
@@ -78,14 +120,16 @@ macro_rules! dispatch {
 /// The forge of the configuration, with its token.
 pub struct Forge {
     adapter: Adapter,
-    /// What this process last wrote or read back: `(sha, context)` -> `(state, description)`,
-    /// and change request -> verdict comment body; each with when.
-    statuses_set: Mutex<HashMap<(String, String), KnownStatus>>,
+    /// What this process last wrote or read back: `(sha, branch, context)` ->
+    /// `(state, description)`, and change request -> verdict comment body; each with when.
+    statuses_set: Mutex<HashMap<StatusKey, KnownStatus>>,
     comments_set: Mutex<HashMap<u64, (String, Instant)>>,
 }
 
 /// A status tagpin set or read back, `(state, description, when)`.
 type KnownStatus = (StatusState, String, Instant);
+/// Which status: `(sha, branch, context)`; on GitLab the same commit has one per branch.
+type StatusKey = (String, Option<String>, String);
 
 impl Forge {
     /// The forge `forge.kind` names. Nothing is called yet: a wrong token or project is met,
@@ -100,6 +144,14 @@ impl Forge {
             statuses_set: Mutex::default(),
             comments_set: Mutex::default(),
         })
+    }
+
+    /// What this forge calls a change request.
+    pub fn noun(&self) -> ChangeRequestNoun {
+        match self.adapter {
+            Adapter::GitHub(_) => ChangeRequestNoun::PullRequest,
+            Adapter::GitLab(_) => ChangeRequestNoun::MergeRequest,
+        }
     }
 
     /// The login (GitLab: username) the token acts as, asked once per process, or
@@ -164,7 +216,21 @@ impl Forge {
     /// Every status `context` on `sha`, newest first, with who set each and when: the
     /// promoter reads its soak clock back from them.
     pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
-        dispatch!(self.statuses(sha, context))
+        self.statuses_on(sha, None, context).await
+    }
+
+    /// [`Forge::statuses`], on GitLab only those of `branch` when given. A GitHub status
+    /// belongs to the commit alone; a GitLab one to the commit on one ref.
+    async fn statuses_on(
+        &self,
+        sha: &str,
+        branch: Option<&str>,
+        context: &str,
+    ) -> Result<Vec<Status>, ForgeError> {
+        match &self.adapter {
+            Adapter::GitHub(forge) => forge.statuses(sha, context).await,
+            Adapter::GitLab(forge) => forge.statuses(sha, branch, context).await,
+        }
     }
 
     /// The newest state and description of status `context` on `sha` that tagpin itself set
@@ -175,9 +241,18 @@ impl Forge {
         sha: &str,
         context: &str,
     ) -> Result<Option<(StatusState, String)>, ForgeError> {
+        self.own_status(sha, None, context).await
+    }
+
+    async fn own_status(
+        &self,
+        sha: &str,
+        branch: Option<&str>,
+        context: &str,
+    ) -> Result<Option<(StatusState, String)>, ForgeError> {
         let me = self.login().await?;
         Ok(self
-            .statuses(sha, context)
+            .statuses_on(sha, branch, context)
             .await?
             .into_iter()
             .find(|s| s.creator.as_deref() == Some(me))
@@ -188,9 +263,15 @@ impl Forge {
     /// ([`crate::verify::verdict::status_description`]), which GitHub requires. GitLab refuses
     /// a status in the state its own current one is already in, so its adapter reads first
     /// and posts only a change.
+    ///
+    /// `branch` is the branch the status is about, where the caller knows it (a change
+    /// request's source branch; its target once merged). GitLab attaches a status to one ref
+    /// and, without one, to the first branch holding the commit, which for a commit on both
+    /// `main` and a tagpin branch may not be the change request's. GitHub has no such notion.
     pub async fn set_status(
         &self,
         sha: &str,
+        branch: Option<&str>,
         state: StatusState,
         context: &str,
         description: &str,
@@ -199,10 +280,12 @@ impl Forge {
             Adapter::GitHub(forge) => forge.set_status(sha, state, context, description).await,
             Adapter::GitLab(forge) => {
                 let me = self.login().await?;
-                forge.set_status(sha, state, context, description, me).await
+                forge
+                    .set_status(sha, branch, state, context, description, me)
+                    .await
             }
         }?;
-        self.remember_status(sha, context, state, description);
+        self.remember_status(sha, branch, context, state, description);
         Ok(())
     }
 
@@ -213,34 +296,45 @@ impl Forge {
     pub async fn set_status_once(
         &self,
         sha: &str,
+        branch: Option<&str>,
         state: StatusState,
         context: &str,
         description: &str,
     ) {
-        let key = (sha.to_string(), context.to_string());
+        let key = status_key(sha, branch, context);
         let known = lock(&self.statuses_set).get(&key).cloned();
         if let Some((s, d, at)) = known {
             if s == state && d == description && at.elapsed() < READ_BACK_AFTER {
                 return;
             }
         }
-        let current = self.status_of(sha, context).await.ok().flatten();
+        let current = self.own_status(sha, branch, context).await.ok().flatten();
         if current.as_ref() == Some(&(state, description.to_string())) {
-            self.remember_status(sha, context, state, description);
+            self.remember_status(sha, branch, context, state, description);
             return;
         }
-        if let Err(e) = self.set_status(sha, state, context, description).await {
+        if let Err(e) = self
+            .set_status(sha, branch, state, context, description)
+            .await
+        {
             tracing::warn!("cannot set the {context} status on {sha}: {e}");
         }
     }
 
-    fn remember_status(&self, sha: &str, context: &str, state: StatusState, description: &str) {
+    fn remember_status(
+        &self,
+        sha: &str,
+        branch: Option<&str>,
+        context: &str,
+        state: StatusState,
+        description: &str,
+    ) {
         let mut known = lock(&self.statuses_set);
         if known.len() >= MAX_REMEMBERED {
             known.clear();
         }
         known.insert(
-            (sha.to_string(), context.to_string()),
+            status_key(sha, branch, context),
             (state, description.to_string(), Instant::now()),
         );
     }
@@ -276,6 +370,59 @@ impl Forge {
     }
 }
 
+/// Reads a list page by page from `first`, following each page's next address, until a page
+/// satisfies `enough` or [`MAX_PAGES`] pages are read. `read_page` reads one page (the
+/// adapter's request, parse and error naming) and answers its items and the next address.
+async fn read_pages<T, F, Fut>(
+    first: String,
+    mut read_page: F,
+    mut enough: impl FnMut(&[T]) -> bool,
+) -> Result<Vec<T>, ForgeError>
+where
+    F: FnMut(String) -> Fut,
+    Fut: Future<Output = Result<(Vec<T>, Option<String>), ForgeError>>,
+{
+    let mut all = Vec::new();
+    let mut next = Some(first);
+    let mut pages = 0;
+    while let Some(url) = next.take() {
+        pages += 1;
+        let (items, link) = read_page(url).await?;
+        let done = enough(&items);
+        all.extend(items);
+        if !done && pages < MAX_PAGES {
+            next = link;
+        }
+    }
+    Ok(all)
+}
+
+/// For a list by update time, newest first: with `until`, a page that reaches a change
+/// request updated before it is the last one needed.
+fn updated_before(until: Option<i64>) -> impl Fn(&[PullRequestInfo]) -> bool {
+    move |page| {
+        until.is_some_and(|until| page.iter().any(|p| p.updated_at.is_some_and(|t| t < until)))
+    }
+}
+
+/// What is in flight on `prefix` branches, newest first: every `open` change request, and
+/// those of `recent` (closed or merged lately) not open and not already among them. A change
+/// request closed between the two reads is listed once.
+fn in_flight(
+    mut open: Vec<PullRequestInfo>,
+    recent: Vec<PullRequestInfo>,
+    prefix: &str,
+) -> Vec<PullRequestInfo> {
+    for pr in recent {
+        if !pr.open && !open.iter().any(|o| o.number == pr.number) {
+            open.push(pr);
+        }
+    }
+    open.retain(|p| p.head_ref.starts_with(prefix));
+    open.sort_by_key(|p| std::cmp::Reverse(p.number));
+    open
+}
+
 /// The `rel="next"` address of a `Link` header (RFC 8288, as GitHub and GitLab send it), if
 /// there is a next page.
 fn next_link(link: &str) -> Option<String> {
@@ -293,6 +440,14 @@ fn next_link(link: &str) -> Option<String> {
     })
 }
 
+fn status_key(sha: &str, branch: Option<&str>, context: &str) -> StatusKey {
+    (
+        sha.to_string(),
+        branch.map(str::to_string),
+        context.to_string(),
+    )
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -300,6 +455,91 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_forge_names_its_change_requests_as_its_users_read_them() {
+        assert_eq!(ChangeRequestNoun::PullRequest.name(12), "pull request #12");
+        assert_eq!(
+            ChangeRequestNoun::MergeRequest.name(12),
+            "merge request !12"
+        );
+        assert_eq!(ChangeRequestNoun::of(None), ChangeRequestNoun::PullRequest);
+    }
+
+    fn change(number: u64, open: bool, head_ref: &str, updated_at: i64) -> PullRequestInfo {
+        PullRequestInfo {
+            number,
+            open,
+            merged: !open,
+            title: String::new(),
+            body: String::new(),
+            labels: Vec::new(),
+            url: String::new(),
+            head_ref: head_ref.into(),
+            head_sha: String::new(),
+            merge_commit_sha: None,
+            merged_at: None,
+            updated_at: Some(updated_at),
+            author: String::new(),
+            same_repository: true,
+        }
+    }
+
+    #[test]
+    fn in_flight_is_the_open_and_the_recently_closed_on_tagpins_branches_once_each() {
+        let open = vec![
+            change(3, true, "tagpin/main", 50),
+            change(4, true, "feature/x", 50),
+        ];
+        // 3 was closed between the two reads: the open read wins, it is not listed twice.
+        let recent = vec![
+            change(3, false, "tagpin/main", 60),
+            change(5, false, "tagpin/promote/prod", 55),
+            change(6, true, "tagpin/other", 40),
+        ];
+        let numbers: Vec<(u64, bool)> = in_flight(open, recent, "tagpin/")
+            .iter()
+            .map(|p| (p.number, p.open))
+            .collect();
+        assert_eq!(numbers, [(5, false), (3, true)]);
+    }
+
+    #[test]
+    fn a_page_reaching_past_the_window_is_the_last_read() {
+        let page = [
+            change(1, false, "tagpin/a", 100),
+            change(2, false, "tagpin/b", 90),
+        ];
+        assert!(!updated_before(None)(&page));
+        assert!(!updated_before(Some(90))(&page));
+        assert!(updated_before(Some(95))(&page));
+    }
+
+    #[tokio::test]
+    async fn pages_are_read_until_enough_or_the_last_or_the_bound() {
+        let read = |url: String| async move {
+            let n: usize = url.parse().unwrap();
+            Ok::<_, ForgeError>((vec![n], Some((n + 1).to_string())))
+        };
+        let until_three = read_pages("1".into(), read, |page: &[usize]| page == [3])
+            .await
+            .unwrap();
+        assert_eq!(until_three, [1, 2, 3]);
+        let endless = read_pages("1".into(), read, |_: &[usize]| false)
+            .await
+            .unwrap();
+        assert_eq!(endless.len(), MAX_PAGES, "a runaway chain stops");
+        let last = |url: String| async move {
+            let n: usize = url.parse().unwrap();
+            Ok::<_, ForgeError>((vec![n], (n < 2).then(|| (n + 1).to_string())))
+        };
+        assert_eq!(
+            read_pages("1".into(), last, |_: &[usize]| false)
+                .await
+                .unwrap(),
+            [1, 2]
+        );
+    }
 
     #[test]
     fn the_next_page_is_read_from_the_link_header() {

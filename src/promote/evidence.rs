@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::forge::body;
+use crate::forge::{body, ChangeRequestNoun};
 use crate::proposal::PlanBlock;
 use crate::verify::{report, Check, Expectations};
 
@@ -26,6 +26,8 @@ pub struct Evidence<'e> {
     /// The source now pins other digests than the pull request proposes (its gate and
     /// verdict are about those).
     pub moved_on: bool,
+    /// How the forge names the change request the body is for.
+    pub noun: ChangeRequestNoun,
 }
 
 /// `Promote 2 image(s) from staging to production`.
@@ -54,13 +56,15 @@ pub fn render(e: &Evidence<'_>, block: &PlanBlock) -> String {
     ));
     if e.moved_on {
         out.push_str(&format!(
-            "{} now pins other digests than this pull request proposes; the gate above is about those, and this pull request is updated to them once they pass it.\n\n",
-            e.source
+            "{} now pins other digests than this {cr} proposes; the gate above is about those, and this {cr} is updated to them once they pass it.\n\n",
+            e.source,
+            cr = e.noun.word()
         ));
     }
     if !e.gate.is_open() {
         out.push_str(&format!(
-            "The evidence does not hold right now, so this pull request should not be merged yet; tagpin updates it when {} converges again.\n\n",
+            "The evidence does not hold right now, so this {} should not be merged yet; tagpin updates it when {} converges again.\n\n",
+            e.noun.word(),
             e.source
         ));
     }
@@ -154,6 +158,7 @@ mod tests {
             check,
             expectations: &expectations,
             moved_on,
+            noun: ChangeRequestNoun::PullRequest,
         };
         render(&e, &block())
     }
@@ -228,6 +233,7 @@ mod tests {
             check: &converged,
             expectations: &expectations,
             moved_on: false,
+            noun: ChangeRequestNoun::PullRequest,
         };
         let message = commit_message(&e, &block());
         assert!(message.starts_with("Promote 1 image(s) from staging to production\n\n"));

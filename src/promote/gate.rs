@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::forge::ChangeRequestNoun;
 use crate::review::{Status, StatusState};
 use crate::verify::verdict::State;
 
@@ -154,12 +155,14 @@ pub fn stage_status(
     (status, truncate(&description))
 }
 
-/// The `tagpin/promotion` status of an open promotion pull request.
+/// The `tagpin/promotion` status of an open promotion pull request; `noun` is how the forge
+/// names it.
 pub fn promotion_status(
     gate: &Gate,
     stage: &str,
     soak: Duration,
     proposes_current: bool,
+    noun: ChangeRequestNoun,
 ) -> (StatusState, String) {
     let state = match gate {
         Gate::Open { .. } if proposes_current => StatusState::Success,
@@ -167,7 +170,10 @@ pub fn promotion_status(
         Gate::Refused { .. } => StatusState::Failure,
     };
     let description = if matches!(gate, Gate::Open { .. }) && !proposes_current {
-        format!("{stage} now runs other digests; this pull request is being updated")
+        format!(
+            "{stage} now runs other digests; this {} is being updated",
+            noun.word()
+        )
     } else {
         gate.describe(stage, soak)
     };
@@ -410,18 +416,24 @@ mod tests {
 
     #[test]
     fn the_promotion_status_follows_the_gate() {
+        const PR: ChangeRequestNoun = ChangeRequestNoun::PullRequest;
+        const MR: ChangeRequestNoun = ChangeRequestNoun::MergeRequest;
         let soak = Duration::from_secs(1800);
         let open = Gate::Open { since: NOW - 3600 };
         assert_eq!(
-            promotion_status(&open, "staging", soak, true).0,
+            promotion_status(&open, "staging", soak, true, PR).0,
             StatusState::Success
         );
         assert_eq!(
-            promotion_status(&open, "staging", soak, false).0,
+            promotion_status(&open, "staging", soak, false, PR).0,
             StatusState::Pending
         );
+        assert_eq!(
+            promotion_status(&open, "staging", soak, false, MR).1,
+            "staging now runs other digests; this merge request is being updated"
+        );
         let refused = decide(State::Failed, "web: CrashLoopBackOff", None, soak, NOW);
-        let (state, description) = promotion_status(&refused, "staging", soak, true);
+        let (state, description) = promotion_status(&refused, "staging", soak, true, PR);
         assert_eq!(state, StatusState::Failure);
         assert!(
             description.contains("staging is failed: web: CrashLoopBackOff"),
@@ -435,7 +447,7 @@ mod tests {
             NOW,
         );
         assert_eq!(
-            promotion_status(&waiting, "staging", soak, true).0,
+            promotion_status(&waiting, "staging", soak, true, PR).0,
             StatusState::Pending
         );
     }

@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::config::{Config, Stage};
-use crate::forge::{body, Forge, ForgeError};
+use crate::forge::{body, ChangeRequestNoun, Forge, ForgeError};
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Scanned};
@@ -173,6 +173,9 @@ pub struct PromoteReport {
     pub reason: String,
     /// What was written; `None` when the gate is closed and no pull request is open.
     pub outcome: Option<Outcome>,
+    /// How the forge names the change request of `outcome`, for text.
+    #[serde(skip)]
+    pub noun: ChangeRequestNoun,
     pub changes: Vec<Change>,
     /// Target references left as they are, each with its reason.
     pub skipped: Vec<Skip>,
@@ -300,6 +303,7 @@ impl<'a> Promoter<'a> {
             check: &found.check,
             expectations: &found.expectations,
             moved_on: false,
+            noun: ChangeRequestNoun::of(self.config.forge.as_ref()),
         };
         let outcome = self
             .write(decision, &evidence, &plan, &failures, found.tip, attempt)
@@ -318,6 +322,7 @@ impl<'a> Promoter<'a> {
             reason: found.gate.describe(&source.name, target.soak),
             gate: found.gate,
             outcome,
+            noun: ChangeRequestNoun::of(self.config.forge.as_ref()),
             changes: plan.changes,
             skipped,
             failures,
@@ -401,6 +406,7 @@ impl<'a> Promoter<'a> {
         forge
             .set_status_once(
                 &found.tip.to_string(),
+                Some(&self.config.repository.branch),
                 state,
                 &gate::stage_context(&source.name),
                 &description,
@@ -493,20 +499,32 @@ impl<'a> Promoter<'a> {
         let Some(number) = pr_number(outcome) else {
             return;
         };
-        let head = match forge.pull_request(number).await {
-            Ok(pr) => pr.head_sha,
+        let (head, branch) = match forge.pull_request(number).await {
+            Ok(pr) => (pr.head_sha, pr.head_ref),
             Err(e) => {
                 tracing::warn!(
-                    "cannot set the {} status on pull request #{number}: {e}",
-                    gate::PROMOTION_CONTEXT
+                    "cannot set the {} status on {}: {e}",
+                    gate::PROMOTION_CONTEXT,
+                    forge.noun().name(number)
                 );
                 return;
             }
         };
-        let (state, description) =
-            gate::promotion_status(evidence.gate, evidence.source, evidence.soak, true);
+        let (state, description) = gate::promotion_status(
+            evidence.gate,
+            evidence.source,
+            evidence.soak,
+            true,
+            evidence.noun,
+        );
         forge
-            .set_status_once(&head, state, gate::PROMOTION_CONTEXT, &description)
+            .set_status_once(
+                &head,
+                Some(&branch),
+                state,
+                gate::PROMOTION_CONTEXT,
+                &description,
+            )
             .await;
     }
 
@@ -530,8 +548,8 @@ impl<'a> Promoter<'a> {
         };
         let Some(proposed) = body::parse(&pr.body) else {
             tracing::warn!(
-                "pull request #{} on {pr_branch} has no tagpin plan block; left alone",
-                pr.number
+                "{} on {pr_branch} has no tagpin plan block; left alone",
+                forge.noun().name(pr.number)
             );
             return Ok(None);
         };
@@ -559,10 +577,17 @@ impl<'a> Promoter<'a> {
                     evidence.source,
                     evidence.soak,
                     proposes_current || current.pins.is_empty(),
+                    evidence.noun,
                 ),
             };
             forge
-                .set_status_once(&pr.head_sha, state, gate::PROMOTION_CONTEXT, &description)
+                .set_status_once(
+                    &pr.head_sha,
+                    Some(&pr.head_ref),
+                    state,
+                    gate::PROMOTION_CONTEXT,
+                    &description,
+                )
                 .await;
         }
         let (number, url, branch) = (pr.number, pr.url, pr_branch.to_string());

@@ -22,7 +22,7 @@ use serde::Serialize;
 
 use crate::config::{Config, GitAuth, WriteMode};
 use crate::forge::body;
-use crate::forge::{Forge, ForgeError};
+use crate::forge::{ChangeRequestNoun, Forge, ForgeError};
 use crate::git::{off_runtime, Credentials, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Scanned, Skipped};
@@ -193,6 +193,9 @@ pub struct SyncReport {
     /// Time spent asking registries, for the resolution latency metric.
     #[serde(skip)]
     pub resolve_time: std::time::Duration,
+    /// How the forge names the change requests above, for text (JSON keeps its numbers).
+    #[serde(skip)]
+    pub noun: ChangeRequestNoun,
 }
 
 impl SyncReport {
@@ -284,6 +287,7 @@ impl<'a> Syncer<'a> {
     ) -> Result<SyncReport, SyncError> {
         let mut report = SyncReport {
             target: self.config.repository.branch.clone(),
+            noun: ChangeRequestNoun::of(self.config.forge.as_ref()),
             ..SyncReport::default()
         };
         let mut follow = Follow {
@@ -355,10 +359,11 @@ impl<'a> Syncer<'a> {
                 Err(e) if self.config.mode == WriteMode::PullRequest && !e.is_pass_wide() => {
                     let branch =
                         policy::pr_branch(&self.config.pull_request.branch_prefix, target, &group);
+                    let cr = ChangeRequestNoun::of(self.config.forge.as_ref()).word();
                     let what = match &group {
-                        Group::All => format!("pull request from {branch}"),
+                        Group::All => format!("{cr} from {branch}"),
                         Group::Image(image) => {
-                            format!("image {image}: pull request from {branch}")
+                            format!("image {image}: {cr} from {branch}")
                         }
                     };
                     report.failures.push(format!("{what}: {e}"));

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, GitOpsObjects};
-use crate::forge::{body, Forge, ForgeError, StatusState};
+use crate::forge::{body, ChangeRequestNoun, Forge, ForgeError, StatusState};
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::kustomize::is_kustomization_file;
 use crate::manifest::{FileFilter, ManifestError};
@@ -64,6 +64,11 @@ pub struct Expectations {
     pub skipped: Vec<pipeline::Skipped>,
     /// Commits to put the `tagpin/converged` status on: the PR head, and its merge commit.
     pub commits: Vec<String>,
+    /// The branch each of `commits` is reported on, where tagpin knows it: an open change
+    /// request's source branch; the target branch once it is merged (its source branch may
+    /// be gone); the branch named or configured for a branch or commit. GitLab attaches a
+    /// status to one ref, and without one picks the first branch holding the commit.
+    pub commit_branches: BTreeMap<String, String>,
     /// The files that pin each expected workload (by live identity), to find the GitOps
     /// objects that apply them by their path.
     pub pinned_in: BTreeMap<WorkloadId, BTreeSet<String>>,
@@ -75,6 +80,11 @@ pub struct Expectations {
 }
 
 impl Expectations {
+    /// The branch `sha`'s status is reported on, when known.
+    pub fn branch_of(&self, sha: &str) -> Option<&str> {
+        self.commit_branches.get(sha).map(String::as_str)
+    }
+
     /// What no verdict will cover.
     pub fn unchecked(&self) -> verdict::Unchecked {
         verdict::Unchecked {
@@ -96,15 +106,17 @@ pub enum VerifyError {
     Filter(#[from] ManifestError),
     #[error("--pr needs a forge: section in the configuration")]
     NoForge,
-    #[error("pull request #{0} has no tagpin plan block in its body")]
-    NoPlanBlock(u64),
+    /// Holds the change request's name as its forge says it (`pull request #12`).
+    #[error("{0} has no tagpin plan block in its body")]
+    NoPlanBlock(String),
     /// A configured path the commit does not hold: a mistake in the configuration (or a
     /// folder moved in the repository), so nothing at that path can be judged.
     #[error("configuration: paths names {path}, which commit {commit} does not hold")]
     MissingPath { path: String, commit: String },
-    #[error("pull request #{number} comes from a fork ({author}:{branch}), not from this repository: tagpin does not verify it, since its body would choose what is read from the cluster and shown back")]
+    #[error("{} comes from a fork ({author}:{branch}), not from this repository: tagpin does not verify it, since its body would choose what is read from the cluster and shown back", noun.name(*number))]
     FromFork {
         number: u64,
+        noun: ChangeRequestNoun,
         author: String,
         branch: String,
     },
@@ -112,12 +124,16 @@ pub enum VerifyError {
 
 /// Refuses a pull request whose branch is in a fork: its plan block, written by anyone, would
 /// choose which workloads are read from the cluster, and the verdict is posted back to it.
-pub fn refuse_fork(pr: &crate::forge::PullRequestInfo) -> Result<(), VerifyError> {
+pub fn refuse_fork(
+    pr: &crate::forge::PullRequestInfo,
+    noun: ChangeRequestNoun,
+) -> Result<(), VerifyError> {
     if pr.same_repository {
         return Ok(());
     }
     Err(VerifyError::FromFork {
         number: pr.number,
+        noun,
         author: pr.author.clone(),
         branch: pr.head_ref.clone(),
     })
@@ -188,38 +204,63 @@ pub async fn expectations(
         Source::PullRequest(number) => {
             let forge = forge.ok_or(VerifyError::NoForge)?;
             let pr = forge.pull_request(*number).await?;
-            refuse_fork(&pr)?;
-            let block = body::parse(&pr.body).ok_or(VerifyError::NoPlanBlock(*number))?;
+            refuse_fork(&pr, forge.noun())?;
+            let block = body::parse(&pr.body)
+                .ok_or_else(|| VerifyError::NoPlanBlock(forge.noun().name(*number)))?;
             let promised = expected::from_plan(&block, &mapping);
             let mut commits = vec![pr.head_sha.clone()];
             commits.extend(pr.merge_commit_sha.filter(|_| pr.merged));
+            let branch = match pr.merged {
+                true => &config.repository.branch,
+                false => &pr.head_ref,
+            };
+            let commit_branches = commits
+                .iter()
+                .map(|sha| (sha.clone(), branch.clone()))
+                .collect();
             Expectations {
                 expected: promised.expected,
                 not_verified: promised.not_verified,
                 failures: Vec::new(),
                 skipped: Vec::new(),
                 commits,
+                commit_branches,
                 pinned_in: gitops::files_of_pins(&block.pins, &mapping),
                 gitops: None,
                 helm: promised.helm,
             }
         }
         Source::Commit(sha) => {
-            let oid = off_runtime(|| {
-                mirror.fetch(
-                    &config.repository.branch,
-                    &config.pull_request.branch_prefix,
-                )?;
-                mirror.resolve_commit(sha)
+            let branch = &config.repository.branch;
+            let (oid, on_branch) = off_runtime(|| {
+                mirror.fetch(branch, &config.pull_request.branch_prefix)?;
+                let oid = mirror.resolve_commit(sha)?;
+                let on_branch = match mirror.tip(branch) {
+                    Some(tip) => {
+                        mirror.is_descendant_or_equal(&tip.to_string(), &oid.to_string())?
+                    }
+                    None => None,
+                };
+                Ok::<_, GitError>((oid, on_branch == Some(true)))
             })?;
-            return off_runtime(|| expectations_at(oid, config, mirror));
+            let mut expectations = off_runtime(|| expectations_at(oid, config, mirror))?;
+            if on_branch {
+                expectations
+                    .commit_branches
+                    .insert(oid.to_string(), branch.clone());
+            }
+            return Ok(expectations);
         }
         Source::Branch(branch) => {
             let tip = off_runtime(|| {
                 mirror.fetch(branch, &config.pull_request.branch_prefix)?;
                 mirror.require_tip(branch)
             })?;
-            return off_runtime(|| expectations_at(tip, config, mirror));
+            let mut expectations = off_runtime(|| expectations_at(tip, config, mirror))?;
+            expectations
+                .commit_branches
+                .insert(tip.to_string(), branch.clone());
+            return Ok(expectations);
         }
     };
     expectations.gitops = Some(GitOpsScope::new(config, mirror)?);
@@ -300,6 +341,7 @@ fn from_tree(
         failures: scanned.errors.iter().map(ToString::to_string).collect(),
         skipped,
         commits: vec![commit.to_string()],
+        commit_branches: BTreeMap::new(),
         pinned_in: gitops::files_of_scan(&scanned.files, mapping),
         gitops: None,
         helm: promised.helm,
@@ -503,11 +545,12 @@ pub async fn watch(
 }
 
 /// Marks the commits as being checked (the `pending` status that comes before a verdict).
-pub async fn publish_pending(forge: &Forge, commits: &[String]) {
-    for sha in commits {
+pub async fn publish_pending(forge: &Forge, expectations: &Expectations) {
+    for sha in &expectations.commits {
         if let Err(e) = forge
             .set_status(
                 sha,
+                expectations.branch_of(sha),
                 StatusState::Pending,
                 report::STATUS_CONTEXT,
                 "tagpin is checking the cluster",
@@ -532,7 +575,13 @@ pub async fn publish(forge: &Forge, pr: Option<u64>, expectations: &Expectations
     let description = verdict::status_description(&check.verdicts, check.unchecked(expectations));
     for sha in &expectations.commits {
         forge
-            .set_status_once(sha, state, report::STATUS_CONTEXT, &description)
+            .set_status_once(
+                sha,
+                expectations.branch_of(sha),
+                state,
+                report::STATUS_CONTEXT,
+                &description,
+            )
             .await;
     }
     if let Some(number) = pr {
@@ -541,7 +590,10 @@ pub async fn publish(forge: &Forge, pr: Option<u64>, expectations: &Expectations
             .upsert_comment(number, report::COMMENT_MARKER, &body)
             .await
         {
-            tracing::warn!("cannot update the verdict comment on #{number}: {e}");
+            tracing::warn!(
+                "cannot update the verdict comment on {}: {e}",
+                forge.noun().name(number)
+            );
         }
     }
 }

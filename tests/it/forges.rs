@@ -33,6 +33,25 @@ enum Kind {
     GitLab,
 }
 
+impl Kind {
+    /// What the forge's users call a change request.
+    fn word(self) -> &'static str {
+        match self {
+            Kind::GitHub => "pull request",
+            Kind::GitLab => "merge request",
+        }
+    }
+
+    /// Change request `number` as the forge's users read it: GitHub's `pull request #1`,
+    /// GitLab's `merge request !1`.
+    fn named(self, number: u64) -> String {
+        match self {
+            Kind::GitHub => format!("pull request #{number}"),
+            Kind::GitLab => format!("merge request !{number}"),
+        }
+    }
+}
+
 /// One scenario, once per forge.
 macro_rules! both_forges {
     ($scenario:ident: $github:ident, $gitlab:ident) => {
@@ -187,6 +206,21 @@ impl Hub {
                 .into_iter()
                 .map(|s| (s.name, s.status, s.description.unwrap_or_default()))
                 .collect(),
+        }
+    }
+
+    /// On GitLab, the ref each status `context` on `sha` was posted to, oldest first; `None` on
+    /// GitHub, whose statuses belong to the commit alone.
+    fn status_refs(&self, sha: &str, context: &str) -> Option<Vec<String>> {
+        match self {
+            Hub::GitHub(_) => None,
+            Hub::GitLab(gl) => Some(
+                gl.statuses(PROJECT, sha)
+                    .into_iter()
+                    .filter(|s| s.name == context)
+                    .map(|s| s.ref_name)
+                    .collect(),
+            ),
         }
     }
 
@@ -379,6 +413,8 @@ async fn opens_one_change_request_then_updates_it(kind: Kind) {
     let changes = w.hub.changes();
     assert_eq!(changes.len(), 1, "{changes:?}");
     let change = &changes[0];
+    let opened = format!("opened {} from tagpin/main: ", kind.named(change.number));
+    assert!(text(&first).contains(&opened), "{}", text(&first));
     assert!(change.open);
     assert_eq!(change.head_ref, "tagpin/main");
     assert_eq!(change.title, "Pin 1 image(s) to digests");
@@ -406,6 +442,8 @@ async fn opens_one_change_request_then_updates_it(kind: Kind) {
         .await;
     let again = w.sync().await;
     assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    let updated = format!("updated {} from tagpin/main: ", kind.named(1));
+    assert!(text(&again).contains(&updated), "{}", text(&again));
     let changes = w.hub.changes();
     assert_eq!(changes.len(), 1, "the same change request: {changes:?}");
     assert!(changes[0].body.contains(&moved.manifest[..19]));
@@ -427,7 +465,11 @@ async fn closed_by_hand_is_not_reopened_until_a_digest_moves(kind: Kind) {
 
     let out = w.sync().await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(text(&out).contains("closed by hand"), "{}", text(&out));
+    let said = format!(
+        "{} from tagpin/main was closed by hand for these same digests",
+        kind.named(1)
+    );
+    assert!(text(&out).contains(&said), "{}", text(&out));
     let changes = w.hub.changes();
     assert_eq!(changes.len(), 1, "{changes:?}");
     assert!(!changes[0].open && !changes[0].merged);
@@ -552,6 +594,84 @@ both_forges!(merged_then_verified:
     github_merged_then_verified,
     gitlab_merged_then_verified);
 
+/// GitLab attaches a status to one ref and, given none, to the first branch holding the
+/// commit. An open merge request's verdict goes on its source branch even when a branch
+/// sorting first (a person's copy) holds the same commit; merged, on the target branch.
+#[tokio::test]
+async fn gitlab_the_verdict_status_lands_on_the_merge_requests_branch() {
+    let w = World::new(Kind::GitLab).await;
+    assert_eq!(w.sync().await.status.code(), Some(0));
+    let head = w.repo.head("tagpin/main").unwrap();
+    w.repo.reset_branch("backup/tagpin-main", &head);
+
+    let out = w.verify(1).await;
+    assert_ne!(out.status.code(), Some(2), "{}", text(&out));
+    let refs = w.hub.status_refs(&head, "tagpin/converged").unwrap();
+    assert!(
+        !refs.is_empty() && refs.iter().all(|r| r == "tagpin/main"),
+        "{refs:?}"
+    );
+
+    let merged = w.hub.merge_by_hand(&w.repo, 1, &["apps/web.yaml"]);
+    let out = w.verify(1).await;
+    assert_ne!(out.status.code(), Some(2), "{}", text(&out));
+    let refs = w.hub.status_refs(&merged, "tagpin/converged").unwrap();
+    assert!(
+        !refs.is_empty() && refs.iter().all(|r| r == "main"),
+        "{refs:?}"
+    );
+    w.hub.assert_no_violations();
+}
+
+/// A person's commit on tagpin's branch is left alone, and the note tagpin leaves on the
+/// change request, like the line it prints, speaks the forge's words.
+async fn edited_by_hand_is_said_in_the_forges_words(kind: Kind) {
+    let w = World::new(kind).await;
+    assert_eq!(w.sync().await.status.code(), Some(0));
+    let reviewer = w.repo.commit_as_other_writer(
+        "tagpin/main",
+        &[("apps/README.md", "Reviewed.\n")],
+        "Review: a note for the deploy",
+    );
+    // A digest moves, so tagpin has something new to push.
+    w.registry
+        .push_image("acme/web", "1.0", "web-1-rebuilt")
+        .await;
+
+    let out = w.sync().await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(w.repo.head("tagpin/main"), Some(reviewer.clone()));
+    let said = format!(
+        "{}: tagpin/main was edited by hand (its tip {} is not tagpin's); left alone until the {} is closed",
+        kind.named(1),
+        &reviewer[..12],
+        kind.word()
+    );
+    assert!(text(&out).contains(&said), "{}", text(&out));
+    let notes: Vec<String> = w
+        .hub
+        .comments(1)
+        .into_iter()
+        .filter(|c| c.contains("<!-- tagpin-edited-by-hand -->"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let (ours, theirs) = match kind {
+        Kind::GitHub => (kind.word(), Kind::GitLab.word()),
+        Kind::GitLab => (kind.word(), Kind::GitHub.word()),
+    };
+    assert!(
+        notes[0].contains(&format!("tagpin has stopped updating this {ours}."))
+            && notes[0].contains(&format!("close this {ours} (tagpin proposes"))
+            && !notes[0].contains(theirs),
+        "{}",
+        notes[0]
+    );
+    w.hub.assert_no_violations();
+}
+both_forges!(edited_by_hand_is_said_in_the_forges_words:
+    github_edited_by_hand_is_said_in_the_forges_words,
+    gitlab_edited_by_hand_is_said_in_the_forges_words);
+
 /// A fork's change request from a branch named like tagpin's is never adopted, edited or
 /// verified: tagpin opens its own.
 async fn a_fork_change_request_is_never_adopted(kind: Kind) {
@@ -595,7 +715,8 @@ async fn a_fork_change_request_is_never_adopted(kind: Kind) {
 
     let refused = w.verify(fork).await;
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
-    assert!(text(&refused).contains("fork"), "{}", text(&refused));
+    let said = format!("{} comes from a fork", kind.named(fork));
+    assert!(text(&refused).contains(&said), "{}", text(&refused));
     w.hub.assert_no_violations();
 }
 both_forges!(a_fork_change_request_is_never_adopted:
@@ -894,6 +1015,15 @@ async fn promotion_gated_then_opened_then_updated(kind: Kind) {
         .contains(&digest));
     let promotion = w.statuses(&head, PROMOTION_CONTEXT);
     assert_eq!(promotion.last().unwrap().0, "success", "{promotion:?}");
+    if let Some(refs) = w.hub.status_refs(&head, PROMOTION_CONTEXT) {
+        assert!(refs.iter().all(|r| r == PROMOTION_BRANCH), "{refs:?}");
+    }
+    if let Some(refs) = w.hub.status_refs(&w.tip(), STAGE_CONTEXT) {
+        assert!(
+            !refs.is_empty() && refs.iter().all(|r| r == "main"),
+            "{refs:?}"
+        );
+    }
     let stage = w.statuses(&w.tip(), STAGE_CONTEXT);
     assert_eq!(stage.last().unwrap().0, "success", "{stage:?}");
     assert!(
@@ -954,6 +1084,9 @@ async fn promotion_gated_then_opened_then_updated(kind: Kind) {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let converged = w.statuses(&merged, "tagpin/converged");
     assert_eq!(converged.last().unwrap().0, "success", "{converged:?}");
+    if let Some(refs) = w.hub.status_refs(&merged, "tagpin/converged") {
+        assert!(refs.iter().all(|r| r == "main"), "the target: {refs:?}");
+    }
     w.hub.assert_no_violations();
     w.staging.assert_no_writes();
     w.production.assert_no_writes();
