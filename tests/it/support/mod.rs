@@ -9,6 +9,7 @@
 pub mod git;
 pub mod github;
 pub mod gitlab;
+pub mod http_fake;
 pub mod kube;
 pub mod kubectl;
 pub mod registry;
