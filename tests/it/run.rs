@@ -19,6 +19,19 @@ fn deployment(name: &str, image: &str) -> String {
     )
 }
 
+/// A registry with `acme/web:1.0` (and its host), and a bare repository whose
+/// `apps/web.yaml` names it by tag, not pinned yet.
+async fn web_one_registry_and_repo() -> (TestRegistry, String, BareRepo) {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    (registry, host, repo)
+}
+
 struct Controller {
     child: Child,
     base: String,
@@ -164,7 +177,9 @@ fn web_and_api_in_commit_mode(host: &str) -> (BareRepo, tempfile::TempDir, PathB
     (repo, dir, config)
 }
 
-fn commit_mode_config(dir: &std::path::Path, repo: &BareRepo, host: &str) -> PathBuf {
+/// `tagpin.yaml` in `dir`: commit mode on `repo`'s `main`, manifests under `apps`, `host` an
+/// insecure (plain HTTP) registry. Returns its path.
+pub(crate) fn commit_mode_config(dir: &std::path::Path, repo: &BareRepo, host: &str) -> PathBuf {
     let config = dir.join("tagpin.yaml");
     std::fs::write(
         &config,
@@ -446,13 +461,7 @@ async fn deliveries_during_a_pass_are_served_by_one_follow_up_pass() {
 
 #[tokio::test]
 async fn sigterm_during_a_pass_leaves_nothing_half_done() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    registry.push_image("acme/web", "1.0", "one").await;
-    let repo = BareRepo::create(&[(
-        "apps/web.yaml",
-        &deployment("web", &format!("{host}/acme/web:1.0")),
-    )]);
+    let (registry, host, repo) = web_one_registry_and_repo().await;
     let dir = tempfile::tempdir().unwrap();
     let config = commit_mode_config(dir.path(), &repo, &host);
     let controller = Controller::start(dir.path(), &config).await;
@@ -973,13 +982,7 @@ struct HungWorld {
 /// `tagpin run` with `args` in commit mode, with a Kubernetes API server that accepts every
 /// request and never answers: the first pass pins, then the verification of the tip hangs.
 async fn controller_on_a_hung_api_server(args: &[&str]) -> (Controller, HungWorld) {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    registry.push_image("acme/web", "1.0", "one").await;
-    let repo = BareRepo::create(&[(
-        "apps/web.yaml",
-        &deployment("web", &format!("{host}/acme/web:1.0")),
-    )]);
+    let (registry, host, repo) = web_one_registry_and_repo().await;
     let kube = support::kube::KubeServer::start().await;
     kube.hang("");
     let dir = tempfile::tempdir().unwrap();
@@ -1468,13 +1471,7 @@ async fn stopping_cuts_a_half_sent_request_after_the_drain_time() {
 #[tokio::test]
 async fn sigterm_with_a_half_sent_request_open_exits_within_the_bound() {
     use tokio::io::AsyncWriteExt;
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    registry.push_image("acme/web", "1.0", "one").await;
-    let repo = BareRepo::create(&[(
-        "apps/web.yaml",
-        &deployment("web", &format!("{host}/acme/web:1.0")),
-    )]);
+    let (_registry, host, repo) = web_one_registry_and_repo().await;
     let dir = tempfile::tempdir().unwrap();
     let config = commit_mode_config(dir.path(), &repo, &host);
     let controller = Controller::start(dir.path(), &config).await;
