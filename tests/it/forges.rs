@@ -532,15 +532,9 @@ async fn a_fork_change_request_is_never_adopted(kind: Kind) {
     let w = World::new(kind).await;
     let main = w.repo.head("main").unwrap();
     let fork = match &w.hub {
-        Hub::GitHub(gh) => gh.open_pr_as(
-            "mallory",
-            Some("mallory"),
-            "tagpin/main",
-            &main,
-            "main",
-            "Pin 1 image(s) to digests",
-            "<!-- tagpin-plan -->",
-        ),
+        Hub::GitHub(gh) => {
+            gh.open_outsider_fork_pr(&main, "Pin 1 image(s) to digests", "<!-- tagpin-plan -->")
+        }
         Hub::GitLab(gl) => {
             gl.fork_project(PROJECT, "mallory/gitops", "mallory");
             gl.open_fork_mr_as(

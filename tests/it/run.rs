@@ -827,12 +827,8 @@ async fn a_pull_request_from_a_fork_is_not_verified_nor_answered() {
     // An outsider forks the repository and opens a pull request from a branch named like
     // tagpin's, whose body is a plan block of its choosing (here, tagpin's own, copied).
     let main = w.repo.head("main").unwrap();
-    let fork = w.github.open_pr_as(
-        "mallory",
-        Some("mallory"),
-        "tagpin/main",
+    let fork = w.github.open_outsider_fork_pr(
         &main,
-        "main",
         "Pin 1 image(s) to digests",
         ours.body.as_deref().unwrap(),
     );

@@ -387,6 +387,21 @@ impl GitHubServer {
         state.add_comment(issue, login, body)
     }
 
+    /// An outsider's pull request as an attacker would open it: `mallory`'s
+    /// fork has a branch named like tagpin's (`tagpin/main`) at `head_sha`,
+    /// proposed into `main`. Returns its number.
+    pub fn open_outsider_fork_pr(&self, head_sha: &str, title: &str, body: &str) -> u64 {
+        self.open_pr_as(
+            "mallory",
+            Some("mallory"),
+            "tagpin/main",
+            head_sha,
+            "main",
+            title,
+            body,
+        )
+    }
+
     /// Opens a pull request as `user` would on GitHub's web page, without the
     /// API: from `head_ref` of this repository, or, with `fork_owner`, from
     /// `head_ref` of that owner's fork whose head commit is `head_sha` (a

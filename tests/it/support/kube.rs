@@ -1101,30 +1101,19 @@ impl State {
             && obj["metadata"]["finalizers"]
                 .as_array()
                 .is_none_or(Vec::is_empty);
-        if finished {
+        let kind = if finished {
             // The last finalizer went: the deletion completes, as the real
             // garbage collector finishes it.
             self.objects.remove(&key);
             self.applied.retain(|(k, _), _| *k != key);
-            self.publish(
-                changes,
-                Change {
-                    rv,
-                    resource,
-                    namespace,
-                    name,
-                    kind: ChangeKind::Deleted,
-                    old,
-                    new: obj.clone(),
-                },
-            );
-            return obj;
-        }
-        self.objects.insert(key, obj.clone());
-        let kind = if old.is_some() {
-            ChangeKind::Modified
+            ChangeKind::Deleted
         } else {
-            ChangeKind::Added
+            self.objects.insert(key, obj.clone());
+            if old.is_some() {
+                ChangeKind::Modified
+            } else {
+                ChangeKind::Added
+            }
         };
         self.publish(
             changes,
@@ -1833,6 +1822,15 @@ fn describe(obj: &Value) -> String {
 // Object builders for tests
 // ---------------------------------------------------------------------------
 
+/// `metadata` of an object built for a test: its name, namespace and labels.
+fn metadata_json(namespace: &str, name: &str, labels: &[(&str, &str)]) -> Value {
+    json!({
+        "name": name,
+        "namespace": namespace,
+        "labels": labels_json(labels),
+    })
+}
+
 /// A pod with these labels and `(name, image)` containers, no status yet.
 pub fn pod(
     namespace: &str,
@@ -1843,11 +1841,7 @@ pub fn pod(
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels_json(labels),
-        },
+        "metadata": metadata_json(namespace, name, labels),
         "spec": {
             "containers": containers_json(containers),
         },
@@ -1864,11 +1858,7 @@ pub fn deployment(
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels_json(labels),
-        },
+        "metadata": metadata_json(namespace, name, labels),
         "spec": {
             "replicas": 1,
             "selector": { "matchLabels": labels_json(labels) },
@@ -1891,11 +1881,7 @@ pub fn secret(
     json!({
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels_json(labels),
-        },
+        "metadata": metadata_json(namespace, name, labels),
         "type": "Opaque",
         "data": secret_data(data),
     })
