@@ -1682,6 +1682,16 @@ impl KubeServer {
         self.shared.state().requests.clone()
     }
 
+    /// Every request answered with an error (status 400 or above), as
+    /// `METHOD PATH -> STATUS`, for asserting that a role was enough.
+    pub fn refused_requests(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter(|r| r.status >= 400)
+            .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
+            .collect()
+    }
+
     /// Every write refused so far (403: not granted). They stay pending, and
     /// `Drop` fails the test unless they are taken. Granted writes are in
     /// [`requests`](Self::requests).

@@ -33,6 +33,13 @@ pub fn shared_fixture(name: &str) -> PathBuf {
     path
 }
 
+/// The repository mirror tagpin keeps for `config` in `cache_dir`, opened with the
+/// configuration's Git credentials, as a command would open it.
+pub fn mirror(config: &tagpin::config::Config, cache_dir: &Path) -> tagpin::git::Mirror {
+    let credentials = tagpin::sync::git_credentials(&config.repository.auth).unwrap();
+    tagpin::git::Mirror::open(cache_dir, &config.repository.url, credentials).unwrap()
+}
+
 /// A process's exit status, stdout and stderr, for assertion messages.
 pub fn output_text(o: &Output) -> String {
     format!(
