@@ -1259,6 +1259,14 @@ fn short_limits() -> tagpin::daemon::HttpLimits {
 }
 
 /// Everything the server sends on `stream` until it closes it (or 15 s pass: then `None`).
+/// A connection to `addr` on which `bytes` have been sent (a request, or the start of one).
+async fn sent(addr: impl tokio::net::ToSocketAddrs, bytes: &[u8]) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    stream
+}
+
 async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Option<String> {
     use tokio::io::AsyncReadExt;
     let mut answer = Vec::new();
@@ -1274,23 +1282,15 @@ async fn a_half_sent_header_and_a_body_trickled_byte_by_byte_are_cut_off() {
     use tokio::io::AsyncWriteExt;
     let (addr, _stop, _server) = http_side(short_limits()).await;
 
-    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
-    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: tagpin\r\n")
-        .await
-        .unwrap();
+    let mut half = sent(addr, b"GET /healthz HTTP/1.1\r\nHost: tagpin\r\n").await;
     let cut = read_until_closed(&mut half).await;
     assert!(cut.is_some(), "a half-sent header holds its connection");
 
     // Authenticated, then a byte at a time: the whole request has a deadline.
-    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
-    slow.write_all(
-        format!(
-            "POST /webhooks/distribution HTTP/1.1\r\nHost: tagpin\r\nAuthorization: Bearer {SECRET}\r\nContent-Length: 1000\r\n\r\n"
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
+    let head = format!(
+        "POST /webhooks/distribution HTTP/1.1\r\nHost: tagpin\r\nAuthorization: Bearer {SECRET}\r\nContent-Length: 1000\r\n\r\n"
+    );
+    let slow = sent(addr, head.as_bytes()).await;
     let (mut reader, mut writer) = slow.into_split();
     let trickle = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -1313,35 +1313,21 @@ async fn a_half_sent_header_and_a_body_trickled_byte_by_byte_are_cut_off() {
 
 #[tokio::test]
 async fn a_wrong_shared_secret_is_refused_before_the_body_is_sent() {
-    use tokio::io::AsyncWriteExt;
     let (addr, _stop, _server) = http_side(short_limits()).await;
     // Announces a whole MiB and sends none of it: the answer must not wait for it. (With
     // the request deadline of 1 s, a body-first server answers only after it: 408.)
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            b"POST /webhooks/harbor HTTP/1.1\r\nHost: tagpin\r\nAuthorization: Bearer wrong\r\nContent-Length: 1048576\r\n\r\n",
-        )
-        .await
-        .unwrap();
+    let mut stream = sent(addr, b"POST /webhooks/harbor HTTP/1.1\r\nHost: tagpin\r\nAuthorization: Bearer wrong\r\nContent-Length: 1048576\r\n\r\n").await;
     let answer = read_until_closed(&mut stream).await.unwrap_or_default();
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
 
     // A signed delivery needs its body, but not one over the limit.
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            b"POST /webhooks/ghcr HTTP/1.1\r\nHost: tagpin\r\nX-Hub-Signature-256: sha256=00\r\nContent-Length: 2097152\r\n\r\n",
-        )
-        .await
-        .unwrap();
+    let mut stream = sent(addr, b"POST /webhooks/ghcr HTTP/1.1\r\nHost: tagpin\r\nX-Hub-Signature-256: sha256=00\r\nContent-Length: 2097152\r\n\r\n").await;
     let answer = read_until_closed(&mut stream).await.unwrap_or_default();
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
 }
 
 #[tokio::test]
 async fn connections_beyond_the_limit_wait_unread_until_a_slot_frees() {
-    use tokio::io::AsyncWriteExt;
     let limits = tagpin::daemon::HttpLimits {
         max_connections: 2,
         ..short_limits()
@@ -1350,19 +1336,15 @@ async fn connections_beyond_the_limit_wait_unread_until_a_slot_frees() {
     // Two slow clients take both slots.
     let mut slow = Vec::new();
     for _ in 0..2 {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(b"GET /healthz HTTP/1.1\r\n")
-            .await
-            .unwrap();
+        let stream = sent(addr, b"GET /healthz HTTP/1.1\r\n").await;
         slow.push(stream);
     }
     // A third, complete request is served only once the header timeout freed a slot.
-    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
-    third
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: tagpin\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    let mut third = sent(
+        addr,
+        b"GET /healthz HTTP/1.1\r\nHost: tagpin\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     let answer = read_until_closed(&mut third).await;
     let answer = answer.expect("the third connection is served in the end");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -1415,11 +1397,7 @@ async fn probes_on_their_own_port_are_answered_while_the_webhook_port_is_full() 
     }
     let mut slow = Vec::new();
     for _ in 0..2 {
-        let mut stream = tokio::net::TcpStream::connect(webhook_addr).await.unwrap();
-        stream
-            .write_all(b"POST /webhooks/harbor HTTP/1.1\r\n")
-            .await
-            .unwrap();
+        let stream = sent(webhook_addr, b"POST /webhooks/harbor HTTP/1.1\r\n").await;
         slow.push(stream);
     }
     let ask = |path: &'static str| async move {
@@ -1438,7 +1416,6 @@ async fn probes_on_their_own_port_are_answered_while_the_webhook_port_is_full() 
 
 #[tokio::test]
 async fn stopping_cuts_a_half_sent_request_after_the_drain_time() {
-    use tokio::io::AsyncWriteExt;
     let limits = tagpin::daemon::HttpLimits {
         // Longer than the test: only the stop can end the connection.
         header_timeout: Duration::from_secs(600),
@@ -1446,16 +1423,13 @@ async fn stopping_cuts_a_half_sent_request_after_the_drain_time() {
         ..short_limits()
     };
     let (addr, stop, server) = http_side(limits).await;
-    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
-    half.write_all(b"POST /webhooks/harbor HTTP/1.1\r\nHost: tagpin\r\n")
-        .await
-        .unwrap();
+    let mut half = sent(addr, b"POST /webhooks/harbor HTTP/1.1\r\nHost: tagpin\r\n").await;
     // The server holds the connection (a request to it is answered, so it is up).
-    let mut probe = tokio::net::TcpStream::connect(addr).await.unwrap();
-    probe
-        .write_all(b"GET /readyz HTTP/1.1\r\nHost: tagpin\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    let mut probe = sent(
+        addr,
+        b"GET /readyz HTTP/1.1\r\nHost: tagpin\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     assert!(read_until_closed(&mut probe).await.is_some());
 
     stop.send(true).unwrap();
@@ -1497,13 +1471,11 @@ async fn signed_bodies_read_before_their_check_are_few_and_the_next_is_turned_aw
     // Four deliveries nobody signed, their bodies never finished, are being read.
     let mut held = Vec::new();
     for _ in 0..4 {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.write_all(head).await.unwrap();
+        let stream = sent(addr, head).await;
         held.push(stream);
     }
     // A fifth is not read: answered at once (well before the request deadline of 600 s).
-    let mut fifth = tokio::net::TcpStream::connect(addr).await.unwrap();
-    fifth.write_all(head).await.unwrap();
+    let mut fifth = sent(addr, head).await;
     let answer = read_until_closed(&mut fifth).await.unwrap_or_default();
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     // Once one of the four is gone, a signed delivery is read (and checked) again.
@@ -1516,8 +1488,7 @@ async fn signed_bodies_read_before_their_check_are_few_and_the_next_is_turned_aw
     );
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.write_all(signed.as_bytes()).await.unwrap();
+        let mut stream = sent(addr, signed.as_bytes()).await;
         stream.write_all(body).await.unwrap();
         let answer = read_until_closed(&mut stream).await.unwrap_or_default();
         if answer.starts_with("HTTP/1.1 401") {
