@@ -606,19 +606,7 @@ impl TestRepo {
 
     /// The commit `branch` points at, if it exists.
     pub fn branch_sha(&self, branch: &str) -> Option<String> {
-        let output = self
-            .command(&[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                &format!("refs/heads/{branch}"),
-            ])
-            .output()
-            .expect("run git rev-parse");
-        output
-            .status
-            .success()
-            .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+        rev_parse_now(self.dir.path(), &format!("refs/heads/{branch}"))
     }
 
     pub fn delete_branch(&self, branch: &str) {

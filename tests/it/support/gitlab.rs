@@ -1385,38 +1385,46 @@ const GET_MR: &[Spec] = &[
     opt("include_rebase_in_progress", Kind::Bool),
     opt("render_html", Kind::Bool),
 ];
-const CREATE_MR: &[Spec] = &[
-    req("source_branch", Kind::Str),
-    req("target_branch", Kind::Str),
-    req("title", Kind::Str),
-    opt("description", Kind::Str),
-    opt("labels", Kind::List),
+/// The merge options and people a merge request is created or updated with.
+const MR_OPTIONS: &[Spec] = &[
     opt("remove_source_branch", Kind::Bool),
     opt("squash", Kind::Bool),
     opt("assignee_id", Kind::Int),
     opt("assignee_ids", Kind::IntList),
     opt("reviewer_ids", Kind::IntList),
     opt("milestone_id", Kind::Int),
-    opt("allow_collaboration", Kind::Bool),
-    opt("target_project_id", Kind::Int),
+];
+/// In GitLab's documented order, [`MR_OPTIONS`] in the middle.
+const CREATE_MR: &[&[Spec]] = &[
+    &[
+        req("source_branch", Kind::Str),
+        req("target_branch", Kind::Str),
+        req("title", Kind::Str),
+        opt("description", Kind::Str),
+        opt("labels", Kind::List),
+    ],
+    MR_OPTIONS,
+    &[
+        opt("allow_collaboration", Kind::Bool),
+        opt("target_project_id", Kind::Int),
+    ],
 ];
 /// The update parameters; GitLab wants at least one of them.
-const UPDATE_MR: &[Spec] = &[
-    opt("title", Kind::Str),
-    opt("description", Kind::Str),
-    opt("labels", Kind::List),
-    opt("add_labels", Kind::List),
-    opt("remove_labels", Kind::List),
-    opt("state_event", Kind::OneOf(&["close", "reopen"])),
-    opt("target_branch", Kind::Str),
-    opt("remove_source_branch", Kind::Bool),
-    opt("squash", Kind::Bool),
-    opt("assignee_id", Kind::Int),
-    opt("assignee_ids", Kind::IntList),
-    opt("reviewer_ids", Kind::IntList),
-    opt("milestone_id", Kind::Int),
-    opt("discussion_locked", Kind::Bool),
-    opt("allow_collaboration", Kind::Bool),
+const UPDATE_MR: &[&[Spec]] = &[
+    &[
+        opt("title", Kind::Str),
+        opt("description", Kind::Str),
+        opt("labels", Kind::List),
+        opt("add_labels", Kind::List),
+        opt("remove_labels", Kind::List),
+        opt("state_event", Kind::OneOf(&["close", "reopen"])),
+        opt("target_branch", Kind::Str),
+    ],
+    MR_OPTIONS,
+    &[
+        opt("discussion_locked", Kind::Bool),
+        opt("allow_collaboration", Kind::Bool),
+    ],
 ];
 const LIST_NOTES: &[Spec] = &[
     opt("sort", Kind::OneOf(&["asc", "desc"])),
@@ -1711,9 +1719,9 @@ impl Route {
             Route::User => vec![GET_USER],
             Route::Project => vec![GET_PROJECT],
             Route::ListMrs => vec![LIST_MRS, &PAGINATION],
-            Route::CreateMr => vec![CREATE_MR],
+            Route::CreateMr => CREATE_MR.to_vec(),
             Route::GetMr(_) => vec![GET_MR],
-            Route::UpdateMr(_) => vec![UPDATE_MR],
+            Route::UpdateMr(_) => UPDATE_MR.to_vec(),
             Route::ListNotes(_) => vec![LIST_NOTES, &PAGINATION],
             Route::CreateNote(_) => vec![CREATE_NOTE],
             Route::GetNote(..) => vec![GET_NOTE],
@@ -2058,7 +2066,11 @@ fn dispatch(
     };
     if let Route::UpdateMr(_) = route {
         if params.values.is_empty() {
-            let names: Vec<&str> = UPDATE_MR.iter().map(|s| s.name).collect();
+            let names: Vec<&str> = UPDATE_MR
+                .iter()
+                .flat_map(|l| l.iter())
+                .map(|s| s.name)
+                .collect();
             let text = format!(
                 "{} are missing, at least one parameter must be provided",
                 names.join(", ")
