@@ -739,10 +739,60 @@ struct PrModeWorld {
     controller: Controller,
 }
 
+/// A local GitHub serving `repo` as `acme/gitops` and accepting `token`, a cluster, and a
+/// pull-request-mode `tagpin.yaml` for them (plus the `extra` YAML lines) in a new directory.
+/// Returns them and the config's path.
+async fn pr_mode_world(
+    repo: &BareRepo,
+    host: &str,
+    token: &str,
+    extra: &str,
+) -> (
+    support::github::GitHubServer,
+    support::kube::KubeServer,
+    tempfile::TempDir,
+    PathBuf,
+) {
+    let github = support::github::GitHubServer::start(token, "acme", "gitops", repo.path()).await;
+    let kube = support::kube::KubeServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: pull-request\n\
+             {extra}\
+             registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
+             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",
+            repo.file_url(),
+            github.api_url()
+        ),
+    )
+    .unwrap();
+    (github, kube, dir, config)
+}
+
+/// `tagpin run` on a [`pr_mode_world`]: `kube`'s kubeconfig written in `dir`, `token` for
+/// GitHub.
+async fn pr_mode_controller(
+    dir: &std::path::Path,
+    config: &PathBuf,
+    kube: &support::kube::KubeServer,
+    token: &str,
+) -> Controller {
+    let kubeconfig = kube.kubeconfig(dir);
+    let kubeconfig = kubeconfig.to_str().unwrap().to_string();
+    Controller::start_with(
+        dir,
+        config,
+        &[("KUBECONFIG", kubeconfig.as_str()), ("GH_TOKEN", token)],
+    )
+    .await
+}
+
 impl PrModeWorld {
     async fn start(token: &str) -> PrModeWorld {
-        use support::github::GitHubServer;
-        use support::kube::{deployment as live_deployment, KubeServer};
+        use support::kube::deployment as live_deployment;
         let registry = TestRegistry::start(Mode::Plain).await;
         let host = registry.host();
         let pushed = registry.push_image("acme/web", "1.0", "one").await;
@@ -750,22 +800,7 @@ impl PrModeWorld {
             "apps/web.yaml",
             &deployment("web", &format!("{host}/acme/web:1.0")),
         )]);
-        let github = GitHubServer::start(token, "acme", "gitops", repo.path()).await;
-        let kube = KubeServer::start().await;
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = kube.kubeconfig(dir.path());
-        let config = dir.path().join("tagpin.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: pull-request\n\
-                 registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
-                 forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",
-                repo.file_url(),
-                github.api_url()
-            ),
-        )
-        .unwrap();
+        let (github, kube, dir, config) = pr_mode_world(&repo, &host, token, "").await;
         // The workload already runs the tag, unpinned, as before tagpin.
         kube.apply(live_deployment(
             "shop",
@@ -773,13 +808,7 @@ impl PrModeWorld {
             &[("app", "web")],
             &[("app", &format!("{host}/acme/web:1.0"))],
         ));
-        let kubeconfig = kubeconfig.to_str().unwrap().to_string();
-        let controller = Controller::start_with(
-            dir.path(),
-            &config,
-            &[("KUBECONFIG", kubeconfig.as_str()), ("GH_TOKEN", token)],
-        )
-        .await;
+        let controller = pr_mode_controller(dir.path(), &config, &kube, token).await;
         assert_eq!(github.prs().len(), 1, "the first pass opened the PR");
         PrModeWorld {
             registry,
@@ -1090,9 +1119,6 @@ fn runs(kube: &support::kube::KubeServer, name: &str, image: &str, image_id: &st
 
 #[tokio::test]
 async fn a_pull_request_that_lost_its_plan_block_does_not_stop_the_others_verification() {
-    use support::github::GitHubServer;
-    use support::kube::KubeServer;
-
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     let names = ["api", "web", "worker"];
@@ -1114,23 +1140,13 @@ async fn a_pull_request_that_lost_its_plan_block_does_not_stop_the_others_verifi
         .map(|(p, c)| (p.as_str(), c.as_str()))
         .collect();
     let repo = BareRepo::create(&files);
-    let github = GitHubServer::start("ghs_three_prs", "acme", "gitops", repo.path()).await;
-    let kube = KubeServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = kube.kubeconfig(dir.path());
-    let config = dir.path().join("tagpin.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: pull-request\n\
-             pull_request: {{grouping: per-image}}\n\
-             registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
-             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",
-            repo.file_url(),
-            github.api_url()
-        ),
+    let (github, kube, dir, config) = pr_mode_world(
+        &repo,
+        &host,
+        "ghs_three_prs",
+        "pull_request: {grouping: per-image}\n",
     )
-    .unwrap();
+    .await;
     // The workloads already run the tags, unpinned, as before tagpin: Progressing, not final.
     for (name, image) in names.iter().zip(&pushed) {
         runs(
@@ -1140,16 +1156,7 @@ async fn a_pull_request_that_lost_its_plan_block_does_not_stop_the_others_verifi
             &format!("{host}/acme/{name}@{}", image.manifest),
         );
     }
-    let kubeconfig = kubeconfig.to_str().unwrap().to_string();
-    let controller = Controller::start_with(
-        dir.path(),
-        &config,
-        &[
-            ("KUBECONFIG", kubeconfig.as_str()),
-            ("GH_TOKEN", "ghs_three_prs"),
-        ],
-    )
-    .await;
+    let controller = pr_mode_controller(dir.path(), &config, &kube, "ghs_three_prs").await;
     let prs = github.prs();
     assert_eq!(prs.len(), 3, "one pull request per image");
 
