@@ -57,7 +57,6 @@ use tokio::task::JoinHandle;
 
 use super::http_fake::{
     self, canonical_reason, fault_status, percent_decode, percent_encode, set_headers, FaultScope,
-    Scripted,
 };
 
 /// The subset of GitHub's OpenAPI description this server follows.
@@ -193,16 +192,6 @@ pub struct Fault {
     /// Extra response headers; they replace the normal rate-limit headers.
     pub headers: Vec<(String, String)>,
     pub body: Value,
-}
-
-impl Scripted for Fault {
-    fn scope(&self) -> &FaultScope {
-        &self.scope
-    }
-
-    fn scope_mut(&mut self) -> &mut FaultScope {
-        &mut self.scope
-    }
 }
 
 impl Fault {
@@ -734,7 +723,13 @@ impl ServerState {
     }
 
     fn take_fault(&mut self, method: &str, path: &str, after_effect: bool) -> Option<Fault> {
-        http_fake::take_fault(&mut self.faults, method, path, after_effect)
+        http_fake::take_fault(
+            &mut self.faults,
+            |f| &mut f.scope,
+            method,
+            path,
+            after_effect,
+        )
     }
 }
 

@@ -62,7 +62,6 @@ use tokio::task::JoinHandle;
 
 use super::http_fake::{
     self, canonical_reason, fault_status, percent_decode, percent_encode, set_headers, FaultScope,
-    Scripted,
 };
 
 /// Where GitLab serves REST v4 on an instance.
@@ -309,16 +308,6 @@ pub struct Fault {
     /// Never answer: the request hangs until the server is dropped, so the
     /// client's own timeout must end it.
     pub hang: bool,
-}
-
-impl Scripted for Fault {
-    fn scope(&self) -> &FaultScope {
-        &self.scope
-    }
-
-    fn scope_mut(&mut self) -> &mut FaultScope {
-        &mut self.scope
-    }
 }
 
 impl Fault {
@@ -1197,7 +1186,13 @@ impl ServerState {
     }
 
     fn take_fault(&mut self, method: &str, path: &str, after_effect: bool) -> Option<Fault> {
-        http_fake::take_fault(&mut self.faults, method, path, after_effect)
+        http_fake::take_fault(
+            &mut self.faults,
+            |f| &mut f.scope,
+            method,
+            path,
+            after_effect,
+        )
     }
 }
 

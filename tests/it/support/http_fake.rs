@@ -103,25 +103,20 @@ impl FaultScope {
     }
 }
 
-/// A forge's scripted fault: whatever it answers, it says which requests it
-/// is for.
-pub trait Scripted: Clone {
-    fn scope(&self) -> &FaultScope;
-    fn scope_mut(&mut self) -> &mut FaultScope;
-}
-
-/// The first fault that answers this request, used up once; `None` when no
+/// The first of a forge's scripted `faults` (each with its [`FaultScope`], as
+/// `scope` reaches it) that answers this request, used up once; `None` when no
 /// fault is scripted for it.
-pub fn take_fault<F: Scripted>(
+pub fn take_fault<F: Clone>(
     faults: &mut [F],
+    scope: fn(&mut F) -> &mut FaultScope,
     method: &str,
     path: &str,
     after_effect: bool,
 ) -> Option<F> {
     let fault = faults
         .iter_mut()
-        .find(|f| f.scope().matches(method, path, after_effect))?;
-    fault.scope_mut().times -= 1;
+        .find_map(|f| scope(f).matches(method, path, after_effect).then_some(f))?;
+    scope(fault).times -= 1;
     Some(fault.clone())
 }
 
