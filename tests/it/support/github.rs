@@ -290,11 +290,7 @@ impl GitHubServer {
             String::from_utf8_lossy(&check.stderr)
         );
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0 for the GitHub server");
-        let addr = listener.local_addr().expect("local addr");
-        let base = format!("http://{addr}");
+        let (listener, base) = http_fake::loopback("GitHub").await;
         let spec = Spec::load(&base, owner, repo);
         let inner = Arc::new(Inner {
             token: token.to_string(),
@@ -307,11 +303,7 @@ impl GitHubServer {
             clock_offset: Default::default(),
         });
         let router = Router::new().fallback(handle).with_state(inner.clone());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .await
-                .expect("GitHub test server failed");
-        });
+        let task = http_fake::serve(listener, router, "GitHub");
         GitHubServer { inner, task }
     }
 
@@ -722,14 +714,10 @@ impl ServerState {
         self.last_comment_id
     }
 
-    fn take_fault(&mut self, method: &str, path: &str, after_effect: bool) -> Option<Fault> {
-        http_fake::take_fault(
-            &mut self.faults,
-            |f| &mut f.scope,
-            method,
-            path,
-            after_effect,
-        )
+    /// The scripted fault for this request, before (`after` false) or after
+    /// its work is done.
+    fn take_fault(&mut self, method: &str, path: &str, after: bool) -> Option<Fault> {
+        http_fake::take_fault(&mut self.faults, |f| &mut f.scope, method, path, after)
     }
 }
 

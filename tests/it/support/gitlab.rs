@@ -422,23 +422,16 @@ impl GitLabServer {
 
     /// Starts a server with no users, tokens or projects.
     pub async fn start_empty() -> GitLabServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0 for the GitLab server");
-        let addr = listener.local_addr().expect("local addr");
+        let (listener, base) = http_fake::loopback("GitLab").await;
         let (shutdown, _) = tokio::sync::watch::channel(false);
         let inner = Arc::new(Inner {
-            base: format!("http://{addr}"),
+            base,
             state: Mutex::new(ServerState::default()),
             clock: Mutex::new(Clock::default()),
             shutdown,
         });
         let router = Router::new().fallback(handle).with_state(inner.clone());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .await
-                .expect("GitLab test server failed");
-        });
+        let task = http_fake::serve(listener, router, "GitLab");
         GitLabServer { inner, task }
     }
 
@@ -1185,14 +1178,10 @@ impl ServerState {
         id
     }
 
-    fn take_fault(&mut self, method: &str, path: &str, after_effect: bool) -> Option<Fault> {
-        http_fake::take_fault(
-            &mut self.faults,
-            |f| &mut f.scope,
-            method,
-            path,
-            after_effect,
-        )
+    /// The scripted fault for this request, before (`after` false) or after
+    /// its work is done.
+    fn take_fault(&mut self, method: &str, path: &str, after: bool) -> Option<Fault> {
+        http_fake::take_fault(&mut self.faults, |f| &mut f.scope, method, path, after)
     }
 }
 

@@ -15,6 +15,28 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde_json::Value;
 
+/// A listener on a fresh loopback port for the `forge` fake, and the base URL
+/// it answers on (`http://127.0.0.1:PORT`).
+pub async fn loopback(forge: &str) -> (tokio::net::TcpListener, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("bind 127.0.0.1:0 for the {forge} server: {e}"));
+    let addr = listener.local_addr().expect("local addr");
+    (listener, format!("http://{addr}"))
+}
+
+/// Serves `router` on `listener` in a task, until the fake aborts it.
+pub fn serve(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    forge: &str,
+) -> tokio::task::JoinHandle<()> {
+    let failed = format!("{forge} test server failed");
+    tokio::spawn(async move {
+        axum::serve(listener, router).await.expect(&failed);
+    })
+}
+
 /// The largest request body the fakes read; a larger one reads as empty.
 const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
