@@ -773,10 +773,23 @@ pub fn decide(
 /// The verdict for a container whose GitOps object has not applied the pin commit: Progressing,
 /// with the object's words, and nothing judged on the old spec.
 fn not_synced(e: &Expected, workload: &WorkloadId, reason: String) -> Verdict {
+    unapplied(e, workload, State::Progressing, "GitOpsNotSynced", reason)
+}
+
+/// The verdict for container `e` of `workload` whose pin its deployer has not applied (yet, or
+/// ever): `state` with `reason`, Synced false under `code`, and rollout and digests Unknown, as
+/// nothing is judged on what ran before. Shared with the Helm verifier.
+pub(super) fn unapplied(
+    e: &Expected,
+    workload: &WorkloadId,
+    state: State,
+    code: &str,
+    reason: String,
+) -> Verdict {
     let condition = |type_, status| Condition {
         type_,
         status,
-        reason: "GitOpsNotSynced".to_string(),
+        reason: code.to_string(),
         message: reason.clone(),
     };
     Verdict {
@@ -792,7 +805,7 @@ fn not_synced(e: &Expected, workload: &WorkloadId, reason: String) -> Verdict {
             condition(ConditionType::RolledOut, ConditionStatus::Unknown),
             condition(ConditionType::DigestsMatch, ConditionStatus::Unknown),
         ],
-        state: State::Progressing,
+        state,
         reason,
     }
 }

@@ -58,7 +58,7 @@ use super::expected::{Expected, NotVerified, NotVerifiedReason};
 use super::gitops::{
     self, group_of, short, GitOpsObject, Health, InventoryEntry, ObjectReport, Sync, Tool,
 };
-use super::verdict::{Condition, ConditionStatus, ConditionType, State, Verdict};
+use super::verdict::{State, Verdict};
 use crate::reference::{Digest, Reference};
 use crate::workload::{WorkloadId, WorkloadKind};
 
@@ -1031,28 +1031,7 @@ fn held_back(e: &Expected, state: State, reason: String) -> Verdict {
         State::Failed => "HelmReleaseFailed",
         _ => "HelmReleaseNotSynced",
     };
-    let condition = |type_, status| Condition {
-        type_,
-        status,
-        reason: code.to_string(),
-        message: reason.clone(),
-    };
-    Verdict {
-        workload: e.workload.clone(),
-        container: e.container.clone(),
-        pinned_digest: e.digest.clone(),
-        pods_on_pinned: 0,
-        pods_total: 0,
-        stale_pods: Vec::new(),
-        finished_pods: Vec::new(),
-        conditions: vec![
-            condition(ConditionType::Synced, ConditionStatus::False),
-            condition(ConditionType::RolledOut, ConditionStatus::Unknown),
-            condition(ConditionType::DigestsMatch, ConditionStatus::Unknown),
-        ],
-        state,
-        reason,
-    }
+    gitops::unapplied(e, &e.workload, state, code, reason)
 }
 
 /// The release as the verdict reports it: `Flux HelmRelease shop/web: Synced: Helm release

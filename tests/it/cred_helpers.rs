@@ -118,24 +118,31 @@ async fn token_registry(refresh_token: &str) -> (TestRegistry, ImageDigests) {
     (registry, pushed)
 }
 
-#[tokio::test]
-async fn a_cred_helper_logs_in_to_a_basic_auth_registry_once_per_host() {
-    let registry = TestRegistry::start(Mode::htpasswd("alice", SECRET)).await;
+/// Pushes `acme/a:1` and `acme/b:2` to `registry` and resolves both with `login`'s Docker
+/// config; fails the test unless the run succeeded and printed both digests.
+async fn resolves_a_and_b(registry: &TestRegistry, login: &Login) -> Output {
     let host = registry.host();
     let one = registry.push_image("acme/a", "1", "a").await;
     let two = registry.push_image("acme/b", "2", "b").await;
-    let login = Login::new(&config_helper_for(&host, "test"));
-    login.answering("test", "alice", SECRET);
-
     let images = [format!("{host}/acme/a:1"), format!("{host}/acme/b:2")];
     let out = login.resolve(&host, &images).await;
-
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains(&one.manifest) && stdout.contains(&two.manifest),
         "{stdout}"
     );
+    out
+}
+
+#[tokio::test]
+async fn a_cred_helper_logs_in_to_a_basic_auth_registry_once_per_host() {
+    let registry = TestRegistry::start(Mode::htpasswd("alice", SECRET)).await;
+    let host = registry.host();
+    let login = Login::new(&config_helper_for(&host, "test"));
+    login.answering("test", "alice", SECRET);
+
+    let out = resolves_a_and_b(&registry, &login).await;
     assert_eq!(login.calls("test"), vec![host.clone()], "one run per host");
     assert_no_secret(&out, SECRET);
 }
@@ -267,20 +274,10 @@ printf '{{"ServerURL":"%s","Username":"{username}","Secret":"%s"}}' "$url" "$pw"
 async fn a_refused_helper_password_is_asked_again_and_the_new_one_is_used() {
     let registry = TestRegistry::start(Mode::htpasswd("alice", SECRET)).await;
     let host = registry.host();
-    let one = registry.push_image("acme/a", "1", "a").await;
-    let two = registry.push_image("acme/b", "2", "b").await;
     let login = Login::new(&config_helper_for(&host, "rotating"));
     login.rotating("rotating", "alice", "rotated-away-4c1e", SECRET);
 
-    let images = [format!("{host}/acme/a:1"), format!("{host}/acme/b:2")];
-    let out = login.resolve(&host, &images).await;
-
-    assert!(out.status.success(), "{}", text(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains(&one.manifest) && stdout.contains(&two.manifest),
-        "{stdout}"
-    );
+    let out = resolves_a_and_b(&registry, &login).await;
     // Once for the stale answer, once after the 401: not once per image.
     assert_eq!(login.calls("rotating").len(), 2, "{}", text(&out));
     assert_no_secret(&out, SECRET);

@@ -364,31 +364,19 @@ impl World {
     }
 
     async fn tagpin_with_token(&self, command: &str, args: &[&str], token: &str) -> Output {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
-            .arg(command)
-            .arg("--config")
-            .arg(self.config())
-            .arg("--cache-dir")
-            .arg(self.dir.path().join("cache"))
-            .args(args)
-            .env("HOME", self.dir.path())
-            .env("KUBECONFIG", self.kube.kubeconfig(self.dir.path()))
-            .env("TAGPIN_FORGE_TOKEN", token)
-            // The example configurations' names.
-            .env("GITHUB_TOKEN", TOKEN)
+        let mut cmd = self.command(&[&[command], args].concat(), token);
+        // The example configurations' names.
+        cmd.env("GITHUB_TOKEN", TOKEN)
             .env("GITLAB_TOKEN", TOKEN)
-            .env("GIT_TOKEN", "unused-for-a-file-remote")
-            .env_remove("DOCKER_CONFIG")
-            .env_remove("RUST_LOG")
-            .output()
-            .await
-            .expect("run tagpin");
-        assert!(
-            !text(&out).contains(TOKEN),
-            "the token is shown: {}",
-            text(&out)
-        );
-        out
+            .env("GIT_TOKEN", "unused-for-a-file-remote");
+        output_without_token(cmd).await
+    }
+
+    /// `tagpin ARGS` on this world's config, cache, home and cluster, with `token` as the forge
+    /// token.
+    fn command(&self, args: &[&str], token: &str) -> tokio::process::Command {
+        let kubeconfig = self.kube.kubeconfig(self.dir.path());
+        tagpin_command(self.dir.path(), args, &kubeconfig, token)
     }
 
     async fn sync(&self) -> Output {
@@ -519,15 +507,7 @@ both_forges!(a_failed_open_is_reconciled_without_a_duplicate:
 async fn merged_then_verified(kind: Kind) {
     let w = World::new(kind).await;
     assert_eq!(w.sync().await.status.code(), Some(0));
-    let pinned = w.repo.read("tagpin/main", "apps/web.yaml").unwrap();
-    let image = pinned
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("image: "))
-        .unwrap()
-        .to_string();
-    // `HOST:PORT/acme/web:1.0@sha256:…`: the pod runs `HOST:PORT/acme/web@sha256:…`.
-    let (tagged, digest) = image.split_once('@').unwrap();
-    let repository = tagged.rsplit_once(':').unwrap().0;
+    let image = image_in(&w.repo, "tagpin/main", "apps/web.yaml");
 
     let merged = w.hub.merge_by_hand(&w.repo, 1, &["apps/web.yaml"]);
     assert!(w.hub.changes()[0].merged);
@@ -554,13 +534,7 @@ async fn merged_then_verified(kind: Kind) {
     let waiting = w.verify(1).await;
     assert_eq!(waiting.status.code(), Some(3), "{}", text(&waiting));
 
-    live_pod(
-        &w.kube,
-        "web",
-        "web-1",
-        &image,
-        &format!("{repository}@{digest}"),
-    );
+    live_pod(&w.kube, "web", "web-1", &image, &pod_image_id(&image));
     let out = w.verify(1).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let again = w.verify(1).await;
@@ -678,15 +652,9 @@ async fn a_fork_change_request_is_never_adopted(kind: Kind) {
     let w = World::new(kind).await;
     let main = w.repo.head("main").unwrap();
     let fork = match &w.hub {
-        Hub::GitHub(gh) => gh.open_pr_as(
-            "mallory",
-            Some("mallory"),
-            "tagpin/main",
-            &main,
-            "main",
-            "Pin 1 image(s) to digests",
-            "<!-- tagpin-plan -->",
-        ),
+        Hub::GitHub(gh) => {
+            gh.open_outsider_fork_pr(&main, "Pin 1 image(s) to digests", "<!-- tagpin-plan -->")
+        }
         Hub::GitLab(gl) => {
             gl.fork_project(PROJECT, "mallory/gitops", "mallory");
             gl.open_fork_mr_as(
@@ -885,39 +853,16 @@ impl Stages {
     }
 
     async fn tagpin(&self, args: &[&str]) -> Output {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
-            .args(args)
-            .arg("--config")
-            .arg(self.dir.path().join("tagpin.yaml"))
-            .arg("--cache-dir")
-            .arg(self.dir.path().join("cache"))
-            .env("HOME", self.dir.path())
-            // Only the stages' own kubeconfig files may be used.
-            .env("KUBECONFIG", self.dir.path().join("no-such-kubeconfig"))
-            .env("TAGPIN_FORGE_TOKEN", TOKEN)
-            .env_remove("DOCKER_CONFIG")
-            .env_remove("RUST_LOG")
-            .output()
-            .await
-            .expect("run tagpin");
-        assert!(
-            !text(&out).contains(TOKEN),
-            "the token is shown: {}",
-            text(&out)
-        );
-        out
+        // Only the stages' own kubeconfig files may be used.
+        let kubeconfig = self.dir.path().join("no-such-kubeconfig");
+        output_without_token(tagpin_command(self.dir.path(), args, &kubeconfig, TOKEN)).await
     }
 
     /// `sync` pins staging on main; returns the image staging now names.
     async fn sync(&self) -> String {
         let out = self.tagpin(&["sync"]).await;
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-        let staging = self.repo.read("main", STAGING_FILE).unwrap();
-        staging
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("image: "))
-            .unwrap()
-            .to_string()
+        image_in(&self.repo, "main", STAGING_FILE)
     }
 
     /// `promote --to production --output json`: the exit code and the report.
@@ -964,6 +909,56 @@ impl Stages {
             .map(|(_, state, description)| (state, description))
             .collect()
     }
+}
+
+/// The image a manifest in `repo` names on `branch` (its first `image:` line).
+fn image_in(repo: &BareRepo, branch: &str, file: &str) -> String {
+    let text = repo.read(branch, file).unwrap();
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("image: "))
+        .unwrap()
+        .to_string()
+}
+
+/// The imageID a pod running `image` reports: `HOST:PORT/acme/web:1.0@sha256:…` runs as
+/// `HOST:PORT/acme/web@sha256:…`.
+fn pod_image_id(image: &str) -> String {
+    let (tagged, digest) = image.split_once('@').unwrap();
+    let repository = tagged.rsplit_once(':').unwrap().0;
+    format!("{repository}@{digest}")
+}
+
+/// `tagpin ARGS` with its config (`tagpin.yaml`), cache and home in `dir`, `kubeconfig` as
+/// `KUBECONFIG` and `token` as the forge token; no Docker config or log filter of the machine's.
+fn tagpin_command(
+    dir: &std::path::Path,
+    args: &[&str],
+    kubeconfig: &std::path::Path,
+    token: &str,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"));
+    cmd.args(args)
+        .arg("--config")
+        .arg(dir.join("tagpin.yaml"))
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .env("HOME", dir)
+        .env("KUBECONFIG", kubeconfig)
+        .env("TAGPIN_FORGE_TOKEN", token)
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+/// Runs `cmd` to the end; fails the test if its output shows the token.
+async fn output_without_token(mut cmd: tokio::process::Command) -> Output {
+    let out = cmd.output().await.expect("run tagpin");
+    assert!(
+        !text(&out).contains(TOKEN),
+        "the token is shown: {}",
+        text(&out)
+    );
+    out
 }
 
 fn digest_of(image: &str) -> String {
@@ -1072,12 +1067,7 @@ async fn promotion_gated_then_opened_then_updated(kind: Kind) {
 
     // Merged by a person and run by production: verified there.
     let merged = w.hub.merge_by_hand(&w.repo, 1, &[PRODUCTION_FILE]);
-    let promoted = w.repo.read("main", PRODUCTION_FILE).unwrap();
-    let production_image = promoted
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("image: "))
-        .unwrap()
-        .to_string();
+    let production_image = image_in(&w.repo, "main", PRODUCTION_FILE);
     assert_eq!(digest_of(&production_image), rebuilt);
     w.runs(&w.production, &production_image, &rebuilt);
     let out = w.tagpin(&["verify", "--pr", "1"]).await;
@@ -1160,19 +1150,19 @@ async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
         .local_addr()
         .unwrap()
         .port();
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
-        .args(["run", "--verify-interval", "1s", "--interval", "1h"])
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--config")
-        .arg(w.config())
-        .arg("--cache-dir")
-        .arg(w.dir.path().join("cache"))
-        .env("HOME", w.dir.path())
-        .env("KUBECONFIG", w.kube.kubeconfig(w.dir.path()))
-        .env("TAGPIN_FORGE_TOKEN", TOKEN)
+    let listen = format!("127.0.0.1:{port}");
+    let args = [
+        "run",
+        "--verify-interval",
+        "1s",
+        "--interval",
+        "1h",
+        "--listen",
+        &listen,
+    ];
+    let child = w
+        .command(&args, TOKEN)
         .env("RUST_LOG", "tagpin=info")
-        .env_remove("DOCKER_CONFIG")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -1190,23 +1180,10 @@ async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
     })
     .await;
     let merged = if opened {
-        let pinned = w.repo.read("tagpin/main", "apps/web.yaml").unwrap();
-        let image = pinned
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("image: "))
-            .unwrap()
-            .to_string();
-        let (tagged, digest) = image.split_once('@').unwrap();
-        let repository = tagged.rsplit_once(':').unwrap().0;
+        let image = image_in(&w.repo, "tagpin/main", "apps/web.yaml");
         let merged = w.hub.merge_by_hand(&w.repo, 1, &["apps/web.yaml"]);
         live_deployment(&w.kube, "web", &image, 1);
-        live_pod(
-            &w.kube,
-            "web",
-            "web-1",
-            &image,
-            &format!("{repository}@{digest}"),
-        );
+        live_pod(&w.kube, "web", "web-1", &image, &pod_image_id(&image));
         let converged = eventually("success on the merge commit and the comment", || {
             w.hub
                 .statuses(&merged)

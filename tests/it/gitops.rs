@@ -247,13 +247,7 @@ async fn an_argo_cd_application_synced_to_the_pin_commit_is_named_in_a_converged
     assert_eq!(app["health"], "Healthy");
     assert_eq!(app["workloads"], json!(["shop/Deployment/web"]));
 
-    let refused: Vec<String> = w
-        .kube
-        .requests()
-        .iter()
-        .filter(|r| r.status >= 400)
-        .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
-        .collect();
+    let refused = w.kube.refused_requests();
     assert!(
         refused.is_empty(),
         "the verifier role is not enough: {refused:?}"

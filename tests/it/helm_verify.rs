@@ -259,13 +259,7 @@ impl World {
     /// One check of the tip of `main`, with `pins` as the Helm pins of that commit.
     async fn check(&self, pins: Vec<HelmPin>) -> Check {
         let config = Config::load(&self.dir.path().join("tagpin.yaml")).unwrap();
-        let credentials = tagpin::sync::git_credentials(&config.repository.auth).unwrap();
-        let mirror = tagpin::git::Mirror::open(
-            &self.dir.path().join("cache"),
-            &config.repository.url,
-            credentials,
-        )
-        .unwrap();
+        let mirror = support::mirror(&config, &self.dir.path().join("cache"));
         mirror
             .fetch(
                 &config.repository.branch,
@@ -346,13 +340,7 @@ async fn a_helm_release_that_released_the_pin_commits_values_is_converged() {
         summaries(&check),
         ["Flux HelmRelease shop/web: Synced: Helm release shop/web revision 4 (chart web 1.2.0) has the current values, Ready"]
     );
-    let refused: Vec<String> = w
-        .kube
-        .requests()
-        .iter()
-        .filter(|r| r.status >= 400)
-        .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
-        .collect();
+    let refused = w.kube.refused_requests();
     assert!(
         refused.is_empty(),
         "the verifier role is not enough: {refused:?}"

@@ -48,6 +48,32 @@ fn add_shop_pods(server: &KubeServer) {
     ));
 }
 
+/// The shop pods of [`add_shop_pods`] on `server`, and an API over namespace `shop`.
+async fn shop_pods(server: &KubeServer) -> Api<Pod> {
+    add_shop_pods(server);
+    Api::namespaced(server.client().await, "shop")
+}
+
+/// The error a delete of pod `name` that must fail gets.
+async fn refused_delete(pods: &Api<Pod>, name: &str) -> Box<kube::core::Status> {
+    api_error(
+        pods.delete(name, &DeleteParams::default())
+            .await
+            .unwrap_err(),
+    )
+}
+
+/// Discovery both ways a client runs it: one request per group, and aggregated.
+async fn both_discoveries(client: &Client) -> [Discovery; 2] {
+    [
+        Discovery::new(client.clone()).run().await.unwrap(),
+        Discovery::new(client.clone())
+            .run_aggregated()
+            .await
+            .unwrap(),
+    ]
+}
+
 fn names<K: ResourceExt>(items: &[K]) -> Vec<String> {
     items.iter().map(|o| o.name_any()).collect()
 }
@@ -67,13 +93,7 @@ async fn discovery_finds_core_apps_batch_and_openshift() {
     let version = client.apiserver_version().await.unwrap();
     assert_eq!(version.major, "1");
 
-    for discovery in [
-        Discovery::new(client.clone()).run().await.unwrap(),
-        Discovery::new(client.clone())
-            .run_aggregated()
-            .await
-            .unwrap(),
-    ] {
+    for discovery in both_discoveries(&client).await {
         for group in ["", "apps", "batch", "apps.openshift.io"] {
             assert!(discovery.has_group(group), "group {group:?} not discovered");
         }
@@ -247,8 +267,7 @@ async fn pagination_walks_continue_tokens_over_a_consistent_snapshot() {
 #[tokio::test]
 async fn watch_sees_the_kubelet_report_the_image_digest() {
     let server = KubeServer::start().await;
-    add_shop_pods(&server);
-    let pods: Api<Pod> = Api::namespaced(server.client().await, "shop");
+    let pods = shop_pods(&server).await;
     let list = pods
         .list(&ListParams::default().labels("app=web"))
         .await
@@ -464,14 +483,9 @@ async fn rbac_denials_surface_as_forbidden_status() {
 #[tokio::test]
 async fn writes_are_refused_and_recorded() {
     let server = KubeServer::start().await;
-    add_shop_pods(&server);
-    let pods: Api<Pod> = Api::namespaced(server.client().await, "shop");
+    let pods = shop_pods(&server).await;
 
-    let status = api_error(
-        pods.delete("web-1", &DeleteParams::default())
-            .await
-            .unwrap_err(),
-    );
+    let status = refused_delete(&pods, "web-1").await;
     assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
     assert!(
         status.message.contains("cannot delete resource \"pods\""),
@@ -520,13 +534,8 @@ async fn writes_are_refused_and_recorded() {
 #[should_panic(expected = "refused 1 write attempt(s) that the test did not take")]
 async fn a_write_nobody_took_fails_the_test_on_drop() {
     let server = KubeServer::start().await;
-    add_shop_pods(&server);
-    let pods: Api<Pod> = Api::namespaced(server.client().await, "shop");
-    let status = api_error(
-        pods.delete("web-1", &DeleteParams::default())
-            .await
-            .unwrap_err(),
-    );
+    let pods = shop_pods(&server).await;
+    let status = refused_delete(&pods, "web-1").await;
     assert_eq!(status.code, 403);
 }
 
@@ -760,6 +769,14 @@ fn pinned_repository_resource() -> ApiResource {
 }
 
 /// The grants a controller of PinnedRepositories has in namespace `ns`.
+/// `PinnedRepository` registered on `server`, the operator's grants in `shop`, and an API over
+/// the custom resources there.
+async fn pinned_repositories(server: &KubeServer) -> Api<DynamicObject> {
+    server.register_crd(pinned_repository_crd());
+    operator_grants(server, "shop");
+    Api::namespaced_with(server.client().await, "shop", &pinned_repository_resource())
+}
+
 fn operator_grants(server: &KubeServer, ns: &str) {
     server.grant(Grant::namespaced(
         ns,
@@ -820,13 +837,7 @@ async fn a_crd_created_through_the_api_serves_its_custom_resource_with_discovery
         .any(|c| c.type_ == "Established" && c.status == "True");
     assert!(established, "a created CRD is Established");
 
-    for discovery in [
-        Discovery::new(client.clone()).run().await.unwrap(),
-        Discovery::new(client.clone())
-            .run_aggregated()
-            .await
-            .unwrap(),
-    ] {
+    for discovery in both_discoveries(&client).await {
         let gvk = GroupVersionKind::gvk("tagpin.dev", "v1alpha1", "PinnedRepository");
         let (resource, caps) = discovery.resolve_gvk(&gvk).expect("PinnedRepository");
         assert_eq!(resource.plural, "pinnedrepositories");
@@ -925,10 +936,7 @@ async fn a_crd_created_through_the_api_serves_its_custom_resource_with_discovery
 #[tokio::test]
 async fn status_subresource_generation_and_stale_updates_behave_like_the_real_server() {
     let server = KubeServer::start().await;
-    server.register_crd(pinned_repository_crd());
-    operator_grants(&server, "shop");
-    let repos: Api<DynamicObject> =
-        Api::namespaced_with(server.client().await, "shop", &pinned_repository_resource());
+    let repos = pinned_repositories(&server).await;
     let created = repos
         .create(
             &PostParams::default(),
@@ -1054,10 +1062,7 @@ async fn status_subresource_generation_and_stale_updates_behave_like_the_real_se
 #[tokio::test]
 async fn server_side_apply_creates_merges_and_drops_what_its_manager_stopped_applying() {
     let server = KubeServer::start().await;
-    server.register_crd(pinned_repository_crd());
-    operator_grants(&server, "shop");
-    let repos: Api<DynamicObject> =
-        Api::namespaced_with(server.client().await, "shop", &pinned_repository_resource());
+    let repos = pinned_repositories(&server).await;
 
     let no_manager = api_error(
         repos
@@ -1378,10 +1383,7 @@ async fn a_kube_recorder_creates_events_then_patches_them_as_a_series() {
 #[tokio::test]
 async fn deletion_waits_for_finalizers() {
     let server = KubeServer::start().await;
-    server.register_crd(pinned_repository_crd());
-    operator_grants(&server, "shop");
-    let repos: Api<DynamicObject> =
-        Api::namespaced_with(server.client().await, "shop", &pinned_repository_resource());
+    let repos = pinned_repositories(&server).await;
     let mut repo = pinned_repository("web", "https://git.example/web.git");
     repo.metadata.finalizers = Some(vec!["tagpin.dev/cleanup".to_string()]);
     repos.create(&PostParams::default(), &repo).await.unwrap();

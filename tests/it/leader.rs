@@ -3,6 +3,7 @@
 //! leader pushes; a killed leader is replaced within the lease duration, a stopped one at
 //! once, and a leader that loses its Lease stops and exits non-zero.
 
+use crate::run::commit_mode_config;
 use crate::support;
 
 use std::path::PathBuf;
@@ -29,6 +30,13 @@ struct Timings {
     renew: Duration,
     retry: Duration,
 }
+
+/// A 3 s lease renewed within 2 s, retried every 500 ms: a lapse is quick to wait out.
+const SHORT_LEASE: Timings = Timings {
+    lease: Duration::from_secs(3),
+    renew: Duration::from_millis(2000),
+    retry: Duration::from_millis(500),
+};
 
 impl Timings {
     fn args(&self) -> Vec<String> {
@@ -174,15 +182,7 @@ impl World {
             &["leases"],
         ));
         let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("tagpin.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "repository: {{url: '{}', branch: main}}\npaths: [apps]\nregistries: {{insecure: ['{host}']}}\n",
-                repo.file_url()
-            ),
-        )
-        .unwrap();
+        let config = commit_mode_config(dir.path(), &repo, &host);
         let kubeconfig = kube.kubeconfig(dir.path());
         World {
             registry,
@@ -192,6 +192,18 @@ impl World {
             config,
             kubeconfig,
         }
+    }
+
+    /// Pushes a first `acme/web:1` and starts `replica-a`; returns it once it leads and has
+    /// pinned that digest.
+    async fn first_leader(&self, timings: &Timings) -> Replica {
+        let one = self.registry.push_image("acme/web", "1", "one").await;
+        let a = Replica::start(self, "replica-a", timings).await;
+        eventually("replica-a leads and pins", || async {
+            self.held_by("replica-a") && self.pinned_to(&one.manifest)
+        })
+        .await;
+        a
     }
 
     /// `holderIdentity` of the Lease, if any.
@@ -268,18 +280,8 @@ fn subjects(repo: &BareRepo) -> Vec<String> {
 #[tokio::test]
 async fn only_the_leader_pushes_and_a_killed_leader_is_replaced_within_the_lease_duration() {
     let world = World::start().await;
-    let timings = Timings {
-        lease: Duration::from_secs(3),
-        renew: Duration::from_millis(2000),
-        retry: Duration::from_millis(500),
-    };
-    let one = world.registry.push_image("acme/web", "1", "one").await;
-
-    let mut a = Replica::start(&world, "replica-a", &timings).await;
-    eventually("replica-a leads and pins", || async {
-        world.held_by("replica-a") && world.pinned_to(&one.manifest)
-    })
-    .await;
+    let timings = SHORT_LEASE;
+    let mut a = world.first_leader(&timings).await;
     let b = Replica::start(&world, "replica-b", &timings).await;
     world.standing_by(&b).await;
     assert!(world.held_by("replica-a"));
@@ -346,12 +348,7 @@ async fn a_leader_stopped_gracefully_releases_the_lease_and_the_standby_takes_ov
         renew: Duration::from_millis(6000),
         retry: Duration::from_millis(500),
     };
-    let one = world.registry.push_image("acme/web", "1", "one").await;
-    let mut a = Replica::start(&world, "replica-a", &timings).await;
-    eventually("replica-a leads and pins", || async {
-        world.held_by("replica-a") && world.pinned_to(&one.manifest)
-    })
-    .await;
+    let mut a = world.first_leader(&timings).await;
     let b = Replica::start(&world, "replica-b", &timings).await;
     world.standing_by(&b).await;
 
@@ -384,17 +381,8 @@ async fn a_leader_stopped_gracefully_releases_the_lease_and_the_standby_takes_ov
 #[tokio::test]
 async fn a_conflict_on_renew_makes_the_leader_stop_and_exit_non_zero() {
     let world = World::start().await;
-    let timings = Timings {
-        lease: Duration::from_secs(3),
-        renew: Duration::from_millis(2000),
-        retry: Duration::from_millis(500),
-    };
-    let one = world.registry.push_image("acme/web", "1", "one").await;
-    let mut a = Replica::start(&world, "replica-a", &timings).await;
-    eventually("replica-a leads and pins", || async {
-        world.held_by("replica-a") && world.pinned_to(&one.manifest)
-    })
-    .await;
+    let timings = SHORT_LEASE;
+    let mut a = world.first_leader(&timings).await;
 
     // Another writer got the Lease in between replica-a's read and its renewal.
     world.kube.conflict_writes(LEASE, 1);

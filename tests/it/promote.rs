@@ -354,13 +354,7 @@ impl World {
             ..Default::default()
         })
         .unwrap();
-        let credentials = tagpin::sync::git_credentials(&config.repository.auth).unwrap();
-        let mirror = tagpin::git::Mirror::open(
-            &self.dir.path().join("cache"),
-            &config.repository.url,
-            credentials,
-        )
-        .unwrap();
+        let mirror = support::mirror(&config, &self.dir.path().join("cache"));
         let (source, _) = tagpin::promote::route(&config, "production").unwrap();
         let cluster = tagpin::promote::connect(source, tagpin::verify::live::DEFAULT_API_TIMEOUT)
             .await
@@ -387,6 +381,43 @@ impl World {
         let out = self.tagpin(&["sync"]).await;
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         assert_ne!(self.tip(), before, "sync committed: {}", text(&out));
+    }
+
+    /// `web` 1.5.0 is rebuilt and `sync` pins the new digest on main; returns that digest.
+    async fn rebuild_web_and_sync(&self) -> String {
+        let rebuilt = self
+            .registry
+            .push_image("acme/web", WEB_NEW, "web-1.5.0-rebuilt")
+            .await
+            .manifest;
+        self.sync().await;
+        rebuilt
+    }
+
+    /// Staging's first `api` pod crash-loops on the digest staging pins.
+    fn api_crash_loops_in_staging(&self) {
+        let api = self.image("api", API_NEW, &self.new.api);
+        stuck_pod(
+            &self.staging,
+            STAGING_NS,
+            "api",
+            0,
+            &api,
+            "CrashLoopBackOff",
+            "back-off 5m0s restarting failed container=api pod=api-7d9f6c-0",
+        );
+    }
+
+    /// `promote --output json` exits 0 with the outcome `nothing_to_do`; returns the report.
+    async fn promote_finds_nothing_to_do(&self) -> Value {
+        let (code, report, out) = self.promote_json().await;
+        assert_eq!(code, Some(0), "{}", text(&out));
+        assert_eq!(
+            report["outcome"],
+            json!({"outcome": "nothing_to_do"}),
+            "{report:#}"
+        );
+        report
     }
 
     /// Sync, then staging's cluster runs what staging now pins.
@@ -1076,12 +1107,7 @@ async fn staging_moving_on_updates_the_same_pull_request() {
     let first_head = w.repo.head(PR_BRANCH).unwrap();
 
     // web 1.5.0 is rebuilt: sync pins the new digest on main, and staging rolls it out.
-    let rebuilt = w
-        .registry
-        .push_image("acme/web", WEB_NEW, "web-1.5.0-rebuilt")
-        .await
-        .manifest;
-    w.sync().await;
+    let rebuilt = w.rebuild_web_and_sync().await;
     let moved = Pins {
         web: rebuilt,
         api: w.new.api.clone(),
@@ -1123,12 +1149,7 @@ async fn an_open_pull_request_held_while_staging_soaks_is_not_edited_on_every_pa
     w.first_promotion().await;
     // From now on a soak of an hour; staging moves on to a rebuilt web, which soaks.
     w.configure("1h");
-    let rebuilt = w
-        .registry
-        .push_image("acme/web", WEB_NEW, "web-1.5.0-rebuilt")
-        .await
-        .manifest;
-    w.sync().await;
+    let rebuilt = w.rebuild_web_and_sync().await;
     w.runs_staging(&Pins {
         web: rebuilt,
         api: w.new.api.clone(),
@@ -1189,16 +1210,7 @@ async fn a_regression_in_staging_fails_the_open_pull_request_and_keeps_its_diges
     let body_before = w.github.prs()[0].body.clone().unwrap();
 
     // api crash-loops in staging on the very digests the pull request promotes.
-    let api = w.image("api", API_NEW, &w.new.api);
-    stuck_pod(
-        &w.staging,
-        STAGING_NS,
-        "api",
-        0,
-        &api,
-        "CrashLoopBackOff",
-        "back-off 5m0s restarting failed container=api pod=api-7d9f6c-0",
-    );
+    w.api_crash_loops_in_staging();
     let (code, report, out) = w.promote_json().await;
 
     assert_eq!(code, Some(1), "{}", text(&out));
@@ -1389,13 +1401,7 @@ async fn a_merged_promotion_is_verified_on_production_and_leaves_nothing_to_prom
         text(&out)
     );
 
-    let (code, report, out) = w.promote_json().await;
-    assert_eq!(code, Some(0), "{}", text(&out));
-    assert_eq!(
-        report["outcome"],
-        json!({"outcome": "nothing_to_do"}),
-        "{report:#}"
-    );
+    let report = w.promote_finds_nothing_to_do().await;
     assert_eq!(report["changes"], json!([]));
     assert_eq!(report["source"]["commit"], merge.as_str());
     let out = w.promote(&[]).await;
@@ -1671,16 +1677,7 @@ async fn dry_run_with_a_promotion_open_and_staging_failing_writes_nothing_and_sa
     let body_before = w.github.prs()[0].body.clone();
     let head = w.repo.head(PR_BRANCH).unwrap();
     let writes = w.github_writes();
-    let api = w.image("api", API_NEW, &w.new.api);
-    stuck_pod(
-        &w.staging,
-        STAGING_NS,
-        "api",
-        0,
-        &api,
-        "CrashLoopBackOff",
-        "back-off 5m0s restarting failed container=api pod=api-7d9f6c-0",
-    );
+    w.api_crash_loops_in_staging();
 
     let out = w.promote(&["--dry-run"]).await;
 
@@ -1824,13 +1821,7 @@ async fn a_stage_promoted_by_commit_gets_one_commit_on_main_and_then_nothing() {
     assert!(w.github.prs().is_empty());
     assert!(w.repo.head(PR_BRANCH).is_none());
 
-    let (code, report, out) = w.promote_json().await;
-    assert_eq!(code, Some(0), "{}", text(&out));
-    assert_eq!(
-        report["outcome"],
-        json!({"outcome": "nothing_to_do"}),
-        "{report:#}"
-    );
+    w.promote_finds_nothing_to_do().await;
     assert_eq!(w.tip(), commit);
     w.github.assert_no_violations();
 }
@@ -2011,12 +2002,7 @@ async fn a_reviewers_commit_on_the_promotion_branch_is_kept_when_staging_moves_o
         &[("NOTES.md", "Production: roll out after the freeze.\n")],
         "Review: hold for the freeze",
     );
-    let rebuilt = w
-        .registry
-        .push_image("acme/web", WEB_NEW, "web-1.5.0-rebuilt")
-        .await
-        .manifest;
-    w.sync().await;
+    let rebuilt = w.rebuild_web_and_sync().await;
     w.runs_staging(&Pins {
         web: rebuilt.clone(),
         api: w.new.api.clone(),

@@ -46,6 +46,24 @@ fn digest(s: &str) -> Digest {
     Digest::parse(s).expect("valid digest")
 }
 
+/// A plain registry with `acme/web:1` pushed, behind a proxy applying `rules`.
+async fn web_1_behind(
+    rules: Vec<FaultRule>,
+) -> (TestRegistry, support::registry::ImageDigests, FaultProxy) {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let pushed = registry.push_image("acme/web", "1", "w").await;
+    let proxy = FaultProxy::start(&registry.base_url(), rules).await;
+    (registry, pushed, proxy)
+}
+
+/// What resolving `acme/web:1` through `proxy` fails with.
+async fn resolve_web_1_error(proxy: &FaultProxy) -> RegistryError {
+    client_for(&proxy.host())
+        .resolve(&image(&proxy.host(), "acme/web:1"))
+        .await
+        .unwrap_err()
+}
+
 #[tokio::test]
 async fn a_tag_resolves_to_the_digest_of_the_pushed_manifest() {
     let registry = TestRegistry::start(Mode::Plain).await;
@@ -476,12 +494,12 @@ async fn tls_registry_is_trusted_through_a_ca_file_and_refused_without_it() {
 
 #[tokio::test]
 async fn rate_limited_requests_wait_for_retry_after_then_succeed() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let pushed = registry.push_image("acme/web", "1", "w").await;
-    let proxy = FaultProxy::start(
-        &registry.base_url(),
-        vec![FaultRule::new("HEAD", "/manifests/", Fault::too_many_requests(1)).times(2)],
+    let (_registry, pushed, proxy) = web_1_behind(vec![FaultRule::new(
+        "HEAD",
+        "/manifests/",
+        Fault::too_many_requests(1),
     )
+    .times(2)])
     .await;
     let client = client_for(&proxy.host());
     let started = std::time::Instant::now();
@@ -499,18 +517,12 @@ async fn rate_limited_requests_wait_for_retry_after_then_succeed() {
 
 #[tokio::test]
 async fn a_registry_that_keeps_failing_is_reported_after_bounded_retries() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    registry.push_image("acme/web", "1", "w").await;
-    let proxy = FaultProxy::start(
-        &registry.base_url(),
-        vec![FaultRule::any_method("/manifests/", Fault::status(503))],
-    )
+    let (_registry, _pushed, proxy) = web_1_behind(vec![FaultRule::any_method(
+        "/manifests/",
+        Fault::status(503),
+    )])
     .await;
-    let client = client_for(&proxy.host());
-    let err = client
-        .resolve(&image(&proxy.host(), "acme/web:1"))
-        .await
-        .unwrap_err();
+    let err = resolve_web_1_error(&proxy).await;
     assert!(
         matches!(
             err,
@@ -527,22 +539,13 @@ async fn a_registry_that_keeps_failing_is_reported_after_bounded_retries() {
 
 #[tokio::test]
 async fn a_retry_after_beyond_the_cap_fails_at_once_naming_it() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    registry.push_image("acme/web", "1", "w").await;
-    let proxy = FaultProxy::start(
-        &registry.base_url(),
-        vec![FaultRule::new(
-            "HEAD",
-            "/manifests/",
-            Fault::too_many_requests(3600),
-        )],
-    )
+    let (_registry, _pushed, proxy) = web_1_behind(vec![FaultRule::new(
+        "HEAD",
+        "/manifests/",
+        Fault::too_many_requests(3600),
+    )])
     .await;
-    let client = client_for(&proxy.host());
-    let err = client
-        .resolve(&image(&proxy.host(), "acme/web:1"))
-        .await
-        .unwrap_err();
+    let err = resolve_web_1_error(&proxy).await;
     assert!(matches!(err, RegistryError::RateLimited { .. }), "{err}");
     assert!(err.to_string().contains("3600"), "{err}");
     assert_eq!(proxy.count("HEAD", "/manifests/"), 1);
@@ -601,11 +604,7 @@ async fn a_digest_header_that_does_not_match_the_body_pins_nothing() {
         ],
     )
     .await;
-    let client = client_for(&proxy.host());
-    let err = client
-        .resolve(&image(&proxy.host(), "acme/web:1"))
-        .await
-        .unwrap_err();
+    let err = resolve_web_1_error(&proxy).await;
     assert!(matches!(err, RegistryError::DigestMismatch { .. }), "{err}");
     assert!(err.to_string().contains(liar), "{err}");
 }
@@ -663,15 +662,10 @@ async fn a_schema1_manifest_is_refused_with_a_clear_error() {
 
 #[tokio::test]
 async fn docker_hub_rate_limit_headers_are_recorded() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    registry.push_image("acme/web", "1", "w").await;
-    let proxy = FaultProxy::start(
-        &registry.base_url(),
-        vec![FaultRule::any_method(
-            "/manifests/",
-            Fault::AddHeaders(vec![("ratelimit-remaining".into(), "99;w=21600".into())]),
-        )],
-    )
+    let (_registry, _pushed, proxy) = web_1_behind(vec![FaultRule::any_method(
+        "/manifests/",
+        Fault::AddHeaders(vec![("ratelimit-remaining".into(), "99;w=21600".into())]),
+    )])
     .await;
     let client = client_for(&proxy.host());
     client
@@ -686,12 +680,12 @@ async fn docker_hub_rate_limit_headers_are_recorded() {
 
 #[tokio::test]
 async fn dropped_connections_are_retried() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let pushed = registry.push_image("acme/web", "1", "w").await;
-    let proxy = FaultProxy::start(
-        &registry.base_url(),
-        vec![FaultRule::new("HEAD", "/manifests/", Fault::DropConnection).times(1)],
+    let (_registry, pushed, proxy) = web_1_behind(vec![FaultRule::new(
+        "HEAD",
+        "/manifests/",
+        Fault::DropConnection,
     )
+    .times(1)])
     .await;
     let client = client_for(&proxy.host());
     let resolved = client
@@ -806,15 +800,10 @@ async fn a_token_said_to_live_for_ever_resolves_without_a_panic() {
 
 #[tokio::test]
 async fn a_retry_after_of_u64_max_is_reported_without_a_panic() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    registry.push_image("acme/web", "1", "w").await;
-    let proxy = FaultProxy::start(
-        &registry.base_url(),
-        vec![FaultRule::any_method(
-            "/manifests/",
-            Fault::too_many_requests(u64::MAX),
-        )],
-    )
+    let (_registry, _pushed, proxy) = web_1_behind(vec![FaultRule::any_method(
+        "/manifests/",
+        Fault::too_many_requests(u64::MAX),
+    )])
     .await;
     let host = proxy.host();
 

@@ -19,6 +19,19 @@ fn deployment(name: &str, image: &str) -> String {
     )
 }
 
+/// A registry with `acme/web:1.0` (and its host), and a bare repository whose
+/// `apps/web.yaml` names it by tag, not pinned yet.
+async fn web_one_registry_and_repo() -> (TestRegistry, String, BareRepo) {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    (registry, host, repo)
+}
+
 struct Controller {
     child: Child,
     base: String,
@@ -164,7 +177,9 @@ fn web_and_api_in_commit_mode(host: &str) -> (BareRepo, tempfile::TempDir, PathB
     (repo, dir, config)
 }
 
-fn commit_mode_config(dir: &std::path::Path, repo: &BareRepo, host: &str) -> PathBuf {
+/// `tagpin.yaml` in `dir`: commit mode on `repo`'s `main`, manifests under `apps`, `host` an
+/// insecure (plain HTTP) registry. Returns its path.
+pub(crate) fn commit_mode_config(dir: &std::path::Path, repo: &BareRepo, host: &str) -> PathBuf {
     let config = dir.join("tagpin.yaml");
     std::fs::write(
         &config,
@@ -446,13 +461,7 @@ async fn deliveries_during_a_pass_are_served_by_one_follow_up_pass() {
 
 #[tokio::test]
 async fn sigterm_during_a_pass_leaves_nothing_half_done() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    registry.push_image("acme/web", "1.0", "one").await;
-    let repo = BareRepo::create(&[(
-        "apps/web.yaml",
-        &deployment("web", &format!("{host}/acme/web:1.0")),
-    )]);
+    let (registry, host, repo) = web_one_registry_and_repo().await;
     let dir = tempfile::tempdir().unwrap();
     let config = commit_mode_config(dir.path(), &repo, &host);
     let controller = Controller::start(dir.path(), &config).await;
@@ -730,10 +739,60 @@ struct PrModeWorld {
     controller: Controller,
 }
 
+/// A local GitHub serving `repo` as `acme/gitops` and accepting `token`, a cluster, and a
+/// pull-request-mode `tagpin.yaml` for them (plus the `extra` YAML lines) in a new directory.
+/// Returns them and the config's path.
+async fn pr_mode_world(
+    repo: &BareRepo,
+    host: &str,
+    token: &str,
+    extra: &str,
+) -> (
+    support::github::GitHubServer,
+    support::kube::KubeServer,
+    tempfile::TempDir,
+    PathBuf,
+) {
+    let github = support::github::GitHubServer::start(token, "acme", "gitops", repo.path()).await;
+    let kube = support::kube::KubeServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: pull-request\n\
+             {extra}\
+             registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
+             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",
+            repo.file_url(),
+            github.api_url()
+        ),
+    )
+    .unwrap();
+    (github, kube, dir, config)
+}
+
+/// `tagpin run` on a [`pr_mode_world`]: `kube`'s kubeconfig written in `dir`, `token` for
+/// GitHub.
+async fn pr_mode_controller(
+    dir: &std::path::Path,
+    config: &PathBuf,
+    kube: &support::kube::KubeServer,
+    token: &str,
+) -> Controller {
+    let kubeconfig = kube.kubeconfig(dir);
+    let kubeconfig = kubeconfig.to_str().unwrap().to_string();
+    Controller::start_with(
+        dir,
+        config,
+        &[("KUBECONFIG", kubeconfig.as_str()), ("GH_TOKEN", token)],
+    )
+    .await
+}
+
 impl PrModeWorld {
     async fn start(token: &str) -> PrModeWorld {
-        use support::github::GitHubServer;
-        use support::kube::{deployment as live_deployment, KubeServer};
+        use support::kube::deployment as live_deployment;
         let registry = TestRegistry::start(Mode::Plain).await;
         let host = registry.host();
         let pushed = registry.push_image("acme/web", "1.0", "one").await;
@@ -741,22 +800,7 @@ impl PrModeWorld {
             "apps/web.yaml",
             &deployment("web", &format!("{host}/acme/web:1.0")),
         )]);
-        let github = GitHubServer::start(token, "acme", "gitops", repo.path()).await;
-        let kube = KubeServer::start().await;
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = kube.kubeconfig(dir.path());
-        let config = dir.path().join("tagpin.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: pull-request\n\
-                 registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
-                 forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",
-                repo.file_url(),
-                github.api_url()
-            ),
-        )
-        .unwrap();
+        let (github, kube, dir, config) = pr_mode_world(&repo, &host, token, "").await;
         // The workload already runs the tag, unpinned, as before tagpin.
         kube.apply(live_deployment(
             "shop",
@@ -764,13 +808,7 @@ impl PrModeWorld {
             &[("app", "web")],
             &[("app", &format!("{host}/acme/web:1.0"))],
         ));
-        let kubeconfig = kubeconfig.to_str().unwrap().to_string();
-        let controller = Controller::start_with(
-            dir.path(),
-            &config,
-            &[("KUBECONFIG", kubeconfig.as_str()), ("GH_TOKEN", token)],
-        )
-        .await;
+        let controller = pr_mode_controller(dir.path(), &config, &kube, token).await;
         assert_eq!(github.prs().len(), 1, "the first pass opened the PR");
         PrModeWorld {
             registry,
@@ -818,12 +856,8 @@ async fn a_pull_request_from_a_fork_is_not_verified_nor_answered() {
     // An outsider forks the repository and opens a pull request from a branch named like
     // tagpin's, whose body is a plan block of its choosing (here, tagpin's own, copied).
     let main = w.repo.head("main").unwrap();
-    let fork = w.github.open_pr_as(
-        "mallory",
-        Some("mallory"),
-        "tagpin/main",
+    let fork = w.github.open_outsider_fork_pr(
         &main,
-        "main",
         "Pin 1 image(s) to digests",
         ours.body.as_deref().unwrap(),
     );
@@ -973,13 +1007,7 @@ struct HungWorld {
 /// `tagpin run` with `args` in commit mode, with a Kubernetes API server that accepts every
 /// request and never answers: the first pass pins, then the verification of the tip hangs.
 async fn controller_on_a_hung_api_server(args: &[&str]) -> (Controller, HungWorld) {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    registry.push_image("acme/web", "1.0", "one").await;
-    let repo = BareRepo::create(&[(
-        "apps/web.yaml",
-        &deployment("web", &format!("{host}/acme/web:1.0")),
-    )]);
+    let (registry, host, repo) = web_one_registry_and_repo().await;
     let kube = support::kube::KubeServer::start().await;
     kube.hang("");
     let dir = tempfile::tempdir().unwrap();
@@ -1091,9 +1119,6 @@ fn runs(kube: &support::kube::KubeServer, name: &str, image: &str, image_id: &st
 
 #[tokio::test]
 async fn a_pull_request_that_lost_its_plan_block_does_not_stop_the_others_verification() {
-    use support::github::GitHubServer;
-    use support::kube::KubeServer;
-
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     let names = ["api", "web", "worker"];
@@ -1115,23 +1140,13 @@ async fn a_pull_request_that_lost_its_plan_block_does_not_stop_the_others_verifi
         .map(|(p, c)| (p.as_str(), c.as_str()))
         .collect();
     let repo = BareRepo::create(&files);
-    let github = GitHubServer::start("ghs_three_prs", "acme", "gitops", repo.path()).await;
-    let kube = KubeServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = kube.kubeconfig(dir.path());
-    let config = dir.path().join("tagpin.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: pull-request\n\
-             pull_request: {{grouping: per-image}}\n\
-             registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
-             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",
-            repo.file_url(),
-            github.api_url()
-        ),
+    let (github, kube, dir, config) = pr_mode_world(
+        &repo,
+        &host,
+        "ghs_three_prs",
+        "pull_request: {grouping: per-image}\n",
     )
-    .unwrap();
+    .await;
     // The workloads already run the tags, unpinned, as before tagpin: Progressing, not final.
     for (name, image) in names.iter().zip(&pushed) {
         runs(
@@ -1141,16 +1156,7 @@ async fn a_pull_request_that_lost_its_plan_block_does_not_stop_the_others_verifi
             &format!("{host}/acme/{name}@{}", image.manifest),
         );
     }
-    let kubeconfig = kubeconfig.to_str().unwrap().to_string();
-    let controller = Controller::start_with(
-        dir.path(),
-        &config,
-        &[
-            ("KUBECONFIG", kubeconfig.as_str()),
-            ("GH_TOKEN", "ghs_three_prs"),
-        ],
-    )
-    .await;
+    let controller = pr_mode_controller(dir.path(), &config, &kube, "ghs_three_prs").await;
     let prs = github.prs();
     assert_eq!(prs.len(), 3, "one pull request per image");
 
@@ -1260,6 +1266,14 @@ fn short_limits() -> tagpin::daemon::HttpLimits {
 }
 
 /// Everything the server sends on `stream` until it closes it (or 15 s pass: then `None`).
+/// A connection to `addr` on which `bytes` have been sent (a request, or the start of one).
+async fn sent(addr: impl tokio::net::ToSocketAddrs, bytes: &[u8]) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    stream
+}
+
 async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Option<String> {
     use tokio::io::AsyncReadExt;
     let mut answer = Vec::new();
@@ -1275,23 +1289,15 @@ async fn a_half_sent_header_and_a_body_trickled_byte_by_byte_are_cut_off() {
     use tokio::io::AsyncWriteExt;
     let (addr, _stop, _server) = http_side(short_limits()).await;
 
-    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
-    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: tagpin\r\n")
-        .await
-        .unwrap();
+    let mut half = sent(addr, b"GET /healthz HTTP/1.1\r\nHost: tagpin\r\n").await;
     let cut = read_until_closed(&mut half).await;
     assert!(cut.is_some(), "a half-sent header holds its connection");
 
     // Authenticated, then a byte at a time: the whole request has a deadline.
-    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
-    slow.write_all(
-        format!(
-            "POST /webhooks/distribution HTTP/1.1\r\nHost: tagpin\r\nAuthorization: Bearer {SECRET}\r\nContent-Length: 1000\r\n\r\n"
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
+    let head = format!(
+        "POST /webhooks/distribution HTTP/1.1\r\nHost: tagpin\r\nAuthorization: Bearer {SECRET}\r\nContent-Length: 1000\r\n\r\n"
+    );
+    let slow = sent(addr, head.as_bytes()).await;
     let (mut reader, mut writer) = slow.into_split();
     let trickle = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -1314,35 +1320,21 @@ async fn a_half_sent_header_and_a_body_trickled_byte_by_byte_are_cut_off() {
 
 #[tokio::test]
 async fn a_wrong_shared_secret_is_refused_before_the_body_is_sent() {
-    use tokio::io::AsyncWriteExt;
     let (addr, _stop, _server) = http_side(short_limits()).await;
     // Announces a whole MiB and sends none of it: the answer must not wait for it. (With
     // the request deadline of 1 s, a body-first server answers only after it: 408.)
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            b"POST /webhooks/harbor HTTP/1.1\r\nHost: tagpin\r\nAuthorization: Bearer wrong\r\nContent-Length: 1048576\r\n\r\n",
-        )
-        .await
-        .unwrap();
+    let mut stream = sent(addr, b"POST /webhooks/harbor HTTP/1.1\r\nHost: tagpin\r\nAuthorization: Bearer wrong\r\nContent-Length: 1048576\r\n\r\n").await;
     let answer = read_until_closed(&mut stream).await.unwrap_or_default();
     assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
 
     // A signed delivery needs its body, but not one over the limit.
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            b"POST /webhooks/ghcr HTTP/1.1\r\nHost: tagpin\r\nX-Hub-Signature-256: sha256=00\r\nContent-Length: 2097152\r\n\r\n",
-        )
-        .await
-        .unwrap();
+    let mut stream = sent(addr, b"POST /webhooks/ghcr HTTP/1.1\r\nHost: tagpin\r\nX-Hub-Signature-256: sha256=00\r\nContent-Length: 2097152\r\n\r\n").await;
     let answer = read_until_closed(&mut stream).await.unwrap_or_default();
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
 }
 
 #[tokio::test]
 async fn connections_beyond_the_limit_wait_unread_until_a_slot_frees() {
-    use tokio::io::AsyncWriteExt;
     let limits = tagpin::daemon::HttpLimits {
         max_connections: 2,
         ..short_limits()
@@ -1351,19 +1343,15 @@ async fn connections_beyond_the_limit_wait_unread_until_a_slot_frees() {
     // Two slow clients take both slots.
     let mut slow = Vec::new();
     for _ in 0..2 {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream
-            .write_all(b"GET /healthz HTTP/1.1\r\n")
-            .await
-            .unwrap();
+        let stream = sent(addr, b"GET /healthz HTTP/1.1\r\n").await;
         slow.push(stream);
     }
     // A third, complete request is served only once the header timeout freed a slot.
-    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
-    third
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: tagpin\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    let mut third = sent(
+        addr,
+        b"GET /healthz HTTP/1.1\r\nHost: tagpin\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     let answer = read_until_closed(&mut third).await;
     let answer = answer.expect("the third connection is served in the end");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -1416,11 +1404,7 @@ async fn probes_on_their_own_port_are_answered_while_the_webhook_port_is_full() 
     }
     let mut slow = Vec::new();
     for _ in 0..2 {
-        let mut stream = tokio::net::TcpStream::connect(webhook_addr).await.unwrap();
-        stream
-            .write_all(b"POST /webhooks/harbor HTTP/1.1\r\n")
-            .await
-            .unwrap();
+        let stream = sent(webhook_addr, b"POST /webhooks/harbor HTTP/1.1\r\n").await;
         slow.push(stream);
     }
     let ask = |path: &'static str| async move {
@@ -1439,7 +1423,6 @@ async fn probes_on_their_own_port_are_answered_while_the_webhook_port_is_full() 
 
 #[tokio::test]
 async fn stopping_cuts_a_half_sent_request_after_the_drain_time() {
-    use tokio::io::AsyncWriteExt;
     let limits = tagpin::daemon::HttpLimits {
         // Longer than the test: only the stop can end the connection.
         header_timeout: Duration::from_secs(600),
@@ -1447,16 +1430,13 @@ async fn stopping_cuts_a_half_sent_request_after_the_drain_time() {
         ..short_limits()
     };
     let (addr, stop, server) = http_side(limits).await;
-    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
-    half.write_all(b"POST /webhooks/harbor HTTP/1.1\r\nHost: tagpin\r\n")
-        .await
-        .unwrap();
+    let mut half = sent(addr, b"POST /webhooks/harbor HTTP/1.1\r\nHost: tagpin\r\n").await;
     // The server holds the connection (a request to it is answered, so it is up).
-    let mut probe = tokio::net::TcpStream::connect(addr).await.unwrap();
-    probe
-        .write_all(b"GET /readyz HTTP/1.1\r\nHost: tagpin\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
+    let mut probe = sent(
+        addr,
+        b"GET /readyz HTTP/1.1\r\nHost: tagpin\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     assert!(read_until_closed(&mut probe).await.is_some());
 
     stop.send(true).unwrap();
@@ -1468,13 +1448,7 @@ async fn stopping_cuts_a_half_sent_request_after_the_drain_time() {
 #[tokio::test]
 async fn sigterm_with_a_half_sent_request_open_exits_within_the_bound() {
     use tokio::io::AsyncWriteExt;
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    registry.push_image("acme/web", "1.0", "one").await;
-    let repo = BareRepo::create(&[(
-        "apps/web.yaml",
-        &deployment("web", &format!("{host}/acme/web:1.0")),
-    )]);
+    let (_registry, host, repo) = web_one_registry_and_repo().await;
     let dir = tempfile::tempdir().unwrap();
     let config = commit_mode_config(dir.path(), &repo, &host);
     let controller = Controller::start(dir.path(), &config).await;
@@ -1504,13 +1478,11 @@ async fn signed_bodies_read_before_their_check_are_few_and_the_next_is_turned_aw
     // Four deliveries nobody signed, their bodies never finished, are being read.
     let mut held = Vec::new();
     for _ in 0..4 {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.write_all(head).await.unwrap();
+        let stream = sent(addr, head).await;
         held.push(stream);
     }
     // A fifth is not read: answered at once (well before the request deadline of 600 s).
-    let mut fifth = tokio::net::TcpStream::connect(addr).await.unwrap();
-    fifth.write_all(head).await.unwrap();
+    let mut fifth = sent(addr, head).await;
     let answer = read_until_closed(&mut fifth).await.unwrap_or_default();
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     // Once one of the four is gone, a signed delivery is read (and checked) again.
@@ -1523,8 +1495,7 @@ async fn signed_bodies_read_before_their_check_are_few_and_the_next_is_turned_aw
     );
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.write_all(signed.as_bytes()).await.unwrap();
+        let mut stream = sent(addr, signed.as_bytes()).await;
         stream.write_all(body).await.unwrap();
         let answer = read_until_closed(&mut stream).await.unwrap_or_default();
         if answer.starts_with("HTTP/1.1 401") {

@@ -472,15 +472,9 @@ async fn a_fork_pull_request_on_a_tagpin_branch_is_never_adopted() {
     let w = World::new("single").await;
     // An outsider's fork has a branch named like tagpin's, with a pull request into main.
     let main = w.repo.head("main").unwrap();
-    let fork = w.github.open_pr_as(
-        "mallory",
-        Some("mallory"),
-        "tagpin/main",
-        &main,
-        "main",
-        "Pin 2 image(s) to digests",
-        "<!-- tagpin-plan -->",
-    );
+    let fork =
+        w.github
+            .open_outsider_fork_pr(&main, "Pin 2 image(s) to digests", "<!-- tagpin-plan -->");
 
     let out = w.sync(&[]).await;
 
@@ -515,15 +509,9 @@ async fn verify_refuses_a_pull_request_from_a_fork() {
     let ours = w.github.prs()[0].clone();
     // The fork's body is a plan block of the outsider's choosing (tagpin's own, copied).
     let main = w.repo.head("main").unwrap();
-    let fork = w.github.open_pr_as(
-        "mallory",
-        Some("mallory"),
-        "tagpin/main",
-        &main,
-        "main",
-        &ours.title,
-        ours.body.as_deref().unwrap(),
-    );
+    let fork = w
+        .github
+        .open_outsider_fork_pr(&main, &ours.title, ours.body.as_deref().unwrap());
 
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
         .args(["verify", "--pr", &fork.to_string(), "--config"])

@@ -49,11 +49,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Query, Request, State as AxumState};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
+
+use super::http_fake::{
+    self, canonical_reason, fault_status, percent_decode, percent_encode, set_headers, FaultScope,
+};
 
 /// The subset of GitHub's OpenAPI description this server follows.
 const OPENAPI_SUBSET: &str = include_str!("../../fixtures/github/openapi-subset.json");
@@ -71,9 +75,6 @@ const MAX_STATUS_DESCRIPTION_CHARS: usize = 140;
 /// GitHub's default and largest page sizes.
 const DEFAULT_PER_PAGE: usize = 30;
 const MAX_PER_PAGE: usize = 100;
-
-/// Request bodies larger than this are refused; tagpin sends a few KiB.
-const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 // ---------------------------------------------------------------------------
 // Public types: what tests read back
@@ -149,26 +150,9 @@ pub struct CommitStatus {
     pub created_at: String,
 }
 
-/// One request the server received. Headers are not kept, so the token is
-/// never stored.
-#[derive(Clone, Debug)]
-pub struct RecordedRequest {
-    pub method: String,
-    /// Percent-encoded path as sent, without the query.
-    pub path: String,
-    pub query: Option<String>,
-    /// Raw body text; empty when there was none.
-    pub body: String,
-    /// The status the server answered with.
-    pub status: u16,
-}
-
-impl RecordedRequest {
-    /// The body parsed as JSON, if it is JSON.
-    pub fn json(&self) -> Option<Value> {
-        serde_json::from_str(&self.body).ok()
-    }
-}
+/// One request the server received (`user` is [`TOKEN_USER_LOGIN`] when the
+/// request presented the server's token).
+pub use super::http_fake::RecordedRequest;
 
 /// A request that real GitHub would reject no matter what state it is in:
 /// a body or query that breaks the published schema, a GitHub-side format
@@ -201,37 +185,23 @@ impl fmt::Display for Violation {
 /// the normal handling.
 #[derive(Clone, Debug)]
 pub struct Fault {
-    /// HTTP method to match (`"POST"`), or `"*"` for any.
-    pub method: String,
-    /// Substring the request path must contain (e.g. `"/pulls"`).
-    pub path_contains: String,
-    /// How many matching requests get this answer.
-    pub times: usize,
+    /// Which requests get this answer (e.g. path `"/pulls"`), how many times,
+    /// and whether before or after the work is done.
+    pub scope: FaultScope,
     pub status: u16,
     /// Extra response headers; they replace the normal rate-limit headers.
     pub headers: Vec<(String, String)>,
     pub body: Value,
-    /// `false`: answer before doing anything (nothing is recorded in state).
-    /// `true`: do the request's work, then answer with the fault instead of
-    /// the real response (a response lost on the way back).
-    pub after_effect: bool,
 }
 
 impl Fault {
     /// Answer the next matching request with `status` and a GitHub-like body.
     pub fn new(method: &str, path_contains: &str, status: u16) -> Self {
-        let reason = StatusCode::from_u16(status)
-            .ok()
-            .and_then(|s| s.canonical_reason())
-            .unwrap_or("Error");
         Fault {
-            method: method.to_ascii_uppercase(),
-            path_contains: path_contains.to_string(),
-            times: 1,
+            scope: FaultScope::new(method, path_contains),
             status,
             headers: Vec::new(),
-            body: error_body(status, reason, DOCS_REST),
-            after_effect: false,
+            body: error_body(status, canonical_reason(status), DOCS_REST),
         }
     }
 
@@ -262,7 +232,7 @@ impl Fault {
     }
 
     pub fn times(mut self, times: usize) -> Self {
-        self.times = times;
+        self.scope.times = times;
         self
     }
 
@@ -277,15 +247,8 @@ impl Fault {
     }
 
     pub fn after_effect(mut self) -> Self {
-        self.after_effect = true;
+        self.scope.after_effect = true;
         self
-    }
-
-    fn matches(&self, method: &str, path: &str, after_effect: bool) -> bool {
-        self.times > 0
-            && self.after_effect == after_effect
-            && (self.method == "*" || self.method == method)
-            && path.contains(&self.path_contains)
     }
 }
 
@@ -327,11 +290,7 @@ impl GitHubServer {
             String::from_utf8_lossy(&check.stderr)
         );
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0 for the GitHub server");
-        let addr = listener.local_addr().expect("local addr");
-        let base = format!("http://{addr}");
+        let (listener, base) = http_fake::loopback("GitHub").await;
         let spec = Spec::load(&base, owner, repo);
         let inner = Arc::new(Inner {
             token: token.to_string(),
@@ -344,11 +303,7 @@ impl GitHubServer {
             clock_offset: Default::default(),
         });
         let router = Router::new().fallback(handle).with_state(inner.clone());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .await
-                .expect("GitHub test server failed");
-        });
+        let task = http_fake::serve(listener, router, "GitHub");
         GitHubServer { inner, task }
     }
 
@@ -411,6 +366,21 @@ impl GitHubServer {
             "no pull request #{issue}"
         );
         state.add_comment(issue, login, body)
+    }
+
+    /// An outsider's pull request as an attacker would open it: `mallory`'s
+    /// fork has a branch named like tagpin's (`tagpin/main`) at `head_sha`,
+    /// proposed into `main`. Returns its number.
+    pub fn open_outsider_fork_pr(&self, head_sha: &str, title: &str, body: &str) -> u64 {
+        self.open_pr_as(
+            "mallory",
+            Some("mallory"),
+            "tagpin/main",
+            head_sha,
+            "main",
+            title,
+            body,
+        )
     }
 
     /// Opens a pull request as `user` would on GitHub's web page, without the
@@ -551,39 +521,16 @@ impl GitHubServer {
 
     /// Panics with the list of violations if there are any.
     pub fn assert_no_violations(&self) {
-        let violations = self.violations();
-        if !violations.is_empty() {
-            let list: Vec<String> = violations.iter().map(|v| format!("  {v}")).collect();
-            panic!(
-                "the GitHub test server saw requests GitHub would reject:\n{}",
-                list.join("\n")
-            );
-        }
+        http_fake::assert_no_violations(&self.violations(), "GitHub", "reject");
     }
 }
 
 impl Drop for GitHubServer {
-    /// Fails the test that caused a violation and did not take it. Not while
-    /// the test is already failing: a panic during unwinding would abort the
-    /// whole test binary, so then the violations are only printed.
+    /// Fails the test that caused a violation and did not take it.
     fn drop(&mut self) {
         self.task.abort();
         let violations = std::mem::take(&mut self.inner.lock().violations);
-        if violations.is_empty() {
-            return;
-        }
-        let list: Vec<String> = violations.iter().map(|v| format!("  {v}")).collect();
-        let message = format!(
-            "the GitHub test server saw {} request(s) GitHub would reject, and the test did not \
-             take them (GitHubServer::take_violations):\n{}",
-            violations.len(),
-            list.join("\n")
-        );
-        if std::thread::panicking() {
-            eprintln!("{message}");
-        } else {
-            panic!("{message}");
-        }
+        http_fake::fail_on_untaken(&violations, "GitHub", "reject");
     }
 }
 
@@ -640,19 +587,7 @@ impl TestRepo {
 
     /// The commit `branch` points at, if it exists.
     pub fn branch_sha(&self, branch: &str) -> Option<String> {
-        let output = self
-            .command(&[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                &format!("refs/heads/{branch}"),
-            ])
-            .output()
-            .expect("run git rev-parse");
-        output
-            .status
-            .success()
-            .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+        rev_parse_now(self.dir.path(), &format!("refs/heads/{branch}"))
     }
 
     pub fn delete_branch(&self, branch: &str) {
@@ -779,13 +714,10 @@ impl ServerState {
         self.last_comment_id
     }
 
-    fn take_fault(&mut self, method: &str, path: &str, after_effect: bool) -> Option<Fault> {
-        let fault = self
-            .faults
-            .iter_mut()
-            .find(|f| f.matches(method, path, after_effect))?;
-        fault.times -= 1;
-        Some(fault.clone())
+    /// The scripted fault for this request, before (`after` false) or after
+    /// its work is done.
+    fn take_fault(&mut self, method: &str, path: &str, after: bool) -> Option<Fault> {
+        http_fake::take_fault(&mut self.faults, |f| &mut f.scope, method, path, after)
     }
 }
 
@@ -1026,21 +958,18 @@ async fn handle(AxumState(inner): AxumState<Arc<Inner>>, request: Request) -> Re
     let method = parts.method.clone();
     let path = parts.uri.path().to_string();
     let raw_query = parts.uri.query().map(str::to_string);
-    let body_text = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(_) => String::new(),
-    };
-    let index = {
-        let mut state = inner.lock();
-        state.requests.push(RecordedRequest {
-            method: method.to_string(),
-            path: path.clone(),
-            query: raw_query.clone(),
-            body: body_text.clone(),
-            status: 0,
-        });
-        state.requests.len() - 1
-    };
+    let body_text = http_fake::body_text(body).await;
+    let user = check_auth(&inner, &parts.headers)
+        .is_none()
+        .then(|| TOKEN_USER_LOGIN.to_string());
+    let index = http_fake::record(
+        &mut inner.lock().requests,
+        method.as_str(),
+        &path,
+        raw_query.as_deref(),
+        &body_text,
+        user,
+    );
 
     let reply = answer(
         &inner,
@@ -1948,9 +1877,8 @@ fn not_found_message(message: &str) -> Reply {
 }
 
 fn fault_reply(fault: Fault) -> Reply {
-    let status = StatusCode::from_u16(fault.status).expect("fault status is a valid HTTP status");
     Reply {
-        status,
+        status: fault_status(fault.status),
         body: fault.body,
         headers: fault.headers,
     }
@@ -2035,22 +1963,23 @@ fn into_response(reply: Reply) -> Response {
     *response.status_mut() = reply.status;
     let reset = (unix_now() + 3600).to_string();
     let headers = response.headers_mut();
-    for (name, value) in [
-        ("content-type", "application/json; charset=utf-8"),
-        ("x-github-media-type", "github.v3; format=json"),
-        ("x-github-api-version-selected", "2022-11-28"),
-        ("x-ratelimit-limit", "5000"),
-        ("x-ratelimit-remaining", "4999"),
-        ("x-ratelimit-used", "1"),
-        ("x-ratelimit-resource", "core"),
-        ("x-ratelimit-reset", reset.as_str()),
-    ] {
-        headers.insert(name, HeaderValue::from_str(value).expect("header value"));
-    }
-    for (name, value) in &reply.headers {
-        let name = HeaderName::from_bytes(name.as_bytes()).expect("fault header name");
-        headers.insert(name, HeaderValue::from_str(value).expect("header value"));
-    }
+    set_headers(
+        headers,
+        [
+            ("content-type", "application/json; charset=utf-8"),
+            ("x-github-media-type", "github.v3; format=json"),
+            ("x-github-api-version-selected", "2022-11-28"),
+            ("x-ratelimit-limit", "5000"),
+            ("x-ratelimit-remaining", "4999"),
+            ("x-ratelimit-used", "1"),
+            ("x-ratelimit-resource", "core"),
+            ("x-ratelimit-reset", reset.as_str()),
+        ],
+    );
+    set_headers(
+        headers,
+        reply.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+    );
     response
 }
 
@@ -2153,35 +2082,4 @@ fn unix_now() -> u64 {
 /// The current time as GitHub writes it: `2011-01-26T19:01:12Z`.
 fn now_iso8601() -> String {
     super::rfc3339(SystemTime::now())
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }

@@ -54,11 +54,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::{Request, State as AxumState};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
+
+use super::http_fake::{
+    self, canonical_reason, fault_status, percent_decode, percent_encode, set_headers, FaultScope,
+};
 
 /// Where GitLab serves REST v4 on an instance.
 pub const API_PREFIX: &str = "/api/v4";
@@ -75,9 +79,6 @@ const MAX_STATUS_FIELD_CHARS: usize = 255;
 
 /// GitLab.com's authenticated API rate limit per minute, sent in `RateLimit-*`.
 const RATE_LIMIT_PER_MINUTE: u64 = 2000;
-
-/// Request bodies larger than this are refused; tagpin sends a few KiB.
-const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// Ids start high and apart so a client mixing up a merge request's `id`
 /// and `iid`, or a note id and an iid, is caught.
@@ -196,6 +197,40 @@ pub struct MergeRequest {
     pub start_sha: String,
 }
 
+impl MergeRequest {
+    /// A merge request by `author` as it is when just opened at `now`, its
+    /// source branch at `sha`: not merged, squashed or closed. Callers set
+    /// the ids, branches, title and options with struct update syntax.
+    fn opened(author: &str, sha: String, base_sha: String, start_sha: String, now: String) -> Self {
+        MergeRequest {
+            id: 0,
+            iid: 0,
+            project_id: 0,
+            source_project_id: 0,
+            state: MrState::Opened,
+            title: String::new(),
+            description: None,
+            source_branch: String::new(),
+            target_branch: String::new(),
+            sha,
+            labels: Vec::new(),
+            author: author.to_string(),
+            squash: false,
+            force_remove_source_branch: false,
+            merge_commit_sha: None,
+            squash_commit_sha: None,
+            merged_by: None,
+            closed_by: None,
+            created_at: now.clone(),
+            updated_at: now,
+            merged_at: None,
+            closed_at: None,
+            base_sha,
+            start_sha,
+        }
+    }
+}
+
 /// A note on a merge request.
 #[derive(Clone, Debug)]
 pub struct Note {
@@ -235,27 +270,9 @@ pub struct CommitStatus {
     pub retried: bool,
 }
 
-/// One request the server received. Headers are not kept, so no token is stored.
-#[derive(Clone, Debug)]
-pub struct RecordedRequest {
-    pub method: String,
-    /// Percent-encoded path as sent, without the query.
-    pub path: String,
-    pub query: Option<String>,
-    /// Raw body text; empty when there was none.
-    pub body: String,
-    /// The status the server answered with (0 for a request left hanging).
-    pub status: u16,
-    /// The username the token belongs to, if a known token was presented.
-    pub user: Option<String>,
-}
-
-impl RecordedRequest {
-    /// The body parsed as JSON, if it is JSON.
-    pub fn json(&self) -> Option<Value> {
-        serde_json::from_str(&self.body).ok()
-    }
-}
+/// One request the server received (`user`: the username the token belongs
+/// to, if a known token was presented).
+pub use super::http_fake::RecordedRequest;
 
 /// A request that is wrong whatever state the server is in: malformed
 /// parameters, a parameter GitLab does not declare, a token in the URL, or a
@@ -281,19 +298,13 @@ impl fmt::Display for Violation {
 /// A scripted answer for the next matching requests.
 #[derive(Clone, Debug)]
 pub struct Fault {
-    /// HTTP method to match (`"POST"`), or `"*"` for any.
-    pub method: String,
-    /// Substring the raw request path must contain (e.g. `"/statuses/"`).
-    pub path_contains: String,
-    /// How many matching requests get this answer.
-    pub times: usize,
+    /// Which requests get this answer (e.g. path `"/statuses/"`), how many
+    /// times, and whether before or after the work is done.
+    pub scope: FaultScope,
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub content_type: String,
     pub body: String,
-    /// `true`: do the request's work, then answer with the fault (a response
-    /// lost on the way back). `false`: answer before doing anything.
-    pub after_effect: bool,
     /// Never answer: the request hangs until the server is dropped, so the
     /// client's own timeout must end it.
     pub hang: bool,
@@ -303,19 +314,13 @@ impl Fault {
     /// Answer the next matching request with `status` and GitLab's body for it
     /// (`{"message":"500 Internal Server Error"}`).
     pub fn new(method: &str, path_contains: &str, status: u16) -> Self {
-        let reason = StatusCode::from_u16(status)
-            .ok()
-            .and_then(|s| s.canonical_reason())
-            .unwrap_or("Error");
+        let reason = canonical_reason(status);
         Fault {
-            method: method.to_ascii_uppercase(),
-            path_contains: path_contains.to_string(),
-            times: 1,
+            scope: FaultScope::new(method, path_contains),
             status,
             headers: Vec::new(),
             content_type: "application/json".to_string(),
             body: json!({ "message": format!("{status} {reason}") }).to_string(),
-            after_effect: false,
             hang: false,
         }
     }
@@ -354,7 +359,7 @@ impl Fault {
     }
 
     pub fn times(mut self, times: usize) -> Self {
-        self.times = times;
+        self.scope.times = times;
         self
     }
 
@@ -370,15 +375,8 @@ impl Fault {
     }
 
     pub fn after_effect(mut self) -> Self {
-        self.after_effect = true;
+        self.scope.after_effect = true;
         self
-    }
-
-    fn matches(&self, method: &str, path: &str, after_effect: bool) -> bool {
-        self.times > 0
-            && self.after_effect == after_effect
-            && (self.method == "*" || self.method == method)
-            && path.contains(&self.path_contains)
     }
 }
 
@@ -424,23 +422,16 @@ impl GitLabServer {
 
     /// Starts a server with no users, tokens or projects.
     pub async fn start_empty() -> GitLabServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0 for the GitLab server");
-        let addr = listener.local_addr().expect("local addr");
+        let (listener, base) = http_fake::loopback("GitLab").await;
         let (shutdown, _) = tokio::sync::watch::channel(false);
         let inner = Arc::new(Inner {
-            base: format!("http://{addr}"),
+            base,
             state: Mutex::new(ServerState::default()),
             clock: Mutex::new(Clock::default()),
             shutdown,
         });
         let router = Router::new().fallback(handle).with_state(inner.clone());
-        let task = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .await
-                .expect("GitLab test server failed");
-        });
+        let task = http_fake::serve(listener, router, "GitLab");
         GitLabServer { inner, task }
     }
 
@@ -670,26 +661,14 @@ impl GitLabServer {
             iid,
             project_id: target_project_id,
             source_project_id,
-            state: MrState::Opened,
             title: title.to_string(),
             description: None,
             source_branch: source_branch.to_string(),
             target_branch: target_branch.to_string(),
-            sha: sha.to_string(),
             labels: Vec::new(),
-            author: username.to_string(),
             squash: false,
             force_remove_source_branch: false,
-            merge_commit_sha: None,
-            squash_commit_sha: None,
-            merged_by: None,
-            closed_by: None,
-            created_at: now.clone(),
-            updated_at: now,
-            merged_at: None,
-            closed_at: None,
-            base_sha: base,
-            start_sha: start,
+            ..MergeRequest::opened(username, sha.to_string(), base, start, now)
         };
         state.mrs.push(mr);
         drop(state);
@@ -977,14 +956,7 @@ impl GitLabServer {
 
     /// Panics with the list of violations if there are any.
     pub fn assert_no_violations(&self) {
-        let violations = self.violations();
-        if !violations.is_empty() {
-            let list: Vec<String> = violations.iter().map(|v| format!("  {v}")).collect();
-            panic!(
-                "the GitLab test server saw requests GitLab would reject or ignore:\n{}",
-                list.join("\n")
-            );
-        }
+        http_fake::assert_no_violations(&self.violations(), "GitLab", "reject or ignore");
     }
 
     fn refresh(&self) {
@@ -1000,21 +972,7 @@ impl Drop for GitLabServer {
         let _ = self.inner.shutdown.send(true);
         self.task.abort();
         let violations = std::mem::take(&mut self.inner.lock().violations);
-        if violations.is_empty() {
-            return;
-        }
-        let list: Vec<String> = violations.iter().map(|v| format!("  {v}")).collect();
-        let message = format!(
-            "the GitLab test server saw {} request(s) GitLab would reject or ignore, and the \
-             test did not take them (GitLabServer::take_violations):\n{}",
-            violations.len(),
-            list.join("\n")
-        );
-        if std::thread::panicking() {
-            eprintln!("{message}");
-        } else {
-            panic!("{message}");
-        }
+        http_fake::fail_on_untaken(&violations, "GitLab", "reject or ignore");
     }
 }
 
@@ -1177,10 +1135,15 @@ impl ServerState {
         project.last_iid
     }
 
-    fn mr(&self, project_id: u64, iid: u64) -> &MergeRequest {
+    /// Merge request `iid` of a project, if it has one.
+    fn find_mr(&self, project_id: u64, iid: u64) -> Option<&MergeRequest> {
         self.mrs
             .iter()
             .find(|m| m.project_id == project_id && m.iid == iid)
+    }
+
+    fn mr(&self, project_id: u64, iid: u64) -> &MergeRequest {
+        self.find_mr(project_id, iid)
             .unwrap_or_else(|| panic!("no merge request !{iid} in project {project_id}"))
     }
 
@@ -1215,13 +1178,10 @@ impl ServerState {
         id
     }
 
-    fn take_fault(&mut self, method: &str, path: &str, after_effect: bool) -> Option<Fault> {
-        let fault = self
-            .faults
-            .iter_mut()
-            .find(|f| f.matches(method, path, after_effect))?;
-        fault.times -= 1;
-        Some(fault.clone())
+    /// The scripted fault for this request, before (`after` false) or after
+    /// its work is done.
+    fn take_fault(&mut self, method: &str, path: &str, after: bool) -> Option<Fault> {
+        http_fake::take_fault(&mut self.faults, |f| &mut f.scope, method, path, after)
     }
 }
 
@@ -1409,38 +1369,46 @@ const GET_MR: &[Spec] = &[
     opt("include_rebase_in_progress", Kind::Bool),
     opt("render_html", Kind::Bool),
 ];
-const CREATE_MR: &[Spec] = &[
-    req("source_branch", Kind::Str),
-    req("target_branch", Kind::Str),
-    req("title", Kind::Str),
-    opt("description", Kind::Str),
-    opt("labels", Kind::List),
+/// The merge options and people a merge request is created or updated with.
+const MR_OPTIONS: &[Spec] = &[
     opt("remove_source_branch", Kind::Bool),
     opt("squash", Kind::Bool),
     opt("assignee_id", Kind::Int),
     opt("assignee_ids", Kind::IntList),
     opt("reviewer_ids", Kind::IntList),
     opt("milestone_id", Kind::Int),
-    opt("allow_collaboration", Kind::Bool),
-    opt("target_project_id", Kind::Int),
+];
+/// In GitLab's documented order, [`MR_OPTIONS`] in the middle.
+const CREATE_MR: &[&[Spec]] = &[
+    &[
+        req("source_branch", Kind::Str),
+        req("target_branch", Kind::Str),
+        req("title", Kind::Str),
+        opt("description", Kind::Str),
+        opt("labels", Kind::List),
+    ],
+    MR_OPTIONS,
+    &[
+        opt("allow_collaboration", Kind::Bool),
+        opt("target_project_id", Kind::Int),
+    ],
 ];
 /// The update parameters; GitLab wants at least one of them.
-const UPDATE_MR: &[Spec] = &[
-    opt("title", Kind::Str),
-    opt("description", Kind::Str),
-    opt("labels", Kind::List),
-    opt("add_labels", Kind::List),
-    opt("remove_labels", Kind::List),
-    opt("state_event", Kind::OneOf(&["close", "reopen"])),
-    opt("target_branch", Kind::Str),
-    opt("remove_source_branch", Kind::Bool),
-    opt("squash", Kind::Bool),
-    opt("assignee_id", Kind::Int),
-    opt("assignee_ids", Kind::IntList),
-    opt("reviewer_ids", Kind::IntList),
-    opt("milestone_id", Kind::Int),
-    opt("discussion_locked", Kind::Bool),
-    opt("allow_collaboration", Kind::Bool),
+const UPDATE_MR: &[&[Spec]] = &[
+    &[
+        opt("title", Kind::Str),
+        opt("description", Kind::Str),
+        opt("labels", Kind::List),
+        opt("add_labels", Kind::List),
+        opt("remove_labels", Kind::List),
+        opt("state_event", Kind::OneOf(&["close", "reopen"])),
+        opt("target_branch", Kind::Str),
+    ],
+    MR_OPTIONS,
+    &[
+        opt("discussion_locked", Kind::Bool),
+        opt("allow_collaboration", Kind::Bool),
+    ],
 ];
 const LIST_NOTES: &[Spec] = &[
     opt("sort", Kind::OneOf(&["asc", "desc"])),
@@ -1735,9 +1703,9 @@ impl Route {
             Route::User => vec![GET_USER],
             Route::Project => vec![GET_PROJECT],
             Route::ListMrs => vec![LIST_MRS, &PAGINATION],
-            Route::CreateMr => vec![CREATE_MR],
+            Route::CreateMr => CREATE_MR.to_vec(),
             Route::GetMr(_) => vec![GET_MR],
-            Route::UpdateMr(_) => vec![UPDATE_MR],
+            Route::UpdateMr(_) => UPDATE_MR.to_vec(),
             Route::ListNotes(_) => vec![LIST_NOTES, &PAGINATION],
             Route::CreateNote(_) => vec![CREATE_NOTE],
             Route::GetNote(..) => vec![GET_NOTE],
@@ -1906,10 +1874,7 @@ enum Outcome {
 /// thread (git runs as a subprocess), records and answers.
 async fn handle(AxumState(inner): AxumState<Arc<Inner>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    let body_text = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(_) => String::new(),
-    };
+    let body_text = http_fake::body_text(body).await;
     let worker = inner.clone();
     let outcome = tokio::task::spawn_blocking(move || answer(&worker, &parts, &body_text)).await;
     match outcome {
@@ -1944,18 +1909,14 @@ fn answer(inner: &Arc<Inner>, parts: &axum::http::request::Parts, body_text: &st
             .find(|t| t.token == token)
             .map(|t| t.username.clone())
     });
-    let index = {
-        let mut state = inner.lock();
-        state.requests.push(RecordedRequest {
-            method: method.to_string(),
-            path: path.clone(),
-            query: query.clone(),
-            body: body_text.to_string(),
-            status: 0,
-            user,
-        });
-        state.requests.len() - 1
-    };
+    let index = http_fake::record(
+        &mut inner.lock().requests,
+        method.as_str(),
+        &path,
+        query.as_deref(),
+        body_text,
+        user,
+    );
     let fault = inner.lock().take_fault(method.as_str(), &path, false);
     let reply = match fault {
         Some(fault) if fault.hang => return Outcome::Hang,
@@ -2089,7 +2050,11 @@ fn dispatch(
     };
     if let Route::UpdateMr(_) = route {
         if params.values.is_empty() {
-            let names: Vec<&str> = UPDATE_MR.iter().map(|s| s.name).collect();
+            let names: Vec<&str> = UPDATE_MR
+                .iter()
+                .flat_map(|l| l.iter())
+                .map(|s| s.name)
+                .collect();
             let text = format!(
                 "{} are missing, at least one parameter must be provided",
                 names.join(", ")
@@ -2397,14 +2362,16 @@ fn list_mrs(req: &Req, project_id: u64) -> Reply {
     paginate(req, items)
 }
 
+/// The bare repository of the project a request is about.
+fn project_dir(req: &Req, project_id: u64) -> PathBuf {
+    let state = req.inner.lock();
+    state.repo_dir(state.project(project_id))
+}
+
 fn get_mr(req: &Req, project_id: u64, iid: u64) -> Reply {
     refresh_mrs(req.inner);
     let state = req.inner.lock();
-    let Some(mr) = state
-        .mrs
-        .iter()
-        .find(|m| m.project_id == project_id && m.iid == iid)
-    else {
+    let Some(mr) = state.find_mr(project_id, iid) else {
         return record_not_found();
     };
     let mut v = mr_json(req.inner, &state, mr, Some(&req.caller.username));
@@ -2465,10 +2432,7 @@ fn create_mr(req: &Req, project_id: u64) -> Reply {
     let source = p.str("source_branch").unwrap_or_default().to_string();
     let target = p.str("target_branch").unwrap_or_default().to_string();
     let title = p.str("title").unwrap_or_default().to_string();
-    let dir = {
-        let state = req.inner.lock();
-        state.repo_dir(state.project(project_id))
-    };
+    let dir = project_dir(req, project_id);
     if source == target {
         return Reply::json(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -2521,26 +2485,14 @@ fn create_mr(req: &Req, project_id: u64) -> Reply {
         iid,
         project_id,
         source_project_id: project_id,
-        state: MrState::Opened,
         title,
         description: p.str("description").map(str::to_string),
         source_branch: source,
         target_branch: target,
-        sha: head.clone(),
         labels,
-        author: req.caller.username.clone(),
         squash: p.bool("squash").unwrap_or(false),
         force_remove_source_branch: p.bool("remove_source_branch").unwrap_or(false),
-        merge_commit_sha: None,
-        squash_commit_sha: None,
-        merged_by: None,
-        closed_by: None,
-        created_at: now.clone(),
-        updated_at: now,
-        merged_at: None,
-        closed_at: None,
-        base_sha: base,
-        start_sha: start,
+        ..MergeRequest::opened(&req.caller.username, head.clone(), base, start, now)
     };
     let v = mr_json(req.inner, &state, &mr, Some(&req.caller.username));
     state.mrs.push(mr);
@@ -2559,17 +2511,10 @@ fn duplicate_mr(iid: u64) -> Reply {
 fn update_mr(req: &Req, project_id: u64, iid: u64, level: AccessLevel) -> Reply {
     refresh_mrs(req.inner);
     let p = req.params;
-    let dir = {
-        let state = req.inner.lock();
-        state.repo_dir(state.project(project_id))
-    };
+    let dir = project_dir(req, project_id);
     {
         let state = req.inner.lock();
-        let Some(mr) = state
-            .mrs
-            .iter()
-            .find(|m| m.project_id == project_id && m.iid == iid)
-        else {
+        let Some(mr) = state.find_mr(project_id, iid) else {
             return record_not_found();
         };
         if mr.author != req.caller.username && level < AccessLevel::Developer {
@@ -2838,12 +2783,7 @@ fn mr_json(inner: &Inner, state: &ServerState, mr: &MergeRequest, viewer: Option
 // ---------------------------------------------------------------------------
 
 fn mr_exists(req: &Req, project_id: u64, iid: u64) -> Option<u64> {
-    req.inner
-        .lock()
-        .mrs
-        .iter()
-        .find(|m| m.project_id == project_id && m.iid == iid)
-        .map(|m| m.id)
+    req.inner.lock().find_mr(project_id, iid).map(|m| m.id)
 }
 
 fn list_notes(req: &Req, project_id: u64, iid: u64) -> Reply {
@@ -3000,10 +2940,7 @@ fn status_event(state: &str) -> &'static str {
 
 fn create_status(req: &Req, project_id: u64, sha_param: &str) -> Reply {
     let p = req.params;
-    let dir = {
-        let state = req.inner.lock();
-        state.repo_dir(state.project(project_id))
-    };
+    let dir = project_dir(req, project_id);
     let Some(sha) = resolve_commit(&dir, sha_param) else {
         return message(StatusCode::NOT_FOUND, "404 Commit Not Found");
     };
@@ -3183,11 +3120,7 @@ fn post_status(
 
 fn list_statuses(req: &Req, project_id: u64, sha_param: &str) -> Reply {
     let p = req.params;
-    let dir = {
-        let state = req.inner.lock();
-        state.repo_dir(state.project(project_id))
-    };
-    let Some(sha) = resolve_commit(&dir, sha_param) else {
+    let Some(sha) = resolve_commit(&project_dir(req, project_id), sha_param) else {
         return message(StatusCode::NOT_FOUND, "404 Commit Not Found");
     };
     let all = p.bool("all").unwrap_or(false);
@@ -3310,7 +3243,7 @@ fn paginate(req: &Req, items: Vec<Value>) -> Reply {
 
 fn fault_reply(fault: Fault) -> Reply {
     Reply {
-        status: StatusCode::from_u16(fault.status).expect("fault status is a valid HTTP status"),
+        status: fault_status(fault.status),
         content_type: fault.content_type,
         body: fault.body,
         headers: fault.headers,
@@ -3336,7 +3269,11 @@ fn into_response(inner: &Inner, reply: Reply) -> Response {
     *response.status_mut() = reply.status;
     let headers = response.headers_mut();
     let reset_time = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(reset));
-    for (name, value) in [
+    let limit = RATE_LIMIT_PER_MINUTE.to_string();
+    let observed_text = observed.to_string();
+    let remaining = RATE_LIMIT_PER_MINUTE.saturating_sub(observed).to_string();
+    let reset_text = reset.to_string();
+    let common = [
         ("content-type", reply.content_type.as_str()),
         ("cache-control", "max-age=0, private, must-revalidate"),
         (
@@ -3344,21 +3281,17 @@ fn into_response(inner: &Inner, reply: Reply) -> Response {
             "{\"correlation_id\":\"tagpin-test\",\"version\":\"1\"}",
         ),
         ("ratelimit-name", "throttle_authenticated_api"),
-        ("ratelimit-limit", &RATE_LIMIT_PER_MINUTE.to_string()),
-        ("ratelimit-observed", &observed.to_string()),
-        (
-            "ratelimit-remaining",
-            &RATE_LIMIT_PER_MINUTE.saturating_sub(observed).to_string(),
-        ),
-        ("ratelimit-reset", &reset.to_string()),
+        ("ratelimit-limit", &limit),
+        ("ratelimit-observed", &observed_text),
+        ("ratelimit-remaining", &remaining),
+        ("ratelimit-reset", &reset_text),
         ("ratelimit-resettime", &reset_time),
-    ] {
-        headers.insert(name, HeaderValue::from_str(value).expect("header value"));
-    }
-    for (name, value) in &reply.headers {
-        let name = HeaderName::from_bytes(name.as_bytes()).expect("header name");
-        headers.insert(name, HeaderValue::from_str(value).expect("header value"));
-    }
+    ];
+    set_headers(headers, common);
+    set_headers(
+        headers,
+        reply.headers.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+    );
     response
 }
 
@@ -3373,35 +3306,4 @@ fn timestamp(time: SystemTime) -> String {
         .map_or(0, |d| d.subsec_millis());
     let seconds = super::rfc3339(time);
     format!("{}.{millis:03}Z", seconds.trim_end_matches('Z'))
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }

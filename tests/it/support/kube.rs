@@ -1101,30 +1101,19 @@ impl State {
             && obj["metadata"]["finalizers"]
                 .as_array()
                 .is_none_or(Vec::is_empty);
-        if finished {
+        let kind = if finished {
             // The last finalizer went: the deletion completes, as the real
             // garbage collector finishes it.
             self.objects.remove(&key);
             self.applied.retain(|(k, _), _| *k != key);
-            self.publish(
-                changes,
-                Change {
-                    rv,
-                    resource,
-                    namespace,
-                    name,
-                    kind: ChangeKind::Deleted,
-                    old,
-                    new: obj.clone(),
-                },
-            );
-            return obj;
-        }
-        self.objects.insert(key, obj.clone());
-        let kind = if old.is_some() {
-            ChangeKind::Modified
+            ChangeKind::Deleted
         } else {
-            ChangeKind::Added
+            self.objects.insert(key, obj.clone());
+            if old.is_some() {
+                ChangeKind::Modified
+            } else {
+                ChangeKind::Added
+            }
         };
         self.publish(
             changes,
@@ -1693,6 +1682,16 @@ impl KubeServer {
         self.shared.state().requests.clone()
     }
 
+    /// Every request answered with an error (status 400 or above), as
+    /// `METHOD PATH -> STATUS`, for asserting that a role was enough.
+    pub fn refused_requests(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .filter(|r| r.status >= 400)
+            .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
+            .collect()
+    }
+
     /// Every write refused so far (403: not granted). They stay pending, and
     /// `Drop` fails the test unless they are taken. Granted writes are in
     /// [`requests`](Self::requests).
@@ -1833,6 +1832,15 @@ fn describe(obj: &Value) -> String {
 // Object builders for tests
 // ---------------------------------------------------------------------------
 
+/// `metadata` of an object built for a test: its name, namespace and labels.
+fn metadata_json(namespace: &str, name: &str, labels: &[(&str, &str)]) -> Value {
+    json!({
+        "name": name,
+        "namespace": namespace,
+        "labels": labels_json(labels),
+    })
+}
+
 /// A pod with these labels and `(name, image)` containers, no status yet.
 pub fn pod(
     namespace: &str,
@@ -1843,11 +1851,7 @@ pub fn pod(
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels_json(labels),
-        },
+        "metadata": metadata_json(namespace, name, labels),
         "spec": {
             "containers": containers_json(containers),
         },
@@ -1864,11 +1868,7 @@ pub fn deployment(
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels_json(labels),
-        },
+        "metadata": metadata_json(namespace, name, labels),
         "spec": {
             "replicas": 1,
             "selector": { "matchLabels": labels_json(labels) },
@@ -1891,11 +1891,7 @@ pub fn secret(
     json!({
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels_json(labels),
-        },
+        "metadata": metadata_json(namespace, name, labels),
         "type": "Opaque",
         "data": secret_data(data),
     })

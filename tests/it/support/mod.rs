@@ -9,6 +9,7 @@
 pub mod git;
 pub mod github;
 pub mod gitlab;
+pub mod http_fake;
 pub mod kube;
 pub mod kubectl;
 pub mod registry;
@@ -30,6 +31,13 @@ pub fn shared_fixture(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// The repository mirror tagpin keeps for `config` in `cache_dir`, opened with the
+/// configuration's Git credentials, as a command would open it.
+pub fn mirror(config: &tagpin::config::Config, cache_dir: &Path) -> tagpin::git::Mirror {
+    let credentials = tagpin::sync::git_credentials(&config.repository.auth).unwrap();
+    tagpin::git::Mirror::open(cache_dir, &config.repository.url, credentials).unwrap()
 }
 
 /// A process's exit status, stdout and stderr, for assertion messages.
