@@ -147,15 +147,7 @@ impl Operator {
 
     /// SIGTERM, then what it logged.
     async fn stop(self) -> String {
-        let pid = self.child.id().expect("running") as i32;
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap();
-        let output = tokio::time::timeout(Duration::from_secs(60), self.child.wait_with_output())
-            .await
-            .expect("tagpin operator stops within its grace period")
-            .unwrap();
+        let output = support::terminate(self.child, "tagpin operator").await;
         assert_eq!(output.status.code(), Some(0));
         String::from_utf8_lossy(&output.stderr).into_owned()
     }

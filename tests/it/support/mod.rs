@@ -16,7 +16,7 @@ pub mod registry;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A real-world capture from `tests/fixtures/shared` (verbatim copies of the team's shared
 /// fixtures, kept in the repository so tests read nothing outside it). Panics if it is missing:
@@ -55,4 +55,19 @@ pub fn rfc3339(time: SystemTime) -> String {
     let secs = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let whole = k8s_openapi::jiff::Timestamp::from_second(secs as i64).unwrap();
     whole.to_string()
+}
+
+/// Sends SIGTERM to a started `tagpin` process and waits up to 60 s (more than its grace
+/// period) for it to exit; returns its status and what it wrote. Panics saying `what` did not
+/// stop if it is still running.
+pub async fn terminate(child: tokio::process::Child, what: &str) -> Output {
+    let pid = child.id().expect("running");
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{what} stops within its grace period"))
+        .unwrap()
 }
