@@ -59,6 +59,27 @@ fn image_name(host: &str, i: usize) -> (String, String) {
     (format!("{host}/{repo}:{tag}"), format!("{repo}:{tag}"))
 }
 
+/// Pushes the `IMAGES` images (every `INDEX_EVERY`th an OCI index of two platforms) to
+/// `registry`, eight at a time; returns their names as `image_name` gives them.
+async fn push_images(registry: &TestRegistry, host: &str) -> Vec<(String, String)> {
+    let images: Vec<(String, String)> = (0..IMAGES).map(|i| image_name(host, i)).collect();
+    stream::iter(images.iter().enumerate())
+        .for_each_concurrent(8, |(i, (_, repo_tag))| async move {
+            let (repo, tag) = repo_tag.split_once(':').unwrap();
+            let seed = format!("seed-{i}");
+            if i % INDEX_EVERY == 0 {
+                let platforms = [("linux", "amd64"), ("linux", "arm64")];
+                registry
+                    .push_index(repo, tag, IndexKind::Oci, &platforms, &seed)
+                    .await;
+            } else {
+                registry.push_image(repo, tag, &seed).await;
+            }
+        })
+        .await;
+    images
+}
+
 fn deployment(n: usize, image: &str) -> String {
     format!(
         "# generated for the benchmark\n\
@@ -404,24 +425,7 @@ async fn main() {
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     eprintln!("pushing {IMAGES} images to {host} …");
-    let images: Vec<(String, String)> = (0..IMAGES).map(|i| image_name(&host, i)).collect();
-    stream::iter(images.iter().enumerate())
-        .for_each_concurrent(8, |(i, (_, repo_tag))| {
-            let registry = &registry;
-            async move {
-                let (repo, tag) = repo_tag.split_once(':').unwrap();
-                let seed = format!("seed-{i}");
-                if i % INDEX_EVERY == 0 {
-                    let platforms = [("linux", "amd64"), ("linux", "arm64")];
-                    registry
-                        .push_index(repo, tag, IndexKind::Oci, &platforms, &seed)
-                        .await;
-                } else {
-                    registry.push_image(repo, tag, &seed).await;
-                }
-            }
-        })
-        .await;
+    let images = push_images(&registry, &host).await;
 
     let tree = tempfile::tempdir().unwrap();
     let mut files = Vec::new();

@@ -11,12 +11,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use futures::stream::{self, StreamExt};
 use tagpin::manifest;
 use tagpin::registry::DEFAULT_CONCURRENCY_PER_HOST;
 
-use super::registry_support::{IndexKind, Mode, TestRegistry};
-use super::{deployment, image_name, plan_once, PhaseMarks, IMAGES, INDEX_EVERY, ROUNDS};
+use super::registry_support::{Mode, TestRegistry};
+use super::{deployment, plan_once, push_images, PhaseMarks, IMAGES, ROUNDS};
 
 const VALUES_FILES: usize = 1_000;
 const FIELDS: usize = 2 * VALUES_FILES;
@@ -66,24 +65,7 @@ pub(crate) async fn run() {
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     eprintln!("pushing {IMAGES} images to {host} …");
-    let images: Vec<(String, String)> = (0..IMAGES).map(|i| image_name(&host, i)).collect();
-    stream::iter(images.iter().enumerate())
-        .for_each_concurrent(8, |(i, (_, repo_tag))| {
-            let registry = &registry;
-            async move {
-                let (repo, tag) = repo_tag.split_once(':').unwrap();
-                let seed = format!("seed-{i}");
-                if i % INDEX_EVERY == 0 {
-                    let platforms = [("linux", "amd64"), ("linux", "arm64")];
-                    registry
-                        .push_index(repo, tag, IndexKind::Oci, &platforms, &seed)
-                        .await;
-                } else {
-                    registry.push_image(repo, tag, &seed).await;
-                }
-            }
-        })
-        .await;
+    let images = push_images(&registry, &host).await;
 
     let plain_dir = tempfile::tempdir().unwrap();
     let helm_dir = tempfile::tempdir().unwrap();
