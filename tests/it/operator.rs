@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::git::{BareRepo, GitHttpServer, HttpAuth};
-use support::kube::{Grant, KubeServer};
+use support::kube::KubeServer;
 use support::registry::{free_port, Mode, TestRegistry};
 use tokio::process::{Child, Command};
 
@@ -28,37 +28,7 @@ fn deployment(name: &str, image: &str) -> String {
 /// refused (403) and fails the test.
 async fn cluster() -> KubeServer {
     let kube = KubeServer::start().await;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let crd: Value = serde_yaml::from_str(
-        &std::fs::read_to_string(root.join("deploy/operator/crd.yaml")).unwrap(),
-    )
-    .unwrap();
-    kube.register_crd(crd);
-    let rbac = std::fs::read_to_string(root.join("deploy/operator/rbac.yaml")).unwrap();
-    for document in serde_yaml::Deserializer::from_str(&rbac) {
-        let role: Value = serde::Deserialize::deserialize(document).unwrap();
-        let namespace = match role["kind"].as_str() {
-            Some("ClusterRole") => None,
-            Some("Role") => Some("tagpin"),
-            _ => continue,
-        };
-        for rule in role["rules"].as_array().unwrap() {
-            let strings = |v: &Value| -> Vec<String> {
-                v.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|s| s.as_str().unwrap().to_string())
-                    .collect()
-            };
-            let (verbs, resources) = (strings(&rule["verbs"]), strings(&rule["resources"]));
-            let verbs: Vec<&str> = verbs.iter().map(String::as_str).collect();
-            let resources: Vec<&str> = resources.iter().map(String::as_str).collect();
-            kube.grant(match namespace {
-                Some(ns) => Grant::namespaced(ns, &verbs, &resources),
-                None => Grant::cluster(&verbs, &resources),
-            });
-        }
-    }
+    kube.install_tagpin_operator();
     kube
 }
 
