@@ -132,11 +132,15 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-/// Argo CD applied `default/Deployment/<name>` with its container `app` running `image`
-/// (pinned), its rollout done, and its one pod runs the pinned digest: what the operator's
-/// verification finds Converged.
-fn runs_converged(kube: &KubeServer, name: &str, image: &str, image_id: &str) {
+/// Argo CD applied `default/Deployment/<name>` with its container `app` running `image` (a
+/// tag) pinned to `digest`, its rollout done, and its one pod runs that digest: what the
+/// operator's verification finds Converged.
+fn runs_converged(kube: &KubeServer, name: &str, image: &str, digest: &str) {
     use support::kube::{deployment as live, pod, running_pod_status};
+    let (repository, _tag) = image.rsplit_once(':').unwrap();
+    let image_id = format!("{repository}@{digest}");
+    let image = format!("{image}@{digest}");
+    let image = image.as_str();
     kube.apply(live("default", name, &[("app", name)], &[("app", image)]));
     let generation =
         kube.get("Deployment", "default", name).unwrap()["metadata"]["generation"].clone();
@@ -157,7 +161,7 @@ fn runs_converged(kube: &KubeServer, name: &str, image: &str, image_id: &str) {
     kube.set_pod_status(
         "default",
         &pod_name,
-        running_pod_status(&[("app", image, image_id)]),
+        running_pod_status(&[("app", image, &image_id)]),
     );
 }
 
@@ -222,8 +226,8 @@ async fn two_objects_are_pinned_in_one_run_while_a_broken_one_and_a_missing_secr
         runs_converged(
             &kube,
             name,
-            &format!("{host}/{repository}:{tag}@{}", pushed.manifest),
-            &format!("{host}/{repository}@{}", pushed.manifest),
+            &format!("{host}/{repository}:{tag}"),
+            &pushed.manifest,
         );
     }
 
@@ -317,12 +321,7 @@ async fn a_rotated_secret_is_used_by_the_next_reconcile() {
         HttpAuth::basic("x-access-token", "right-token"),
     );
     let kube = cluster().await;
-    runs_converged(
-        &kube,
-        "web",
-        &format!("{host}/acme/web:1.0@{}", web.manifest),
-        &format!("{host}/acme/web@{}", web.manifest),
-    );
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
     kube.apply(support::kube::secret(
         NS,
         "git-creds",
@@ -370,12 +369,7 @@ async fn two_shards_each_reconcile_only_the_objects_labelled_for_them() {
         })
         .collect();
     let kube = cluster().await;
-    runs_converged(
-        &kube,
-        "web",
-        &format!("{host}/acme/web:1.0@{}", web.manifest),
-        &format!("{host}/acme/web@{}", web.manifest),
-    );
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
     let shard_of = |i: usize| {
         if i.is_multiple_of(2) {
             "shard1"
@@ -450,12 +444,7 @@ async fn kubectl_wait_returns_when_the_operator_reports_ready() {
     let kube = cluster().await;
     // kubectl sends no token over plain HTTP.
     kube.allow_anonymous();
-    runs_converged(
-        &kube,
-        "web",
-        &format!("{host}/acme/web:1.0@{}", web.manifest),
-        &format!("{host}/acme/web@{}", web.manifest),
-    );
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
     kube.apply(pinned_repository(
         "web",
         json!({}),
@@ -520,12 +509,7 @@ async fn of_two_replicas_only_the_leader_acts_and_the_standby_takes_over_after_a
         &deployment("web", &format!("{host}/acme/web:1.0")),
     )]);
     let kube = cluster().await;
-    runs_converged(
-        &kube,
-        "web",
-        &format!("{host}/acme/web:1.0@{}", one.manifest),
-        &format!("{host}/acme/web@{}", one.manifest),
-    );
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &one.manifest);
     kube.apply(pinned_repository(
         "web",
         json!({}),
@@ -598,12 +582,7 @@ async fn objects_pinning_the_same_tag_ask_the_registry_once_per_interval() {
     let host = registry.host();
     let web = registry.push_image("acme/web", "1.0", "one").await;
     let kube = cluster().await;
-    runs_converged(
-        &kube,
-        "web",
-        &format!("{host}/acme/web:1.0@{}", web.manifest),
-        &format!("{host}/acme/web@{}", web.manifest),
-    );
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
     let repos: Vec<BareRepo> = (0..5)
         .map(|_| {
             BareRepo::create(&[(
