@@ -9,17 +9,17 @@
 //! be no slower per image field than plain manifests.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tagpin::manifest;
 use tagpin::registry::DEFAULT_CONCURRENCY_PER_HOST;
 
 use super::registry_support::{Mode, TestRegistry};
-use super::{deployment, plan_once, push_images, PhaseMarks, IMAGES, ROUNDS};
+use super::{
+    deployment, plan_once, push_images, scan_repeatedly, PhaseMarks, IMAGES, ROUNDS, SCAN_REPEATS,
+};
 
 const VALUES_FILES: usize = 1_000;
 const FIELDS: usize = 2 * VALUES_FILES;
-const SCAN_REPEATS: usize = 10;
 
 /// A values file with two images: `images[a]` as a bitnami block, `images[b]` as a string.
 fn values_file(n: usize, host: &str, a: &str, b: &str) -> String {
@@ -49,14 +49,7 @@ fn write_tree(root: &Path, files: &[(String, String)]) -> Vec<(PathBuf, Vec<u8>)
 
 /// The scan alone, per image field, over `files` (read already).
 fn scan_per_field(files: &[(PathBuf, Vec<u8>)], fields_each: usize) -> Duration {
-    let started = Instant::now();
-    let mut fields = 0usize;
-    for _ in 0..SCAN_REPEATS {
-        for (path, bytes) in files {
-            fields += manifest::scan(path, bytes).unwrap().fields.len();
-        }
-    }
-    let elapsed = started.elapsed();
+    let (elapsed, fields) = scan_repeatedly(files);
     assert_eq!(fields, files.len() * fields_each * SCAN_REPEATS);
     elapsed / (fields as u32)
 }
