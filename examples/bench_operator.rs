@@ -24,9 +24,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use support::git::BareRepo;
-use support::kube::{deployment, pod, running_pod_status, Grant, KubeServer};
+use support::kube::{deployment, pod, running_pod_status, KubeServer};
 use support::registry::{free_port, Mode, TestRegistry};
 
 const OBJECTS: usize = 100;
@@ -37,41 +37,6 @@ fn manifest(name: &str, image: &str) -> String {
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
     )
-}
-
-/// The CRD installed, and the operator's writes granted as `deploy/operator/rbac.yaml` does.
-fn install(kube: &KubeServer, root: &Path) {
-    let crd: Value = serde_yaml::from_str(
-        &std::fs::read_to_string(root.join("deploy/operator/crd.yaml")).unwrap(),
-    )
-    .unwrap();
-    kube.register_crd(crd);
-    let rbac = std::fs::read_to_string(root.join("deploy/operator/rbac.yaml")).unwrap();
-    for document in serde_yaml::Deserializer::from_str(&rbac) {
-        let role: Value = serde::Deserialize::deserialize(document).unwrap();
-        let namespaced = match role["kind"].as_str() {
-            Some("ClusterRole") => false,
-            Some("Role") => true,
-            _ => continue,
-        };
-        for rule in role["rules"].as_array().unwrap() {
-            let list = |v: &Value| -> Vec<String> {
-                v.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|s| s.as_str().unwrap().to_string())
-                    .collect()
-            };
-            let (verbs, resources) = (list(&rule["verbs"]), list(&rule["resources"]));
-            let verbs: Vec<&str> = verbs.iter().map(String::as_str).collect();
-            let resources: Vec<&str> = resources.iter().map(String::as_str).collect();
-            kube.grant(if namespaced {
-                Grant::namespaced("tagpin", &verbs, &resources)
-            } else {
-                Grant::cluster(&verbs, &resources)
-            });
-        }
-    }
 }
 
 fn peak_rss_kib(pid: u32) -> Option<u64> {
@@ -105,7 +70,7 @@ async fn main() {
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     let kube = KubeServer::start().await;
-    install(&kube, root);
+    kube.install_tagpin_operator();
     let mut pushed = Vec::new();
     for i in 0..IMAGES {
         pushed.push(

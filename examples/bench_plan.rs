@@ -59,6 +59,27 @@ fn image_name(host: &str, i: usize) -> (String, String) {
     (format!("{host}/{repo}:{tag}"), format!("{repo}:{tag}"))
 }
 
+/// Pushes the `IMAGES` images (every `INDEX_EVERY`th an OCI index of two platforms) to
+/// `registry`, eight at a time; returns their names as `image_name` gives them.
+async fn push_images(registry: &TestRegistry, host: &str) -> Vec<(String, String)> {
+    let images: Vec<(String, String)> = (0..IMAGES).map(|i| image_name(host, i)).collect();
+    stream::iter(images.iter().enumerate())
+        .for_each_concurrent(8, |(i, (_, repo_tag))| async move {
+            let (repo, tag) = repo_tag.split_once(':').unwrap();
+            let seed = format!("seed-{i}");
+            if i % INDEX_EVERY == 0 {
+                let platforms = [("linux", "amd64"), ("linux", "arm64")];
+                registry
+                    .push_index(repo, tag, IndexKind::Oci, &platforms, &seed)
+                    .await;
+            } else {
+                registry.push_image(repo, tag, &seed).await;
+            }
+        })
+        .await;
+    images
+}
+
 fn deployment(n: usize, image: &str) -> String {
     format!(
         "# generated for the benchmark\n\
@@ -259,7 +280,9 @@ async fn sync_once(config: &tagpin::config::Config, host: &str, cache: &Path) ->
     (elapsed, connections_to(port_of(host)))
 }
 
-fn scan_rate(files: &[(PathBuf, Vec<u8>)]) -> f64 {
+/// Scans each of `files` (read already) `SCAN_REPEATS` times, no network: how long that took
+/// and how many image fields it found.
+fn scan_repeatedly(files: &[(PathBuf, Vec<u8>)]) -> (Duration, usize) {
     let started = Instant::now();
     let mut fields = 0usize;
     for _ in 0..SCAN_REPEATS {
@@ -267,7 +290,11 @@ fn scan_rate(files: &[(PathBuf, Vec<u8>)]) -> f64 {
             fields += manifest::scan(path, bytes).unwrap().fields.len();
         }
     }
-    let elapsed = started.elapsed();
+    (started.elapsed(), fields)
+}
+
+fn scan_rate(files: &[(PathBuf, Vec<u8>)]) -> f64 {
+    let (elapsed, fields) = scan_repeatedly(files);
     assert_eq!(fields, files.len() * SCAN_REPEATS);
     (files.len() * SCAN_REPEATS) as f64 / elapsed.as_secs_f64()
 }
@@ -404,24 +431,7 @@ async fn main() {
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     eprintln!("pushing {IMAGES} images to {host} …");
-    let images: Vec<(String, String)> = (0..IMAGES).map(|i| image_name(&host, i)).collect();
-    stream::iter(images.iter().enumerate())
-        .for_each_concurrent(8, |(i, (_, repo_tag))| {
-            let registry = &registry;
-            async move {
-                let (repo, tag) = repo_tag.split_once(':').unwrap();
-                let seed = format!("seed-{i}");
-                if i % INDEX_EVERY == 0 {
-                    let platforms = [("linux", "amd64"), ("linux", "arm64")];
-                    registry
-                        .push_index(repo, tag, IndexKind::Oci, &platforms, &seed)
-                        .await;
-                } else {
-                    registry.push_image(repo, tag, &seed).await;
-                }
-            }
-        })
-        .await;
+    let images = push_images(&registry, &host).await;
 
     let tree = tempfile::tempdir().unwrap();
     let mut files = Vec::new();

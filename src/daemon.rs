@@ -1028,15 +1028,13 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         "tagpin run: listening on {listen}, a pass every {:?}",
         schedule.interval
     );
-    let mut leadership = match leader {
+    let leadership = match leader {
         None => None,
         Some(elector) => match stand_by(elector, &shared, stop.clone()).await {
             Some(leadership) => Some(leadership),
             // Stopped while standing by: nothing was started.
             None => {
-                for server in servers {
-                    let _ = server.await;
-                }
+                join_servers(servers).await;
                 return Ok(());
             }
         },
@@ -1050,27 +1048,44 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         schedule,
         stop,
     );
+    work_while_leading(work, leadership, servers)
+        .await
+        .map_err(DaemonError::LostLeadership)
+}
+
+/// Runs `work` to its end (a graceful stop), then gives the Lease up so that a standby takes
+/// over at once, and waits for the HTTP servers to drain. Shared by `tagpin run` and the
+/// operator. `Err` with the reason when the Lease is lost first: acting stops at once, the
+/// work under way is dropped as in a crash (a push is one Git call, never half made), and the
+/// next leader's pass completes it. Without election (`None`) the work simply runs.
+pub async fn work_while_leading(
+    work: impl std::future::Future<Output = ()>,
+    mut leadership: Option<crate::leader::Leadership>,
+    servers: Vec<tokio::task::JoinHandle<()>>,
+) -> Result<(), String> {
     match &mut leadership {
         None => work.await,
         Some(held) => {
             tokio::select! {
                 () = work => {}
-                // Stop acting at once: whatever was under way is dropped mid-way, as in a
-                // crash, and the next leader's pass completes it.
-                reason = held.lost() => return Err(DaemonError::LostLeadership(reason)),
+                reason = held.lost() => return Err(reason),
             }
         }
     }
-    // Stopped gracefully: give the Lease up so that a standby takes over at once.
     if let Some(held) = leadership {
         if let Err(e) = held.release().await {
             tracing::warn!("{e}; a standby takes over when the Lease expires");
         }
     }
+    join_servers(servers).await;
+    Ok(())
+}
+
+/// Waits for the HTTP servers, which stop on the stop signal and let open connections finish.
+pub async fn join_servers(servers: Vec<tokio::task::JoinHandle<()>>) {
     for server in servers {
         let _ = server.await;
     }
-    Ok(())
 }
 
 /// Waits for the Lease, `None` if a stop signal comes first. A standby is alive (its

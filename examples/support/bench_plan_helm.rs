@@ -9,18 +9,17 @@
 //! be no slower per image field than plain manifests.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures::stream::{self, StreamExt};
-use tagpin::manifest;
 use tagpin::registry::DEFAULT_CONCURRENCY_PER_HOST;
 
-use super::registry_support::{IndexKind, Mode, TestRegistry};
-use super::{deployment, image_name, plan_once, PhaseMarks, IMAGES, INDEX_EVERY, ROUNDS};
+use super::registry_support::{Mode, TestRegistry};
+use super::{
+    deployment, plan_once, push_images, scan_repeatedly, PhaseMarks, IMAGES, ROUNDS, SCAN_REPEATS,
+};
 
 const VALUES_FILES: usize = 1_000;
 const FIELDS: usize = 2 * VALUES_FILES;
-const SCAN_REPEATS: usize = 10;
 
 /// A values file with two images: `images[a]` as a bitnami block, `images[b]` as a string.
 fn values_file(n: usize, host: &str, a: &str, b: &str) -> String {
@@ -50,14 +49,7 @@ fn write_tree(root: &Path, files: &[(String, String)]) -> Vec<(PathBuf, Vec<u8>)
 
 /// The scan alone, per image field, over `files` (read already).
 fn scan_per_field(files: &[(PathBuf, Vec<u8>)], fields_each: usize) -> Duration {
-    let started = Instant::now();
-    let mut fields = 0usize;
-    for _ in 0..SCAN_REPEATS {
-        for (path, bytes) in files {
-            fields += manifest::scan(path, bytes).unwrap().fields.len();
-        }
-    }
-    let elapsed = started.elapsed();
+    let (elapsed, fields) = scan_repeatedly(files);
     assert_eq!(fields, files.len() * fields_each * SCAN_REPEATS);
     elapsed / (fields as u32)
 }
@@ -66,24 +58,7 @@ pub(crate) async fn run() {
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     eprintln!("pushing {IMAGES} images to {host} …");
-    let images: Vec<(String, String)> = (0..IMAGES).map(|i| image_name(&host, i)).collect();
-    stream::iter(images.iter().enumerate())
-        .for_each_concurrent(8, |(i, (_, repo_tag))| {
-            let registry = &registry;
-            async move {
-                let (repo, tag) = repo_tag.split_once(':').unwrap();
-                let seed = format!("seed-{i}");
-                if i % INDEX_EVERY == 0 {
-                    let platforms = [("linux", "amd64"), ("linux", "arm64")];
-                    registry
-                        .push_index(repo, tag, IndexKind::Oci, &platforms, &seed)
-                        .await;
-                } else {
-                    registry.push_image(repo, tag, &seed).await;
-                }
-            }
-        })
-        .await;
+    let images = push_images(&registry, &host).await;
 
     let plain_dir = tempfile::tempdir().unwrap();
     let helm_dir = tempfile::tempdir().unwrap();

@@ -245,17 +245,23 @@ impl Collector {
     }
 }
 
+/// The style a scalar is rewritten in, one rule for every scanner: a block scalar (`|`, `>`)
+/// is not replaced in place.
+pub(super) fn inline_style(style: Style) -> Result<ScalarStyle, SkipReason> {
+    match style {
+        Style::Plain => Ok(ScalarStyle::Plain),
+        Style::SingleQuoted => Ok(ScalarStyle::SingleQuoted),
+        Style::DoubleQuoted => Ok(ScalarStyle::DoubleQuoted),
+        Style::Literal | Style::Folded => Err(SkipReason::BlockScalar),
+    }
+}
+
 /// A scalar that can be replaced in place: its value and target, or why not.
 pub(super) fn string_target(node: &Node) -> Result<(&str, Target), SkipReason> {
     let NodeKind::Scalar { value, style } = &node.kind else {
         return Err(SkipReason::NotAString);
     };
-    let style = match style {
-        Style::Plain => ScalarStyle::Plain,
-        Style::SingleQuoted => ScalarStyle::SingleQuoted,
-        Style::DoubleQuoted => ScalarStyle::DoubleQuoted,
-        Style::Literal | Style::Folded => return Err(SkipReason::BlockScalar),
-    };
+    let style = inline_style(*style)?;
     if value.is_empty()
         || (style == ScalarStyle::Plain && matches!(value.as_str(), "~" | "null" | "Null" | "NULL"))
     {

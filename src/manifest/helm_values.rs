@@ -10,7 +10,9 @@
 
 use std::collections::HashSet;
 
-use super::field::{string_target, Collector, ImageField, Origin, ScalarStyle, SkipReason, Target};
+use super::field::{
+    inline_style, string_target, Collector, ImageField, Origin, SkipReason, Target,
+};
 use super::helm::{DigestMode, HelmImage, HelmPart, HelmSource, HelmWrite};
 use super::kustomize::line_end;
 use super::rewrite::looks_like_non_string;
@@ -508,12 +510,7 @@ fn replace_target(node: &Node) -> Result<Target, SkipReason> {
     let NodeKind::Scalar { style, .. } = &node.kind else {
         return Err(SkipReason::NotAString);
     };
-    let style = match style {
-        Style::Plain => ScalarStyle::Plain,
-        Style::SingleQuoted => ScalarStyle::SingleQuoted,
-        Style::DoubleQuoted => ScalarStyle::DoubleQuoted,
-        Style::Literal | Style::Folded => return Err(SkipReason::BlockScalar),
-    };
+    let style = inline_style(*style)?;
     if node.span.is_empty() {
         return Err(SkipReason::HelmEmptyDigest);
     }

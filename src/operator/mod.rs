@@ -213,14 +213,12 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
             .unwrap_or_default()
     );
     // A standby is alive but not ready: the Service sends webhooks to the leader only.
-    let mut leadership = match setup.leader {
+    let leadership = match setup.leader {
         None => None,
         Some(elector) => match daemon::stand_by(elector, &shared, stop.clone()).await {
             Some(leadership) => Some(leadership),
             None => {
-                for server in servers {
-                    let _ = server.await;
-                }
+                daemon::join_servers(servers).await;
                 return Ok(());
             }
         },
@@ -253,28 +251,9 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
             }
             futures::future::ready(())
         });
-    match &mut leadership {
-        None => work.await,
-        Some(held) => {
-            tokio::select! {
-                () = work => {}
-                // Stop acting at once: a pass under way is dropped as in a crash (its push is
-                // one Git call, never half made), and the next leader's reconcile of every
-                // object completes what it left.
-                reason = held.lost() => return Err(OperatorError::LostLeadership(reason)),
-            }
-        }
-    }
-    // Stopped gracefully: give the Lease up so that a standby takes over at once.
-    if let Some(held) = leadership {
-        if let Err(e) = held.release().await {
-            tracing::warn!("{e}; a standby takes over when the Lease expires");
-        }
-    }
-    for server in servers {
-        let _ = server.await;
-    }
-    Ok(())
+    daemon::work_while_leading(work, leadership, servers)
+        .await
+        .map_err(OperatorError::LostLeadership)
 }
 
 #[cfg(test)]

@@ -248,6 +248,13 @@ mod tests {
 
     const ME: &str = "tagpin-bot";
 
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_764_052_215), "2025-11-25T06:30:15Z");
+    }
+
     fn status(state: StatusState, description: &str) -> Status {
         Status {
             state,

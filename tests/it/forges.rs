@@ -1200,15 +1200,7 @@ async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
         None
     };
 
-    let pid = child.id().expect("running");
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    let output = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("tagpin run stops within its grace period")
-        .unwrap();
+    let output = support::terminate(child, "tagpin run").await;
     let log = String::from_utf8_lossy(&output.stderr);
     assert!(opened, "no change request verified: {log}");
     assert!(merged.is_some(), "not verified after the merge: {log}");

@@ -70,19 +70,7 @@ impl World {
     }
 
     async fn verify(&self, args: &[&str]) -> Output {
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
-            .args(["verify", "--config"])
-            .arg(self.dir.path().join("tagpin.yaml"))
-            .arg("--cache-dir")
-            .arg(self.dir.path().join("cache"))
-            .args(args)
-            .env("HOME", self.dir.path())
-            .env("KUBECONFIG", self.kube.kubeconfig(self.dir.path()))
-            .env_remove("DOCKER_CONFIG")
-            .env_remove("RUST_LOG")
-            .output()
-            .await
-            .expect("run tagpin")
+        tagpin_verify(self.dir.path(), &self.kube, args).await
     }
 
     async fn verify_json(&self, args: &[&str]) -> (Option<i32>, Value) {
@@ -105,6 +93,24 @@ impl World {
             &format!("ghcr.io/acme/web@{digest}"),
         );
     }
+}
+
+/// The real `tagpin verify` with `args`, configured by `dir/tagpin.yaml` (its cache in
+/// `dir/cache`, `HOME` there) against `kube`, with no Docker config or log filter inherited.
+pub(crate) async fn tagpin_verify(dir: &Path, kube: &KubeServer, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+        .args(["verify", "--config"])
+        .arg(dir.join("tagpin.yaml"))
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .args(args)
+        .env("HOME", dir)
+        .env("KUBECONFIG", kube.kubeconfig(dir))
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("RUST_LOG")
+        .output()
+        .await
+        .expect("run tagpin")
 }
 
 /// Asserts that `verify` exited 0 with the `app` container of `workload` converged.

@@ -8,7 +8,7 @@
 //! the `binary` tests run the real `tagpin verify`, where the pins come from the scanned
 //! commit or from a sync pull request's plan block.
 
-use crate::gitops::{argo_application, flux_objects, verifier_grants};
+use crate::gitops::{argo_application, flux_objects, tagpin_verify, verifier_grants};
 use crate::support;
 
 use std::process::Output;
@@ -84,6 +84,15 @@ impl World {
 
     fn tip(&self) -> String {
         self.repo.head("main").unwrap()
+    }
+
+    /// A commit on `main` whose HelmRelease values pin `digest`; its SHA.
+    fn pin_release(&self, digest: &str) -> String {
+        self.repo.commit_as_other_writer(
+            "main",
+            &[("apps/web/release.yaml", &release_manifest(digest))],
+            "Pin web to a newer digest",
+        )
     }
 
     /// The Flux GitRepository and Kustomization of `./apps`, having applied `revision`, with
@@ -241,19 +250,7 @@ impl World {
 
     /// The real `tagpin verify` with `args`, on this world's cluster and configuration.
     async fn verify(&self, args: &[&str]) -> Output {
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
-            .args(["verify", "--config"])
-            .arg(self.dir.path().join("tagpin.yaml"))
-            .arg("--cache-dir")
-            .arg(self.dir.path().join("cache"))
-            .args(args)
-            .env("HOME", self.dir.path())
-            .env("KUBECONFIG", self.kube.kubeconfig(self.dir.path()))
-            .env_remove("DOCKER_CONFIG")
-            .env_remove("RUST_LOG")
-            .output()
-            .await
-            .expect("run tagpin")
+        tagpin_verify(self.dir.path(), &self.kube, args).await
     }
 
     /// One check of the tip of `main`, with `pins` as the Helm pins of that commit.
@@ -357,11 +354,7 @@ async fn a_helm_release_that_released_the_pin_commits_values_is_converged() {
 async fn a_helm_release_not_yet_released_with_the_pin_is_progressing() {
     let w = World::new(OLD_DIGEST).await;
     let older = w.tip();
-    let pin = w.repo.commit_as_other_writer(
-        "main",
-        &[("apps/web/release.yaml", &release_manifest(DIGEST))],
-        "Pin web to a newer digest",
-    );
+    let pin = w.pin_release(DIGEST);
     // The old release still runs the old digest: nothing is judged on it.
     w.released_workload("web", "web", "app", OLD_DIGEST);
     w.helm_release(OLD_DIGEST, 1, "deployed", CONFIG);
@@ -596,11 +589,7 @@ fn verdict_lines(report: &Value) -> Vec<String> {
 async fn binary_verify_at_a_commit_follows_a_helm_release_and_a_values_file_to_convergence() {
     let w = World::new(OLD_DIGEST).await;
     let older = w.tip();
-    let pin = w.repo.commit_as_other_writer(
-        "main",
-        &[("apps/web/release.yaml", &release_manifest(DIGEST))],
-        "Pin web to a newer digest",
-    );
+    let pin = w.pin_release(DIGEST);
     w.kube.set_grants(verifier_grants());
     // Argo CD applied the pin commit's values-prod.yaml; its Deployment runs the digest.
     w.argo_values_app(&pin);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::git::{BareRepo, GitHttpServer, HttpAuth};
-use support::kube::{Grant, KubeServer};
+use support::kube::KubeServer;
 use support::registry::{free_port, Mode, TestRegistry};
 use tokio::process::{Child, Command};
 
@@ -28,37 +28,7 @@ fn deployment(name: &str, image: &str) -> String {
 /// refused (403) and fails the test.
 async fn cluster() -> KubeServer {
     let kube = KubeServer::start().await;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let crd: Value = serde_yaml::from_str(
-        &std::fs::read_to_string(root.join("deploy/operator/crd.yaml")).unwrap(),
-    )
-    .unwrap();
-    kube.register_crd(crd);
-    let rbac = std::fs::read_to_string(root.join("deploy/operator/rbac.yaml")).unwrap();
-    for document in serde_yaml::Deserializer::from_str(&rbac) {
-        let role: Value = serde::Deserialize::deserialize(document).unwrap();
-        let namespace = match role["kind"].as_str() {
-            Some("ClusterRole") => None,
-            Some("Role") => Some("tagpin"),
-            _ => continue,
-        };
-        for rule in role["rules"].as_array().unwrap() {
-            let strings = |v: &Value| -> Vec<String> {
-                v.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|s| s.as_str().unwrap().to_string())
-                    .collect()
-            };
-            let (verbs, resources) = (strings(&rule["verbs"]), strings(&rule["resources"]));
-            let verbs: Vec<&str> = verbs.iter().map(String::as_str).collect();
-            let resources: Vec<&str> = resources.iter().map(String::as_str).collect();
-            kube.grant(match namespace {
-                Some(ns) => Grant::namespaced(ns, &verbs, &resources),
-                None => Grant::cluster(&verbs, &resources),
-            });
-        }
-    }
+    kube.install_tagpin_operator();
     kube
 }
 
@@ -147,15 +117,7 @@ impl Operator {
 
     /// SIGTERM, then what it logged.
     async fn stop(self) -> String {
-        let pid = self.child.id().expect("running") as i32;
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap();
-        let output = tokio::time::timeout(Duration::from_secs(60), self.child.wait_with_output())
-            .await
-            .expect("tagpin operator stops within its grace period")
-            .unwrap();
+        let output = support::terminate(self.child, "tagpin operator").await;
         assert_eq!(output.status.code(), Some(0));
         String::from_utf8_lossy(&output.stderr).into_owned()
     }
@@ -170,11 +132,15 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-/// Argo CD applied `default/Deployment/<name>` with its container `app` running `image`
-/// (pinned), its rollout done, and its one pod runs the pinned digest: what the operator's
-/// verification finds Converged.
-fn runs_converged(kube: &KubeServer, name: &str, image: &str, image_id: &str) {
+/// Argo CD applied `default/Deployment/<name>` with its container `app` running `image` (a
+/// tag) pinned to `digest`, its rollout done, and its one pod runs that digest: what the
+/// operator's verification finds Converged.
+fn runs_converged(kube: &KubeServer, name: &str, image: &str, digest: &str) {
     use support::kube::{deployment as live, pod, running_pod_status};
+    let (repository, _tag) = image.rsplit_once(':').unwrap();
+    let image_id = format!("{repository}@{digest}");
+    let image = format!("{image}@{digest}");
+    let image = image.as_str();
     kube.apply(live("default", name, &[("app", name)], &[("app", image)]));
     let generation =
         kube.get("Deployment", "default", name).unwrap()["metadata"]["generation"].clone();
@@ -195,7 +161,7 @@ fn runs_converged(kube: &KubeServer, name: &str, image: &str, image_id: &str) {
     kube.set_pod_status(
         "default",
         &pod_name,
-        running_pod_status(&[("app", image, image_id)]),
+        running_pod_status(&[("app", image, &image_id)]),
     );
 }
 
@@ -260,8 +226,8 @@ async fn two_objects_are_pinned_in_one_run_while_a_broken_one_and_a_missing_secr
         runs_converged(
             &kube,
             name,
-            &format!("{host}/{repository}:{tag}@{}", pushed.manifest),
-            &format!("{host}/{repository}@{}", pushed.manifest),
+            &format!("{host}/{repository}:{tag}"),
+            &pushed.manifest,
         );
     }
 
@@ -355,12 +321,7 @@ async fn a_rotated_secret_is_used_by_the_next_reconcile() {
         HttpAuth::basic("x-access-token", "right-token"),
     );
     let kube = cluster().await;
-    runs_converged(
-        &kube,
-        "web",
-        &format!("{host}/acme/web:1.0@{}", web.manifest),
-        &format!("{host}/acme/web@{}", web.manifest),
-    );
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
     kube.apply(support::kube::secret(
         NS,
         "git-creds",
@@ -408,12 +369,7 @@ async fn two_shards_each_reconcile_only_the_objects_labelled_for_them() {
         })
         .collect();
     let kube = cluster().await;
-    runs_converged(
-        &kube,
-        "web",
-        &format!("{host}/acme/web:1.0@{}", web.manifest),
-        &format!("{host}/acme/web@{}", web.manifest),
-    );
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
     let shard_of = |i: usize| {
         if i.is_multiple_of(2) {
             "shard1"
@@ -488,12 +444,7 @@ async fn kubectl_wait_returns_when_the_operator_reports_ready() {
     let kube = cluster().await;
     // kubectl sends no token over plain HTTP.
     kube.allow_anonymous();
-    runs_converged(
-        &kube,
-        "web",
-        &format!("{host}/acme/web:1.0@{}", web.manifest),
-        &format!("{host}/acme/web@{}", web.manifest),
-    );
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
     kube.apply(pinned_repository(
         "web",
         json!({}),
@@ -558,12 +509,7 @@ async fn of_two_replicas_only_the_leader_acts_and_the_standby_takes_over_after_a
         &deployment("web", &format!("{host}/acme/web:1.0")),
     )]);
     let kube = cluster().await;
-    runs_converged(
-        &kube,
-        "web",
-        &format!("{host}/acme/web:1.0@{}", one.manifest),
-        &format!("{host}/acme/web@{}", one.manifest),
-    );
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &one.manifest);
     kube.apply(pinned_repository(
         "web",
         json!({}),
@@ -636,12 +582,7 @@ async fn objects_pinning_the_same_tag_ask_the_registry_once_per_interval() {
     let host = registry.host();
     let web = registry.push_image("acme/web", "1.0", "one").await;
     let kube = cluster().await;
-    runs_converged(
-        &kube,
-        "web",
-        &format!("{host}/acme/web:1.0@{}", web.manifest),
-        &format!("{host}/acme/web@{}", web.manifest),
-    );
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
     let repos: Vec<BareRepo> = (0..5)
         .map(|_| {
             BareRepo::create(&[(

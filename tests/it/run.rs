@@ -142,15 +142,7 @@ impl Controller {
 
     /// Sends SIGTERM and waits for the exit; returns the exit code and what it logged.
     async fn stop(self) -> (Option<i32>, String) {
-        let pid = self.child.id().expect("running") as i32;
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap();
-        let output = tokio::time::timeout(Duration::from_secs(60), self.child.wait_with_output())
-            .await
-            .expect("tagpin run stops within its grace period")
-            .unwrap();
+        let output = support::terminate(self.child, "tagpin run").await;
         (
             output.status.code(),
             String::from_utf8_lossy(&output.stderr).into_owned(),

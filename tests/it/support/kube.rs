@@ -1570,6 +1570,43 @@ impl KubeServer {
         self.apply(crd)
     }
 
+    /// The tagpin operator installed as `deploy/operator/` installs it: the CRD of `crd.yaml`
+    /// served, and exactly the writes `rbac.yaml` grants (its Role's in `tagpin`), so that a
+    /// write the operator is not granted is refused (403).
+    pub fn install_tagpin_operator(&self) {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let crd: Value = serde_yaml::from_str(
+            &std::fs::read_to_string(root.join("deploy/operator/crd.yaml")).unwrap(),
+        )
+        .unwrap();
+        self.register_crd(crd);
+        let rbac = std::fs::read_to_string(root.join("deploy/operator/rbac.yaml")).unwrap();
+        for document in serde_yaml::Deserializer::from_str(&rbac) {
+            let role: Value = serde::Deserialize::deserialize(document).unwrap();
+            let namespace = match role["kind"].as_str() {
+                Some("ClusterRole") => None,
+                Some("Role") => Some("tagpin"),
+                _ => continue,
+            };
+            for rule in role["rules"].as_array().unwrap() {
+                let strings = |v: &Value| -> Vec<String> {
+                    v.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|s| s.as_str().unwrap().to_string())
+                        .collect()
+                };
+                let (verbs, resources) = (strings(&rule["verbs"]), strings(&rule["resources"]));
+                let verbs: Vec<&str> = verbs.iter().map(String::as_str).collect();
+                let resources: Vec<&str> = resources.iter().map(String::as_str).collect();
+                self.grant(match namespace {
+                    Some(ns) => Grant::namespaced(ns, &verbs, &resources),
+                    None => Grant::cluster(&verbs, &resources),
+                });
+            }
+        }
+    }
+
     /// [`register_crd`](Self::register_crd) for a type whose objects need no
     /// checking: a CRD whose `spec` and `status` keep any fields, with a
     /// status subresource.

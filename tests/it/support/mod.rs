@@ -16,7 +16,7 @@ pub mod registry;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A real-world capture from `tests/fixtures/shared` (verbatim copies of the team's shared
 /// fixtures, kept in the repository so tests read nothing outside it). Panics if it is missing:
@@ -53,21 +53,21 @@ pub fn output_text(o: &Output) -> String {
 /// `time` as RFC 3339 UTC (`2011-01-26T19:01:12Z`), as GitHub and Kubernetes write times.
 pub fn rfc3339(time: SystemTime) -> String {
     let secs = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let whole = k8s_openapi::jiff::Timestamp::from_second(secs as i64).unwrap();
+    whole.to_string()
+}
+
+/// Sends SIGTERM to a started `tagpin` process and waits up to 60 s (more than its grace
+/// period) for it to exit; returns its status and what it wrote. Panics saying `what` did not
+/// stop if it is still running.
+pub async fn terminate(child: tokio::process::Child, what: &str) -> Output {
+    let pid = child.id().expect("running");
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{what} stops within its grace period"))
+        .unwrap()
 }
