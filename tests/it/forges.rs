@@ -1127,19 +1127,6 @@ both_forges!(the_soak_clock_is_tagpins_own:
 // ---------------------------------------------------------------------------------------------
 // The controller.
 
-/// Polls `check` for up to 30 s.
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !check() {
-        if std::time::Instant::now() >= deadline {
-            eprintln!("timed out waiting for {what}");
-            return false;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
-    true
-}
-
 /// `tagpin run` opens its change request on start, verifies it while it is open, and after a
 /// person merges it and the cluster runs it, posts success on the commit that landed and says
 /// Converged in its one comment; then it stops cleanly on SIGTERM.
@@ -1169,7 +1156,7 @@ async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
         .spawn()
         .expect("start tagpin run");
 
-    let opened = eventually("a change request and its pending status", || {
+    let opened = support::eventually_or("a change request and its pending status", || {
         w.repo.head("tagpin/main").is_some_and(|head| {
             w.hub.changes().len() == 1
                 && w.hub
@@ -1184,17 +1171,18 @@ async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
         let merged = w.hub.merge_by_hand(&w.repo, 1, &["apps/web.yaml"]);
         live_deployment(&w.kube, "web", &image, 1);
         live_pod(&w.kube, "web", "web-1", &image, &pod_image_id(&image));
-        let converged = eventually("success on the merge commit and the comment", || {
-            w.hub
-                .statuses(&merged)
-                .iter()
-                .any(|(c, s)| c == "tagpin/converged" && s == "success")
-                && w.hub
-                    .comments(1)
+        let converged =
+            support::eventually_or("success on the merge commit and the comment", || {
+                w.hub
+                    .statuses(&merged)
                     .iter()
-                    .any(|c| c.contains("cluster Converged"))
-        })
-        .await;
+                    .any(|(c, s)| c == "tagpin/converged" && s == "success")
+                    && w.hub
+                        .comments(1)
+                        .iter()
+                        .any(|c| c.contains("cluster Converged"))
+            })
+            .await;
         converged.then_some(merged)
     } else {
         None

@@ -4,6 +4,7 @@
 //! `kubectl wait`.
 
 use crate::support;
+use crate::support::eventually;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -120,15 +121,6 @@ impl Operator {
         let output = support::terminate(self.child, "tagpin operator").await;
         assert_eq!(output.status.code(), Some(0));
         String::from_utf8_lossy(&output.stderr).into_owned()
-    }
-}
-
-/// Polls `check` for up to 60 s.
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

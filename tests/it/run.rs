@@ -2,6 +2,7 @@
 //! webhook deliveries (signed and not), `/metrics` scraped, and SIGTERM.
 
 use crate::support;
+use crate::support::{eventually, eventually_or};
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -209,26 +210,6 @@ fn runs_converged(kube: &support::kube::KubeServer, image: &str, image_id: &str,
         pod_name,
         running_pod_status(&[("app", image, image_id)]),
     );
-}
-
-async fn eventually(what: &str, check: impl FnMut() -> bool) {
-    assert!(
-        eventually_or(what, check).await,
-        "timed out waiting for {what}"
-    );
-}
-
-/// Polls `check` for up to 30 s; false if it never held.
-async fn eventually_or(what: &str, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !check() {
-        if Instant::now() >= deadline {
-            eprintln!("timed out waiting for {what}");
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    true
 }
 
 #[tokio::test]

@@ -18,6 +18,28 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// Polls `check` every 200 ms for up to 60 s; false, with a line naming `what`, if it never held
+/// (for tests that gather more to say before they fail).
+pub async fn eventually_or(what: &str, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !check() {
+        if std::time::Instant::now() >= deadline {
+            eprintln!("timed out waiting for {what}");
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    true
+}
+
+/// [`eventually_or`], failing the test when `check` never holds.
+pub async fn eventually(what: &str, check: impl FnMut() -> bool) {
+    assert!(
+        eventually_or(what, check).await,
+        "timed out waiting for {what}"
+    );
+}
+
 /// A real-world capture from `tests/fixtures/shared` (verbatim copies of the team's shared
 /// fixtures, kept in the repository so tests read nothing outside it). Panics if it is missing:
 /// a test whose input is gone fails, it never passes by skipping.
