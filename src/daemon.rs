@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -42,7 +42,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
+use crate::clock::Clock;
 use crate::config::{Config, Stage, WriteMode};
 use crate::forge::{Forge, StatusState};
 use crate::git::Mirror;
@@ -58,6 +60,10 @@ use crate::verify::verdict::State as Verdict;
 use crate::verify::{self, Families, Source, VerifyError};
 use crate::webhook::{self, Sender};
 
+mod timetable;
+pub use timetable::JITTER;
+use timetable::{Timetable, Trigger};
+
 /// How long work under way may go on after a stop signal, by default (`--grace-period`). Keep
 /// it below the pod's `terminationGracePeriodSeconds` (45 s in `deploy/`).
 pub const GRACE_PERIOD: Duration = Duration::from_secs(30);
@@ -66,8 +72,6 @@ pub const GRACE_PERIOD: Duration = Duration::from_secs(30);
 pub const LIVENESS_INTERVALS: u32 = 3;
 /// The environment variable holding the webhook secret (shared secret or HMAC key).
 pub const WEBHOOK_SECRET_ENV: &str = "TAGPIN_WEBHOOK_SECRET";
-/// Fraction of the interval by which each wait is randomly shortened or lengthened.
-const JITTER: f64 = 0.1;
 /// The largest webhook body accepted.
 const MAX_WEBHOOK_BYTES: usize = 1024 * 1024;
 /// Signed deliveries (GHCR) whose bodies are read at once: a signature can only be checked on
@@ -112,6 +116,29 @@ impl Shared {
         *lock(&self.progress) = Instant::now();
     }
 
+    /// How long the loop has finished nothing, when that is past [`Schedule::stale_after`]
+    /// (`/healthz` then fails); `None` while it makes progress.
+    pub fn stuck_for(&self) -> Option<Duration> {
+        let idle = lock(&self.progress).elapsed();
+        (idle > self.stale_after).then_some(idle)
+    }
+
+    /// Queues the repositories a webhook delivery names for the next pass, and wakes the loop
+    /// (once, however many deliveries come before it takes them).
+    pub fn queue(&self, names: impl IntoIterator<Item = String>) {
+        let mut pending = lock(&self.pending);
+        let before = pending.len();
+        pending.extend(names);
+        if pending.len() > before {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Takes the repositories queued since the last call.
+    fn take_pending(&self) -> BTreeSet<String> {
+        std::mem::take(&mut *lock(&self.pending))
+    }
+
     /// `/readyz` answers 200 from now on.
     pub fn mark_ready(&self) {
         self.ready.store(true, Ordering::Relaxed);
@@ -121,7 +148,7 @@ impl Shared {
     /// (`tagpin operator` serves them with its own loop).
     pub async fn next_delivery(&self) -> BTreeSet<String> {
         self.wake.notified().await;
-        std::mem::take(&mut *lock(&self.pending))
+        self.take_pending()
     }
 }
 
@@ -277,8 +304,7 @@ async fn serve_connection(
 /// 200 while the loop makes progress; 503 once it has finished nothing for
 /// [`Schedule::stale_after`], so that the kubelet restarts a stuck controller.
 async fn healthz(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
-    let idle = lock(&shared.progress).elapsed();
-    if idle > shared.stale_after {
+    if let Some(idle) = shared.stuck_for() {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
@@ -406,10 +432,7 @@ async fn webhook_delivery(
         Ok(names) => {
             record("accepted");
             tracing::info!(sender = sender.name(), "webhook names {}", names.join(", "));
-            if !names.is_empty() {
-                lock(&shared.pending).extend(names);
-                shared.wake.notify_one();
-            }
+            shared.queue(names);
             (StatusCode::ACCEPTED, "queued\n".to_string())
         }
         Err(rejection) => {
@@ -427,16 +450,19 @@ async fn webhook_delivery(
     }
 }
 
-/// Why the loop woke.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Trigger {
-    Schedule,
-    Webhook,
-    Verify,
-}
-
 /// How long after its merge a tagpin pull request is still verified.
 pub const RECENTLY_MERGED: Duration = Duration::from_secs(24 * 3600);
+
+/// The oldest merge (Unix seconds) still verified at `now`: what the forge is asked for.
+pub fn merged_since(now: i64) -> i64 {
+    now - RECENTLY_MERGED.as_secs() as i64
+}
+
+/// Whether `pr` is still in flight at `now` (Unix seconds): open, or merged less than
+/// [`RECENTLY_MERGED`] ago. A pull request closed without merging is not.
+pub fn in_flight_at(pr: &crate::forge::PullRequestInfo, now: i64) -> bool {
+    pr.open || pr.merged_at.is_some_and(|t| t > merged_since(now))
+}
 
 /// What is in flight, verified between passes until Converged or Failed: open and recently
 /// merged tagpin pull requests (pull-request mode), or the target branch's tip (commit mode).
@@ -456,6 +482,8 @@ pub struct InFlight<'a> {
     pub settled_tip: Mutex<Option<String>>,
     /// Pull-request mode: what is known of each pull request between cycles.
     pub pr_memory: Mutex<PrMemory>,
+    /// The time compared with merge times ([`in_flight_at`]).
+    pub clock: Clock,
 }
 
 /// One thing to verify: its source, its pull request, the stage a promotion goes into, and the
@@ -513,10 +541,7 @@ impl InFlight<'_> {
         let target = &self.config.repository.branch;
         let mut sources: Vec<InFlightItem> = Vec::new();
         if let Some(forge) = self.forge {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
-            let window = RECENTLY_MERGED.as_secs() as i64;
+            let now = (self.clock)();
             // The forge's pull requests are one source of work among others: when they
             // cannot be listed, the commit-mode tip below is still verified.
             let listed = match forge.login().await {
@@ -524,7 +549,7 @@ impl InFlight<'_> {
                     .pull_requests_with_prefix(
                         &self.config.pull_request.branch_prefix,
                         target,
-                        now - window,
+                        merged_since(now),
                     )
                     .await
                     .map(|prs| (me, prs)),
@@ -558,8 +583,7 @@ impl InFlight<'_> {
                 if skip {
                     continue;
                 }
-                let recent = pr.merged_at.is_some_and(|t| now - t < window);
-                if !(pr.open || recent) {
+                if !in_flight_at(&pr, now) {
                     continue;
                 }
                 let final_sha = if pr.merged {
@@ -828,14 +852,15 @@ pub async fn reconcile(
 ) {
     let mut answers: BTreeMap<ResolveKey, ResolveResult> = BTreeMap::new();
     let mut families = Families::default();
-    let mut next_scheduled = Instant::now();
-    let mut next_verify = Instant::now() + schedule.verify_every;
+    let mut timetable = Timetable::new(
+        schedule.interval,
+        schedule.verify_every,
+        Instant::now(),
+        in_flight.is_some(),
+    );
     loop {
-        let trigger = tokio::select! {
-            _ = tokio::time::sleep_until(next_scheduled.into()) => Trigger::Schedule,
-            _ = shared.wake.notified() => Trigger::Webhook,
-            _ = tokio::time::sleep_until(next_verify.into()), if in_flight.is_some() => Trigger::Verify,
-            _ = stop.wait_for(|s| *s) => return,
+        let Some(trigger) = timetable.wait(&shared.wake, &mut stop).await else {
+            return;
         };
         let stopped = |what: &str| {
             tracing::warn!(
@@ -850,16 +875,20 @@ pub async fn reconcile(
                         return stopped("a verification");
                     }
                 }
-                next_verify = Instant::now() + schedule.verify_every;
+                timetable.verified(Instant::now());
                 continue;
             }
             Trigger::Schedule => {
                 answers.clear();
-                next_scheduled = Instant::now() + jittered(schedule.interval);
+                timetable.pass_started(Instant::now(), timetable::random_unit());
             }
             Trigger::Webhook => {
                 // At once: what arrives from now on waits for the follow-up pass.
-                let names = std::mem::take(&mut *lock(&shared.pending));
+                let names = shared.take_pending();
+                if names.is_empty() {
+                    // A wake-up left by deliveries a pass already took.
+                    continue;
+                }
                 answers.retain(|key, result| {
                     result.is_ok() && !names.contains(&format!("{}/{}", key.domain, key.repository))
                 });
@@ -895,7 +924,7 @@ pub async fn reconcile(
             if !verify_round(in_flight, &mut families, &shared, &stop, schedule).await {
                 return stopped("a verification");
             }
-            next_verify = Instant::now() + schedule.verify_every;
+            timetable.verified(Instant::now());
         }
     }
 }
@@ -1010,6 +1039,7 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
             stage_clusters: &stage_clusters,
             settled_tip: std::sync::Mutex::default(),
             pr_memory: std::sync::Mutex::default(),
+            clock: crate::clock::system(),
         }),
         Err(e) => {
             tracing::warn!("no cluster to verify against ({e}); pinning only");
@@ -1189,22 +1219,10 @@ fn record_pass(
                 }
             }
             if !report.has_failures() {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
-                m.last_success.set(now as i64);
+                m.last_success.set(crate::clock::unix_now());
             }
         }
     }
-}
-
-/// `interval` shortened or lengthened by up to [`JITTER`] of itself.
-fn jittered(interval: Duration) -> Duration {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let unit = f64::from(nanos % 10_000) / 10_000.0; // in [0, 1)
-    interval.mul_f64(1.0 - JITTER + 2.0 * JITTER * unit)
 }
 
 /// Turns true on SIGTERM or SIGINT; `grace` only words the log line.
@@ -1289,10 +1307,10 @@ mod tests {
         assert_eq!(schedule.stale_after(), Duration::from_secs(900));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn work_under_way_gets_the_grace_period_after_a_stop_and_no_more() {
         let (tx, rx) = watch::channel(false);
-        let grace = Duration::from_millis(100);
+        let grace = Duration::from_secs(30);
         // Without a stop, work ends as it ends.
         assert_eq!(within_grace(&rx, grace, async { 7 }).await, Some(7));
 
@@ -1300,20 +1318,153 @@ mod tests {
         let started = Instant::now();
         let hung = within_grace(&rx, grace, std::future::pending::<()>()).await;
         assert_eq!(hung, None);
-        assert!(started.elapsed() >= grace);
-        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(started.elapsed(), grace, "cut right at the grace period");
         // Work that ends within the grace period ends normally.
-        assert_eq!(within_grace(&rx, grace, async { 8 }).await, Some(8));
+        let slow = async {
+            tokio::time::sleep(grace - Duration::from_secs(1)).await;
+            8
+        };
+        assert_eq!(within_grace(&rx, grace, slow).await, Some(8));
+    }
+
+    fn merged(minutes_ago: i64, now: i64) -> crate::forge::PullRequestInfo {
+        crate::forge::PullRequestInfo {
+            open: false,
+            merged: true,
+            merged_at: Some(now - minutes_ago * 60),
+            ..pr("tagpin-bot", true)
+        }
     }
 
     #[test]
-    fn jitter_stays_within_ten_percent() {
-        for _ in 0..100 {
-            let d = jittered(Duration::from_secs(100));
-            assert!(
-                d >= Duration::from_secs(90) && d <= Duration::from_secs(110),
-                "{d:?}"
-            );
+    fn a_pull_request_merged_within_the_window_is_verified_one_merged_before_it_is_not() {
+        let now = 1_800_000_000;
+        let window = (RECENTLY_MERGED.as_secs() / 60) as i64;
+        assert!(in_flight_at(&merged(1, now), now));
+        assert!(in_flight_at(&merged(window - 1, now), now));
+        assert!(!in_flight_at(&merged(window, now), now));
+        assert!(!in_flight_at(&merged(window + 1, now), now));
+        // The forge is asked for exactly that window.
+        assert_eq!(merged_since(now), now - window * 60);
+        // Open: in flight however old; closed unmerged: never.
+        assert!(in_flight_at(&pr("tagpin-bot", true), now));
+        let closed = crate::forge::PullRequestInfo {
+            open: false,
+            ..pr("tagpin-bot", true)
+        };
+        assert!(!in_flight_at(&closed, now));
+    }
+
+    async fn health(shared: &Arc<Shared>) -> (StatusCode, String) {
+        let response = healthz(State(shared.clone())).await.into_response();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn healthz_fails_once_nothing_finished_for_the_stuck_limit() {
+        let limit = Duration::from_secs(900);
+        let shared = Shared::new(None, limit);
+        // Starting counts as progress.
+        tokio::time::advance(limit).await;
+        assert_eq!(health(&shared).await.0, StatusCode::OK);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let (status, body) = health(&shared).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("for 901s (limit 900s)"), "{body}");
+
+        // Finished work makes it healthy again, for the limit again.
+        shared.progressed();
+        assert_eq!(health(&shared).await.0, StatusCode::OK);
+        tokio::time::advance(limit - Duration::from_secs(1)).await;
+        assert_eq!(health(&shared).await.0, StatusCode::OK);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(health(&shared).await.0, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    fn names(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|n| n.to_string()).collect()
+    }
+
+    /// The loop's own steps for a webhook (its wait, then taking what is queued), with
+    /// deliveries queued the way the webhook endpoint queues them.
+    async fn next_webhook_pass(
+        timetable: &Timetable,
+        shared: &Shared,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<BTreeSet<String>> {
+        loop {
+            match timetable.wait(&shared.wake, stop).await? {
+                Trigger::Webhook => {
+                    let names = shared.take_pending();
+                    if !names.is_empty() {
+                        return Some(names);
+                    }
+                }
+                Trigger::Schedule | Trigger::Verify => return None,
+            }
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deliveries_during_a_pass_become_exactly_one_follow_up_pass() {
+        let interval = Duration::from_secs(300);
+        let shared = Shared::new(None, interval * LIVENESS_INTERVALS);
+        let (_tx, mut stop) = watch::channel(false);
+        let start = Instant::now();
+        let mut timetable = Timetable::new(interval, Duration::from_secs(30), start, false);
+        assert_eq!(
+            timetable.wait(&shared.wake, &mut stop).await,
+            Some(Trigger::Schedule)
+        );
+        timetable.pass_started(start, 0.5);
+
+        // Leading edge: the first delivery starts a pass at once.
+        shared.queue(names(&["r.io/acme/web"]));
+        assert_eq!(
+            next_webhook_pass(&timetable, &shared, &mut stop).await,
+            Some(names(&["r.io/acme/web"]))
+        );
+        assert_eq!(Instant::now(), start);
+
+        // While that pass runs, five deliveries come, two of them naming api.
+        for _ in 0..3 {
+            shared.queue(names(&["r.io/acme/web"]));
+        }
+        shared.queue(names(&["r.io/acme/api"]));
+        shared.queue(names(&["r.io/acme/api"]));
+        tokio::time::advance(Duration::from_secs(20)).await;
+
+        // One follow-up pass, as soon as the first one is over, for both repositories.
+        assert_eq!(
+            next_webhook_pass(&timetable, &shared, &mut stop).await,
+            Some(names(&["r.io/acme/api", "r.io/acme/web"]))
+        );
+        assert_eq!(Instant::now(), start + Duration::from_secs(20));
+        // And no other: the next wake-up is the scheduled pass.
+        assert_eq!(
+            next_webhook_pass(&timetable, &shared, &mut stop).await,
+            None
+        );
+        assert_eq!(Instant::now(), start + interval);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delivery_naming_nothing_wakes_no_pass() {
+        let interval = Duration::from_secs(300);
+        let shared = Shared::new(None, interval * LIVENESS_INTERVALS);
+        let (_tx, mut stop) = watch::channel(false);
+        let start = Instant::now();
+        let mut timetable = Timetable::new(interval, Duration::from_secs(30), start, false);
+        timetable.pass_started(start, 0.5);
+        shared.queue(Vec::new());
+        assert_eq!(
+            timetable.wait(&shared.wake, &mut stop).await,
+            Some(Trigger::Schedule)
+        );
+        assert_eq!(Instant::now(), start + interval);
     }
 }

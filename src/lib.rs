@@ -5,6 +5,7 @@
 //! [`plan`]) is separate from the adapters that do I/O ([`registry`], [`pass`]).
 
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod forge;

@@ -22,7 +22,7 @@ pub mod decision;
 pub mod evidence;
 pub mod gate;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -218,7 +218,7 @@ pub struct Promoter<'a> {
 
 /// Unix seconds now, for the soak: the system clock, or a test's, so a soak can be checked
 /// without waiting it out.
-pub type Clock = std::sync::Arc<dyn Fn() -> i64 + Send + Sync>;
+pub use crate::clock::Clock;
 
 impl<'a> Promoter<'a> {
     pub fn new(
@@ -235,7 +235,7 @@ impl<'a> Promoter<'a> {
             filter: FileFilter::with_default_include(&config.include_globs(), &config.exclude)?,
             selection: ImageSelection::for_config(config)?,
             families: tokio::sync::Mutex::default(),
-            clock: std::sync::Arc::new(unix_now),
+            clock: crate::clock::system(),
         })
     }
 
@@ -647,10 +647,4 @@ fn pr_number(outcome: &Outcome) -> Option<u64> {
         | Outcome::PullRequestUnchanged { number, .. } => Some(*number),
         _ => None,
     }
-}
-
-fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
 }
