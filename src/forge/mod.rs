@@ -15,7 +15,10 @@ pub mod gitlab;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's, not std's: cache lifetimes and deadlines follow paused test time (see crate::clock).
+use tokio::time::Instant;
 
 use crate::config;
 
@@ -304,7 +307,7 @@ impl Forge {
         let key = status_key(sha, branch, context);
         let known = lock(&self.statuses_set).get(&key).cloned();
         if let Some((s, d, at)) = known {
-            if s == state && d == description && at.elapsed() < READ_BACK_AFTER {
+            if s == state && d == description && still_fresh(at) {
                 return;
             }
         }
@@ -351,7 +354,7 @@ impl Forge {
         body: &str,
     ) -> Result<(), ForgeError> {
         let known = lock(&self.comments_set).get(&number).cloned();
-        if known.is_some_and(|(b, at)| b == body && at.elapsed() < READ_BACK_AFTER) {
+        if known.is_some_and(|(b, at)| b == body && still_fresh(at)) {
             return Ok(());
         }
         match &self.adapter {
@@ -448,6 +451,12 @@ fn status_key(sha: &str, branch: Option<&str>, context: &str) -> StatusKey {
     )
 }
 
+/// Whether what this process wrote or read back at `at` is recent enough to trust without
+/// reading it again ([`READ_BACK_AFTER`]).
+fn still_fresh(at: Instant) -> bool {
+    at.elapsed() < READ_BACK_AFTER
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -455,6 +464,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn what_was_written_is_read_back_again_after_ten_minutes() {
+        let at = Instant::now();
+        assert!(still_fresh(at));
+        tokio::time::advance(READ_BACK_AFTER - Duration::from_secs(1)).await;
+        assert!(still_fresh(at));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(!still_fresh(at));
+    }
 
     #[test]
     fn each_forge_names_its_change_requests_as_its_users_read_them() {

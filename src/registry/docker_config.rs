@@ -18,10 +18,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
 use serde::Deserialize;
+// tokio's, not std's: cache lifetimes and deadlines follow paused test time (see crate::clock).
+use tokio::time::Instant;
 
 use super::auth::{Credential, Login};
 use super::{cred_helper, lock};

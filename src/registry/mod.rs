@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -29,6 +29,8 @@ use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::Semaphore;
+// tokio's, not std's: cache lifetimes and deadlines follow paused test time (see crate::clock).
+use tokio::time::Instant;
 
 use crate::reference::{Digest, Reference};
 use auth::{Challenge, Credential, Login};

@@ -24,7 +24,10 @@ mod wording;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's, not std's: cache lifetimes and deadlines follow paused test time (see crate::clock).
+use tokio::time::Instant;
 
 use crate::config::{Config, GitOpsObjects};
 use crate::forge::{body, ChangeRequestNoun, Forge, ForgeError, StatusState};
