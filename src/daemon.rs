@@ -7,7 +7,8 @@
 //! follow-up pass (their repositories gather in one set, and [`Notify`] keeps a single wake-up
 //! however many arrive), never dropped and never one pass each. State lives in Git and on the forge, so a restart repeats
 //! nothing; between passes the controller only keeps registry answers, to re-ask just the
-//! images a webhook names.
+//! images a webhook names. When the loop wakes, and why, is decided apart from its I/O
+//! (`daemon/timetable.rs`), on tokio's clock, so tests move paused time instead of waiting.
 //!
 //! SIGTERM or SIGINT stops it: no new work starts, and the work under way (a pass, a
 //! promotion round or a verification round) may finish within the grace period
@@ -61,7 +62,6 @@ use crate::verify::{self, Families, Source, VerifyError};
 use crate::webhook::{self, Sender};
 
 mod timetable;
-pub use timetable::JITTER;
 use timetable::{Timetable, Trigger};
 
 /// How long work under way may go on after a stop signal, by default (`--grace-period`). Keep
