@@ -371,21 +371,22 @@ async fn run_pass(
                 }),
             };
             match source {
-                Some(source) => Some(
-                    verify_now(
-                        &source,
-                        &config,
-                        &syncer,
-                        forge.as_ref(),
-                        cluster,
-                        &registry,
+                Some(source) => {
+                    let young = young_pin(&source, &update, object, ctx.interval);
+                    let (forge, syncer) = (forge.as_ref(), &syncer);
+                    Some(
+                        verify_now(&source, young, &config, syncer, forge, cluster, &registry)
+                            .await,
                     )
-                    .await,
-                ),
+                }
                 None => None,
             }
         }
         None => None,
+    };
+    let (verdict, awaiting) = match verdict {
+        Some((verdict, awaiting)) => (Some(verdict), awaiting),
+        None => (None, None),
     };
     if let Some(v) = verdict.as_ref().filter(|v| v.state == "failed") {
         let previous = object.status.as_ref().and_then(|s| s.verdict.as_ref());
@@ -412,6 +413,7 @@ async fn run_pass(
         message,
         pull_request: update.pull_request.as_ref().map(|pr| pr.number),
         verdict: verdict.map(Box::new),
+        awaiting,
     };
     (outcome, update, requeue, events)
 }
@@ -480,16 +482,36 @@ fn status_update(report: &SyncReport, events: &mut Events) -> StatusUpdate {
     update
 }
 
+/// Whether the commit `source` names was pinned less than an interval ago, by this pass or
+/// by the one the status records: its GitOps tool may not have created a new workload yet.
+fn young_pin(
+    source: &Source,
+    update: &StatusUpdate,
+    object: &PinnedRepository,
+    interval: Duration,
+) -> bool {
+    let Source::Commit(commit) = source else {
+        return false;
+    };
+    let previous = object.status.as_ref().and_then(|s| s.last_pin.as_ref());
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let pin = update.last_pin.as_ref().or(previous);
+    status::pinned_within(pin, commit, now, interval)
+}
+
 /// Verifies `source` on the controller's cluster, posts the verdict to the forge as `tagpin
-/// run` does, and sums it up. A verification that cannot be made is `unverified`, with why.
+/// run` does, and sums it up with what it still waits for. `young`: the commit was pinned
+/// less than an interval ago (see [`status::settle`]). A verification that cannot be made is
+/// `unverified`, with why.
 async fn verify_now(
     source: &Source,
+    young: bool,
     config: &Config,
     syncer: &Syncer<'_>,
     forge: Option<&Forge>,
     cluster: &Cluster,
     registry: &Client,
-) -> VerdictSummary {
+) -> (VerdictSummary, Option<status::Awaiting>) {
     let what = match source {
         Source::PullRequest(n) => format!("pull request #{n}"),
         Source::Commit(sha) => format!("commit {}", &sha[..sha.len().min(12)]),
@@ -507,13 +529,15 @@ async fn verify_now(
     };
     let expectations = match verify::expectations(source, config, &syncer.mirror, forge).await {
         Ok(e) => e,
-        Err(e) => return unverified(format!("cannot verify: {e}")),
+        Err(e) => return (unverified(format!("cannot verify: {e}")), None),
     };
     let mut families = Families::default();
     let check = match verify::check(&expectations, cluster, registry, &mut families).await {
         Ok(check) => check,
-        Err(e) => return unverified(format!("cannot verify: {e}")),
+        Err(e) => return (unverified(format!("cannot verify: {e}")), None),
     };
+    let unchecked = check.unchecked(&expectations);
+    let (check, awaiting) = status::settle(check, unchecked, young);
     if let Some(forge) = forge {
         let pr = match source {
             Source::PullRequest(n) => Some(*n),
@@ -526,7 +550,7 @@ async fn verify_now(
             .unwrap_or(u32::MAX)
     };
     use verify::verdict::State;
-    VerdictSummary {
+    let summary = VerdictSummary {
         state: check.state.as_str().to_string(),
         source: what.clone(),
         summary: check.summary.clone(),
@@ -535,7 +559,8 @@ async fn verify_now(
         failed: count(State::Failed),
         unverified: count(State::Unverified),
         time: timestamp(),
-    }
+    };
+    (summary, awaiting)
 }
 
 /// A pass that could not run, as the status says it: refused credentials and missing

@@ -618,3 +618,142 @@ async fn objects_pinning_the_same_tag_ask_the_registry_once_per_interval() {
     }
     operator.stop().await;
 }
+
+/// The kubelet's status for a pod whose container `app` cannot pull `image`.
+fn image_pull_back_off(image: &str) -> Value {
+    json!({
+        "phase": "Pending",
+        "conditions": [{"type": "Ready", "status": "False",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "containerStatuses": [{
+            "name": "app", "image": image, "imageID": "", "ready": false, "started": false,
+            "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff",
+                                  "message": format!("Back-off pulling image \"{image}\"")}},
+        }],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pin_not_applied_yet_is_reconciling_until_the_cluster_runs_it_and_a_failure_stalls() {
+    use support::kube::{deployment as live, pod};
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let mut pushed = Vec::new();
+    let mut repos = Vec::new();
+    let kube = cluster().await;
+    // web: live, at the tag Git had before the pin. fresh: new in Git, not created yet.
+    // broken: the pin applied, and the kubelet cannot pull it.
+    for name in ["web", "fresh", "broken"] {
+        let image = format!("{host}/acme/{name}:1.0");
+        pushed.push(
+            registry
+                .push_image(&format!("acme/{name}"), "1.0", name)
+                .await,
+        );
+        let repo = BareRepo::create(&[(
+            &format!("apps/{name}.yaml") as &str,
+            &deployment(name, &image),
+        )]);
+        kube.apply(pinned_repository(
+            name,
+            json!({}),
+            spec(&repo.file_url(), &host),
+        ));
+        repos.push(repo);
+    }
+    let web_image = format!("{host}/acme/web:1.0");
+    kube.apply(live(
+        "default",
+        "web",
+        &[("app", "web")],
+        &[("app", &web_image)],
+    ));
+    let broken = format!("{host}/acme/broken:1.0@{}", pushed[2].manifest);
+    kube.apply(live(
+        "default",
+        "broken",
+        &[("app", "broken")],
+        &[("app", &broken)],
+    ));
+    kube.apply(pod(
+        "default",
+        "broken-1",
+        &[("app", "broken")],
+        &[("app", &broken)],
+    ));
+    kube.set_pod_status("default", "broken-1", image_pull_back_off(&broken));
+
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
+    let awaiting =
+        |name: &str| condition(&kube, name, "Ready").is_some_and(|c| c["reason"] == "AwaitingSync");
+    eventually("web and fresh await their sync", || {
+        awaiting("web") && awaiting("fresh")
+    })
+    .await;
+    for (name, repo) in [("web", &repos[0]), ("fresh", &repos[1])] {
+        assert!(repo
+            .read("main", &format!("apps/{name}.yaml"))
+            .unwrap()
+            .contains('@'));
+        let ready = condition(&kube, name, "Ready").unwrap();
+        assert_eq!(ready["status"], "False", "{name}");
+        let message = ready["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!(
+                "waiting for the GitOps tool to apply the pins: default/Deployment/{name} (app)"
+            )),
+            "{name}: {message}"
+        );
+        assert_eq!(
+            condition(&kube, name, "Reconciling").unwrap()["reason"],
+            "AwaitingSync",
+            "{name}"
+        );
+        assert!(condition(&kube, name, "Stalled").is_none(), "{name}");
+        let object = kube.get("PinnedRepository", NS, name).unwrap();
+        assert_eq!(
+            object["status"]["verdict"]["state"], "progressing",
+            "{name}"
+        );
+    }
+    assert!(condition(&kube, "fresh", "Ready").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .contains("not created yet"),);
+    // A genuine failure is not progress.
+    eventually("broken stalls", || {
+        condition(&kube, "broken", "Stalled").is_some()
+    })
+    .await;
+    assert_eq!(
+        condition(&kube, "broken", "Stalled").unwrap()["reason"],
+        "VerificationFailed"
+    );
+    assert!(condition(&kube, "broken", "Reconciling").is_none());
+    assert!(event_reasons(&kube, "broken").contains(&"VerificationFailed".to_string()));
+
+    // Argo CD applies both pins and the pods run them: the next verification, one verify
+    // interval later and with no change to the objects, finds them Converged.
+    for (name, digest) in [("web", &pushed[0].manifest), ("fresh", &pushed[1].manifest)] {
+        runs_converged(&kube, name, &format!("{host}/acme/{name}:1.0"), digest);
+    }
+    eventually("web and fresh converge", || {
+        is_ready(&kube, "web") && is_ready(&kube, "fresh")
+    })
+    .await;
+    for name in ["web", "fresh"] {
+        assert_eq!(
+            condition(&kube, name, "Ready").unwrap()["reason"],
+            "Converged"
+        );
+        assert!(condition(&kube, name, "Reconciling").is_none(), "{name}");
+        let reasons = event_reasons(&kube, name);
+        assert!(
+            !reasons.contains(&"VerificationFailed".to_string()),
+            "{name}: {reasons:?}"
+        );
+    }
+    operator.stop().await;
+}
