@@ -43,10 +43,9 @@ const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
 /// What every reconcile shares.
 pub struct Context {
     pub kube: kube::Client,
-    /// Registry clients, shared by the objects that reach registries alike.
+    /// Registry clients, and the registry answers of the current interval, shared by the
+    /// objects that reach registries alike.
     pub registries: RegistryClients,
-    /// Registry answers of the current interval, shared by every object.
-    pub answers: SharedAnswers,
     /// Each object's Git mirror lives under `<cache_dir>/<namespace>/<name>`.
     pub cache_dir: PathBuf,
     /// Time between passes of one object.
@@ -75,15 +74,22 @@ pub enum ReconcileError {
 
 /// Registry clients by what sets them apart: the Docker config Secret (at one
 /// resourceVersion, so a rotated Secret gets a fresh client) and the `registries:` settings.
-/// Objects that agree on both share one client: its tokens, its per-host limits.
+/// Objects that agree on both share one client: its tokens, its per-host limits, and the
+/// answers it was given this interval (digests, tag lists). Objects that do not, share
+/// nothing: what one object's credentials were told never answers another's pass.
 pub struct RegistryClients {
     /// The controller's own settings (`--insecure-registry`, `--ca-file`, `--docker-config`).
     pub base: Settings,
-    clients: Mutex<BTreeMap<ClientKey, Arc<Client>>>,
+    /// How long answers are shared.
+    interval: Duration,
+    clients: Mutex<BTreeMap<ClientKey, ClientAndAnswers>>,
     /// Requests of the clients dropped since (a rotated Docker config), so the totals only
     /// grow.
     retired: Mutex<BTreeMap<(String, u16), u64>>,
 }
+
+/// A registry client and the answers its passes share.
+type ClientAndAnswers = (Arc<Client>, Arc<SharedAnswers>);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct ClientKey {
@@ -96,21 +102,22 @@ struct ClientKey {
 }
 
 impl RegistryClients {
-    pub fn new(base: Settings) -> RegistryClients {
+    pub fn new(base: Settings, interval: Duration) -> RegistryClients {
         RegistryClients {
             base,
+            interval,
             clients: Mutex::default(),
             retired: Mutex::default(),
         }
     }
 
     /// The client for `config`'s registries, with the Docker config `docker` (its key and
-    /// contents) when the object names one.
+    /// contents) when the object names one, and the answers shared by its passes.
     fn client(
         &self,
         config: &crate::config::Registries,
         docker: Option<(String, CredentialStore)>,
-    ) -> Result<Arc<Client>, String> {
+    ) -> Result<ClientAndAnswers, String> {
         let key = ClientKey {
             docker_config: docker.as_ref().map(|(key, _)| key.clone()),
             insecure: config.insecure.clone(),
@@ -119,14 +126,14 @@ impl RegistryClients {
             budget_seconds: config.budget_seconds,
         };
         let mut clients = lock(&self.clients);
-        if let Some(client) = clients.get(&key) {
-            return Ok(client.clone());
+        if let Some((client, answers)) = clients.get(&key) {
+            return Ok((client.clone(), answers.clone()));
         }
         // A Secret rotated: the client of its old version serves nobody any more.
         if let Some(secret) = &key.docker_config {
             let name = secret.split('@').next().unwrap_or_default();
             let mut retired = lock(&self.retired);
-            clients.retain(|k, client| {
+            clients.retain(|k, (client, _)| {
                 let keep = k
                     .docker_config
                     .as_deref()
@@ -150,14 +157,23 @@ impl RegistryClients {
             settings.credentials = store;
         }
         let client = Arc::new(Client::new(settings).map_err(|e| e.to_string())?);
-        clients.insert(key, client.clone());
-        Ok(client)
+        let answers = Arc::new(SharedAnswers::new(self.interval));
+        clients.insert(key, (client.clone(), answers.clone()));
+        Ok((client, answers))
+    }
+
+    /// Forgets, for every client, the answers about these repositories (`domain/repository`,
+    /// as a registry webhook names them).
+    pub fn forget(&self, repositories: &[String]) {
+        for (_, answers) in lock(&self.clients).values() {
+            answers.forget(repositories);
+        }
     }
 
     /// Registry requests answered so far by (host, status), over every client there was.
     pub fn request_counts(&self) -> Vec<((String, u16), u64)> {
         let mut totals = lock(&self.retired).clone();
-        for client in lock(&self.clients).values() {
+        for (client, _) in lock(&self.clients).values() {
             for (key, count) in client.request_counts() {
                 *totals.entry(key).or_insert(0) += count;
             }
@@ -328,8 +344,8 @@ async fn run_pass(
         Ok(secrets) => secrets,
         Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
     };
-    let registry = match ctx.registries.client(&config.registries, secrets.docker) {
-        Ok(client) => client,
+    let (registry, answers) = match ctx.registries.client(&config.registries, secrets.docker) {
+        Ok(shared) => shared,
         Err(message) => return stalled(Reason::InvalidSpec, message),
     };
     let forge = match (&config.forge, secrets.forge_token) {
@@ -341,7 +357,7 @@ async fn run_pass(
     };
     let syncer =
         match Syncer::with_credentials(&config, &registry, forge.as_ref(), &dir, secrets.git) {
-            Ok(syncer) => syncer.sharing(&ctx.answers),
+            Ok(syncer) => syncer.sharing(&answers),
             Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
         };
     let mut answers = BTreeMap::new();

@@ -757,3 +757,68 @@ async fn a_pin_not_applied_yet_is_reconciling_until_the_cluster_runs_it_and_a_fa
     }
     operator.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn objects_following_one_repository_list_its_tags_once_per_interval_per_credentials() {
+    use base64::Engine as _;
+    use support::registry::FaultProxy;
+    let registry = TestRegistry::start(Mode::Plain).await;
+    registry.push_image("acme/web", "1.4.0", "old").await;
+    let newest = registry.push_image("acme/web", "1.4.1", "new").await;
+    // Every request the operator makes to the registry goes through the proxy, which counts.
+    let proxy = FaultProxy::start(&registry.base_url(), Vec::new()).await;
+    let host = proxy.host();
+    let kube = cluster().await;
+    let auth = base64::engine::general_purpose::STANDARD.encode("puller:secret");
+    let docker_config = json!({"auths": {host.as_str(): {"auth": auth}}}).to_string();
+    kube.apply(support::kube::secret(
+        NS,
+        "pull",
+        &[],
+        &[(".dockerconfigjson", &docker_config)],
+    ));
+    let mut repos = Vec::new();
+    // Two objects without registry credentials, one with its own: the same image, the same
+    // semver policy.
+    for name in ["one", "two", "private"] {
+        let repo = BareRepo::create(&[(
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.4.0")),
+        )]);
+        let mut spec = spec(&repo.file_url(), &host);
+        spec["images"] = json!({"policies": [{"match": "**/acme/web", "semver": "~1.4"}]});
+        if name == "private" {
+            spec["registries"]["docker_config_secret_ref"] = json!({"name": "pull"});
+        }
+        kube.apply(pinned_repository(name, json!({}), spec));
+        repos.push(repo);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &["--concurrent", "3"]).await;
+    let pinned = |name: &str| {
+        kube.get("PinnedRepository", NS, name)
+            .is_some_and(|o| o["status"]["lastPin"]["commit"].is_string())
+    };
+    eventually("every object pinned", || {
+        ["one", "two", "private"].iter().all(|n| pinned(n))
+    })
+    .await;
+    for repo in &repos {
+        let manifest = repo.read("main", "apps/web.yaml").unwrap();
+        assert!(
+            manifest.contains(&format!("acme/web:1.4.1@{}", newest.manifest)),
+            "{manifest}"
+        );
+    }
+    // The workloads are not created yet: each object passes again every verify interval,
+    // within the same one-hour interval of answers.
+    let passed_at = |name: &str| {
+        kube.get("PinnedRepository", NS, name).unwrap()["status"]["verdict"]["time"].clone()
+    };
+    let first = passed_at("one");
+    eventually("another pass of one", || passed_at("one") != first).await;
+    // One list for the two objects without credentials, one for the object with its own:
+    // what a client with credentials was told never answers a pass without them.
+    assert_eq!(proxy.count("GET", "/v2/acme/web/tags/list"), 2);
+    operator.stop().await;
+}
