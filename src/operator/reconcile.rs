@@ -241,8 +241,11 @@ pub async fn reconcile(
     }
     tracing::info!("{name}: {}", outcome_line(&outcome));
     let mut events = events;
+    // A failed verification already announced by the pass (with its verdict) is not
+    // announced again as the Ready transition it caused.
     if let Some((reason, message)) =
         status::transition_event(&previous.conditions, &next.conditions)
+            .filter(|(reason, _)| !events.iter().any(|(_, r, _)| *r == reason.as_str()))
     {
         events.push((EventType::Warning, reason.as_str(), message));
     }

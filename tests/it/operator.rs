@@ -822,3 +822,152 @@ async fn objects_following_one_repository_list_its_tags_once_per_interval_per_cr
     assert_eq!(proxy.count("GET", "/v2/acme/web/tags/list"), 2);
     operator.stop().await;
 }
+
+/// The Events about `name` with one of tagpin's own reasons, as (reason, note, series count).
+fn announced(kube: &KubeServer, name: &str) -> Vec<(String, String, u64)> {
+    kube.events(NS)
+        .iter()
+        .filter(|e| e["regarding"]["name"] == name)
+        .filter(|e| {
+            ["Pinned", "PullRequestOpened", "VerificationFailed"]
+                .contains(&e["reason"].as_str().unwrap_or_default())
+        })
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or_default().to_string(),
+                e["note"].as_str().unwrap_or_default().to_string(),
+                e["series"]["count"].as_u64().unwrap_or(1),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_operator_announces_nothing_the_first_one_already_did() {
+    use support::github::GitHubServer;
+    use support::kube::{deployment as live, pod};
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "web").await;
+    let broken = registry.push_image("acme/broken", "1.0", "broken").await;
+    registry.push_image("acme/api", "1.0", "api").await;
+    let kube = cluster().await;
+    let repo = |name: &str| {
+        BareRepo::create(&[(
+            &format!("apps/{name}.yaml") as &str,
+            &deployment(name, &format!("{host}/acme/{name}:1.0")),
+        )])
+    };
+    let (repo_web, repo_broken, repo_api) = (repo("web"), repo("broken"), repo("api"));
+    let github = GitHubServer::start("gh-token", "acme", "gitops", repo_api.path()).await;
+    kube.apply(support::kube::secret(
+        NS,
+        "forge",
+        &[],
+        &[("GITHUB_TOKEN", "gh-token")],
+    ));
+    kube.apply(pinned_repository(
+        "web",
+        json!({}),
+        spec(&repo_web.file_url(), &host),
+    ));
+    kube.apply(pinned_repository(
+        "broken",
+        json!({}),
+        spec(&repo_broken.file_url(), &host),
+    ));
+    let mut proposed = spec(&repo_api.file_url(), &host);
+    proposed["mode"] = json!("pull-request");
+    proposed["secret_ref"] = json!({"name": "forge"});
+    proposed["forge"] = json!({"api_url": github.api_url(), "owner": "acme", "repo": "gitops",
+                               "token_env": "GITHUB_TOKEN"});
+    kube.apply(pinned_repository("api", json!({}), proposed));
+    // web runs its pin; broken's pin is applied and cannot be pulled; api runs the tag Git
+    // has until its pull request is merged.
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
+    let pinned = format!("{host}/acme/broken:1.0@{}", broken.manifest);
+    kube.apply(live(
+        "default",
+        "broken",
+        &[("app", "broken")],
+        &[("app", &pinned)],
+    ));
+    kube.apply(pod(
+        "default",
+        "broken-1",
+        &[("app", "broken")],
+        &[("app", &pinned)],
+    ));
+    kube.set_pod_status("default", "broken-1", image_pull_back_off(&pinned));
+    let api_image = format!("{host}/acme/api:1.0");
+    kube.apply(live(
+        "default",
+        "api",
+        &[("app", "api")],
+        &[("app", &api_image)],
+    ));
+
+    let dir = tempfile::tempdir().unwrap();
+    let first = Operator::start(dir.path(), &kube, "op-1", &[]).await;
+    let reason = |name: &str| {
+        condition(&kube, name, "Ready")
+            .map(|c| c["reason"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default()
+    };
+    eventually("each object reports what it did", || {
+        reason("web") == "Converged"
+            && reason("broken") == "VerificationFailed"
+            && reason("api") == "PullRequestOpen"
+    })
+    .await;
+    let expected = [
+        ("web", "Pinned"),
+        ("broken", "Pinned"),
+        ("broken", "VerificationFailed"),
+        ("api", "PullRequestOpened"),
+    ];
+    let before: Vec<_> = ["web", "broken", "api"]
+        .iter()
+        .map(|name| (*name, announced(&kube, name)))
+        .collect();
+    for (name, events) in &before {
+        let reasons: Vec<&str> = events.iter().map(|(r, _, _)| r.as_str()).collect();
+        let wanted: Vec<&str> = expected
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, r)| *r)
+            .collect();
+        assert_eq!(reasons, wanted, "{name}: {events:?}");
+        assert!(
+            events.iter().all(|(_, _, count)| *count == 1),
+            "{name}: announced more than once: {events:?}"
+        );
+    }
+    first.stop().await;
+
+    // A second process, as after a failover: it reconciles every object again (each
+    // verification writes its time, so once the clock has moved on, a new time shows it).
+    let stopped = support::rfc3339(std::time::SystemTime::now());
+    let verified_at = |name: &str| {
+        kube.get("PinnedRepository", NS, name).unwrap()["status"]["verdict"]["time"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    eventually("a second has passed", || {
+        support::rfc3339(std::time::SystemTime::now()) > stopped
+    })
+    .await;
+    let second = Operator::start(dir.path(), &kube, "op-2", &[]).await;
+    eventually("op-2 verified every object", || {
+        ["web", "broken", "api"]
+            .iter()
+            .all(|name| verified_at(name) > stopped)
+    })
+    .await;
+    second.stop().await;
+    for (name, events) in &before {
+        assert_eq!(&announced(&kube, name), events, "{name}");
+    }
+    assert_eq!(github.prs().len(), 1);
+}
