@@ -347,8 +347,8 @@ async fn run_pass(
         Ok(secrets) => secrets,
         Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
     };
-    let (registry, answers) = match ctx.registries.client(&config.registries, secrets.docker) {
-        Ok(shared) => shared,
+    let (registry, shared) = match ctx.registries.client(&config.registries, secrets.docker) {
+        Ok(client_and_answers) => client_and_answers,
         Err(message) => return stalled(Reason::InvalidSpec, message),
     };
     let forge = match (&config.forge, secrets.forge_token) {
@@ -360,7 +360,7 @@ async fn run_pass(
     };
     let syncer =
         match Syncer::with_credentials(&config, &registry, forge.as_ref(), &dir, secrets.git) {
-            Ok(syncer) => syncer.sharing(&answers),
+            Ok(syncer) => syncer.sharing(&shared),
             Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
         };
     let mut answers = BTreeMap::new();
@@ -392,9 +392,9 @@ async fn run_pass(
             match source {
                 Some(source) => {
                     let young = young_pin(&source, &update, object, ctx.interval);
-                    let (forge, syncer) = (forge.as_ref(), &syncer);
+                    let forge = forge.as_ref();
                     Some(
-                        verify_now(&source, young, &config, syncer, forge, cluster, &registry)
+                        verify_now(&source, young, &config, &syncer, forge, cluster, &registry)
                             .await,
                     )
                 }
