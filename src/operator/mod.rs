@@ -6,7 +6,8 @@
 //! requeues that object alone with backoff. One object's broken spec, missing Secret or
 //! unreachable remote never stops another's work. What objects share is what is expensive and
 //! safe to share: the registry client (its tokens, per-host limits) and the registry answers
-//! of one interval; each object has its own Git mirror.
+//! of one interval, among objects with the same registry credentials; each object has its
+//! own Git mirror.
 
 pub mod crd;
 pub mod reconcile;
@@ -28,7 +29,6 @@ use kube::ResourceExt;
 
 use crate::daemon::{self, HttpLimits, Routes, Shared};
 use crate::registry::Settings;
-use crate::sync::shared::SharedAnswers;
 use crate::verify::live::Cluster;
 use crd::PinnedRepository;
 use reconcile::{Context, RegistryClients};
@@ -148,8 +148,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     };
     let ctx = Arc::new(Context {
         kube: client.clone(),
-        registries: RegistryClients::new(setup.registry),
-        answers: SharedAnswers::new(setup.interval),
+        registries: RegistryClients::new(setup.registry, setup.interval),
         cache_dir: setup.cache_dir,
         interval: setup.interval,
         verify_interval: setup.verify_interval,
@@ -183,7 +182,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         tokio::spawn(async move {
             loop {
                 let names: Vec<String> = shared.next_delivery().await.into_iter().collect();
-                ctx.answers.forget(&names);
+                ctx.registries.forget(&names);
                 // Full: a reconcile of all is already due, which serves these names too.
                 let _ = deliveries.try_send(());
             }

@@ -43,10 +43,9 @@ const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
 /// What every reconcile shares.
 pub struct Context {
     pub kube: kube::Client,
-    /// Registry clients, shared by the objects that reach registries alike.
+    /// Registry clients, and the registry answers of the current interval, shared by the
+    /// objects that reach registries alike.
     pub registries: RegistryClients,
-    /// Registry answers of the current interval, shared by every object.
-    pub answers: SharedAnswers,
     /// Each object's Git mirror lives under `<cache_dir>/<namespace>/<name>`.
     pub cache_dir: PathBuf,
     /// Time between passes of one object.
@@ -75,15 +74,22 @@ pub enum ReconcileError {
 
 /// Registry clients by what sets them apart: the Docker config Secret (at one
 /// resourceVersion, so a rotated Secret gets a fresh client) and the `registries:` settings.
-/// Objects that agree on both share one client: its tokens, its per-host limits.
+/// Objects that agree on both share one client: its tokens, its per-host limits, and the
+/// answers it was given this interval (digests, tag lists). Objects that do not, share
+/// nothing: what one object's credentials were told never answers another's pass.
 pub struct RegistryClients {
     /// The controller's own settings (`--insecure-registry`, `--ca-file`, `--docker-config`).
     pub base: Settings,
-    clients: Mutex<BTreeMap<ClientKey, Arc<Client>>>,
+    /// How long answers are shared.
+    interval: Duration,
+    clients: Mutex<BTreeMap<ClientKey, ClientAndAnswers>>,
     /// Requests of the clients dropped since (a rotated Docker config), so the totals only
     /// grow.
     retired: Mutex<BTreeMap<(String, u16), u64>>,
 }
+
+/// A registry client and the answers its passes share.
+type ClientAndAnswers = (Arc<Client>, Arc<SharedAnswers>);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct ClientKey {
@@ -96,21 +102,22 @@ struct ClientKey {
 }
 
 impl RegistryClients {
-    pub fn new(base: Settings) -> RegistryClients {
+    pub fn new(base: Settings, interval: Duration) -> RegistryClients {
         RegistryClients {
             base,
+            interval,
             clients: Mutex::default(),
             retired: Mutex::default(),
         }
     }
 
     /// The client for `config`'s registries, with the Docker config `docker` (its key and
-    /// contents) when the object names one.
+    /// contents) when the object names one, and the answers shared by its passes.
     fn client(
         &self,
         config: &crate::config::Registries,
         docker: Option<(String, CredentialStore)>,
-    ) -> Result<Arc<Client>, String> {
+    ) -> Result<ClientAndAnswers, String> {
         let key = ClientKey {
             docker_config: docker.as_ref().map(|(key, _)| key.clone()),
             insecure: config.insecure.clone(),
@@ -119,14 +126,14 @@ impl RegistryClients {
             budget_seconds: config.budget_seconds,
         };
         let mut clients = lock(&self.clients);
-        if let Some(client) = clients.get(&key) {
-            return Ok(client.clone());
+        if let Some((client, answers)) = clients.get(&key) {
+            return Ok((client.clone(), answers.clone()));
         }
         // A Secret rotated: the client of its old version serves nobody any more.
         if let Some(secret) = &key.docker_config {
             let name = secret.split('@').next().unwrap_or_default();
             let mut retired = lock(&self.retired);
-            clients.retain(|k, client| {
+            clients.retain(|k, (client, _)| {
                 let keep = k
                     .docker_config
                     .as_deref()
@@ -150,14 +157,23 @@ impl RegistryClients {
             settings.credentials = store;
         }
         let client = Arc::new(Client::new(settings).map_err(|e| e.to_string())?);
-        clients.insert(key, client.clone());
-        Ok(client)
+        let answers = Arc::new(SharedAnswers::new(self.interval));
+        clients.insert(key, (client.clone(), answers.clone()));
+        Ok((client, answers))
+    }
+
+    /// Forgets, for every client, the answers about these repositories (`domain/repository`,
+    /// as a registry webhook names them).
+    pub fn forget(&self, repositories: &[String]) {
+        for (_, answers) in lock(&self.clients).values() {
+            answers.forget(repositories);
+        }
     }
 
     /// Registry requests answered so far by (host, status), over every client there was.
     pub fn request_counts(&self) -> Vec<((String, u16), u64)> {
         let mut totals = lock(&self.retired).clone();
-        for client in lock(&self.clients).values() {
+        for (client, _) in lock(&self.clients).values() {
             for (key, count) in client.request_counts() {
                 *totals.entry(key).or_insert(0) += count;
             }
@@ -225,8 +241,11 @@ pub async fn reconcile(
     }
     tracing::info!("{name}: {}", outcome_line(&outcome));
     let mut events = events;
+    // A failed verification already announced by the pass (with its verdict) is not
+    // announced again as the Ready transition it caused.
     if let Some((reason, message)) =
         status::transition_event(&previous.conditions, &next.conditions)
+            .filter(|(reason, _)| !events.iter().any(|(_, r, _)| *r == reason.as_str()))
     {
         events.push((EventType::Warning, reason.as_str(), message));
     }
@@ -328,8 +347,8 @@ async fn run_pass(
         Ok(secrets) => secrets,
         Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
     };
-    let registry = match ctx.registries.client(&config.registries, secrets.docker) {
-        Ok(client) => client,
+    let (registry, shared) = match ctx.registries.client(&config.registries, secrets.docker) {
+        Ok(client_and_answers) => client_and_answers,
         Err(message) => return stalled(Reason::InvalidSpec, message),
     };
     let forge = match (&config.forge, secrets.forge_token) {
@@ -341,7 +360,7 @@ async fn run_pass(
     };
     let syncer =
         match Syncer::with_credentials(&config, &registry, forge.as_ref(), &dir, secrets.git) {
-            Ok(syncer) => syncer.sharing(&ctx.answers),
+            Ok(syncer) => syncer.sharing(&shared),
             Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
         };
     let mut answers = BTreeMap::new();
@@ -371,21 +390,22 @@ async fn run_pass(
                 }),
             };
             match source {
-                Some(source) => Some(
-                    verify_now(
-                        &source,
-                        &config,
-                        &syncer,
-                        forge.as_ref(),
-                        cluster,
-                        &registry,
+                Some(source) => {
+                    let young = young_pin(&source, &update, object, ctx.interval);
+                    let forge = forge.as_ref();
+                    Some(
+                        verify_now(&source, young, &config, &syncer, forge, cluster, &registry)
+                            .await,
                     )
-                    .await,
-                ),
+                }
                 None => None,
             }
         }
         None => None,
+    };
+    let (verdict, awaiting) = match verdict {
+        Some((verdict, awaiting)) => (Some(verdict), awaiting),
+        None => (None, None),
     };
     if let Some(v) = verdict.as_ref().filter(|v| v.state == "failed") {
         let previous = object.status.as_ref().and_then(|s| s.verdict.as_ref());
@@ -412,6 +432,7 @@ async fn run_pass(
         message,
         pull_request: update.pull_request.as_ref().map(|pr| pr.number),
         verdict: verdict.map(Box::new),
+        awaiting,
     };
     (outcome, update, requeue, events)
 }
@@ -480,16 +501,36 @@ fn status_update(report: &SyncReport, events: &mut Events) -> StatusUpdate {
     update
 }
 
+/// Whether the commit `source` names was pinned less than an interval ago, by this pass or
+/// by the one the status records: its GitOps tool may not have created a new workload yet.
+fn young_pin(
+    source: &Source,
+    update: &StatusUpdate,
+    object: &PinnedRepository,
+    interval: Duration,
+) -> bool {
+    let Source::Commit(commit) = source else {
+        return false;
+    };
+    let previous = object.status.as_ref().and_then(|s| s.last_pin.as_ref());
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let pin = update.last_pin.as_ref().or(previous);
+    status::pinned_within(pin, commit, now, interval)
+}
+
 /// Verifies `source` on the controller's cluster, posts the verdict to the forge as `tagpin
-/// run` does, and sums it up. A verification that cannot be made is `unverified`, with why.
+/// run` does, and sums it up with what it still waits for. `young`: the commit was pinned
+/// less than an interval ago (see [`status::settle`]). A verification that cannot be made is
+/// `unverified`, with why.
 async fn verify_now(
     source: &Source,
+    young: bool,
     config: &Config,
     syncer: &Syncer<'_>,
     forge: Option<&Forge>,
     cluster: &Cluster,
     registry: &Client,
-) -> VerdictSummary {
+) -> (VerdictSummary, Option<status::Awaiting>) {
     let what = match source {
         Source::PullRequest(n) => format!("pull request #{n}"),
         Source::Commit(sha) => format!("commit {}", &sha[..sha.len().min(12)]),
@@ -507,13 +548,15 @@ async fn verify_now(
     };
     let expectations = match verify::expectations(source, config, &syncer.mirror, forge).await {
         Ok(e) => e,
-        Err(e) => return unverified(format!("cannot verify: {e}")),
+        Err(e) => return (unverified(format!("cannot verify: {e}")), None),
     };
     let mut families = Families::default();
     let check = match verify::check(&expectations, cluster, registry, &mut families).await {
         Ok(check) => check,
-        Err(e) => return unverified(format!("cannot verify: {e}")),
+        Err(e) => return (unverified(format!("cannot verify: {e}")), None),
     };
+    let unchecked = check.unchecked(&expectations);
+    let (check, awaiting) = status::settle(check, unchecked, young);
     if let Some(forge) = forge {
         let pr = match source {
             Source::PullRequest(n) => Some(*n),
@@ -526,7 +569,7 @@ async fn verify_now(
             .unwrap_or(u32::MAX)
     };
     use verify::verdict::State;
-    VerdictSummary {
+    let summary = VerdictSummary {
         state: check.state.as_str().to_string(),
         source: what.clone(),
         summary: check.summary.clone(),
@@ -535,7 +578,8 @@ async fn verify_now(
         failed: count(State::Failed),
         unverified: count(State::Unverified),
         time: timestamp(),
-    }
+    };
+    (summary, awaiting)
 }
 
 /// A pass that could not run, as the status says it: refused credentials and missing

@@ -5,8 +5,17 @@
 //! The conditions follow the kstatus conventions: `Ready` is always present; `Reconciling`
 //! (work under way or retried) and `Stalled` (a person must act) are present only while true,
 //! as Flux's controllers do. `lastTransitionTime` moves only when a condition's status does.
+//!
+//! A pin is progress until the cluster runs it: while the GitOps tool has not applied the pin
+//! commit, or the rollout is under way, the object is `Reconciling` (`AwaitingSync`,
+//! `Progressing`), not `Ready`; only a genuine failure stalls it ([`settle`]).
 
-use super::crd::{Condition, PinnedRepositoryStatus, VerdictSummary};
+use std::time::Duration;
+
+use super::crd::{Condition, LastPin, PinnedRepositoryStatus, VerdictSummary};
+use crate::verify::verdict::{self, ConditionStatus, ConditionType, State, Unchecked, Verdict};
+use crate::verify::Check;
+use crate::workload::WorkloadId;
 
 pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
@@ -21,6 +30,11 @@ pub enum Reason {
     PullRequestOpen,
     /// Pinned, and the cluster runs the pinned digests (verified).
     Converged,
+    /// The GitOps tool has not applied the pins yet (a live template without the pinned
+    /// digest, a workload not created yet, an Argo CD or Flux object behind the pin commit).
+    AwaitingSync,
+    /// The pins are applied and rolling out.
+    Progressing,
     /// The cluster does not run what was pinned: a person must look.
     VerificationFailed,
     /// The spec is not valid: its field-path problems are the message.
@@ -41,6 +55,8 @@ impl Reason {
             Reason::Pinned => "Pinned",
             Reason::PullRequestOpen => "PullRequestOpen",
             Reason::Converged => "Converged",
+            Reason::AwaitingSync => "AwaitingSync",
+            Reason::Progressing => "Progressing",
             Reason::VerificationFailed => "VerificationFailed",
             Reason::InvalidSpec => "InvalidSpec",
             Reason::SecretNotFound => "SecretNotFound",
@@ -55,12 +71,14 @@ impl Reason {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// The pass ran without failure. `pull_request`: the number of the open pull request
-    /// carrying the pins, if any; `verdict`: the verification made after it, if one was.
+    /// carrying the pins, if any; `verdict`: the verification made after it, if one was;
+    /// `awaiting`: what a progressing verification waits for.
     Done {
         message: String,
         pull_request: Option<u64>,
         /// Boxed: the largest part, and not always there.
         verdict: Option<Box<VerdictSummary>>,
+        awaiting: Option<Awaiting>,
     },
     /// Nothing more can be done until a person changes the spec or a Secret: `Stalled`.
     Stalled { reason: Reason, message: String },
@@ -70,16 +88,22 @@ pub enum Outcome {
 
 impl Outcome {
     /// The `Ready` condition's status and reason.
+    /// An open pull request is Ready: what it waits for is a merge, not the controller.
     pub fn ready(&self) -> (bool, Reason) {
         match self {
             Outcome::Done {
                 verdict,
                 pull_request,
+                awaiting,
                 ..
             } => match verdict.as_ref().map(|v| v.state.as_str()) {
                 Some("failed") => (false, Reason::VerificationFailed),
                 Some("converged") => (true, Reason::Converged),
                 _ if pull_request.is_some() => (true, Reason::PullRequestOpen),
+                Some("progressing") => match awaiting {
+                    Some(a) => (false, a.reason),
+                    None => (false, Reason::Progressing),
+                },
                 _ => (true, Reason::Pinned),
             },
             Outcome::Stalled { reason, .. } | Outcome::Retrying { reason, .. } => (false, *reason),
@@ -89,10 +113,16 @@ impl Outcome {
     fn message(&self) -> String {
         match self {
             Outcome::Done {
-                message, verdict, ..
-            } => match verdict {
-                Some(v) => format!("{message}; {}: {}", v.source, v.summary),
-                None => message.clone(),
+                message,
+                verdict,
+                awaiting,
+                pull_request,
+            } => match (verdict, awaiting) {
+                (Some(v), Some(a)) if pull_request.is_none() && v.state == "progressing" => {
+                    format!("{message}; {}: {}", v.source, a.what)
+                }
+                (Some(v), _) => format!("{message}; {}: {}", v.source, v.summary),
+                (None, _) => message.clone(),
             },
             Outcome::Stalled { message, .. } | Outcome::Retrying { message, .. } => message.clone(),
         }
@@ -115,6 +145,7 @@ pub fn conditions(
         Outcome::Done { .. } if reason == Reason::VerificationFailed => {
             wanted.push((STALLED, true, reason))
         }
+        Outcome::Done { .. } if !ready => wanted.push((RECONCILING, true, reason)),
         Outcome::Retrying { reason, .. } => wanted.push((RECONCILING, true, *reason)),
         Outcome::Done { .. } => {}
     }
@@ -198,6 +229,111 @@ pub fn transition_event(previous: &[Condition], next: &[Condition]) -> Option<(R
     Some((reason, ready.message.clone()))
 }
 
+/// What a progressing verification waits for, as the `Ready` condition says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Awaiting {
+    /// [`Reason::AwaitingSync`] while some pin is not applied, else [`Reason::Progressing`].
+    pub reason: Reason,
+    /// What is awaited, naming the first workload it is awaited on.
+    pub what: String,
+}
+
+/// The `Synced` reason of a verdict whose workload does not exist in the cluster.
+const WORKLOAD_MISSING: &str = "WorkloadMissing";
+
+/// A check as the operator reports it, and what it waits for if it progresses.
+///
+/// The verifier judges a workload that does not exist as failed: it cannot tell a workload
+/// the GitOps tool has not created yet from one that will never be. The operator knows one
+/// more thing, when the commit was pinned: while the pin is `young` (pinned less than an
+/// interval ago), a missing workload that no Argo CD or Flux object reports as applied at the
+/// pin commit is progressing, "not created yet". Any other failure stays failed, and nothing
+/// becomes converged that was not checked: only failed turns into progressing, never the
+/// other way, and the headline is summed up again by the verifier's own rule.
+pub fn settle(check: Check, unchecked: Unchecked, young: bool) -> (Check, Option<Awaiting>) {
+    let applied: Vec<WorkloadId> = check
+        .gitops
+        .objects
+        .iter()
+        .filter(|o| o.synced)
+        .flat_map(|o| o.workloads.iter().cloned())
+        .collect();
+    let awaited_missing = |v: &Verdict| {
+        young
+            && v.state == State::Failed
+            && v.condition(ConditionType::Synced)
+                .is_some_and(|c| c.reason == WORKLOAD_MISSING)
+            && !applied.contains(&v.workload)
+    };
+    let mut check = check;
+    if check.verdicts.iter().any(awaited_missing) {
+        for v in check.verdicts.iter_mut().filter(|v| awaited_missing(v)) {
+            v.state = State::Progressing;
+            v.reason = "not created yet: the workload does not exist in the cluster".to_string();
+        }
+        let (state, summary) = verdict::summarize(&check.verdicts, unchecked);
+        check.state = state;
+        check.summary = summary;
+    }
+    if check.state != State::Progressing {
+        return (check, None);
+    }
+    let progressing: Vec<&Verdict> = check
+        .verdicts
+        .iter()
+        .filter(|v| v.state == State::Progressing)
+        .collect();
+    let not_applied: Vec<&Verdict> = progressing
+        .iter()
+        .copied()
+        .filter(|v| {
+            v.condition(ConditionType::Synced)
+                .is_none_or(|c| c.status != ConditionStatus::True)
+        })
+        .collect();
+    let (reason, lead, awaited) = match not_applied.is_empty() {
+        false => (
+            Reason::AwaitingSync,
+            "waiting for the GitOps tool to apply the pins",
+            not_applied,
+        ),
+        true => (Reason::Progressing, "rolling out", progressing),
+    };
+    let what = match awaited.split_first() {
+        Some((first, rest)) => {
+            let more = match rest.len() {
+                0 => String::new(),
+                n => format!(" (and {n} more)"),
+            };
+            format!(
+                "{lead}: {} ({}): {}{more}",
+                first.workload, first.container, first.reason
+            )
+        }
+        None => check.summary.clone(),
+    };
+    (check, Some(Awaiting { reason, what }))
+}
+
+/// Whether `commit` was pinned (by `last_pin`) less than `interval` before `now` (seconds since
+/// the epoch): the time a GitOps tool is given to create a workload the pin commit names.
+pub fn pinned_within(
+    last_pin: Option<&LastPin>,
+    commit: &str,
+    now: i64,
+    interval: Duration,
+) -> bool {
+    let Some(pin) = last_pin.filter(|p| p.commit == commit) else {
+        return false;
+    };
+    let Ok(at) = pin.time.parse::<k8s_openapi::jiff::Timestamp>() else {
+        return false;
+    };
+    // A time ahead of this clock (another replica's) counts as now.
+    let age = now.saturating_sub(at.as_second()).max(0);
+    age < i64::try_from(interval.as_secs()).unwrap_or(i64::MAX)
+}
+
 /// Condition messages are read in `kubectl get`: the first lines of a long list are enough,
 /// with how many more there are. The API server caps a message at 32768 bytes.
 fn bounded(message: &str) -> String {
@@ -244,6 +380,7 @@ mod tests {
                     time: "t".into(),
                 })
             }),
+            awaiting: None,
         }
     }
 
@@ -266,7 +403,216 @@ mod tests {
         assert_eq!(reason(done(None, Some("converged"))), "Converged");
         assert_eq!(reason(done(Some(4), None)), "PullRequestOpen");
         assert_eq!(reason(done(None, Some("unverified"))), "Pinned");
-        assert_eq!(reason(done(None, Some("progressing"))), "Pinned");
+        assert_eq!(
+            reason(done(Some(4), Some("progressing"))),
+            "PullRequestOpen"
+        );
+    }
+
+    // What a verification found, read as the status reads it: real verdicts from the
+    // verifier's own judge, over the verifier's sample workloads.
+
+    use crate::verify::gitops::{Findings, ObjectReport, Tool};
+    use crate::verify::samples::{
+        deployment, deployment_with_pods, found, judge_default, old, on, pinned, waiting_pod,
+        workload,
+    };
+    use crate::verify::verdict::Live;
+
+    fn check_of(verdicts: Vec<Verdict>, gitops: Findings) -> Check {
+        let (state, summary) = verdict::summarize(&verdicts, Unchecked::default());
+        Check {
+            state,
+            summary,
+            verdicts,
+            gitops,
+        }
+    }
+
+    /// The live template still has the old image: the GitOps tool has not applied the pin.
+    fn not_applied() -> Verdict {
+        let mut w = workload(deployment(1, 1, 1, 1));
+        w.template_images = vec![("web".into(), "ghcr.io/acme/web:latest".into())];
+        judge_default(found(
+            w,
+            vec![crate::verify::samples::pod("web-0", &on(&old()))],
+        ))
+    }
+
+    fn settled(verdicts: Vec<Verdict>, young: bool) -> (Check, Option<Awaiting>) {
+        settle(
+            check_of(verdicts, Findings::default()),
+            Unchecked::default(),
+            young,
+        )
+    }
+
+    fn outcome(check: &Check, awaiting: Option<Awaiting>) -> Outcome {
+        Outcome::Done {
+            message: "main pinned".into(),
+            pull_request: None,
+            verdict: Some(Box::new(VerdictSummary {
+                state: check.state.as_str().into(),
+                source: "commit abc".into(),
+                summary: check.summary.clone(),
+                converged: 0,
+                progressing: 0,
+                failed: 0,
+                unverified: 0,
+                time: "t".into(),
+            })),
+            awaiting,
+        }
+    }
+
+    #[test]
+    fn a_pin_not_applied_yet_reconciles_awaiting_sync_naming_the_workload() {
+        let (check, awaiting) = settled(vec![not_applied()], false);
+        assert_eq!(check.state, State::Progressing);
+        let awaiting = awaiting.unwrap();
+        assert_eq!(awaiting.reason, Reason::AwaitingSync);
+        let c = conditions(&[], &outcome(&check, Some(awaiting)), Some(1), "t");
+        let ready = get(&c, READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "AwaitingSync")
+        );
+        assert_eq!(
+            ready.message,
+            "main pinned; commit abc: waiting for the GitOps tool to apply the pins: \
+             shop/Deployment/web (web): not synced yet: live template has ghcr.io/acme/web:latest"
+        );
+        assert_eq!(get(&c, RECONCILING).unwrap().reason, "AwaitingSync");
+        assert!(get(&c, STALLED).is_none());
+        assert_eq!(transition_event(&[], &c), None, "progress is not a warning");
+    }
+
+    #[test]
+    fn a_rollout_under_way_reconciles_progressing() {
+        // Applied; one of two pods still on the old digest.
+        let live = deployment_with_pods(&[on(&pinned()), on(&old())]);
+        let (check, awaiting) = settled(vec![judge_default(live)], false);
+        let awaiting = awaiting.unwrap();
+        assert_eq!(awaiting.reason, Reason::Progressing);
+        assert!(
+            awaiting
+                .what
+                .starts_with("rolling out: shop/Deployment/web (web): "),
+            "{awaiting:?}"
+        );
+        let c = conditions(&[], &outcome(&check, Some(awaiting)), None, "t");
+        assert_eq!(get(&c, RECONCILING).unwrap().reason, "Progressing");
+        assert_eq!(get(&c, READY).unwrap().status, "False");
+    }
+
+    #[test]
+    fn a_missing_workload_of_a_young_pin_is_awaited_and_of_an_old_one_failed() {
+        let missing = judge_default(Live::Missing);
+        assert_eq!(missing.state, State::Failed, "the verifier's own verdict");
+
+        let (check, awaiting) = settled(vec![missing.clone(), not_applied()], true);
+        assert_eq!(check.state, State::Progressing);
+        assert_eq!(check.verdicts[0].state, State::Progressing);
+        assert!(!check.summary.contains("failed"), "{}", check.summary);
+        let awaiting = awaiting.unwrap();
+        assert_eq!(awaiting.reason, Reason::AwaitingSync);
+        assert_eq!(
+            awaiting.what,
+            "waiting for the GitOps tool to apply the pins: shop/Deployment/web (web): not \
+             created yet: the workload does not exist in the cluster (and 1 more)"
+        );
+
+        let (check, awaiting) = settled(vec![missing], false);
+        assert_eq!(check.state, State::Failed);
+        assert_eq!(awaiting, None);
+        let c = conditions(&[], &outcome(&check, awaiting), None, "t");
+        assert_eq!(get(&c, STALLED).unwrap().reason, "VerificationFailed");
+    }
+
+    #[test]
+    fn a_genuine_failure_stays_failed_even_beside_what_is_awaited() {
+        // Applied, and the kubelet cannot pull the pinned image.
+        let pulling = judge_default(found(
+            workload(deployment(1, 1, 0, 0)),
+            vec![waiting_pod("web-1", "ImagePullBackOff", "not found")],
+        ));
+        assert_eq!(pulling.state, State::Failed);
+        let (check, awaiting) = settled(vec![pulling, judge_default(Live::Missing)], true);
+        assert_eq!(check.state, State::Failed);
+        assert_eq!(awaiting, None);
+        let c = conditions(&[], &outcome(&check, awaiting), None, "t");
+        assert_eq!(get(&c, READY).unwrap().reason, "VerificationFailed");
+        assert!(get(&c, RECONCILING).is_none());
+    }
+
+    #[test]
+    fn a_workload_missing_after_argo_cd_applied_the_pin_commit_is_failed_however_young() {
+        let missing = judge_default(Live::Missing);
+        let argo = ObjectReport {
+            tool: Tool::ArgoCd,
+            kind: "Application",
+            namespace: "argocd".into(),
+            name: "shop".into(),
+            synced: true,
+            revision: Some("abc".into()),
+            pin_commit: "abc".into(),
+            health: "Healthy".into(),
+            health_message: None,
+            workloads: vec![missing.workload.clone()],
+            summary: "Argo CD Application argocd/shop: Synced to abc, Healthy".into(),
+        };
+        let findings = Findings {
+            objects: vec![argo],
+            not_verified: Vec::new(),
+        };
+        let (check, awaiting) = settle(
+            check_of(vec![missing], findings),
+            Unchecked::default(),
+            true,
+        );
+        assert_eq!(check.state, State::Failed);
+        assert_eq!(awaiting, None);
+    }
+
+    #[test]
+    fn converged_and_unverified_are_left_as_the_verifier_said() {
+        let live = deployment_with_pods(&[on(&pinned())]);
+        let (check, awaiting) = settled(vec![judge_default(live)], true);
+        assert_eq!((check.state, awaiting), (State::Converged, None));
+        let (check, awaiting) = settle(
+            check_of(Vec::new(), Findings::default()),
+            Unchecked::default(),
+            true,
+        );
+        assert_eq!((check.state, awaiting), (State::Unverified, None));
+    }
+
+    #[test]
+    fn a_pin_is_young_for_one_interval_after_its_time_and_only_for_its_commit() {
+        let pin = LastPin {
+            commit: "abc".into(),
+            branch: "main".into(),
+            images: 1,
+            time: "2026-11-25T09:00:00Z".into(),
+        };
+        let at: i64 = "2026-11-25T09:00:00Z"
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .unwrap()
+            .as_second();
+        let interval = Duration::from_secs(300);
+        assert!(pinned_within(Some(&pin), "abc", at + 299, interval));
+        assert!(!pinned_within(Some(&pin), "abc", at + 300, interval));
+        assert!(
+            pinned_within(Some(&pin), "abc", at - 5, interval),
+            "another clock"
+        );
+        assert!(!pinned_within(Some(&pin), "def", at, interval));
+        assert!(!pinned_within(None, "abc", at, interval));
+        let garbled = LastPin {
+            time: "yesterday".into(),
+            ..pin
+        };
+        assert!(!pinned_within(Some(&garbled), "abc", at, interval));
     }
 
     #[test]

@@ -411,8 +411,9 @@ impl<'a> Syncer<'a> {
     }
 
     /// Lists the tags of each repository whose policy chooses among tags and that this pass
-    /// has not listed yet: once per repository per pass, concurrently, each within the
-    /// registry budget so one slow registry delays only its own images.
+    /// has not listed yet: once per repository per pass (once per interval for all passes
+    /// sharing answers), concurrently, each within the registry budget so one slow registry
+    /// delays only its own images.
     async fn list_missing_tags(&self, files: &[ScannedFile], follow: &mut Follow) {
         let references: Vec<Reference> = files
             .iter()
@@ -424,25 +425,39 @@ impl<'a> Syncer<'a> {
             .filter(|(key, _)| !follow.tags.contains_key(key))
             .collect();
         let budget = std::time::Duration::from_secs(self.config.registries.budget_seconds);
-        let lists = futures::future::join_all(wanted.iter().map(|(_, reference)| async move {
-            match tokio::time::timeout(budget, self.registry.list_tags(reference, TAG_PAGE_SIZE))
+        let list = |reference: &Reference| {
+            let reference = reference.clone();
+            async move {
+                match tokio::time::timeout(
+                    budget,
+                    self.registry.list_tags(&reference, TAG_PAGE_SIZE),
+                )
                 .await
-            {
-                Ok(result) => result,
-                Err(_) => Err(RegistryError::Unreachable {
-                    image: reference.canonical_name(),
-                    host: reference.api_host().to_string(),
-                    detail: format!(
-                        "no tag list within {}s; the pass went on without it",
-                        budget.as_secs()
-                    ),
-                }),
+                {
+                    Ok(result) => result,
+                    Err(_) => Err(RegistryError::Unreachable {
+                        image: reference.canonical_name(),
+                        host: reference.api_host().to_string(),
+                        detail: format!(
+                            "no tag list within {}s; the pass went on without it",
+                            budget.as_secs()
+                        ),
+                    }),
+                }
             }
-        }))
-        .await;
-        for ((key, _), list) in wanted.into_iter().zip(lists) {
-            follow.tags.insert(key, list);
-        }
+        };
+        let lists = match self.shared {
+            Some(shared) => shared.tag_lists(&wanted, list).await,
+            None => {
+                let lists = futures::future::join_all(wanted.iter().map(|(_, r)| list(r))).await;
+                wanted
+                    .iter()
+                    .map(|(key, _)| key.clone())
+                    .zip(lists)
+                    .collect()
+            }
+        };
+        follow.tags.extend(lists);
     }
 
     async fn write_group(

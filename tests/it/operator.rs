@@ -618,3 +618,356 @@ async fn objects_pinning_the_same_tag_ask_the_registry_once_per_interval() {
     }
     operator.stop().await;
 }
+
+/// The kubelet's status for a pod whose container `app` cannot pull `image`.
+fn image_pull_back_off(image: &str) -> Value {
+    json!({
+        "phase": "Pending",
+        "conditions": [{"type": "Ready", "status": "False",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "containerStatuses": [{
+            "name": "app", "image": image, "imageID": "", "ready": false, "started": false,
+            "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff",
+                                  "message": format!("Back-off pulling image \"{image}\"")}},
+        }],
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pin_not_applied_yet_is_reconciling_until_the_cluster_runs_it_and_a_failure_stalls() {
+    use support::kube::{deployment as live, pod};
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let mut pushed = Vec::new();
+    let mut repos = Vec::new();
+    let kube = cluster().await;
+    // web: live, at the tag Git had before the pin. fresh: new in Git, not created yet.
+    // broken: the pin applied, and the kubelet cannot pull it.
+    for name in ["web", "fresh", "broken"] {
+        let image = format!("{host}/acme/{name}:1.0");
+        pushed.push(
+            registry
+                .push_image(&format!("acme/{name}"), "1.0", name)
+                .await,
+        );
+        let repo = BareRepo::create(&[(
+            &format!("apps/{name}.yaml") as &str,
+            &deployment(name, &image),
+        )]);
+        kube.apply(pinned_repository(
+            name,
+            json!({}),
+            spec(&repo.file_url(), &host),
+        ));
+        repos.push(repo);
+    }
+    let web_image = format!("{host}/acme/web:1.0");
+    kube.apply(live(
+        "default",
+        "web",
+        &[("app", "web")],
+        &[("app", &web_image)],
+    ));
+    let broken = format!("{host}/acme/broken:1.0@{}", pushed[2].manifest);
+    kube.apply(live(
+        "default",
+        "broken",
+        &[("app", "broken")],
+        &[("app", &broken)],
+    ));
+    kube.apply(pod(
+        "default",
+        "broken-1",
+        &[("app", "broken")],
+        &[("app", &broken)],
+    ));
+    kube.set_pod_status("default", "broken-1", image_pull_back_off(&broken));
+
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
+    let awaiting =
+        |name: &str| condition(&kube, name, "Ready").is_some_and(|c| c["reason"] == "AwaitingSync");
+    eventually("web and fresh await their sync", || {
+        awaiting("web") && awaiting("fresh")
+    })
+    .await;
+    for (name, repo) in [("web", &repos[0]), ("fresh", &repos[1])] {
+        assert!(repo
+            .read("main", &format!("apps/{name}.yaml"))
+            .unwrap()
+            .contains('@'));
+        let ready = condition(&kube, name, "Ready").unwrap();
+        assert_eq!(ready["status"], "False", "{name}");
+        let message = ready["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!(
+                "waiting for the GitOps tool to apply the pins: default/Deployment/{name} (app)"
+            )),
+            "{name}: {message}"
+        );
+        assert_eq!(
+            condition(&kube, name, "Reconciling").unwrap()["reason"],
+            "AwaitingSync",
+            "{name}"
+        );
+        assert!(condition(&kube, name, "Stalled").is_none(), "{name}");
+        let object = kube.get("PinnedRepository", NS, name).unwrap();
+        assert_eq!(
+            object["status"]["verdict"]["state"], "progressing",
+            "{name}"
+        );
+    }
+    assert!(condition(&kube, "fresh", "Ready").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .contains("not created yet"),);
+    // A genuine failure is not progress.
+    eventually("broken stalls", || {
+        condition(&kube, "broken", "Stalled").is_some()
+    })
+    .await;
+    assert_eq!(
+        condition(&kube, "broken", "Stalled").unwrap()["reason"],
+        "VerificationFailed"
+    );
+    assert!(condition(&kube, "broken", "Reconciling").is_none());
+    assert!(event_reasons(&kube, "broken").contains(&"VerificationFailed".to_string()));
+
+    // Argo CD applies both pins and the pods run them: the next verification, one verify
+    // interval later and with no change to the objects, finds them Converged.
+    for (name, digest) in [("web", &pushed[0].manifest), ("fresh", &pushed[1].manifest)] {
+        runs_converged(&kube, name, &format!("{host}/acme/{name}:1.0"), digest);
+    }
+    eventually("web and fresh converge", || {
+        is_ready(&kube, "web") && is_ready(&kube, "fresh")
+    })
+    .await;
+    for name in ["web", "fresh"] {
+        assert_eq!(
+            condition(&kube, name, "Ready").unwrap()["reason"],
+            "Converged"
+        );
+        assert!(condition(&kube, name, "Reconciling").is_none(), "{name}");
+        let reasons = event_reasons(&kube, name);
+        assert!(
+            !reasons.contains(&"VerificationFailed".to_string()),
+            "{name}: {reasons:?}"
+        );
+    }
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn objects_following_one_repository_list_its_tags_once_per_interval_per_credentials() {
+    use base64::Engine as _;
+    use support::registry::FaultProxy;
+    let registry = TestRegistry::start(Mode::Plain).await;
+    registry.push_image("acme/web", "1.4.0", "old").await;
+    let newest = registry.push_image("acme/web", "1.4.1", "new").await;
+    // Every request the operator makes to the registry goes through the proxy, which counts.
+    let proxy = FaultProxy::start(&registry.base_url(), Vec::new()).await;
+    let host = proxy.host();
+    let kube = cluster().await;
+    let auth = base64::engine::general_purpose::STANDARD.encode("puller:secret");
+    let docker_config = json!({"auths": {host.as_str(): {"auth": auth}}}).to_string();
+    kube.apply(support::kube::secret(
+        NS,
+        "pull",
+        &[],
+        &[(".dockerconfigjson", &docker_config)],
+    ));
+    let mut repos = Vec::new();
+    // Two objects without registry credentials, one with its own: the same image, the same
+    // semver policy.
+    for name in ["one", "two", "private"] {
+        let repo = BareRepo::create(&[(
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.4.0")),
+        )]);
+        let mut spec = spec(&repo.file_url(), &host);
+        spec["images"] = json!({"policies": [{"match": "**/acme/web", "semver": "~1.4"}]});
+        if name == "private" {
+            spec["registries"]["docker_config_secret_ref"] = json!({"name": "pull"});
+        }
+        kube.apply(pinned_repository(name, json!({}), spec));
+        repos.push(repo);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &["--concurrent", "3"]).await;
+    let pinned = |name: &str| {
+        kube.get("PinnedRepository", NS, name)
+            .is_some_and(|o| o["status"]["lastPin"]["commit"].is_string())
+    };
+    eventually("every object pinned", || {
+        ["one", "two", "private"].iter().all(|n| pinned(n))
+    })
+    .await;
+    for repo in &repos {
+        let manifest = repo.read("main", "apps/web.yaml").unwrap();
+        assert!(
+            manifest.contains(&format!("acme/web:1.4.1@{}", newest.manifest)),
+            "{manifest}"
+        );
+    }
+    // The workloads are not created yet: each object passes again every verify interval,
+    // within the same one-hour interval of answers.
+    let passed_at = |name: &str| {
+        kube.get("PinnedRepository", NS, name).unwrap()["status"]["verdict"]["time"].clone()
+    };
+    let first = passed_at("one");
+    eventually("another pass of one", || passed_at("one") != first).await;
+    // One list for the two objects without credentials, one for the object with its own:
+    // what a client with credentials was told never answers a pass without them.
+    assert_eq!(proxy.count("GET", "/v2/acme/web/tags/list"), 2);
+    operator.stop().await;
+}
+
+/// The Events about `name` with one of tagpin's own reasons, as (reason, note, series count).
+fn announced(kube: &KubeServer, name: &str) -> Vec<(String, String, u64)> {
+    kube.events(NS)
+        .iter()
+        .filter(|e| e["regarding"]["name"] == name)
+        .filter(|e| {
+            ["Pinned", "PullRequestOpened", "VerificationFailed"]
+                .contains(&e["reason"].as_str().unwrap_or_default())
+        })
+        .map(|e| {
+            (
+                e["reason"].as_str().unwrap_or_default().to_string(),
+                e["note"].as_str().unwrap_or_default().to_string(),
+                e["series"]["count"].as_u64().unwrap_or(1),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_operator_announces_nothing_the_first_one_already_did() {
+    use support::github::GitHubServer;
+    use support::kube::{deployment as live, pod};
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "web").await;
+    let broken = registry.push_image("acme/broken", "1.0", "broken").await;
+    registry.push_image("acme/api", "1.0", "api").await;
+    let kube = cluster().await;
+    let repo = |name: &str| {
+        BareRepo::create(&[(
+            &format!("apps/{name}.yaml") as &str,
+            &deployment(name, &format!("{host}/acme/{name}:1.0")),
+        )])
+    };
+    let (repo_web, repo_broken, repo_api) = (repo("web"), repo("broken"), repo("api"));
+    let github = GitHubServer::start("gh-token", "acme", "gitops", repo_api.path()).await;
+    kube.apply(support::kube::secret(
+        NS,
+        "forge",
+        &[],
+        &[("GITHUB_TOKEN", "gh-token")],
+    ));
+    kube.apply(pinned_repository(
+        "web",
+        json!({}),
+        spec(&repo_web.file_url(), &host),
+    ));
+    kube.apply(pinned_repository(
+        "broken",
+        json!({}),
+        spec(&repo_broken.file_url(), &host),
+    ));
+    let mut proposed = spec(&repo_api.file_url(), &host);
+    proposed["mode"] = json!("pull-request");
+    proposed["secret_ref"] = json!({"name": "forge"});
+    proposed["forge"] = json!({"api_url": github.api_url(), "owner": "acme", "repo": "gitops",
+                               "token_env": "GITHUB_TOKEN"});
+    kube.apply(pinned_repository("api", json!({}), proposed));
+    // web runs its pin; broken's pin is applied and cannot be pulled; api runs the tag Git
+    // has until its pull request is merged.
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
+    let pinned = format!("{host}/acme/broken:1.0@{}", broken.manifest);
+    kube.apply(live(
+        "default",
+        "broken",
+        &[("app", "broken")],
+        &[("app", &pinned)],
+    ));
+    kube.apply(pod(
+        "default",
+        "broken-1",
+        &[("app", "broken")],
+        &[("app", &pinned)],
+    ));
+    kube.set_pod_status("default", "broken-1", image_pull_back_off(&pinned));
+    let api_image = format!("{host}/acme/api:1.0");
+    kube.apply(live(
+        "default",
+        "api",
+        &[("app", "api")],
+        &[("app", &api_image)],
+    ));
+
+    let dir = tempfile::tempdir().unwrap();
+    let first = Operator::start(dir.path(), &kube, "op-1", &[]).await;
+    let reason = |name: &str| {
+        condition(&kube, name, "Ready")
+            .map(|c| c["reason"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default()
+    };
+    eventually("each object reports what it did", || {
+        reason("web") == "Converged"
+            && reason("broken") == "VerificationFailed"
+            && reason("api") == "PullRequestOpen"
+    })
+    .await;
+    let expected = [
+        ("web", "Pinned"),
+        ("broken", "Pinned"),
+        ("broken", "VerificationFailed"),
+        ("api", "PullRequestOpened"),
+    ];
+    let before: Vec<_> = ["web", "broken", "api"]
+        .iter()
+        .map(|name| (*name, announced(&kube, name)))
+        .collect();
+    for (name, events) in &before {
+        let reasons: Vec<&str> = events.iter().map(|(r, _, _)| r.as_str()).collect();
+        let wanted: Vec<&str> = expected
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, r)| *r)
+            .collect();
+        assert_eq!(reasons, wanted, "{name}: {events:?}");
+        assert!(
+            events.iter().all(|(_, _, count)| *count == 1),
+            "{name}: announced more than once: {events:?}"
+        );
+    }
+    first.stop().await;
+
+    // A second process, as after a failover: it reconciles every object again (each
+    // verification writes its time, so once the clock has moved on, a new time shows it).
+    let stopped = support::rfc3339(std::time::SystemTime::now());
+    let verified_at = |name: &str| {
+        kube.get("PinnedRepository", NS, name).unwrap()["status"]["verdict"]["time"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    eventually("a second has passed", || {
+        support::rfc3339(std::time::SystemTime::now()) > stopped
+    })
+    .await;
+    let second = Operator::start(dir.path(), &kube, "op-2", &[]).await;
+    eventually("op-2 verified every object", || {
+        ["web", "broken", "api"]
+            .iter()
+            .all(|name| verified_at(name) > stopped)
+    })
+    .await;
+    second.stop().await;
+    for (name, events) in &before {
+        assert_eq!(&announced(&kube, name), events, "{name}");
+    }
+    assert_eq!(github.prs().len(), 1);
+}
