@@ -14,10 +14,11 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::join_all;
 use tokio::sync::OnceCell;
+use tokio::time::Instant;
 
 use crate::policy::RepositoryKey;
 use crate::reference::Reference;
@@ -270,5 +271,20 @@ mod tests {
                 .await;
         }
         assert_eq!(asked.load(Ordering::SeqCst), 5, "each call a new interval");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_is_kept_until_the_interval_ends_and_not_a_second_longer() {
+        let asked = AtomicUsize::new(0);
+        let (key, reference) = web();
+        let wanted = [(key, &reference)];
+        let shared = SharedAnswers::new(Duration::from_secs(300));
+        shared.tag_lists(&wanted, |_| listed(&asked, tags())).await;
+        tokio::time::advance(Duration::from_secs(299)).await;
+        shared.tag_lists(&wanted, |_| listed(&asked, tags())).await;
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "still the same interval");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        shared.tag_lists(&wanted, |_| listed(&asked, tags())).await;
+        assert_eq!(asked.load(Ordering::SeqCst), 2, "a new interval asks again");
     }
 }
