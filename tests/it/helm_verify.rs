@@ -16,9 +16,10 @@ use std::process::Output;
 use serde_json::{json, Value};
 use support::git::{BareRepo, GitHttpServer, HttpAuth};
 use support::github::GitHubServer;
-use support::kube::{deployment, pod, running_pod_status, KubeServer};
+use support::kube::{deployment, KubeServer};
 use support::output_text as text;
 use support::registry::{Mode, TestRegistry};
+use support::workloads::{image_id, LiveDeployment};
 
 use tagpin::config::{ClusterTarget, Config};
 use tagpin::verify::expected::NotVerifiedReason;
@@ -175,33 +176,16 @@ fn released_workload(
     container: &str,
     (image, image_id): (&str, &str),
 ) {
-    let mut d = deployment("shop", name, &[("app", name)], &[(container, image)]);
-    d["metadata"]["annotations"] = json!({
-        "meta.helm.sh/release-name": release,
-        "meta.helm.sh/release-namespace": "shop",
-    });
-    d["metadata"]["labels"]["app.kubernetes.io/managed-by"] = json!("Helm");
+    let workload = LiveDeployment::new("shop", name)
+        .container(container, image)
+        .label("app.kubernetes.io/managed-by", "Helm")
+        .annotation("meta.helm.sh/release-name", release)
+        .annotation("meta.helm.sh/release-namespace", "shop");
     // A workload released again (a new image) is a new generation, rolled out.
-    let generation = kube.apply(d)["metadata"]["generation"].clone();
-    kube.set_status(
-        "Deployment",
-        "shop",
-        name,
-        json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
-               "readyReplicas": 1, "availableReplicas": 1}),
-    );
-    let pod_name = format!("{name}-1");
-    kube.apply(pod(
-        "shop",
-        &pod_name,
-        &[("app", name)],
-        &[(container, image)],
-    ));
-    kube.set_pod_status(
-        "shop",
-        &pod_name,
-        running_pod_status(&[(container, image, image_id)]),
-    );
+    workload.apply(kube);
+    workload
+        .pod(&format!("{name}-1"))
+        .running(kube, &[image_id]);
 }
 
 impl World {
@@ -220,32 +204,14 @@ impl World {
     /// shop/acme-web-frontend rolled out, its container `web` on `digest` of ghcr.io/acme/web.
     fn frontend_running(&self, digest: &str) {
         let image = format!("ghcr.io/acme/web:1.4@{digest}");
-        let mut frontend = deployment(
-            "shop",
-            "acme-web-frontend",
-            &[("app", "frontend")],
-            &[("web", &image)],
-        );
-        frontend["metadata"]["labels"]["app.kubernetes.io/instance"] = json!("shop");
-        self.kube.apply(frontend);
-        self.kube.set_status(
-            "Deployment",
-            "shop",
-            "acme-web-frontend",
-            json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
-                   "readyReplicas": 1, "availableReplicas": 1}),
-        );
-        self.kube.apply(pod(
-            "shop",
-            "frontend-1",
-            &[("app", "frontend")],
-            &[("web", &image)],
-        ));
-        self.kube.set_pod_status(
-            "shop",
-            "frontend-1",
-            running_pod_status(&[("web", &image, &format!("ghcr.io/acme/web@{digest}"))]),
-        );
+        let frontend = LiveDeployment::new("shop", "acme-web-frontend")
+            .app("frontend")
+            .label("app.kubernetes.io/instance", "shop")
+            .container("web", &image);
+        frontend.apply(&self.kube);
+        frontend
+            .pod("frontend-1")
+            .running(&self.kube, &[&format!("ghcr.io/acme/web@{digest}")]);
     }
 
     /// The real `tagpin verify` with `args`, on this world's cluster and configuration.
@@ -855,8 +821,10 @@ async fn binary_promote_carries_the_digests_of_a_staging_helm_release_verified_c
             API_DIGEST,
         ),
     ];
-    let containers: Vec<(&str, &str)> = images.iter().map(|(c, i, _)| (*c, i.as_str())).collect();
-    let app_labels = [("app", "staging-web")];
+    let staging_web = images.iter().fold(
+        LiveDeployment::new("shop", "staging-web"),
+        |web, (c, i, _)| web.container(c, i),
+    );
     let promote = || {
         tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
             .args([
@@ -893,27 +861,9 @@ async fn binary_promote_carries_the_digests_of_a_staging_helm_release_verified_c
         "nothing promoted: {report:#}"
     );
 
-    staging.apply(deployment("shop", "staging-web", &app_labels, &containers));
-    staging.set_status(
-        "Deployment",
-        "shop",
-        "staging-web",
-        json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
-               "readyReplicas": 1, "availableReplicas": 1}),
-    );
-    staging.apply(pod("shop", "staging-web-1", &app_labels, &containers));
-    let statuses: Vec<(&str, &str, String)> = images
-        .iter()
-        .map(|(c, i, d)| {
-            let repository = i.split(':').next().unwrap();
-            (*c, i.as_str(), format!("{repository}@{d}"))
-        })
-        .collect();
-    let statuses: Vec<(&str, &str, &str)> = statuses
-        .iter()
-        .map(|(c, i, id)| (*c, *i, id.as_str()))
-        .collect();
-    staging.set_pod_status("shop", "staging-web-1", running_pod_status(&statuses));
+    staging_web.apply(&staging);
+    let pulled: Vec<String> = images.iter().map(|(_, i, _)| image_id(i)).collect();
+    staging_web.pod("staging-web-1").running(&staging, &pulled);
 
     let out = promote().await.unwrap();
 
