@@ -99,12 +99,7 @@ impl World {
     /// The Flux GitRepository and Kustomization of `./apps`, having applied `revision`, with
     /// the HelmRelease shop/web in their inventory.
     fn flux_applied(&self, revision: &str) {
-        let url = self.url.trim_end_matches(".git").to_string();
-        let [repository, mut kustomization] = flux_objects(&url, revision, &[]);
-        kustomization["status"]["inventory"]["entries"] =
-            json!([{"id": "shop_web_helm.toolkit.fluxcd.io_HelmRelease", "v": "v2"}]);
-        self.kube.apply(repository);
-        self.kube.apply(kustomization);
+        flux_applied_release(&self.kube, &self.url, revision);
     }
 
     /// The HelmRelease shop/web as Flux applied it from Git (values pinning `digest`), and its
@@ -127,6 +122,27 @@ impl World {
         let image_id = format!("ghcr.io/acme/web@{digest}");
         released_workload(&self.kube, name, release, container, (&image, &image_id));
     }
+}
+
+/// The Flux GitRepository of `url` and the Kustomization of its `./apps`, having applied
+/// `revision`, with the HelmRelease shop/web in their inventory.
+fn flux_applied_release(kube: &KubeServer, url: &str, revision: &str) {
+    let [repository, mut kustomization] = flux_objects(url.trim_end_matches(".git"), revision, &[]);
+    kustomization["status"]["inventory"]["entries"] =
+        json!([{"id": "shop_web_helm.toolkit.fluxcd.io_HelmRelease", "v": "v2"}]);
+    kube.apply(repository);
+    kube.apply(kustomization);
+}
+
+/// The Argo CD Application argocd/shop, having applied `revision` of `url`, rendering
+/// charts/web with `values_file`; its inventory names the Deployment shop/`deployment`.
+fn argo_chart_app(url: &str, revision: &str, deployment: &str, values_file: &str) -> Value {
+    let mut app = argo_application(url, revision, &[("shop", deployment)]);
+    let source = json!({"repoURL": url, "path": "charts/web", "targetRevision": "main",
+                        "helm": {"valueFiles": [values_file]}});
+    app["spec"]["source"] = source.clone();
+    app["status"]["sync"]["comparedTo"]["source"] = source;
+    app
 }
 
 /// The HelmRelease shop/web as Flux applied it from Git (`manifest`), and its status:
@@ -193,12 +209,12 @@ impl World {
     /// with values-prod.yaml; its inventory names the Deployment the chart made,
     /// shop/acme-web-frontend, under a name found nowhere in Git.
     fn argo_values_app(&self, revision: &str) {
-        let mut app = argo_application(&self.url, revision, &[("shop", "acme-web-frontend")]);
-        let source = json!({"repoURL": self.url, "path": "charts/web", "targetRevision": "main",
-                            "helm": {"valueFiles": ["values-prod.yaml"]}});
-        app["spec"]["source"] = source.clone();
-        app["status"]["sync"]["comparedTo"]["source"] = source;
-        self.kube.apply(app);
+        self.kube.apply(argo_chart_app(
+            &self.url,
+            revision,
+            "acme-web-frontend",
+            "values-prod.yaml",
+        ));
     }
 
     /// shop/acme-web-frontend rolled out, its container `web` on `digest` of ghcr.io/acme/web.
@@ -470,14 +486,12 @@ async fn an_argo_cd_application_with_a_helm_source_is_judged_on_its_inventory() 
     );
 
     // Before Argo CD synced the pin commit, the container waits for it.
-    let mut behind = argo_application(
+    w.kube.apply(argo_chart_app(
         &w.url,
         "0123456789abcdef0123456789abcdef01234567",
-        &[("shop", "acme-web-frontend")],
-    );
-    behind["spec"]["source"] = json!({"repoURL": w.url, "path": "charts/web", "targetRevision": "main",
-                                      "helm": {"valueFiles": ["values-prod.yaml"]}});
-    w.kube.apply(behind);
+        "acme-web-frontend",
+        "values-prod.yaml",
+    ));
     let check = w.check(vec![values_pin]).await;
     assert_eq!(check.state, State::Progressing, "{check:#?}");
     assert!(
@@ -712,11 +726,7 @@ async fn binary_verify_of_a_merged_sync_pull_request_pinning_a_helm_release_says
         "Merge pull request #1 from acme/tagpin/main",
     );
     github.merge_pr(1, &merge);
-    let [source, mut kustomization] = flux_objects(url.trim_end_matches(".git"), &merge, &[]);
-    kustomization["status"]["inventory"]["entries"] =
-        json!([{"id": "shop_web_helm.toolkit.fluxcd.io_HelmRelease", "v": "v2"}]);
-    kube.apply(source);
-    kube.apply(kustomization);
+    flux_applied_release(&kube, &url, &merge);
     released(&kube, &pinned, 1, "deployed", CONFIG);
     let image = format!("{repository}:1.4@{digest}");
     let image_id = format!("{repository}@{digest}");
@@ -808,11 +818,12 @@ async fn binary_promote_carries_the_digests_of_a_staging_helm_release_verified_c
     let tip = repo.head("main").unwrap();
     // Staging's Argo CD renders charts/web with values-staging.yaml; it applied main's tip, and
     // the chart's Deployment runs both pinned digests.
-    let mut app = argo_application(&url, &tip, &[("shop", "staging-web")]);
-    let source = json!({"repoURL": url, "path": "charts/web", "targetRevision": "main",
-                        "helm": {"valueFiles": ["../../envs/staging/values-staging.yaml"]}});
-    app["spec"]["source"] = source.clone();
-    app["status"]["sync"]["comparedTo"]["source"] = source;
+    let app = argo_chart_app(
+        &url,
+        &tip,
+        "staging-web",
+        "../../envs/staging/values-staging.yaml",
+    );
     let images = [
         ("web", format!("ghcr.io/acme/web:1.4@{DIGEST}"), DIGEST),
         (
