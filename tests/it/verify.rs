@@ -677,21 +677,31 @@ async fn a_cron_job_is_judged_by_its_runs_since_the_pin_under_the_verifier_role(
         assert!(text(out).contains(line), "{line:?} in:\n{}", text(out));
     };
 
-    // The GitOps tool has not applied the pin yet: the CronJob and last night's run are on
-    // the tag.
+    // The GitOps tool has not applied the pin yet: the CronJob and tonight's run, still going,
+    // are on the tag.
     let tagged = LiveCronJob::new("shop", "nightly").container("job", "ghcr.io/acme/job:2");
     tagged.apply(&w.kube);
-    tagged
-        .run(&w.kube, "nightly-29170080")
-        .succeeded(&w.kube, &[format!("ghcr.io/acme/job@{OLD}")]);
+    let tonight = tagged.run(&w.kube, "nightly-29170080");
+    let old = [format!("ghcr.io/acme/job@{OLD}")];
+    tonight.active(&w.kube, &old);
     let out = w.verify(&["--branch", "main"]).await;
     verdict(&out, 3, "shop/CronJob/nightly job: Progressing");
     assert!(text(&out).contains("not synced"), "{}", text(&out));
 
-    // Applied, not run since: the template is what the next run pulls, and last night's run
-    // is history, not a stale replica.
+    // Applied while that run still runs the old digest: not converged yet, naming its pod.
     let pinned = LiveCronJob::new("shop", "nightly").container("job", &image);
     pinned.apply(&w.kube);
+    let out = w.verify(&["--branch", "main"]).await;
+    verdict(
+        &out,
+        3,
+        "shop/CronJob/nightly job: Progressing (0 of 1 pods",
+    );
+    assert!(text(&out).contains("nightly-29170080-x1"), "{}", text(&out));
+
+    // That run ended, not run since: the template is what the next run pulls, and the old run
+    // is history, not a stale replica.
+    tonight.succeeded(&w.kube, &old);
     let out = w.verify(&["--branch", "main"]).await;
     verdict(&out, 0, "shop/CronJob/nightly job: Converged");
     assert!(
