@@ -85,7 +85,7 @@ impl World {
             "127.0.0.1:1",
         )
         .await;
-        let web = LiveDeployment::new("shop", "web").container("app", &image);
+        let web = live_web("web", &image);
         web.apply(&w.kube);
         web.pod("web-1")
             .running(&w.kube, &[&format!("ghcr.io/acme/web@{digest}")]);

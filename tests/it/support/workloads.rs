@@ -35,6 +35,13 @@ pub fn image_id(image: &str) -> String {
     format!("{repository}@{digest}")
 }
 
+/// Every `(name, image)` container on `image`.
+fn all_on(containers: &mut [(String, String)], image: &str) {
+    for (_, old) in containers {
+        *old = image.to_string();
+    }
+}
+
 fn pairs(pairs: &[(String, String)]) -> Vec<(&str, &str)> {
     pairs
         .iter()
@@ -174,9 +181,7 @@ impl LivePod {
 
     /// Every container runs `image` instead: a pod of an older template.
     pub fn image(mut self, image: &str) -> LivePod {
-        for (_, old) in &mut self.containers {
-            *old = image.to_string();
-        }
+        all_on(&mut self.containers, image);
         self
     }
 
@@ -375,9 +380,7 @@ pub struct JobRun {
 impl JobRun {
     /// Every container runs `image` instead: a run from an older template.
     pub fn image(mut self, image: &str) -> JobRun {
-        for (_, old) in &mut self.containers {
-            *old = image.to_string();
-        }
+        all_on(&mut self.containers, image);
         self
     }
 
