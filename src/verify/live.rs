@@ -863,7 +863,10 @@ fn job(j: Job) -> (LiveWorkload, Selector) {
 
 /// A CronJob's runs since its template last changed: the Jobs it owns whose pod template is its
 /// current `jobTemplate`. Once the template carries the pin (Synced), those are exactly the runs
-/// since the pin; older runs, on the old digest, are history, not stale replicas.
+/// since the pin; older runs, on the old digest, are history, not stale replicas, once they
+/// ended. A run of an older template that is still active runs the old digest right now, so its
+/// pods are judged with the others (as stale) until it ends: the CronJob is not converged while
+/// the old image still runs.
 fn cron_job(c: CronJob, jobs: &[Job]) -> (LiveWorkload, Selector) {
     let template = c
         .spec
@@ -872,7 +875,7 @@ fn cron_job(c: CronJob, jobs: &[Job]) -> (LiveWorkload, Selector) {
         .map(|s| &s.template);
     let images = template_images(template);
     let uid = c.metadata.uid.clone().unwrap_or_default();
-    let mut runs: Vec<&Job> = jobs
+    let (mut runs, earlier): (Vec<&Job>, Vec<&Job>) = jobs
         .iter()
         .filter(|j| {
             j.metadata
@@ -881,15 +884,19 @@ fn cron_job(c: CronJob, jobs: &[Job]) -> (LiveWorkload, Selector) {
                 .flatten()
                 .any(|o| o.uid == uid && o.kind == "CronJob")
         })
-        .filter(|j| template_images(j.spec.as_ref().map(|s| &s.template)) == images)
-        .collect();
+        .partition(|j| template_images(j.spec.as_ref().map(|s| &s.template)) == images);
     runs.sort_by(|a, b| {
         a.metadata
             .creation_timestamp
             .cmp(&b.metadata.creation_timestamp)
     });
+    let still_running = earlier
+        .into_iter()
+        .filter(|j| j.status.as_ref().and_then(|s| s.active).unwrap_or(0) > 0);
     let selector = Selector::AnyOf(
         runs.iter()
+            .copied()
+            .chain(still_running)
             .map(|j| Selector::of(j.spec.as_ref().and_then(|s| s.selector.as_ref())))
             .collect(),
     );
@@ -1184,6 +1191,56 @@ mod tests {
             "p"
         ));
         assert!(!selector.matches(&labels(&[("app", "api"), ("tier", "a")]), "p"));
+    }
+
+    /// A Job `name` of the CronJob with `owner_uid`, from `image`, with `active` pods running.
+    fn cron_run(name: &str, owner_uid: &str, image: &str, active: i32) -> Job {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "ownerReferences": [{"apiVersion": "batch/v1",
+                "kind": "CronJob", "name": "nightly", "uid": owner_uid, "controller": true}]},
+            "spec": {"selector": {"matchLabels": {"job-name": name}},
+                     "template": {"spec": {"containers": [{"name": "job", "image": image}]}}},
+            "status": {"active": active, "succeeded": 1 - active}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_cron_job_judges_its_runs_since_the_template_and_older_runs_still_going() {
+        let pinned =
+            "acme/job:2@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+        let cron: CronJob = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "nightly", "uid": "cron-uid"},
+            "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {"spec": {
+                "containers": [{"name": "job", "image": pinned}]}}}}}
+        }))
+        .unwrap();
+        let jobs = [
+            cron_run("old-done", "cron-uid", "acme/job:2", 0),
+            cron_run("old-running", "cron-uid", "acme/job:2", 1),
+            cron_run("new-done", "cron-uid", pinned, 0),
+            cron_run("other-cron", "another-uid", pinned, 1),
+        ];
+        let (workload, selector) = cron_job(cron, &jobs);
+
+        let selects = |job: &str| selector.matches(&labels(&[("job-name", job)]), "p");
+        assert!(selects("new-done"), "a run since the pin is judged");
+        assert!(
+            selects("old-running"),
+            "an old run still going runs the old digest now"
+        );
+        assert!(!selects("old-done"), "an old run that ended is history");
+        assert!(
+            !selects("other-cron"),
+            "another CronJob's run is not this one's"
+        );
+        assert!(matches!(
+            workload.rollout,
+            RolloutStatus::CronJob {
+                runs: 1,
+                latest: Some(_)
+            }
+        ));
     }
 
     #[test]

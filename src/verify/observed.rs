@@ -75,7 +75,8 @@ pub enum RolloutStatus {
     },
     /// A CronJob, judged by the newest Job it created from its current `jobTemplate` (once the
     /// template carries the pin, those are the runs since the pin). The caller passes the pods
-    /// of those Jobs only.
+    /// of those Jobs, and of any run of an older template still active (they run the old digest
+    /// now), only.
     CronJob {
         /// Jobs created from the current template.
         runs: usize,

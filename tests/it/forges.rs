@@ -16,10 +16,11 @@ use serde_json::json;
 use support::git::BareRepo;
 use support::github::{GitHubServer, PrState};
 use support::gitlab::{GitLabServer, MrState};
-use support::kube::{deployment, pod, running_pod_status, KubeServer};
+use support::kube::KubeServer;
 use support::registry::{Mode, TestRegistry};
+use support::workloads::{image_id, LiveDeployment};
 
-use crate::verify::{live_deployment, live_pod, manifest};
+use crate::verify::{live_web, manifest};
 
 /// The token both servers accept; it must never appear in tagpin's output.
 const TOKEN: &str = "glpat-forges-3c9e1f7a";
@@ -513,15 +514,9 @@ async fn merged_then_verified(kind: Kind) {
     assert!(w.hub.changes()[0].merged);
     // The pod is still pulling: the check is pending twice in a row (being checked, then
     // what it waits for), which GitLab takes only as pending, then running.
-    live_deployment(&w.kube, "web", &image, 1);
-    w.kube
-        .apply(pod("shop", "web-1", &[("app", "web")], &[("app", &image)]));
-    w.kube.set_pod_status(
-        "shop",
-        "web-1",
-        json!({"phase": "Pending", "containerStatuses": [{"name": "app", "image": image, "imageID": "",
-               "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
-    );
+    let web = live_web("web", &image);
+    web.apply(&w.kube);
+    web.pod("web-1").waiting(&w.kube, "ContainerCreating", "");
     // On GitLab, where only a note's author may edit it, a reviewer quoting the marker is
     // left alone.
     let quoted = format!(
@@ -534,7 +529,7 @@ async fn merged_then_verified(kind: Kind) {
     let waiting = w.verify(1).await;
     assert_eq!(waiting.status.code(), Some(3), "{}", text(&waiting));
 
-    live_pod(&w.kube, "web", "web-1", &image, &pod_image_id(&image));
+    web.pod("web-1").running(&w.kube, &[&image_id(&image)]);
     let out = w.verify(1).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let again = w.verify(1).await;
@@ -878,22 +873,10 @@ impl Stages {
     /// `cluster` runs `image` (`HOST/acme/web:TAG@DIGEST`), its one pod on `digest`.
     /// A new image is a new generation of the Deployment, observed and rolled out.
     fn runs(&self, cluster: &KubeServer, image: &str, digest: &str) {
-        let stored = cluster.apply(deployment(
-            "shop",
-            "web",
-            &[("app", "web")],
-            &[("app", image)],
-        ));
-        cluster.set_status(
-            "Deployment",
-            "shop",
-            "web",
-            json!({"observedGeneration": stored["metadata"]["generation"], "replicas": 1,
-                   "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}),
-        );
-        cluster.apply(pod("shop", "web-1", &[("app", "web")], &[("app", image)]));
+        let web = LiveDeployment::new("shop", "web").container("app", image);
+        web.apply(cluster);
         let id = format!("{}/acme/web@{digest}", self.host);
-        cluster.set_pod_status("shop", "web-1", running_pod_status(&[("app", image, &id)]));
+        web.pod("web-1").running(cluster, &[&id]);
     }
 
     fn tip(&self) -> String {
@@ -918,14 +901,6 @@ fn image_in(repo: &BareRepo, branch: &str, file: &str) -> String {
         .find_map(|l| l.trim().strip_prefix("image: "))
         .unwrap()
         .to_string()
-}
-
-/// The imageID a pod running `image` reports: `HOST:PORT/acme/web:1.0@sha256:…` runs as
-/// `HOST:PORT/acme/web@sha256:…`.
-fn pod_image_id(image: &str) -> String {
-    let (tagged, digest) = image.split_once('@').unwrap();
-    let repository = tagged.rsplit_once(':').unwrap().0;
-    format!("{repository}@{digest}")
 }
 
 /// `tagpin ARGS` with its config (`tagpin.yaml`), cache and home in `dir`, `kubeconfig` as
@@ -1169,8 +1144,9 @@ async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
     let merged = if opened {
         let image = image_in(&w.repo, "tagpin/main", "apps/web.yaml");
         let merged = w.hub.merge_by_hand(&w.repo, 1, &["apps/web.yaml"]);
-        live_deployment(&w.kube, "web", &image, 1);
-        live_pod(&w.kube, "web", "web-1", &image, &pod_image_id(&image));
+        let web = live_web("web", &image);
+        web.apply(&w.kube);
+        web.pod("web-1").running(&w.kube, &[&image_id(&image)]);
         let converged =
             support::eventually_or("success on the merge commit and the comment", || {
                 w.hub

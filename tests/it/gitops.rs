@@ -4,7 +4,7 @@
 //! The objects are built from the real captures in `tests/fixtures/gitops/`.
 
 use crate::support;
-use crate::verify::{live_deployment, live_pod, manifest};
+use crate::verify::{live_web, manifest};
 
 use std::path::Path;
 use std::process::Output;
@@ -84,14 +84,11 @@ impl World {
 
     /// `name` in namespace shop, rolled out with one pod on `digest`.
     fn running(&self, name: &str, digest: &str) {
-        live_deployment(&self.kube, name, &image(digest), 1);
-        live_pod(
-            &self.kube,
-            name,
-            &format!("{name}-1"),
-            &image(digest),
-            &format!("ghcr.io/acme/web@{digest}"),
-        );
+        let workload = live_web(name, &image(digest));
+        workload.apply(&self.kube);
+        workload
+            .pod(&format!("{name}-1"))
+            .running(&self.kube, &[&format!("ghcr.io/acme/web@{digest}")]);
     }
 }
 

@@ -16,9 +16,10 @@ use std::process::Output;
 use serde_json::{json, Value};
 use support::git::{BareRepo, GitHttpServer, HttpAuth};
 use support::github::GitHubServer;
-use support::kube::{deployment, pod, running_pod_status, KubeServer};
+use support::kube::{deployment, KubeServer};
 use support::output_text as text;
 use support::registry::{Mode, TestRegistry};
+use support::workloads::{image_id, LiveDeployment};
 
 use tagpin::config::{ClusterTarget, Config};
 use tagpin::verify::expected::NotVerifiedReason;
@@ -98,12 +99,7 @@ impl World {
     /// The Flux GitRepository and Kustomization of `./apps`, having applied `revision`, with
     /// the HelmRelease shop/web in their inventory.
     fn flux_applied(&self, revision: &str) {
-        let url = self.url.trim_end_matches(".git").to_string();
-        let [repository, mut kustomization] = flux_objects(&url, revision, &[]);
-        kustomization["status"]["inventory"]["entries"] =
-            json!([{"id": "shop_web_helm.toolkit.fluxcd.io_HelmRelease", "v": "v2"}]);
-        self.kube.apply(repository);
-        self.kube.apply(kustomization);
+        flux_applied_release(&self.kube, &self.url, revision);
     }
 
     /// The HelmRelease shop/web as Flux applied it from Git (values pinning `digest`), and its
@@ -126,6 +122,27 @@ impl World {
         let image_id = format!("ghcr.io/acme/web@{digest}");
         released_workload(&self.kube, name, release, container, (&image, &image_id));
     }
+}
+
+/// The Flux GitRepository of `url` and the Kustomization of its `./apps`, having applied
+/// `revision`, with the HelmRelease shop/web in their inventory.
+fn flux_applied_release(kube: &KubeServer, url: &str, revision: &str) {
+    let [repository, mut kustomization] = flux_objects(url.trim_end_matches(".git"), revision, &[]);
+    kustomization["status"]["inventory"]["entries"] =
+        json!([{"id": "shop_web_helm.toolkit.fluxcd.io_HelmRelease", "v": "v2"}]);
+    kube.apply(repository);
+    kube.apply(kustomization);
+}
+
+/// The Argo CD Application argocd/shop, having applied `revision` of `url`, rendering
+/// charts/web with `values_file`; its inventory names the Deployment shop/`deployment`.
+fn argo_chart_app(url: &str, revision: &str, deployment: &str, values_file: &str) -> Value {
+    let mut app = argo_application(url, revision, &[("shop", deployment)]);
+    let source = json!({"repoURL": url, "path": "charts/web", "targetRevision": "main",
+                        "helm": {"valueFiles": [values_file]}});
+    app["spec"]["source"] = source.clone();
+    app["status"]["sync"]["comparedTo"]["source"] = source;
+    app
 }
 
 /// The HelmRelease shop/web as Flux applied it from Git (`manifest`), and its status:
@@ -175,33 +192,16 @@ fn released_workload(
     container: &str,
     (image, image_id): (&str, &str),
 ) {
-    let mut d = deployment("shop", name, &[("app", name)], &[(container, image)]);
-    d["metadata"]["annotations"] = json!({
-        "meta.helm.sh/release-name": release,
-        "meta.helm.sh/release-namespace": "shop",
-    });
-    d["metadata"]["labels"]["app.kubernetes.io/managed-by"] = json!("Helm");
+    let workload = LiveDeployment::new("shop", name)
+        .container(container, image)
+        .label("app.kubernetes.io/managed-by", "Helm")
+        .annotation("meta.helm.sh/release-name", release)
+        .annotation("meta.helm.sh/release-namespace", "shop");
     // A workload released again (a new image) is a new generation, rolled out.
-    let generation = kube.apply(d)["metadata"]["generation"].clone();
-    kube.set_status(
-        "Deployment",
-        "shop",
-        name,
-        json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
-               "readyReplicas": 1, "availableReplicas": 1}),
-    );
-    let pod_name = format!("{name}-1");
-    kube.apply(pod(
-        "shop",
-        &pod_name,
-        &[("app", name)],
-        &[(container, image)],
-    ));
-    kube.set_pod_status(
-        "shop",
-        &pod_name,
-        running_pod_status(&[(container, image, image_id)]),
-    );
+    workload.apply(kube);
+    workload
+        .pod(&format!("{name}-1"))
+        .running(kube, &[image_id]);
 }
 
 impl World {
@@ -209,43 +209,25 @@ impl World {
     /// with values-prod.yaml; its inventory names the Deployment the chart made,
     /// shop/acme-web-frontend, under a name found nowhere in Git.
     fn argo_values_app(&self, revision: &str) {
-        let mut app = argo_application(&self.url, revision, &[("shop", "acme-web-frontend")]);
-        let source = json!({"repoURL": self.url, "path": "charts/web", "targetRevision": "main",
-                            "helm": {"valueFiles": ["values-prod.yaml"]}});
-        app["spec"]["source"] = source.clone();
-        app["status"]["sync"]["comparedTo"]["source"] = source;
-        self.kube.apply(app);
+        self.kube.apply(argo_chart_app(
+            &self.url,
+            revision,
+            "acme-web-frontend",
+            "values-prod.yaml",
+        ));
     }
 
     /// shop/acme-web-frontend rolled out, its container `web` on `digest` of ghcr.io/acme/web.
     fn frontend_running(&self, digest: &str) {
         let image = format!("ghcr.io/acme/web:1.4@{digest}");
-        let mut frontend = deployment(
-            "shop",
-            "acme-web-frontend",
-            &[("app", "frontend")],
-            &[("web", &image)],
-        );
-        frontend["metadata"]["labels"]["app.kubernetes.io/instance"] = json!("shop");
-        self.kube.apply(frontend);
-        self.kube.set_status(
-            "Deployment",
-            "shop",
-            "acme-web-frontend",
-            json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
-                   "readyReplicas": 1, "availableReplicas": 1}),
-        );
-        self.kube.apply(pod(
-            "shop",
-            "frontend-1",
-            &[("app", "frontend")],
-            &[("web", &image)],
-        ));
-        self.kube.set_pod_status(
-            "shop",
-            "frontend-1",
-            running_pod_status(&[("web", &image, &format!("ghcr.io/acme/web@{digest}"))]),
-        );
+        let frontend = LiveDeployment::new("shop", "acme-web-frontend")
+            .app("frontend")
+            .label("app.kubernetes.io/instance", "shop")
+            .container("web", &image);
+        frontend.apply(&self.kube);
+        frontend
+            .pod("frontend-1")
+            .running(&self.kube, &[&format!("ghcr.io/acme/web@{digest}")]);
     }
 
     /// The real `tagpin verify` with `args`, on this world's cluster and configuration.
@@ -504,14 +486,12 @@ async fn an_argo_cd_application_with_a_helm_source_is_judged_on_its_inventory() 
     );
 
     // Before Argo CD synced the pin commit, the container waits for it.
-    let mut behind = argo_application(
+    w.kube.apply(argo_chart_app(
         &w.url,
         "0123456789abcdef0123456789abcdef01234567",
-        &[("shop", "acme-web-frontend")],
-    );
-    behind["spec"]["source"] = json!({"repoURL": w.url, "path": "charts/web", "targetRevision": "main",
-                                      "helm": {"valueFiles": ["values-prod.yaml"]}});
-    w.kube.apply(behind);
+        "acme-web-frontend",
+        "values-prod.yaml",
+    ));
     let check = w.check(vec![values_pin]).await;
     assert_eq!(check.state, State::Progressing, "{check:#?}");
     assert!(
@@ -746,11 +726,7 @@ async fn binary_verify_of_a_merged_sync_pull_request_pinning_a_helm_release_says
         "Merge pull request #1 from acme/tagpin/main",
     );
     github.merge_pr(1, &merge);
-    let [source, mut kustomization] = flux_objects(url.trim_end_matches(".git"), &merge, &[]);
-    kustomization["status"]["inventory"]["entries"] =
-        json!([{"id": "shop_web_helm.toolkit.fluxcd.io_HelmRelease", "v": "v2"}]);
-    kube.apply(source);
-    kube.apply(kustomization);
+    flux_applied_release(&kube, &url, &merge);
     released(&kube, &pinned, 1, "deployed", CONFIG);
     let image = format!("{repository}:1.4@{digest}");
     let image_id = format!("{repository}@{digest}");
@@ -842,11 +818,12 @@ async fn binary_promote_carries_the_digests_of_a_staging_helm_release_verified_c
     let tip = repo.head("main").unwrap();
     // Staging's Argo CD renders charts/web with values-staging.yaml; it applied main's tip, and
     // the chart's Deployment runs both pinned digests.
-    let mut app = argo_application(&url, &tip, &[("shop", "staging-web")]);
-    let source = json!({"repoURL": url, "path": "charts/web", "targetRevision": "main",
-                        "helm": {"valueFiles": ["../../envs/staging/values-staging.yaml"]}});
-    app["spec"]["source"] = source.clone();
-    app["status"]["sync"]["comparedTo"]["source"] = source;
+    let app = argo_chart_app(
+        &url,
+        &tip,
+        "staging-web",
+        "../../envs/staging/values-staging.yaml",
+    );
     let images = [
         ("web", format!("ghcr.io/acme/web:1.4@{DIGEST}"), DIGEST),
         (
@@ -855,8 +832,10 @@ async fn binary_promote_carries_the_digests_of_a_staging_helm_release_verified_c
             API_DIGEST,
         ),
     ];
-    let containers: Vec<(&str, &str)> = images.iter().map(|(c, i, _)| (*c, i.as_str())).collect();
-    let app_labels = [("app", "staging-web")];
+    let staging_web = images.iter().fold(
+        LiveDeployment::new("shop", "staging-web"),
+        |web, (c, i, _)| web.container(c, i),
+    );
     let promote = || {
         tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
             .args([
@@ -893,27 +872,9 @@ async fn binary_promote_carries_the_digests_of_a_staging_helm_release_verified_c
         "nothing promoted: {report:#}"
     );
 
-    staging.apply(deployment("shop", "staging-web", &app_labels, &containers));
-    staging.set_status(
-        "Deployment",
-        "shop",
-        "staging-web",
-        json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
-               "readyReplicas": 1, "availableReplicas": 1}),
-    );
-    staging.apply(pod("shop", "staging-web-1", &app_labels, &containers));
-    let statuses: Vec<(&str, &str, String)> = images
-        .iter()
-        .map(|(c, i, d)| {
-            let repository = i.split(':').next().unwrap();
-            (*c, i.as_str(), format!("{repository}@{d}"))
-        })
-        .collect();
-    let statuses: Vec<(&str, &str, &str)> = statuses
-        .iter()
-        .map(|(c, i, id)| (*c, *i, id.as_str()))
-        .collect();
-    staging.set_pod_status("shop", "staging-web-1", running_pod_status(&statuses));
+    staging_web.apply(&staging);
+    let pulled: Vec<String> = images.iter().map(|(_, i, _)| image_id(i)).collect();
+    staging_web.pod("staging-web-1").running(&staging, &pulled);
 
     let out = promote().await.unwrap();
 

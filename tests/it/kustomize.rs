@@ -18,8 +18,9 @@ use tagpin::workload::WorkloadKind;
 
 use crate::support;
 use crate::verify::World;
-use support::kube::{deployment, pod, running_pod_status, KubeServer};
+use support::kube::KubeServer;
 use support::output_text as text;
+use support::workloads::LiveDeployment;
 
 /// One container as deployed: namespace, kind, name, container, image.
 type Row = (Option<String>, String, String, String, String);
@@ -256,31 +257,11 @@ fn fixture_tree(dir: &str) -> Vec<(String, String)> {
 /// A live Deployment with a finished rollout and one pod running `image` (reported as
 /// `image_id`), as the GitOps tool and the kubelet leave it.
 fn live_web(kube: &KubeServer, namespace: &str, name: &str, image: &str, image_id: &str) {
-    kube.apply(deployment(
-        namespace,
-        name,
-        &[("app", "web")],
-        &[("web", image)],
-    ));
-    kube.set_status(
-        "Deployment",
-        namespace,
-        name,
-        json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
-               "readyReplicas": 1, "availableReplicas": 1}),
-    );
-    let pod_name = format!("{name}-1");
-    kube.apply(pod(
-        namespace,
-        &pod_name,
-        &[("app", "web")],
-        &[("web", image)],
-    ));
-    kube.set_pod_status(
-        namespace,
-        &pod_name,
-        running_pod_status(&[("web", image, image_id)]),
-    );
+    let web = LiveDeployment::new(namespace, name)
+        .app("web")
+        .container("web", image);
+    web.apply(kube);
+    web.pod(&format!("{name}-1")).running(kube, &[image_id]);
 }
 
 #[tokio::test]

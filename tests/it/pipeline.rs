@@ -15,8 +15,9 @@ use std::process::Output;
 use serde_json::{json, Value};
 use support::git::{git_ok, BareRepo};
 use support::github::GitHubServer;
-use support::kube::{deployment, pod, running_pod_status, KubeServer};
+use support::kube::KubeServer;
 use support::registry::{Mode, TestRegistry};
+use support::workloads::{LiveCronJob, LiveDeployment};
 
 const GH_TOKEN: &str = "ghs_pipeline_7c2e";
 const OLD: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
@@ -30,7 +31,7 @@ fn web(image: &str) -> String {
     )
 }
 
-fn cronjob(image: &str) -> String {
+pub(crate) fn cronjob(image: &str) -> String {
     format!(
         "apiVersion: batch/v1\nkind: CronJob\nmetadata:\n  name: nightly\nspec:\n  schedule: '0 3 * * *'\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          restartPolicy: Never\n          containers:\n          - name: job\n            image: {image}\n"
     )
@@ -293,31 +294,13 @@ async fn plan_sync_and_verify_agree_on_files_namespaces_skips_and_errors() {
         .await;
     let kube = KubeServer::start().await;
     let image = format!("{host}/acme/web:1.0@{OLD}");
-    kube.apply(deployment(
-        "shop",
-        "web",
-        &[("app", "web")],
-        &[("app", &image)],
-    ));
-    kube.set_status(
-        "Deployment",
-        "shop",
-        "web",
-        json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
-               "readyReplicas": 1, "availableReplicas": 1}),
-    );
-    kube.apply(pod("shop", "web-1", &[("app", "web")], &[("app", &image)]));
-    kube.set_pod_status(
-        "shop",
-        "web-1",
-        running_pod_status(&[("app", &image, &format!("{host}/acme/web@{OLD}"))]),
-    );
-    live_cron_job(
-        &kube,
-        "shop",
-        "nightly",
-        &format!("{host}/acme/job:2@{OLD}"),
-    );
+    let web = LiveDeployment::new("shop", "web").container("app", &image);
+    web.apply(&kube);
+    web.pod("web-1")
+        .running(&kube, &[&format!("{host}/acme/web@{OLD}")]);
+    LiveCronJob::new("shop", "nightly")
+        .container("job", &format!("{host}/acme/job:2@{OLD}"))
+        .apply(&kube);
     let verify = world
         .verify(&config, &kube, &["--branch", "main", "--output", "json"])
         .await;
@@ -466,48 +449,6 @@ async fn pull_request_mode_proposes_the_good_manifests_and_names_the_broken_one(
     github.assert_no_violations();
 }
 
-/// A live CronJob as the GitOps tool applied it; returns its uid, which its Jobs name.
-fn live_cron_job(kube: &KubeServer, namespace: &str, name: &str, image: &str) -> String {
-    let stored = kube.apply(json!({
-        "apiVersion": "batch/v1", "kind": "CronJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": {"spec": {
-            "restartPolicy": "Never", "containers": [{"name": "job", "image": image}]}}}}}
-    }));
-    stored["metadata"]["uid"].as_str().unwrap().to_string()
-}
-
-/// One run of a CronJob: a finished Job from `image` and its succeeded pod, which ran
-/// `image_id`.
-fn live_job_run(
-    kube: &KubeServer,
-    namespace: &str,
-    cron_uid: &str,
-    run: &str,
-    image: &str,
-    image_id: &str,
-) {
-    let labels =
-        json!({"batch.kubernetes.io/controller-uid": format!("uid-{run}"), "job-name": run});
-    kube.apply(json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": run, "namespace": namespace, "labels": labels,
-            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly",
-                                 "uid": cron_uid, "controller": true}]},
-        "spec": {"selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": format!("uid-{run}")}},
-                 "template": {"metadata": {"labels": labels}, "spec": {
-                     "restartPolicy": "Never", "containers": [{"name": "job", "image": image}]}}}
-    }));
-    kube.set_status("Job", namespace, run, json!({"succeeded": 1, "active": 0}));
-    let pod_name = format!("{run}-x1");
-    let mut p = pod(namespace, &pod_name, &[], &[("job", image)]);
-    p["metadata"]["labels"] = labels;
-    kube.apply(p);
-    let mut status = running_pod_status(&[("job", image, image_id)]);
-    status["phase"] = json!("Succeeded");
-    kube.set_pod_status(namespace, &pod_name, status);
-}
-
 #[tokio::test]
 async fn a_pinned_cronjob_is_synced_not_run_since_then_judged_by_its_new_runs_only() {
     let world = World::new(&[(
@@ -519,11 +460,15 @@ async fn a_pinned_cronjob_is_synced_not_run_since_then_judged_by_its_new_runs_on
     let config = world.config("");
     let kube = KubeServer::start().await;
     let pinned = format!("{host}/acme/job:2@{OLD}");
-    let uid = live_cron_job(&kube, "default", "nightly", &pinned);
+    let nightly = LiveCronJob::new("default", "nightly").container("job", &pinned);
+    nightly.apply(&kube);
     // Yesterday's run, from the template before the pin: history, not a stale replica.
     let before = format!("{host}/acme/job:2");
     let old_id = format!("{host}/acme/job@sha256:{}", "9".repeat(64));
-    live_job_run(&kube, "default", &uid, "nightly-1", &before, &old_id);
+    nightly
+        .run(&kube, "nightly-1")
+        .image(&before)
+        .succeeded(&kube, &[&old_id]);
 
     let output = world
         .verify(&config, &kube, &["--branch", "main", "--output", "json"])
@@ -535,14 +480,9 @@ async fn a_pinned_cronjob_is_synced_not_run_since_then_judged_by_its_new_runs_on
     assert_eq!(report["verdicts"][0]["reason"], "synced, not run since");
 
     // Its first run since the pin ran the pinned digest.
-    live_job_run(
-        &kube,
-        "default",
-        &uid,
-        "nightly-2",
-        &pinned,
-        &format!("{host}/acme/job@{OLD}"),
-    );
+    nightly
+        .run(&kube, "nightly-2")
+        .succeeded(&kube, &[&format!("{host}/acme/job@{OLD}")]);
     let output = world
         .verify(&config, &kube, &["--branch", "main", "--output", "json"])
         .await;
@@ -552,7 +492,7 @@ async fn a_pinned_cronjob_is_synced_not_run_since_then_judged_by_its_new_runs_on
     assert_eq!(report["verdicts"][0]["pods_total"], 1);
 
     // A run from the pinned template on a node that reports another digest is not converged.
-    live_job_run(&kube, "default", &uid, "nightly-3", &pinned, &old_id);
+    nightly.run(&kube, "nightly-3").succeeded(&kube, &[&old_id]);
     let output = world.verify(&config, &kube, &["--branch", "main"]).await;
     assert_ne!(output.status.code(), Some(0), "{}", text(&output));
     assert!(

@@ -19,8 +19,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use support::git::{BareRepo, GitHttpServer, HttpAuth};
 use support::github::{GitHubServer, PrState};
-use support::kube::{deployment, pod, running_pod_status, KubeServer};
+use support::kube::KubeServer;
 use support::registry::{FaultProxy, Mode, TestRegistry};
+use support::workloads::LiveDeployment;
 
 const GH_TOKEN: &str = "ghs_promote_7c2a91";
 const PR_BRANCH: &str = "tagpin/promote/production";
@@ -397,15 +398,13 @@ impl World {
     /// Staging's first `api` pod crash-loops on the digest staging pins.
     fn api_crash_loops_in_staging(&self) {
         let api = self.image("api", API_NEW, &self.new.api);
-        stuck_pod(
-            &self.staging,
-            STAGING_NS,
-            "api",
-            0,
-            &api,
-            "CrashLoopBackOff",
-            "back-off 5m0s restarting failed container=api pod=api-7d9f6c-0",
-        );
+        app(STAGING_NS, "api", &api)
+            .pod(&pod_name("api", 0))
+            .crash_looping(
+                &self.staging,
+                &[self.image_id("api", &self.new.api)],
+                "back-off 5m0s restarting failed container=api pod=api-7d9f6c-0",
+            );
     }
 
     /// `promote --output json` exits 0 with the outcome `nothing_to_do`; returns the report.
@@ -546,49 +545,24 @@ impl World {
     }
 }
 
+/// The Deployment `app` in `namespace`, its container `app` on `image`.
+fn app(namespace: &str, app: &str, image: &str) -> LiveDeployment {
+    LiveDeployment::new(namespace, app).container(app, image)
+}
+
+/// The name of pod `i` of Deployment `app`.
+fn pod_name(app: &str, i: usize) -> String {
+    format!("{app}-7d9f6c-{i}")
+}
+
 /// A Deployment `app` in `namespace` running `image`, with a finished rollout, and one running
 /// pod per entry of `image_ids` (what the kubelet reports each pulled).
 fn rolled_out(kube: &KubeServer, namespace: &str, app: &str, image: &str, image_ids: &[&str]) {
-    let replicas = image_ids.len();
-    let mut d = deployment(namespace, app, &[("app", app)], &[(app, image)]);
-    d["spec"]["replicas"] = json!(replicas);
-    let stored = kube.apply(d);
-    kube.set_status(
-        "Deployment",
-        namespace,
-        app,
-        json!({"observedGeneration": stored["metadata"]["generation"], "replicas": replicas,
-               "updatedReplicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas}),
-    );
+    let deployment = self::app(namespace, app, image).replicas(image_ids.len());
+    deployment.apply(kube);
     for (i, id) in image_ids.iter().enumerate() {
-        let name = format!("{app}-7d9f6c-{i}");
-        kube.apply(pod(namespace, &name, &[("app", app)], &[(app, image)]));
-        kube.set_pod_status(namespace, &name, running_pod_status(&[(app, image, id)]));
+        deployment.pod(&pod_name(app, i)).running(kube, &[id]);
     }
-}
-
-/// Pod `app`-…-`i` of `namespace` waits with `reason`, as the kubelet reports a container that
-/// cannot run.
-fn stuck_pod(
-    kube: &KubeServer,
-    namespace: &str,
-    app: &str,
-    i: usize,
-    image: &str,
-    reason: &str,
-    message: &str,
-) {
-    let name = format!("{app}-7d9f6c-{i}");
-    kube.apply(pod(namespace, &name, &[("app", app)], &[(app, image)]));
-    kube.set_pod_status(
-        namespace,
-        &name,
-        json!({"phase": "Running", "containerStatuses": [{
-            "name": app, "image": image, "imageID": "", "ready": false, "started": false,
-            "restartCount": 6,
-            "state": {"waiting": {"reason": reason, "message": message}},
-            "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}),
-    );
 }
 
 fn stdout(out: &Output) -> String {
@@ -852,15 +826,13 @@ async fn a_staging_still_rolling_out_or_failed_is_not_promoted() {
     );
 
     // The new pods cannot pull the image: failed.
-    stuck_pod(
-        &w.staging,
-        STAGING_NS,
-        "web",
-        1,
-        &web,
-        "ImagePullBackOff",
-        &format!("Back-off pulling image \"{web}\""),
-    );
+    app(STAGING_NS, "web", &web)
+        .pod(&pod_name("web", 1))
+        .waiting(
+            &w.staging,
+            "ImagePullBackOff",
+            &format!("Back-off pulling image \"{web}\""),
+        );
     let (code, report, out) = w.promote_json().await;
     assert_eq!(code, Some(1), "{}", text(&out));
     assert_eq!(report["gate"]["gate"], "refused", "{report:#}");

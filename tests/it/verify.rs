@@ -11,8 +11,9 @@ use std::process::Output;
 use serde_json::{json, Value};
 use support::git::BareRepo;
 use support::github::GitHubServer;
-use support::kube::{deployment, pod, running_pod_status, Fault, KubeServer};
+use support::kube::{running_pod_status, Fault, KubeServer};
 use support::registry::{IndexKind, Mode, TestRegistry};
+use support::workloads::{LiveCronJob, LiveDeployment, LivePod};
 
 const GH_TOKEN: &str = "ghs_verify_5e1f";
 const QUAY_DIGEST: &str = "sha256:0f152bc1261aea012bbf89977a821f1b319b9dc9feb7f4ba54f08f617b2937ec";
@@ -84,14 +85,10 @@ impl World {
             "127.0.0.1:1",
         )
         .await;
-        live_deployment(&w.kube, "web", &image, 1);
-        live_pod(
-            &w.kube,
-            "web",
-            "web-1",
-            &image,
-            &format!("ghcr.io/acme/web@{digest}"),
-        );
+        let web = live_web("web", &image);
+        web.apply(&w.kube);
+        web.pod("web-1")
+            .running(&w.kube, &[&format!("ghcr.io/acme/web@{digest}")]);
         w
     }
 }
@@ -102,37 +99,10 @@ pub(crate) fn manifest(name: &str, image: &str, replicas: u32) -> String {
     )
 }
 
-/// A live Deployment as the GitOps tool applied it, with a finished rollout of `replicas`.
-pub(crate) fn live_deployment(kube: &KubeServer, name: &str, image: &str, replicas: i64) {
-    let mut d = deployment("shop", name, &[("app", name)], &[("app", image)]);
-    d["spec"]["replicas"] = json!(replicas);
-    kube.apply(d);
-    kube.set_status(
-        "Deployment",
-        "shop",
-        name,
-        json!({"observedGeneration": 1, "replicas": replicas, "updatedReplicas": replicas,
-               "readyReplicas": replicas, "availableReplicas": replicas}),
-    );
-}
-
-pub(crate) fn live_pod(kube: &KubeServer, app: &str, name: &str, image: &str, image_id: &str) {
-    kube.apply(pod("shop", name, &[("app", app)], &[("app", image)]));
-    kube.set_pod_status(
-        "shop",
-        name,
-        running_pod_status(&[("app", image, image_id)]),
-    );
-}
-
-fn waiting_pod(kube: &KubeServer, app: &str, name: &str, image: &str, reason: &str, message: &str) {
-    kube.apply(pod("shop", name, &[("app", app)], &[("app", image)]));
-    kube.set_pod_status(
-        "shop",
-        name,
-        json!({"phase": "Pending", "containerStatuses": [{"name": "app", "image": image, "imageID": "",
-               "ready": false, "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}]}),
-    );
+/// The Deployment `name` in shop as the GitOps tool applied it, its container `app` on
+/// `image`.
+pub(crate) fn live_web(name: &str, image: &str) -> LiveDeployment {
+    LiveDeployment::new("shop", name).container("app", image)
 }
 
 #[tokio::test]
@@ -184,28 +154,15 @@ async fn stale_replicas_keep_it_progressing_and_are_named() {
         "127.0.0.1:1",
     )
     .await;
-    live_deployment(&w.kube, "web", &image, 3);
-    live_pod(
-        &w.kube,
-        "web",
-        "web-new-1",
-        &image,
-        &format!("ghcr.io/acme/web@{new}"),
-    );
-    live_pod(
-        &w.kube,
-        "web",
-        "web-old-1",
-        "ghcr.io/acme/web:1",
-        &format!("ghcr.io/acme/web@{OLD}"),
-    );
-    live_pod(
-        &w.kube,
-        "web",
-        "web-old-2",
-        "ghcr.io/acme/web:1",
-        &format!("ghcr.io/acme/web@{OLD}"),
-    );
+    let web = live_web("web", &image).replicas(3);
+    web.apply(&w.kube);
+    web.pod("web-new-1")
+        .running(&w.kube, &[&format!("ghcr.io/acme/web@{new}")]);
+    for name in ["web-old-1", "web-old-2"] {
+        web.pod(name)
+            .image("ghcr.io/acme/web:1")
+            .running(&w.kube, &[&format!("ghcr.io/acme/web@{OLD}")]);
+    }
 
     let out = w.verify(&["--branch", "main"]).await;
 
@@ -227,12 +184,10 @@ async fn image_pull_back_off_fails_with_the_kubelet_message() {
         "127.0.0.1:1",
     )
     .await;
-    live_deployment(&w.kube, "web", &image, 1);
-    waiting_pod(
+    let web = live_web("web", &image);
+    web.apply(&w.kube);
+    web.pod("web-abc").waiting(
         &w.kube,
-        "web",
-        "web-abc",
-        &image,
         "ImagePullBackOff",
         "Back-off pulling image \"ghcr.io/acme/web:1@sha256:3333\"",
     );
@@ -262,32 +217,27 @@ async fn multi_arch_platform_digests_match_only_their_own_index() {
         .await;
     let image = format!("{host}/acme/multi:1@{}", pinned.index);
     let w = World::new(&[("apps/multi.yaml", &manifest("multi", &image, 2))], &host).await;
-    live_deployment(&w.kube, "multi", &image, 2);
+    let multi = live_web("multi", &image).replicas(2);
+    multi.apply(&w.kube);
     let repo = format!("{host}/acme/multi");
-    live_pod(
+    multi.pod("multi-a").running(
         &w.kube,
-        "multi",
-        "multi-a",
-        &image,
-        &format!("{repo}@{}", pinned.children[0].manifest),
+        &[&format!("{repo}@{}", pinned.children[0].manifest)],
     );
-    live_pod(
+    multi.pod("multi-b").running(
         &w.kube,
-        "multi",
-        "multi-b",
-        &image,
-        &format!("docker-pullable://{repo}@{}", pinned.children[1].manifest),
+        &[&format!(
+            "docker-pullable://{repo}@{}",
+            pinned.children[1].manifest
+        )],
     );
 
     let out = w.verify(&["--branch", "main"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 
-    live_pod(
+    multi.pod("multi-b").running(
         &w.kube,
-        "multi",
-        "multi-b",
-        &image,
-        &format!("{repo}@{}", other.children[1].manifest),
+        &[&format!("{repo}@{}", other.children[1].manifest)],
     );
     let out = w.verify(&["--branch", "main"]).await;
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
@@ -301,14 +251,10 @@ async fn a_bare_config_digest_matches_the_pinned_image_config() {
     let pushed = registry.push_image("acme/web", "1", "w").await;
     let image = format!("{host}/acme/web:1@{}", pushed.manifest);
     let w = World::new(&[("apps/web.yaml", &manifest("web", &image, 1))], &host).await;
-    live_deployment(&w.kube, "web", &image, 1);
-    live_pod(
-        &w.kube,
-        "web",
-        "web-1",
-        &image,
-        &format!("docker://{}", pushed.config),
-    );
+    let web = live_web("web", &image);
+    web.apply(&w.kube);
+    web.pod("web-1")
+        .running(&w.kube, &[&format!("docker://{}", pushed.config)]);
 
     let out = w.verify(&["--branch", "main"]).await;
 
@@ -324,14 +270,11 @@ async fn an_unsynced_spec_a_deleted_workload_and_a_forbidden_read_are_told_apart
         "127.0.0.1:1",
     )
     .await;
-    live_deployment(&w.kube, "web", "ghcr.io/acme/web:1", 1);
-    live_pod(
-        &w.kube,
-        "web",
-        "web-1",
-        "ghcr.io/acme/web:1",
-        &format!("ghcr.io/acme/web@{OLD}"),
-    );
+    let unsynced = live_web("web", "ghcr.io/acme/web:1");
+    unsynced.apply(&w.kube);
+    unsynced
+        .pod("web-1")
+        .running(&w.kube, &[&format!("ghcr.io/acme/web@{OLD}")]);
     let out = w.verify(&["--branch", "main"]).await;
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     assert!(text(&out).contains("not synced"), "{}", text(&out));
@@ -341,7 +284,7 @@ async fn an_unsynced_spec_a_deleted_workload_and_a_forbidden_read_are_told_apart
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("workload missing"), "{}", text(&out));
 
-    live_deployment(&w.kube, "web", &image, 1);
+    live_web("web", &image).apply(&w.kube);
     w.kube.deny("list", "pods", Some("shop"));
     let out = w.verify(&["--branch", "main"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -358,33 +301,17 @@ async fn an_evicted_pod_of_the_old_replica_set_does_not_hold_convergence_back() 
         "127.0.0.1:1",
     )
     .await;
-    live_deployment(&w.kube, "web", &image, 2);
+    let web = live_web("web", &image).replicas(2);
+    web.apply(&w.kube);
     for name in ["web-new-1", "web-new-2"] {
-        live_pod(
-            &w.kube,
-            "web",
-            name,
-            &image,
-            &format!("ghcr.io/acme/web@{new}"),
-        );
+        web.pod(name)
+            .running(&w.kube, &[&format!("ghcr.io/acme/web@{new}")]);
     }
     // Evicted under node pressure before the rollout: phase Failed, reason Evicted, kept
     // until garbage collection. `kubectl rollout status` says the rollout succeeded.
-    w.kube.apply(pod(
-        "shop",
-        "web-old-1",
-        &[("app", "web")],
-        &[("app", "ghcr.io/acme/web:1")],
-    ));
-    w.kube.set_pod_status(
-        "shop",
-        "web-old-1",
-        json!({"phase": "Failed", "reason": "Evicted",
-               "message": "The node was low on resource: memory.",
-               "containerStatuses": [{"name": "app", "image": "ghcr.io/acme/web:1",
-                   "imageID": format!("ghcr.io/acme/web@{OLD}"), "ready": false, "restartCount": 0,
-                   "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}),
-    );
+    web.pod("web-old-1")
+        .image("ghcr.io/acme/web:1")
+        .evicted(&w.kube, &[&format!("ghcr.io/acme/web@{OLD}")]);
 
     let out = w.verify(&["--branch", "main"]).await;
 
@@ -440,8 +367,9 @@ async fn wait_watches_what_it_listed_and_answers_on_the_change() {
         "127.0.0.1:1",
     )
     .await;
-    live_deployment(&w.kube, "web", &image, 1);
-    waiting_pod(&w.kube, "web", "web-1", &image, "ContainerCreating", "");
+    let web = live_web("web", &image);
+    web.apply(&w.kube);
+    web.pod("web-1").waiting(&w.kube, "ContainerCreating", "");
 
     let verify = w.verify(&["--branch", "main", "--wait", "--timeout", "60s"]);
     let kubelet =
@@ -638,8 +566,9 @@ async fn a_pull_request_gets_statuses_in_order_and_one_comment_edited_in_place()
         .unwrap();
     assert_eq!(created.status(), 201);
 
-    live_deployment(&w.kube, "web", &image, 1);
-    waiting_pod(&w.kube, "web", "web-1", &image, "ContainerCreating", "");
+    let web = live_web("web", &image);
+    web.apply(&w.kube);
+    web.pod("web-1").waiting(&w.kube, "ContainerCreating", "");
     let out = w.verify(&["--pr", "1"]).await;
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
 
@@ -715,17 +644,10 @@ async fn a_deployment_config_in_a_kustomization_namespace_is_verified() {
         "legacy",
         json!({"observedGeneration": 1, "latestVersion": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1}),
     );
-    w.kube.apply(pod(
-        "legacy",
-        "legacy-1-abcde",
-        &[("app", "legacy")],
-        &[("app", &image)],
-    ));
-    w.kube.set_pod_status(
-        "legacy",
-        "legacy-1-abcde",
-        running_pod_status(&[("app", &image, &format!("quay.io/acme/legacy@{new}"))]),
-    );
+    LivePod::new("legacy", "legacy-1-abcde")
+        .label("app", "legacy")
+        .container("app", &image)
+        .running(&w.kube, &[&format!("quay.io/acme/legacy@{new}")]);
 
     let out = w.verify(&["--branch", "main"]).await;
 
@@ -735,6 +657,99 @@ async fn a_deployment_config_in_a_kustomization_namespace_is_verified() {
         "{}",
         text(&out)
     );
+}
+
+/// A CronJob is verified by the Jobs it ran since its template carries the pin, with only the
+/// reads the verifier ClusterRole in `deploy/common/rbac.yaml` grants (CronJobs, Jobs, pods).
+#[tokio::test]
+async fn a_cron_job_is_judged_by_its_runs_since_the_pin_under_the_verifier_role() {
+    let new = "sha256:4545454545454545454545454545454545454545454545454545454545454545";
+    let image = format!("ghcr.io/acme/job:2@{new}");
+    let pulled = format!("ghcr.io/acme/job@{new}");
+    let w = World::new(
+        &[("apps/nightly.yaml", &crate::pipeline::cronjob(&image))],
+        "127.0.0.1:1",
+    )
+    .await;
+    w.kube.set_grants(crate::gitops::verifier_grants());
+    let verdict = |out: &Output, code: i32, line: &str| {
+        assert_eq!(out.status.code(), Some(code), "{}", text(out));
+        assert!(text(out).contains(line), "{line:?} in:\n{}", text(out));
+    };
+
+    // The GitOps tool has not applied the pin yet: the CronJob and tonight's run, still going,
+    // are on the tag.
+    let tagged = LiveCronJob::new("shop", "nightly").container("job", "ghcr.io/acme/job:2");
+    tagged.apply(&w.kube);
+    let tonight = tagged.run(&w.kube, "nightly-29170080");
+    let old = [format!("ghcr.io/acme/job@{OLD}")];
+    tonight.active(&w.kube, &old);
+    let out = w.verify(&["--branch", "main"]).await;
+    verdict(&out, 3, "shop/CronJob/nightly job: Progressing");
+    assert!(text(&out).contains("not synced"), "{}", text(&out));
+
+    // Applied while that run still runs the old digest: not converged yet, naming its pod.
+    let pinned = LiveCronJob::new("shop", "nightly").container("job", &image);
+    pinned.apply(&w.kube);
+    let out = w.verify(&["--branch", "main"]).await;
+    verdict(
+        &out,
+        3,
+        "shop/CronJob/nightly job: Progressing (0 of 1 pods",
+    );
+    assert!(text(&out).contains("nightly-29170080-x1"), "{}", text(&out));
+
+    // That run ended, not run since: the template is what the next run pulls, and the old run
+    // is history, not a stale replica.
+    tonight.succeeded(&w.kube, &old);
+    let out = w.verify(&["--branch", "main"]).await;
+    verdict(&out, 0, "shop/CronJob/nightly job: Converged");
+    assert!(
+        text(&out).contains("synced, not run since"),
+        "{}",
+        text(&out)
+    );
+
+    // The first run since the pin is under way on the pinned digest: not done yet.
+    let run = pinned.run(&w.kube, "nightly-29171520");
+    run.active(&w.kube, &[&pulled]);
+    let out = w.verify(&["--branch", "main"]).await;
+    verdict(&out, 3, "shop/CronJob/nightly job: Progressing");
+    assert!(text(&out).contains("job running"), "{}", text(&out));
+
+    // It finished: its pod ran the pinned digest.
+    run.succeeded(&w.kube, &[&pulled]);
+    let out = w.verify(&["--branch", "main"]).await;
+    verdict(
+        &out,
+        0,
+        "shop/CronJob/nightly job: Converged (1 of 1 pods on",
+    );
+
+    // The next run cannot pull the image: failed, naming its pod and the kubelet's message.
+    pinned.run(&w.kube, "nightly-29172960").waiting(
+        &w.kube,
+        "ImagePullBackOff",
+        &format!("Back-off pulling image \"{image}\""),
+    );
+    let out = w.verify(&["--branch", "main"]).await;
+    verdict(&out, 1, "shop/CronJob/nightly job: Failed");
+    assert!(
+        text(&out).contains("ImagePullBackOff") && text(&out).contains("nightly-29172960-x1"),
+        "{}",
+        text(&out)
+    );
+
+    let refused = w.kube.refused_requests();
+    assert!(
+        refused.is_empty(),
+        "the verifier role is not enough: {refused:?}"
+    );
+    // Without the Jobs, nothing says what ran: never Converged.
+    w.kube.deny("list", "jobs", Some("shop"));
+    let out = w.verify(&["--branch", "main"]).await;
+    verdict(&out, 1, "no permission");
+    w.kube.assert_no_writes();
 }
 
 /// The controller keeps its digest families across checks: a registry that failed once must
@@ -765,14 +780,15 @@ async fn a_failed_registry_lookup_is_asked_again_on_the_next_check() {
     let host = proxy.host();
     let image = format!("{host}/acme/multi:1@{}", pinned.index);
     let kube = KubeServer::start().await;
-    live_deployment(&kube, "multi", &image, 1);
+    let multi = live_web("multi", &image);
+    multi.apply(&kube);
     // The node pulled the amd64 manifest: only the index's family says it is the pinned one.
-    live_pod(
+    multi.pod("multi-a").running(
         &kube,
-        "multi",
-        "multi-a",
-        &image,
-        &format!("{host}/acme/multi@{}", pinned.children[0].manifest),
+        &[&format!(
+            "{host}/acme/multi@{}",
+            pinned.children[0].manifest
+        )],
     );
     let dir = tempfile::tempdir().unwrap();
     let cluster = Cluster::connect_to(

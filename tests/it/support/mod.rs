@@ -13,6 +13,7 @@ pub mod http_fake;
 pub mod kube;
 pub mod kubectl;
 pub mod registry;
+pub mod workloads;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
