@@ -684,9 +684,14 @@ async fn the_controller_promotes_what_converged_in_staging_and_verifies_producti
         let (_, log) = controller.stop().await;
         panic!("no success status: {:?}\n{log}", github.statuses(&merge));
     }
-    assert!(github.comments(pr.number)[0]
-        .body
-        .contains("cluster Converged"));
+    // The status is posted before the comment is updated: wait for the comment too.
+    eventually("the verdict comment says Converged", || {
+        github
+            .comments(pr.number)
+            .first()
+            .is_some_and(|c| c.body.contains("cluster Converged"))
+    })
+    .await;
     let metrics = controller.metrics().await;
     assert!(
         metrics.contains("tagpin_promotions_total{stage=\"production\",gate=\"open\"}"),
