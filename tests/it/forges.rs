@@ -17,10 +17,11 @@ use support::git::BareRepo;
 use support::github::{GitHubServer, PrState};
 use support::gitlab::{GitLabServer, MrState};
 use support::kube::KubeServer;
+use support::manifests::deployment_with_replicas;
 use support::registry::{Mode, TestRegistry};
 use support::workloads::{image_id, LiveDeployment};
 
-use crate::verify::{live_web, manifest};
+use crate::verify::live_web;
 
 /// The token both servers accept; it must never appear in tagpin's output.
 const TOKEN: &str = "glpat-forges-3c9e1f7a";
@@ -322,7 +323,7 @@ impl World {
         registry.push_image("acme/web", "1.0", "web-1").await;
         let repo = BareRepo::create(&[(
             "apps/web.yaml",
-            &manifest("web", &format!("{host}/acme/web:1.0"), 1),
+            &deployment_with_replicas("web", &format!("{host}/acme/web:1.0"), 1),
         )]);
         let hub = Hub::start(kind, &repo).await;
         let kube = KubeServer::start().await;
@@ -802,11 +803,11 @@ impl Stages {
         let repo = BareRepo::create(&[
             (
                 STAGING_FILE,
-                &manifest("web", &format!("{host}/acme/web:1.5.0"), 1),
+                &deployment_with_replicas("web", &format!("{host}/acme/web:1.5.0"), 1),
             ),
             (
                 PRODUCTION_FILE,
-                &manifest("web", &format!("{host}/acme/web:1.4.0@{old}"), 1),
+                &deployment_with_replicas("web", &format!("{host}/acme/web:1.4.0@{old}"), 1),
             ),
         ]);
         let hub = Hub::start(kind, &repo).await;

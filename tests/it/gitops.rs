@@ -4,7 +4,7 @@
 //! The objects are built from the real captures in `tests/fixtures/gitops/`.
 
 use crate::support;
-use crate::verify::{live_web, manifest};
+use crate::verify::live_web;
 
 use std::path::Path;
 use std::process::Output;
@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use support::git::{BareRepo, GitHttpServer, HttpAuth};
 use support::kube::{Grant, KubeServer, CRD_GROUPS};
+use support::manifests::deployment_with_replicas;
 use support::output_text as text;
 
 const DIGEST: &str = "sha256:8888888888888888888888888888888888888888888888888888888888888888";
@@ -35,7 +36,10 @@ struct World {
 
 impl World {
     async fn new(over_http: bool) -> World {
-        let repo = BareRepo::create(&[("apps/web.yaml", &manifest("web", &image(DIGEST), 1))]);
+        let repo = BareRepo::create(&[(
+            "apps/web.yaml",
+            &deployment_with_replicas("web", &image(DIGEST), 1),
+        )]);
         let http = over_http.then(|| GitHttpServer::start(repo.base_dir(), HttpAuth::None));
         let url = match &http {
             Some(server) => server.url(repo.name()),
@@ -266,7 +270,10 @@ async fn an_application_at_an_older_revision_keeps_the_pin_progressing_naming_bo
     // The next pin: Argo CD has not applied it, so the old rollout says nothing about it.
     let pin = w.repo.commit_as_other_writer(
         "main",
-        &[("apps/web.yaml", &manifest("web", &image(NEWER), 1))],
+        &[(
+            "apps/web.yaml",
+            &deployment_with_replicas("web", &image(NEWER), 1),
+        )],
         "Pin web to a newer digest",
     );
     w.kube

@@ -5,6 +5,7 @@
 
 use crate::run::commit_mode_config;
 use crate::support;
+use crate::support::eventually_async;
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -12,17 +13,12 @@ use std::time::{Duration, Instant};
 
 use support::git::BareRepo;
 use support::kube::{Grant, KubeServer};
+use support::manifests::deployment;
 use support::registry::{free_port, Mode, TestRegistry};
 use tokio::process::{Child, Command};
 
 const NAMESPACE: &str = "tagpin";
 const LEASE: &str = "tagpin-leader";
-
-fn deployment(image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
-    )
-}
 
 /// Lease timings for a test: (lease duration, renew deadline, retry period).
 struct Timings {
@@ -100,7 +96,7 @@ impl Replica {
             log,
         };
         let healthz = format!("{}/healthz", replica.base);
-        eventually(&format!("{name} serves /healthz"), || async {
+        eventually_async(&format!("{name} serves /healthz"), || async {
             probe(&healthz).await == Some(200)
         })
         .await;
@@ -173,8 +169,10 @@ impl World {
     async fn start() -> World {
         let registry = TestRegistry::start(Mode::Plain).await;
         let host = registry.host();
-        let repo =
-            BareRepo::create(&[("apps/web.yaml", &deployment(&format!("{host}/acme/web:1")))]);
+        let repo = BareRepo::create(&[(
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1")),
+        )]);
         let kube = KubeServer::start().await;
         kube.grant(Grant::namespaced(
             NAMESPACE,
@@ -199,7 +197,7 @@ impl World {
     async fn first_leader(&self, timings: &Timings) -> Replica {
         let one = self.registry.push_image("acme/web", "1", "one").await;
         let a = Replica::start(self, "replica-a", timings).await;
-        eventually("replica-a leads and pins", || async {
+        eventually_async("replica-a leads and pins", || async {
             self.held_by("replica-a") && self.pinned_to(&one.manifest)
         })
         .await;
@@ -234,7 +232,7 @@ impl World {
 
     /// The replica is standing by: it said so, and it is alive but not ready.
     async fn standing_by(&self, replica: &Replica) {
-        eventually(&format!("{} standing by", replica.name), || async {
+        eventually_async(&format!("{} standing by", replica.name), || async {
             replica.stderr().contains("standing by")
         })
         .await;
@@ -244,19 +242,6 @@ impl World {
             Some(503),
             "a standby must not take webhooks"
         );
-    }
-}
-
-/// Polls `check` every 50 ms for up to 60 s.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -288,12 +273,12 @@ async fn only_the_leader_pushes_and_a_killed_leader_is_replaced_within_the_lease
 
     // While both run, a new digest is pinned once, by the leader; the standby runs no pass.
     let two = world.registry.push_image("acme/web", "1", "two").await;
-    eventually("replica-a pins the new digest", || async {
+    eventually_async("replica-a pins the new digest", || async {
         world.pinned_to(&two.manifest)
     })
     .await;
     let a_passes = a.passes().await;
-    eventually("replica-a runs two more passes", || async {
+    eventually_async("replica-a runs two more passes", || async {
         a.passes().await >= a_passes + 2.0
     })
     .await;
@@ -323,7 +308,7 @@ async fn only_the_leader_pushes_and_a_killed_leader_is_replaced_within_the_lease
 
     // The new leader pins what changes from now on.
     let three = world.registry.push_image("acme/web", "1", "three").await;
-    eventually("replica-b pins the next digest", || async {
+    eventually_async("replica-b pins the next digest", || async {
         world.pinned_to(&three.manifest)
     })
     .await;
@@ -371,7 +356,7 @@ async fn a_leader_stopped_gracefully_releases_the_lease_and_the_standby_takes_ov
     assert_eq!(lease["spec"]["leaseDurationSeconds"], 10);
 
     let two = world.registry.push_image("acme/web", "1", "two").await;
-    eventually("replica-b pins the new digest", || async {
+    eventually_async("replica-b pins the new digest", || async {
         world.pinned_to(&two.manifest)
     })
     .await;

@@ -25,10 +25,9 @@ const OLD: &str = "sha256:111111111111111111111111111111111111111111111111111111
 /// Not YAML: an unclosed flow sequence, so the parser stops at a known place.
 const BROKEN: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: [broken\n";
 
+/// The Deployment web, one replica, on `image`.
 fn web(image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
-    )
+    support::manifests::deployment_with_replicas("web", image, 1)
 }
 
 pub(crate) fn cronjob(image: &str) -> String {

@@ -9,16 +9,12 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use support::git::BareRepo;
+use support::manifests::deployment;
 use support::registry::{free_port, Mode, TestRegistry};
+use support::workloads::LiveDeployment;
 use tokio::process::{Child, Command};
 
 const SECRET: &str = "hook-secret-81f2";
-
-fn deployment(name: &str, image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
-    )
-}
 
 /// A registry with `acme/web:1.0` (and its host), and a bare repository whose
 /// `apps/web.yaml` names it by tag, not pinned yet.
@@ -90,16 +86,12 @@ impl Controller {
     }
 
     async fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = self.http.get(format!("{}/readyz", self.base)).send().await {
-                if r.status() == 200 {
-                    return;
-                }
-            }
-            assert!(Instant::now() < deadline, "tagpin run never became ready");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let readyz = format!("{}/readyz", self.base);
+        support::eventually_async("tagpin run to become ready", || async {
+            let answer = self.http.get(&readyz).send().await;
+            answer.is_ok_and(|r| r.status() == 200)
+        })
+        .await;
     }
 
     async fn deliver(&self, sender: &str, auth: Option<&str>, body: &str) -> u16 {
@@ -185,31 +177,12 @@ pub(crate) fn commit_mode_config(dir: &std::path::Path, repo: &BareRepo, host: &
     config
 }
 
-/// Argo CD applied `shop/Deployment/web` running `image`, its rollout finished, and its one
-/// pod `pod_name` reports `image_id`.
-fn runs_converged(kube: &support::kube::KubeServer, image: &str, image_id: &str, pod_name: &str) {
-    use support::kube::{deployment as live_deployment, pod, running_pod_status};
-    kube.apply(live_deployment(
-        "shop",
-        "web",
-        &[("app", "web")],
-        &[("app", image)],
-    ));
-    let generation =
-        kube.get("Deployment", "shop", "web").unwrap()["metadata"]["generation"].clone();
-    kube.set_status(
-        "Deployment",
-        "shop",
-        "web",
-        serde_json::json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
-                           "readyReplicas": 1, "availableReplicas": 1}),
-    );
-    kube.apply(pod("shop", pod_name, &[("app", "web")], &[("app", image)]));
-    kube.set_pod_status(
-        "shop",
-        pod_name,
-        running_pod_status(&[("app", image, image_id)]),
-    );
+/// `shop/Deployment/<name>` as Argo CD applied it from `image`, its rollout finished, and its
+/// one pod `pod_name` running and reporting `image_id`.
+fn runs(kube: &support::kube::KubeServer, name: &str, image: &str, image_id: &str, pod_name: &str) {
+    let live = LiveDeployment::new("shop", name).container("app", image);
+    live.apply(kube);
+    live.pod(pod_name).running(kube, &[image_id]);
 }
 
 #[tokio::test]
@@ -490,8 +463,9 @@ async fn in_pull_request_mode_the_controller_verifies_what_it_opened_until_conve
         "Merge #1",
     );
     github.merge_pr(1, &merge);
-    runs_converged(
+    runs(
         kube,
+        "web",
         &pinned,
         &format!("{host}/acme/web@{}", pushed.manifest),
         "web-1",
@@ -601,7 +575,7 @@ async fn the_controller_promotes_what_converged_in_staging_and_verifies_producti
     .unwrap();
     let converge = |kube: &KubeServer, image: &str, pod_name: &str| {
         let image_id = format!("{host}/acme/web@{}", pushed.manifest);
-        runs_converged(kube, image, &image_id, pod_name);
+        runs(kube, "web", image, &image_id, pod_name);
     };
     // Staging runs the tag, unpinned, as before tagpin.
     staging.apply(live_deployment(
@@ -1068,33 +1042,6 @@ async fn healthz_fails_once_the_loop_has_finished_nothing_for_three_intervals() 
     assert_eq!(code, Some(0), "{log}");
 }
 
-/// `name` as Argo CD applied it from `image`, rolled out, its one pod running `image_id`.
-fn runs(kube: &support::kube::KubeServer, name: &str, image: &str, image_id: &str) {
-    use support::kube::{deployment as live_deployment, pod, running_pod_status};
-    kube.apply(live_deployment(
-        "shop",
-        name,
-        &[("app", name)],
-        &[("app", image)],
-    ));
-    let generation =
-        kube.get("Deployment", "shop", name).unwrap()["metadata"]["generation"].clone();
-    kube.set_status(
-        "Deployment",
-        "shop",
-        name,
-        serde_json::json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
-                           "readyReplicas": 1, "availableReplicas": 1}),
-    );
-    let pod_name = format!("{name}-1");
-    kube.apply(pod("shop", &pod_name, &[("app", name)], &[("app", image)]));
-    kube.set_pod_status(
-        "shop",
-        &pod_name,
-        running_pod_status(&[("app", image, image_id)]),
-    );
-}
-
 #[tokio::test]
 async fn a_pull_request_that_lost_its_plan_block_does_not_stop_the_others_verification() {
     let registry = TestRegistry::start(Mode::Plain).await;
@@ -1132,6 +1079,7 @@ async fn a_pull_request_that_lost_its_plan_block_does_not_stop_the_others_verifi
             name,
             &format!("{host}/acme/{name}:1"),
             &format!("{host}/acme/{name}@{}", image.manifest),
+            &format!("{name}-1"),
         );
     }
     let controller = pr_mode_controller(dir.path(), &config, &kube, "ghs_three_prs").await;
@@ -1174,6 +1122,7 @@ async fn a_pull_request_that_lost_its_plan_block_does_not_stop_the_others_verifi
             name,
             &format!("{host}/acme/{name}:1@{}", image.manifest),
             &format!("{host}/acme/{name}@{}", image.manifest),
+            &format!("{name}-1"),
         );
     }
 

@@ -15,10 +15,9 @@ use support::registry::{Mode, TestRegistry};
 
 const GH_TOKEN: &str = "ghs_test_4b1d9e0c7a";
 
+/// `name` in namespace shop, which the PR body names.
 fn deployment(name: &str, image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: shop\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
-    )
+    support::manifests::deployment_in("shop", name, image)
 }
 
 /// A registry with two images, a bare repository naming them, a GitHub server, and a config.

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use support::git::BareRepo;
 use support::github::GitHubServer;
 use support::kube::{running_pod_status, Fault, KubeServer};
+use support::manifests::deployment_with_replicas;
 use support::registry::{IndexKind, Mode, TestRegistry};
 use support::workloads::{LiveCronJob, LiveDeployment, LivePod};
 
@@ -81,7 +82,7 @@ impl World {
     async fn converged_web(digest: &str) -> World {
         let image = format!("ghcr.io/acme/web:1@{digest}");
         let w = World::new(
-            &[("apps/web.yaml", &manifest("web", &image, 1))],
+            &[("apps/web.yaml", &deployment_with_replicas("web", &image, 1))],
             "127.0.0.1:1",
         )
         .await;
@@ -91,12 +92,6 @@ impl World {
             .running(&w.kube, &[&format!("ghcr.io/acme/web@{digest}")]);
         w
     }
-}
-
-pub(crate) fn manifest(name: &str, image: &str, replicas: u32) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  selector:\n    matchLabels: {{app: {name}}}\n  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
-    )
 }
 
 /// The Deployment `name` in shop as the GitOps tool applied it, its container `app` on
@@ -150,7 +145,7 @@ async fn stale_replicas_keep_it_progressing_and_are_named() {
     let new = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
     let image = format!("ghcr.io/acme/web:1@{new}");
     let w = World::new(
-        &[("apps/web.yaml", &manifest("web", &image, 3))],
+        &[("apps/web.yaml", &deployment_with_replicas("web", &image, 3))],
         "127.0.0.1:1",
     )
     .await;
@@ -180,7 +175,7 @@ async fn image_pull_back_off_fails_with_the_kubelet_message() {
     let new = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
     let image = format!("ghcr.io/acme/web:1@{new}");
     let w = World::new(
-        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        &[("apps/web.yaml", &deployment_with_replicas("web", &image, 1))],
         "127.0.0.1:1",
     )
     .await;
@@ -216,7 +211,14 @@ async fn multi_arch_platform_digests_match_only_their_own_index() {
         .push_index("acme/multi", "2", IndexKind::Oci, &platforms, "other")
         .await;
     let image = format!("{host}/acme/multi:1@{}", pinned.index);
-    let w = World::new(&[("apps/multi.yaml", &manifest("multi", &image, 2))], &host).await;
+    let w = World::new(
+        &[(
+            "apps/multi.yaml",
+            &deployment_with_replicas("multi", &image, 2),
+        )],
+        &host,
+    )
+    .await;
     let multi = live_web("multi", &image).replicas(2);
     multi.apply(&w.kube);
     let repo = format!("{host}/acme/multi");
@@ -250,7 +252,11 @@ async fn a_bare_config_digest_matches_the_pinned_image_config() {
     let host = registry.host();
     let pushed = registry.push_image("acme/web", "1", "w").await;
     let image = format!("{host}/acme/web:1@{}", pushed.manifest);
-    let w = World::new(&[("apps/web.yaml", &manifest("web", &image, 1))], &host).await;
+    let w = World::new(
+        &[("apps/web.yaml", &deployment_with_replicas("web", &image, 1))],
+        &host,
+    )
+    .await;
     let web = live_web("web", &image);
     web.apply(&w.kube);
     web.pod("web-1")
@@ -266,7 +272,7 @@ async fn an_unsynced_spec_a_deleted_workload_and_a_forbidden_read_are_told_apart
     let new = "sha256:4444444444444444444444444444444444444444444444444444444444444444";
     let image = format!("ghcr.io/acme/web:1@{new}");
     let w = World::new(
-        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        &[("apps/web.yaml", &deployment_with_replicas("web", &image, 1))],
         "127.0.0.1:1",
     )
     .await;
@@ -297,7 +303,7 @@ async fn an_evicted_pod_of_the_old_replica_set_does_not_hold_convergence_back() 
     let new = "sha256:2323232323232323232323232323232323232323232323232323232323232323";
     let image = format!("ghcr.io/acme/web:1@{new}");
     let w = World::new(
-        &[("apps/web.yaml", &manifest("web", &image, 2))],
+        &[("apps/web.yaml", &deployment_with_replicas("web", &image, 2))],
         "127.0.0.1:1",
     )
     .await;
@@ -363,7 +369,7 @@ async fn wait_watches_what_it_listed_and_answers_on_the_change() {
     let new = "sha256:5555555555555555555555555555555555555555555555555555555555555555";
     let image = format!("ghcr.io/acme/web:1@{new}");
     let w = World::new(
-        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        &[("apps/web.yaml", &deployment_with_replicas("web", &image, 1))],
         "127.0.0.1:1",
     )
     .await;
@@ -450,7 +456,7 @@ async fn transient_api_errors_are_retried_and_do_not_fail_the_check() {
 async fn a_persistent_api_failure_is_reported_naming_what_was_read() {
     let image = format!("ghcr.io/acme/web:1@{OLD}");
     let w = World::new(
-        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        &[("apps/web.yaml", &deployment_with_replicas("web", &image, 1))],
         "127.0.0.1:1",
     )
     .await;
@@ -474,7 +480,7 @@ async fn a_persistent_api_failure_is_reported_naming_what_was_read() {
 async fn an_api_server_that_never_answers_fails_the_check_naming_it_within_the_timeout() {
     let image = format!("ghcr.io/acme/web:1@{OLD}");
     let w = World::new(
-        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        &[("apps/web.yaml", &deployment_with_replicas("web", &image, 1))],
         "127.0.0.1:1",
     )
     .await;
@@ -521,13 +527,16 @@ async fn a_pull_request_gets_statuses_in_order_and_one_comment_edited_in_place()
     let new = "sha256:6666666666666666666666666666666666666666666666666666666666666666";
     let image = format!("ghcr.io/acme/web:1@{new}");
     let w = World::new(
-        &[("apps/web.yaml", &manifest("web", "ghcr.io/acme/web:1", 1))],
+        &[(
+            "apps/web.yaml",
+            &deployment_with_replicas("web", "ghcr.io/acme/web:1", 1),
+        )],
         "127.0.0.1:1",
     )
     .await;
     let head = w.repo.commit_as_other_writer(
         "tagpin/main",
-        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        &[("apps/web.yaml", &deployment_with_replicas("web", &image, 1))],
         "Pin",
     );
     let github = GitHubServer::start(GH_TOKEN, "acme", "gitops", w.repo.path()).await;
@@ -579,7 +588,7 @@ async fn a_pull_request_gets_statuses_in_order_and_one_comment_edited_in_place()
     );
     let merge_sha = w.repo.commit_as_other_writer(
         "main",
-        &[("apps/web.yaml", &manifest("web", &image, 1))],
+        &[("apps/web.yaml", &deployment_with_replicas("web", &image, 1))],
         "Merge",
     );
     github.merge_pr(1, &merge_sha);

@@ -12,6 +12,7 @@ pub mod gitlab;
 pub mod http_fake;
 pub mod kube;
 pub mod kubectl;
+pub mod manifests;
 pub mod registry;
 pub mod workloads;
 
@@ -22,8 +23,25 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Polls `check` every 200 ms for up to 60 s; false, with a line naming `what`, if it never held
 /// (for tests that gather more to say before they fail).
 pub async fn eventually_or(what: &str, mut check: impl FnMut() -> bool) -> bool {
+    eventually_async_or(what, || std::future::ready(check())).await
+}
+
+/// [`eventually_or`], failing the test when `check` never holds.
+pub async fn eventually(what: &str, check: impl FnMut() -> bool) {
+    assert!(
+        eventually_or(what, check).await,
+        "timed out waiting for {what}"
+    );
+}
+
+/// [`eventually_or`] for a `check` that awaits (an HTTP probe, a `/metrics` scrape).
+pub async fn eventually_async_or<F, Fut>(what: &str, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !check() {
+    while !check().await {
         if std::time::Instant::now() >= deadline {
             eprintln!("timed out waiting for {what}");
             return false;
@@ -33,10 +51,14 @@ pub async fn eventually_or(what: &str, mut check: impl FnMut() -> bool) -> bool 
     true
 }
 
-/// [`eventually_or`], failing the test when `check` never holds.
-pub async fn eventually(what: &str, check: impl FnMut() -> bool) {
+/// [`eventually_async_or`], failing the test when `check` never holds.
+pub async fn eventually_async<F, Fut>(what: &str, check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     assert!(
-        eventually_or(what, check).await,
+        eventually_async_or(what, check).await,
         "timed out waiting for {what}"
     );
 }
