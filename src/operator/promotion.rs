@@ -208,12 +208,27 @@ pub async fn run(pass: Pass<'_>, events: &mut Events) -> Result<Promoted, Outcom
         if let (Some(forge), Some(cluster)) = (pass.forge, pass.clusters.get(&target.name)) {
             let settled = previous.and_then(|p| p.verdict.as_ref());
             if let Some(verdict) = verify_merged(&pass, forge, cluster, target, settled).await {
+                if verdict.state == "failed" && settled.is_none_or(|s| *s != verdict) {
+                    events.push((
+                        EventType::Warning,
+                        "VerificationFailed",
+                        format!("{} on {}: {}", verdict.source, target.name, verdict.summary),
+                    ));
+                }
                 entry.verdict = Some(verdict);
             }
         }
         promoted.statuses.push(entry);
     }
     Ok(promoted)
+}
+
+/// Whether a merged promotion is still rolling out on its stage: checked again at the
+/// verification interval, as sync's pins are.
+pub fn rolling_out(statuses: &[PromotionStatus]) -> bool {
+    statuses
+        .iter()
+        .any(|s| s.verdict.as_ref().is_some_and(|v| v.state == "progressing"))
 }
 
 /// What a pass found for one stage.

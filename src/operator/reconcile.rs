@@ -451,6 +451,9 @@ async fn run_pass(
         match promotion::run(pass, &mut events).await {
             Ok(promoted) => {
                 requeue = promoted.requeue.map_or(requeue, |r| r.min(requeue));
+                if promotion::rolling_out(&promoted.statuses) {
+                    requeue = requeue.min(ctx.verify_interval);
+                }
                 update.promotions = Some(promoted.statuses);
             }
             Err(outcome) => return (outcome, update, ctx.interval, events),
