@@ -417,3 +417,48 @@ async fn a_stage_cluster_that_does_not_answer_skips_its_promotion_and_sync_goes_
     assert!(w.github.prs().is_empty());
     operator.stop().await;
 }
+
+#[test]
+fn the_promotion_example_is_valid_for_the_crd_and_the_validator() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/operator");
+    let read = |file: &str| -> Value {
+        serde_yaml::from_str(&std::fs::read_to_string(root.join(file)).unwrap()).unwrap()
+    };
+    let example = read("pinnedrepository-promotion.example.yaml");
+    let crd = read("crd.yaml");
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let validator = jsonschema::validator_for(schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&example)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    let config = tagpin::config::Config::from_resource_spec(&example["spec"], "team-a/shop")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stages = config.promotion.unwrap().stages;
+    assert_eq!(stages[0].cluster, tagpin::config::ClusterTarget::InCluster);
+    assert_eq!(
+        stages[1].cluster,
+        tagpin::config::ClusterTarget::KubeconfigSecret {
+            name: "production-kubeconfig".into(),
+            key: "kubeconfig".into()
+        }
+    );
+    assert!(tagpin::operator::names_secret(
+        example["spec"].as_object().unwrap(),
+        "production-kubeconfig"
+    ));
+    // A file kubeconfig is the controller's disk: refused, naming the field.
+    let mut on_disk = example["spec"].clone();
+    on_disk["promotion"]["stages"][1]["cluster"] = json!({"kubeconfig": "/etc/prod.kubeconfig"});
+    let problems = tagpin::config::Config::from_resource_spec(&on_disk, "team-a/shop")
+        .unwrap_err()
+        .problems;
+    assert_eq!(
+        problems,
+        [
+            "spec.promotion.stages[1].cluster.kubeconfig: names something on the controller's own \
+          disk; a PinnedRepository takes kubeconfig_secret_ref or in_cluster"
+        ]
+    );
+}
