@@ -103,6 +103,7 @@ pub struct PromotionStatus {
     /// The last promotion merged into the stage, verified on the stage's own cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<VerdictSummary>,
+    /// When this entry last changed (RFC 3339).
     pub time: String,
 }
 

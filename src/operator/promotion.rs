@@ -218,7 +218,7 @@ pub async fn run(pass: Pass<'_>, events: &mut Events) -> Result<Promoted, Outcom
                 entry.verdict = Some(verdict);
             }
         }
-        promoted.statuses.push(entry);
+        promoted.statuses.push(kept_time(entry, previous));
     }
     Ok(promoted)
 }
@@ -333,6 +333,24 @@ pub fn entry(
         commit,
         verdict,
         time: now.to_string(),
+    }
+}
+
+/// `entry` with the time of `previous` when nothing else changed: the time says when the
+/// entry last changed, so a pass that finds the same writes no status.
+pub fn kept_time(entry: PromotionStatus, previous: Option<&PromotionStatus>) -> PromotionStatus {
+    match previous {
+        Some(p)
+            if p.time != entry.time
+                && *p
+                    == (PromotionStatus {
+                        time: p.time.clone(),
+                        ..entry.clone()
+                    }) =>
+        {
+            p.clone()
+        }
+        _ => entry,
     }
 }
 
@@ -507,6 +525,12 @@ mod tests {
         assert_eq!(
             retry_message(std::slice::from_ref(&next)).as_deref(),
             Some("promotion staging into production: stage staging: cannot reach its cluster")
+        );
+        let later = entry("staging", "production", &found, Some(&next), "t2");
+        assert_eq!(
+            kept_time(later, Some(&next)).time,
+            "t1",
+            "nothing changed since t1"
         );
         // The same problem on the next pass: no second Event.
         assert!(

@@ -539,7 +539,8 @@ fn status_update(report: &SyncReport, events: &mut Events) -> StatusUpdate {
 }
 
 /// Verifies `source` on `cluster`, posts the verdict to the forge as `tagpin run` does (with
-/// the verdict comment on pull request `pr`, or the one `source` is), and sums it up. A verification that cannot be made is `unverified`, with why.
+/// the verdict comment on pull request `pr`, or the one `source` is), and sums it up. A
+/// verification that cannot be made is `unverified`, with why.
 pub(super) async fn verify_now(
     source: &Source,
     pr: Option<u64>,
