@@ -243,7 +243,11 @@ async fn a_converged_staging_is_promoted_into_production_and_the_merge_verified_
     assert_eq!(entry["pullRequest"]["branch"], PR_BRANCH);
     let object = w.kube.get("PinnedRepository", NS, "shop").unwrap();
     assert_eq!(object["status"]["verdict"]["state"], "converged");
-    assert!(event_reasons(&w.kube, "shop").contains(&"PromotionOpened".to_string()));
+    // Events are published after the status is written.
+    eventually("a PromotionOpened Event", || {
+        event_reasons(&w.kube, "shop").contains(&"PromotionOpened".to_string())
+    })
+    .await;
     assert_eq!(
         condition(&w.kube, "shop", "Ready").unwrap()["status"],
         "True"
@@ -338,7 +342,10 @@ async fn a_staging_not_converged_is_not_promoted_and_the_status_says_why() {
         "{entry}"
     );
     assert!(entry.get("pullRequest").is_none(), "{entry}");
-    assert!(event_reasons(&w.kube, "shop").contains(&"PromotionBlocked".to_string()));
+    eventually("a PromotionBlocked Event", || {
+        event_reasons(&w.kube, "shop").contains(&"PromotionBlocked".to_string())
+    })
+    .await;
     // Staging is checked again every second while it rolls out: still nothing proposed.
     let lists = w.kube.request_count("list", "pods");
     eventually("another pass verified staging", || {
@@ -406,6 +413,10 @@ async fn a_stage_cluster_that_does_not_answer_skips_its_promotion_and_sync_goes_
         "{reconciling}"
     );
     assert!(condition(&w.kube, "shop", "Stalled").is_none());
+    eventually("a PromotionBlocked Event", || {
+        event_reasons(&w.kube, "shop").contains(&"PromotionBlocked".to_string())
+    })
+    .await;
     let blocked: Vec<Value> = w
         .kube
         .events(NS)
