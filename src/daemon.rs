@@ -740,10 +740,26 @@ pub struct Promotions<'a> {
     pub clusters: &'a BTreeMap<String, Cluster>,
 }
 
-impl Promotions<'_> {
+/// The promotion into one stage, as one pass left it.
+pub struct StagePromotion<'c> {
+    pub source: &'c Stage,
+    pub target: &'c Stage,
+    /// `None`: the source stage has no cluster, so nothing was verified or written.
+    pub result: Option<Result<promote::PromoteReport, promote::PromoteError>>,
+}
+
+impl<'a> Promotions<'a> {
     async fn run(&self, metrics: &Metrics) {
-        let Some(promotion) = &self.promoter.config.promotion else {
-            return;
+        self.run_each(metrics).await;
+    }
+
+    /// Promotes into each stage after the first, in order, and returns what each found: the
+    /// operator writes it to the object's status; `tagpin run` logs it (done here).
+    pub async fn run_each(&self, metrics: &Metrics) -> Vec<StagePromotion<'a>> {
+        let mut done = Vec::new();
+        let config: &'a Config = self.promoter.config;
+        let Some(promotion) = &config.promotion else {
+            return done;
         };
         for target in promotion.stages.iter().skip(1) {
             let Some(source) = promotion.source_of(&target.name) else {
@@ -756,6 +772,11 @@ impl Promotions<'_> {
                     source.name,
                     source.cluster
                 );
+                done.push(StagePromotion {
+                    source,
+                    target,
+                    result: None,
+                });
                 continue;
             };
             let result = self
@@ -778,7 +799,7 @@ impl Promotions<'_> {
                     gate: gate.to_string(),
                 },
             );
-            match result {
+            match &result {
                 Ok(report) => {
                     for failure in &report.failures {
                         tracing::warn!("promotion into {}: {failure}", target.name);
@@ -793,7 +814,13 @@ impl Promotions<'_> {
                 }
                 Err(e) => tracing::warn!("promotion into {}: {e}", target.name),
             }
+            done.push(StagePromotion {
+                source,
+                target,
+                result: Some(result),
+            });
         }
+        done
     }
 }
 

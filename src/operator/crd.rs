@@ -76,6 +76,35 @@ pub struct PinnedRepositoryStatus {
     /// The last verification of what is in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<VerdictSummary>,
+    /// One entry per stage promoted into (`spec.promotion.stages` after the first), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub promotions: Vec<PromotionStatus>,
+}
+
+/// Where the promotion into one stage stands, as the last pass found it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PromotionStatus {
+    /// The stage promoted into.
+    pub stage: String,
+    /// The stage whose converged digests are carried into it.
+    pub from: String,
+    /// `open`, `soaking`, `waiting`, `refused`, or `unreachable` when the pass could not
+    /// verify `from` (its cluster, the Git remote or the forge could not be reached).
+    pub gate: String,
+    /// Why, in one sentence: `staging converged since …`, `staging is not converged yet: …`.
+    pub message: String,
+    /// The promotion pull request, while one is open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<PullRequestRef>,
+    /// The commit that promoted into the stage, when its `mode` is `commit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The last promotion merged into the stage, verified on the stage's own cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<VerdictSummary>,
+    /// When this entry last changed (RFC 3339).
+    pub time: String,
 }
 
 /// A condition in the shape of `metav1.Condition`.

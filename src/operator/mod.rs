@@ -10,6 +10,7 @@
 //! own Git mirror.
 
 pub mod crd;
+pub mod promotion;
 pub mod reconcile;
 pub mod status;
 
@@ -91,7 +92,8 @@ async fn clients(timeout: Duration) -> Result<(kube::Client, kube::Client), Oper
     Ok((requests, watches))
 }
 
-/// Whether an object's spec names the Secret `name` (of its own namespace).
+/// Whether an object's spec names the Secret `name` (of its own namespace): its credentials,
+/// its Docker config, or a promotion stage's kubeconfig.
 pub fn names_secret(spec: &serde_json::Map<String, serde_json::Value>, name: &str) -> bool {
     let at = |path: &[&str]| {
         let mut value = spec.get(path[0]);
@@ -100,7 +102,21 @@ pub fn names_secret(spec: &serde_json::Map<String, serde_json::Value>, name: &st
         }
         value.and_then(|v| v.as_str()) == Some(name)
     };
-    at(&["secret_ref", "name"]) || at(&["registries", "docker_config_secret_ref", "name"])
+    let stages = spec
+        .get("promotion")
+        .and_then(|p| p.get("stages"))
+        .and_then(|s| s.as_array());
+    let kubeconfig = stages.into_iter().flatten().any(|stage| {
+        stage
+            .get("cluster")
+            .and_then(|c| c.get("kubeconfig_secret_ref"))
+            .and_then(|r| r.get("name"))
+            .and_then(|n| n.as_str())
+            == Some(name)
+    });
+    at(&["secret_ref", "name"])
+        || at(&["registries", "docker_config_secret_ref", "name"])
+        || kubeconfig
 }
 
 /// `tagpin operator`: reconciles every `PinnedRepository` it selects until SIGTERM or SIGINT.
@@ -155,6 +171,8 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         recorder: Recorder::new(client.clone(), reporter),
         cluster,
         failures: Default::default(),
+        api_timeout: setup.api_timeout,
+        shared: shared.clone(),
     });
     let (objects, secrets): (Api<PinnedRepository>, Api<Secret>) = match &setup.namespace {
         Some(ns) => (
@@ -264,11 +282,17 @@ mod tests {
         let spec = serde_json::json!({
             "repository": {"url": "https://git.example/a.git"},
             "secret_ref": {"name": "git"},
-            "registries": {"docker_config_secret_ref": {"name": "pull"}}
+            "registries": {"docker_config_secret_ref": {"name": "pull"}},
+            "promotion": {"stages": [
+                {"name": "staging", "paths": ["staging"], "cluster": {"in_cluster": true}},
+                {"name": "production", "paths": ["production"],
+                 "cluster": {"kubeconfig_secret_ref": {"name": "prod-kubeconfig"}}}
+            ]}
         });
         let spec = spec.as_object().unwrap();
         assert!(names_secret(spec, "git"));
         assert!(names_secret(spec, "pull"));
+        assert!(names_secret(spec, "prod-kubeconfig"));
         assert!(!names_secret(spec, "other"));
         assert!(!names_secret(&serde_json::Map::new(), "git"));
     }

@@ -21,6 +21,7 @@ use kube::{Resource, ResourceExt};
 use super::crd::{
     LastPin, PinnedRepository, PinnedRepositoryStatus, PullRequestRef, VerdictSummary,
 };
+use super::promotion;
 use super::status::{self, Outcome, Reason, StatusUpdate};
 use crate::config::{Config, GitAuth, WriteMode};
 use crate::forge::{Forge, ForgeError};
@@ -57,6 +58,10 @@ pub struct Context {
     pub cluster: Option<Cluster>,
     /// Failures in a row, per object, for its backoff.
     pub failures: Mutex<HashMap<String, u32>>,
+    /// Each Kubernetes API request's timeout, on a stage's cluster too.
+    pub api_timeout: Duration,
+    /// The metrics `/metrics` serves (promotions are counted there as `tagpin run` counts them).
+    pub shared: Arc<crate::daemon::Shared>,
 }
 
 /// Why a reconcile is retried: the status already says what went wrong.
@@ -224,13 +229,31 @@ pub async fn reconcile(
     };
     let previous = object.status.clone().unwrap_or_default();
     let now = timestamp();
-    let next = status::next(
+    let retry = update
+        .promotions
+        .as_deref()
+        .and_then(promotion::retry_message);
+    let mut next = status::next(
         &previous,
         &outcome,
         object.metadata.generation,
         &now,
         update,
     );
+    // A promotion that could not run is retried with backoff; what the pass did is recorded
+    // all the same, and `Ready` says what is retried.
+    let outcome = match (retry, &outcome) {
+        (Some(message), Outcome::Done { .. }) => {
+            let retrying = Outcome::Retrying {
+                reason: Reason::Unreachable,
+                message,
+            };
+            let generation = object.metadata.generation;
+            next.conditions = status::conditions(&previous.conditions, &retrying, generation, &now);
+            retrying
+        }
+        _ => outcome,
+    };
     if next != previous {
         write_status(&ctx, &object, &namespace, &next)
             .await
@@ -310,7 +333,7 @@ pub fn backoff(failures: u32, max: Duration) -> Duration {
     FIRST_BACKOFF.saturating_mul(factor).min(max)
 }
 
-type Events = Vec<(EventType, &'static str, String)>;
+pub(super) type Events = Vec<(EventType, &'static str, String)>;
 
 /// Everything between reading the object and writing its status: the outcome, what changed,
 /// when to come back, and the Events of what was done.
@@ -334,18 +357,28 @@ async fn run_pass(
         Ok(config) => config,
         Err(e) => return stalled(Reason::InvalidSpec, e.problems.join("\n")),
     };
-    if config.promotion.is_some() {
-        return stalled(
-            Reason::InvalidSpec,
-            "spec.promotion: promotion stages are run by `tagpin run`, not yet by \
-             `tagpin operator`"
-                .to_string(),
-        );
-    }
     let dir = ctx.cache_dir.join(namespace).join(object.name_any());
     let secrets = match read_secrets(&ctx.kube, namespace, &config, &dir).await {
         Ok(secrets) => secrets,
         Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
+    };
+    // Each promotion stage's cluster, its kubeconfig Secret read now; the first stage's is
+    // where sync's pins are verified.
+    let clusters = match promotion::read_kubeconfigs(&ctx.kube, namespace, &config).await {
+        Ok(kubeconfigs) => {
+            let own = ctx.cluster.as_ref();
+            promotion::clusters(&config, &kubeconfigs, own, &dir, ctx.api_timeout).await
+        }
+        Err(outcome) => Err(outcome),
+    };
+    let clusters = match clusters {
+        Ok(clusters) => clusters,
+        Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
+    };
+    let first_stage = config.promotion.as_ref().map(|p| p.stages[0].name.as_str());
+    let verify_on = match first_stage {
+        Some(stage) => clusters.get(stage),
+        None => ctx.cluster.as_ref(),
     };
     let (registry, shared) = match ctx.registries.client(&config.registries, secrets.docker) {
         Ok(client_and_answers) => client_and_answers,
@@ -368,7 +401,7 @@ async fn run_pass(
         Ok(report) => report,
         Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
     };
-    let update = status_update(&report, &mut events);
+    let mut update = status_update(&report, &mut events);
     if report.has_failures() {
         let outcome = Outcome::Retrying {
             reason: Reason::PartiallyPinned,
@@ -376,7 +409,7 @@ async fn run_pass(
         };
         return (outcome, update, ctx.interval, events);
     }
-    let verdict = match &ctx.cluster {
+    let verdict = match verify_on {
         Some(cluster) => {
             let source = match (config.mode, &update.pull_request) {
                 (WriteMode::PullRequest, Some(pr)) => Some(Source::PullRequest(pr.number)),
@@ -394,8 +427,10 @@ async fn run_pass(
                     let young = young_pin(&source, &update, object, ctx.interval);
                     let forge = forge.as_ref();
                     Some(
-                        verify_now(&source, young, &config, &syncer, forge, cluster, &registry)
-                            .await,
+                        verify_now(
+                            &source, None, young, &config, &syncer, forge, cluster, &registry,
+                        )
+                        .await,
                     )
                 }
                 None => None,
@@ -417,10 +452,35 @@ async fn run_pass(
             ));
         }
     }
-    let requeue = match verdict.as_ref().map(|v| v.state.as_str()) {
+    let mut requeue = match verdict.as_ref().map(|v| v.state.as_str()) {
         Some("progressing") => ctx.verify_interval,
         _ => ctx.interval,
     };
+    if config.promotion.is_some() {
+        let pass = promotion::Pass {
+            config: &config,
+            syncer: &syncer,
+            registry: &registry,
+            forge: forge.as_ref(),
+            clusters: &clusters,
+            previous: object
+                .status
+                .as_ref()
+                .map_or(&[][..], |s| s.promotions.as_slice()),
+            metrics: &ctx.shared.metrics,
+            interval: ctx.interval,
+        };
+        match promotion::run(pass, &mut events).await {
+            Ok(promoted) => {
+                requeue = promoted.requeue.map_or(requeue, |r| r.min(requeue));
+                if promotion::rolling_out(&promoted.statuses) {
+                    requeue = requeue.min(ctx.verify_interval);
+                }
+                update.promotions = Some(promoted.statuses);
+            }
+            Err(outcome) => return (outcome, update, ctx.interval, events),
+        }
+    }
     let message = match &update.pull_request {
         Some(pr) => format!(
             "pins proposed in pull request #{} for {}",
@@ -518,12 +578,14 @@ fn young_pin(
     status::pinned_within(pin, commit, now, interval)
 }
 
-/// Verifies `source` on the controller's cluster, posts the verdict to the forge as `tagpin
-/// run` does, and sums it up with what it still waits for. `young`: the commit was pinned
-/// less than an interval ago (see [`status::settle`]). A verification that cannot be made is
-/// `unverified`, with why.
-async fn verify_now(
+/// Verifies `source` on `cluster`, posts the verdict to the forge as `tagpin run` does (with
+/// the verdict comment on pull request `pr`, or the one `source` is), and sums it up with what
+/// it still waits for. `young`: the commit was pinned less than an interval ago (see
+/// [`status::settle`]). A verification that cannot be made is `unverified`, with why.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn verify_now(
     source: &Source,
+    pr: Option<u64>,
     young: bool,
     config: &Config,
     syncer: &Syncer<'_>,
@@ -558,10 +620,10 @@ async fn verify_now(
     let unchecked = check.unchecked(&expectations);
     let (check, awaiting) = status::settle(check, unchecked, young);
     if let Some(forge) = forge {
-        let pr = match source {
+        let pr = pr.or(match source {
             Source::PullRequest(n) => Some(*n),
             _ => None,
-        };
+        });
         verify::publish(forge, pr, &expectations, &check).await;
     }
     let count = |state: verify::verdict::State| {
@@ -702,7 +764,7 @@ async fn read_secrets(
 }
 
 /// A Secret's name, data and resourceVersion; a missing Secret stalls the object.
-async fn fetch(
+pub(super) async fn fetch(
     api: &Api<Secret>,
     namespace: &str,
     name: &str,
@@ -730,7 +792,7 @@ async fn fetch(
 }
 
 /// Writes a secret file readable by this user only.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     if let Some(parent) = path.parent() {
@@ -759,7 +821,13 @@ async fn write_status(
     let api: Api<PinnedRepository> = Api::namespaced(ctx.kube.clone(), namespace);
     let mut value = serde_json::to_value(status).map_err(kube::Error::SerdeError)?;
     if let Some(fields) = value.as_object_mut() {
-        for key in ["observedGeneration", "lastPin", "pullRequest", "verdict"] {
+        for key in [
+            "observedGeneration",
+            "lastPin",
+            "pullRequest",
+            "verdict",
+            "promotions",
+        ] {
             fields.entry(key).or_insert(serde_json::Value::Null);
         }
     }
@@ -798,7 +866,7 @@ async fn publish(
 }
 
 /// Now, as RFC 3339 in UTC with seconds, as `metav1.Time` is written.
-fn timestamp() -> String {
+pub(super) fn timestamp() -> String {
     crate::promote::gate::rfc3339(k8s_openapi::jiff::Timestamp::now().as_second())
 }
 

@@ -195,6 +195,9 @@ pub fn next(
             _ => previous.pull_request.clone(),
         },
         verdict,
+        promotions: update
+            .promotions
+            .unwrap_or_else(|| previous.promotions.clone()),
     }
 }
 
@@ -203,6 +206,8 @@ pub fn next(
 pub struct StatusUpdate {
     pub last_pin: Option<super::crd::LastPin>,
     pub pull_request: Option<super::crd::PullRequestRef>,
+    /// `status.promotions`, when the pass ran them; `None` keeps the last.
+    pub promotions: Option<Vec<super::crd::PromotionStatus>>,
 }
 
 /// The Event a change of `Ready` deserves, if any: a warning when it turns to a failure

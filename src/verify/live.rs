@@ -122,6 +122,19 @@ pub struct Cluster {
     seen: std::sync::Mutex<BTreeMap<(String, Watched), String>>,
 }
 
+/// Another handle on the same API server, sharing its clients: the operator's own cluster is
+/// also the cluster of a stage declared `in_cluster`.
+impl Clone for Cluster {
+    fn clone(&self) -> Cluster {
+        Cluster {
+            client: self.client.clone(),
+            watch_client: self.watch_client.clone(),
+            server: self.server.clone(),
+            seen: std::sync::Mutex::new(lock(&self.seen).clone()),
+        }
+    }
+}
+
 impl Cluster {
     /// Connects as kube does by default (kubeconfig, else in-cluster), with `context` chosen
     /// from the kubeconfig when given. Each request gives up after `timeout` without progress.

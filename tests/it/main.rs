@@ -29,6 +29,7 @@ mod kube_server_selftest;
 mod kustomize;
 mod leader;
 mod operator;
+mod operator_promote;
 mod pipeline;
 mod policies;
 mod promote;

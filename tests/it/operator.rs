@@ -16,7 +16,7 @@ use support::kube::KubeServer;
 use support::registry::{free_port, Mode, TestRegistry};
 use tokio::process::{Child, Command};
 
-const NS: &str = "team-a";
+pub(crate) const NS: &str = "team-a";
 
 fn deployment(name: &str, image: &str) -> String {
     format!(
@@ -27,13 +27,13 @@ fn deployment(name: &str, image: &str) -> String {
 /// The API server with the CRD of `deploy/operator/crd.yaml` installed, and granted exactly
 /// the writes `deploy/operator/rbac.yaml` gives the operator: a write it is not granted is
 /// refused (403) and fails the test.
-async fn cluster() -> KubeServer {
+pub(crate) async fn cluster() -> KubeServer {
     let kube = KubeServer::start().await;
     kube.install_tagpin_operator();
     kube
 }
 
-fn pinned_repository(name: &str, labels: Value, spec: Value) -> Value {
+pub(crate) fn pinned_repository(name: &str, labels: Value, spec: Value) -> Value {
     json!({
         "apiVersion": "tagpin.dev/v1alpha1",
         "kind": "PinnedRepository",
@@ -51,13 +51,18 @@ fn spec(url: &str, host: &str) -> Value {
     })
 }
 
-struct Operator {
+pub(crate) struct Operator {
     child: Child,
     base: String,
 }
 
 impl Operator {
-    async fn start(dir: &Path, kube: &KubeServer, name: &str, args: &[&str]) -> Operator {
+    pub(crate) async fn start(
+        dir: &Path,
+        kube: &KubeServer,
+        name: &str,
+        args: &[&str],
+    ) -> Operator {
         Operator::start_waiting_for(dir, kube, name, args, "/readyz").await
     }
 
@@ -117,7 +122,7 @@ impl Operator {
     }
 
     /// SIGTERM, then what it logged.
-    async fn stop(self) -> String {
+    pub(crate) async fn stop(self) -> String {
         let output = support::terminate(self.child, "tagpin operator").await;
         assert_eq!(output.status.code(), Some(0));
         String::from_utf8_lossy(&output.stderr).into_owned()
@@ -157,7 +162,7 @@ fn runs_converged(kube: &KubeServer, name: &str, image: &str, digest: &str) {
     );
 }
 
-fn condition(kube: &KubeServer, name: &str, type_: &str) -> Option<Value> {
+pub(crate) fn condition(kube: &KubeServer, name: &str, type_: &str) -> Option<Value> {
     let object = kube.get("PinnedRepository", NS, name)?;
     object["status"]["conditions"]
         .as_array()?
@@ -170,7 +175,7 @@ fn is_ready(kube: &KubeServer, name: &str) -> bool {
     condition(kube, name, "Ready").is_some_and(|c| c["status"] == "True")
 }
 
-fn event_reasons(kube: &KubeServer, name: &str) -> Vec<String> {
+pub(crate) fn event_reasons(kube: &KubeServer, name: &str) -> Vec<String> {
     kube.events(NS)
         .iter()
         .filter(|e| e["regarding"]["name"] == name)
