@@ -162,7 +162,11 @@ pub async fn verify_last_merged(
     let (me, prs) = match listed {
         Ok(listed) => listed,
         Err(e) => {
-            tracing::warn!("cannot list merged {kind:?} pull requests, none verified: {e}");
+            let what = match kind {
+                Kind::Sync => "sync".to_string(),
+                Kind::Promotion(stage) => format!("promotion into {}", stage.name),
+            };
+            tracing::warn!("cannot list the merged {what} pull requests, none verified: {e}");
             return None;
         }
     };
