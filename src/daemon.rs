@@ -526,6 +526,13 @@ pub fn not_ours(pr: &crate::forge::PullRequestInfo, promotion: bool, me: &str) -
     None
 }
 
+/// Whether tagpin's own `tagpin/converged` status on the commit that ends a pull request's
+/// verification is a final verdict (Converged or Failed): that pull request is not verified
+/// again.
+pub fn final_status(state: Option<StatusState>) -> bool {
+    matches!(state, Some(StatusState::Success | StatusState::Failure))
+}
+
 impl InFlight<'_> {
     async fn verify(&self, families: &mut Families, metrics: &Metrics) {
         if let Err(e) = self.verify_all(families, metrics).await {
@@ -619,10 +626,7 @@ impl InFlight<'_> {
                                 }
                             };
                         let mut memory = lock(&self.pr_memory);
-                        if matches!(
-                            status,
-                            Some((StatusState::Success | StatusState::Failure, _))
-                        ) {
+                        if final_status(status.map(|(state, _)| state)) {
                             memory.settled.insert(pr.number, sha.clone());
                             continue;
                         }

@@ -147,7 +147,8 @@ pub struct PullRequestRef {
 pub struct VerdictSummary {
     /// `converged`, `progressing`, `failed` or `unverified`.
     pub state: String,
-    /// What was verified: `commit <sha>` or `pull request #<n>`.
+    /// What was verified: `commit <sha>`, `pull request #<n>` while it is open, or
+    /// `pull request #<n>, merged as <sha>` after its merge.
     pub source: String,
     pub summary: String,
     pub converged: u32,

@@ -10,6 +10,7 @@
 //! own Git mirror.
 
 pub mod crd;
+pub mod merged;
 pub mod promotion;
 pub mod reconcile;
 pub mod status;

@@ -20,18 +20,18 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::events::EventType;
 
-use super::crd::{PromotionStatus, PullRequestRef, VerdictSummary};
+use super::crd::{PromotionStatus, PullRequestRef};
+use super::merged;
 use super::reconcile::{self, Events};
 use super::status::{Outcome, Reason};
-use crate::config::{ClusterTarget, Config, Stage};
-use crate::daemon::{self, Promotions, StagePromotion};
+use crate::config::{ClusterTarget, Config};
+use crate::daemon::{Promotions, StagePromotion};
 use crate::forge::{ChangeRequestNoun, Forge};
 use crate::metrics::Metrics;
-use crate::promote::{self, Gate, PromoteReport, Promoter};
+use crate::promote::{Gate, PromoteReport, Promoter};
 use crate::registry::Client;
 use crate::sync::{self, Syncer};
 use crate::verify::live::Cluster;
-use crate::verify::Source;
 
 /// The kubeconfig of each stage whose `cluster` is a `kubeconfig_secret_ref`, by stage name.
 pub struct Kubeconfigs(BTreeMap<String, StageKubeconfig>);
@@ -210,7 +210,16 @@ pub async fn run(pass: Pass<'_>, events: &mut Events) -> Result<Promoted, Outcom
         }
         if let (Some(forge), Some(cluster)) = (pass.forge, pass.clusters.get(&target.name)) {
             let settled = previous.and_then(|p| p.verdict.as_ref());
-            if let Some(verdict) = verify_merged(&pass, forge, cluster, target, settled).await {
+            let verifier = merged::Verifier {
+                config: pass.config,
+                syncer: pass.syncer,
+                forge,
+                registry: pass.registry,
+                interval: pass.interval,
+            };
+            let kind = merged::Kind::Promotion(target);
+            let found = merged::verify_last_merged(&verifier, kind, cluster, settled).await;
+            if let Some((verdict, _)) = found.and_then(|m| m.verdict) {
                 if verdict.state == "failed" && settled.is_none_or(|s| *s != verdict) {
                     events.push((
                         EventType::Warning,
@@ -430,69 +439,6 @@ pub fn retry_message(statuses: &[PromotionStatus]) -> Option<String> {
         .map(|s| format!("promotion {} into {}: {}", s.from, s.stage, s.message))
         .collect();
     (!lines.is_empty()).then(|| lines.join("\n"))
-}
-
-/// Verifies the promotion into `target` merged last (within the window `tagpin run` verifies
-/// merged pull requests in) on `target`'s own cluster, at its merge commit, and posts the
-/// verdict as `tagpin run` does. `None` when there is none, when the status already holds a
-/// final verdict on it (`settled`), or when the forge cannot say.
-async fn verify_merged(
-    pass: &Pass<'_>,
-    forge: &Forge,
-    cluster: &Cluster,
-    target: &Stage,
-    settled: Option<&VerdictSummary>,
-) -> Option<VerdictSummary> {
-    let config = pass.config;
-    let branch = promote::branch_for(config, &target.name);
-    let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let since = now - i64::try_from(daemon::RECENTLY_MERGED.as_secs()).unwrap_or(i64::MAX);
-    let listed = match forge.login().await {
-        Ok(me) => forge
-            .pull_requests_with_prefix(&branch, &config.repository.branch, since)
-            .await
-            .map(|prs| (me, prs)),
-        Err(e) => Err(e),
-    };
-    let (me, prs) = match listed {
-        Ok(listed) => listed,
-        Err(e) => {
-            tracing::warn!("promotions into {}: cannot list them: {e}", target.name);
-            return None;
-        }
-    };
-    let merged = prs
-        .into_iter()
-        .filter(|pr| pr.head_ref == branch && pr.merged)
-        .filter(|pr| daemon::not_ours(pr, true, me).is_none())
-        .max_by_key(|pr| pr.merged_at)?;
-    let sha = merged.merge_commit_sha.clone()?;
-    let what = format!("commit {}", &sha[..sha.len().min(12)]);
-    if settled
-        .is_some_and(|v| v.source == what && matches!(v.state.as_str(), "converged" | "failed"))
-    {
-        return None;
-    }
-    let source = Source::Commit(sha);
-    let stage_config = promote::stage_config(config, target);
-    let interval = i64::try_from(pass.interval.as_secs()).unwrap_or(i64::MAX);
-    let young = merged
-        .merged_at
-        .is_some_and(|at| now.saturating_sub(at).max(0) < interval);
-    Some(
-        reconcile::verify_now(
-            &source,
-            Some(merged.number),
-            young,
-            &stage_config,
-            pass.syncer,
-            Some(forge),
-            cluster,
-            pass.registry,
-        )
-        .await
-        .0,
-    )
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use kube::{Resource, ResourceExt};
 use super::crd::{
     LastPin, PinnedRepository, PinnedRepositoryStatus, PullRequestRef, VerdictSummary,
 };
+use super::merged;
 use super::promotion;
 use super::status::{self, Outcome, Reason, StatusUpdate};
 use crate::config::{Config, GitAuth, WriteMode};
@@ -409,6 +410,7 @@ async fn run_pass(
         };
         return (outcome, update, ctx.interval, events);
     }
+    let previous_verdict = object.status.as_ref().and_then(|s| s.verdict.as_ref());
     let verdict = match verify_on {
         Some(cluster) => {
             let source = match (config.mode, &update.pull_request) {
@@ -438,13 +440,32 @@ async fn run_pass(
         }
         None => None,
     };
-    let (verdict, awaiting) = match verdict {
-        Some((verdict, awaiting)) => (Some(verdict), awaiting),
-        None => (None, None),
+    // Pull-request mode: the sync pull request merged last, verified after its merge.
+    let merged = match (config.mode, verify_on, forge.as_ref()) {
+        (WriteMode::PullRequest, Some(cluster), Some(forge)) => {
+            let verifier = merged::Verifier {
+                config: &config,
+                syncer: &syncer,
+                forge,
+                registry: &registry,
+                interval: ctx.interval,
+            };
+            merged::verify_last_merged(&verifier, merged::Kind::Sync, cluster, previous_verdict)
+                .await
+        }
+        _ => None,
     };
+    let (verdict, awaiting, merged_verdict) = reported_verdict(verdict, merged, previous_verdict);
+    if let Some(v) = merged_verdict.as_ref().filter(|v| v.state == "failed") {
+        // Failed is final: it is verified, and announced, once.
+        events.push((
+            EventType::Warning,
+            "VerificationFailed",
+            format!("{}: {}", v.source, v.summary),
+        ));
+    }
     if let Some(v) = verdict.as_ref().filter(|v| v.state == "failed") {
-        let previous = object.status.as_ref().and_then(|s| s.verdict.as_ref());
-        if previous.is_none_or(|p| p.source != v.source || p.state != v.state) {
+        if previous_verdict.is_none_or(|p| p.source != v.source || p.state != v.state) {
             events.push((
                 EventType::Warning,
                 "VerificationFailed",
@@ -452,9 +473,11 @@ async fn run_pass(
             ));
         }
     }
-    let mut requeue = match verdict.as_ref().map(|v| v.state.as_str()) {
-        Some("progressing") => ctx.verify_interval,
-        _ => ctx.interval,
+    let progressing =
+        |v: &Option<VerdictSummary>| v.as_ref().is_some_and(|v| v.state == "progressing");
+    let mut requeue = match progressing(&verdict) || progressing(&merged_verdict) {
+        true => ctx.verify_interval,
+        false => ctx.interval,
     };
     if config.promotion.is_some() {
         let pass = promotion::Pass {
@@ -559,6 +582,45 @@ fn status_update(report: &SyncReport, events: &mut Events) -> StatusUpdate {
         }
     }
     update
+}
+
+/// What the status reports of this pass's verifications in pull-request mode: the verdict,
+/// what it waits for, and the verdict of a merged pull request that is verified and posted to
+/// it but not reported (another pull request is open).
+///
+/// - An open pull request is what the status reports (`Ready` is `PullRequestOpen`, or what
+///   its own verdict says): the pins waiting for a merge are what a person acts on. A pull
+///   request merged before it is still verified, its verdict posted to it, and a failure
+///   announced as an Event.
+/// - Else the pull request merged last is: `AwaitingSync` or `Progressing` while the cluster
+///   rolls it out, `Converged` or `VerificationFailed` once final. A final verdict is not
+///   verified again; the status keeps reporting it, as long as it holds that very verdict.
+/// - Else (commit mode, nothing merged) the pass's own verification, if any.
+fn reported_verdict(
+    open: Option<(VerdictSummary, Option<status::Awaiting>)>,
+    merged: Option<merged::Merged>,
+    previous: Option<&VerdictSummary>,
+) -> (
+    Option<VerdictSummary>,
+    Option<status::Awaiting>,
+    Option<VerdictSummary>,
+) {
+    match (open, merged) {
+        (Some((verdict, awaiting)), merged) => (
+            Some(verdict),
+            awaiting,
+            merged.and_then(|m| m.verdict).map(|(v, _)| v),
+        ),
+        (None, Some(merged)) => match merged.verdict {
+            Some((verdict, awaiting)) => (Some(verdict), awaiting, None),
+            None => (
+                previous.filter(|p| p.source == merged.label).cloned(),
+                None,
+                None,
+            ),
+        },
+        (None, None) => (None, None, None),
+    }
 }
 
 /// Whether the commit `source` names was pinned less than an interval ago, by this pass or
@@ -877,6 +939,65 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn summary(state: &str, source: &str) -> VerdictSummary {
+        VerdictSummary {
+            state: state.into(),
+            source: source.into(),
+            summary: format!("1 {state}"),
+            converged: u32::from(state == "converged"),
+            progressing: u32::from(state == "progressing"),
+            failed: u32::from(state == "failed"),
+            unverified: 0,
+            time: "2026-11-25T09:00:00Z".into(),
+        }
+    }
+
+    fn merged(verdict: Option<&str>) -> merged::Merged {
+        let label = merged::merged_label(1, "0123456789abcdef0123456789abcdef01234567");
+        merged::Merged {
+            number: 1,
+            verdict: verdict.map(|state| (summary(state, &label), None)),
+            label,
+        }
+    }
+
+    #[test]
+    fn an_open_pull_request_is_reported_and_the_merged_one_still_verified() {
+        let open = summary("progressing", "pull request #2");
+        let awaiting = status::Awaiting {
+            reason: Reason::AwaitingSync,
+            what: "waiting for the GitOps tool to apply the pins".into(),
+        };
+        let (verdict, waits, other) = reported_verdict(
+            Some((open.clone(), Some(awaiting.clone()))),
+            Some(merged(Some("failed"))),
+            None,
+        );
+        assert_eq!(verdict, Some(open));
+        assert_eq!(waits, Some(awaiting));
+        let other = other.expect("the merged verdict, to announce");
+        assert_eq!(other.state, "failed");
+        assert_eq!(other.source, "pull request #1, merged as 0123456789ab");
+    }
+
+    #[test]
+    fn without_an_open_pull_request_the_merged_one_is_reported_and_a_final_verdict_kept() {
+        let (verdict, _, other) = reported_verdict(None, Some(merged(Some("progressing"))), None);
+        assert_eq!(verdict.map(|v| v.state), Some("progressing".to_string()));
+        assert_eq!(other, None);
+        // Converged before: not verified again, and still reported.
+        let label = merged(None).label;
+        let before = summary("converged", &label);
+        let (verdict, waits, _) = reported_verdict(None, Some(merged(None)), Some(&before));
+        assert_eq!(verdict, Some(before));
+        assert_eq!(waits, None);
+        // A verdict on the pull request while it was open says nothing about its merge.
+        let open = summary("converged", "pull request #1");
+        let (verdict, _, _) = reported_verdict(None, Some(merged(None)), Some(&open));
+        assert_eq!(verdict, None);
+        assert_eq!(reported_verdict(None, None, Some(&open)).0, None);
+    }
 
     #[test]
     fn backoff_doubles_from_five_seconds_up_to_the_interval() {

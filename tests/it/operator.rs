@@ -976,3 +976,187 @@ async fn a_restarted_operator_announces_nothing_the_first_one_already_did() {
     }
     assert_eq!(github.prs().len(), 1);
 }
+
+/// A merged sync pull request is verified after its merge, as `tagpin run` verifies it: the
+/// object reports it while the cluster rolls it out, then Converged, with the verdict on the
+/// merge commit and in the pull request's comment. A fork's pull request on a branch named
+/// like tagpin's, merged after it, is never verified.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merged_pull_request_is_verified_until_the_cluster_runs_it() {
+    use support::github::GitHubServer;
+    use support::kube::secret;
+    use support::workloads::{image_id, LiveDeployment};
+    const TOKEN: &str = "ghs_operator_merged_5c1e";
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let digest = registry
+        .push_image("acme/web", "1.0", "web-1.0")
+        .await
+        .manifest;
+    let tag = format!("{host}/acme/web:1.0");
+    let pinned = format!("{tag}@{digest}");
+    let repo = BareRepo::create(&[("apps/web.yaml", &deployment("web", &tag))]);
+    let before = repo.head("main").unwrap();
+    let github = GitHubServer::start(TOKEN, "acme", "gitops", repo.path()).await;
+    let kube = cluster().await;
+    kube.apply(secret(
+        NS,
+        "git-creds",
+        &[("tagpin.dev/watch", "Enabled")],
+        &[("GITHUB_TOKEN", TOKEN)],
+    ));
+    // Argo CD applied the tag as Git had it before the pin.
+    let web = LiveDeployment::new("default", "web").container("app", &tag);
+    web.apply(&kube);
+    kube.apply(pinned_repository(
+        "shop",
+        json!({}),
+        json!({
+            "repository": {"url": repo.file_url(), "branch": "main"},
+            "paths": ["apps"],
+            "mode": "pull-request",
+            "registries": {"insecure": [host]},
+            "secret_ref": {"name": "git-creds"},
+            "forge": {"api_url": github.api_url(), "owner": "acme", "repo": "gitops",
+                      "token_env": "GITHUB_TOKEN"},
+        }),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
+    let reason = |kube: &KubeServer| {
+        condition(kube, "shop", "Ready").map(|c| c["reason"].as_str().unwrap().to_string())
+    };
+    let verdict = |kube: &KubeServer| {
+        kube.get("PinnedRepository", NS, "shop")
+            .map(|o| o["status"]["verdict"].clone())
+            .unwrap_or_default()
+    };
+
+    eventually("the pull request is open and the object Ready", || {
+        reason(&kube).as_deref() == Some("PullRequestOpen")
+    })
+    .await;
+    let prs = github.prs();
+    assert_eq!(prs.len(), 1);
+    let branch = prs[0].head_ref.clone();
+    let object = kube.get("PinnedRepository", NS, "shop").unwrap();
+    assert_eq!(object["status"]["pullRequest"]["number"], 1);
+    assert_eq!(object["status"]["verdict"]["source"], "pull request #1");
+
+    // A person merges it; Argo CD has not applied the merge yet.
+    let merge = repo.commit_as_other_writer(
+        "main",
+        &[(
+            "apps/web.yaml",
+            &repo.read(&branch, "apps/web.yaml").unwrap(),
+        )],
+        &format!("Merge pull request #1 from acme/{branch}"),
+    );
+    github.merge_pr(1, &merge);
+    let source = format!("pull request #1, merged as {}", &merge[..12]);
+    eventually("the merge is awaited", || {
+        reason(&kube).as_deref() == Some("AwaitingSync") && verdict(&kube)["source"] == source
+    })
+    .await;
+    let object = kube.get("PinnedRepository", NS, "shop").unwrap();
+    assert!(object["status"].get("pullRequest").is_none(), "{object}");
+    assert_eq!(object["status"]["verdict"]["state"], "progressing");
+    let ready = condition(&kube, "shop", "Ready").unwrap();
+    assert_eq!(ready["status"], "False");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for the GitOps tool to apply the pins: default/Deployment/web"),
+        "{ready}"
+    );
+    assert_eq!(
+        condition(&kube, "shop", "Reconciling").unwrap()["reason"],
+        "AwaitingSync"
+    );
+    assert!(condition(&kube, "shop", "Stalled").is_none());
+    let on_merge = |state: &str| {
+        github
+            .statuses(&merge)
+            .iter()
+            .any(|s| s.context == "tagpin/converged" && s.state == state)
+    };
+    assert!(on_merge("pending"), "{:?}", github.statuses(&merge));
+
+    // An outsider's fork, on a branch named like tagpin's with the same plan block, merged
+    // after it: never tagpin's to verify.
+    let fork =
+        github.open_outsider_fork_pr(&before, &prs[0].title, prs[0].body.as_deref().unwrap());
+    let fork_merge = repo.commit_as_other_writer(
+        "main",
+        &[("README.md", "# gitops\n")],
+        &format!("Merge pull request #{fork} from mallory/tagpin/main"),
+    );
+    github.merge_pr(fork, &fork_merge);
+
+    // Argo CD applies the pin; the rollout is under way.
+    let rolling = LiveDeployment::new("default", "web").container("app", &pinned);
+    let stored = rolling.apply(&kube);
+    kube.set_status(
+        "Deployment",
+        "default",
+        "web",
+        json!({"observedGeneration": stored["metadata"]["generation"], "replicas": 1,
+               "updatedReplicas": 0, "readyReplicas": 1, "availableReplicas": 1}),
+    );
+    eventually("the merge is rolling out", || {
+        reason(&kube).as_deref() == Some("Progressing")
+    })
+    .await;
+    assert_eq!(
+        verdict(&kube)["source"],
+        source,
+        "the fork is not the last merged"
+    );
+
+    // The pods run the pinned digest.
+    rolling.apply(&kube);
+    rolling.pod("web-1").running(&kube, &[image_id(&pinned)]);
+    eventually("the merge converges", || {
+        reason(&kube).as_deref() == Some("Converged")
+    })
+    .await;
+    assert_eq!(condition(&kube, "shop", "Ready").unwrap()["status"], "True");
+    assert!(condition(&kube, "shop", "Reconciling").is_none());
+    let verdict_now = verdict(&kube);
+    assert_eq!(verdict_now["state"], "converged");
+    assert_eq!(verdict_now["source"], source);
+    assert_eq!(verdict_now["converged"], 1);
+    assert!(on_merge("success"), "{:?}", github.statuses(&merge));
+    // The status is posted before the comment is updated: wait for the comment too.
+    eventually("the pull request's comment says Converged", || {
+        github.comments(1).iter().any(|c| {
+            c.body.contains("<!-- tagpin-verify -->") && c.body.contains("cluster Converged")
+        })
+    })
+    .await;
+    assert_eq!(
+        github
+            .comments(1)
+            .iter()
+            .filter(|c| c.body.contains("<!-- tagpin-verify -->"))
+            .count(),
+        1,
+        "one comment, updated"
+    );
+    for sha in [&before, &fork_merge] {
+        assert!(
+            github.statuses(sha).is_empty(),
+            "the fork's commits: {:?}",
+            github.statuses(sha)
+        );
+    }
+    assert!(
+        github.comments(fork).is_empty(),
+        "{:?}",
+        github.comments(fork)
+    );
+    let log = operator.stop().await;
+    assert!(!log.contains(TOKEN), "{log}");
+    github.assert_no_violations();
+}
