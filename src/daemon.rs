@@ -547,6 +547,8 @@ impl InFlight<'_> {
     ) -> Result<(), VerifyError> {
         let target = &self.config.repository.branch;
         let mut sources: Vec<InFlightItem> = Vec::new();
+        // Merge commits of the promotions in flight, verified or settled as promotions.
+        let mut promotion_merges: Vec<String> = Vec::new();
         if let Some(forge) = self.forge {
             let now = (self.clock)();
             // The forge's pull requests are one source of work among others: when they
@@ -598,6 +600,9 @@ impl InFlight<'_> {
                 } else {
                     Some(pr.head_sha.clone())
                 };
+                if let (Some(_), Some(sha)) = (stage, &final_sha) {
+                    promotion_merges.push(sha.clone());
+                }
                 // A final verdict on that commit ends the verification, open or merged.
                 if let Some(sha) = &final_sha {
                     let (settled, read) = {
@@ -610,7 +615,10 @@ impl InFlight<'_> {
                     if settled {
                         continue;
                     }
-                    if !read {
+                    // A promotion's merge commit may also be the branch's tip, and a status
+                    // on it may be the commit-mode verdict of the first stage: only this
+                    // process's own final verdict on the promotion ends its verification.
+                    if !read && stage.is_none() {
                         // One unreadable status skips that pull request this round, not all.
                         let status =
                             match forge.status_of(sha, verify::report::STATUS_CONTEXT).await {
@@ -642,8 +650,15 @@ impl InFlight<'_> {
         }
         if self.config.mode == WriteMode::Commit {
             if let Some(tip) = self.mirror.tip(target) {
-                if lock(&self.settled_tip).as_deref() != Some(tip.to_string().as_str()) {
-                    sources.push((Source::Commit(tip.to_string()), None, None, None));
+                let tip = tip.to_string();
+                // The merge of a promotion in flight is verified as that promotion, on its
+                // stage's cluster: the first stage's verdict must not be posted on it too (one
+                // commit, one `tagpin/converged` status), and its first-stage paths are its
+                // parent's, verified before the promotion could open.
+                if promotion_merges.contains(&tip) {
+                    *lock(&self.settled_tip) = Some(tip.clone());
+                } else if lock(&self.settled_tip).as_deref() != Some(tip.as_str()) {
+                    sources.push((Source::Commit(tip), None, None, None));
                 }
             }
         }

@@ -2,7 +2,7 @@
 //! webhook deliveries (signed and not), `/metrics` scraped, and SIGTERM.
 
 use crate::support;
-use crate::support::{eventually, eventually_or};
+use crate::support::{eventually, eventually_async, eventually_or};
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -577,12 +577,18 @@ async fn the_controller_promotes_what_converged_in_staging_and_verifies_producti
         let image_id = format!("{host}/acme/web@{}", pushed.manifest);
         runs(kube, "web", image, &image_id, pod_name);
     };
-    // Staging runs the tag, unpinned, as before tagpin.
+    // Staging runs the tag, unpinned, as before tagpin; production the older version.
     staging.apply(live_deployment(
         "shop",
         "web",
         &[("app", "web")],
         &[("app", &format!("{host}/acme/web:1.0"))],
+    ));
+    production.apply(live_deployment(
+        "shop",
+        "web",
+        &[("app", "web")],
+        &[("app", &format!("{host}/acme/web:0.9"))],
     ));
 
     let controller =
@@ -646,6 +652,50 @@ async fn the_controller_promotes_what_converged_in_staging_and_verifies_producti
         "Merge #1",
     );
     github.merge_pr(pr.number, &merge);
+    // A pass fetches the merge, which is now the branch's tip. Production does not run it
+    // yet: for rounds of verification the merge commit must say pending, never staging's
+    // success as commit-mode verification of the same commit would.
+    let sum = |metrics: &str, family: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(family))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let passes = sum(&controller.metrics().await, "tagpin_passes_total{");
+    assert_eq!(
+        controller
+            .deliver("distribution", Some(&format!("Bearer {SECRET}")), &event)
+            .await,
+        202
+    );
+    eventually_async("a pass after the merge", || async {
+        sum(&controller.metrics().await, "tagpin_passes_total{") > passes
+    })
+    .await;
+    let rounds = sum(&controller.metrics().await, "tagpin_verifications_total{");
+    let verified = support::eventually_async_or("three more verifications", || async {
+        sum(&controller.metrics().await, "tagpin_verifications_total{") >= rounds + 3.0
+    })
+    .await;
+    if !verified {
+        let metrics = controller.metrics().await;
+        let (_, log) = controller.stop().await;
+        panic!("no verification rounds ({rounds} before):\n{metrics}\n{log}");
+    }
+    let before = github.statuses(&merge);
+    assert!(
+        before
+            .iter()
+            .any(|s| s.context == "tagpin/converged" && s.state == "pending"),
+        "{before:?}"
+    );
+    assert!(
+        !before
+            .iter()
+            .any(|s| s.context == "tagpin/converged" && s.state == "success"),
+        "production does not run the promotion yet: {before:?}"
+    );
     converge(&production, &pinned, "web-p1");
     let converged = eventually_or("tagpin/converged success on the merge commit", || {
         github
