@@ -58,7 +58,7 @@ use crate::registry::{Client, ResolveKey, ResolveResult};
 use crate::sync::{Outcome, SyncOptions, Syncer};
 use crate::verify::live::Cluster;
 use crate::verify::verdict::State as Verdict;
-use crate::verify::{self, Families, Source, VerifyError};
+use crate::verify::{self, grace, Families, Source, VerifyError};
 use crate::webhook::{self, Sender};
 
 mod timetable;
@@ -484,11 +484,21 @@ pub struct InFlight<'a> {
     pub pr_memory: Mutex<PrMemory>,
     /// The time compared with merge times ([`in_flight_at`]).
     pub clock: Clock,
+    /// For how long after a commit landed (tagpin's pin, a merge) a workload it names that
+    /// does not exist yet is awaited rather than failed ([`verify::grace`]): the pass interval.
+    pub grace: Duration,
 }
 
-/// One thing to verify: its source, its pull request, the stage a promotion goes into, and the
-/// commit whose final verdict ends its verification.
-type InFlightItem<'c> = (Source, Option<u64>, Option<&'c Stage>, Option<String>);
+/// One thing to verify: its source, its pull request, the stage a promotion goes into, the
+/// commit whose final verdict ends its verification, and when what is verified landed (Unix
+/// seconds: a merge time, a commit time), when known.
+type InFlightItem<'c> = (
+    Source,
+    Option<u64>,
+    Option<&'c Stage>,
+    Option<String>,
+    Option<i64>,
+);
 
 /// What the verification of pull requests remembers between cycles, so that a cycle spends
 /// no GitHub call on what cannot have changed. Lost on restart: one status read per pull
@@ -645,12 +655,13 @@ impl InFlight<'_> {
                     Some(_) => promote::verification_source(&pr),
                     None => Source::PullRequest(pr.number),
                 };
-                sources.push((source, Some(pr.number), stage, final_sha));
+                let landed = pr.merged_at.filter(|_| pr.merged);
+                sources.push((source, Some(pr.number), stage, final_sha, landed));
             }
         }
         if self.config.mode == WriteMode::Commit {
-            if let Some(tip) = self.mirror.tip(target) {
-                let tip = tip.to_string();
+            if let Some(oid) = self.mirror.tip(target) {
+                let tip = oid.to_string();
                 // The merge of a promotion in flight is verified as that promotion, on its
                 // stage's cluster: the first stage's verdict must not be posted on it too (one
                 // commit, one `tagpin/converged` status), and its first-stage paths are its
@@ -658,11 +669,13 @@ impl InFlight<'_> {
                 if promotion_merges.contains(&tip) {
                     *lock(&self.settled_tip) = Some(tip.clone());
                 } else if lock(&self.settled_tip).as_deref() != Some(tip.as_str()) {
-                    sources.push((Source::Commit(tip), None, None, None));
+                    let landed = self.mirror.commit_time(oid).ok();
+                    sources.push((Source::Commit(tip), None, None, None, landed));
                 }
             }
         }
-        for (source, pr, stage, final_sha) in sources {
+        let now = (self.clock)();
+        for (source, pr, stage, final_sha, landed) in sources {
             let (config, cluster) = match stage {
                 Some(stage) => match self.stage_clusters.get(&stage.name) {
                     Some(cluster) => (promote::stage_config(self.config, stage), cluster),
@@ -701,6 +714,13 @@ impl InFlight<'_> {
                     tracing::warn!("cannot verify {source:?}: {e}");
                     continue;
                 }
+            };
+            let check = match landed.is_some_and(|t| grace::is_young(t, now, self.grace)) {
+                true => {
+                    let unchecked = check.unchecked(&expectations);
+                    grace::not_created_yet(check, unchecked)
+                }
+                false => check,
             };
             metrics::inc(
                 &metrics.verdicts,
@@ -1086,6 +1106,7 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
             settled_tip: std::sync::Mutex::default(),
             pr_memory: std::sync::Mutex::default(),
             clock: crate::clock::system(),
+            grace: schedule.interval,
         }),
         Err(e) => {
             tracing::warn!("no cluster to verify against ({e}); pinning only");

@@ -572,6 +572,14 @@ impl Mirror {
         }
     }
 
+    /// When a commit was made (committer time, Unix seconds): how long the GitOps tool has had
+    /// to apply it.
+    pub fn commit_time(&self, commit: Oid) -> Result<i64, GitError> {
+        let c = self.repo.find_commit(commit).map_err(other)?;
+        let seconds = c.committer().when().seconds();
+        Ok(seconds)
+    }
+
     /// The tree and first parent of a commit, to tell whether a branch already holds a change.
     pub fn tree_and_parent(&self, commit: Oid) -> Result<(Oid, Option<Oid>), GitError> {
         let c = self.repo.find_commit(commit).map_err(other)?;

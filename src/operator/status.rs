@@ -13,9 +13,8 @@
 use std::time::Duration;
 
 use super::crd::{Condition, LastPin, PinnedRepositoryStatus, VerdictSummary};
-use crate::verify::verdict::{self, ConditionStatus, ConditionType, State, Unchecked, Verdict};
-use crate::verify::Check;
-use crate::workload::WorkloadId;
+use crate::verify::verdict::{ConditionStatus, ConditionType, State, Unchecked, Verdict};
+use crate::verify::{grace, Check};
 
 pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
@@ -243,43 +242,16 @@ pub struct Awaiting {
     pub what: String,
 }
 
-/// The `Synced` reason of a verdict whose workload does not exist in the cluster.
-const WORKLOAD_MISSING: &str = "WorkloadMissing";
-
 /// A check as the operator reports it, and what it waits for if it progresses.
 ///
-/// The verifier judges a workload that does not exist as failed: it cannot tell a workload
-/// the GitOps tool has not created yet from one that will never be. The operator knows one
-/// more thing, when the commit was pinned: while the pin is `young` (pinned less than an
-/// interval ago), a missing workload that no Argo CD or Flux object reports as applied at the
-/// pin commit is progressing, "not created yet". Any other failure stays failed, and nothing
-/// becomes converged that was not checked: only failed turns into progressing, never the
-/// other way, and the headline is summed up again by the verifier's own rule.
+/// While the pin is `young` (pinned less than an interval ago), a missing workload no Argo CD
+/// or Flux object reports as applied is progressing, "not created yet" ([`grace`]): the
+/// operator knows when it pinned. Any other failure stays failed.
 pub fn settle(check: Check, unchecked: Unchecked, young: bool) -> (Check, Option<Awaiting>) {
-    let applied: Vec<WorkloadId> = check
-        .gitops
-        .objects
-        .iter()
-        .filter(|o| o.synced)
-        .flat_map(|o| o.workloads.iter().cloned())
-        .collect();
-    let awaited_missing = |v: &Verdict| {
-        young
-            && v.state == State::Failed
-            && v.condition(ConditionType::Synced)
-                .is_some_and(|c| c.reason == WORKLOAD_MISSING)
-            && !applied.contains(&v.workload)
+    let check = match young {
+        true => grace::not_created_yet(check, unchecked),
+        false => check,
     };
-    let mut check = check;
-    if check.verdicts.iter().any(awaited_missing) {
-        for v in check.verdicts.iter_mut().filter(|v| awaited_missing(v)) {
-            v.state = State::Progressing;
-            v.reason = "not created yet: the workload does not exist in the cluster".to_string();
-        }
-        let (state, summary) = verdict::summarize(&check.verdicts, unchecked);
-        check.state = state;
-        check.summary = summary;
-    }
     if check.state != State::Progressing {
         return (check, None);
     }
@@ -334,9 +306,7 @@ pub fn pinned_within(
     let Ok(at) = pin.time.parse::<k8s_openapi::jiff::Timestamp>() else {
         return false;
     };
-    // A time ahead of this clock (another replica's) counts as now.
-    let age = now.saturating_sub(at.as_second()).max(0);
-    age < i64::try_from(interval.as_secs()).unwrap_or(i64::MAX)
+    grace::is_young(at.as_second(), now, interval)
 }
 
 /// Condition messages are read in `kubectl get`: the first lines of a long list are enough,
@@ -422,7 +392,7 @@ mod tests {
         deployment, deployment_with_pods, found, judge_default, old, on, pinned, waiting_pod,
         workload,
     };
-    use crate::verify::verdict::Live;
+    use crate::verify::verdict::{self, Live};
 
     fn check_of(verdicts: Vec<Verdict>, gitops: Findings) -> Check {
         let (state, summary) = verdict::summarize(&verdicts, Unchecked::default());

@@ -10,6 +10,7 @@
 mod condition;
 pub mod expected;
 pub mod gitops;
+pub mod grace;
 pub mod helm;
 pub mod live;
 mod observed;

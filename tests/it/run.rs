@@ -177,6 +177,15 @@ pub(crate) fn commit_mode_config(dir: &std::path::Path, repo: &BareRepo, host: &
     config
 }
 
+/// The sum of a metric family's samples in a `/metrics` page (`family` with its `{`).
+fn metric_sum(metrics: &str, family: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(family))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// `shop/Deployment/<name>` as Argo CD applied it from `image`, its rollout finished, and its
 /// one pod `pod_name` running and reporting `image_id`.
 fn runs(kube: &support::kube::KubeServer, name: &str, image: &str, image_id: &str, pod_name: &str) {
@@ -502,6 +511,94 @@ async fn in_pull_request_mode_the_controller_verifies_what_it_opened_until_conve
 }
 
 #[tokio::test]
+async fn a_workload_the_pin_names_is_awaited_until_it_is_created_not_failed() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let pushed = registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let token = "ghs_run_grace";
+    let github = support::github::GitHubServer::start(token, "acme", "gitops", repo.path()).await;
+    // Nothing runs web yet: Argo CD creates it once it applies the pin commit.
+    let kube = support::kube::KubeServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: commit\n\
+             registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
+             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",
+            repo.file_url(),
+            github.api_url()
+        ),
+    )
+    .unwrap();
+    let kubeconfig = kube.kubeconfig(dir.path());
+    let controller = Controller::start_with(
+        dir.path(),
+        &config,
+        &[
+            ("KUBECONFIG", kubeconfig.to_str().unwrap()),
+            ("GH_TOKEN", token),
+        ],
+    )
+    .await;
+    let pinned = format!("{host}/acme/web:1.0@{}", pushed.manifest);
+    assert!(repo
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&pinned));
+    let pin = repo.head("main").unwrap();
+
+    // For rounds of verification within the interval (1 h), the pin commit says pending.
+    // (A failed verdict would be final: no third round, and the statuses below say failure.)
+    support::eventually_async_or("three verifications", || async {
+        metric_sum(&controller.metrics().await, "tagpin_verifications_total{") >= 3.0
+    })
+    .await;
+    let statuses = github.statuses(&pin);
+    let converged: Vec<_> = statuses
+        .iter()
+        .filter(|s| s.context == "tagpin/converged")
+        .collect();
+    assert!(
+        converged.iter().all(|s| s.state == "pending"),
+        "{statuses:?}"
+    );
+    assert!(
+        converged
+            .last()
+            .and_then(|s| s.description.as_deref())
+            .is_some_and(|d| d.contains("not created yet")),
+        "{statuses:?}"
+    );
+
+    // Argo CD creates it; the kubelet runs the pinned digest.
+    runs(
+        &kube,
+        "web",
+        &pinned,
+        &format!("{host}/acme/web@{}", pushed.manifest),
+        "web-1",
+    );
+    let done = eventually_or("success on the pin commit", || {
+        github
+            .statuses(&pin)
+            .iter()
+            .any(|s| s.context == "tagpin/converged" && s.state == "success")
+    })
+    .await;
+    let (code, log) = controller.stop().await;
+    assert!(done, "{:?}\n{log}", github.statuses(&pin));
+    assert_eq!(code, Some(0), "{log}");
+    github.assert_no_violations();
+    kube.assert_no_writes();
+}
+
+#[tokio::test]
 async fn a_broken_manifest_makes_the_pass_partial_while_the_good_ones_are_pinned() {
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
@@ -655,14 +752,7 @@ async fn the_controller_promotes_what_converged_in_staging_and_verifies_producti
     // A pass fetches the merge, which is now the branch's tip. Production does not run it
     // yet: for rounds of verification the merge commit must say pending, never staging's
     // success as commit-mode verification of the same commit would.
-    let sum = |metrics: &str, family: &str| -> f64 {
-        metrics
-            .lines()
-            .filter(|l| l.starts_with(family))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    let passes = sum(&controller.metrics().await, "tagpin_passes_total{");
+    let passes = metric_sum(&controller.metrics().await, "tagpin_passes_total{");
     assert_eq!(
         controller
             .deliver("distribution", Some(&format!("Bearer {SECRET}")), &event)
@@ -670,12 +760,12 @@ async fn the_controller_promotes_what_converged_in_staging_and_verifies_producti
         202
     );
     eventually_async("a pass after the merge", || async {
-        sum(&controller.metrics().await, "tagpin_passes_total{") > passes
+        metric_sum(&controller.metrics().await, "tagpin_passes_total{") > passes
     })
     .await;
-    let rounds = sum(&controller.metrics().await, "tagpin_verifications_total{");
+    let rounds = metric_sum(&controller.metrics().await, "tagpin_verifications_total{");
     let verified = support::eventually_async_or("three more verifications", || async {
-        sum(&controller.metrics().await, "tagpin_verifications_total{") >= rounds + 3.0
+        metric_sum(&controller.metrics().await, "tagpin_verifications_total{") >= rounds + 3.0
     })
     .await;
     if !verified {
