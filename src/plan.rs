@@ -126,10 +126,18 @@ pub fn references_to_resolve(files: &[ScannedFile], follow: &Follow) -> Vec<Refe
     files
         .iter()
         .flat_map(|f| f.fields.iter())
-        .filter_map(|field| Reference::parse(&field.value).ok())
-        .filter(|r| !r.is_digest_only())
-        .filter_map(|r| follow.target(&r).ok())
+        .filter_map(|field| reference_to_resolve(&field.value, follow))
         .collect()
+}
+
+/// The reference the registry must be asked about for one field's value, as
+/// [`references_to_resolve`] picks it; `None` when the field needs no answer.
+pub fn reference_to_resolve(value: &str, follow: &Follow) -> Option<Reference> {
+    let reference = Reference::parse(value).ok()?;
+    if reference.is_digest_only() {
+        return None;
+    }
+    follow.target(&reference).ok()
 }
 
 /// What one image field should become, as the caller of [`plan_by`] decides it.
@@ -269,11 +277,7 @@ impl<'a> Planner<'a> {
 /// The key the registry is asked under for one field's value, as [`references_to_resolve`]
 /// picks it; `None` when the field needs no answer.
 fn key_to_resolve(value: &str, follow: &Follow) -> Option<ResolveKey> {
-    let reference = Reference::parse(value).ok()?;
-    if reference.is_digest_only() {
-        return None;
-    }
-    follow.target(&reference).ok().map(|r| ResolveKey::of(&r))
+    reference_to_resolve(value, follow).map(|r| ResolveKey::of(&r))
 }
 
 impl Plan {
