@@ -12,6 +12,7 @@
 //!   and at the floor's connection count, on a current-thread runtime as `tagpin plan` runs it
 //!   (`Command::is_one_shot`); and once on the bench's multi-thread runtime, to compare;
 //! - the resolution alone (the 500 references, no files);
+//! - the pass as it was at e8876cd, before this round's profiling (see `plan_as_last_round`);
 //! - `sync` when nothing changed, on a Git repository holding the same manifests already
 //!   pinned (a fetch that brings nothing, the scan, the HEADs, no commit).
 //!
@@ -233,6 +234,56 @@ async fn plan_as_before(host: &str, root: &Path) -> (Duration, usize) {
     (elapsed, connections_to(port_of(host)))
 }
 
+/// The pass as it was before the wake-up changes of issue #16's profiling round (commit
+/// e8876cd): every image field handed to the resolver (2,000 hand-overs, not 500), every
+/// answer handed to the planning thread on its own (500 wake-ups), on the multi-thread
+/// runtime. Built from the same public pieces `pass::run` uses, for comparison in the same
+/// rounds.
+async fn plan_as_last_round(host: &str, root: &Path) -> (Duration, usize) {
+    use tagpin::pipeline::{self, ImageSelection};
+    use tagpin::policy::Follow;
+    let client = Client::new(Settings {
+        insecure_hosts: vec![host.to_string()],
+        ..Settings::default()
+    })
+    .unwrap();
+    let started = Instant::now();
+    let (found, references) = tokio::sync::mpsc::unbounded_channel();
+    let (answered, answers) = std::sync::mpsc::channel();
+    let paths = vec![root.to_path_buf()];
+    let planning = tokio::task::spawn_blocking(move || {
+        let follow = Follow::default();
+        let scanned = pipeline::scan_working_tree_with(
+            &paths,
+            &FileFilter::default(),
+            &ImageSelection::default(),
+            |file| {
+                for reference in
+                    tagpin::plan::references_to_resolve(std::slice::from_ref(file), &follow)
+                {
+                    let _ = found.send(reference);
+                }
+            },
+        );
+        drop(found);
+        let mut planner = tagpin::plan::Planner::new(&scanned.files, &follow);
+        for (key, result) in answers {
+            planner.answer(key, result);
+        }
+        planner.finish()
+    });
+    client
+        .resolve_as_found(references, |key, result| {
+            let _ = answered.send((key.clone(), result.clone()));
+        })
+        .await;
+    drop(answered);
+    let plan = planning.await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(plan.summary.to_pin, MANIFESTS);
+    (elapsed, connections_to(port_of(host)))
+}
+
 async fn resolve_once(host: &str, refs: &[Reference]) -> (Duration, usize) {
     let client = Client::new(Settings {
         insecure_hosts: vec![host.to_string()],
@@ -418,13 +469,14 @@ const SYNC: usize = 5;
 const PLAN_AS_BEFORE: usize = 6;
 const PLAN_MULTI_THREAD: usize = 7;
 const FLOOR_ONE_THREAD: usize = 8;
+const PLAN_AS_LAST_ROUND: usize = 9;
 
 /// `BENCH_PROFILE=<kind>`: runs one kind of run `runs` times back to back, for a profiler
 /// attached to this process (`perf record -p`), and prints the CPU of each. It announces
 /// `profiling <kind> in pid <pid>` on stderr before the first run, and starts after a second,
 /// so that the profiler can be attached in time. Kinds: `plan` (on a current-thread runtime,
 /// as `tagpin plan` runs), `plan-mt` (on the bench's multi-thread runtime), `floor`,
-/// `floor-ct` (the floor on a current-thread runtime), `resolve`, `before`.
+/// `floor-ct` (the floor on a current-thread runtime), `resolve`, `before`, `e8876cd`.
 /// Runs `work` on a current-thread runtime of its own, on a thread of its own.
 fn on_current_thread<F, Fut>(work: F)
 where
@@ -470,6 +522,7 @@ async fn profile(
             "floor" => drop(baseline(host, images, FLOOR_CONNECTIONS).await),
             "resolve" => drop(resolve_once(host, refs).await),
             "before" => drop(plan_as_before(host, tree).await),
+            "e8876cd" => drop(plan_as_last_round(host, tree).await),
             "plan" => on_current_thread(|| async {
                 drop(plan_once(host, tree, DEFAULT_CONCURRENCY_PER_HOST, marks).await)
             }),
@@ -479,7 +532,7 @@ async fn profile(
                 }
             }),
             other => panic!(
-                "BENCH_PROFILE={other}: not one of plan, plan-mt, floor, floor-ct, resolve, before"
+                "BENCH_PROFILE={other}: not one of plan, plan-mt, floor, floor-ct, resolve, before, e8876cd"
             ),
         }
         walls.push(ms(started.elapsed()));
@@ -592,6 +645,7 @@ async fn main() {
         Row::new("plan as before (8 per host)"),
         Row::new("plan, multi-thread runtime"),
         Row::new("registry floor, 16 conns, 1 thread"),
+        Row::new("plan as at e8876cd (8 per host)"),
     ];
     let mut requests = 0;
     let mut phases: Vec<Vec<(String, Duration)>> = Vec::new();
@@ -642,6 +696,7 @@ async fn main() {
                 }
                 RESOLVE => resolve_once(&host, &refs).await,
                 PLAN_AS_BEFORE => plan_as_before(&host, tree.path()).await,
+                PLAN_AS_LAST_ROUND => plan_as_last_round(&host, tree.path()).await,
                 _ => sync_once(&config, &host, &cache).await,
             };
             let (own, reg) = (cpu_ticks("self") - own, cpu_ticks(&registry_pid) - reg);
@@ -671,6 +726,7 @@ async fn main() {
     let sync_ratio = per_round(SYNC, PLAN);
     let before_ratio = per_round(PLAN_AS_BEFORE, FLOOR);
     let multi_thread_ratio = per_round(PLAN_MULTI_THREAD, FLOOR);
+    let last_round_ratio = per_round(PLAN_AS_LAST_ROUND, FLOOR);
     let plan_ratio_one_thread = per_round(PLAN, FLOOR_ONE_THREAD);
 
     println!("tagpin plan benchmark: {MANIFESTS} manifests, {IMAGES} distinct images (1 in {INDEX_EVERY} an OCI index), {rounds} rounds, median (min to max)");
@@ -709,6 +765,10 @@ async fn main() {
     println!(
         "  ratio plan as before / floor     {}",
         spread(before_ratio, 3)
+    );
+    println!(
+        "  ratio plan as at e8876cd / floor {}",
+        spread(last_round_ratio, 3)
     );
     println!(
         "  ratio plan multi-thread / floor  {}",
