@@ -254,6 +254,13 @@ impl<'a> Planner<'a> {
     /// planned with what is known, so its missing images are reported as not resolved.
     pub fn finish(mut self) -> Plan {
         let mut whole = Plan::default();
+        // Sized once: grown by doubling, the changes of 2,000 files were copied twice over.
+        let planned = self.planned.iter().flatten();
+        let (files, changes) = planned.fold((0, 0), |(files, changes), part| {
+            (files + part.files.len(), changes + part.changes.len())
+        });
+        whole.files.reserve(files);
+        whole.changes.reserve(changes);
         for index in 0..self.files.len() {
             let part = match self.planned[index].take() {
                 Some(part) => part,
@@ -532,6 +539,10 @@ fn text_of(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
 /// line diff: after `\r\n`, after `\n`, and after a `\r` not followed by `\n`. Both are
 /// ASCII, never part of a longer UTF-8 sequence, so every cut is on a character boundary.
 fn lines_of(text: &str) -> Vec<&str> {
+    if !text.contains('\r') {
+        // The usual case, found with `memchr`: only `\n` ends a line.
+        return text.split_inclusive('\n').collect();
+    }
     let bytes = text.as_bytes();
     let mut lines = Vec::new();
     let (mut start, mut at) = (0, 0);
