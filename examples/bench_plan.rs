@@ -7,9 +7,12 @@
 //! rounds, it runs once each, in an order rotated from round to round:
 //! - the registry floor: a bare concurrent HEAD client sending the same 500 requests on
 //!   `FLOOR_CONNECTIONS` connections (and on tagpin's per-host limit, for comparison);
+//! - the floor again on a current-thread runtime of its own (the bare client's cheapest form);
 //! - a full plan pass (walk, read, scan, resolve, plan, diffs), at the default per-host limit
-//!   and at the floor's connection count;
+//!   and at the floor's connection count, on a current-thread runtime as `tagpin plan` runs it
+//!   (`Command::is_one_shot`); and once on the bench's multi-thread runtime, to compare;
 //! - the resolution alone (the 500 references, no files);
+//! - the pass as it was at e8876cd, before this round's profiling (see `plan_as_last_round`);
 //! - `sync` when nothing changed, on a Git repository holding the same manifests already
 //!   pinned (a fetch that brings nothing, the scan, the HEADs, no commit).
 //!
@@ -23,6 +26,10 @@
 //! Figures are printed, never asserted: speed is measured here, not tested.
 //!
 //! `-- --helm` runs the Helm variant instead (`support/bench_plan_helm.rs`).
+//!
+//! `BENCH_PROFILE=<kind>` runs one kind of run `BENCH_ROUNDS` times (default 50) back to back
+//! and prints its wall and CPU per run, for a profiler (`perf record -p <pid>`; see
+//! [`profile`]).
 
 #[path = "support/bare_repo.rs"]
 mod bare_repo;
@@ -227,6 +234,56 @@ async fn plan_as_before(host: &str, root: &Path) -> (Duration, usize) {
     (elapsed, connections_to(port_of(host)))
 }
 
+/// The pass as it was before the wake-up changes of issue #16's profiling round (commit
+/// e8876cd): every image field handed to the resolver (2,000 hand-overs, not 500), every
+/// answer handed to the planning thread on its own (500 wake-ups), on the multi-thread
+/// runtime. Built from the same public pieces `pass::run` uses, for comparison in the same
+/// rounds.
+async fn plan_as_last_round(host: &str, root: &Path) -> (Duration, usize) {
+    use tagpin::pipeline::{self, ImageSelection};
+    use tagpin::policy::Follow;
+    let client = Client::new(Settings {
+        insecure_hosts: vec![host.to_string()],
+        ..Settings::default()
+    })
+    .unwrap();
+    let started = Instant::now();
+    let (found, references) = tokio::sync::mpsc::unbounded_channel();
+    let (answered, answers) = std::sync::mpsc::channel();
+    let paths = vec![root.to_path_buf()];
+    let planning = tokio::task::spawn_blocking(move || {
+        let follow = Follow::default();
+        let scanned = pipeline::scan_working_tree_with(
+            &paths,
+            &FileFilter::default(),
+            &ImageSelection::default(),
+            |file| {
+                for reference in
+                    tagpin::plan::references_to_resolve(std::slice::from_ref(file), &follow)
+                {
+                    let _ = found.send(reference);
+                }
+            },
+        );
+        drop(found);
+        let mut planner = tagpin::plan::Planner::new(&scanned.files, &follow);
+        for (key, result) in answers {
+            planner.answer(key, result);
+        }
+        planner.finish()
+    });
+    client
+        .resolve_as_found(references, |key, result| {
+            let _ = answered.send((key.clone(), result.clone()));
+        })
+        .await;
+    drop(answered);
+    let plan = planning.await.unwrap();
+    let elapsed = started.elapsed();
+    assert_eq!(plan.summary.to_pin, MANIFESTS);
+    (elapsed, connections_to(port_of(host)))
+}
+
 async fn resolve_once(host: &str, refs: &[Reference]) -> (Duration, usize) {
     let client = Client::new(Settings {
         insecure_hosts: vec![host.to_string()],
@@ -410,6 +467,86 @@ const PLAN_AT_FLOOR: usize = 3;
 const RESOLVE: usize = 4;
 const SYNC: usize = 5;
 const PLAN_AS_BEFORE: usize = 6;
+const PLAN_MULTI_THREAD: usize = 7;
+const FLOOR_ONE_THREAD: usize = 8;
+const PLAN_AS_LAST_ROUND: usize = 9;
+
+/// `BENCH_PROFILE=<kind>`: runs one kind of run `runs` times back to back, for a profiler
+/// attached to this process (`perf record -p`), and prints the CPU of each. It announces
+/// `profiling <kind> in pid <pid>` on stderr before the first run, and starts after a second,
+/// so that the profiler can be attached in time. Kinds: `plan` (on a current-thread runtime,
+/// as `tagpin plan` runs), `plan-mt` (on the bench's multi-thread runtime), `floor`,
+/// `floor-ct` (the floor on a current-thread runtime), `resolve`, `before`, `e8876cd`.
+/// Runs `work` on a current-thread runtime of its own, on a thread of its own.
+fn on_current_thread<F, Fut>(work: F)
+where
+    F: FnOnce() -> Fut + Send,
+    Fut: std::future::Future<Output = ()>,
+{
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(work())
+            })
+            .join()
+            .unwrap()
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn profile(
+    kind: &str,
+    runs: usize,
+    host: &str,
+    tree: &Path,
+    images: &[(String, String)],
+    refs: &[Reference],
+    marks: &PhaseMarks,
+    registry_pid: &str,
+    port: u16,
+) {
+    let harness_connections = connections_to(port);
+    eprintln!("profiling {kind} in pid {}", std::process::id());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (mut own_total, mut registry_total, mut walls) = (0, 0, Vec::new());
+    for _ in 0..runs {
+        settle(port, harness_connections).await;
+        let (own, reg) = (cpu_ticks("self"), cpu_ticks(registry_pid));
+        let started = Instant::now();
+        match kind {
+            "plan-mt" => drop(plan_once(host, tree, DEFAULT_CONCURRENCY_PER_HOST, marks).await),
+            "floor" => drop(baseline(host, images, FLOOR_CONNECTIONS).await),
+            "resolve" => drop(resolve_once(host, refs).await),
+            "before" => drop(plan_as_before(host, tree).await),
+            "e8876cd" => drop(plan_as_last_round(host, tree).await),
+            "plan" => on_current_thread(|| async {
+                drop(plan_once(host, tree, DEFAULT_CONCURRENCY_PER_HOST, marks).await)
+            }),
+            "floor-ct" => on_current_thread(|| async {
+                {
+                    baseline(host, images, FLOOR_CONNECTIONS).await;
+                }
+            }),
+            other => panic!(
+                "BENCH_PROFILE={other}: not one of plan, plan-mt, floor, floor-ct, resolve, before, e8876cd"
+            ),
+        }
+        walls.push(ms(started.elapsed()));
+        own_total += cpu_ticks("self") - own;
+        registry_total += cpu_ticks(registry_pid) - reg;
+    }
+    let tick_ms = 1e3 / CLOCK_TICKS_PER_SECOND;
+    println!(
+        "{kind}: {runs} runs, wall {} ms, CPU per run: tagpin {:.1} ms, registry {:.1} ms",
+        spread(walls, 1),
+        own_total as f64 * tick_ms / runs as f64,
+        registry_total as f64 * tick_ms / runs as f64
+    );
+}
 
 #[tokio::main]
 async fn main() {
@@ -479,6 +616,25 @@ async fn main() {
     let registry_pid = registry_pid();
     let port = registry.port();
     let harness_connections = connections_to(port);
+    if let Ok(kind) = std::env::var("BENCH_PROFILE") {
+        let runs = std::env::var("BENCH_ROUNDS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(50);
+        profile(
+            &kind,
+            runs,
+            &host,
+            tree.path(),
+            &images,
+            &refs,
+            &marks,
+            &registry_pid,
+            port,
+        )
+        .await;
+        return;
+    }
     let mut rows = [
         Row::new("registry floor, 16 connections"),
         Row::new("registry floor, 8 connections"),
@@ -487,6 +643,9 @@ async fn main() {
         Row::new("resolution alone, 8 per host"),
         Row::new("sync, nothing changed"),
         Row::new("plan as before (8 per host)"),
+        Row::new("plan, multi-thread runtime"),
+        Row::new("registry floor, 16 conns, 1 thread"),
+        Row::new("plan as at e8876cd (8 per host)"),
     ];
     let mut requests = 0;
     let mut phases: Vec<Vec<(String, Duration)>> = Vec::new();
@@ -504,12 +663,22 @@ async fn main() {
             let (wall, open_at_end) = match i {
                 FLOOR => baseline(&host, &images, FLOOR_CONNECTIONS).await,
                 FLOOR_AT_LIMIT => baseline(&host, &images, DEFAULT_CONCURRENCY_PER_HOST).await,
-                PLAN | PLAN_AT_FLOOR => {
+                PLAN | PLAN_AT_FLOOR | PLAN_MULTI_THREAD => {
                     let per_host = match i {
-                        PLAN => DEFAULT_CONCURRENCY_PER_HOST,
-                        _ => FLOOR_CONNECTIONS,
+                        PLAN_AT_FLOOR => FLOOR_CONNECTIONS,
+                        _ => DEFAULT_CONCURRENCY_PER_HOST,
                     };
-                    let run = plan_once(&host, tree.path(), per_host, &marks).await;
+                    // As `tagpin plan` runs it: on a current-thread runtime (see
+                    // `Command::is_one_shot`); and once on this multi-thread one, to compare.
+                    let run = if i == PLAN_MULTI_THREAD {
+                        plan_once(&host, tree.path(), per_host, &marks).await
+                    } else {
+                        let mut run = None;
+                        on_current_thread(|| async {
+                            run = Some(plan_once(&host, tree.path(), per_host, &marks).await);
+                        });
+                        run.unwrap()
+                    };
                     assert_eq!(run.to_pin, MANIFESTS);
                     assert_eq!(run.requests, IMAGES as u64);
                     if i == PLAN {
@@ -518,8 +687,16 @@ async fn main() {
                     }
                     (run.wall, run.open_at_end)
                 }
+                FLOOR_ONE_THREAD => {
+                    let mut measured = None;
+                    on_current_thread(|| async {
+                        measured = Some(baseline(&host, &images, FLOOR_CONNECTIONS).await);
+                    });
+                    measured.unwrap()
+                }
                 RESOLVE => resolve_once(&host, &refs).await,
                 PLAN_AS_BEFORE => plan_as_before(&host, tree.path()).await,
+                PLAN_AS_LAST_ROUND => plan_as_last_round(&host, tree.path()).await,
                 _ => sync_once(&config, &host, &cache).await,
             };
             let (own, reg) = (cpu_ticks("self") - own, cpu_ticks(&registry_pid) - reg);
@@ -548,6 +725,9 @@ async fn main() {
     let resolve_ratio = per_round(RESOLVE, FLOOR);
     let sync_ratio = per_round(SYNC, PLAN);
     let before_ratio = per_round(PLAN_AS_BEFORE, FLOOR);
+    let multi_thread_ratio = per_round(PLAN_MULTI_THREAD, FLOOR);
+    let last_round_ratio = per_round(PLAN_AS_LAST_ROUND, FLOOR);
+    let plan_ratio_one_thread = per_round(PLAN, FLOOR_ONE_THREAD);
 
     println!("tagpin plan benchmark: {MANIFESTS} manifests, {IMAGES} distinct images (1 in {INDEX_EVERY} an OCI index), {rounds} rounds, median (min to max)");
     println!(
@@ -585,6 +765,18 @@ async fn main() {
     println!(
         "  ratio plan as before / floor     {}",
         spread(before_ratio, 3)
+    );
+    println!(
+        "  ratio plan as at e8876cd / floor {}",
+        spread(last_round_ratio, 3)
+    );
+    println!(
+        "  ratio plan multi-thread / floor  {}",
+        spread(multi_thread_ratio, 3)
+    );
+    println!(
+        "  ratio plan / floor on 1 thread   {}",
+        spread(plan_ratio_one_thread, 3)
     );
     println!(
         "  ratio sync / plan                {}   (target <= 1.2)",

@@ -12,10 +12,12 @@ fn main() -> ExitCode {
     if let Err(e) = unsafe { tagpin::git::set_network_timeouts() } {
         tracing::warn!("cannot set Git network timeouts: {e}");
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = if cli.command.is_one_shot() {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

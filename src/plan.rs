@@ -126,10 +126,18 @@ pub fn references_to_resolve(files: &[ScannedFile], follow: &Follow) -> Vec<Refe
     files
         .iter()
         .flat_map(|f| f.fields.iter())
-        .filter_map(|field| Reference::parse(&field.value).ok())
-        .filter(|r| !r.is_digest_only())
-        .filter_map(|r| follow.target(&r).ok())
+        .filter_map(|field| reference_to_resolve(&field.value, follow))
         .collect()
+}
+
+/// The reference the registry must be asked about for one field's value, as
+/// [`references_to_resolve`] picks it; `None` when the field needs no answer.
+pub fn reference_to_resolve(value: &str, follow: &Follow) -> Option<Reference> {
+    let reference = Reference::parse(value).ok()?;
+    if reference.is_digest_only() {
+        return None;
+    }
+    follow.target(&reference).ok()
 }
 
 /// What one image field should become, as the caller of [`plan_by`] decides it.
@@ -246,6 +254,13 @@ impl<'a> Planner<'a> {
     /// planned with what is known, so its missing images are reported as not resolved.
     pub fn finish(mut self) -> Plan {
         let mut whole = Plan::default();
+        // Sized once: grown by doubling, the changes of 2,000 files were copied twice over.
+        let planned = self.planned.iter().flatten();
+        let (files, changes) = planned.fold((0, 0), |(files, changes), part| {
+            (files + part.files.len(), changes + part.changes.len())
+        });
+        whole.files.reserve(files);
+        whole.changes.reserve(changes);
         for index in 0..self.files.len() {
             let part = match self.planned[index].take() {
                 Some(part) => part,
@@ -269,11 +284,7 @@ impl<'a> Planner<'a> {
 /// The key the registry is asked under for one field's value, as [`references_to_resolve`]
 /// picks it; `None` when the field needs no answer.
 fn key_to_resolve(value: &str, follow: &Follow) -> Option<ResolveKey> {
-    let reference = Reference::parse(value).ok()?;
-    if reference.is_digest_only() {
-        return None;
-    }
-    follow.target(&reference).ok().map(|r| ResolveKey::of(&r))
+    reference_to_resolve(value, follow).map(|r| ResolveKey::of(&r))
 }
 
 impl Plan {
@@ -499,20 +510,114 @@ fn helm_old_value(image: &HelmImage, reference: &Reference) -> String {
 }
 
 /// A unified diff with three lines of context, as `git diff` shows it.
+///
+/// The same as `similar::TextDiff::from_lines`, with the lines split here: similar splits
+/// them character by character, which was a third of the time of every diff of a pass.
 fn unified_diff(path: &Path, old: &[u8], new: &[u8]) -> String {
-    let old = String::from_utf8_lossy(old);
-    let new = String::from_utf8_lossy(new);
+    let (old, new) = (text_of(old), text_of(new));
+    let (old_lines, new_lines) = (lines_of(&old), lines_of(&new));
     let name = path.display().to_string();
-    similar::TextDiff::from_lines(old.as_ref(), new.as_ref())
+    similar::TextDiff::configure()
+        .newline_terminated(true)
+        .diff_slices(&old_lines, &new_lines)
         .unified_diff()
         .context_radius(3)
         .header(&format!("a/{name}"), &format!("b/{name}"))
         .to_string()
 }
 
+/// The bytes as text: borrowed when they are UTF-8 (a scanned manifest always is), else
+/// decoded lossily.
+fn text_of(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => std::borrow::Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
+}
+
+/// The lines of `text`, each with its line break, split where `similar` splits them for a
+/// line diff: after `\r\n`, after `\n`, and after a `\r` not followed by `\n`. Both are
+/// ASCII, never part of a longer UTF-8 sequence, so every cut is on a character boundary.
+fn lines_of(text: &str) -> Vec<&str> {
+    if !text.contains('\r') {
+        // The usual case, found with `memchr`: only `\n` ends a line.
+        return text.split_inclusive('\n').collect();
+    }
+    let bytes = text.as_bytes();
+    let mut lines = Vec::new();
+    let (mut start, mut at) = (0, 0);
+    while at < bytes.len() {
+        let end = match bytes[at] {
+            b'\r' if bytes.get(at + 1) == Some(&b'\n') => at + 2,
+            b'\r' | b'\n' => at + 1,
+            _ => {
+                at += 1;
+                continue;
+            }
+        };
+        lines.push(&text[start..end]);
+        (start, at) = (end, end);
+    }
+    if start < bytes.len() {
+        lines.push(&text[start..]);
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The diff as `similar` makes it when it splits the lines itself.
+    fn similar_unified_diff(path: &Path, old: &str, new: &str) -> String {
+        let name = path.display().to_string();
+        similar::TextDiff::from_lines(old, new)
+            .unified_diff()
+            .context_radius(3)
+            .header(&format!("a/{name}"), &format!("b/{name}"))
+            .to_string()
+    }
+
+    #[test]
+    fn lines_are_split_where_similar_splits_them() {
+        use similar::DiffableStr as _;
+        for text in [
+            "",
+            "a",
+            "a\n",
+            "a\nb",
+            "a\r\nb\r\n",
+            "a\rb\r",
+            "\r\n\n\r\r\n",
+            "é\r\n😀\rx\n\n",
+            "image: nginx:1.27\n  # ü\n",
+        ] {
+            assert_eq!(lines_of(text), text.tokenize_lines(), "{text:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn diffs_are_the_ones_similar_makes(
+            old in proptest::collection::vec("(a|b|é|image: x|\\r|\\n|\\r\\n| ){0,6}", 0..40),
+            edits in proptest::collection::vec((0usize..40, "(c|\\n|\\r|ü)"), 0..6),
+        ) {
+            let old: String = old.concat();
+            let mut new = old.clone();
+            for (at, text) in edits {
+                let mut at = at.min(new.len());
+                while !new.is_char_boundary(at) {
+                    at -= 1;
+                }
+                new.insert_str(at, &text);
+            }
+            let path = Path::new("apps/web.yaml");
+            proptest::prop_assert_eq!(
+                unified_diff(path, old.as_bytes(), new.as_bytes()),
+                similar_unified_diff(path, &old, &new)
+            );
+        }
+    }
     use crate::resolution::{ManifestKind, RegistryError, Resolved};
 
     const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
