@@ -13,16 +13,12 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::git::{BareRepo, GitHttpServer, HttpAuth};
 use support::kube::KubeServer;
+use support::manifests::deployment;
 use support::registry::{free_port, Mode, TestRegistry};
+use support::workloads::LiveDeployment;
 use tokio::process::{Child, Command};
 
 pub(crate) const NS: &str = "team-a";
-
-fn deployment(name: &str, image: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
-    )
-}
 
 /// The API server with the CRD of `deploy/operator/crd.yaml` installed, and granted exactly
 /// the writes `deploy/operator/rbac.yaml` gives the operator: a write it is not granted is
@@ -133,33 +129,11 @@ impl Operator {
 /// tag) pinned to `digest`, its rollout done, and its one pod runs that digest: what the
 /// operator's verification finds Converged.
 fn runs_converged(kube: &KubeServer, name: &str, image: &str, digest: &str) {
-    use support::kube::{deployment as live, pod, running_pod_status};
     let (repository, _tag) = image.rsplit_once(':').unwrap();
-    let image_id = format!("{repository}@{digest}");
-    let image = format!("{image}@{digest}");
-    let image = image.as_str();
-    kube.apply(live("default", name, &[("app", name)], &[("app", image)]));
-    let generation =
-        kube.get("Deployment", "default", name).unwrap()["metadata"]["generation"].clone();
-    kube.set_status(
-        "Deployment",
-        "default",
-        name,
-        json!({"observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
-               "readyReplicas": 1, "availableReplicas": 1}),
-    );
-    let pod_name = format!("{name}-1");
-    kube.apply(pod(
-        "default",
-        &pod_name,
-        &[("app", name)],
-        &[("app", image)],
-    ));
-    kube.set_pod_status(
-        "default",
-        &pod_name,
-        running_pod_status(&[("app", image, &image_id)]),
-    );
+    let live = LiveDeployment::new("default", name).container("app", &format!("{image}@{digest}"));
+    live.apply(kube);
+    live.pod(&format!("{name}-1"))
+        .running(kube, &[format!("{repository}@{digest}")]);
 }
 
 pub(crate) fn condition(kube: &KubeServer, name: &str, type_: &str) -> Option<Value> {

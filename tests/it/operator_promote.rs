@@ -11,8 +11,9 @@ use crate::support::eventually;
 use serde_json::{json, Value};
 use support::git::BareRepo;
 use support::github::GitHubServer;
-use support::kube::{deployment, pod, running_pod_status, secret, KubeServer};
+use support::kube::{secret, KubeServer};
 use support::registry::{Mode, TestRegistry};
+use support::workloads::LiveDeployment;
 
 const GH_TOKEN: &str = "ghs_operator_promote_41d7";
 const PR_BRANCH: &str = "tagpin/promote/production";
@@ -141,31 +142,12 @@ impl World {
 /// `web` in `namespace` of `kube`: its Deployment names `image`, its one pod runs `image_id`;
 /// `rolled_out`: the Deployment's rollout is done.
 fn runs(kube: &KubeServer, namespace: &str, image: &str, image_id: &str, rolled_out: bool) {
-    let stored = kube.apply(deployment(
-        namespace,
-        "web",
-        &[("app", "web")],
-        &[("web", image)],
-    ));
-    let updated = u32::from(rolled_out);
-    kube.set_status(
-        "Deployment",
-        namespace,
-        "web",
-        json!({"observedGeneration": stored["metadata"]["generation"], "replicas": 1,
-               "updatedReplicas": updated, "readyReplicas": 1, "availableReplicas": 1}),
-    );
-    kube.apply(pod(
-        namespace,
-        "web-7d9f6c-0",
-        &[("app", "web")],
-        &[("web", image)],
-    ));
-    kube.set_pod_status(
-        namespace,
-        "web-7d9f6c-0",
-        running_pod_status(&[("web", image, image_id)]),
-    );
+    let web = LiveDeployment::new(namespace, "web").container("web", image);
+    match rolled_out {
+        true => web.apply(kube),
+        false => web.apply_rolling_out(kube),
+    };
+    web.pod("web-7d9f6c-0").running(kube, &[image_id]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

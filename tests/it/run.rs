@@ -520,32 +520,9 @@ async fn a_workload_the_pin_names_is_awaited_until_it_is_created_not_failed() {
         &deployment("web", &format!("{host}/acme/web:1.0")),
     )]);
     let token = "ghs_run_grace";
-    let github = support::github::GitHubServer::start(token, "acme", "gitops", repo.path()).await;
     // Nothing runs web yet: Argo CD creates it once it applies the pin commit.
-    let kube = support::kube::KubeServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("tagpin.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: commit\n\
-             registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
-             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",
-            repo.file_url(),
-            github.api_url()
-        ),
-    )
-    .unwrap();
-    let kubeconfig = kube.kubeconfig(dir.path());
-    let controller = Controller::start_with(
-        dir.path(),
-        &config,
-        &[
-            ("KUBECONFIG", kubeconfig.to_str().unwrap()),
-            ("GH_TOKEN", token),
-        ],
-    )
-    .await;
+    let (github, kube, dir, config) = forge_world(&repo, &host, token, "commit", "").await;
+    let controller = pr_mode_controller(dir.path(), &config, &kube, token).await;
     let pinned = format!("{host}/acme/web:1.0@{}", pushed.manifest);
     assert!(repo
         .read("main", "apps/web.yaml")
@@ -845,6 +822,23 @@ async fn pr_mode_world(
     tempfile::TempDir,
     PathBuf,
 ) {
+    forge_world(repo, host, token, "pull-request", extra).await
+}
+
+/// A GitHub server for `repo`, an empty API server, and a configuration for `mode` naming
+/// both, with `extra` configuration lines.
+async fn forge_world(
+    repo: &BareRepo,
+    host: &str,
+    token: &str,
+    mode: &str,
+    extra: &str,
+) -> (
+    support::github::GitHubServer,
+    support::kube::KubeServer,
+    tempfile::TempDir,
+    PathBuf,
+) {
     let github = support::github::GitHubServer::start(token, "acme", "gitops", repo.path()).await;
     let kube = support::kube::KubeServer::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -852,7 +846,7 @@ async fn pr_mode_world(
     std::fs::write(
         &config,
         format!(
-            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: pull-request\n\
+            "repository: {{url: '{}', branch: main}}\npaths: [apps]\nmode: {mode}\n\
              {extra}\
              registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
              forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n",

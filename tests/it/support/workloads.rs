@@ -110,6 +110,16 @@ impl LiveDeployment {
     /// (what `kubectl rollout status` calls done). Applying a changed template is a new
     /// generation, observed and rolled out. Returns the stored object with its status.
     pub fn apply(&self, kube: &KubeServer) -> Value {
+        self.apply_with_updated(kube, self.replicas)
+    }
+
+    /// Applies the Deployment with its rollout under way: the generation observed, no replica
+    /// updated to the new template yet.
+    pub fn apply_rolling_out(&self, kube: &KubeServer) -> Value {
+        self.apply_with_updated(kube, 0)
+    }
+
+    fn apply_with_updated(&self, kube: &KubeServer, updated: usize) -> Value {
         assert!(
             !self.containers.is_empty(),
             "LiveDeployment {}/{} has no container",
@@ -132,7 +142,7 @@ impl LiveDeployment {
             &self.namespace,
             &self.name,
             json!({"observedGeneration": stored["metadata"]["generation"], "replicas": replicas,
-                   "updatedReplicas": replicas, "readyReplicas": replicas,
+                   "updatedReplicas": updated, "readyReplicas": replicas,
                    "availableReplicas": replicas}),
         )
     }
