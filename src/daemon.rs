@@ -458,6 +458,21 @@ pub fn merged_since(now: i64) -> i64 {
     now - RECENTLY_MERGED.as_secs() as i64
 }
 
+/// tagpin's login on the forge, and the pull requests on branches under `prefix` into `base`
+/// that are open or were closed since [`merged_since`] `now`: what may be in flight.
+pub async fn in_flight_pull_requests<'f>(
+    forge: &'f Forge,
+    prefix: &str,
+    base: &str,
+    now: i64,
+) -> Result<(&'f str, Vec<crate::forge::PullRequestInfo>), crate::forge::ForgeError> {
+    let me = forge.login().await?;
+    let prs = forge
+        .pull_requests_with_prefix(prefix, base, merged_since(now))
+        .await?;
+    Ok((me, prs))
+}
+
 /// Whether `pr` is still in flight at `now` (Unix seconds): open, or merged less than
 /// [`RECENTLY_MERGED`] ago. A pull request closed without merging is not.
 pub fn in_flight_at(pr: &crate::forge::PullRequestInfo, now: i64) -> bool {
@@ -563,17 +578,13 @@ impl InFlight<'_> {
             let now = (self.clock)();
             // The forge's pull requests are one source of work among others: when they
             // cannot be listed, the commit-mode tip below is still verified.
-            let listed = match forge.login().await {
-                Ok(me) => forge
-                    .pull_requests_with_prefix(
-                        &self.config.pull_request.branch_prefix,
-                        target,
-                        merged_since(now),
-                    )
-                    .await
-                    .map(|prs| (me, prs)),
-                Err(e) => Err(e),
-            };
+            let listed = in_flight_pull_requests(
+                forge,
+                &self.config.pull_request.branch_prefix,
+                target,
+                now,
+            )
+            .await;
             let (me, prs) = match listed {
                 Ok(listed) => listed,
                 Err(e) => {

@@ -148,17 +148,13 @@ pub async fn verify_last_merged(
 ) -> Option<Merged> {
     let (config, forge) = (verifier.config, verifier.forge);
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let listed = match forge.login().await {
-        Ok(me) => forge
-            .pull_requests_with_prefix(
-                &kind.prefix(config),
-                &config.repository.branch,
-                daemon::merged_since(now),
-            )
-            .await
-            .map(|prs| (me, prs)),
-        Err(e) => Err(e),
-    };
+    let listed = daemon::in_flight_pull_requests(
+        forge,
+        &kind.prefix(config),
+        &config.repository.branch,
+        now,
+    )
+    .await;
     let (me, prs) = match listed {
         Ok(listed) => listed,
         Err(e) => {

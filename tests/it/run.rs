@@ -811,19 +811,17 @@ struct PrModeWorld {
 /// A local GitHub serving `repo` as `acme/gitops` and accepting `token`, a cluster, and a
 /// pull-request-mode `tagpin.yaml` for them (plus the `extra` YAML lines) in a new directory.
 /// Returns them and the config's path.
-async fn pr_mode_world(
-    repo: &BareRepo,
-    host: &str,
-    token: &str,
-    extra: &str,
-) -> (
+async fn pr_mode_world(repo: &BareRepo, host: &str, token: &str, extra: &str) -> ForgeWorld {
+    forge_world(repo, host, token, "pull-request", extra).await
+}
+
+/// A GitHub server, an API server, the test's directory and its configuration file.
+type ForgeWorld = (
     support::github::GitHubServer,
     support::kube::KubeServer,
     tempfile::TempDir,
     PathBuf,
-) {
-    forge_world(repo, host, token, "pull-request", extra).await
-}
+);
 
 /// A GitHub server for `repo`, an empty API server, and a configuration for `mode` naming
 /// both, with `extra` configuration lines.
@@ -833,12 +831,7 @@ async fn forge_world(
     token: &str,
     mode: &str,
     extra: &str,
-) -> (
-    support::github::GitHubServer,
-    support::kube::KubeServer,
-    tempfile::TempDir,
-    PathBuf,
-) {
+) -> ForgeWorld {
     let github = support::github::GitHubServer::start(token, "acme", "gitops", repo.path()).await;
     let kube = support::kube::KubeServer::start().await;
     let dir = tempfile::tempdir().unwrap();
