@@ -91,6 +91,26 @@ impl World {
     }
 
     /// Production's kubeconfig in Secret `name` of the objects' namespace, watched.
+    /// The object `shop` promoting staging into production through the kubeconfig Secret
+    /// `prod-kubeconfig`, staging's tag pinned at `new` and its pod running `running`;
+    /// `rolled_out`: staging's rollout is done.
+    fn shop(&self, running: &str, rolled_out: bool) {
+        self.production_kubeconfig_secret("prod-kubeconfig", &[]);
+        let image = self.image("1.5.0", &self.new);
+        runs(
+            &self.kube,
+            STAGING_NS,
+            &image,
+            &self.image_id(running),
+            rolled_out,
+        );
+        self.kube.apply(pinned_repository(
+            "shop",
+            json!({}),
+            self.spec("prod-kubeconfig"),
+        ));
+    }
+
     fn production_kubeconfig_secret(&self, name: &str, extra: &[(&str, &str)]) {
         let kubeconfig = self.production.kubeconfig_yaml();
         let mut data = vec![("kubeconfig", kubeconfig.as_str())];
@@ -153,20 +173,8 @@ fn runs(kube: &KubeServer, namespace: &str, image: &str, image_id: &str, rolled_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_converged_staging_is_promoted_into_production_and_the_merge_verified_there() {
     let w = World::new().await;
-    w.production_kubeconfig_secret("prod-kubeconfig", &[]);
     // Staging already runs the digest its tag points to: what sync pins is converged.
-    runs(
-        &w.kube,
-        STAGING_NS,
-        &w.image("1.5.0", &w.new),
-        &w.image_id(&w.new),
-        true,
-    );
-    w.kube.apply(pinned_repository(
-        "shop",
-        json!({}),
-        w.spec("prod-kubeconfig"),
-    ));
+    w.shop(&w.new, true);
     // Another object whose production kubeconfig Secret does not exist.
     w.kube.apply(pinned_repository(
         "no-kubeconfig",
@@ -293,20 +301,8 @@ async fn a_converged_staging_is_promoted_into_production_and_the_merge_verified_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_staging_not_converged_is_not_promoted_and_the_status_says_why() {
     let w = World::new().await;
-    w.production_kubeconfig_secret("prod-kubeconfig", &[]);
     // Staging is still rolling out: its pod runs the old digest.
-    runs(
-        &w.kube,
-        STAGING_NS,
-        &w.image("1.5.0", &w.new),
-        &w.image_id(&w.old),
-        false,
-    );
-    w.kube.apply(pinned_repository(
-        "shop",
-        json!({}),
-        w.spec("prod-kubeconfig"),
-    ));
+    w.shop(&w.old, false);
     let operator = w.operator().await;
 
     eventually("status.promotions says why nothing is promoted", || {
