@@ -230,10 +230,16 @@ pub async fn reconcile(
     };
     let previous = object.status.clone().unwrap_or_default();
     let now = timestamp();
-    let retry = update
-        .promotions
-        .as_deref()
-        .and_then(promotion::retry_message);
+    // Files that could not be pinned, else promotions that could not run: retried with
+    // backoff, what the pass did recorded all the same.
+    let retry = match update.failures.clone() {
+        Some(failures) => Some((Reason::PartiallyPinned, failures)),
+        None => update
+            .promotions
+            .as_deref()
+            .and_then(promotion::retry_message)
+            .map(|message| (Reason::Unreachable, message)),
+    };
     let mut next = status::next(
         &previous,
         &outcome,
@@ -241,14 +247,10 @@ pub async fn reconcile(
         &now,
         update,
     );
-    // A promotion that could not run is retried with backoff; what the pass did is recorded
-    // all the same, and `Ready` says what is retried.
+    // `Ready` says what is retried.
     let outcome = match (retry, &outcome) {
-        (Some(message), Outcome::Done { .. }) => {
-            let retrying = Outcome::Retrying {
-                reason: Reason::Unreachable,
-                message,
-            };
+        (Some((reason, message)), Outcome::Done { .. }) => {
+            let retrying = Outcome::Retrying { reason, message };
             let generation = object.metadata.generation;
             next.conditions = status::conditions(&previous.conditions, &retrying, generation, &now);
             retrying
@@ -403,13 +405,9 @@ async fn run_pass(
         Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
     };
     let mut update = status_update(&report, &mut events);
-    if report.has_failures() {
-        let outcome = Outcome::Retrying {
-            reason: Reason::PartiallyPinned,
-            message: report.failures.join("\n"),
-        };
-        return (outcome, update, ctx.interval, events);
-    }
+    // A file that could not be pinned holds up neither the verification of what was pinned
+    // nor the promotions, as in `tagpin run`; the object is retried for it all the same.
+    update.failures = report.has_failures().then(|| report.failures.join("\n"));
     let previous_verdict = object.status.as_ref().and_then(|s| s.verdict.as_ref());
     let verdict = match verify_on {
         Some(cluster) => {

@@ -207,6 +207,9 @@ pub struct StatusUpdate {
     pub pull_request: Option<super::crd::PullRequestRef>,
     /// `status.promotions`, when the pass ran them; `None` keeps the last.
     pub promotions: Option<Vec<super::crd::PromotionStatus>>,
+    /// The files the pass could not pin, one line each: the object is retried for them
+    /// (`PartiallyPinned`), and what the pass did (pins, verdict, promotions) is recorded.
+    pub failures: Option<String>,
 }
 
 /// The Event a change of `Ready` deserves, if any: a warning when it turns to a failure

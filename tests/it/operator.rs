@@ -1134,3 +1134,58 @@ async fn a_merged_pull_request_is_verified_until_the_cluster_runs_it() {
     assert!(!log.contains(TOKEN), "{log}");
     github.assert_no_violations();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_that_cannot_be_pinned_is_retried_while_the_rest_is_pinned_and_verified() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[
+        (
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        ),
+        // No such image in the registry: this file cannot be pinned.
+        (
+            "apps/gone.yaml",
+            &deployment("gone", &format!("{host}/acme/gone:1.0")),
+        ),
+    ]);
+    let kube = cluster().await;
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
+    kube.apply(pinned_repository(
+        "web",
+        json!({}),
+        spec(&repo.file_url(), &host),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
+
+    eventually("the object says what it retries", || {
+        condition(&kube, "web", "Reconciling").is_some_and(|c| c["reason"] == "PartiallyPinned")
+    })
+    .await;
+    assert!(repo
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&web.manifest));
+    let ready = condition(&kube, "web", "Ready").unwrap();
+    assert_eq!(ready["status"], "False");
+    assert!(
+        ready["message"].as_str().unwrap().contains("acme/gone:1.0"),
+        "{ready}"
+    );
+    // What was pinned is recorded and verified all the same.
+    let status = kube.get("PinnedRepository", NS, "web").unwrap()["status"].clone();
+    assert_eq!(
+        status["lastPin"]["commit"],
+        repo.head("main").unwrap().as_str()
+    );
+    assert!(
+        status["verdict"]["source"]
+            .as_str()
+            .is_some_and(|s| s.contains(&repo.head("main").unwrap()[..12])),
+        "{status}"
+    );
+    operator.stop().await;
+}
