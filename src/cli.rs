@@ -421,8 +421,6 @@ pub fn init_logging(cli: &Cli) {
     drop(result);
 }
 
-/// Runs the command, then prints its report (or its error) and decides the exit code: the one
-/// place that does.
 impl Command {
     /// Whether the command is one pass that ends (`resolve`, `plan`, `pin`). These run on a
     /// current-thread runtime: their work is a few hundred registry requests and one blocking
@@ -438,6 +436,8 @@ impl Command {
     }
 }
 
+/// Runs the command, then prints its report (or its error) and decides the exit code: the one
+/// place that does.
 pub async fn run(cli: Cli) -> Exit {
     let format = cli.output;
     let printed = match execute(cli).await {
