@@ -114,6 +114,15 @@ pub async fn clusters(
             }
             continue;
         };
+        if let Err(why) = self_contained(&kubeconfig.bytes) {
+            return Err(Outcome::Stalled {
+                reason: Reason::InvalidSpec,
+                message: format!(
+                    "{}: key {:?} of Secret {}: {why}",
+                    kubeconfig.field, kubeconfig.key, kubeconfig.secret
+                ),
+            });
+        }
         let path = dir.join("kubeconfigs").join(&stage.name);
         reconcile::write_private(&path, &kubeconfig.bytes).map_err(|e| Outcome::Retrying {
             reason: Reason::Unreachable,
@@ -136,6 +145,56 @@ pub async fn clusters(
         clusters.insert(stage.name.clone(), cluster);
     }
     Ok(clusters)
+}
+
+/// Checks that a kubeconfig from a Secret carries everything inline. Whoever may write a
+/// Secret and a `PinnedRepository` in a namespace must not make the controller run a command
+/// (`exec`, `auth-provider` plugins) or read one of its own files (`tokenFile`,
+/// `client-certificate`, `client-key`, `certificate-authority` paths: the controller's
+/// service account token could be sent to a server of their choosing). Every problem is named
+/// with its user or cluster; tokens, `*-data` fields, usernames and passwords are fine.
+pub fn self_contained(bytes: &[u8]) -> Result<(), String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(text).map_err(|e| format!("not a kubeconfig: {e}"))?;
+    let mut problems = Vec::new();
+    for named in &kubeconfig.auth_infos {
+        let Some(user) = &named.auth_info else {
+            continue;
+        };
+        let fields = [
+            ("exec", user.exec.is_some()),
+            ("auth-provider", user.auth_provider.is_some()),
+            ("tokenFile", user.token_file.is_some()),
+            ("client-certificate", user.client_certificate.is_some()),
+            ("client-key", user.client_key.is_some()),
+        ];
+        for (field, set) in fields {
+            if set {
+                problems.push(format!("user {:?} sets {field}", named.name));
+            }
+        }
+    }
+    for named in &kubeconfig.clusters {
+        if named
+            .cluster
+            .as_ref()
+            .is_some_and(|c| c.certificate_authority.is_some())
+        {
+            problems.push(format!(
+                "cluster {:?} sets certificate-authority",
+                named.name
+            ));
+        }
+    }
+    match problems.is_empty() {
+        true => Ok(()),
+        false => Err(format!(
+            "a kubeconfig from a Secret may not run commands nor read the controller's files \
+             ({}); use a token or the *-data fields inline",
+            problems.join(", ")
+        )),
+    }
 }
 
 /// What one pass of promotions found.
@@ -444,6 +503,52 @@ pub fn retry_message(statuses: &[PromotionStatus]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const INLINE: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster:\n    server: https://prod.example:6443\n    certificate-authority-data: Zm9v\nusers:\n- name: tagpin\n  user:\n    token: abc\ncontexts:\n- name: prod\n  context: {cluster: prod, user: tagpin}\ncurrent-context: prod\n";
+
+    #[test]
+    fn a_kubeconfig_with_everything_inline_is_accepted() {
+        assert_eq!(self_contained(INLINE.as_bytes()), Ok(()));
+    }
+
+    #[test]
+    fn a_kubeconfig_that_runs_a_command_or_reads_a_file_of_the_controller_is_refused() {
+        let exec = INLINE.replace(
+            "    token: abc\n",
+            "    exec: {apiVersion: client.authentication.k8s.io/v1, command: sh, args: [-c, id]}\n",
+        );
+        let why = self_contained(exec.as_bytes()).unwrap_err();
+        assert!(why.contains("user \"tagpin\" sets exec"), "{why}");
+        let files = INLINE
+            .replace(
+                "    token: abc\n",
+                "    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n    client-key: /etc/key\n",
+            )
+            .replace(
+                "    certificate-authority-data: Zm9v\n",
+                "    certificate-authority: /etc/ca.crt\n",
+            );
+        let why = self_contained(files.as_bytes()).unwrap_err();
+        for named in [
+            "user \"tagpin\" sets tokenFile",
+            "user \"tagpin\" sets client-key",
+            "cluster \"prod\" sets certificate-authority",
+        ] {
+            assert!(why.contains(named), "{why}");
+        }
+        let provider = INLINE.replace("    token: abc\n", "    auth-provider: {name: gcp}\n");
+        assert!(self_contained(provider.as_bytes())
+            .unwrap_err()
+            .contains("sets auth-provider"));
+    }
+
+    #[test]
+    fn what_is_not_a_kubeconfig_says_so() {
+        assert!(self_contained(b"\xff\xfe").unwrap_err().contains("UTF-8"));
+        assert!(self_contained(b"clusters: 3")
+            .unwrap_err()
+            .starts_with("not a kubeconfig"));
+    }
 
     fn previous(gate: &str, message: &str) -> PromotionStatus {
         PromotionStatus {

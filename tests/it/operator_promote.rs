@@ -90,7 +90,6 @@ impl World {
         }
     }
 
-    /// Production's kubeconfig in Secret `name` of the objects' namespace, watched.
     /// The object `shop` promoting staging into production through the kubeconfig Secret
     /// `prod-kubeconfig`, staging's tag pinned at `new` and its pod running `running`;
     /// `rolled_out`: staging's rollout is done.
@@ -111,6 +110,7 @@ impl World {
         ));
     }
 
+    /// Production's kubeconfig in Secret `name` of the objects' namespace, watched.
     fn production_kubeconfig_secret(&self, name: &str, extra: &[(&str, &str)]) {
         let kubeconfig = self.production.kubeconfig_yaml();
         let mut data = vec![("kubeconfig", kubeconfig.as_str())];
@@ -333,6 +333,54 @@ async fn a_staging_not_converged_is_not_promoted_and_the_status_says_why() {
     assert!(w.github.prs().is_empty(), "{:?}", w.github.prs());
     assert_eq!(w.repo.branches(), ["main"]);
     operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kubeconfig_secret_that_would_run_a_command_in_the_controller_is_refused() {
+    let w = World::new().await;
+    // Whoever may write Secrets in the namespace must not run commands in the controller.
+    let marker = w.dir.path().join("exec-ran");
+    let token = w.production.kubeconfig_yaml();
+    let exec = format!(
+        "exec: {{apiVersion: client.authentication.k8s.io/v1, command: touch, args: ['{}']}}",
+        marker.display()
+    );
+    let hostile: String = token
+        .lines()
+        .map(|line| match line.trim_start().starts_with("token:") {
+            true => format!("    {exec}"),
+            false => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(hostile.contains("command: touch"), "{hostile}");
+    w.kube.apply(secret(
+        NS,
+        "exec-kubeconfig",
+        &[],
+        &[("kubeconfig", hostile.as_str())],
+    ));
+    w.kube.apply(pinned_repository(
+        "shop",
+        json!({}),
+        w.spec("exec-kubeconfig"),
+    ));
+    let operator = w.operator().await;
+
+    eventually("the object stalls on its kubeconfig", || {
+        condition(&w.kube, "shop", "Stalled").is_some()
+    })
+    .await;
+    let stalled = condition(&w.kube, "shop", "Stalled").unwrap();
+    assert_eq!(stalled["reason"], "InvalidSpec");
+    let message = stalled["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("spec.promotion.stages[1].cluster.kubeconfig_secret_ref")
+            && message.contains("user \"tagpin\" sets exec"),
+        "{message}"
+    );
+    operator.stop().await;
+    assert!(!marker.exists(), "the kubeconfig's command ran");
 }
 
 #[tokio::test(flavor = "multi_thread")]
