@@ -812,6 +812,20 @@ async fn read_secrets(
                         reason: Reason::InvalidSpec,
                         message: format!("spec.registries.docker_config_secret_ref: {e}"),
                     })?;
+            // A helper would run a program in the controller with the controller's own
+            // identity (a node's cloud role, say) on behalf of whoever wrote the Secret.
+            let helpers = store.helpers_named();
+            if !helpers.is_empty() {
+                return Err(Outcome::Stalled {
+                    reason: Reason::InvalidSpec,
+                    message: format!(
+                        "spec.registries.docker_config_secret_ref: Secret {namespace}/{name} \
+                         names credential helpers ({}); a Secret's Docker config must carry \
+                         its credentials in `auths`",
+                        helpers.join(", ")
+                    ),
+                });
+            }
             Some((format!("{namespace}/{name}@{version}"), store))
         }
         None => None,

@@ -165,6 +165,24 @@ impl CredentialStore {
         Ok(store)
     }
 
+    /// The credential helpers the config names (`credsStore`, then `credHelpers` by registry),
+    /// as `key: helper` for messages.
+    pub fn helpers_named(&self) -> Vec<String> {
+        let mut named: Vec<String> = self
+            .default_helper
+            .iter()
+            .map(|helper| format!("credsStore: {helper}"))
+            .collect();
+        let mut by_registry: Vec<_> = self.helpers.iter().collect();
+        by_registry.sort();
+        named.extend(
+            by_registry
+                .into_iter()
+                .map(|(registry, helper)| format!("credHelpers.{registry}: {helper}")),
+        );
+        named
+    }
+
     /// Adds or replaces the credential for a registry.
     pub fn insert(&mut self, registry: &str, credential: Credential) {
         self.by_registry.insert(

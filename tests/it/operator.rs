@@ -1189,3 +1189,45 @@ async fn a_file_that_cannot_be_pinned_is_retried_while_the_rest_is_pinned_and_ve
     );
     operator.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_docker_config_secret_naming_credential_helpers_is_refused() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let kube = cluster().await;
+    let docker_config =
+        json!({"auths": {}, "credsStore": "ecr-login", "credHelpers": {host.as_str(): "gcloud"}})
+            .to_string();
+    kube.apply(support::kube::secret(
+        NS,
+        "pull",
+        &[],
+        &[(".dockerconfigjson", &docker_config)],
+    ));
+    let mut with_helpers = spec(&repo.file_url(), &host);
+    with_helpers["registries"]["docker_config_secret_ref"] = json!({"name": "pull"});
+    kube.apply(pinned_repository("web", json!({}), with_helpers));
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
+
+    eventually("the object stalls on its Docker config", || {
+        condition(&kube, "web", "Stalled").is_some()
+    })
+    .await;
+    let stalled = condition(&kube, "web", "Stalled").unwrap();
+    assert_eq!(stalled["reason"], "InvalidSpec");
+    assert_eq!(
+        stalled["message"],
+        format!(
+            "spec.registries.docker_config_secret_ref: Secret {NS}/pull names credential \
+             helpers (credsStore: ecr-login, credHelpers.{host}: gcloud); a Secret's Docker \
+             config must carry its credentials in `auths`"
+        )
+    );
+    assert_eq!(repo.log("main").len(), 1, "nothing pinned");
+    operator.stop().await;
+}
