@@ -136,7 +136,13 @@ async fn main() {
     let port = free_port();
     let started = Instant::now();
     let mut child = tokio::process::Command::new(&binary)
-        .args(["operator", "--interval", "1h", "--listen"])
+        .args([
+            "operator",
+            "--allow-local-repositories",
+            "--interval",
+            "1h",
+            "--listen",
+        ])
         .arg(format!("127.0.0.1:{port}"))
         .arg("--cache-dir")
         .arg(dir.path().join("cache"))

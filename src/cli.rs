@@ -225,6 +225,11 @@ pub struct OperatorArgs {
     /// Objects reconciled at once.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub concurrent: u16,
+    /// Also clone repositories named by a local path or a file:// URL (a demo or a test on one
+    /// machine). Without it such an object stalls: it would read the controller's own disk,
+    /// another object's mirror included.
+    #[arg(long)]
+    pub allow_local_repositories: bool,
     #[command(flatten)]
     pub leader: LeaderElectArgs,
 }
@@ -823,6 +828,7 @@ async fn run_operator(
         label_selector: args.watch_label_selector.clone(),
         namespace: args.watch_namespace.clone(),
         concurrency: args.concurrent,
+        allow_local_repositories: args.allow_local_repositories,
         instance: std::env::var("POD_NAME").ok(),
     })
     .await?;

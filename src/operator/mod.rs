@@ -60,6 +60,8 @@ pub struct Setup {
     pub namespace: Option<String>,
     /// Objects reconciled at once.
     pub concurrency: u16,
+    /// Whether a repository may be a local path or file:// URL (`--allow-local-repositories`).
+    pub allow_local_repositories: bool,
     /// Names this replica in Events (the pod name).
     pub instance: Option<String>,
     /// With `--leader-elect`: only the holder of the Lease reconciles.
@@ -174,6 +176,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         failures: Default::default(),
         api_timeout: setup.api_timeout,
         shared: shared.clone(),
+        allow_local_repositories: setup.allow_local_repositories,
     });
     let (objects, secrets): (Api<PinnedRepository>, Api<Secret>) = match &setup.namespace {
         Some(ns) => (

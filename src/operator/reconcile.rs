@@ -63,6 +63,25 @@ pub struct Context {
     pub api_timeout: Duration,
     /// The metrics `/metrics` serves (promotions are counted there as `tagpin run` counts them).
     pub shared: Arc<crate::daemon::Shared>,
+    /// Whether a repository may be a local path or file:// URL ([`names_a_remote`]).
+    pub allow_local_repositories: bool,
+}
+
+/// Whether a Git URL names a remote (`https://`, `http://`, `ssh://`, `git://`, or scp-like
+/// `[user@]host:path`) rather than a path on this machine (`/srv/x`, `./x`, `file:///x`). An
+/// object's repository is written by whoever may write in its namespace: a local one would
+/// make the controller read, and write to, its own disk on their behalf.
+pub fn names_a_remote(url: &str) -> bool {
+    // Git's own rule: with `://` it is a URL; without, a colon before any slash makes it
+    // scp-like `host:path` (one letter before it is a Windows drive, a path).
+    if url.contains("://") {
+        return url::Url::parse(url).is_ok_and(|url| {
+            matches!(url.scheme(), "https" | "http" | "ssh" | "git")
+                && url.host_str().is_some_and(|host| !host.is_empty())
+        });
+    }
+    url.split_once(':')
+        .is_some_and(|(host, _)| host.len() > 1 && !host.contains(['/', '\\']))
 }
 
 /// Why a reconcile is retried: the status already says what went wrong.
@@ -360,6 +379,17 @@ async fn run_pass(
         Ok(config) => config,
         Err(e) => return stalled(Reason::InvalidSpec, e.problems.join("\n")),
     };
+    if !ctx.allow_local_repositories && !names_a_remote(&config.repository.url) {
+        return stalled(
+            Reason::InvalidSpec,
+            format!(
+                "spec.repository.url: {:?} is a path on the controller's machine, not a remote \
+                 (https://, ssh:// or host:path); the operator clones local repositories only \
+                 with --allow-local-repositories",
+                config.repository.url
+            ),
+        );
+    }
     let dir = ctx.cache_dir.join(namespace).join(object.name_any());
     let secrets = match read_secrets(&ctx.kube, namespace, &config, &dir).await {
         Ok(secrets) => secrets,
@@ -951,6 +981,32 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remotes_are_told_from_paths_on_this_machine() {
+        for remote in [
+            "https://github.com/acme/gitops.git",
+            "http://127.0.0.1:8080/gitops.git",
+            "ssh://git@github.com/acme/gitops.git",
+            "git://git.example/gitops.git",
+            "git@github.com:acme/gitops.git",
+            "gitlab.example:acme/gitops.git",
+        ] {
+            assert!(names_a_remote(remote), "{remote}");
+        }
+        for local in [
+            "file:///var/cache/tagpin/team-b/shop",
+            "/var/cache/tagpin/team-b/shop",
+            "./gitops",
+            "../gitops.git",
+            "gitops.git",
+            "c:/gitops",
+            "file://localhost/srv/gitops",
+            "",
+        ] {
+            assert!(!names_a_remote(local), "{local}");
+        }
+    }
 
     fn summary(state: &str, source: &str) -> VerdictSummary {
         VerdictSummary {

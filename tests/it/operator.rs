@@ -52,6 +52,14 @@ pub(crate) struct Operator {
     base: String,
 }
 
+/// `args` and `--allow-local-repositories`: the test repositories are bare repositories on
+/// this machine, reached by file:// URL.
+fn with_local<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec!["--allow-local-repositories"];
+    all.extend_from_slice(args);
+    all
+}
+
 impl Operator {
     pub(crate) async fn start(
         dir: &Path,
@@ -59,7 +67,12 @@ impl Operator {
         name: &str,
         args: &[&str],
     ) -> Operator {
-        Operator::start_waiting_for(dir, kube, name, args, "/readyz").await
+        Operator::start_waiting_for(dir, kube, name, &with_local(args), "/readyz").await
+    }
+
+    /// As a deployment runs it: repositories by local path or file:// URL refused.
+    async fn start_remote_only(dir: &Path, kube: &KubeServer, name: &str) -> Operator {
+        Operator::start_waiting_for(dir, kube, name, &[], "/readyz").await
     }
 
     /// Started, once `path` answers 200: `/readyz` for one that acts, `/healthz` for a
@@ -502,7 +515,14 @@ async fn of_two_replicas_only_the_leader_acts_and_the_standby_takes_over_after_a
         lease_holder(&kube).starts_with("op-a") && is_ready(&kube, "web")
     })
     .await;
-    let b = Operator::start_waiting_for(dir.path(), &kube, "op-b", &election, "/healthz").await;
+    let b = Operator::start_waiting_for(
+        dir.path(),
+        &kube,
+        "op-b",
+        &with_local(&election),
+        "/healthz",
+    )
+    .await;
     // The standby is alive, not ready, and reconciles nothing: no mirror of its own, while
     // op-a renews the Lease twice more (each time op-b has read it and stood by).
     let renewed = |kube: &KubeServer| {
@@ -1229,5 +1249,61 @@ async fn a_docker_config_secret_naming_credential_helpers_is_refused() {
         )
     );
     assert_eq!(repo.log("main").len(), 1, "nothing pinned");
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repository_on_the_controllers_own_disk_is_refused_unless_allowed() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    registry.push_image("acme/web", "1.0", "one").await;
+    let base = tempfile::tempdir().unwrap();
+    let files = [(
+        "apps/web.yaml",
+        deployment("web", &format!("{host}/acme/web:1.0")),
+    )];
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (*p, t.as_str())).collect();
+    let local = BareRepo::create_in(base.path(), "local.git", &files);
+    let remote = BareRepo::create_in(base.path(), "remote.git", &files);
+    let server = GitHttpServer::start(base.path(), HttpAuth::None);
+    let kube = cluster().await;
+    kube.apply(pinned_repository(
+        "local",
+        json!({}),
+        spec(&local.file_url(), &host),
+    ));
+    kube.apply(pinned_repository(
+        "remote",
+        json!({}),
+        spec(&server.url("remote.git"), &host),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start_remote_only(dir.path(), &kube, "op").await;
+
+    eventually("the local one stalls, the remote one is pinned", || {
+        condition(&kube, "local", "Stalled").is_some()
+            && kube
+                .get("PinnedRepository", NS, "remote")
+                .is_some_and(|o| o["status"]["lastPin"]["commit"].is_string())
+    })
+    .await;
+    let stalled = condition(&kube, "local", "Stalled").unwrap();
+    assert_eq!(stalled["reason"], "InvalidSpec");
+    let message = stalled["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("spec.repository.url: \"file://")
+            && message.contains("--allow-local-repositories"),
+        "{message}"
+    );
+    assert!(remote
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains("@sha256:"));
+    assert_eq!(
+        local.log("main").len(),
+        1,
+        "the local repository was not touched"
+    );
+    assert!(!dir.path().join("cache-op").join(NS).join("local").exists());
     operator.stop().await;
 }
