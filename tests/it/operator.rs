@@ -15,7 +15,7 @@ use support::git::{BareRepo, GitHttpServer, HttpAuth};
 use support::kube::KubeServer;
 use support::manifests::deployment;
 use support::registry::{free_port, Mode, TestRegistry};
-use support::workloads::LiveDeployment;
+use support::workloads::{LiveDeployment, LivePod};
 use tokio::process::{Child, Command};
 
 pub(crate) const NS: &str = "team-a";
@@ -618,24 +618,31 @@ async fn objects_pinning_the_same_tag_ask_the_registry_once_per_interval() {
     operator.stop().await;
 }
 
-/// The kubelet's status for a pod whose container `app` cannot pull `image`.
-fn image_pull_back_off(image: &str) -> Value {
-    json!({
-        "phase": "Pending",
-        "conditions": [{"type": "Ready", "status": "False",
-                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-        "containerStatuses": [{
-            "name": "app", "image": image, "imageID": "", "ready": false, "started": false,
-            "restartCount": 0,
-            "state": {"waiting": {"reason": "ImagePullBackOff",
-                                  "message": format!("Back-off pulling image \"{image}\"")}},
-        }],
-    })
+/// `default/Deployment/<name>` as the GitOps tool applied it on `image`, no rollout reported.
+fn applied(kube: &KubeServer, name: &str, image: &str) {
+    kube.apply(support::kube::deployment(
+        "default",
+        name,
+        &[("app", name)],
+        &[("app", image)],
+    ));
+}
+
+/// [`applied`], and its pod `<name>-1` unable to pull `image` (`ImagePullBackOff`).
+fn cannot_pull(kube: &KubeServer, name: &str, image: &str) {
+    applied(kube, name, image);
+    LivePod::new("default", &format!("{name}-1"))
+        .label("app", name)
+        .container("app", image)
+        .waiting(
+            kube,
+            "ImagePullBackOff",
+            &format!("Back-off pulling image \"{image}\""),
+        );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pin_not_applied_yet_is_reconciling_until_the_cluster_runs_it_and_a_failure_stalls() {
-    use support::kube::{deployment as live, pod};
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     let mut pushed = Vec::new();
@@ -661,27 +668,9 @@ async fn a_pin_not_applied_yet_is_reconciling_until_the_cluster_runs_it_and_a_fa
         ));
         repos.push(repo);
     }
-    let web_image = format!("{host}/acme/web:1.0");
-    kube.apply(live(
-        "default",
-        "web",
-        &[("app", "web")],
-        &[("app", &web_image)],
-    ));
+    applied(&kube, "web", &format!("{host}/acme/web:1.0"));
     let broken = format!("{host}/acme/broken:1.0@{}", pushed[2].manifest);
-    kube.apply(live(
-        "default",
-        "broken",
-        &[("app", "broken")],
-        &[("app", &broken)],
-    ));
-    kube.apply(pod(
-        "default",
-        "broken-1",
-        &[("app", "broken")],
-        &[("app", &broken)],
-    ));
-    kube.set_pod_status("default", "broken-1", image_pull_back_off(&broken));
+    cannot_pull(&kube, "broken", &broken);
 
     let dir = tempfile::tempdir().unwrap();
     let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
@@ -844,7 +833,6 @@ fn announced(kube: &KubeServer, name: &str) -> Vec<(String, String, u64)> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_restarted_operator_announces_nothing_the_first_one_already_did() {
     use support::github::GitHubServer;
-    use support::kube::{deployment as live, pod};
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     let web = registry.push_image("acme/web", "1.0", "web").await;
@@ -885,26 +873,8 @@ async fn a_restarted_operator_announces_nothing_the_first_one_already_did() {
     // has until its pull request is merged.
     runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
     let pinned = format!("{host}/acme/broken:1.0@{}", broken.manifest);
-    kube.apply(live(
-        "default",
-        "broken",
-        &[("app", "broken")],
-        &[("app", &pinned)],
-    ));
-    kube.apply(pod(
-        "default",
-        "broken-1",
-        &[("app", "broken")],
-        &[("app", &pinned)],
-    ));
-    kube.set_pod_status("default", "broken-1", image_pull_back_off(&pinned));
-    let api_image = format!("{host}/acme/api:1.0");
-    kube.apply(live(
-        "default",
-        "api",
-        &[("app", "api")],
-        &[("app", &api_image)],
-    ));
+    cannot_pull(&kube, "broken", &pinned);
+    applied(&kube, "api", &format!("{host}/acme/api:1.0"));
 
     let dir = tempfile::tempdir().unwrap();
     let first = Operator::start(dir.path(), &kube, "op-1", &[]).await;
