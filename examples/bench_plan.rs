@@ -177,13 +177,19 @@ struct PlanRun {
     phases: Vec<(String, Duration)>,
 }
 
-async fn plan_once(host: &str, root: &Path, per_host: usize, marks: &PhaseMarks) -> PlanRun {
-    let client = Client::new(Settings {
+/// A new registry client for the plain-HTTP bench registry at `host`, `per_host` connections:
+/// every run starts cold, as the floor does.
+fn client_for(host: &str, per_host: usize) -> Client {
+    Client::new(Settings {
         insecure_hosts: vec![host.to_string()],
         concurrency_per_host: per_host,
         ..Settings::default()
     })
-    .unwrap();
+    .unwrap()
+}
+
+async fn plan_once(host: &str, root: &Path, per_host: usize, marks: &PhaseMarks) -> PlanRun {
+    let client = client_for(host, per_host);
     reset_peak_rss();
     marks.clear();
     let started = Instant::now();
@@ -207,11 +213,7 @@ async fn plan_once(host: &str, root: &Path, per_host: usize, marks: &PhaseMarks)
 async fn plan_as_before(host: &str, root: &Path) -> (Duration, usize) {
     use tagpin::pipeline::{self, ImageSelection};
     use tagpin::policy::Follow;
-    let client = Client::new(Settings {
-        insecure_hosts: vec![host.to_string()],
-        ..Settings::default()
-    })
-    .unwrap();
+    let client = client_for(host, DEFAULT_CONCURRENCY_PER_HOST);
     let started = Instant::now();
     let (found, references) = tokio::sync::mpsc::unbounded_channel();
     let paths = vec![root.to_path_buf()];
@@ -242,11 +244,7 @@ async fn plan_as_before(host: &str, root: &Path) -> (Duration, usize) {
 async fn plan_as_last_round(host: &str, root: &Path) -> (Duration, usize) {
     use tagpin::pipeline::{self, ImageSelection};
     use tagpin::policy::Follow;
-    let client = Client::new(Settings {
-        insecure_hosts: vec![host.to_string()],
-        ..Settings::default()
-    })
-    .unwrap();
+    let client = client_for(host, DEFAULT_CONCURRENCY_PER_HOST);
     let started = Instant::now();
     let (found, references) = tokio::sync::mpsc::unbounded_channel();
     let (answered, answers) = std::sync::mpsc::channel();
@@ -285,11 +283,7 @@ async fn plan_as_last_round(host: &str, root: &Path) -> (Duration, usize) {
 }
 
 async fn resolve_once(host: &str, refs: &[Reference]) -> (Duration, usize) {
-    let client = Client::new(Settings {
-        insecure_hosts: vec![host.to_string()],
-        ..Settings::default()
-    })
-    .unwrap();
+    let client = client_for(host, DEFAULT_CONCURRENCY_PER_HOST);
     let started = Instant::now();
     let results = client.resolve_all(refs).await;
     let elapsed = started.elapsed();
@@ -313,11 +307,7 @@ fn pinned_repository(tree: &Path, pass: &tagpin::pass::Pass, work: &Path) -> Pat
 }
 
 async fn sync_once(config: &tagpin::config::Config, host: &str, cache: &Path) -> (Duration, usize) {
-    let client = Client::new(Settings {
-        insecure_hosts: vec![host.to_string()],
-        ..Settings::default()
-    })
-    .unwrap();
+    let client = client_for(host, DEFAULT_CONCURRENCY_PER_HOST);
     let syncer = tagpin::sync::Syncer::new(config, &client, None, cache).unwrap();
     let started = Instant::now();
     let report = syncer
@@ -592,11 +582,7 @@ async fn main() {
     let peak = first.peak_rss_kib.unwrap_or(0);
 
     // The same manifests, already pinned, in a Git repository: sync has nothing to do.
-    let client = Client::new(Settings {
-        insecure_hosts: vec![host.to_string()],
-        ..Settings::default()
-    })
-    .unwrap();
+    let client = client_for(&host, DEFAULT_CONCURRENCY_PER_HOST);
     let pass = tagpin::pass::run(
         &[tree.path().to_path_buf()],
         &FileFilter::default(),
