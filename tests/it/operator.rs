@@ -109,19 +109,11 @@ impl Operator {
             base: format!("http://127.0.0.1:{port}"),
         };
         let http = reqwest::Client::new();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = http.get(format!("{}{path}", operator.base)).send().await {
-                if r.status() == 200 {
-                    break;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "tagpin operator never became ready"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let url = format!("{}{path}", operator.base);
+        support::eventually_async("tagpin operator answers 200", || async {
+            http.get(&url).send().await.is_ok_and(|r| r.status() == 200)
+        })
+        .await;
         operator
     }
 
