@@ -18,6 +18,7 @@ pub mod kubernetes;
 pub mod kustomize;
 pub mod rewrite;
 pub mod scan;
+mod simple_yaml;
 pub mod walk;
 pub(crate) mod yaml;
 

@@ -58,7 +58,9 @@ fn is_block(style: Style) -> bool {
 /// one at a time: each is built only when the one before it has been looked at, and the first
 /// error ends the sequence.
 pub(crate) fn documents<'a>(path: &'a Path, text: &'a str) -> Documents<'a> {
-    let parser = if has_tab_after_colon(text) {
+    let parser = if let Some(events) = super::simple_yaml::events(text) {
+        Events::Simple(events.into_iter())
+    } else if has_tab_after_colon(text) {
         Events::TabsAfterColons(Parser::new_from_iter(TabsAfterColons::new(text)))
     } else {
         Events::Text(Parser::new_from_str(text))
@@ -87,8 +89,10 @@ pub(crate) struct Documents<'a> {
     done: bool,
 }
 
-/// The parser, over the text as it is or with [`TabsAfterColons`].
+/// The parser, over the text as it is or with [`TabsAfterColons`]; or the same events read
+/// at once by [`super::simple_yaml`] from a text in simple block YAML.
 enum Events<'a> {
+    Simple(std::vec::IntoIter<(Event<'a>, Span)>),
     Text(Parser<'a, StrInput<'a>>),
     TabsAfterColons(Parser<'a, BufferedInput<TabsAfterColons<'a>>>),
 }
@@ -96,6 +100,7 @@ enum Events<'a> {
 impl<'a> Events<'a> {
     fn next(&mut self) -> Option<Result<(Event<'a>, Span), saphyr_parser::ScanError>> {
         match self {
+            Events::Simple(events) => events.next().map(Ok),
             Events::Text(parser) => parser.next(),
             Events::TabsAfterColons(parser) => parser.next(),
         }
