@@ -224,7 +224,7 @@ async fn plan_as_before(host: &str, root: &Path) -> (Duration, usize) {
             for reference in
                 tagpin::plan::references_to_resolve(std::slice::from_ref(file), &follow)
             {
-                let _ = found.send(reference);
+                let _ = found.send(vec![reference]);
             }
         })
     });
@@ -259,7 +259,7 @@ async fn plan_as_last_round(host: &str, root: &Path) -> (Duration, usize) {
                 for reference in
                     tagpin::plan::references_to_resolve(std::slice::from_ref(file), &follow)
                 {
-                    let _ = found.send(reference);
+                    let _ = found.send(vec![reference]);
                 }
             },
         );

@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crate::manifest::{self, FileFilter, ManifestError};
@@ -50,6 +51,16 @@ impl Pass {
 /// What is left to plan after the last answer is the few files waiting on the last batch.
 const ANSWER_BATCH: usize = 16;
 
+/// How many images the scanning thread hands the registry client at a time, once the first
+/// [`UNBATCHED_IMAGES`] have gone one by one. The scan runs far ahead of the registry, so the
+/// client always has work queued; handed over one by one, each image was a wake-up of the
+/// runtime's thread (an eventfd write and a context switch).
+const FOUND_BATCH: usize = 16;
+
+/// The first images found are handed over at once, one by one, so that the first requests
+/// leave while the first files are read: as many as the client sends to one registry at once.
+const UNBATCHED_IMAGES: usize = crate::registry::DEFAULT_CONCURRENCY_PER_HOST;
+
 /// Scans `paths`, resolves every distinct image once, and plans. Writes nothing.
 ///
 /// The files are read and scanned, one after the other, on a blocking thread that hands each
@@ -63,6 +74,9 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
     let (found, references) = tokio::sync::mpsc::unbounded_channel();
     let (answered, answers) = std::sync::mpsc::channel::<Vec<(ResolveKey, ResolveResult)>>();
     let (paths, filter) = (paths.to_vec(), filter.clone());
+    // How many images the scan handed over, once it is done (`usize::MAX` until then).
+    let images = std::sync::Arc::new(AtomicUsize::new(usize::MAX));
+    let images_found = images.clone();
     let scanning_and_planning = tokio::task::spawn_blocking(move || {
         // `plan` and `pin` read no configuration, so every tag stays as written.
         let follow = Follow::default();
@@ -70,6 +84,7 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
         // Most images are named in several files: each value is handed over once, so the
         // registry client is woken once per distinct image, not once per field.
         let mut seen: HashSet<String> = HashSet::new();
+        let (mut batch, mut handed) = (Vec::new(), 0);
         let scanned =
             pipeline::scan_working_tree_with(&paths, &filter, &ImageSelection::default(), |file| {
                 if std::mem::take(&mut first) {
@@ -81,12 +96,21 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
                     }
                     seen.insert(field.value.clone());
                     if let Some(reference) = plan::reference_to_resolve(&field.value, &follow) {
-                        // The receiver lives until the sender is dropped, after the scan.
-                        let _ = found.send(reference);
+                        batch.push(reference);
                     }
+                }
+                if !batch.is_empty() && (handed < UNBATCHED_IMAGES || batch.len() >= FOUND_BATCH) {
+                    handed += batch.len();
+                    // The receiver lives until the sender is dropped, after the scan.
+                    let _ = found.send(std::mem::take(&mut batch));
                 }
             });
         // Every image is asked: the registry client may finish once its answers are in.
+        if !batch.is_empty() {
+            handed += batch.len();
+            let _ = found.send(batch);
+        }
+        images_found.store(handed, Ordering::Relaxed);
         drop(found);
         tracing::debug!(phase = "scanned", files = scanned.files.len(), elapsed = ?started.elapsed());
         let mut planner = plan::Planner::new(&scanned.files, &follow);
@@ -99,10 +123,16 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
         (planner.finish(), scanned.errors, scanned.skipped)
     });
     let mut batch = Vec::with_capacity(ANSWER_BATCH);
+    let mut answered_so_far = 0;
     client
         .resolve_as_found(references, |key, result| {
             batch.push((key.clone(), result.clone()));
-            if batch.len() == ANSWER_BATCH {
+            answered_so_far += 1;
+            // The last answers go over one by one, so the files waiting on them are planned
+            // while the last requests are still out, not after.
+            let total = images.load(Ordering::Relaxed);
+            let last_ones = total != usize::MAX && answered_so_far + ANSWER_BATCH > total;
+            if batch.len() == ANSWER_BATCH || last_ones {
                 // Fails only if the planning thread is gone (it panicked), reported below.
                 let _ = answered.send(std::mem::replace(
                     &mut batch,

@@ -540,8 +540,11 @@ fn text_of(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
 /// ASCII, never part of a longer UTF-8 sequence, so every cut is on a character boundary.
 fn lines_of(text: &str) -> Vec<&str> {
     if !text.contains('\r') {
-        // The usual case, found with `memchr`: only `\n` ends a line.
-        return text.split_inclusive('\n').collect();
+        // The usual case, found with `memchr`: only `\n` ends a line. Counted first, so the
+        // list is allocated once.
+        let mut lines = Vec::with_capacity(text.bytes().filter(|&b| b == b'\n').count() + 1);
+        lines.extend(text.split_inclusive('\n'));
+        return lines;
     }
     let bytes = text.as_bytes();
     let mut lines = Vec::new();

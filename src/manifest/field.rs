@@ -257,13 +257,13 @@ pub(super) fn inline_style(style: Style) -> Result<ScalarStyle, SkipReason> {
 }
 
 /// A scalar that can be replaced in place: its value and target, or why not.
-pub(super) fn string_target(node: &Node) -> Result<(&str, Target), SkipReason> {
+pub(super) fn string_target<'n>(node: &'n Node<'_>) -> Result<(&'n str, Target), SkipReason> {
     let NodeKind::Scalar { value, style } = &node.kind else {
         return Err(SkipReason::NotAString);
     };
     let style = inline_style(*style)?;
     if value.is_empty()
-        || (style == ScalarStyle::Plain && matches!(value.as_str(), "~" | "null" | "Null" | "NULL"))
+        || (style == ScalarStyle::Plain && matches!(value.as_ref(), "~" | "null" | "Null" | "NULL"))
     {
         return Err(SkipReason::Empty);
     }

@@ -91,7 +91,7 @@ struct Parts<'n> {
     tag: Option<Entry<'n>>,
     digest: Option<Entry<'n>>,
     /// Where to name the image when nothing else places it.
-    at: &'n Node,
+    at: &'n Node<'n>,
     /// Where a digest goes under `helm.digest: key` when there is no digest key.
     insert: Insertion,
 }
@@ -107,8 +107,8 @@ enum Insertion {
 /// A block's `tag`/`version`, or `digest`/`sha`, as written.
 struct Entry<'n> {
     key_name: &'static str,
-    key: &'n Node,
-    value: &'n Node,
+    key: &'n Node<'n>,
+    value: &'n Node<'n>,
     /// Whether a new value may be written into it: the block's own entry, written once (not
     /// merged in with `<<`, not an alias, not the anchor of one).
     editable: bool,
@@ -492,13 +492,13 @@ impl<'w, 'a> Walker<'w, 'a> {
 }
 
 /// A scalar's text: `None` when empty or null, an error for a block scalar or a collection.
-fn scalar_text(node: &Node) -> Result<Option<&str>, SkipReason> {
+fn scalar_text<'n>(node: &'n Node<'_>) -> Result<Option<&'n str>, SkipReason> {
     match &node.kind {
         NodeKind::Scalar { style, .. } if is_block(*style) => Err(SkipReason::BlockScalar),
         NodeKind::Scalar { value, style } => {
             let null = *style == Style::Plain
-                && matches!(value.as_str(), "" | "~" | "null" | "Null" | "NULL");
-            Ok(Some(value.as_str()).filter(|v| !v.is_empty() && !null))
+                && matches!(value.as_ref(), "" | "~" | "null" | "Null" | "NULL");
+            Ok(Some(value.as_ref()).filter(|v| !v.is_empty() && !null))
         }
         _ => Err(SkipReason::NotAString),
     }

@@ -137,14 +137,16 @@ impl<'a> Reader<'a> {
             start = end + 1;
             number += 1;
         }
+        let line_count = number - 1;
         Some(Reader {
             text,
             chars: chars_before,
-            line_count: number - 1,
+            line_count,
             lines,
             at: 0,
             depth: 0,
-            events: Vec::new(),
+            // About two events per line with content: one allocation for most files.
+            events: Vec::with_capacity(2 * line_count + 8),
         })
     }
 

@@ -21,9 +21,10 @@ use super::{ManifestError, MAX_DEPTH};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct NodeId(usize);
 
-/// One YAML value of the light tree.
-pub(crate) struct Node {
-    pub(crate) kind: NodeKind,
+/// One YAML value of the light tree, borrowing its scalar values from the text where the
+/// parser could (most of them: a copy per scalar was a tenth of a scan's time).
+pub(crate) struct Node<'a> {
+    pub(crate) kind: NodeKind<'a>,
     /// Scalars: the value as written, quotes included, tag and anchor excluded. Aliases: the
     /// `*name` token. Collections: from the opening to the end of the last byte of content.
     pub(crate) span: Range<usize>,
@@ -32,9 +33,9 @@ pub(crate) struct Node {
     pub(crate) column: usize,
 }
 
-pub(crate) enum NodeKind {
+pub(crate) enum NodeKind<'a> {
     Scalar {
-        value: String,
+        value: std::borrow::Cow<'a, str>,
         style: Style,
     },
     Sequence {
@@ -97,7 +98,19 @@ enum Events<'a> {
     TabsAfterColons(Parser<'a, BufferedInput<TabsAfterColons<'a>>>),
 }
 
+/// The most nodes a document's tree makes room for before it grows as it goes.
+const MAX_NODES_HINT: usize = 4096;
+
 impl<'a> Events<'a> {
+    /// How many events are left, when they were read at once (an upper bound on the nodes
+    /// of the next document); 0 when the parser reads as it goes.
+    fn known_remaining(&self) -> usize {
+        match self {
+            Events::Simple(events) => events.len(),
+            Events::Text(_) | Events::TabsAfterColons(_) => 0,
+        }
+    }
+
     fn next(&mut self) -> Option<Result<(Event<'a>, Span), saphyr_parser::ScanError>> {
         match self {
             Events::Simple(events) => events.next().map(Ok),
@@ -217,7 +230,8 @@ impl<'a> Iterator for Documents<'a> {
                         self.done = true;
                         return Some(Err(error));
                     }
-                    self.builder = Some(DocumentBuilder::new(self.path, self.text));
+                    let nodes = self.parser.known_remaining().min(MAX_NODES_HINT);
+                    self.builder = Some(DocumentBuilder::new(self.path, self.text, nodes));
                 }
                 Event::DocumentEnd => {
                     self.prologue_start = self.offsets.byte(span.end.index());
@@ -243,7 +257,7 @@ impl<'a> Iterator for Documents<'a> {
 pub(crate) struct Document<'a> {
     path: &'a Path,
     text: &'a str,
-    nodes: Vec<Node>,
+    nodes: Vec<Node<'a>>,
     root: Option<NodeId>,
 }
 
@@ -263,7 +277,7 @@ impl<'a> Document<'a> {
         self.text
     }
 
-    pub(crate) fn node(&self, id: NodeId) -> Option<&Node> {
+    pub(crate) fn node(&self, id: NodeId) -> Option<&Node<'a>> {
         self.nodes.get(id.0)
     }
 
@@ -335,7 +349,7 @@ impl<'a> Document<'a> {
     /// The scalar's decoded value, if the (resolved) node is a scalar.
     pub(crate) fn scalar(&self, id: NodeId) -> Option<(&str, Style)> {
         match self.node(self.resolve(id)).map(|node| &node.kind) {
-            Some(NodeKind::Scalar { value, style }) => Some((value.as_str(), *style)),
+            Some(NodeKind::Scalar { value, style }) => Some((value.as_ref(), *style)),
             _ => None,
         }
     }
@@ -521,7 +535,7 @@ struct Open {
 struct DocumentBuilder<'a> {
     path: &'a Path,
     text: &'a str,
-    nodes: Vec<Node>,
+    nodes: Vec<Node<'a>>,
     /// Parser anchor id to node; anchors are scoped to their document.
     anchors: HashMap<usize, NodeId>,
     open: Vec<Open>,
@@ -529,11 +543,12 @@ struct DocumentBuilder<'a> {
 }
 
 impl<'a> DocumentBuilder<'a> {
-    fn new(path: &'a Path, text: &'a str) -> Self {
+    /// `nodes`: how many nodes to make room for at once (an estimate, or 0).
+    fn new(path: &'a Path, text: &'a str, nodes: usize) -> Self {
         DocumentBuilder {
             path,
             text,
-            nodes: Vec::new(),
+            nodes: Vec::with_capacity(nodes),
             anchors: HashMap::new(),
             open: Vec::new(),
             root: None,
@@ -560,7 +575,7 @@ impl<'a> DocumentBuilder<'a> {
 
     fn event(
         &mut self,
-        event: Event<'_>,
+        event: Event<'a>,
         span: Span,
         offsets: &mut CharOffsets<'_>,
     ) -> Result<(), ManifestError> {
@@ -574,10 +589,7 @@ impl<'a> DocumentBuilder<'a> {
                 };
                 let (line, column) = advance(text, span.start, start, range.start);
                 let node = self.push(Node {
-                    kind: NodeKind::Scalar {
-                        value: value.into_owned(),
-                        style,
-                    },
+                    kind: NodeKind::Scalar { value, style },
                     span: range,
                     line,
                     column,
@@ -662,7 +674,7 @@ impl<'a> DocumentBuilder<'a> {
         Ok(())
     }
 
-    fn push(&mut self, node: Node) -> NodeId {
+    fn push(&mut self, node: Node<'a>) -> NodeId {
         self.nodes.push(node);
         NodeId(self.nodes.len() - 1)
     }

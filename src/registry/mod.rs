@@ -214,10 +214,12 @@ impl Client {
     /// finding them (a scan on another thread): each distinct one is asked as soon as it
     /// arrives, so reading the files and asking the registry overlap. Each answer is handed
     /// to `answered` as it comes, so the caller can use it before the last one is in (the
-    /// pass plans each file then). Ends when the sender is dropped and every answer is in.
+    /// pass plans each file then). References come in batches, so that a finder far ahead of
+    /// the registry wakes this task once per batch, not once per image. Ends when the sender
+    /// is dropped and every answer is in.
     pub async fn resolve_as_found(
         &self,
-        mut found: tokio::sync::mpsc::UnboundedReceiver<Reference>,
+        mut found: tokio::sync::mpsc::UnboundedReceiver<Vec<Reference>>,
         mut answered: impl FnMut(&ResolveKey, &ResolveResult),
     ) -> BTreeMap<ResolveKey, ResolveResult> {
         let mut results = BTreeMap::new();
@@ -226,13 +228,15 @@ impl Client {
         let mut open = true;
         loop {
             tokio::select! {
-                reference = found.recv(), if open => match reference {
-                    Some(reference) => {
-                        let key = ResolveKey::of(&reference);
-                        if asked.insert(key.clone()) {
-                            pending.push(async move {
-                                (key, self.resolve_within_budget(&reference).await)
-                            });
+                references = found.recv(), if open => match references {
+                    Some(references) => {
+                        for reference in references {
+                            let key = ResolveKey::of(&reference);
+                            if asked.insert(key.clone()) {
+                                pending.push(async move {
+                                    (key, self.resolve_within_budget(&reference).await)
+                                });
+                            }
                         }
                     }
                     None => open = false,
