@@ -18,8 +18,10 @@ use std::borrow::Cow;
 
 use saphyr_parser::{Event, Marker, ScalarStyle, Span};
 
-/// Texts longer than this go to the general parser: the events are held all at once here.
-const MAX_TEXT_BYTES: usize = 1024 * 1024;
+/// Texts longer than this go to the general parser, which hands its events over one at a
+/// time: here they are held all at once, about 100 bytes each, and a hostile text of `---`
+/// lines makes one per byte or so. Manifests are far smaller.
+const MAX_TEXT_BYTES: usize = 256 * 1024;
 
 /// Collections nested deeper than this go to the general parser, which refuses depth beyond
 /// [`super::MAX_DEPTH`] with its own error; this reader recurses once per level.
