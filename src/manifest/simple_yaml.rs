@@ -6,7 +6,8 @@
 //! most of the CPU tagpin spends on a plan beyond its registry requests (`bench_plan`). For a
 //! text that stays inside that part, [`events`] gives the very events and spans
 //! `saphyr-parser` gives, so the tree built from them is the same. For anything else
-//! (anchors, tags, block or multi-line scalars, escapes, tabs, CR, non-ASCII text, directives,
+//! (anchors, tags, block or multi-line scalars, escapes, tabs, CR and other control characters,
+//! Unicode characters YAML treats specially, directives,
 //! nested flow collections, a line it does not recognise, an indentation it does not expect)
 //! it gives `None` and the caller runs the general parser, which also reports every error:
 //! this reader never refuses a file, it only declines to read one.
@@ -37,7 +38,7 @@ pub(crate) fn events(text: &str) -> Option<Vec<(Event<'_>, Span)>> {
     // what the last line holds; files end with one.
     if text.len() > MAX_TEXT_BYTES
         || !(text.is_empty() || text.ends_with('\n'))
-        || text.bytes().any(|b| b == b'\t' || b == b'\r')
+        || text.bytes().any(|b| (b < 0x20 && b != b'\n') || b == 0x7f)
         || (!text.is_ascii() && text.chars().any(is_special))
     {
         return None;
@@ -787,6 +788,7 @@ spec:
             "a:\tb\n",
             "a: b\r\n",
             "a: b",
+            "a: b\u{0}c\n",
             "a: \u{a0}x\n",
             "a: x\u{85}y\n",
             "\u{feff}a: b\n",
@@ -934,6 +936,11 @@ spec:
             "k: [é]",
             "é: v",
             "- \"é\"",
+            "k: a\u{0}b",
+            "k: a\u{1}b",
+            "# \u{1}",
+            "k: a\u{7f}",
+            "k\u{1f}: v",
         ]);
         (indent, body).prop_map(|(indent, body)| format!("{indent}{body}"))
     }
@@ -1107,7 +1114,7 @@ spec:
 
         #[test]
         fn random_texts_are_read_alike_or_left_to_the_parser(
-            text in "[ a:#\\-\n\"'{}\\[\\],.é±]{0,40}",
+            text in "[ a:#\\-\n\"'{}\\[\\],.é±\\x{85}\\x{a0}\\x{0}\\x{2028}]{0,40}",
         ) {
             agrees(&text);
         }
