@@ -34,8 +34,8 @@ const MAX_KEY_CHARS: usize = 512;
 /// Every event of `text` with its span, as `saphyr_parser::Parser::new_from_str` gives them,
 /// or `None` when the text is not simple block YAML (see the module documentation).
 pub(crate) fn events(text: &str) -> Option<Vec<(Event<'_>, Span)>> {
-    // Where the parser puts the end of a text that ends without a line break depends on
-    // what the last line holds; files end with one.
+    // A text without a final line break is left to the parser too: where it puts the end
+    // of such a text depends on what the last line holds. Files end with one.
     if text.len() > MAX_TEXT_BYTES
         || !(text.is_empty() || text.ends_with('\n'))
         || text.bytes().any(|b| (b < 0x20 && b != b'\n') || b == 0x7f)
@@ -157,7 +157,6 @@ impl<'a> Reader<'a> {
         self.text.as_bytes()
     }
 
-    /// The marker of byte `at` of `line`.
     /// The parser's marker of byte `at` of `line`: index and column count characters.
     fn marker(&self, line: &Line, at: usize) -> Marker {
         let column = if line.ascii {
@@ -298,7 +297,7 @@ impl<'a> Reader<'a> {
         match bytes[at] {
             quote @ (b'"' | b'\'') => {
                 let close = self.closing_quote(line, at, quote)?;
-                if !colon_ends_key(close + 1) {
+                if !colon_ends_key(close + 1) || close - at > MAX_KEY_CHARS {
                     return None;
                 }
                 let style = quoted_style(quote);
@@ -334,6 +333,19 @@ impl<'a> Reader<'a> {
             return None;
         }
         Some(close)
+    }
+
+    /// What comes after an entry of a collection at `column`: the next line at that column and
+    /// what it holds, or `None` when the collection ends there (a shallower line, a document
+    /// start, the end). A deeper line (a multi-line scalar, or an error) is left to the parser.
+    fn next_at(&self, column: usize) -> Option<Option<(Line, Content)>> {
+        match self.peek_content() {
+            Some(next) if next.indent == column => {
+                Some(Some((next, self.content(&next, next.start + next.indent))))
+            }
+            Some(next) if next.indent > column => None,
+            _ => Some(None),
+        }
     }
 
     /// A block mapping whose first key is at byte `at` of `line`; its keys sit at that column.
@@ -378,21 +390,15 @@ impl<'a> Reader<'a> {
                 }
             } else {
                 self.inline_value(&line, value_at)?;
-                if self.peek_content().is_some_and(|next| next.indent > column) {
-                    return None;
-                }
             }
-            match self.peek_content() {
-                Some(next) if next.indent == column => {
-                    if !matches!(self.content(&next, next.start + next.indent), Content::Key) {
-                        return None;
-                    }
+            match self.next_at(column)? {
+                Some((next, Content::Key)) => {
                     line = next;
                     at = next.start + next.indent;
                     self.at += 1;
                 }
-                Some(next) if next.indent > column => return None,
-                _ => break,
+                Some(_) => return None,
+                None => break,
             }
         }
         let end = self.next_token();
@@ -448,28 +454,18 @@ impl<'a> Reader<'a> {
                 }
                 Content::Value => {
                     self.inline_value(&line, content)?;
-                    if self.peek_content().is_some_and(|next| next.indent > column) {
-                        return None;
-                    }
                 }
             }
-            match self.peek_content() {
-                Some(next) if next.indent == column => {
-                    if !matches!(
-                        self.content(&next, next.start + next.indent),
-                        Content::Entry
-                    ) {
-                        if indentless {
-                            break;
-                        }
-                        return None;
-                    }
+            match self.next_at(column)? {
+                Some((next, Content::Entry)) => {
                     line = next;
                     at = next.start + next.indent;
                     self.at += 1;
                 }
-                Some(next) if next.indent > column => return None,
-                _ => break,
+                // The parent mapping's next key.
+                Some(_) if indentless => break,
+                Some(_) => return None,
+                None => break,
             }
         }
         let end = self.next_token();
@@ -557,8 +553,12 @@ impl<'a> Reader<'a> {
         let mut at = skip_spaces(bytes, open + 1, line.end);
         if bytes.get(at) != Some(&close_byte) {
             loop {
+                let key_start = at;
                 at = self.flow_scalar(line, at)?;
                 if mapping {
+                    if at - key_start > MAX_KEY_CHARS {
+                        return None;
+                    }
                     if bytes.get(at) != Some(&b':') || bytes.get(at + 1) != Some(&b' ') {
                         return None;
                     }
@@ -804,6 +804,15 @@ spec:
             "{\"json\": true}\n",
         ] {
             assert!(!agrees(text), "read:\n{text}");
+        }
+        // Long keys go to the parser, which enforces YAML's 1,024-character cap on them.
+        let long = "k".repeat(600);
+        for text in [
+            format!("{long}: v\n"),
+            format!("\"{long}\": v\n"),
+            format!("a: {{{long}: v}}\n"),
+        ] {
+            assert!(!agrees(&text), "read a {}-character key", long.len());
         }
     }
 
