@@ -64,7 +64,7 @@ const UNBATCHED_IMAGES: usize = crate::registry::DEFAULT_CONCURRENCY_PER_HOST;
 /// Scans `paths`, resolves every distinct image once, and plans. Writes nothing.
 ///
 /// The files are read and scanned, one after the other, on a blocking thread that hands the
-/// images over as it goes (the first [`UNBATCHED_IMAGES`] at once, then [`FOUND_BATCH`] at a
+/// images over as it goes (the first `UNBATCHED_IMAGES` at once, then `FOUND_BATCH` at a
 /// time), and the registry is asked for them at once: the first request leaves after one file
 /// is read, not all of them, and the reading and scanning hide behind the registry's answers
 /// instead of coming before them. The same thread then plans each file (rewrite and diff) as
