@@ -541,7 +541,8 @@ impl<'a> Reader<'a> {
         let bytes = self.bytes();
         let mapping = bytes[open] == b'{';
         let close_byte = if mapping { b'}' } else { b']' };
-        let start = self.marker_span(line, open, open + 1);
+        // The opening bracket's span runs over the spaces after it, to the next token.
+        let start = self.marker_span(line, open, skip_spaces(bytes, open + 1, line.end));
         self.push(
             if mapping {
                 Event::MappingStart(0, None)
@@ -945,6 +946,10 @@ spec:
             "k: [é]",
             "é: v",
             "- \"é\"",
+            "k: [ a ]",
+            "k: { a: b }",
+            "k: [ ]",
+            "k: [  \"a\", b ]",
             "k: a\u{0}b",
             "k: a\u{1}b",
             "# \u{1}",
@@ -992,6 +997,8 @@ spec:
             "\"\"",
             "''",
             "[\"a\", 'b c']",
+            "[ \"develop\", ci ]",
+            "{ a: b }",
             "{a: \"b\"}",
             "é",
             "\"日本\"",
@@ -1118,6 +1125,26 @@ spec:
             if final_break {
                 text.push('\n');
             }
+            agrees(&text);
+        }
+
+        #[test]
+        fn random_flow_values_are_read_alike_or_left_to_the_parser(
+            pieces in prop::collection::vec(
+                prop::sample::select(vec![
+                    "[", "]", "{", "}", " ", "  ", ",", ", ", "a", "-b", "\"q\"", "'s'", ": ",
+                    ":", " #c", "é",
+                ]),
+                0..12,
+            ),
+            indentless_entry in any::<bool>(),
+        ) {
+            let value = pieces.concat();
+            let text = if indentless_entry {
+                format!("k:\n- {value}\n")
+            } else {
+                format!("k: {value}\nl: m\n")
+            };
             agrees(&text);
         }
 
