@@ -34,10 +34,8 @@ const MAX_KEY_CHARS: usize = 512;
 /// Every event of `text` with its span, as `saphyr_parser::Parser::new_from_str` gives them,
 /// or `None` when the text is not simple block YAML (see the module documentation).
 pub(crate) fn events(text: &str) -> Option<Vec<(Event<'_>, Span)>> {
-    // A text without a final line break is left to the parser too: where it puts the end
-    // of such a text depends on what the last line holds. Files end with one.
     if text.len() > MAX_TEXT_BYTES
-        || !(text.is_empty() || text.ends_with('\n'))
+        || ends_in_a_comment_without_a_break(text)
         || text.bytes().any(|b| (b < 0x20 && b != b'\n') || b == 0x7f)
         || (!text.is_ascii() && text.chars().any(is_special))
     {
@@ -46,6 +44,14 @@ pub(crate) fn events(text: &str) -> Option<Vec<(Event<'_>, Span)>> {
     let mut reader = Reader::new(text)?;
     reader.stream()?;
     Some(reader.events)
+}
+
+/// Whether the text's last line has no line break and holds only spaces or a comment: the
+/// parser then puts the end of the text on that line, after the comment, not on a line of
+/// its own as it does after content; such texts are left to it.
+fn ends_in_a_comment_without_a_break(text: &str) -> bool {
+    let last = text.rsplit('\n').next().unwrap_or_default();
+    !text.ends_with('\n') && is_blank_or_comment(last.as_bytes())
 }
 
 /// A line that is neither blank nor only a comment.
@@ -136,7 +142,7 @@ impl<'a> Reader<'a> {
                     ascii,
                 });
             }
-            chars_before += line_chars + 1;
+            chars_before += line_chars + usize::from(end < bytes.len());
             start = end + 1;
             number += 1;
         }
@@ -167,7 +173,8 @@ impl<'a> Reader<'a> {
         Marker::new(line.chars_before + column, line.number, column)
     }
 
-    /// Where the parser puts the end of the text: past the last line break.
+    /// Where the parser puts the end of the text: at the start of the line after the last
+    /// (past the last line break, or as if there were one after a last line of content).
     fn end_marker(&self) -> Marker {
         Marker::new(self.chars, self.line_count + 1, 0)
     }
@@ -769,6 +776,8 @@ spec:
         }
         for text in [
             "a: b\n",
+            "a: b",
+            "a:\n- b\n- \"c\"",
             "---\n---\n",
             "- a\n- b: c\n  d: e\n-\n  f: g\n- [x, y]\n- {}\n",
         ] {
@@ -788,7 +797,7 @@ spec:
             "a: 'it''s'\n",
             "a:\tb\n",
             "a: b\r\n",
-            "a: b",
+            "a: b\n# a last comment without a line break",
             "a: b\u{0}c\n",
             "a: \u{a0}x\n",
             "a: x\u{85}y\n",
@@ -1084,11 +1093,12 @@ spec:
             prop::collection::vec((prop::sample::select(vec!["a", "b", "kind"]), tree()), 1..4),
             any::<bool>(),
             1..3usize,
+            any::<bool>(),
         );
         let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(3000));
         let (read, total) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
         runner
-            .run(&documents, |(entries, comments, documents)| {
+            .run(&documents, |(entries, comments, documents, final_break)| {
                 let mut lines = Vec::new();
                 for _ in 0..documents {
                     lines.push("---".to_string());
@@ -1096,7 +1106,7 @@ spec:
                         render(value, format!("{key}:"), 0, comments, &mut lines);
                     }
                 }
-                let text = lines.join("\n") + "\n";
+                let text = lines.join("\n") + if final_break { "\n" } else { "" };
                 total.set(total.get() + 1);
                 read.set(read.get() + usize::from(agrees(&text)));
                 Ok(())
