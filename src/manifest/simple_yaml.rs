@@ -5,12 +5,12 @@
 //! collection (`{cpu: 10m}`, `[]`). `saphyr-parser` reads them character by character and was
 //! most of the CPU tagpin spends on a plan beyond its registry requests (`bench_plan`). For a
 //! text that stays inside that part, [`events`] gives the very events and spans
-//! `saphyr-parser` gives, so the tree built from them is the same. For anything else
-//! (anchors, tags, block or multi-line scalars, escapes, tabs, CR and other control characters,
-//! Unicode characters YAML treats specially, directives,
-//! nested flow collections, a line it does not recognise, an indentation it does not expect)
-//! it gives `None` and the caller runs the general parser, which also reports every error:
-//! this reader never refuses a file, it only declines to read one.
+//! `saphyr-parser` gives, so the tree built from them is the same. For anything else (anchors,
+//! tags, block or multi-line scalars, escapes, tabs, CR and other control characters, Unicode
+//! characters YAML treats specially, directives, nested flow collections, a line it does not
+//! recognise, an indentation it does not expect) it gives `None` and the caller runs the
+//! general parser, which also reports every error: this reader never refuses a file, it only
+//! declines to read one.
 //!
 //! That the events are the same is tested against `saphyr-parser` on real and generated
 //! files (`tests` below), so the two can never disagree about a span tagpin rewrites.
