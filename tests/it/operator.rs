@@ -1031,12 +1031,7 @@ async fn a_merged_pull_request_is_verified_until_the_cluster_runs_it() {
         "AwaitingSync"
     );
     assert!(condition(&kube, "shop", "Stalled").is_none());
-    let on_merge = |state: &str| {
-        github
-            .statuses(&merge)
-            .iter()
-            .any(|s| s.context == "tagpin/converged" && s.state == state)
-    };
+    let on_merge = |state: &str| github.has_status(&merge, "tagpin/converged", state);
     assert!(on_merge("pending"), "{:?}", github.statuses(&merge));
 
     // An outsider's fork, on a branch named like tagpin's with the same plan block, merged

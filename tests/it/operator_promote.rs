@@ -463,13 +463,7 @@ fn the_promotion_example_is_valid_for_the_crd_and_the_validator() {
     };
     let example = read("pinnedrepository-promotion.example.yaml");
     let crd = read("crd.yaml");
-    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-    let validator = jsonschema::validator_for(schema).unwrap();
-    let errors: Vec<String> = validator
-        .iter_errors(&example)
-        .map(|e| e.to_string())
-        .collect();
-    assert!(errors.is_empty(), "{errors:#?}");
+    support::kube::check_custom_resource(&crd, &example).unwrap_or_else(|e| panic!("{e}"));
     let config = tagpin::config::Config::from_resource_spec(&example["spec"], "team-a/shop")
         .unwrap_or_else(|e| panic!("{e}"));
     let stages = config.promotion.unwrap().stages;

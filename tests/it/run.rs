@@ -562,10 +562,7 @@ async fn a_workload_the_pin_names_is_awaited_until_it_is_created_not_failed() {
         "web-1",
     );
     let done = eventually_or("success on the pin commit", || {
-        github
-            .statuses(&pin)
-            .iter()
-            .any(|s| s.context == "tagpin/converged" && s.state == "success")
+        github.has_status(&pin, "tagpin/converged", "success")
     })
     .await;
     let (code, log) = controller.stop().await;
@@ -765,10 +762,7 @@ async fn the_controller_promotes_what_converged_in_staging_and_verifies_producti
     );
     converge(&production, &pinned, "web-p1");
     let converged = eventually_or("tagpin/converged success on the merge commit", || {
-        github
-            .statuses(&merge)
-            .iter()
-            .any(|s| s.context == "tagpin/converged" && s.state == "success")
+        github.has_status(&merge, "tagpin/converged", "success")
     })
     .await;
     if !converged {
@@ -1027,9 +1021,7 @@ async fn a_verify_cycle_of_ten_open_pull_requests_spends_almost_no_rate_limit() 
     for pr in w.github.prs() {
         assert!(
             w.github
-                .statuses(&pr.head_sha)
-                .iter()
-                .any(|s| s.context == "tagpin/converged" && s.state == "pending"),
+                .has_status(&pr.head_sha, "tagpin/converged", "pending"),
             "#{}",
             pr.number
         );
@@ -1255,12 +1247,9 @@ async fn a_pull_request_that_lost_its_plan_block_does_not_stop_the_others_verifi
 
     let others: Vec<_> = prs.iter().filter(|p| p.number != 2).collect();
     let converged = eventually_or("success on the two intact pull requests", || {
-        others.iter().all(|pr| {
-            github
-                .statuses(&pr.head_sha)
-                .iter()
-                .any(|s| s.context == "tagpin/converged" && s.state == "success")
-        })
+        others
+            .iter()
+            .all(|pr| github.has_status(&pr.head_sha, "tagpin/converged", "success"))
     })
     .await;
     let metrics = controller.metrics().await;

@@ -492,6 +492,13 @@ impl GitHubServer {
     }
 
     /// The statuses posted for commit `sha`, oldest first.
+    /// Whether a status `context` in `state` was posted on `sha`.
+    pub fn has_status(&self, sha: &str, context: &str, state: &str) -> bool {
+        self.statuses(sha)
+            .iter()
+            .any(|s| s.context == context && s.state == state)
+    }
+
     pub fn statuses(&self, sha: &str) -> Vec<CommitStatus> {
         let state = self.inner.lock();
         state

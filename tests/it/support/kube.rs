@@ -77,6 +77,9 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 
 mod crd;
+// The examples that borrow this module (`#[path]`) test no manifests against a CRD.
+#[allow(unused_imports)]
+pub use crd::check_custom_resource;
 mod writes;
 
 /// The bearer token [`KubeServer::start`] accepts.

@@ -68,6 +68,14 @@ impl CrdSchema {
     }
 }
 
+/// Checks `object` as the API server checks a custom resource of `crd`'s first version: with
+/// the same compiled schema (`nullable` honoured), after pruning what it does not declare.
+/// For tests of a manifest against a CRD without a server; the problems when it is refused.
+pub fn check_custom_resource(crd: &Value, object: &Value) -> Result<(), String> {
+    let schema = CrdSchema::new(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone())?;
+    schema.check(&mut object.clone()).map(drop)
+}
+
 /// Removes, below `value`, the object fields `schema` does not declare.
 fn prune(value: &mut Value, schema: &Value, path: &str, pruned: &mut Vec<String>) {
     if schema["x-kubernetes-preserve-unknown-fields"] == json!(true)
