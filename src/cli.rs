@@ -222,9 +222,23 @@ pub struct OperatorArgs {
     /// Only objects of this namespace [default: all namespaces].
     #[arg(long, value_name = "NAMESPACE")]
     pub watch_namespace: Option<String>,
-    /// Objects reconciled at once.
+    /// Objects reconciled at once. A namespace with none under way may start one beyond this,
+    /// up to twice as many, so one team's hanging objects never hold up another team's.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub concurrent: u16,
+    /// How long one reconcile may take, everything included (Git, registries, forge,
+    /// verification); also the ceiling of the timeouts a PinnedRepository's spec sets.
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    pub reconcile_timeout: String,
+    /// Let PinnedRepository objects use the controller's own registry credentials
+    /// (--docker-config, its credential helpers) for this registry; repeatable. No other
+    /// registry ever gets them: objects bring their own in a Secret.
+    #[arg(long, value_name = "REGISTRY")]
+    pub share_registry_credentials: Vec<String>,
+    /// A repository whose mirror would grow larger than this is refused (Stalled,
+    /// RepositoryTooLarge): 512MiB, 2GiB, or bytes.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB")]
+    pub max_repository_size: String,
     /// Also clone repositories named by a local path or a file:// URL (a demo or a test on one
     /// machine). Without it such an object stalls: it would read the controller's own disk,
     /// another object's mirror included.
@@ -617,6 +631,28 @@ fn cache_dir_for(config: &Config, flag: Option<&Path>) -> Result<PathBuf, CliErr
         .ok_or(CliError::NoCacheDir)
 }
 
+/// A size in bytes: a whole number, or with a binary unit (`KiB`, `MiB`, `GiB`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let factor: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => return Err(format!("unknown unit {other:?}: use KiB, MiB or GiB")),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .filter(|n| *n > 0)
+        .and_then(|n| n.checked_mul(factor))
+        .ok_or_else(|| format!("{text:?} is not a size such as 512MiB or 2GiB"))
+}
+
 fn duration_flag(flag: &'static str, text: &str) -> Result<Duration, CliError> {
     crate::verify::parse_duration(text).map_err(|message| CliError::Flag { flag, message })
 }
@@ -783,9 +819,11 @@ async fn run_operator(
 ) -> Result<(), CliError> {
     let interval = duration_flag("--interval", &args.interval)?;
     let verify_interval = duration_flag("--verify-interval", &args.verify_interval)?;
+    let reconcile_timeout = duration_flag("--reconcile-timeout", &args.reconcile_timeout)?;
     for (flag, d) in [
         ("--interval", interval),
         ("--verify-interval", verify_interval),
+        ("--reconcile-timeout", reconcile_timeout),
     ] {
         if d.is_zero() {
             return Err(CliError::Flag {
@@ -828,6 +866,14 @@ async fn run_operator(
         label_selector: args.watch_label_selector.clone(),
         namespace: args.watch_namespace.clone(),
         concurrency: args.concurrent,
+        reconcile_timeout,
+        max_repository_bytes: parse_size(&args.max_repository_size).map_err(|message| {
+            CliError::Flag {
+                flag: "--max-repository-size",
+                message,
+            }
+        })?,
+        shared_registry_credentials: args.share_registry_credentials.clone(),
         allow_local_repositories: args.allow_local_repositories,
         instance: std::env::var("POD_NAME").ok(),
     })
@@ -856,4 +902,28 @@ fn default_cache_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .map(|d| d.join("tagpin"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_are_bytes_or_binary_units() {
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        for wrong in [
+            "",
+            "0",
+            "1GB",
+            "-1MiB",
+            "1.5GiB",
+            "MiB",
+            "99999999999999999GiB",
+        ] {
+            assert!(parse_size(wrong).is_err(), "{wrong}");
+        }
+    }
 }

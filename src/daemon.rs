@@ -894,7 +894,7 @@ impl Schedule {
 
 /// Runs `work` to its end, unless a stop signal comes and `grace` passes after it: then
 /// `None`, and `work` is dropped where it stands.
-async fn within_grace<T>(
+pub async fn within_grace<T>(
     stop: &watch::Receiver<bool>,
     grace: Duration,
     work: impl std::future::Future<Output = T>,

@@ -84,6 +84,10 @@ pub enum GitError {
     },
     #[error("cannot push to {url}: {message}")]
     Push { url: String, message: String },
+    #[error("{url}: the repository is larger than the {} limit ({} fetched so far); refused", size_text(*limit), size_text(*size))]
+    TooLarge { url: String, limit: u64, size: u64 },
+    #[error("{url}: the fetch did not finish within {}s; stopped", within.as_secs())]
+    FetchDeadline { url: String, within: Duration },
     #[error("git: {0}")]
     Other(String),
 }
@@ -138,6 +142,44 @@ pub struct Mirror {
     credentials: Credentials,
     /// The file [`MirrorLock`] locks, beside the mirror in the cache directory.
     lock_path: PathBuf,
+    limits: FetchLimits,
+}
+
+/// Bounds on what a fetch may bring and how long it may take, for a repository someone else
+/// chose (the operator's tenants): libgit2's own timeouts are per read, and a remote that
+/// keeps sending would otherwise fill the disk.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FetchLimits {
+    /// The mirror's objects, what it held before plus what a fetch brings, may not exceed
+    /// this many bytes.
+    pub max_bytes: Option<u64>,
+    /// A fetch still transferring at this instant is stopped.
+    pub deadline: Option<(Instant, Duration)>,
+}
+
+/// `1.5 GiB`, `12.0 MiB`, `512 B`: a size for messages.
+pub fn size_text(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if bytes >= size {
+            // Shown to one decimal; the exact value is not the point of the message.
+            #[allow(clippy::cast_precision_loss)]
+            return format!("{:.1} {unit}", bytes as f64 / size as f64);
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// The bytes the files under `dir` take (not following symlinks); what cannot be read counts
+/// as nothing.
+fn dir_bytes(dir: &Path) -> u64 {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.metadata().ok())
+        .filter(|meta| meta.is_file())
+        .map(|meta| meta.len())
+        .sum()
 }
 
 /// An exclusive advisory lock (`flock`) on one mirror, held while tagpin writes to it and
@@ -213,7 +255,22 @@ impl Mirror {
             url: url.to_string(),
             credentials,
             lock_path,
+            limits: FetchLimits::default(),
         })
+    }
+
+    /// Bounds every later fetch into this mirror by `limits`.
+    pub fn limit(&mut self, limits: FetchLimits) {
+        self.limits = limits;
+    }
+
+    /// Removes a mirror that grew past its size limit: it is only a cache, and keeping it
+    /// would keep the disk it took.
+    fn discard_objects(&self) {
+        let objects = self.repo.path().join("objects");
+        if let Err(e) = std::fs::remove_dir_all(&objects) {
+            tracing::warn!("{}: cannot remove: {e}", objects.display());
+        }
     }
 
     /// The remote URL with any userinfo removed, for messages.
@@ -235,12 +292,75 @@ impl Mirror {
             .remote_anonymous(&self.url)
             .map_err(|e| self.fetch_error(e))?;
         let attempts = Cell::new(0);
+        let stopped = Cell::new(None);
+        let held = match self.limits.max_bytes {
+            Some(_) => dir_bytes(&self.repo.path().join("objects")),
+            None => 0,
+        };
+        let mut callbacks = self.callbacks(&attempts);
+        let limits = self.limits;
+        callbacks.transfer_progress(|progress| {
+            let size = held.saturating_add(u64::try_from(progress.received_bytes()).unwrap_or(0));
+            let why = match limits {
+                FetchLimits {
+                    max_bytes: Some(max),
+                    ..
+                } if size > max => Some(Stop::TooLarge(size)),
+                FetchLimits {
+                    deadline: Some((at, _)),
+                    ..
+                } if Instant::now() >= at => Some(Stop::Deadline),
+                _ => None,
+            };
+            stopped.set(why);
+            why.is_none()
+        });
         let mut options = FetchOptions::new();
-        options.remote_callbacks(self.callbacks(&attempts));
+        options.remote_callbacks(callbacks);
         options.prune(git2::FetchPrune::On);
-        remote
-            .fetch(&refspecs, Some(&mut options), None)
-            .map_err(|e| self.fetch_error(e))?;
+        let fetched = remote.fetch(&refspecs, Some(&mut options), None);
+        let size = match self.limits.max_bytes {
+            Some(_) if fetched.is_ok() => dir_bytes(&self.repo.path().join("objects")),
+            _ => 0,
+        };
+        match (stopped.get(), self.limits) {
+            (
+                Some(Stop::TooLarge(size)),
+                FetchLimits {
+                    max_bytes: Some(limit),
+                    ..
+                },
+            ) => {
+                self.discard_objects();
+                return Err(self.too_large(limit, size));
+            }
+            (
+                Some(Stop::Deadline),
+                FetchLimits {
+                    deadline: Some((_, within)),
+                    ..
+                },
+            ) => {
+                return Err(GitError::FetchDeadline {
+                    url: self.display_url(),
+                    within,
+                });
+            }
+            (
+                _,
+                FetchLimits {
+                    max_bytes: Some(limit),
+                    ..
+                },
+            ) if size > limit => {
+                // A limit lowered since the mirror was filled, or a transport that reports
+                // no progress.
+                self.discard_objects();
+                return Err(self.too_large(limit, size));
+            }
+            _ => {}
+        }
+        fetched.map_err(|e| self.fetch_error(e))?;
         // An anonymous remote does not prune; drop tracking refs the remote no longer has.
         let advertised: Vec<String> = remote
             .list()
@@ -572,6 +692,25 @@ impl Mirror {
         }
     }
 
+    /// The newest of `commit` and its first-parent ancestors (at most `max`) that tagpin
+    /// wrote ([`Mirror::is_own_commit`]), with its committer time and message: what tagpin
+    /// pinned last, read back from Git when nothing recorded it (a controller stopped between
+    /// its push and its status write).
+    pub fn last_own_commit(
+        &self,
+        commit: Oid,
+        max: usize,
+    ) -> Result<Option<(Oid, i64, String)>, GitError> {
+        for id in self.first_parents(commit, max)? {
+            if self.is_own_commit(id)? {
+                let c = self.repo.find_commit(id).map_err(other)?;
+                let message = String::from_utf8_lossy(c.message_bytes()).into_owned();
+                return Ok(Some((id, c.committer().when().seconds(), message)));
+            }
+        }
+        Ok(None)
+    }
+
     /// When a commit was made (committer time, Unix seconds): how long the GitOps tool has had
     /// to apply it.
     pub fn commit_time(&self, commit: Oid) -> Result<i64, GitError> {
@@ -599,6 +738,7 @@ impl Mirror {
             url: self.url.clone(),
             credentials: self.credentials.clone(),
             lock_path: self.lock_path.clone(),
+            limits: self.limits,
         })
     }
 
@@ -856,6 +996,14 @@ impl Mirror {
         callbacks
     }
 
+    fn too_large(&self, limit: u64, size: u64) -> GitError {
+        GitError::TooLarge {
+            url: self.display_url(),
+            limit,
+            size,
+        }
+    }
+
     fn fetch_error(&self, e: git2::Error) -> GitError {
         let url = self.display_url();
         let message = scrub(e.message(), &self.credentials);
@@ -877,6 +1025,13 @@ impl Mirror {
             GitError::Push { url, message }
         }
     }
+}
+
+/// Why a fetch was stopped by its [`FetchLimits`].
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    TooLarge(u64),
+    Deadline,
 }
 
 /// What the remote branch must hold for a push to go through.

@@ -25,5 +25,8 @@ fn main() -> ExitCode {
         }
     };
     let exit = runtime.block_on(tagpin::cli::run(cli));
+    // Work still on blocking threads was abandoned (a reconcile past the grace period after
+    // SIGTERM): the process exits without waiting for it.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     ExitCode::from(exit as u8)
 }

@@ -62,6 +62,14 @@ pub struct PromotionLabels {
     pub gate: String,
 }
 
+/// One `PinnedRepository`: bounded by the objects that exist (series of deleted objects are
+/// removed), as Flux labels its per-object metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObjectLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     /// What failed, as a fixed word (`forge`, `git`, `kubernetes`, `configuration`,
@@ -87,6 +95,12 @@ pub struct Metrics {
     pub promotions: Family<PromotionLabels, Counter>,
     /// Unix time of the last pass that ran without failures; `time() - this` is the age.
     pub last_success: Gauge<i64, AtomicI64>,
+    /// Registry clients kept (the operator keeps one per distinct registry settings and
+    /// credentials, and evicts idle ones).
+    pub registry_clients: Gauge,
+    /// Unix time each object's last reconcile ended (the operator): a reconcile that changes
+    /// nothing writes nothing to the object, so this is where a pass shows.
+    pub object_reconciled: Family<ObjectLabels, Gauge<i64, AtomicI64>>,
     /// Registry request counts already added to `registry_requests`, to add only the change.
     seen_requests: Mutex<BTreeMap<(String, u16), u64>>,
 }
@@ -112,6 +126,8 @@ impl Metrics {
         let verification_errors = Family::<ErrorLabels, Counter>::default();
         let promotions = Family::<PromotionLabels, Counter>::default();
         let last_success = Gauge::<i64, AtomicI64>::default();
+        let registry_clients = Gauge::default();
+        let object_reconciled = Family::<ObjectLabels, Gauge<i64, AtomicI64>>::default();
         registry.register(
             "passes",
             "Sync passes by outcome and trigger",
@@ -164,6 +180,16 @@ impl Metrics {
             "Unix time of the last pass without failures",
             last_success.clone(),
         );
+        registry.register(
+            "registry_clients",
+            "Registry clients kept, one per distinct registry settings and credentials",
+            registry_clients.clone(),
+        );
+        registry.register(
+            "object_last_reconcile_timestamp_seconds",
+            "Unix time a PinnedRepository's last reconcile ended",
+            object_reconciled.clone(),
+        );
         Metrics {
             registry,
             passes,
@@ -178,6 +204,8 @@ impl Metrics {
             verification_errors,
             promotions,
             last_success,
+            registry_clients,
+            object_reconciled,
             seen_requests: Mutex::default(),
         }
     }

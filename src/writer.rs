@@ -76,7 +76,9 @@ pub fn commit(
     attempt: u32,
 ) -> Result<Outcome, SyncError> {
     let commit = off_runtime(|| {
-        let commit = mirror.commit(change.tip, change.updates, author, change.message)?;
+        // Signed with the tree trailer, as on tagpin's own branches: what tagpin pinned last
+        // can be read back from the branch (see `Mirror::last_own_commit`).
+        let commit = mirror.commit_owned(change.tip, change.updates, author, change.message)?;
         mirror.push(commit, branch, Expect::FastForwardFrom(change.tip))?;
         Ok::<_, GitError>(commit)
     })?;

@@ -108,6 +108,19 @@ pub fn pin_lines(block: &PlanBlock) -> String {
     lines
 }
 
+/// How many fields a commit message written by [`commit_message`] says were moved: its
+/// [`pin_lines`].
+pub fn count_pin_lines(message: &str) -> usize {
+    message
+        .lines()
+        .filter(|line| {
+            line.split_once("): ")
+                .and_then(|(_, change)| change.split_once(" -> "))
+                .is_some_and(|(_, new)| new.contains("sha256:"))
+        })
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +197,16 @@ mod tests {
         );
         let message = commit_message("Pin {count}", &block());
         assert!(message.starts_with("Pin 1\n\nghcr.io/acme/web:1.0 (apps/web.yaml shop/Deployment/web/app): unpinned -> sha256:1111"), "{message}");
+    }
+
+    #[test]
+    fn the_fields_a_commit_moved_are_counted_back_from_its_message() {
+        let mut two = block();
+        two.pins.push(two.pins[0].clone());
+        two.pins[1].old_tag = Some("0.9".into());
+        two.pins[1].new_tag = Some("1.0".into());
+        let message = commit_message("Pin {count} -> now", &two);
+        assert_eq!(count_pin_lines(&message), 2, "{message}");
+        assert_eq!(count_pin_lines("Bump web (a person): 1 -> 2\n"), 0);
     }
 }

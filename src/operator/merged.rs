@@ -17,7 +17,7 @@ use super::reconcile;
 use super::status::Awaiting;
 use crate::config::{Config, Stage};
 use crate::daemon;
-use crate::forge::{Forge, PullRequestInfo};
+use crate::forge::{ChangeRequestNoun, Forge, PullRequestInfo};
 use crate::promote;
 use crate::registry::Client;
 use crate::sync::Syncer;
@@ -69,7 +69,7 @@ impl Kind<'_> {
             // merge commit.
             Kind::Sync => (
                 Source::PullRequest(pr.number),
-                merged_label(pr.number, sha),
+                merged_label(ChangeRequestNoun::of(config.forge.as_ref()), pr.number, sha),
                 config.clone(),
             ),
             Kind::Promotion(stage) => (
@@ -84,9 +84,10 @@ impl Kind<'_> {
 /// How a sync pull request's verdict after its merge is named (`status.verdict.source`): the
 /// pull request and its merge commit, so that a verdict on it while it was open is not taken
 /// for one on the merge.
-pub fn merged_label(number: u64, merge_sha: &str) -> String {
+pub fn merged_label(noun: ChangeRequestNoun, number: u64, merge_sha: &str) -> String {
     format!(
-        "pull request #{number}, merged as {}",
+        "{}, merged as {}",
+        noun.name(number),
         &merge_sha[..merge_sha.len().min(12)]
     )
 }
@@ -291,8 +292,16 @@ mod tests {
     #[test]
     fn a_merged_verdict_names_the_merge_commit() {
         assert_eq!(
-            merged_label(7, "0123456789abcdef0123456789abcdef01234567"),
+            merged_label(
+                ChangeRequestNoun::PullRequest,
+                7,
+                "0123456789abcdef0123456789abcdef01234567"
+            ),
             "pull request #7, merged as 0123456789ab"
+        );
+        assert_eq!(
+            merged_label(ChangeRequestNoun::MergeRequest, 7, "0123456789abcdef"),
+            "merge request !7, merged as 0123456789ab"
         );
     }
 }

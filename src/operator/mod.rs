@@ -10,9 +10,13 @@
 //! own Git mirror.
 
 pub mod crd;
+pub mod events;
 pub mod merged;
+pub mod mirrors;
 pub mod promotion;
 pub mod reconcile;
+pub mod registries;
+pub mod slots;
 pub mod status;
 
 use std::net::SocketAddr;
@@ -24,7 +28,6 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::ResourceExt;
@@ -33,12 +36,16 @@ use crate::daemon::{self, HttpLimits, Routes, Shared};
 use crate::registry::Settings;
 use crate::verify::live::Cluster;
 use crd::PinnedRepository;
-use reconcile::{Context, RegistryClients};
+use reconcile::Context;
+use registries::RegistryClients;
 
-/// The label a Secret carries for its changes to reach the objects that name it at once, as
-/// Flux's `reconcile.fluxcd.io/watch`; without it a rotation is read at the next interval.
-pub const WATCH_LABEL: &str = "tagpin.dev/watch";
-pub const WATCH_LABEL_VALUE: &str = "Enabled";
+/// The label a Secret must carry for a `PinnedRepository` to use it, as Argo CD's
+/// `argocd.argoproj.io/secret-type`: whoever may create objects in a namespace but not
+/// label its Secrets cannot have tagpin send an arbitrary Secret's keys anywhere. The
+/// controller watches the Secrets so labelled, so a rotation reaches the objects that name
+/// them at once.
+pub const SECRET_LABEL: &str = "tagpin.dev/secret-type";
+pub const SECRET_LABEL_VALUE: &str = "credentials";
 
 /// How long a watch request may stay open before the API server ends it (and the watcher
 /// starts another): bounds a watch on a connection that went silent.
@@ -58,8 +65,17 @@ pub struct Setup {
     pub label_selector: Option<String>,
     /// Only objects of this namespace; all namespaces when `None`.
     pub namespace: Option<String>,
-    /// Objects reconciled at once.
+    /// Objects reconciled at once (a namespace with none running may start one beyond it, up
+    /// to twice as many: see [`slots`]).
     pub concurrency: u16,
+    /// How long one reconcile may take, everything included; the ceiling of the timeouts a
+    /// spec sets.
+    pub reconcile_timeout: Duration,
+    /// A repository whose mirror would grow larger than this is refused.
+    pub max_repository_bytes: u64,
+    /// The registries for which the controller's own Docker config (and its credential
+    /// helpers) also serves `PinnedRepository` objects; no other registry ever gets them.
+    pub shared_registry_credentials: Vec<String>,
     /// Whether a repository may be a local path or file:// URL (`--allow-local-repositories`).
     pub allow_local_repositories: bool,
     /// Names this replica in Events (the pod name).
@@ -161,22 +177,26 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
             None
         }
     };
-    let reporter = Reporter {
-        controller: reconcile::MANAGER.to_string(),
-        instance: setup.instance.clone(),
-    };
     let ctx = Arc::new(Context {
         kube: client.clone(),
-        registries: RegistryClients::new(setup.registry, setup.interval),
+        registries: RegistryClients::new(
+            setup.registry,
+            &setup.shared_registry_credentials,
+            setup.interval,
+            setup.reconcile_timeout,
+        ),
         cache_dir: setup.cache_dir,
         interval: setup.interval,
         verify_interval: setup.verify_interval,
-        recorder: Recorder::new(client.clone(), reporter),
+        events: events::Publisher::new(client.clone(), reconcile::MANAGER, setup.instance.clone()),
         cluster,
         failures: Default::default(),
         api_timeout: setup.api_timeout,
         shared: shared.clone(),
         allow_local_repositories: setup.allow_local_repositories,
+        slots: slots::Slots::new(usize::from(setup.concurrency)),
+        reconcile_timeout: setup.reconcile_timeout,
+        max_repository_bytes: setup.max_repository_bytes,
     });
     let (objects, secrets): (Api<PinnedRepository>, Api<Secret>) = match &setup.namespace {
         Some(ns) => (
@@ -194,7 +214,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     }
     let watched_secrets = watcher::Config::default()
         .timeout(WATCH_TIMEOUT_SECONDS)
-        .labels(&format!("{WATCH_LABEL}={WATCH_LABEL_VALUE}"));
+        .labels(&format!("{SECRET_LABEL}={SECRET_LABEL_VALUE}"));
     // Webhook deliveries: the answers for the images they name are forgotten, and every
     // object reconciled (each asks the registry only for what was forgotten).
     let (deliveries, delivered) = futures::channel::mpsc::channel::<()>(1);
@@ -213,9 +233,30 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     // A reconcile's own status write changes the object but not its generation: only a spec
     // change (or a Secret, a webhook, the interval) brings it back.
     let (store, writer) = reflector::store();
+    let mirrors = mirrors::Mirrors::new(ctx.cache_dir.clone(), setup.namespace.clone());
+    let listed = store.clone();
+    let metrics = shared.clone();
     let changed = watcher(objects, selection)
         .default_backoff()
         .reflect(writer)
+        .inspect(move |event| match event {
+            Ok(watcher::Event::Delete(object)) => {
+                let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
+                mirrors.remove(&namespace, &name);
+                metrics
+                    .metrics
+                    .object_reconciled
+                    .remove(&crate::metrics::ObjectLabels { namespace, name });
+            }
+            Ok(watcher::Event::InitDone) => mirrors.sweep(
+                &listed
+                    .state()
+                    .iter()
+                    .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
+                    .collect(),
+            ),
+            _ => {}
+        })
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
     let controller = Controller::for_stream(changed, store.clone());
@@ -259,7 +300,8 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
                 .collect::<Vec<_>>()
         })
         .reconcile_all_on(delivered)
-        .with_config(ControllerConfig::default().concurrency(setup.concurrency))
+        // Every due object is handed over at once; `ctx.slots` decides who runs.
+        .with_config(ControllerConfig::default().concurrency(0))
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(move |result| {
@@ -267,12 +309,30 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
             progress
                 .metrics
                 .observe_registry_counts(counted.registries.request_counts());
+            progress
+                .metrics
+                .registry_clients
+                .set(i64::try_from(counted.registries.len()).unwrap_or(i64::MAX));
             if let Err(e) = result {
                 tracing::debug!("controller: {e}");
             }
             futures::future::ready(())
         });
-    daemon::work_while_leading(work, leadership, servers)
+    // The controller stops starting reconciles at the signal; those under way get the grace
+    // period, then are dropped where they stand, so the Lease is released and the process
+    // exits as `run` does.
+    let bounded = async move {
+        if daemon::within_grace(&stop, setup.grace, work)
+            .await
+            .is_none()
+        {
+            tracing::warn!(
+                "the grace period ({:?}) is over; reconciles still under way are abandoned",
+                setup.grace
+            );
+        }
+    };
+    daemon::work_while_leading(bounded, leadership, servers)
         .await
         .map_err(OperatorError::LostLeadership)
 }

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kube::runtime::events::EventType;
 
 use super::crd::{PromotionStatus, PullRequestRef};
+use super::events::EventType;
 use super::merged;
 use super::reconcile::{self, Events};
 use super::status::{Outcome, Reason};

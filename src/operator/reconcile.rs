@@ -15,20 +15,19 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
 
 use super::crd::{
     LastPin, PinnedRepository, PinnedRepositoryStatus, PullRequestRef, VerdictSummary,
 };
+use super::events::{EventType, Publisher};
 use super::merged;
 use super::promotion;
 use super::status::{self, Outcome, Reason, StatusUpdate};
 use crate::config::{Config, GitAuth, WriteMode};
-use crate::forge::{Forge, ForgeError};
-use crate::git::{Credentials, GitError};
-use crate::registry::{Client, CredentialStore, Settings};
-use crate::sync::shared::SharedAnswers;
+use crate::forge::{ChangeRequestNoun, Forge, ForgeError};
+use crate::git::{Credentials, FetchLimits, GitError};
+use crate::registry::{Client, CredentialStore};
 use crate::sync::{SyncError, SyncOptions, SyncReport, Syncer};
 use crate::verify::live::Cluster;
 use crate::verify::{self, Families, Source};
@@ -47,14 +46,14 @@ pub struct Context {
     pub kube: kube::Client,
     /// Registry clients, and the registry answers of the current interval, shared by the
     /// objects that reach registries alike.
-    pub registries: RegistryClients,
+    pub registries: super::registries::RegistryClients,
     /// Each object's Git mirror lives under `<cache_dir>/<namespace>/<name>`.
     pub cache_dir: PathBuf,
     /// Time between passes of one object.
     pub interval: Duration,
     /// Time between verifications while a verdict is still progressing.
     pub verify_interval: Duration,
-    pub recorder: Recorder,
+    pub events: Publisher,
     /// The cluster the controller runs in, where what it pins is verified; `None`: pins only.
     pub cluster: Option<Cluster>,
     /// Failures in a row, per object, for its backoff.
@@ -65,6 +64,13 @@ pub struct Context {
     pub shared: Arc<crate::daemon::Shared>,
     /// Whether a repository may be a local path or file:// URL ([`names_a_remote`]).
     pub allow_local_repositories: bool,
+    /// Who runs now: slots shared fairly between namespaces.
+    pub slots: super::slots::Slots,
+    /// How long one reconcile may take, everything included (`--reconcile-timeout`); also
+    /// the ceiling of every timeout a spec sets.
+    pub reconcile_timeout: Duration,
+    /// A mirror larger than this is refused (`--max-repository-size`).
+    pub max_repository_bytes: u64,
 }
 
 /// Whether a Git URL names a remote (`https://`, `http://`, `ssh://`, `git://`, or scp-like
@@ -97,116 +103,6 @@ pub enum ReconcileError {
     },
 }
 
-/// Registry clients by what sets them apart: the Docker config Secret (at one
-/// resourceVersion, so a rotated Secret gets a fresh client) and the `registries:` settings.
-/// Objects that agree on both share one client: its tokens, its per-host limits, and the
-/// answers it was given this interval (digests, tag lists). Objects that do not, share
-/// nothing: what one object's credentials were told never answers another's pass.
-pub struct RegistryClients {
-    /// The controller's own settings (`--insecure-registry`, `--ca-file`, `--docker-config`).
-    pub base: Settings,
-    /// How long answers are shared.
-    interval: Duration,
-    clients: Mutex<BTreeMap<ClientKey, ClientAndAnswers>>,
-    /// Requests of the clients dropped since (a rotated Docker config), so the totals only
-    /// grow.
-    retired: Mutex<BTreeMap<(String, u16), u64>>,
-}
-
-/// A registry client and the answers its passes share.
-type ClientAndAnswers = (Arc<Client>, Arc<SharedAnswers>);
-
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct ClientKey {
-    /// `namespace/name@resourceVersion` of the Docker config Secret.
-    docker_config: Option<String>,
-    insecure: Vec<String>,
-    concurrency: usize,
-    timeout_seconds: u64,
-    budget_seconds: u64,
-}
-
-impl RegistryClients {
-    pub fn new(base: Settings, interval: Duration) -> RegistryClients {
-        RegistryClients {
-            base,
-            interval,
-            clients: Mutex::default(),
-            retired: Mutex::default(),
-        }
-    }
-
-    /// The client for `config`'s registries, with the Docker config `docker` (its key and
-    /// contents) when the object names one, and the answers shared by its passes.
-    fn client(
-        &self,
-        config: &crate::config::Registries,
-        docker: Option<(String, CredentialStore)>,
-    ) -> Result<ClientAndAnswers, String> {
-        let key = ClientKey {
-            docker_config: docker.as_ref().map(|(key, _)| key.clone()),
-            insecure: config.insecure.clone(),
-            concurrency: config.concurrency,
-            timeout_seconds: config.timeout_seconds,
-            budget_seconds: config.budget_seconds,
-        };
-        let mut clients = lock(&self.clients);
-        if let Some((client, answers)) = clients.get(&key) {
-            return Ok((client.clone(), answers.clone()));
-        }
-        // A Secret rotated: the client of its old version serves nobody any more.
-        if let Some(secret) = &key.docker_config {
-            let name = secret.split('@').next().unwrap_or_default();
-            let mut retired = lock(&self.retired);
-            clients.retain(|k, (client, _)| {
-                let keep = k
-                    .docker_config
-                    .as_deref()
-                    .is_none_or(|other| other.split('@').next() != Some(name));
-                if !keep {
-                    for (key, count) in client.request_counts() {
-                        *retired.entry(key).or_insert(0) += count;
-                    }
-                }
-                keep
-            });
-        }
-        let mut settings = self.base.clone();
-        settings
-            .insecure_hosts
-            .extend(config.insecure.iter().cloned());
-        settings.concurrency_per_host = config.concurrency;
-        settings.request_timeout = Duration::from_secs(config.timeout_seconds);
-        settings.resolve_budget = Duration::from_secs(config.budget_seconds);
-        if let Some((_, store)) = docker {
-            settings.credentials = store;
-        }
-        let client = Arc::new(Client::new(settings).map_err(|e| e.to_string())?);
-        let answers = Arc::new(SharedAnswers::new(self.interval));
-        clients.insert(key, (client.clone(), answers.clone()));
-        Ok((client, answers))
-    }
-
-    /// Forgets, for every client, the answers about these repositories (`domain/repository`,
-    /// as a registry webhook names them).
-    pub fn forget(&self, repositories: &[String]) {
-        for (_, answers) in lock(&self.clients).values() {
-            answers.forget(repositories);
-        }
-    }
-
-    /// Registry requests answered so far by (host, status), over every client there was.
-    pub fn request_counts(&self) -> Vec<((String, u16), u64)> {
-        let mut totals = lock(&self.retired).clone();
-        for (client, _) in lock(&self.clients).values() {
-            for (key, count) in client.request_counts() {
-                *totals.entry(key).or_insert(0) += count;
-            }
-        }
-        totals.into_iter().collect()
-    }
-}
-
 /// The Secrets an object's spec names, read now.
 struct Secrets {
     git: Credentials,
@@ -230,11 +126,21 @@ pub async fn reconcile(
     // not `Send`, and the `Controller` runs reconciles as tasks. It runs on a blocking thread
     // of its own instead, driven by the same runtime (whose workers run what it spawns).
     let handle = tokio::runtime::Handle::current();
+    // A slot, fairly between namespaces; held until the status is written.
+    let _slot = ctx.slots.acquire(&namespace).await;
     let pass = {
         let (object, ctx, namespace, name) =
             (object.clone(), ctx.clone(), namespace.clone(), name.clone());
         tokio::task::spawn_blocking(move || {
-            handle.block_on(async { run_pass(&object, &namespace, &name, &ctx).await })
+            handle.block_on(async {
+                let deadline = ctx.reconcile_timeout;
+                match tokio::time::timeout(deadline, run_pass(&object, &namespace, &name, &ctx))
+                    .await
+                {
+                    Ok(done) => done,
+                    Err(_) => timed_out(deadline, ctx.interval),
+                }
+            })
         })
     };
     let (outcome, update, requeue, events) = match pass.await {
@@ -276,6 +182,7 @@ pub async fn reconcile(
         }
         _ => outcome,
     };
+    let next = status::keep_times(&previous, next);
     if next != previous {
         write_status(&ctx, &object, &namespace, &next)
             .await
@@ -285,6 +192,14 @@ pub async fn reconcile(
             })?;
     }
     tracing::info!("{name}: {}", outcome_line(&outcome));
+    ctx.shared
+        .metrics
+        .object_reconciled
+        .get_or_create(&crate::metrics::ObjectLabels {
+            namespace: namespace.clone(),
+            name: object.name_any(),
+        })
+        .set(k8s_openapi::jiff::Timestamp::now().as_second());
     let mut events = events;
     // A failed verification already announced by the pass (with its verdict) is not
     // announced again as the Ready transition it caused.
@@ -313,6 +228,18 @@ pub async fn reconcile(
             Ok(Action::requeue(requeue))
         }
     }
+}
+
+/// A pass cut off at the reconcile deadline: retried with backoff, like an unreachable remote.
+fn timed_out(deadline: Duration, interval: Duration) -> (Outcome, StatusUpdate, Duration, Events) {
+    let outcome = Outcome::Retrying {
+        reason: Reason::TimedOut,
+        message: format!(
+            "the reconcile did not finish within {}s (--reconcile-timeout); retried with backoff",
+            deadline.as_secs()
+        ),
+    };
+    (outcome, StatusUpdate::default(), interval, Events::new())
 }
 
 /// One log line for what a reconcile found.
@@ -365,6 +292,7 @@ async fn run_pass(
     name: &str,
     ctx: &Context,
 ) -> (Outcome, StatusUpdate, Duration, Events) {
+    let started = std::time::Instant::now();
     let mut events = Events::new();
     let stalled = |reason, message| {
         (
@@ -415,7 +343,7 @@ async fn run_pass(
     };
     let (registry, shared) = match ctx.registries.client(&config.registries, secrets.docker) {
         Ok(client_and_answers) => client_and_answers,
-        Err(message) => return stalled(Reason::InvalidSpec, message),
+        Err(e) => return stalled(Reason::InvalidSpec, e.to_string()),
     };
     let forge = match (&config.forge, secrets.forge_token) {
         (Some(forge), Some(token)) => match Forge::new(forge, token) {
@@ -424,17 +352,38 @@ async fn run_pass(
         },
         _ => None,
     };
-    let syncer =
+    let mut syncer =
         match Syncer::with_credentials(&config, &registry, forge.as_ref(), &dir, secrets.git) {
             Ok(syncer) => syncer.sharing(&shared),
             Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
         };
+    // libgit2 bounds each read only: the fetch itself stops at the reconcile's deadline, and
+    // at the size the controller allows a repository.
+    syncer.mirror.limit(FetchLimits {
+        max_bytes: Some(ctx.max_repository_bytes),
+        deadline: Some((started + ctx.reconcile_timeout, ctx.reconcile_timeout)),
+    });
     let mut answers = BTreeMap::new();
     let report = match syncer.run_with(SyncOptions::default(), &mut answers).await {
         Ok(report) => report,
         Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
     };
-    let mut update = status_update(&report, &mut events);
+    let noun = ChangeRequestNoun::of(config.forge.as_ref());
+    let mut update = status_update(&report, noun, &mut events);
+    if config.mode == WriteMode::Commit && update.last_pin.is_none() {
+        let previous = object.status.as_ref().and_then(|s| s.last_pin.as_ref());
+        if let Some(pin) = pinned_before(&syncer, &config.repository.branch, previous) {
+            events.push((
+                EventType::Normal,
+                "Pinned",
+                format!(
+                    "{} has {}: {} image(s) pinned",
+                    pin.branch, pin.commit, pin.images
+                ),
+            ));
+            update.last_pin = Some(pin);
+        }
+    }
     // A file that could not be pinned holds up neither the verification of what was pinned
     // nor the promotions, as in `tagpin run`; the object is retried for it all the same.
     update.failures = report.has_failures().then(|| report.failures.join("\n"));
@@ -534,8 +483,9 @@ async fn run_pass(
     }
     let message = match &update.pull_request {
         Some(pr) => format!(
-            "pins proposed in pull request #{} for {}",
-            pr.number, config.repository.branch
+            "pins proposed in {} for {}",
+            ChangeRequestNoun::of(config.forge.as_ref()).name(pr.number),
+            config.repository.branch
         ),
         None => format!("{} pinned", config.repository.branch),
     };
@@ -556,8 +506,40 @@ fn pushed(report: &SyncReport) -> Option<String> {
     })
 }
 
+/// How far down a branch the last pin is looked for.
+const PIN_HISTORY_DEPTH: usize = 100;
+
+/// The last commit tagpin pinned on `branch`, read back from Git, when the status does not
+/// record it: a controller (the leader before a failover) stopped between its push and its
+/// status write, and this pass found nothing left to commit.
+fn pinned_before(syncer: &Syncer<'_>, branch: &str, recorded: Option<&LastPin>) -> Option<LastPin> {
+    let tip = syncer.mirror.tip(branch)?;
+    let found = crate::git::off_runtime(|| syncer.mirror.last_own_commit(tip, PIN_HISTORY_DEPTH));
+    let (commit, time, message) = match found {
+        Ok(found) => found?,
+        Err(e) => {
+            tracing::warn!("{branch}: cannot read back the last pin: {e}");
+            return None;
+        }
+    };
+    let commit = commit.to_string();
+    if recorded.is_some_and(|pin| pin.commit == commit) {
+        return None;
+    }
+    Some(LastPin {
+        commit,
+        branch: branch.to_string(),
+        images: u32::try_from(crate::forge::body::count_pin_lines(&message)).unwrap_or(u32::MAX),
+        time: crate::promote::gate::rfc3339(time),
+    })
+}
+
 /// The last pin and open pull request a pass reports, and the Events of what it wrote.
-fn status_update(report: &SyncReport, events: &mut Events) -> StatusUpdate {
+fn status_update(
+    report: &SyncReport,
+    noun: ChangeRequestNoun,
+    events: &mut Events,
+) -> StatusUpdate {
     use crate::sync::Outcome as Done;
     let mut update = StatusUpdate::default();
     for group in &report.groups {
@@ -595,7 +577,7 @@ fn status_update(report: &SyncReport, events: &mut Events) -> StatusUpdate {
                     events.push((
                         EventType::Normal,
                         "PullRequestOpened",
-                        format!("opened pull request #{number} from {branch}: {url}"),
+                        format!("opened {} from {branch}: {url}", noun.name(*number)),
                     ));
                 }
                 // With one pull request per image, the status names the first; each is on
@@ -684,7 +666,7 @@ pub(super) async fn verify_now(
     registry: &Client,
 ) -> (VerdictSummary, Option<status::Awaiting>) {
     let what = match source {
-        Source::PullRequest(n) => format!("pull request #{n}"),
+        Source::PullRequest(n) => ChangeRequestNoun::of(config.forge.as_ref()).name(*n),
         Source::Commit(sha) => format!("commit {}", &sha[..sha.len().min(12)]),
         Source::Branch(b) => format!("branch {b}"),
     };
@@ -740,6 +722,13 @@ fn classify(error: &SyncError) -> Outcome {
     let message = error.to_string();
     let reason = match error {
         SyncError::Git(GitError::Auth { .. }) => Reason::AuthFailed,
+        SyncError::Git(GitError::TooLarge { .. }) => Reason::RepositoryTooLarge,
+        SyncError::Git(GitError::FetchDeadline { .. }) => {
+            return Outcome::Retrying {
+                reason: Reason::TimedOut,
+                message,
+            }
+        }
         SyncError::Forge(ForgeError::Call {
             status: Some(401 | 403),
             ..
@@ -874,6 +863,15 @@ pub(super) async fn fetch(
     name: &str,
 ) -> Result<(String, BTreeMap<String, Vec<u8>>, String), Outcome> {
     match api.get_opt(name).await {
+        Ok(Some(secret)) if !labelled_for_tagpin(&secret) => Err(Outcome::Stalled {
+            reason: Reason::SecretNotLabelled,
+            message: format!(
+                "Secret {namespace}/{name} is not labelled {}={}; tagpin reads only the \
+                 Secrets labelled for it",
+                super::SECRET_LABEL,
+                super::SECRET_LABEL_VALUE
+            ),
+        }),
         Ok(Some(secret)) => {
             let version = secret.resource_version().unwrap_or_default();
             let data = secret
@@ -893,6 +891,16 @@ pub(super) async fn fetch(
             message: format!("cannot read Secret {namespace}/{name}: {e}"),
         }),
     }
+}
+
+/// Whether a Secret carries [`super::SECRET_LABEL`]: its owner let tagpin use it.
+fn labelled_for_tagpin(secret: &Secret) -> bool {
+    secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(super::SECRET_LABEL))
+        .is_some_and(|value| value == super::SECRET_LABEL_VALUE)
 }
 
 /// Writes a secret file readable by this user only.
@@ -953,14 +961,7 @@ async fn publish(
     reason: &str,
     note: String,
 ) {
-    let event = Event {
-        type_,
-        reason: reason.to_string(),
-        note: Some(note),
-        action: "Reconcile".to_string(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &object.object_ref(&())).await {
+    if let Err(e) = ctx.events.publish(object, type_, reason, &note).await {
         tracing::warn!(
             "{}/{}: cannot publish Event {reason}: {e}",
             object.namespace().unwrap_or_default(),
@@ -1022,7 +1023,11 @@ mod tests {
     }
 
     fn merged(verdict: Option<&str>) -> merged::Merged {
-        let label = merged::merged_label(1, "0123456789abcdef0123456789abcdef01234567");
+        let label = merged::merged_label(
+            ChangeRequestNoun::PullRequest,
+            1,
+            "0123456789abcdef0123456789abcdef01234567",
+        );
         merged::Merged {
             number: 1,
             verdict: verdict.map(|state| (summary(state, &label), None)),

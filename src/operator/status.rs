@@ -46,6 +46,12 @@ pub enum Reason {
     PartiallyPinned,
     /// The Git remote, the forge or a cluster could not be reached; retried with backoff.
     Unreachable,
+    /// The reconcile did not finish within `--reconcile-timeout`; retried with backoff.
+    TimedOut,
+    /// A Secret the spec names does not carry the label that lets tagpin read it.
+    SecretNotLabelled,
+    /// The repository is larger than `--max-repository-size`.
+    RepositoryTooLarge,
 }
 
 impl Reason {
@@ -62,6 +68,9 @@ impl Reason {
             Reason::AuthFailed => "AuthFailed",
             Reason::PartiallyPinned => "PartiallyPinned",
             Reason::Unreachable => "Unreachable",
+            Reason::TimedOut => "TimedOut",
+            Reason::SecretNotLabelled => "SecretNotLabelled",
+            Reason::RepositoryTooLarge => "RepositoryTooLarge",
         }
     }
 }
@@ -200,6 +209,44 @@ pub fn next(
     }
 }
 
+/// `next`, with the times of `previous` wherever what they date did not change: a pass that
+/// finds everything as it was writes nothing (each write moves the object's
+/// resourceVersion and wakes every watcher of it, fleet-wide at every interval).
+pub fn keep_times(
+    previous: &PinnedRepositoryStatus,
+    mut next: PinnedRepositoryStatus,
+) -> PinnedRepositoryStatus {
+    fn keep(previous: Option<&VerdictSummary>, next: Option<&mut VerdictSummary>) {
+        if let (Some(before), Some(now)) = (previous, next) {
+            let same = VerdictSummary {
+                time: before.time.clone(),
+                ..now.clone()
+            };
+            if same == *before {
+                now.time.clone_from(&before.time);
+            }
+        }
+    }
+    keep(previous.verdict.as_ref(), next.verdict.as_mut());
+    if let (Some(before), Some(now)) = (&previous.last_pin, &mut next.last_pin) {
+        if before.commit == now.commit && before.branch == now.branch {
+            now.time.clone_from(&before.time);
+        }
+    }
+    for now in &mut next.promotions {
+        let Some(before) = previous.promotions.iter().find(|p| p.stage == now.stage) else {
+            continue;
+        };
+        keep(before.verdict.as_ref(), now.verdict.as_mut());
+        let mut same = now.clone();
+        same.time.clone_from(&before.time);
+        if same == *before {
+            now.time.clone_from(&before.time);
+        }
+    }
+    next
+}
+
 /// What a pass changed that the status records besides its conditions.
 #[derive(Debug, Clone, Default)]
 pub struct StatusUpdate {
@@ -230,6 +277,9 @@ pub fn transition_event(previous: &[Condition], next: &[Condition]) -> Option<(R
         Reason::AuthFailed,
         Reason::PartiallyPinned,
         Reason::Unreachable,
+        Reason::TimedOut,
+        Reason::SecretNotLabelled,
+        Reason::RepositoryTooLarge,
     ]
     .into_iter()
     .find(|r| r.as_str() == ready.reason)?;
@@ -385,6 +435,53 @@ mod tests {
             reason(done(Some(4), Some("progressing"))),
             "PullRequestOpen"
         );
+    }
+
+    #[test]
+    fn a_pass_that_finds_everything_as_it_was_keeps_the_status_byte_for_byte() {
+        let at = |time: &str| {
+            let Outcome::Done {
+                verdict: Some(v), ..
+            } = done(None, Some("converged"))
+            else {
+                unreachable!()
+            };
+            PinnedRepositoryStatus {
+                observed_generation: Some(1),
+                conditions: conditions(&[], &done(None, Some("converged")), Some(1), "t0"),
+                last_pin: Some(LastPin {
+                    commit: "abc".into(),
+                    branch: "main".into(),
+                    images: 1,
+                    time: time.into(),
+                }),
+                pull_request: None,
+                verdict: Some(VerdictSummary {
+                    time: time.into(),
+                    ..*v
+                }),
+                promotions: vec![super::super::crd::PromotionStatus {
+                    stage: "production".into(),
+                    from: "staging".into(),
+                    gate: "open".into(),
+                    message: "staging converged since t0".into(),
+                    pull_request: None,
+                    commit: None,
+                    verdict: None,
+                    time: time.into(),
+                }],
+            }
+        };
+        let before = at("2026-11-27T10:00:00Z");
+        assert_eq!(keep_times(&before, at("2026-11-27T10:05:00Z")), before);
+        // A change is written with its new time.
+        let mut moved = at("2026-11-27T10:05:00Z");
+        moved.verdict.as_mut().unwrap().state = "failed".into();
+        moved.promotions[0].gate = "refused".into();
+        let kept = keep_times(&before, moved);
+        assert_eq!(kept.verdict.unwrap().time, "2026-11-27T10:05:00Z");
+        assert_eq!(kept.promotions[0].time, "2026-11-27T10:05:00Z");
+        assert_eq!(kept.last_pin.unwrap().time, "2026-11-27T10:00:00Z");
     }
 
     // What a verification found, read as the status reads it: real verdicts from the

@@ -191,6 +191,49 @@ impl CredentialStore {
         );
     }
 
+    /// Only the credentials of these registries (as `docker login` names them: `ghcr.io`,
+    /// `host:5000`), each from the source it has here: its `credHelpers` entry, its `auths`
+    /// entry, else `credsStore`. Every other registry is anonymous in the result. The
+    /// operator shares its own credentials with its tenants only this way, per registry the
+    /// platform names.
+    pub fn restricted_to(&self, registries: &[String]) -> CredentialStore {
+        let mut kept = CredentialStore {
+            answers: self.answers.clone(),
+            ..CredentialStore::default()
+        };
+        for registry in registries.iter().map(|r| normalize_registry_key(r)) {
+            match self.source(&registry) {
+                Source::Helper(helper) => {
+                    kept.helpers.insert(registry, helper.to_string());
+                }
+                Source::Stored(login) => {
+                    kept.by_registry.insert(registry, login.clone());
+                }
+                Source::Anonymous => {}
+            }
+        }
+        kept
+    }
+
+    /// These credentials, and `fallback`'s for every registry these leave anonymous.
+    pub fn or(mut self, fallback: &CredentialStore) -> CredentialStore {
+        for (registry, helper) in &fallback.helpers {
+            if matches!(self.source(registry), Source::Anonymous) {
+                self.helpers.insert(registry.clone(), helper.clone());
+            }
+        }
+        for (registry, login) in &fallback.by_registry {
+            if matches!(self.source(registry), Source::Anonymous) {
+                self.by_registry.insert(registry.clone(), login.clone());
+            }
+        }
+        if !fallback.helpers.is_empty() {
+            // The fallback's helpers keep their answers where they are kept.
+            self.answers = fallback.answers.clone();
+        }
+        self
+    }
+
     /// The login for a registry (`Reference::domain`), running its helper on first use.
     /// `Ok(None)` means anonymous. Errors name the helper and the registry.
     pub async fn login(&self, registry: &str) -> Result<Option<Login>, String> {
@@ -370,6 +413,46 @@ mod tests {
         assert_eq!(store.source("gcr.io"), Source::Helper("desktop"));
         assert_eq!(store.source("docker.io"), Source::Helper("desktop"));
         assert_eq!(store.source("quay.io"), Source::Helper("desktop"));
+    }
+
+    #[test]
+    fn a_restricted_store_keeps_only_the_registries_named_each_from_its_own_source() {
+        let operator = parse(
+            r#"{"credsStore":"desktop","credHelpers":{"ecr.example":"ecr-login"},
+                "auths":{"ghcr.io":{"auth":"dTpw"},"private.example":{"auth":"dTpw"}}}"#,
+        )
+        .unwrap();
+        let shared = operator.restricted_to(&[
+            "https://ghcr.io".to_string(),
+            "ecr.example".to_string(),
+            "quay.io".to_string(),
+        ]);
+        assert!(matches!(shared.source("ghcr.io"), Source::Stored(_)));
+        assert_eq!(shared.source("ecr.example"), Source::Helper("ecr-login"));
+        // credsStore serves a named registry that has no entry of its own, and no other.
+        assert_eq!(shared.source("quay.io"), Source::Helper("desktop"));
+        assert_eq!(shared.source("private.example"), Source::Anonymous);
+        assert_eq!(shared.source("docker.io"), Source::Anonymous);
+        assert!(shared
+            .helpers_named()
+            .iter()
+            .all(|h| !h.starts_with("credsStore")));
+        assert_eq!(
+            operator.restricted_to(&[]).source("ghcr.io"),
+            Source::Anonymous
+        );
+    }
+
+    #[test]
+    fn a_tenants_own_credentials_win_over_the_shared_ones() {
+        let tenant = parse(r#"{"auths":{"ghcr.io":{"auth":"dGVuYW50OnQ="}}}"#).unwrap();
+        let shared =
+            parse(r#"{"auths":{"ghcr.io":{"auth":"b3A6bw=="},"quay.io":{"auth":"b3A6bw=="}}}"#)
+                .unwrap();
+        let store = tenant.or(&shared);
+        assert_eq!(password(&store, "ghcr.io").username, "tenant");
+        assert_eq!(password(&store, "quay.io").username, "op");
+        assert_eq!(store.source("docker.io"), Source::Anonymous);
     }
 
     #[test]

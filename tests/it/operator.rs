@@ -117,6 +117,19 @@ impl Operator {
         operator
     }
 
+    /// When the operator last finished reconciling `name` of [`NS`] (Unix seconds), from its
+    /// metrics: a reconcile that changes nothing writes nothing to the object.
+    pub(crate) async fn reconciled_at(&self, name: &str) -> Option<i64> {
+        let url = format!("{}/metrics", self.base);
+        let text = reqwest::get(url).await.ok()?.text().await.ok()?;
+        let series = format!(
+            "tagpin_object_last_reconcile_timestamp_seconds{{namespace=\"{NS}\",name=\"{name}\"}} "
+        );
+        text.lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .and_then(|value| value.trim().parse().ok())
+    }
+
     async fn ready(&self) -> bool {
         let url = format!("{}/readyz", self.base);
         matches!(reqwest::get(url).await, Ok(r) if r.status() == 200)
@@ -301,7 +314,7 @@ async fn a_rotated_secret_is_used_by_the_next_reconcile() {
     kube.apply(support::kube::secret(
         NS,
         "git-creds",
-        &[("tagpin.dev/watch", "Enabled")],
+        &[support::kube::TAGPIN_SECRET],
         &[("GIT_TOKEN", "wrong-token")],
     ));
     let mut with_token = spec(&server.url("gitops.git"), &host);
@@ -754,7 +767,7 @@ async fn objects_following_one_repository_list_its_tags_once_per_interval_per_cr
     kube.apply(support::kube::secret(
         NS,
         "pull",
-        &[],
+        &[support::kube::TAGPIN_SECRET],
         &[(".dockerconfigjson", &docker_config)],
     ));
     let mut repos = Vec::new();
@@ -792,11 +805,11 @@ async fn objects_following_one_repository_list_its_tags_once_per_interval_per_cr
     }
     // The workloads are not created yet: each object passes again every verify interval,
     // within the same one-hour interval of answers.
-    let passed_at = |name: &str| {
-        kube.get("PinnedRepository", NS, name).unwrap()["status"]["verdict"]["time"].clone()
-    };
-    let first = passed_at("one");
-    eventually("another pass of one", || passed_at("one") != first).await;
+    let first = operator.reconciled_at("one").await;
+    support::eventually_async("another pass of one", || async {
+        operator.reconciled_at("one").await > first
+    })
+    .await;
     // One list for the two objects without credentials, one for the object with its own:
     // what a client with credentials was told never answers a pass without them.
     assert_eq!(proxy.count("GET", "/v2/acme/web/tags/list"), 2);
@@ -842,7 +855,7 @@ async fn a_restarted_operator_announces_nothing_the_first_one_already_did() {
     kube.apply(support::kube::secret(
         NS,
         "forge",
-        &[],
+        &[support::kube::TAGPIN_SECRET],
         &[("GITHUB_TOKEN", "gh-token")],
     ));
     kube.apply(pinned_repository(
@@ -906,24 +919,15 @@ async fn a_restarted_operator_announces_nothing_the_first_one_already_did() {
     }
     first.stop().await;
 
-    // A second process, as after a failover: it reconciles every object again (each
-    // verification writes its time, so once the clock has moved on, a new time shows it).
-    let stopped = support::rfc3339(std::time::SystemTime::now());
-    let verified_at = |name: &str| {
-        kube.get("PinnedRepository", NS, name).unwrap()["status"]["verdict"]["time"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    };
-    eventually("a second has passed", || {
-        support::rfc3339(std::time::SystemTime::now()) > stopped
-    })
-    .await;
+    // A second process, as after a failover: it reconciles every object again.
     let second = Operator::start(dir.path(), &kube, "op-2", &[]).await;
-    eventually("op-2 verified every object", || {
-        ["web", "broken", "api"]
-            .iter()
-            .all(|name| verified_at(name) > stopped)
+    support::eventually_async("op-2 reconciled every object", || async {
+        for name in ["web", "broken", "api"] {
+            if second.reconciled_at(name).await.is_none() {
+                return false;
+            }
+        }
+        true
     })
     .await;
     second.stop().await;
@@ -958,7 +962,7 @@ async fn a_merged_pull_request_is_verified_until_the_cluster_runs_it() {
     kube.apply(secret(
         NS,
         "git-creds",
-        &[("tagpin.dev/watch", "Enabled")],
+        &[support::kube::TAGPIN_SECRET],
         &[("GITHUB_TOKEN", TOKEN)],
     ));
     // Argo CD applied the tag as Git had it before the pin.
@@ -1182,7 +1186,7 @@ async fn a_docker_config_secret_naming_credential_helpers_is_refused() {
     kube.apply(support::kube::secret(
         NS,
         "pull",
-        &[],
+        &[support::kube::TAGPIN_SECRET],
         &[(".dockerconfigjson", &docker_config)],
     ));
     let mut with_helpers = spec(&repo.file_url(), &host);

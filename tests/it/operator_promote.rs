@@ -74,7 +74,7 @@ impl World {
         kube.apply(secret(
             NS,
             "git-creds",
-            &[("tagpin.dev/watch", "Enabled")],
+            &[support::kube::TAGPIN_SECRET],
             &[("GITHUB_TOKEN", GH_TOKEN)],
         ));
         World {
@@ -116,7 +116,7 @@ impl World {
         let mut data = vec![("kubeconfig", kubeconfig.as_str())];
         data.extend_from_slice(extra);
         self.kube
-            .apply(secret(NS, name, &[("tagpin.dev/watch", "Enabled")], &data));
+            .apply(secret(NS, name, &[support::kube::TAGPIN_SECRET], &data));
     }
 
     /// A spec pinning staging by commit and promoting it into production by pull request, no
@@ -357,7 +357,7 @@ async fn a_kubeconfig_secret_that_would_run_a_command_in_the_controller_is_refus
     w.kube.apply(secret(
         NS,
         "exec-kubeconfig",
-        &[],
+        &[support::kube::TAGPIN_SECRET],
         &[("kubeconfig", hostile.as_str())],
     ));
     w.kube.apply(pinned_repository(
@@ -396,7 +396,7 @@ async fn a_stage_cluster_that_does_not_answer_skips_its_promotion_and_sync_goes_
     w.kube.apply(secret(
         NS,
         "staging-kubeconfig",
-        &[],
+        &[support::kube::TAGPIN_SECRET],
         &[("kubeconfig", dead.as_str())],
     ));
     let mut spec = w.spec("unused");

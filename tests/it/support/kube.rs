@@ -1920,6 +1920,9 @@ pub fn deployment(
     })
 }
 
+/// The label `tagpin operator` requires on a Secret before a `PinnedRepository` may use it.
+pub const TAGPIN_SECRET: (&str, &str) = ("tagpin.dev/secret-type", "credentials");
+
 /// An Opaque Secret with these labels and `(key, value)` data (stored
 /// base64-encoded, as in `data`).
 pub fn secret(
