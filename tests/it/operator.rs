@@ -39,7 +39,7 @@ pub(crate) fn pinned_repository(name: &str, labels: Value, spec: Value) -> Value
 }
 
 /// A commit-mode spec pinning `apps/` of `url` against the registry at `host`.
-fn spec(url: &str, host: &str) -> Value {
+pub(crate) fn spec(url: &str, host: &str) -> Value {
     json!({
         "repository": {"url": url, "branch": "main"},
         "paths": ["apps"],
@@ -48,7 +48,7 @@ fn spec(url: &str, host: &str) -> Value {
 }
 
 pub(crate) struct Operator {
-    child: Child,
+    pub(crate) child: Child,
     base: String,
 }
 
@@ -97,7 +97,10 @@ impl Operator {
             .env("KUBECONFIG", &kubeconfig)
             .env("POD_NAME", name)
             .env("POD_NAMESPACE", "tagpin")
-            .env("RUST_LOG", "tagpin=info")
+            .env(
+                "RUST_LOG",
+                std::env::var("TEST_OPERATOR_LOG").unwrap_or("tagpin=info".into()),
+            )
             .env_remove("DOCKER_CONFIG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -120,13 +123,18 @@ impl Operator {
     /// When the operator last finished reconciling `name` of [`NS`] (Unix seconds), from its
     /// metrics: a reconcile that changes nothing writes nothing to the object.
     pub(crate) async fn reconciled_at(&self, name: &str) -> Option<i64> {
+        self.metric(&format!(
+            "tagpin_object_last_reconcile_timestamp_seconds{{namespace=\"{NS}\",name=\"{name}\"}}"
+        ))
+        .await
+    }
+
+    /// The value of one series (`name{labels}` as exposed) of the operator's `/metrics`.
+    pub(crate) async fn metric(&self, series: &str) -> Option<i64> {
         let url = format!("{}/metrics", self.base);
         let text = reqwest::get(url).await.ok()?.text().await.ok()?;
-        let series = format!(
-            "tagpin_object_last_reconcile_timestamp_seconds{{namespace=\"{NS}\",name=\"{name}\"}} "
-        );
         text.lines()
-            .find_map(|line| line.strip_prefix(&series))
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
             .and_then(|value| value.trim().parse().ok())
     }
 
@@ -146,7 +154,7 @@ impl Operator {
 /// Argo CD applied `default/Deployment/<name>` with its container `app` running `image` (a
 /// tag) pinned to `digest`, its rollout done, and its one pod runs that digest: what the
 /// operator's verification finds Converged.
-fn runs_converged(kube: &KubeServer, name: &str, image: &str, digest: &str) {
+pub(crate) fn runs_converged(kube: &KubeServer, name: &str, image: &str, digest: &str) {
     let (repository, _tag) = image.rsplit_once(':').unwrap();
     let live = LiveDeployment::new("default", name).container("app", &format!("{image}@{digest}"));
     live.apply(kube);
@@ -163,7 +171,7 @@ pub(crate) fn condition(kube: &KubeServer, name: &str, type_: &str) -> Option<Va
         .cloned()
 }
 
-fn is_ready(kube: &KubeServer, name: &str) -> bool {
+pub(crate) fn is_ready(kube: &KubeServer, name: &str) -> bool {
     condition(kube, name, "Ready").is_some_and(|c| c["status"] == "True")
 }
 
@@ -482,7 +490,7 @@ async fn kubectl_wait_returns_when_the_operator_reports_ready() {
     operator.stop().await;
 }
 
-fn lease_holder(kube: &KubeServer) -> String {
+pub(crate) fn lease_holder(kube: &KubeServer) -> String {
     kube.get("Lease", "tagpin", "tagpin-leader")
         .and_then(|lease| lease["spec"]["holderIdentity"].as_str().map(str::to_string))
         .unwrap_or_default()
@@ -817,7 +825,7 @@ async fn objects_following_one_repository_list_its_tags_once_per_interval_per_cr
 }
 
 /// The Events about `name` with one of tagpin's own reasons, as (reason, note, series count).
-fn announced(kube: &KubeServer, name: &str) -> Vec<(String, String, u64)> {
+pub(crate) fn announced(kube: &KubeServer, name: &str) -> Vec<(String, String, u64)> {
     kube.events(NS)
         .iter()
         .filter(|e| e["regarding"]["name"] == name)

@@ -1511,6 +1511,11 @@ impl KubeServer {
         });
     }
 
+    /// Gives back what [`deny`](Self::deny) took away; the grants stay as they are.
+    pub fn lift_denials(&self) {
+        self.shared.state().denials.clear();
+    }
+
     /// Answers the next matching requests with a transient failure (see [`Fault`]).
     pub fn inject(&self, fault: Fault) {
         self.shared.state().faults.push(fault);
