@@ -30,6 +30,7 @@ mod kustomize;
 mod leader;
 mod operator;
 mod operator_promote;
+mod operator_tenancy;
 mod pipeline;
 mod policies;
 mod promote;
