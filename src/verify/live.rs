@@ -1476,6 +1476,7 @@ mod connect_tests {
                 tokio::spawn(async move {
                     let mut stream = BufReader::new(stream);
                     let (mut request, mut authorization) = (String::new(), String::new());
+                    let mut acting_as = String::new();
                     let mut line = String::new();
                     while stream.read_line(&mut line).await.unwrap_or(0) > 0 {
                         let header = line.trim_end();
@@ -1487,11 +1488,13 @@ mod connect_tests {
                         } else if let Some((name, value)) = header.split_once(':') {
                             if name.eq_ignore_ascii_case("authorization") {
                                 authorization = value.trim().to_string();
+                            } else if name.eq_ignore_ascii_case("impersonate-user") {
+                                acting_as = format!(" as {}", value.trim());
                             }
                         }
                         line.clear();
                     }
-                    lock(&record).push(format!("{request} {authorization}"));
+                    lock(&record).push(format!("{request} {authorization}{acting_as}"));
                     let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"not found","reason":"NotFound","code":404}"#;
                     let response = format!(
                         "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -1540,6 +1543,48 @@ current-context: staging
             path: path.to_path_buf(),
             context: context.map(str::to_string),
         }
+    }
+
+    #[tokio::test]
+    async fn an_impersonating_cluster_keeps_the_connection_and_adds_only_the_user_header() {
+        let (staging_url, _) = recording_server().await;
+        let (prod_url, prod) = recording_server().await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = two_contexts(dir.path(), &staging_url, &prod_url);
+        let timeout = Duration::from_secs(7);
+        let own = Cluster::connect_to(&kubeconfig(&path, Some("prod")), timeout)
+            .await
+            .unwrap();
+        let account = ServiceAccount {
+            namespace: "team-a".into(),
+            name: "tagpin".into(),
+        };
+        let tenant = own.impersonating(account.clone()).unwrap();
+        assert_eq!(tenant.acting_as(), Some(&account));
+        assert_eq!(own.acting_as(), None);
+        assert_eq!(tenant.server.url, own.server.url);
+        assert_eq!(tenant.server.timeout, timeout);
+        assert_eq!(tenant.config.default_retry, own.config.default_retry);
+        assert_eq!(tenant.config.connect_timeout, Some(timeout));
+        assert_eq!(tenant.config.auth_info.impersonate_groups, None);
+
+        tenant.gitops_objects().await.unwrap();
+        own.gitops_objects().await.unwrap();
+        let asked = lock(&prod).clone();
+        assert_eq!(asked.len(), 6, "{asked:?}");
+        let (as_tenant, as_own): (Vec<&String>, Vec<&String>) =
+            asked.iter().partition(|r| r.contains(" as "));
+        assert_eq!(as_tenant.len(), 3, "{asked:?}");
+        assert!(
+            as_tenant
+                .iter()
+                .all(|r| r.ends_with(" Bearer prod-token as system:serviceaccount:team-a:tagpin")),
+            "{asked:?}"
+        );
+        assert!(
+            as_own.iter().all(|r| r.ends_with(" Bearer prod-token")),
+            "{asked:?}"
+        );
     }
 
     #[tokio::test]

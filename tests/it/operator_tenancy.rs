@@ -321,3 +321,20 @@ async fn without_a_service_account_an_object_reads_as_the_operator_and_a_spec_th
         .iter()
         .any(|r| r.impersonate_user.as_deref() == Some(nobody.as_str()) && r.status == 403));
 }
+
+#[test]
+fn a_default_service_account_that_is_no_service_account_name_is_refused_at_start() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+        .args(["operator", "--default-service-account", "Team_A"])
+        .args(["--listen", "127.0.0.1:0"])
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr).trim(),
+        "error: --default-service-account: \"Team_A\" is not a ServiceAccount name (a DNS-1123 \
+         label: at most 63 lowercase letters, digits and '-', starting and ending with a letter \
+         or digit)"
+    );
+}
