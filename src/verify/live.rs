@@ -1187,27 +1187,30 @@ impl Cluster {
         let gvk = GroupVersionKind::gvk("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
         let resource = ApiResource::from_gvk_with_plural(&gvk, "helmreleases");
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
-        match list_pages(&api).await {
-            Ok((items, _)) => Ok((as_json(&items), None)),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok((
-                Vec::new(),
-                Some("the cluster serves no helm.toolkit.fluxcd.io/v2 HelmReleases (CRD not installed, or Flux older than 2.3)".to_string()),
-            )),
-            Err(kube::Error::Api(status))
-                if status.code == 403 && !impersonation_refused(&status) =>
-            {
-                match self.acting_as() {
-                Some(account) => self.list_own_namespace(account, &resource).await,
-                None => Ok((
-                    Vec::new(),
-                    Some(format!("tagpin may not list HelmReleases: {}", status.message)),
-                )),
-            }},
-            Err(source) => Err(self.failed(
-                "helmreleases.helm.toolkit.fluxcd.io in all namespaces".to_string(),
-                source,
-            )),
-        }
+        let status = match list_pages(&api).await {
+            Ok((items, _)) => return Ok((as_json(&items), None)),
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 403 => status,
+            Err(source) => {
+                return Err(self.failed(
+                    "helmreleases.helm.toolkit.fluxcd.io in all namespaces".to_string(),
+                    source,
+                ))
+            }
+        };
+        let why = match (status.code, self.acting_as()) {
+            (404, _) => "the cluster serves no helm.toolkit.fluxcd.io/v2 HelmReleases (CRD not \
+                         installed, or Flux older than 2.3)"
+                .to_string(),
+            _ if impersonation_refused(&status) => {
+                return Err(self.failed(
+                    "helmreleases.helm.toolkit.fluxcd.io in all namespaces".to_string(),
+                    kube::Error::Api(status),
+                ))
+            }
+            (_, Some(account)) => return self.list_own_namespace(account, &resource).await,
+            (_, None) => format!("tagpin may not list HelmReleases: {}", status.message),
+        };
+        Ok((Vec::new(), Some(why)))
     }
 
     /// The workloads of `namespace` a Helm release may run its containers in
