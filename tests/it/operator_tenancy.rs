@@ -206,6 +206,35 @@ async fn a_team_never_sees_another_teams_workload_and_its_own_converges_through_
             assert_eq!(read.status, expected, "{}", read.path);
         }
     }
+    // The GitOps objects too: refused in all namespaces, team-a's read instead, never with
+    // the operator's own identity.
+    let gitops: Vec<RecordedRequest> = kube
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            ["applications", "kustomizations", "gitrepositories"].contains(&r.resource.as_str())
+        })
+        .collect();
+    for (everywhere, status) in [
+        ("/apis/argoproj.io/v1alpha1/applications", 403),
+        (
+            "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/team-a/kustomizations",
+            200,
+        ),
+    ] {
+        assert!(
+            gitops
+                .iter()
+                .any(|r| r.path == everywhere && r.status == status),
+            "{everywhere}: {gitops:?}"
+        );
+    }
+    assert!(
+        gitops
+            .iter()
+            .all(|r| r.impersonate_user.as_deref() == Some(account.as_str())),
+        "{gitops:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -336,5 +365,62 @@ fn a_default_service_account_that_is_no_service_account_name_is_refused_at_start
         "error: --default-service-account: \"Team_A\" is not a ServiceAccount name (a DNS-1123 \
          label: at most 63 lowercase letters, digits and '-', starting and ending with a letter \
          or digit)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_that_may_not_impersonate_verifies_nothing_rather_than_read_as_itself() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    registry.push_image("acme/web", "1.0", "web").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment_in(TEAM_B, "web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let kube = cluster().await;
+    team_b_runs_its_own_web(&kube);
+    reads_in_its_namespace(&kube, "tagpin");
+    // An install whose RBAC lost the impersonate rule.
+    kube.deny("impersonate", "serviceaccounts", None);
+    kube.apply(pinned_repository(
+        "probe",
+        json!({}),
+        spec(&repo.file_url(), &host),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(
+        dir.path(),
+        &kube,
+        "op",
+        &["--default-service-account", "tagpin"],
+    )
+    .await;
+
+    eventually("probe verified", || {
+        verdict(&kube, "probe")["state"].is_string()
+    })
+    .await;
+    let log = operator.stop().await;
+    let verdict = verdict(&kube, "probe");
+    assert_eq!(verdict["state"], "unverified", "{verdict}");
+    let summary = verdict["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("cannot verify: ")
+            && summary.contains(
+                "serviceaccounts \"tagpin\" is forbidden: User \
+                 \"system:serviceaccount:tagpin:tagpin\" cannot impersonate resource \
+                 \"serviceaccounts\" in API group \"\" in the namespace \"team-a\""
+            ),
+        "{summary}"
+    );
+    let object = kube.get("PinnedRepository", NS, "probe").unwrap();
+    assert_nothing_of_team_b("the status", &object["status"].to_string());
+    assert_nothing_of_team_b("the Events", &Value::from(kube.events(NS)).to_string());
+    assert_nothing_of_team_b("the operator's log", &log);
+    // It never fell back to its own identity.
+    let reads = workload_reads(&kube, TEAM_B);
+    assert!(
+        reads.iter().all(|r| r.impersonate_user.is_some()),
+        "{reads:?}"
     );
 }
