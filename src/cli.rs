@@ -244,6 +244,12 @@ pub struct OperatorArgs {
     /// another object's mirror included.
     #[arg(long)]
     pub allow_local_repositories: bool,
+    /// Read each object's cluster as this ServiceAccount of the object's own namespace
+    /// (impersonated) unless its spec names another (service_account_name): a shared install,
+    /// where each team's RBAC decides what the team's objects see. Without it, objects that
+    /// name none read with the operator's own identity.
+    #[arg(long, value_name = "NAME")]
+    pub default_service_account: Option<String>,
     #[command(flatten)]
     pub leader: LeaderElectArgs,
 }
@@ -846,6 +852,14 @@ async fn run_operator(
             });
         }
     }
+    if let Some(name) = &args.default_service_account {
+        if !crate::config::is_dns_label(name) {
+            return Err(CliError::Flag {
+                flag: "--default-service-account",
+                message: crate::config::not_a_service_account(name),
+            });
+        }
+    }
     let settings = registry_settings(registry, None)?;
     let api_timeout = cluster_args.timeout()?;
     let leader = args.leader.elector(api_timeout).await?;
@@ -875,6 +889,7 @@ async fn run_operator(
         })?,
         shared_registry_credentials: args.share_registry_credentials.clone(),
         allow_local_repositories: args.allow_local_repositories,
+        default_service_account: args.default_service_account.clone(),
         instance: std::env::var("POD_NAME").ok(),
     })
     .await?;

@@ -42,6 +42,29 @@ pub struct Config {
     /// A `PinnedRepository`'s `secret_ref`: the Secret of its namespace whose keys the
     /// `*_env` fields (and `repository.auth.ssh_key_file`) name. Always `None` from a file.
     pub secret_ref: Option<String>,
+    /// A `PinnedRepository`'s `service_account_name`: the ServiceAccount of its namespace that
+    /// the operator impersonates to read the cluster for it. Always `None` from a file.
+    pub service_account_name: Option<String>,
+}
+
+/// Whether `name` is a DNS-1123 label (at most 63 lowercase letters, digits and '-', starting
+/// and ending with a letter or digit): what a ServiceAccount's name must be for tagpin, which
+/// puts it in a user name (`system:serviceaccount:<namespace>:<name>`).
+pub fn is_dns_label(name: &str) -> bool {
+    name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// Why `name` is refused as a ServiceAccount name (see [`is_dns_label`]).
+pub fn not_a_service_account(name: &str) -> String {
+    format!(
+        "{name:?} is not a ServiceAccount name (a DNS-1123 label: at most 63 lowercase letters, \
+         digits and '-', starting and ending with a letter or digit)"
+    )
 }
 
 /// How tagpin reads and writes Helm values (see [`crate::manifest::helm`]).
@@ -1557,6 +1580,55 @@ colour: blue
                 "tagpin.yaml:3:14: registries.docker_config_secret_ref: only a PinnedRepository refers to Secrets; in a file, use docker_config",
                 "tagpin.yaml:2:1: secret_ref: only a PinnedRepository refers to Secrets; in a file, use environment variables and files",
             ]
+        );
+    }
+
+    #[test]
+    fn only_a_resource_names_a_service_account_and_it_is_a_dns_label() {
+        let err =
+            parse("repository: {url: https://git.example/a.git}\nservice_account_name: tagpin\n")
+                .unwrap_err();
+        assert_eq!(
+            err.problems,
+            [
+                "tagpin.yaml:2:1: service_account_name: only a PinnedRepository names a \
+              ServiceAccount (of its namespace); a file's reads use the identity tagpin runs as"
+            ]
+        );
+        let spec = |name: serde_json::Value| {
+            resource(serde_json::json!({
+                "repository": {"url": "https://git.example/a.git"},
+                "service_account_name": name,
+            }))
+        };
+        assert_eq!(
+            spec("tagpin-verifier".into())
+                .unwrap()
+                .service_account_name
+                .as_deref(),
+            Some("tagpin-verifier")
+        );
+        for bad in ["Tagpin", "tagpin.verifier", "-tagpin", &"a".repeat(64)] {
+            let err = spec(bad.into()).unwrap_err();
+            assert_eq!(err.problems.len(), 1, "{bad}: {:#?}", err.problems);
+            assert!(
+                err.problems[0].starts_with(&format!(
+                    "spec.service_account_name: {bad:?} is not a ServiceAccount name"
+                )),
+                "{bad}: {:#?}",
+                err.problems
+            );
+        }
+        let err = spec(serde_json::json!(3)).unwrap_err();
+        assert_eq!(
+            err.problems,
+            ["spec.service_account_name: expected a string, found a number"]
+        );
+        assert_eq!(
+            resource(serde_json::json!({"repository": {"url": "https://git.example/a.git"}}))
+                .unwrap()
+                .service_account_name,
+            None
         );
     }
 

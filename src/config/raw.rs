@@ -213,6 +213,14 @@ pub struct RawConfig {
     /// Only in a `PinnedRepository`: the Secret of its namespace whose keys the `*_env` fields
     /// and `repository.auth.ssh_key_file` name, in place of environment variables and files.
     pub secret_ref: Section<RawLocalRef>,
+    /// Only in a `PinnedRepository`: the ServiceAccount of its namespace whose rights every
+    /// read of the cluster for its verification and promotions has (the operator impersonates
+    /// it), in place of `tagpin operator --default-service-account`.
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub service_account_name: Field<String>,
 }
 
 /// `helm:`: which files hold Helm values beyond the usual names, and where a digest goes in an

@@ -43,10 +43,11 @@ struct Check {
 }
 
 /// Keys only a `PinnedRepository` may write.
-const RESOURCE_ONLY: [&str; 3] = [
+const RESOURCE_ONLY: [&str; 4] = [
     "secret_ref",
     "docker_config_secret_ref",
     "kubeconfig_secret_ref",
+    "service_account_name",
 ];
 
 /// The default key of a `kubeconfig_secret_ref`.
@@ -74,6 +75,30 @@ impl Check {
                 format!("only a PinnedRepository refers to Secrets; in a file, use {instead}"),
             );
         }
+    }
+
+    /// `service_account_name`: a ServiceAccount of the resource's namespace, whose rights the
+    /// operator reads the cluster with. A file has no namespace to hold one: `tagpin run` and
+    /// `tagpin verify` read with their own identity.
+    fn service_account(&mut self, field: &Field<String>) -> Option<String> {
+        let path = "service_account_name";
+        if field.is_written() && self.origin == Origin::File {
+            self.problem(
+                path,
+                "only a PinnedRepository names a ServiceAccount (of its namespace); a file's \
+                 reads use the identity tagpin runs as",
+            );
+            return None;
+        }
+        let name = self.string(path, field)?;
+        // A ServiceAccount's name is a DNS subdomain to the API server; tagpin also puts it in
+        // a user name (`system:serviceaccount:<namespace>:<name>`), so it takes the stricter
+        // DNS-1123 label that the schema states.
+        if !super::is_dns_label(name) {
+            self.problem(path, super::not_a_service_account(name));
+            return None;
+        }
+        Some(name.to_string())
     }
 
     /// The name of a Secret of the resource's namespace (a DNS subdomain).
@@ -466,6 +491,7 @@ impl Check {
                 );
             }
         }
+        let service_account_name = self.service_account(&top.service_account_name);
         let promotion = if top.promotion.is_written() {
             if top.paths.is_set() {
                 self.problem(
@@ -497,6 +523,7 @@ impl Check {
             pull_request,
             forge,
             secret_ref,
+            service_account_name,
         })
     }
 

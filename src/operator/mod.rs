@@ -78,6 +78,9 @@ pub struct Setup {
     pub shared_registry_credentials: Vec<String>,
     /// Whether a repository may be a local path or file:// URL (`--allow-local-repositories`).
     pub allow_local_repositories: bool,
+    /// `--default-service-account`: the ServiceAccount (of each object's own namespace) whose
+    /// rights an object that names none reads its cluster with; `None`: the operator's own.
+    pub default_service_account: Option<String>,
     /// Names this replica in Events (the pod name).
     pub instance: Option<String>,
     /// With `--leader-elect`: only the holder of the Lease reconciles.
@@ -197,6 +200,8 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         slots: slots::Slots::new(usize::from(setup.concurrency)),
         reconcile_timeout: setup.reconcile_timeout,
         max_repository_bytes: setup.max_repository_bytes,
+        default_service_account: setup.default_service_account.clone(),
+        tenants: Default::default(),
     });
     let (objects, secrets): (Api<PinnedRepository>, Api<Secret>) = match &setup.namespace {
         Some(ns) => (
@@ -265,13 +270,20 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         let _ = stopped.wait_for(|s| *s).await;
     };
     tracing::info!(
-        "tagpin operator: listening on {}, a pass of each object every {:?}{}",
+        "tagpin operator: listening on {}, a pass of each object every {:?}{}{}",
         setup.listen,
         setup.interval,
         setup
             .label_selector
             .as_deref()
             .map(|s| format!(", objects labelled {s}"))
+            .unwrap_or_default(),
+        setup
+            .default_service_account
+            .as_deref()
+            .map(|sa| format!(
+                ", each object's cluster read as ServiceAccount {sa} of its namespace unless it names another"
+            ))
             .unwrap_or_default()
     );
     // A standby is alive but not ready: the Service sends webhooks to the leader only.

@@ -29,7 +29,7 @@ use crate::forge::{ChangeRequestNoun, Forge, ForgeError};
 use crate::git::{Credentials, FetchLimits, GitError};
 use crate::registry::{Client, CredentialStore};
 use crate::sync::{SyncError, SyncOptions, SyncReport, Syncer};
-use crate::verify::live::Cluster;
+use crate::verify::live::{Cluster, ServiceAccount};
 use crate::verify::{self, Families, Source};
 
 /// The field manager of the controller's status writes.
@@ -37,6 +37,9 @@ pub const MANAGER: &str = "tagpin-operator";
 
 /// The first retry after a failure; each further one waits twice as long, up to the interval.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Impersonating clusters kept at most; beyond, all are dropped and built again on demand.
+const MAX_TENANT_CLUSTERS: usize = 256;
 
 /// The key of a Docker config Secret (`kubernetes.io/dockerconfigjson`).
 const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
@@ -71,6 +74,56 @@ pub struct Context {
     pub reconcile_timeout: Duration,
     /// A mirror larger than this is refused (`--max-repository-size`).
     pub max_repository_bytes: u64,
+    /// The ServiceAccount an object that names none is read as (`--default-service-account`).
+    pub default_service_account: Option<String>,
+    /// The operator's cluster impersonating each (namespace, ServiceAccount) objects read as:
+    /// built once, its TLS clients and connections kept for every pass of every object that
+    /// reads as that account.
+    pub tenants: Mutex<BTreeMap<ServiceAccount, Cluster>>,
+}
+
+impl Context {
+    /// The cluster an object of `namespace` reads as its own (its verification's, and its
+    /// `in_cluster` stages'): the operator's, impersonating the ServiceAccount the spec names
+    /// or else `--default-service-account`; the operator's own identity when neither is set.
+    /// `None` when the operator runs without a cluster.
+    fn own_cluster(&self, namespace: &str, config: &Config) -> Result<Option<Cluster>, Outcome> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(None);
+        };
+        let name = config
+            .service_account_name
+            .as_ref()
+            .or(self.default_service_account.as_ref());
+        let Some(name) = name else {
+            return Ok(Some(cluster.clone()));
+        };
+        let account = ServiceAccount {
+            namespace: namespace.to_string(),
+            name: name.clone(),
+        };
+        let mut tenants = lock(&self.tenants);
+        if let Some(cached) = tenants.get(&account) {
+            return Ok(Some(cached.clone()));
+        }
+        let impersonating =
+            cluster
+                .impersonating(account.clone())
+                .map_err(|e| Outcome::Stalled {
+                    reason: Reason::InvalidSpec,
+                    message: match &config.service_account_name {
+                        Some(_) => format!("spec.service_account_name: {e}"),
+                        None => format!("--default-service-account: {e}"),
+                    },
+                })?;
+        // Names are the tenants' to choose: a spec rewritten with ever new names must not
+        // keep a client for each.
+        if tenants.len() >= MAX_TENANT_CLUSTERS {
+            tenants.clear();
+        }
+        tenants.insert(account, impersonating.clone());
+        Ok(Some(impersonating))
+    }
 }
 
 /// Whether a Git URL names a remote (`https://`, `http://`, `ssh://`, `git://`, or scp-like
@@ -323,11 +376,17 @@ async fn run_pass(
         Ok(secrets) => secrets,
         Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
     };
-    // Each promotion stage's cluster, its kubeconfig Secret read now; the first stage's is
-    // where sync's pins are verified.
+    // The cluster read for this object, as the ServiceAccount it reads as (if any): what
+    // that account may not read is not verified, never read with the operator's rights.
+    let own = match ctx.own_cluster(namespace, &config) {
+        Ok(own) => own,
+        Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
+    };
+    // Each promotion stage's cluster, its kubeconfig Secret read now (a kubeconfig's own
+    // credentials are used as they are); the first stage's is where sync's pins are verified.
     let clusters = match promotion::read_kubeconfigs(&ctx.kube, namespace, &config).await {
         Ok(kubeconfigs) => {
-            let own = ctx.cluster.as_ref();
+            let own = own.as_ref();
             promotion::clusters(&config, &kubeconfigs, own, &dir, ctx.api_timeout).await
         }
         Err(outcome) => Err(outcome),
@@ -339,7 +398,7 @@ async fn run_pass(
     let first_stage = config.promotion.as_ref().map(|p| p.stages[0].name.as_str());
     let verify_on = match first_stage {
         Some(stage) => clusters.get(stage),
-        None => ctx.cluster.as_ref(),
+        None => own.as_ref(),
     };
     let (registry, shared) = match ctx.registries.client(&config.registries, secrets.docker) {
         Ok(client_and_answers) => client_and_answers,

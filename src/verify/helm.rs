@@ -491,6 +491,9 @@ pub struct Listed<'a> {
     /// Why no HelmRelease could be listed, when none could (see
     /// [`super::live::Cluster::helm_releases`]).
     pub helm_releases_unread: Option<&'a str>,
+    /// Why not every Argo CD Application could be listed (an impersonated ServiceAccount's
+    /// refusal), when that is so.
+    pub applications_unread: Option<&'a str>,
     pub git_repositories: &'a [Value],
     /// The GitOps objects of the configured repository ([`gitops::relevant`]), which may have
     /// applied HelmReleases and Applications, and `sync[i]` for `appliers[i]`.
@@ -578,7 +581,7 @@ pub fn releases(pin: &HelmPin, listed: &Listed<'_>) -> Releases {
         }
         ReleaseRef::Application { namespace, name } => {
             let obj = find(listed.applications, namespace.as_deref(), name)
-                .map_err(|found| missing(None, found))?;
+                .map_err(|found| missing(listed.applications_unread, found))?;
             let app = gitops::application(obj);
             let applied_as = InventoryEntry {
                 group: "argoproj.io".into(),
@@ -656,10 +659,14 @@ pub fn releases(pin: &HelmPin, listed: &Listed<'_>) -> Releases {
                 }
             }
             if found.is_empty() {
-                let unread = listed
-                    .helm_releases_unread
-                    .map(|why| format!(" ({why})"))
-                    .unwrap_or_default();
+                let unread: Vec<&str> = [listed.helm_releases_unread, listed.applications_unread]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                let unread = match unread.is_empty() {
+                    true => String::new(),
+                    false => format!(" ({})", unread.join("; ")),
+                };
                 return Err((
                     NotVerifiedReason::HelmReleaseMissing,
                     format!(
@@ -1178,6 +1185,7 @@ mod tests {
             applications: &[],
             helm_releases: &[hr],
             helm_releases_unread: None,
+            applications_unread: None,
             git_repositories: &[],
             appliers: &appliers,
             sync: &[sync],
@@ -1528,6 +1536,7 @@ mod tests {
                 applications: &[],
                 helm_releases: &list,
                 helm_releases_unread: None,
+                applications_unread: None,
                 git_repositories: &[],
                 appliers: &[],
                 sync: &[],
@@ -1565,6 +1574,39 @@ mod tests {
         assert_eq!(
             releases(&pin(hr_ref()), &refused).unwrap_err().1,
             "Flux HelmRelease shop/web cannot be read: tagpin may not list HelmReleases: forbidden"
+        );
+    }
+
+    #[test]
+    fn an_application_a_tenant_may_not_list_is_said_unread_not_missing() {
+        let application = pin(ReleaseRef::Application {
+            namespace: Some("argocd".into()),
+            name: "web".into(),
+        });
+        let why = "the ServiceAccount team-a/tagpin may not list applications.argoproj.io in \
+                   all namespaces; only those of team-a were read";
+        let refused = Listed {
+            applications_unread: Some(why),
+            repository: "https://git.example.com/acme/gitops",
+            pin: PIN,
+            ..Listed::default()
+        };
+        assert_eq!(
+            releases(&application, &refused),
+            Err((
+                NotVerifiedReason::HelmReleaseMissing,
+                format!("Argo CD Application argocd/web cannot be read: {why}")
+            ))
+        );
+        let values = pin(ReleaseRef::ValuesFile {
+            path: "apps/web/values.yaml".into(),
+        });
+        assert_eq!(
+            releases(&values, &refused).unwrap_err().1,
+            format!(
+                "no HelmRelease or Argo CD Application in the cluster reads apps/web/values.yaml \
+                 ({why})"
+            )
         );
     }
 
@@ -1614,6 +1656,7 @@ mod tests {
             applications: &[],
             helm_releases: &[hr],
             helm_releases_unread: None,
+            applications_unread: None,
             git_repositories: &[repository],
             appliers: &[],
             sync: &[],

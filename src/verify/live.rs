@@ -108,6 +108,28 @@ pub struct Server {
     pub timeout: Duration,
 }
 
+/// A ServiceAccount a [`Cluster`] reads as, impersonated: in a shared operator install, the
+/// tenant's, so that the tenant's RBAC (not the operator's) decides what its objects see.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceAccount {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ServiceAccount {
+    /// The user the API server knows it as, and the `Impersonate-User` header carries.
+    pub fn user(&self) -> String {
+        format!("system:serviceaccount:{}:{}", self.namespace, self.name)
+    }
+}
+
+/// `team-a/tagpin`.
+impl std::fmt::Display for ServiceAccount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 /// A connection to the cluster.
 pub struct Cluster {
     /// Every read goes through this client, whose requests give up after [`Cluster::timeout`]
@@ -120,6 +142,12 @@ pub struct Cluster {
     /// The resourceVersion of the last list of each (namespace, resource): where a watch for
     /// what changed since starts.
     seen: std::sync::Mutex<BTreeMap<(String, Watched), String>>,
+    /// The connection's configuration with its timeouts and retry settings, before any
+    /// impersonation: what [`Cluster::impersonating`] starts from.
+    config: Arc<kube::Config>,
+    /// The ServiceAccount every request impersonates, if any. A read it is refused is then
+    /// the tenant's limit, not a fault of tagpin's: not verified, said in tagpin's words.
+    acting_as: Option<Arc<ServiceAccount>>,
 }
 
 /// Another handle on the same API server, sharing its clients: the operator's own cluster is
@@ -131,6 +159,8 @@ impl Clone for Cluster {
             watch_client: self.watch_client.clone(),
             server: self.server.clone(),
             seen: std::sync::Mutex::new(lock(&self.seen).clone()),
+            config: self.config.clone(),
+            acting_as: self.acting_as.clone(),
         }
     }
 }
@@ -187,7 +217,40 @@ impl Cluster {
         config.default_retry = false;
         config.connect_timeout = Some(timeout);
         config.write_timeout = Some(timeout);
-        let watch_client = kube::Client::try_from(config.clone()).map_err(|e| failed(&e))?;
+        Cluster::with_config(config, timeout, None).map_err(|e| failed(&e))
+    }
+
+    /// The same API server, reached with the same credentials, timeouts and retry settings,
+    /// with every request impersonating `account` (`Impersonate-User:
+    /// system:serviceaccount:<namespace>:<name>`; the API server adds the ServiceAccount's
+    /// groups itself). The credentials must hold `impersonate` on that ServiceAccount, and
+    /// what the ServiceAccount may read is then all this cluster sees.
+    pub fn impersonating(&self, account: ServiceAccount) -> Result<Cluster, LiveError> {
+        let mut config = kube::Config::clone(&self.config);
+        config.auth_info.impersonate = Some(account.user());
+        // Only the user: groups, a uid or extras would need `impersonate` on those too.
+        config.auth_info.impersonate_groups = None;
+        config.auth_info.impersonate_uid = None;
+        config.auth_info.impersonate_user_extra = None;
+        Cluster::with_config(config, self.server.timeout, Some(account.clone()))
+            .map_err(|e| LiveError::Config(format!("impersonating ServiceAccount {account}: {e}")))
+    }
+
+    /// The ServiceAccount this cluster impersonates, if any.
+    pub fn acting_as(&self) -> Option<&ServiceAccount> {
+        self.acting_as.as_deref()
+    }
+
+    /// The clients of `config` (its connect and write timeouts set): one whose reads give up
+    /// after `timeout` without progress, one for watches without a read timeout.
+    fn with_config(
+        config: kube::Config,
+        timeout: Duration,
+        acting_as: Option<ServiceAccount>,
+    ) -> Result<Cluster, kube::Error> {
+        let base = Arc::new(config.clone());
+        let mut config = config;
+        let watch_client = kube::Client::try_from(config.clone())?;
         config.read_timeout = Some(timeout);
         config.reset_reader_on_write = true;
         let server = Server {
@@ -198,12 +261,14 @@ impl Cluster {
                 .to_string(),
             timeout,
         };
-        let client = kube::Client::try_from(config).map_err(|e| failed(&e))?;
+        let client = kube::Client::try_from(config)?;
         Ok(Cluster {
             client,
             watch_client,
             server: Arc::new(server),
             seen: std::sync::Mutex::default(),
+            config: base,
+            acting_as: acting_as.map(Arc::new),
         })
     }
 
@@ -211,7 +276,8 @@ impl Cluster {
     /// one paginated list per namespace and kind, and one paginated pod list per namespace
     /// (matched to each workload's selector here), instead of a get and a list per workload.
     /// A workload that is not there is [`Live::Missing`]; a list the API refuses (403) makes
-    /// every workload it would have served [`Live::Forbidden`].
+    /// every workload it would have served [`Live::Forbidden`] ([`Live::Denied`] when a
+    /// tenant's ServiceAccount is impersonated).
     /// Transient failures (timeouts, 5xx, 429) are tried again, up to [`READ_ATTEMPTS`] times
     /// with a short backoff, so one hiccup of the API server does not fail a check.
     pub async fn read_all(
@@ -268,7 +334,10 @@ impl Cluster {
             let namespace = namespace_of(id).to_string();
             let found = &workloads[&(namespace.clone(), id.kind)];
             let read = match (found, &pods[&namespace]) {
-                (Err(message), _) | (_, Err(message)) => Live::Forbidden(message.clone()),
+                (Err(message), _) | (_, Err(message)) => match self.acting_as {
+                    Some(_) => Live::Denied(message.clone()),
+                    None => Live::Forbidden(message.clone()),
+                },
                 (Ok(found), Ok(all_pods)) => match found.get(&id.name) {
                     None => Live::Missing,
                     Some((workload, selector)) => Live::Found {
@@ -637,6 +706,12 @@ where
 
 impl Cluster {
     /// A refused list (403) is data for the verdict; any other failure stops the check.
+    /// `what` names the resource listed (`pods`, `Deployment`).
+    ///
+    /// The refusal is the API server's message, which names the identity that was refused.
+    /// When a tenant's ServiceAccount is impersonated it is tagpin's own words instead ("the
+    /// ServiceAccount team-a/tagpin may not list deployments in team-b"): what the tenant may
+    /// not read is not tagpin's fault to report, and nothing but the refusal is said.
     fn refused_or<T>(
         &self,
         result: Result<T, kube::Error>,
@@ -645,7 +720,19 @@ impl Cluster {
     ) -> Result<Listed<T>, LiveError> {
         match result {
             Ok(items) => Ok(Ok(items)),
-            Err(kube::Error::Api(status)) if status.code == 403 => Ok(Err(status.message)),
+            Err(kube::Error::Api(status))
+                if status.code == 403 && !impersonation_refused(&status) =>
+            {
+                Ok(Err(match self.acting_as() {
+                    Some(account) => {
+                        let resource = refused_resource(&status, what);
+                        format!(
+                            "the ServiceAccount {account} may not list {resource} in {namespace}"
+                        )
+                    }
+                    None => status.message,
+                }))
+            }
             Err(source) => Err(self.failed(format!("{what} in namespace {namespace}"), source)),
         }
     }
@@ -656,6 +743,32 @@ impl Cluster {
             what,
             source,
         }
+    }
+}
+
+/// Whether a 403 refuses the impersonation itself (tagpin's own identity may not impersonate
+/// the ServiceAccount: `serviceaccounts "tagpin" is forbidden: User "…" cannot impersonate
+/// resource "serviceaccounts"…`), not the read: an install's fault, which stops the check
+/// with the API server's words rather than passing for the tenant's limits.
+fn impersonation_refused(status: &kube::core::Status) -> bool {
+    status.code == 403 && status.message.contains("cannot impersonate")
+}
+
+/// The resource a 403 refused, as the API server names it in the Status's details (its
+/// plural: `jobs` when listing a CronJob's runs was refused), else `fallback`.
+fn refused_resource(status: &kube::core::Status, fallback: &str) -> String {
+    match status.details.as_ref().map(|d| d.kind.as_str()) {
+        Some(kind) if !kind.is_empty() => kind.to_string(),
+        _ => plural(fallback),
+    }
+}
+
+/// `Deployment` → `deployments`, `pods` stays.
+fn plural(resource: &str) -> String {
+    let resource = resource.to_ascii_lowercase();
+    match resource.ends_with('s') {
+        true => resource,
+        false => format!("{resource}s"),
     }
 }
 
@@ -1018,12 +1131,23 @@ pub struct GitOpsListing {
     pub applications: Vec<serde_json::Value>,
     pub kustomizations: Vec<serde_json::Value>,
     pub git_repositories: Vec<serde_json::Value>,
+    /// Why some kinds could not be listed in every namespace, where that is worth saying: an
+    /// impersonated ServiceAccount's refusals (a kind simply not installed is not).
+    pub unread: Vec<String>,
+    /// Why Argo CD Applications could not all be listed (one of `unread`), for the verdicts
+    /// of the Helm pins an Application deploys.
+    pub applications_unread: Option<String>,
 }
+
+/// Objects listed, and why some could not be (see [`Cluster::list_everywhere`]).
+type Everywhere = (Vec<serde_json::Value>, Option<String>);
 
 impl Cluster {
     /// Every Argo CD Application, Flux Kustomization and Flux GitRepository, in all namespaces,
     /// page by page. A kind whose CRD is not installed (404) or that tagpin may not list (403)
-    /// is simply absent: most clusters run one of the two tools, or neither.
+    /// is simply absent: most clusters run one of the two tools, or neither. An impersonated
+    /// ServiceAccount refused them in all namespaces reads those of its own namespace (where a
+    /// tenant's Flux objects live), and [`GitOpsListing::unread`] says so.
     pub async fn gitops_objects(&self) -> Result<GitOpsListing, LiveError> {
         let (applications, kustomizations, git_repositories) = futures::try_join!(
             self.list_everywhere("argoproj.io", "v1alpha1", "Application", "applications"),
@@ -1040,38 +1164,53 @@ impl Cluster {
                 "gitrepositories"
             ),
         )?;
+        let unread = [&applications.1, &kustomizations.1, &git_repositories.1]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
         Ok(GitOpsListing {
-            applications,
-            kustomizations,
-            git_repositories,
+            applications: applications.0,
+            kustomizations: kustomizations.0,
+            git_repositories: git_repositories.0,
+            unread,
+            applications_unread: applications.1,
         })
     }
 
     /// Every Flux HelmRelease (`helm.toolkit.fluxcd.io/v2`, Flux 2.3 and later) in all
-    /// namespaces, or why there are none to read: the CRD is not installed (404), or tagpin may
-    /// not list them (403). Unlike the other GitOps objects, a pin names its HelmRelease, so
-    /// its verdict must say which.
-    pub async fn helm_releases(&self) -> Result<Result<Vec<serde_json::Value>, String>, LiveError> {
+    /// namespaces, and why some or all could not be read: the CRD is not installed (404), or
+    /// tagpin may not list them (403; an impersonated ServiceAccount then reads those of its
+    /// own namespace). Unlike the other GitOps objects, a pin names its HelmRelease, so its
+    /// verdict must say why it is not among them.
+    pub async fn helm_releases(&self) -> Result<Everywhere, LiveError> {
         let gvk = GroupVersionKind::gvk("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
         let resource = ApiResource::from_gvk_with_plural(&gvk, "helmreleases");
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
-        match list_pages(&api).await {
-            Ok((items, _)) => Ok(Ok(items
-                .iter()
-                .filter_map(|o| serde_json::to_value(o).ok())
-                .collect())),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Err(
-                "the cluster serves no helm.toolkit.fluxcd.io/v2 HelmReleases (CRD not installed, or Flux older than 2.3)".to_string(),
-            )),
-            Err(kube::Error::Api(status)) if status.code == 403 => Ok(Err(format!(
-                "tagpin may not list HelmReleases: {}",
-                status.message
-            ))),
-            Err(source) => Err(self.failed(
-                "helmreleases.helm.toolkit.fluxcd.io in all namespaces".to_string(),
-                source,
-            )),
-        }
+        let status = match list_pages(&api).await {
+            Ok((items, _)) => return Ok((as_json(&items), None)),
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 403 => status,
+            Err(source) => {
+                return Err(self.failed(
+                    "helmreleases.helm.toolkit.fluxcd.io in all namespaces".to_string(),
+                    source,
+                ))
+            }
+        };
+        let why = match (status.code, self.acting_as()) {
+            (404, _) => "the cluster serves no helm.toolkit.fluxcd.io/v2 HelmReleases (CRD not \
+                         installed, or Flux older than 2.3)"
+                .to_string(),
+            _ if impersonation_refused(&status) => {
+                return Err(self.failed(
+                    "helmreleases.helm.toolkit.fluxcd.io in all namespaces".to_string(),
+                    kube::Error::Api(status),
+                ))
+            }
+            (_, Some(account)) => return self.list_own_namespace(account, &resource).await,
+            (_, None) => format!("tagpin may not list HelmReleases: {}", status.message),
+        };
+        Ok((Vec::new(), Some(why)))
     }
 
     /// The workloads of `namespace` a Helm release may run its containers in
@@ -1137,34 +1276,78 @@ impl Cluster {
         }
     }
 
-    /// Every object of a custom resource in all namespaces, as JSON; none when the resource is
-    /// not served (404) or not readable (403).
+    /// Every object of a custom resource in all namespaces, as JSON, and why not all could
+    /// be read. A resource not served (404) or not readable (403) has none, and says nothing
+    /// (most clusters run one GitOps tool, or none); an impersonated ServiceAccount refused
+    /// them in all namespaces reads those of its own namespace instead, and says so.
     async fn list_everywhere(
         &self,
         group: &str,
         version: &str,
         kind: &str,
         plural: &str,
-    ) -> Result<Vec<serde_json::Value>, LiveError> {
+    ) -> Result<Everywhere, LiveError> {
         let gvk = GroupVersionKind::gvk(group, version, kind);
         let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         match list_pages(&api).await {
-            Ok((items, _)) => Ok(items
-                .iter()
-                .filter_map(|o| serde_json::to_value(o).ok())
-                .collect()),
-            Err(kube::Error::Api(status)) if status.code == 403 || status.code == 404 => {
+            Ok((items, _)) => Ok((as_json(&items), None)),
+            Err(kube::Error::Api(status))
+                if (status.code == 403 && !impersonation_refused(&status))
+                    || status.code == 404 =>
+            {
+                if let (403, Some(account)) = (status.code, self.acting_as()) {
+                    return self.list_own_namespace(account, &resource).await;
+                }
                 tracing::debug!(
                     "no {plural}.{group} to consult (HTTP {}): {}",
                     status.code,
                     status.message
                 );
-                Ok(Vec::new())
+                Ok((Vec::new(), None))
             }
             Err(source) => Err(self.failed(format!("{plural}.{group} in all namespaces"), source)),
         }
     }
+
+    /// The objects of `resource` in `account`'s own namespace, read after it was refused them
+    /// in all namespaces, with what that leaves out. Never the operator's own identity: a
+    /// tenant sees what its RBAC grants, or nothing.
+    async fn list_own_namespace(
+        &self,
+        account: &ServiceAccount,
+        resource: &ApiResource,
+    ) -> Result<Everywhere, LiveError> {
+        let name = match resource.group.as_str() {
+            "" => resource.plural.clone(),
+            group => format!("{}.{group}", resource.plural),
+        };
+        let namespace = &account.namespace;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, resource);
+        let refused = format!("the ServiceAccount {account} may not list {name} in all namespaces");
+        match list_pages(&api).await {
+            Ok((items, _)) => Ok((
+                as_json(&items),
+                Some(format!("{refused}; only those of {namespace} were read")),
+            )),
+            Err(kube::Error::Api(status))
+                if (status.code == 403 && !impersonation_refused(&status))
+                    || status.code == 404 =>
+            {
+                Ok((Vec::new(), Some(format!("{refused}, nor in {namespace}"))))
+            }
+            Err(source) => Err(self.failed(format!("{name} in namespace {namespace}"), source)),
+        }
+    }
+}
+
+/// Listed objects as JSON, for the pure readers of [`super::gitops`] and [`super::helm`].
+fn as_json(items: &[DynamicObject]) -> Vec<serde_json::Value> {
+    items
+        .iter()
+        .filter_map(|o| serde_json::to_value(o).ok())
+        .collect()
 }
 
 #[cfg(test)]
@@ -1296,6 +1479,7 @@ mod connect_tests {
                 tokio::spawn(async move {
                     let mut stream = BufReader::new(stream);
                     let (mut request, mut authorization) = (String::new(), String::new());
+                    let mut acting_as = String::new();
                     let mut line = String::new();
                     while stream.read_line(&mut line).await.unwrap_or(0) > 0 {
                         let header = line.trim_end();
@@ -1307,11 +1491,13 @@ mod connect_tests {
                         } else if let Some((name, value)) = header.split_once(':') {
                             if name.eq_ignore_ascii_case("authorization") {
                                 authorization = value.trim().to_string();
+                            } else if name.eq_ignore_ascii_case("impersonate-user") {
+                                acting_as = format!(" as {}", value.trim());
                             }
                         }
                         line.clear();
                     }
-                    lock(&record).push(format!("{request} {authorization}"));
+                    lock(&record).push(format!("{request} {authorization}{acting_as}"));
                     let body = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"not found","reason":"NotFound","code":404}"#;
                     let response = format!(
                         "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -1360,6 +1546,48 @@ current-context: staging
             path: path.to_path_buf(),
             context: context.map(str::to_string),
         }
+    }
+
+    #[tokio::test]
+    async fn an_impersonating_cluster_keeps_the_connection_and_adds_only_the_user_header() {
+        let (staging_url, _) = recording_server().await;
+        let (prod_url, prod) = recording_server().await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = two_contexts(dir.path(), &staging_url, &prod_url);
+        let timeout = Duration::from_secs(7);
+        let own = Cluster::connect_to(&kubeconfig(&path, Some("prod")), timeout)
+            .await
+            .unwrap();
+        let account = ServiceAccount {
+            namespace: "team-a".into(),
+            name: "tagpin".into(),
+        };
+        let tenant = own.impersonating(account.clone()).unwrap();
+        assert_eq!(tenant.acting_as(), Some(&account));
+        assert_eq!(own.acting_as(), None);
+        assert_eq!(tenant.server.url, own.server.url);
+        assert_eq!(tenant.server.timeout, timeout);
+        assert_eq!(tenant.config.default_retry, own.config.default_retry);
+        assert_eq!(tenant.config.connect_timeout, Some(timeout));
+        assert_eq!(tenant.config.auth_info.impersonate_groups, None);
+
+        tenant.gitops_objects().await.unwrap();
+        own.gitops_objects().await.unwrap();
+        let asked = lock(&prod).clone();
+        assert_eq!(asked.len(), 6, "{asked:?}");
+        let (as_tenant, as_own): (Vec<&String>, Vec<&String>) =
+            asked.iter().partition(|r| r.contains(" as "));
+        assert_eq!(as_tenant.len(), 3, "{asked:?}");
+        assert!(
+            as_tenant
+                .iter()
+                .all(|r| r.ends_with(" Bearer prod-token as system:serviceaccount:team-a:tagpin")),
+            "{asked:?}"
+        );
+        assert!(
+            as_own.iter().all(|r| r.ends_with(" Bearer prod-token")),
+            "{asked:?}"
+        );
     }
 
     #[tokio::test]

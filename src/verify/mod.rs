@@ -698,8 +698,16 @@ async fn consult_gitops(
         &listing.kustomizations,
         &listing.git_repositories,
     );
+    // What an impersonated tenant may not list only loses the GitOps objects' word on whether
+    // the pin commit is applied: the live workloads are still read and judged.
+    let unread = match listing.unread.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", listing.unread.join("; ")),
+    };
     for name in gitops::missing_names(&scope.named, &listed) {
-        tracing::warn!("verify.gitops names {name}, which tagpin cannot find in the cluster");
+        tracing::warn!(
+            "verify.gitops names {name}, which tagpin cannot find in the cluster{unread}"
+        );
     }
     let objects = gitops::relevant(listed, &scope.repository_url, &scope.named);
     if objects.is_empty() {
@@ -745,10 +753,7 @@ async fn consult_helm(
         return Ok(helm::decide(pins, &releases, &BTreeMap::new(), ""));
     };
     let listing = cluster.gitops_objects().await?;
-    let (helm_releases, helm_releases_unread) = match cluster.helm_releases().await? {
-        Ok(listed) => (listed, None),
-        Err(why) => (Vec::new(), Some(why)),
-    };
+    let (helm_releases, helm_releases_unread) = cluster.helm_releases().await?;
     let appliers = gitops::relevant(
         gitops::objects(
             &listing.applications,
@@ -768,6 +773,7 @@ async fn consult_helm(
         applications: &listing.applications,
         helm_releases: &helm_releases,
         helm_releases_unread: helm_releases_unread.as_deref(),
+        applications_unread: listing.applications_unread.as_deref(),
         git_repositories: &listing.git_repositories,
         appliers: &appliers,
         sync: &sync,

@@ -134,6 +134,11 @@ pub enum Live {
     Missing,
     /// The API refused the read; the string is the API server's message.
     Forbidden(String),
+    /// The ServiceAccount tagpin reads as for a tenant (impersonated) may not read it: the
+    /// tenant's RBAC draws that line, so the pin is not verified (rather than failed), and
+    /// the string is tagpin's own words naming the account, the resource and the namespace.
+    /// Nothing of the workload is known, or ever said.
+    Denied(String),
     Found {
         workload: LiveWorkload,
         pods: Vec<LivePod>,

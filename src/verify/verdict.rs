@@ -122,6 +122,19 @@ pub fn judge(expected: &Expected, family: &DigestFamily, live: &Live) -> Verdict
             .collect();
             verdict.reason = format!("no permission: {message}");
         }
+        Live::Denied(message) => {
+            let message = one_line(message);
+            verdict.conditions = [
+                ConditionType::Synced,
+                ConditionType::RolledOut,
+                ConditionType::DigestsMatch,
+            ]
+            .into_iter()
+            .map(|t| condition(t, ConditionStatus::Unknown, "Forbidden", &message))
+            .collect();
+            verdict.state = State::Unverified;
+            verdict.reason = message;
+        }
         Live::Found { workload, pods } => {
             let synced = judge_synced(expected, workload);
             let rollout = judge_rollout(workload, pods);
@@ -213,10 +226,14 @@ pub fn summarize(verdicts: &[Verdict], unchecked: Unchecked) -> (State, String) 
         count(State::Converged),
     );
     let not_checked = count(State::Unverified) + not_verified;
+    // A pin whose workload could not be read (a tenant's ServiceAccount may not) is never
+    // counted as converged.
     let state = if failed > 0 {
         State::Failed
     } else if progressing > 0 {
         State::Progressing
+    } else if not_checked > 0 {
+        State::Unverified
     } else {
         State::Converged
     };
@@ -533,6 +550,35 @@ mod tests {
         assert_eq!(v.state, State::Failed);
         assert_eq!(v.reason, format!("no permission: {message}"));
         assert!(v.conditions.iter().all(|c| c.reason == "Forbidden"));
+    }
+
+    #[test]
+    fn a_read_a_tenant_may_not_make_is_unverified_in_tagpins_words() {
+        let message = "the ServiceAccount team-a/tagpin may not list deployments in team-b";
+        let v = judge_default(Live::Denied(message.to_owned()));
+        assert_eq!(v.state, State::Unverified);
+        assert_eq!(v.reason, message);
+        assert!(v.conditions.iter().all(|c| c.reason == "Forbidden"
+            && c.status == ConditionStatus::Unknown
+            && c.message == message));
+        assert_eq!((v.pods_total, v.pods_on_pinned), (0, 0));
+        // Never converged for it, even beside a converged pin; the headline names it.
+        let converged = verdict_in(State::Converged, "converged");
+        assert_eq!(
+            summarize(&[converged, v.clone()], Unchecked::default()),
+            (
+                State::Unverified,
+                format!(
+                    "1 converged, 1 unverified; {} ({}): {message}",
+                    v.workload, v.container
+                )
+            )
+        );
+        let progressing = verdict_in(State::Progressing, "rollout in progress: x");
+        assert_eq!(
+            summarize(&[progressing, v], Unchecked::default()).0,
+            State::Progressing
+        );
     }
 
     #[test]

@@ -129,9 +129,18 @@ fn operator() -> &'static Build {
     })
 }
 
-/// Every variant, the operator's included.
+/// `deploy/operator-multi-tenant/`, the shared install, rendered once.
+fn multi_tenant() -> &'static Build {
+    static BUILD: OnceLock<Build> = OnceLock::new();
+    BUILD.get_or_init(|| Build {
+        dir: "deploy/operator-multi-tenant",
+        objects: kustomize(&repo().join("deploy/operator-multi-tenant")),
+    })
+}
+
+/// Every variant, the operator's (single-team and shared) included.
 fn all_builds() -> impl Iterator<Item = &'static Build> {
-    builds().iter().chain([operator()])
+    builds().iter().chain([operator(), multi_tenant()])
 }
 
 fn build(dir: &str) -> &'static Build {
@@ -1100,6 +1109,9 @@ fn the_operator_is_granted_exactly_what_it_reads_and_writes() {
             ("", "secrets", "get"),
             ("", "secrets", "list"),
             ("", "secrets", "watch"),
+            // Reading an object's cluster as a ServiceAccount of its namespace; never as a
+            // user or a group.
+            ("", "serviceaccounts", "impersonate"),
         ])
     );
     // Leases only in its own namespace, with a Role, never cluster-wide.
@@ -1197,4 +1209,131 @@ fn the_example_pinned_repository_is_valid_for_the_crd_and_the_validator() {
         example["metadata"]["labels"][tagpin::operator::crd::SHARD_LABEL],
         "shard1"
     );
+}
+
+/// Every (group, resource, verb, namespace) the rendered `build` grants the operator's own
+/// ServiceAccount (tagpin/tagpin) through its bindings; `None`: cluster-wide.
+fn granted_to_the_operator(build: &Build) -> BTreeSet<(String, String, String, Option<String>)> {
+    let mut out = BTreeSet::new();
+    for binding in build
+        .objects
+        .iter()
+        .filter(|o| matches!(kind(o), "ClusterRoleBinding" | "RoleBinding"))
+    {
+        let ours = binding["subjects"].as_sequence().unwrap().iter().any(|s| {
+            s["kind"] == "ServiceAccount" && s["name"] == "tagpin" && s["namespace"] == NAMESPACE
+        });
+        if !ours {
+            continue;
+        }
+        let role_ref = &binding["roleRef"];
+        let role = build
+            .objects
+            .iter()
+            .find(|o| role_ref["kind"] == kind(o) && role_ref["name"] == name(o))
+            .unwrap_or_else(|| panic!("{}: binds a role not rendered", label(binding)));
+        let namespace = match kind(binding) {
+            "RoleBinding" => binding["metadata"]["namespace"]
+                .as_str()
+                .map(str::to_string),
+            _ => None,
+        };
+        for (group, resource, verb) in grants(role) {
+            out.insert((group, resource, verb, namespace.clone()));
+        }
+    }
+    out
+}
+
+#[test]
+fn the_shared_install_reads_each_objects_cluster_only_as_its_service_account() {
+    let shared = multi_tenant();
+    let deployment = shared.one("Deployment");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let args = strings(&container["args"]);
+    assert_eq!(args.first(), Some(&"operator"));
+    assert!(
+        args.contains(&"--default-service-account=tagpin"),
+        "{args:?}"
+    );
+    // The single-team install is the same, less that flag, plus the operator's own reads.
+    let mut base: Vec<String> = operator().objects.iter().map(label).collect();
+    base.retain(|l| l != "ClusterRoleBinding/tagpin-verifier");
+    base.sort();
+    let mut found: Vec<String> = shared.objects.iter().map(label).collect();
+    found.sort();
+    assert_eq!(found, base);
+    let single =
+        operator().one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    assert!(!strings(&single)
+        .iter()
+        .any(|a| a.starts_with("--default-service-account")));
+
+    let granted = granted_to_the_operator(shared);
+    // Impersonation of ServiceAccounts only: never users, groups, uids or user extras.
+    let impersonates: Vec<_> = granted
+        .iter()
+        .filter(|(_, _, verb, _)| verb == "impersonate" || verb == "*")
+        .collect();
+    assert_eq!(
+        impersonates,
+        [&(
+            String::new(),
+            "serviceaccounts".to_string(),
+            "impersonate".to_string(),
+            None
+        )]
+    );
+    // No read of workloads, pods or GitOps objects of its own, anywhere: every such read is
+    // made as a team's ServiceAccount.
+    for (group, resource, verb, namespace) in &granted {
+        assert!(
+            !VERIFIER_READS.contains(&(group.as_str(), resource.as_str())),
+            "the shared operator itself may {verb} {group}/{resource} in {namespace:?}"
+        );
+    }
+    // The single-team install does read them itself, cluster-wide.
+    assert!(granted_to_the_operator(operator()).contains(&(
+        "apps".to_string(),
+        "deployments".to_string(),
+        "list".to_string(),
+        None
+    )));
+}
+
+#[test]
+fn a_teams_side_of_the_shared_install_grants_its_service_account_the_verifiers_reads_in_its_namespace(
+) {
+    let tenant = kustomize(&repo().join("deploy/operator-multi-tenant/tenant"));
+    let mut found: Vec<String> = tenant.iter().map(label).collect();
+    found.sort();
+    assert_eq!(
+        found,
+        ["RoleBinding/tagpin-verifier", "ServiceAccount/tagpin"]
+    );
+    let account = tenant.iter().find(|o| kind(o) == "ServiceAccount").unwrap();
+    assert_eq!(account["metadata"]["namespace"], "team-a");
+    assert_eq!(account["automountServiceAccountToken"], false);
+    let binding = tenant.iter().find(|o| kind(o) == "RoleBinding").unwrap();
+    assert_eq!(binding["metadata"]["namespace"], "team-a");
+    // The verifier's read-only ClusterRole, which the shared install keeps unbound.
+    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(binding["roleRef"]["name"], "tagpin-verifier");
+    assert!(multi_tenant()
+        .objects
+        .iter()
+        .any(|o| label(o) == "ClusterRole/tagpin-verifier"));
+    let subjects = binding["subjects"].as_sequence().unwrap();
+    assert_eq!(subjects.len(), 1);
+    assert_eq!(subjects[0]["kind"], "ServiceAccount");
+    assert_eq!(subjects[0]["name"], "tagpin");
+    assert_eq!(subjects[0]["namespace"], "team-a");
+    for object in &tenant {
+        let json = serde_json::to_value(object).unwrap();
+        let checked = match kind(object) {
+            "ServiceAccount" => round_trip::<k8s_openapi::api::core::v1::ServiceAccount>(&json),
+            _ => round_trip::<k8s_openapi::api::rbac::v1::RoleBinding>(&json),
+        };
+        checked.unwrap_or_else(|e| panic!("{}: {e}", label(object)));
+    }
 }

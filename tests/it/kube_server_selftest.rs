@@ -1477,3 +1477,173 @@ async fn kubectl_waits_for_a_condition_on_a_custom_resource() {
     );
     server.assert_no_writes();
 }
+
+/// A real kube client of the `test` context that impersonates `user` (and
+/// `groups`), as `kubectl --as` and the operator's tenant clusters do.
+async fn impersonating(server: &KubeServer, user: &str, groups: &[&str]) -> Client {
+    let kubeconfig = Kubeconfig::from_yaml(&server.kubeconfig_yaml()).unwrap();
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    config.auth_info.impersonate = Some(user.to_string());
+    config.auth_info.impersonate_groups =
+        (!groups.is_empty()).then(|| groups.iter().map(|g| g.to_string()).collect());
+    Client::try_from(config).unwrap()
+}
+
+const TEAM_A_SA: &str = "system:serviceaccount:team-a:tagpin";
+
+#[tokio::test]
+async fn impersonating_a_service_account_needs_the_impersonate_verb_in_its_namespace() {
+    let server = KubeServer::start().await;
+    server.apply(pod("team-a", "web-1", &[], &[("web", "i:1")]));
+    let client = impersonating(&server, TEAM_A_SA, &[]).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "team-a");
+
+    // The token's user reads every pod, but may impersonate nobody.
+    let status = api_error(pods.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!((status.code, status.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        status.message,
+        "serviceaccounts \"tagpin\" is forbidden: User \"system:serviceaccount:tagpin:tagpin\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"team-a\""
+    );
+    let details = status.details.as_ref().unwrap();
+    assert_eq!(
+        (details.kind.as_str(), details.name.as_str()),
+        ("serviceaccounts", "tagpin")
+    );
+
+    // Granted in another namespace only: still refused.
+    server.grant(Grant::namespaced(
+        "team-b",
+        &["impersonate"],
+        &["serviceaccounts"],
+    ));
+    assert_eq!(
+        api_error(pods.list(&ListParams::default()).await.unwrap_err()).code,
+        403
+    );
+
+    // Granted in the account's namespace: the request goes through, and the
+    // account holds nothing yet.
+    server.grant(Grant::namespaced(
+        "team-a",
+        &["impersonate"],
+        &["serviceaccounts"],
+    ));
+    let status = api_error(pods.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!(
+        status.message,
+        format!("pods is forbidden: User \"{TEAM_A_SA}\" cannot list resource \"pods\" in API group \"\" in the namespace \"team-a\"")
+    );
+
+    // What a RoleBinding gives the account is all it sees.
+    server.grant_to(
+        TEAM_A_SA,
+        Grant::namespaced("team-a", &["get", "list", "watch"], &["pods"]),
+    );
+    let listed = pods.list(&ListParams::default()).await.unwrap();
+    assert_eq!(names(&listed.items), ["web-1"]);
+    let team_b: Api<Pod> = Api::namespaced(client.clone(), "team-b");
+    let status = api_error(team_b.list(&ListParams::default()).await.unwrap_err());
+    assert_eq!(
+        status.message,
+        format!("pods is forbidden: User \"{TEAM_A_SA}\" cannot list resource \"pods\" in API group \"\" in the namespace \"team-b\"")
+    );
+    let everywhere: Api<Pod> = Api::all(client);
+    let status = api_error(everywhere.list(&ListParams::default()).await.unwrap_err());
+    assert!(
+        status.message.ends_with("at the cluster scope"),
+        "{}",
+        status.message
+    );
+
+    // The server saw who was impersonated; the token's own reads are unchanged.
+    let last = server.requests().pop().unwrap();
+    assert_eq!(last.impersonate_user.as_deref(), Some(TEAM_A_SA));
+    assert!(last.impersonate_groups.is_empty());
+    let own: Api<Pod> = Api::namespaced(server.client().await, "team-b");
+    own.list(&ListParams::default()).await.unwrap();
+    assert_eq!(server.requests().pop().unwrap().impersonate_user, None);
+}
+
+#[tokio::test]
+async fn an_impersonated_service_account_holds_its_groups_grants_and_a_cluster_wide_impersonate_suffices(
+) {
+    let server = KubeServer::start().await;
+    server.apply(pod("team-a", "web-1", &[], &[("web", "i:1")]));
+    server.grant(Grant::cluster(&["impersonate"], &["serviceaccounts"]));
+    let pods = |client: Client| Api::<Pod>::namespaced(client, "team-a");
+
+    // The server adds the account's groups: a binding to any of them counts.
+    for group in [
+        "system:serviceaccounts:team-a",
+        "system:serviceaccounts",
+        "system:authenticated",
+    ] {
+        let server = KubeServer::start().await;
+        server.apply(pod("team-a", "web-1", &[], &[("web", "i:1")]));
+        server.grant(Grant::cluster(&["impersonate"], &["serviceaccounts"]));
+        server.grant_to(group, Grant::namespaced("team-a", &["list"], &["pods"]));
+        let client = impersonating(&server, TEAM_A_SA, &[]).await;
+        pods(client).list(&ListParams::default()).await.unwrap();
+    }
+    // Another namespace's group is not the account's.
+    server.grant_to(
+        "system:serviceaccounts:team-b",
+        Grant::cluster(&["list"], &["pods"]),
+    );
+    let client = impersonating(&server, TEAM_A_SA, &[]).await;
+    assert_eq!(
+        api_error(pods(client).list(&ListParams::default()).await.unwrap_err()).code,
+        403
+    );
+
+    // Naming groups needs `impersonate` on groups (and the account's own
+    // groups are then not added).
+    let client = impersonating(&server, TEAM_A_SA, &["system:masters"]).await;
+    let status = api_error(
+        pods(client.clone())
+            .list(&ListParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        status.message,
+        "groups \"system:masters\" is forbidden: User \"system:serviceaccount:tagpin:tagpin\" cannot impersonate resource \"groups\" in API group \"\" at the cluster scope"
+    );
+    server.grant(Grant::cluster(&["impersonate"], &["groups"]));
+    server.grant_to("system:masters", Grant::cluster(&["*"], &["*"]));
+    pods(client).list(&ListParams::default()).await.unwrap();
+    let last = server.requests().pop().unwrap();
+    assert_eq!(last.impersonate_groups, ["system:masters"]);
+
+    // A user that is not a ServiceAccount needs `impersonate` on users.
+    let client = impersonating(&server, "jane", &[]).await;
+    let status = api_error(pods(client).list(&ListParams::default()).await.unwrap_err());
+    assert_eq!(
+        status.message,
+        "users \"jane\" is forbidden: User \"system:serviceaccount:tagpin:tagpin\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
+    );
+}
+
+#[tokio::test]
+async fn an_impersonated_service_account_writes_only_what_it_is_granted() {
+    let server = KubeServer::start().await;
+    server.grant(Grant::cluster(&["impersonate"], &["serviceaccounts"]));
+    server.grant(Grant::cluster(&["create"], &["pods"]));
+    let client = impersonating(&server, TEAM_A_SA, &[]).await;
+    let pods: Api<Pod> = Api::namespaced(client, "team-a");
+    let new: Pod = serde_json::from_value(pod("team-a", "x", &[], &[("c", "i:1")])).unwrap();
+    let status = api_error(pods.create(&PostParams::default(), &new).await.unwrap_err());
+    assert_eq!(
+        status.message,
+        format!("pods is forbidden: User \"{TEAM_A_SA}\" cannot create resource \"pods\" in API group \"\" in the namespace \"team-a\"")
+    );
+    assert_eq!(server.take_writes().len(), 1);
+    server.grant_to(
+        TEAM_A_SA,
+        Grant::namespaced("team-a", &["create"], &["pods"]),
+    );
+    pods.create(&PostParams::default(), &new).await.unwrap();
+}

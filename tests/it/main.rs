@@ -31,6 +31,7 @@ mod leader;
 mod operator;
 mod operator_promote;
 mod operator_shared;
+mod operator_tenancy;
 mod pipeline;
 mod policies;
 mod promote;

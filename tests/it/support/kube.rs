@@ -27,6 +27,14 @@
 //!   into ADDED/DELETED, send BOOKMARKs and close after `timeoutSeconds`.
 //! - Errors are real `Status` objects: 401 Unauthorized, 403 Forbidden with the
 //!   real message, 404 NotFound, 400 BadRequest, 410 Expired.
+//! - Impersonation as the real server's filter does it: `Impersonate-User`
+//!   (and `Impersonate-Group`) headers need the `impersonate` verb on
+//!   `serviceaccounts` in the account's namespace (on `users`, `groups`
+//!   cluster-wide for others), else 403 with the real message; a
+//!   ServiceAccount gets its groups (`system:serviceaccounts`,
+//!   `system:serviceaccounts:<ns>`, `system:authenticated`). The impersonated
+//!   user then holds only what [`KubeServer::grant_to`] gave it or its groups,
+//!   and Forbidden messages name it.
 //! - RBAC is simulated: reads are allowed by default and can be narrowed or
 //!   denied per (verb, resource, namespace). Writes are refused unless a test
 //!   grants them ([`KubeServer::grant`]): in verify mode tagpin must not change
@@ -682,6 +690,10 @@ pub struct RecordedRequest {
     /// The resource's plural, with `/status` for the subresource; empty for
     /// discovery.
     pub resource: String,
+    /// The `Impersonate-User` header, when the request carried one.
+    pub impersonate_user: Option<String>,
+    /// The `Impersonate-Group` headers, in order.
+    pub impersonate_groups: Vec<String>,
 }
 
 impl RecordedRequest {
@@ -821,6 +833,9 @@ struct State {
     objects: BTreeMap<Key, Value>,
     history: Vec<Arc<Change>>,
     grants: Vec<Grant>,
+    /// What impersonated users and groups hold, by user or group name (see
+    /// [`KubeServer::grant_to`]); `grants` is the token's user's alone.
+    subject_grants: BTreeMap<String, Vec<Grant>>,
     denials: Vec<Denial>,
     requests: Vec<RecordedRequest>,
     writes: Vec<RecordedRequest>,
@@ -1225,15 +1240,125 @@ impl State {
         objects
     }
 
-    fn authorized(&self, verb: &str, resource: &str, namespace: Option<&str>) -> bool {
-        self.grants
-            .iter()
-            .any(|g| g.covers(verb, resource, namespace))
+    /// Whether `who` may: the token's user by the grants ([`KubeServer::grant`]),
+    /// an impersonated user by its own and its groups' ([`KubeServer::grant_to`]);
+    /// denials take away from either.
+    fn authorized(
+        &self,
+        who: &Identity,
+        verb: &str,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> bool {
+        let covered = |grants: &[Grant]| grants.iter().any(|g| g.covers(verb, resource, namespace));
+        let granted = match who.impersonated {
+            false => covered(&self.grants),
+            true => std::iter::once(&who.user)
+                .chain(&who.groups)
+                .filter_map(|subject| self.subject_grants.get(subject))
+                .any(|grants| covered(grants)),
+        };
+        granted
             && !self
                 .denials
                 .iter()
                 .any(|d| d.denies(verb, resource, namespace))
     }
+
+    /// Who a request acts as: the token's user, or whom it impersonates if that
+    /// user may impersonate them (else the real server's 403).
+    fn identity(&self, headers: &HeaderMap) -> Result<Identity, Box<Response>> {
+        let values = |name: &str| -> Vec<String> {
+            headers
+                .get_all(name)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .map(str::to_string)
+                .collect()
+        };
+        let users = values("impersonate-user");
+        let groups = values("impersonate-group");
+        let me = Identity {
+            user: self.user.clone(),
+            groups: vec!["system:authenticated".to_string()],
+            impersonated: false,
+        };
+        let Some(user) = users.first() else {
+            if groups.is_empty() {
+                return Ok(me);
+            }
+            // The real server: "requested [...] without impersonating a user".
+            return Err(Box::new(status_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                &format!(
+                    "Internal error occurred: requested {:?} without impersonating a user",
+                    groups
+                ),
+                None,
+            )));
+        };
+        let account = user
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|rest| rest.split_once(':'))
+            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains(':'));
+        let may = |resource: &str, namespace: Option<&str>| {
+            self.authorized(&me, "impersonate", resource, namespace)
+        };
+        match account {
+            Some((namespace, name)) => {
+                if !may("serviceaccounts", Some(namespace)) {
+                    return Err(Box::new(impersonation_forbidden(
+                        &self.user,
+                        "serviceaccounts",
+                        name,
+                        Some(namespace),
+                    )));
+                }
+            }
+            None => {
+                if !may("users", None) {
+                    return Err(Box::new(impersonation_forbidden(
+                        &self.user, "users", user, None,
+                    )));
+                }
+            }
+        }
+        for group in &groups {
+            if !may("groups", None) {
+                return Err(Box::new(impersonation_forbidden(
+                    &self.user, "groups", group, None,
+                )));
+            }
+        }
+        // A ServiceAccount impersonated without groups gets its own, as the real
+        // server gives them; every impersonated user is authenticated.
+        let mut all = match (account, groups.is_empty()) {
+            (Some((namespace, _)), true) => vec![
+                "system:serviceaccounts".to_string(),
+                format!("system:serviceaccounts:{namespace}"),
+            ],
+            _ => groups,
+        };
+        if !all.iter().any(|g| g == "system:authenticated") {
+            all.push("system:authenticated".to_string());
+        }
+        Ok(Identity {
+            user: user.clone(),
+            groups: all,
+            impersonated: true,
+        })
+    }
+}
+
+/// Who a request acts as (see [`State::identity`]).
+#[derive(Clone, Debug)]
+pub(super) struct Identity {
+    pub user: String,
+    pub groups: Vec<String>,
+    /// Whether `user` is impersonated: its grants are then those given with
+    /// [`KubeServer::grant_to`] to it and its groups.
+    pub impersonated: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -1271,6 +1396,7 @@ impl KubeServer {
                 objects: BTreeMap::new(),
                 history: Vec::new(),
                 grants: vec![Grant::cluster(&["get", "list", "watch"], &["*"])],
+                subject_grants: BTreeMap::new(),
                 denials: Vec::new(),
                 requests: Vec::new(),
                 writes: Vec::new(),
@@ -1563,6 +1689,20 @@ impl KubeServer {
     /// Subresources are granted by name: `pinnedrepositories/status`.
     pub fn grant(&self, grant: Grant) {
         self.shared.state().grants.push(grant);
+    }
+
+    /// Grants `subject` (a user such as `system:serviceaccount:team-a:tagpin`,
+    /// or a group such as `system:serviceaccounts:team-a`) what a RoleBinding or
+    /// ClusterRoleBinding naming it would: what a request impersonating that
+    /// user (or a user in that group) may do. Impersonated users hold nothing
+    /// else; the default read grants are the token's user's alone.
+    pub fn grant_to(&self, subject: &str, grant: Grant) {
+        self.shared
+            .state()
+            .subject_grants
+            .entry(subject.to_string())
+            .or_default()
+            .push(grant);
     }
 
     // --- custom resources, Secrets, Events ---------------------------------
@@ -2139,6 +2279,16 @@ async fn handle(AxumState(shared): AxumState<Arc<Shared>>, request: Request) -> 
         body: String::from_utf8_lossy(&body).into_owned(),
         verb,
         resource,
+        impersonate_user: headers
+            .get("impersonate-user")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        impersonate_groups: headers
+            .get_all("impersonate-group")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_string)
+            .collect(),
     };
     let mut state = shared.state();
     // Refused writes are kept apart: a read-only test fails on any of them.
@@ -2232,15 +2382,20 @@ fn respond(
             None,
         );
     }
-    let (user, route, groups, served) = {
+    let (who, route, groups, served) = {
         let state = shared.state();
+        let who = match state.identity(headers) {
+            Ok(who) => who,
+            Err(refused) => return *refused,
+        };
         (
-            state.user.clone(),
+            who,
             route(&state, uri.path()),
             state.groups(),
             state.served(),
         )
     };
+    let user = who.user.clone();
 
     let write_verb = match *method {
         Method::GET => None,
@@ -2278,6 +2433,7 @@ fn respond(
                 };
                 writes::write(
                     shared,
+                    &who,
                     writes::WriteRequest {
                         verb,
                         resource,
@@ -2332,6 +2488,7 @@ fn respond(
             let metadata_only = accepts(headers, "as=PartialObjectMetadata");
             read_resource(
                 shared,
+                &who,
                 resource,
                 namespace,
                 name,
@@ -2441,8 +2598,10 @@ fn parse_query(query: &str) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn read_resource(
     shared: &Arc<Shared>,
+    who: &Identity,
     resource: usize,
     namespace: Option<String>,
     name: Option<String>,
@@ -2461,9 +2620,9 @@ fn read_resource(
         None => ty.plural.to_string(),
     };
     let state = shared.state();
-    if !state.authorized(verb, &authz_resource, namespace.as_deref()) {
+    if !state.authorized(who, verb, &authz_resource, namespace.as_deref()) {
         return forbidden(
-            &state.user,
+            &who.user,
             verb,
             ty,
             subresource.as_deref(),
@@ -3498,6 +3657,34 @@ fn forbidden(
         "Forbidden",
         &message,
         Some(details(ty, name)),
+    )
+}
+
+/// 403 for an impersonation the user may not make, as the real server's
+/// impersonation filter words it: `serviceaccounts "tagpin" is forbidden: User
+/// "…" cannot impersonate resource "serviceaccounts" in API group "" in the
+/// namespace "team-a"` (`users`, `groups`: at the cluster scope).
+fn impersonation_forbidden(
+    user: &str,
+    resource: &str,
+    name: &str,
+    namespace: Option<&str>,
+) -> Response {
+    let scope = match namespace {
+        Some(ns) => format!("in the namespace \"{ns}\""),
+        None => "at the cluster scope".to_string(),
+    };
+    status_response(
+        StatusCode::FORBIDDEN,
+        "Forbidden",
+        &format!(
+            "{resource} \"{name}\" is forbidden: User \"{user}\" cannot impersonate resource \"{resource}\" in API group \"\" {scope}"
+        ),
+        Some(meta::StatusDetails {
+            name: Some(name.to_string()),
+            kind: Some(resource.to_string()),
+            ..Default::default()
+        }),
     )
 }
 

@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 
 use super::{
     bad_request, crd_resource, details, forbidden, not_found_path, rfc3339, status_response, ty,
-    Key, Origin, Params, ResourceType, Shared, State,
+    Identity, Key, Origin, Params, ResourceType, Shared, State,
 };
 
 /// One write, as routed.
@@ -48,16 +48,21 @@ pub(super) struct WriteRequest<'a> {
 
 /// Answers a write: the stored object (201 for a create, 200 otherwise), or
 /// the real server's `Status` for a refusal.
-pub(super) fn write(shared: &Arc<Shared>, request: WriteRequest<'_>) -> Response {
+pub(super) fn write(shared: &Arc<Shared>, who: &Identity, request: WriteRequest<'_>) -> Response {
     let t = ty(request.resource);
     let mut state = shared.state();
     let authz_resource = match &request.subresource {
         Some(sub) => format!("{}/{sub}", t.plural),
         None => t.plural.to_string(),
     };
-    if !state.authorized(request.verb, &authz_resource, request.namespace.as_deref()) {
+    if !state.authorized(
+        who,
+        request.verb,
+        &authz_resource,
+        request.namespace.as_deref(),
+    ) {
         return forbidden(
-            &state.user,
+            &who.user,
             request.verb,
             t,
             request.subresource.as_deref(),
