@@ -1104,7 +1104,6 @@ fn the_operator_is_granted_exactly_what_it_reads_and_writes() {
             ("tagpin.dev", "pinnedrepositories/status", "patch"),
             ("tagpin.dev", "pinnedrepositories/status", "update"),
             ("events.k8s.io", "events", "create"),
-            ("events.k8s.io", "events", "patch"),
             // Read only: the Secrets objects name, and a watch of the labelled ones.
             ("", "secrets", "get"),
             ("", "secrets", "list"),
