@@ -424,15 +424,25 @@ impl From<crate::promote::PromoteError> for CliError {
     }
 }
 
-/// Sets up `tracing` on stderr: `RUST_LOG` when set, else warn (or info/debug with -v/-vv).
+/// kube's client logs whole answer bodies it cannot parse (at warn, and at debug for error
+/// answers), whatever the server: with a stage kubeconfig's `server` a tenant's to name, that
+/// would copy any service's answer into tagpin's log. Its request failures (status, transport)
+/// are errors and stay; what tagpin makes of them is logged by tagpin.
+const QUIET_KUBE_BODIES: &str = "kube_client::client=error";
+
+/// Sets up `tracing` on stderr: `RUST_LOG` when set, else warn (or info/debug with -v/-vv);
+/// never kube's logging of answer bodies ([`QUIET_KUBE_BODIES`]), whatever `RUST_LOG` says.
 pub fn init_logging(cli: &Cli) {
     let default = match cli.verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    if let Ok(quiet) = QUIET_KUBE_BODIES.parse() {
+        filter = filter.add_directive(quiet);
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

@@ -372,6 +372,9 @@ pub struct Forge {
     /// token (`my-app[bot]`) cannot read it. Only statuses this login created carry the soak
     /// clock, and only pull requests it opened are tagpin's promotions.
     pub login: Option<String>,
+    /// `forge.timeout_seconds`: how long one call may take, answer included
+    /// ([`crate::forge::DEFAULT_TIMEOUT_SECONDS`] unless set).
+    pub timeout_seconds: u64,
 }
 
 /// The forge `forge.kind` names, with the repository tagpin writes to there.
@@ -615,7 +618,7 @@ fn paths_overlap(a: &str, b: &str) -> bool {
 }
 
 /// Plain HTTP is tolerated for a token only on loopback, where it never crosses a network.
-fn is_loopback_url(url: &str) -> bool {
+pub(crate) fn is_loopback_url(url: &str) -> bool {
     match url::Url::parse(url)
         .ok()
         .and_then(|u| u.host().map(|h| h.to_owned()))

@@ -333,6 +333,8 @@ pub struct RawForge {
     pub project: Field<String>,
     pub token_env: Field<String>,
     pub login: Field<String>,
+    #[schemars(range(min = 1, max = 3600))]
+    pub timeout_seconds: Field<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]

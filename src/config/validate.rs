@@ -1184,11 +1184,15 @@ impl Check {
             self.secret_name("forge.token_env", env);
         }
         let login = self.string("forge.login", &raw.login).map(str::to_string);
+        let timeout_seconds = self
+            .number("forge.timeout_seconds", &raw.timeout_seconds, 1, 3600)
+            .unwrap_or(crate::forge::DEFAULT_TIMEOUT_SECONDS);
         Some(Forge {
             kind,
             api_url: api_url.to_string(),
             token_env: token_env?.to_string(),
             login,
+            timeout_seconds,
         })
     }
 }

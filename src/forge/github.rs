@@ -11,6 +11,13 @@
 //! is answered from what this process kept ([`MAX_CACHED_READS`] answers). Lists follow
 //! GitHub's `Link` header to their last page.
 //!
+//! Every answer is bounded (see [`crate::bounded`]): at most [`super::MAX_ANSWER_BYTES`], and
+//! the whole exchange within `forge.timeout_seconds`. octocrab's default builder takes no
+//! `tower` layer, so [`client`] builds the HTTP service the way octocrab's default does
+//! (hyper with rustls, the token on requests to `api_url` only) with the bound under it. No
+//! redirect is followed: octocrab follows none without its `follow-redirect` feature, and the
+//! token never leaves `api_url`'s host.
+//!
 //! Who tagpin is on GitHub (the login of the token, `GET /user`) is asked once per process:
 //! only statuses that login created count as tagpin's own, and only pull requests from this
 //! repository (not from forks) are tagpin's to read a plan from.
@@ -20,12 +27,15 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::sync::Arc;
+
 use octocrab::Octocrab;
 use serde::de::DeserializeOwned;
 
-use super::MAX_RATE_LIMIT_WAIT;
+use super::{host_of, status_text, CONNECT_TIMEOUT, MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT};
 use super::{in_flight, lock, next_link, read_pages, updated_before};
 use super::{ForgeError, PullRequestInfo, Status, StatusState};
+use crate::bounded::{self, BoundedLayer, Bounds};
 use crate::config;
 
 /// Attempts per call when GitHub answers with a rate limit.
@@ -33,11 +43,16 @@ const RATE_LIMIT_ATTEMPTS: u32 = 3;
 /// Answers kept for conditional reads (one per URL: a list page, a pull request, the statuses
 /// of a commit). When full, all are dropped: the next reads are plain ones, nothing is wrong.
 const MAX_CACHED_READS: usize = 512;
+/// The bytes of the answers kept for conditional reads, at most: 512 answers of up to
+/// [`MAX_ANSWER_BYTES`] each would be 8 GiB. Past it, all are dropped, as when full.
+const MAX_CACHED_BYTES: usize = 64 * bounded::MIB;
 const FORGE: &str = "GitHub";
 
 /// A GitHub repository, with a token.
 pub struct GitHub {
     octo: Octocrab,
+    /// `host[:port]` of `api_url`, for errors.
+    host: String,
     owner: String,
     repo: String,
     /// The token's login, asked once.
@@ -60,19 +75,11 @@ impl GitHub {
         let config::ForgeKind::GitHub { owner, repo } = &forge.kind else {
             return Err(setup("the forge configured is not GitHub".into()));
         };
-        let octo = Octocrab::builder()
-            .base_uri(forge.api_url.as_str())
-            .map_err(|e| setup(format!("api_url {:?}: {}", forge.api_url, describe(&e))))?
-            .personal_token(token)
-            // octocrab would retry a 5xx POST at once, which can open a pull request twice;
-            // tagpin retries rate limits itself and reconciles everything else on the next pass.
-            .add_retry_config(octocrab::service::middleware::retry::RetryConfig::None)
-            .set_connect_timeout(Some(Duration::from_secs(10)))
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .build()
-            .map_err(|e| setup(describe(&e)))?;
+        let deadline = Duration::from_secs(forge.timeout_seconds);
+        let octo = client(&forge.api_url, &token, deadline)?;
         Ok(GitHub {
             octo,
+            host: host_of(&forge.api_url),
             owner: owner.clone(),
             repo: repo.clone(),
             // A configured login is taken as is: GitHub App installation tokens cannot read
@@ -227,7 +234,10 @@ impl GitHub {
                 if let Some(etag) = etag {
                     answer.etag = etag;
                     let mut reads = lock(&self.reads);
-                    if reads.len() >= MAX_CACHED_READS {
+                    let kept: usize = reads.values().map(|c| c.body.len()).sum();
+                    if reads.len() >= MAX_CACHED_READS
+                        || kept + answer.body.len() > MAX_CACHED_BYTES
+                    {
                         reads.clear();
                     }
                     reads.insert(url.to_string(), answer.clone());
@@ -238,6 +248,7 @@ impl GitHub {
             // A 304 to a request that named no ETag: GitHub does not send one.
             (None, None) => Err(ForgeError::Call {
                 forge: FORGE,
+                host: self.host.clone(),
                 repo: self.full_name(),
                 what: what.to_string(),
                 detail: "GitHub answered 304 Not Modified to an unconditional request".into(),
@@ -249,9 +260,10 @@ impl GitHub {
     fn unexpected(&self, what: &str, e: serde_json::Error) -> ForgeError {
         ForgeError::Call {
             forge: FORGE,
+            host: self.host.clone(),
             repo: self.full_name(),
             what: what.to_string(),
-            detail: format!("unexpected answer: {e}"),
+            detail: format!("unexpected answer: {}", bounded::json_problem(&e)),
             status: None,
         }
     }
@@ -456,6 +468,7 @@ impl GitHub {
                 Some(wait) => {
                     return Err(ForgeError::RateLimited {
                         forge: FORGE,
+                        host: self.host.clone(),
                         repo: self.full_name(),
                         what: what.to_string(),
                         wait: format!("{}s", wait.as_secs()),
@@ -468,9 +481,10 @@ impl GitHub {
                     };
                     return Err(ForgeError::Call {
                         forge: FORGE,
+                        host: self.host.clone(),
                         repo: self.full_name(),
                         what: what.to_string(),
-                        detail: describe(&error),
+                        detail: describe(&error, &self.full_name()),
                         status,
                     });
                 }
@@ -563,29 +577,49 @@ fn rate_limit_wait(error: &octocrab::Error, now: SystemTime) -> Option<Duration>
     }
 }
 
-/// octocrab's messages carry backtraces; tagpin's carry the status and GitHub's own words.
-fn describe(error: &octocrab::Error) -> String {
+/// What failed, in tagpin's words: the HTTP status and what it means here, or how the
+/// exchange failed. GitHub's own message and error list are read only to recognise a known
+/// case, never quoted: a server posing as GitHub could otherwise have any text of its answer
+/// copied into a status, an Event or a log. octocrab's messages also carry backtraces.
+fn describe(error: &octocrab::Error, repo: &str) -> String {
+    if let Some(exceeded) = bounded::exceeded_in(error) {
+        return exceeded.to_string();
+    }
     match error {
         octocrab::Error::GitHub { source, .. } => {
-            let mut text = format!("GitHub answered {}: {}", source.status_code, source.message);
-            if let Some(errors) = &source.errors {
-                let details: Vec<String> = errors
+            let status = source.status_code.as_u16();
+            let texts = std::iter::once(source.message.as_str()).chain(
+                source
+                    .errors
                     .iter()
-                    .map(|e| match e.get("message").and_then(|m| m.as_str()) {
-                        Some(m) => m.to_string(),
-                        None => e.to_string(),
-                    })
-                    .collect();
-                if !details.is_empty() {
-                    text.push_str(&format!(" ({})", details.join("; ")));
-                }
+                    .flatten()
+                    .filter_map(|e| e.get("message").and_then(|m| m.as_str())),
+            );
+            let codes: Vec<&str> = source
+                .errors
+                .iter()
+                .flatten()
+                .filter_map(|e| e.get("code").and_then(|c| c.as_str()))
+                .collect();
+            let meaning = github_meaning(status, texts, &codes, repo);
+            match meaning {
+                Some(meaning) => format!("{} ({meaning})", status_text(status)),
+                None => status_text(status),
             }
-            text
         }
         octocrab::Error::Hyper { source, .. } => format!("connection failed: {source}"),
-        octocrab::Error::Service { source, .. } => format!("connection failed: {source}"),
-        octocrab::Error::Serde { source, .. } => format!("unexpected answer: {source}"),
-        octocrab::Error::Json { source, .. } => format!("unexpected answer: {source}"),
+        octocrab::Error::Service { source, .. } => {
+            format!("connection failed: {}", transport_text(source.as_ref()))
+        }
+        octocrab::Error::Serde { source, .. } => {
+            format!("unexpected answer: {}", bounded::json_problem(source))
+        }
+        octocrab::Error::Json { source, .. } => {
+            format!(
+                "unexpected answer: {}",
+                bounded::json_problem(source.inner())
+            )
+        }
         other => {
             let text = other.to_string();
             text.split("\n\nFound at")
@@ -594,6 +628,111 @@ fn describe(error: &octocrab::Error) -> String {
                 .to_string()
         }
     }
+}
+
+/// What a GitHub failure means for tagpin, in its own words, from the status and GitHub's
+/// documented error codes (`already_exists`, `missing_field`, …); `texts` (GitHub's messages)
+/// are only matched against the one case the codes do not tell apart.
+fn github_meaning<'t>(
+    status: u16,
+    mut texts: impl Iterator<Item = &'t str>,
+    codes: &[&str],
+    repo: &str,
+) -> Option<String> {
+    if texts.any(|t| t.starts_with("A pull request already exists")) {
+        return Some("a pull request for this branch already exists".into());
+    }
+    match status {
+        401 => Some("the token is not valid (expired, revoked, or not a GitHub token)".into()),
+        403 => Some(format!("the token may not do this in {repo}")),
+        404 => Some(format!(
+            "{repo} is not there, or the token may not read it (GitHub answers 404 for repositories hidden from the token)"
+        )),
+        422 => {
+            let mut words: Vec<&str> = codes
+                .iter()
+                .filter_map(|code| match *code {
+                    "already_exists" => Some("something it would create already exists"),
+                    "missing" => Some("something it names does not exist"),
+                    "missing_field" => Some("a required field is missing"),
+                    "invalid" => Some("a field is invalid"),
+                    "unprocessable" => Some("a field could not be processed"),
+                    _ => None,
+                })
+                .collect();
+            words.dedup();
+            (!words.is_empty()).then(|| words.join("; "))
+        }
+        _ => None,
+    }
+}
+
+/// A transport failure's causes, joined; an [`bounded::Exceeded`] is found before this.
+fn transport_text(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// octocrab over the HTTP service its default builder would make (hyper, rustls with the
+/// system's roots, HTTP/1), with every exchange bounded by [`MAX_ANSWER_BYTES`] and
+/// `deadline`. The token goes as `Authorization: Bearer`, marked sensitive, on requests to
+/// `api_url` only (octocrab's own rule). No retry layer: octocrab would retry a 5xx POST at
+/// once, which can open a pull request twice; tagpin retries rate limits itself and
+/// reconciles everything else on the next pass.
+fn client(api_url: &str, token: &str, deadline: Duration) -> Result<Octocrab, ForgeError> {
+    use octocrab::service::middleware::{
+        auth_header::AuthHeaderLayer, base_uri::BaseUriLayer, extra_headers::ExtraHeadersLayer,
+    };
+    let base: http::Uri = api_url
+        .parse()
+        .map_err(|e| setup(format!("api_url {api_url:?}: {e}")))?;
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+    let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    tcp.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(provider)
+        .map_err(|e| setup(format!("TLS roots: {e}")))?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp);
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, octocrab::OctoBody>(connector);
+    let mut authorization = http::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+        .map_err(|_| setup("the token holds characters an HTTP header cannot carry".into()))?;
+    authorization.set_sensitive(true);
+    let headers = vec![(
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(concat!("tagpin/", env!("CARGO_PKG_VERSION"))),
+    )];
+    let bounds = Bounds {
+        max_bytes: MAX_ANSWER_BYTES,
+        deadline: Some(deadline),
+    };
+    octocrab::OctocrabBuilder::new_empty()
+        .with_service(http)
+        .with_layer(&BoundedLayer(bounds))
+        .with_layer(&ExtraHeadersLayer::new(Arc::new(headers)))
+        .with_layer(&BaseUriLayer::new(base.clone()))
+        .with_layer(&AuthHeaderLayer::new(
+            Some(authorization),
+            base.clone(),
+            base,
+        ))
+        .with_auth(octocrab::AuthState::None)
+        .build()
+        .map_err(|e| match e {})
 }
 
 fn setup(detail: String) -> ForgeError {

@@ -11,10 +11,13 @@
 //! its own timeouts and error naming, which a general client hides behind its own types.
 //!
 //! The token goes in the `PRIVATE-TOKEN` header (a personal, project or group access token),
-//! marked sensitive so no debug output shows it. Redirects are not followed and a `Link` to
-//! another origin is refused, so the token is sent to `api_url`'s host only. Every call has a
-//! connect and a total timeout; a `429` is waited out when GitLab says when to come back
-//! within [`MAX_RATE_LIMIT_WAIT`], and reported otherwise.
+//! marked sensitive so no debug output shows it. Redirects are not followed (reqwest strips
+//! `Authorization` on a redirect to another host, but not a custom header such as this one)
+//! and a `Link` to another origin is refused, so the token is sent to `api_url`'s host only.
+//! Every call has a connect timeout and a total deadline, answer included
+//! (`forge.timeout_seconds`), and reads at most [`MAX_ANSWER_BYTES`]; a `429` is waited out
+//! when GitLab says when to come back within [`MAX_RATE_LIMIT_WAIT`], and reported otherwise.
+//! GitLab's own error messages are read only to recognise known cases, never quoted.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,22 +26,23 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
+use super::{host_of, status_text, CONNECT_TIMEOUT, MAX_ANSWER_BYTES};
 use super::{in_flight, next_link, read_pages, updated_before};
 use super::{ForgeError, PullRequestInfo, Status, StatusState, MAX_RATE_LIMIT_WAIT};
+use crate::bounded::{self, Exceeded};
 use crate::config;
 
 const FORGE: &str = "GitLab";
 /// Attempts per call when GitLab answers `429 Too Many Requests`.
 const RATE_LIMIT_ATTEMPTS: u32 = 3;
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The whole call, answer included.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// How much of an unexpected answer body an error quotes.
-const QUOTED_BODY: usize = 200;
 
 /// A GitLab project, with a token.
 pub struct GitLab {
     http: reqwest::Client,
+    /// `host[:port]` of `api_url`, for errors.
+    host: String,
+    /// `forge.timeout_seconds`: each call, answer included.
+    deadline: Duration,
     /// `forge.api_url` without a trailing slash: `https://gitlab.example.com/api/v4`.
     api: String,
     /// `group/subgroup/project`, as configured, for messages.
@@ -163,9 +167,11 @@ impl GitLab {
             ))
         })?;
         token.set_sensitive(true);
+        let deadline = Duration::from_secs(forge.timeout_seconds);
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(CALL_TIMEOUT)
+            // reqwest's total timeout runs until the body's last byte.
+            .timeout(deadline)
             // The token header would follow a redirect to any host.
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("tagpin/", env!("CARGO_PKG_VERSION")))
@@ -173,6 +179,8 @@ impl GitLab {
             .map_err(|e| setup(format!("HTTP client: {e}")))?;
         Ok(GitLab {
             http,
+            host: host_of(&forge.api_url),
+            deadline,
             api: forge.api_url.trim_end_matches('/').to_string(),
             project: project.clone(),
             token,
@@ -511,7 +519,7 @@ impl GitLab {
             let response = request.send().await.map_err(|e| self.failed(what, e))?;
             let status = response.status();
             let headers = response.headers().clone();
-            let text = response.text().await.map_err(|e| self.failed(what, e))?;
+            let text = self.read_body(what, response).await?;
             if status.is_success() {
                 let next = next_page(url, &headers, &self.api)
                     .map_err(|detail| self.call_error(what, detail, Some(status.as_u16())))?;
@@ -526,6 +534,7 @@ impl GitLab {
                 }
                 return Err(ForgeError::RateLimited {
                     forge: FORGE,
+                    host: self.host.clone(),
                     repo: self.project.clone(),
                     what: what.to_string(),
                     wait: format!("{}s", wait.as_secs()),
@@ -536,18 +545,43 @@ impl GitLab {
         }
     }
 
+    /// The answer's body, at most [`MAX_ANSWER_BYTES`]: reading stops at the first chunk past
+    /// it, so an endless answer costs that much memory and no more.
+    async fn read_body(
+        &self,
+        what: &str,
+        mut response: reqwest::Response,
+    ) -> Result<String, ForgeError> {
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.failed(what, e))? {
+            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                let limit = MAX_ANSWER_BYTES;
+                let detail = Exceeded::TooLarge { limit }.to_string();
+                return Err(self.call_error(what, detail, Some(response.status().as_u16())));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        // Lossy: a body that is not UTF-8 fails where it is parsed, not quoted.
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
     fn parse<T: serde::de::DeserializeOwned>(
         &self,
         what: &str,
         body: &str,
     ) -> Result<T, ForgeError> {
-        serde_json::from_str(body)
-            .map_err(|e| self.call_error(what, format!("unexpected answer: {e}"), None))
+        serde_json::from_str(body).map_err(|e| {
+            let detail = format!("unexpected answer: {}", bounded::json_problem(&e));
+            self.call_error(what, detail, None)
+        })
     }
 
     fn failed(&self, what: &str, e: reqwest::Error) -> ForgeError {
         let detail = if e.is_timeout() {
-            format!("no answer within {}s", CALL_TIMEOUT.as_secs())
+            Exceeded::Deadline {
+                within: self.deadline,
+            }
+            .to_string()
         } else {
             // Without the URL: it is in `what` already, and never holds the token anyway.
             format!("connection failed: {}", e.without_url())
@@ -558,6 +592,7 @@ impl GitLab {
     fn call_error(&self, what: &str, detail: String, status: Option<u16>) -> ForgeError {
         ForgeError::Call {
             forge: FORGE,
+            host: self.host.clone(),
             repo: self.project.clone(),
             what: what.to_string(),
             detail,
@@ -696,7 +731,8 @@ fn find_note<'n>(notes: &'n [Note], marker: &str, me: &str) -> Option<&'n Note> 
 
 /// The next page of a list: the `Link` header's `rel="next"`, else GitLab's `x-next-page`
 /// number on the same address (empty on the last page). A `Link` to another origin than
-/// `api` is refused: the token goes nowhere else.
+/// `api` is refused: the token goes nowhere else. Errors name only the other host: a header's
+/// text is the server's, and is not quoted.
 fn next_page(url: &str, headers: &HeaderMap, api: &str) -> Result<Option<String>, String> {
     let header = |name: &str| {
         headers
@@ -708,8 +744,12 @@ fn next_page(url: &str, headers: &HeaderMap, api: &str) -> Result<Option<String>
     if let Some(next) = header("link").and_then(next_link) {
         let origin = |u: &str| url::Url::parse(u).ok().map(|u| u.origin());
         if origin(&next).is_none() || origin(&next) != origin(api) {
+            let elsewhere = url::Url::parse(&next)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_string))
+                .unwrap_or_else(|| "an address that is not a URL".to_string());
             return Err(format!(
-                "the next page is at {next}, not on {api}; the token is not sent there"
+                "the next page is on {elsewhere}, not on {api}; the token is not sent there"
             ));
         }
         return Ok(Some(next));
@@ -718,7 +758,7 @@ fn next_page(url: &str, headers: &HeaderMap, api: &str) -> Result<Option<String>
         return Ok(None);
     };
     if !page.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("x-next-page {page:?} is not a page number"));
+        return Err("x-next-page is not a page number".to_string());
     }
     let mut next = url::Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
     let kept: Vec<(String, String)> = next
@@ -756,63 +796,56 @@ fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
 }
 
 /// A failed answer in words that say what to fix: the token (401), its scope or role (403),
-/// the project or object (404), or GitLab's own message.
+/// the project or object (404), a merge request already open (409), a field GitLab refused
+/// (400). GitLab's body is read only to recognise these; its text is never quoted.
 fn describe_failure(status: StatusCode, body: &str, project: &str, api: &str) -> String {
-    let said = gitlab_message(body);
-    let answered = format!("GitLab answered {status}: {said}");
-    match status.as_u16() {
-        401 => format!(
-            "{answered}; the token is not valid (expired, revoked, or not a GitLab token)"
+    let answered = status_text(status.as_u16());
+    let meaning = match status.as_u16() {
+        401 => Some("the token is not valid (expired, revoked, or not a GitLab token)".to_string()),
+        403 if body.contains("insufficient_scope") => Some(
+            "the token lacks the api scope (a personal, project or group access token with scope api is needed)".to_string(),
         ),
-        403 if body.contains("insufficient_scope") => format!(
-            "{answered}; the token lacks the api scope (a personal, project or group access token with scope api is needed)"
-        ),
-        403 => format!(
-            "{answered}; the token's user may not do this in {project} (it needs the Developer role or higher)"
-        ),
-        404 => format!(
-            "{answered}; {project} is not at {api}, or the token may not read it (GitLab answers 404 for projects hidden from the token)"
-        ),
-        _ => answered,
+        403 => Some(format!(
+            "the token's user may not do this in {project} (it needs the Developer role or higher)"
+        )),
+        404 => Some(format!(
+            "{project} is not at {api}, or the token may not read it (GitLab answers 404 for projects hidden from the token)"
+        )),
+        409 if body.contains("already exists") => {
+            Some("a merge request for this branch already exists".to_string())
+        }
+        400 => refused_fields(body).map(|fields| format!("GitLab refused the {fields}")),
+        _ => None,
+    };
+    match meaning {
+        Some(meaning) => format!("{answered} ({meaning})"),
+        None => answered,
     }
 }
 
-/// GitLab's message from an error body: `{"message": "..."}`, `{"message": ["..."]}`,
-/// `{"message": {"field": ["..."]}}` or `{"error": "...", "error_description": "..."}`;
-/// otherwise the start of the body as text.
-fn gitlab_message(body: &str) -> String {
-    let value: serde_json::Value = match serde_json::from_str(body) {
-        Ok(value) => value,
-        Err(_) => {
-            let text = body.trim();
-            return match text.char_indices().nth(QUOTED_BODY) {
-                Some((end, _)) => format!("{}…", &text[..end]),
-                None => text.to_string(),
-            };
-        }
-    };
-    let words = |v: &serde_json::Value| match v {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Array(items) => items
-            .iter()
-            .map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string))
-            .collect::<Vec<_>>()
-            .join("; "),
-        other => other.to_string(),
-    };
-    match (&value["message"], &value["error"]) {
-        (serde_json::Value::Object(fields), _) => fields
-            .iter()
-            .map(|(field, v)| format!("{field} {}", words(v)))
-            .collect::<Vec<_>>()
-            .join("; "),
-        (serde_json::Value::Null, serde_json::Value::Null) => value.to_string(),
-        (serde_json::Value::Null, error) => match value["error_description"].as_str() {
-            Some(more) => format!("{} ({more})", words(error)),
-            None => words(error),
-        },
-        (message, _) => words(message),
-    }
+/// The fields tagpin sent that a `400` names (`{"message": {"title": ["is too long"]}}`), as
+/// tagpin spells them; fields it did not send are not named.
+fn refused_fields(body: &str) -> Option<String> {
+    const SENT: [&str; 11] = [
+        "source_branch",
+        "target_branch",
+        "title",
+        "description",
+        "remove_source_branch",
+        "add_labels",
+        "state",
+        "ref",
+        "name",
+        "body",
+        "labels",
+    ];
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    let fields: Vec<&str> = SENT
+        .iter()
+        .copied()
+        .filter(|field| value["message"].get(field).is_some())
+        .collect();
+    (!fields.is_empty()).then(|| fields.join(", "))
 }
 
 /// GitLab's `409 Conflict`: for a new merge request, one already open for the branch.
@@ -1112,6 +1145,10 @@ mod tests {
         let elsewhere = "<https://evil.example.net/api/v4/x?page=2>; rel=\"next\"";
         let refused = next_page(url, &headers(&[("link", elsewhere)]), api).unwrap_err();
         assert!(refused.contains("evil.example.net"), "{refused}");
+        assert!(
+            !refused.contains("/api/v4/x?page=2"),
+            "only the host: {refused}"
+        );
     }
 
     #[test]
@@ -1142,27 +1179,42 @@ mod tests {
             )
         };
         let unauthorized = describe(401, r#"{"message":"401 Unauthorized"}"#);
-        assert!(unauthorized.contains("401 Unauthorized") && unauthorized.contains("not valid"));
+        assert_eq!(
+            unauthorized,
+            "401 Unauthorized (the token is not valid (expired, revoked, or not a GitLab token))"
+        );
         let scope = describe(
             403,
             r#"{"error":"insufficient_scope","error_description":"The request requires higher privileges than provided by the access token.","scope":"api"}"#,
         );
+        assert!(scope.starts_with("403 Forbidden ("), "{scope}");
         assert!(scope.contains("lacks the api scope"), "{scope}");
-        assert!(scope.contains("higher privileges"), "{scope}");
+        assert!(
+            !scope.contains("higher privileges"),
+            "GitLab's words: {scope}"
+        );
         let role = describe(403, r#"{"message":"403 Forbidden"}"#);
         assert!(role.contains("Developer role"), "{role}");
         let missing = describe(404, r#"{"message":"404 Project Not Found"}"#);
-        assert!(missing.contains("404 Project Not Found"), "{missing}");
+        assert!(missing.starts_with("404 Not Found ("), "{missing}");
         assert!(missing.contains("group/sub/project is not at https://gitlab.example.com/api/v4"));
         let conflict = describe(
             409,
             r#"{"message":["Another open merge request already exists for this source branch: !1"]}"#,
         );
-        assert!(conflict
-            .ends_with("Another open merge request already exists for this source branch: !1"));
-        let invalid = describe(400, r#"{"message":{"title":["is too long"]}}"#);
-        assert!(invalid.ends_with("title is too long"), "{invalid}");
-        assert!(describe(429, "Retry later").ends_with("Retry later"));
+        assert_eq!(
+            conflict,
+            "409 Conflict (a merge request for this branch already exists)"
+        );
+        let invalid = describe(
+            400,
+            r#"{"message":{"title":["is too long"], "x-secret": ["s"]}}"#,
+        );
+        assert_eq!(invalid, "400 Bad Request (GitLab refused the title)");
+        // Whatever else a server answers is not quoted: the status says what happened.
+        let internal = describe(500, "INTERNAL-ONLY db_password=hunter2");
+        assert_eq!(internal, "500 Internal Server Error");
+        assert_eq!(describe(429, "Retry later"), "429 Too Many Requests");
     }
 
     #[test]

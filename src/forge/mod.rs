@@ -79,23 +79,44 @@ impl ChangeRequestNoun {
     }
 }
 
-/// A failed forge call, naming the forge, the repository or project and, where there is one,
-/// the change request.
+/// The largest answer read from a forge. A page of 100 pull requests is about 2 MB of
+/// metadata (GitHub embeds the head and base repositories in each, about 20 KB together) plus
+/// their bodies, which GitHub caps at 65,536 characters: about 8.2 MiB at the worst for plain
+/// text, so this leaves room for escaping and non-ASCII text. An answer past it fails that
+/// call (naming the forge's host), never the process: see [`crate::bounded`].
+pub const MAX_ANSWER_BYTES: usize = 16 * crate::bounded::MIB;
+
+/// The default of `forge.timeout_seconds`: how long one forge call may take, from the request
+/// to the last byte of its answer. GitHub and GitLab answer in well under a second; a forge
+/// that sends its answer a byte at a time is given up on here, whatever its pace.
+pub const DEFAULT_TIMEOUT_SECONDS: u64 = 60;
+
+/// Connecting to the forge (TCP and TLS), within the call's deadline.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A failed forge call, naming the forge and its host, the repository or project and, where
+/// there is one, the change request. What the forge said is never quoted: `detail` holds the
+/// HTTP status and words tagpin writes itself (what the status means for tagpin), so a server
+/// that is not the forge it claims to be cannot have its answer copied into a status, an Event,
+/// a comment or a log.
 #[derive(Debug, thiserror::Error)]
 pub enum ForgeError {
-    #[error("{forge} {repo}: {what}: {detail}")]
+    #[error("{forge} at {host}: {repo}: {what}: {detail}")]
     Call {
         /// `GitHub` or `GitLab`.
         forge: &'static str,
+        /// `host[:port]` of `forge.api_url`.
+        host: String,
         repo: String,
         what: String,
         detail: String,
         /// The HTTP status the forge answered, when it answered.
         status: Option<u16>,
     },
-    #[error("{forge} {repo}: {what}: rate limited; {forge} asks to wait {wait}")]
+    #[error("{forge} at {host}: {repo}: {what}: rate limited; {forge} asks to wait {wait}")]
     RateLimited {
         forge: &'static str,
+        host: String,
         repo: String,
         what: String,
         wait: String,
@@ -370,6 +391,29 @@ impl Forge {
         }
         comments.insert(number, (body.to_string(), Instant::now()));
         Ok(())
+    }
+}
+
+/// `host[:port]` of a forge's API URL, as its errors name it.
+fn host_of(api_url: &str) -> String {
+    match url::Url::parse(api_url) {
+        Ok(url) => match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_string(),
+            (None, _) => api_url.to_string(),
+        },
+        Err(_) => api_url.to_string(),
+    }
+}
+
+/// `422 Unprocessable Entity`: the status and its standard reason, never the forge's words.
+fn status_text(status: u16) -> String {
+    match http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+    {
+        Some(reason) => format!("{status} {reason}"),
+        None => format!("HTTP {status}"),
     }
 }
 

@@ -151,7 +151,9 @@ pub async fn clusters(
 /// Secret and a `PinnedRepository` in a namespace must not make the controller run a command
 /// (`exec`, `auth-provider` plugins) or read one of its own files (`tokenFile`,
 /// `client-certificate`, `client-key`, `certificate-authority` paths: the controller's
-/// service account token could be sent to a server of their choosing). Every problem is named
+/// service account token could be sent to a server of their choosing). Nor may a cluster be
+/// served over plain `http://` beyond loopback: its token would cross the network in the
+/// clear, and whoever sits on the way could answer for the cluster. Every problem is named
 /// with its user or cluster; tokens, `*-data` fields, usernames and passwords are fine.
 pub fn self_contained(bytes: &[u8]) -> Result<(), String> {
     let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
@@ -187,14 +189,45 @@ pub fn self_contained(bytes: &[u8]) -> Result<(), String> {
             ));
         }
     }
-    match problems.is_empty() {
-        true => Ok(()),
-        false => Err(format!(
+    let plain: Vec<String> = kubeconfig
+        .clusters
+        .iter()
+        .filter(|named| {
+            named
+                .cluster
+                .as_ref()
+                .and_then(|c| c.server.as_deref())
+                .is_some_and(plain_beyond_loopback)
+        })
+        .map(|named| format!("cluster {:?}", named.name))
+        .collect();
+    let mut said = Vec::new();
+    if !problems.is_empty() {
+        said.push(format!(
             "a kubeconfig from a Secret may not run commands nor read the controller's files \
              ({}); use a token or the *-data fields inline",
             problems.join(", ")
-        )),
+        ));
     }
+    if !plain.is_empty() {
+        said.push(format!(
+            "a kubeconfig from a Secret may not reach a server over plain http:// beyond \
+             loopback ({}); use https://",
+            plain.join(", ")
+        ));
+    }
+    match said.is_empty() {
+        true => Ok(()),
+        false => Err(said.join("; ")),
+    }
+}
+
+/// A `server` tagpin would reach in the clear over a network: `http://` to anything but
+/// loopback (where tests and local demo clusters run). A server that is not a URL is left to
+/// kube, which refuses it.
+fn plain_beyond_loopback(server: &str) -> bool {
+    url::Url::parse(server)
+        .is_ok_and(|url| url.scheme() == "http" && !crate::config::is_loopback_url(server))
 }
 
 /// What one pass of promotions found.
@@ -540,6 +573,32 @@ mod tests {
         assert!(self_contained(provider.as_bytes())
             .unwrap_err()
             .contains("sets auth-provider"));
+    }
+
+    #[test]
+    fn a_kubeconfig_reaching_its_server_in_the_clear_beyond_loopback_is_refused() {
+        let plain = INLINE.replace("https://prod.example:6443", "http://prod.example:6443");
+        let why = self_contained(plain.as_bytes()).unwrap_err();
+        assert!(
+            why.contains("plain http:// beyond loopback (cluster \"prod\")"),
+            "{why}"
+        );
+        for internal in [
+            "http://10.0.0.1:8080/admin",
+            "http://0.0.0.0:6443",
+            "http://[fd00::1]",
+        ] {
+            let plain = INLINE.replace("https://prod.example:6443", internal);
+            assert!(self_contained(plain.as_bytes()).is_err(), "{internal}");
+        }
+        for loopback in [
+            "http://127.0.0.1:6443",
+            "http://localhost:8080",
+            "http://[::1]:1",
+        ] {
+            let local = INLINE.replace("https://prod.example:6443", loopback);
+            assert_eq!(self_contained(local.as_bytes()), Ok(()), "{loopback}");
+        }
     }
 
     #[test]

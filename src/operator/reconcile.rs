@@ -356,10 +356,16 @@ async fn run_pass(
         )
     };
     let spec = serde_json::Value::Object(object.spec.fields.clone());
-    let config = match Config::from_resource_spec(&spec, name) {
+    let mut config = match Config::from_resource_spec(&spec, name) {
         Ok(config) => config,
         Err(e) => return stalled(Reason::InvalidSpec, e.problems.join("\n")),
     };
+    // No forge call may be promised longer than the whole reconcile (registry timeouts are
+    // capped where their clients are made).
+    if let Some(forge) = config.forge.as_mut() {
+        let ceiling = ctx.reconcile_timeout.as_secs().max(1);
+        forge.timeout_seconds = forge.timeout_seconds.min(ceiling);
+    }
     if !ctx.allow_local_repositories && !names_a_remote(&config.repository.url) {
         return stalled(
             Reason::InvalidSpec,

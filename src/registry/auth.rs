@@ -230,8 +230,8 @@ fn token_lifetime(expires_in: Option<&serde_json::Value>) -> Duration {
 /// Reads a token endpoint's JSON answer. Both `token` and the OAuth2 `access_token` are
 /// accepted; when both are present they are the same token by spec, and `token` wins.
 pub fn parse_token_answer(body: &[u8]) -> Result<Token, String> {
-    let answer: TokenAnswer =
-        serde_json::from_slice(body).map_err(|e| format!("token answer is not JSON: {e}"))?;
+    let answer: TokenAnswer = serde_json::from_slice(body)
+        .map_err(|e| format!("token answer: {}", crate::bounded::json_problem(&e)))?;
     let value = answer
         .token
         .filter(|t| !t.is_empty())

@@ -102,8 +102,8 @@ struct RawPlatform {
 /// Parses manifest bytes. The body's own `mediaType` wins over the `Content-Type` header;
 /// when neither says (older OCI manifests omit it), the shape decides.
 pub fn parse_manifest(bytes: &[u8], content_type: Option<&str>) -> Result<ParsedManifest, String> {
-    let raw: RawManifest =
-        serde_json::from_slice(bytes).map_err(|e| format!("manifest is not valid JSON: {e}"))?;
+    let raw: RawManifest = serde_json::from_slice(bytes)
+        .map_err(|e| format!("manifest: {}", crate::bounded::json_problem(&e)))?;
     if raw.schema_version == Some(1) {
         return Err(schema1_message());
     }
@@ -120,7 +120,7 @@ pub fn parse_manifest(bytes: &[u8], content_type: Option<&str>) -> Result<Parsed
         });
     let kind = classify(&media_type).map_err(|p| match p {
         MediaProblem::Schema1 => schema1_message(),
-        MediaProblem::Unsupported(t) => format!("unsupported manifest media type {t:?}"),
+        MediaProblem::Unsupported(t) => unsupported_message(&t),
     })?;
     let mut children = Vec::new();
     for d in raw.manifests.unwrap_or_default() {
@@ -155,6 +155,26 @@ fn parse_digest(s: &str) -> Result<Digest, String> {
 }
 
 /// Shared wording, so the CLI and tests see one message for schema 1 wherever it is caught.
+/// `unsupported manifest media type "application/x-custom"`: the type is quoted only when it
+/// reads as a media type (`type/subtype`, at most 127 characters of the token characters
+/// RFC 6838 allows): the header or body it came from is the registry's free text.
+pub fn unsupported_message(media_type: &str) -> String {
+    let token = |part: &str| {
+        !part.is_empty()
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+".contains(&b))
+    };
+    let reads_as_media_type = media_type.len() <= 127
+        && media_type
+            .split_once('/')
+            .is_some_and(|(kind, sub)| token(kind) && token(sub));
+    match reads_as_media_type {
+        true => format!("unsupported manifest media type {media_type:?}"),
+        false => "unsupported manifest media type (not a media type; not quoted)".to_string(),
+    }
+}
+
 pub fn schema1_message() -> String {
     "the registry only serves a Docker schema 1 manifest, whose digest cannot be pinned; \
      push the image again with a current client"

@@ -142,7 +142,9 @@ impl Client {
         let mut builder = reqwest::Client::builder()
             .user_agent(concat!("tagpin/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(settings.connect_timeout)
-            .timeout(settings.request_timeout);
+            // Total: reqwest's timeout runs until the answer's last byte.
+            .timeout(settings.request_timeout)
+            .redirect(redirect_policy());
         for path in &settings.ca_files {
             let pem = std::fs::read(path).map_err(|e| {
                 RegistryError::Setup(format!("cannot read CA file {}: {e}", path.display()))
@@ -351,8 +353,10 @@ impl Client {
             if answer.truncated {
                 return Err(bad(&target, too_large()));
             }
-            let page: TagPage = serde_json::from_slice(&answer.body)
-                .map_err(|e| bad(&target, format!("tag list is not valid JSON: {e}")))?;
+            let page: TagPage = serde_json::from_slice(&answer.body).map_err(|e| {
+                let problem = crate::bounded::json_problem(&e);
+                bad(&target, format!("tag list: {problem}"))
+            })?;
             tags.extend(page.tags.unwrap_or_default());
             match header_str(&answer.headers, LINK.as_str()).and_then(|l| next_link(&l)) {
                 Some(next) => path = next,
@@ -591,12 +595,22 @@ impl Client {
                 return Ok(token.clone());
             }
         }
+        // The realm is the registry's to name (WWW-Authenticate), and the registry is a
+        // tenant's in operator mode: it is not quoted, and fetched only where allowed.
         let url = reqwest::Url::parse(realm)
-            .map_err(|e| bad(target, format!("token realm {realm:?} is not a URL: {e}")))?;
-        if !matches!(url.scheme(), "https" | "http") {
-            return Err(bad(target, format!("token realm {realm:?} is not http(s)")));
+            .map_err(|_| bad(target, "its token realm is not a URL".to_string()))?;
+        if !self.may_fetch_realm(&url, target.host) {
+            return Err(bad(
+                target,
+                format!(
+                    "refused its token realm on {}: a token is fetched over HTTPS only, or over \
+                     plain HTTP from the registry's own host when that registry is configured \
+                     insecure (--insecure-registry, registries.insecure)",
+                    url.host_str().unwrap_or("no host")
+                ),
+            ));
         }
-        let mut login = self.realm_login(target, &url).await?;
+        let mut login = self.login(target).await?;
         let mut asked_again = false;
         let answer = loop {
             let answer = self
@@ -613,7 +627,7 @@ impl Client {
                     .await
                 {
                     asked_again = true;
-                    login = self.realm_login(target, &url).await?;
+                    login = self.login(target).await?;
                     continue;
                 }
             }
@@ -634,6 +648,9 @@ impl Client {
         if !answer.status.is_success() {
             return Err(status_error(target, &answer));
         }
+        if answer.truncated {
+            return Err(bad(target, format!("token service: {}", too_large())));
+        }
         let token = auth::parse_token_answer(&answer.body).map_err(|e| bad(target, e))?;
         // The lifetime is bounded by `parse_token_answer`; checked all the same, since a
         // panic here would take every image of the pass with it.
@@ -641,25 +658,6 @@ impl Client {
             lock(&self.tokens).insert(cache_key, (token.value.clone(), until));
         }
         Ok(token.value)
-    }
-
-    /// The login to send to a token realm: none to a plain-HTTP realm on another host.
-    async fn realm_login(
-        &self,
-        target: &Target<'_>,
-        realm: &reqwest::Url,
-    ) -> Result<Option<Login>, RegistryError> {
-        Ok(match self.login(target).await? {
-            Some(_) if !self.may_send_credentials_to(realm, target.host) => {
-                tracing::warn!(
-                    registry = target.host,
-                    "not sending credentials to token realm {} over plain HTTP on another host",
-                    realm.host_str().unwrap_or("?")
-                );
-                None
-            }
-            login => login,
-        })
     }
 
     /// One token request to the realm, with `login` as the protocol for its kind asks.
@@ -696,16 +694,21 @@ impl Client {
         self.send_with_retry(target, request, false).await
     }
 
-    /// Credentials go to a token realm over HTTPS, or over HTTP only to the registry's own
-    /// host (a local test or insecure registry): never in clear text to a third party.
-    fn may_send_credentials_to(&self, realm: &reqwest::Url, registry_host: &str) -> bool {
-        if realm.scheme() == "https" {
-            return true;
+    /// Whether a token realm is fetched at all (with the credentials, when there are any):
+    /// over HTTPS, or over plain HTTP only on the registry's own host name (any port) when
+    /// that registry is itself reached over plain HTTP (`--insecure-registry`,
+    /// `registries.insecure`). Any other realm is refused before it is asked: a registry
+    /// could otherwise make tagpin fetch an internal address (`http://10.0.0.5/internal/token`)
+    /// and send on the `token` field it answered, or send credentials there in clear text.
+    fn may_fetch_realm(&self, realm: &reqwest::Url, registry_host: &str) -> bool {
+        match realm.scheme() {
+            "https" => true,
+            "http" => {
+                self.scheme(registry_host) == "http"
+                    && realm.host_str() == Some(host_name(registry_host))
+            }
+            _ => false,
         }
-        let registry_name = registry_host
-            .rsplit_once(':')
-            .map_or(registry_host, |(h, _)| h);
-        realm.host_str() == Some(registry_name)
     }
 
     /// One request, retried on 429, 5xx and transport errors per the policy; the answer's body
@@ -845,6 +848,31 @@ async fn read_answer(
     })
 }
 
+/// The host name of `host[:port]` (`[::1]:5000` is `[::1]`, as `Url::host_str` spells it).
+fn host_name(host: &str) -> &str {
+    match host.rsplit_once(':') {
+        Some((name, port)) if !name.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
+/// Redirects are followed as reqwest does (at most 10; `Authorization` dropped on the way to
+/// another host or port: blob and manifest stores on another host get no credentials), but
+/// never from HTTPS down to plain HTTP.
+fn redirect_policy() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let downgrade = attempt.url().scheme() == "http"
+            && attempt.previous().iter().any(|u| u.scheme() == "https");
+        if attempt.previous().len() >= 10 {
+            attempt.error("more than 10 redirects")
+        } else if downgrade {
+            attempt.error("a redirect from HTTPS to plain HTTP")
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
 fn too_large() -> String {
     format!(
         "answer is larger than {} bytes; refused",
@@ -974,9 +1002,7 @@ fn mismatch(target: &Target<'_>, claimed: &Digest, computed: &Digest) -> Registr
 fn media_error(target: &Target<'_>, problem: media::MediaProblem) -> RegistryError {
     match problem {
         media::MediaProblem::Schema1 => bad(target, media::schema1_message()),
-        media::MediaProblem::Unsupported(t) => {
-            bad(target, format!("unsupported manifest media type {t:?}"))
-        }
+        media::MediaProblem::Unsupported(t) => bad(target, media::unsupported_message(&t)),
     }
 }
 
@@ -1006,7 +1032,10 @@ fn status_error(target: &Target<'_>, answer: &Answer) -> RegistryError {
         StatusCode::TOO_MANY_REQUESTS => RegistryError::RateLimited {
             image,
             host,
-            retry_after: header_str(&answer.headers, RETRY_AFTER.as_str()),
+            // Quoted only when it is what the header may hold: seconds or an HTTP date.
+            retry_after: header_str(&answer.headers, RETRY_AFTER.as_str()).filter(|v| {
+                v.bytes().all(|b| b.is_ascii_digit()) || httpdate::parse_http_date(v).is_ok()
+            }),
         },
         status => RegistryError::Status {
             image,
@@ -1017,7 +1046,11 @@ fn status_error(target: &Target<'_>, answer: &Answer) -> RegistryError {
     }
 }
 
-/// `{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}` → `MANIFEST_UNKNOWN: manifest unknown`.
+/// The error code of an OCI distribution error body, in words tagpin writes:
+/// `{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}` is
+/// `MANIFEST_UNKNOWN (no such manifest)`. Only the codes of the distribution spec are named;
+/// an unknown code, the `message` and the `detail` are the registry's free text and are never
+/// quoted (a registry is a tenant's to name in operator mode, and may be any service).
 fn registry_error_detail(body: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Errors {
@@ -1027,12 +1060,32 @@ fn registry_error_detail(body: &[u8]) -> Option<String> {
     struct ErrorEntry {
         #[serde(default)]
         code: String,
-        #[serde(default)]
-        message: String,
     }
     let parsed: Errors = serde_json::from_slice(body).ok()?;
-    let first = parsed.errors.into_iter().next()?;
-    Some(format!("{}: {}", first.code, first.message))
+    parsed.errors.iter().find_map(|e| {
+        let words = match e.code.as_str() {
+            "BLOB_UNKNOWN" => "no such blob",
+            "BLOB_UPLOAD_INVALID" => "blob upload invalid",
+            "BLOB_UPLOAD_UNKNOWN" => "no such blob upload",
+            "DIGEST_INVALID" => "the digest is not the content's",
+            "MANIFEST_BLOB_UNKNOWN" => "the manifest names a blob the registry does not have",
+            "MANIFEST_INVALID" => "the manifest is invalid",
+            "MANIFEST_UNKNOWN" => "no such manifest",
+            "NAME_INVALID" => "the repository name is invalid",
+            "NAME_UNKNOWN" => "no such repository",
+            "SIZE_INVALID" => "the content is not of the size stated",
+            "UNAUTHORIZED" => "authentication required",
+            "DENIED" => "access denied",
+            "UNSUPPORTED" => "the operation is not supported",
+            "TOOMANYREQUESTS" => "too many requests",
+            "TAG_INVALID" => "the tag is invalid",
+            "MANIFEST_UNVERIFIED" => "the manifest signature did not verify",
+            "PAGINATION_NUMBER_INVALID" => "invalid page size",
+            "RANGE_INVALID" => "invalid range",
+            _ => return None,
+        };
+        Some(format!("{} ({words})", e.code))
+    })
 }
 
 #[cfg(test)]
@@ -1054,13 +1107,34 @@ mod tests {
     }
 
     #[test]
-    fn registry_error_body_is_summarised() {
+    fn registry_error_body_is_summarised_in_tagpins_words() {
         let body = br#"{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown","detail":{"Tag":"x"}}]}"#;
         assert_eq!(
             registry_error_detail(body).as_deref(),
-            Some("MANIFEST_UNKNOWN: manifest unknown")
+            Some("MANIFEST_UNKNOWN (no such manifest)")
         );
+        let denied = br#"{"errors":[{"code":"DENIED","message":"db_password=hunter2"}]}"#;
+        assert_eq!(
+            registry_error_detail(denied).as_deref(),
+            Some("DENIED (access denied)")
+        );
+        // A code the spec does not have is free text too: the next known one is named.
+        let unknown = br#"{"errors":[{"code":"INTERNAL-ONLY secret","message":"x"},{"code":"NAME_UNKNOWN"}]}"#;
+        assert_eq!(
+            registry_error_detail(unknown).as_deref(),
+            Some("NAME_UNKNOWN (no such repository)")
+        );
+        let only_unknown = br#"{"errors":[{"code":"db_password=hunter2"}]}"#;
+        assert_eq!(registry_error_detail(only_unknown), None);
         assert_eq!(registry_error_detail(b"not json"), None);
+    }
+
+    #[test]
+    fn a_host_name_is_the_host_without_its_port() {
+        assert_eq!(host_name("registry.example:5000"), "registry.example");
+        assert_eq!(host_name("registry.example"), "registry.example");
+        assert_eq!(host_name("127.0.0.1:5000"), "127.0.0.1");
+        assert_eq!(host_name("[::1]:5000"), "[::1]");
     }
 
     #[test]

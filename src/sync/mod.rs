@@ -565,6 +565,7 @@ mod tests {
         let call = |status| {
             SyncError::Forge(ForgeError::Call {
                 forge: "GitHub",
+                host: "api.github.com".into(),
                 repo: "acme/gitops".into(),
                 what: "open a pull request".into(),
                 detail: String::new(),

@@ -22,6 +22,7 @@ use kube::api::{
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 use super::verdict::{Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus};
+use crate::bounded::{self, BoundedLayer, Bounds};
 use crate::config::ClusterTarget;
 use crate::workload::{WorkloadId, WorkloadKind};
 
@@ -44,6 +45,20 @@ const NAMESPACES_AT_ONCE: usize = 4;
 /// answering within a second on a healthy API server; a hung one never does.
 pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The largest answer read from a Kubernetes API server. A page of [`PAGE`] pods is about
+/// 10 MB with `managedFields` (pods of 5 to 20 KB); Argo CD Applications listing many
+/// resources run to 100 KB each. 64 MiB holds a page of 500 objects of 128 KB, and keeps a
+/// server that answers without end (a stage kubeconfig's `server` is a tenant's to choose) to
+/// that much memory per request. See [`crate::bounded`].
+pub const MAX_ANSWER_BYTES: usize = 64 * crate::bounded::MIB;
+
+/// How long one request (watches aside) may take in all, from sending it to the last byte of
+/// its answer, as a multiple of the timeout without progress: a server that sends a byte just
+/// within each read timeout would otherwise hold a check for as long as it likes. Twice the
+/// timeout leaves a large answer on a slow link the time it needs, and keeps the read timeout
+/// the first to end a silent server.
+pub const DEADLINE_PER_TIMEOUT: u32 = 2;
+
 /// The cluster could not be reached or asked at all (as opposed to answering 403 or 404).
 #[derive(Debug, thiserror::Error)]
 pub enum LiveError {
@@ -64,6 +79,18 @@ pub enum LiveError {
     /// A kind [`WorkloadKind::is_verifiable`] rules out; expectations never hold one.
     #[error("{0} is not a kind tagpin reads live")]
     NotReadable(WorkloadKind),
+    /// tagpin's own identity may not impersonate the ServiceAccount it reads as: the
+    /// install's fault, which stops the check rather than passing for the tenant's limits.
+    #[error(
+        "Kubernetes API {}: reading {what}: tagpin may not impersonate the ServiceAccount \
+         {account} (403 Forbidden); grant the operator `impersonate` on serviceaccounts",
+        server.url
+    )]
+    ImpersonationRefused {
+        server: Arc<Server>,
+        what: String,
+        account: ServiceAccount,
+    },
 }
 
 impl LiveError {
@@ -83,18 +110,30 @@ impl LiveError {
         }
     }
 
-    /// Timeouts, connection failures, 5xx and 429: worth another try after a pause.
+    /// Timeouts, connection failures, 5xx and 429: worth another try after a pause. An answer
+    /// past [`MAX_ANSWER_BYTES`] is not.
     pub fn is_transient(&self) -> bool {
         match self {
             LiveError::Api {
                 source: kube::Error::Api(status),
                 ..
             } => status.code == 429 || status.code >= 500,
+            // An answer past its cap would be as large the next time.
+            LiveError::Api { source, .. }
+                if matches!(
+                    bounded::exceeded_in(source),
+                    Some(bounded::Exceeded::TooLarge { .. })
+                ) =>
+            {
+                false
+            }
             LiveError::Api { source, .. } => !matches!(
                 source,
                 kube::Error::SerdeError(_) | kube::Error::BuildRequest(_)
             ),
-            LiveError::Config(_) | LiveError::NotReadable(_) => false,
+            LiveError::Config(_)
+            | LiveError::NotReadable(_)
+            | LiveError::ImpersonationRefused { .. } => false,
         }
     }
 }
@@ -127,6 +166,20 @@ impl ServiceAccount {
 impl std::fmt::Display for ServiceAccount {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+impl Server {
+    /// `Kubernetes API https://10.0.0.1:6443: list pods in namespace team-b: 403 Forbidden`:
+    /// a refusal in tagpin's words. The API server's `message` is not quoted: a stage
+    /// kubeconfig's `server` may be any service a tenant names, and its answer must not reach
+    /// a status, an Event or a log.
+    pub fn refused(&self, what: &str, code: u16) -> String {
+        format!(
+            "Kubernetes API {}: list {what}: {}",
+            self.url,
+            status_text(code)
+        )
     }
 }
 
@@ -182,7 +235,10 @@ impl Cluster {
     /// kube sets no read timeout by default, so an API server that accepts a connection and
     /// never answers would hold a check (and the controller's loop) forever. Here connecting,
     /// sending and each wait for more of the answer give up after `timeout`; the read timeout
-    /// counts from the request sent, not from when a pooled connection went idle.
+    /// counts from the request sent, not from when a pooled connection went idle. A read
+    /// timeout does not bound a server that keeps sending a byte now and then, so every
+    /// request but a watch must also end, answer included, within [`DEADLINE_PER_TIMEOUT`]
+    /// times `timeout`, and every answer (watches too) is cut at [`MAX_ANSWER_BYTES`].
     pub async fn connect_to(
         target: &ClusterTarget,
         timeout: Duration,
@@ -250,7 +306,16 @@ impl Cluster {
     ) -> Result<Cluster, kube::Error> {
         let base = Arc::new(config.clone());
         let mut config = config;
-        let watch_client = kube::Client::try_from(config.clone())?;
+        let bounded = |deadline: Option<Duration>| {
+            BoundedLayer(Bounds {
+                max_bytes: MAX_ANSWER_BYTES,
+                deadline,
+            })
+        };
+        // A watch is quiet by design: [`Cluster::wait_for_change`] ends it itself.
+        let watch_client = kube::client::ClientBuilder::try_from(config.clone())?
+            .with_layer(&bounded(None))
+            .build();
         config.read_timeout = Some(timeout);
         config.reset_reader_on_write = true;
         let server = Server {
@@ -261,7 +326,9 @@ impl Cluster {
                 .to_string(),
             timeout,
         };
-        let client = kube::Client::try_from(config)?;
+        let client = kube::client::ClientBuilder::try_from(config)?
+            .with_layer(&bounded(Some(timeout * DEADLINE_PER_TIMEOUT)))
+            .build();
         Ok(Cluster {
             client,
             watch_client,
@@ -649,7 +716,8 @@ type NamespaceRead<'n> = (
 /// Workloads of one kind in one namespace, by name, with their pod selectors.
 type Found = BTreeMap<String, (LiveWorkload, Selector)>;
 
-/// A list the API answered, or the message with which it refused it (403).
+/// A list the API answered, or why it refused it (403), in tagpin's words
+/// ([`Server::refused`]).
 type Listed<T> = Result<T, String>;
 
 /// A pod with the labels workload selectors match against, and its own containers' images
@@ -730,7 +798,9 @@ impl Cluster {
                             "the ServiceAccount {account} may not list {resource} in {namespace}"
                         )
                     }
-                    None => status.message,
+                    None => self
+                        .server
+                        .refused(&format!("{what} in namespace {namespace}"), status.code),
                 }))
             }
             Err(source) => Err(self.failed(format!("{what} in namespace {namespace}"), source)),
@@ -738,10 +808,19 @@ impl Cluster {
     }
 
     fn failed(&self, what: String, source: kube::Error) -> LiveError {
-        LiveError::Api {
-            server: Arc::clone(&self.server),
-            what,
-            source,
+        match (&source, self.acting_as()) {
+            (kube::Error::Api(status), Some(account)) if impersonation_refused(status) => {
+                LiveError::ImpersonationRefused {
+                    server: Arc::clone(&self.server),
+                    what,
+                    account: account.clone(),
+                }
+            }
+            _ => LiveError::Api {
+                server: Arc::clone(&self.server),
+                what,
+                source,
+            },
         }
     }
 }
@@ -772,9 +851,23 @@ fn plural(resource: &str) -> String {
     }
 }
 
-/// Why a request failed, in words: "no answer within 30s" when the client gave up waiting
-/// (kube's own message only says "client error"), else kube's message and its causes.
+/// Why a request failed, in tagpin's words: "no answer within 30s" when the client gave up
+/// waiting (kube's own message only says "client error"), the bound an answer passed, the
+/// HTTP status of a refusal (never the API server's message: see [`Server::refused`]), the
+/// line and column of an answer that is not what the API sends; else kube's message for a
+/// transport failure, and its causes.
 fn cause(error: &kube::Error, timeout: Duration) -> String {
+    if let Some(exceeded) = bounded::exceeded_in(error) {
+        return exceeded.to_string();
+    }
+    match error {
+        kube::Error::Api(status) => return status_text(status.code),
+        kube::Error::SerdeError(e) => {
+            return format!("unexpected answer: {}", bounded::json_problem(e))
+        }
+        kube::Error::FromUtf8(_) => return "unexpected answer: not UTF-8 text".to_string(),
+        _ => {}
+    }
     let mut messages = vec![error.to_string()];
     let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(error);
     while let Some(e) = next {
@@ -790,6 +883,17 @@ fn cause(error: &kube::Error, timeout: Duration) -> String {
         next = e.source();
     }
     messages.join(": ")
+}
+
+/// `403 Forbidden`: the status and its standard reason.
+fn status_text(code: u16) -> String {
+    match http::StatusCode::from_u16(code)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+    {
+        Some(reason) => format!("{code} {reason}"),
+        None => format!("HTTP {code}"),
+    }
 }
 
 /// A workload's pod selector, matched here against the labels of the namespace's pods.
@@ -1208,7 +1312,11 @@ impl Cluster {
                 ))
             }
             (_, Some(account)) => return self.list_own_namespace(account, &resource).await,
-            (_, None) => format!("tagpin may not list HelmReleases: {}", status.message),
+            (_, None) => format!(
+                "tagpin may not list HelmReleases ({})",
+                self.server
+                    .refused("helmreleases.helm.toolkit.fluxcd.io", status.code)
+            ),
         };
         Ok((Vec::new(), Some(why)))
     }
@@ -1299,11 +1407,7 @@ impl Cluster {
                 if let (403, Some(account)) = (status.code, self.acting_as()) {
                     return self.list_own_namespace(account, &resource).await;
                 }
-                tracing::debug!(
-                    "no {plural}.{group} to consult (HTTP {}): {}",
-                    status.code,
-                    status.message
-                );
+                tracing::debug!("no {plural}.{group} to consult (HTTP {})", status.code);
                 Ok((Vec::new(), None))
             }
             Err(source) => Err(self.failed(format!("{plural}.{group} in all namespaces"), source)),

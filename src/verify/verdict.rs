@@ -110,8 +110,8 @@ pub fn judge(expected: &Expected, family: &DigestFamily, live: &Live) -> Verdict
             ];
             verdict.reason = "workload missing".to_owned();
         }
-        Live::Forbidden(api_message) => {
-            let message = one_line(api_message);
+        Live::Forbidden(refusal) => {
+            let message = one_line(refusal);
             verdict.conditions = [
                 ConditionType::Synced,
                 ConditionType::RolledOut,
@@ -544,8 +544,9 @@ mod tests {
     }
 
     #[test]
-    fn a_forbidden_read_is_failed_with_the_api_message() {
-        let message = "deployments.apps \"web\" is forbidden: User \"system:serviceaccount:tagpin:tagpin\" cannot get resource \"deployments\"";
+    fn a_forbidden_read_is_failed_naming_the_refused_list() {
+        let message =
+            "Kubernetes API https://10.0.0.1:6443: list Deployment in namespace team-b: 403 Forbidden";
         let v = judge_default(Live::Forbidden(message.to_owned()));
         assert_eq!(v.state, State::Failed);
         assert_eq!(v.reason, format!("no permission: {message}"));

@@ -1271,7 +1271,7 @@ async fn gitlab_token_and_project_problems_are_named() {
         .await;
     assert_ne!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
-        text(&out).contains("404 Project Not Found")
+        text(&out).contains("404 Not Found")
             && text(&out).contains(&format!("{PROJECT} is not at {}", gl.api_url())),
         "{}",
         text(&out)

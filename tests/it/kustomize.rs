@@ -140,6 +140,7 @@ fn the_renderer_agrees_with_kubectl_kustomize_on_every_kustomization_of_the_repo
             ("deploy/common/kustomization.yaml", 0),
             ("deploy/cronjob/kustomization.yaml", 1),
             ("deploy/kustomization.yaml", 1),
+            ("deploy/operator-multi-tenant/tenant/kustomization.yaml", 0),
             ("examples/gitops/apps/web/kustomization.yaml", 1),
             ("examples/gitops/overlays/production/kustomization.yaml", 1),
             ("examples/gitops/overlays/staging/kustomization.yaml", 1),
@@ -196,6 +197,11 @@ fn the_renderer_agrees_with_kubectl_kustomize_on_every_kustomization_of_the_repo
         [
             // The operator's install drops the shared ConfigMap with a `$patch: delete`.
             ("deploy/operator/kustomization.yaml", &[Gap::Patch][..]),
+            // The shared install patches the operator's arguments and drops a binding.
+            (
+                "deploy/operator-multi-tenant/kustomization.yaml",
+                &[Gap::Patch, Gap::Patch, Gap::Patch][..],
+            ),
             (
                 "examples/gitops/flux/kustomization.yaml",
                 &[Gap::Unreadable][..]
@@ -231,6 +237,7 @@ fn the_renderer_agrees_with_kubectl_kustomize_on_every_kustomization_of_the_repo
         built,
         [
             "deploy/operator/kustomization.yaml",
+            "deploy/operator-multi-tenant/kustomization.yaml",
             "tests/fixtures/kustomize/layers/patched/kustomization.yaml"
         ]
     );

@@ -11,6 +11,7 @@
 
 mod support;
 
+mod bounded_answers;
 mod cli;
 mod cred_helpers;
 mod deploy;
@@ -29,6 +30,7 @@ mod kube_server_selftest;
 mod kustomize;
 mod leader;
 mod operator;
+mod operator_hostile;
 mod operator_promote;
 mod operator_shared;
 mod operator_tenancy;

@@ -32,22 +32,22 @@ fn web_yaml(namespace: &str, image: &str) -> String {
 
 /// The registry, the repository (staging names a tag, production pins the old digest), the
 /// GitHub server, the operator's cluster (staging) and production's.
-struct World {
+pub(crate) struct World {
     _registry: TestRegistry,
     host: String,
     repo: BareRepo,
     github: GitHubServer,
     /// The cluster the operator runs in: staging's.
-    kube: KubeServer,
-    production: KubeServer,
-    dir: tempfile::TempDir,
+    pub(crate) kube: KubeServer,
+    pub(crate) production: KubeServer,
+    pub(crate) dir: tempfile::TempDir,
     /// What staging's tag points to, and what production pins at first.
     new: String,
     old: String,
 }
 
 impl World {
-    async fn new() -> World {
+    pub(crate) async fn new() -> World {
         let registry = TestRegistry::start(Mode::Plain).await;
         let host = registry.host();
         let new = registry
@@ -121,7 +121,7 @@ impl World {
 
     /// A spec pinning staging by commit and promoting it into production by pull request, no
     /// soak; production's cluster through the kubeconfig in Secret `kubeconfig_secret`.
-    fn spec(&self, kubeconfig_secret: &str) -> Value {
+    pub(crate) fn spec(&self, kubeconfig_secret: &str) -> Value {
         json!({
             "repository": {"url": self.repo.file_url(), "branch": "main"},
             "mode": "commit",
@@ -146,12 +146,12 @@ impl World {
         format!("{}/acme/web@{digest}", self.host)
     }
 
-    async fn operator(&self) -> Operator {
+    pub(crate) async fn operator(&self) -> Operator {
         Operator::start(self.dir.path(), &self.kube, "op", &[]).await
     }
 
     /// `status.promotions` of object `name`.
-    fn promotions(&self, name: &str) -> Vec<Value> {
+    pub(crate) fn promotions(&self, name: &str) -> Vec<Value> {
         self.kube
             .get("PinnedRepository", NS, name)
             .and_then(|o| o["status"]["promotions"].as_array().cloned())

@@ -407,9 +407,8 @@ async fn an_operator_that_may_not_impersonate_verifies_nothing_rather_than_read_
     assert!(
         summary.starts_with("cannot verify: ")
             && summary.contains(
-                "serviceaccounts \"tagpin\" is forbidden: User \
-                 \"system:serviceaccount:tagpin:tagpin\" cannot impersonate resource \
-                 \"serviceaccounts\" in API group \"\" in the namespace \"team-a\""
+                "tagpin may not impersonate the ServiceAccount team-a/tagpin (403 Forbidden); \
+                 grant the operator `impersonate` on serviceaccounts"
             ),
         "{summary}"
     );

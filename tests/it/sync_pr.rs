@@ -282,7 +282,12 @@ async fn a_bad_github_token_is_reported_without_being_shown() {
     let wrong = "ghs_wrong_token_0000";
     let out = w.sync_with_token(&[], wrong).await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("Bad credentials"), "{}", text(&out));
+    // GitHub's "Bad credentials" is its own text: tagpin says the status and what it means.
+    assert!(
+        text(&out).contains("401 Unauthorized (the token is not valid"),
+        "{}",
+        text(&out)
+    );
     assert!(!text(&out).contains(wrong));
     assert!(w.github.prs().is_empty());
 }
@@ -555,6 +560,7 @@ async fn a_configured_login_stands_in_for_get_user_which_app_tokens_cannot_read(
         },
         token_env: "TAGPIN_GITHUB_TOKEN".into(),
         login: login.map(str::to_string),
+        timeout_seconds: tagpin::forge::DEFAULT_TIMEOUT_SECONDS,
     };
 
     let configured =

@@ -9,6 +9,7 @@
 pub mod git;
 pub mod github;
 pub mod gitlab;
+pub mod hostile;
 pub mod http_fake;
 pub mod kube;
 pub mod kubectl;
