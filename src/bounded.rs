@@ -32,10 +32,11 @@ pub enum Exceeded {
     Deadline { within: Duration },
 }
 
-/// `8 MiB`, or the bytes when the cap is not whole mebibytes (tests use small caps).
+/// `8 MiB`, `256 KiB`, or the bytes when the cap is not whole kibibytes (tests use small caps).
 pub fn size_text(bytes: usize) -> String {
-    match bytes % MIB {
-        0 => format!("{} MiB", bytes / MIB),
+    match (bytes % MIB, bytes % 1024) {
+        (0, _) if bytes > 0 => format!("{} MiB", bytes / MIB),
+        (_, 0) if bytes > 0 => format!("{} KiB", bytes / 1024),
         _ => format!("{bytes} bytes"),
     }
 }
@@ -46,6 +47,21 @@ pub fn duration_text(d: Duration) -> String {
         0 => format!("{}s", d.as_secs()),
         _ => format!("{}ms", d.as_millis()),
     }
+}
+
+/// A Kubernetes client for `config` whose answers are cut at `max_bytes` and, with
+/// `deadline`, must end within it (a watch, quiet by design, takes none).
+pub fn kube_client(
+    config: kube::Config,
+    max_bytes: usize,
+    deadline: Option<Duration>,
+) -> Result<kube::Client, kube::Error> {
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&BoundedLayer(Bounds {
+            max_bytes,
+            deadline,
+        }))
+        .build())
 }
 
 /// The [`Exceeded`] somewhere in an error's chain of causes, if that is why it failed.

@@ -84,7 +84,7 @@ pub enum GitError {
     },
     #[error("cannot push to {url}: {message}")]
     Push { url: String, message: String },
-    #[error("{url}: the repository is larger than the {} limit ({} fetched so far); refused", size_text(*limit), size_text(*size))]
+    #[error("{url}: the repository is larger than the {} limit ({} fetched so far); refused", crate::bounded::size_text(usize::try_from(*limit).unwrap_or(usize::MAX)), approximate_size(*size))]
     TooLarge { url: String, limit: u64, size: u64 },
     #[error("{url}: the fetch did not finish within {}s; stopped", within.as_secs())]
     FetchDeadline { url: String, within: Duration },
@@ -157,8 +157,8 @@ pub struct FetchLimits {
     pub deadline: Option<(Instant, Duration)>,
 }
 
-/// `1.5 GiB`, `12.0 MiB`, `512 B`: a size for messages.
-pub fn size_text(bytes: u64) -> String {
+/// `1.5 GiB`, `12.0 MiB`, `512 B`: a size measured, for messages.
+pub fn approximate_size(bytes: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (unit, size) in UNITS {
         if bytes >= size {

@@ -360,7 +360,9 @@ impl Elector {
         config.connect_timeout = Some(timeout);
         config.read_timeout = Some(timeout);
         config.write_timeout = Some(timeout);
-        Client::try_from(config).map_err(|e| LeaderError::Client(e.to_string()))
+        let deadline = Some(timeout * crate::verify::live::DEADLINE_PER_TIMEOUT);
+        crate::bounded::kube_client(config, crate::verify::live::MAX_ANSWER_BYTES, deadline)
+            .map_err(|e| LeaderError::Client(e.to_string()))
     }
 
     pub fn identity(&self) -> &str {

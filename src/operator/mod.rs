@@ -34,7 +34,7 @@ use kube::ResourceExt;
 
 use crate::daemon::{self, HttpLimits, Routes, Shared};
 use crate::registry::Settings;
-use crate::verify::live::Cluster;
+use crate::verify::live::{Cluster, DEADLINE_PER_TIMEOUT, MAX_ANSWER_BYTES};
 use crd::PinnedRepository;
 use reconcile::Context;
 use registries::RegistryClients;
@@ -108,9 +108,13 @@ async fn clients(timeout: Duration) -> Result<(kube::Client, kube::Client), Oper
     let mut watch = config.clone();
     watch.read_timeout = Some(Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS) + 30));
     config.read_timeout = Some(timeout);
-    let requests =
-        kube::Client::try_from(config).map_err(|e| OperatorError::Kube(e.to_string()))?;
-    let watches = kube::Client::try_from(watch).map_err(|e| OperatorError::Kube(e.to_string()))?;
+    // Answers are capped as the verifier's are: a Secret or an object list never grows the
+    // controller past the cap, nor holds a request past its deadline.
+    let (max, per) = (MAX_ANSWER_BYTES, DEADLINE_PER_TIMEOUT);
+    let requests = crate::bounded::kube_client(config, max, Some(timeout * per))
+        .map_err(|e| OperatorError::Kube(e.to_string()))?;
+    let watches = crate::bounded::kube_client(watch, max, None)
+        .map_err(|e| OperatorError::Kube(e.to_string()))?;
     Ok((requests, watches))
 }
 

@@ -22,7 +22,7 @@ use kube::api::{
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
 use super::verdict::{Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus};
-use crate::bounded::{self, BoundedLayer, Bounds};
+use crate::bounded;
 use crate::config::ClusterTarget;
 use crate::workload::{WorkloadId, WorkloadKind};
 
@@ -306,16 +306,8 @@ impl Cluster {
     ) -> Result<Cluster, kube::Error> {
         let base = Arc::new(config.clone());
         let mut config = config;
-        let bounded = |deadline: Option<Duration>| {
-            BoundedLayer(Bounds {
-                max_bytes: MAX_ANSWER_BYTES,
-                deadline,
-            })
-        };
         // A watch is quiet by design: [`Cluster::wait_for_change`] ends it itself.
-        let watch_client = kube::client::ClientBuilder::try_from(config.clone())?
-            .with_layer(&bounded(None))
-            .build();
+        let watch_client = crate::bounded::kube_client(config.clone(), MAX_ANSWER_BYTES, None)?;
         config.read_timeout = Some(timeout);
         config.reset_reader_on_write = true;
         let server = Server {
@@ -326,9 +318,8 @@ impl Cluster {
                 .to_string(),
             timeout,
         };
-        let client = kube::client::ClientBuilder::try_from(config)?
-            .with_layer(&bounded(Some(timeout * DEADLINE_PER_TIMEOUT)))
-            .build();
+        let deadline = Some(timeout * DEADLINE_PER_TIMEOUT);
+        let client = crate::bounded::kube_client(config, MAX_ANSWER_BYTES, deadline)?;
         Ok(Cluster {
             client,
             watch_client,

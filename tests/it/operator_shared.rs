@@ -403,7 +403,7 @@ async fn a_repository_over_the_size_limit_is_refused_with_its_size() {
     let message = condition(&kube, "big", "Stalled").unwrap()["message"].clone();
     let message = message.as_str().unwrap();
     assert!(
-        message.contains("the repository is larger than the 256.0 KiB limit ("),
+        message.contains("the repository is larger than the 256 KiB limit ("),
         "{message}"
     );
     assert!(
