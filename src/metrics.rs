@@ -4,7 +4,7 @@
 //! configured images), an HTTP status. Never a digest, an image tag or an error string, which
 //! would grow without end.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicI64;
 use std::sync::Mutex;
 
@@ -77,6 +77,10 @@ pub struct ErrorLabels {
     pub kind: String,
 }
 
+/// At most this many registry hosts are labelled apart; the others are `other`.
+pub const MAX_HOST_LABELS: usize = 64;
+const OTHER_HOSTS: &str = "other";
+
 /// Every metric of the controller, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -103,6 +107,8 @@ pub struct Metrics {
     pub object_reconciled: Family<ObjectLabels, Gauge<i64, AtomicI64>>,
     /// Registry request counts already added to `registry_requests`, to add only the change.
     seen_requests: Mutex<BTreeMap<(String, u16), u64>>,
+    /// The registry hosts given a label of their own, first come first labelled.
+    labelled_hosts: Mutex<BTreeSet<String>>,
 }
 
 impl Default for Metrics {
@@ -207,6 +213,7 @@ impl Metrics {
             registry_clients,
             object_reconciled,
             seen_requests: Mutex::default(),
+            labelled_hosts: Mutex::default(),
         }
     }
 
@@ -234,6 +241,7 @@ impl Metrics {
         let mut seen = self.seen_requests.lock().unwrap_or_else(|p| p.into_inner());
         for ((host, status), count) in counts {
             let before = seen.insert((host.clone(), status), count).unwrap_or(0);
+            let host = self.host_label(host);
             let status = if status == 0 {
                 "error".to_string()
             } else {
@@ -246,6 +254,23 @@ impl Metrics {
                 })
                 .inc_by(count.saturating_sub(before));
         }
+    }
+
+    /// The label of `host`: registry hosts come from configuration, in the operator from every
+    /// tenant's, so past [`MAX_HOST_LABELS`] the hosts seen later are counted together.
+    fn host_label(&self, host: String) -> String {
+        let mut labelled = self
+            .labelled_hosts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if labelled.contains(&host) {
+            return host;
+        }
+        if labelled.len() < MAX_HOST_LABELS {
+            labelled.insert(host.clone());
+            return host;
+        }
+        OTHER_HOSTS.to_string()
     }
 
     /// The text exposition format Prometheus scrapes.
@@ -264,4 +289,30 @@ pub fn inc<L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug>(
     labels: L,
 ) {
     family.get_or_create(&labels).inc();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_hosts_past_the_bound_are_counted_together() {
+        let metrics = Metrics::new();
+        let counts: Vec<((String, u16), u64)> = (0..MAX_HOST_LABELS + 10)
+            .map(|i| ((format!("registry-{i:03}.example"), 200), 1))
+            .collect();
+        metrics.observe_registry_counts(counts);
+        let text = metrics.encode();
+        let labelled = text
+            .lines()
+            .filter(|l| l.starts_with("tagpin_registry_requests_total{"))
+            .count();
+        assert_eq!(labelled, MAX_HOST_LABELS + 1, "{text}");
+        assert!(text.contains("tagpin_registry_requests_total{host=\"other\",status=\"200\"} 10"));
+        // A host labelled once stays labelled.
+        metrics.observe_registry_counts(vec![(("registry-000.example".into(), 200), 3)]);
+        assert!(metrics.encode().contains(
+            "tagpin_registry_requests_total{host=\"registry-000.example\",status=\"200\"} 3"
+        ));
+    }
 }
