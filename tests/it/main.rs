@@ -11,6 +11,7 @@
 
 mod support;
 
+mod chart_values_helm;
 mod cli;
 mod cred_helpers;
 mod deploy;
