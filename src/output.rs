@@ -215,6 +215,7 @@ fn render_plan(pass: &Pass, format: OutputFormat, mode: Mode, out: &mut Printed)
             for file in &pass.plan.files {
                 text.push_str(&file.diff);
             }
+            text.push_str(&read_lines(pass));
             text.push_str(&summary_line(&pass.plan));
             out.text(&text);
         }
@@ -248,6 +249,7 @@ fn render_pin(
             for outcome in written.iter().filter(|o| o.result.is_ok()) {
                 text.push_str(&format!("pinned {}\n", outcome.path.display()));
             }
+            text.push_str(&read_lines(pass));
             text.push_str(&summary_line(&pass.plan));
             out.text(&text);
         }
@@ -268,9 +270,39 @@ fn summary_line(plan: &Plan) -> String {
     )
 }
 
+/// What the pass read, before the summary: the kinds whose images it found ("kinds read:
+/// Deployment (2), Rollout (1)"), and the manifests it read that hold no image, each with what
+/// it holds, so that no file read is passed over in silence.
+fn read_lines(pass: &Pass) -> String {
+    let mut text = String::new();
+    if !pass.kinds.is_empty() {
+        let kinds: Vec<String> = pass
+            .kinds
+            .iter()
+            .map(|(kind, images)| format!("{kind} ({images})"))
+            .collect();
+        text.push_str(&format!("kinds read: {}\n", kinds.join(", ")));
+    }
+    if !pass.without_images.is_empty() {
+        let files: Vec<String> = pass
+            .without_images
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        text.push_str(&format!(
+            "no image in {} file(s): {}\n",
+            files.len(),
+            files.join(", ")
+        ));
+    }
+    text
+}
+
 fn plan_json(pass: &Pass, written: Option<&[pass::WriteOutcome]>) -> serde_json::Value {
     let mut value = json!({
         "summary": pass.plan.summary,
+        "kinds": pass.kinds,
+        "files_without_images": pass.without_images,
         "changes": pass.plan.changes,
         "failures": pass.failures().iter().map(|f| f.to_string()).collect::<Vec<_>>(),
         "skipped": pass.skipped,

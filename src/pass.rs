@@ -6,13 +6,13 @@
 //! the pass goes on, the way ripgrep reports a bad file and keeps searching: one broken
 //! manifest never blocks the pins of all the others.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crate::manifest::{self, FileFilter, ManifestError};
-use crate::pipeline::{self, ImageSelection, Skipped};
+use crate::pipeline::{self, ImageSelection, Skipped, WithoutImages};
 use crate::plan::{self, FilePlan, Plan};
 use crate::policy::Follow;
 use crate::registry::Client;
@@ -27,6 +27,11 @@ pub struct Pass {
     /// What was passed over on purpose, and why: symlinks, files that are not Kubernetes
     /// manifests, image fields tagpin cannot edit safely.
     pub skipped: Vec<Skipped>,
+    /// Image references found, by the kind of object holding them (`Deployment`, `Rollout`,
+    /// `CloneSet.apps.kruise.io`, `Helm values`): what was read.
+    pub kinds: BTreeMap<String, usize>,
+    /// Manifests read that hold no image at all, with what they hold.
+    pub without_images: Vec<WithoutImages>,
 }
 
 impl Pass {
@@ -121,7 +126,17 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
                 planner.answer(key, result);
             }
         }
-        (planner.finish(), scanned.errors, scanned.skipped)
+        let mut plan = planner.finish();
+        // Every file read counts, with images or without.
+        plan.summary.files_scanned = scanned.files_read;
+        let kinds = scanned.kinds();
+        Pass {
+            plan,
+            file_errors: scanned.errors,
+            skipped: scanned.skipped,
+            kinds,
+            without_images: scanned.without_images,
+        }
     });
     let mut batch = Vec::with_capacity(ANSWER_BATCH);
     let mut answered_so_far = 0;
@@ -145,18 +160,14 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
     let _ = answered.send(batch);
     drop(answered);
     tracing::debug!(phase = "resolved", elapsed = ?started.elapsed());
-    let (plan, file_errors, skipped) = match scanning_and_planning.await {
+    let pass = match scanning_and_planning.await {
         Ok(done) => done,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         // Cancelled: only when the runtime shuts down, and then nothing reads the pass.
-        Err(_) => Default::default(),
+        Err(_) => Pass::default(),
     };
     tracing::debug!(phase = "planned", elapsed = ?started.elapsed());
-    Pass {
-        plan,
-        file_errors,
-        skipped,
-    }
+    pass
 }
 
 /// What happened to one planned file on `pin`.

@@ -9,6 +9,7 @@
 //! Nothing here fails as a whole: a file that cannot be read or parsed is an error of that file,
 //! listed with file, line and column, and every other file is still scanned.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -16,7 +17,8 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Serialize;
 
 use crate::config;
-use crate::manifest::{self, FileFilter, ImageField, KustomizeNamespaces, ManifestError};
+use crate::manifest::{self, FileFilter, HelmSource, ImageField, KustomizeNamespaces};
+use crate::manifest::{ManifestError, Origin};
 use crate::manifest::{SkipReason, WalkSkipReason};
 use crate::plan::ScannedFile;
 use crate::reference::Reference;
@@ -118,6 +120,9 @@ pub struct Scanned {
     /// Files that were read (whether or not they hold images).
     pub files_read: usize,
     pub skipped: Vec<Skipped>,
+    /// Kubernetes manifests (and kustomizations, and values files) read that hold no image
+    /// field at all, in path order: read, and said so, never silently passed over.
+    pub without_images: Vec<WithoutImages>,
     /// Files that could not be listed, read or parsed, each naming file (and line and column).
     pub errors: Vec<ManifestError>,
 }
@@ -126,6 +131,46 @@ impl Scanned {
     /// Every managed image field of the tree.
     pub fn fields(&self) -> impl Iterator<Item = &ImageField> {
         self.files.iter().flat_map(|f| f.fields.iter())
+    }
+
+    /// How many managed image fields were found in objects of each kind, by the name
+    /// [`kind_read`] gives it: what `plan` says it read.
+    pub fn kinds(&self) -> BTreeMap<String, usize> {
+        let mut kinds = BTreeMap::new();
+        for field in self.fields() {
+            *kinds.entry(kind_read(&field.origin)).or_insert(0) += 1;
+        }
+        kinds
+    }
+}
+
+/// The kind of what holds an image field: the workload's kind (`Deployment`, `Rollout`, an
+/// other kind with its group, `CloneSet.apps.kruise.io`), `Kustomization` for an `images:`
+/// entry, and for Helm values what holds them (`Helm values`, `HelmRelease`, `Application`).
+pub fn kind_read(origin: &Origin) -> String {
+    match origin {
+        Origin::Container { workload, .. } => workload.kind.to_string(),
+        Origin::KustomizeImage { .. } => "Kustomization".to_string(),
+        Origin::HelmImage(image) => match image.source {
+            HelmSource::ValuesFile { .. } => "Helm values".to_string(),
+            HelmSource::HelmRelease { .. } => "HelmRelease".to_string(),
+            HelmSource::Application { .. } => "Application".to_string(),
+        },
+    }
+}
+
+/// A manifest read that holds no image: its path, and what it holds (its documents' kinds).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct WithoutImages {
+    pub file: PathBuf,
+    /// `Service`, `Rollout`, `Kustomization`, `Helm values`: in file order, once each.
+    pub holds: Vec<String>,
+}
+
+/// `apps/svc.yaml (Service, ConfigMap)`.
+impl fmt::Display for WithoutImages {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.file.display(), self.holds.join(", "))
     }
 }
 
@@ -235,8 +280,8 @@ pub fn scan_with(
 ) -> Scanned {
     let Gathered {
         files,
-        mut skipped,
-        mut errors,
+        skipped,
+        errors,
     } = gathered;
     let mut namespaces = KustomizeNamespaces::default();
     for file in &files {
@@ -246,14 +291,19 @@ pub fn scan_with(
         files_read: files.len(),
         ..Scanned::default()
     };
+    let mut passed = Found {
+        skipped,
+        errors,
+        ..Found::default()
+    };
     for SourceFile { path, bytes } in files {
-        if let Some(mut file) = scan_one(path, bytes, selection, &mut skipped, &mut errors) {
+        if let Some(mut file) = scan_one(path, bytes, selection, &mut passed) {
             namespaces.fill(&file.path, &mut file.fields);
             found(&file);
             scanned.files.push(file);
         }
     }
-    finish(scanned, skipped, errors)
+    finish(scanned, passed)
 }
 
 /// [`scan_working_tree`], reading each file just before scanning it and handing each file
@@ -269,11 +319,15 @@ pub fn scan_working_tree_with(
 ) -> Scanned {
     let (listed, listing) = list_working_tree(paths, filter);
     let Gathered {
-        mut skipped,
+        skipped,
         errors: listing_errors,
         ..
     } = listing;
-    let (mut read_errors, mut scan_errors) = (Vec::new(), Vec::new());
+    let mut read_errors = Vec::new();
+    let mut passed = Found {
+        skipped,
+        ..Found::default()
+    };
     let mut namespaces = KustomizeNamespaces::default();
     let mut scanned = Scanned::default();
     for path in listed {
@@ -286,7 +340,7 @@ pub fn scan_working_tree_with(
         };
         scanned.files_read += 1;
         namespaces.add(&path, &bytes);
-        if let Some(file) = scan_one(path, bytes, selection, &mut skipped, &mut scan_errors) {
+        if let Some(file) = scan_one(path, bytes, selection, &mut passed) {
             found(&file);
             scanned.files.push(file);
         }
@@ -297,8 +351,9 @@ pub fn scan_working_tree_with(
     // In the order `scan_working_tree` gives them: listing, reading, scanning.
     let mut errors = listing_errors;
     errors.extend(read_errors);
-    errors.extend(scan_errors);
-    finish(scanned, skipped, errors)
+    errors.append(&mut passed.errors);
+    passed.errors = errors;
+    finish(scanned, passed)
 }
 
 /// Scans one file; the file if it holds image fields `selection` manages (namespaces not yet
@@ -307,9 +362,13 @@ fn scan_one(
     path: PathBuf,
     bytes: Vec<u8>,
     selection: &ImageSelection,
-    skipped: &mut Vec<Skipped>,
-    errors: &mut Vec<ManifestError>,
+    found: &mut Found,
 ) -> Option<ScannedFile> {
+    let Found {
+        skipped,
+        errors,
+        without_images,
+    } = found;
     let outcome = match manifest::scan_with_options(&path, &bytes, &selection.helm) {
         Ok(outcome) => outcome,
         Err(e) => {
@@ -319,6 +378,11 @@ fn scan_one(
     };
     if outcome.kubernetes_documents == 0 {
         skipped.push(Skipped::file(&path, SkipWhy::NotKubernetes));
+    } else if outcome.fields.is_empty() && outcome.skipped.is_empty() {
+        without_images.push(WithoutImages {
+            file: path.clone(),
+            holds: outcome.holds.clone(),
+        });
     }
     skipped.extend(outcome.skipped.iter().map(|field| Skipped {
         path: path.clone(),
@@ -347,13 +411,29 @@ fn scan_one(
     })
 }
 
+/// What scanning files passes over, fails on, or finds without images, besides the files
+/// with images.
+#[derive(Default)]
+struct Found {
+    skipped: Vec<Skipped>,
+    errors: Vec<ManifestError>,
+    without_images: Vec<WithoutImages>,
+}
+
 /// Files in path order, skip reasons sorted and once each.
-fn finish(mut scanned: Scanned, mut skipped: Vec<Skipped>, errors: Vec<ManifestError>) -> Scanned {
+fn finish(mut scanned: Scanned, found: Found) -> Scanned {
+    let Found {
+        mut skipped,
+        errors,
+        mut without_images,
+    } = found;
     scanned.files.sort_by(|a, b| a.path.cmp(&b.path));
     skipped.sort();
     skipped.dedup();
+    without_images.sort();
     scanned.skipped = skipped;
     scanned.errors = errors;
+    scanned.without_images = without_images;
     scanned
 }
 

@@ -9,8 +9,10 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// The Kubernetes (and OpenShift) kinds whose pod template tagpin pins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// The kinds whose pod template tagpin pins: the Kubernetes and OpenShift kinds, Argo
+/// Rollouts' `Rollout`, and any other kind that carries a pod template where those kinds carry
+/// one ([`WorkloadKind::Other`]: an OpenKruise CloneSet, a Knative Service).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum WorkloadKind {
     Pod,
     PodTemplate,
@@ -22,10 +24,33 @@ pub enum WorkloadKind {
     Job,
     CronJob,
     DeploymentConfig,
+    /// Argo Rollouts (`argoproj.io`): a Deployment's pod template, rolled out in canary or
+    /// blue-green steps.
+    Rollout,
+    /// A kind tagpin knows nothing of but that it carries a pod template at
+    /// `spec.template.spec` or `spec.jobTemplate.spec.template.spec`. Named with its API group
+    /// (`CloneSet.apps.kruise.io`), since a kind name alone is ambiguous: Knative's `Service`
+    /// holds a pod template, the core `Service` does not.
+    Other(OtherKind),
 }
 
+/// A kind outside [`WorkloadKind`]'s known ones, with its API group.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OtherKind {
+    /// The `kind:` value: `CloneSet`.
+    pub kind: String,
+    /// The API group of its `apiVersion`: `apps.kruise.io`; empty for the core group.
+    pub group: String,
+}
+
+/// Where the kinds of Kubernetes put a pod spec: workloads under `spec.template`, CronJobs
+/// under `spec.jobTemplate`. Other kinds are read at these places only.
+const TEMPLATE_POD_SPEC: &[&str] = &["spec", "template", "spec"];
+const JOB_TEMPLATE_POD_SPEC: &[&str] = &["spec", "jobTemplate", "spec", "template", "spec"];
+
 impl WorkloadKind {
-    pub const ALL: [WorkloadKind; 10] = [
+    /// The kinds tagpin knows by name ([`WorkloadKind::Other`] aside).
+    pub const ALL: [WorkloadKind; 11] = [
         WorkloadKind::Pod,
         WorkloadKind::PodTemplate,
         WorkloadKind::Deployment,
@@ -36,10 +61,11 @@ impl WorkloadKind {
         WorkloadKind::Job,
         WorkloadKind::CronJob,
         WorkloadKind::DeploymentConfig,
+        WorkloadKind::Rollout,
     ];
 
-    /// The `kind:` value, as written in manifests.
-    pub fn as_str(self) -> &'static str {
+    /// The `kind:` value, as written in manifests (without the group of an other kind).
+    pub fn as_str(&self) -> &str {
         match self {
             WorkloadKind::Pod => "Pod",
             WorkloadKind::PodTemplate => "PodTemplate",
@@ -51,33 +77,80 @@ impl WorkloadKind {
             WorkloadKind::Job => "Job",
             WorkloadKind::CronJob => "CronJob",
             WorkloadKind::DeploymentConfig => "DeploymentConfig",
+            WorkloadKind::Rollout => "Rollout",
+            WorkloadKind::Other(other) => &other.kind,
         }
     }
 
-    /// The kind named by a manifest's `kind:`, if tagpin pins its images.
+    /// The known kind named by a manifest's `kind:`, whatever its group.
     pub fn from_kind(kind: &str) -> Option<WorkloadKind> {
         WorkloadKind::ALL.into_iter().find(|k| k.as_str() == kind)
     }
 
-    /// Where the pod spec sits in an object of this kind, as a path of mapping keys.
-    pub fn pod_spec_path(self) -> &'static [&'static str] {
+    /// The kind of an object with this `kind:` and `apiVersion:`: a known kind when its API
+    /// group is one that kind is served in (`apps/v1` Deployment, the legacy
+    /// `extensions/v1beta1` one), else an [`WorkloadKind::Other`] kind. An OpenKruise Advanced
+    /// StatefulSet (`apps.kruise.io`) is not an `apps/v1` StatefulSet, and verifying it as one
+    /// would judge an object that is not there.
+    pub fn of(kind: &str, api_version: &str) -> WorkloadKind {
+        let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+        match WorkloadKind::from_kind(kind) {
+            Some(known) if known.groups().contains(&group) => known,
+            _ => WorkloadKind::Other(OtherKind {
+                kind: kind.to_string(),
+                group: group.to_string(),
+            }),
+        }
+    }
+
+    /// The API groups this kind is served in; the first is the one the verifier reads.
+    fn groups(&self) -> &[&str] {
         match self {
-            WorkloadKind::Pod => &["spec"],
-            WorkloadKind::PodTemplate => &["template", "spec"],
-            WorkloadKind::CronJob => &["spec", "jobTemplate", "spec", "template", "spec"],
+            WorkloadKind::Pod | WorkloadKind::PodTemplate | WorkloadKind::ReplicationController => {
+                &[""]
+            }
+            WorkloadKind::Deployment | WorkloadKind::DaemonSet | WorkloadKind::ReplicaSet => {
+                &["apps", "extensions"]
+            }
+            WorkloadKind::StatefulSet => &["apps"],
+            WorkloadKind::Job | WorkloadKind::CronJob => &["batch"],
+            // OpenShift 3 served DeploymentConfigs in the core group too (`apiVersion: v1`).
+            WorkloadKind::DeploymentConfig => &["apps.openshift.io", ""],
+            WorkloadKind::Rollout => &["argoproj.io"],
+            WorkloadKind::Other(_) => &[],
+        }
+    }
+
+    /// The API group the live object is read in (and Argo CD's inventory names it by).
+    pub fn group(&self) -> &str {
+        match self {
+            WorkloadKind::Other(other) => &other.group,
+            known => known.groups().first().copied().unwrap_or(""),
+        }
+    }
+
+    /// Where the pod spec may sit in an object of this kind, as paths of mapping keys: one
+    /// place for a known kind, the places Kubernetes kinds use for an other kind.
+    pub fn pod_spec_paths(&self) -> &'static [&'static [&'static str]] {
+        match self {
+            WorkloadKind::Pod => &[&["spec"]],
+            WorkloadKind::PodTemplate => &[&["template", "spec"]],
+            WorkloadKind::CronJob => &[JOB_TEMPLATE_POD_SPEC],
             WorkloadKind::Deployment
             | WorkloadKind::StatefulSet
             | WorkloadKind::DaemonSet
             | WorkloadKind::ReplicaSet
             | WorkloadKind::ReplicationController
             | WorkloadKind::Job
-            | WorkloadKind::DeploymentConfig => &["spec", "template", "spec"],
+            | WorkloadKind::DeploymentConfig
+            | WorkloadKind::Rollout => &[TEMPLATE_POD_SPEC],
+            WorkloadKind::Other(_) => &[TEMPLATE_POD_SPEC, JOB_TEMPLATE_POD_SPEC],
         }
     }
 
     /// Whether the verifier can read this kind live and judge its rollout. The one place that
     /// decides it: every other kind is reported as not verified, never as an error.
-    pub fn is_verifiable(self) -> bool {
+    pub fn is_verifiable(&self) -> bool {
         match self {
             WorkloadKind::Pod
             | WorkloadKind::Deployment
@@ -86,23 +159,52 @@ impl WorkloadKind {
             | WorkloadKind::ReplicaSet
             | WorkloadKind::Job
             | WorkloadKind::DeploymentConfig
-            | WorkloadKind::CronJob => true,
-            // A PodTemplate runs nothing, and a ReplicationController's rollout has no status
-            // tagpin reads yet.
-            WorkloadKind::PodTemplate | WorkloadKind::ReplicationController => false,
+            | WorkloadKind::CronJob
+            | WorkloadKind::Rollout => true,
+            // A PodTemplate runs nothing, a ReplicationController's rollout has no status
+            // tagpin reads yet, and an other kind's status means what its controller says.
+            WorkloadKind::PodTemplate
+            | WorkloadKind::ReplicationController
+            | WorkloadKind::Other(_) => false,
         }
     }
 }
 
+/// `Deployment`; an other kind with its group, `CloneSet.apps.kruise.io`.
 impl fmt::Display for WorkloadKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        match self {
+            WorkloadKind::Other(OtherKind { kind, group }) if !group.is_empty() => {
+                write!(f, "{kind}.{group}")
+            }
+            kind => f.write_str(kind.as_str()),
+        }
     }
 }
 
 impl serde::Serialize for WorkloadKind {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
+        serializer.collect_str(self)
+    }
+}
+
+impl WorkloadKind {
+    /// Reads the text [`Display`](fmt::Display) writes: a known kind's name, or
+    /// `Kind.group` for an other kind (a group never starts with a capital, a kind always
+    /// does).
+    fn parse(text: &str) -> Option<WorkloadKind> {
+        match text.split_once('.') {
+            None => WorkloadKind::from_kind(text),
+            Some((kind, group)) => {
+                let valid = kind.starts_with(|c: char| c.is_ascii_uppercase())
+                    && kind.chars().all(|c| c.is_ascii_alphanumeric())
+                    && !group.is_empty()
+                    && group.chars().all(|c| {
+                        c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-'
+                    });
+                valid.then(|| WorkloadKind::of(kind, &format!("{group}/v1")))
+            }
+        }
     }
 }
 
@@ -161,7 +263,7 @@ impl FromStr for WorkloadId {
             [kind, name] => (None, *kind, *name),
             _ => return Err(error("expected two or three parts")),
         };
-        let kind = WorkloadKind::from_kind(kind).ok_or_else(|| error("unknown kind"))?;
+        let kind = WorkloadKind::parse(kind).ok_or_else(|| error("unknown kind"))?;
         Ok(WorkloadId {
             namespace,
             kind,
@@ -286,6 +388,62 @@ mod tests {
             assert_eq!(WorkloadKind::from_kind(kind.as_str()), Some(kind));
         }
         assert_eq!(WorkloadKind::from_kind("Service"), None);
+    }
+
+    #[test]
+    fn a_known_kind_is_known_only_in_its_own_api_groups() {
+        assert_eq!(
+            WorkloadKind::of("Deployment", "apps/v1"),
+            WorkloadKind::Deployment
+        );
+        assert_eq!(
+            WorkloadKind::of("Deployment", "extensions/v1beta1"),
+            WorkloadKind::Deployment
+        );
+        assert_eq!(WorkloadKind::of("Pod", "v1"), WorkloadKind::Pod);
+        assert_eq!(
+            WorkloadKind::of("Rollout", "argoproj.io/v1alpha1"),
+            WorkloadKind::Rollout
+        );
+        // OpenKruise's Advanced StatefulSet is another object than an apps/v1 StatefulSet.
+        let kruise = WorkloadKind::of("StatefulSet", "apps.kruise.io/v1beta1");
+        assert_eq!(kruise.to_string(), "StatefulSet.apps.kruise.io");
+        assert!(!kruise.is_verifiable());
+        assert_eq!(kruise.group(), "apps.kruise.io");
+        assert_eq!(WorkloadKind::Deployment.group(), "apps");
+        assert_eq!(WorkloadKind::Rollout.group(), "argoproj.io");
+    }
+
+    #[test]
+    fn other_kinds_are_named_with_their_group_and_read_back() {
+        for text in [
+            "default/CloneSet.apps.kruise.io/sample",
+            "default/Service.serving.knative.dev/helloworld-go",
+            "shop/Rollout/web",
+        ] {
+            let id: WorkloadId = text.parse().unwrap();
+            assert_eq!(id.to_string(), text);
+        }
+        let knative: WorkloadId = "default/Service.serving.knative.dev/hello".parse().unwrap();
+        assert_eq!(
+            knative.kind,
+            WorkloadKind::Other(OtherKind {
+                kind: "Service".into(),
+                group: "serving.knative.dev".into()
+            })
+        );
+        for bad in [
+            "ns/service.x/web",
+            "ns/Service./web",
+            "ns/Ser vice.x/web",
+            "ns/A.B/web",
+        ] {
+            assert_eq!(
+                bad.parse::<WorkloadId>().unwrap_err().reason,
+                "unknown kind",
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -166,6 +166,14 @@ pub enum SkipReason {
     /// The block's `digest:` key has no value at all (not even `""`), so there are no bytes
     /// to replace.
     HelmEmptyDigest,
+    /// An `image:` string in Helm values with neither a tag nor a digest, and no `tag:` beside
+    /// it: the chart may append one of its own (`{{ .image }}:{{ .Chart.AppVersion }}`), and
+    /// a pin written into the string would break the reference it builds.
+    HelmImageWithoutTag,
+    /// An `image:` string without a tag beside `registry:`, `digest:` or `sha:` keys
+    /// (ingress-nginx: `registry`, `image`, `tag`, `digest`, `digestChroot`): the chart
+    /// composes the reference from them in a way tagpin does not know.
+    HelmImageComposed,
 }
 
 impl std::fmt::Display for SkipReason {
@@ -204,6 +212,12 @@ impl std::fmt::Display for SkipReason {
                 "no safe place to add a digest here (helm.digest: key); add a digest key or use helm.digest: tag"
             }
             SkipReason::HelmEmptyDigest => "the digest key has no value to replace (write digest: \"\")",
+            SkipReason::HelmImageComposed => {
+                "the chart composes this image from image: and the registry, digest or sha keys beside it; tagpin does not know how"
+            }
+            SkipReason::HelmImageWithoutTag => {
+                "the image has no tag and no tag: beside it, so the chart may add one; write the tag (repo:latest) to pin it"
+            }
         };
         f.write_str(text)
     }

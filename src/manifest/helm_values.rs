@@ -2,11 +2,14 @@
 //!
 //! Charts agree on a few shapes for an image, at any depth of their values: a mapping under an
 //! `image` (or `*Image`) key with `repository` and optional `registry`, `tag` or `version`,
-//! `digest` (or `sha`, the hex without `sha256:`); or a string `repo:tag` under such a key.
-//! A `global.imageRegistry` overrides every block's registry, as the templates of bitnami,
-//! prometheus-community and grafana charts apply it. This walk reports each image with the
-//! place a digest goes ([`HelmWrite`]), or why it is skipped; it is shared by values files,
-//! HelmReleases and Applications (`super::helm_objects`), which say what holds the values.
+//! `digest` (or `sha`, the hex without `sha256:`); or a string `repo:tag` under such a key, or
+//! an untagged `image: repo` beside the `tag:` the chart joins to it (argo-helm's redis-ha
+//! exporter). A non-empty `global.imageRegistry` overrides every block's registry, as the
+//! templates of bitnami, prometheus-community and grafana charts apply it; YAML's null (`null`,
+//! `~`, nothing) is "not set" in any of these keys, as charts read it. This walk reports each
+//! image with the place a digest goes ([`HelmWrite`]), or why it is skipped; it is shared by
+//! values files, HelmReleases and Applications (`super::helm_objects`), which say what holds
+//! the values.
 
 use std::collections::HashSet;
 
@@ -37,9 +40,8 @@ pub(super) fn scan_values(
 ) -> Result<(), ManifestError> {
     let global_registry = document
         .get_path(root, &["global", "imageRegistry"])?
-        .and_then(|node| document.scalar(node))
-        .filter(|(value, style)| !value.is_empty() && !is_block(*style))
-        .map(|(value, _)| value.to_string());
+        .and_then(|node| set_text(document, node))
+        .map(str::to_string);
     let mut walker = Walker {
         document,
         context,
@@ -51,6 +53,11 @@ pub(super) fn scan_values(
     };
     walker.walk(root, "")
 }
+
+/// Keys beside an untagged `image:` string that make it a part of a reference the chart
+/// composes its own way (ingress-nginx: `registry`/`image`/`tag`/`digest`), not one
+/// `{{ .image }}:{{ .tag }}`.
+const COMPOSED_KEYS: [&str; 5] = ["registry", "repository", "digest", "digestChroot", "sha"];
 
 /// Whether a key names an image: `image`, or a camelCase `*Image` (`configReloaderImage`).
 pub(super) fn is_image_key(key: &str) -> bool {
@@ -68,6 +75,22 @@ pub(super) fn join(path: &str, key: &str) -> String {
 
 fn is_block(style: Style) -> bool {
     matches!(style, Style::Literal | Style::Folded)
+}
+
+/// YAML's null as a plain scalar: `null` (any case YAML allows), `~`, or no value at all.
+/// Charts read it as "not set" (`{{ if .registry }}`, `default`), never as the word `null`:
+/// grafana ships `global.imageRegistry: null`.
+fn is_null(value: &str) -> bool {
+    matches!(value, "" | "~" | "null" | "Null" | "NULL")
+}
+
+/// The text of a value a chart treats as set: a scalar (not a block scalar) that is neither
+/// empty nor null. `registry: ""`, `registry: ~` and `registry: null` are all unset; a quoted
+/// `"null"` is the string it says.
+fn set_text<'d>(document: &'d Document<'_>, node: NodeId) -> Option<&'d str> {
+    let (value, style) = document.scalar(node)?;
+    let null = style == Style::Plain && is_null(value);
+    (!value.is_empty() && !null && !is_block(style)).then_some(value)
 }
 
 struct Walker<'w, 'a> {
@@ -102,6 +125,9 @@ enum Insertion {
     AfterTag { flow: bool },
     /// A prepared place (a new parameter), or none that is safe.
     At(Option<Target>),
+    /// Never a key of its own: the chart joins `{{ .image }}:{{ .tag }}` and reads no digest
+    /// key, so the digest goes into the tag (`v1.75.0@sha256:…`) whatever `helm.digest` says.
+    TagOnly,
 }
 
 /// A block's `tag`/`version`, or `digest`/`sha`, as written.
@@ -144,7 +170,9 @@ impl<'w, 'a> Walker<'w, 'a> {
             }
             let child = join(path, name);
             let image = if is_image_key(name) {
-                self.image(value, &child)?
+                // Only `image:` has a `tag:` beside it that the chart joins to it.
+                let beside = (name == "image").then_some((node, path));
+                self.image(value, &child, beside)?
             } else {
                 self.named_block(value, &child)?
             };
@@ -160,8 +188,14 @@ impl<'w, 'a> Walker<'w, 'a> {
     }
 
     /// Reports the image under an image key; false when the value is not an image shape (a
-    /// mapping without `repository`), to be walked like any other value.
-    fn image(&mut self, value: NodeId, path: &str) -> Result<bool, ManifestError> {
+    /// mapping without `repository`), to be walked like any other value. `beside` is the
+    /// mapping holding an `image:` key (and its path), whose `tag:` a chart may join to it.
+    fn image(
+        &mut self,
+        value: NodeId,
+        path: &str,
+        beside: Option<(NodeId, &str)>,
+    ) -> Result<bool, ManifestError> {
         let document = self.document;
         let id = document.resolve(value);
         let Some(node) = document.node(id) else {
@@ -170,7 +204,7 @@ impl<'w, 'a> Walker<'w, 'a> {
         match &node.kind {
             NodeKind::Scalar { .. } => {
                 if self.visited.insert(id) {
-                    self.string_image(node, path);
+                    self.string_image(node, path, beside)?;
                 }
                 Ok(true)
             }
@@ -214,44 +248,92 @@ impl<'w, 'a> Walker<'w, 'a> {
 
     /// `image: nginx:1.27`: pinned like a container's image. A plain `true` or `3` under a
     /// key like `useDefaultImage` is not a string, let alone an image.
-    fn string_image(&mut self, node: &Node, path: &str) {
+    ///
+    /// A string with neither tag nor digest is no whole reference: beside a `tag:` key
+    /// (argo-helm's redis-ha exporter: `image: ghcr.io/oliver006/redis_exporter`, `tag:
+    /// v1.75.0`, joined by the chart as `{{ .image }}:{{ .tag }}`) it is the repository of one
+    /// image whose digest goes into that tag; alone, the chart may add a tag of its own, so it
+    /// is skipped with the reason.
+    fn string_image(
+        &mut self,
+        node: &Node,
+        path: &str,
+        beside: Option<(NodeId, &str)>,
+    ) -> Result<(), ManifestError> {
         let typed = matches!(&node.kind, NodeKind::Scalar { value, style: Style::Plain } if looks_like_non_string(value));
-        match string_target(node).and_then(|found| {
+        let found = string_target(node).and_then(|found| {
             if typed {
                 Err(SkipReason::NotAString)
             } else {
                 Ok(found)
             }
-        }) {
-            Ok((value, target)) => {
-                let reference = Reference::parse(value).ok();
-                let origin = Origin::HelmImage(Box::new(HelmImage {
-                    source: self.context.source.clone(),
-                    part: self.context.part,
-                    key_path: path.to_string(),
-                    repository: reference
-                        .as_ref()
-                        .map_or_else(|| value.to_string(), Reference::canonical_name),
-                    tag: reference.as_ref().and_then(|r| r.tag().map(str::to_string)),
-                    digest: reference
-                        .as_ref()
-                        .and_then(|r| r.digest().map(ToString::to_string)),
-                    write: HelmWrite::Reference,
-                    tag_target: None,
-                }));
-                self.out.field(ImageField {
-                    line: node.line,
-                    column: node.column,
-                    value: value.to_string(),
-                    target,
-                    origin,
-                });
-            }
+        });
+        let (value, target) = match found {
+            Ok(found) => found,
             Err(reason) => {
                 let origin = self.origin(path.to_string(), HelmWrite::Reference);
                 self.out.skip(node, reason, origin);
+                return Ok(());
             }
+        };
+        let reference = Reference::parse(value).ok();
+        if let Some(untagged) = reference
+            .as_ref()
+            .filter(|r| r.tag().is_none() && r.digest().is_none())
+        {
+            let (tag, composed) = match beside {
+                Some((mapping, _)) => (
+                    self.entry(mapping, &["tag"])?,
+                    self.entry(mapping, &COMPOSED_KEYS)?.is_some(),
+                ),
+                None => (None, false),
+            };
+            if composed {
+                let origin = self.origin(path.to_string(), HelmWrite::Reference);
+                self.out.skip(node, SkipReason::HelmImageComposed, origin);
+                return Ok(());
+            }
+            match (tag, beside) {
+                (Some(tag), Some((_, mapping_path))) => {
+                    let parts = Parts {
+                        repository: untagged.to_string(),
+                        registry: None,
+                        tag: Some(tag),
+                        digest: None,
+                        at: node,
+                        insert: Insertion::TagOnly,
+                    };
+                    self.report(parts, mapping_path);
+                }
+                _ => {
+                    let origin = self.origin(path.to_string(), HelmWrite::Reference);
+                    self.out.skip(node, SkipReason::HelmImageWithoutTag, origin);
+                }
+            }
+            return Ok(());
         }
+        let origin = Origin::HelmImage(Box::new(HelmImage {
+            source: self.context.source.clone(),
+            part: self.context.part,
+            key_path: path.to_string(),
+            repository: reference
+                .as_ref()
+                .map_or_else(|| value.to_string(), Reference::canonical_name),
+            tag: reference.as_ref().and_then(|r| r.tag().map(str::to_string)),
+            digest: reference
+                .as_ref()
+                .and_then(|r| r.digest().map(ToString::to_string)),
+            write: HelmWrite::Reference,
+            tag_target: None,
+        }));
+        self.out.field(ImageField {
+            line: node.line,
+            column: node.column,
+            value: value.to_string(),
+            target,
+            origin,
+        });
+        Ok(())
     }
 
     /// One entry of the block `block`, the first of `names` it has (own or merged).
@@ -299,9 +381,15 @@ impl<'w, 'a> Walker<'w, 'a> {
         let Some(repository_text) = self.repository(repository.value, path) else {
             return Ok(());
         };
+        // A non-empty `global.imageRegistry` replaces the block's own registry, as bitnami's
+        // `common.images.image` (`default .imageRoot.registry .global.imageRegistry`) and the
+        // charts that copy it resolve it; a null or empty one leaves it.
         let registry = match &self.global_registry {
             Some(global) => Some(global.clone()),
-            None => document.get_str(block, "registry")?.map(str::to_string),
+            None => document
+                .get(block, "registry")?
+                .and_then(|node| set_text(document, node))
+                .map(str::to_string),
         };
         let parts = Parts {
             repository: repository_text.to_string(),
@@ -435,15 +523,21 @@ impl<'w, 'a> Walker<'w, 'a> {
                     (_, Err(why)) => Err((tag.as_ref().map_or(entry.value, |t| t.value), why)),
                 }
             }
-            (None, Some(tag)) if tag_has_digest || self.context.digest == DigestMode::Tag => self
-                .writable(tag)
-                .map(|target| (HelmWrite::TagSuffix, target, None))
-                .map_err(|why| (tag.value, why)),
+            (None, Some(tag))
+                if tag_has_digest
+                    || self.context.digest == DigestMode::Tag
+                    || matches!(insert, Insertion::TagOnly) =>
+            {
+                self.writable(tag)
+                    .map(|target| (HelmWrite::TagSuffix, target, None))
+                    .map_err(|why| (tag.value, why))
+            }
             (None, Some(tag)) => match self.writable(tag) {
                 Ok(tag_target) => {
                     let place = match insert {
                         Insertion::AfterTag { flow } => insertion(self.document, tag, flow),
                         Insertion::At(place) => place,
+                        Insertion::TagOnly => None,
                     };
                     match place {
                         Some(target) => Ok((HelmWrite::InsertDigest, target, Some(tag_target))),
@@ -496,8 +590,7 @@ fn scalar_text<'n>(node: &'n Node<'_>) -> Result<Option<&'n str>, SkipReason> {
     match &node.kind {
         NodeKind::Scalar { style, .. } if is_block(*style) => Err(SkipReason::BlockScalar),
         NodeKind::Scalar { value, style } => {
-            let null = *style == Style::Plain
-                && matches!(value.as_ref(), "" | "~" | "null" | "Null" | "NULL");
+            let null = *style == Style::Plain && is_null(value);
             Ok(Some(value.as_ref()).filter(|v| !v.is_empty() && !null))
         }
         _ => Err(SkipReason::NotAString),
@@ -587,10 +680,11 @@ pub(super) fn scan_parameters(
     }
     // Argo CD applies parameters in order: the last one of a name wins.
     let find = |name: &str| parameters.iter().rev().find(|(n, _, _)| *n == name);
+    // Helm reads a `--set` value of `null` as null, however it is quoted in the Application.
     let text_of = |name: &str| {
         find(name)
             .and_then(|&(_, _, value)| document.scalar(value))
-            .filter(|(value, style)| !value.is_empty() && !is_block(*style))
+            .filter(|(value, style)| !is_null(value) && !is_block(*style))
             .map(|(value, _)| value.to_string())
     };
     let in_values = |path: &str, key: &str| -> Result<Option<String>, ManifestError> {
@@ -600,9 +694,8 @@ pub(super) fn scan_parameters(
         let keys: Vec<&str> = path.split('.').chain([key]).collect();
         Ok(document
             .get_path(values, &keys)?
-            .and_then(|node| document.scalar(node))
-            .filter(|(value, style)| !value.is_empty() && !is_block(*style))
-            .map(|(value, _)| value.to_string()))
+            .and_then(|node| set_text(document, node))
+            .map(str::to_string))
     };
     let global_registry = match text_of("global.imageRegistry") {
         Some(registry) => Some(registry),
@@ -636,7 +729,7 @@ pub(super) fn scan_parameters(
         };
         let (prefix, last) = name.rsplit_once('.').unwrap_or(("", name));
         if is_image_key(last) {
-            walker.string_image(value_node, name);
+            walker.string_image(value_node, name, None)?;
             continue;
         }
         let key_name = match last {
@@ -890,6 +983,123 @@ mod tests {
                 "mirror.example.com/bitnami/redis-exporter:1.66.0"
             ]
         );
+    }
+
+    #[test]
+    fn yaml_null_is_not_set_in_registries_tags_and_digests() {
+        // grafana's values: `global.imageRegistry: null` must not become a registry `null`.
+        let text = "global:\n  imageRegistry: null\ntestFramework:\n  image:\n    registry: docker.io\n    repository: bats/bats\n    tag: \"v1.4.1\"\nsidecar:\n  image:\n    registry: ~\n    repository: kiwigrid/k8s-sidecar\n    tag: 1.28.0\n    sha: \"\"\nother:\n  image:\n    registry:\n    repository: acme/other\n    tag: 2.0\n    digest: null\nchart:\n  image:\n    registry: null\n    repository: acme/chart\n    tag: null\n";
+        let outcome = scan(text);
+        let values: Vec<&str> = outcome.fields.iter().map(|f| f.value.as_str()).collect();
+        assert_eq!(
+            values,
+            [
+                "docker.io/bats/bats:v1.4.1",
+                "kiwigrid/k8s-sidecar:1.28.0",
+                "acme/other:2.0"
+            ]
+        );
+        let writes: Vec<HelmWrite> = outcome.fields.iter().map(|f| helm(f).write).collect();
+        assert_eq!(
+            writes,
+            [
+                HelmWrite::TagSuffix,
+                HelmWrite::ShaKey,
+                HelmWrite::DigestKey
+            ]
+        );
+        assert_eq!(helm(&outcome.fields[2]).digest, None);
+        let skipped: Vec<(usize, SkipReason)> =
+            outcome.skipped.iter().map(|s| (s.line, s.reason)).collect();
+        assert_eq!(skipped, [(24, SkipReason::HelmTagFromChart)]);
+        let hex = D.trim_start_matches("sha256:");
+        assert_eq!(
+            pin(text),
+            text.replace("\"v1.4.1\"", &format!("\"v1.4.1@{D}\""))
+                .replace("sha: \"\"", &format!("sha: \"{hex}\""))
+                .replace("digest: null", &format!("digest: {D}"))
+        );
+        assert_idempotent("values.yaml", text, DigestMode::Tag);
+        // `~` and an empty value are null too; a quoted "null" is the string it says.
+        for global in ["~", "", "''"] {
+            let text = text.replace("imageRegistry: null", &format!("imageRegistry: {global}"));
+            assert_eq!(
+                scan(&text).fields[0].value,
+                "docker.io/bats/bats:v1.4.1",
+                "{global:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_global_registry_replaces_each_block_s_own_as_bitnami_s_common_images_image_does() {
+        // `default .imageRoot.registry .global.imageRegistry`: the global one when set.
+        let block = "image:\n  registry: docker.io\n  repository: bitnami/redis\n  tag: 7.4.1\n  digest: \"\"\n";
+        for (global, want) in [
+            (
+                "mirror.example.com",
+                "mirror.example.com/bitnami/redis:7.4.1",
+            ),
+            ("\"\"", "docker.io/bitnami/redis:7.4.1"),
+            ("null", "docker.io/bitnami/redis:7.4.1"),
+        ] {
+            let text = format!("global:\n  imageRegistry: {global}\n{block}");
+            assert_eq!(scan(&text).fields[0].value, want, "{global}");
+        }
+        // In Argo CD parameters, Helm reads a `null` value as null, quoted or not.
+        let application = "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata: {name: web}\nspec:\n  source:\n    helm:\n      parameters:\n      - {name: global.imageRegistry, value: 'null'}\n      - {name: image.registry, value: docker.io}\n      - {name: image.repository, value: bitnami/redis}\n      - {name: image.tag, value: '7.4.1'}\n";
+        let outcome = scan_as("app.yaml", application, DigestMode::Tag);
+        assert_eq!(outcome.fields[0].value, "docker.io/bitnami/redis:7.4.1");
+    }
+
+    #[test]
+    fn an_untagged_image_beside_a_tag_is_one_image_whose_tag_takes_the_digest() {
+        // argo-helm's redis-ha exporter; the chart renders `{{ .image }}:{{ .tag }}`.
+        let text = "redis-ha:\n  exporter:\n    enabled: false\n    # -- Repository to use for the redis-exporter\n    image: ghcr.io/oliver006/redis_exporter\n    # -- Tag to use for the redis-exporter\n    tag: v1.75.0\n";
+        for mode in [DigestMode::Tag, DigestMode::Key] {
+            let outcome = scan_as("values.yaml", text, mode);
+            assert!(outcome.skipped.is_empty(), "{:?}", outcome.skipped);
+            let field = &outcome.fields[0];
+            assert_eq!(field.value, "ghcr.io/oliver006/redis_exporter:v1.75.0");
+            assert_eq!((field.line, field.column), (7, 10));
+            let image = helm(field);
+            assert_eq!(image.key_path, "redis-ha.exporter.tag");
+            assert_eq!(image.repository, "ghcr.io/oliver006/redis_exporter");
+            assert_eq!(image.write, HelmWrite::TagSuffix);
+            // The image line stays as it is: the chart appends the tag to it.
+            assert_eq!(
+                pin_as("values.yaml", text, mode, None),
+                text.replace("tag: v1.75.0", &format!("tag: v1.75.0@{D}"))
+            );
+            assert_idempotent("values.yaml", text, mode);
+        }
+        // A tag policy moves the tag and the digest together, in the tag.
+        assert_eq!(
+            pin_as("values.yaml", text, DigestMode::Tag, Some("v1.76.0")),
+            text.replace("tag: v1.75.0", &format!("tag: v1.76.0@{D}"))
+        );
+    }
+
+    #[test]
+    fn an_untagged_image_alone_or_composed_by_the_chart_is_skipped_with_the_reason() {
+        let text = "a:\n  image: ghcr.io/acme/tool\nb:\n  configReloaderImage: quay.io/acme/reloader\n# ingress-nginx: registry/image:tag@digest, as its chart composes them\nc:\n  image:\n    registry: registry.k8s.io\n    image: ingress-nginx/controller\n    tag: \"v1.12.1\"\n    digest: sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\nd:\n  image: busybox\n  tag: \"\"\n";
+        let outcome = scan(text);
+        assert!(outcome.fields.is_empty(), "{:?}", outcome.fields);
+        let skipped: Vec<(usize, SkipReason)> =
+            outcome.skipped.iter().map(|s| (s.line, s.reason)).collect();
+        assert_eq!(
+            skipped,
+            [
+                (2, SkipReason::HelmImageWithoutTag),
+                (4, SkipReason::HelmImageWithoutTag),
+                (9, SkipReason::HelmImageComposed),
+                (14, SkipReason::HelmTagFromChart),
+            ]
+        );
+        assert_eq!(pin(text), text);
+        // A whole reference is pinned as it always was.
+        let tagged = "a:\n  image: ghcr.io/acme/tool:1.2\n  tag: ignored\n";
+        assert_eq!(scan(tagged).fields[0].value, "ghcr.io/acme/tool:1.2");
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! Where Kubernetes keeps container images, walked over the position-keeping YAML tree.
 //!
 //! An object of a workload kind holds a pod spec at a path that depends on its kind
-//! ([`WorkloadKind::pod_spec_path`]); the pod spec holds containers in three lists; each
-//! container names its image. `kind: List` (and `*List` kinds) wrap objects in `items:`.
-//! This module knows those paths and nothing of YAML syntax: it reads a `Document` through
-//! its accessors and reports each image, or why it was skipped, to the scan's collector.
+//! ([`WorkloadKind::pod_spec_paths`]); the pod spec holds containers in three lists; each
+//! container names its image. Any other kind (an Argo Rollout, an OpenKruise CloneSet, a
+//! Knative Service) is read where Kubernetes kinds keep a pod template, `spec.template.spec`
+//! or `spec.jobTemplate.spec.template.spec`, when what is there is unmistakably a pod spec.
+//! `kind: List` (and `*List` kinds) wrap objects in `items:`. This module knows those paths and
+//! nothing of YAML syntax: it reads a `Document` through its accessors and reports each image,
+//! or why it was skipped, to the scan's collector.
 
 use std::collections::HashSet;
 
@@ -33,19 +36,17 @@ pub(super) fn scan_objects(
         let Some(kind) = document.get_str(object, "kind")? else {
             continue;
         };
-        if document.get_str(object, "apiVersion")?.is_none() {
+        let Some(api_version) = document.get_str(object, "apiVersion")? else {
             continue;
-        }
+        };
         if kind.ends_with("List") {
             if let Some(items) = document.get(object, "items")? {
                 pending.extend(document.items(items).iter().rev());
             }
             continue;
         }
-        let Some(kind) = WorkloadKind::from_kind(kind) else {
-            continue;
-        };
-        let Some(pod_spec) = document.get_path(object, kind.pod_spec_path())? else {
+        let kind = WorkloadKind::of(kind, api_version);
+        let Some(pod_spec) = pod_spec(document, object, &kind)? else {
             continue;
         };
         let metadata = document.get(object, "metadata")?;
@@ -68,7 +69,7 @@ pub(super) fn scan_objects(
                 let origin = Origin::Container {
                     workload: WorkloadId {
                         namespace: namespace.map(str::to_string),
-                        kind,
+                        kind: kind.clone(),
                         name: name.to_string(),
                     },
                     container: container_name.to_string(),
@@ -82,6 +83,57 @@ pub(super) fn scan_objects(
         }
     }
     Ok(())
+}
+
+/// The pod spec of an object of `kind`, if it has one. A known kind's is at its kind's path. An
+/// other kind (a Rollout-like CRD: OpenKruise's CloneSet, Knative's Service) counts only where
+/// Kubernetes kinds keep a pod template, and only when that is unmistakably a pod spec: its
+/// `containers` and `initContainers` lists of mappings, each with an `image`. A CRD whose
+/// `spec.template` is something else (a template of another resource) is left alone.
+fn pod_spec(
+    document: &Document<'_>,
+    object: NodeId,
+    kind: &WorkloadKind,
+) -> Result<Option<NodeId>, ManifestError> {
+    let other = matches!(kind, WorkloadKind::Other(_));
+    if other && kind.group().is_empty() {
+        // Every core-group kind with a pod template is a known one.
+        return Ok(None);
+    }
+    for path in kind.pod_spec_paths() {
+        let Some(pod_spec) = document.get_path(object, path)? else {
+            continue;
+        };
+        if !other || holds_containers(document, pod_spec)? {
+            return Ok(Some(pod_spec));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether `pod_spec` has `containers` or `initContainers`, and every one it has is a
+/// non-empty list whose items are all mappings with an `image` key.
+fn holds_containers(document: &Document<'_>, pod_spec: NodeId) -> Result<bool, ManifestError> {
+    if !document.is_mapping(pod_spec) {
+        return Ok(false);
+    }
+    let mut found = false;
+    for list in [ContainerList::Containers, ContainerList::InitContainers] {
+        let Some(containers) = document.get(pod_spec, list.key())? else {
+            continue;
+        };
+        let items = document.items(containers);
+        if items.is_empty() {
+            return Ok(false);
+        }
+        for &item in items {
+            if !document.is_mapping(item) || document.get(item, "image")?.is_none() {
+                return Ok(false);
+            }
+        }
+        found = true;
+    }
+    Ok(found)
 }
 
 /// Records a container image, or the reason it cannot be pinned.
@@ -173,47 +225,111 @@ mod tests {
     #[test]
     fn every_workload_kind_is_read_at_its_pod_spec_path() {
         let pod_spec = "{containers: [{name: c, image: img}]}";
+        let template = format!("spec: {{template: {{spec: {pod_spec}}}}}");
         let cases = [
-            ("Pod", format!("spec: {pod_spec}")),
-            ("PodTemplate", format!("template: {{spec: {pod_spec}}}")),
+            ("v1", "Pod", format!("spec: {pod_spec}")),
             (
+                "v1",
+                "PodTemplate",
+                format!("template: {{spec: {pod_spec}}}"),
+            ),
+            (
+                "batch/v1",
                 "CronJob",
                 format!("spec: {{jobTemplate: {{spec: {{template: {{spec: {pod_spec}}}}}}}}}"),
             ),
-            (
-                "Deployment",
-                format!("spec: {{template: {{spec: {pod_spec}}}}}"),
-            ),
-            (
-                "StatefulSet",
-                format!("spec: {{template: {{spec: {pod_spec}}}}}"),
-            ),
-            (
-                "DaemonSet",
-                format!("spec: {{template: {{spec: {pod_spec}}}}}"),
-            ),
-            (
-                "ReplicaSet",
-                format!("spec: {{template: {{spec: {pod_spec}}}}}"),
-            ),
-            (
-                "ReplicationController",
-                format!("spec: {{template: {{spec: {pod_spec}}}}}"),
-            ),
-            ("Job", format!("spec: {{template: {{spec: {pod_spec}}}}}")),
-            (
-                "DeploymentConfig",
-                format!("spec: {{template: {{spec: {pod_spec}}}}}"),
-            ),
+            ("apps/v1", "Deployment", template.clone()),
+            ("extensions/v1beta1", "Deployment", template.clone()),
+            ("apps/v1", "StatefulSet", template.clone()),
+            ("apps/v1", "DaemonSet", template.clone()),
+            ("apps/v1", "ReplicaSet", template.clone()),
+            ("v1", "ReplicationController", template.clone()),
+            ("batch/v1", "Job", template.clone()),
+            ("apps.openshift.io/v1", "DeploymentConfig", template.clone()),
+            ("argoproj.io/v1alpha1", "Rollout", template.clone()),
         ];
-        for (kind, body) in cases {
-            let text = format!("apiVersion: x/v1\nkind: {kind}\n{body}\n");
+        for (api_version, kind, body) in cases {
+            let text = format!("apiVersion: {api_version}\nkind: {kind}\n{body}\n");
             let outcome = scan_str("w.yaml", &text);
             assert_eq!(outcome.fields.len(), 1, "{kind}");
-            // The same body under another kind is not a workload.
-            let text = format!("apiVersion: x/v1\nkind: Service\n{body}\n");
+            let Origin::Container { workload, .. } = &outcome.fields[0].origin else {
+                panic!("{kind}");
+            };
+            assert_eq!(workload.kind, WorkloadKind::from_kind(kind).unwrap());
+            // The same body under a core kind that holds no pod template is no workload.
+            let text = format!("apiVersion: v1\nkind: Service\n{body}\n");
             assert!(scan_str("w.yaml", &text).fields.is_empty(), "{kind}");
         }
+    }
+
+    #[test]
+    fn any_kind_with_a_pod_template_where_kubernetes_keeps_one_is_pinned_and_named() {
+        let cases = [
+            (
+                "apps.kruise.io/v1alpha1",
+                "CloneSet",
+                "spec: {template: {spec: {containers: [{name: c, image: 'nginx:1.27'}]}}}",
+                "CloneSet.apps.kruise.io/sample",
+            ),
+            (
+                "serving.knative.dev/v1",
+                "Service",
+                "spec: {template: {spec: {containers: [{image: 'ghcr.io/knative/helloworld-go:latest'}]}}}",
+                "Service.serving.knative.dev/sample",
+            ),
+            (
+                "example.com/v1",
+                "NightlyTask",
+                "spec: {jobTemplate: {spec: {template: {spec: {initContainers: [{name: i, image: busybox}]}}}}}",
+                "NightlyTask.example.com/sample",
+            ),
+            // An OpenKruise Advanced StatefulSet is not an apps/v1 StatefulSet.
+            (
+                "apps.kruise.io/v1beta1",
+                "StatefulSet",
+                "spec: {template: {spec: {containers: [{name: c, image: redis}]}}}",
+                "StatefulSet.apps.kruise.io/sample",
+            ),
+        ];
+        for (api_version, kind, body, id) in cases {
+            let text = format!(
+                "apiVersion: {api_version}\nkind: {kind}\nmetadata: {{name: sample}}\n{body}\n"
+            );
+            let outcome = scan_str("w.yaml", &text);
+            assert_eq!(outcome.fields.len(), 1, "{kind}");
+            let Origin::Container { workload, .. } = &outcome.fields[0].origin else {
+                panic!("{kind}");
+            };
+            assert_eq!(workload.to_string(), id);
+            assert!(!workload.kind.is_verifiable(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn an_other_kind_s_template_that_is_no_pod_spec_is_left_alone() {
+        for body in [
+            // A template of another resource.
+            "spec: {template: {spec: {replicas: 3, image: 'nginx:1.27'}}}",
+            // Containers that are not mappings with an image.
+            "spec: {template: {spec: {containers: ['nginx:1.27']}}}",
+            "spec: {template: {spec: {containers: [{name: a, command: [sh]}]}}}",
+            "spec: {template: {spec: {containers: {name: a, image: 'nginx:1.27'}}}}",
+            "spec: {template: {spec: {containers: []}}}",
+            // One list is a pod's, the other is not.
+            "spec: {template: {spec: {containers: [{image: a}], initContainers: [b]}}}",
+            // Not where Kubernetes kinds keep a pod template.
+            "spec: {podTemplate: {spec: {containers: [{name: a, image: 'nginx:1.27'}]}}}",
+        ] {
+            let text = format!("apiVersion: example.com/v1\nkind: Widget\n{body}\n");
+            let outcome = scan_str("w.yaml", &text);
+            assert!(
+                outcome.fields.is_empty() && outcome.skipped.is_empty(),
+                "{body}"
+            );
+        }
+        // A core-group kind tagpin does not know holds no pod template.
+        let text = "apiVersion: v1\nkind: Widget\nspec: {template: {spec: {containers: [{name: a, image: b}]}}}\n";
+        assert!(scan_str("w.yaml", text).fields.is_empty());
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub struct ScanOutcome {
     /// document of a Helm values file. Zero means "not a Kubernetes manifest (nor values)",
     /// which callers report differently from "no images".
     pub kubernetes_documents: usize,
+    /// What those documents are, in file order and once each: their `kind`s as written
+    /// (`Rollout`, `Service`), `Kustomization` for a kustomization, `Helm values` for a values
+    /// file; so that a file with no image can say what it holds.
+    pub holds: Vec<String>,
 }
 
 /// Finds the image fields of every document in `source`, the contents of the file at `path`.
@@ -79,6 +83,7 @@ pub fn scan_with_options(
                 };
                 helm_values::scan_values(&document, root, &context, &mut collector)?;
                 outcome.kubernetes_documents = 1;
+                outcome.holds.push("Helm values".to_string());
             }
         }
         outcome.fields = collector.fields;
@@ -89,8 +94,13 @@ pub fn scan_with_options(
         let document = document?;
         let index = outcome.documents;
         outcome.documents += 1;
-        if scan_document(&document, index, kustomization_file, helm, &mut collector)? {
+        if let Some(holds) =
+            scan_document(&document, index, kustomization_file, helm, &mut collector)?
+        {
             outcome.kubernetes_documents += 1;
+            if !outcome.holds.contains(&holds) {
+                outcome.holds.push(holds);
+            }
         }
     }
     outcome.fields = collector.fields;
@@ -98,36 +108,37 @@ pub fn scan_with_options(
     Ok(outcome)
 }
 
-/// Collects the fields of document number `index`; returns whether it is a Kubernetes
-/// document (an object with `apiVersion` and `kind`, or a kustomization).
+/// Collects the fields of document number `index`; returns what it is (its `kind`, or
+/// `Kustomization`) when it is a Kubernetes document (an object with `apiVersion` and `kind`,
+/// or a kustomization), `None` otherwise.
 fn scan_document(
     document: &Document<'_>,
     index: usize,
     kustomization_file: bool,
     helm: &HelmOptions,
     out: &mut Collector,
-) -> Result<bool, ManifestError> {
+) -> Result<Option<String>, ManifestError> {
     let Some(root) = document.root().map(|root| document.resolve(root)) else {
-        return Ok(false);
+        return Ok(None);
     };
     if !document.is_mapping(root) {
-        return Ok(false);
+        return Ok(None);
     }
     let kind = document.get_str(root, "kind")?;
     let api_version = document.get_str(root, "apiVersion")?;
     if kustomize::is_kustomization(kind, api_version, kustomization_file) {
         kustomize::scan_images(document, root, index, out)?;
-        return Ok(true);
+        return Ok(Some(kind.unwrap_or("Kustomization").to_string()));
     }
     let (Some(kind), Some(api_version)) = (kind, api_version) else {
-        return Ok(false);
+        return Ok(None);
     };
     if helm_objects::is_helm_object(kind, api_version) {
         helm_objects::scan_object(document, root, index, helm, out)?;
-        return Ok(true);
+        return Ok(Some(kind.to_string()));
     }
     kubernetes::scan_objects(document, root, index, out)?;
-    Ok(true)
+    Ok(Some(kind.to_string()))
 }
 
 /// What the tests of the scanner's modules share: they drive each layer through [`scan`],

@@ -161,9 +161,11 @@ fn field_gap(segments: &[&str]) -> Option<&'static str> {
     if identity.iter().any(|field| field.starts_with(segments)) {
         return Some("may rename or move the object");
     }
+    // The paths of the known kinds include those read in any other kind.
     let holds_containers = WorkloadKind::ALL
         .iter()
-        .any(|kind| kind.pod_spec_path().starts_with(segments));
+        .flat_map(WorkloadKind::pod_spec_paths)
+        .any(|path| path.starts_with(segments));
     if holds_containers {
         return Some("may replace the containers");
     }

@@ -205,9 +205,10 @@ impl Promised {
             None => self
                 .not_verified
                 .push(not_verified(NotVerifiedReason::KustomizeImage)),
-            Some(id) if !id.kind.is_verifiable() => self
-                .not_verified
-                .push(not_verified(NotVerifiedReason::KindNotVerifiable)),
+            Some(id) if !id.kind.is_verifiable() => self.not_verified.push(NotVerified {
+                detail: Some(format!("kind {}", id.kind)),
+                ..not_verified(NotVerifiedReason::KindNotVerifiable)
+            }),
             Some(id) if id.name.is_empty() => self
                 .not_verified
                 .push(not_verified(NotVerifiedReason::NoName)),

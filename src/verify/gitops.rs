@@ -501,16 +501,8 @@ pub enum Placement {
 }
 
 /// The API group of a kind's objects, as inventories name it.
-pub(crate) fn group_of(kind: WorkloadKind) -> &'static str {
-    match kind {
-        WorkloadKind::Deployment
-        | WorkloadKind::StatefulSet
-        | WorkloadKind::DaemonSet
-        | WorkloadKind::ReplicaSet => "apps",
-        WorkloadKind::Job | WorkloadKind::CronJob => "batch",
-        WorkloadKind::DeploymentConfig => "apps.openshift.io",
-        WorkloadKind::Pod | WorkloadKind::PodTemplate | WorkloadKind::ReplicationController => "",
-    }
+pub(crate) fn group_of(kind: &WorkloadKind) -> &str {
+    kind.group()
 }
 
 /// The inventory entries of `candidates` that can be `workload`: of its kind and group, named
@@ -524,7 +516,7 @@ fn inventory_matches<'o>(
     let of_kind: Vec<(usize, &InventoryEntry)> = candidates
         .iter()
         .flat_map(|&i| objects[i].inventory.iter().map(move |e| (i, e)))
-        .filter(|(_, e)| e.kind == workload.kind.as_str() && e.group == group_of(workload.kind))
+        .filter(|(_, e)| e.kind == workload.kind.as_str() && e.group == group_of(&workload.kind))
         .collect();
     let named = |affixed: bool| -> Vec<(usize, &'o InventoryEntry)> {
         of_kind
@@ -574,7 +566,7 @@ fn place(
                 namespace: Some(entry.namespace.clone())
                     .filter(|ns| !ns.is_empty())
                     .or_else(|| workload.namespace.clone()),
-                kind: workload.kind,
+                kind: workload.kind.clone(),
                 name: entry.name.clone(),
             };
             if synced(*object) {
@@ -890,7 +882,7 @@ mod tests {
 
     fn entry(namespace: &str, kind: &str, name: &str) -> InventoryEntry {
         InventoryEntry {
-            group: group_of(WorkloadKind::from_kind(kind).unwrap()).into(),
+            group: group_of(&WorkloadKind::from_kind(kind).unwrap()).into(),
             kind: kind.into(),
             namespace: namespace.into(),
             name: name.into(),

@@ -431,7 +431,7 @@ impl Candidates {
                 e.namespace == namespace
                     && e.name == w.workload.name
                     && e.kind == w.workload.kind.as_str()
-                    && e.group == group_of(w.workload.kind)
+                    && e.group == group_of(&w.workload.kind)
             }),
         }
     }
@@ -440,7 +440,7 @@ impl Candidates {
 fn is_release_kind(e: &InventoryEntry) -> bool {
     RELEASE_KINDS
         .iter()
-        .any(|k| e.kind == k.as_str() && e.group == group_of(*k))
+        .any(|k| e.kind == k.as_str() && e.group == group_of(k))
 }
 
 /// A release that deploys a pin, and how far it got.

@@ -21,7 +21,9 @@ use kube::api::{
 };
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
-use super::verdict::{Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus};
+use super::verdict::{
+    ArgoRollout, Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus, RolloutStrategy,
+};
 use crate::bounded;
 use crate::config::ClusterTarget;
 use crate::workload::{WorkloadId, WorkloadKind};
@@ -368,12 +370,12 @@ impl Cluster {
         let mut by_namespace: BTreeMap<&str, BTreeSet<WorkloadKind>> = BTreeMap::new();
         for id in ids {
             if !id.kind.is_verifiable() {
-                return Err(LiveError::NotReadable(id.kind));
+                return Err(LiveError::NotReadable(id.kind.clone()));
             }
             by_namespace
                 .entry(namespace_of(id))
                 .or_default()
-                .insert(id.kind);
+                .insert(id.kind.clone());
         }
         let mut workloads: BTreeMap<(String, WorkloadKind), Listed<Found>> = BTreeMap::new();
         let mut pods: BTreeMap<String, Listed<Vec<LabelledPod>>> = BTreeMap::new();
@@ -390,7 +392,7 @@ impl Cluster {
         let mut live = BTreeMap::new();
         for id in ids {
             let namespace = namespace_of(id).to_string();
-            let found = &workloads[&(namespace.clone(), id.kind)];
+            let found = &workloads[&(namespace.clone(), id.kind.clone())];
             let read = match (found, &pods[&namespace]) {
                 (Err(message), _) | (_, Err(message)) => match self.acting_as {
                     Some(_) => Live::Denied(message.clone()),
@@ -425,18 +427,18 @@ impl Cluster {
             let workloads = match kind {
                 WorkloadKind::Pod => Ok(pod_workloads(listed.as_ref().ok())),
                 kind => self.refused_or(
-                    self.list_kind(*kind, namespace).await,
+                    self.list_kind(kind, namespace).await,
                     namespace,
                     kind.as_str(),
                 )?,
             };
-            found.push((*kind, workloads));
+            found.push((kind.clone(), workloads));
         }
         Ok((namespace, listed, found))
     }
 
     /// Every object of `kind` in `namespace`, by name, page by page.
-    async fn list_kind(&self, kind: WorkloadKind, namespace: &str) -> Result<Found, kube::Error> {
+    async fn list_kind(&self, kind: &WorkloadKind, namespace: &str) -> Result<Found, kube::Error> {
         match kind {
             WorkloadKind::Deployment => {
                 self.list_typed(namespace, deployment, Watched::Deployments)
@@ -473,10 +475,12 @@ impl Cluster {
                     })
                     .collect())
             }
+            WorkloadKind::Rollout => self.list_rollouts(namespace).await,
             // Pods are read with the namespace's pod list; the other kinds never get here.
-            WorkloadKind::Pod | WorkloadKind::PodTemplate | WorkloadKind::ReplicationController => {
-                Ok(Found::new())
-            }
+            WorkloadKind::Pod
+            | WorkloadKind::PodTemplate
+            | WorkloadKind::ReplicationController
+            | WorkloadKind::Other(_) => Ok(Found::new()),
         }
     }
 
@@ -493,6 +497,38 @@ impl Cluster {
                 (
                     c.metadata.name.clone().unwrap_or_default(),
                     cron_job(c, &jobs),
+                )
+            })
+            .collect())
+    }
+
+    /// The namespace's Argo Rollouts, each with the ReplicaSets it owns: their pods are the
+    /// Rollout's (by `rollouts-pod-template-hash`), and the stable one's template says what
+    /// the stable pods run. A cluster that serves no Rollouts (the CRD is not installed) has
+    /// none, so a pinned Rollout is missing there.
+    async fn list_rollouts(&self, namespace: &str) -> Result<Found, kube::Error> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &rollout_resource());
+        let rollouts = match list_pages(&api).await {
+            Ok((items, version)) => {
+                if let Some(version) = version {
+                    lock(&self.seen).insert((namespace.to_string(), Watched::Rollouts), version);
+                }
+                items
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        if rollouts.is_empty() {
+            return Ok(Found::new());
+        }
+        let replica_sets: Vec<ReplicaSet> = self.list_all(namespace, Watched::ReplicaSets).await?;
+        Ok(rollouts
+            .iter()
+            .map(|o| {
+                (
+                    o.metadata.name.clone().unwrap_or_default(),
+                    rollout(o, &replica_sets),
                 )
             })
             .collect())
@@ -568,6 +604,14 @@ impl Cluster {
                     Watched::CronJobs => {
                         changes::<CronJob>(client, &namespace, &version, seconds).await
                     }
+                    Watched::Rollouts => {
+                        let api = Api::<DynamicObject>::namespaced_with(
+                            client,
+                            &namespace,
+                            &rollout_resource(),
+                        );
+                        watch_changes(api, &namespace, &version, seconds).await
+                    }
                 };
                 if changed {
                     let _ = tx.send(()).await;
@@ -616,6 +660,7 @@ enum Watched {
     ReplicaSets,
     Jobs,
     CronJobs,
+    Rollouts,
 }
 
 /// Whether a watch from `version` sees an object added, modified or deleted within
@@ -630,7 +675,20 @@ where
         + Send
         + 'static,
 {
-    let api = Api::<K>::namespaced(client, namespace);
+    watch_changes(
+        Api::<K>::namespaced(client, namespace),
+        namespace,
+        version,
+        seconds,
+    )
+    .await
+}
+
+/// [`changes`] through any namespaced API, custom resources' (Argo Rollouts) included.
+async fn watch_changes<K>(api: Api<K>, namespace: &str, version: &str, seconds: u32) -> bool
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
     let params = WatchParams::default().timeout(seconds);
     let Ok(stream) = api.watch(&params, version).await else {
         return false;
@@ -1178,6 +1236,169 @@ fn deployment_config(o: &DynamicObject) -> (LiveWorkload, Selector) {
         },
     };
     (workload, selector)
+}
+
+/// Where the cluster serves Argo Rollouts: `rollouts.argoproj.io/v1alpha1`.
+fn rollout_resource() -> ApiResource {
+    let gvk = GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Rollout");
+    ApiResource::from_gvk_with_plural(&gvk, "rollouts")
+}
+
+/// The label Argo Rollouts puts on each ReplicaSet it creates, and on its pods: the hash of
+/// the pod template, which `status.currentPodHash` and `status.stableRS` name.
+const ROLLOUT_HASH_LABEL: &str = "rollouts-pod-template-hash";
+
+/// A Rollout as the verdict reads it. Its pods are those of the ReplicaSets it owns (by owner
+/// uid), selected by the Rollout's selector and each ReplicaSet's
+/// `rollouts-pod-template-hash`: canary and stable alike, and never the pods of an Experiment
+/// or an analysis Job that happen to match the selector.
+fn rollout(o: &DynamicObject, replica_sets: &[ReplicaSet]) -> (LiveWorkload, Selector) {
+    let (spec, status) = (&o.data["spec"], &o.data["status"]);
+    let int = |v: &serde_json::Value| v.as_i64().and_then(|n| i32::try_from(n).ok()).unwrap_or(0);
+    let text = |v: &serde_json::Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    let template: Option<PodTemplateSpec> = serde_json::from_value(spec["template"].clone()).ok();
+    let selector: Option<LabelSelector> = serde_json::from_value(spec["selector"].clone()).ok();
+    let uid = o.metadata.uid.clone().unwrap_or_default();
+    let owned: Vec<(&str, &ReplicaSet)> = replica_sets
+        .iter()
+        .filter(|r| {
+            r.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|owner| owner.uid == uid && owner.kind == "Rollout")
+        })
+        .filter_map(|r| {
+            let hash = r.metadata.labels.as_ref()?.get(ROLLOUT_HASH_LABEL)?;
+            Some((hash.as_str(), r))
+        })
+        .collect();
+    let stable_rs = text(&status["stableRS"]);
+    let stable_template_images = stable_rs.as_deref().and_then(|stable| {
+        owned
+            .iter()
+            .find(|(hash, _)| *hash == stable)
+            .map(|(_, r)| template_images(r.spec.as_ref().and_then(|s| s.template.as_ref())))
+    });
+    let strategy = rollout_strategy(spec, status);
+    let degraded_condition = legacy_degraded_condition(status);
+    let observed_generation = match &status["observedGeneration"] {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let argo = ArgoRollout {
+        phase: text(&status["phase"]),
+        message: text(&status["message"]),
+        observed_generation,
+        controller_pause: status["controllerPause"].as_bool().unwrap_or(false),
+        pause_conditions: status["pauseConditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["reason"].as_str().map(str::to_string))
+            .collect(),
+        spec_paused: spec["paused"].as_bool().unwrap_or(false),
+        abort: status["abort"].as_bool().unwrap_or(false),
+        degraded_condition,
+        spec_replicas: spec["replicas"]
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .unwrap_or(1),
+        replicas: int(&status["replicas"]),
+        updated: int(&status["updatedReplicas"]),
+        available: int(&status["availableReplicas"]),
+        current_pod_hash: text(&status["currentPodHash"]),
+        stable_rs,
+        strategy,
+        stable_template_images,
+    };
+    let base = Selector::of(selector.as_ref());
+    let selector = Selector::AnyOf(
+        owned
+            .iter()
+            .filter_map(|(hash, _)| match &base {
+                Selector::Labels {
+                    labels,
+                    expressions,
+                } if !(labels.is_empty() && expressions.is_empty()) => {
+                    let mut labels = labels.clone();
+                    labels.insert(ROLLOUT_HASH_LABEL.to_string(), hash.to_string());
+                    Some(Selector::Labels {
+                        labels,
+                        expressions: expressions.clone(),
+                    })
+                }
+                _ => None,
+            })
+            .collect(),
+    );
+    let workload = LiveWorkload {
+        kind: "Rollout".into(),
+        generation: o.metadata.generation,
+        observed_generation: argo
+            .observed_generation
+            .as_deref()
+            .and_then(|g| g.parse().ok()),
+        template_images: template_images(template.as_ref()),
+        rollout: RolloutStatus::Rollout(Box::new(argo)),
+    };
+    (workload, selector)
+}
+
+/// A Rollout's strategy, with how far its status says it got.
+fn rollout_strategy(spec: &serde_json::Value, status: &serde_json::Value) -> RolloutStrategy {
+    let strategy = &spec["strategy"];
+    if strategy["canary"].is_object() {
+        RolloutStrategy::Canary {
+            steps: strategy["canary"]["steps"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|step| {
+                    step["setWeight"]
+                        .as_i64()
+                        .and_then(|w| i32::try_from(w).ok())
+                })
+                .collect(),
+            current_step_index: status["currentStepIndex"]
+                .as_i64()
+                .and_then(|i| i32::try_from(i).ok()),
+            traffic_routing: strategy["canary"]["trafficRouting"].is_object(),
+        }
+    } else if strategy["blueGreen"].is_object() {
+        RolloutStrategy::BlueGreen {
+            active_selector: status["blueGreen"]["activeSelector"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+        }
+    } else {
+        RolloutStrategy::Unknown
+    }
+}
+
+/// What makes an older controller's Rollout Degraded (`CalculateRolloutPhase`): an
+/// `InvalidSpec` condition, or one whose reason is `RolloutAborted` or
+/// `ProgressDeadlineExceeded`, as `reason: message`.
+fn legacy_degraded_condition(status: &serde_json::Value) -> Option<String> {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| {
+            c["type"] == "InvalidSpec"
+                || c["reason"] == "RolloutAborted"
+                || c["reason"] == "ProgressDeadlineExceeded"
+        })
+        .map(|c| {
+            let message = c["message"].as_str().unwrap_or("");
+            if c["type"] == "InvalidSpec" {
+                format!("InvalidSpec: {message}")
+            } else {
+                format!("{}: {message}", c["reason"].as_str().unwrap_or(""))
+            }
+        })
 }
 
 fn live_pod(p: &Pod) -> LivePod {

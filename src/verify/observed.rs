@@ -85,6 +85,10 @@ pub enum RolloutStatus {
     },
     /// A bare Pod: judged from the pod itself, which the caller passes in [`Live::Found`].
     Pod,
+    /// An Argo Rollouts `Rollout`, judged as Argo Rollouts judges it: the caller passes the
+    /// pods of the ReplicaSets the Rollout owns (matched by their `rollouts-pod-template-hash`),
+    /// canary and stable alike.
+    Rollout(Box<ArgoRollout>),
     DeploymentConfig {
         spec_replicas: i32,
         updated: i32,
@@ -95,6 +99,67 @@ pub enum RolloutStatus {
         /// (`ProgressDeadlineExceeded`, `RolloutCancelled`).
         progressing_failed: Option<String>,
     },
+}
+
+/// What Argo Rollouts' own judgement (`GetRolloutPhase`) reads of a Rollout, and what the
+/// status says of its steps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ArgoRollout {
+    /// `status.phase`, computed by the controller since Argo Rollouts 1.0: `Healthy`,
+    /// `Progressing`, `Paused` or `Degraded`. Absent from older controllers' status.
+    pub phase: Option<String>,
+    /// `status.message`: why the phase is what it is (`CanaryPauseStep`, `RolloutAborted: …`).
+    pub message: Option<String>,
+    /// `status.observedGeneration` as written: the generation in a string (v0.10 and later),
+    /// or a hash of the spec (earlier), which says nothing about the generation.
+    pub observed_generation: Option<String>,
+    /// `status.controllerPause`.
+    pub controller_pause: bool,
+    /// The reasons of `status.pauseConditions` (`CanaryPauseStep`, `BlueGreenPause`).
+    pub pause_conditions: Vec<String>,
+    /// `spec.paused`: paused by hand.
+    pub spec_paused: bool,
+    /// `status.abort`.
+    pub abort: bool,
+    /// What makes an older controller's Rollout Degraded: an `InvalidSpec` condition, or a
+    /// condition with reason `RolloutAborted` or `ProgressDeadlineExceeded`, as
+    /// `reason: message`.
+    pub degraded_condition: Option<String>,
+    /// `spec.replicas` (1 when absent).
+    pub spec_replicas: i32,
+    pub replicas: i32,
+    pub updated: i32,
+    pub available: i32,
+    /// `status.currentPodHash`: the `rollouts-pod-template-hash` of the current template.
+    pub current_pod_hash: Option<String>,
+    /// `status.stableRS`: the hash of the ReplicaSet that takes all traffic once promoted.
+    pub stable_rs: Option<String>,
+    pub strategy: RolloutStrategy,
+    /// The pod template images of the stable ReplicaSet, when the Rollout owns one with that
+    /// hash.
+    pub stable_template_images: Option<Vec<(String, String)>>,
+}
+
+/// A Rollout's strategy, with what its status says of the way through it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RolloutStrategy {
+    Canary {
+        /// Each step's `setWeight`, `None` for the other steps (`pause`, `analysis`, …).
+        steps: Vec<Option<i32>>,
+        /// `status.currentStepIndex`: the step the rollout is at (0-based); the number of
+        /// steps once all are done.
+        current_step_index: Option<i32>,
+        /// `spec.strategy.canary.trafficRouting` is set: old replicas may stay up a while
+        /// after promotion (`scaleDownDelaySeconds`).
+        traffic_routing: bool,
+    },
+    BlueGreen {
+        /// `status.blueGreen.activeSelector`: the hash the active Service selects.
+        active_selector: Option<String>,
+    },
+    /// Neither strategy is set (the API server refuses such a Rollout).
+    #[default]
+    Unknown,
 }
 
 /// One pod of the workload.

@@ -236,6 +236,7 @@ fn no_pods_expected(rollout: &RolloutStatus) -> bool {
             latest: Some(latest),
             ..
         } => no_pods_expected(latest),
+        RolloutStatus::Rollout(rollout) => rollout.spec_replicas == 0,
         RolloutStatus::Pod => false,
     }
 }

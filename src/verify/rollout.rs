@@ -8,7 +8,7 @@
 //! written out in that kind's function. Pure, like the rest of the verdict: plain structs in.
 
 use super::condition::{judged, ConditionStatus, ConditionType, Judged};
-use super::observed::{LivePod, LiveWorkload, RolloutStatus};
+use super::observed::{ArgoRollout, LivePod, LiveWorkload, RolloutStatus, RolloutStrategy};
 use super::wording::one_line;
 
 /// `RolledOut` for the workload, by its kind. Only unpacks the kind's status fields, so that
@@ -76,6 +76,7 @@ pub(super) fn judge_rollout(workload: &LiveWorkload, pods: &[LivePod]) -> Judged
             pods,
         ),
         RolloutStatus::Pod => pod(pods),
+        RolloutStatus::Rollout(rollout) => argo_rollout(workload, rollout),
         RolloutStatus::DeploymentConfig {
             spec_replicas,
             updated,
@@ -350,6 +351,187 @@ fn deployment_config(
     rollout_done(format!("{updated} updated replicas are available"))
 }
 
+/// An Argo Rollouts `Rollout`, judged as Argo Rollouts judges it (`GetRolloutPhase` in
+/// `utils/rollout/rolloututil.go`, which `kubectl argo rollouts status` and Argo CD's health
+/// check read): the phase the controller wrote (Argo Rollouts 1.0 and later), or the one it
+/// computes from the older status fields, once the controller observed the spec. Healthy
+/// means the stable ReplicaSet is the current template's (`stableRS == currentPodHash`); a
+/// canary paused at a step or still moving through its steps is Progressing, with how far it
+/// got ("canary at step 2 of 4, 20 %"), never rolled out; Degraded (aborted, timed out, an
+/// invalid spec) fails.
+fn argo_rollout(workload: &LiveWorkload, rollout: &ArgoRollout) -> Judged {
+    if !argo_generation_observed(workload.generation, rollout.observed_generation.as_deref()) {
+        return rollout_waiting(
+            "SpecUpdateNotObserved",
+            "waiting for rollout spec update to be observed".to_owned(),
+        );
+    }
+    if rollout.controller_pause && rollout.pause_conditions.is_empty() {
+        return rollout_waiting(
+            "RolloutUnpausing",
+            "waiting for rollout to unpause".to_owned(),
+        );
+    }
+    let (phase, message) = match rollout.phase.as_deref().filter(|p| !p.is_empty()) {
+        Some(phase) => (phase, rollout.message.clone().unwrap_or_default()),
+        None => legacy_rollout_phase(rollout),
+    };
+    let progress = rollout_progress(rollout);
+    let with_progress = |message: &str| match (&progress, message.is_empty()) {
+        (Some(progress), true) => progress.clone(),
+        (Some(progress), false) => format!("{progress} ({message})"),
+        (None, true) => "the rollout is progressing".to_owned(),
+        (None, false) => message.to_owned(),
+    };
+    match phase {
+        "Healthy" => healthy_rollout(workload, rollout),
+        "Degraded" => {
+            let message = one_line(if message.is_empty() {
+                "the rollout is degraded"
+            } else {
+                &message
+            });
+            rollout_failed(
+                "RolloutDegraded",
+                message.clone(),
+                format!("rollout degraded: {message}"),
+            )
+        }
+        "Paused" => {
+            let message = with_progress(&message);
+            judged(
+                ConditionType::RolledOut,
+                ConditionStatus::False,
+                "RolloutPaused",
+                message.clone(),
+                format!("rollout paused: {message}"),
+            )
+        }
+        _ => rollout_waiting("RolloutProgressing", with_progress(&message)),
+    }
+}
+
+/// Healthy as Argo Rollouts says it, checked once more against what it rests on: the stable
+/// ReplicaSet is the current template's and runs that template.
+fn healthy_rollout(workload: &LiveWorkload, rollout: &ArgoRollout) -> Judged {
+    let current = rollout.current_pod_hash.as_deref();
+    let stable = rollout.stable_rs.as_deref();
+    let has_steps = !matches!(rollout.strategy, RolloutStrategy::Unknown);
+    if has_steps && (stable.is_none() || stable != current) {
+        return rollout_waiting(
+            "StableNotCurrent",
+            format!(
+                "the stable ReplicaSet is {}, the current template's is {}",
+                stable.unwrap_or("(none yet)"),
+                current.unwrap_or("(none)")
+            ),
+        );
+    }
+    let Some(stable) = stable else {
+        return rollout_done("Healthy".to_owned());
+    };
+    if let Some(images) = &rollout.stable_template_images {
+        if images != &workload.template_images {
+            return rollout_waiting(
+                "StableNotCurrent",
+                format!("the stable ReplicaSet {stable} does not run the current template yet"),
+            );
+        }
+    }
+    rollout_done(format!(
+        "Healthy: the stable ReplicaSet {stable} runs the current template"
+    ))
+}
+
+/// Argo Rollouts' `isGenerationObserved`: a numeric `status.observedGeneration` must be the
+/// generation (or later); an older controller's hash says nothing, and is taken as observed.
+fn argo_generation_observed(generation: Option<i64>, observed: Option<&str>) -> bool {
+    let Some(observed) = observed.and_then(|o| o.parse::<i64>().ok()) else {
+        return true;
+    };
+    observed >= generation.unwrap_or(0)
+}
+
+/// Argo Rollouts' `CalculateRolloutPhase`, for a controller older than 1.0 that writes no
+/// phase: the phase and its message from the conditions, pauses and replica counts.
+fn legacy_rollout_phase(rollout: &ArgoRollout) -> (&'static str, String) {
+    if let Some(condition) = &rollout.degraded_condition {
+        return ("Degraded", condition.clone());
+    }
+    if rollout.spec_paused {
+        return ("Paused", "manually paused".to_owned());
+    }
+    if let Some(reason) = rollout.pause_conditions.first() {
+        return ("Paused", reason.clone());
+    }
+    let progressing = |message: &str| ("Progressing", message.to_owned());
+    if rollout.updated < rollout.spec_replicas {
+        return progressing("more replicas need to be updated");
+    }
+    if rollout.available < rollout.updated {
+        return progressing("updated replicas are still becoming available");
+    }
+    let current = rollout.current_pod_hash.as_deref();
+    let promoted = rollout.stable_rs.is_some() && rollout.stable_rs.as_deref() == current;
+    match &rollout.strategy {
+        RolloutStrategy::BlueGreen { active_selector } => {
+            if active_selector.is_none() || active_selector.as_deref() != current {
+                return progressing("active service cutover pending");
+            }
+            if !promoted {
+                return progressing("waiting for post-promotion verification to complete");
+            }
+        }
+        RolloutStrategy::Canary {
+            traffic_routing, ..
+        } => {
+            if !traffic_routing && rollout.replicas > rollout.updated {
+                return progressing("old replicas are pending termination");
+            }
+            if !promoted {
+                return progressing("waiting for all steps to complete");
+            }
+        }
+        RolloutStrategy::Unknown => {}
+    }
+    ("Healthy", String::new())
+}
+
+/// How far a canary got through its steps, as people say it: "canary at step 2 of 4, 20 %"
+/// (the step it is at, counted from 1, and the weight Argo Rollouts' `GetCurrentSetWeight`
+/// gives it: the last `setWeight` at or before that step, 0 once aborted). For a blue-green
+/// rollout, which hash the active Service selects.
+fn rollout_progress(rollout: &ArgoRollout) -> Option<String> {
+    match &rollout.strategy {
+        RolloutStrategy::Canary {
+            steps,
+            current_step_index,
+            ..
+        } if !steps.is_empty() => {
+            let index = usize::try_from(current_step_index.unwrap_or(0)).unwrap_or(0);
+            if index >= steps.len() {
+                return Some(format!("canary past all {} steps", steps.len()));
+            }
+            let weight = if rollout.abort {
+                0
+            } else {
+                steps[..=index].iter().rev().find_map(|w| *w).unwrap_or(0)
+            };
+            Some(format!(
+                "canary at step {} of {}, {weight} %",
+                index + 1,
+                steps.len()
+            ))
+        }
+        RolloutStrategy::BlueGreen { active_selector } => Some(format!(
+            "blue-green: the active Service selects {}, the current template is {}",
+            active_selector.as_deref().unwrap_or("nothing yet"),
+            rollout.current_pod_hash.as_deref().unwrap_or("(none)")
+        )),
+        _ => None,
+    }
+}
+
 /// kubectl's `generation <= status.observedGeneration`, with absent fields read as Go's zero.
 fn generation_observed(workload: &LiveWorkload) -> bool {
     workload.generation.unwrap_or(0) <= workload.observed_generation.unwrap_or(0)
@@ -404,7 +586,9 @@ fn rollout_failed(reason: &str, message: String, summary: String) -> Judged {
 mod tests {
     // Not `super::*`: the kinds' functions share their names with the samples.
     use crate::verify::samples::*;
-    use crate::verify::verdict::{ConditionStatus, ConditionType, RolloutStatus, State, Verdict};
+    use crate::verify::verdict::{
+        ArgoRollout, ConditionStatus, ConditionType, RolloutStatus, RolloutStrategy, State, Verdict,
+    };
 
     fn rollout_of(rollout: RolloutStatus) -> Verdict {
         judge_default(found(workload(rollout), vec![pod("web-0", &on(&pinned()))]))
@@ -770,6 +954,190 @@ mod tests {
         assert_eq!(
             rollout_of(deployment_config(2, 2, Some(3), None)).state,
             State::Converged
+        );
+    }
+
+    /// A canary Rollout as an Argo Rollouts 1.x controller leaves it once Healthy: 4 steps
+    /// (`setWeight: 20`, `pause`, `setWeight: 40`, `pause`), all done, the stable ReplicaSet
+    /// the current template's and running it.
+    fn argo(phase: Option<&str>) -> ArgoRollout {
+        ArgoRollout {
+            phase: phase.map(str::to_owned),
+            message: None,
+            observed_generation: Some("2".to_owned()),
+            spec_replicas: 2,
+            replicas: 2,
+            updated: 2,
+            available: 2,
+            current_pod_hash: Some("new".to_owned()),
+            stable_rs: Some("new".to_owned()),
+            strategy: RolloutStrategy::Canary {
+                steps: vec![Some(20), None, Some(40), None],
+                current_step_index: Some(4),
+                traffic_routing: false,
+            },
+            stable_template_images: Some(workload(deployment(1, 1, 1, 1)).template_images),
+            ..ArgoRollout::default()
+        }
+    }
+
+    fn rollout_judged(argo: ArgoRollout) -> Verdict {
+        rollout_of(RolloutStatus::Rollout(Box::new(argo)))
+    }
+
+    #[test]
+    fn a_healthy_rollout_whose_stable_replica_set_runs_the_template_is_converged() {
+        let v = rollout_judged(argo(Some("Healthy")));
+        assert_eq!(v.state, State::Converged, "{v:?}");
+        assert_eq!(
+            v.condition(ConditionType::RolledOut).unwrap().message,
+            "Healthy: the stable ReplicaSet new runs the current template"
+        );
+    }
+
+    #[test]
+    fn a_canary_paused_at_a_step_is_progressing_with_how_far_it_got() {
+        let mut paused = argo(Some("Paused"));
+        paused.message = Some("CanaryPauseStep".to_owned());
+        paused.pause_conditions = vec!["CanaryPauseStep".to_owned()];
+        paused.controller_pause = true;
+        paused.stable_rs = Some("old".to_owned());
+        paused.strategy = RolloutStrategy::Canary {
+            steps: vec![Some(20), None, Some(40), None],
+            current_step_index: Some(1),
+            traffic_routing: false,
+        };
+        let v = rollout_judged(paused.clone());
+        assert_eq!(v.state, State::Progressing);
+        assert_eq!(
+            v.reason,
+            "rollout paused: canary at step 2 of 4, 20 % (CanaryPauseStep)"
+        );
+        assert_eq!(reason_of(&v, ConditionType::RolledOut), "RolloutPaused");
+        // Moving on to its third step, the weight is the third step's.
+        paused.phase = Some("Progressing".to_owned());
+        paused.message = Some("more replicas need to be updated".to_owned());
+        paused.pause_conditions.clear();
+        paused.controller_pause = false;
+        paused.strategy = RolloutStrategy::Canary {
+            steps: vec![Some(20), None, Some(40), None],
+            current_step_index: Some(2),
+            traffic_routing: false,
+        };
+        assert_eq!(
+            rollout_judged(paused).reason,
+            "rollout in progress: canary at step 3 of 4, 40 % (more replicas need to be updated)"
+        );
+    }
+
+    #[test]
+    fn healthy_is_not_enough_while_the_stable_replica_set_is_another_template_s() {
+        let mut lagging = argo(Some("Healthy"));
+        lagging.stable_rs = Some("old".to_owned());
+        let v = rollout_judged(lagging);
+        assert_eq!(v.state, State::Progressing);
+        assert_eq!(
+            v.reason,
+            "rollout in progress: the stable ReplicaSet is old, the current template's is new"
+        );
+        let mut stale = argo(Some("Healthy"));
+        stale.stable_template_images = Some(vec![("web".to_owned(), "web:0".to_owned())]);
+        assert_eq!(
+            rollout_judged(stale).reason,
+            "rollout in progress: the stable ReplicaSet new does not run the current template yet"
+        );
+    }
+
+    #[test]
+    fn a_degraded_rollout_fails_with_argo_rollouts_message() {
+        let mut degraded = argo(Some("Degraded"));
+        degraded.message = Some("RolloutAborted: Rollout aborted update to revision 3".to_owned());
+        let v = rollout_judged(degraded);
+        assert_eq!(v.state, State::Failed);
+        assert_eq!(
+            v.reason,
+            "rollout degraded: RolloutAborted: Rollout aborted update to revision 3"
+        );
+    }
+
+    #[test]
+    fn a_rollout_waits_for_its_spec_to_be_observed_and_for_an_unpause() {
+        let mut unobserved = argo(Some("Healthy"));
+        unobserved.observed_generation = Some("1".to_owned());
+        assert_eq!(
+            rollout_judged(unobserved).reason,
+            "rollout in progress: waiting for rollout spec update to be observed"
+        );
+        // An Argo Rollouts 0.9 hash says nothing of the generation: taken as observed.
+        let mut hashed = argo(Some("Healthy"));
+        hashed.observed_generation = Some("5c76fd9f86".to_owned());
+        assert_eq!(rollout_judged(hashed).state, State::Converged);
+        let mut unpausing = argo(Some("Paused"));
+        unpausing.controller_pause = true;
+        assert_eq!(
+            rollout_judged(unpausing).reason,
+            "rollout in progress: waiting for rollout to unpause"
+        );
+    }
+
+    #[test]
+    fn an_older_controller_s_rollout_is_judged_as_calculate_rollout_phase_does() {
+        let legacy = |change: &dyn Fn(&mut ArgoRollout)| {
+            let mut argo = argo(None);
+            argo.observed_generation = Some("58b949649c".to_owned());
+            change(&mut argo);
+            rollout_judged(argo)
+        };
+        assert_eq!(legacy(&|_| {}).state, State::Converged);
+        assert_eq!(
+            legacy(&|a| a.degraded_condition = Some("RolloutAborted: Rollout is aborted".into()))
+                .reason,
+            "rollout degraded: RolloutAborted: Rollout is aborted"
+        );
+        assert_eq!(
+            legacy(&|a| a.spec_paused = true).reason,
+            "rollout paused: canary past all 4 steps (manually paused)"
+        );
+        assert_eq!(
+            legacy(&|a| a.updated = 1).reason,
+            "rollout in progress: canary past all 4 steps (more replicas need to be updated)"
+        );
+        assert_eq!(
+            legacy(&|a| a.replicas = 3).reason,
+            "rollout in progress: canary past all 4 steps (old replicas are pending termination)"
+        );
+        // With traffic routing, old replicas may stay up after promotion.
+        let routed = legacy(&|a| {
+            a.replicas = 3;
+            a.strategy = RolloutStrategy::Canary {
+                steps: vec![Some(20), None, Some(40), None],
+                current_step_index: Some(4),
+                traffic_routing: true,
+            };
+        });
+        assert_eq!(routed.state, State::Converged);
+        let blue_green = legacy(&|a| {
+            a.strategy = RolloutStrategy::BlueGreen {
+                active_selector: Some("old".into()),
+            }
+        });
+        assert_eq!(
+            blue_green.reason,
+            "rollout in progress: blue-green: the active Service selects old, the current template is new (active service cutover pending)"
+        );
+        // Aborted, the canary's weight is 0.
+        let aborted = legacy(&|a| {
+            a.abort = true;
+            a.pause_conditions = vec!["CanaryPauseStep".into()];
+            a.strategy = RolloutStrategy::Canary {
+                steps: vec![Some(20), None, Some(40), None],
+                current_step_index: Some(1),
+                traffic_routing: false,
+            };
+        });
+        assert_eq!(
+            aborted.reason,
+            "rollout paused: canary at step 2 of 4, 0 % (CanaryPauseStep)"
         );
     }
 }

@@ -28,7 +28,8 @@ use super::condition::{condition, judged, Judged};
 pub use super::condition::{Condition, ConditionStatus, ConditionType, State};
 pub use super::expected::Expected;
 pub use super::observed::{
-    DigestFamily, Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus,
+    ArgoRollout, DigestFamily, Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus,
+    RolloutStrategy,
 };
 pub use super::pods::{digest_of_image_id, ImageIdDigest};
 use super::pods::{digest_part, judge_pods};

@@ -17,9 +17,10 @@ use crate::support;
 use serde::Deserialize;
 use serde_yaml::Value;
 
-/// Everything the verifier reads, by (API group, resource): the workload kinds and their pods,
-/// and the GitOps objects that say which commit was applied and what it became. Nothing else.
-const VERIFIER_READS: [(&str, &str); 12] = [
+/// Everything the verifier reads, by (API group, resource): the workload kinds (Argo Rollouts
+/// among them) and their pods, and the GitOps objects that say which commit was applied and
+/// what it became. Nothing else.
+const VERIFIER_READS: [(&str, &str); 13] = [
     ("", "pods"),
     ("apps", "daemonsets"),
     ("apps", "deployments"),
@@ -27,6 +28,7 @@ const VERIFIER_READS: [(&str, &str); 12] = [
     ("apps", "statefulsets"),
     ("apps.openshift.io", "deploymentconfigs"),
     ("argoproj.io", "applications"),
+    ("argoproj.io", "rollouts"),
     ("batch", "cronjobs"),
     ("batch", "jobs"),
     ("helm.toolkit.fluxcd.io", "helmreleases"),

@@ -25,8 +25,8 @@ fn fixtures() -> PathBuf {
 
 /// One fixture file: where it lies under `fixtures()`, and how its registries are pointed at
 /// the test registry (`HOST` stands for its `host:port`).
-struct Fixture {
-    path: &'static str,
+pub(crate) struct Fixture {
+    pub(crate) path: &'static str,
     to_local: &'static [(&'static str, &'static str)],
 }
 
@@ -35,10 +35,32 @@ const REDIS: (&str, &str) = (
     "repository: HOST/docker.io/library/redis\n",
 );
 
-const FIXTURES: [Fixture; 6] = [
+pub(crate) const FIXTURES: [Fixture; 10] = [
     Fixture {
         path: "charts/podinfo/values.yaml",
         to_local: &[("ghcr.io/", "HOST/ghcr.io/"), REDIS],
+    },
+    Fixture {
+        path: "charts/grafana/values.yaml",
+        to_local: &[("registry: docker.io", "registry: HOST/docker.io")],
+    },
+    Fixture {
+        path: "charts/argo-cd-redis-ha/values.yaml",
+        to_local: &[
+            ("public.ecr.aws/", "HOST/public.ecr.aws/"),
+            ("ghcr.io/", "HOST/ghcr.io/"),
+        ],
+    },
+    Fixture {
+        path: "charts/metrics-server/values.yaml",
+        to_local: &[(
+            "repository: registry.k8s.io/",
+            "repository: HOST/registry.k8s.io/",
+        )],
+    },
+    Fixture {
+        path: "charts/kube-state-metrics/values.yaml",
+        to_local: &[("repository: k8s.gcr.io/", "repository: HOST/k8s.gcr.io/")],
     },
     Fixture {
         path: "charts/prometheus-node-exporter/values.yaml",
@@ -71,7 +93,7 @@ const FIXTURES: [Fixture; 6] = [
 ];
 
 /// Every image the fixtures name with a tag, as the test registry holds them.
-const IMAGES: [(&str, &str); 10] = [
+const IMAGES: [(&str, &str); 17] = [
     ("ghcr.io/stefanprodan/podinfo", "6.9.1"),
     ("docker.io/library/redis", "7.0.7"),
     ("docker.io/library/redis", "6.2.2-alpine"),
@@ -82,10 +104,17 @@ const IMAGES: [(&str, &str); 10] = [
     ("docker.io/bitnami/nginx-exporter", "1.4.2-debian-12-r9"),
     ("quay.io/argoproj/argocd", "v2.0.3"),
     ("ghcr.io/dexidp/dex", "v2.27.0"),
+    ("docker.io/bats/bats", "v1.4.1"),
+    ("docker.io/curlimages/curl", "7.85.0"),
+    ("docker.io/library/busybox", "1.31.1"),
+    ("public.ecr.aws/docker/library/redis", "7.4.2-alpine"),
+    ("ghcr.io/oliver006/redis_exporter", "v1.69.0"),
+    ("registry.k8s.io/autoscaling/addon-resizer", "1.8.21"),
+    ("k8s.gcr.io/kube-state-metrics/kube-state-metrics", "v2.2.4"),
 ];
 
 impl Fixture {
-    fn original(&self) -> String {
+    pub(crate) fn original(&self) -> String {
         std::fs::read_to_string(fixtures().join(self.path)).unwrap()
     }
 
@@ -101,7 +130,7 @@ impl Fixture {
         }
     }
 
-    fn localized(&self, host: &str) -> String {
+    pub(crate) fn localized(&self, host: &str) -> String {
         let mut text = self.original();
         for (from, to) in self.to_local {
             assert!(text.contains(from), "{}: no {from:?}", self.path);
@@ -119,7 +148,7 @@ impl Fixture {
     }
 }
 
-fn tagpin(args: &[&str], home: &Path) -> Output {
+pub(crate) fn tagpin(args: &[&str], home: &Path) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
         .args(args)
         .env("HOME", home)
@@ -133,7 +162,7 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-async fn registry_with_the_fixture_images() -> TestRegistry {
+pub(crate) async fn registry_with_the_fixture_images() -> TestRegistry {
     let registry = TestRegistry::start(Mode::Plain).await;
     for (repository, tag) in IMAGES {
         registry

@@ -90,7 +90,9 @@ fn built_rows(objects: &[Value]) -> BTreeSet<Row> {
         let Some(kind) = object["kind"].as_str().and_then(WorkloadKind::from_kind) else {
             continue;
         };
-        let pod_spec = kind.pod_spec_path().iter().fold(object, |v, key| &v[*key]);
+        let pod_spec = kind.pod_spec_paths()[0]
+            .iter()
+            .fold(object, |v, key| &v[*key]);
         for list in ["containers", "initContainers", "ephemeralContainers"] {
             for container in pod_spec[list].as_sequence().into_iter().flatten() {
                 rows.insert((

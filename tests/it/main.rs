@@ -12,6 +12,7 @@
 mod support;
 
 mod bounded_answers;
+mod chart_values_helm;
 mod cli;
 mod cred_helpers;
 mod deploy;
@@ -35,10 +36,12 @@ mod operator_promote;
 mod operator_shared;
 mod operator_tenancy;
 mod pipeline;
+mod pod_template_cli;
 mod policies;
 mod promote;
 mod quickstart;
 mod registry_client;
+mod rollout_verify;
 mod run;
 mod sync;
 mod sync_pr;

@@ -169,7 +169,7 @@ fn gitops_tree() -> Vec<(&'static str, String)> {
 
 /// The document with what changes from run to run (hosts, digests, commits, temporary paths)
 /// replaced by stable placeholders, so its shape can be compared with a snapshot.
-fn normalized(value: &Value, replace: &[(&str, &str)]) -> Value {
+pub(crate) fn normalized(value: &Value, replace: &[(&str, &str)]) -> Value {
     let mut digests: Vec<String> = Vec::new();
     fn walk(value: &Value, replace: &[(&str, &str)], digests: &mut Vec<String>) -> Value {
         match value {
@@ -238,7 +238,7 @@ fn normalize_text(text: &str, replace: &[(&str, &str)], digests: &mut Vec<String
 
 /// Compares `value` with `tests/fixtures/snapshots/<name>.json`. `TAGPIN_UPDATE_SNAPSHOTS=1`
 /// writes the snapshot instead (review the diff before committing it).
-fn assert_snapshot(name: &str, value: &Value) {
+pub(crate) fn assert_snapshot(name: &str, value: &Value) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/snapshots")
         .join(format!("{name}.json"));

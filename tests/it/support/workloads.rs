@@ -454,3 +454,103 @@ fn fnv(text: &str) -> u64 {
         (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
+
+/// Argo Rollouts installed: its `Rollout` CRD served (`rollouts.argoproj.io/v1alpha1`, short
+/// name `ro`, a status subresource), as `kubectl apply -f install.yaml` leaves a cluster.
+pub fn install_argo_rollouts(kube: &KubeServer) {
+    kube.register_custom_resource(
+        "argoproj.io",
+        "v1alpha1",
+        "Rollout",
+        "rollouts",
+        true,
+        &["ro"],
+    );
+}
+
+/// The label Argo Rollouts gives each ReplicaSet it creates, its selector and its pods.
+pub const ROLLOUT_HASH_LABEL: &str = "rollouts-pod-template-hash";
+
+/// A ReplicaSet the Argo Rollouts controller created for one pod template of a Rollout, as
+/// argo-rollouts' own test data shows them (`pkg/kubectl-argo-rollouts/info/testdata/canary/
+/// canary-rs.yaml`): named `<rollout>-<hash>`, owned by the Rollout (controller), its selector,
+/// template and pods labelled with the Rollout's `matchLabels` and
+/// `rollouts-pod-template-hash: <hash>`, its status as the ReplicaSet controller writes it.
+#[derive(Clone, Debug)]
+pub struct RolloutReplicaSet {
+    namespace: String,
+    name: String,
+    labels: Vec<(String, String)>,
+    containers: Vec<(String, String)>,
+}
+
+impl RolloutReplicaSet {
+    /// Applies the ReplicaSet of `hash` for `rollout` (the Rollout as stored), its `replicas`
+    /// all ready, its template's containers `containers`.
+    pub fn apply(
+        kube: &KubeServer,
+        rollout: &Value,
+        hash: &str,
+        containers: &[(&str, &str)],
+        replicas: usize,
+    ) -> RolloutReplicaSet {
+        let namespace = rollout["metadata"]["namespace"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let rollout_name = rollout["metadata"]["name"].as_str().unwrap();
+        let name = format!("{rollout_name}-{hash}");
+        let mut labels: Vec<(String, String)> = rollout["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+            .collect();
+        labels.push((ROLLOUT_HASH_LABEL.to_string(), hash.to_string()));
+        let label_map: serde_json::Map<String, Value> =
+            labels.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+        let spec_containers: Vec<Value> = containers
+            .iter()
+            .map(|(name, image)| json!({"name": name, "image": image}))
+            .collect();
+        kube.apply(json!({
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {
+                "name": name, "namespace": namespace, "labels": label_map,
+                "annotations": {"rollout.argoproj.io/desired-replicas": replicas.to_string()},
+                "ownerReferences": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                    "name": rollout_name, "uid": rollout["metadata"]["uid"],
+                    "controller": true, "blockOwnerDeletion": true}],
+            },
+            "spec": {"replicas": replicas, "selector": {"matchLabels": label_map},
+                     "template": {"metadata": {"labels": label_map},
+                                  "spec": {"containers": spec_containers}}},
+        }));
+        kube.set_status(
+            "ReplicaSet",
+            &namespace,
+            &name,
+            json!({"observedGeneration": 1, "replicas": replicas, "fullyLabeledReplicas": replicas,
+                   "readyReplicas": replicas, "availableReplicas": replicas}),
+        );
+        RolloutReplicaSet {
+            namespace,
+            name,
+            labels,
+            containers: containers
+                .iter()
+                .map(|(n, i)| (n.to_string(), i.to_string()))
+                .collect(),
+        }
+    }
+
+    /// Pod `<replica set>-<suffix>` of this ReplicaSet, on its template.
+    pub fn pod(&self, suffix: &str) -> LivePod {
+        LivePod {
+            namespace: self.namespace.clone(),
+            name: format!("{}-{suffix}", self.name),
+            labels: self.labels.clone(),
+            containers: self.containers.clone(),
+        }
+    }
+}
