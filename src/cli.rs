@@ -6,21 +6,22 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, Config};
+use crate::config::{self, Config, DurationError};
 use crate::forge::Forge;
 use crate::manifest::walk::FileFilter;
 use crate::pass;
 use crate::reference::Reference;
+use crate::registry::docker_config::DockerConfigError;
 use crate::registry::{self, Client, CredentialStore, Settings};
 use crate::sync::{SyncOptions, SyncReport, Syncer};
 use crate::verify::live::Cluster;
 use crate::verify::Source;
 
 use crate::output;
-pub use crate::output::Exit;
-use crate::output::{Mode, Report, ResolveReport, VerifyReport};
+pub use crate::output::{Exit, OutputFormat};
+use crate::output::{Mode, Report, ResolveFailure, ResolveReport, VerifyReport};
 
 /// Pins Kubernetes image tags to registry digests, byte-exactly.
 #[derive(Debug, Parser)]
@@ -46,12 +47,6 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
-    Human,
-    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -317,7 +312,8 @@ impl LeaderElectArgs {
             return Ok(None);
         }
         let duration = |flag: &'static str, text: &str| {
-            crate::leader::parse_duration(text).map_err(|message| CliError::Flag { flag, message })
+            crate::leader::parse_duration(text)
+                .map_err(|source| CliError::Duration { flag, source })
         };
         let namespace = match &self.leader_elect_namespace {
             Some(namespace) => namespace.clone(),
@@ -345,10 +341,7 @@ impl LeaderElectArgs {
                 &self.leader_elect_retry_period,
             )?,
         };
-        config.validate().map_err(|e| CliError::Flag {
-            flag: "--leader-elect",
-            message: e.to_string(),
-        })?;
+        config.validate().map_err(CliError::LeaderElect)?;
         let client = crate::leader::Elector::client(api_timeout).await?;
         Ok(Some(crate::leader::Elector::new(client, config)?))
     }
@@ -403,11 +396,29 @@ pub enum CliError {
     #[error(transparent)]
     Promote(Box<crate::promote::PromoteError>),
     #[error("registry credentials: {0}")]
-    Credentials(String),
+    Credentials(#[from] DockerConfigError),
+    /// A flag's value breaks a rule of its own; the message says which.
     #[error("{flag}: {message}")]
     Flag { flag: &'static str, message: String },
+    #[error("{flag}: {source}")]
+    Duration {
+        flag: &'static str,
+        #[source]
+        source: DurationError,
+    },
+    #[error("{flag}: {source}")]
+    Size {
+        flag: &'static str,
+        #[source]
+        source: SizeError,
+    },
+    /// The `--leader-elect-*` durations do not fit together.
+    #[error("--leader-elect: {0}")]
+    LeaderElect(#[source] crate::leader::LeaderError),
+    #[error("crd: {0}")]
+    Crd(#[source] serde_yaml::Error),
     #[error("forge.token_env: {0}")]
-    ForgeToken(String),
+    ForgeToken(#[source] config::EnvError),
     #[error("no cache directory: set repository.cache_dir or --cache-dir")]
     NoCacheDir,
     #[error(transparent)]
@@ -524,10 +535,7 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
         }
         Command::Crd => crate::operator::crd::crd_yaml()
             .map(Report::Document)
-            .map_err(|e| CliError::Flag {
-                flag: "crd",
-                message: e.to_string(),
-            }),
+            .map_err(CliError::Crd),
         Command::Resolve { images } => {
             let client = build_client(&cli.registry, None)?;
             Ok(Report::Resolve(resolve(&client, &images).await))
@@ -570,7 +578,7 @@ fn registry_settings(
         .or_else(|| config.and_then(|c| c.docker_config.clone()))
         .or_else(CredentialStore::default_dir);
     let credentials = match docker_config {
-        Some(dir) => CredentialStore::load_dir(&dir).map_err(CliError::Credentials)?,
+        Some(dir) => CredentialStore::load_dir(&dir)?,
         None => CredentialStore::default(),
     };
     let mut settings = Settings {
@@ -600,14 +608,9 @@ fn scan_filter(scan: &ScanArgs) -> Result<FileFilter, CliError> {
 
 /// `tagpin resolve`: asks the registry about each image once.
 async fn resolve(client: &Client, images: &[String]) -> ResolveReport {
-    let parsed: Vec<(String, Result<Reference, String>)> = images
+    let parsed: Vec<(String, Result<Reference, ResolveFailure>)> = images
         .iter()
-        .map(|image| {
-            (
-                image.clone(),
-                Reference::parse(image).map_err(|e| e.to_string()),
-            )
-        })
+        .map(|image| (image.clone(), Reference::parse(image).map_err(From::from)))
         .collect();
     let valid: Vec<&Reference> = parsed.iter().filter_map(|(_, r)| r.as_ref().ok()).collect();
     let results = client.resolve_all(valid.iter().copied()).await;
@@ -618,8 +621,10 @@ async fn resolve(client: &Client, images: &[String]) -> ResolveReport {
                 Err(e) => Err(e),
                 Ok(r) => match results.get(&registry::ResolveKey::of(&r)) {
                     Some(Ok(resolved)) => Ok(resolved.clone()),
-                    Some(Err(e)) => Err(e.to_string()),
-                    None => Err(format!("{image}: not resolved")),
+                    Some(Err(e)) => Err(e.clone().into()),
+                    None => Err(ResolveFailure::NotResolved {
+                        image: image.clone(),
+                    }),
                 },
             };
             (image, outcome)
@@ -647,8 +652,18 @@ fn cache_dir_for(config: &Config, flag: Option<&Path>) -> Result<PathBuf, CliErr
         .ok_or(CliError::NoCacheDir)
 }
 
+/// A size as written that is not one; quotes what was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("unknown unit {unit:?}: use KiB, MiB or GiB")]
+    UnknownUnit { unit: String },
+    /// Not a whole number above zero, or more bytes than a `u64` holds.
+    #[error("{text:?} is not a size such as 512MiB or 2GiB")]
+    NotASize { text: String },
+}
+
 /// A size in bytes: a whole number, or with a binary unit (`KiB`, `MiB`, `GiB`).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -659,18 +674,24 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "KiB" => 1 << 10,
         "MiB" => 1 << 20,
         "GiB" => 1 << 30,
-        other => return Err(format!("unknown unit {other:?}: use KiB, MiB or GiB")),
+        other => {
+            return Err(SizeError::UnknownUnit {
+                unit: other.to_string(),
+            })
+        }
     };
     number
         .parse::<u64>()
         .ok()
         .filter(|n| *n > 0)
         .and_then(|n| n.checked_mul(factor))
-        .ok_or_else(|| format!("{text:?} is not a size such as 512MiB or 2GiB"))
+        .ok_or_else(|| SizeError::NotASize {
+            text: text.to_string(),
+        })
 }
 
 fn duration_flag(flag: &'static str, text: &str) -> Result<Duration, CliError> {
-    crate::verify::parse_duration(text).map_err(|message| CliError::Flag { flag, message })
+    crate::verify::parse_duration(text).map_err(|source| CliError::Duration { flag, source })
 }
 
 /// `tagpin verify`: gather what is expected, check the cluster, report on the PR.
@@ -891,10 +912,10 @@ async fn run_operator(
         namespace: args.watch_namespace.clone(),
         concurrency: args.concurrent,
         reconcile_timeout,
-        max_repository_bytes: parse_size(&args.max_repository_size).map_err(|message| {
-            CliError::Flag {
+        max_repository_bytes: parse_size(&args.max_repository_size).map_err(|source| {
+            CliError::Size {
                 flag: "--max-repository-size",
-                message,
+                source,
             }
         })?,
         shared_registry_credentials: args.share_registry_credentials.clone(),

@@ -461,7 +461,7 @@ impl Config {
     }
 
     /// The token for the forge, read from its environment variable now.
-    pub fn forge_token(&self) -> Option<Result<String, String>> {
+    pub fn forge_token(&self) -> Option<Result<String, EnvError>> {
         self.forge.as_ref().map(|f| read_env(&f.token_env))
     }
 }
@@ -483,11 +483,22 @@ pub fn spec_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schem
     schema
 }
 
+/// A secret the configuration names by its environment variable is not there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    /// Unset, blank, or not Unicode: told apart by nobody, and `VarError::NotUnicode` would
+    /// carry the value, a secret, so nothing of it is kept.
+    #[error("environment variable {name} is not set or empty")]
+    Missing { name: String },
+}
+
 /// Reads a secret from an environment variable, with an error that names the variable only.
-pub fn read_env(name: &str) -> Result<String, String> {
+pub fn read_env(name: &str) -> Result<String, EnvError> {
     match std::env::var(name) {
         Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
-        _ => Err(format!("environment variable {name} is not set or empty")),
+        _ => Err(EnvError::Missing {
+            name: name.to_string(),
+        }),
     }
 }
 
@@ -558,10 +569,29 @@ pub fn valid_branch_name(name: &str) -> bool {
             .any(|c| c.is_ascii_control() || " ~^:?*[\\".contains(c))
 }
 
+/// A duration as written (`90s`, `500ms`) that is not one. Each quotes the text and shows
+/// the forms taken; a flag or field name is added by the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Not a whole number followed by `s`, `m` or `h` (or nothing, for seconds). The number's
+    /// own parse error is not kept: the quoted text and the forms say more than "invalid
+    /// digit found in string".
+    #[error("{text:?} is not a duration like 90s, 10m or 1h")]
+    NotADuration { text: String },
+    /// The same for a flag that also takes milliseconds ([`crate::leader::parse_duration`]).
+    #[error("{text:?} is not a duration like 500ms, 2s or 1m")]
+    NotAShortDuration { text: String },
+    /// More seconds than a `u64` holds.
+    #[error("{text:?} is too long a duration")]
+    TooLong { text: String },
+}
+
 /// Parses `90s`, `10m`, `1h` or plain seconds.
-pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, DurationError> {
     let text = text.trim();
-    let not_a_duration = || format!("{text:?} is not a duration like 90s, 10m or 1h");
+    let not_a_duration = || DurationError::NotADuration {
+        text: text.to_string(),
+    };
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => (&text[..i], &text[i..]),
         None => (text, "s"),
@@ -575,7 +605,9 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     };
     let secs = n
         .checked_mul(per_unit)
-        .ok_or_else(|| format!("{text:?} is too long a duration"))?;
+        .ok_or_else(|| DurationError::TooLong {
+            text: text.to_string(),
+        })?;
     Ok(std::time::Duration::from_secs(secs))
 }
 
@@ -1483,8 +1515,8 @@ colour: blue
         assert!(parse_duration("-5s").is_err());
         assert!(parse_duration("2h30m").is_err());
         assert_eq!(
-            parse_duration("5124095576030432h"),
-            Err("\"5124095576030432h\" is too long a duration".to_string())
+            parse_duration("5124095576030432h").unwrap_err().to_string(),
+            "\"5124095576030432h\" is too long a duration"
         );
     }
 

@@ -42,6 +42,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::config::DurationError;
+
 /// client-go's defaults: a Lease is good for 15 s, the leader gives up after 10 s without a
 /// successful renewal, and everybody retries every 2 s.
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
@@ -109,19 +111,39 @@ impl ElectionConfig {
     }
 }
 
-/// Why leader election could not run.
+/// Why leader election could not run, or one try at the Lease failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
+    /// An [`ElectionConfig`] that breaks client-go's rules; the message says which.
     #[error("leader election: {0}")]
     Config(String),
+    /// No Kubernetes configuration found (in-cluster or `KUBECONFIG`). The kube errors are
+    /// boxed: they are large, and every `Result` of the CLI carries this one.
     #[error("leader election: Kubernetes client: {0}")]
-    Client(String),
-    #[error("leader election: Lease {namespace}/{name}: {message}")]
+    Infer(#[source] Box<kube::config::InferConfigError>),
+    #[error("leader election: Kubernetes client: {0}")]
+    Client(#[source] Box<kube::Error>),
+    /// The API server did not answer a `request` (read, write, release) in time.
+    #[error(
+        "leader election: Lease {namespace}/{name}: no answer to the {request} within {within:?}"
+    )]
+    NoAnswer {
+        namespace: String,
+        name: String,
+        request: &'static str,
+        within: Duration,
+    },
+    #[error("leader election: Lease {namespace}/{name}: {request}: {source}")]
     Lease {
         namespace: String,
         name: String,
-        message: String,
+        request: &'static str,
+        #[source]
+        source: Box<kube::Error>,
     },
+    /// The task renewing the Lease panicked or was cancelled.
+    #[error("leader election: the Lease renewal task failed: {0}")]
+    RenewalTask(#[source] tokio::task::JoinError),
 }
 
 /// `POD_NAME` (from the downward API) or the host name, then `_` and a random suffix:
@@ -155,12 +177,14 @@ pub fn default_namespace() -> Option<String> {
 }
 
 /// A duration flag: `500ms`, or what [`crate::config::parse_duration`] takes (`2s`, `1m`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     match text.trim().strip_suffix("ms") {
         Some(millis) => millis
             .parse::<u64>()
             .map(Duration::from_millis)
-            .map_err(|_| format!("{text:?} is not a duration like 500ms, 2s or 1m")),
+            .map_err(|_| DurationError::NotAShortDuration {
+                text: text.to_string(),
+            }),
         None => crate::config::parse_duration(text),
     }
 }
@@ -355,14 +379,14 @@ impl Elector {
     pub async fn client(timeout: Duration) -> Result<Client, LeaderError> {
         let mut config = kube::Config::infer()
             .await
-            .map_err(|e| LeaderError::Client(e.to_string()))?;
+            .map_err(|e| LeaderError::Infer(Box::new(e)))?;
         config.default_retry = false;
         config.connect_timeout = Some(timeout);
         config.read_timeout = Some(timeout);
         config.write_timeout = Some(timeout);
         let deadline = Some(timeout * crate::verify::live::DEADLINE_PER_TIMEOUT);
         crate::bounded::kube_client(config, crate::verify::live::MAX_ANSWER_BYTES, deadline)
-            .map_err(|e| LeaderError::Client(e.to_string()))
+            .map_err(|e| LeaderError::Client(Box::new(e)))
     }
 
     pub fn identity(&self) -> &str {
@@ -408,8 +432,8 @@ impl Elector {
     async fn attempt(&mut self, timeout: Duration) -> Result<Attempt, LeaderError> {
         let read = tokio::time::timeout(timeout, self.api.get_opt(&self.config.lease_name))
             .await
-            .map_err(|_| self.error(format!("no answer to the read within {timeout:?}")))?
-            .map_err(|e| self.error(format!("read: {e}")))?;
+            .map_err(|_| self.no_answer("read", timeout))?
+            .map_err(|e| self.failed("read", e))?;
         let record = read
             .as_ref()
             .and_then(|l| l.spec.as_ref())
@@ -456,12 +480,12 @@ impl Elector {
             }
         };
         match written {
-            Err(_) => Err(self.error(format!("no answer to the write within {timeout:?}"))),
+            Err(_) => Err(self.no_answer("write", timeout)),
             // Another candidate wrote first: it won this round.
             Ok(Err(kube::Error::Api(status))) if status.code == 409 => {
                 Ok(Attempt::NotLeading { holder: None })
             }
-            Ok(Err(e)) => Err(self.error(format!("write: {e}"))),
+            Ok(Err(e)) => Err(self.failed("write", e)),
             Ok(Ok(lease)) => {
                 let record = lease.spec.as_ref().map(Record::from_spec);
                 self.candidate.observe(record.as_ref(), Instant::now());
@@ -486,8 +510,8 @@ impl Elector {
         )
         .await
         {
-            Err(_) => Err(self.error(format!("no answer to the release within {timeout:?}"))),
-            Ok(Err(e)) => Err(self.error(format!("release: {e}"))),
+            Err(_) => Err(self.no_answer("release", timeout)),
+            Ok(Err(e)) => Err(self.failed("release", e)),
             Ok(Ok(lease)) => {
                 tracing::info!(
                     "leader election: {} released Lease {}/{}",
@@ -501,11 +525,21 @@ impl Elector {
         }
     }
 
-    fn error(&self, message: String) -> LeaderError {
+    fn no_answer(&self, request: &'static str, within: Duration) -> LeaderError {
+        LeaderError::NoAnswer {
+            namespace: self.config.namespace.clone(),
+            name: self.config.lease_name.clone(),
+            request,
+            within,
+        }
+    }
+
+    fn failed(&self, request: &'static str, source: kube::Error) -> LeaderError {
         LeaderError::Lease {
             namespace: self.config.namespace.clone(),
             name: self.config.lease_name.clone(),
-            message,
+            request,
+            source: Box::new(source),
         }
     }
 }
@@ -547,14 +581,7 @@ impl Leadership {
     /// at once. Call after the work stopped.
     pub async fn release(self) -> Result<(), LeaderError> {
         let _ = self.stop_renewing.send(true);
-        let mut elector = match self.task.await {
-            Ok(elector) => elector,
-            Err(e) => {
-                return Err(LeaderError::Config(format!(
-                    "the Lease renewal task failed: {e}"
-                )))
-            }
-        };
+        let mut elector = self.task.await.map_err(LeaderError::RenewalTask)?;
         if self.lost.borrow().is_some() {
             return Ok(());
         }
@@ -803,7 +830,10 @@ mod tests {
         assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
         assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("1.5ms").unwrap_err().contains("1.5ms"));
+        assert!(parse_duration("1.5ms")
+            .unwrap_err()
+            .to_string()
+            .contains("1.5ms"));
     }
 
     #[test]

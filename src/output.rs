@@ -24,7 +24,6 @@ use std::io::Write;
 
 use serde_json::json;
 
-use crate::cli::OutputFormat;
 use crate::forge::ChangeRequestNoun;
 use crate::pass::{self, Pass};
 use crate::plan::Plan;
@@ -32,6 +31,13 @@ use crate::registry;
 use crate::sync::{Outcome, SyncReport};
 use crate::verify::report;
 use crate::verify::verdict::State;
+
+/// The result format on stdout (`--output`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Human,
+    Json,
+}
 
 /// What rendering a report produced: the text for stdout, the error lines for stderr, what
 /// was skipped (logged at info), and the exit code.
@@ -161,7 +167,19 @@ pub(crate) enum Report {
 /// The answer for each image asked, in the order asked.
 pub(crate) struct ResolveReport {
     pub(crate) lone: bool,
-    pub(crate) rows: Vec<(String, Result<registry::Resolved, String>)>,
+    pub(crate) rows: Vec<(String, Result<registry::Resolved, ResolveFailure>)>,
+}
+
+/// Why one image asked of `tagpin resolve` has no digest.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ResolveFailure {
+    #[error(transparent)]
+    Reference(#[from] crate::reference::ParseError),
+    #[error(transparent)]
+    Registry(#[from] registry::RegistryError),
+    /// The client gave no answer for it: a bug, never the registry's doing.
+    #[error("{image}: not resolved")]
+    NotResolved { image: String },
 }
 
 /// One line per image; a lone image prints just its digest, so `$(tagpin resolve nginx)` works
@@ -183,10 +201,10 @@ fn render_resolve(report: &ResolveReport, format: OutputFormat, out: &mut Printe
                     human.push_str(&format!("{image}\t{}\n", resolved.digest));
                 }
             }
-            Err(message) => {
+            Err(e) => {
                 failed = true;
-                out.error(message);
-                rows.push(json!({"image": image, "error": message}));
+                out.error(e);
+                rows.push(json!({"image": image, "error": e.to_string()}));
             }
         }
     }
@@ -638,12 +656,23 @@ mod tests {
             lone: false,
             rows: vec![
                 ("nginx:1.27".into(), Ok(resolved)),
-                ("acme/gone:1".into(), Err("acme/gone:1: not found".into())),
+                (
+                    "acme/gone:1".into(),
+                    Err(registry::RegistryError::NotFound {
+                        image: "acme/gone:1".into(),
+                        host: "registry-1.docker.io".into(),
+                        detail: String::new(),
+                    }
+                    .into()),
+                ),
             ],
         });
         let printed = render(&two, OutputFormat::Human);
         assert_eq!(printed.stdout, format!("nginx:1.27\t{digest}\n"));
-        assert_eq!(printed.errors, vec!["acme/gone:1: not found".to_string()]);
+        assert_eq!(
+            printed.errors,
+            vec!["acme/gone:1: not found at registry registry-1.docker.io (404)".to_string()]
+        );
         assert_eq!(printed.exit, Exit::Attention);
     }
 

@@ -174,7 +174,26 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
 #[derive(Debug)]
 pub struct WriteOutcome {
     pub path: PathBuf,
-    pub result: Result<(), String>,
+    pub result: Result<(), WriteError>,
+}
+
+/// Why a planned file was not written. The caller names the file ([`WriteOutcome::path`]);
+/// these say only what went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// It grew past the size the scanner reads since it was planned, and was not read whole.
+    #[error("it is now {size} bytes, larger than the {limit}-byte limit")]
+    Grew { size: u64, limit: u64 },
+    #[error("{0}")]
+    Read(#[source] std::io::Error),
+    /// Read again, it is not what was planned (see [`ManifestError`] for the other reasons).
+    #[error(transparent)]
+    Reread(ManifestError),
+    /// Its edit spans were computed for the bytes read when planning.
+    #[error("the file changed while tagpin was planning; run again")]
+    Changed,
+    #[error("{0}")]
+    Write(#[source] std::io::Error),
 }
 
 /// Writes every planned file atomically. A file that changed on disk since it was read is
@@ -189,20 +208,17 @@ pub fn write(plan: &Plan) -> Vec<WriteOutcome> {
         .collect()
 }
 
-fn write_one(file: &FilePlan) -> Result<(), String> {
+fn write_one(file: &FilePlan) -> Result<(), WriteError> {
     // Read within the size limit like the first time: a file that grew since is not read whole.
-    // The caller names the file; the message says only what went wrong.
     let current = manifest::read_manifest(&file.path).map_err(|e| match e {
-        ManifestError::TooLarge { size, limit, .. } => {
-            format!("it is now {size} bytes, larger than the {limit}-byte limit")
-        }
-        ManifestError::Io { source, .. } => source.to_string(),
-        other => other.to_string(),
+        ManifestError::TooLarge { size, limit, .. } => WriteError::Grew { size, limit },
+        ManifestError::Io { source, .. } => WriteError::Read(source),
+        other => WriteError::Reread(other),
     })?;
     if current != file.original {
-        return Err("the file changed while tagpin was planning; run again".to_string());
+        return Err(WriteError::Changed);
     }
-    manifest::write_atomic(Path::new(&file.path), &file.updated).map_err(|e| e.to_string())
+    manifest::write_atomic(Path::new(&file.path), &file.updated).map_err(WriteError::Write)
 }
 
 #[cfg(test)]
@@ -224,7 +240,7 @@ mod tests {
             diff: String::new(),
         };
 
-        let error = write_one(&plan).unwrap_err();
+        let error = write_one(&plan).unwrap_err().to_string();
 
         assert!(
             error.contains("larger than the 16777216-byte limit"),

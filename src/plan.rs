@@ -171,7 +171,7 @@ pub fn plan(
         }
         let wanted = match follow.target(reference) {
             Ok(wanted) => wanted,
-            Err(message) => return Wanted::Failed(message),
+            Err(e) => return Wanted::Failed(e.to_string()),
         };
         let key = ResolveKey::of(&wanted);
         match resolutions.get(&key) {

@@ -44,19 +44,71 @@ impl fmt::Display for Policy {
     }
 }
 
+/// An `images.policies` entry that does not compile, named as it is written.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{glob:?}: invalid glob: {}", source.kind())]
+    Glob {
+        glob: String,
+        #[source]
+        source: globset::Error,
+    },
+    #[error("{range:?}: {source}")]
+    Range {
+        range: String,
+        #[source]
+        source: semver::Error,
+    },
+    #[error("{pattern:?}: {source}")]
+    Pattern {
+        pattern: String,
+        #[source]
+        source: regex::Error,
+    },
+}
+
+/// Why a field's tag cannot be moved under its policy; the field is then left alone. Each
+/// names the image and the policy.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FollowError {
+    #[error("{image}: cannot list tags for policy {policy}: {source}")]
+    TagsUnlisted {
+        image: String,
+        policy: Policy,
+        /// Boxed: it is large, and most fields never meet it.
+        #[source]
+        source: Box<RegistryError>,
+    },
+    /// The caller did not list the repository's tags (a bug in the caller, not the registry).
+    #[error("{image}: tags not listed for policy {policy}")]
+    NotAsked { image: String, policy: Policy },
+    #[error("{image}: policy {policy} matches none of the {tags} tag(s) the registry lists; the tag is left as it is")]
+    NoMatch {
+        image: String,
+        policy: Policy,
+        tags: usize,
+    },
+}
+
 impl Policy {
-    fn compile(policy: &TagPolicy) -> Result<Policy, String> {
+    fn compile(policy: &TagPolicy) -> Result<Policy, PolicyError> {
         Ok(match policy {
             TagPolicy::Digest => Policy::Digest,
             TagPolicy::Semver { range } => Policy::Semver {
-                range: VersionReq::parse(range).map_err(|e| format!("{range:?}: {e}"))?,
+                range: VersionReq::parse(range).map_err(|source| PolicyError::Range {
+                    range: range.clone(),
+                    source,
+                })?,
             },
             TagPolicy::Pattern {
                 pattern,
                 extract,
                 order,
             } => Policy::Pattern {
-                regex: Regex::new(pattern).map_err(|e| format!("{pattern:?}: {e}"))?,
+                regex: Regex::new(pattern).map_err(|source| PolicyError::Pattern {
+                    pattern: pattern.clone(),
+                    source,
+                })?,
                 extract: extract.clone(),
                 order: *order,
             },
@@ -143,15 +195,17 @@ const DIGEST: Policy = Policy::Digest;
 impl Policies {
     /// Compiles the configuration's entries. The configuration validated them at load, so an
     /// error here means a `Config` built by hand.
-    pub fn compile(rules: &[PolicyRule]) -> Result<Policies, String> {
+    pub fn compile(rules: &[PolicyRule]) -> Result<Policies, PolicyError> {
         let rules = rules
             .iter()
             .map(|rule| {
-                let glob = Glob::new(&rule.matches)
-                    .map_err(|e| format!("{:?}: invalid glob: {}", rule.matches, e.kind()))?;
+                let glob = Glob::new(&rule.matches).map_err(|source| PolicyError::Glob {
+                    glob: rule.matches.clone(),
+                    source,
+                })?;
                 Ok((glob.compile_matcher(), Policy::compile(&rule.policy)?))
             })
-            .collect::<Result<_, String>>()?;
+            .collect::<Result<_, PolicyError>>()?;
         Ok(Policies { rules })
     }
 
@@ -216,7 +270,7 @@ impl Follow {
     /// The reference to resolve for a field: the same one, or with the tag its policy picks.
     /// An error names the image, the policy and how many tags were seen; the field is then
     /// left alone.
-    pub fn target(&self, reference: &Reference) -> Result<Reference, String> {
+    pub fn target(&self, reference: &Reference) -> Result<Reference, FollowError> {
         let policy = self.policies.for_image(reference);
         let Some(current) = reference.effective_tag().filter(|_| policy.needs_tags()) else {
             return Ok(reference.clone());
@@ -225,18 +279,26 @@ impl Follow {
         let tags = match self.tags.get(&RepositoryKey::of(reference)) {
             Some(Ok(tags)) => tags,
             Some(Err(e)) => {
-                return Err(format!(
-                    "{image}: cannot list tags for policy {policy}: {e}"
-                ))
+                return Err(FollowError::TagsUnlisted {
+                    image,
+                    policy: policy.clone(),
+                    source: Box::new(e.clone()),
+                })
             }
-            None => return Err(format!("{image}: tags not listed for policy {policy}")),
+            None => {
+                return Err(FollowError::NotAsked {
+                    image,
+                    policy: policy.clone(),
+                })
+            }
         };
         match policy.select(current, tags) {
             Some(tag) => Ok(reference.retagged(&tag)),
-            None => Err(format!(
-                "{image}: policy {policy} matches none of the {} tag(s) the registry lists; the tag is left as it is",
-                tags.len()
-            )),
+            None => Err(FollowError::NoMatch {
+                image,
+                policy: policy.clone(),
+                tags: tags.len(),
+            }),
         }
     }
 }
@@ -462,7 +524,7 @@ mod tests {
             .tags
             .insert(RepositoryKey::of(&web), Ok(tags(&["1.4.2", "1.4.3"])));
         assert_eq!(
-            follow.target(&web).unwrap_err(),
+            follow.target(&web).unwrap_err().to_string(),
             "ghcr.io/acme/web: policy semver \"~9\" matches none of the 2 tag(s) the registry lists; the tag is left as it is"
         );
         let other = Reference::parse("nginx:1.27").unwrap();

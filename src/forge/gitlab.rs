@@ -522,7 +522,7 @@ impl GitLab {
             let text = self.read_body(what, response).await?;
             if status.is_success() {
                 let next = next_page(url, &headers, &self.api)
-                    .map_err(|detail| self.call_error(what, detail, Some(status.as_u16())))?;
+                    .map_err(|e| self.call_error(what, e.to_string(), Some(status.as_u16())))?;
                 return Ok(Answer { body: text, next });
             }
             if status == StatusCode::TOO_MANY_REQUESTS {
@@ -729,11 +729,32 @@ fn find_note<'n>(notes: &'n [Note], marker: &str, me: &str) -> Option<&'n Note> 
     })
 }
 
+/// Why the next page of a list cannot be asked for. A header's text is the server's and is
+/// not quoted: only the other host is named.
+#[derive(Debug, thiserror::Error)]
+enum PagingError {
+    /// `host` is `None` when the link is not a URL with a host.
+    #[error(
+        "the next page is on {}, not on {api}; the token is not sent there",
+        host.as_deref().unwrap_or("an address that is not a URL")
+    )]
+    ElsewhereLink { host: Option<String>, api: String },
+    #[error("x-next-page is not a page number")]
+    NotAPageNumber,
+    /// The address of the page just read (tagpin's own) does not parse.
+    #[error("{url}: {source}")]
+    BadUrl {
+        url: String,
+        #[source]
+        source: url::ParseError,
+    },
+}
+
 /// The next page of a list: the `Link` header's `rel="next"`, else GitLab's `x-next-page`
 /// number on the same address (empty on the last page). A `Link` to another origin than
 /// `api` is refused: the token goes nowhere else. Errors name only the other host: a header's
 /// text is the server's, and is not quoted.
-fn next_page(url: &str, headers: &HeaderMap, api: &str) -> Result<Option<String>, String> {
+fn next_page(url: &str, headers: &HeaderMap, api: &str) -> Result<Option<String>, PagingError> {
     let header = |name: &str| {
         headers
             .get(name)
@@ -744,13 +765,12 @@ fn next_page(url: &str, headers: &HeaderMap, api: &str) -> Result<Option<String>
     if let Some(next) = header("link").and_then(next_link) {
         let origin = |u: &str| url::Url::parse(u).ok().map(|u| u.origin());
         if origin(&next).is_none() || origin(&next) != origin(api) {
-            let elsewhere = url::Url::parse(&next)
-                .ok()
-                .and_then(|u| u.host_str().map(str::to_string))
-                .unwrap_or_else(|| "an address that is not a URL".to_string());
-            return Err(format!(
-                "the next page is on {elsewhere}, not on {api}; the token is not sent there"
-            ));
+            return Err(PagingError::ElsewhereLink {
+                host: url::Url::parse(&next)
+                    .ok()
+                    .and_then(|u| u.host_str().map(str::to_string)),
+                api: api.to_string(),
+            });
         }
         return Ok(Some(next));
     }
@@ -758,9 +778,12 @@ fn next_page(url: &str, headers: &HeaderMap, api: &str) -> Result<Option<String>
         return Ok(None);
     };
     if !page.bytes().all(|b| b.is_ascii_digit()) {
-        return Err("x-next-page is not a page number".to_string());
+        return Err(PagingError::NotAPageNumber);
     }
-    let mut next = url::Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
+    let mut next = url::Url::parse(url).map_err(|source| PagingError::BadUrl {
+        url: url.to_string(),
+        source,
+    })?;
     let kept: Vec<(String, String)> = next
         .query_pairs()
         .filter(|(k, _)| k != "page")
@@ -1143,7 +1166,9 @@ mod tests {
         );
         assert_eq!(next_page(url, &HeaderMap::new(), api).unwrap(), None);
         let elsewhere = "<https://evil.example.net/api/v4/x?page=2>; rel=\"next\"";
-        let refused = next_page(url, &headers(&[("link", elsewhere)]), api).unwrap_err();
+        let refused = next_page(url, &headers(&[("link", elsewhere)]), api)
+            .unwrap_err()
+            .to_string();
         assert!(refused.contains("evil.example.net"), "{refused}");
         assert!(
             !refused.contains("/api/v4/x?page=2"),

@@ -227,16 +227,27 @@ fn token_lifetime(expires_in: Option<&serde_json::Value>) -> Duration {
     lifetime.saturating_sub(TOKEN_EXPIRY_MARGIN)
 }
 
+/// Why a token service's answer holds no usable token. The caller names the image and the
+/// registry.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenAnswerError {
+    /// serde's error is kept for its line and column, but not as a source and not in its own
+    /// words: those may quote the answer, and an answer carries tokens.
+    #[error("token answer: {}", crate::bounded::json_problem(.0))]
+    NotJson(serde_json::Error),
+    #[error("token answer has neither `token` nor `access_token`")]
+    NoToken,
+}
+
 /// Reads a token endpoint's JSON answer. Both `token` and the OAuth2 `access_token` are
 /// accepted; when both are present they are the same token by spec, and `token` wins.
-pub fn parse_token_answer(body: &[u8]) -> Result<Token, String> {
-    let answer: TokenAnswer = serde_json::from_slice(body)
-        .map_err(|e| format!("token answer: {}", crate::bounded::json_problem(&e)))?;
+pub fn parse_token_answer(body: &[u8]) -> Result<Token, TokenAnswerError> {
+    let answer: TokenAnswer = serde_json::from_slice(body).map_err(TokenAnswerError::NotJson)?;
     let value = answer
         .token
         .filter(|t| !t.is_empty())
         .or(answer.access_token.filter(|t| !t.is_empty()))
-        .ok_or_else(|| "token answer has neither `token` nor `access_token`".to_string())?;
+        .ok_or(TokenAnswerError::NoToken)?;
     let lifetime = token_lifetime(answer.expires_in.as_ref());
     Ok(Token { value, lifetime })
 }
@@ -344,7 +355,9 @@ mod tests {
 
     #[test]
     fn token_answer_without_any_token_is_an_error() {
-        let err = parse_token_answer(br#"{"expires_in":300}"#).unwrap_err();
+        let err = parse_token_answer(br#"{"expires_in":300}"#)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("neither `token` nor `access_token`"), "{err}");
     }
 

@@ -10,6 +10,7 @@
 //! is shown (first line only) after [`redact`] blanks anything shaped like a token.
 
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -38,41 +39,79 @@ struct Answer {
 
 /// How a helper run ended, as [`interpret`] needs it.
 pub struct Outcome<'a> {
-    /// `None` when it exited successfully, else how it failed (`exited with status 1`).
-    pub failure: Option<String>,
+    /// `None` when it exited successfully, else how it failed.
+    pub failure: Option<Failure>,
     pub stdout: &'a [u8],
     pub stderr: &'a [u8],
 }
 
+/// How a helper process ended when it did not succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    #[error("exited with status {0}")]
+    Status(i32),
+    #[error("was killed by a signal")]
+    Killed,
+}
+
+/// Why a credential helper gave no login. Messages say what happened to the helper, never
+/// what it printed on stdout (its answer holds secrets); the caller names the helper and the
+/// registry. Cloned because a failure is answered from memory for a while (see
+/// [`super::docker_config::FAILURE_REUSE`]), hence the `Arc`s around `io::Error`.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum HelperError {
+    /// A `credHelpers`/`credsStore` value that would make the program a path.
+    #[error("credential helper name {name:?} is not a plain name")]
+    NotAPlainName { name: String },
+    #[error("not found on PATH")]
+    NotFound,
+    #[error("cannot start: {0}")]
+    CannotStart(#[source] Arc<std::io::Error>),
+    #[error("gave no answer within {within:?}; stopped")]
+    NoAnswer { within: Duration },
+    #[error("cannot read its answer: {0}")]
+    CannotRead(#[source] Arc<std::io::Error>),
+    /// It failed; `stderr` is the first line it wrote there, already [`redact`]ed.
+    #[error("{failure}{}", stderr.as_deref().map(|line| format!(": {line}")).unwrap_or_default())]
+    Failed {
+        #[source]
+        failure: Failure,
+        stderr: Option<String>,
+    },
+    /// serde's error is not kept: its message may quote the answer, which may be a secret.
+    #[error(
+        "printed something that is not credential helper JSON (not shown: it may hold secrets)"
+    )]
+    NotJson,
+}
+
 /// The program for a helper name; a name that would make it a path is refused, since
 /// `config.json` must not be able to run an arbitrary file.
-pub fn program(name: &str) -> Result<String, String> {
+pub fn program(name: &str) -> Result<String, HelperError> {
     if name.is_empty() || name.contains(['/', '\\']) || name.chars().any(char::is_whitespace) {
-        return Err(format!(
-            "credential helper name {name:?} is not a plain name"
-        ));
+        return Err(HelperError::NotAPlainName {
+            name: name.to_string(),
+        });
     }
     Ok(format!("docker-credential-{name}"))
 }
 
 /// What a helper's run means: a login, `None` for "no credentials, go anonymous", or an
 /// error that never quotes stdout.
-pub fn interpret(outcome: &Outcome<'_>) -> Result<Option<Login>, String> {
-    if let Some(failure) = &outcome.failure {
+pub fn interpret(outcome: &Outcome<'_>) -> Result<Option<Login>, HelperError> {
+    if let Some(failure) = outcome.failure {
         let said_not_found = |bytes: &[u8]| String::from_utf8_lossy(bytes).contains(NOT_FOUND);
         if said_not_found(outcome.stdout) || said_not_found(outcome.stderr) {
             return Ok(None);
         }
-        return Err(match first_line(outcome.stderr) {
-            Some(line) => format!("{failure}: {}", redact(&line)),
-            None => failure.clone(),
+        return Err(HelperError::Failed {
+            failure,
+            stderr: first_line(outcome.stderr).map(|line| redact(&line)),
         });
     }
-    // serde's message may quote the input, which may be a secret: it is not shown.
-    let answer: Answer = serde_json::from_slice(outcome.stdout).map_err(|_| {
-        "printed something that is not credential helper JSON (not shown: it may hold secrets)"
-            .to_string()
-    })?;
+    // serde's message may quote the input, which may be a secret: it is not kept.
+    let answer: Answer =
+        serde_json::from_slice(outcome.stdout).map_err(|_| HelperError::NotJson)?;
     if answer.secret.is_empty() {
         return Ok(None);
     }
@@ -119,7 +158,7 @@ pub async fn get(
     program: &str,
     server_url: &str,
     timeout: Duration,
-) -> Result<Option<Login>, String> {
+) -> Result<Option<Login>, HelperError> {
     let mut child = tokio::process::Command::new(program)
         .arg("get")
         .stdin(Stdio::piped())
@@ -128,8 +167,8 @@ pub async fn get(
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => "not found on PATH".to_string(),
-            _ => format!("cannot start: {e}"),
+            std::io::ErrorKind::NotFound => HelperError::NotFound,
+            _ => HelperError::CannotStart(Arc::new(e)),
         })?;
     if let Some(mut stdin) = child.stdin.take() {
         // A helper that exits without reading makes this fail; its exit status says why.
@@ -137,11 +176,11 @@ pub async fn get(
     }
     let output = tokio::time::timeout(timeout, child.wait_with_output())
         .await
-        .map_err(|_| format!("gave no answer within {timeout:?}; stopped"))?
-        .map_err(|e| format!("cannot read its answer: {e}"))?;
+        .map_err(|_| HelperError::NoAnswer { within: timeout })?
+        .map_err(|e| HelperError::CannotRead(Arc::new(e)))?;
     let failure = (!output.status.success()).then(|| match output.status.code() {
-        Some(code) => format!("exited with status {code}"),
-        None => "was killed by a signal".to_string(),
+        Some(code) => Failure::Status(code),
+        None => Failure::Killed,
     });
     interpret(&Outcome {
         failure,
@@ -154,7 +193,7 @@ pub async fn get(
 mod tests {
     use super::*;
 
-    fn ok(stdout: &str) -> Result<Option<Login>, String> {
+    fn ok(stdout: &str) -> Result<Option<Login>, HelperError> {
         interpret(&Outcome {
             failure: None,
             stdout: stdout.as_bytes(),
@@ -162,9 +201,9 @@ mod tests {
         })
     }
 
-    fn failed(stdout: &str, stderr: &str) -> Result<Option<Login>, String> {
+    fn failed(stdout: &str, stderr: &str) -> Result<Option<Login>, HelperError> {
         interpret(&Outcome {
-            failure: Some("exited with status 1".into()),
+            failure: Some(Failure::Status(1)),
             stdout: stdout.as_bytes(),
             stderr: stderr.as_bytes(),
         })
@@ -191,22 +230,22 @@ mod tests {
     #[test]
     fn empty_secret_and_not_found_mean_anonymous() {
         assert_eq!(
-            ok(r#"{"ServerURL":"r.io","Username":"","Secret":""}"#),
-            Ok(None)
+            ok(r#"{"ServerURL":"r.io","Username":"","Secret":""}"#).unwrap(),
+            None
         );
         assert_eq!(
-            failed("credentials not found in native keychain\n", ""),
-            Ok(None)
+            failed("credentials not found in native keychain\n", "").unwrap(),
+            None
         );
         assert_eq!(
-            failed("", "credentials not found in native keychain"),
-            Ok(None)
+            failed("", "credentials not found in native keychain").unwrap(),
+            None
         );
     }
 
     #[test]
     fn garbage_is_an_error_that_does_not_quote_it() {
-        let err = ok("\"hunter2-garbage\"").unwrap_err();
+        let err = ok("\"hunter2-garbage\"").unwrap_err().to_string();
         assert!(err.contains("not credential helper JSON"), "{err}");
         assert!(!err.contains("hunter2"), "{err}");
     }
@@ -219,10 +258,13 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(
-            err,
+            err.to_string(),
             "exited with status 1: token <redacted> rejected: expired"
         );
-        assert_eq!(failed("", ""), Err("exited with status 1".to_string()));
+        assert_eq!(
+            failed("", "").unwrap_err().to_string(),
+            "exited with status 1"
+        );
     }
 
     #[test]
@@ -273,7 +315,8 @@ mod tests {
         let started = std::time::Instant::now();
         let err = get(&program, "r.io", Duration::from_millis(300))
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no answer within"), "{err}");
         assert!(started.elapsed() < Duration::from_secs(5));
     }
@@ -283,6 +326,7 @@ mod tests {
         let err = get("docker-credential-tagpin-no-such-helper", "r.io", TIMEOUT)
             .await
             .unwrap_err();
-        assert_eq!(err, "not found on PATH");
+        assert!(matches!(err, HelperError::NotFound), "{err:?}");
+        assert_eq!(err.to_string(), "not found on PATH");
     }
 }

@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use base64::Engine;
@@ -26,7 +26,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::auth::{Credential, Login};
-use super::{cred_helper, lock};
+use super::cred_helper::{self, HelperError};
 
 /// How long a helper's failure is answered from memory before the helper is run again.
 pub const FAILURE_REUSE: Duration = Duration::from_secs(30);
@@ -35,6 +35,65 @@ pub const FAILURE_REUSE: Duration = Duration::from_secs(30);
 /// shortest credential lifetime of the cloud registries, and one helper run per registry
 /// every few minutes costs little.
 pub const ANSWER_REUSE: Duration = Duration::from_secs(300);
+
+/// Why a Docker config file could not be read. Messages name the file, and the `auths` key
+/// whose value is wrong; never a value from the file, which holds credentials.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerConfigError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not JSON, or JSON of another shape. serde's error is kept for its line and column but
+    /// not as a source, and not shown in its own words: those quote the value it did not
+    /// expect, which in this file may be a credential.
+    #[error("{}: not a Docker config file: {}", path.display(), crate::bounded::json_problem(json))]
+    NotDockerConfig {
+        path: PathBuf,
+        json: serde_json::Error,
+    },
+    #[error("{}: auths[{key:?}].auth: {source}", path.display())]
+    BadAuth {
+        path: PathBuf,
+        key: String,
+        #[source]
+        source: AuthValueError,
+    },
+}
+
+/// Why an `auths` entry's `auth` value is not base64 of `user:password`. The decoded bytes
+/// are a credential, so no variant holds them.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthValueError {
+    #[error("not valid base64")]
+    NotBase64(#[source] base64::DecodeError),
+    #[error("not UTF-8 once decoded")]
+    NotUtf8(#[source] std::str::Utf8Error),
+    #[error("decoded value has no `user:password` colon")]
+    NoColon,
+}
+
+/// Why a registry's login could not be had from its credential helper; names the helper and
+/// the registry. Cloned: a failure is answered from memory for [`FAILURE_REUSE`].
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LoginError {
+    /// The config names a helper that tagpin refuses to run.
+    #[error("{source} (for {registry})")]
+    HelperRefused {
+        registry: String,
+        #[source]
+        source: HelperError,
+    },
+    #[error("{program} for {registry}: {source}")]
+    Helper {
+        program: String,
+        registry: String,
+        #[source]
+        source: HelperError,
+    },
+}
 
 /// Registry credentials keyed by normalized registry name (`docker.io`, `quay.io`, `host:5000`).
 #[derive(Debug, Clone, Default)]
@@ -62,7 +121,7 @@ enum HelperAnswer {
         after_refusal: bool,
     },
     Failed {
-        error: String,
+        error: LoginError,
         at: Instant,
     },
     /// The registry refused the last answer: the next lookup runs the helper.
@@ -121,19 +180,22 @@ impl CredentialStore {
 
     /// Reads `<dir>/config.json`; a missing file is an empty store, not an error, since most
     /// public images need no credentials.
-    pub fn load_dir(dir: &Path) -> Result<CredentialStore, String> {
+    pub fn load_dir(dir: &Path) -> Result<CredentialStore, DockerConfigError> {
         let path = dir.join("config.json");
         match std::fs::read(&path) {
             Ok(bytes) => CredentialStore::parse(&bytes, &path),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(CredentialStore::default()),
-            Err(e) => Err(format!("{}: {e}", path.display())),
+            Err(source) => Err(DockerConfigError::Read { path, source }),
         }
     }
 
     /// Parses a Docker config file; `source` only names the file in messages.
-    pub fn parse(bytes: &[u8], source: &Path) -> Result<CredentialStore, String> {
-        let file: ConfigFile = serde_json::from_slice(bytes)
-            .map_err(|e| format!("{}: not a Docker config file: {e}", source.display()))?;
+    pub fn parse(bytes: &[u8], source: &Path) -> Result<CredentialStore, DockerConfigError> {
+        let file: ConfigFile =
+            serde_json::from_slice(bytes).map_err(|json| DockerConfigError::NotDockerConfig {
+                path: source.to_path_buf(),
+                json,
+            })?;
         let mut store = CredentialStore {
             default_helper: file.creds_store.filter(|s| !s.is_empty()),
             ..CredentialStore::default()
@@ -151,10 +213,13 @@ impl CredentialStore {
                 entry.password,
             ) {
                 (Some(token), _, _, _) if !token.is_empty() => Login::IdentityToken(token),
-                (_, Some(auth), _, _) if !auth.is_empty() => Login::Password(
-                    decode_auth(&auth)
-                        .map_err(|e| format!("{}: auths[{key:?}].auth: {e}", source.display()))?,
-                ),
+                (_, Some(auth), _, _) if !auth.is_empty() => {
+                    Login::Password(decode_auth(&auth).map_err(|e| DockerConfigError::BadAuth {
+                        path: source.to_path_buf(),
+                        key: key.clone(),
+                        source: e,
+                    })?)
+                }
                 (_, _, Some(username), Some(password)) => {
                     Login::Password(Credential { username, password })
                 }
@@ -236,14 +301,14 @@ impl CredentialStore {
 
     /// The login for a registry (`Reference::domain`), running its helper on first use.
     /// `Ok(None)` means anonymous. Errors name the helper and the registry.
-    pub async fn login(&self, registry: &str) -> Result<Option<Login>, String> {
+    pub async fn login(&self, registry: &str) -> Result<Option<Login>, LoginError> {
         let registry = normalize_registry_key(registry);
         let helper = match self.source(&registry) {
             Source::Anonymous => return Ok(None),
             Source::Stored(login) => return Ok(Some(login.clone())),
             Source::Helper(helper) => helper,
         };
-        let slot = lock(&self.answers)
+        let slot = (self.answers.lock().unwrap_or_else(PoisonError::into_inner))
             .entry(registry.clone())
             .or_default()
             .clone();
@@ -263,8 +328,15 @@ impl CredentialStore {
         let answer = match cred_helper::program(helper) {
             Ok(program) => cred_helper::get(&program, &server_url(&registry), cred_helper::TIMEOUT)
                 .await
-                .map_err(|e| format!("{program} for {registry}: {e}")),
-            Err(e) => Err(format!("{e} (for {registry})")),
+                .map_err(|source| LoginError::Helper {
+                    program,
+                    registry: registry.clone(),
+                    source,
+                }),
+            Err(source) => Err(LoginError::HelperRefused {
+                registry: registry.clone(),
+                source,
+            }),
         };
         let at = Instant::now();
         *slot = Some(match &answer {
@@ -294,7 +366,10 @@ impl CredentialStore {
         if !matches!(self.source(&registry), Source::Helper(_)) {
             return false;
         }
-        let Some(slot) = lock(&self.answers).get(&registry).cloned() else {
+        let slot = (self.answers.lock().unwrap_or_else(PoisonError::into_inner))
+            .get(&registry)
+            .cloned();
+        let Some(slot) = slot else {
             return false;
         };
         let mut slot = slot.lock().await;
@@ -360,14 +435,13 @@ fn normalize_registry_key(key: &str) -> String {
     }
 }
 
-fn decode_auth(auth: &str) -> Result<Credential, String> {
+fn decode_auth(auth: &str) -> Result<Credential, AuthValueError> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(auth.trim())
-        .map_err(|_| "not valid base64".to_string())?;
-    let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 once decoded".to_string())?;
-    let (username, password) = text
-        .split_once(':')
-        .ok_or_else(|| "decoded value has no `user:password` colon".to_string())?;
+        .map_err(AuthValueError::NotBase64)?;
+    // `String::from_utf8`'s error would hold the decoded bytes: the credential.
+    let text = std::str::from_utf8(&bytes).map_err(AuthValueError::NotUtf8)?;
+    let (username, password) = text.split_once(':').ok_or(AuthValueError::NoColon)?;
     Ok(Credential {
         username: username.to_string(),
         password: password.to_string(),
@@ -378,7 +452,7 @@ fn decode_auth(auth: &str) -> Result<Credential, String> {
 mod tests {
     use super::*;
 
-    fn parse(json: &str) -> Result<CredentialStore, String> {
+    fn parse(json: &str) -> Result<CredentialStore, DockerConfigError> {
         CredentialStore::parse(json.as_bytes(), Path::new("config.json"))
     }
 
@@ -477,7 +551,7 @@ mod tests {
     #[tokio::test]
     async fn a_helper_that_is_not_a_plain_name_is_refused_naming_the_registry() {
         let store = parse(r#"{"credHelpers":{"r.example":"../sh"}}"#).unwrap();
-        let err = store.login("r.example").await.unwrap_err();
+        let err = store.login("r.example").await.unwrap_err().to_string();
         assert!(
             err.contains("not a plain name") && err.contains("r.example"),
             "{err}"
@@ -496,7 +570,10 @@ mod tests {
         assert!(answered.reusable(t0 + ANSWER_REUSE - Duration::from_secs(1)));
         assert!(!answered.reusable(t0 + ANSWER_REUSE));
         let failed = HelperAnswer::Failed {
-            error: "x".into(),
+            error: LoginError::HelperRefused {
+                registry: "r.example".into(),
+                source: HelperError::NotFound,
+            },
             at: t0,
         };
         assert!(failed.reusable(t0 + FAILURE_REUSE - Duration::from_secs(1)));
@@ -519,7 +596,9 @@ mod tests {
 
     #[test]
     fn broken_auth_value_names_the_file_and_key() {
-        let err = parse(r#"{"auths":{"quay.io":{"auth":"!!!"}}}"#).unwrap_err();
+        let err = parse(r#"{"auths":{"quay.io":{"auth":"!!!"}}}"#)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("config.json") && err.contains("quay.io"),
             "{err}"
@@ -528,10 +607,23 @@ mod tests {
 
     #[test]
     fn not_json_is_reported_with_the_file() {
-        let err = parse("{").unwrap_err();
+        let err = parse("{").unwrap_err().to_string();
         assert!(
             err.starts_with("config.json: not a Docker config file"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_config_of_another_shape_is_named_without_quoting_its_values() {
+        // `auth` written straight under the host: serde's own message quoted the credential.
+        let err = parse(r#"{"auths":{"quay.io":"YWxpY2U6czNjcmV0"}}"#)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config.json: not a Docker config file: JSON, but not of the shape expected \
+             (line 1, column 38)"
         );
     }
 

@@ -31,10 +31,26 @@ pub const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
 pub use crate::resolution::ManifestKind;
 
 /// Why a media type is not accepted.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MediaProblem {
+    #[error("{}", schema1_message())]
     Schema1,
+    #[error("{}", unsupported_message(.0))]
     Unsupported(String),
+}
+
+/// Why a manifest's bytes are not a manifest tagpin can pin. The caller names the image and
+/// the registry.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestParseError {
+    /// Not JSON, or not a manifest's shape. serde's error is kept for its line and column,
+    /// but not as a source: its own words quote the registry's answer, which is never shown.
+    #[error("manifest: {}", crate::bounded::json_problem(.0))]
+    NotJson(serde_json::Error),
+    #[error(transparent)]
+    Media(#[from] MediaProblem),
+    #[error("manifest lists a bad digest: {0}")]
+    BadDigest(#[source] crate::reference::ParseError),
 }
 
 /// Classifies a `Content-Type` (parameters such as `; charset=utf-8` ignored).
@@ -101,11 +117,13 @@ struct RawPlatform {
 
 /// Parses manifest bytes. The body's own `mediaType` wins over the `Content-Type` header;
 /// when neither says (older OCI manifests omit it), the shape decides.
-pub fn parse_manifest(bytes: &[u8], content_type: Option<&str>) -> Result<ParsedManifest, String> {
-    let raw: RawManifest = serde_json::from_slice(bytes)
-        .map_err(|e| format!("manifest: {}", crate::bounded::json_problem(&e)))?;
+pub fn parse_manifest(
+    bytes: &[u8],
+    content_type: Option<&str>,
+) -> Result<ParsedManifest, ManifestParseError> {
+    let raw: RawManifest = serde_json::from_slice(bytes).map_err(ManifestParseError::NotJson)?;
     if raw.schema_version == Some(1) {
-        return Err(schema1_message());
+        return Err(MediaProblem::Schema1.into());
     }
     let media_type = raw
         .media_type
@@ -118,10 +136,7 @@ pub fn parse_manifest(bytes: &[u8], content_type: Option<&str>) -> Result<Parsed
                 OCI_MANIFEST.to_string()
             }
         });
-    let kind = classify(&media_type).map_err(|p| match p {
-        MediaProblem::Schema1 => schema1_message(),
-        MediaProblem::Unsupported(t) => unsupported_message(&t),
-    })?;
+    let kind = classify(&media_type)?;
     let mut children = Vec::new();
     for d in raw.manifests.unwrap_or_default() {
         children.push(IndexChild {
@@ -150,8 +165,8 @@ pub fn parse_manifest(bytes: &[u8], content_type: Option<&str>) -> Result<Parsed
     })
 }
 
-fn parse_digest(s: &str) -> Result<Digest, String> {
-    Digest::parse(s).map_err(|e| format!("manifest lists a bad digest: {e}"))
+fn parse_digest(s: &str) -> Result<Digest, ManifestParseError> {
+    Digest::parse(s).map_err(ManifestParseError::BadDigest)
 }
 
 /// Shared wording, so the CLI and tests see one message for schema 1 wherever it is caught.
@@ -229,7 +244,9 @@ mod tests {
 
     #[test]
     fn schema1_is_refused_by_body_or_content_type() {
-        let err = parse_manifest(br#"{"schemaVersion":1,"name":"a","tag":"b"}"#, None).unwrap_err();
+        let err = parse_manifest(br#"{"schemaVersion":1,"name":"a","tag":"b"}"#, None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("schema 1"), "{err}");
         assert_eq!(
             classify("application/vnd.docker.distribution.manifest.v1+prettyjws"),

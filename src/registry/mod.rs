@@ -414,7 +414,7 @@ impl Client {
         }
         let content_type = header_str(&answer.headers, CONTENT_TYPE.as_str());
         let parsed = media::parse_manifest(&answer.body, content_type.as_deref())
-            .map_err(|e| bad(target, e))?;
+            .map_err(|e| bad(target, e.to_string()))?;
         Ok((computed, parsed))
     }
 
@@ -533,10 +533,10 @@ impl Client {
             .credentials
             .login(target.domain)
             .await
-            .map_err(|detail| RegistryError::Credentials {
+            .map_err(|e| RegistryError::Credentials {
                 image: target.image.clone(),
                 host: target.host.to_string(),
-                detail,
+                detail: e.to_string(),
             })
     }
 
@@ -651,7 +651,8 @@ impl Client {
         if answer.truncated {
             return Err(bad(target, format!("token service: {}", too_large())));
         }
-        let token = auth::parse_token_answer(&answer.body).map_err(|e| bad(target, e))?;
+        let token =
+            auth::parse_token_answer(&answer.body).map_err(|e| bad(target, e.to_string()))?;
         // The lifetime is bounded by `parse_token_answer`; checked all the same, since a
         // panic here would take every image of the pass with it.
         if let Some(until) = Instant::now().checked_add(token.lifetime) {

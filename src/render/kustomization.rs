@@ -8,14 +8,45 @@
 //! patches and replacements that may touch images or names. Patch and replacement files are
 //! listed for the renderer to read and check, since reading is its job.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use super::gaps::{Gap, Unverifiable};
 use super::images::{self, ImagesEntry};
 use super::patches;
-use super::{Gap, Kind, Unverifiable};
 use crate::manifest::kustomize::is_kustomization;
 use crate::manifest::yaml::{self, Document, NodeId};
 use crate::manifest::ManifestError;
+
+/// Whether a kustomization file is a `Kustomization` (what a GitOps tool applies) or a
+/// `Component` (what kustomizations include).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kind {
+    #[default]
+    Kustomization,
+    Component,
+}
+
+/// Why a kustomization file cannot be read; each names the file (and line and column where
+/// the YAML says).
+#[derive(Debug, thiserror::Error)]
+pub enum KustomizationError {
+    #[error(transparent)]
+    Yaml(#[from] ManifestError),
+    #[error("{}: a kustomization is a mapping", path.display())]
+    NotAMapping { path: PathBuf },
+    /// A Flux `Kustomization`, say, which has another apiVersion.
+    #[error(
+        "{}: not a kustomize kustomization (apiVersion {}, kind {})",
+        path.display(),
+        api_version.as_deref().unwrap_or("none"),
+        kind.as_deref().unwrap_or("none")
+    )]
+    NotAKustomization {
+        path: PathBuf,
+        api_version: Option<String>,
+        kind: Option<String>,
+    },
+}
 
 /// A string entry of a list (a resource, a component, a patch file), where it is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,35 +78,34 @@ pub(super) struct Kustomization {
 /// Reads the kustomization at `path` (its text `text`). A file that is not YAML, or not a
 /// kustomize kustomization (a Flux `Kustomization` has another apiVersion), is an error naming
 /// the file (and line and column).
-pub(super) fn read(path: &Path, text: &str) -> Result<Kustomization, String> {
+pub(super) fn read(path: &Path, text: &str) -> Result<Kustomization, KustomizationError> {
     let Some(document) = yaml::documents(path, text).next() else {
         return Ok(Kustomization::default());
     };
-    let document = document.map_err(|e| e.to_string())?;
+    let document = document?;
     let Some(root) = document.root().map(|root| document.resolve(root)) else {
         return Ok(Kustomization::default());
     };
     if !document.is_mapping(root) {
-        return Err(format!("{}: a kustomization is a mapping", path.display()));
+        return Err(KustomizationError::NotAMapping {
+            path: path.to_path_buf(),
+        });
     }
-    let kind = document.get_str(root, "kind").map_err(|e| e.to_string())?;
-    let api_version = document
-        .get_str(root, "apiVersion")
-        .map_err(|e| e.to_string())?;
+    let kind = document.get_str(root, "kind")?;
+    let api_version = document.get_str(root, "apiVersion")?;
     if !is_kustomization(kind, api_version, true) {
-        return Err(format!(
-            "{}: not a kustomize kustomization (apiVersion {}, kind {})",
-            path.display(),
-            api_version.unwrap_or("none"),
-            kind.unwrap_or("none")
-        ));
+        return Err(KustomizationError::NotAKustomization {
+            path: path.to_path_buf(),
+            api_version: api_version.map(str::to_string),
+            kind: kind.map(str::to_string),
+        });
     }
     let reader = Reader {
         path,
         document: &document,
         root,
     };
-    let mut k = reader.read().map_err(|e| e.to_string())?;
+    let mut k = reader.read()?;
     if kind == Some("Component") {
         k.kind = Kind::Component;
     }
@@ -361,14 +391,16 @@ mod tests {
             "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nspec: {path: ./x}\n",
         );
         assert_eq!(
-            flux.unwrap_err(),
+            flux.unwrap_err().to_string(),
             "flux/kustomization.yaml: not a kustomize kustomization (apiVersion kustomize.toolkit.fluxcd.io/v1, kind Kustomization)"
         );
     }
 
     #[test]
     fn invalid_yaml_is_named_with_line_and_column() {
-        let error = read(Path::new("o/kustomization.yaml"), "resources: [\n").unwrap_err();
+        let error = read(Path::new("o/kustomization.yaml"), "resources: [\n")
+            .unwrap_err()
+            .to_string();
         assert!(
             error.starts_with("o/kustomization.yaml:2:1: invalid YAML"),
             "{error}"

@@ -19,6 +19,7 @@
 //! Pure: every file comes through a [`Tree`], the Git tree of a commit in `tagpin verify`
 //! ([`crate::git::Mirror::read_path`]), a map of files in the tests.
 
+mod gaps;
 mod images;
 mod kustomization;
 mod patches;
@@ -31,6 +32,8 @@ use std::path::{Path, PathBuf};
 use crate::manifest::kustomize::KUSTOMIZATION_NAMES;
 use crate::manifest::{self, ContainerList, Origin, MAX_FILE_BYTES};
 use crate::workload::WorkloadId;
+pub use gaps::{Gap, Unverifiable};
+pub use kustomization::Kind;
 use kustomization::{Entry, Kustomization};
 use paths::Resolved;
 
@@ -63,98 +66,6 @@ pub trait Tree {
 impl<F: Fn(&Path) -> Lookup> Tree for F {
     fn lookup(&self, path: &Path) -> Lookup {
         self(path)
-    }
-}
-
-/// Whether a kustomization file is a `Kustomization` (what a GitOps tool applies) or a
-/// `Component` (what kustomizations include).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Kind {
-    #[default]
-    Kustomization,
-    Component,
-}
-
-/// Why a kustomization cannot be rendered by tagpin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Gap {
-    /// A URL or a `host/org/repo` path: kustomize would fetch it.
-    Remote,
-    /// `helmCharts:`: Helm renders it.
-    HelmChart,
-    /// `generators:` or `transformers:`: a plugin can change anything.
-    Plugin,
-    /// A patch or replacement that may change an image, the containers or a name.
-    Patch,
-    /// An absolute path, or `..` above the repository's root.
-    OutsideRepository,
-    /// A symlink: never followed.
-    Symlink,
-    /// A path the repository does not hold, or a directory without a kustomization.
-    Missing,
-    /// A kustomization that includes itself.
-    Cycle,
-    /// Kustomizations nested deeper than [`MAX_NESTING`], or included more than
-    /// [`MAX_INCLUDES`] times.
-    TooLarge,
-    /// Something kustomize refuses: a component listed as a resource, two kustomization files.
-    Invalid,
-    /// A file that is not valid YAML, not UTF-8, too large, or not a kustomization.
-    Unreadable,
-}
-
-impl fmt::Display for Gap {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Gap::Remote => "remote resource",
-            Gap::HelmChart => "Helm chart",
-            Gap::Plugin => "generator or transformer plugin",
-            Gap::Patch => "patch or replacement that may change an image or a name",
-            Gap::OutsideRepository => "path outside the repository",
-            Gap::Symlink => "symlink",
-            Gap::Missing => "missing file or directory",
-            Gap::Cycle => "kustomization that includes itself",
-            Gap::TooLarge => "kustomizations nested too deep or included too often",
-            Gap::Invalid => "something kustomize refuses",
-            Gap::Unreadable => "unreadable file",
-        })
-    }
-}
-
-/// A reason a kustomization's render is incomplete, where it is written.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Unverifiable {
-    /// The kustomization holding the entry (or, for a root that cannot be read, the root).
-    pub path: PathBuf,
-    pub line: usize,
-    pub column: usize,
-    pub gap: Gap,
-    /// What exactly, for people: the entry and what is wrong with it.
-    pub detail: String,
-}
-
-impl Unverifiable {
-    fn new(path: &Path, (line, column): (usize, usize), gap: Gap, detail: String) -> Unverifiable {
-        Unverifiable {
-            path: path.to_path_buf(),
-            line,
-            column,
-            gap,
-            detail,
-        }
-    }
-}
-
-impl fmt::Display for Unverifiable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}: {}",
-            self.path.display(),
-            self.line,
-            self.column,
-            self.detail
-        )
     }
 }
 
@@ -344,11 +255,14 @@ impl Builder<'_> {
             return None;
         };
         self.files.insert(path.clone());
-        let read = text(&path, &bytes).and_then(|text| kustomization::read(&path, text));
+        let read = match text(&path, &bytes) {
+            Ok(text) => kustomization::read(&path, text).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
         match read {
             Ok(k) => Some((path, k)),
-            Err(error) => {
-                self.problem(at, Gap::Unreadable, error);
+            Err(detail) => {
+                self.problem(at, Gap::Unreadable, detail);
                 None
             }
         }
@@ -508,7 +422,7 @@ impl Builder<'_> {
                     self.problem(at, Gap::Patch, format!("{what} {entry}: {why}"));
                 }
             }
-            Err(error) => self.problem(at, Gap::Unreadable, error),
+            Err(error) => self.problem(at, Gap::Unreadable, error.to_string()),
         }
     }
 
@@ -565,15 +479,30 @@ impl Builder<'_> {
     }
 }
 
+/// Why a file the renderer reads (a kustomization, a patch) has no text it can read.
+#[derive(Debug, thiserror::Error)]
+enum TextError {
+    #[error("{}: larger than {MAX_FILE_BYTES} bytes", path.display())]
+    TooLarge { path: PathBuf },
+    #[error("{}: not valid UTF-8", path.display())]
+    NotUtf8 {
+        path: PathBuf,
+        #[source]
+        source: std::str::Utf8Error,
+    },
+}
+
 /// The text of a file, within the size the scanner accepts, or why not.
-fn text<'b>(path: &Path, bytes: &'b [u8]) -> Result<&'b str, String> {
+fn text<'b>(path: &Path, bytes: &'b [u8]) -> Result<&'b str, TextError> {
     if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!(
-            "{}: larger than {MAX_FILE_BYTES} bytes",
-            path.display()
-        ));
+        return Err(TextError::TooLarge {
+            path: path.to_path_buf(),
+        });
     }
-    std::str::from_utf8(bytes).map_err(|_| format!("{}: not valid UTF-8", path.display()))
+    std::str::from_utf8(bytes).map_err(|source| TextError::NotUtf8 {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The containers of the workloads in a resource file, as written, read by the scanner.

@@ -51,7 +51,7 @@ pub enum SyncError {
     /// An `images.policies` entry does not compile (only for a `Config` not loaded from a file,
     /// which validates them).
     #[error("configuration: images.policies: {0}")]
-    Policy(String),
+    Policy(#[source] crate::policy::PolicyError),
     #[error("pull-request mode needs a forge: section in the configuration")]
     NoForge,
     /// A secret named by the configuration could not be read; never holds the secret.
@@ -523,9 +523,9 @@ pub fn git_credentials(auth: &GitAuth) -> Result<Credentials, SyncError> {
         GitAuth::None => Credentials::None,
         GitAuth::Token { env, username } => Credentials::Token {
             username: username.clone(),
-            token: crate::config::read_env(env).map_err(|message| SyncError::Secret {
+            token: crate::config::read_env(env).map_err(|e| SyncError::Secret {
                 field: "repository.auth.token_env",
-                message,
+                message: e.to_string(),
             })?,
         },
         GitAuth::SshKey {
@@ -542,12 +542,10 @@ pub fn git_credentials(auth: &GitAuth) -> Result<Credentials, SyncError> {
                 key_file: key_file.clone(),
                 passphrase: match passphrase_env {
                     Some(env) => {
-                        Some(
-                            crate::config::read_env(env).map_err(|message| SyncError::Secret {
-                                field: "repository.auth.passphrase_env",
-                                message,
-                            })?,
-                        )
+                        Some(crate::config::read_env(env).map_err(|e| SyncError::Secret {
+                            field: "repository.auth.passphrase_env",
+                            message: e.to_string(),
+                        })?)
                     }
                     None => None,
                 },

@@ -30,6 +30,7 @@ mod helm_verify;
 mod kube_server_selftest;
 mod kustomize;
 mod leader;
+mod module_graph;
 mod operator;
 mod operator_hostile;
 mod operator_promote;

@@ -1,0 +1,915 @@
+//! No import circles between tagpin's modules (issue #27).
+//!
+//! A circle hides where a thing belongs: when `output` needs `cli` and `cli` needs `output`,
+//! neither can be read, tested or moved alone. The test reads `src/**/*.rs`, takes each file
+//! as one module (`mod.rs`, or `x.rs` beside a directory `x/`, is its directory's module) and
+//! draws an edge for every path that names another file's module: `use crate::…`,
+//! `use super::…`, inline `crate::x::y`, `super::y`, a child declared with `mod y;` and named
+//! as `y::…`, and the names a `use` brought in. A parent and its child that name each other
+//! are a circle too. Comments, string literals and `#[cfg(test)]` items are not read: doc
+//! links and tests create no dependency of the product.
+//!
+//! The circles that exist today are listed in [`KNOWN_CIRCLES`] by the reference that closes
+//! each and the move that will remove it; any other circle fails the test, naming the files
+//! and the lines that make it. A listed reference that no longer closes a circle fails too,
+//! so the list only ever shrinks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The references that close today's circles, `(from, to, the move that removes it)`.
+/// Removing the reference (by the move) breaks the circle; the test then asks for the entry
+/// to go. The first group are the circles issue #27 names, with its moves; the others are a
+/// parent and its child naming each other, which the issue does not list: their move is the
+/// test's suggestion.
+const KNOWN_CIRCLES: &[(&str, &str, &str)] = &[
+    // Named by issue #27.
+    (
+        "manifest/field",
+        "manifest/helm",
+        "the Helm image types (HelmImage, …) into manifest/field.rs",
+    ),
+    (
+        "writer",
+        "sync",
+        "Outcome, SyncError and the PR decision into the writer, with its own error",
+    ),
+    (
+        "operator/merged",
+        "operator/reconcile",
+        "one reconcile core for `run` and `operator`: operator/merged.rs disappears",
+    ),
+    (
+        "operator/promotion",
+        "operator/reconcile",
+        "one reconcile core for `run` and `operator`: promotions are a step of the shared pass",
+    ),
+    (
+        "verify/expected",
+        "verify/helm",
+        "verify/ split into observe/ and judge/: HelmPin goes to the judge side with expected",
+    ),
+    // A parent and its child naming each other; the move is this test's suggestion.
+    (
+        "config/raw",
+        "config",
+        "the config types raw.rs reads into (Grouping, Order, WriteMode) into a file of their own",
+    ),
+    (
+        "config/validate",
+        "config",
+        "the helpers validate.rs calls (invalid_stage_name, is_dns_label, …) into their own file",
+    ),
+    (
+        "config/validate",
+        "forge",
+        "forge::DEFAULT_TIMEOUT_SECONDS into config, whose default it is",
+    ),
+    (
+        "forge/github",
+        "forge",
+        "host_of, read_pages, ForgeError, PullRequestInfo, … into a file of their own under forge/",
+    ),
+    (
+        "forge/gitlab",
+        "forge",
+        "host_of, read_pages, ForgeError, PullRequestInfo, … into a file of their own under forge/",
+    ),
+    (
+        "manifest/helm",
+        "manifest",
+        "ManifestError (and HelmWrite, HelmImage) out of manifest/mod.rs into a file of their own",
+    ),
+    (
+        "manifest/helm_objects",
+        "manifest",
+        "ManifestError out of manifest/mod.rs into a file of its own",
+    ),
+    (
+        "manifest/helm_text",
+        "manifest",
+        "HelmWrite and HelmImage out of manifest/mod.rs into a file of their own",
+    ),
+    (
+        "manifest/helm_values",
+        "manifest",
+        "ManifestError out of manifest/mod.rs into a file of its own",
+    ),
+    (
+        "manifest/kubernetes",
+        "manifest",
+        "ManifestError out of manifest/mod.rs into a file of its own",
+    ),
+    (
+        "manifest/kustomize",
+        "manifest",
+        "ManifestError out of manifest/mod.rs into a file of its own",
+    ),
+    (
+        "manifest/rewrite",
+        "manifest",
+        "ManifestError out of manifest/mod.rs into a file of its own",
+    ),
+    (
+        "manifest/scan",
+        "manifest",
+        "ManifestError out of manifest/mod.rs into a file of its own",
+    ),
+    (
+        "manifest/walk",
+        "manifest",
+        "ManifestError out of manifest/mod.rs into a file of its own",
+    ),
+    (
+        "manifest/yaml",
+        "manifest",
+        "ManifestError out of manifest/mod.rs into a file of its own",
+    ),
+    (
+        "operator/reconcile",
+        "operator",
+        "SECRET_LABEL and SECRET_LABEL_VALUE into the file that reads Secrets",
+    ),
+    (
+        "promote/decision",
+        "promote",
+        "import Gate from promote/gate.rs (`super::gate::Gate`), not through promote/mod.rs",
+    ),
+    (
+        "verify/report",
+        "verify",
+        "Check and Expectations out of verify/mod.rs into a file of their own",
+    ),
+];
+
+/// One module per file: `src/registry/mod.rs` is `registry`, `src/config/raw.rs` is
+/// `config/raw`. `None` for the crate roots, which only declare modules (`lib.rs`) or belong
+/// to another crate (`main.rs`, the binary).
+fn module_of(relative: &Path) -> Option<String> {
+    let text = relative.to_str()?.strip_suffix(".rs")?.replace('\\', "/");
+    if text == "lib" || text == "main" {
+        return None;
+    }
+    Some(text.strip_suffix("/mod").unwrap_or(&text).to_string())
+}
+
+/// The code with comments and the contents of string and character literals blanked, line
+/// breaks kept so that offsets still give line numbers.
+fn strip_comments_and_literals(source: &str) -> String {
+    let chars: Vec<char> = source.chars().collect();
+    let mut out = String::with_capacity(source.len());
+    let blank = |out: &mut String, c: char| out.push(if c == '\n' { '\n' } else { ' ' });
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        let before_is_ident = i > 0 && ident(chars[i - 1]);
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+            continue;
+        }
+        if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    blank(&mut out, chars[i]);
+                    i += 1;
+                }
+            }
+            continue;
+        }
+        // Raw strings: r"…", r#"…"#, br#"…"#.
+        let raw_start = match (c, next) {
+            ('r', _) if !before_is_ident => Some(i + 1),
+            ('b', Some('r')) if !before_is_ident => Some(i + 2),
+            _ => None,
+        };
+        if let Some(mut j) = raw_start {
+            let mut hashes = 0;
+            while chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) == Some(&'"') {
+                out.push_str("\"\"");
+                j += 1;
+                loop {
+                    match chars.get(j) {
+                        None => break,
+                        Some('"') if (1..=hashes).all(|h| chars.get(j + h) == Some(&'#')) => {
+                            j += 1 + hashes;
+                            break;
+                        }
+                        Some(&other) => {
+                            if other == '\n' {
+                                out.push('\n');
+                            }
+                            j += 1;
+                        }
+                    }
+                }
+                i = j;
+                continue;
+            }
+        }
+        if c == '"' {
+            out.push_str("\"\"");
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                let escaped = chars[i] == '\\';
+                if chars[i] == '\n' || (escaped && chars.get(i + 1) == Some(&'\n')) {
+                    out.push('\n');
+                }
+                i += if escaped { 2 } else { 1 };
+            }
+            i += 1;
+            continue;
+        }
+        if c == '\'' {
+            // A character literal ('x', '\n', '\u{1F600}'); otherwise a lifetime, kept.
+            if next == Some('\\') {
+                // Past the backslash and the character it escapes (`'\''`).
+                let mut j = i + 3;
+                while j < chars.len() && chars[j] != '\'' {
+                    j += 1;
+                }
+                out.push_str("' '");
+                i = j + 1;
+                continue;
+            }
+            if chars.get(i + 2) == Some(&'\'') {
+                out.push_str("' '");
+                i += 3;
+                continue;
+            }
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}
+
+/// The code with every `#[cfg(test)]` item blanked (a test module, function or `use`), and
+/// the names of the child modules declared under `#[cfg(test)]` (`mod fixtures;`), whose
+/// files are test code too.
+fn without_test_items(code: &str) -> (String, BTreeSet<String>) {
+    let mut code: Vec<char> = code.chars().collect();
+    let mut test_children = BTreeSet::new();
+    let marker: Vec<char> = "#[cfg(test)]".chars().collect();
+    let mut i = 0;
+    while i + marker.len() <= code.len() {
+        if code[i..i + marker.len()] != marker[..] {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut j = i + marker.len();
+        // Further attributes of the same item.
+        loop {
+            while j < code.len() && code[j].is_whitespace() {
+                j += 1;
+            }
+            if code.get(j) == Some(&'#') {
+                while j < code.len() && code[j] != ']' {
+                    j += 1;
+                }
+                j += 1;
+            } else {
+                break;
+            }
+        }
+        let item: String = code[j..code.len().min(j + 200)].iter().collect();
+        let words: Vec<&str> = item
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .take(6)
+            .collect();
+        // The item ends at a `;` outside brackets, or at the `}` closing its first `{`.
+        let (mut depth, mut end) = (0i32, code.len());
+        let mut k = j;
+        while k < code.len() {
+            match code[k] {
+                '(' | '[' => depth += 1,
+                ')' | ']' => depth -= 1,
+                ';' if depth == 0 => {
+                    end = k + 1;
+                    if let Some(pos) = words.iter().position(|w| *w == "mod") {
+                        if let Some(name) = words.get(pos + 1) {
+                            test_children.insert(name.to_string());
+                        }
+                    }
+                    break;
+                }
+                '{' if depth == 0 => {
+                    end = (closing_brace(&code, k) + 1).min(code.len());
+                    break;
+                }
+                _ => {}
+            }
+            k += 1;
+        }
+        for c in &mut code[start..end] {
+            if *c != '\n' {
+                *c = ' ';
+            }
+        }
+        i = end;
+    }
+    (code.into_iter().collect(), test_children)
+}
+
+/// The offset of the `}` closing the `{` at `open` (the end of the code if none does).
+fn closing_brace(code: &[char], open: usize) -> usize {
+    let mut braces = 0;
+    for (k, c) in code.iter().enumerate().skip(open) {
+        match c {
+            '{' => braces += 1,
+            '}' => {
+                braces -= 1;
+                if braces == 0 {
+                    return k;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+fn is_ident_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// A path as written (`super::images::read`) and where: its line.
+#[derive(Debug, Clone)]
+struct Written {
+    segments: Vec<String>,
+    line: usize,
+    /// Inline `mod x { … }` blocks around it: that many leading `super`s stay in the file.
+    inline_depth: usize,
+}
+
+/// The leaves of a `use` tree: `crate::{a, b::{self, C as D}}` gives `crate::a`, `crate::b`
+/// (named `b`) and `crate::b::C` (named `D`). A glob (`super::*`) names nothing.
+fn use_leaves(tree: &str) -> Vec<(Vec<String>, Option<String>)> {
+    let mut tokens = Vec::new();
+    let chars: Vec<char> = tree.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c.is_whitespace() {
+            i += 1;
+        } else if c == ':' && chars.get(i + 1) == Some(&':') {
+            tokens.push("::".to_string());
+            i += 2;
+        } else if is_ident_char(c) {
+            let start = i;
+            while i < chars.len() && is_ident_char(chars[i]) {
+                i += 1;
+            }
+            tokens.push(chars[start..i].iter().collect());
+        } else {
+            tokens.push(c.to_string());
+            i += 1;
+        }
+    }
+    let mut leaves = Vec::new();
+    let mut position = 0;
+    parse_use_tree(&tokens, &mut position, &mut Vec::new(), &mut leaves);
+    leaves
+}
+
+fn parse_use_tree(
+    tokens: &[String],
+    at: &mut usize,
+    prefix: &mut Vec<String>,
+    leaves: &mut Vec<(Vec<String>, Option<String>)>,
+) {
+    let depth = prefix.len();
+    loop {
+        match tokens.get(*at).map(String::as_str) {
+            Some("::") => *at += 1,
+            Some("{") => {
+                *at += 1;
+                loop {
+                    parse_use_tree(tokens, at, prefix, leaves);
+                    match tokens.get(*at).map(String::as_str) {
+                        Some(",") => *at += 1,
+                        Some("}") => {
+                            *at += 1;
+                            break;
+                        }
+                        _ => break,
+                    }
+                    if tokens.get(*at).map(String::as_str) == Some("}") {
+                        *at += 1;
+                        break;
+                    }
+                }
+                prefix.truncate(depth);
+                return;
+            }
+            Some("*") => {
+                *at += 1;
+                leaves.push((prefix.clone(), None));
+                prefix.truncate(depth);
+                return;
+            }
+            Some("self") if prefix.len() > depth || depth > 0 => {
+                *at += 1;
+                let name = prefix.last().cloned();
+                let alias = alias_after(tokens, at).or(name);
+                leaves.push((prefix.clone(), alias));
+                prefix.truncate(depth);
+                return;
+            }
+            Some(word) if word.chars().all(is_ident_char) => {
+                prefix.push(word.to_string());
+                *at += 1;
+                if tokens.get(*at).map(String::as_str) != Some("::") {
+                    let alias = alias_after(tokens, at).or_else(|| Some(word.to_string()));
+                    leaves.push((prefix.clone(), alias));
+                    prefix.truncate(depth);
+                    return;
+                }
+            }
+            _ => {
+                prefix.truncate(depth);
+                return;
+            }
+        }
+    }
+}
+
+fn alias_after(tokens: &[String], at: &mut usize) -> Option<String> {
+    if tokens.get(*at).map(String::as_str) == Some("as") {
+        *at += 2;
+        return tokens.get(*at - 1).cloned().filter(|name| name != "_");
+    }
+    None
+}
+
+/// Every path of a file's code that may name a module: the leaves of its `use` items, and
+/// the paths of two or more segments elsewhere. Also the names its `use`s bring in.
+fn written_paths(code: &str) -> (Vec<Written>, BTreeMap<String, Vec<String>>) {
+    let chars: Vec<char> = code.chars().collect();
+    let mut lines = Vec::with_capacity(chars.len() + 1);
+    let mut line = 1;
+    for c in &chars {
+        lines.push(line);
+        if *c == '\n' {
+            line += 1;
+        }
+    }
+    lines.push(line);
+    let line_of = |offset: usize| lines[offset];
+    // Inline module blocks, as (start, end) offsets.
+    let mut inline = Vec::new();
+    let mut i = 0;
+    while let Some(found) = find_word(&chars, "mod", i) {
+        i = found + 3;
+        let mut j = i;
+        while j < chars.len() && (chars[j].is_whitespace() || is_ident_char(chars[j])) {
+            j += 1;
+        }
+        if chars.get(j) == Some(&'{') {
+            inline.push((j, closing_brace(&chars, j)));
+        }
+    }
+    let depth_at = |offset: usize| {
+        inline
+            .iter()
+            .filter(|(start, end)| *start < offset && offset < *end)
+            .count()
+    };
+
+    let mut written = Vec::new();
+    let mut aliases = BTreeMap::new();
+    let mut rest = chars.clone();
+    let mut i = 0;
+    while let Some(found) = find_word(&chars, "use", i) {
+        let Some(end) = chars[found..].iter().position(|c| *c == ';') else {
+            break;
+        };
+        let end = found + end;
+        let tree: String = chars[found + 3..end].iter().collect();
+        for (segments, alias) in use_leaves(&tree) {
+            if let Some(alias) = alias {
+                aliases.insert(alias, segments.clone());
+            }
+            written.push(Written {
+                segments,
+                line: line_of(found),
+                inline_depth: depth_at(found),
+            });
+        }
+        for c in &mut rest[found..=end] {
+            if *c != '\n' {
+                *c = ' ';
+            }
+        }
+        i = end;
+    }
+    // Paths elsewhere: `a::b` not preceded by `::`, an identifier or `$` (`$crate`).
+    let mut i = 0;
+    while i < rest.len() {
+        let starts = is_ident_char(rest[i])
+            && (i == 0 || !(is_ident_char(rest[i - 1]) || rest[i - 1] == '$'));
+        let after_colons = i >= 2 && rest[i - 1] == ':' && rest[i - 2] == ':';
+        if !starts || after_colons {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut segments = Vec::new();
+        loop {
+            let word_start = i;
+            while i < rest.len() && is_ident_char(rest[i]) {
+                i += 1;
+            }
+            segments.push(rest[word_start..i].iter().collect::<String>());
+            if rest.get(i) == Some(&':')
+                && rest.get(i + 1) == Some(&':')
+                && rest.get(i + 2).is_some_and(|c| is_ident_char(*c))
+            {
+                i += 2;
+            } else {
+                break;
+            }
+        }
+        if segments.len() > 1 {
+            written.push(Written {
+                segments,
+                line: line_of(start),
+                inline_depth: depth_at(start),
+            });
+        }
+    }
+    (written, aliases)
+}
+
+fn find_word(chars: &[char], word: &str, from: usize) -> Option<usize> {
+    let word: Vec<char> = word.chars().collect();
+    (from..chars.len().saturating_sub(word.len() - 1)).find(|&i| {
+        chars[i..i + word.len()] == word[..]
+            && (i == 0 || !is_ident_char(chars[i - 1]))
+            && chars.get(i + word.len()).is_none_or(|c| !is_ident_char(*c))
+    })
+}
+
+/// Which file a reference goes to, and the line that makes it.
+type Edges = BTreeMap<String, BTreeMap<String, String>>;
+
+/// The module graph of `files` (module -> source text): for each module, the other modules
+/// it names, each with the first place it does (`src/output.rs:27 crate::cli::OutputFormat`).
+fn module_graph(files: &BTreeMap<String, (String, String)>) -> Edges {
+    let modules: BTreeSet<&str> = files.keys().map(String::as_str).collect();
+    let mut cleaned = BTreeMap::new();
+    let mut test_only = BTreeSet::new();
+    for (module, (_, source)) in files {
+        let (code, test_children) = without_test_items(&strip_comments_and_literals(source));
+        for child in test_children {
+            test_only.insert(format!("{module}/{child}"));
+        }
+        cleaned.insert(module.clone(), code);
+    }
+    let mut edges = Edges::new();
+    for (module, code) in &cleaned {
+        if test_only.contains(module) {
+            continue;
+        }
+        let (file, _) = &files[module];
+        let me: Vec<String> = module.split('/').map(str::to_string).collect();
+        let children: BTreeSet<String> = declared_children(code);
+        let (written, aliases) = written_paths(code);
+        let targets = edges.entry(module.clone()).or_default();
+        for path in written {
+            let Some(absolute) = absolute(&me, &path, &children, &aliases, 0) else {
+                continue;
+            };
+            // The longest prefix that is a file's module.
+            let Some(target) = (1..=absolute.len())
+                .rev()
+                .map(|n| absolute[..n].join("/"))
+                .find(|m| modules.contains(m.as_str()))
+            else {
+                continue;
+            };
+            if target != *module && !test_only.contains(&target) {
+                targets.entry(target).or_insert_with(|| {
+                    format!("{file}:{} {}", path.line, path.segments.join("::"))
+                });
+            }
+        }
+    }
+    edges
+}
+
+/// `mod x;` declarations: the file's child modules.
+fn declared_children(code: &str) -> BTreeSet<String> {
+    let chars: Vec<char> = code.chars().collect();
+    let mut children = BTreeSet::new();
+    let mut i = 0;
+    while let Some(found) = find_word(&chars, "mod", i) {
+        i = found + 3;
+        let rest: String = chars[i..chars.len().min(i + 100)].iter().collect();
+        let name: String = rest
+            .trim_start()
+            .chars()
+            .take_while(|c| is_ident_char(*c))
+            .collect();
+        if rest.trim_start()[name.len()..]
+            .trim_start()
+            .starts_with(';')
+        {
+            children.insert(name);
+        }
+    }
+    children
+}
+
+/// A written path as a path from the crate root, or `None` when it does not start in the
+/// crate (a dependency, `std`, a local variable's type).
+fn absolute(
+    me: &[String],
+    path: &Written,
+    children: &BTreeSet<String>,
+    aliases: &BTreeMap<String, Vec<String>>,
+    hops: usize,
+) -> Option<Vec<String>> {
+    let segments = &path.segments;
+    let first = segments.first()?.as_str();
+    match first {
+        "crate" => Some(segments[1..].to_vec()),
+        "super" | "self" => {
+            let mut base = me.to_vec();
+            let mut inline = path.inline_depth;
+            let mut rest = &segments[..];
+            while let Some(head) = rest.first().map(String::as_str) {
+                match head {
+                    "super" if inline > 0 => inline -= 1,
+                    "super" => {
+                        base.pop()?;
+                    }
+                    "self" => {}
+                    _ => break,
+                }
+                rest = &rest[1..];
+            }
+            if inline > 0 {
+                // Still inside this file's inline module.
+                return None;
+            }
+            base.extend(rest.iter().cloned());
+            Some(base)
+        }
+        _ if children.contains(first) => {
+            let mut base = me.to_vec();
+            base.extend(segments.iter().cloned());
+            Some(base)
+        }
+        _ => {
+            let target = aliases.get(first)?;
+            if hops > 8 || target.first().map(String::as_str) == Some(first) {
+                return None;
+            }
+            let expanded = Written {
+                segments: target.iter().chain(&segments[1..]).cloned().collect(),
+                ..path.clone()
+            };
+            absolute(me, &expanded, children, aliases, hops + 1)
+        }
+    }
+}
+
+/// The groups of modules that reach each other once the `allowed` references are taken out:
+/// each is a circle no entry explains.
+fn circles(edges: &Edges, allowed: &BTreeSet<(String, String)>) -> Vec<Vec<String>> {
+    let kept = |from: &String, to: &String| !allowed.contains(&(from.clone(), to.clone()));
+    let nodes: Vec<&String> = edges.keys().collect();
+    let reach = |from: &String| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.clone()];
+        while let Some(node) = stack.pop() {
+            for to in edges.get(&node).into_iter().flat_map(BTreeMap::keys) {
+                if kept(&node, to) && seen.insert(to.clone()) {
+                    stack.push(to.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reachable: BTreeMap<&String, BTreeSet<String>> =
+        nodes.iter().map(|n| (*n, reach(n))).collect();
+    let mut grouped = BTreeSet::new();
+    let mut groups = Vec::new();
+    for node in &nodes {
+        if grouped.contains(*node) || !reachable[node].contains(*node) {
+            continue;
+        }
+        let group: Vec<String> = nodes
+            .iter()
+            .filter(|other| reachable[node].contains(**other) && reachable[*other].contains(*node))
+            .map(|other| other.to_string())
+            .collect();
+        grouped.extend(group.iter().cloned());
+        groups.push(group);
+    }
+    groups
+}
+
+/// Whether `from -> to` lies on a circle: `to` reaches `from`.
+fn closes_a_circle(edges: &Edges, from: &str, to: &str) -> bool {
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![to.to_string()];
+    while let Some(node) = stack.pop() {
+        if node == from {
+            return true;
+        }
+        for next in edges.get(&node).into_iter().flat_map(BTreeMap::keys) {
+            if seen.insert(next.clone()) {
+                stack.push(next.clone());
+            }
+        }
+    }
+    false
+}
+
+fn describe(edges: &Edges, group: &[String]) -> String {
+    let mut text = format!("circle: {}\n", group.join(", "));
+    for from in group {
+        for (to, place) in edges.get(from).into_iter().flatten() {
+            if group.contains(to) {
+                text.push_str(&format!("    {from} -> {to}  ({place})\n"));
+            }
+        }
+    }
+    text
+}
+
+fn read_sources(dir: &Path, root: &Path, files: &mut BTreeMap<String, (String, String)>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            read_sources(&path, root, files);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let relative = path.strip_prefix(root).expect("under src");
+            if let Some(module) = module_of(relative) {
+                let text = std::fs::read_to_string(&path)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let shown = format!("src/{}", relative.display());
+                files.insert(module, (shown, text));
+            }
+        }
+    }
+}
+
+#[test]
+fn no_import_circle_but_the_known_ones() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = BTreeMap::new();
+    read_sources(&src, &src, &mut files);
+    let edges = module_graph(&files);
+    let allowed: BTreeSet<(String, String)> = KNOWN_CIRCLES
+        .iter()
+        .map(|(from, to, _)| (from.to_string(), to.to_string()))
+        .collect();
+
+    let mut problems = String::new();
+    for group in circles(&edges, &allowed) {
+        problems.push_str(&describe(&edges, &group));
+    }
+    for (from, to, _) in KNOWN_CIRCLES {
+        if !closes_a_circle(&edges, from, to) {
+            problems.push_str(&format!(
+                "{from} -> {to} no longer closes a circle: remove it from KNOWN_CIRCLES\n"
+            ));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "import circles between modules (module = file; see tests/it/module_graph.rs):\n\
+         {problems}every circle today, known or not:\n{}",
+        circles(&edges, &BTreeSet::new())
+            .iter()
+            .map(|group| describe(&edges, group))
+            .collect::<String>()
+    );
+}
+
+/// Builds the graph of made-up files, `(path under src, text)`.
+fn graph_of(sources: &[(&str, &str)]) -> Edges {
+    let files = sources
+        .iter()
+        .map(|(path, text)| {
+            let module = module_of(Path::new(path)).expect("a module");
+            (module, (format!("src/{path}"), text.to_string()))
+        })
+        .collect();
+    module_graph(&files)
+}
+
+fn targets(edges: &Edges, module: &str) -> Vec<String> {
+    edges
+        .get(module)
+        .map(|t| t.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_parent_and_a_child_naming_each_other_are_a_circle() {
+    let edges = graph_of(&[
+        (
+            "shop/mod.rs",
+            "mod till;\npub struct Price;\nfn f() { till::ring(); }\n",
+        ),
+        ("shop/till.rs", "use super::Price;\npub fn ring() {}\n"),
+        ("ledger.rs", "use crate::shop;\n"),
+    ]);
+    assert_eq!(targets(&edges, "shop"), ["shop/till"]);
+    assert_eq!(targets(&edges, "shop/till"), ["shop"]);
+    assert_eq!(
+        circles(&edges, &BTreeSet::new()),
+        [vec!["shop".to_string(), "shop/till".to_string()]]
+    );
+    let allowed = BTreeSet::from([("shop/till".to_string(), "shop".to_string())]);
+    assert!(circles(&edges, &allowed).is_empty());
+    assert!(closes_a_circle(&edges, "shop/till", "shop"));
+    assert!(!closes_a_circle(&edges, "ledger", "shop"));
+}
+
+#[test]
+fn use_trees_aliases_and_inline_paths_reach_the_file_they_name() {
+    let edges = graph_of(&[
+        (
+            "a.rs",
+            "use crate::{b::{self, c::{Thing as Other}}, d};\nfn f() { b::e::go(); }\n",
+        ),
+        ("b/mod.rs", "pub mod c;\npub mod e;\n"),
+        ("b/c.rs", "pub struct Thing;\n"),
+        ("b/e.rs", "pub fn go() { crate::f::h(); }\n"),
+        ("d.rs", ""),
+        (
+            "f.rs",
+            "pub fn h() { super::g::x(); let _: std::fmt::Error; }\n",
+        ),
+        ("g.rs", ""),
+    ]);
+    assert_eq!(targets(&edges, "a"), ["b", "b/c", "b/e", "d"]);
+    assert_eq!(targets(&edges, "b/e"), ["f"]);
+    assert_eq!(targets(&edges, "f"), ["g"]);
+    assert_eq!(
+        targets(&edges, "b"),
+        Vec::<String>::new(),
+        "`pub mod` alone is no reference"
+    );
+}
+
+#[test]
+fn comments_strings_and_test_items_make_no_reference() {
+    let edges = graph_of(&[
+        (
+            "x.rs",
+            "//! See [`crate::y`].\n\
+             /* crate::y::Z */\n\
+             fn f() -> &'static str { let _c = ['\"', '\\'', '{']; \"crate::y::z\" }\n\
+             const R: &str = r#\"use crate::y;\"#;\n\
+             #[cfg(test)]\n\
+             #[allow(dead_code)]\n\
+             pub(crate) mod tests { use crate::y; fn g() { super::super::y::h(); } }\n\
+             #[cfg(test)]\n\
+             use crate::y::Z;\n",
+        ),
+        ("y.rs", "use crate::x;\n"),
+    ]);
+    assert_eq!(targets(&edges, "x"), Vec::<String>::new());
+    assert!(circles(&edges, &BTreeSet::new()).is_empty());
+}
+
+#[test]
+fn super_inside_an_inline_module_starts_from_that_module() {
+    let edges = graph_of(&[
+        ("p/mod.rs", "pub mod q;\n"),
+        (
+            "p/q.rs",
+            "mod inner { use super::Local; fn f() { super::super::r(); } }\nstruct Local;\n",
+        ),
+    ]);
+    assert_eq!(targets(&edges, "p/q"), ["p"]);
+}
