@@ -8,9 +8,11 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = tagpin::cli::Cli::parse();
     tagpin::cli::init_logging(&cli);
-    // SAFETY: no thread has been started yet; the runtime is built below.
-    if let Err(e) = unsafe { tagpin::git::set_network_timeouts() } {
-        tracing::warn!("cannot set Git network timeouts: {e}");
+    if cli.command.uses_git() {
+        // SAFETY: no thread has been started yet; the runtime is built below.
+        if let Err(e) = unsafe { tagpin::git::set_network_timeouts() } {
+            tracing::warn!("cannot set Git network timeouts: {e}");
+        }
     }
     let mut builder = if cli.command.is_one_shot() {
         tokio::runtime::Builder::new_current_thread()
