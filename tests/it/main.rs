@@ -28,6 +28,7 @@ mod helm_verify;
 mod kube_server_selftest;
 mod kustomize;
 mod leader;
+mod monitoring;
 mod operator;
 mod operator_promote;
 mod operator_shared;
