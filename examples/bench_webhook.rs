@@ -14,7 +14,8 @@
 //! - bursts, [`BURSTS`] times: five pushes of one tag back to back (the layers uploaded
 //!   beforehand, each push the manifest PUT under the tag, as a multi-arch build or a retry
 //!   makes them), each announced: the commits each burst makes, and the time from its first
-//!   delivery to the first commit and to the last digest pinned.
+//!   delivery to the first commit and to the last digest pinned (a thread watches the branch
+//!   every millisecond meanwhile).
 //!
 //! Figures are printed, never asserted.
 
@@ -259,23 +260,26 @@ async fn main() {
         let before = commits(&bare);
         let watch = CommitWatch::start(&bare);
         let started = Instant::now();
+        let mut first_delivery = None;
         let mut last = String::new();
         for manifest in &builds {
             last = registry
                 .push_manifest("acme/web", "1.0", media_type, manifest)
                 .await;
+            first_delivery.get_or_insert_with(Instant::now);
             deliver().await;
         }
         let sent_in = started.elapsed();
+        let first_delivery = first_delivery.expect("a delivery");
         until("the burst's last digest pinned", || pinned(&bare, &last)).await;
-        let last_pinned = started.elapsed();
+        let last_pinned = first_delivery.elapsed();
         let seen = watch.stop();
         bursts.push(Burst {
             sent_in,
             commits: commits(&bare) - before,
             first_commit: seen
                 .first()
-                .map_or(last_pinned, |t| t.duration_since(started)),
+                .map_or(last_pinned, |t| t.duration_since(first_delivery)),
             last_pinned,
         });
     }
@@ -303,8 +307,8 @@ async fn main() {
     println!("bursts of {PUSHES_PER_BURST} pushes of one tag, back to back:");
     for (i, b) in bursts.iter().enumerate() {
         println!(
-            "  burst {}: sent in {:>6.1} ms, {} commit(s), first commit after {:>7.1} ms, \
-             last digest pinned after {:>7.1} ms",
+            "  burst {}: 5 pushes in {:>6.1} ms, {} commit(s); from the first delivery: first \
+             commit {:>7.1} ms, last digest pinned {:>7.1} ms",
             i + 1,
             ms(b.sent_in),
             b.commits,
@@ -319,7 +323,7 @@ async fn main() {
         per_burst.iter().max().copied().unwrap_or(0)
     );
     println!(
-        "  median first commit       {:>8.1} ms",
+        "  median first commit       {:>8.1} ms   (target <= 500)",
         ms(median(bursts.iter().map(|b| b.first_commit).collect()))
     );
     println!(
