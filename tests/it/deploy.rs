@@ -1375,7 +1375,7 @@ fn base_of(variant: &str) -> &'static Build {
 }
 
 #[test]
-fn the_base_installs_carry_no_monitoring_objects() {
+fn the_monitoring_components_add_a_service_monitor_and_the_alerts_and_change_nothing_else() {
     // Opt-in: without the Prometheus Operator's CRDs, `kubectl apply -k` would refuse them.
     for build in all_builds() {
         for object in &build.objects {
@@ -1387,10 +1387,6 @@ fn the_base_installs_carry_no_monitoring_objects() {
             );
         }
     }
-}
-
-#[test]
-fn the_monitoring_components_add_a_service_monitor_and_the_alerts_and_change_nothing_else() {
     for variant in MONITORED {
         let objects = with_monitoring(variant);
         let (added, rest): (Vec<&Value>, Vec<&Value>) = objects
