@@ -105,6 +105,10 @@ pub enum Command {
         /// terminationGracePeriodSeconds.
         #[arg(long, value_name = "DURATION", default_value = "30s")]
         grace_period: String,
+        /// At most one webhook pass per window: the first delivery starts one at once, those
+        /// that come within the window are served together at its end (500ms, 1s, 0 for none).
+        #[arg(long, value_name = "DURATION", default_value = "1s")]
+        webhook_window: String,
         #[command(flatten)]
         leader: LeaderElectArgs,
     },
@@ -211,6 +215,11 @@ pub struct OperatorArgs {
     /// How long reconciles under way may go on after SIGTERM.
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub grace_period: String,
+    /// At most one webhook-started reconcile of the objects per window: the first delivery
+    /// starts one at once, those that come within the window are served together at its end
+    /// (500ms, 1s, 0 for none).
+    #[arg(long, value_name = "DURATION", default_value = "1s")]
+    pub webhook_window: String,
     /// Only objects matching this label selector (sharding: sharding.tagpin.dev/key=shard1).
     #[arg(long, value_name = "SELECTOR", env = "TAGPIN_WATCH_LABEL_SELECTOR")]
     pub watch_label_selector: Option<String>,
@@ -527,13 +536,14 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
             cache_dir,
             verify_interval,
             grace_period,
+            webhook_window,
             leader,
         } => {
             run_controller(
                 (&cli.registry, &cli.cluster),
                 &config,
                 (listen, health_listen),
-                (&interval, &verify_interval, &grace_period),
+                (&interval, &verify_interval, &grace_period, &webhook_window),
                 cache_dir.as_deref(),
                 &leader,
             )
@@ -705,6 +715,14 @@ fn duration_flag(flag: &'static str, text: &str) -> Result<Duration, CliError> {
     crate::verify::parse_duration(text).map_err(|source| CliError::Duration { flag, source })
 }
 
+/// `--webhook-window`: milliseconds allowed (`500ms`), zero too (nothing held back).
+fn window_flag(text: &str) -> Result<Duration, CliError> {
+    crate::leader::parse_duration(text).map_err(|source| CliError::Duration {
+        flag: "--webhook-window",
+        source,
+    })
+}
+
 /// `tagpin verify`: gather what is expected, check the cluster, report on the PR.
 async fn verify(
     registry: &RegistryArgs,
@@ -816,7 +834,7 @@ async fn run_controller(
     (registry, cluster_args): (&RegistryArgs, &ClusterArgs),
     config_path: &Path,
     (listen, health_listen): (std::net::SocketAddr, Option<std::net::SocketAddr>),
-    (interval, verify_interval, grace_period): (&str, &str, &str),
+    (interval, verify_interval, grace_period, webhook_window): (&str, &str, &str, &str),
     cache_dir: Option<&Path>,
     leader: &LeaderElectArgs,
 ) -> Result<(), CliError> {
@@ -840,6 +858,7 @@ async fn run_controller(
     let schedule = crate::daemon::Schedule {
         interval: durations[0],
         verify_every: durations[1],
+        webhook_window: window_flag(webhook_window)?,
         grace: duration_flag("--grace-period", grace_period)?,
     };
     let client = build_client(registry, Some(&config.registries))?;
@@ -916,6 +935,7 @@ async fn run_operator(
         interval,
         verify_interval,
         grace: duration_flag("--grace-period", &args.grace_period)?,
+        webhook_window: window_flag(&args.webhook_window)?,
         api_timeout,
         listen: args.listen,
         health_listen: args.health_listen,

@@ -3,12 +3,15 @@
 //! A sync pass every `interval` (with jitter, so many controllers do not hit a registry in
 //! step), and a targeted pass as soon as a registry webhook arrives (leading edge: the first
 //! delivery is never held back to wait for others). Passes never overlap: one task runs them
-//! one after another, and the deliveries that arrive while a pass runs are merged into one
-//! follow-up pass (their repositories gather in one set, and [`Notify`] keeps a single wake-up
-//! however many arrive), never dropped and never one pass each. State lives in Git and on the forge, so a restart repeats
-//! nothing; between passes the controller only keeps registry answers, to re-ask just the
-//! images a webhook names. When the loop wakes, and why, is decided apart from its I/O
-//! (`daemon/timetable.rs`), on tokio's clock, so tests move paused time instead of waiting.
+//! one after another, and at most one webhook pass starts per webhook window (1 s by
+//! default): the deliveries that arrive while a pass runs or within the window are merged into
+//! one follow-up pass at its end (their repositories gather in one set, and [`Notify`] keeps a
+//! single wake-up however many arrive), never dropped and never one pass each, so a burst of
+//! pushes of one tag makes at most two commits, the last one pinning the last digest. State
+//! lives in Git and on the forge, so a restart repeats nothing; between passes the controller
+//! only keeps registry answers, to re-ask just the images a webhook names. When the loop
+//! wakes, and why, is decided apart from its I/O (`daemon/timetable.rs`), on tokio's clock,
+//! so tests move paused time instead of waiting.
 //!
 //! SIGTERM or SIGINT stops it: no new work starts, and the work under way (a pass, a
 //! promotion round or a verification round) may finish within the grace period
@@ -63,6 +66,7 @@ use crate::webhook::{self, Sender};
 
 mod timetable;
 use timetable::{Timetable, Trigger};
+pub use timetable::{WebhookWindow, WEBHOOK_WINDOW};
 
 /// How long work under way may go on after a stop signal, by default (`--grace-period`). Keep
 /// it below the pod's `terminationGracePeriodSeconds` (45 s in `deploy/`).
@@ -80,11 +84,20 @@ const MAX_WEBHOOK_BYTES: usize = 1024 * 1024;
 /// connection slot while it waits; the next scheduled pass sees the push anyway.
 const UNVERIFIED_BODIES_AT_ONCE: usize = 4;
 
+/// Webhook deliveries not served yet.
+#[derive(Debug, Default)]
+struct Pending {
+    /// The repositories they name.
+    names: BTreeSet<String>,
+    /// How many deliveries named them: all but one ride along in a pass another started.
+    deliveries: u64,
+}
+
 /// What the HTTP side shares with the loop.
 pub struct Shared {
     pub metrics: Metrics,
     /// Repositories named by webhooks since the last pass.
-    pending: Mutex<BTreeSet<String>>,
+    pending: Mutex<Pending>,
     wake: Notify,
     ready: AtomicBool,
     webhook_secret: Option<String>,
@@ -124,19 +137,32 @@ impl Shared {
     }
 
     /// Queues the repositories a webhook delivery names for the next pass, and wakes the loop
-    /// (once, however many deliveries come before it takes them).
+    /// (once, however many deliveries come before it takes them). A delivery that names
+    /// nothing asks for nothing.
     pub fn queue(&self, names: impl IntoIterator<Item = String>) {
         let mut pending = lock(&self.pending);
-        let before = pending.len();
-        pending.extend(names);
-        if pending.len() > before {
+        let before = pending.names.len();
+        let mut named = false;
+        for name in names {
+            named = true;
+            pending.names.insert(name);
+        }
+        if named {
+            pending.deliveries += 1;
+        }
+        if pending.names.len() > before {
             self.wake.notify_one();
         }
     }
 
-    /// Takes the repositories queued since the last call.
+    /// Takes the repositories queued since the last call, for the pass about to start, and
+    /// counts the deliveries that pass serves beyond the first as coalesced.
     fn take_pending(&self) -> BTreeSet<String> {
-        std::mem::take(&mut *lock(&self.pending))
+        let taken = std::mem::take(&mut *lock(&self.pending));
+        self.metrics
+            .webhook_coalesced
+            .inc_by(taken.deliveries.saturating_sub(1));
+        taken.names
     }
 
     /// `/readyz` answers 200 from now on.
@@ -145,10 +171,19 @@ impl Shared {
     }
 
     /// Waits for a webhook delivery, then takes the repositories named since the last call
-    /// (`tagpin operator` serves them with its own loop).
-    pub async fn next_delivery(&self) -> BTreeSet<String> {
-        self.wake.notified().await;
-        self.take_pending()
+    /// (`tagpin operator` serves them with its own loop): at once for the first delivery, at
+    /// the end of the `window` the last call opened for those that come within it, so that
+    /// a burst is served by one follow-up reconcile, not one each.
+    pub async fn next_delivery(&self, window: &mut WebhookWindow) -> BTreeSet<String> {
+        loop {
+            self.wake.notified().await;
+            tokio::time::sleep_until(window.start_at(Instant::now())).await;
+            let names = self.take_pending();
+            if !names.is_empty() {
+                window.pass_started(Instant::now());
+                return names;
+            }
+        }
     }
 }
 
@@ -737,6 +772,12 @@ impl InFlight<'_> {
                 &metrics.verdicts,
                 VerdictLabels {
                     verdict: check.state.as_str().to_string(),
+                    source: match (pr, landed) {
+                        (None, _) => "branch",
+                        (Some(_), Some(_)) => "merged",
+                        (Some(_), None) => "open",
+                    }
+                    .to_string(),
                 },
             );
             tracing::info!("{source:?}: {}", check.summary);
@@ -875,12 +916,14 @@ impl<'a> Promotions<'a> {
 }
 
 /// How often the loop wakes and when: passes every `interval`, verification every
-/// `verify_every` (when there is a cluster to verify against); and how long work under way may
-/// go on after a stop signal.
+/// `verify_every` (when there is a cluster to verify against), at most one webhook pass per
+/// `webhook_window`; and how long work under way may go on after a stop signal.
 #[derive(Debug, Clone, Copy)]
 pub struct Schedule {
     pub interval: Duration,
     pub verify_every: Duration,
+    /// `--webhook-window` ([`WEBHOOK_WINDOW`] by default; zero holds nothing back).
+    pub webhook_window: Duration,
     pub grace: Duration,
 }
 
@@ -932,6 +975,7 @@ pub async fn reconcile(
     let mut timetable = Timetable::new(
         schedule.interval,
         schedule.verify_every,
+        schedule.webhook_window,
         Instant::now(),
         in_flight.is_some(),
     );
@@ -966,6 +1010,7 @@ pub async fn reconcile(
                     // A wake-up left by deliveries a pass already took.
                     continue;
                 }
+                timetable.webhook_pass_started(Instant::now());
                 answers.retain(|key, result| {
                     result.is_ok() && !names.contains(&format!("{}/{}", key.domain, key.repository))
                 });
@@ -1067,6 +1112,7 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         None => None,
     };
     let shared = Shared::new(secret, schedule.stale_after());
+    shared.metrics.pass_interval.set(seconds(schedule.interval));
     let stop = stop_signal(schedule.grace);
     let mut servers = vec![tokio::spawn(serve(
         listener,
@@ -1132,12 +1178,25 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         }),
         None => None,
     };
+    // Series at zero, so that the alerts see the first Failed verdict or refused promotion.
+    if in_flight.is_some() {
+        shared.metrics.zero_verifications();
+    }
+    if let Some(promotion) = &config.promotion {
+        let targets = promotion.stages.iter().skip(1);
+        shared
+            .metrics
+            .zero_promotions(targets.map(|stage| stage.name.as_str()));
+    }
     tracing::info!(
         "tagpin run: listening on {listen}, a pass every {:?}",
         schedule.interval
     );
     let leadership = match leader {
-        None => None,
+        None => {
+            shared.metrics.set_leader("", true);
+            None
+        }
         Some(elector) => match stand_by(elector, &shared, stop.clone()).await {
             Some(leadership) => Some(leadership),
             // Stopped while standing by: nothing was started.
@@ -1208,12 +1267,17 @@ pub async fn stand_by(
         "leader election: {} is a candidate; passes start once it leads",
         elector.identity()
     );
+    let lease = elector.lease_name().to_string();
+    shared.metrics.set_leader(&lease, false);
     let acquire = elector.acquire();
     tokio::pin!(acquire);
     let mut alive = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
-            leadership = &mut acquire => return Some(leadership),
+            leadership = &mut acquire => {
+                shared.metrics.set_leader(&lease, true);
+                return Some(leadership);
+            }
             _ = alive.tick() => shared.progressed(),
             _ = stop.wait_for(|s| *s) => return None,
         }
@@ -1332,6 +1396,11 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, String> {
         .map_err(|e| format!("cannot listen on {addr}: {e}"))
 }
 
+/// Whole seconds of `d` for a gauge, saturated.
+pub fn seconds(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -1380,6 +1449,7 @@ mod tests {
         let schedule = Schedule {
             interval: Duration::from_secs(300),
             verify_every: Duration::from_secs(30),
+            webhook_window: WEBHOOK_WINDOW,
             grace: GRACE_PERIOD,
         };
         assert_eq!(schedule.stale_after(), Duration::from_secs(900));
@@ -1470,7 +1540,7 @@ mod tests {
     /// The loop's own steps for a webhook (its wait, then taking what is queued), with
     /// deliveries queued the way the webhook endpoint queues them.
     async fn next_webhook_pass(
-        timetable: &Timetable,
+        timetable: &mut Timetable,
         shared: &Shared,
         stop: &mut watch::Receiver<bool>,
     ) -> Option<BTreeSet<String>> {
@@ -1479,6 +1549,7 @@ mod tests {
                 Trigger::Webhook => {
                     let names = shared.take_pending();
                     if !names.is_empty() {
+                        timetable.webhook_pass_started(Instant::now());
                         return Some(names);
                     }
                 }
@@ -1493,7 +1564,13 @@ mod tests {
         let shared = Shared::new(None, interval * LIVENESS_INTERVALS);
         let (_tx, mut stop) = watch::channel(false);
         let start = Instant::now();
-        let mut timetable = Timetable::new(interval, Duration::from_secs(30), start, false);
+        let mut timetable = Timetable::new(
+            interval,
+            Duration::from_secs(30),
+            WEBHOOK_WINDOW,
+            start,
+            false,
+        );
         assert_eq!(
             timetable.wait(&shared.wake, &mut stop).await,
             Some(Trigger::Schedule)
@@ -1503,7 +1580,7 @@ mod tests {
         // Leading edge: the first delivery starts a pass at once.
         shared.queue(names(&["r.io/acme/web"]));
         assert_eq!(
-            next_webhook_pass(&timetable, &shared, &mut stop).await,
+            next_webhook_pass(&mut timetable, &shared, &mut stop).await,
             Some(names(&["r.io/acme/web"]))
         );
         assert_eq!(Instant::now(), start);
@@ -1516,15 +1593,18 @@ mod tests {
         shared.queue(names(&["r.io/acme/api"]));
         tokio::time::advance(Duration::from_secs(20)).await;
 
-        // One follow-up pass, as soon as the first one is over, for both repositories.
+        // One follow-up pass, as soon as the first one is over (it outlasted the webhook
+        // window), for both repositories.
         assert_eq!(
-            next_webhook_pass(&timetable, &shared, &mut stop).await,
+            next_webhook_pass(&mut timetable, &shared, &mut stop).await,
             Some(names(&["r.io/acme/api", "r.io/acme/web"]))
         );
         assert_eq!(Instant::now(), start + Duration::from_secs(20));
+        // Four of the five rode along with another.
+        assert_eq!(shared.metrics.webhook_coalesced.get(), 4);
         // And no other: the next wake-up is the scheduled pass.
         assert_eq!(
-            next_webhook_pass(&timetable, &shared, &mut stop).await,
+            next_webhook_pass(&mut timetable, &shared, &mut stop).await,
             None
         );
         assert_eq!(Instant::now(), start + interval);
@@ -1536,7 +1616,13 @@ mod tests {
         let shared = Shared::new(None, interval * LIVENESS_INTERVALS);
         let (_tx, mut stop) = watch::channel(false);
         let start = Instant::now();
-        let mut timetable = Timetable::new(interval, Duration::from_secs(30), start, false);
+        let mut timetable = Timetable::new(
+            interval,
+            Duration::from_secs(30),
+            WEBHOOK_WINDOW,
+            start,
+            false,
+        );
         timetable.pass_started(start, 0.5);
         shared.queue(Vec::new());
         assert_eq!(
@@ -1544,5 +1630,88 @@ mod tests {
             Some(Trigger::Schedule)
         );
         assert_eq!(Instant::now(), start + interval);
+    }
+
+    /// Five deliveries of one burst, 5 ms apart, queued as the webhook endpoint queues them.
+    async fn burst(shared: &Shared, name: &str) {
+        for i in 0..5 {
+            if i > 0 {
+                tokio::time::advance(Duration::from_millis(5)).await;
+            }
+            shared.queue(names(&[name]));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_five_deliveries_is_one_pass_at_once_and_one_at_the_window_end() {
+        let interval = Duration::from_secs(300);
+        let shared = Shared::new(None, interval * LIVENESS_INTERVALS);
+        let (_tx, mut stop) = watch::channel(false);
+        let start = Instant::now();
+        let mut timetable = Timetable::new(
+            interval,
+            Duration::from_secs(30),
+            WEBHOOK_WINDOW,
+            start,
+            false,
+        );
+        timetable.pass_started(start, 0.5);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let first = Instant::now();
+
+        // The first delivery's pass starts at once and takes 2 ms; the burst goes on.
+        shared.queue(names(&["r.io/acme/web"]));
+        assert_eq!(
+            next_webhook_pass(&mut timetable, &shared, &mut stop).await,
+            Some(names(&["r.io/acme/web"]))
+        );
+        assert_eq!(Instant::now(), first);
+        tokio::time::advance(Duration::from_millis(2)).await;
+        burst(&shared, "r.io/acme/web").await;
+        assert_eq!(
+            next_webhook_pass(&mut timetable, &shared, &mut stop).await,
+            Some(names(&["r.io/acme/web"]))
+        );
+        assert_eq!(Instant::now(), first + WEBHOOK_WINDOW);
+        assert_eq!(
+            next_webhook_pass(&mut timetable, &shared, &mut stop).await,
+            None,
+            "no third webhook pass"
+        );
+        // Six deliveries, two passes.
+        assert_eq!(shared.metrics.webhook_coalesced.get(), 4);
+    }
+
+    /// The operator's webhook path: the same window, through [`Shared::next_delivery`].
+    #[tokio::test(start_paused = true)]
+    async fn the_operator_takes_a_burst_at_once_then_once_at_the_window_end() {
+        let shared = Shared::new(None, Duration::from_secs(900));
+        let mut window = WebhookWindow::new(WEBHOOK_WINDOW);
+        let first = Instant::now();
+        burst(&shared, "r.io/acme/web").await;
+        shared.queue(names(&["r.io/acme/api"]));
+        // The whole burst came before the first take: one reconcile of all, at once.
+        assert_eq!(
+            shared.next_delivery(&mut window).await,
+            names(&["r.io/acme/api", "r.io/acme/web"])
+        );
+        assert_eq!(Instant::now(), first + Duration::from_millis(20));
+        let taken = Instant::now();
+        burst(&shared, "r.io/acme/web").await;
+        assert_eq!(
+            shared.next_delivery(&mut window).await,
+            names(&["r.io/acme/web"])
+        );
+        assert_eq!(Instant::now(), taken + WEBHOOK_WINDOW);
+        // Past the window, a delivery is taken at once again.
+        tokio::time::advance(WEBHOOK_WINDOW).await;
+        let late = Instant::now();
+        shared.queue(names(&["r.io/acme/api"]));
+        assert_eq!(
+            shared.next_delivery(&mut window).await,
+            names(&["r.io/acme/api"])
+        );
+        assert_eq!(Instant::now(), late);
+        assert_eq!(shared.metrics.webhook_coalesced.get(), 5 + 4);
     }
 }

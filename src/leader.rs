@@ -393,6 +393,11 @@ impl Elector {
         &self.config.identity
     }
 
+    /// The Lease's name (`--leader-elect-lease-name`).
+    pub fn lease_name(&self) -> &str {
+        &self.config.lease_name
+    }
+
     /// Waits until this process holds the Lease, trying every retry period (jittered).
     /// Failed tries are logged and retried: an API server that is down for a while only
     /// delays the start. Cancel by dropping the future (a stop signal while standing by).

@@ -52,6 +52,11 @@ pub struct WebhookLabels {
 pub struct VerdictLabels {
     /// `converged`, `progressing`, `failed`.
     pub verdict: String,
+    /// What was verified: `branch` (the target branch's tip, in commit mode), `merged` (a pull
+    /// request merged into it, promotions included: what the branch now holds), or `open` (a
+    /// pull request not merged yet). A Failed `branch` or `merged` verdict is the cluster not
+    /// running what the branch pins.
+    pub source: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -70,6 +75,13 @@ pub struct ObjectLabels {
     pub name: String,
 }
 
+/// The Lease a replica competes for: replicas of one shard share one, so "who leads" is summed
+/// per Lease. Empty without leader election (Prometheus then drops the label).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabels {
+    pub lease: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     /// What failed, as a fixed word (`forge`, `git`, `kubernetes`, `configuration`,
@@ -80,6 +92,19 @@ pub struct ErrorLabels {
 /// At most this many registry hosts are labelled apart; the others are `other`.
 pub const MAX_HOST_LABELS: usize = 64;
 const OTHER_HOSTS: &str = "other";
+/// What a webhook delivery is counted as ([`WebhookLabels::result`]).
+pub const WEBHOOK_RESULTS: [&str; 4] = ["accepted", "unauthorized", "bad_payload", "busy"];
+/// Every verdict.
+const VERDICTS: [crate::verify::verdict::State; 4] = [
+    crate::verify::verdict::State::Converged,
+    crate::verify::verdict::State::Progressing,
+    crate::verify::verdict::State::Failed,
+    crate::verify::verdict::State::Unverified,
+];
+/// What a verification is counted as being of ([`VerdictLabels::source`]).
+pub const VERIFIED_SOURCES: [&str; 3] = ["branch", "merged", "open"];
+/// What a promotion pass is counted as ([`PromotionLabels::gate`]).
+pub const PROMOTION_GATES: [&str; 5] = ["open", "soaking", "waiting", "refused", "error"];
 
 /// Every metric of the controller, registered once.
 pub struct Metrics {
@@ -92,6 +117,9 @@ pub struct Metrics {
     pub commits: Counter,
     pub pull_requests: Family<ActionLabels, Counter>,
     pub webhooks: Family<WebhookLabels, Counter>,
+    /// Accepted deliveries served by a pass another delivery had already asked for: during a
+    /// pass, or within the webhook window after one started (`--webhook-window`).
+    pub webhook_coalesced: Counter,
     pub verdicts: Family<VerdictLabels, Counter>,
     /// Verifications that could not be made, one per pull request or commit and round; the
     /// others of the round go on.
@@ -105,6 +133,11 @@ pub struct Metrics {
     /// Unix time each object's last reconcile ended (the operator): a reconcile that changes
     /// nothing writes nothing to the object, so this is where a pass shows.
     pub object_reconciled: Family<ObjectLabels, Gauge<i64, AtomicI64>>,
+    /// `--interval`, in seconds: alerts count missed passes in intervals.
+    pub pass_interval: Gauge,
+    /// 1 while this process acts (it holds the Lease, or runs without leader election), 0
+    /// while it stands by: summed over the replicas of a Lease, 0 means nobody passes.
+    pub leader: Family<LeaseLabels, Gauge>,
     /// Registry request counts already added to `registry_requests`, to add only the change.
     seen_requests: Mutex<BTreeMap<(String, u16), u64>>,
     /// The registry hosts given a label of their own, first come first labelled.
@@ -128,12 +161,15 @@ impl Metrics {
         let commits = Counter::default();
         let pull_requests = Family::<ActionLabels, Counter>::default();
         let webhooks = Family::<WebhookLabels, Counter>::default();
+        let webhook_coalesced = Counter::default();
         let verdicts = Family::<VerdictLabels, Counter>::default();
         let verification_errors = Family::<ErrorLabels, Counter>::default();
         let promotions = Family::<PromotionLabels, Counter>::default();
         let last_success = Gauge::<i64, AtomicI64>::default();
         let registry_clients = Gauge::default();
         let object_reconciled = Family::<ObjectLabels, Gauge<i64, AtomicI64>>::default();
+        let pass_interval = Gauge::default();
+        let leader = Family::<LeaseLabels, Gauge>::default();
         registry.register(
             "passes",
             "Sync passes by outcome and trigger",
@@ -170,6 +206,12 @@ impl Metrics {
             "Registry webhook deliveries",
             webhooks.clone(),
         );
+        registry.register(
+            "webhook_deliveries_coalesced",
+            "Accepted webhook deliveries served by a pass another delivery had asked for \
+             (during a pass, or within the webhook window)",
+            webhook_coalesced.clone(),
+        );
         registry.register("verifications", "Verification verdicts", verdicts.clone());
         registry.register(
             "verification_errors",
@@ -196,7 +238,18 @@ impl Metrics {
             "Unix time a PinnedRepository's last reconcile ended",
             object_reconciled.clone(),
         );
-        Metrics {
+        registry.register(
+            "pass_interval_seconds",
+            "Time between scheduled passes (--interval)",
+            pass_interval.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica acts (holds the Lease, or runs without leader election), \
+             0 while it stands by, by Lease",
+            leader.clone(),
+        );
+        let metrics = Metrics {
             registry,
             passes,
             pass_seconds,
@@ -206,15 +259,70 @@ impl Metrics {
             commits,
             pull_requests,
             webhooks,
+            webhook_coalesced,
             verdicts,
             verification_errors,
             promotions,
             last_success,
             registry_clients,
             object_reconciled,
+            pass_interval,
+            leader,
             seen_requests: Mutex::default(),
             labelled_hosts: Mutex::default(),
+        };
+        metrics.zero_webhooks();
+        metrics
+    }
+
+    /// Creates every delivery series at zero (each sender, each result): the first refused
+    /// delivery must show as an increase, and `increase()` cannot see a series that is born
+    /// at 1. The alerts in `deploy/monitoring/alerts/` count on it.
+    fn zero_webhooks(&self) {
+        for sender in crate::webhook::Sender::ALL {
+            for result in WEBHOOK_RESULTS {
+                let _ = self.webhooks.get_or_create(&WebhookLabels {
+                    sender: sender.name().to_string(),
+                    result: result.to_string(),
+                });
+            }
         }
+    }
+
+    /// Creates the verification series at zero, for a process that verifies (`tagpin run`
+    /// with a cluster): a Failed verdict on the branch is counted once, and must show as an
+    /// increase.
+    pub fn zero_verifications(&self) {
+        for verdict in VERDICTS {
+            for source in VERIFIED_SOURCES {
+                let _ = self.verdicts.get_or_create(&VerdictLabels {
+                    verdict: verdict.as_str().to_string(),
+                    source: source.to_string(),
+                });
+            }
+        }
+    }
+
+    /// Creates the promotion series of each stage promoted into at zero, so that the first
+    /// refused promotion shows as an increase.
+    pub fn zero_promotions<'s>(&self, stages: impl IntoIterator<Item = &'s str>) {
+        for stage in stages {
+            for gate in PROMOTION_GATES {
+                let _ = self.promotions.get_or_create(&PromotionLabels {
+                    stage: stage.to_string(),
+                    gate: gate.to_string(),
+                });
+            }
+        }
+    }
+
+    /// This replica acts (`true`) or stands by, for the Lease `lease` ("" without election).
+    pub fn set_leader(&self, lease: &str, acting: bool) {
+        self.leader
+            .get_or_create(&LeaseLabels {
+                lease: lease.to_string(),
+            })
+            .set(i64::from(acting));
     }
 
     /// Adds what the registry client counted since the last call.

@@ -30,6 +30,15 @@ pub enum Sender {
 }
 
 impl Sender {
+    /// Every sender, in the order `/webhooks/<name>` lists them.
+    pub const ALL: [Sender; 5] = [
+        Sender::DockerHub,
+        Sender::Quay,
+        Sender::Harbor,
+        Sender::Ghcr,
+        Sender::Distribution,
+    ];
+
     /// `/webhooks/<name>`.
     pub fn from_path(name: &str) -> Option<Sender> {
         match name {

@@ -1,5 +1,12 @@
 //! When `tagpin run`'s loop wakes, and why: the scheduled pass every interval (with jitter),
-//! a webhook's pass at once, a verification round every `verify_every`, or a stop.
+//! a webhook's pass (at once, or at the end of the webhook window), a verification round
+//! every `verify_every`, or a stop.
+//!
+//! Webhook passes have a leading edge and a window ([`WebhookWindow`]): the first delivery
+//! starts a pass at once, and a registry that announces one tag five times in 25 ms (a
+//! multi-arch push, retries) gets one follow-up pass at the window's end for the other four,
+//! which pins the last digest, instead of a commit each. The operator's webhook path keeps the
+//! same window.
 //!
 //! Apart from the loop's I/O so that its timing is tested with tokio's paused time: every
 //! deadline here is a [`tokio::time::Instant`], which the paused clock moves, and every wait
@@ -22,6 +29,48 @@ pub enum Trigger {
     Verify,
 }
 
+/// The default of `--webhook-window`: long enough to gather what one build pushes in a burst
+/// (five pushes of a tag arrive within tens of milliseconds), short enough that the last
+/// digest of the burst is pinned about a second after it.
+pub const WEBHOOK_WINDOW: Duration = Duration::from_secs(1);
+
+/// At most one webhook pass starts per window: a delivery that finds no webhook pass started
+/// within the last `length` starts one at once (leading edge); one that arrives sooner is
+/// served at the window's end, together with every other that arrived meanwhile: a burst of
+/// deliveries makes two passes, so two commits at most where it made one each. Scheduled
+/// passes are not held, and do not open a window.
+#[derive(Debug, Clone, Copy)]
+pub struct WebhookWindow {
+    length: Duration,
+    /// When the last webhook pass started.
+    last_pass: Option<Instant>,
+}
+
+impl WebhookWindow {
+    /// A zero `length` holds nothing back: every delivery's pass starts as soon as the loop is
+    /// free, as before the window existed.
+    pub fn new(length: Duration) -> Self {
+        WebhookWindow {
+            length,
+            last_pass: None,
+        }
+    }
+
+    /// When the pass for a delivery that arrives at `now` may start: `now` unless a webhook
+    /// pass started less than the window ago, then at that window's end.
+    pub fn start_at(&self, now: Instant) -> Instant {
+        match self.last_pass {
+            Some(last) if now < last + self.length => last + self.length,
+            _ => now,
+        }
+    }
+
+    /// A webhook pass started at `now`: the next may start a window later.
+    pub fn pass_started(&mut self, now: Instant) {
+        self.last_pass = Some(now);
+    }
+}
+
 /// The loop's next deadlines.
 #[derive(Debug, Clone, Copy)]
 pub struct Timetable {
@@ -31,34 +80,72 @@ pub struct Timetable {
     next_pass: Instant,
     /// When the next verification round is due; `None` without a cluster to verify against.
     next_verify: Option<Instant>,
+    webhooks: WebhookWindow,
+    /// A delivery came inside the window: its pass is due at this instant, the window's end.
+    held_webhook: Option<Instant>,
 }
 
 impl Timetable {
     /// The first pass is due at `now`; the first verification round `verify_every` later
-    /// (the first pass is followed by one anyway), if `verifying`.
-    pub fn new(interval: Duration, verify_every: Duration, now: Instant, verifying: bool) -> Self {
+    /// (the first pass is followed by one anyway), if `verifying`. Webhook passes start at
+    /// most one per `webhook_window`.
+    pub fn new(
+        interval: Duration,
+        verify_every: Duration,
+        webhook_window: Duration,
+        now: Instant,
+        verifying: bool,
+    ) -> Self {
         Timetable {
             interval,
             verify_every,
             next_pass: now,
             next_verify: verifying.then(|| now + verify_every),
+            webhooks: WebhookWindow::new(webhook_window),
+            held_webhook: None,
         }
     }
 
     /// Waits for the next reason to work: a due pass or verification round, or a webhook
-    /// delivery (`wake`, at once: the first delivery is never held back). `None` once `stop`
-    /// turns true (or its sender is gone).
+    /// delivery (`wake`): at once if no webhook pass started within the window (the first
+    /// delivery is never held back), else at the window's end. `None` once `stop` turns true
+    /// (or its sender is gone).
     ///
-    /// [`Notify`] keeps at most one wake-up: however many deliveries came since the last
-    /// call, they are served by one webhook pass.
-    pub async fn wait(&self, wake: &Notify, stop: &mut watch::Receiver<bool>) -> Option<Trigger> {
-        let verify_at = self.next_verify;
-        tokio::select! {
-            _ = tokio::time::sleep_until(self.next_pass) => Some(Trigger::Schedule),
-            _ = wake.notified() => Some(Trigger::Webhook),
-            _ = sleep_until_some(verify_at) => Some(Trigger::Verify),
-            _ = stop.wait_for(|s| *s) => None,
+    /// [`Notify`] keeps at most one wake-up, and a held delivery is due once: however many
+    /// deliveries came since the last webhook pass, they are served by one.
+    pub async fn wait(
+        &mut self,
+        wake: &Notify,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<Trigger> {
+        loop {
+            let (verify_at, held) = (self.next_verify, self.held_webhook);
+            tokio::select! {
+                _ = tokio::time::sleep_until(self.next_pass) => return Some(Trigger::Schedule),
+                _ = wake.notified() => {
+                    let now = Instant::now();
+                    let due = self.webhooks.start_at(now);
+                    if due <= now {
+                        self.held_webhook = None;
+                        return Some(Trigger::Webhook);
+                    }
+                    // Inside the window: due at its end, with whatever else arrives until then.
+                    self.held_webhook = Some(due);
+                }
+                _ = sleep_until_some(held) => {
+                    self.held_webhook = None;
+                    return Some(Trigger::Webhook);
+                }
+                _ = sleep_until_some(verify_at) => return Some(Trigger::Verify),
+                _ = stop.wait_for(|s| *s) => return None,
+            }
         }
+    }
+
+    /// A webhook pass starts at `now` (the loop found deliveries to serve): the next one waits
+    /// for the end of the window this opens.
+    pub fn webhook_pass_started(&mut self, now: Instant) {
+        self.webhooks.pass_started(now);
     }
 
     /// A scheduled pass starts at `now`: the next one is due an interval later, lengthened or
@@ -139,7 +226,7 @@ mod tests {
         let (_tx, mut stop) = never_stopped();
         let wake = Notify::new();
         let start = Instant::now();
-        let mut timetable = Timetable::new(INTERVAL, VERIFY_EVERY, start, false);
+        let mut timetable = Timetable::new(INTERVAL, VERIFY_EVERY, WEBHOOK_WINDOW, start, false);
         assert_eq!(
             timetable.wait(&wake, &mut stop).await,
             Some(Trigger::Schedule)
@@ -176,7 +263,8 @@ mod tests {
         let wake = Notify::new();
         for (unit, after) in [(0.0, 270), (0.99, 329)] {
             let start = Instant::now();
-            let mut timetable = Timetable::new(INTERVAL, VERIFY_EVERY, start, false);
+            let mut timetable =
+                Timetable::new(INTERVAL, VERIFY_EVERY, WEBHOOK_WINDOW, start, false);
             timetable.pass_started(start, unit);
             assert_eq!(
                 timetable.wait(&wake, &mut stop).await,
@@ -191,7 +279,7 @@ mod tests {
         let (_tx, mut stop) = never_stopped();
         let wake = Notify::new();
         let start = Instant::now();
-        let mut timetable = Timetable::new(INTERVAL, VERIFY_EVERY, start, true);
+        let mut timetable = Timetable::new(INTERVAL, VERIFY_EVERY, WEBHOOK_WINDOW, start, true);
         timetable.pass_started(start, 0.5);
         // The pass and the verification round after it end 5 s later.
         tokio::time::advance(Duration::from_secs(5)).await;
@@ -208,7 +296,13 @@ mod tests {
             timetable.verified(Instant::now());
         }
         // Without a cluster, no verification round ever comes: only the next pass.
-        let mut pins_only = Timetable::new(INTERVAL, VERIFY_EVERY, Instant::now(), false);
+        let mut pins_only = Timetable::new(
+            INTERVAL,
+            VERIFY_EVERY,
+            WEBHOOK_WINDOW,
+            Instant::now(),
+            false,
+        );
         pins_only.pass_started(Instant::now(), 0.5);
         pins_only.verified(Instant::now());
         let at = Instant::now();
@@ -223,11 +317,183 @@ mod tests {
     async fn a_stop_ends_the_wait_at_once() {
         let (tx, mut stop) = never_stopped();
         let wake = Notify::new();
-        let mut timetable = Timetable::new(INTERVAL, VERIFY_EVERY, Instant::now(), true);
+        let mut timetable =
+            Timetable::new(INTERVAL, VERIFY_EVERY, WEBHOOK_WINDOW, Instant::now(), true);
         timetable.pass_started(Instant::now(), 0.5);
         let at = Instant::now();
         tx.send(true).unwrap();
         assert_eq!(timetable.wait(&wake, &mut stop).await, None);
         assert_eq!(Instant::now(), at);
+    }
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A timetable whose scheduled first pass ran at `start`, as the loop leaves it.
+    fn after_first_pass(start: Instant, verifying: bool) -> Timetable {
+        let mut timetable =
+            Timetable::new(INTERVAL, VERIFY_EVERY, WEBHOOK_WINDOW, start, verifying);
+        timetable.pass_started(start, 0.5);
+        timetable
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_gets_a_pass_at_once_and_one_follow_up_at_the_window_end() {
+        let (_tx, mut stop) = never_stopped();
+        let wake = Notify::new();
+        let start = Instant::now();
+        let mut timetable = after_first_pass(start, false);
+        tokio::time::advance(Duration::from_secs(10)).await;
+
+        // Leading edge: the first delivery of the burst starts a pass at once.
+        let first = Instant::now();
+        wake.notify_one();
+        assert_eq!(
+            timetable.wait(&wake, &mut stop).await,
+            Some(Trigger::Webhook)
+        );
+        assert_eq!(Instant::now(), first);
+        timetable.webhook_pass_started(first);
+        // The pass takes 17 ms; four more deliveries come 5 ms apart, during it and after.
+        for _ in 0..4 {
+            tokio::time::advance(5 * MS).await;
+            wake.notify_one();
+        }
+
+        // One follow-up, at the window's end, not before.
+        let early =
+            tokio::time::timeout(WEBHOOK_WINDOW - 21 * MS, timetable.wait(&wake, &mut stop)).await;
+        assert!(early.is_err(), "a pass inside the window: {early:?}");
+        assert_eq!(
+            timetable.wait(&wake, &mut stop).await,
+            Some(Trigger::Webhook)
+        );
+        assert_eq!(Instant::now(), first + WEBHOOK_WINDOW);
+        timetable.webhook_pass_started(Instant::now());
+
+        // And no other: the next wake-up is the scheduled pass.
+        assert_eq!(
+            timetable.wait(&wake, &mut stop).await,
+            Some(Trigger::Schedule)
+        );
+        assert_eq!(Instant::now(), start + INTERVAL);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delivery_from_the_window_end_on_starts_its_pass_at_once() {
+        let (_tx, mut stop) = never_stopped();
+        let wake = Notify::new();
+        let start = Instant::now();
+        let mut timetable = after_first_pass(start, false);
+        timetable.webhook_pass_started(start);
+        // Just inside the window: held until its end.
+        tokio::time::advance(WEBHOOK_WINDOW - MS).await;
+        wake.notify_one();
+        assert_eq!(
+            timetable.wait(&wake, &mut stop).await,
+            Some(Trigger::Webhook)
+        );
+        assert_eq!(Instant::now(), start + WEBHOOK_WINDOW);
+        timetable.webhook_pass_started(Instant::now());
+        // Right at the end of the window that pass opened: at once.
+        tokio::time::advance(WEBHOOK_WINDOW).await;
+        let at = Instant::now();
+        wake.notify_one();
+        assert_eq!(
+            timetable.wait(&wake, &mut stop).await,
+            Some(Trigger::Webhook)
+        );
+        assert_eq!(Instant::now(), at);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deliveries_during_a_pass_longer_than_the_window_are_served_as_soon_as_it_ends() {
+        let (_tx, mut stop) = never_stopped();
+        let wake = Notify::new();
+        let start = Instant::now();
+        let mut timetable = after_first_pass(start, false);
+        wake.notify_one();
+        assert_eq!(
+            timetable.wait(&wake, &mut stop).await,
+            Some(Trigger::Webhook)
+        );
+        timetable.webhook_pass_started(start);
+        wake.notify_one();
+        // The pass takes 20 s; the window is long over when the loop waits again.
+        tokio::time::advance(Duration::from_secs(20)).await;
+        let ended = Instant::now();
+        assert_eq!(
+            timetable.wait(&wake, &mut stop).await,
+            Some(Trigger::Webhook)
+        );
+        assert_eq!(Instant::now(), ended);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_delivery_lets_a_verification_round_and_a_stop_through() {
+        let (tx, mut stop) = never_stopped();
+        let wake = Notify::new();
+        let start = Instant::now();
+        let mut timetable = after_first_pass(start, true);
+        // A webhook pass starts half a window before the first verification round is due.
+        tokio::time::advance(VERIFY_EVERY - WEBHOOK_WINDOW / 2).await;
+        let pass = Instant::now();
+        timetable.webhook_pass_started(pass);
+        wake.notify_one();
+        // The round due inside the window comes at its time; the held pass after it.
+        assert_eq!(
+            timetable.wait(&wake, &mut stop).await,
+            Some(Trigger::Verify)
+        );
+        assert_eq!(Instant::now(), pass + WEBHOOK_WINDOW / 2);
+        timetable.verified(Instant::now());
+        assert_eq!(
+            timetable.wait(&wake, &mut stop).await,
+            Some(Trigger::Webhook)
+        );
+        assert_eq!(Instant::now(), pass + WEBHOOK_WINDOW);
+        timetable.webhook_pass_started(Instant::now());
+        // A delivery held again, then a stop: the wait ends at once.
+        wake.notify_one();
+        let at = Instant::now();
+        let waiting = timetable.wait(&wake, &mut stop);
+        tx.send(true).unwrap();
+        assert_eq!(waiting.await, None);
+        assert_eq!(Instant::now(), at);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_zero_window_holds_no_delivery_back() {
+        let (_tx, mut stop) = never_stopped();
+        let wake = Notify::new();
+        let start = Instant::now();
+        let mut timetable = Timetable::new(INTERVAL, VERIFY_EVERY, Duration::ZERO, start, false);
+        timetable.pass_started(start, 0.5);
+        for _ in 0..3 {
+            wake.notify_one();
+            let at = Instant::now();
+            assert_eq!(
+                timetable.wait(&wake, &mut stop).await,
+                Some(Trigger::Webhook)
+            );
+            assert_eq!(Instant::now(), at);
+            timetable.webhook_pass_started(at);
+            tokio::time::advance(MS).await;
+        }
+    }
+
+    #[test]
+    fn the_window_opens_at_each_webhook_pass_start() {
+        let t0 = Instant::now();
+        let mut window = WebhookWindow::new(Duration::from_secs(1));
+        assert_eq!(window.start_at(t0), t0, "no pass yet: at once");
+        window.pass_started(t0);
+        assert_eq!(window.start_at(t0), t0 + Duration::from_secs(1));
+        assert_eq!(
+            window.start_at(t0 + Duration::from_millis(999)),
+            t0 + Duration::from_secs(1)
+        );
+        let later = t0 + Duration::from_secs(1);
+        assert_eq!(window.start_at(later), later);
+        assert_eq!(window.start_at(later + MS), later + MS);
     }
 }

@@ -58,6 +58,8 @@ pub struct Setup {
     pub interval: Duration,
     pub verify_interval: Duration,
     pub grace: Duration,
+    /// At most one webhook-started reconcile of all objects per window (`--webhook-window`).
+    pub webhook_window: Duration,
     pub api_timeout: Duration,
     pub listen: SocketAddr,
     pub health_listen: Option<SocketAddr>,
@@ -160,6 +162,10 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         secret,
         setup.interval.saturating_mul(daemon::LIVENESS_INTERVALS),
     );
+    shared
+        .metrics
+        .pass_interval
+        .set(daemon::seconds(setup.interval));
     let stop = daemon::stop_signal(setup.grace);
     let mut servers = vec![tokio::spawn(daemon::serve(
         listener,
@@ -225,14 +231,20 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         .timeout(WATCH_TIMEOUT_SECONDS)
         .labels(&format!("{SECRET_LABEL}={SECRET_LABEL_VALUE}"));
     // Webhook deliveries: the answers for the images they name are forgotten, and every
-    // object reconciled (each asks the registry only for what was forgotten).
+    // object reconciled (each asks the registry only for what was forgotten); a burst within
+    // the webhook window, by one reconcile at its end.
     let (deliveries, delivered) = futures::channel::mpsc::channel::<()>(1);
     {
         let (shared, ctx) = (shared.clone(), ctx.clone());
         let mut deliveries = deliveries;
+        let mut window = daemon::WebhookWindow::new(setup.webhook_window);
         tokio::spawn(async move {
             loop {
-                let names: Vec<String> = shared.next_delivery().await.into_iter().collect();
+                let names: Vec<String> = shared
+                    .next_delivery(&mut window)
+                    .await
+                    .into_iter()
+                    .collect();
                 ctx.registries.forget(&names);
                 // Full: a reconcile of all is already due, which serves these names too.
                 let _ = deliveries.try_send(());
@@ -292,7 +304,10 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     );
     // A standby is alive but not ready: the Service sends webhooks to the leader only.
     let leadership = match setup.leader {
-        None => None,
+        None => {
+            shared.metrics.set_leader("", true);
+            None
+        }
         Some(elector) => match daemon::stand_by(elector, &shared, stop.clone()).await {
             Some(leadership) => Some(leadership),
             None => {

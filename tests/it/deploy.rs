@@ -1338,3 +1338,146 @@ fn a_teams_side_of_the_shared_install_grants_its_service_account_the_verifiers_r
         checked.unwrap_or_else(|e| panic!("{}: {e}", label(object)));
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The monitoring kit (`deploy/monitoring/`): opt-in kustomize components
+
+/// The variants the monitoring components serve: the controller and the operator.
+const MONITORED: [&str; 2] = ["deploy", "deploy/operator"];
+
+/// `variant` with the ServiceMonitor and the alerts components, rendered the way a user's
+/// overlay includes them (`components:`); the overlay's directory lives as long as the render.
+pub(crate) fn with_monitoring(variant: &str) -> Vec<Value> {
+    let overlay = tempfile::tempdir().unwrap();
+    let dir = overlay.path().canonicalize().unwrap();
+    let relative = |path: &str| {
+        relative_path(&dir, &repo().join(path).canonicalize().unwrap())
+            .display()
+            .to_string()
+    };
+    std::fs::write(
+        dir.join("kustomization.yaml"),
+        format!(
+            "resources:\n  - {}\ncomponents:\n  - {}\n  - {}\n",
+            relative(variant),
+            relative("deploy/monitoring/servicemonitor"),
+            relative("deploy/monitoring/alerts"),
+        ),
+    )
+    .unwrap();
+    kustomize(&dir)
+}
+
+fn base_of(variant: &str) -> &'static Build {
+    match variant {
+        "deploy/operator" => operator(),
+        _ => build(variant),
+    }
+}
+
+#[test]
+fn the_monitoring_components_add_a_service_monitor_and_the_alerts_and_change_nothing_else() {
+    // Opt-in: without the Prometheus Operator's CRDs, `kubectl apply -k` would refuse them.
+    for build in all_builds() {
+        for object in &build.objects {
+            assert!(
+                !matches!(kind(object), "ServiceMonitor" | "PrometheusRule"),
+                "{}: {}",
+                build.dir,
+                label(object)
+            );
+        }
+    }
+    for variant in MONITORED {
+        let objects = with_monitoring(variant);
+        let (added, rest): (Vec<&Value>, Vec<&Value>) = objects
+            .iter()
+            .partition(|o| matches!(kind(o), "ServiceMonitor" | "PrometheusRule"));
+        let added: BTreeSet<String> = added.iter().map(|o| label(o)).collect();
+        assert_eq!(
+            added,
+            BTreeSet::from([
+                "PrometheusRule/tagpin".to_string(),
+                "ServiceMonitor/tagpin".to_string()
+            ]),
+            "{variant}"
+        );
+        let base: Vec<&Value> = base_of(variant).objects.iter().collect();
+        assert_eq!(rest, base, "{variant}: the components change the base");
+        let monitoring = objects
+            .iter()
+            .filter(|o| matches!(kind(o), "ServiceMonitor" | "PrometheusRule"));
+        for object in monitoring {
+            assert_eq!(
+                object["metadata"]["namespace"].as_str(),
+                Some(NAMESPACE),
+                "{variant}: {}",
+                label(object)
+            );
+        }
+        let rule = objects
+            .iter()
+            .find(|o| kind(o) == "PrometheusRule")
+            .unwrap();
+        assert_eq!(rule["apiVersion"], "monitoring.coreos.com/v1");
+        assert!(!rule["spec"]["groups"][0]["rules"]
+            .as_sequence()
+            .unwrap()
+            .is_empty());
+    }
+}
+
+#[test]
+fn the_service_monitor_scrapes_metrics_of_the_variants_service_with_the_job_the_alerts_read() {
+    for variant in MONITORED {
+        let objects = with_monitoring(variant);
+        let one = |wanted: &str| {
+            let found: Vec<&Value> = objects.iter().filter(|o| kind(o) == wanted).collect();
+            assert_eq!(found.len(), 1, "{variant}: one {wanted}");
+            found[0]
+        };
+        let monitor = one("ServiceMonitor");
+        assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+        let (service, deployment, policy) =
+            (one("Service"), one("Deployment"), one("NetworkPolicy"));
+        let service_labels = service["metadata"]["labels"].as_mapping().unwrap();
+        // It selects the variant's Service (a ServiceMonitor looks in its own namespace).
+        let selector = monitor["spec"]["selector"]["matchLabels"]
+            .as_mapping()
+            .unwrap();
+        assert!(!selector.is_empty());
+        for (key, value) in selector {
+            assert_eq!(service_labels.get(key), Some(value), "{variant}: {key:?}");
+        }
+        // The `job` of every series: the value of that Service label, `tagpin`, which the
+        // alerts select (`up{job="tagpin"}`).
+        let job_label = monitor["spec"]["jobLabel"].as_str().expect("jobLabel");
+        assert_eq!(
+            service_labels.get(job_label).and_then(Value::as_str),
+            Some("tagpin"),
+            "{variant}"
+        );
+        // Its one endpoint: the Service's named port, reaching the container's --listen port
+        // (which serves /metrics) and admitted by the NetworkPolicy.
+        let endpoints = monitor["spec"]["endpoints"].as_sequence().unwrap();
+        assert_eq!(endpoints.len(), 1, "{variant}");
+        assert_eq!(endpoints[0]["path"], "/metrics", "{variant}");
+        let port = service["spec"]["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == endpoints[0]["port"])
+            .unwrap_or_else(|| panic!("{variant}: no Service port {:?}", endpoints[0]["port"]));
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        let number = resolve_port(container, &port["targetPort"]).expect("target port");
+        assert_eq!(
+            flag(container, "--listen"),
+            Some(format!("0.0.0.0:{number}").as_str()),
+            "{variant}"
+        );
+        assert!(
+            port_set(&policy["spec"]["ingress"]).contains(&("TCP".to_string(), number)),
+            "{variant}: the NetworkPolicy refuses the scrape port {number}"
+        );
+    }
+}

@@ -31,6 +31,7 @@ mod kube_server_selftest;
 mod kustomize;
 mod leader;
 mod module_graph;
+mod monitoring;
 mod operator;
 mod operator_hostile;
 mod operator_promote;
