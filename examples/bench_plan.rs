@@ -14,7 +14,11 @@
 //! - the resolution alone (the 500 references, no files);
 //! - the pass as it was at e8876cd, before this round's profiling (see `plan_as_last_round`);
 //! - `sync` when nothing changed, on a Git repository holding the same manifests already
-//!   pinned (a fetch that brings nothing, the scan, the HEADs, no commit).
+//!   pinned (a fetch that brings nothing, the scan, the HEADs, no commit);
+//! - `tagpin plan --insecure-registry HOST <tree>` as a user meets it: the release binary as
+//!   a whole process, from spawn to exit (start-up, runtime, client setup, reading, output and
+//!   exit included), its stdout drained; and `tagpin plan` on an empty directory, what the
+//!   process costs around the pass. The floor run before it in the round is its pair.
 //!
 //! Every run starts with a new client, so each opens its connections cold, like the floor.
 //! The machine is shared, so absolute times move between runs: the ratios are taken within
@@ -33,6 +37,8 @@
 
 #[path = "support/bare_repo.rs"]
 mod bare_repo;
+#[path = "support/binary.rs"]
+mod binary;
 #[path = "support/bench_plan_helm.rs"]
 mod helm_variant;
 #[path = "../tests/it/support/registry.rs"]
@@ -460,13 +466,32 @@ const PLAN_AS_BEFORE: usize = 6;
 const PLAN_MULTI_THREAD: usize = 7;
 const FLOOR_ONE_THREAD: usize = 8;
 const PLAN_AS_LAST_ROUND: usize = 9;
+const PROCESS: usize = 10;
+const PROCESS_EMPTY: usize = 11;
 
-/// `BENCH_PROFILE=<kind>`: runs one kind of run `runs` times back to back, for a profiler
-/// attached to this process (`perf record -p`), and prints the CPU of each. It announces
-/// `profiling <kind> in pid <pid>` on stderr before the first run, and starts after a second,
-/// so that the profiler can be attached in time. Kinds: `plan` (on a current-thread runtime,
-/// as `tagpin plan` runs), `plan-mt` (on the bench's multi-thread runtime), `floor`,
-/// `floor-ct` (the floor on a current-thread runtime), `resolve`, `before`, `e8876cd`.
+/// `tagpin plan` as a process, from spawn to exit: the release binary on `root`, its stdout
+/// drained as a terminal or a pipe would take it.
+async fn plan_process(tagpin: &Path, host: &str, root: &Path, port: u16) -> (Duration, usize) {
+    let started = Instant::now();
+    let output = tokio::process::Command::new(tagpin)
+        .args(["plan", "--insecure-registry", host])
+        .arg(root)
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("start tagpin plan");
+    let wall = started.elapsed();
+    // 0: nothing to pin, 1: pins to make (plan's "needs attention").
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)),
+        "tagpin plan failed: {:?}",
+        output.status
+    );
+    (wall, connections_to(port))
+}
+
 /// Runs `work` on a current-thread runtime of its own, on a thread of its own.
 fn on_current_thread<F, Fut>(work: F)
 where
@@ -487,6 +512,12 @@ where
     })
 }
 
+/// `BENCH_PROFILE=<kind>`: runs one kind of run `runs` times back to back, for a profiler
+/// attached to this process (`perf record -p`), and prints the CPU of each. It announces
+/// `profiling <kind> in pid <pid>` on stderr before the first run, and starts after a second,
+/// so that the profiler can be attached in time. Kinds: `plan` (on a current-thread runtime,
+/// as `tagpin plan` runs), `plan-mt` (on the bench's multi-thread runtime), `floor`,
+/// `floor-ct` (the floor on a current-thread runtime), `resolve`, `before`, `e8876cd`.
 #[allow(clippy::too_many_arguments)]
 async fn profile(
     kind: &str,
@@ -632,7 +663,11 @@ async fn main() {
         Row::new("plan, multi-thread runtime"),
         Row::new("registry floor, 16 conns, 1 thread"),
         Row::new("plan as at e8876cd (8 per host)"),
+        Row::new("tagpin plan, spawn to exit"),
+        Row::new("tagpin plan, empty directory"),
     ];
+    let tagpin = binary::tagpin_binary();
+    let empty = tempfile::tempdir().unwrap();
     let mut requests = 0;
     let mut phases: Vec<Vec<(String, Duration)>> = Vec::new();
     // Round 0 warms up (page cache, the registry's own caches) and is not counted.
@@ -641,8 +676,13 @@ async fn main() {
         .and_then(|r| r.parse().ok())
         .unwrap_or(ROUNDS);
     for round in 0..=rounds {
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.rotate_left(round % rows.len());
+        // The whole process always runs right after the floor, its pair: a bare HEAD flood at
+        // 16 connections just before it, as the user-side measurement pairs them.
+        let mut order: Vec<usize> = (0..rows.len()).filter(|&i| i != PROCESS).collect();
+        let turn = round % order.len();
+        order.rotate_left(turn);
+        let floor_at = order.iter().position(|&i| i == FLOOR).unwrap_or(0);
+        order.insert(floor_at + 1, PROCESS);
         for i in order {
             let open_before = settle(port, harness_connections).await;
             let (own, reg) = (cpu_ticks("self"), cpu_ticks(&registry_pid));
@@ -683,6 +723,8 @@ async fn main() {
                 RESOLVE => resolve_once(&host, &refs).await,
                 PLAN_AS_BEFORE => plan_as_before(&host, tree.path()).await,
                 PLAN_AS_LAST_ROUND => plan_as_last_round(&host, tree.path()).await,
+                PROCESS => plan_process(&tagpin, &host, tree.path(), port).await,
+                PROCESS_EMPTY => plan_process(&tagpin, &host, empty.path(), port).await,
                 _ => sync_once(&config, &host, &cache).await,
             };
             let (own, reg) = (cpu_ticks("self") - own, cpu_ticks(&registry_pid) - reg);
@@ -714,6 +756,7 @@ async fn main() {
     let multi_thread_ratio = per_round(PLAN_MULTI_THREAD, FLOOR);
     let last_round_ratio = per_round(PLAN_AS_LAST_ROUND, FLOOR);
     let plan_ratio_one_thread = per_round(PLAN, FLOOR_ONE_THREAD);
+    let process_ratio = per_round(PROCESS, FLOOR);
 
     println!("tagpin plan benchmark: {MANIFESTS} manifests, {IMAGES} distinct images (1 in {INDEX_EVERY} an OCI index), {rounds} rounds, median (min to max)");
     println!(
@@ -767,6 +810,10 @@ async fn main() {
     println!(
         "  ratio sync / plan                {}   (target <= 1.2)",
         spread(sync_ratio, 3)
+    );
+    println!(
+        "  ratio tagpin plan process / floor {}  (target <= 1.1; spawn to exit, floor just before)",
+        spread(process_ratio, 3)
     );
     let phase_at = |name: &str| -> Vec<f64> {
         phases

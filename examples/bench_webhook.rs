@@ -21,6 +21,8 @@
 
 #[path = "support/bare_repo.rs"]
 mod bare_repo;
+#[path = "support/binary.rs"]
+mod binary;
 #[path = "../tests/it/support/registry.rs"]
 #[allow(dead_code)]
 mod registry_support;
@@ -60,24 +62,6 @@ fn repository(work: &Path, host: &str) -> PathBuf {
         })
         .collect();
     bare_repo(work, &files)
-}
-
-fn tagpin_binary() -> PathBuf {
-    if let Some(binary) = std::env::var_os("TAGPIN_BINARY") {
-        return PathBuf::from(binary);
-    }
-    let exe = std::env::current_exe().expect("this example's path");
-    let binary = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|dir| dir.join("tagpin"))
-        .expect("target directory");
-    assert!(
-        binary.is_file(),
-        "{} is missing: build it first with `cargo build --release`",
-        binary.display()
-    );
-    binary
 }
 
 /// The `--webhook-window` among the arguments for `tagpin run`, else its default.
@@ -184,7 +168,7 @@ async fn main() {
     )
     .unwrap();
     let port = free_port();
-    let mut controller = Command::new(tagpin_binary())
+    let mut controller = Command::new(binary::tagpin_binary())
         .args(["run", "--interval", "1h", "--listen"])
         .arg(format!("127.0.0.1:{port}"))
         .arg("--config")

@@ -142,6 +142,8 @@ fn the_renderer_agrees_with_kubectl_kustomize_on_every_kustomization_of_the_repo
             ("deploy/common/kustomization.yaml", 0),
             ("deploy/cronjob/kustomization.yaml", 1),
             ("deploy/kustomization.yaml", 1),
+            ("deploy/monitoring/alerts/kustomization.yaml", 0),
+            ("deploy/monitoring/servicemonitor/kustomization.yaml", 0),
             ("deploy/operator-multi-tenant/tenant/kustomization.yaml", 0),
             ("examples/gitops/apps/web/kustomization.yaml", 1),
             ("examples/gitops/overlays/production/kustomization.yaml", 1),

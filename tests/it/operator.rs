@@ -146,8 +146,9 @@ impl Operator {
     /// SIGTERM, then what it logged.
     pub(crate) async fn stop(self) -> String {
         let output = support::terminate(self.child, "tagpin operator").await;
-        assert_eq!(output.status.code(), Some(0));
-        String::from_utf8_lossy(&output.stderr).into_owned()
+        let log = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(0), "the operator's log:\n{log}");
+        log
     }
 }
 
@@ -262,10 +263,10 @@ async fn two_objects_are_pinned_in_one_run_while_a_broken_one_and_a_missing_secr
         assert_eq!(status["verdict"]["state"], "converged", "{name}");
         assert_eq!(status["verdict"]["converged"], 1, "{name}");
         assert!(condition(&kube, name, "Stalled").is_none(), "{name}");
-        assert!(
-            event_reasons(&kube, name).contains(&"Pinned".to_string()),
-            "{name}"
-        );
+        eventually(&format!("{name}'s pin is announced"), || {
+            event_reasons(&kube, name).contains(&"Pinned".to_string())
+        })
+        .await;
     }
 
     eventually("the broken object Stalled", || {
@@ -289,7 +290,11 @@ async fn two_objects_are_pinned_in_one_run_while_a_broken_one_and_a_missing_secr
     let stalled = condition(&kube, "no-secret", "Stalled").unwrap();
     assert_eq!(stalled["reason"], "SecretNotFound");
     assert_eq!(stalled["message"], format!("Secret {NS}/missing not found"));
-    assert!(event_reasons(&kube, "no-secret").contains(&"SecretNotFound".to_string()));
+    // Events follow the status write that records what they announce.
+    eventually("SecretNotFound is announced", || {
+        event_reasons(&kube, "no-secret").contains(&"SecretNotFound".to_string())
+    })
+    .await;
 
     // Nothing moved: a reconcile with nothing to do writes no status and makes no commit.
     let commits = repo_web.log("main").len();
@@ -733,7 +738,10 @@ async fn a_pin_not_applied_yet_is_reconciling_until_the_cluster_runs_it_and_a_fa
         "VerificationFailed"
     );
     assert!(condition(&kube, "broken", "Reconciling").is_none());
-    assert!(event_reasons(&kube, "broken").contains(&"VerificationFailed".to_string()));
+    eventually("VerificationFailed is announced", || {
+        event_reasons(&kube, "broken").contains(&"VerificationFailed".to_string())
+    })
+    .await;
 
     // Argo CD applies both pins and the pods run them: the next verification, one verify
     // interval later and with no change to the objects, finds them Converged.
@@ -908,6 +916,13 @@ async fn a_restarted_operator_announces_nothing_the_first_one_already_did() {
         ("broken", "VerificationFailed"),
         ("api", "PullRequestOpened"),
     ];
+    // Events follow the status write that records what they announce.
+    eventually("each announcement is published", || {
+        expected
+            .iter()
+            .all(|(name, reason)| event_reasons(&kube, name).iter().any(|r| r == reason))
+    })
+    .await;
     let before: Vec<_> = ["web", "broken", "api"]
         .iter()
         .map(|name| (*name, announced(&kube, name)))

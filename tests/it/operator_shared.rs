@@ -553,9 +553,12 @@ async fn a_pin_pushed_by_a_leader_that_died_before_its_status_write_is_read_back
     let object = kube.get("PinnedRepository", NS, "web").unwrap();
     assert_eq!(object["status"]["lastPin"]["images"], 1);
     assert_eq!(repo.log("main").len(), 2, "nothing committed twice");
-    assert!(announced(&kube, "web")
-        .iter()
-        .any(|(reason, note, _)| reason == "Pinned" && note.contains(&pin)));
+    eventually("op-2 announces the pin op-1 pushed", || {
+        announced(&kube, "web")
+            .iter()
+            .any(|(reason, note, _)| reason == "Pinned" && note.contains(&pin))
+    })
+    .await;
     second.stop().await;
 }
 
@@ -598,13 +601,13 @@ async fn a_gitlab_object_speaks_of_merge_requests() {
             .starts_with("pins proposed in merge request !1 for main"),
         "{message}"
     );
-    let opened = announced(&kube, "web");
-    assert!(
-        opened
-            .iter()
-            .any(|(reason, note, _)| reason == "PullRequestOpened"
-                && note.starts_with("opened merge request !1 from tagpin/main")),
-        "{opened:?}"
-    );
+    // The Event is published after the status write that reports the merge request.
+    eventually("the opening is announced in merge request words", || {
+        announced(&kube, "web").iter().any(|(reason, note, _)| {
+            reason == "PullRequestOpened"
+                && note.starts_with("opened merge request !1 from tagpin/main")
+        })
+    })
+    .await;
     operator.stop().await;
 }
