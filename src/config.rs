@@ -373,7 +373,7 @@ pub struct Forge {
     /// clock, and only pull requests it opened are tagpin's promotions.
     pub login: Option<String>,
     /// `forge.timeout_seconds`: how long one call may take, answer included
-    /// ([`crate::forge::DEFAULT_TIMEOUT_SECONDS`] unless set).
+    /// ([`DEFAULT_FORGE_TIMEOUT_SECONDS`] unless set).
     pub timeout_seconds: u64,
 }
 
@@ -396,6 +396,10 @@ const DEFAULT_AUTHOR_NAME: &str = "tagpin";
 const DEFAULT_AUTHOR_EMAIL: &str = "tagpin@localhost";
 const DEFAULT_TOKEN_USERNAME: &str = "x-access-token";
 const DEFAULT_TIMEOUT_SECONDS: u64 = 30;
+/// The default of `forge.timeout_seconds`: how long one forge call may take, from the request
+/// to the last byte of its answer. GitHub and GitLab answer in well under a second; a forge
+/// that sends its answer a byte at a time is given up on here, whatever its pace.
+pub const DEFAULT_FORGE_TIMEOUT_SECONDS: u64 = 60;
 
 /// Every problem found in a configuration file, one per line, each with its field path.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

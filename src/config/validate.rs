@@ -19,8 +19,8 @@ use super::{
     ClusterTarget, Config, Forge, ForgeKind, GitAuth, GitOpsObjects, Grouping, ImageRules,
     ObjectName, Order, Origin, PolicyRule, Problem, Promotion, PullRequest, Registries, Repository,
     Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME,
-    DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE, DEFAULT_PR_TITLE, DEFAULT_TIMEOUT_SECONDS,
-    DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
+    DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE, DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE,
+    DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
 };
 
 /// The configuration the raw file describes, or every problem found in it.
@@ -1186,7 +1186,7 @@ impl Check {
         let login = self.string("forge.login", &raw.login).map(str::to_string);
         let timeout_seconds = self
             .number("forge.timeout_seconds", &raw.timeout_seconds, 1, 3600)
-            .unwrap_or(crate::forge::DEFAULT_TIMEOUT_SECONDS);
+            .unwrap_or(DEFAULT_FORGE_TIMEOUT_SECONDS);
         Some(Forge {
             kind,
             api_url: api_url.to_string(),

@@ -17,6 +17,8 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use crate::server::WebhookWindow;
+
 /// Fraction of the interval by which each wait is randomly shortened or lengthened, so that
 /// many controllers started together do not hit a registry in step.
 pub const JITTER: f64 = 0.1;
@@ -27,48 +29,6 @@ pub enum Trigger {
     Schedule,
     Webhook,
     Verify,
-}
-
-/// The default of `--webhook-window`: long enough to gather what one build pushes in a burst
-/// (five pushes of a tag arrive within tens of milliseconds), short enough that the last
-/// digest of the burst is pinned about a second after it.
-pub const WEBHOOK_WINDOW: Duration = Duration::from_secs(1);
-
-/// At most one webhook pass starts per window: a delivery that finds no webhook pass started
-/// within the last `length` starts one at once (leading edge); one that arrives sooner is
-/// served at the window's end, together with every other that arrived meanwhile: a burst of
-/// deliveries makes two passes, so two commits at most where it made one each. Scheduled
-/// passes are not held, and do not open a window.
-#[derive(Debug, Clone, Copy)]
-pub struct WebhookWindow {
-    length: Duration,
-    /// When the last webhook pass started.
-    last_pass: Option<Instant>,
-}
-
-impl WebhookWindow {
-    /// A zero `length` holds nothing back: every delivery's pass starts as soon as the loop is
-    /// free, as before the window existed.
-    pub fn new(length: Duration) -> Self {
-        WebhookWindow {
-            length,
-            last_pass: None,
-        }
-    }
-
-    /// When the pass for a delivery that arrives at `now` may start: `now` unless a webhook
-    /// pass started less than the window ago, then at that window's end.
-    pub fn start_at(&self, now: Instant) -> Instant {
-        match self.last_pass {
-            Some(last) if now < last + self.length => last + self.length,
-            _ => now,
-        }
-    }
-
-    /// A webhook pass started at `now`: the next may start a window later.
-    pub fn pass_started(&mut self, now: Instant) {
-        self.last_pass = Some(now);
-    }
 }
 
 /// The loop's next deadlines.
@@ -196,6 +156,7 @@ pub fn random_unit() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::WEBHOOK_WINDOW;
 
     const INTERVAL: Duration = Duration::from_secs(300);
     const VERIFY_EVERY: Duration = Duration::from_secs(30);

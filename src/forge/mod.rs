@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config;
+use crate::mutex::lock;
 
 pub use crate::review::{PullRequestInfo, Status, StatusState};
 pub use github::GitHub;
@@ -85,11 +86,6 @@ impl ChangeRequestNoun {
 /// text, so this leaves room for escaping and non-ASCII text. An answer past it fails that
 /// call (naming the forge's host), never the process: see [`crate::bounded`].
 pub const MAX_ANSWER_BYTES: usize = 16 * crate::bounded::MIB;
-
-/// The default of `forge.timeout_seconds`: how long one forge call may take, from the request
-/// to the last byte of its answer. GitHub and GitLab answer in well under a second; a forge
-/// that sends its answer a byte at a time is given up on here, whatever its pace.
-pub const DEFAULT_TIMEOUT_SECONDS: u64 = 60;
 
 /// Connecting to the forge (TCP and TLS), within the call's deadline.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -499,10 +495,6 @@ fn status_key(sha: &str, branch: Option<&str>, context: &str) -> StatusKey {
 /// reading it again ([`READ_BACK_AFTER`]).
 fn still_fresh(at: Instant) -> bool {
     at.elapsed() < READ_BACK_AFTER
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -491,19 +491,12 @@ impl<'w, 'a> Walker<'w, 'a> {
             return;
         }
 
-        let mut value = match &registry {
-            Some(registry) => format!("{}/{repository}", registry.trim_end_matches('/')),
-            None => repository.clone(),
-        };
-        if let Some(tag) = &tag_text {
-            value = format!("{value}:{tag}");
-        }
-        if let Some(digest) = &digest {
-            value = format!("{value}@{digest}");
-        }
-        let normalized = Reference::parse(&value)
-            .map(|r| r.canonical_name())
-            .unwrap_or_else(|_| value.clone());
+        let (value, normalized) = image_text(
+            registry.as_deref(),
+            &repository,
+            tag_text.as_deref(),
+            digest.as_deref(),
+        );
 
         // Where the digest goes, and where a moved tag goes.
         let placed = match (&digest_key, &tag) {
@@ -809,6 +802,30 @@ fn new_parameter(
         indent: indent.to_string(),
         name: name.to_string(),
     })
+}
+
+/// The image a block's parts make, as its chart joins them (`registry/repository:tag@digest`),
+/// and its repository's canonical name.
+fn image_text(
+    registry: Option<&str>,
+    repository: &str,
+    tag: Option<&str>,
+    digest: Option<&str>,
+) -> (String, String) {
+    let mut value = match registry {
+        Some(registry) => format!("{}/{repository}", registry.trim_end_matches('/')),
+        None => repository.to_string(),
+    };
+    if let Some(tag) = tag {
+        value = format!("{value}:{tag}");
+    }
+    if let Some(digest) = digest {
+        value = format!("{value}@{digest}");
+    }
+    let normalized = Reference::parse(&value)
+        .map(|r| r.canonical_name())
+        .unwrap_or_else(|_| value.clone());
+    (value, normalized)
 }
 
 #[cfg(test)]

@@ -1,12 +1,12 @@
 //! Merged pull requests, verified after the merge, as `tagpin run` verifies them
-//! ([`crate::daemon::InFlight`]): a tagpin pull request merged less than
-//! [`daemon::RECENTLY_MERGED`] ago is verified on its cluster at its merge commit, its verdict
+//! ([`crate::inflight::InFlight`]): a tagpin pull request merged less than
+//! [`inflight::RECENTLY_MERGED`] ago is verified on its cluster at its merge commit, its verdict
 //! posted to it (the `tagpin/converged` status and the one updated comment), until the verdict
 //! is final (Converged or Failed).
 //!
 //! One function serves sync's pull requests (pull-request mode) and promotions: what sets them
 //! apart is a [`Kind`]. A pull request from a fork, or a promotion tagpin did not open, is
-//! never verified ([`daemon::not_ours`]). Of the merged pull requests in the window, the last
+//! never verified ([`inflight::not_ours`]). Of the merged pull requests in the window, the last
 //! merged is the one verified: it is what the cluster is meant to run now, and what the
 //! object's status reports.
 
@@ -16,8 +16,8 @@ use super::crd::VerdictSummary;
 use super::reconcile;
 use super::status::Awaiting;
 use crate::config::{Config, Stage};
-use crate::daemon;
 use crate::forge::{ChangeRequestNoun, Forge, PullRequestInfo};
+use crate::inflight;
 use crate::promote;
 use crate::registry::Client;
 use crate::sync::Syncer;
@@ -93,8 +93,8 @@ pub fn merged_label(noun: ChangeRequestNoun, number: u64, merge_sha: &str) -> St
 }
 
 /// Of the pull requests the forge listed, the one of this kind merged last, if it is still
-/// in flight at `now` (Unix seconds, [`daemon::in_flight_at`]) and tagpin's to verify
-/// ([`daemon::not_ours`], `me` being the token's login). `wanted` says which head branches
+/// in flight at `now` (Unix seconds, [`inflight::in_flight_at`]) and tagpin's to verify
+/// ([`inflight::not_ours`], `me` being the token's login). `wanted` says which head branches
 /// are of this kind; `promotion`: they are promotions, which only tagpin may open.
 pub fn last_merged(
     prs: Vec<PullRequestInfo>,
@@ -104,9 +104,9 @@ pub fn last_merged(
     now: i64,
 ) -> Option<PullRequestInfo> {
     prs.into_iter()
-        .filter(|pr| pr.merged && daemon::in_flight_at(pr, now))
+        .filter(|pr| pr.merged && inflight::in_flight_at(pr, now))
         .filter(|pr| wanted(&pr.head_ref))
-        .filter(|pr| match daemon::not_ours(pr, promotion, me) {
+        .filter(|pr| match inflight::not_ours(pr, promotion, me) {
             Some(why) => {
                 tracing::debug!("pull request #{} is not verified: {why}", pr.number);
                 false
@@ -149,7 +149,7 @@ pub async fn verify_last_merged(
 ) -> Option<Merged> {
     let (config, forge) = (verifier.config, verifier.forge);
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let listed = daemon::in_flight_pull_requests(
+    let listed = inflight::in_flight_pull_requests(
         forge,
         &kind.prefix(config),
         &config.repository.branch,
@@ -177,7 +177,7 @@ pub async fn verify_last_merged(
     let settled_there = !settled_here
         && kind.final_on_forge()
         && match forge.status_of(&sha, verify::report::STATUS_CONTEXT).await {
-            Ok(status) => daemon::final_status(status.as_ref().map(|(state, _)| *state)),
+            Ok(status) => inflight::final_status(status.as_ref().map(|(state, _)| *state)),
             Err(e) => {
                 tracing::warn!("{name}: cannot read the status of {sha}, not verified now: {e}");
                 return None;

@@ -32,20 +32,15 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::ResourceExt;
 
-use crate::daemon::{self, HttpLimits, Routes, Shared};
+use crate::lifecycle;
 use crate::registry::Settings;
+use crate::server::{self, Listening};
 use crate::verify::live::{Cluster, DEADLINE_PER_TIMEOUT, MAX_ANSWER_BYTES};
 use crd::PinnedRepository;
 use reconcile::Context;
 use registries::RegistryClients;
 
-/// The label a Secret must carry for a `PinnedRepository` to use it, as Argo CD's
-/// `argocd.argoproj.io/secret-type`: whoever may create objects in a namespace but not
-/// label its Secrets cannot have tagpin send an arbitrary Secret's keys anywhere. The
-/// controller watches the Secrets so labelled, so a rotation reaches the objects that name
-/// them at once.
-pub const SECRET_LABEL: &str = "tagpin.dev/secret-type";
-pub const SECRET_LABEL_VALUE: &str = "credentials";
+pub use reconcile::{SECRET_LABEL, SECRET_LABEL_VALUE};
 
 /// How long a watch request may stay open before the API server ends it (and the watcher
 /// starts another): bounds a watch on a connection that went silent.
@@ -150,39 +145,20 @@ pub fn names_secret(spec: &serde_json::Map<String, serde_json::Value>, name: &st
 /// `tagpin operator`: reconciles every `PinnedRepository` it selects until SIGTERM or SIGINT.
 pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     let (client, watch_client) = clients(setup.api_timeout).await?;
-    let listener = daemon::bind(setup.listen)
-        .await
-        .map_err(OperatorError::Listen)?;
-    let health_listener = match setup.health_listen {
-        Some(addr) => Some(daemon::bind(addr).await.map_err(OperatorError::Listen)?),
-        None => None,
-    };
-    let secret = crate::config::read_env(daemon::WEBHOOK_SECRET_ENV).ok();
-    let shared = Shared::new(
+    let stop = lifecycle::stop_signal(setup.grace);
+    let secret = crate::config::read_env(server::WEBHOOK_SECRET_ENV).ok();
+    let Listening {
+        shared,
+        mut servers,
+    } = server::listen(
+        setup.listen,
+        setup.health_listen,
         secret,
-        setup.interval.saturating_mul(daemon::LIVENESS_INTERVALS),
-    );
-    shared
-        .metrics
-        .pass_interval
-        .set(daemon::seconds(setup.interval));
-    let stop = daemon::stop_signal(setup.grace);
-    let mut servers = vec![tokio::spawn(daemon::serve(
-        listener,
-        shared.clone(),
-        stop.clone(),
-        HttpLimits::default(),
-        Routes::All,
-    ))];
-    if let Some(listener) = health_listener {
-        servers.push(tokio::spawn(daemon::serve(
-            listener,
-            shared.clone(),
-            stop.clone(),
-            HttpLimits::default(),
-            Routes::Probes,
-        )));
-    }
+        setup.interval,
+        &stop,
+    )
+    .await
+    .map_err(OperatorError::Listen)?;
     let cluster = match Cluster::connect(None, setup.api_timeout).await {
         Ok(cluster) => Some(cluster),
         Err(e) => {
@@ -190,29 +166,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
             None
         }
     };
-    let ctx = Arc::new(Context {
-        kube: client.clone(),
-        registries: RegistryClients::new(
-            setup.registry,
-            &setup.shared_registry_credentials,
-            setup.interval,
-            setup.reconcile_timeout,
-        ),
-        cache_dir: setup.cache_dir,
-        interval: setup.interval,
-        verify_interval: setup.verify_interval,
-        events: events::Publisher::new(client.clone(), reconcile::MANAGER, setup.instance.clone()),
-        cluster,
-        failures: Default::default(),
-        api_timeout: setup.api_timeout,
-        shared: shared.clone(),
-        allow_local_repositories: setup.allow_local_repositories,
-        slots: slots::Slots::new(usize::from(setup.concurrency)),
-        reconcile_timeout: setup.reconcile_timeout,
-        max_repository_bytes: setup.max_repository_bytes,
-        default_service_account: setup.default_service_account.clone(),
-        tenants: Default::default(),
-    });
+    let ctx = context(&setup, client.clone(), cluster, shared.clone());
     let (objects, secrets): (Api<PinnedRepository>, Api<Secret>) = match &setup.namespace {
         Some(ns) => (
             Api::namespaced(watch_client.clone(), ns),
@@ -233,24 +187,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     // Webhook deliveries: the answers for the images they name are forgotten, and every
     // object reconciled (each asks the registry only for what was forgotten); a burst within
     // the webhook window, by one reconcile at its end.
-    let (deliveries, delivered) = futures::channel::mpsc::channel::<()>(1);
-    {
-        let (shared, ctx) = (shared.clone(), ctx.clone());
-        let mut deliveries = deliveries;
-        let mut window = daemon::WebhookWindow::new(setup.webhook_window);
-        tokio::spawn(async move {
-            loop {
-                let names: Vec<String> = shared
-                    .next_delivery(&mut window)
-                    .await
-                    .into_iter()
-                    .collect();
-                ctx.registries.forget(&names);
-                // Full: a reconcile of all is already due, which serves these names too.
-                let _ = deliveries.try_send(());
-            }
-        });
-    }
+    let delivered = forward_deliveries(shared.clone(), ctx.clone(), setup.webhook_window);
     // A reconcile's own status write changes the object but not its generation: only a spec
     // change (or a Secret, a webhook, the interval) brings it back.
     let (store, writer) = reflector::store();
@@ -285,36 +222,10 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     let shutdown = async move {
         let _ = stopped.wait_for(|s| *s).await;
     };
-    tracing::info!(
-        "tagpin operator: listening on {}, a pass of each object every {:?}{}{}",
-        setup.listen,
-        setup.interval,
-        setup
-            .label_selector
-            .as_deref()
-            .map(|s| format!(", objects labelled {s}"))
-            .unwrap_or_default(),
-        setup
-            .default_service_account
-            .as_deref()
-            .map(|sa| format!(
-                ", each object's cluster read as ServiceAccount {sa} of its namespace unless it names another"
-            ))
-            .unwrap_or_default()
-    );
+    announce_start(&setup);
     // A standby is alive but not ready: the Service sends webhooks to the leader only.
-    let leadership = match setup.leader {
-        None => {
-            shared.metrics.set_leader("", true);
-            None
-        }
-        Some(elector) => match daemon::stand_by(elector, &shared, stop.clone()).await {
-            Some(leadership) => Some(leadership),
-            None => {
-                daemon::join_servers(servers).await;
-                return Ok(());
-            }
-        },
+    let Ok(leadership) = lifecycle::lead(setup.leader, &shared, &stop, &mut servers).await else {
+        return Ok(());
     };
     shared.mark_ready();
     let (progress, counted) = (shared.clone(), ctx.clone());
@@ -353,7 +264,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     // period, then are dropped where they stand, so the Lease is released and the process
     // exits as `run` does.
     let bounded = async move {
-        if daemon::within_grace(&stop, setup.grace, work)
+        if lifecycle::within_grace(&stop, setup.grace, work)
             .await
             .is_none()
         {
@@ -363,9 +274,87 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
             );
         }
     };
-    daemon::work_while_leading(bounded, leadership, servers)
+    lifecycle::work_while_leading(bounded, leadership, servers)
         .await
         .map_err(OperatorError::LostLeadership)
+}
+
+/// What every reconcile shares, from the operator's flags.
+fn context(
+    setup: &Setup,
+    client: kube::Client,
+    cluster: Option<Cluster>,
+    shared: Arc<crate::server::Shared>,
+) -> Arc<Context> {
+    Arc::new(Context {
+        kube: client.clone(),
+        registries: RegistryClients::new(
+            setup.registry.clone(),
+            &setup.shared_registry_credentials,
+            setup.interval,
+            setup.reconcile_timeout,
+        ),
+        cache_dir: setup.cache_dir.clone(),
+        interval: setup.interval,
+        verify_interval: setup.verify_interval,
+        events: events::Publisher::new(client.clone(), reconcile::MANAGER, setup.instance.clone()),
+        cluster,
+        failures: Default::default(),
+        api_timeout: setup.api_timeout,
+        shared,
+        allow_local_repositories: setup.allow_local_repositories,
+        slots: slots::Slots::new(usize::from(setup.concurrency)),
+        reconcile_timeout: setup.reconcile_timeout,
+        max_repository_bytes: setup.max_repository_bytes,
+        default_service_account: setup.default_service_account.clone(),
+        tenants: Default::default(),
+    })
+}
+
+/// Webhook deliveries: the answers for the images they name are forgotten, and every object
+/// reconciled (each asks the registry only for what was forgotten); a burst within the
+/// webhook window, by one reconcile at its end. The receiver wakes the controller.
+fn forward_deliveries(
+    shared: Arc<crate::server::Shared>,
+    ctx: Arc<Context>,
+    webhook_window: Duration,
+) -> futures::channel::mpsc::Receiver<()> {
+    let (mut deliveries, delivered) = futures::channel::mpsc::channel::<()>(1);
+    let mut window = server::WebhookWindow::new(webhook_window);
+    tokio::spawn(async move {
+        loop {
+            let names: Vec<String> = shared
+                .next_delivery(&mut window)
+                .await
+                .into_iter()
+                .collect();
+            ctx.registries.forget(&names);
+            // Full: a reconcile of all is already due, which serves these names too.
+            let _ = deliveries.try_send(());
+        }
+    });
+    delivered
+}
+
+/// The start line: where it listens, how often, which objects, as whom.
+fn announce_start(setup: &Setup) {
+    tracing::info!(
+        "tagpin operator: listening on {}, a pass of each object every {:?}{}{}",
+        setup.listen,
+        setup.interval,
+        setup
+            .label_selector
+            .as_deref()
+            .map(|s| format!(", objects labelled {s}"))
+            .unwrap_or_default(),
+        setup
+            .default_service_account
+            .as_deref()
+            .map(|sa| format!(
+                ", each object's cluster read as ServiceAccount {sa} of its namespace unless it names another"
+            ))
+            .unwrap_or_default()
+    );
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Promotion stages in a `PinnedRepository`: the same promotion `tagpin run` makes from a file
-//! configuration ([`crate::daemon::Promotions`], [`crate::promote::Promoter`]), with each
+//! configuration ([`crate::promote::round::Promotions`], [`crate::promote::Promoter`]), with each
 //! stage's cluster reached as a resource may name one, and its outcome written to
 //! `status.promotions` and as Events.
 //!
@@ -25,9 +25,9 @@ use super::merged;
 use super::reconcile::{self, Events};
 use super::status::{Outcome, Reason};
 use crate::config::{ClusterTarget, Config};
-use crate::daemon::{Promotions, StagePromotion};
 use crate::forge::{ChangeRequestNoun, Forge};
 use crate::metrics::Metrics;
+use crate::promote::round::{Promotions, StagePromotion};
 use crate::promote::{Gate, PromoteReport, Promoter};
 use crate::registry::Client;
 use crate::sync::{self, Syncer};

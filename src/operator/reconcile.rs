@@ -27,10 +27,19 @@ use super::status::{self, Outcome, Reason, StatusUpdate};
 use crate::config::{Config, GitAuth, WriteMode};
 use crate::forge::{ChangeRequestNoun, Forge, ForgeError};
 use crate::git::{Credentials, FetchLimits, GitError};
+use crate::mutex::lock;
 use crate::registry::{Client, CredentialStore};
 use crate::sync::{SyncError, SyncOptions, SyncReport, Syncer};
 use crate::verify::live::{Cluster, ServiceAccount};
 use crate::verify::{self, Families, Source};
+
+/// The label a Secret must carry for a `PinnedRepository` to use it, as Argo CD's
+/// `argocd.argoproj.io/secret-type`: whoever may create objects in a namespace but not
+/// label its Secrets cannot have tagpin send an arbitrary Secret's keys anywhere. The
+/// controller watches the Secrets so labelled, so a rotation reaches the objects that name
+/// them at once.
+pub const SECRET_LABEL: &str = "tagpin.dev/secret-type";
+pub const SECRET_LABEL_VALUE: &str = "credentials";
 
 /// The field manager of the controller's status writes.
 pub const MANAGER: &str = "tagpin-operator";
@@ -64,7 +73,7 @@ pub struct Context {
     /// Each Kubernetes API request's timeout, on a stage's cluster too.
     pub api_timeout: Duration,
     /// The metrics `/metrics` serves (promotions are counted there as `tagpin run` counts them).
-    pub shared: Arc<crate::daemon::Shared>,
+    pub shared: Arc<crate::server::Shared>,
     /// Whether a repository may be a local path or file:// URL ([`names_a_remote`]).
     pub allow_local_repositories: bool,
     /// Who runs now: slots shared fairly between namespaces.
@@ -346,7 +355,7 @@ async fn run_pass(
     ctx: &Context,
 ) -> (Outcome, StatusUpdate, Duration, Events) {
     let started = std::time::Instant::now();
-    let mut events = Events::new();
+    let events = Events::new();
     let stalled = |reason, message| {
         (
             Outcome::Stalled { reason, message },
@@ -428,6 +437,48 @@ async fn run_pass(
         max_bytes: Some(ctx.max_repository_bytes),
         deadline: Some((started + ctx.reconcile_timeout, ctx.reconcile_timeout)),
     });
+    let pass = Pass {
+        object,
+        ctx,
+        config: &config,
+        syncer: &syncer,
+        registry: &registry,
+        forge: forge.as_ref(),
+        clusters: &clusters,
+        verify_on,
+    };
+    sync_verify_promote(pass, events).await
+}
+
+/// The object's configuration and the clients made from it, for the steps of one pass.
+struct Pass<'a> {
+    object: &'a PinnedRepository,
+    ctx: &'a Context,
+    config: &'a Config,
+    syncer: &'a Syncer<'a>,
+    registry: &'a Client,
+    forge: Option<&'a Forge>,
+    /// Each promotion stage's cluster, by name.
+    clusters: &'a BTreeMap<String, Cluster>,
+    /// Where sync's pins are verified: the first stage's cluster, or the object's own.
+    verify_on: Option<&'a Cluster>,
+}
+
+/// Sync, then the verification of what it pinned and of the last merge, then the promotions.
+async fn sync_verify_promote(
+    pass: Pass<'_>,
+    mut events: Events,
+) -> (Outcome, StatusUpdate, Duration, Events) {
+    let Pass {
+        object,
+        ctx,
+        config,
+        syncer,
+        registry,
+        forge,
+        clusters,
+        verify_on,
+    } = pass;
     let mut answers = BTreeMap::new();
     let report = match syncer.run_with(SyncOptions::default(), &mut answers).await {
         Ok(report) => report,
@@ -437,7 +488,7 @@ async fn run_pass(
     let mut update = status_update(&report, noun, &mut events);
     if config.mode == WriteMode::Commit && update.last_pin.is_none() {
         let previous = object.status.as_ref().and_then(|s| s.last_pin.as_ref());
-        if let Some(pin) = pinned_before(&syncer, &config.repository.branch, previous) {
+        if let Some(pin) = pinned_before(syncer, &config.repository.branch, previous) {
             events.push((
                 EventType::Normal,
                 "Pinned",
@@ -469,10 +520,9 @@ async fn run_pass(
             match source {
                 Some(source) => {
                     let young = young_pin(&source, &update, object, ctx.interval);
-                    let forge = forge.as_ref();
                     Some(
                         verify_now(
-                            &source, None, young, &config, &syncer, forge, cluster, &registry,
+                            &source, None, young, config, syncer, forge, cluster, registry,
                         )
                         .await,
                     )
@@ -483,13 +533,13 @@ async fn run_pass(
         None => None,
     };
     // Pull-request mode: the sync pull request merged last, verified after its merge.
-    let merged = match (config.mode, verify_on, forge.as_ref()) {
+    let merged = match (config.mode, verify_on, forge) {
         (WriteMode::PullRequest, Some(cluster), Some(forge)) => {
             let verifier = merged::Verifier {
-                config: &config,
-                syncer: &syncer,
+                config,
+                syncer,
                 forge,
-                registry: &registry,
+                registry,
                 interval: ctx.interval,
             };
             merged::verify_last_merged(&verifier, merged::Kind::Sync, cluster, previous_verdict)
@@ -498,23 +548,7 @@ async fn run_pass(
         _ => None,
     };
     let (verdict, awaiting, merged_verdict) = reported_verdict(verdict, merged, previous_verdict);
-    if let Some(v) = merged_verdict.as_ref().filter(|v| v.state == "failed") {
-        // Failed is final: it is verified, and announced, once.
-        events.push((
-            EventType::Warning,
-            "VerificationFailed",
-            format!("{}: {}", v.source, v.summary),
-        ));
-    }
-    if let Some(v) = verdict.as_ref().filter(|v| v.state == "failed") {
-        if previous_verdict.is_none_or(|p| p.source != v.source || p.state != v.state) {
-            events.push((
-                EventType::Warning,
-                "VerificationFailed",
-                format!("{}: {}", v.source, v.summary),
-            ));
-        }
-    }
+    announce_failed(&verdict, &merged_verdict, previous_verdict, &mut events);
     let progressing =
         |v: &Option<VerdictSummary>| v.as_ref().is_some_and(|v| v.state == "progressing");
     let mut requeue = match progressing(&verdict) || progressing(&merged_verdict) {
@@ -523,11 +557,11 @@ async fn run_pass(
     };
     if config.promotion.is_some() {
         let pass = promotion::Pass {
-            config: &config,
-            syncer: &syncer,
-            registry: &registry,
-            forge: forge.as_ref(),
-            clusters: &clusters,
+            config,
+            syncer,
+            registry,
+            forge,
+            clusters,
             previous: object
                 .status
                 .as_ref()
@@ -561,6 +595,33 @@ async fn run_pass(
         awaiting,
     };
     (outcome, update, requeue, events)
+}
+
+/// A Failed verdict is announced once: the last merge's always (it is final, verified once),
+/// the current source's when it was not already the previous verdict.
+fn announce_failed(
+    verdict: &Option<VerdictSummary>,
+    merged_verdict: &Option<VerdictSummary>,
+    previous_verdict: Option<&VerdictSummary>,
+    events: &mut Events,
+) {
+    if let Some(v) = merged_verdict.as_ref().filter(|v| v.state == "failed") {
+        // Failed is final: it is verified, and announced, once.
+        events.push((
+            EventType::Warning,
+            "VerificationFailed",
+            format!("{}: {}", v.source, v.summary),
+        ));
+    }
+    if let Some(v) = verdict.as_ref().filter(|v| v.state == "failed") {
+        if previous_verdict.is_none_or(|p| p.source != v.source || p.state != v.state) {
+            events.push((
+                EventType::Warning,
+                "VerificationFailed",
+                format!("{}: {}", v.source, v.summary),
+            ));
+        }
+    }
 }
 
 /// The commit a commit-mode pass pushed, if it pushed one.
@@ -933,8 +994,7 @@ pub(super) async fn fetch(
             message: format!(
                 "Secret {namespace}/{name} is not labelled {}={}; tagpin reads only the \
                  Secrets labelled for it",
-                super::SECRET_LABEL,
-                super::SECRET_LABEL_VALUE
+                SECRET_LABEL, SECRET_LABEL_VALUE
             ),
         }),
         Ok(Some(secret)) => {
@@ -958,14 +1018,14 @@ pub(super) async fn fetch(
     }
 }
 
-/// Whether a Secret carries [`super::SECRET_LABEL`]: its owner let tagpin use it.
+/// Whether a Secret carries [`SECRET_LABEL`]: its owner let tagpin use it.
 fn labelled_for_tagpin(secret: &Secret) -> bool {
     secret
         .metadata
         .labels
         .as_ref()
-        .and_then(|labels| labels.get(super::SECRET_LABEL))
-        .is_some_and(|value| value == super::SECRET_LABEL_VALUE)
+        .and_then(|labels| labels.get(SECRET_LABEL))
+        .is_some_and(|value| value == SECRET_LABEL_VALUE)
 }
 
 /// Writes a secret file readable by this user only.
@@ -1038,10 +1098,6 @@ async fn publish(
 /// Now, as RFC 3339 in UTC with seconds, as `metav1.Time` is written.
 pub(super) fn timestamp() -> String {
     crate::promote::gate::rfc3339(k8s_openapi::jiff::Timestamp::now().as_second())
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

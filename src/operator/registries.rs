@@ -21,6 +21,7 @@ use std::time::Duration;
 // tokio's: idle times follow paused test time.
 use tokio::time::Instant;
 
+use crate::mutex::lock;
 use crate::registry::{Client, CredentialStore, RegistryError, Settings};
 use crate::sync::shared::SharedAnswers;
 
@@ -191,10 +192,6 @@ impl RegistryClients {
         }
         totals.into_iter().collect()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

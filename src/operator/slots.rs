@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
+use crate::mutex::lock;
 use tokio::sync::oneshot;
 
 /// Whether a reconcile of a namespace that has `in_namespace` running may start while
@@ -165,10 +166,6 @@ impl Slots {
             drop(sender.send(slot));
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use crate::config::WriteMode;
 use crate::plan::Plan;
 
-use super::Gate;
+use super::gate::Gate;
 
 /// What one promotion pass writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

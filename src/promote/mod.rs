@@ -21,6 +21,7 @@ pub mod carry;
 pub mod decision;
 pub mod evidence;
 pub mod gate;
+pub mod round;
 
 use std::time::Duration;
 

@@ -32,6 +32,7 @@ use tokio::sync::Semaphore;
 // tokio's, not std's: cache lifetimes and deadlines follow paused test time (see crate::clock).
 use tokio::time::Instant;
 
+use crate::mutex::lock;
 use crate::reference::{Digest, Reference};
 use auth::{Challenge, Credential, Login};
 pub use docker_config::CredentialStore;
@@ -981,11 +982,6 @@ fn jitter() -> f64 {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     f64::from(nanos % 1000) / 1000.0
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves plain data behind; keep using it.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The error and its causes, joined: reqwest's top-level message alone says little.

@@ -20,6 +20,7 @@ use futures::future::join_all;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
+use crate::mutex::lock;
 use crate::policy::RepositoryKey;
 use crate::reference::Reference;
 use crate::registry::{Client, RegistryError, ResolveKey, ResolveResult};
@@ -188,10 +189,6 @@ impl SharedAnswers {
             })
             .collect()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use super::verdict::{
 };
 use crate::bounded;
 use crate::config::ClusterTarget;
+use crate::mutex::lock;
 use crate::workload::{WorkloadId, WorkloadKind};
 
 /// Objects asked for per page: large enough for big namespaces in few requests, small enough
@@ -747,12 +748,6 @@ fn read_error(e: KubeconfigError) -> String {
         KubeconfigError::ReadConfig(source, _) => format!("cannot read: {source}"),
         e => e.to_string(),
     }
-}
-
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// One namespace as read: its pods, and its workloads by kind.

@@ -61,11 +61,6 @@ const KNOWN_CIRCLES: &[(&str, &str, &str)] = &[
         "the helpers validate.rs calls (invalid_stage_name, is_dns_label, …) into their own file",
     ),
     (
-        "config/validate",
-        "forge",
-        "forge::DEFAULT_TIMEOUT_SECONDS into config, whose default it is",
-    ),
-    (
         "forge/github",
         "forge",
         "host_of, read_pages, ForgeError, PullRequestInfo, … into a file of their own under forge/",
@@ -124,16 +119,6 @@ const KNOWN_CIRCLES: &[(&str, &str, &str)] = &[
         "manifest/yaml",
         "manifest",
         "ManifestError out of manifest/mod.rs into a file of its own",
-    ),
-    (
-        "operator/reconcile",
-        "operator",
-        "SECRET_LABEL and SECRET_LABEL_VALUE into the file that reads Secrets",
-    ),
-    (
-        "promote/decision",
-        "promote",
-        "import Gate from promote/gate.rs (`super::gate::Gate`), not through promote/mod.rs",
     ),
     (
         "verify/report",

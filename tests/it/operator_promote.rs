@@ -279,6 +279,16 @@ async fn a_converged_staging_is_promoted_into_production_and_the_merge_verified_
             .is_some_and(|p| p["verdict"]["state"] == "converged")
     })
     .await;
+    // The merge above is two steps (the commit, then the pull request marked merged): a pass
+    // that ran between them saw the pull request still open and the merge already verified,
+    // and says both until its next pass, which another change of the Secret brings.
+    if w.promotions("shop")[0].get("pullRequest").is_some() {
+        w.production_kubeconfig_secret("prod-kubeconfig", &[("rotated", "2")]);
+        eventually("the next pass sees the merge only", || {
+            w.promotions("shop")[0].get("pullRequest").is_none()
+        })
+        .await;
+    }
     let entry = &w.promotions("shop")[0];
     assert_eq!(
         entry["verdict"]["source"],

@@ -1390,10 +1390,10 @@ async fn a_pull_request_that_lost_its_plan_block_does_not_stop_the_others_verifi
 
 // --- the HTTP side against slow and numerous clients -----------------------------------------
 
-/// `tagpin::daemon::serve` on a loopback port with `limits`, as `tagpin run` serves it; the
+/// `tagpin::server::serve` on a loopback port with `limits`, as `tagpin run` serves it; the
 /// sender stops it.
 async fn http_side(
-    limits: tagpin::daemon::HttpLimits,
+    limits: tagpin::server::HttpLimits,
 ) -> (
     std::net::SocketAddr,
     tokio::sync::watch::Sender<bool>,
@@ -1401,20 +1401,20 @@ async fn http_side(
 ) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let shared = tagpin::daemon::Shared::new(Some(SECRET.to_string()), Duration::from_secs(3600));
+    let shared = tagpin::server::Shared::new(Some(SECRET.to_string()), Duration::from_secs(3600));
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let server = tokio::spawn(tagpin::daemon::serve(
+    let server = tokio::spawn(tagpin::server::serve(
         listener,
         shared,
         stopped,
         limits,
-        tagpin::daemon::Routes::All,
+        tagpin::server::Routes::All,
     ));
     (addr, stop, server)
 }
 
-fn short_limits() -> tagpin::daemon::HttpLimits {
-    tagpin::daemon::HttpLimits {
+fn short_limits() -> tagpin::server::HttpLimits {
+    tagpin::server::HttpLimits {
         header_timeout: Duration::from_millis(500),
         request_timeout: Duration::from_secs(1),
         max_connections: 8,
@@ -1492,7 +1492,7 @@ async fn a_wrong_shared_secret_is_refused_before_the_body_is_sent() {
 
 #[tokio::test]
 async fn connections_beyond_the_limit_wait_unread_until_a_slot_frees() {
-    let limits = tagpin::daemon::HttpLimits {
+    let limits = tagpin::server::HttpLimits {
         max_connections: 2,
         ..short_limits()
     };
@@ -1535,7 +1535,7 @@ async fn connections_beyond_the_limit_wait_unread_until_a_slot_frees() {
 #[tokio::test]
 async fn probes_on_their_own_port_are_answered_while_the_webhook_port_is_full() {
     use tokio::io::AsyncWriteExt;
-    let held = tagpin::daemon::HttpLimits {
+    let held = tagpin::server::HttpLimits {
         header_timeout: Duration::from_secs(600),
         request_timeout: Duration::from_secs(600),
         max_connections: 2,
@@ -1545,13 +1545,13 @@ async fn probes_on_their_own_port_are_answered_while_the_webhook_port_is_full() 
     let webhook_addr = webhooks.local_addr().unwrap();
     let probes = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let probe_addr = probes.local_addr().unwrap();
-    let shared = tagpin::daemon::Shared::new(Some(SECRET.to_string()), Duration::from_secs(3600));
+    let shared = tagpin::server::Shared::new(Some(SECRET.to_string()), Duration::from_secs(3600));
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     for (listener, routes) in [
-        (webhooks, tagpin::daemon::Routes::All),
-        (probes, tagpin::daemon::Routes::Probes),
+        (webhooks, tagpin::server::Routes::All),
+        (probes, tagpin::server::Routes::Probes),
     ] {
-        tokio::spawn(tagpin::daemon::serve(
+        tokio::spawn(tagpin::server::serve(
             listener,
             shared.clone(),
             stopped.clone(),
@@ -1580,7 +1580,7 @@ async fn probes_on_their_own_port_are_answered_while_the_webhook_port_is_full() 
 
 #[tokio::test]
 async fn stopping_cuts_a_half_sent_request_after_the_drain_time() {
-    let limits = tagpin::daemon::HttpLimits {
+    let limits = tagpin::server::HttpLimits {
         // Longer than the test: only the stop can end the connection.
         header_timeout: Duration::from_secs(600),
         request_timeout: Duration::from_secs(600),
@@ -1626,7 +1626,7 @@ async fn sigterm_with_a_half_sent_request_open_exits_within_the_bound() {
 #[tokio::test]
 async fn signed_bodies_read_before_their_check_are_few_and_the_next_is_turned_away_at_once() {
     use tokio::io::AsyncWriteExt;
-    let limits = tagpin::daemon::HttpLimits {
+    let limits = tagpin::server::HttpLimits {
         request_timeout: Duration::from_secs(600),
         ..short_limits()
     };
