@@ -65,6 +65,30 @@ fn repo_running(image: &str) -> BareRepo {
     BareRepo::create(&[("apps/web.yaml", &deployment("web", image))])
 }
 
+/// A registry holding `acme/web:1.0`, a cluster with tagpin's CRD, and a repository whose one
+/// Deployment runs that tag: where most tests here start. Bind `registry` even where unused
+/// (`_registry`): its server stops when it is dropped.
+struct WebOnOne {
+    registry: TestRegistry,
+    host: String,
+    kube: KubeServer,
+    repo: BareRepo,
+}
+
+async fn web_on_one() -> WebOnOne {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    registry.push_image("acme/web", "1.0", "one").await;
+    let kube = cluster().await;
+    let repo = repo_running(&format!("{host}/acme/web:1.0"));
+    WebOnOne {
+        registry,
+        host,
+        kube,
+        repo,
+    }
+}
+
 /// The operator's resident memory now and at its peak, in MiB, from /proc.
 fn rss_mib(operator: &Operator) -> (u64, u64) {
     let pid = operator.child.id().unwrap();
@@ -243,11 +267,12 @@ async fn the_controllers_registry_credentials_serve_a_tenant_only_for_registries
 /// a forge token, wherever the spec says: only Secrets labelled for tagpin are read now.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_secret_not_labelled_for_tagpin_is_not_read() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    registry.push_image("acme/web", "1.0", "one").await;
-    let kube = cluster().await;
-    let repo = repo_running(&format!("{host}/acme/web:1.0"));
+    let WebOnOne {
+        registry: _registry,
+        host,
+        kube,
+        repo,
+    } = web_on_one().await;
     kube.apply(support::kube::secret(
         NS,
         "database",
@@ -285,11 +310,12 @@ async fn a_secret_not_labelled_for_tagpin_is_not_read() {
 /// 2,000 edits): at most 64 are kept now.
 #[tokio::test(flavor = "multi_thread")]
 async fn registry_clients_stay_bounded_however_many_settings_a_tenant_writes() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    registry.push_image("acme/web", "1.0", "one").await;
-    let kube = cluster().await;
-    let repo = repo_running(&format!("{host}/acme/web:1.0"));
+    let WebOnOne {
+        registry: _registry,
+        host,
+        kube,
+        repo,
+    } = web_on_one().await;
     let dir = tempfile::tempdir().unwrap();
     let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
     let observed = |kube: &KubeServer| {
@@ -427,11 +453,12 @@ async fn a_repository_over_the_size_limit_is_refused_with_its_size() {
 /// object): the new commit appeared in no Event.
 #[tokio::test(flavor = "multi_thread")]
 async fn every_pin_is_announced_in_an_event_of_its_own() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    registry.push_image("acme/web", "1.0", "one").await;
-    let kube = cluster().await;
-    let repo = repo_running(&format!("{host}/acme/web:1.0"));
+    let WebOnOne {
+        registry,
+        host,
+        kube,
+        repo,
+    } = web_on_one().await;
     kube.apply(pinned_repository(
         "web",
         json!({}),
@@ -471,11 +498,12 @@ async fn every_pin_is_announced_in_an_event_of_its_own() {
 /// at every pass and every watcher woke.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pass_that_finds_everything_as_it_was_writes_nothing() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    registry.push_image("acme/web", "1.0", "one").await;
-    let kube = cluster().await;
-    let repo = repo_running(&format!("{host}/acme/web:1.0"));
+    let WebOnOne {
+        registry: _registry,
+        host,
+        kube,
+        repo,
+    } = web_on_one().await;
     kube.apply(pinned_repository(
         "web",
         json!({}),
@@ -514,11 +542,12 @@ async fn a_pass_that_finds_everything_as_it_was_writes_nothing() {
 /// previous commit for ever: the next leader found nothing to commit.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pin_pushed_by_a_leader_that_died_before_its_status_write_is_read_back_from_git() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    registry.push_image("acme/web", "1.0", "one").await;
-    let kube = cluster().await;
-    let repo = repo_running(&format!("{host}/acme/web:1.0"));
+    let WebOnOne {
+        registry: _registry,
+        host,
+        kube,
+        repo,
+    } = web_on_one().await;
     kube.apply(pinned_repository(
         "web",
         json!({}),
@@ -566,11 +595,12 @@ async fn a_pin_pushed_by_a_leader_that_died_before_its_status_write_is_read_back
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gitlab_object_speaks_of_merge_requests() {
     use support::gitlab::GitLabServer;
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    registry.push_image("acme/web", "1.0", "one").await;
-    let kube = cluster().await;
-    let repo = repo_running(&format!("{host}/acme/web:1.0"));
+    let WebOnOne {
+        registry: _registry,
+        host,
+        kube,
+        repo,
+    } = web_on_one().await;
     let gitlab = GitLabServer::start("gl-token", "tagpin-bot", "acme/gitops", repo.path()).await;
     kube.apply(support::kube::secret(
         NS,
