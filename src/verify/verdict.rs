@@ -113,26 +113,12 @@ pub fn judge(expected: &Expected, family: &DigestFamily, live: &Live) -> Verdict
         }
         Live::Forbidden(refusal) => {
             let message = one_line(refusal);
-            verdict.conditions = [
-                ConditionType::Synced,
-                ConditionType::RolledOut,
-                ConditionType::DigestsMatch,
-            ]
-            .into_iter()
-            .map(|t| condition(t, ConditionStatus::Unknown, "Forbidden", &message))
-            .collect();
+            verdict.conditions = forbidden(&message);
             verdict.reason = format!("no permission: {message}");
         }
         Live::Denied(message) => {
             let message = one_line(message);
-            verdict.conditions = [
-                ConditionType::Synced,
-                ConditionType::RolledOut,
-                ConditionType::DigestsMatch,
-            ]
-            .into_iter()
-            .map(|t| condition(t, ConditionStatus::Unknown, "Forbidden", &message))
-            .collect();
+            verdict.conditions = forbidden(&message);
             verdict.state = State::Unverified;
             verdict.reason = message;
         }
@@ -310,6 +296,18 @@ fn judge_synced(expected: &Expected, workload: &LiveWorkload) -> Judged {
             format!("not synced yet: live template has {image}"),
         ),
     }
+}
+
+/// Every condition Unknown because the cluster refused the read, with its message.
+fn forbidden(message: &str) -> Vec<Condition> {
+    [
+        ConditionType::Synced,
+        ConditionType::RolledOut,
+        ConditionType::DigestsMatch,
+    ]
+    .into_iter()
+    .map(|t| condition(t, ConditionStatus::Unknown, "Forbidden", message))
+    .collect()
 }
 
 #[cfg(test)]
