@@ -159,8 +159,10 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     )
     .await
     .map_err(OperatorError::Listen)?;
+    // Every object's verification lists the same namespaces: those lists are shared for a
+    // second, so API requests grow with the namespaces read, not with the objects.
     let cluster = match Cluster::connect(None, setup.api_timeout).await {
-        Ok(cluster) => Some(cluster),
+        Ok(cluster) => Some(cluster.sharing_lists(crate::verify::shared_lists::OPERATOR_LIST_AGE)),
         Err(e) => {
             tracing::warn!("no cluster to verify against ({e}); pinning only");
             None

@@ -27,6 +27,8 @@ use super::verdict::{
 use crate::bounded;
 use crate::config::ClusterTarget;
 use crate::mutex::lock;
+
+use super::shared_lists::SharedLists;
 use crate::workload::{WorkloadId, WorkloadKind};
 
 /// Objects asked for per page: large enough for big namespaces in few requests, small enough
@@ -204,6 +206,9 @@ pub struct Cluster {
     /// The ServiceAccount every request impersonates, if any. A read it is refused is then
     /// the tenant's limit, not a fault of tagpin's: not verified, said in tagpin's words.
     acting_as: Option<Arc<ServiceAccount>>,
+    /// Lists reused by every reconcile reading as this identity (the operator); `None`: each
+    /// check lists afresh (`verify`, `run`, `--wait`).
+    shared_lists: Option<Arc<SharedLists>>,
 }
 
 /// Another handle on the same API server, sharing its clients: the operator's own cluster is
@@ -217,6 +222,7 @@ impl Clone for Cluster {
             seen: std::sync::Mutex::new(lock(&self.seen).clone()),
             config: self.config.clone(),
             acting_as: self.acting_as.clone(),
+            shared_lists: self.shared_lists.clone(),
         }
     }
 }
@@ -291,8 +297,14 @@ impl Cluster {
         config.auth_info.impersonate_groups = None;
         config.auth_info.impersonate_uid = None;
         config.auth_info.impersonate_user_extra = None;
-        Cluster::with_config(config, self.server.timeout, Some(account.clone()))
-            .map_err(|e| LiveError::Config(format!("impersonating ServiceAccount {account}: {e}")))
+        let cluster = Cluster::with_config(config, self.server.timeout, Some(account.clone()))
+            .map_err(|e| {
+                LiveError::Config(format!("impersonating ServiceAccount {account}: {e}"))
+            })?;
+        Ok(match &self.shared_lists {
+            Some(lists) => cluster.sharing_lists(lists.max_age()),
+            None => cluster,
+        })
     }
 
     /// The ServiceAccount this cluster impersonates, if any.
@@ -330,7 +342,37 @@ impl Cluster {
             seen: std::sync::Mutex::default(),
             config: base,
             acting_as: acting_as.map(Arc::new),
+            shared_lists: None,
         })
+    }
+
+    /// This cluster with its lists shared by every check made through it (and its clones) for
+    /// `max_age` ([`SharedLists`]). Impersonating clusters made from it share theirs among
+    /// themselves, never with it.
+    pub fn sharing_lists(mut self, max_age: Duration) -> Cluster {
+        self.shared_lists = Some(Arc::new(SharedLists::new(max_age)));
+        self
+    }
+
+    /// Every item of the list `api` reads, shared when this cluster shares its lists.
+    async fn list<K>(&self, api: &Api<K>) -> Result<(Vec<K>, Option<String>), kube::Error>
+    where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        match &self.shared_lists {
+            None => list_pages(api).await,
+            Some(lists) => {
+                lists
+                    .get_or_read(api.resource_url(), || list_pages(api))
+                    .await
+            }
+        }
     }
 
     /// Reads every workload in `ids` and their pods with as few requests as the API allows:
@@ -465,7 +507,7 @@ impl Cluster {
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(self.client.clone(), namespace, &resource);
                 // Not watched: `--wait` falls back to polling for DeploymentConfigs.
-                let (items, _) = list_pages(&api).await?;
+                let (items, _) = self.list(&api).await?;
                 Ok(items
                     .iter()
                     .map(|o| {
@@ -510,7 +552,7 @@ impl Cluster {
     async fn list_rollouts(&self, namespace: &str) -> Result<Found, kube::Error> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &rollout_resource());
-        let rollouts = match list_pages(&api).await {
+        let rollouts = match self.list(&api).await {
             Ok((items, version)) => {
                 if let Some(version) = version {
                     lock(&self.seen).insert((namespace.to_string(), Watched::Rollouts), version);
@@ -545,7 +587,10 @@ impl Cluster {
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
             + Clone
             + serde::de::DeserializeOwned
-            + std::fmt::Debug,
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
     {
         Ok(self
             .list_all::<K>(namespace, watched)
@@ -565,10 +610,13 @@ impl Cluster {
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
             + Clone
             + serde::de::DeserializeOwned
-            + std::fmt::Debug,
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
     {
         let api = Api::<K>::namespaced(self.client.clone(), namespace);
-        let (items, version) = list_pages(&api).await?;
+        let (items, version) = self.list(&api).await?;
         if let Some(version) = version {
             lock(&self.seen).insert((namespace.to_string(), watched), version);
         }
@@ -1498,7 +1546,7 @@ impl Cluster {
         let gvk = GroupVersionKind::gvk("helm.toolkit.fluxcd.io", "v2", "HelmRelease");
         let resource = ApiResource::from_gvk_with_plural(&gvk, "helmreleases");
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
-        let status = match list_pages(&api).await {
+        let status = match self.list(&api).await {
             Ok((items, _)) => return Ok((as_json(&items), None)),
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 403 => status,
             Err(source) => {
@@ -1605,7 +1653,7 @@ impl Cluster {
         let gvk = GroupVersionKind::gvk(group, version, kind);
         let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
-        match list_pages(&api).await {
+        match self.list(&api).await {
             Ok((items, _)) => Ok((as_json(&items), None)),
             Err(kube::Error::Api(status))
                 if (status.code == 403 && !impersonation_refused(&status))
@@ -1637,7 +1685,7 @@ impl Cluster {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, resource);
         let refused = format!("the ServiceAccount {account} may not list {name} in all namespaces");
-        match list_pages(&api).await {
+        match self.list(&api).await {
             Ok((items, _)) => Ok((
                 as_json(&items),
                 Some(format!("{refused}; only those of {namespace} were read")),

@@ -19,6 +19,7 @@ pub mod report;
 mod rollout;
 #[cfg(test)]
 pub(crate) mod samples;
+pub mod shared_lists;
 pub mod verdict;
 mod wording;
 
