@@ -146,7 +146,7 @@ pub struct PullRequestRef {
 #[serde(rename_all = "camelCase")]
 pub struct VerdictSummary {
     /// `converged`, `progressing`, `failed` or `unverified`.
-    pub state: String,
+    pub state: crate::verify::verdict::State,
     /// What was verified: `commit <sha>`, `pull request #<n>` while it is open, or
     /// `pull request #<n>, merged as <sha>` after its merge.
     pub source: String,

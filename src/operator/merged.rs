@@ -22,6 +22,7 @@ use crate::promote;
 use crate::registry::Client;
 use crate::sync::Syncer;
 use crate::verify::live::Cluster;
+use crate::verify::verdict::State;
 use crate::verify::{self, Source};
 
 /// Which merged pull requests are verified.
@@ -171,7 +172,7 @@ pub async fn verify_last_merged(
     let merged = last_merged(prs, |b| kind.wants(config, b), promotion, me, now)?;
     let sha = merged.merge_commit_sha.clone()?;
     let (source, label, config) = kind.source(config, &merged, &sha);
-    let done = |v: &VerdictSummary| matches!(v.state.as_str(), "converged" | "failed");
+    let done = |v: &VerdictSummary| matches!(v.state, State::Converged | State::Failed);
     let settled_here = settled.is_some_and(|v| v.source == label && done(v));
     let name = forge.noun().name(merged.number);
     let settled_there = !settled_here

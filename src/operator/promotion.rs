@@ -32,6 +32,7 @@ use crate::promote::{Gate, PromoteReport, Promoter};
 use crate::registry::Client;
 use crate::sync::{self, Syncer};
 use crate::verify::live::Cluster;
+use crate::verify::verdict::State;
 
 /// The kubeconfig of each stage whose `cluster` is a `kubeconfig_secret_ref`, by stage name.
 pub struct Kubeconfigs(BTreeMap<String, StageKubeconfig>);
@@ -312,7 +313,7 @@ pub async fn run(pass: Pass<'_>, events: &mut Events) -> Result<Promoted, Outcom
             let kind = merged::Kind::Promotion(target);
             let found = merged::verify_last_merged(&verifier, kind, cluster, settled).await;
             if let Some((verdict, _)) = found.and_then(|m| m.verdict) {
-                if verdict.state == "failed" && settled.is_none_or(|s| *s != verdict) {
+                if verdict.state == State::Failed && settled.is_none_or(|s| *s != verdict) {
                     events.push((
                         EventType::Warning,
                         "VerificationFailed",
@@ -330,9 +331,11 @@ pub async fn run(pass: Pass<'_>, events: &mut Events) -> Result<Promoted, Outcom
 /// Whether a merged promotion is still rolling out on its stage: checked again at the
 /// verification interval, as sync's pins are.
 pub fn rolling_out(statuses: &[PromotionStatus]) -> bool {
-    statuses
-        .iter()
-        .any(|s| s.verdict.as_ref().is_some_and(|v| v.state == "progressing"))
+    statuses.iter().any(|s| {
+        s.verdict
+            .as_ref()
+            .is_some_and(|v| v.state == State::Progressing)
+    })
 }
 
 /// What a pass found for one stage.
@@ -660,7 +663,6 @@ mod tests {
 
     fn report(gate: Gate, reason: &str, outcome: Option<sync::Outcome>) -> PromoteReport {
         use crate::promote::SourceReport;
-        use crate::verify::verdict::State;
         PromoteReport {
             stage: "production".into(),
             source: SourceReport {
@@ -765,7 +767,6 @@ mod tests {
 
     #[test]
     fn the_gate_names_are_the_ones_the_status_documents() {
-        use crate::verify::verdict::State;
         let names: Vec<&str> = [
             Gate::Open { since: 0 },
             Gate::Soaking {

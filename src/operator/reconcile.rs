@@ -31,6 +31,7 @@ use crate::mutex::lock;
 use crate::registry::{Client, CredentialStore};
 use crate::sync::{SyncError, SyncOptions, SyncReport, Syncer};
 use crate::verify::live::{Cluster, ServiceAccount};
+use crate::verify::verdict::State;
 use crate::verify::{self, Families, Source};
 
 /// The label a Secret must carry for a `PinnedRepository` to use it, as Argo CD's
@@ -310,7 +311,12 @@ fn outcome_line(outcome: &Outcome) -> String {
     let verdict = match outcome {
         Outcome::Done {
             verdict: Some(v), ..
-        } => format!(" verdict={} ({}: {})", v.state, v.source, v.summary),
+        } => format!(
+            " verdict={} ({}: {})",
+            v.state.as_str(),
+            v.source,
+            v.summary
+        ),
         _ => String::new(),
     };
     format!("ready={ready} reason={}{verdict}", reason.as_str())
@@ -550,7 +556,7 @@ async fn sync_verify_promote(
     let (verdict, awaiting, merged_verdict) = reported_verdict(verdict, merged, previous_verdict);
     announce_failed(&verdict, &merged_verdict, previous_verdict, &mut events);
     let progressing =
-        |v: &Option<VerdictSummary>| v.as_ref().is_some_and(|v| v.state == "progressing");
+        |v: &Option<VerdictSummary>| v.as_ref().is_some_and(|v| v.state == State::Progressing);
     let mut requeue = match progressing(&verdict) || progressing(&merged_verdict) {
         true => ctx.verify_interval,
         false => ctx.interval,
@@ -605,7 +611,7 @@ fn announce_failed(
     previous_verdict: Option<&VerdictSummary>,
     events: &mut Events,
 ) {
-    if let Some(v) = merged_verdict.as_ref().filter(|v| v.state == "failed") {
+    if let Some(v) = merged_verdict.as_ref().filter(|v| v.state == State::Failed) {
         // Failed is final: it is verified, and announced, once.
         events.push((
             EventType::Warning,
@@ -613,7 +619,7 @@ fn announce_failed(
             format!("{}: {}", v.source, v.summary),
         ));
     }
-    if let Some(v) = verdict.as_ref().filter(|v| v.state == "failed") {
+    if let Some(v) = verdict.as_ref().filter(|v| v.state == State::Failed) {
         if previous_verdict.is_none_or(|p| p.source != v.source || p.state != v.state) {
             events.push((
                 EventType::Warning,
@@ -797,7 +803,7 @@ pub(super) async fn verify_now(
         Source::Branch(b) => format!("branch {b}"),
     };
     let unverified = |why: String| VerdictSummary {
-        state: "unverified".into(),
+        state: State::Unverified,
         source: what.clone(),
         summary: why,
         converged: 0,
@@ -824,13 +830,12 @@ pub(super) async fn verify_now(
         });
         verify::publish(forge, pr, &expectations, &check).await;
     }
-    let count = |state: verify::verdict::State| {
+    let count = |state: State| {
         u32::try_from(check.verdicts.iter().filter(|v| v.state == state).count())
             .unwrap_or(u32::MAX)
     };
-    use verify::verdict::State;
     let summary = VerdictSummary {
-        state: check.state.as_str().to_string(),
+        state: check.state,
         source: what.clone(),
         summary: check.summary.clone(),
         converged: count(State::Converged),
@@ -1132,7 +1137,7 @@ mod tests {
 
     fn summary(state: &str, source: &str) -> VerdictSummary {
         VerdictSummary {
-            state: state.into(),
+            state: state.parse().unwrap(),
             source: source.into(),
             summary: format!("1 {state}"),
             converged: u32::from(state == "converged"),
@@ -1171,14 +1176,14 @@ mod tests {
         assert_eq!(verdict, Some(open));
         assert_eq!(waits, Some(awaiting));
         let other = other.expect("the merged verdict, to announce");
-        assert_eq!(other.state, "failed");
+        assert_eq!(other.state, State::Failed);
         assert_eq!(other.source, "pull request #1, merged as 0123456789ab");
     }
 
     #[test]
     fn without_an_open_pull_request_the_merged_one_is_reported_and_a_final_verdict_kept() {
         let (verdict, _, other) = reported_verdict(None, Some(merged(Some("progressing"))), None);
-        assert_eq!(verdict.map(|v| v.state), Some("progressing".to_string()));
+        assert_eq!(verdict.map(|v| v.state), Some(State::Progressing));
         assert_eq!(other, None);
         // Converged before: not verified again, and still reported.
         let label = merged(None).label;

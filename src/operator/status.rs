@@ -126,7 +126,7 @@ impl Outcome {
                 awaiting,
                 pull_request,
             } => match (verdict, awaiting) {
-                (Some(v), Some(a)) if pull_request.is_none() && v.state == "progressing" => {
+                (Some(v), Some(a)) if pull_request.is_none() && v.state == State::Progressing => {
                     format!("{message}; {}: {}", v.source, a.what)
                 }
                 (Some(v), _) => format!("{message}; {}: {}", v.source, v.summary),
@@ -398,7 +398,7 @@ mod tests {
             pull_request: pr,
             verdict: verdict.map(|state| {
                 Box::new(VerdictSummary {
-                    state: state.into(),
+                    state: state.parse().unwrap(),
                     source: "commit abc".into(),
                     summary: "2 converged".into(),
                     converged: 2,
@@ -476,7 +476,7 @@ mod tests {
         assert_eq!(keep_times(&before, at("2026-11-27T10:05:00Z")), before);
         // A change is written with its new time.
         let mut moved = at("2026-11-27T10:05:00Z");
-        moved.verdict.as_mut().unwrap().state = "failed".into();
+        moved.verdict.as_mut().unwrap().state = State::Failed;
         moved.promotions[0].gate = "refused".into();
         let kept = keep_times(&before, moved);
         assert_eq!(kept.verdict.unwrap().time, "2026-11-27T10:05:00Z");
@@ -527,7 +527,7 @@ mod tests {
             message: "main pinned".into(),
             pull_request: None,
             verdict: Some(Box::new(VerdictSummary {
-                state: check.state.as_str().into(),
+                state: check.state,
                 source: "commit abc".into(),
                 summary: check.summary.clone(),
                 converged: 0,

@@ -1,10 +1,10 @@
 //! The Kubernetes-style conditions a verdict carries and the states they add up to, shared by
 //! the judges of each condition (`verdict.rs` for `Synced`, `rollout.rs`, `pods.rs`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The overall judgement for one container, or for a whole set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
     Converged,
@@ -24,6 +24,23 @@ impl State {
             State::Failed => "failed",
             State::Unverified => "unverified",
         }
+    }
+}
+
+impl std::str::FromStr for State {
+    type Err = String;
+
+    /// The serialized spelling back (`converged`, `progressing`, `failed`, `unverified`).
+    fn from_str(text: &str) -> Result<State, String> {
+        [
+            State::Converged,
+            State::Progressing,
+            State::Failed,
+            State::Unverified,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == text)
+        .ok_or_else(|| format!("{text:?} is no verdict state"))
     }
 }
 
