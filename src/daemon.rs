@@ -180,12 +180,10 @@ pub enum DaemonError {
     /// Boxed: the largest cause, and rare.
     #[error(transparent)]
     Promote(Box<crate::promote::PromoteError>),
-    #[error("{0}")]
-    Listen(String),
-    /// The leader could not renew its Lease, or another replica took it: this process
-    /// stops acting and exits non-zero, and Kubernetes restarts it as a standby.
-    #[error("lost the leadership ({0}); exiting so that this replica restarts as a standby")]
-    LostLeadership(String),
+    #[error(transparent)]
+    Listen(#[from] crate::server::ListenError),
+    #[error(transparent)]
+    LostLeadership(#[from] crate::lifecycle::LostLeadership),
 }
 
 /// `tagpin run`: sets up the HTTP side, the clusters to verify and promote on, and runs the
@@ -214,9 +212,7 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
     let Listening {
         shared,
         mut servers,
-    } = server::listen(listen, health_listen, secret, schedule.interval, &stop)
-        .await
-        .map_err(DaemonError::Listen)?;
+    } = server::listen(listen, health_listen, secret, schedule.interval, &stop).await?;
     // Each promotion stage's cluster; a stage that cannot be set up is warned about here and
     // its promotions are skipped (each pass says so), the rest of the controller runs.
     let mut stage_clusters = std::collections::BTreeMap::new();
@@ -291,9 +287,7 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         schedule,
         stop,
     );
-    work_while_leading(work, leadership, servers)
-        .await
-        .map_err(DaemonError::LostLeadership)
+    Ok(work_while_leading(work, leadership, servers).await?)
 }
 
 /// One verification round under the grace period; false when a stop cut it short.
@@ -398,6 +392,33 @@ mod tests {
         assert_eq!(schedule.stale_after(), Duration::from_secs(900));
     }
 
+    const INTERVAL: Duration = Duration::from_secs(300);
+
+    /// What the loop holds when nothing verifies: its shared side, a stop never sent, and its
+    /// timetable started now with a pass every [`INTERVAL`].
+    struct Loop {
+        shared: Arc<Shared>,
+        _tx: watch::Sender<bool>,
+        stop: watch::Receiver<bool>,
+        timetable: Timetable,
+    }
+
+    fn quiet_loop() -> Loop {
+        let (_tx, stop) = watch::channel(false);
+        Loop {
+            shared: Shared::new(None, INTERVAL * LIVENESS_INTERVALS),
+            _tx,
+            stop,
+            timetable: Timetable::new(
+                INTERVAL,
+                Duration::from_secs(30),
+                WEBHOOK_WINDOW,
+                Instant::now(),
+                false,
+            ),
+        }
+    }
+
     /// The loop's own steps for a webhook (its wait, then taking what is queued), with
     /// deliveries queued the way the webhook endpoint queues them.
     async fn next_webhook_pass(
@@ -421,17 +442,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn deliveries_during_a_pass_become_exactly_one_follow_up_pass() {
-        let interval = Duration::from_secs(300);
-        let shared = Shared::new(None, interval * LIVENESS_INTERVALS);
-        let (_tx, mut stop) = watch::channel(false);
         let start = Instant::now();
-        let mut timetable = Timetable::new(
-            interval,
-            Duration::from_secs(30),
-            WEBHOOK_WINDOW,
-            start,
-            false,
-        );
+        let Loop {
+            shared,
+            _tx,
+            mut stop,
+            mut timetable,
+        } = quiet_loop();
         assert_eq!(
             timetable.wait(&shared.wake, &mut stop).await,
             Some(Trigger::Schedule)
@@ -468,44 +485,36 @@ mod tests {
             next_webhook_pass(&mut timetable, &shared, &mut stop).await,
             None
         );
-        assert_eq!(Instant::now(), start + interval);
+        assert_eq!(Instant::now(), start + INTERVAL);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_delivery_naming_nothing_wakes_no_pass() {
-        let interval = Duration::from_secs(300);
-        let shared = Shared::new(None, interval * LIVENESS_INTERVALS);
-        let (_tx, mut stop) = watch::channel(false);
         let start = Instant::now();
-        let mut timetable = Timetable::new(
-            interval,
-            Duration::from_secs(30),
-            WEBHOOK_WINDOW,
-            start,
-            false,
-        );
+        let Loop {
+            shared,
+            _tx,
+            mut stop,
+            mut timetable,
+        } = quiet_loop();
         timetable.pass_started(start, 0.5);
         shared.queue(Vec::new());
         assert_eq!(
             timetable.wait(&shared.wake, &mut stop).await,
             Some(Trigger::Schedule)
         );
-        assert_eq!(Instant::now(), start + interval);
+        assert_eq!(Instant::now(), start + INTERVAL);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_burst_of_five_deliveries_is_one_pass_at_once_and_one_at_the_window_end() {
-        let interval = Duration::from_secs(300);
-        let shared = Shared::new(None, interval * LIVENESS_INTERVALS);
-        let (_tx, mut stop) = watch::channel(false);
         let start = Instant::now();
-        let mut timetable = Timetable::new(
-            interval,
-            Duration::from_secs(30),
-            WEBHOOK_WINDOW,
-            start,
-            false,
-        );
+        let Loop {
+            shared,
+            _tx,
+            mut stop,
+            mut timetable,
+        } = quiet_loop();
         timetable.pass_started(start, 0.5);
         tokio::time::advance(Duration::from_secs(10)).await;
         let first = Instant::now();

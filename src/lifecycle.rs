@@ -48,6 +48,13 @@ pub fn stopping(stop: &watch::Receiver<bool>) -> bool {
     *stop.borrow()
 }
 
+/// The leader could not renew its Lease, or another replica took it, with the reason the
+/// election gave: this process stops acting and exits non-zero, and Kubernetes restarts it as a
+/// standby.
+#[derive(Debug, thiserror::Error)]
+#[error("lost the leadership ({0}); exiting so that this replica restarts as a standby")]
+pub struct LostLeadership(pub String);
+
 /// Runs `work` to its end (a graceful stop), then gives the Lease up so that a standby takes
 /// over at once, and waits for the HTTP servers to drain. Shared by `tagpin run` and the
 /// operator. `Err` with the reason when the Lease is lost first: acting stops at once, the
@@ -57,13 +64,13 @@ pub async fn work_while_leading(
     work: impl std::future::Future<Output = ()>,
     mut leadership: Option<crate::leader::Leadership>,
     servers: Vec<tokio::task::JoinHandle<()>>,
-) -> Result<(), String> {
+) -> Result<(), LostLeadership> {
     match &mut leadership {
         None => work.await,
         Some(held) => {
             tokio::select! {
                 () = work => {}
-                reason = held.lost() => return Err(reason),
+                reason = held.lost() => return Err(LostLeadership(reason)),
             }
         }
     }

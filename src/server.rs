@@ -448,11 +448,20 @@ async fn webhook_delivery(
     }
 }
 
+/// A listen address that could not be bound (in use, not this machine's, no permission).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr}: {source}")]
+pub struct ListenError {
+    pub addr: SocketAddr,
+    #[source]
+    pub source: std::io::Error,
+}
+
 /// Binds the listen address, with the address in the error.
-pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, String> {
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, ListenError> {
     tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))
+        .map_err(|source| ListenError { addr, source })
 }
 
 /// The HTTP side as a controller starts it: [`Shared`] and the servers that serve it.
@@ -471,7 +480,7 @@ pub async fn listen(
     webhook_secret: Option<String>,
     interval: Duration,
     stop: &watch::Receiver<bool>,
-) -> Result<Listening, String> {
+) -> Result<Listening, ListenError> {
     let listener = bind(listen).await?;
     let health_listener = match health_listen {
         Some(addr) => Some(bind(addr).await?),

@@ -86,12 +86,12 @@ pub struct Setup {
 
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorError {
-    #[error("{0}")]
-    Listen(String),
+    #[error(transparent)]
+    Listen(#[from] crate::server::ListenError),
     #[error("Kubernetes API: {0}")]
     Kube(String),
-    #[error("lost the leadership ({0}); exiting so that this replica restarts as a standby")]
-    LostLeadership(String),
+    #[error(transparent)]
+    LostLeadership(#[from] crate::lifecycle::LostLeadership),
 }
 
 /// The API clients: one for requests, each bounded by `timeout`; one for watches, which are
@@ -157,8 +157,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         setup.interval,
         &stop,
     )
-    .await
-    .map_err(OperatorError::Listen)?;
+    .await?;
     // Every object's verification lists the same namespaces: those lists are shared for a
     // second, so API requests grow with the namespaces read, not with the objects.
     let cluster = match Cluster::connect(None, setup.api_timeout).await {
@@ -276,9 +275,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
             );
         }
     };
-    lifecycle::work_while_leading(bounded, leadership, servers)
-        .await
-        .map_err(OperatorError::LostLeadership)
+    Ok(lifecycle::work_while_leading(bounded, leadership, servers).await?)
 }
 
 /// What every reconcile shares, from the operator's flags.

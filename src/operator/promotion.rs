@@ -156,10 +156,10 @@ pub async fn clusters(
 /// served over plain `http://` beyond loopback: its token would cross the network in the
 /// clear, and whoever sits on the way could answer for the cluster. Every problem is named
 /// with its user or cluster; tokens, `*-data` fields, usernames and passwords are fine.
-pub fn self_contained(bytes: &[u8]) -> Result<(), String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
-    let kubeconfig =
-        kube::config::Kubeconfig::from_yaml(text).map_err(|e| format!("not a kubeconfig: {e}"))?;
+pub fn self_contained(bytes: &[u8]) -> Result<(), UnsafeKubeconfig> {
+    let text = std::str::from_utf8(bytes).map_err(|_| UnsafeKubeconfig::NotText)?;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(text)
+        .map_err(|e| UnsafeKubeconfig::NotKubeconfig(e.to_string()))?;
     let mut problems = Vec::new();
     for named in &kubeconfig.auth_infos {
         let Some(user) = &named.auth_info else {
@@ -219,8 +219,22 @@ pub fn self_contained(bytes: &[u8]) -> Result<(), String> {
     }
     match said.is_empty() {
         true => Ok(()),
-        false => Err(said.join("; ")),
+        false => Err(UnsafeKubeconfig::Refused(said.join("; "))),
     }
+}
+
+/// Why a kubeconfig from a Secret is not used ([`self_contained`]).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UnsafeKubeconfig {
+    #[error("not UTF-8 text")]
+    NotText,
+    /// kube's reason (its error is not comparable, so its message is kept).
+    #[error("not a kubeconfig: {0}")]
+    NotKubeconfig(String),
+    /// Every field that runs a command, reads the controller's files or reaches a server in
+    /// the clear, each named with its user or cluster.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// A `server` tagpin would reach in the clear over a network: `http://` to anything but
@@ -553,7 +567,7 @@ mod tests {
             "    token: abc\n",
             "    exec: {apiVersion: client.authentication.k8s.io/v1, command: sh, args: [-c, id]}\n",
         );
-        let why = self_contained(exec.as_bytes()).unwrap_err();
+        let why = self_contained(exec.as_bytes()).unwrap_err().to_string();
         assert!(why.contains("user \"tagpin\" sets exec"), "{why}");
         let files = INLINE
             .replace(
@@ -564,7 +578,7 @@ mod tests {
                 "    certificate-authority-data: Zm9v\n",
                 "    certificate-authority: /etc/ca.crt\n",
             );
-        let why = self_contained(files.as_bytes()).unwrap_err();
+        let why = self_contained(files.as_bytes()).unwrap_err().to_string();
         for named in [
             "user \"tagpin\" sets tokenFile",
             "user \"tagpin\" sets client-key",
@@ -575,13 +589,14 @@ mod tests {
         let provider = INLINE.replace("    token: abc\n", "    auth-provider: {name: gcp}\n");
         assert!(self_contained(provider.as_bytes())
             .unwrap_err()
+            .to_string()
             .contains("sets auth-provider"));
     }
 
     #[test]
     fn a_kubeconfig_reaching_its_server_in_the_clear_beyond_loopback_is_refused() {
         let plain = INLINE.replace("https://prod.example:6443", "http://prod.example:6443");
-        let why = self_contained(plain.as_bytes()).unwrap_err();
+        let why = self_contained(plain.as_bytes()).unwrap_err().to_string();
         assert!(
             why.contains("plain http:// beyond loopback (cluster \"prod\")"),
             "{why}"
@@ -606,9 +621,13 @@ mod tests {
 
     #[test]
     fn what_is_not_a_kubeconfig_says_so() {
-        assert!(self_contained(b"\xff\xfe").unwrap_err().contains("UTF-8"));
+        assert!(self_contained(b"\xff\xfe")
+            .unwrap_err()
+            .to_string()
+            .contains("UTF-8"));
         assert!(self_contained(b"clusters: 3")
             .unwrap_err()
+            .to_string()
             .starts_with("not a kubeconfig"));
     }
 

@@ -135,7 +135,8 @@ struct Transports {
     /// For `http://` URLs: no certificate store.
     plain: reqwest::Client,
     /// For `https://` URLs, made on first use.
-    tls: OnceLock<Result<reqwest::Client, String>>,
+    /// Shared as it failed: the error is not `Clone`, and every HTTPS request reports it.
+    tls: OnceLock<Result<reqwest::Client, Arc<reqwest::Error>>>,
     /// `--ca-file` certificates, read (and checked) when the client is made.
     roots: Vec<reqwest::Certificate>,
 }
@@ -832,9 +833,10 @@ impl Client {
             for root in &self.http.roots {
                 builder = builder.add_root_certificate(root.clone());
             }
-            builder.build().map_err(|e| error_chain(&e))
+            builder.build().map_err(Arc::new)
         });
-        made.as_ref().map_err(|e| RegistryError::Setup(e.clone()))
+        made.as_ref()
+            .map_err(|e| RegistryError::Setup(error_chain(e.as_ref())))
     }
 
     fn scheme(&self, host: &str) -> &'static str {

@@ -28,10 +28,10 @@ impl State {
 }
 
 impl std::str::FromStr for State {
-    type Err = String;
+    type Err = UnknownState;
 
     /// The serialized spelling back (`converged`, `progressing`, `failed`, `unverified`).
-    fn from_str(text: &str) -> Result<State, String> {
+    fn from_str(text: &str) -> Result<State, UnknownState> {
         [
             State::Converged,
             State::Progressing,
@@ -40,9 +40,14 @@ impl std::str::FromStr for State {
         ]
         .into_iter()
         .find(|state| state.as_str() == text)
-        .ok_or_else(|| format!("{text:?} is no verdict state"))
+        .ok_or_else(|| UnknownState(text.to_string()))
     }
 }
+
+/// A spelling that is no [`State`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is no verdict state")]
+pub struct UnknownState(pub String);
 
 /// The three conditions a verdict always carries, in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -233,11 +233,11 @@ pub fn from_plan(block: &PlanBlock, mapping: &NameMapping) -> Promised {
             Owner::Helm(source) => {
                 match helm_pin_of_plan(pin, source) {
                     Ok(helm) => promised.helm.push(helm),
-                    Err(detail) => promised.not_verified.push(NotVerified {
+                    Err(unreadable) => promised.not_verified.push(NotVerified {
                         image: pin.image.clone(),
                         workload: pin.workload.to_string(),
                         reason: NotVerifiedReason::UnreadableWorkload,
-                        detail: Some(detail),
+                        detail: Some(unreadable.to_string()),
                     }),
                 }
                 continue;
@@ -340,8 +340,11 @@ fn helm_pin(path: &Path, line: usize, image: &HelmImage, digest: Digest) -> Helm
 /// `source` is `values` (the row's file), `HelmRelease/[<ns>/]<name>` or
 /// `Application/[<ns>/]<name>[/sources[<i>]]`; the row's image is `repository:tag` (or
 /// `repository@digest` for an image pinned by digest alone).
-fn helm_pin_of_plan(pin: &Pin, source: &str) -> Result<HelmPin, String> {
-    let unreadable = || format!("{}: helm:{source} names no Helm release", pin.file);
+fn helm_pin_of_plan(pin: &Pin, source: &str) -> Result<HelmPin, UnreadableHelmPin> {
+    let unreadable = || UnreadableHelmPin::Release {
+        file: pin.file.clone(),
+        named: source.to_string(),
+    };
     let release = if source == "values" {
         ReleaseRef::ValuesFile {
             path: pin.file.clone(),
@@ -371,8 +374,11 @@ fn helm_pin_of_plan(pin: &Pin, source: &str) -> Result<HelmPin, String> {
             _ => return Err(unreadable()),
         }
     };
-    let image = Reference::parse(&pin.image)
-        .map_err(|e| format!("{}: image {} cannot be read: {e}", pin.file, pin.image))?;
+    let image = Reference::parse(&pin.image).map_err(|cause| UnreadableHelmPin::Image {
+        file: pin.file.clone(),
+        image: pin.image.clone(),
+        cause,
+    })?;
     Ok(HelmPin {
         file: pin.file.clone(),
         line: None,
@@ -382,6 +388,20 @@ fn helm_pin_of_plan(pin: &Pin, source: &str) -> Result<HelmPin, String> {
         digest: pin.new_digest.clone(),
         release,
     })
+}
+
+/// Why a plan block's Helm row cannot be verified.
+#[derive(Debug, thiserror::Error)]
+enum UnreadableHelmPin {
+    #[error("{file}: helm:{named} names no Helm release")]
+    Release { file: String, named: String },
+    #[error("{file}: image {image} cannot be read: {cause}")]
+    Image {
+        file: String,
+        image: String,
+        #[source]
+        cause: crate::reference::ParseError,
+    },
 }
 
 fn image_digest(image: &str) -> Option<Digest> {

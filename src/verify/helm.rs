@@ -159,7 +159,7 @@ pub struct ReleaseWorkload {
 }
 
 /// The workloads of one namespace, or the message with which the API refused to list them.
-pub type NamespaceWorkloads = Result<Vec<ReleaseWorkload>, String>;
+pub type NamespaceWorkloads = Result<Vec<ReleaseWorkload>, super::observed::Refusal>;
 
 // ---------------------------------------------------------------------------------------------
 // Matching a pinned repository to live containers

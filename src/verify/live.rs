@@ -28,6 +28,7 @@ use crate::bounded;
 use crate::config::ClusterTarget;
 use crate::mutex::lock;
 
+use super::observed::Refusal;
 use super::shared_lists::SharedLists;
 use crate::workload::{WorkloadId, WorkloadKind};
 
@@ -438,8 +439,8 @@ impl Cluster {
             let found = &workloads[&(namespace.clone(), id.kind.clone())];
             let read = match (found, &pods[&namespace]) {
                 (Err(message), _) | (_, Err(message)) => match self.acting_as {
-                    Some(_) => Live::Denied(message.clone()),
-                    None => Live::Forbidden(message.clone()),
+                    Some(_) => Live::Denied(message.0.clone()),
+                    None => Live::Forbidden(message.0.clone()),
                 },
                 (Ok(found), Ok(all_pods)) => match found.get(&id.name) {
                     None => Live::Missing,
@@ -761,7 +762,7 @@ where
 async fn from_kubeconfig(
     kubeconfig: Kubeconfig,
     context: Option<&str>,
-) -> Result<kube::Config, String> {
+) -> Result<kube::Config, ContextError> {
     let known: Vec<String> = kubeconfig.contexts.iter().map(|c| c.name.clone()).collect();
     let options = KubeConfigOptions {
         context: context.map(str::to_string),
@@ -770,31 +771,58 @@ async fn from_kubeconfig(
     kube::Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
         .map_err(|e| match e {
-            KubeconfigError::LoadContext(name) => {
+            KubeconfigError::LoadContext(name) => ContextError::NotFound {
                 // A named context is in the target already; the current one is not.
-                let missing = match context {
-                    Some(_) => "context not found".to_string(),
-                    None => format!("current-context {name:?} not found"),
-                };
-                if known.is_empty() {
-                    format!("{missing}: the kubeconfig has no contexts")
-                } else {
-                    format!("{missing} (the kubeconfig has {})", known.join(", "))
-                }
-            }
-            KubeconfigError::CurrentContextNotSet => {
-                "no current-context is set; name one (cluster.context)".to_string()
-            }
-            e => e.to_string(),
+                current: context.is_none().then_some(name),
+                known,
+            },
+            KubeconfigError::CurrentContextNotSet => ContextError::NotSet,
+            e => ContextError::Kube(e),
         })
+}
+
+/// Why a kubeconfig's context cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum ContextError {
+    /// `current`: the file's current-context, when that is the one missing (a context the
+    /// target names is in the target's own words already); `known`: the contexts it has.
+    #[error("{}", context_not_found(.current.as_deref(), .known))]
+    NotFound {
+        current: Option<String>,
+        known: Vec<String>,
+    },
+    #[error("no current-context is set; name one (cluster.context)")]
+    NotSet,
+    #[error(transparent)]
+    Kube(KubeconfigError),
+}
+
+fn context_not_found(current: Option<&str>, known: &[String]) -> String {
+    let missing = match current {
+        None => "context not found".to_string(),
+        Some(name) => format!("current-context {name:?} not found"),
+    };
+    if known.is_empty() {
+        format!("{missing}: the kubeconfig has no contexts")
+    } else {
+        format!("{missing} (the kubeconfig has {})", known.join(", "))
+    }
 }
 
 /// A kubeconfig that could not be read, without kube's repetition of the path (the target
 /// names it already).
-fn read_error(e: KubeconfigError) -> String {
+#[derive(Debug, thiserror::Error)]
+enum UnreadKubeconfig {
+    #[error("cannot read: {0}")]
+    Read(#[source] std::io::Error),
+    #[error(transparent)]
+    Kube(KubeconfigError),
+}
+
+fn read_error(e: KubeconfigError) -> UnreadKubeconfig {
     match e {
-        KubeconfigError::ReadConfig(source, _) => format!("cannot read: {source}"),
-        e => e.to_string(),
+        KubeconfigError::ReadConfig(source, _) => UnreadKubeconfig::Read(source),
+        e => UnreadKubeconfig::Kube(e),
     }
 }
 
@@ -810,7 +838,7 @@ type Found = BTreeMap<String, (LiveWorkload, Selector)>;
 
 /// A list the API answered, or why it refused it (403), in tagpin's words
 /// ([`Server::refused`]).
-type Listed<T> = Result<T, String>;
+type Listed<T> = Result<T, Refusal>;
 
 /// A pod with the labels workload selectors match against, and its own containers' images
 /// (for a bare pod, its "template").
@@ -883,7 +911,7 @@ impl Cluster {
             Err(kube::Error::Api(status))
                 if status.code == 403 && !impersonation_refused(&status) =>
             {
-                Ok(Err(match self.acting_as() {
+                Ok(Err(Refusal(match self.acting_as() {
                     Some(account) => {
                         let resource = refused_resource(&status, what);
                         format!(
@@ -893,7 +921,7 @@ impl Cluster {
                     None => self
                         .server
                         .refused(&format!("{what} in namespace {namespace}"), status.code),
-                }))
+                })))
             }
             Err(source) => Err(self.failed(format!("{what} in namespace {namespace}"), source)),
         }

@@ -425,12 +425,18 @@ impl Families {
     }
 }
 
-async fn ask_family(expected: &Expected, registry: &Client) -> Result<DigestFamily, String> {
-    let reference = Reference::parse(&expected.pinned_ref).map_err(|e| e.to_string())?;
-    let top = registry
-        .manifest(&reference, &expected.digest)
-        .await
-        .map_err(|e| e.to_string())?;
+/// Why a pinned digest's family could not be read.
+#[derive(Debug, thiserror::Error)]
+enum FamilyError {
+    #[error(transparent)]
+    Reference(#[from] crate::reference::ParseError),
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
+}
+
+async fn ask_family(expected: &Expected, registry: &Client) -> Result<DigestFamily, FamilyError> {
+    let reference = Reference::parse(&expected.pinned_ref)?;
+    let top = registry.manifest(&reference, &expected.digest).await?;
     let mut family = DigestFamily {
         pinned: expected.digest.to_string(),
         ..DigestFamily::default()
@@ -442,10 +448,7 @@ async fn ask_family(expected: &Expected, registry: &Client) -> Result<DigestFami
         ManifestKind::Index => {
             for child in &top.children {
                 family.platform_children.push(child.digest.to_string());
-                let manifest = registry
-                    .manifest(&reference, &child.digest)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let manifest = registry.manifest(&reference, &child.digest).await?;
                 family
                     .config_digests
                     .extend(manifest.config.map(|c| c.to_string()));

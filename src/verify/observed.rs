@@ -193,6 +193,17 @@ pub struct LiveContainer {
     pub last_terminated_reason: Option<String>,
 }
 
+/// A list the API server refused (403), in tagpin's words (never the server's own message):
+/// data for the verdict, which then says what was not verified and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// What the cluster holds for an expected workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Live {

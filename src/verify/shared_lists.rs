@@ -105,7 +105,11 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    async fn read(lists: &SharedLists, url: &str, reads: &AtomicUsize) -> Result<Vec<u32>, String> {
+    async fn read(
+        lists: &SharedLists,
+        url: &str,
+        reads: &AtomicUsize,
+    ) -> Result<Vec<u32>, &'static str> {
         lists
             .get_or_read(url, || async {
                 reads.fetch_add(1, Ordering::SeqCst);
@@ -155,10 +159,8 @@ mod tests {
     #[tokio::test]
     async fn a_failed_read_is_not_kept() {
         let lists = SharedLists::new(Duration::from_secs(60));
-        let failed: Result<Vec<u32>, String> = lists
-            .get_or_read("/a", || async { Err("503".to_string()) })
-            .await;
-        assert_eq!(failed, Err("503".to_string()));
+        let failed: Result<Vec<u32>, &str> = lists.get_or_read("/a", || async { Err("503") }).await;
+        assert_eq!(failed, Err("503"));
         let reads = AtomicUsize::new(0);
         assert_eq!(read(&lists, "/a", &reads).await.unwrap(), vec![1, 2, 3]);
         assert_eq!(reads.load(Ordering::SeqCst), 1);

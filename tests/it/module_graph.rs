@@ -898,3 +898,149 @@ fn super_inside_an_inline_module_starts_from_that_module() {
     ]);
     assert_eq!(targets(&edges, "p/q"), ["p"]);
 }
+
+/// Each `Result<…, String>` written in `code` (comments, literals and test items blanked), by
+/// line: an error that is only text loses its cause and cannot be matched on.
+fn string_errors(code: &str) -> Vec<usize> {
+    let chars: Vec<char> = code.chars().collect();
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = find_word(&chars, "Result", from) {
+        from = at + 1;
+        let mut k = at + "Result".len();
+        while k < chars.len() && chars[k].is_whitespace() {
+            k += 1;
+        }
+        if chars.get(k) != Some(&'<') {
+            continue;
+        }
+        // The arguments up to the matching `>`, split at top-level commas.
+        let (mut depth, mut args, mut current) = (0, Vec::new(), String::new());
+        for &c in &chars[k..] {
+            match c {
+                '<' | '(' | '[' => {
+                    depth += 1;
+                    if depth == 1 {
+                        continue;
+                    }
+                }
+                '>' | ')' | ']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        args.push(std::mem::take(&mut current));
+                        break;
+                    }
+                }
+                ',' if depth == 1 => {
+                    args.push(std::mem::take(&mut current));
+                    continue;
+                }
+                _ => {}
+            }
+            current.push(c);
+        }
+        if args.len() == 2 && args[1].split_whitespace().collect::<String>() == "String" {
+            found.push(chars[..at].iter().filter(|c| **c == '\n').count() + 1);
+        }
+    }
+    found
+}
+
+/// Each function in `code` (comments, literals and test items blanked) longer than `limit`
+/// lines, from its `fn` line to its closing brace: `(name, first line, lines)`.
+fn long_functions(code: &str, limit: usize) -> Vec<(String, usize, usize)> {
+    let chars: Vec<char> = code.chars().collect();
+    let line_of = |at: usize| chars[..at].iter().filter(|c| **c == '\n').count() + 1;
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = find_word(&chars, "fn", from) {
+        from = at + 2;
+        let name: String = chars[at + 2..]
+            .iter()
+            .skip_while(|c| c.is_whitespace())
+            .take_while(|c| is_ident_char(**c))
+            .collect();
+        // `fn(K) -> T`, a function pointer type, has no name.
+        if name.is_empty() || !chars[at + 2].is_whitespace() {
+            continue;
+        }
+        let Some(open) = chars[at..].iter().position(|c| *c == '{' || *c == ';') else {
+            break;
+        };
+        if chars[at + open] == ';' {
+            continue;
+        }
+        let close = closing_brace(&chars, at + open);
+        let lines = line_of(close.min(chars.len() - 1)) - line_of(at) + 1;
+        if lines > limit {
+            found.push((name, line_of(at), lines));
+        }
+    }
+    found
+}
+
+/// The code of every file under src/ as the checks read it: comments, literals and test items
+/// blanked, line breaks kept.
+fn production_code() -> Vec<(String, String)> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = BTreeMap::new();
+    read_sources(&src, &src, &mut files);
+    files
+        .into_values()
+        .map(|(shown, text)| {
+            (
+                shown,
+                without_test_items(&strip_comments_and_literals(&text)).0,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn no_error_is_a_bare_string() {
+    let found: Vec<String> = production_code()
+        .iter()
+        .flat_map(|(file, code)| {
+            string_errors(code)
+                .into_iter()
+                .map(move |line| format!("{file}:{line}"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "Result<_, String> loses the error's cause; use an error enum with #[source]:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn no_production_function_is_longer_than_150_lines() {
+    let found: Vec<String> = production_code()
+        .iter()
+        .flat_map(|(file, code)| {
+            long_functions(code, 150)
+                .into_iter()
+                .map(move |(name, line, lines)| format!("{file}:{line} {name}: {lines} lines"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "split these into steps:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_structure_checks_find_what_they_look_for() {
+    let code = "fn a() -> Result<(), String> { Ok(()) }\n\
+                fn b() -> Result<Vec<u8>, std::io::Error> { todo() }\n\
+                type T = Result<BTreeMap<String, String>, String>;\n\
+                fn c(f: fn(u8) -> Result<u8, String>) {}\n";
+    assert_eq!(string_errors(code), vec![1, 3, 4]);
+    let long = format!(
+        "fn long() {{\n{}}}\nfn short() {{}}\nfn decl();\n",
+        "x;\n".repeat(5)
+    );
+    assert_eq!(long_functions(&long, 6), vec![("long".to_string(), 1, 7)]);
+    assert!(long_functions(&long, 7).is_empty());
+}
