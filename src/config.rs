@@ -10,12 +10,15 @@
 //! position-keeping YAML tree (`tagpin.yaml:7:1: mode: …`), so an editor can jump to it.
 //! Secrets never live here: the file names environment variables or files that hold them.
 
+mod choices;
 mod raw;
 mod validate;
 
 use std::path::{Component, Path, PathBuf};
 
 use crate::manifest::yaml::{self, Document};
+
+pub use choices::{Grouping, Order, WriteMode};
 
 /// A validated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,14 +316,6 @@ pub enum TagPolicy {
     },
 }
 
-/// How the values a pattern extracts are compared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Order {
-    Numerical,
-    Alphabetical,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registries {
     pub insecure: Vec<String>,
@@ -333,22 +328,6 @@ pub struct Registries {
     pub timeout_seconds: u64,
     /// How long one pass waits for any one image (see `registry::Settings::resolve_budget`).
     pub budget_seconds: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum WriteMode {
-    Commit,
-    PullRequest,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Grouping {
-    /// One pull request for the whole pass.
-    Single,
-    /// One pull request per image repository.
-    PerImage,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

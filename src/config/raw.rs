@@ -18,7 +18,7 @@ use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 
-use super::{Grouping, Order, WriteMode};
+use super::choices::{Grouping, Order, WriteMode};
 
 /// One node of the file, read as `T` or kept as found.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
+use super::error::ManifestError;
 use super::field::Target;
-use super::ManifestError;
 
 /// What holds a set of Helm values.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -6,12 +6,12 @@
 //! (`super::helm_text`) and a `helm.parameters` list. This module finds those and hands each to
 //! the walk of `super::helm_values`, saying which object and part the values belong to.
 
+use super::error::ManifestError;
 use super::field::{Collector, Origin, SkipReason};
 use super::helm::{HelmOptions, HelmPart, HelmSource};
 use super::helm_text;
 use super::helm_values::{scan_parameters, scan_values, Context};
 use super::yaml::{Document, NodeId};
-use super::ManifestError;
 
 /// Whether an object of this `kind` and `apiVersion` carries Helm values.
 pub(super) fn is_helm_object(kind: &str, api_version: &str) -> bool {

@@ -12,9 +12,9 @@
 use std::ops::Range;
 
 use super::field::{Collector, Origin, SkipReason, SkippedField, Target};
+use super::helm::{HelmImage, HelmWrite};
 use super::helm_values::{scan_values, Context};
 use super::yaml::{self, Document, Node, NodeId, NodeKind, Style};
-use super::HelmWrite;
 
 /// Collects the images of the `helm.values` text at `text`.
 pub(super) fn scan_values_text(
@@ -33,7 +33,7 @@ pub(super) fn scan_values_text(
         return;
     }
     let not_supported = |out: &mut Collector| {
-        let origin = Origin::HelmImage(Box::new(super::HelmImage {
+        let origin = Origin::HelmImage(Box::new(HelmImage {
             source: context.source.clone(),
             part: context.part,
             key_path: String::new(),

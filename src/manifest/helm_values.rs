@@ -13,6 +13,7 @@
 
 use std::collections::HashSet;
 
+use super::error::ManifestError;
 use super::field::{
     inline_style, string_target, Collector, ImageField, Origin, SkipReason, Target,
 };
@@ -20,7 +21,6 @@ use super::helm::{DigestMode, HelmImage, HelmPart, HelmSource, HelmWrite};
 use super::kustomize::line_end;
 use super::rewrite::looks_like_non_string;
 use super::yaml::{Document, Node, NodeId, NodeKind, Style};
-use super::ManifestError;
 use crate::reference::Reference;
 
 /// What holds the values being walked, and how a digest is added where there is no key.

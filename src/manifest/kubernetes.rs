@@ -11,9 +11,9 @@
 
 use std::collections::HashSet;
 
+use super::error::ManifestError;
 use super::field::{string_target, Collector, ContainerList, ImageField, Origin};
 use super::yaml::{Document, NodeId};
-use super::ManifestError;
 use crate::workload::{WorkloadId, WorkloadKind};
 
 /// Scans an object and, for `kind: List` and `*List` kinds, its items, with an explicit work

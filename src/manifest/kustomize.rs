@@ -13,10 +13,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::error::ManifestError;
 use super::field::{string_target, Collector, ImageField, Origin, SkipReason, Target};
 use super::helm::HelmSource;
 use super::yaml::{Document, NodeId, NodeKind, Style};
-use super::ManifestError;
 
 /// File names kustomize reads as a kustomization, in the order it looks for them.
 pub(crate) const KUSTOMIZATION_NAMES: [&str; 3] =

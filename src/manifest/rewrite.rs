@@ -6,8 +6,8 @@
 
 use std::ops::Range;
 
+use super::error::ManifestError;
 use super::field::{ScalarStyle, Target};
-use super::ManifestError;
 
 /// One change to a file: put `new_value` (decoded, unquoted) at `target`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use super::error::{ManifestError, MAX_FILE_BYTES};
 use super::field::{Collector, ImageField, SkippedField};
 use super::helm::{HelmOptions, HelmPart, HelmSource};
 use super::helm_objects;
@@ -15,7 +16,6 @@ use super::helm_values::{self, Context};
 use super::kubernetes;
 use super::kustomize;
 use super::yaml::{self, Document};
-use super::{ManifestError, MAX_FILE_BYTES};
 
 /// Everything `scan` learned about one file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use walkdir::{DirEntry, WalkDir};
 
-use super::{ManifestError, MAX_FILE_BYTES};
+use super::error::{ManifestError, MAX_FILE_BYTES};
 
 /// Which files of a directory tree are manifests. Patterns are globs relative to the
 /// directory given to [`walk`]; `*` stays within one path component, `**` crosses them.

@@ -16,7 +16,7 @@ use std::path::Path;
 pub(crate) use saphyr_parser::ScalarStyle as Style;
 use saphyr_parser::{BufferedInput, Event, Marker, Parser, Span, StrInput};
 
-use super::{ManifestError, MAX_DEPTH};
+use super::error::{ManifestError, MAX_DEPTH};
 
 /// A node of one [`Document`]; only that document's accessors understand it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,28 @@
+//! The choices a configuration names by keyword (`mode: pull-request`, `grouping: per-image`,
+//! `order: numerical`): read by `config/raw.rs` and kept in [`super::Config`] as they are.
+
+/// How the values a pattern extracts are compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Order {
+    Numerical,
+    Alphabetical,
+}
+
+/// How tagpin writes: a commit on the branch, or a pull (merge) request from a branch of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteMode {
+    Commit,
+    PullRequest,
+}
+
+/// How pins are gathered into pull requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Grouping {
+    /// One pull request for the whole pass.
+    Single,
+    /// One pull request per image repository.
+    PerImage,
+}
