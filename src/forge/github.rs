@@ -32,11 +32,12 @@ use std::sync::Arc;
 use octocrab::Octocrab;
 use serde::de::DeserializeOwned;
 
-use super::{host_of, status_text, CONNECT_TIMEOUT, MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT};
-use super::{in_flight, lock, next_link, read_pages, updated_before};
-use super::{ForgeError, PullRequestInfo, Status, StatusState};
+use super::common::{host_of, status_text, CONNECT_TIMEOUT, MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT};
+use super::common::{in_flight, next_link, read_pages, updated_before, ForgeError};
 use crate::bounded::{self, BoundedLayer, Bounds};
 use crate::config;
+use crate::mutex::lock;
+use crate::review::{PullRequestInfo, Status, StatusState};
 
 /// Attempts per call when GitHub answers with a rate limit.
 const RATE_LIMIT_ATTEMPTS: u32 = 3;

@@ -26,11 +26,12 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::{host_of, status_text, CONNECT_TIMEOUT, MAX_ANSWER_BYTES};
-use super::{in_flight, next_link, read_pages, updated_before};
-use super::{ForgeError, PullRequestInfo, Status, StatusState, MAX_RATE_LIMIT_WAIT};
+use super::common::{host_of, status_text, CONNECT_TIMEOUT, MAX_ANSWER_BYTES};
+use super::common::{in_flight, next_link, read_pages, updated_before};
+use super::common::{ForgeError, MAX_RATE_LIMIT_WAIT};
 use crate::bounded::{self, Exceeded};
 use crate::config;
+use crate::review::{PullRequestInfo, Status, StatusState};
 
 const FORGE: &str = "GitLab";
 /// Attempts per call when GitLab answers `429 Too Many Requests`.

@@ -56,16 +56,6 @@ const KNOWN_CIRCLES: &[(&str, &str, &str)] = &[
         "the helpers validate.rs calls (invalid_stage_name, is_dns_label, …) into their own file",
     ),
     (
-        "forge/github",
-        "forge",
-        "host_of, read_pages, ForgeError, PullRequestInfo, … into a file of their own under forge/",
-    ),
-    (
-        "forge/gitlab",
-        "forge",
-        "host_of, read_pages, ForgeError, PullRequestInfo, … into a file of their own under forge/",
-    ),
-    (
         "verify/report",
         "verify",
         "Check and Expectations out of verify/mod.rs into a file of their own",

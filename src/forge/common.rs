@@ -1,0 +1,147 @@
+//! What the GitHub and GitLab adapters share: the limits of a forge call, the error that names
+//! the forge and its host without quoting it, and reading lists page by page.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::review::PullRequestInfo;
+
+/// The longest tagpin waits for a rate limit to lift before failing the call.
+pub const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
+
+/// Pages read of one list at most (100 items each): a bound on a runaway `Link` chain.
+pub(super) const MAX_PAGES: usize = 50;
+
+/// The largest answer read from a forge. A page of 100 pull requests is about 2 MB of
+/// metadata (GitHub embeds the head and base repositories in each, about 20 KB together) plus
+/// their bodies, which GitHub caps at 65,536 characters: about 8.2 MiB at the worst for plain
+/// text, so this leaves room for escaping and non-ASCII text. An answer past it fails that
+/// call (naming the forge's host), never the process: see [`crate::bounded`].
+pub const MAX_ANSWER_BYTES: usize = 16 * crate::bounded::MIB;
+
+/// Connecting to the forge (TCP and TLS), within the call's deadline.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A failed forge call, naming the forge and its host, the repository or project and, where
+/// there is one, the change request. What the forge said is never quoted: `detail` holds the
+/// HTTP status and words tagpin writes itself (what the status means for tagpin), so a server
+/// that is not the forge it claims to be cannot have its answer copied into a status, an Event,
+/// a comment or a log.
+#[derive(Debug, thiserror::Error)]
+pub enum ForgeError {
+    #[error("{forge} at {host}: {repo}: {what}: {detail}")]
+    Call {
+        /// `GitHub` or `GitLab`.
+        forge: &'static str,
+        /// `host[:port]` of `forge.api_url`.
+        host: String,
+        repo: String,
+        what: String,
+        detail: String,
+        /// The HTTP status the forge answered, when it answered.
+        status: Option<u16>,
+    },
+    #[error("{forge} at {host}: {repo}: {what}: rate limited; {forge} asks to wait {wait}")]
+    RateLimited {
+        forge: &'static str,
+        host: String,
+        repo: String,
+        what: String,
+        wait: String,
+    },
+    #[error("{forge} setup: {detail}")]
+    Setup { forge: &'static str, detail: String },
+}
+
+/// `host[:port]` of a forge's API URL, as its errors name it.
+pub(super) fn host_of(api_url: &str) -> String {
+    match url::Url::parse(api_url) {
+        Ok(url) => match (url.host_str(), url.port()) {
+            (Some(host), Some(port)) => format!("{host}:{port}"),
+            (Some(host), None) => host.to_string(),
+            (None, _) => api_url.to_string(),
+        },
+        Err(_) => api_url.to_string(),
+    }
+}
+
+/// `422 Unprocessable Entity`: the status and its standard reason, never the forge's words.
+pub(super) fn status_text(status: u16) -> String {
+    match http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+    {
+        Some(reason) => format!("{status} {reason}"),
+        None => format!("HTTP {status}"),
+    }
+}
+
+/// Reads a list page by page from `first`, following each page's next address, until a page
+/// satisfies `enough` or [`MAX_PAGES`] pages are read. `read_page` reads one page (the
+/// adapter's request, parse and error naming) and answers its items and the next address.
+pub(super) async fn read_pages<T, F, Fut>(
+    first: String,
+    mut read_page: F,
+    mut enough: impl FnMut(&[T]) -> bool,
+) -> Result<Vec<T>, ForgeError>
+where
+    F: FnMut(String) -> Fut,
+    Fut: Future<Output = Result<(Vec<T>, Option<String>), ForgeError>>,
+{
+    let mut all = Vec::new();
+    let mut next = Some(first);
+    let mut pages = 0;
+    while let Some(url) = next.take() {
+        pages += 1;
+        let (items, link) = read_page(url).await?;
+        let done = enough(&items);
+        all.extend(items);
+        if !done && pages < MAX_PAGES {
+            next = link;
+        }
+    }
+    Ok(all)
+}
+
+/// For a list by update time, newest first: with `until`, a page that reaches a change
+/// request updated before it is the last one needed.
+pub(super) fn updated_before(until: Option<i64>) -> impl Fn(&[PullRequestInfo]) -> bool {
+    move |page| {
+        until.is_some_and(|until| page.iter().any(|p| p.updated_at.is_some_and(|t| t < until)))
+    }
+}
+
+/// What is in flight on `prefix` branches, newest first: every `open` change request, and
+/// those of `recent` (closed or merged lately) not open and not already among them. A change
+/// request closed between the two reads is listed once.
+pub(super) fn in_flight(
+    mut open: Vec<PullRequestInfo>,
+    recent: Vec<PullRequestInfo>,
+    prefix: &str,
+) -> Vec<PullRequestInfo> {
+    for pr in recent {
+        if !pr.open && !open.iter().any(|o| o.number == pr.number) {
+            open.push(pr);
+        }
+    }
+    open.retain(|p| p.head_ref.starts_with(prefix));
+    open.sort_by_key(|p| std::cmp::Reverse(p.number));
+    open
+}
+
+/// The `rel="next"` address of a `Link` header (RFC 8288, as GitHub and GitLab send it), if
+/// there is a next page.
+pub(super) fn next_link(link: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        let next = params
+            .split(';')
+            .any(|p| p.trim().replace(' ', "") == "rel=\"next\"");
+        next.then(|| {
+            url.trim()
+                .trim_start_matches('<')
+                .trim_end_matches('>')
+                .to_string()
+        })
+    })
+}
