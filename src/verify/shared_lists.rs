@@ -18,9 +18,10 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::OnceCell;
+use tokio::time::Instant;
 
 use crate::mutex::lock;
 
@@ -113,13 +114,14 @@ mod tests {
         lists
             .get_or_read(url, || async {
                 reads.fetch_add(1, Ordering::SeqCst);
+                // Paused time: the read stays under way while the others ask.
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 Ok(vec![1, 2, 3])
             })
             .await
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn reconciles_asking_at_once_share_one_read_and_a_later_one_within_the_age_too() {
         let lists = SharedLists::new(Duration::from_secs(60));
         let reads = AtomicUsize::new(0);
@@ -143,20 +145,20 @@ mod tests {
         assert_eq!(reads.load(Ordering::SeqCst), 2);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn an_answer_older_than_the_age_is_read_again_and_old_ones_are_dropped() {
         let lists = SharedLists::new(Duration::from_millis(30));
         let reads = AtomicUsize::new(0);
         read(&lists, "/a", &reads).await.unwrap();
         read(&lists, "/b", &reads).await.unwrap();
         assert_eq!(lists.len(), 2);
-        tokio::time::sleep(Duration::from_millis(40)).await;
+        tokio::time::advance(Duration::from_millis(40)).await;
         read(&lists, "/a", &reads).await.unwrap();
         assert_eq!(reads.load(Ordering::SeqCst), 3);
         assert_eq!(lists.len(), 1, "/b aged out");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_failed_read_is_not_kept() {
         let lists = SharedLists::new(Duration::from_secs(60));
         let failed: Result<Vec<u32>, &str> = lists.get_or_read("/a", || async { Err("503") }).await;
