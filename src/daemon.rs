@@ -30,7 +30,6 @@ use tokio::time::Instant;
 
 use crate::config::Config;
 use crate::forge::Forge;
-use crate::inflight::InFlight;
 use crate::lifecycle::{lead, stop_signal, stopping, within_grace, work_while_leading};
 use crate::metrics::{self, ActionLabels, PassLabels};
 use crate::promote::round::Promotions;
@@ -41,7 +40,10 @@ use crate::sync::{Outcome, SyncOptions, Syncer};
 use crate::verify::live::Cluster;
 use crate::verify::Families;
 
+mod in_flight;
 mod timetable;
+
+use in_flight::InFlight;
 use timetable::{Timetable, Trigger};
 
 /// How often the loop wakes and when: passes every `interval`, verification every
@@ -235,24 +237,26 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
             .await
             .map_err(|e| e.to_string()),
     };
-    let in_flight = match cluster {
-        Ok(cluster) => Some(InFlight {
-            config,
-            mirror: &syncer.mirror,
-            forge,
-            registry: client,
-            cluster,
-            stage_clusters: &stage_clusters,
-            settled_tip: std::sync::Mutex::default(),
-            pr_memory: std::sync::Mutex::default(),
-            clock: crate::clock::system(),
-            grace: schedule.interval,
-        }),
+    let cluster = match cluster {
+        Ok(cluster) => Some(cluster),
         Err(e) => {
             tracing::warn!("no cluster to verify against ({e}); pinning only");
             None
         }
     };
+    let in_flight = cluster.as_ref().map(|cluster| InFlight {
+        round: crate::inflight::Round {
+            config,
+            mirror: &syncer.mirror,
+            forge,
+            registry: client,
+            cluster: Some(cluster),
+            stage_clusters: &stage_clusters,
+            grace: schedule.interval,
+        },
+        memory: std::sync::Mutex::default(),
+        clock: crate::clock::system(),
+    });
     let promotions = match &config.promotion {
         Some(_) => Some(Promotions {
             promoter: Promoter::new(config, client, forge, &syncer.mirror)

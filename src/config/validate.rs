@@ -9,18 +9,18 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde_yaml::Value;
 
-use super::raw::{
-    names_of, Field, Known, List, RawAuthor, RawCluster, RawConfig, RawDuration, RawForge,
-    RawGitAuth, RawHelm, RawImages, RawLocalRef, RawPolicy, RawPromotion, RawPullRequest,
-    RawRegistries, RawRepository, RawSecretKeyRef, RawStage, RawVerify, Section,
-};
-use super::{
+use super::model::{
     invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
     ClusterTarget, Config, Forge, ForgeKind, GitAuth, GitOpsObjects, Grouping, ImageRules,
     ObjectName, Order, Origin, PolicyRule, Problem, Promotion, PullRequest, Registries, Repository,
     Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME,
     DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE, DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE,
     DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
+};
+use super::raw::{
+    names_of, Field, Known, List, RawAuthor, RawCluster, RawConfig, RawDuration, RawForge,
+    RawGitAuth, RawHelm, RawImages, RawLocalRef, RawPolicy, RawPromotion, RawPullRequest,
+    RawRegistries, RawRepository, RawSecretKeyRef, RawStage, RawVerify, Section,
 };
 
 /// The configuration the raw file describes, or every problem found in it.
@@ -94,8 +94,8 @@ impl Check {
         // A ServiceAccount's name is a DNS subdomain to the API server; tagpin also puts it in
         // a user name (`system:serviceaccount:<namespace>:<name>`), so it takes the stricter
         // DNS-1123 label that the schema states.
-        if !super::is_dns_label(name) {
-            self.problem(path, super::not_a_service_account(name));
+        if !super::model::is_dns_label(name) {
+            self.problem(path, super::model::not_a_service_account(name));
             return None;
         }
         Some(name.to_string())
@@ -723,12 +723,12 @@ impl Check {
         Some(TagPolicy::Digest)
     }
 
-    fn helm(&mut self, field: &Section<RawHelm>) -> super::Helm {
+    fn helm(&mut self, field: &Section<RawHelm>) -> super::model::Helm {
         let p = "helm";
         let raw = self.optional(p, field);
         let values_files = self.strings(&join(p, "values_files"), &raw.values_files);
         self.globs(&join(p, "values_files"), &values_files);
-        super::Helm {
+        super::model::Helm {
             values_files,
             digest: self.choice(
                 &join(p, "digest"),

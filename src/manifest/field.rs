@@ -4,8 +4,8 @@
 
 use std::collections::HashSet;
 use std::ops::Range;
+use std::path::PathBuf;
 
-use super::helm::HelmImage;
 use super::yaml::{Node, NodeKind, Style};
 use crate::workload::WorkloadId;
 
@@ -288,4 +288,141 @@ pub(super) fn string_target<'n>(node: &'n Node<'_>) -> Result<(&'n str, Target),
             style,
         },
     ))
+}
+// Images in Helm values, as the scanner records them (found by `helm_values` and
+// `helm_objects`, see `helm.rs`).
+
+/// What holds a set of Helm values.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HelmSource {
+    /// A values file (`values.yaml`, `values-production.yaml`, a `helm.values_files` match):
+    /// the path as the scan was given it.
+    ValuesFile { path: PathBuf },
+    /// A Flux `HelmRelease` (`helm.toolkit.fluxcd.io`): its `spec.values`. `document` is the
+    /// 0-based YAML document of the file.
+    HelmRelease {
+        namespace: Option<String>,
+        name: String,
+        document: usize,
+    },
+    /// An Argo CD `Application`'s Helm source: `spec.source` (`source: None`) or
+    /// `spec.sources[source]`.
+    Application {
+        namespace: Option<String>,
+        name: String,
+        source: Option<usize>,
+        document: usize,
+    },
+}
+
+impl std::fmt::Display for HelmSource {
+    /// `values file`, `HelmRelease flux-system/podinfo`, `Application argocd/web`,
+    /// `Application argocd/web sources[1]`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let qualified = |namespace: &Option<String>, name: &str| match namespace {
+            Some(namespace) => format!("{namespace}/{name}"),
+            None => name.to_string(),
+        };
+        match self {
+            HelmSource::ValuesFile { .. } => f.write_str("values file"),
+            HelmSource::HelmRelease {
+                namespace, name, ..
+            } => write!(f, "HelmRelease {}", qualified(namespace, name)),
+            HelmSource::Application {
+                namespace,
+                name,
+                source,
+                ..
+            } => {
+                write!(f, "Application {}", qualified(namespace, name))?;
+                match source {
+                    Some(index) => write!(f, " sources[{index}]"),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+impl HelmSource {
+    /// The name plans and PR tables give the owner of the image (see
+    /// [`crate::workload::Owner::Helm`]): `values`, `HelmRelease/<ns>/<name>`,
+    /// `Application/<ns>/<name>[/sources[<i>]]`.
+    pub fn owner_name(&self) -> String {
+        let qualified = |namespace: &Option<String>, name: &str| match namespace {
+            Some(namespace) => format!("{namespace}/{name}"),
+            None => name.to_string(),
+        };
+        match self {
+            HelmSource::ValuesFile { .. } => "values".to_string(),
+            HelmSource::HelmRelease {
+                namespace, name, ..
+            } => format!("HelmRelease/{}", qualified(namespace, name)),
+            HelmSource::Application {
+                namespace,
+                name,
+                source,
+                ..
+            } => match source {
+                Some(index) => format!(
+                    "Application/{}/sources[{index}]",
+                    qualified(namespace, name)
+                ),
+                None => format!("Application/{}", qualified(namespace, name)),
+            },
+        }
+    }
+}
+
+/// Which part of its source the image was found in. Argo CD merges them in this order, later
+/// ones winning: `values`, `valuesObject`, `parameters`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HelmPart {
+    /// A values file, or a HelmRelease's `spec.values`.
+    Values,
+    /// An Application's `helm.valuesObject`.
+    ValuesObject,
+    /// An Application's `helm.values`, a YAML document inside a block scalar.
+    ValuesText,
+    /// An Application's `helm.parameters` (`{name: image.tag, value: …}`).
+    Parameters,
+}
+
+/// How the digest is written into the image's values: the field's [`Target`] is where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HelmWrite {
+    /// One string, `image: nginx:1.27`: written `nginx:1.27@sha256:…`, like a container image.
+    Reference,
+    /// The block's `digest:` value: written `sha256:…`; the tag stays.
+    DigestKey,
+    /// The block's `sha:` value (older prometheus-community charts): the hex, without
+    /// `sha256:`; the tag stays.
+    ShaKey,
+    /// The tag itself: written `1.2.3@sha256:…` (`helm.digest: tag`, or a tag already written
+    /// so); charts that render `repository:tag` then pull by digest.
+    TagSuffix,
+    /// A `digest:` key inserted after `tag:` at the same indentation (`helm.digest: key`).
+    InsertDigest,
+}
+
+/// One image of a set of Helm values, as the scanner found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HelmImage {
+    pub source: HelmSource,
+    pub part: HelmPart,
+    /// The dotted path, in the values, of the value holding the tag (`controller.image.tag`,
+    /// `sidecars[0].image.tag`), of the string for a [`HelmWrite::Reference`] image (`image`),
+    /// or of the digest for a block with no tag. For parameters, the parameter's name.
+    pub key_path: String,
+    /// The normalized repository, registry included: `docker.io/bitnami/nginx`.
+    pub repository: String,
+    /// The tag as written (`1.27.3-debian-12-r5`), without a digest written into it.
+    pub tag: Option<String>,
+    /// The digest the values pin now (`sha256:…`), wherever it is written.
+    pub digest: Option<String>,
+    pub write: HelmWrite,
+    /// Where the tag's text is, for a tag policy that moves it together with the digest
+    /// (`None` for [`HelmWrite::Reference`] and [`HelmWrite::TagSuffix`], whose target already
+    /// holds the tag, and for a block without a tag).
+    pub tag_target: Option<Target>,
 }

@@ -114,6 +114,14 @@ fn truncated(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// The Events a pass has to publish: type, reason, note.
+pub(super) type Events = Vec<(EventType, &'static str, String)>;
+
+/// Now, as RFC 3339 in UTC with seconds, as `metav1.Time` is written.
+pub(super) fn timestamp() -> String {
+    crate::promote::gate::rfc3339(k8s_openapi::jiff::Timestamp::now().as_second())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,13 +11,14 @@
 
 pub mod crd;
 pub mod events;
-pub mod merged;
 pub mod mirrors;
 pub mod promotion;
 pub mod reconcile;
 pub mod registries;
+pub mod secrets;
 pub mod slots;
 pub mod status;
+pub mod verdicts;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::ResourceExt;
 
 use crate::lifecycle;
+use crate::mutex::lock;
 use crate::registry::Settings;
 use crate::server::{self, Listening};
 use crate::verify::live::{Cluster, DEADLINE_PER_TIMEOUT, MAX_ANSWER_BYTES};
@@ -40,7 +42,7 @@ use crd::PinnedRepository;
 use reconcile::Context;
 use registries::RegistryClients;
 
-pub use reconcile::{SECRET_LABEL, SECRET_LABEL_VALUE};
+pub use secrets::{SECRET_LABEL, SECRET_LABEL_VALUE};
 
 /// How long a watch request may stay open before the API server ends it (and the watcher
 /// starts another): bounds a watch on a connection that went silent.
@@ -193,6 +195,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     // change (or a Secret, a webhook, the interval) brings it back.
     let (store, writer) = reflector::store();
     let mirrors = mirrors::Mirrors::new(ctx.cache_dir.clone(), setup.namespace.clone());
+    let forget = ctx.clone();
     let listed = store.clone();
     let metrics = shared.clone();
     let changed = watcher(objects, selection)
@@ -202,6 +205,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
             Ok(watcher::Event::Delete(object)) => {
                 let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
                 mirrors.remove(&namespace, &name);
+                lock(&forget.memories).remove(&format!("{namespace}/{name}"));
                 metrics
                     .metrics
                     .object_reconciled
@@ -307,6 +311,7 @@ fn context(
         max_repository_bytes: setup.max_repository_bytes,
         default_service_account: setup.default_service_account.clone(),
         tenants: Default::default(),
+        memories: Default::default(),
     })
 }
 

@@ -20,9 +20,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 
 use super::crd::{PromotionStatus, PullRequestRef};
-use super::events::EventType;
-use super::merged;
-use super::reconcile::{self, Events};
+use super::events::{timestamp, EventType, Events};
+use super::secrets;
 use super::status::{Outcome, Reason};
 use crate::config::{ClusterTarget, Config};
 use crate::forge::{ChangeRequestNoun, Forge};
@@ -61,7 +60,7 @@ pub async fn read_kubeconfigs(
             continue;
         };
         let field = format!("spec.promotion.stages[{i}].cluster.kubeconfig_secret_ref");
-        let (_, data, _) = reconcile::fetch(&api, namespace, name)
+        let (_, data, _) = secrets::fetch(&api, namespace, name)
             .await
             .map_err(|outcome| named(outcome, &field))?;
         let bytes = data.get(key).cloned().ok_or_else(|| Outcome::Stalled {
@@ -125,7 +124,7 @@ pub async fn clusters(
             });
         }
         let path = dir.join("kubeconfigs").join(&stage.name);
-        reconcile::write_private(&path, &kubeconfig.bytes).map_err(|e| Outcome::Retrying {
+        secrets::write_private(&path, &kubeconfig.bytes).map_err(|e| Outcome::Retrying {
             reason: Reason::Unreachable,
             message: format!("{}: {e}", path.display()),
         })?;
@@ -263,9 +262,8 @@ pub struct Pass<'a> {
     /// `status.promotions` as the last reconcile left it.
     pub previous: &'a [PromotionStatus],
     pub metrics: &'a Metrics,
-    /// The pass interval: for that long after a promotion merged, a workload it adds that
-    /// does not exist yet is awaited, not failed (see [`super::status::settle`]).
-    pub interval: Duration,
+    /// Each stage's last merged promotion's verdict, verified in this pass's round.
+    pub verdicts: &'a BTreeMap<String, super::crd::VerdictSummary>,
 }
 
 /// Runs every promotion of the spec, as `tagpin run` does after its pass, then verifies each
@@ -282,7 +280,7 @@ pub async fn run(pass: Pass<'_>, events: &mut Events) -> Result<Promoted, Outcom
         clusters: pass.clusters,
     };
     let done = promotions.run_each(pass.metrics).await;
-    let now = reconcile::timestamp();
+    let now = timestamp();
     let noun = ChangeRequestNoun::of(pass.config.forge.as_ref());
     let mut promoted = Promoted {
         statuses: Vec::new(),
@@ -315,27 +313,17 @@ pub async fn run(pass: Pass<'_>, events: &mut Events) -> Result<Promoted, Outcom
             let end = Duration::from_secs(remaining_seconds.saturating_add(1));
             promoted.requeue = Some(promoted.requeue.map_or(end, |r| r.min(end)));
         }
-        if let (Some(forge), Some(cluster)) = (pass.forge, pass.clusters.get(&target.name)) {
+        // Its last merged promotion, verified in this pass's round on the stage's cluster.
+        if let Some(verdict) = pass.verdicts.get(&target.name) {
             let settled = previous.and_then(|p| p.verdict.as_ref());
-            let verifier = merged::Verifier {
-                config: pass.config,
-                syncer: pass.syncer,
-                forge,
-                registry: pass.registry,
-                interval: pass.interval,
-            };
-            let kind = merged::Kind::Promotion(target);
-            let found = merged::verify_last_merged(&verifier, kind, cluster, settled).await;
-            if let Some((verdict, _)) = found.and_then(|m| m.verdict) {
-                if verdict.state == State::Failed && settled.is_none_or(|s| *s != verdict) {
-                    events.push((
-                        EventType::Warning,
-                        "VerificationFailed",
-                        format!("{} on {}: {}", verdict.source, target.name, verdict.summary),
-                    ));
-                }
-                entry.verdict = Some(verdict);
+            if verdict.state == State::Failed && settled.is_none_or(|s| s != verdict) {
+                events.push((
+                    EventType::Warning,
+                    "VerificationFailed",
+                    format!("{} on {}: {}", verdict.source, target.name, verdict.summary),
+                ));
             }
+            entry.verdict = Some(verdict.clone());
         }
         promoted.statuses.push(kept_time(entry, previous));
     }

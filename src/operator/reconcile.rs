@@ -8,11 +8,10 @@
 //! backoff, for this object alone.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::ResourceExt;
@@ -20,27 +19,21 @@ use kube::ResourceExt;
 use super::crd::{
     LastPin, PinnedRepository, PinnedRepositoryStatus, PullRequestRef, VerdictSummary,
 };
-use super::events::{EventType, Publisher};
-use super::merged;
+use super::events::{timestamp, EventType, Events, Publisher};
 use super::promotion;
+use super::secrets::read_secrets;
 use super::status::{self, Outcome, Reason, StatusUpdate};
-use crate::config::{Config, GitAuth, WriteMode};
+use super::verdicts;
+use crate::config::{Config, WriteMode};
 use crate::forge::{ChangeRequestNoun, Forge, ForgeError};
-use crate::git::{Credentials, FetchLimits, GitError};
+use crate::git::{FetchLimits, GitError};
+use crate::inflight;
 use crate::mutex::lock;
-use crate::registry::{Client, CredentialStore};
+use crate::registry::Client;
 use crate::sync::{SyncError, SyncOptions, SyncReport, Syncer};
 use crate::verify::live::{Cluster, ServiceAccount};
 use crate::verify::verdict::State;
-use crate::verify::{self, Families, Source};
-
-/// The label a Secret must carry for a `PinnedRepository` to use it, as Argo CD's
-/// `argocd.argoproj.io/secret-type`: whoever may create objects in a namespace but not
-/// label its Secrets cannot have tagpin send an arbitrary Secret's keys anywhere. The
-/// controller watches the Secrets so labelled, so a rotation reaches the objects that name
-/// them at once.
-pub const SECRET_LABEL: &str = "tagpin.dev/secret-type";
-pub const SECRET_LABEL_VALUE: &str = "credentials";
+use crate::verify::Families;
 
 /// The field manager of the controller's status writes.
 pub const MANAGER: &str = "tagpin-operator";
@@ -50,9 +43,6 @@ pub const FIRST_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Impersonating clusters kept at most; beyond, all are dropped and built again on demand.
 const MAX_TENANT_CLUSTERS: usize = 256;
-
-/// The key of a Docker config Secret (`kubernetes.io/dockerconfigjson`).
-const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
 
 /// What every reconcile shares.
 pub struct Context {
@@ -86,6 +76,10 @@ pub struct Context {
     pub max_repository_bytes: u64,
     /// The ServiceAccount an object that names none is read as (`--default-service-account`).
     pub default_service_account: Option<String>,
+    /// What each object's verification found final (`namespace/name`), as `tagpin run` keeps
+    /// it: dropped with the object, lost on restart (one status read per change request
+    /// rebuilds it).
+    pub memories: Mutex<HashMap<String, inflight::Memory>>,
     /// The operator's cluster impersonating each (namespace, ServiceAccount) objects read as:
     /// built once, its TLS clients and connections kept for every pass of every object that
     /// reads as that account.
@@ -164,14 +158,6 @@ pub enum ReconcileError {
         #[source]
         source: kube::Error,
     },
-}
-
-/// The Secrets an object's spec names, read now.
-struct Secrets {
-    git: Credentials,
-    forge_token: Option<String>,
-    /// `namespace/name@resourceVersion` and the credentials of its Docker config.
-    docker: Option<(String, CredentialStore)>,
 }
 
 /// Reconciles one object: the `Controller`'s reconciler.
@@ -350,8 +336,6 @@ pub fn backoff(failures: u32, max: Duration) -> Duration {
     FIRST_BACKOFF.saturating_mul(factor).min(max)
 }
 
-pub(super) type Events = Vec<(EventType, &'static str, String)>;
-
 /// Everything between reading the object and writing its status: the outcome, what changed,
 /// when to come back, and the Events of what was done.
 async fn run_pass(
@@ -510,54 +494,65 @@ async fn sync_verify_promote(
     // nor the promotions, as in `tagpin run`; the object is retried for it all the same.
     update.failures = report.has_failures().then(|| report.failures.join("\n"));
     let previous_verdict = object.status.as_ref().and_then(|s| s.verdict.as_ref());
-    let verdict = match verify_on {
-        Some(cluster) => {
-            let source = match (config.mode, &update.pull_request) {
-                (WriteMode::PullRequest, Some(pr)) => Some(Source::PullRequest(pr.number)),
-                (WriteMode::PullRequest, None) => None,
-                // The commit this pass pushed, else the branch's tip as fetched.
-                (WriteMode::Commit, _) => pushed(&report).map(Source::Commit).or_else(|| {
-                    syncer
-                        .mirror
-                        .tip(&config.repository.branch)
-                        .map(|tip| Source::Commit(tip.to_string()))
-                }),
-            };
-            match source {
-                Some(source) => {
-                    let young = young_pin(&source, &update, object, ctx.interval);
-                    Some(
-                        verify_now(
-                            &source, None, young, config, syncer, forge, cluster, registry,
-                        )
-                        .await,
-                    )
-                }
-                None => None,
-            }
+    let tip = match config.mode {
+        WriteMode::Commit => {
+            let pushed = pushed(&report);
+            inflight::tip(&syncer.mirror, &config.repository.branch, pushed.as_deref())
         }
-        None => None,
+        WriteMode::PullRequest => None,
     };
-    // Pull-request mode: the sync pull request merged last, verified after its merge.
-    let merged = match (config.mode, verify_on, forge) {
-        (WriteMode::PullRequest, Some(cluster), Some(forge)) => {
-            let verifier = merged::Verifier {
-                config,
-                syncer,
-                forge,
-                registry,
-                interval: ctx.interval,
-            };
-            merged::verify_last_merged(&verifier, merged::Kind::Sync, cluster, previous_verdict)
-                .await
-        }
-        _ => None,
+    let tip_sha = tip.as_ref().map(|t| t.sha.clone());
+    let round = inflight::Round {
+        config,
+        mirror: &syncer.mirror,
+        forge,
+        registry,
+        cluster: verify_on,
+        stage_clusters: clusters,
+        grace: ctx.interval,
     };
-    let (verdict, awaiting, merged_verdict) = reported_verdict(verdict, merged, previous_verdict);
-    announce_failed(&verdict, &merged_verdict, previous_verdict, &mut events);
-    let progressing =
-        |v: &Option<VerdictSummary>| v.as_ref().is_some_and(|v| v.state == State::Progressing);
-    let mut requeue = match progressing(&verdict) || progressing(&merged_verdict) {
+    let key = format!(
+        "{}/{}",
+        object.namespace().unwrap_or_default(),
+        object.name_any()
+    );
+    let memory = Mutex::new(lock(&ctx.memories).remove(&key).unwrap_or_default());
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let verified = round.run(&memory, tip, now, &mut Families::default()).await;
+    let memory = memory
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    lock(&ctx.memories).insert(key, memory);
+    if let Some(e) = &verified.list_error {
+        tracing::warn!(
+            "cannot list the {} change requests, none verified: {e}",
+            config.repository.branch
+        );
+    }
+    for (number, why) in &verified.ignored {
+        tracing::debug!("{} is not verified: {why}", noun.name(*number));
+    }
+    let open = match config.mode {
+        WriteMode::PullRequest => update.pull_request.as_ref().map(|pr| pr.number),
+        WriteMode::Commit => None,
+    };
+    let reported = verdicts::reported(
+        config,
+        &verified,
+        open,
+        tip_sha.as_deref(),
+        previous_verdict,
+        (now, &timestamp()),
+    );
+    let (verdict, awaiting) = match reported.verdict {
+        Some((verdict, awaiting)) => (Some(verdict), awaiting),
+        None => (None, None),
+    };
+    announce_failed(&verdict, &reported.others, previous_verdict, &mut events);
+    let progressing = |v: &VerdictSummary| v.state == State::Progressing;
+    let mut requeue = match verdict.as_ref().is_some_and(progressing)
+        || reported.others.iter().any(progressing)
+    {
         true => ctx.verify_interval,
         false => ctx.interval,
     };
@@ -573,7 +568,7 @@ async fn sync_verify_promote(
                 .as_ref()
                 .map_or(&[][..], |s| s.promotions.as_slice()),
             metrics: &ctx.shared.metrics,
-            interval: ctx.interval,
+            verdicts: &reported.promotions,
         };
         match promotion::run(pass, &mut events).await {
             Ok(promoted) => {
@@ -603,16 +598,16 @@ async fn sync_verify_promote(
     (outcome, update, requeue, events)
 }
 
-/// A Failed verdict is announced once: the last merge's always (it is final, verified once),
-/// the current source's when it was not already the previous verdict.
+/// A Failed verdict is announced once: one verified this round that the status does not
+/// report always (it is final, verified once), the reported one when it was not already the
+/// previous verdict.
 fn announce_failed(
     verdict: &Option<VerdictSummary>,
-    merged_verdict: &Option<VerdictSummary>,
+    others: &[VerdictSummary],
     previous_verdict: Option<&VerdictSummary>,
     events: &mut Events,
 ) {
-    if let Some(v) = merged_verdict.as_ref().filter(|v| v.state == State::Failed) {
-        // Failed is final: it is verified, and announced, once.
+    for v in others.iter().filter(|v| v.state == State::Failed) {
         events.push((
             EventType::Warning,
             "VerificationFailed",
@@ -726,127 +721,6 @@ fn status_update(
     update
 }
 
-/// What the status reports of this pass's verifications in pull-request mode: the verdict,
-/// what it waits for, and the verdict of a merged pull request that is verified and posted to
-/// it but not reported (another pull request is open).
-///
-/// - An open pull request is what the status reports (`Ready` is `PullRequestOpen`, or what
-///   its own verdict says): the pins waiting for a merge are what a person acts on. A pull
-///   request merged before it is still verified, its verdict posted to it, and a failure
-///   announced as an Event.
-/// - Else the pull request merged last is: `AwaitingSync` or `Progressing` while the cluster
-///   rolls it out, `Converged` or `VerificationFailed` once final. A final verdict is not
-///   verified again; the status keeps reporting it, as long as it holds that very verdict.
-/// - Else (commit mode, nothing merged) the pass's own verification, if any.
-fn reported_verdict(
-    open: Option<(VerdictSummary, Option<status::Awaiting>)>,
-    merged: Option<merged::Merged>,
-    previous: Option<&VerdictSummary>,
-) -> (
-    Option<VerdictSummary>,
-    Option<status::Awaiting>,
-    Option<VerdictSummary>,
-) {
-    match (open, merged) {
-        (Some((verdict, awaiting)), merged) => (
-            Some(verdict),
-            awaiting,
-            merged.and_then(|m| m.verdict).map(|(v, _)| v),
-        ),
-        (None, Some(merged)) => match merged.verdict {
-            Some((verdict, awaiting)) => (Some(verdict), awaiting, None),
-            None => (
-                previous.filter(|p| p.source == merged.label).cloned(),
-                None,
-                None,
-            ),
-        },
-        (None, None) => (None, None, None),
-    }
-}
-
-/// Whether the commit `source` names was pinned less than an interval ago, by this pass or
-/// by the one the status records: its GitOps tool may not have created a new workload yet.
-fn young_pin(
-    source: &Source,
-    update: &StatusUpdate,
-    object: &PinnedRepository,
-    interval: Duration,
-) -> bool {
-    let Source::Commit(commit) = source else {
-        return false;
-    };
-    let previous = object.status.as_ref().and_then(|s| s.last_pin.as_ref());
-    let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let pin = update.last_pin.as_ref().or(previous);
-    status::pinned_within(pin, commit, now, interval)
-}
-
-/// Verifies `source` on `cluster`, posts the verdict to the forge as `tagpin run` does (with
-/// the verdict comment on pull request `pr`, or the one `source` is), and sums it up with what
-/// it still waits for. `young`: the commit was pinned less than an interval ago (see
-/// [`status::settle`]). A verification that cannot be made is `unverified`, with why.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn verify_now(
-    source: &Source,
-    pr: Option<u64>,
-    young: bool,
-    config: &Config,
-    syncer: &Syncer<'_>,
-    forge: Option<&Forge>,
-    cluster: &Cluster,
-    registry: &Client,
-) -> (VerdictSummary, Option<status::Awaiting>) {
-    let what = match source {
-        Source::PullRequest(n) => ChangeRequestNoun::of(config.forge.as_ref()).name(*n),
-        Source::Commit(sha) => format!("commit {}", &sha[..sha.len().min(12)]),
-        Source::Branch(b) => format!("branch {b}"),
-    };
-    let unverified = |why: String| VerdictSummary {
-        state: State::Unverified,
-        source: what.clone(),
-        summary: why,
-        converged: 0,
-        progressing: 0,
-        failed: 0,
-        unverified: 0,
-        time: timestamp(),
-    };
-    let expectations = match verify::expectations(source, config, &syncer.mirror, forge).await {
-        Ok(e) => e,
-        Err(e) => return (unverified(format!("cannot verify: {e}")), None),
-    };
-    let mut families = Families::default();
-    let check = match verify::check(&expectations, cluster, registry, &mut families).await {
-        Ok(check) => check,
-        Err(e) => return (unverified(format!("cannot verify: {e}")), None),
-    };
-    let unchecked = check.unchecked(&expectations);
-    let (check, awaiting) = status::settle(check, unchecked, young);
-    if let Some(forge) = forge {
-        let pr = pr.or(match source {
-            Source::PullRequest(n) => Some(*n),
-            _ => None,
-        });
-        verify::publish(forge, pr, &expectations, &check).await;
-    }
-    let count = |state: State| {
-        u32::try_from(check.verdicts.iter().filter(|v| v.state == state).count())
-            .unwrap_or(u32::MAX)
-    };
-    let summary = VerdictSummary {
-        state: check.state,
-        source: what.clone(),
-        summary: check.summary.clone(),
-        converged: count(State::Converged),
-        progressing: count(State::Progressing),
-        failed: count(State::Failed),
-        unverified: count(State::Unverified),
-        time: timestamp(),
-    };
-    (summary, awaiting)
-}
-
 /// A pass that could not run, as the status says it: refused credentials and missing
 /// secrets need a person; the rest may pass by itself.
 fn classify(error: &SyncError) -> Outcome {
@@ -874,182 +748,6 @@ fn classify(error: &SyncError) -> Outcome {
         }
     };
     Outcome::Stalled { reason, message }
-}
-
-/// Reads the Secrets the spec names, now: a rotated Secret is used by the next reconcile.
-/// Files (an SSH key) are written under the object's own directory, readable by the
-/// controller's user only.
-async fn read_secrets(
-    kube: &kube::Client,
-    namespace: &str,
-    config: &Config,
-    dir: &Path,
-) -> Result<Secrets, Outcome> {
-    let api: Api<Secret> = Api::namespaced(kube.clone(), namespace);
-    let missing = |message: String| Outcome::Stalled {
-        reason: Reason::SecretNotFound,
-        message,
-    };
-    let main = match &config.secret_ref {
-        Some(name) => Some(fetch(&api, namespace, name).await?),
-        None => None,
-    };
-    let key = |field: &str, key: &str| -> Result<Vec<u8>, Outcome> {
-        let Some((name, data, _)) = &main else {
-            return Err(missing(format!("spec.{field}: spec.secret_ref is not set")));
-        };
-        data.get(key).cloned().ok_or_else(|| {
-            missing(format!(
-                "spec.{field}: Secret {namespace}/{name} has no key {key:?}"
-            ))
-        })
-    };
-    let text = |field: &str, name: &str| -> Result<String, Outcome> {
-        let bytes = key(field, name)?;
-        let text = String::from_utf8(bytes).map_err(|_| {
-            missing(format!(
-                "spec.{field}: key {name:?} does not hold UTF-8 text"
-            ))
-        })?;
-        match text.trim() {
-            "" => Err(missing(format!("spec.{field}: key {name:?} is empty"))),
-            t => Ok(t.to_string()),
-        }
-    };
-    let git = match &config.repository.auth {
-        GitAuth::None => Credentials::None,
-        GitAuth::Token { env, username } => Credentials::Token {
-            username: username.clone(),
-            token: text("repository.auth.token_env", env)?,
-        },
-        GitAuth::SshKey {
-            key_file,
-            passphrase_env,
-        } => {
-            let field = "repository.auth.ssh_key_file";
-            let bytes = key(field, &key_file.to_string_lossy())?;
-            let path = dir.join("ssh-key");
-            write_private(&path, &bytes).map_err(|e| Outcome::Retrying {
-                reason: Reason::Unreachable,
-                message: format!("{}: {e}", path.display()),
-            })?;
-            Credentials::SshKey {
-                key_file: path,
-                passphrase: match passphrase_env {
-                    Some(env) => Some(text("repository.auth.passphrase_env", env)?),
-                    None => None,
-                },
-            }
-        }
-    };
-    let forge_token = match &config.forge {
-        Some(forge) => Some(text("forge.token_env", &forge.token_env)?),
-        None => None,
-    };
-    let docker = match &config.registries.docker_config_secret {
-        Some(name) => {
-            let (_, data, version) = fetch(&api, namespace, name).await?;
-            let bytes = data.get(DOCKER_CONFIG_KEY).ok_or_else(|| {
-                missing(format!(
-                    "spec.registries.docker_config_secret_ref: Secret {namespace}/{name} has no \
-                     key {DOCKER_CONFIG_KEY:?} (create it with `kubectl create secret \
-                     docker-registry`)"
-                ))
-            })?;
-            let store =
-                CredentialStore::parse(bytes, Path::new(&format!("Secret {namespace}/{name}")))
-                    .map_err(|e| Outcome::Stalled {
-                        reason: Reason::InvalidSpec,
-                        message: format!("spec.registries.docker_config_secret_ref: {e}"),
-                    })?;
-            // A helper would run a program in the controller with the controller's own
-            // identity (a node's cloud role, say) on behalf of whoever wrote the Secret.
-            let helpers = store.helpers_named();
-            if !helpers.is_empty() {
-                return Err(Outcome::Stalled {
-                    reason: Reason::InvalidSpec,
-                    message: format!(
-                        "spec.registries.docker_config_secret_ref: Secret {namespace}/{name} \
-                         names credential helpers ({}); a Secret's Docker config must carry \
-                         its credentials in `auths`",
-                        helpers.join(", ")
-                    ),
-                });
-            }
-            Some((format!("{namespace}/{name}@{version}"), store))
-        }
-        None => None,
-    };
-    Ok(Secrets {
-        git,
-        forge_token,
-        docker,
-    })
-}
-
-/// A Secret's name, data and resourceVersion; a missing Secret stalls the object.
-pub(super) async fn fetch(
-    api: &Api<Secret>,
-    namespace: &str,
-    name: &str,
-) -> Result<(String, BTreeMap<String, Vec<u8>>, String), Outcome> {
-    match api.get_opt(name).await {
-        Ok(Some(secret)) if !labelled_for_tagpin(&secret) => Err(Outcome::Stalled {
-            reason: Reason::SecretNotLabelled,
-            message: format!(
-                "Secret {namespace}/{name} is not labelled {}={}; tagpin reads only the \
-                 Secrets labelled for it",
-                SECRET_LABEL, SECRET_LABEL_VALUE
-            ),
-        }),
-        Ok(Some(secret)) => {
-            let version = secret.resource_version().unwrap_or_default();
-            let data = secret
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect();
-            Ok((name.to_string(), data, version))
-        }
-        Ok(None) => Err(Outcome::Stalled {
-            reason: Reason::SecretNotFound,
-            message: format!("Secret {namespace}/{name} not found"),
-        }),
-        Err(e) => Err(Outcome::Retrying {
-            reason: Reason::Unreachable,
-            message: format!("cannot read Secret {namespace}/{name}: {e}"),
-        }),
-    }
-}
-
-/// Whether a Secret carries [`SECRET_LABEL`]: its owner let tagpin use it.
-fn labelled_for_tagpin(secret: &Secret) -> bool {
-    secret
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|labels| labels.get(SECRET_LABEL))
-        .is_some_and(|value| value == SECRET_LABEL_VALUE)
-}
-
-/// Writes a secret file readable by this user only.
-pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let temporary = path.with_extension("tmp");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)
 }
 
 /// Writes the whole status with a merge patch; fields now empty are written as `null`, so
@@ -1100,11 +798,6 @@ async fn publish(
     }
 }
 
-/// Now, as RFC 3339 in UTC with seconds, as `metav1.Time` is written.
-pub(super) fn timestamp() -> String {
-    crate::promote::gate::rfc3339(k8s_openapi::jiff::Timestamp::now().as_second())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1133,69 +826,6 @@ mod tests {
         ] {
             assert!(!names_a_remote(local), "{local}");
         }
-    }
-
-    fn summary(state: &str, source: &str) -> VerdictSummary {
-        VerdictSummary {
-            state: state.parse().unwrap(),
-            source: source.into(),
-            summary: format!("1 {state}"),
-            converged: u32::from(state == "converged"),
-            progressing: u32::from(state == "progressing"),
-            failed: u32::from(state == "failed"),
-            unverified: 0,
-            time: "2026-11-25T09:00:00Z".into(),
-        }
-    }
-
-    fn merged(verdict: Option<&str>) -> merged::Merged {
-        let label = merged::merged_label(
-            ChangeRequestNoun::PullRequest,
-            1,
-            "0123456789abcdef0123456789abcdef01234567",
-        );
-        merged::Merged {
-            number: 1,
-            verdict: verdict.map(|state| (summary(state, &label), None)),
-            label,
-        }
-    }
-
-    #[test]
-    fn an_open_pull_request_is_reported_and_the_merged_one_still_verified() {
-        let open = summary("progressing", "pull request #2");
-        let awaiting = status::Awaiting {
-            reason: Reason::AwaitingSync,
-            what: "waiting for the GitOps tool to apply the pins".into(),
-        };
-        let (verdict, waits, other) = reported_verdict(
-            Some((open.clone(), Some(awaiting.clone()))),
-            Some(merged(Some("failed"))),
-            None,
-        );
-        assert_eq!(verdict, Some(open));
-        assert_eq!(waits, Some(awaiting));
-        let other = other.expect("the merged verdict, to announce");
-        assert_eq!(other.state, State::Failed);
-        assert_eq!(other.source, "pull request #1, merged as 0123456789ab");
-    }
-
-    #[test]
-    fn without_an_open_pull_request_the_merged_one_is_reported_and_a_final_verdict_kept() {
-        let (verdict, _, other) = reported_verdict(None, Some(merged(Some("progressing"))), None);
-        assert_eq!(verdict.map(|v| v.state), Some(State::Progressing));
-        assert_eq!(other, None);
-        // Converged before: not verified again, and still reported.
-        let label = merged(None).label;
-        let before = summary("converged", &label);
-        let (verdict, waits, _) = reported_verdict(None, Some(merged(None)), Some(&before));
-        assert_eq!(verdict, Some(before));
-        assert_eq!(waits, None);
-        // A verdict on the pull request while it was open says nothing about its merge.
-        let open = summary("converged", "pull request #1");
-        let (verdict, _, _) = reported_verdict(None, Some(merged(None)), Some(&open));
-        assert_eq!(verdict, None);
-        assert_eq!(reported_verdict(None, None, Some(&open)).0, None);
     }
 
     #[test]

@@ -10,11 +10,9 @@
 //! commit, or the rollout is under way, the object is `Reconciling` (`AwaitingSync`,
 //! `Progressing`), not `Ready`; only a genuine failure stalls it ([`settle`]).
 
-use std::time::Duration;
-
-use super::crd::{Condition, LastPin, PinnedRepositoryStatus, VerdictSummary};
-use crate::verify::verdict::{ConditionStatus, ConditionType, State, Unchecked, Verdict};
-use crate::verify::{grace, Check};
+use super::crd::{Condition, PinnedRepositoryStatus, VerdictSummary};
+use crate::verify::verdict::{ConditionStatus, ConditionType, State, Verdict};
+use crate::verify::Check;
 
 pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
@@ -295,18 +293,12 @@ pub struct Awaiting {
     pub what: String,
 }
 
-/// A check as the operator reports it, and what it waits for if it progresses.
-///
-/// While the pin is `young` (pinned less than an interval ago), a missing workload no Argo CD
-/// or Flux object reports as applied is progressing, "not created yet" ([`grace`]): the
-/// operator knows when it pinned. Any other failure stays failed.
-pub fn settle(check: Check, unchecked: Unchecked, young: bool) -> (Check, Option<Awaiting>) {
-    let check = match young {
-        true => grace::not_created_yet(check, unchecked),
-        false => check,
-    };
+/// What a progressing check waits for, as the `Ready` condition says it: the GitOps tool
+/// to apply the pins (some live template does not run them yet, or a workload is not created
+/// yet, [`crate::verify::grace`]), or the rollout. `None` unless the check progresses.
+pub fn awaiting(check: &Check) -> Option<Awaiting> {
     if check.state != State::Progressing {
-        return (check, None);
+        return None;
     }
     let progressing: Vec<&Verdict> = check
         .verdicts
@@ -342,24 +334,7 @@ pub fn settle(check: Check, unchecked: Unchecked, young: bool) -> (Check, Option
         }
         None => check.summary.clone(),
     };
-    (check, Some(Awaiting { reason, what }))
-}
-
-/// Whether `commit` was pinned (by `last_pin`) less than `interval` before `now` (seconds since
-/// the epoch): the time a GitOps tool is given to create a workload the pin commit names.
-pub fn pinned_within(
-    last_pin: Option<&LastPin>,
-    commit: &str,
-    now: i64,
-    interval: Duration,
-) -> bool {
-    let Some(pin) = last_pin.filter(|p| p.commit == commit) else {
-        return false;
-    };
-    let Ok(at) = pin.time.parse::<k8s_openapi::jiff::Timestamp>() else {
-        return false;
-    };
-    grace::is_young(at.as_second(), now, interval)
+    Some(Awaiting { reason, what })
 }
 
 /// Condition messages are read in `kubectl get`: the first lines of a long list are enough,
@@ -391,6 +366,9 @@ fn bounded(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operator::crd::LastPin;
+    use crate::verify::grace;
+    use crate::verify::verdict::Unchecked;
 
     fn done(pr: Option<u64>, verdict: Option<&str>) -> Outcome {
         Outcome::Done {
@@ -512,6 +490,17 @@ mod tests {
             w,
             vec![crate::verify::samples::pod("web-0", &on(&old()))],
         ))
+    }
+
+    /// The check as the operator reports it: the grace applied while `young`, and what it
+    /// awaits.
+    fn settle(check: Check, unchecked: Unchecked, young: bool) -> (Check, Option<Awaiting>) {
+        let check = match young {
+            true => grace::not_created_yet(check, unchecked),
+            false => check,
+        };
+        let awaiting = awaiting(&check);
+        (check, awaiting)
     }
 
     fn settled(verdicts: Vec<Verdict>, young: bool) -> (Check, Option<Awaiting>) {
@@ -660,34 +649,6 @@ mod tests {
             true,
         );
         assert_eq!((check.state, awaiting), (State::Unverified, None));
-    }
-
-    #[test]
-    fn a_pin_is_young_for_one_interval_after_its_time_and_only_for_its_commit() {
-        let pin = LastPin {
-            commit: "abc".into(),
-            branch: "main".into(),
-            images: 1,
-            time: "2026-11-25T09:00:00Z".into(),
-        };
-        let at: i64 = "2026-11-25T09:00:00Z"
-            .parse::<k8s_openapi::jiff::Timestamp>()
-            .unwrap()
-            .as_second();
-        let interval = Duration::from_secs(300);
-        assert!(pinned_within(Some(&pin), "abc", at + 299, interval));
-        assert!(!pinned_within(Some(&pin), "abc", at + 300, interval));
-        assert!(
-            pinned_within(Some(&pin), "abc", at - 5, interval),
-            "another clock"
-        );
-        assert!(!pinned_within(Some(&pin), "def", at, interval));
-        assert!(!pinned_within(None, "abc", at, interval));
-        let garbled = LastPin {
-            time: "yesterday".into(),
-            ..pin
-        };
-        assert!(!pinned_within(Some(&garbled), "abc", at, interval));
     }
 
     #[test]

@@ -76,6 +76,12 @@ pub enum PromoteError {
     Filter(#[from] ManifestError),
 }
 
+impl From<crate::writer::WriteError> for PromoteError {
+    fn from(error: crate::writer::WriteError) -> PromoteError {
+        PromoteError::Sync(error.into())
+    }
+}
+
 /// The source and target stage of a promotion into `to`.
 pub fn route<'c>(config: &'c Config, to: &str) -> Result<(&'c Stage, &'c Stage), PromoteError> {
     let promotion = config.promotion.as_ref().ok_or(PromoteError::NoStages)?;
@@ -252,7 +258,7 @@ impl<'a> Promoter<'a> {
     }
 
     /// One promotion pass into `to`; `cluster` is the source stage's. A push that loses a race
-    /// starts the pass over on the new tip, as `sync` does ([`writer::retry_after`]).
+    /// starts the pass over on the new tip, as `sync` does ([`crate::sync::retry_after`]).
     pub async fn run(
         &self,
         to: &str,
@@ -264,7 +270,7 @@ impl<'a> Promoter<'a> {
         loop {
             attempt += 1;
             match self.pass(source, target, cluster, options, attempt).await {
-                Err(PromoteError::Sync(error)) => writer::retry_after(attempt, error)?,
+                Err(PromoteError::Sync(error)) => crate::sync::retry_after(attempt, error)?,
                 done => return done,
             }
         }

@@ -31,7 +31,9 @@ use crate::policy::{Follow, Policies, TagLists};
 use crate::proposal::PlanBlock;
 use crate::reference::Reference;
 use crate::registry::{Client, RegistryError, ResolveKey, ResolveResult};
-use crate::writer::{self, Planned, Proposal};
+use crate::writer::{self, Planned, Proposal, WriteError};
+
+pub use crate::writer::Outcome;
 use policy::Group;
 
 /// Tags asked per `tags/list` page (`n`); a registry may serve fewer and point to the rest
@@ -68,9 +70,44 @@ pub enum SyncError {
     },
 }
 
+impl From<WriteError> for SyncError {
+    fn from(error: WriteError) -> SyncError {
+        match error {
+            WriteError::Git(e) => SyncError::Git(e),
+            WriteError::Forge(e) => SyncError::Forge(e),
+        }
+    }
+}
+
+/// How many attempts a pass makes to write on top of a branch that keeps moving (fetch,
+/// re-plan, push) before giving up with [`SyncError::TooManyRaces`].
+pub const MAX_PUSH_ATTEMPTS: u32 = 5;
+
+/// What follows attempt number `attempt` of a pass that failed with `error`.
+///
+/// `Ok(())` when the push lost a race (the branch moved since the pass read it) and another
+/// attempt is allowed: the caller fetches, plans on the new tip and writes again. Otherwise the
+/// error that ends the pass: a race lost on the last attempt becomes
+/// [`SyncError::TooManyRaces`], naming the remote and the branch; any other error is returned
+/// as it is.
+pub fn retry_after(attempt: u32, error: SyncError) -> Result<(), SyncError> {
+    match error {
+        SyncError::Git(GitError::NonFastForward { branch, .. }) if attempt < MAX_PUSH_ATTEMPTS => {
+            tracing::info!(%branch, attempt, "the branch moved during the pass; fetching and planning again");
+            Ok(())
+        }
+        SyncError::Git(GitError::NonFastForward { url, branch }) => Err(SyncError::TooManyRaces {
+            url,
+            branch,
+            attempts: attempt,
+        }),
+        error => Err(error),
+    }
+}
+
 impl SyncError {
     /// Whether a push lost a race: the branch moved since the pass read it, so the pass plans
-    /// again on the new tip ([`writer::retry_after`]).
+    /// again on the new tip ([`retry_after`]).
     pub fn is_lost_race(&self) -> bool {
         matches!(self, SyncError::Git(GitError::NonFastForward { .. }))
     }
@@ -96,77 +133,6 @@ impl SyncError {
                 | SyncError::Filter(_)
                 | SyncError::Policy(_)
         )
-    }
-}
-
-/// What happened to one group of changes (the whole pass, or one image when grouped).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum Outcome {
-    NothingToDo,
-    Committed {
-        branch: String,
-        commit: String,
-        attempts: u32,
-    },
-    PullRequestOpened {
-        number: u64,
-        url: String,
-        branch: String,
-    },
-    PullRequestUpdated {
-        number: u64,
-        url: String,
-        branch: String,
-    },
-    PullRequestUnchanged {
-        number: u64,
-        url: String,
-        branch: String,
-    },
-    /// A person closed the pull request for exactly these digests; it is not reopened.
-    ClosedByHand {
-        number: u64,
-        branch: String,
-    },
-    DryRun {
-        branch: String,
-        title: String,
-        body: String,
-    },
-    /// The open pull request's branch ends with a commit tagpin did not write: nothing is
-    /// pushed or edited until the pull request is closed or the branch is reset.
-    EditedByHand {
-        number: u64,
-        url: String,
-        branch: String,
-        /// The tip tagpin found there.
-        commit: String,
-    },
-    /// This group could not be proposed; the others were. Also in the pass's failures.
-    Failed {
-        branch: String,
-        reason: String,
-    },
-}
-
-impl Outcome {
-    /// `PullRequestUpdated` when the pass changed the pull request, else
-    /// `PullRequestUnchanged`.
-    pub fn pull_request(changed: bool, number: u64, url: String, branch: String) -> Outcome {
-        if changed {
-            Outcome::PullRequestUpdated {
-                number,
-                url,
-                branch,
-            }
-        } else {
-            Outcome::PullRequestUnchanged {
-                number,
-                url,
-                branch,
-            }
-        }
     }
 }
 
@@ -279,7 +245,7 @@ impl<'a> Syncer<'a> {
     /// to ask for. The controller keeps answers between a scheduled pass and the webhook passes
     /// after it, dropping only the images a webhook names, so a push re-resolves one image
     /// instead of all of them. A write that loses a race plans again on the new tip
-    /// ([`writer::retry_after`]).
+    /// ([`retry_after`]).
     pub async fn run_with(
         &self,
         options: SyncOptions,
@@ -302,7 +268,7 @@ impl<'a> Syncer<'a> {
                 .await
             {
                 Ok(()) => break,
-                Err(error) => writer::retry_after(attempt, error)?,
+                Err(error) => retry_after(attempt, error)?,
             }
         }
         report.failures.sort();
@@ -312,7 +278,7 @@ impl<'a> Syncer<'a> {
 
     /// One attempt at the pass: fetch, plan on the tip, write each group. Fills `report`
     /// (keeping the time spent resolving in earlier attempts); a lost race is returned as the
-    /// error, for [`writer::retry_after`].
+    /// error, for [`retry_after`].
     async fn attempt(
         &self,
         options: SyncOptions,
@@ -495,9 +461,13 @@ impl<'a> Syncer<'a> {
             message: &message,
         };
         match self.config.mode {
-            WriteMode::Commit => {
-                writer::commit(&self.mirror, &self.config.author, target, &change, attempt)
-            }
+            WriteMode::Commit => Ok(writer::commit(
+                &self.mirror,
+                &self.config.author,
+                target,
+                &change,
+                attempt,
+            )?),
             WriteMode::PullRequest => {
                 let forge = self.forge.ok_or(SyncError::NoForge)?;
                 let body = body::render(&block);
@@ -511,7 +481,7 @@ impl<'a> Syncer<'a> {
                     labels: &self.config.pull_request.labels,
                     change,
                 };
-                writer::propose(&self.mirror, forge, &self.config.author, &proposal).await
+                Ok(writer::propose(&self.mirror, forge, &self.config.author, &proposal).await?)
             }
         }
     }
@@ -557,6 +527,59 @@ pub fn git_credentials(auth: &GitAuth) -> Result<Credentials, SyncError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lost_race() -> SyncError {
+        SyncError::Git(GitError::NonFastForward {
+            url: "https://git.example.com/gitops.git".into(),
+            branch: "main".into(),
+        })
+    }
+
+    #[test]
+    fn a_lost_race_is_tried_again_while_attempts_remain() {
+        for attempt in 1..MAX_PUSH_ATTEMPTS {
+            assert!(
+                retry_after(attempt, lost_race()).is_ok(),
+                "attempt {attempt}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_race_lost_on_the_last_attempt_gives_up_naming_the_remote_and_branch() {
+        let error = retry_after(MAX_PUSH_ATTEMPTS, lost_race()).unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                SyncError::TooManyRaces { url, branch, attempts }
+                    if url == "https://git.example.com/gitops.git"
+                        && branch == "main"
+                        && *attempts == MAX_PUSH_ATTEMPTS
+            ),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "https://git.example.com/gitops.git: main kept moving; gave up after 5 attempts to push on top of it"
+        );
+    }
+
+    #[test]
+    fn any_other_error_ends_the_pass_as_it_is_on_the_first_attempt() {
+        let rejected = || {
+            SyncError::Git(GitError::Rejected {
+                url: "https://git.example.com/gitops.git".into(),
+                branch: "main".into(),
+                reason: "pre-receive hook declined".into(),
+            })
+        };
+        let error = retry_after(1, rejected()).unwrap_err();
+        assert_eq!(error.to_string(), rejected().to_string());
+        assert!(matches!(
+            retry_after(1, SyncError::NoForge),
+            Err(SyncError::NoForge)
+        ));
+    }
 
     #[test]
     fn only_errors_every_group_would_meet_end_the_pass() {

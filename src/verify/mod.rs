@@ -7,31 +7,26 @@
 //! digests), and lets the pure [`verdict`] judge. [`report`] renders the verdict for the pull
 //! request. Nothing here writes to the cluster.
 
-mod condition;
-pub mod expected;
-pub mod gitops;
-pub mod grace;
-pub mod helm;
-pub mod live;
-mod observed;
-mod pods;
-pub mod report;
-mod rollout;
+pub mod judge;
+pub mod observe;
+mod scope;
+
+pub use judge::check::{Check, Expectations};
 #[cfg(test)]
-pub(crate) mod samples;
-pub mod shared_lists;
-pub mod verdict;
-mod wording;
+pub(crate) use judge::samples;
+pub use judge::{expected, gitops, grace, helm, report, verdict};
+pub use observe::{live, shared_lists};
+pub use scope::GitOpsScope;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+
 use std::time::Duration;
 
 // tokio's, not std's: cache lifetimes and deadlines follow paused test time (see crate::clock).
 use tokio::time::Instant;
 
-use crate::config::{Config, GitOpsObjects};
+use crate::config::Config;
 use crate::forge::{body, ChangeRequestNoun, Forge, ForgeError, StatusState};
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::kustomize::is_kustomization_file;
@@ -41,9 +36,9 @@ use crate::reference::{Digest, Reference};
 use crate::registry::{Client, ManifestKind};
 use crate::render::{self, Lookup};
 use crate::workload::WorkloadId;
-use expected::{Expected, NameMapping, NotVerified};
+use expected::{Expected, NameMapping};
 use live::{Cluster, LiveError};
-use verdict::{DigestFamily, Live, State, Verdict};
+use verdict::{DigestFamily, Live, State};
 
 /// Durations of flags (`--wait 10m`) read like the configuration's (`soak: 10m`).
 pub use crate::config::parse_duration;
@@ -54,49 +49,6 @@ pub enum Source {
     PullRequest(u64),
     Commit(String),
     Branch(String),
-}
-
-/// What to verify and where to report it.
-#[derive(Debug, Clone, Default)]
-pub struct Expectations {
-    pub expected: Vec<Expected>,
-    /// Pins that cannot be checked against a live workload, with the reason.
-    pub not_verified: Vec<NotVerified>,
-    /// Manifests that could not be read or parsed (file:line:column): they may hold pins, so
-    /// nothing about them is Converged.
-    pub failures: Vec<String>,
-    /// Files and fields passed over on purpose, as `plan` and `sync` list them.
-    pub skipped: Vec<pipeline::Skipped>,
-    /// Commits to put the `tagpin/converged` status on: the PR head, and its merge commit.
-    pub commits: Vec<String>,
-    /// The branch each of `commits` is reported on, where tagpin knows it: an open change
-    /// request's source branch; the target branch once it is merged (its source branch may
-    /// be gone); the branch named or configured for a branch or commit. GitLab attaches a
-    /// status to one ref, and without one picks the first branch holding the commit.
-    pub commit_branches: BTreeMap<String, String>,
-    /// The files that pin each expected workload (by live identity), to find the GitOps
-    /// objects that apply them by their path.
-    pub pinned_in: BTreeMap<WorkloadId, BTreeSet<String>>,
-    /// How each check consults GitOps objects; `None` leaves checks as they were.
-    pub gitops: Option<GitOpsScope>,
-    /// Images pinned in Helm values, verified through the releases that deploy them (see
-    /// [`helm`]).
-    pub helm: Vec<helm::HelmPin>,
-}
-
-impl Expectations {
-    /// The branch `sha`'s status is reported on, when known.
-    pub fn branch_of(&self, sha: &str) -> Option<&str> {
-        self.commit_branches.get(sha).map(String::as_str)
-    }
-
-    /// What no verdict will cover.
-    pub fn unchecked(&self) -> verdict::Unchecked {
-        verdict::Unchecked {
-            images: self.not_verified.len(),
-            files: self.failures.len(),
-        }
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -142,59 +94,6 @@ pub fn refuse_fork(
         author: pr.author.clone(),
         branch: pr.head_ref.clone(),
     })
-}
-
-/// The outcome of one check of every expectation.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Check {
-    pub state: State,
-    pub summary: String,
-    pub verdicts: Vec<Verdict>,
-    /// What the Argo CD Applications and Flux Kustomizations that apply the pins said.
-    #[serde(skip_serializing_if = "gitops::Findings::is_empty")]
-    pub gitops: gitops::Findings,
-}
-
-impl Check {
-    /// The state and headline once what could not be checked is counted: pins with no live
-    /// workload and manifests that could not be read keep the verdict from Converged.
-    fn judged(
-        verdicts: Vec<Verdict>,
-        expectations: &Expectations,
-        gitops: gitops::Findings,
-    ) -> Check {
-        let unchecked = unchecked(expectations, &gitops);
-        let (state, summary) = verdict::summarize(&verdicts, unchecked);
-        Check {
-            state,
-            summary,
-            verdicts,
-            gitops,
-        }
-    }
-
-    /// What no verdict covers: the expectations' pins and files, and the pins no GitOps object
-    /// could place on a live workload.
-    pub fn unchecked(&self, expectations: &Expectations) -> verdict::Unchecked {
-        unchecked(expectations, &self.gitops)
-    }
-
-    /// Every pin that was not checked, with its reason.
-    pub fn not_verified<'a>(
-        &'a self,
-        expectations: &'a Expectations,
-    ) -> impl Iterator<Item = &'a NotVerified> {
-        expectations
-            .not_verified
-            .iter()
-            .chain(&self.gitops.not_verified)
-    }
-}
-
-fn unchecked(expectations: &Expectations, gitops: &gitops::Findings) -> verdict::Unchecked {
-    let mut unchecked = expectations.unchecked();
-    unchecked.images += gitops.not_verified.len();
-    unchecked
 }
 
 /// Reads the expectations for `source`.
@@ -607,85 +506,6 @@ pub async fn publish(forge: &Forge, pr: Option<u64>, expectations: &Expectations
 }
 
 // ---------------------------------------------------------------------------------------------
-// GitOps objects: Argo CD Applications and Flux Kustomizations speak for the pins they apply
-// (see `gitops.rs`). Without a scope, or without such an object, a check is what it always was.
-
-/// What a check needs to consult the GitOps objects: the repository they must apply, the
-/// objects the configuration names, and the mirror, to ask which applied revisions come at or
-/// after the pin commit.
-#[derive(Clone)]
-pub struct GitOpsScope {
-    repository_url: String,
-    branch: String,
-    branch_prefix: String,
-    named: GitOpsObjects,
-    mirror: Arc<Mutex<Mirror>>,
-}
-
-impl std::fmt::Debug for GitOpsScope {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GitOpsScope")
-            .field(
-                "repository_url",
-                &crate::git::redact_url(&self.repository_url),
-            )
-            .field("branch", &self.branch)
-            .field("named", &self.named)
-            .finish_non_exhaustive()
-    }
-}
-
-impl GitOpsScope {
-    fn new(config: &Config, mirror: &Mirror) -> Result<GitOpsScope, GitError> {
-        Ok(GitOpsScope {
-            repository_url: config.repository.url.clone(),
-            branch: config.repository.branch.clone(),
-            branch_prefix: config.pull_request.branch_prefix.clone(),
-            named: config.verify.gitops.clone(),
-            mirror: Arc::new(Mutex::new(mirror.try_clone()?)),
-        })
-    }
-
-    /// For each revision, whether it is one of `commits` or comes after one. Revisions the
-    /// mirror does not hold (the tool may have applied a commit pushed since the last fetch)
-    /// are fetched once; one still unknown is not after the pin.
-    fn descends(&self, revisions: &BTreeSet<String>, commits: &[String]) -> BTreeMap<String, bool> {
-        let mirror = self.mirror.lock().unwrap_or_else(PoisonError::into_inner);
-        let ask = |revision: &str| -> Option<bool> {
-            let mut unknown = false;
-            for commit in commits {
-                match mirror.is_descendant_or_equal(revision, commit) {
-                    Ok(Some(true)) => return Some(true),
-                    Ok(Some(false)) => {}
-                    Ok(None) => unknown = true,
-                    Err(e) => {
-                        tracing::debug!("is {revision} after {commit}? {e}");
-                        unknown = true;
-                    }
-                }
-            }
-            (!unknown).then_some(false)
-        };
-        let mut answers: BTreeMap<String, Option<bool>> =
-            revisions.iter().map(|r| (r.clone(), ask(r))).collect();
-        if answers.values().any(Option::is_none) {
-            if let Err(e) = mirror.fetch(&self.branch, &self.branch_prefix) {
-                tracing::warn!(
-                    "cannot fetch {} to compare GitOps revisions: {e}",
-                    self.branch
-                );
-            }
-            for (revision, answer) in answers.iter_mut().filter(|(_, a)| a.is_none()) {
-                *answer = ask(revision);
-            }
-        }
-        answers
-            .into_iter()
-            .map(|(revision, answer)| (revision, answer.unwrap_or(false)))
-            .collect()
-    }
-}
-
 /// What the GitOps objects change in one check: which live workloads to read, which are still
 /// waiting for their object to apply the pin commit, and what could not be placed.
 async fn consult_gitops(

@@ -21,15 +21,15 @@ use kube::api::{
 };
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 
-use super::verdict::{
-    ArgoRollout, Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus, RolloutStrategy,
-};
 use crate::bounded;
 use crate::config::ClusterTarget;
 use crate::mutex::lock;
+use crate::verify::judge::verdict::{
+    ArgoRollout, Live, LiveContainer, LivePod, LiveWorkload, RolloutStatus, RolloutStrategy,
+};
 
-use super::observed::Refusal;
 use super::shared_lists::SharedLists;
+use crate::verify::judge::observed::Refusal;
 use crate::workload::{WorkloadId, WorkloadKind};
 
 /// Objects asked for per page: large enough for big namespaces in few requests, small enough
@@ -1605,13 +1605,13 @@ impl Cluster {
     }
 
     /// The workloads of `namespace` a Helm release may run its containers in
-    /// ([`super::helm::RELEASE_KINDS`]), with their annotations and template images; the
+    /// ([`crate::verify::judge::helm::RELEASE_KINDS`]), with their annotations and template images; the
     /// message of a refusal (403) instead, for the verdict to name.
     pub async fn release_workloads(
         &self,
         namespace: &str,
-    ) -> Result<super::helm::NamespaceWorkloads, LiveError> {
-        use super::helm::ReleaseWorkload;
+    ) -> Result<crate::verify::judge::helm::NamespaceWorkloads, LiveError> {
+        use crate::verify::judge::helm::ReleaseWorkload;
         fn of<K: kube::Resource>(
             kind: WorkloadKind,
             namespace: &str,

@@ -114,8 +114,8 @@ pub(super) fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::samples::*;
-    use crate::verify::verdict::{State, STATUS_DESCRIPTION_MAX_CHARS};
+    use crate::verify::judge::samples::*;
+    use crate::verify::judge::verdict::{State, STATUS_DESCRIPTION_MAX_CHARS};
 
     #[test]
     fn a_long_stale_list_names_five_pods_and_counts_the_rest() {

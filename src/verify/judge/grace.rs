@@ -10,10 +10,8 @@
 //! Only failed turns into progressing, never anything into converged, and the headline is
 //! summed up again by the verifier's own rule: nothing unchecked is ever reported converged.
 
-use std::time::Duration;
-
+use super::check::Check;
 use super::verdict::{self, ConditionType, State, Unchecked, Verdict};
-use super::Check;
 use crate::workload::WorkloadId;
 
 /// The `Synced` reason of a verdict whose workload does not exist in the cluster.
@@ -22,16 +20,9 @@ pub const WORKLOAD_MISSING: &str = "WorkloadMissing";
 /// Why a workload given time is progressing.
 pub const NOT_CREATED_YET: &str = "not created yet: the workload does not exist in the cluster";
 
-/// Whether a commit that landed at `landed` (Unix seconds) is still within `grace` at `now`.
-/// A time ahead of `now` (another machine's clock) counts as now.
-pub fn is_young(landed: i64, now: i64, grace: Duration) -> bool {
-    let age = now.saturating_sub(landed).max(0);
-    age < i64::try_from(grace.as_secs()).unwrap_or(i64::MAX)
-}
-
 /// `check` with each missing workload that no Argo CD or Flux object reports as applied
 /// turned progressing ("not created yet"), and its state and headline summed up again. Call
-/// it only while the verified commit is young ([`is_young`]).
+/// it only while the verified commit is young ([`crate::inflight::rule::is_young`]).
 pub fn not_created_yet(check: Check, unchecked: Unchecked) -> Check {
     let applied: Vec<WorkloadId> = check
         .gitops
@@ -58,22 +49,4 @@ pub fn not_created_yet(check: Check, unchecked: Unchecked) -> Check {
     check.state = state;
     check.summary = summary;
     check
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_commit_is_young_for_the_grace_and_not_a_second_longer() {
-        let grace = Duration::from_secs(300);
-        assert!(is_young(1_000, 1_000, grace));
-        assert!(is_young(1_000, 1_299, grace));
-        assert!(!is_young(1_000, 1_300, grace));
-        assert!(
-            is_young(2_000, 1_000, grace),
-            "a landing time ahead of the clock"
-        );
-        assert!(!is_young(1_000, 1_000, Duration::ZERO));
-    }
 }

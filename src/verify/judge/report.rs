@@ -1,7 +1,7 @@
 //! The verdict as people read it on the pull request: one comment, kept up to date.
 
+use super::check::{Check, Expectations};
 use super::verdict::State;
-use super::{Check, Expectations};
 
 /// Hidden marker by which tagpin finds its own comment again, whoever posted it.
 pub const COMMENT_MARKER: &str = "<!-- tagpin-verify -->";
@@ -106,8 +106,8 @@ mod tests {
 
     #[test]
     fn the_comment_names_the_gitops_objects_and_the_pins_they_could_not_place() {
-        use crate::verify::expected::{NotVerified, NotVerifiedReason};
-        use crate::verify::gitops::{Findings, ObjectReport, Tool};
+        use crate::verify::judge::expected::{NotVerified, NotVerifiedReason};
+        use crate::verify::judge::gitops::{Findings, ObjectReport, Tool};
         let pin = "1111111111111111111111111111111111111111";
         let check = Check {
             state: State::Unverified,

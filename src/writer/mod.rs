@@ -9,24 +9,106 @@
 //!   did not write ([`Mirror::is_own_commit`]) is never pushed over; the pull request says so,
 //!   once ([`HAND_EDIT_MARKER`]).
 //!
-//! A lost race is not a failure of the change: the caller's pass loop asks [`retry_after`],
-//! which has it fetch, plan again on the new tip and write again, up to [`MAX_PUSH_ATTEMPTS`]
-//! attempts, and ends in [`SyncError::TooManyRaces`] naming the branch. Errors and outcomes are
-//! `sync`'s, which `promote` reports wrapped as it wraps every `sync` error.
+//! A lost race is not a failure of the change: the caller's pass loop asks
+//! [`crate::sync::retry_after`], which has it fetch, plan again on the new tip and write again,
+//! up to [`crate::sync::MAX_PUSH_ATTEMPTS`] attempts. What a write did is an [`Outcome`]; why it
+//! failed, a [`WriteError`] (Git or forge), which `sync` and `promote` wrap as their own.
 
 use std::path::PathBuf;
 
 use crate::config::Author;
+use crate::forge::ForgeError;
 use crate::forge::{ChangeRequestNoun, Forge, PullRequestInfo};
 use crate::git::{off_runtime, Expect, GitError, Mirror};
 use crate::plan::FilePlan;
 use crate::proposal::PlanBlock;
-use crate::sync::policy::{self, PrDecision};
-use crate::sync::{Outcome, SyncError};
 
-/// How many attempts a pass makes to write on top of a branch that keeps moving (fetch,
-/// re-plan, push) before giving up with [`SyncError::TooManyRaces`].
-pub const MAX_PUSH_ATTEMPTS: u32 = 5;
+use decision::PrDecision;
+use serde::Serialize;
+
+pub mod decision;
+
+/// Why a write failed: the Git or forge error, as it is. A push that lost a race is
+/// [`GitError::NonFastForward`], which the pass loop answers by planning again
+/// ([`crate::sync::retry_after`]).
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Forge(#[from] ForgeError),
+}
+
+/// What happened to one group of changes (the whole pass, or one image when grouped).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    NothingToDo,
+    Committed {
+        branch: String,
+        commit: String,
+        attempts: u32,
+    },
+    PullRequestOpened {
+        number: u64,
+        url: String,
+        branch: String,
+    },
+    PullRequestUpdated {
+        number: u64,
+        url: String,
+        branch: String,
+    },
+    PullRequestUnchanged {
+        number: u64,
+        url: String,
+        branch: String,
+    },
+    /// A person closed the pull request for exactly these digests; it is not reopened.
+    ClosedByHand {
+        number: u64,
+        branch: String,
+    },
+    DryRun {
+        branch: String,
+        title: String,
+        body: String,
+    },
+    /// The open pull request's branch ends with a commit tagpin did not write: nothing is
+    /// pushed or edited until the pull request is closed or the branch is reset.
+    EditedByHand {
+        number: u64,
+        url: String,
+        branch: String,
+        /// The tip tagpin found there.
+        commit: String,
+    },
+    /// This group could not be proposed; the others were. Also in the pass's failures.
+    Failed {
+        branch: String,
+        reason: String,
+    },
+}
+
+impl Outcome {
+    /// `PullRequestUpdated` when the pass changed the pull request, else
+    /// `PullRequestUnchanged`.
+    pub fn pull_request(changed: bool, number: u64, url: String, branch: String) -> Outcome {
+        if changed {
+            Outcome::PullRequestUpdated {
+                number,
+                url,
+                branch,
+            }
+        } else {
+            Outcome::PullRequestUnchanged {
+                number,
+                url,
+                branch,
+            }
+        }
+    }
+}
 
 /// A planned change: the files it writes, on the tip of the target branch it was planned on.
 pub struct Planned<'p> {
@@ -43,30 +125,9 @@ pub fn updates(files: &[FilePlan]) -> Vec<(PathBuf, Vec<u8>)> {
         .collect()
 }
 
-/// What follows attempt number `attempt` of a pass that failed with `error`.
-///
-/// `Ok(())` when the push lost a race (the branch moved since the pass read it) and another
-/// attempt is allowed: the caller fetches, plans on the new tip and writes again. Otherwise the
-/// error that ends the pass: a race lost on the last attempt becomes
-/// [`SyncError::TooManyRaces`], naming the remote and the branch; any other error is returned
-/// as it is.
-pub fn retry_after(attempt: u32, error: SyncError) -> Result<(), SyncError> {
-    match error {
-        SyncError::Git(GitError::NonFastForward { branch, .. }) if attempt < MAX_PUSH_ATTEMPTS => {
-            tracing::info!(%branch, attempt, "the branch moved during the pass; fetching and planning again");
-            Ok(())
-        }
-        SyncError::Git(GitError::NonFastForward { url, branch }) => Err(SyncError::TooManyRaces {
-            url,
-            branch,
-            attempts: attempt,
-        }),
-        error => Err(error),
-    }
-}
-
 /// Commits `change` on the tip it was planned on and fast-forwards `branch` to it (commit
-/// mode). A branch that moved since gives [`GitError::NonFastForward`], for [`retry_after`].
+/// mode). A branch that moved since gives [`GitError::NonFastForward`], for
+/// [`crate::sync::retry_after`].
 /// `attempt` is the pass's attempt number, reported in the outcome.
 pub fn commit(
     mirror: &Mirror,
@@ -74,7 +135,7 @@ pub fn commit(
     branch: &str,
     change: &Planned<'_>,
     attempt: u32,
-) -> Result<Outcome, SyncError> {
+) -> Result<Outcome, WriteError> {
     let commit = off_runtime(|| {
         // Signed with the tree trailer, as on tagpin's own branches: what tagpin pinned last
         // can be read back from the branch (see `Mirror::last_own_commit`).
@@ -105,14 +166,14 @@ pub struct Proposal<'p> {
     pub change: Planned<'p>,
 }
 
-/// Carries out [`policy::decide_pr`] for one proposal: pushes the branch when it does not carry
+/// Carries out [`decision::decide_pr`] for one proposal: pushes the branch when it does not carry
 /// the change yet, then opens, updates or leaves alone its pull request.
 pub async fn propose(
     mirror: &Mirror,
     forge: &Forge,
     author: &Author,
     p: &Proposal<'_>,
-) -> Result<Outcome, SyncError> {
+) -> Result<Outcome, WriteError> {
     let prs = forge.pull_requests_for(p.branch, p.target).await?;
     // Whether the branch already carries exactly this change on this tip, and whether its tip
     // is someone else's work.
@@ -135,7 +196,7 @@ pub async fn propose(
         }
     };
     let branch = p.branch.to_string();
-    match policy::decide_pr(p.block, p.title, p.labels, &prs, carries) {
+    match decision::decide_pr(p.block, p.title, p.labels, &prs, carries) {
         PrDecision::LeaveClosed { number } => Ok(Outcome::ClosedByHand { number, branch }),
         PrDecision::Update {
             number,
@@ -218,13 +279,13 @@ fn push_change(
     author: &Author,
     p: &Proposal<'_>,
     existing: Option<git2::Oid>,
-) -> Result<(), SyncError> {
+) -> Result<(), WriteError> {
     let commit = mirror.commit_owned(p.change.tip, p.change.updates, author, p.change.message)?;
     match mirror.push(commit, p.branch, Expect::Lease(existing)) {
         Ok(()) => Ok(()),
         // Another tagpin moved our branch: start the pass over, as for a lost race.
         Err(GitError::LeaseBroken { url, branch, .. }) => {
-            Err(SyncError::Git(GitError::NonFastForward { url, branch }))
+            Err(WriteError::Git(GitError::NonFastForward { url, branch }))
         }
         Err(e) => Err(e.into()),
     }
@@ -233,59 +294,6 @@ fn push_change(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lost_race() -> SyncError {
-        SyncError::Git(GitError::NonFastForward {
-            url: "https://git.example.com/gitops.git".into(),
-            branch: "main".into(),
-        })
-    }
-
-    #[test]
-    fn a_lost_race_is_tried_again_while_attempts_remain() {
-        for attempt in 1..MAX_PUSH_ATTEMPTS {
-            assert!(
-                retry_after(attempt, lost_race()).is_ok(),
-                "attempt {attempt}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_race_lost_on_the_last_attempt_gives_up_naming_the_remote_and_branch() {
-        let error = retry_after(MAX_PUSH_ATTEMPTS, lost_race()).unwrap_err();
-        assert!(
-            matches!(
-                &error,
-                SyncError::TooManyRaces { url, branch, attempts }
-                    if url == "https://git.example.com/gitops.git"
-                        && branch == "main"
-                        && *attempts == MAX_PUSH_ATTEMPTS
-            ),
-            "{error:?}"
-        );
-        assert_eq!(
-            error.to_string(),
-            "https://git.example.com/gitops.git: main kept moving; gave up after 5 attempts to push on top of it"
-        );
-    }
-
-    #[test]
-    fn any_other_error_ends_the_pass_as_it_is_on_the_first_attempt() {
-        let rejected = || {
-            SyncError::Git(GitError::Rejected {
-                url: "https://git.example.com/gitops.git".into(),
-                branch: "main".into(),
-                reason: "pre-receive hook declined".into(),
-            })
-        };
-        let error = retry_after(1, rejected()).unwrap_err();
-        assert_eq!(error.to_string(), rejected().to_string());
-        assert!(matches!(
-            retry_after(1, SyncError::NoForge),
-            Err(SyncError::NoForge)
-        ));
-    }
 
     #[test]
     fn the_hand_edit_note_carries_its_marker_and_names_the_branch_and_commit() {

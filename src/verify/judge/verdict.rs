@@ -313,7 +313,7 @@ fn forbidden(message: &str) -> Vec<Condition> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::samples::*;
+    use crate::verify::judge::samples::*;
     use std::path::Path;
 
     fn verdict_in(state: State, reason: &str) -> Verdict {

@@ -268,8 +268,8 @@ fn is_hex(s: &str, len: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::samples::*;
-    use crate::verify::verdict::{judge, ConditionStatus, ConditionType, State};
+    use crate::verify::judge::samples::*;
+    use crate::verify::judge::verdict::{judge, ConditionStatus, ConditionType, State};
 
     #[test]
     fn a_moved_tag_with_two_of_three_pods_on_the_old_digest_is_progressing_naming_them() {

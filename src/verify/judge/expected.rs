@@ -15,7 +15,6 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::helm::{HelmPin, ReleaseRef};
 use crate::manifest::{HelmImage, HelmSource, ImageField, Origin};
 use crate::plan::ScannedFile;
 use crate::proposal::{Pin, PlanBlock};
@@ -539,6 +538,79 @@ fn unused(path: &Path, name: &str, renders: &[&Render]) -> String {
         path.display(),
         roots.join(", ")
     )
+}
+
+/// Where a pinned Helm value is written, and so which release deploys it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ReleaseRef {
+    /// In `spec.values` of this Flux HelmRelease. A manifest that names no namespace (the
+    /// applier sets it) leaves `namespace` out: the one live HelmRelease of that name is meant,
+    /// and several are not told apart.
+    HelmRelease {
+        namespace: Option<String>,
+        name: String,
+    },
+    /// In `helm.valuesObject`, `helm.values` or `helm.parameters` of this Argo CD Application
+    /// (`namespace` as for a HelmRelease).
+    Application {
+        namespace: Option<String>,
+        name: String,
+    },
+    /// In this values file of the repository (relative to its root).
+    ValuesFile { path: String },
+}
+
+impl std::fmt::Display for ReleaseRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let qualified = |namespace: &Option<String>, name: &str| match namespace {
+            Some(namespace) => format!("{namespace}/{name}"),
+            None => name.to_string(),
+        };
+        match self {
+            ReleaseRef::HelmRelease { namespace, name } => {
+                write!(f, "Flux HelmRelease {}", qualified(namespace, name))
+            }
+            ReleaseRef::Application { namespace, name } => {
+                write!(f, "Argo CD Application {}", qualified(namespace, name))
+            }
+            ReleaseRef::ValuesFile { path } => write!(f, "values file {path}"),
+        }
+    }
+}
+
+/// One pinned image in Helm values, as the verifier needs it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HelmPin {
+    /// The file the value is written in, relative to the repository root.
+    pub file: String,
+    /// The value's line in [`HelmPin::file`]; `None` for a pin read from a pull request's plan
+    /// block, which records no lines (the key path still says where).
+    pub line: Option<usize>,
+    /// The value's key path, such as `image.tag` or `spec.values.web.image`.
+    pub key_path: String,
+    /// The image repository the value names, such as `ghcr.io/acme/web`.
+    pub repository: String,
+    pub tag: Option<String>,
+    pub digest: Digest,
+    pub release: ReleaseRef,
+}
+
+impl HelmPin {
+    /// `repository[:tag]@digest`: what reports name, and what the registry is asked about.
+    pub fn pinned_ref(&self) -> String {
+        match &self.tag {
+            Some(tag) => format!("{}:{tag}@{}", self.repository, self.digest),
+            None => format!("{}@{}", self.repository, self.digest),
+        }
+    }
+
+    /// `charts/web/values.yaml:12 image.tag`: where a person finds the pin.
+    pub(super) fn place(&self) -> String {
+        match self.line {
+            Some(line) => format!("{}:{line} {}", self.file, self.key_path),
+            None => format!("{} {}", self.file, self.key_path),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -585,8 +585,8 @@ fn rollout_failed(reason: &str, message: String, summary: String) -> Judged {
 #[cfg(test)]
 mod tests {
     // Not `super::*`: the kinds' functions share their names with the samples.
-    use crate::verify::samples::*;
-    use crate::verify::verdict::{
+    use crate::verify::judge::samples::*;
+    use crate::verify::judge::verdict::{
         ArgoRollout, ConditionStatus, ConditionType, RolloutStatus, RolloutStrategy, State, Verdict,
     };
 

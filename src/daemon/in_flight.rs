@@ -1,0 +1,87 @@
+//! `tagpin run`'s verification between passes: one [`Round`] of what is in flight, mapped to
+//! its logs and metrics. What is known final lives in this process only (lost on restart: one
+//! status read per change request rebuilds it).
+
+use std::sync::Mutex;
+
+use crate::clock::Clock;
+use crate::inflight::{self, Memory, Round, Unverifiable, Verified};
+use crate::metrics::{self, ErrorLabels, Metrics, VerdictLabels};
+use crate::verify::{Families, VerifyError};
+
+/// What `tagpin run` verifies between passes, and what it found final.
+pub struct InFlight<'a> {
+    pub round: Round<'a>,
+    pub memory: Mutex<Memory>,
+    /// The time compared with merge and commit times.
+    pub clock: Clock,
+}
+
+impl InFlight<'_> {
+    /// One verification round: every item in flight, each on its cluster, counted and logged.
+    pub(crate) async fn verify(&self, families: &mut Families, metrics: &Metrics) {
+        let config = self.round.config;
+        let tip = inflight::tip(self.round.mirror, &config.repository.branch, None);
+        let report = self
+            .round
+            .run(&self.memory, tip, (self.clock)(), families)
+            .await;
+        let noun = crate::forge::ChangeRequestNoun::of(config.forge.as_ref());
+        if let Some(e) = &report.list_error {
+            count_error(metrics, "forge");
+            tracing::warn!("cannot list tagpin change requests, none verified this round: {e}");
+        }
+        for (number, why) in &report.ignored {
+            tracing::warn!("{} is not verified: {why}", noun.name(*number));
+        }
+        for (item, verified) in &report.verified {
+            let label = item.label(noun);
+            let check = match verified {
+                Ok(Verified {
+                    check: Some(check), ..
+                }) => check,
+                Ok(Verified { check: None, .. }) => continue,
+                Err(e) => {
+                    count_error(metrics, error_kind(e));
+                    tracing::warn!("cannot verify {label}: {e}");
+                    continue;
+                }
+            };
+            metrics::inc(
+                &metrics.verdicts,
+                VerdictLabels {
+                    verdict: check.state.as_str().to_string(),
+                    source: item.origin().to_string(),
+                },
+            );
+            tracing::info!("{label}: {}", check.summary);
+        }
+    }
+}
+
+/// The bounded metric label for a verification that could not be made.
+fn error_kind(e: &Unverifiable) -> &'static str {
+    match e {
+        Unverifiable::Status(_) => "forge",
+        Unverifiable::NoCluster(_) => "configuration",
+        Unverifiable::Verify(e) => match e {
+            VerifyError::Forge(_) => "forge",
+            VerifyError::Git(_) => "git",
+            VerifyError::Live(_) => "kubernetes",
+            VerifyError::Filter(_) | VerifyError::NoForge | VerifyError::MissingPath { .. } => {
+                "configuration"
+            }
+            VerifyError::NoPlanBlock(_) => "no_plan_block",
+            VerifyError::FromFork { .. } => "fork",
+        },
+    }
+}
+
+fn count_error(metrics: &Metrics, kind: &str) {
+    metrics::inc(
+        &metrics.verification_errors,
+        ErrorLabels {
+            kind: kind.to_string(),
+        },
+    );
+}

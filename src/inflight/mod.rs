@@ -1,0 +1,200 @@
+//! What is in flight, and its verification: one round for `tagpin run` and the operator
+//! alike. [`rule`] decides what to verify (pure); a [`Round`] lists tagpin's change requests,
+//! reads the forge's `tagpin/converged` status where the rule asks, verifies each item on its
+//! cluster (a promotion on the cluster of the stage it promotes into), applies the grace a
+//! young commit gets, and posts each verdict to the forge. Each driver maps the report: `run`
+//! to its logs and metrics, the operator to its status, conditions and Events.
+
+pub mod rule;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::forge::{Forge, ForgeError, PullRequestInfo};
+use crate::git::Mirror;
+use crate::mutex::lock;
+use crate::promote;
+use crate::registry::Client;
+use crate::verify::live::Cluster;
+use crate::verify::{self, grace, Check, Expectations, Families, VerifyError};
+
+pub use rule::{Item, Memory, Tip};
+
+/// What one verification round works with.
+pub struct Round<'a> {
+    pub config: &'a Config,
+    pub mirror: &'a Mirror,
+    pub forge: Option<&'a Forge>,
+    pub registry: &'a Client,
+    /// Where sync's pins are verified (the first stage's cluster, with promotion); `None`:
+    /// they are not.
+    pub cluster: Option<&'a Cluster>,
+    /// Each promotion stage's cluster, by name.
+    pub stage_clusters: &'a BTreeMap<String, Cluster>,
+    /// For how long after a commit landed a workload it adds is awaited, not failed: the pass
+    /// interval.
+    pub grace: Duration,
+}
+
+/// What a round found.
+#[derive(Default)]
+pub struct Report<'c> {
+    /// tagpin's login on the forge, and the change requests it listed (what the operator's
+    /// status picks the last merged from).
+    pub me: String,
+    pub listed: Vec<PullRequestInfo>,
+    /// The forge could not list the change requests: none was verified this round.
+    pub list_error: Option<ForgeError>,
+    /// Change requests left alone for the first time, with why (to be logged once).
+    pub ignored: Vec<(u64, String)>,
+    /// Each item verified, or why it could not be.
+    pub verified: Vec<(Item<'c>, Result<Verified, Unverifiable>)>,
+}
+
+/// An item's verification: what was expected and the check, the grace applied. `check`
+/// is `None` when there was nothing to verify in it (no pin in its manifests): nothing was
+/// posted.
+pub struct Verified {
+    pub expectations: Expectations,
+    pub check: Option<Check>,
+}
+
+/// Why an item could not be verified this round; it is asked again the next.
+#[derive(Debug, thiserror::Error)]
+pub enum Unverifiable {
+    #[error("no cluster for stage {0}")]
+    NoCluster(String),
+    #[error("cannot read its tagpin/converged status: {0}")]
+    Status(#[source] ForgeError),
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+}
+
+impl Round<'_> {
+    /// One round at `now` (Unix seconds): what the rule selects from what the forge lists and
+    /// `tip`, verified and posted; `memory` keeps what was found final.
+    pub async fn run(
+        &self,
+        memory: &Mutex<Memory>,
+        tip: Option<Tip>,
+        now: i64,
+        families: &mut Families,
+    ) -> Report<'_> {
+        let mut report = Report::default();
+        if let Some(forge) = self.forge {
+            let prefix = &self.config.pull_request.branch_prefix;
+            let base = &self.config.repository.branch;
+            let listed = async {
+                let me = forge.login().await?.to_string();
+                let prs = forge
+                    .pull_requests_with_prefix(prefix, base, rule::merged_since(now))
+                    .await?;
+                Ok::<_, ForgeError>((me, prs))
+            };
+            match listed.await {
+                Ok((me, prs)) => (report.me, report.listed) = (me, prs),
+                Err(e) => report.list_error = Some(e),
+            }
+        }
+        let facts = rule::Facts {
+            now,
+            grace: self.grace,
+            me: &report.me,
+            change_requests: &report.listed,
+            tip,
+        };
+        let selection = rule::select(self.config, &facts, &lock(memory));
+        report.ignored = lock(memory).note(&selection).into_iter().cloned().collect();
+        for item in selection.items {
+            let verified = match self.target(&item) {
+                Ok(target) => self.verify(&item, target, memory, families).await,
+                Err(e) => Err(e),
+            };
+            match verified {
+                Ok(None) => {}
+                Ok(Some(verified)) => report.verified.push((item, Ok(verified))),
+                Err(e) => report.verified.push((item, Err(e))),
+            }
+        }
+        report
+    }
+
+    /// The configuration an item is verified with (a promotion: its stage's paths) and the
+    /// cluster it is verified on.
+    fn target(&self, item: &Item<'_>) -> Result<(Config, &Cluster), Unverifiable> {
+        match item.stage {
+            Some(stage) => match self.stage_clusters.get(&stage.name) {
+                Some(cluster) => Ok((promote::stage_config(self.config, stage), cluster)),
+                None => Err(Unverifiable::NoCluster(stage.name.clone())),
+            },
+            None => match self.cluster {
+                Some(cluster) => Ok((self.config.clone(), cluster)),
+                None => Err(Unverifiable::NoCluster("of sync's pins".into())),
+            },
+        }
+    }
+
+    /// Verifies one item on its cluster and posts the verdict to the forge; `None` when
+    /// tagpin's own status on the forge says its verdict is already final.
+    async fn verify(
+        &self,
+        item: &Item<'_>,
+        (config, cluster): (Config, &Cluster),
+        memory: &Mutex<Memory>,
+        families: &mut Families,
+    ) -> Result<Option<Verified>, Unverifiable> {
+        if let (true, Some(forge), Some(sha)) = (item.ask_forge, self.forge, &item.final_sha) {
+            let status = forge
+                .status_of(sha, verify::report::STATUS_CONTEXT)
+                .await
+                .map_err(Unverifiable::Status)?;
+            let state = status.map(|(state, _)| state);
+            lock(memory).forge_said(item, state);
+            if rule::final_status(state) {
+                return Ok(None);
+            }
+        }
+        let expectations =
+            verify::expectations(&item.source, &config, self.mirror, self.forge).await?;
+        if expectations.expected.is_empty()
+            && expectations.not_verified.is_empty()
+            && expectations.failures.is_empty()
+        {
+            return Ok(Some(Verified {
+                expectations,
+                check: None,
+            }));
+        }
+        let check = verify::check(&expectations, cluster, self.registry, families).await?;
+        let check = match item.young {
+            true => {
+                let unchecked = check.unchecked(&expectations);
+                grace::not_created_yet(check, unchecked)
+            }
+            false => check,
+        };
+        if let Some(forge) = self.forge {
+            verify::publish(forge, item.change_request, &expectations, &check).await;
+        }
+        lock(memory).verdict(item, check.state);
+        Ok(Some(Verified {
+            expectations,
+            check: Some(check),
+        }))
+    }
+}
+
+/// The target branch's tip in `mirror` and its commit time, or `commit` (one a pass just
+/// pushed) when given.
+pub fn tip(mirror: &Mirror, branch: &str, commit: Option<&str>) -> Option<Tip> {
+    let oid = match commit {
+        Some(commit) => git2::Oid::from_str(commit).ok()?,
+        None => mirror.tip(branch)?,
+    };
+    Some(Tip {
+        sha: oid.to_string(),
+        landed: mirror.commit_time(oid).ok(),
+    })
+}

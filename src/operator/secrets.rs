@@ -1,0 +1,211 @@
+//! The Secrets a `PinnedRepository` names, read as the object's owner labelled them: only a
+//! Secret labelled `tagpin.dev/secret-type=credentials` is read, so whoever may create
+//! objects in a namespace but not label its Secrets cannot have tagpin send an arbitrary
+//! Secret's keys anywhere.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::ResourceExt;
+
+use super::status::{Outcome, Reason};
+use crate::config::{Config, GitAuth};
+use crate::git::Credentials;
+use crate::registry::CredentialStore;
+
+/// The label a Secret must carry for a `PinnedRepository` to use it, as Argo CD's
+/// `argocd.argoproj.io/secret-type`: whoever may create objects in a namespace but not
+/// label its Secrets cannot have tagpin send an arbitrary Secret's keys anywhere. The
+/// controller watches the Secrets so labelled, so a rotation reaches the objects that name
+/// them at once.
+pub const SECRET_LABEL: &str = "tagpin.dev/secret-type";
+pub const SECRET_LABEL_VALUE: &str = "credentials";
+
+/// The key of a Docker config Secret (`kubernetes.io/dockerconfigjson`).
+const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
+
+/// The Secrets an object's spec names, read now.
+pub(super) struct Secrets {
+    pub git: Credentials,
+    pub forge_token: Option<String>,
+    /// `namespace/name@resourceVersion` and the credentials of its Docker config.
+    pub docker: Option<(String, CredentialStore)>,
+}
+
+/// Reads the Secrets the spec names, now: a rotated Secret is used by the next reconcile.
+/// Files (an SSH key) are written under the object's own directory, readable by the
+/// controller's user only.
+pub(super) async fn read_secrets(
+    kube: &kube::Client,
+    namespace: &str,
+    config: &Config,
+    dir: &Path,
+) -> Result<Secrets, Outcome> {
+    let api: Api<Secret> = Api::namespaced(kube.clone(), namespace);
+    let missing = |message: String| Outcome::Stalled {
+        reason: Reason::SecretNotFound,
+        message,
+    };
+    let main = match &config.secret_ref {
+        Some(name) => Some(fetch(&api, namespace, name).await?),
+        None => None,
+    };
+    let key = |field: &str, key: &str| -> Result<Vec<u8>, Outcome> {
+        let Some((name, data, _)) = &main else {
+            return Err(missing(format!("spec.{field}: spec.secret_ref is not set")));
+        };
+        data.get(key).cloned().ok_or_else(|| {
+            missing(format!(
+                "spec.{field}: Secret {namespace}/{name} has no key {key:?}"
+            ))
+        })
+    };
+    let text = |field: &str, name: &str| -> Result<String, Outcome> {
+        let bytes = key(field, name)?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            missing(format!(
+                "spec.{field}: key {name:?} does not hold UTF-8 text"
+            ))
+        })?;
+        match text.trim() {
+            "" => Err(missing(format!("spec.{field}: key {name:?} is empty"))),
+            t => Ok(t.to_string()),
+        }
+    };
+    let git = match &config.repository.auth {
+        GitAuth::None => Credentials::None,
+        GitAuth::Token { env, username } => Credentials::Token {
+            username: username.clone(),
+            token: text("repository.auth.token_env", env)?,
+        },
+        GitAuth::SshKey {
+            key_file,
+            passphrase_env,
+        } => {
+            let field = "repository.auth.ssh_key_file";
+            let bytes = key(field, &key_file.to_string_lossy())?;
+            let path = dir.join("ssh-key");
+            write_private(&path, &bytes).map_err(|e| Outcome::Retrying {
+                reason: Reason::Unreachable,
+                message: format!("{}: {e}", path.display()),
+            })?;
+            Credentials::SshKey {
+                key_file: path,
+                passphrase: match passphrase_env {
+                    Some(env) => Some(text("repository.auth.passphrase_env", env)?),
+                    None => None,
+                },
+            }
+        }
+    };
+    let forge_token = match &config.forge {
+        Some(forge) => Some(text("forge.token_env", &forge.token_env)?),
+        None => None,
+    };
+    let docker = match &config.registries.docker_config_secret {
+        Some(name) => {
+            let (_, data, version) = fetch(&api, namespace, name).await?;
+            let bytes = data.get(DOCKER_CONFIG_KEY).ok_or_else(|| {
+                missing(format!(
+                    "spec.registries.docker_config_secret_ref: Secret {namespace}/{name} has no \
+                     key {DOCKER_CONFIG_KEY:?} (create it with `kubectl create secret \
+                     docker-registry`)"
+                ))
+            })?;
+            let store =
+                CredentialStore::parse(bytes, Path::new(&format!("Secret {namespace}/{name}")))
+                    .map_err(|e| Outcome::Stalled {
+                        reason: Reason::InvalidSpec,
+                        message: format!("spec.registries.docker_config_secret_ref: {e}"),
+                    })?;
+            // A helper would run a program in the controller with the controller's own
+            // identity (a node's cloud role, say) on behalf of whoever wrote the Secret.
+            let helpers = store.helpers_named();
+            if !helpers.is_empty() {
+                return Err(Outcome::Stalled {
+                    reason: Reason::InvalidSpec,
+                    message: format!(
+                        "spec.registries.docker_config_secret_ref: Secret {namespace}/{name} \
+                         names credential helpers ({}); a Secret's Docker config must carry \
+                         its credentials in `auths`",
+                        helpers.join(", ")
+                    ),
+                });
+            }
+            Some((format!("{namespace}/{name}@{version}"), store))
+        }
+        None => None,
+    };
+    Ok(Secrets {
+        git,
+        forge_token,
+        docker,
+    })
+}
+
+/// A Secret's name, data and resourceVersion; a missing Secret stalls the object.
+pub(super) async fn fetch(
+    api: &Api<Secret>,
+    namespace: &str,
+    name: &str,
+) -> Result<(String, BTreeMap<String, Vec<u8>>, String), Outcome> {
+    match api.get_opt(name).await {
+        Ok(Some(secret)) if !labelled_for_tagpin(&secret) => Err(Outcome::Stalled {
+            reason: Reason::SecretNotLabelled,
+            message: format!(
+                "Secret {namespace}/{name} is not labelled {}={}; tagpin reads only the \
+                 Secrets labelled for it",
+                SECRET_LABEL, SECRET_LABEL_VALUE
+            ),
+        }),
+        Ok(Some(secret)) => {
+            let version = secret.resource_version().unwrap_or_default();
+            let data = secret
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            Ok((name.to_string(), data, version))
+        }
+        Ok(None) => Err(Outcome::Stalled {
+            reason: Reason::SecretNotFound,
+            message: format!("Secret {namespace}/{name} not found"),
+        }),
+        Err(e) => Err(Outcome::Retrying {
+            reason: Reason::Unreachable,
+            message: format!("cannot read Secret {namespace}/{name}: {e}"),
+        }),
+    }
+}
+
+/// Whether a Secret carries [`SECRET_LABEL`]: its owner let tagpin use it.
+fn labelled_for_tagpin(secret: &Secret) -> bool {
+    secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(SECRET_LABEL))
+        .is_some_and(|value| value == SECRET_LABEL_VALUE)
+}
+
+/// Writes a secret file readable by this user only.
+pub(super) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let temporary = path.with_extension("tmp");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)
+}
