@@ -234,6 +234,7 @@ fn render_plan(pass: &Pass, format: OutputFormat, mode: Mode, out: &mut Printed)
                 text.push_str(&file.diff);
             }
             text.push_str(&read_lines(pass));
+            text.push_str(&held_lines(&pass.plan.held));
             text.push_str(&summary_line(&pass.plan));
             out.text(&text);
         }
@@ -268,6 +269,7 @@ fn render_pin(
                 text.push_str(&format!("pinned {}\n", outcome.path.display()));
             }
             text.push_str(&read_lines(pass));
+            text.push_str(&held_lines(&pass.plan.held));
             text.push_str(&summary_line(&pass.plan));
             out.text(&text);
         }
@@ -282,10 +284,20 @@ fn render_pin(
 
 fn summary_line(plan: &Plan) -> String {
     let s = &plan.summary;
+    let held = match s.held {
+        0 => String::new(),
+        n => format!(", {n} held"),
+    };
     format!(
-        "{} image reference(s) in {} file(s): {} to pin, {} stale pin(s) to update, {} already current, {} digest-only left alone, {} failed; {} file(s) to change\n",
+        "{} image reference(s) in {} file(s): {} to pin, {} stale pin(s) to update, {} already current, {} digest-only left alone, {} failed{held}; {} file(s) to change\n",
         s.references, s.files_scanned, s.to_pin, s.to_update, s.current, s.digest_only, s.failed, s.files_changed
     )
+}
+
+/// One line per field a comment holds where it is (`# tagpin: hold`): never changed, and
+/// never passed over in silence.
+fn held_lines(held: &[crate::plan::Held]) -> String {
+    held.iter().map(|h| format!("held: {h}\n")).collect()
 }
 
 /// What the pass read, before the summary: the kinds whose images it found ("kinds read:
@@ -324,6 +336,7 @@ fn plan_json(pass: &Pass, written: Option<&[pass::WriteOutcome]>) -> serde_json:
         "changes": pass.plan.changes,
         "failures": pass.failures().iter().map(|f| f.to_string()).collect::<Vec<_>>(),
         "skipped": pass.skipped,
+        "held": pass.plan.held,
         "diff": pass.plan.files.iter().map(|f| f.diff.as_str()).collect::<String>(),
     });
     if let Some(written) = written {
@@ -502,7 +515,7 @@ fn render_sync(report: &SyncReport, format: OutputFormat, out: &mut Printed) -> 
 }
 
 fn sync_text(report: &SyncReport) -> String {
-    let mut text = String::new();
+    let mut text = held_lines(&report.held);
     for group in &report.groups {
         if let Outcome::DryRun { .. } = &group.outcome {
             text.push_str(&group.diff);

@@ -64,6 +64,77 @@ pub struct Change {
     pub action: Action,
 }
 
+/// A field a person holds where it is: it would move, and is left as it is, with why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Held {
+    pub file: PathBuf,
+    pub line: usize,
+    pub workload: Owner,
+    pub container: String,
+    /// The image as the registry is asked for it (`docker.io/library/nginx:1.27`).
+    pub image: String,
+    /// What the field holds, and the digest it would have moved to.
+    pub value: String,
+    pub would_be: Digest,
+    /// Why: the comment that holds it.
+    pub reason: String,
+}
+
+impl Held {
+    fn of(change: Change, reason: String) -> Held {
+        Held {
+            file: change.file,
+            line: change.line,
+            workload: change.workload,
+            container: change.container,
+            image: change.image,
+            value: change.old_value,
+            would_be: change.new_digest,
+            reason,
+        }
+    }
+}
+
+impl std::fmt::Display for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{} {} ({}): held at {}, not moved to {}: {}",
+            self.file.display(),
+            self.line,
+            self.workload,
+            self.container,
+            self.value,
+            self.would_be,
+            self.reason
+        )
+    }
+}
+
+/// The comment that holds a field where it is, on the field's own line: `# tagpin: hold`,
+/// optionally followed by why (`# tagpin: hold until CVE-2026-1234 is fixed`).
+pub const HOLD_COMMENT: &str = "tagpin: hold";
+
+/// The hold comment on line `line` (1-based) of `source`, if that line carries one: a YAML
+/// comment (a `#` at the line's start or after a blank) whose text starts with
+/// [`HOLD_COMMENT`]. Returns the comment's text.
+pub fn hold_comment(source: &[u8], line: usize) -> Option<String> {
+    let text = source.split(|b| *b == b'\n').nth(line.checked_sub(1)?)?;
+    let text = std::str::from_utf8(text).ok()?;
+    let mut previous = ' ';
+    for (at, c) in text.char_indices() {
+        if c == '#' && previous.is_whitespace() {
+            let comment = text[at + 1..].trim();
+            let rest = comment.strip_prefix("tagpin:")?.trim_start();
+            return rest
+                .starts_with("hold")
+                .then(|| format!("# {}", comment.trim_end_matches('\r')));
+        }
+        previous = c;
+    }
+    None
+}
+
 /// A field that could not be planned; the rest of the pass goes on without it.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Problem {
@@ -107,6 +178,8 @@ pub struct Summary {
     pub current: usize,
     pub digest_only: usize,
     pub failed: usize,
+    /// Fields that would move, held where they are by a comment.
+    pub held: usize,
 }
 
 /// Everything a pass would change, and why not more.
@@ -116,6 +189,8 @@ pub struct Plan {
     pub files: Vec<FilePlan>,
     pub changes: Vec<Change>,
     pub problems: Vec<Problem>,
+    /// Fields that would move and are held where they are (see [`hold_comment`]).
+    pub held: Vec<Held>,
     pub summary: Summary,
 }
 
@@ -293,6 +368,7 @@ impl Plan {
         self.files.extend(other.files);
         self.changes.extend(other.changes);
         self.problems.extend(other.problems);
+        self.held.extend(other.held);
         let (total, part) = (&mut self.summary, other.summary);
         total.files_scanned += part.files_scanned;
         total.files_changed += part.files_changed;
@@ -302,6 +378,7 @@ impl Plan {
         total.current += part.current;
         total.digest_only += part.digest_only;
         total.failed += part.failed;
+        total.held += part.held;
     }
 }
 
@@ -318,8 +395,16 @@ pub fn plan_by(files: &[ScannedFile], want: impl Fn(&Reference) -> Wanted) -> Pl
             plan.summary.references += 1;
             match plan_field(&file.path, field, &want) {
                 FieldPlan::Change(change, field_edits) => {
-                    edits.extend(field_edits);
-                    changes.push(*change);
+                    match hold_comment(&file.source, field.line) {
+                        Some(reason) => {
+                            plan.summary.held += 1;
+                            plan.held.push(Held::of(*change, reason));
+                        }
+                        None => {
+                            edits.extend(field_edits);
+                            changes.push(*change);
+                        }
+                    }
                 }
                 FieldPlan::Current => plan.summary.current += 1,
                 FieldPlan::DigestOnly => plan.summary.digest_only += 1,
@@ -1156,5 +1241,82 @@ mod tests {
                 "order {order:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_hold_comment_on_the_field_line_keeps_it_and_is_reported_with_its_words() {
+        let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27 # tagpin: hold until CVE-2026-1 is fixed\n      - name: side\n        image: nginx:1.27\n";
+        let files = [scanned("web.yaml", text)];
+        let plan = plan(
+            &files,
+            &answers(&[("nginx:1.27", Ok(D1))]),
+            &Follow::default(),
+        );
+        assert_eq!(plan.changes.len(), 1, "the other container still moves");
+        assert_eq!(plan.changes[0].container, "side");
+        assert_eq!(plan.summary.held, 1);
+        let held = &plan.held[0];
+        assert_eq!((held.line, held.container.as_str()), (9, "web"));
+        assert_eq!(held.value, "nginx:1.27");
+        assert_eq!(held.would_be.to_string(), D1);
+        assert_eq!(held.reason, "# tagpin: hold until CVE-2026-1 is fixed");
+        let updated = String::from_utf8(plan.files[0].updated.clone()).unwrap();
+        assert!(
+            updated.contains("image: nginx:1.27 # tagpin: hold until CVE-2026-1 is fixed\n"),
+            "the held line is byte for byte as it was:\n{updated}"
+        );
+        assert!(updated.contains(&format!("image: nginx:1.27@{D1}\n")));
+        assert_eq!(
+            held.to_string(),
+            format!("web.yaml:9 Deployment/web (web): held at nginx:1.27, not moved to {D1}: # tagpin: hold until CVE-2026-1 is fixed")
+        );
+    }
+
+    #[test]
+    fn only_a_comment_that_says_tagpin_hold_holds_and_a_current_field_is_not_reported() {
+        let line = |l: &str| hold_comment(l.as_bytes(), 1);
+        assert_eq!(
+            line("image: a:1 # tagpin: hold"),
+            Some("# tagpin: hold".into())
+        );
+        assert_eq!(
+            line("image: a:1  #tagpin:hold\r"),
+            Some("# tagpin:hold".into())
+        );
+        assert_eq!(line("  # tagpin: hold"), Some("# tagpin: hold".into()));
+        assert_eq!(line("image: a:1 # keep: tagpin: hold"), None);
+        assert_eq!(line("image: a:1 # tagpin: pin"), None);
+        assert_eq!(
+            line("image: a:1#tagpin: hold"),
+            None,
+            "a # inside the value"
+        );
+        assert_eq!(line("image: a:1"), None);
+        assert_eq!(
+            hold_comment(b"a: 1\nimage: a:1 # tagpin: hold\n", 2),
+            Some("# tagpin: hold".into())
+        );
+        assert_eq!(hold_comment(b"a: 1\n", 5), None);
+        assert_eq!(hold_comment(b"a: 1\n", 0), None);
+        let pinned = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers:\n  - name: c\n    image: nginx:1.27@{D1} # tagpin: hold\n"
+        );
+        let plan = plan(
+            &[scanned("p.yaml", &pinned)],
+            &answers(&[("nginx:1.27", Ok(D1))]),
+            &Follow::default(),
+        );
+        assert_eq!((plan.summary.current, plan.summary.held), (1, 0));
+        let plan = plan_again(&pinned, D2);
+        assert_eq!((plan.summary.to_update, plan.summary.held), (0, 1));
+        assert!(plan.files.is_empty(), "nothing to write");
+    }
+
+    fn plan_again(text: &str, digest: &str) -> Plan {
+        plan(
+            &[scanned("p.yaml", text)],
+            &answers(&[("nginx:1.27", Ok(digest))]),
+            &Follow::default(),
+        )
     }
 }

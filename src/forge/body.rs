@@ -23,6 +23,31 @@ pub fn render(block: &PlanBlock) -> String {
     out
 }
 
+/// The fields a `# tagpin: hold` comment keeps where they are, below the pins: what a
+/// reviewer would otherwise expect to move. Empty when nothing is held.
+pub fn held_table(held: &[crate::plan::Held]) -> String {
+    if held.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n**Held** (a `# tagpin: hold` comment keeps these where they are):\n\n\
+         | File | Workload | Container | Held at | Would move to | Comment |\n|---|---|---|---|---|---|\n",
+    );
+    for h in held {
+        out.push_str(&format!(
+            "| `{}:{}` | {} | {} | `{}` | `{}` | {} |\n",
+            h.file.display(),
+            h.line,
+            h.workload,
+            h.container,
+            h.value,
+            h.would_be,
+            h.reason.replace('|', "\\|")
+        ));
+    }
+    out
+}
+
 /// One row per field that moves: file, workload, container, image (and the tag it moved
 /// from), old and new digest.
 pub fn pins_table(block: &PlanBlock) -> String {

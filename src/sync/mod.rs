@@ -156,6 +156,8 @@ pub struct SyncReport {
     /// the pass went on.
     pub failures: Vec<String>,
     pub skipped: Vec<Skipped>,
+    /// Fields that would move and that a comment holds where they are (`# tagpin: hold`).
+    pub held: Vec<crate::plan::Held>,
     /// Time spent asking registries, for the resolution latency metric.
     #[serde(skip)]
     pub resolve_time: std::time::Duration,
@@ -313,6 +315,7 @@ impl<'a> Syncer<'a> {
             .chain(grouped.whole.problems.iter().map(ToString::to_string))
             .collect();
         report.skipped = scanned.skipped;
+        report.held = grouped.whole.held.clone();
         report.groups.clear();
         for (group, plan) in grouped.groups {
             let diff: String = plan.files.iter().map(|f| f.diff.as_str()).collect();
@@ -450,7 +453,7 @@ impl<'a> Syncer<'a> {
             return Ok(Outcome::DryRun {
                 branch,
                 title,
-                body: body::render(&block),
+                body: body::render(&block) + &body::held_table(&plan.held),
             });
         }
         let updates = writer::updates(&plan.files);
@@ -470,7 +473,7 @@ impl<'a> Syncer<'a> {
             )?),
             WriteMode::PullRequest => {
                 let forge = self.forge.ok_or(SyncError::NoForge)?;
-                let body = body::render(&block);
+                let body = body::render(&block) + &body::held_table(&plan.held);
                 let proposal = Proposal {
                     branch: &branch,
                     target,

@@ -27,6 +27,7 @@ mod golden;
 mod harness_selftest;
 mod helm;
 mod helm_verify;
+mod holds;
 mod kube_server_selftest;
 mod kustomize;
 mod leader;
