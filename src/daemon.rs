@@ -343,6 +343,9 @@ fn record_pass(
             for failure in &report.failures {
                 tracing::warn!("{failure}");
             }
+            for held in &report.held {
+                tracing::info!("{held}");
+            }
             for group in &report.groups {
                 match &group.outcome {
                     Outcome::Committed { commit, branch, .. } => {

@@ -135,6 +135,9 @@ const MIRROR_LOCK_POLL: Duration = Duration::from_millis(50);
 /// of the tree it wrote. See [`Mirror::is_own_commit`].
 pub const TREE_TRAILER: &str = "Tagpin-Tree";
 
+/// Files by path with their content, as a commit writes them.
+pub type Files = Vec<(PathBuf, Vec<u8>)>;
+
 /// A local bare mirror of one remote.
 pub struct Mirror {
     repo: Repository,
@@ -709,6 +712,98 @@ impl Mirror {
             }
         }
         Ok(None)
+    }
+
+    /// Each file `commit` changed against its first parent (for a merge: the target side), with
+    /// its content before and after. `None` when it added, removed or renamed a file: not a
+    /// change of fields that a revert could undo field by field.
+    #[allow(clippy::type_complexity)]
+    pub fn changed_files(
+        &self,
+        commit: Oid,
+    ) -> Result<Option<Vec<(PathBuf, Vec<u8>, Vec<u8>)>>, GitError> {
+        let c = self.repo.find_commit(commit).map_err(other)?;
+        let parent = c.parent(0).map_err(other)?;
+        let (old, new) = (parent.tree().map_err(other)?, c.tree().map_err(other)?);
+        let diff = self
+            .repo
+            .diff_tree_to_tree(Some(&old), Some(&new), None)
+            .map_err(other)?;
+        let mut out = Vec::new();
+        for delta in diff.deltas() {
+            if delta.status() != git2::Delta::Modified {
+                return Ok(None);
+            }
+            let Some(path) = delta.new_file().path() else {
+                return Ok(None);
+            };
+            let blob = |id| self.repo.find_blob(id).map(|b| b.content().to_vec());
+            let before = blob(delta.old_file().id()).map_err(other)?;
+            let after = blob(delta.new_file().id()).map_err(other)?;
+            out.push((path.to_path_buf(), before, after));
+        }
+        Ok(Some(out))
+    }
+
+    /// The files `git revert <commit>` writes on top of `onto`, each with its content after
+    /// the revert (a merge is reverted against its first parent). `None` when the revert does
+    /// not apply cleanly (a later commit changed the same lines) or `commit` added or removed
+    /// a file: nothing is reverted then.
+    pub fn revert_files(&self, commit: Oid, onto: Oid) -> Result<Option<Files>, GitError> {
+        let Some(changed) = self.changed_files(commit)? else {
+            return Ok(None);
+        };
+        let c = self.repo.find_commit(commit).map_err(other)?;
+        let onto = self.repo.find_commit(onto).map_err(other)?;
+        let mainline = if c.parent_count() > 1 { 1 } else { 0 };
+        let index = self
+            .repo
+            .revert_commit(&c, &onto, mainline, None)
+            .map_err(other)?;
+        if index.has_conflicts() {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        for (path, _, _) in changed {
+            let Some(entry) = index.get_path(&path, 0) else {
+                return Ok(None);
+            };
+            let blob = self.repo.find_blob(entry.id).map_err(other)?;
+            out.push((path, blob.content().to_vec()));
+        }
+        Ok(Some(out))
+    }
+
+    /// The content of `path` in `commit`'s tree, if it is a file there.
+    pub fn file_at(&self, commit: Oid, path: &Path) -> Result<Option<Vec<u8>>, GitError> {
+        let tree = self
+            .repo
+            .find_commit(commit)
+            .and_then(|c| c.tree())
+            .map_err(other)?;
+        let Ok(entry) = tree.get_path(path) else {
+            return Ok(None);
+        };
+        match self.repo.find_blob(entry.id()) {
+            Ok(blob) => Ok(Some(blob.content().to_vec())),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The messages of `commit` and its ancestors (every parent, newest first, at most
+    /// `max`): where tagpin's trailers are read back from.
+    pub fn messages(&self, commit: Oid, max: usize) -> Result<Vec<(Oid, String)>, GitError> {
+        let mut walk = self.repo.revwalk().map_err(other)?;
+        walk.push(commit).map_err(other)?;
+        walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::TIME)
+            .map_err(other)?;
+        let mut out = Vec::new();
+        for id in walk.take(max) {
+            let id = id.map_err(other)?;
+            let c = self.repo.find_commit(id).map_err(other)?;
+            out.push((id, String::from_utf8_lossy(c.message_bytes()).into_owned()));
+        }
+        Ok(out)
     }
 
     /// When a commit was made (committer time, Unix seconds): how long the GitOps tool has had

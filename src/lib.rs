@@ -29,6 +29,7 @@ pub mod reference;
 pub mod registry;
 pub mod render;
 pub mod resolution;
+pub mod revert;
 pub mod review;
 pub mod server;
 pub mod sync;

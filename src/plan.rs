@@ -64,7 +64,8 @@ pub struct Change {
     pub action: Action,
 }
 
-/// A field a person holds where it is: it would move, and is left as it is, with why.
+/// A field held where it is (by a comment, or a revert's hold on the digest): it would move,
+/// and is left as it is, with why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Held {
     pub file: PathBuf,
@@ -76,7 +77,8 @@ pub struct Held {
     /// What the field holds, and the digest it would have moved to.
     pub value: String,
     pub would_be: Digest,
-    /// Why: the comment that holds it.
+    /// Why: the comment that holds it (`# tagpin: hold …`), or the revert that moved a field
+    /// away from this digest.
     pub reason: String,
 }
 
@@ -230,6 +232,13 @@ pub enum Wanted {
     Leave,
     /// Cannot be planned; becomes [`Problem::Unresolved`].
     Failed(String),
+    /// Would move to `reference` at `digest`, which is held (a revert moved a field away from
+    /// it): left as it is, reported as [`Held`] with `reason`.
+    Held {
+        reference: Reference,
+        digest: Digest,
+        reason: String,
+    },
 }
 
 /// Computes the plan of a pass: each tag (or the tag its policy picks) at the digest the
@@ -250,9 +259,16 @@ pub fn plan(
         };
         let key = ResolveKey::of(&wanted);
         match resolutions.get(&key) {
-            Some(Ok(resolved)) => Wanted::To {
-                reference: wanted,
-                digest: resolved.digest.clone(),
+            Some(Ok(resolved)) => match follow.held(&wanted, &resolved.digest) {
+                Some(reason) => Wanted::Held {
+                    reason: reason.to_string(),
+                    reference: wanted,
+                    digest: resolved.digest.clone(),
+                },
+                None => Wanted::To {
+                    reference: wanted,
+                    digest: resolved.digest.clone(),
+                },
             },
             Some(Err(e)) => Wanted::Failed(e.to_string()),
             None => Wanted::Failed(format!("{key}: not resolved")),
@@ -406,6 +422,10 @@ pub fn plan_by(files: &[ScannedFile], want: impl Fn(&Reference) -> Wanted) -> Pl
                         }
                     }
                 }
+                FieldPlan::Held(held) => {
+                    plan.summary.held += 1;
+                    plan.held.push(*held);
+                }
                 FieldPlan::Current => plan.summary.current += 1,
                 FieldPlan::DigestOnly => plan.summary.digest_only += 1,
                 FieldPlan::Failed(problem) => {
@@ -456,6 +476,8 @@ enum FieldPlan {
     Current,
     DigestOnly,
     Failed(Problem),
+    /// A change the caller holds (see [`Wanted::Held`]).
+    Held(Box<Held>),
 }
 
 fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wanted) -> FieldPlan {
@@ -470,8 +492,13 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
             })
         }
     };
-    let (wanted, digest) = match want(&reference) {
-        Wanted::To { reference, digest } => (reference, digest),
+    let (wanted, digest, held) = match want(&reference) {
+        Wanted::To { reference, digest } => (reference, digest, None),
+        Wanted::Held {
+            reference,
+            digest,
+            reason,
+        } => (reference, digest, Some(reason)),
         Wanted::DigestOnly => return FieldPlan::DigestOnly,
         Wanted::Leave => return FieldPlan::Current,
         Wanted::Failed(message) => {
@@ -544,23 +571,24 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
         });
     }
     let moved = |tag: Option<&str>| tag.filter(|_| tag_moves).map(str::to_string);
-    FieldPlan::Change(
-        Box::new(Change {
-            file: path.to_path_buf(),
-            line: field.line,
-            workload,
-            container,
-            image: key.to_string(),
-            old_value,
-            new_value,
-            old_digest,
-            new_digest: digest,
-            old_tag: moved(old_tag),
-            new_tag: moved(new_tag),
-            action,
-        }),
-        edits,
-    )
+    let change = Change {
+        file: path.to_path_buf(),
+        line: field.line,
+        workload,
+        container,
+        image: key.to_string(),
+        old_value,
+        new_value,
+        old_digest,
+        new_digest: digest,
+        old_tag: moved(old_tag),
+        new_tag: moved(new_tag),
+        action,
+    };
+    match held {
+        Some(reason) => FieldPlan::Held(Box::new(Held::of(change, reason))),
+        None => FieldPlan::Change(Box::new(change), edits),
+    }
 }
 
 /// What a Helm image's target is given: the whole reference for an `image:` string, the
@@ -1017,6 +1045,7 @@ mod tests {
                     (crate::policy::RepositoryKey::of(&reference), Ok(tags))
                 })
                 .collect(),
+            held: Default::default(),
         }
     }
 

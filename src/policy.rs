@@ -247,9 +247,43 @@ pub type TagLists = BTreeMap<RepositoryKey, Result<Vec<String>, RegistryError>>;
 pub struct Follow {
     pub policies: Policies,
     pub tags: TagLists,
+    /// Digests no field is pinned to (a revert moved fields away from them), read from Git.
+    pub held: Holds,
+}
+
+/// Digests held per image repository (`registry/path`, as [`Reference::canonical_name`]
+/// spells it), each with why: a revert moved a field away from it, and until the tag points
+/// to another digest no field is pinned to it again.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Holds(BTreeMap<String, BTreeMap<String, String>>);
+
+impl Holds {
+    /// Holds `digest` of `repository`, with why.
+    pub fn hold(&mut self, repository: &str, digest: &str, why: String) {
+        self.0
+            .entry(repository.to_string())
+            .or_default()
+            .entry(digest.to_string())
+            .or_insert(why);
+    }
+
+    /// Why `digest` is held for `reference`'s repository, if it is.
+    pub fn why(&self, reference: &Reference, digest: &crate::reference::Digest) -> Option<&str> {
+        let digests = self.0.get(&reference.canonical_name())?;
+        digests.get(&digest.to_string()).map(String::as_str)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 impl Follow {
+    /// Why `digest` is held for `reference`, if it is ([`Holds`]).
+    pub fn held(&self, reference: &Reference, digest: &crate::reference::Digest) -> Option<&str> {
+        self.held.why(reference, digest)
+    }
+
     /// One reference per repository whose tags must be listed: those with a policy that
     /// chooses among tags, digest-only references aside.
     pub fn repositories_to_list<'r>(
@@ -519,6 +553,7 @@ mod tests {
         let mut follow = Follow {
             policies,
             tags: TagLists::new(),
+            held: Holds::default(),
         };
         follow
             .tags

@@ -26,3 +26,16 @@ pub enum Grouping {
     /// One pull request per image repository.
     PerImage,
 }
+
+/// What tagpin does when a change it made landed and its verdict is Failed and final
+/// (`verify.on_failure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnFailure {
+    /// Say so (status, comment, metric, Event): the default.
+    #[default]
+    Report,
+    /// Restore the digests the change moved, by a revert commit or change request, and hold
+    /// the failed digests.
+    Revert,
+}

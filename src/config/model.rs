@@ -4,7 +4,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-pub use super::choices::{Grouping, Order, WriteMode};
+pub use super::choices::{Grouping, OnFailure, Order, WriteMode};
 
 /// A validated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,6 +193,8 @@ pub struct Verify {
     /// The Argo CD Applications and Flux Kustomizations that apply the pins, when they are
     /// named rather than found (see `verify::gitops`).
     pub gitops: GitOpsObjects,
+    /// What a landed change whose verdict is Failed and final calls for.
+    pub on_failure: OnFailure,
 }
 
 /// Argo CD Applications and Flux Kustomizations named in `verify.gitops`. Both empty (the

@@ -345,6 +345,7 @@ pub struct RawVerify {
     pub name_suffix: Field<String>,
     pub context: Field<String>,
     pub gitops: Section<RawGitOps>,
+    pub on_failure: Field<super::choices::OnFailure>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]

@@ -12,8 +12,8 @@ use serde_yaml::Value;
 use super::model::{
     invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
     ClusterTarget, Config, Forge, ForgeKind, GitAuth, GitOpsObjects, Grouping, ImageRules,
-    ObjectName, Order, Origin, PolicyRule, Problem, Promotion, PullRequest, Registries, Repository,
-    Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME,
+    ObjectName, OnFailure, Order, Origin, PolicyRule, Problem, Promotion, PullRequest, Registries,
+    Repository, Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME,
     DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE, DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE,
     DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
 };
@@ -824,6 +824,7 @@ impl Check {
         let name_prefix = text("name_prefix", &raw.name_prefix);
         let name_suffix = text("name_suffix", &raw.name_suffix);
         let context = text("context", &raw.context);
+        let on_failure = self.choice(&join(p, "on_failure"), &raw.on_failure, OnFailure::Report);
         self.file_only(
             "verify.context",
             raw.context.is_written(),
@@ -843,6 +844,7 @@ impl Check {
             name_suffix: name_suffix.unwrap_or_default(),
             context,
             gitops: gitops.unwrap_or_default(),
+            on_failure,
         }
     }
 

@@ -36,6 +36,18 @@ impl InFlight<'_> {
         }
         for (item, verified) in &report.verified {
             let label = item.label(noun);
+            if let Ok(Verified {
+                revert: Some(revert),
+                ..
+            }) = verified
+            {
+                match revert {
+                    Ok(done) => tracing::warn!("{label}: {}", crate::revert::describe(done, noun)),
+                    Err(e) => {
+                        tracing::warn!("{label}: cannot revert now, tried again next round: {e}")
+                    }
+                }
+            }
             let check = match verified {
                 Ok(Verified {
                     check: Some(check), ..

@@ -12,12 +12,15 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::config::OnFailure;
 use crate::forge::{Forge, ForgeError, PullRequestInfo};
 use crate::git::Mirror;
 use crate::mutex::lock;
 use crate::promote;
 use crate::registry::Client;
+use crate::revert::{Candidate, RevertError, Reverted, Reverter};
 use crate::verify::live::Cluster;
+use crate::verify::verdict::State;
 use crate::verify::{self, grace, Check, Expectations, Families, VerifyError};
 
 pub use rule::{Item, Memory, Tip};
@@ -59,6 +62,9 @@ pub struct Report<'c> {
 pub struct Verified {
     pub expectations: Expectations,
     pub check: Option<Check>,
+    /// With `verify.on_failure: revert`, what a Failed and final verdict called for: the
+    /// revert written, or why none was; an error writing it (tried again next round).
+    pub revert: Option<Result<Reverted, RevertError>>,
 }
 
 /// Why an item could not be verified this round; it is asked again the next.
@@ -165,6 +171,7 @@ impl Round<'_> {
             return Ok(Some(Verified {
                 expectations,
                 check: None,
+                revert: None,
             }));
         }
         let check = verify::check(&expectations, cluster, self.registry, families).await?;
@@ -178,12 +185,62 @@ impl Round<'_> {
         if let Some(forge) = self.forge {
             verify::publish(forge, item.change_request, &expectations, &check).await;
         }
-        lock(memory).verdict(item, check.state);
+        let revert = self.act(item, &config, &check).await;
+        // A failure is final once the commit is past its grace; until then it is asked again
+        // (with `on_failure: revert`, so that a revert waits for the grace). A revert that
+        // could not be written is tried again too.
+        let again = matches!(revert, Some(Err(_)))
+            || (item.young && check.state == State::Failed && revert_wanted(&config));
+        if !again {
+            lock(memory).verdict(item, check.state);
+        }
         Ok(Some(Verified {
             expectations,
             check: Some(check),
+            revert,
         }))
     }
+
+    /// What a Failed and final verdict calls for (`verify.on_failure`): `None` when nothing
+    /// (report only, not Failed, still young, not landed).
+    async fn act(
+        &self,
+        item: &Item<'_>,
+        config: &Config,
+        check: &Check,
+    ) -> Option<Result<Reverted, RevertError>> {
+        if !revert_wanted(config) || check.state != State::Failed || item.young {
+            return None;
+        }
+        let parse = |sha: &str| git2::Oid::from_str(sha).ok();
+        let (change, own) = match (&item.source, item.change_request, item.landed) {
+            // A merged change request: its merge commit, proven tagpin's by its head.
+            (_, Some(_), Some(_)) => (
+                item.final_sha.as_deref().and_then(parse)?,
+                item.head.as_deref().and_then(parse)?,
+            ),
+            // The tip: the last commit tagpin pinned on it.
+            (verify::Source::Commit(sha), None, _) => {
+                let tip = parse(sha)?;
+                let found = crate::git::off_runtime(|| self.mirror.last_own_commit(tip, 100));
+                let (commit, _, _) = found.ok().flatten()?;
+                (commit, commit)
+            }
+            // An open change request has not landed: nothing to revert.
+            _ => return None,
+        };
+        let reverter = Reverter {
+            config,
+            mirror: self.mirror,
+            forge: self.forge,
+        };
+        let candidate = Candidate { change, own, check };
+        Some(reverter.revert(&candidate).await)
+    }
+}
+
+fn revert_wanted(config: &Config) -> bool {
+    config.verify.on_failure == OnFailure::Revert
 }
 
 /// The target branch's tip in `mirror` and its commit time, or `commit` (one a pass just

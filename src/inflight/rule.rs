@@ -104,6 +104,8 @@ pub struct Item<'c> {
     /// The commit whose final verdict ends the verification: an open change request's head,
     /// a merged one's merge commit, the tip.
     pub final_sha: Option<String>,
+    /// A change request's head commit: tagpin's own commit when tagpin wrote it.
+    pub head: Option<String>,
     /// When what is verified landed (Unix seconds): a merge, the tip's commit. `None`: an
     /// open change request, which has not landed.
     pub landed: Option<i64>,
@@ -262,6 +264,7 @@ pub fn select<'c>(config: &'c Config, facts: &Facts<'_>, memory: &Memory) -> Sel
                 None => Source::PullRequest(pr.number),
             },
             change_request: Some(pr.number),
+            head: Some(pr.head_sha.clone()),
             stage,
             ask_forge: stage.is_none()
                 && final_sha
@@ -283,6 +286,7 @@ pub fn select<'c>(config: &'c Config, facts: &Facts<'_>, memory: &Memory) -> Sel
                 let item = Item {
                     source: Source::Commit(tip.sha.clone()),
                     change_request: None,
+                    head: None,
                     stage: None,
                     final_sha: None,
                     landed: tip.landed,

@@ -532,6 +532,7 @@ async fn sync_verify_promote(
     for (number, why) in &verified.ignored {
         tracing::debug!("{} is not verified: {why}", noun.name(*number));
     }
+    events.extend(verdicts::revert_events(config, &verified));
     let open = match config.mode {
         WriteMode::PullRequest => update.pull_request.as_ref().map(|pr| pr.number),
         WriteMode::Commit => None,

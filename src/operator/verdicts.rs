@@ -92,6 +92,38 @@ pub fn reported(
     reported
 }
 
+/// The Events of the reverts a round wrote or refused (`verify.on_failure: revert`): each
+/// happens once, as the verdict that called for it is final.
+pub fn revert_events(config: &Config, round: &Report<'_>) -> super::events::Events {
+    use super::events::EventType;
+    let noun = ChangeRequestNoun::of(config.forge.as_ref());
+    round
+        .verified
+        .iter()
+        .filter_map(|(item, verified)| {
+            let revert = verified.as_ref().ok()?.revert.as_ref()?;
+            let label = item.label(noun);
+            Some(match revert {
+                Ok(done @ crate::revert::Reverted::Refused(_)) => (
+                    EventType::Warning,
+                    "RevertRefused",
+                    format!("{label}: {}", crate::revert::describe(done, noun)),
+                ),
+                Ok(done) => (
+                    EventType::Warning,
+                    "Reverted",
+                    format!("{label}: {}", crate::revert::describe(done, noun)),
+                ),
+                // Tried again next round: logged, not announced each time.
+                Err(e) => {
+                    tracing::warn!("{label}: cannot revert now, tried again next round: {e}");
+                    return None;
+                }
+            })
+        })
+        .collect()
+}
+
 /// An item's verification as the status holds it, named `label`; `None` when there was
 /// nothing to verify in it.
 fn summary(label: &str, verified: &Result<Verified, Unverifiable>, time: &str) -> Option<Summed> {
@@ -176,6 +208,7 @@ mod tests {
 
     fn check(state: State) -> Result<Verified, Unverifiable> {
         Ok(Verified {
+            revert: None,
             expectations: Expectations::default(),
             check: Some(Check {
                 state,

@@ -261,6 +261,7 @@ impl<'a> Syncer<'a> {
         let mut follow = Follow {
             policies: self.policies.clone(),
             tags: TagLists::new(),
+            held: Default::default(),
         };
         let mut attempt = 0;
         loop {
@@ -296,6 +297,8 @@ impl<'a> Syncer<'a> {
             let tip = self.mirror.require_tip(target)?;
             Ok::<_, SyncError>((tip, self.scan_tip(tip)?))
         })?;
+        // Digests a revert moved fields away from are not pinned again (read from Git).
+        follow.held = off_runtime(|| crate::revert::holds_at(&self.mirror, tip))?;
         let started = std::time::Instant::now();
         self.list_missing_tags(&scanned.files, follow).await;
         self.resolve_missing(&scanned.files, follow, resolutions)

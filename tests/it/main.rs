@@ -44,6 +44,7 @@ mod policies;
 mod promote;
 mod quickstart;
 mod registry_client;
+mod revert;
 mod rollout_verify;
 mod run;
 mod sync;

@@ -29,7 +29,7 @@ async fn web_one_registry_and_repo() -> (TestRegistry, String, BareRepo) {
     (registry, host, repo)
 }
 
-struct Controller {
+pub(crate) struct Controller {
     child: Child,
     base: String,
     http: reqwest::Client,
@@ -49,7 +49,7 @@ impl Controller {
     }
 
     /// Started with `args` added to `run --verify-interval 1s` (`--interval` is theirs).
-    async fn start_with_args(
+    pub(crate) async fn start_with_args(
         dir: &std::path::Path,
         config: &PathBuf,
         env: &[(&str, &str)],
@@ -122,7 +122,7 @@ impl Controller {
             .as_u16()
     }
 
-    async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         self.http
             .get(format!("{}/metrics", self.base))
             .send()
@@ -134,7 +134,7 @@ impl Controller {
     }
 
     /// Sends SIGTERM and waits for the exit; returns the exit code and what it logged.
-    async fn stop(self) -> (Option<i32>, String) {
+    pub(crate) async fn stop(self) -> (Option<i32>, String) {
         let output = support::terminate(self.child, "tagpin run").await;
         (
             output.status.code(),
@@ -178,7 +178,7 @@ pub(crate) fn commit_mode_config(dir: &std::path::Path, repo: &BareRepo, host: &
 }
 
 /// The sum of a metric family's samples in a `/metrics` page (`family` with its `{`).
-fn metric_sum(metrics: &str, family: &str) -> f64 {
+pub(crate) fn metric_sum(metrics: &str, family: &str) -> f64 {
     metrics
         .lines()
         .filter(|l| l.starts_with(family))

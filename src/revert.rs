@@ -1,0 +1,623 @@
+//! Acting on a Failed verdict (`verify.on_failure: revert`, issue #28): a change tagpin made
+//! that landed and whose verdict is Failed and final is reverted, byte for byte, and the
+//! digests it moved to are held so that no pass pins them again until their tag moves.
+//!
+//! - What is reverted: the change commit (tagpin's own pin commit in commit mode; the merge
+//!   commit of tagpin's change request), exactly as `git revert` would, on the branch's tip.
+//! - Never: a person's commit, a revert, a change that pinned an image for the first time
+//!   (there is no earlier digest to restore), a change whose fields a later commit moved
+//!   again, a change the failure is not about. Each refusal is a sentence naming why.
+//! - Idempotent without local state: once the revert landed, the fields no longer hold the
+//!   failed digests, so the next round finds nothing to revert; an open revert change request
+//!   is updated in place, and one a person closed is left closed ([`crate::writer`]).
+//! - Holds: the revert's commit message carries `Tagpin-Held: <repository>@<digest>` trailers,
+//!   read back from the branch's history by every pass ([`holds`]).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::config::{Config, WriteMode};
+use crate::forge::{body, Forge};
+use crate::git::{off_runtime, GitError, Mirror};
+use crate::manifest::{self, ImageField, Origin};
+use crate::plan::{Action, Change};
+use crate::policy::Holds;
+use crate::proposal::PlanBlock;
+use crate::reference::{Digest, Reference};
+use crate::verify::verdict::State;
+use crate::verify::Check;
+use crate::workload::Owner;
+use crate::writer::{self, Outcome, Planned, Proposal, WriteError};
+
+/// The trailer naming the change a revert undoes.
+pub const REVERTS_TRAILER: &str = "Tagpin-Reverts";
+/// The trailer naming a digest held by a revert: `Tagpin-Held: ghcr.io/acme/web@sha256:…`.
+pub const HELD_TRAILER: &str = "Tagpin-Held";
+/// The label of a revert change request (besides the configured ones).
+pub const REVERT_LABEL: &str = "tagpin-revert";
+/// How many commits of the branch's history are read for holds.
+pub const HISTORY_DEPTH: usize = 200;
+
+/// One image field a change moved from one digest to another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    pub file: PathBuf,
+    pub line: usize,
+    pub workload: Owner,
+    pub container: String,
+    /// The reference as written after the change, and its repository.
+    pub value: String,
+    pub repository: String,
+    pub from: Option<Digest>,
+    pub to: Digest,
+    pub from_value: String,
+}
+
+/// Why a change is not reverted: said, never acted on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
+
+/// What a revert did.
+#[derive(Debug)]
+pub enum Reverted {
+    /// Commit mode: the revert commit pushed.
+    Committed { commit: String, fields: usize },
+    /// Pull-request mode: the revert change request, as the writer left it.
+    Proposed(Outcome),
+    /// Not reverted, and why.
+    Refused(Refusal),
+}
+
+/// A revert that could not be written now (a lost race, the forge down): tried again at the
+/// next round.
+#[derive(Debug, thiserror::Error)]
+pub enum RevertError {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error("configuration: {0}")]
+    Config(#[from] crate::manifest::ManifestError),
+}
+
+/// The digest a field pins now: a container's reference's, a kustomize entry's `digest:`, a
+/// Helm image's.
+fn digest_of(field: &ImageField) -> Option<Digest> {
+    let text = match &field.origin {
+        Origin::Container { .. } => Reference::parse(&field.value).ok()?.digest()?.to_string(),
+        Origin::KustomizeImage { current_digest, .. } => current_digest.clone()?,
+        Origin::HelmImage(image) => image.digest.clone()?,
+    };
+    Digest::parse(&text).ok()
+}
+
+/// Who holds a field: its workload and container (a kustomize entry's image name, a Helm
+/// image's key path).
+fn identity(field: &ImageField) -> (Owner, String) {
+    match &field.origin {
+        Origin::Container {
+            workload,
+            container,
+            ..
+        } => (Owner::Workload(workload.clone()), container.clone()),
+        Origin::KustomizeImage { name, .. } => (Owner::Kustomization, name.clone()),
+        Origin::HelmImage(image) => (
+            Owner::Helm(image.source.owner_name()),
+            image.key_path.clone(),
+        ),
+    }
+}
+
+fn repository_of(value: &str) -> String {
+    Reference::parse(value)
+        .map(|r| r.canonical_name())
+        .unwrap_or_else(|_| value.to_string())
+}
+
+/// The fields a change moved in one file, from its content before and after: the same fields
+/// in the same order, only digests moved. Anything else (a field added, removed, renamed,
+/// another repository) is a person's change, refused.
+pub fn moved_fields(
+    file: &Path,
+    before: &[ImageField],
+    after: &[ImageField],
+) -> Result<Vec<Moved>, Refusal> {
+    let refuse = |why: &str| Refusal(format!("{}: {why}", file.display()));
+    if before.len() != after.len() {
+        return Err(refuse("the change adds or removes image fields"));
+    }
+    let mut moved = Vec::new();
+    for (old, new) in before.iter().zip(after) {
+        let (from, to) = (digest_of(old), digest_of(new));
+        if from == to && old.value == new.value {
+            continue;
+        }
+        if identity(old) != identity(new) || repository_of(&old.value) != repository_of(&new.value)
+        {
+            return Err(refuse("the change moves more than digests"));
+        }
+        let Some(to) = to else {
+            return Err(refuse("the change removes a digest"));
+        };
+        let (workload, container) = identity(new);
+        moved.push(Moved {
+            file: file.to_path_buf(),
+            line: new.line,
+            workload,
+            container,
+            repository: repository_of(&new.value),
+            value: new.value.clone(),
+            from,
+            to,
+            from_value: old.value.clone(),
+        });
+    }
+    Ok(moved)
+}
+
+/// Whether the change whose fields are `moved` may be reverted for the failure `check`
+/// reports, given which of its fields the tip still pins as it left them (`still_pinned`).
+/// Pure: every refusal is a sentence.
+pub fn decide(moved: &[Moved], check: &Check, still_pinned: &[bool]) -> Result<(), Refusal> {
+    if check.state != State::Failed {
+        return Err(Refusal(format!(
+            "the verdict is {}, not Failed",
+            check.state.as_str()
+        )));
+    }
+    if moved.is_empty() {
+        return Err(Refusal("the change moved no image field".into()));
+    }
+    if let Some(first) = moved.iter().find(|m| m.from.is_none()) {
+        return Err(Refusal(format!(
+            "{}:{} {} ({}) was pinned for the first time: there is no earlier digest to restore",
+            first.file.display(),
+            first.line,
+            first.workload,
+            first.container
+        )));
+    }
+    let failed: BTreeSet<&Digest> = check
+        .verdicts
+        .iter()
+        .filter(|v| v.state == State::Failed)
+        .map(|v| &v.pinned_digest)
+        .collect();
+    if !moved.iter().any(|m| failed.contains(&m.to)) {
+        return Err(Refusal(
+            "the failure is not about a digest this change pinned".into(),
+        ));
+    }
+    if let Some((m, _)) = moved.iter().zip(still_pinned).find(|(_, still)| !**still) {
+        return Err(Refusal(format!(
+            "a later commit moved {}:{} {} ({}) again; not reverted",
+            m.file.display(),
+            m.line,
+            m.workload,
+            m.container
+        )));
+    }
+    Ok(())
+}
+
+/// The digests held by the reverts among `messages` (a branch's history): each
+/// `Tagpin-Held:` trailer, with the commit that holds it.
+pub fn holds(messages: &[(String, String)]) -> Holds {
+    let mut holds = Holds::default();
+    for (commit, message) in messages {
+        for line in message.lines() {
+            let Some(value) = line
+                .strip_prefix(HELD_TRAILER)
+                .and_then(|r| r.strip_prefix(':'))
+            else {
+                continue;
+            };
+            let Some((repository, digest)) = value.trim().rsplit_once('@') else {
+                continue;
+            };
+            if Digest::parse(digest).is_err() {
+                continue;
+            }
+            let short = &commit[..commit.len().min(12)];
+            holds.hold(
+                repository,
+                digest,
+                format!("revert {short} moved this image away from {digest}; it is pinned again once its tag points to another digest"),
+            );
+        }
+    }
+    holds
+}
+
+/// The holds of `tip`'s history, for a pass's planner.
+pub fn holds_at(mirror: &Mirror, tip: git2::Oid) -> Result<Holds, GitError> {
+    let messages = mirror.messages(tip, HISTORY_DEPTH)?;
+    let messages: Vec<(String, String)> = messages
+        .into_iter()
+        .filter(|(_, m)| m.contains(HELD_TRAILER))
+        .map(|(id, m)| (id.to_string(), m))
+        .collect();
+    Ok(holds(&messages))
+}
+
+/// What a revert works with.
+pub struct Reverter<'a> {
+    pub config: &'a Config,
+    pub mirror: &'a Mirror,
+    pub forge: Option<&'a Forge>,
+}
+
+/// The change to revert and what it moved: `change` is its commit on the target branch,
+/// `head` (a change request's) the commit whose tagpin authorship proves it is tagpin's.
+pub struct Candidate<'c> {
+    pub change: git2::Oid,
+    pub own: git2::Oid,
+    pub check: &'c Check,
+}
+
+impl Reverter<'_> {
+    /// Reverts `candidate` if [`decide`] allows it, by a commit or a change request as the
+    /// configuration writes.
+    pub async fn revert(&self, candidate: &Candidate<'_>) -> Result<Reverted, RevertError> {
+        let branch = &self.config.repository.branch;
+        let Some(tip) = self.mirror.tip(branch) else {
+            return Ok(Reverted::Refused(Refusal(format!("no branch {branch}"))));
+        };
+        let found = off_runtime(|| self.gather(candidate, tip))?;
+        let (moved, files) = match found {
+            Ok(found) => found,
+            Err(refusal) => return Ok(Reverted::Refused(refusal)),
+        };
+        let short = candidate.change.to_string()[..12].to_string();
+        let reason = first_failure(candidate.check);
+        let images: BTreeSet<&str> = moved.iter().map(|m| m.repository.as_str()).collect();
+        let title = format!("Revert pin of {} image(s): {reason}", images.len());
+        let evidence = evidence(candidate, &moved);
+        let held: BTreeSet<String> = moved
+            .iter()
+            .map(|m| format!("{HELD_TRAILER}: {}@{}", m.repository, m.to))
+            .collect();
+        let message = format!(
+            "{title}\n\n{evidence}\n{REVERTS_TRAILER}: {}\n{}\n",
+            candidate.change,
+            held.into_iter().collect::<Vec<_>>().join("\n")
+        );
+        let change = Planned {
+            tip,
+            updates: &files,
+            message: &message,
+        };
+        match (self.config.mode, self.forge) {
+            (WriteMode::Commit, _) => {
+                let outcome = writer::commit(self.mirror, &self.config.author, branch, &change, 1)?;
+                let commit = match outcome {
+                    Outcome::Committed { commit, .. } => commit,
+                    _ => String::new(),
+                };
+                tracing::warn!("reverted {short} on {branch} as {commit}: {reason}");
+                Ok(Reverted::Committed {
+                    commit,
+                    fields: moved.len(),
+                })
+            }
+            (WriteMode::PullRequest, Some(forge)) => {
+                let block = restore_block(branch, &moved);
+                let body = format!(
+                    "tagpin reverts {short}: its verdict on the cluster is **Failed**.\n\n{evidence}\n{}",
+                    body::render(&block)
+                );
+                let mut labels = self.config.pull_request.labels.clone();
+                labels.push(REVERT_LABEL.to_string());
+                let revert_branch =
+                    format!("{}revert/{branch}", self.config.pull_request.branch_prefix);
+                let proposal = Proposal {
+                    branch: &revert_branch,
+                    target: branch,
+                    block: &block,
+                    title: &title,
+                    body: &body,
+                    refresh_body: true,
+                    labels: &labels,
+                    change,
+                };
+                let outcome =
+                    writer::propose(self.mirror, forge, &self.config.author, &proposal).await?;
+                Ok(Reverted::Proposed(outcome))
+            }
+            (WriteMode::PullRequest, None) => Ok(Reverted::Refused(Refusal(
+                "pull-request mode needs a forge to propose the revert".into(),
+            ))),
+        }
+    }
+
+    /// What the change moved, checked against the tip, and the files its revert writes.
+    fn gather(
+        &self,
+        candidate: &Candidate<'_>,
+        tip: git2::Oid,
+    ) -> Result<Result<(Vec<Moved>, crate::git::Files), Refusal>, RevertError> {
+        let refuse = |why: String| Ok(Err(Refusal(why)));
+        let short = &candidate.change.to_string()[..12];
+        if !self.mirror.is_own_commit(candidate.own).unwrap_or(false) {
+            return refuse(format!(
+                "{short} is not a commit tagpin wrote; never reverted"
+            ));
+        }
+        let message = self.mirror.messages(candidate.change, 1)?;
+        if message.iter().any(|(_, m)| m.contains(REVERTS_TRAILER)) {
+            return refuse(format!(
+                "{short} is itself a revert; tagpin never reverts a revert"
+            ));
+        }
+        let Some(changed) = self.mirror.changed_files(candidate.change)? else {
+            return refuse(format!("{short} adds or removes files: not a pin"));
+        };
+        let helm = self.config.helm.options()?;
+        let scan = |path: &Path, bytes: &[u8]| {
+            manifest::scan_with_options(path, bytes, &helm)
+                .map(|o| o.fields)
+                .map_err(|e| Refusal(e.to_string()))
+        };
+        let mut moved = Vec::new();
+        let mut still = Vec::new();
+        for (path, before, after) in &changed {
+            let fields = scan(path, before).and_then(|b| Ok((b, scan(path, after)?)));
+            let here = fields.and_then(|(before, after)| moved_fields(path, &before, &after));
+            let here = match here {
+                Ok(here) => here,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+            let now = match self.mirror.file_at(tip, path)? {
+                Some(bytes) => scan(path, &bytes).unwrap_or_default(),
+                None => Vec::new(),
+            };
+            for m in &here {
+                still.push(now.iter().any(|f| {
+                    identity(f) == (m.workload.clone(), m.container.clone())
+                        && digest_of(f).as_ref() == Some(&m.to)
+                }));
+            }
+            moved.extend(here);
+        }
+        if let Err(refusal) = decide(&moved, candidate.check, &still) {
+            return Ok(Err(refusal));
+        }
+        match self.mirror.revert_files(candidate.change, tip)? {
+            Some(files) => Ok(Ok((moved, files))),
+            None => refuse(format!(
+                "the revert of {short} does not apply cleanly on the tip of {}",
+                self.config.repository.branch
+            )),
+        }
+    }
+}
+
+/// What a revert did, in one sentence for logs and Events.
+pub fn describe(done: &Reverted, noun: crate::forge::ChangeRequestNoun) -> String {
+    match done {
+        Reverted::Committed { commit, fields } => {
+            format!("reverted: commit {commit} restores {fields} field(s)")
+        }
+        Reverted::Proposed(outcome) => match outcome {
+            Outcome::PullRequestOpened { number, url, .. }
+            | Outcome::PullRequestUpdated { number, url, .. }
+            | Outcome::PullRequestUnchanged { number, url, .. } => {
+                format!("revert proposed in {}: {url}", noun.name(*number))
+            }
+            Outcome::ClosedByHand { number, .. } => format!(
+                "the revert {} was closed by hand; not reopened",
+                noun.name(*number)
+            ),
+            other => format!("revert: {other:?}"),
+        },
+        Reverted::Refused(why) => format!("not reverted: {why}"),
+    }
+}
+
+/// The first Failed verdict in one line: what the revert is for.
+fn first_failure(check: &Check) -> String {
+    check
+        .verdicts
+        .iter()
+        .find(|v| v.state == State::Failed)
+        .map(|v| format!("{} ({}): {}", v.workload, v.container, v.reason))
+        .unwrap_or_else(|| check.summary.clone())
+}
+
+/// The evidence of a revert: the failed verdicts (workload, container, pinned digest, pods,
+/// reason with the kubelet's words), the change reverted, and the digests restored.
+fn evidence(candidate: &Candidate<'_>, moved: &[Moved]) -> String {
+    let mut out = format!("Reverted: {}\n\nFailed verdict:\n", candidate.change);
+    for v in candidate
+        .check
+        .verdicts
+        .iter()
+        .filter(|v| v.state == State::Failed)
+    {
+        out.push_str(&format!(
+            "- {} ({}) pinned {}: {}/{} pod(s) on it: {}\n",
+            v.workload, v.container, v.pinned_digest, v.pods_on_pinned, v.pods_total, v.reason
+        ));
+    }
+    out.push_str("\nRestored:\n");
+    for m in moved {
+        let from = m.from.as_ref().map(ToString::to_string).unwrap_or_default();
+        out.push_str(&format!(
+            "- {} ({}:{} {}/{}): {} -> {from}\n",
+            m.repository,
+            m.file.display(),
+            m.line,
+            m.workload,
+            m.container,
+            m.to
+        ));
+    }
+    out
+}
+
+/// The plan block of a revert change request: each field back to its earlier digest, so the
+/// revert is verified like any change once merged.
+fn restore_block(target: &str, moved: &[Moved]) -> PlanBlock {
+    let changes: Vec<Change> = moved
+        .iter()
+        .filter_map(|m| {
+            Some(Change {
+                file: m.file.clone(),
+                line: m.line,
+                workload: m.workload.clone(),
+                container: m.container.clone(),
+                image: crate::resolution::ResolveKey::of(&Reference::parse(&m.value).ok()?)
+                    .to_string(),
+                old_value: m.value.clone(),
+                new_value: m.from_value.clone(),
+                old_digest: Some(m.to.clone()),
+                new_digest: m.from.clone()?,
+                old_tag: None,
+                new_tag: None,
+                action: Action::Update,
+            })
+        })
+        .collect();
+    PlanBlock::new(target, &changes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::verdict::Verdict;
+
+    const D0: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+
+    fn fields(text: &str) -> Vec<ImageField> {
+        manifest::scan(Path::new("apps/web.yaml"), text.as_bytes())
+            .unwrap()
+            .fields
+    }
+
+    fn web(image: &str, side: &str) -> String {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  template:\n    spec:\n      containers:\n      - name: web\n        image: {image}\n      - name: side\n        image: {side}\n"
+        )
+    }
+
+    fn moved(before: &str, after: &str) -> Result<Vec<Moved>, Refusal> {
+        moved_fields(Path::new("apps/web.yaml"), &fields(before), &fields(after))
+    }
+
+    #[test]
+    fn the_fields_a_pin_moved_are_found_with_both_digests() {
+        let found = moved(
+            &web(&format!("ghcr.io/acme/web:1@{D0}"), "busybox:1"),
+            &web(&format!("ghcr.io/acme/web:1@{D1}"), "busybox:1"),
+        )
+        .unwrap();
+        assert_eq!(found.len(), 1);
+        let m = &found[0];
+        assert_eq!((m.line, m.container.as_str()), (9, "web"));
+        assert_eq!(m.repository, "ghcr.io/acme/web");
+        assert_eq!(
+            m.from.as_ref().map(ToString::to_string).as_deref(),
+            Some(D0)
+        );
+        assert_eq!(m.to.to_string(), D1);
+        assert_eq!(m.from_value, format!("ghcr.io/acme/web:1@{D0}"));
+    }
+
+    #[test]
+    fn a_change_of_more_than_digests_is_a_person_s_and_refused() {
+        let other_image = moved(
+            &web(&format!("ghcr.io/acme/web:1@{D0}"), "busybox:1"),
+            &web(&format!("ghcr.io/acme/api:1@{D1}"), "busybox:1"),
+        );
+        assert!(other_image
+            .unwrap_err()
+            .0
+            .contains("moves more than digests"));
+        let fewer = moved_fields(
+            Path::new("apps/web.yaml"),
+            &fields(&web("a:1", "b:1")),
+            &fields(&web("a:1", "b:1"))[..1],
+        );
+        assert!(fewer
+            .unwrap_err()
+            .0
+            .contains("adds or removes image fields"));
+    }
+
+    fn check(state: State, pinned: &str) -> Check {
+        let verdict = Verdict {
+            workload: "shop/Deployment/web".parse().unwrap(),
+            container: "web".into(),
+            pinned_digest: Digest::parse(pinned).unwrap(),
+            pods_on_pinned: 0,
+            pods_total: 1,
+            stale_pods: Vec::new(),
+            finished_pods: Vec::new(),
+            conditions: Vec::new(),
+            state,
+            reason: "ImagePullBackOff on web-1".into(),
+        };
+        Check {
+            state,
+            summary: String::new(),
+            verdicts: vec![verdict],
+            gitops: Default::default(),
+        }
+    }
+
+    #[test]
+    fn only_a_failure_about_what_the_change_pinned_and_still_pins_is_reverted() {
+        let pin = moved(
+            &web(&format!("ghcr.io/acme/web:1@{D0}"), "busybox:1"),
+            &web(&format!("ghcr.io/acme/web:1@{D1}"), "busybox:1"),
+        )
+        .unwrap();
+        assert_eq!(decide(&pin, &check(State::Failed, D1), &[true]), Ok(()));
+        let why = |r: Result<(), Refusal>| r.unwrap_err().0;
+        assert!(why(decide(&pin, &check(State::Progressing, D1), &[true])).contains("progressing"));
+        assert!(why(decide(&pin, &check(State::Unverified, D1), &[true])).contains("unverified"));
+        assert!(why(decide(&pin, &check(State::Failed, D0), &[true])).contains("not about"));
+        assert!(
+            why(decide(&pin, &check(State::Failed, D1), &[false])).contains("a later commit moved")
+        );
+        let first = moved(
+            &web("ghcr.io/acme/web:1", "busybox:1"),
+            &web(&format!("ghcr.io/acme/web:1@{D1}"), "busybox:1"),
+        )
+        .unwrap();
+        assert!(
+            why(decide(&first, &check(State::Failed, D1), &[true])).contains("no earlier digest")
+        );
+    }
+
+    #[test]
+    fn holds_are_read_from_the_trailers_of_the_history() {
+        let messages = vec![
+            (
+                "abcdef0123456789".to_string(),
+                format!("Revert pin of 1 image(s): x\n\nTagpin-Reverts: 0123\nTagpin-Held: ghcr.io/acme/web@{D1}\n"),
+            ),
+            ("0000".to_string(), "Tagpin-Held: not a digest@sha256:zz\nTagpin-Held nothing\n".to_string()),
+        ];
+        let holds = holds(&messages);
+        let web = Reference::parse("ghcr.io/acme/web:1").unwrap();
+        let why = holds.why(&web, &Digest::parse(D1).unwrap()).unwrap();
+        assert!(
+            why.starts_with("revert abcdef012345 moved this image away from"),
+            "{why}"
+        );
+        assert_eq!(
+            holds.why(&web, &Digest::parse(D0).unwrap()),
+            None,
+            "another digest"
+        );
+        let api = Reference::parse("ghcr.io/acme/api:1").unwrap();
+        assert_eq!(
+            holds.why(&api, &Digest::parse(D1).unwrap()),
+            None,
+            "another image"
+        );
+    }
+}

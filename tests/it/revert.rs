@@ -1,0 +1,116 @@
+//! `verify.on_failure: revert` (issue #28), end to end with `tagpin run` in commit mode: the
+//! real binary, a real registry and bare repository, and the local Kubernetes API server. A
+//! pin whose pods cannot pull its digest is reverted once its failure is final (past the
+//! grace of one interval), byte for byte, exactly once; the failed digest is held until the
+//! tag moves again, and then pinned as any other.
+
+use crate::run::{metric_sum, Controller};
+use crate::support;
+use crate::sync::deployment;
+
+use support::git::{git_ok, BareRepo};
+use support::kube::KubeServer;
+use support::registry::{Mode, TestRegistry};
+use support::workloads::LiveDeployment;
+
+/// `shop/Deployment/web` as Argo CD applied `image`, its one pod unable to pull it.
+fn cannot_pull(kube: &KubeServer, image: &str) {
+    let live = LiveDeployment::new("shop", "web").container("app", image);
+    live.apply(kube);
+    live.pod("web-1").waiting(
+        kube,
+        "ImagePullBackOff",
+        &format!("Back-off pulling image \"{image}\""),
+    );
+}
+
+async fn passes(controller: &Controller) -> f64 {
+    metric_sum(&controller.metrics().await, "tagpin_passes_total{")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pin_the_cluster_cannot_pull_is_reverted_once_and_held_until_the_tag_moves() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let good = registry.push_image("acme/web", "1.0", "good").await;
+    let before = deployment("web", &format!("{host}/acme/web:1.0@{}", good.manifest));
+    let repo = BareRepo::create(&[("apps/web.yaml", &before)]);
+    // The tag moves to an image the nodes cannot pull.
+    let bad = registry.push_image("acme/web", "1.0", "bad").await;
+    let bad_ref = format!("{host}/acme/web:1.0@{}", bad.manifest);
+    let kube = KubeServer::start().await;
+    cannot_pull(&kube, &bad_ref);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\npaths: [apps]\n\
+             registries: {{insecure: ['{host}']}}\n\
+             verify: {{default_namespace: shop, on_failure: revert}}\n",
+            repo.file_url()
+        ),
+    )
+    .unwrap();
+    let kubeconfig = kube.kubeconfig(dir.path());
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let base = repo.log("main").len();
+    // A pass every 2 s: the grace a fresh pin gets before its failure is final.
+    let controller = Controller::start_with_args(
+        dir.path(),
+        &config,
+        &[("KUBECONFIG", kubeconfig)],
+        &["--interval", "2s"],
+    )
+    .await;
+
+    let reverted = support::eventually_or("the pin and its revert", || {
+        repo.log("main")
+            .first()
+            .is_some_and(|(_, subject)| subject.starts_with("Revert pin of 1 image(s): "))
+    })
+    .await;
+    let log = repo.log("main");
+    assert!(reverted, "{log:?}");
+    assert_eq!(log.len(), base + 2, "one pin, one revert: {log:?}");
+    let (revert, pin) = (&log[0].0, &log[1].0);
+    assert!(log[1].1.starts_with("Pin 1 image(s)"), "{log:?}");
+    // Byte for byte what it was before the pin.
+    assert_eq!(repo.read("main", "apps/web.yaml").unwrap(), before);
+    let message = git_ok(repo.path(), &["log", "-1", "--format=%B", revert]);
+    for expected in [
+        "shop/Deployment/web (app): ".to_string(),
+        "ImagePullBackOff".to_string(),
+        format!("Reverted: {pin}"),
+        format!("Tagpin-Reverts: {pin}"),
+        format!("Tagpin-Held: {host}/acme/web@{}", bad.manifest),
+        format!("{} -> {}", bad.manifest, good.manifest),
+    ] {
+        assert!(message.contains(&expected), "{expected:?} in:\n{message}");
+    }
+
+    // Later passes neither pin the held digest again nor revert twice.
+    let now = passes(&controller).await;
+    support::eventually_async("three more passes", || async {
+        passes(&controller).await >= now + 3.0
+    })
+    .await;
+    assert_eq!(repo.log("main").len(), base + 2, "{:?}", repo.log("main"));
+
+    // The tag moves on: the new digest is pinned as any other.
+    let fixed = registry.push_image("acme/web", "1.0", "fixed").await;
+    let pinned = support::eventually_or("the new digest pinned", || {
+        repo.read("main", "apps/web.yaml")
+            .is_some_and(|text| text.contains(&fixed.manifest.to_string()))
+    })
+    .await;
+    let (code, log) = controller.stop().await;
+    assert!(pinned, "{:?}\n{log}", repo.log("main"));
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("reverted: commit"), "{log}");
+    assert!(
+        log.contains(&format!("not moved to {}: revert ", bad.manifest)),
+        "{log}"
+    );
+    kube.assert_no_writes();
+}
