@@ -138,6 +138,9 @@ pub const TREE_TRAILER: &str = "Tagpin-Tree";
 /// Files by path with their content, as a commit writes them.
 pub type Files = Vec<(PathBuf, Vec<u8>)>;
 
+/// Files a commit changed, by path, with their content before and after.
+pub type Changed = Vec<(PathBuf, Vec<u8>, Vec<u8>)>;
+
 /// A local bare mirror of one remote.
 pub struct Mirror {
     repo: Repository,
@@ -717,18 +720,37 @@ impl Mirror {
     /// Each file `commit` changed against its first parent (for a merge: the target side), with
     /// its content before and after. `None` when it added, removed or renamed a file: not a
     /// change of fields that a revert could undo field by field.
-    #[allow(clippy::type_complexity)]
-    pub fn changed_files(
+    pub fn changed_files(&self, commit: Oid) -> Result<Option<Changed>, GitError> {
+        self.changed_files_within(commit, None, usize::MAX)
+    }
+
+    /// [`Mirror::changed_files`] of `only` (a path) if given, and empty when the commit
+    /// changed more than `max` files (nothing of them is read).
+    pub fn changed_files_within(
         &self,
         commit: Oid,
-    ) -> Result<Option<Vec<(PathBuf, Vec<u8>, Vec<u8>)>>, GitError> {
+        only: Option<&Path>,
+        max: usize,
+    ) -> Result<Option<Changed>, GitError> {
         let c = self.repo.find_commit(commit).map_err(other)?;
-        let parent = c.parent(0).map_err(other)?;
+        // A root commit adds every file: not a change of fields.
+        let Ok(parent) = c.parent(0) else {
+            return Ok(None);
+        };
         let (old, new) = (parent.tree().map_err(other)?, c.tree().map_err(other)?);
+        let mut options = git2::DiffOptions::new();
+        if let Some(only) = only {
+            options
+                .pathspec(path_str(only)?)
+                .disable_pathspec_match(true);
+        }
         let diff = self
             .repo
-            .diff_tree_to_tree(Some(&old), Some(&new), None)
+            .diff_tree_to_tree(Some(&old), Some(&new), Some(&mut options))
             .map_err(other)?;
+        if diff.deltas().len() > max {
+            return Ok(Some(Vec::new()));
+        }
         let mut out = Vec::new();
         for delta in diff.deltas() {
             if delta.status() != git2::Delta::Modified {

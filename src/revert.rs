@@ -230,15 +230,105 @@ pub fn holds(messages: &[(String, String)]) -> Holds {
     holds
 }
 
-/// The holds of `tip`'s history, for a pass's planner.
-pub fn holds_at(mirror: &Mirror, tip: git2::Oid) -> Result<Holds, GitError> {
+/// How many first-parent commits are read for a person's revert, and the most files such a
+/// commit may change to be read (a rollback by hand touches a few files; a pass or a merge
+/// of many pins is not a rollback and would cost a scan of every file it changed).
+pub const PERSON_REVERT_DEPTH: usize = 50;
+pub const PERSON_REVERT_MAX_FILES: usize = 20;
+
+/// The holds of `tip`'s history, for a pass's planner: the `Tagpin-Held` trailers of tagpin's
+/// reverts, and the digests a person's commit moved a field back from ([`person_reverts`]).
+pub fn holds_at(
+    mirror: &Mirror,
+    tip: git2::Oid,
+    helm: &crate::manifest::HelmOptions,
+) -> Result<Holds, GitError> {
     let messages = mirror.messages(tip, HISTORY_DEPTH)?;
     let messages: Vec<(String, String)> = messages
         .into_iter()
         .filter(|(_, m)| m.contains(HELD_TRAILER))
         .map(|(id, m)| (id.to_string(), m))
         .collect();
-    Ok(holds(&messages))
+    let mut holds = holds(&messages);
+    person_reverts(mirror, tip, helm, &mut holds)?;
+    Ok(holds)
+}
+
+/// One field's digest moving in one commit: `(file, workload, container, repository)`,
+/// from, to.
+type Transition = ((PathBuf, Owner, String, String), Digest, Digest);
+
+/// The digest moves of the files a commit changed (at most [`PERSON_REVERT_MAX_FILES`]),
+/// as [`moved_fields`] finds them; files it cannot read are passed over.
+fn transitions(
+    mirror: &Mirror,
+    commit: git2::Oid,
+    helm: &crate::manifest::HelmOptions,
+    only: Option<&Path>,
+) -> Result<Vec<Transition>, GitError> {
+    let max = match only {
+        Some(_) => usize::MAX,
+        None => PERSON_REVERT_MAX_FILES,
+    };
+    let Some(changed) = mirror.changed_files_within(commit, only, max)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (path, before, after) in &changed {
+        let scan = |bytes: &[u8]| manifest::scan_with_options(path, bytes, helm).map(|o| o.fields);
+        let (Ok(before), Ok(after)) = (scan(before), scan(after)) else {
+            continue;
+        };
+        for m in moved_fields(path, &before, &after).unwrap_or_default() {
+            if let Some(from) = m.from {
+                out.push((
+                    (path.clone(), m.workload, m.container, m.repository),
+                    from,
+                    m.to,
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A person's revert: a commit tagpin did not write that moves a field from digest B back to
+/// a digest A the field moved from to B in an older commit of the branch (first parents, at
+/// most [`PERSON_REVERT_DEPTH`]). B is held: tagpin does not pin that image to it again
+/// until its tag points to another digest.
+fn person_reverts(
+    mirror: &Mirror,
+    tip: git2::Oid,
+    helm: &crate::manifest::HelmOptions,
+    holds: &mut Holds,
+) -> Result<(), GitError> {
+    let history = mirror.first_parents(tip, PERSON_REVERT_DEPTH)?;
+    for (at, commit) in history.iter().enumerate() {
+        if mirror.is_own_commit(*commit)? {
+            continue;
+        }
+        for ((file, workload, container, repository), back_from, back_to) in
+            transitions(mirror, *commit, helm, None)?
+        {
+            let key = (file.clone(), workload, container, repository.clone());
+            for older in &history[at + 1..] {
+                let earlier = transitions(mirror, *older, helm, Some(&file))?;
+                if earlier
+                    .iter()
+                    .any(|(k, from, to)| *k == key && *from == back_to && *to == back_from)
+                {
+                    let short = &commit.to_string()[..12];
+                    holds.hold(
+                        &repository,
+                        &back_from.to_string(),
+                        format!("commit {short} moved {} back from {back_from} to {back_to} by hand; it is pinned again once its tag points to another digest", file.display()),
+                    );
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What a revert works with.

@@ -298,7 +298,8 @@ impl<'a> Syncer<'a> {
             Ok::<_, SyncError>((tip, self.scan_tip(tip)?))
         })?;
         // Digests a revert moved fields away from are not pinned again (read from Git).
-        follow.held = off_runtime(|| crate::revert::holds_at(&self.mirror, tip))?;
+        let helm = self.config.helm.options()?;
+        follow.held = off_runtime(|| crate::revert::holds_at(&self.mirror, tip, &helm))?;
         let started = std::time::Instant::now();
         self.list_missing_tags(&scanned.files, follow).await;
         self.resolve_missing(&scanned.files, follow, resolutions)

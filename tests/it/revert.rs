@@ -114,3 +114,128 @@ async fn a_pin_the_cluster_cannot_pull_is_reverted_once_and_held_until_the_tag_m
     );
     kube.assert_no_writes();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merged_pull_request_that_fails_gets_one_revert_pull_request_and_a_merged_revert_holds() {
+    use crate::run::forge_world;
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let good = registry.push_image("acme/web", "1.0", "good").await;
+    let before = deployment("web", &format!("{host}/acme/web:1.0@{}", good.manifest));
+    let repo = BareRepo::create(&[("apps/web.yaml", &before)]);
+    let bad = registry.push_image("acme/web", "1.0", "bad").await;
+    let bad_ref = format!("{host}/acme/web:1.0@{}", bad.manifest);
+    let token = "ghs_revert";
+    let (github, kube, dir, config) = forge_world(
+        &repo,
+        &host,
+        token,
+        "pull-request",
+        "verify: {default_namespace: shop, on_failure: revert}\n",
+    )
+    .await;
+    // forge_world names `verify:` itself: keep one, with on_failure.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("verify: {default_namespace: shop}\n", ""),
+    )
+    .unwrap();
+    cannot_pull(&kube, &bad_ref);
+    let kubeconfig = kube.kubeconfig(dir.path());
+    let controller = Controller::start_with_args(
+        dir.path(),
+        &config,
+        &[
+            ("KUBECONFIG", kubeconfig.to_str().unwrap()),
+            ("GH_TOKEN", token),
+        ],
+        &["--interval", "2s"],
+    )
+    .await;
+    assert_eq!(
+        github.prs().len(),
+        1,
+        "the first pass proposed the bad digest"
+    );
+
+    // A person merges it (squashed); Argo CD applies it; the kubelet cannot pull it.
+    let merge = repo.commit_as_other_writer(
+        "main",
+        &[("apps/web.yaml", &deployment("web", &bad_ref))],
+        "Pin acme/web (#1)",
+    );
+    github.merge_pr(1, &merge);
+    let proposed = support::eventually_or("one revert pull request", || {
+        github
+            .prs()
+            .iter()
+            .any(|p| p.head_ref == "tagpin/revert/main")
+    })
+    .await;
+    assert!(proposed, "{:?}", github.prs());
+    let revert = github
+        .prs()
+        .into_iter()
+        .find(|p| p.head_ref == "tagpin/revert/main")
+        .unwrap();
+    assert!(
+        revert
+            .title
+            .starts_with("Revert pin of 1 image(s): shop/Deployment/web (app): ImagePullBackOff"),
+        "{}",
+        revert.title
+    );
+    assert!(
+        revert.labels.contains(&"tagpin-revert".to_string()),
+        "{:?}",
+        revert.labels
+    );
+    let body = revert.body.clone().unwrap_or_default();
+    for expected in [
+        format!("Reverted: {merge}"),
+        "Failed verdict:".to_string(),
+        format!("{} -> {}", bad.manifest, good.manifest),
+        "<!-- tagpin-plan".to_string(),
+    ] {
+        assert!(body.contains(&expected), "{expected:?} in:\n{body}");
+    }
+    assert_eq!(
+        repo.read("tagpin/revert/main", "apps/web.yaml").unwrap(),
+        before,
+        "the revert restores the file byte for byte"
+    );
+
+    // More rounds: the same pull request, never a second one.
+    let now = metric_sum(&controller.metrics().await, "tagpin_passes_total{");
+    support::eventually_async("three more passes", || async {
+        metric_sum(&controller.metrics().await, "tagpin_passes_total{") >= now + 3.0
+    })
+    .await;
+    assert_eq!(github.prs().len(), 2, "{:?}", github.prs());
+
+    // A person squash-merges the revert (its trailers lost): the digest stays held, as the
+    // merge moves the field back to the digest it had before.
+    let merged = repo.commit_as_other_writer("main", &[("apps/web.yaml", &before)], "Revert (#2)");
+    github.merge_pr(revert.number, &merged);
+    let now = metric_sum(&controller.metrics().await, "tagpin_passes_total{");
+    support::eventually_async("three more passes", || async {
+        metric_sum(&controller.metrics().await, "tagpin_passes_total{") >= now + 3.0
+    })
+    .await;
+    let (code, log) = controller.stop().await;
+    assert_eq!(
+        github.prs().len(),
+        2,
+        "the held digest is not proposed again: {:?}\n{log}",
+        github.prs()
+    );
+    assert_eq!(repo.read("main", "apps/web.yaml").unwrap(), before);
+    assert!(
+        log.contains("by hand; it is pinned again once its tag points"),
+        "{log}"
+    );
+    assert_eq!(code, Some(0), "{log}");
+    github.assert_no_violations();
+    kube.assert_no_writes();
+}

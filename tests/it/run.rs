@@ -924,7 +924,7 @@ async fn pr_mode_world(repo: &BareRepo, host: &str, token: &str, extra: &str) ->
 }
 
 /// A GitHub server, an API server, the test's directory and its configuration file.
-type ForgeWorld = (
+pub(crate) type ForgeWorld = (
     support::github::GitHubServer,
     support::kube::KubeServer,
     tempfile::TempDir,
@@ -933,7 +933,7 @@ type ForgeWorld = (
 
 /// A GitHub server for `repo`, an empty API server, and a configuration for `mode` naming
 /// both, with `extra` configuration lines.
-async fn forge_world(
+pub(crate) async fn forge_world(
     repo: &BareRepo,
     host: &str,
     token: &str,
