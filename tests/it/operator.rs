@@ -86,8 +86,14 @@ impl Operator {
     ) -> Operator {
         let port = free_port();
         let kubeconfig = kube.kubeconfig(dir);
+        // An hour between passes unless the test names its own interval.
+        let interval = match args.contains(&"--interval") {
+            true => &[][..],
+            false => &["--interval", "1h"][..],
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_tagpin"))
-            .args(["operator", "--interval", "1h", "--verify-interval", "1s"])
+            .args(["operator", "--verify-interval", "1s"])
+            .args(interval)
             .args(args)
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))

@@ -239,3 +239,51 @@ async fn a_merged_pull_request_that_fails_gets_one_revert_pull_request_and_a_mer
     github.assert_no_violations();
     kube.assert_no_writes();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_reverts_a_failed_pin_of_its_object_once_and_announces_it() {
+    use crate::operator::{cluster, event_reasons, pinned_repository, spec, Operator};
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let good = registry.push_image("acme/web", "1.0", "good").await;
+    let before = deployment("web", &format!("{host}/acme/web:1.0@{}", good.manifest));
+    let repo = BareRepo::create(&[("apps/web.yaml", &before)]);
+    let bad = registry.push_image("acme/web", "1.0", "bad").await;
+    let bad_ref = format!("{host}/acme/web:1.0@{}", bad.manifest);
+    let kube = cluster().await;
+    let live = LiveDeployment::new("default", "web").container("app", &bad_ref);
+    live.apply(&kube);
+    live.pod("web-1")
+        .waiting(&kube, "ImagePullBackOff", "Back-off pulling image");
+    let mut spec = spec(&repo.file_url(), &host);
+    spec["verify"] = serde_json::json!({"on_failure": "revert"});
+    kube.apply(pinned_repository("web", serde_json::json!({}), spec));
+    let base = repo.log("main").len();
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &["--interval", "2s"]).await;
+
+    let reverted = support::eventually_or("the pin and its revert", || {
+        event_reasons(&kube, "web").contains(&"Reverted".to_string())
+    })
+    .await;
+    let log = repo.log("main");
+    assert!(reverted, "{log:?} {:?}", event_reasons(&kube, "web"));
+    assert_eq!(log.len(), base + 2, "{log:?}");
+    assert!(log[0]
+        .1
+        .starts_with("Revert pin of 1 image(s): default/Deployment/web (app)"));
+    assert_eq!(repo.read("main", "apps/web.yaml").unwrap(), before);
+    // Passes go on; the held digest is not pinned again and nothing is reverted twice.
+    let at = operator.reconciled_at("web").await.unwrap_or_default();
+    support::eventually_async("two more reconciles", || async {
+        operator.reconciled_at("web").await.unwrap_or_default() >= at + 4
+    })
+    .await;
+    assert_eq!(repo.log("main").len(), base + 2, "{:?}", repo.log("main"));
+    let reverts = event_reasons(&kube, "web")
+        .iter()
+        .filter(|r| *r == "Reverted")
+        .count();
+    assert_eq!(reverts, 1);
+    operator.stop().await;
+}
