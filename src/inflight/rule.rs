@@ -588,22 +588,12 @@ mod tests {
         assert_eq!(selection.items[1].origin(), "merged");
     }
 
+    /// A promotion pull request opened by `author`, from this repository or a fork.
     fn by(author: &str, same_repository: bool) -> PullRequestInfo {
         PullRequestInfo {
-            number: 7,
-            open: true,
-            merged: false,
-            title: String::new(),
-            body: String::new(),
-            labels: Vec::new(),
-            url: String::new(),
-            head_ref: "tagpin/promote/production".into(),
-            head_sha: "0".repeat(40),
-            merge_commit_sha: None,
-            merged_at: None,
-            updated_at: None,
             author: author.into(),
             same_repository,
+            ..open(7, "tagpin/promote/production")
         }
     }
 

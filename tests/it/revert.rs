@@ -24,20 +24,56 @@ fn cannot_pull(kube: &KubeServer, image: &str) {
     );
 }
 
+/// A registry whose `acme/web:1.0` moved from a good image to one the nodes cannot pull, and
+/// a repository whose `apps/web.yaml` pins the good one.
+struct World {
+    registry: TestRegistry,
+    host: String,
+    good: support::registry::ImageDigests,
+    /// `apps/web.yaml` pinning the good digest.
+    before: String,
+    repo: BareRepo,
+    bad: support::registry::ImageDigests,
+    /// The reference pinning the bad digest.
+    bad_ref: String,
+}
+
+impl World {
+    async fn start() -> World {
+        let registry = TestRegistry::start(Mode::Plain).await;
+        let host = registry.host();
+        let good = registry.push_image("acme/web", "1.0", "good").await;
+        let before = deployment("web", &format!("{host}/acme/web:1.0@{}", good.manifest));
+        let repo = BareRepo::create(&[("apps/web.yaml", &before)]);
+        let bad = registry.push_image("acme/web", "1.0", "bad").await;
+        let bad_ref = format!("{host}/acme/web:1.0@{}", bad.manifest);
+        World {
+            registry,
+            host,
+            good,
+            before,
+            repo,
+            bad,
+            bad_ref,
+        }
+    }
+}
+
 async fn passes(controller: &Controller) -> f64 {
     metric_sum(&controller.metrics().await, "tagpin_passes_total{")
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pin_the_cluster_cannot_pull_is_reverted_once_and_held_until_the_tag_moves() {
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    let good = registry.push_image("acme/web", "1.0", "good").await;
-    let before = deployment("web", &format!("{host}/acme/web:1.0@{}", good.manifest));
-    let repo = BareRepo::create(&[("apps/web.yaml", &before)]);
-    // The tag moves to an image the nodes cannot pull.
-    let bad = registry.push_image("acme/web", "1.0", "bad").await;
-    let bad_ref = format!("{host}/acme/web:1.0@{}", bad.manifest);
+    let World {
+        registry,
+        host,
+        good,
+        before,
+        repo,
+        bad,
+        bad_ref,
+    } = World::start().await;
     let kube = KubeServer::start().await;
     cannot_pull(&kube, &bad_ref);
     let dir = tempfile::tempdir().unwrap();
@@ -118,13 +154,15 @@ async fn a_pin_the_cluster_cannot_pull_is_reverted_once_and_held_until_the_tag_m
 #[tokio::test(flavor = "multi_thread")]
 async fn a_merged_pull_request_that_fails_gets_one_revert_pull_request_and_a_merged_revert_holds() {
     use crate::run::forge_world;
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    let good = registry.push_image("acme/web", "1.0", "good").await;
-    let before = deployment("web", &format!("{host}/acme/web:1.0@{}", good.manifest));
-    let repo = BareRepo::create(&[("apps/web.yaml", &before)]);
-    let bad = registry.push_image("acme/web", "1.0", "bad").await;
-    let bad_ref = format!("{host}/acme/web:1.0@{}", bad.manifest);
+    let World {
+        registry: _registry,
+        host,
+        good,
+        before,
+        repo,
+        bad,
+        bad_ref,
+    } = World::start().await;
     let token = "ghs_revert";
     let (github, kube, dir, config) = forge_world(
         &repo,
@@ -243,13 +281,15 @@ async fn a_merged_pull_request_that_fails_gets_one_revert_pull_request_and_a_mer
 #[tokio::test(flavor = "multi_thread")]
 async fn the_operator_reverts_a_failed_pin_of_its_object_once_and_announces_it() {
     use crate::operator::{cluster, event_reasons, pinned_repository, spec, Operator};
-    let registry = TestRegistry::start(Mode::Plain).await;
-    let host = registry.host();
-    let good = registry.push_image("acme/web", "1.0", "good").await;
-    let before = deployment("web", &format!("{host}/acme/web:1.0@{}", good.manifest));
-    let repo = BareRepo::create(&[("apps/web.yaml", &before)]);
-    let bad = registry.push_image("acme/web", "1.0", "bad").await;
-    let bad_ref = format!("{host}/acme/web:1.0@{}", bad.manifest);
+    let World {
+        registry: _registry,
+        host,
+        good: _,
+        before,
+        repo,
+        bad: _,
+        bad_ref,
+    } = World::start().await;
     let kube = cluster().await;
     let live = LiveDeployment::new("default", "web").container("app", &bad_ref);
     live.apply(&kube);
