@@ -80,10 +80,13 @@ pub struct Held {
     /// Why: the comment that holds it (`# tagpin: hold …`), or the revert that moved a field
     /// away from this digest.
     pub reason: String,
+    /// The commit that holds it (a revert's), when it is not a comment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
 }
 
 impl Held {
-    fn of(change: Change, reason: String) -> Held {
+    fn of(change: Change, reason: String, commit: Option<String>) -> Held {
         Held {
             file: change.file,
             line: change.line,
@@ -93,6 +96,7 @@ impl Held {
             value: change.old_value,
             would_be: change.new_digest,
             reason,
+            commit,
         }
     }
 }
@@ -238,6 +242,7 @@ pub enum Wanted {
         reference: Reference,
         digest: Digest,
         reason: String,
+        commit: String,
     },
 }
 
@@ -260,8 +265,9 @@ pub fn plan(
         let key = ResolveKey::of(&wanted);
         match resolutions.get(&key) {
             Some(Ok(resolved)) => match follow.held(&wanted, &resolved.digest) {
-                Some(reason) => Wanted::Held {
-                    reason: reason.to_string(),
+                Some(hold) => Wanted::Held {
+                    reason: hold.reason.clone(),
+                    commit: hold.commit.clone(),
                     reference: wanted,
                     digest: resolved.digest.clone(),
                 },
@@ -414,7 +420,7 @@ pub fn plan_by(files: &[ScannedFile], want: impl Fn(&Reference) -> Wanted) -> Pl
                     match hold_comment(&file.source, field.line) {
                         Some(reason) => {
                             plan.summary.held += 1;
-                            plan.held.push(Held::of(*change, reason));
+                            plan.held.push(Held::of(*change, reason, None));
                         }
                         None => {
                             edits.extend(field_edits);
@@ -498,7 +504,8 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
             reference,
             digest,
             reason,
-        } => (reference, digest, Some(reason)),
+            commit,
+        } => (reference, digest, Some((reason, commit))),
         Wanted::DigestOnly => return FieldPlan::DigestOnly,
         Wanted::Leave => return FieldPlan::Current,
         Wanted::Failed(message) => {
@@ -586,7 +593,7 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
         action,
     };
     match held {
-        Some(reason) => FieldPlan::Held(Box::new(Held::of(change, reason))),
+        Some((reason, commit)) => FieldPlan::Held(Box::new(Held::of(change, reason, Some(commit)))),
         None => FieldPlan::Change(Box::new(change), edits),
     }
 }

@@ -255,22 +255,29 @@ pub struct Follow {
 /// spells it), each with why: a revert moved a field away from it, and until the tag points
 /// to another digest no field is pinned to it again.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Holds(BTreeMap<String, BTreeMap<String, String>>);
+pub struct Holds(BTreeMap<String, BTreeMap<String, Hold>>);
+
+/// Why a digest is held, and the commit that holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub reason: String,
+    pub commit: String,
+}
 
 impl Holds {
-    /// Holds `digest` of `repository`, with why.
-    pub fn hold(&mut self, repository: &str, digest: &str, why: String) {
+    /// Holds `digest` of `repository`, with why; the first hold found (the newest) stays.
+    pub fn hold(&mut self, repository: &str, digest: &str, hold: Hold) {
         self.0
             .entry(repository.to_string())
             .or_default()
             .entry(digest.to_string())
-            .or_insert(why);
+            .or_insert(hold);
     }
 
     /// Why `digest` is held for `reference`'s repository, if it is.
-    pub fn why(&self, reference: &Reference, digest: &crate::reference::Digest) -> Option<&str> {
+    pub fn why(&self, reference: &Reference, digest: &crate::reference::Digest) -> Option<&Hold> {
         let digests = self.0.get(&reference.canonical_name())?;
-        digests.get(&digest.to_string()).map(String::as_str)
+        digests.get(&digest.to_string())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -280,7 +287,7 @@ impl Holds {
 
 impl Follow {
     /// Why `digest` is held for `reference`, if it is ([`Holds`]).
-    pub fn held(&self, reference: &Reference, digest: &crate::reference::Digest) -> Option<&str> {
+    pub fn held(&self, reference: &Reference, digest: &crate::reference::Digest) -> Option<&Hold> {
         self.held.why(reference, digest)
     }
 

@@ -21,7 +21,7 @@ use crate::forge::{body, Forge};
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::{self, ImageField, Origin};
 use crate::plan::{Action, Change};
-use crate::policy::Holds;
+use crate::policy::{Hold, Holds};
 use crate::proposal::PlanBlock;
 use crate::reference::{Digest, Reference};
 use crate::verify::verdict::State;
@@ -220,10 +220,14 @@ pub fn holds(messages: &[(String, String)]) -> Holds {
                 continue;
             }
             let short = &commit[..commit.len().min(12)];
+            let reason = format!("revert {short} moved this image away from {digest}; it is pinned again once its tag points to another digest");
             holds.hold(
                 repository,
                 digest,
-                format!("revert {short} moved this image away from {digest}; it is pinned again once its tag points to another digest"),
+                Hold {
+                    reason,
+                    commit: commit.clone(),
+                },
             );
         }
     }
@@ -318,10 +322,14 @@ fn person_reverts(
                     .any(|(k, from, to)| *k == key && *from == back_to && *to == back_from)
                 {
                     let short = &commit.to_string()[..12];
+                    let reason = format!("commit {short} moved {} back from {back_from} to {back_to} by hand; it is pinned again once its tag points to another digest", file.display());
                     holds.hold(
                         &repository,
                         &back_from.to_string(),
-                        format!("commit {short} moved {} back from {back_from} to {back_to} by hand; it is pinned again once its tag points to another digest", file.display()),
+                        Hold {
+                            reason,
+                            commit: commit.to_string(),
+                        },
                     );
                     break;
                 }
@@ -693,11 +701,13 @@ mod tests {
         ];
         let holds = holds(&messages);
         let web = Reference::parse("ghcr.io/acme/web:1").unwrap();
-        let why = holds.why(&web, &Digest::parse(D1).unwrap()).unwrap();
+        let hold = holds.why(&web, &Digest::parse(D1).unwrap()).unwrap();
         assert!(
-            why.starts_with("revert abcdef012345 moved this image away from"),
-            "{why}"
+            hold.reason
+                .starts_with("revert abcdef012345 moved this image away from"),
+            "{hold:?}"
         );
+        assert_eq!(hold.commit, "abcdef0123456789");
         assert_eq!(
             holds.why(&web, &Digest::parse(D0).unwrap()),
             None,

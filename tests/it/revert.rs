@@ -132,6 +132,22 @@ async fn a_pin_the_cluster_cannot_pull_is_reverted_once_and_held_until_the_tag_m
     })
     .await;
     assert_eq!(repo.log("main").len(), base + 2, "{:?}", repo.log("main"));
+    // What a pass would do says why, naming the revert.
+    let dry = std::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+        .args(["sync", "--dry-run", "--output", "json", "--config"])
+        .arg(&config)
+        .arg("--cache-dir")
+        .arg(dir.path().join("dry-run"))
+        .env("HOME", dir.path())
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&dry.stdout).unwrap();
+    let held = &value["held"][0];
+    assert_eq!(held["commit"], revert.as_str(), "{value:#}");
+    assert_eq!(held["would_be"], bad.manifest.to_string());
+    assert_eq!(held["line"], 10);
 
     // The tag moves on: the new digest is pinned as any other.
     let fixed = registry.push_image("acme/web", "1.0", "fixed").await;
