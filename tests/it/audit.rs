@@ -1,18 +1,18 @@
 //! `tagpin audit`, the real binary, against the local Kubernetes API server (through a
 //! kubeconfig), a real bare Git repository, and, where a digest must be one the registry knows
-//! (a tag that moved, a multi-arch index), the real registry.
+//! (a tag that moved, a multi-arch index), the real registry; and its metric in `tagpin run`.
 
 use crate::support;
 
 use std::path::PathBuf;
-use std::process::Output;
+use std::process::{Output, Stdio};
 
 use serde_json::{json, Value};
 use support::git::BareRepo;
 use support::kube::KubeServer;
 use support::manifests::{deployment_in, deployment_with_replicas};
 use support::output_text as text;
-use support::registry::{IndexKind, Mode, TestRegistry};
+use support::registry::{free_port, IndexKind, Mode, TestRegistry};
 use support::workloads::LiveDeployment;
 
 const A: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -505,4 +505,95 @@ async fn a_stage_is_audited_with_its_paths_on_its_own_cluster() {
         json!(["prod-node"])
     );
     prod.assert_no_writes();
+}
+
+/// `tagpin run` sets `tagpin_audit_workloads` after a verification round: the drifted `api`,
+/// the clean `web` and the hand-installed `backup` are counted under their findings, each
+/// finding's series present.
+#[tokio::test]
+async fn the_controller_sets_the_audit_gauge_after_verifying() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    // Pinned to what the tags point to now, so the controller's pass has nothing to pin.
+    let web = registry.push_image("acme/web", "1", "web").await;
+    let api = registry.push_image("acme/api", "1", "api").await;
+    let web_pin = format!("{host}/acme/web:1@{}", web.manifest);
+    let api_pin = format!("{host}/acme/api:1@{}", api.manifest);
+    let w = World::new(
+        &[
+            (
+                "apps/web.yaml",
+                &deployment_with_replicas("web", &web_pin, 1),
+            ),
+            (
+                "apps/api.yaml",
+                &deployment_with_replicas("api", &api_pin, 1),
+            ),
+        ],
+        &host,
+    )
+    .await;
+    let live_web = live("shop", "web", &web_pin, 1);
+    live_web.apply(&w.kube);
+    live_web
+        .pod("web-1")
+        .running(&w.kube, &[id(&format!("{host}/acme/web"), &web.manifest)]);
+    let set = format!("{host}/acme/api:1@{A}");
+    let live_api = live("shop", "api", &set, 1);
+    live_api.apply(&w.kube);
+    live_api
+        .pod("api-1")
+        .running(&w.kube, &[id(&format!("{host}/acme/api"), A)]);
+    live("shop", "backup", "ghcr.io/acme/backup:2", 1).apply(&w.kube);
+
+    let port = free_port();
+    let kubeconfig = w.kube.kubeconfig(w.dir.path());
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+        .args(["run", "--interval", "1h", "--verify-interval", "1s"])
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--config")
+        .arg(w.config())
+        .arg("--cache-dir")
+        .arg(w.dir.path().join("cache"))
+        .env("HOME", w.dir.path())
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "tagpin=info")
+        .env_remove("DOCKER_CONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start tagpin run");
+    let tip = w.repo.head("main");
+    let http = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let expected = [
+        "tagpin_audit_workloads{finding=\"pinned\"} 2",
+        "tagpin_audit_workloads{finding=\"drift\"} 1",
+        "tagpin_audit_workloads{finding=\"not-in-git\"} 1",
+        "tagpin_audit_workloads{finding=\"mixed\"} 0",
+        "tagpin_audit_workloads{finding=\"tag-only\"} 0",
+    ];
+    let last = std::sync::Mutex::new(String::new());
+    let counted = support::eventually_async_or("the audit gauge", || async {
+        let Ok(answer) = http.get(url.as_str()).send().await else {
+            return false;
+        };
+        let page = answer.text().await.unwrap_or_default();
+        let all = expected.iter().all(|e| page.contains(e));
+        *last.lock().unwrap() = page;
+        all
+    })
+    .await;
+    let output = support::terminate(child, "tagpin run").await;
+    assert!(
+        counted,
+        "{}\n{}",
+        last.lock().unwrap(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(w.repo.head("main"), tip, "nothing to pin: no commit");
+    w.kube.assert_no_writes();
 }
