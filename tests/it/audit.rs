@@ -292,6 +292,24 @@ async fn a_workload_running_what_git_pins_alone_is_clean_and_exits_0() {
             "TEMPLATE",
         )
     );
+    // One list per kind and one of the pods, in the one namespace: nothing else is asked.
+    let mut asked: Vec<String> = w
+        .kube
+        .requests()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    asked.sort();
+    assert_eq!(
+        asked,
+        [
+            "GET /api/v1/namespaces/shop/pods",
+            "GET /apis/apps/v1/namespaces/shop/daemonsets",
+            "GET /apis/apps/v1/namespaces/shop/deployments",
+            "GET /apis/apps/v1/namespaces/shop/statefulsets",
+            "GET /apis/batch/v1/namespaces/shop/cronjobs",
+        ]
+    );
     let report = json_of(&w.audit(&["--output", "json"]).await);
     assert_eq!(report["state"], "clean");
     assert_eq!(report["summary"]["pinned"], 1);
@@ -371,6 +389,58 @@ async fn namespace_narrows_the_audit_and_what_git_does_not_name_fails_nothing() 
         "{}",
         text(&out)
     );
+}
+
+/// A workload Git names that the cluster does not have is reported as missing and fails
+/// nothing (`verify` fails it); a list tagpin may not read makes the audit incomplete: exit 1,
+/// naming the list.
+#[tokio::test]
+async fn a_missing_workload_is_reported_and_a_refused_list_fails_the_audit() {
+    let db = format!("ghcr.io/acme/db:5@{C}");
+    let w = World::new(
+        &[
+            ("apps/db.yaml", &deployment_with_replicas("db", &db, 1)),
+            (
+                "apps/gone.yaml",
+                &deployment_with_replicas("gone", "ghcr.io/acme/gone:1", 1),
+            ),
+        ],
+        "127.0.0.1:1",
+    )
+    .await;
+    let live_db = live("shop", "db", &db, 1);
+    live_db.apply(&w.kube);
+    live_db
+        .pod("db-1")
+        .running(&w.kube, &[id("ghcr.io/acme/db", C)]);
+
+    let out = w.audit(&["--output", "json"]).await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report = json_of(&out);
+    let gone = &report["containers"][1];
+    assert_eq!(gone["workload"], "shop/Deployment/gone");
+    assert_eq!(gone["findings"], json!(["missing"]));
+    assert_eq!(gone["git"], "ghcr.io/acme/gone:1");
+    assert_eq!(gone["template"], Value::Null);
+    assert_eq!(gone["running"], json!([]));
+
+    w.kube.deny("list", "statefulsets", Some("shop"));
+    let out = w.audit(&["--output", "json"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let report = json_of(&out);
+    assert_eq!(report["state"], "attention");
+    let unread = report["unread"].as_array().unwrap();
+    assert_eq!(unread.len(), 1, "{report:#}");
+    assert!(
+        unread[0]
+            .as_str()
+            .unwrap()
+            .ends_with("list StatefulSet in namespace shop: 403 Forbidden"),
+        "{report:#}"
+    );
+    // What could be read is still reported.
+    assert_eq!(report["containers"][0]["findings"], json!(["pinned"]));
 }
 
 /// One multi-arch image runs as different digests on nodes of different architectures when
