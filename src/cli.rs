@@ -120,10 +120,11 @@ pub enum Command {
     ///
     /// Exit 0 converged, 1 failed, 3 still progressing (at the timeout, with --wait).
     Verify(VerifyArgs),
-    /// Report what runs against what Git says: per workload and container of the namespaces
-    /// the configuration deploys to, whether Git pins it by digest, whether the live template
-    /// drifted, which digests its pods run and on which nodes, and whether pods of one image
-    /// reference run different digests.
+    /// Report what runs against what Git says, per workload and container.
+    ///
+    /// For every workload of the namespaces the configuration deploys to: whether Git pins it
+    /// by digest, whether the live template drifted from Git, which digests its pods run and on
+    /// which nodes, and whether pods of one image reference run different digests.
     ///
     /// Exit 0 clean, 1 drift, mixed digests, or something that could not be read.
     Audit(AuditArgs),
