@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, Config, DurationError};
+use crate::config::{self, Config, DurationError, Stage};
 use crate::forge::Forge;
 use crate::manifest::walk::FileFilter;
 use crate::pass;
@@ -120,6 +120,14 @@ pub enum Command {
     ///
     /// Exit 0 converged, 1 failed, 3 still progressing (at the timeout, with --wait).
     Verify(VerifyArgs),
+    /// Report what runs against what Git says, per workload and container.
+    ///
+    /// For every workload of the namespaces the configuration deploys to: whether Git pins it
+    /// by digest, whether the live template drifted from Git, which digests its pods run and on
+    /// which nodes, and whether pods of one image reference run different digests.
+    ///
+    /// Exit 0 clean, 1 drift, mixed digests, or something that could not be read.
+    Audit(AuditArgs),
     /// Carry the digests that converged in the previous stage to this one, by pull request.
     ///
     /// Exit 0 promoted (or nothing to promote), 1 the source failed, 3 the source is still
@@ -174,6 +182,26 @@ pub struct VerifyArgs {
     #[arg(long, value_name = "STAGE")]
     pub stage: Option<String>,
     /// Where the Git mirror is kept (for --commit and --branch).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// The configuration file.
+    #[arg(long, short, value_name = "FILE", default_value = "tagpin.yaml")]
+    pub config: PathBuf,
+    /// Audit only this namespace (one the configuration deploys to).
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Audit this stage of promotion.stages: its paths, on its cluster.
+    #[arg(long, value_name = "STAGE")]
+    pub stage: Option<String>,
+    /// The kubeconfig context [default: the stage's cluster, else verify.context, else the
+    /// first stage's cluster, else the current one, else in-cluster].
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Where the Git mirror is kept.
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
 }
@@ -394,6 +422,8 @@ pub enum CliError {
     #[error(transparent)]
     Cluster(#[from] crate::verify::live::LiveError),
     #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
+    #[error(transparent)]
     Forge(#[from] crate::forge::ForgeError),
     #[error(transparent)]
     Git(#[from] crate::git::GitError),
@@ -525,6 +555,9 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
         Command::Verify(args) => verify(&cli.registry, &cli.cluster, &args)
             .await
             .map(Report::Verify),
+        Command::Audit(args) => audit(&cli.registry, &cli.cluster, &args)
+            .await
+            .map(Report::Audit),
         Command::Promote(args) => promote(&cli.registry, &cli.cluster, &args)
             .await
             .map(Report::Promote),
@@ -746,20 +779,7 @@ async fn verify(
             })
         }
     };
-    let mut stage = match &args.stage {
-        Some(name) => Some(
-            config
-                .promotion
-                .as_ref()
-                .and_then(|p| p.stage(name))
-                .cloned()
-                .ok_or_else(|| CliError::Flag {
-                    flag: "--stage",
-                    message: format!("{name}: no such stage in promotion.stages"),
-                })?,
-        ),
-        None => None,
-    };
+    let mut stage = stage_named(&config, args.stage.as_deref())?;
     // A promotion pull request is verified against the stage it promotes into.
     let mut pr = None;
     if let (Source::PullRequest(number), Some(forge)) = (source.clone(), &forge) {
@@ -777,14 +797,7 @@ async fn verify(
     }
     let expectations =
         crate::verify::expectations(&source, &config, &mirror, forge.as_ref()).await?;
-    // --context, else the stage's own cluster, else verify.context, else the first stage's.
-    let cluster = match (&args.context, stage, &config.verify.context, first) {
-        (Some(context), ..) => Cluster::connect(Some(context), api_timeout).await?,
-        (None, Some(stage), ..) => crate::promote::connect(&stage, api_timeout).await?,
-        (None, None, Some(context), _) => Cluster::connect(Some(context), api_timeout).await?,
-        (None, None, None, Some(first)) => crate::promote::connect(&first, api_timeout).await?,
-        (None, None, None, None) => Cluster::connect(None, api_timeout).await?,
-    };
+    let cluster = connect(args.context.as_deref(), stage, &config, first, api_timeout).await?;
     if let Some(forge) = &forge {
         crate::verify::publish_pending(forge, &expectations).await;
     }
@@ -798,7 +811,59 @@ async fn verify(
     })
 }
 
-/// The Git mirror of the configured repository, for `verify` and `promote`.
+/// The stage `--stage` names, if given; an error naming the flag when there is no such stage.
+fn stage_named(config: &Config, name: Option<&str>) -> Result<Option<Stage>, CliError> {
+    let Some(name) = name else {
+        return Ok(None);
+    };
+    match config.promotion.as_ref().and_then(|p| p.stage(name)) {
+        Some(stage) => Ok(Some(stage.clone())),
+        None => Err(CliError::Flag {
+            flag: "--stage",
+            message: format!("{name}: no such stage in promotion.stages"),
+        }),
+    }
+}
+
+/// The cluster `verify` and `audit` read: `--context`, else the stage's own cluster, else
+/// `verify.context`, else the first stage's, else kube's default.
+async fn connect(
+    context: Option<&str>,
+    stage: Option<Stage>,
+    config: &Config,
+    first: Option<Stage>,
+    timeout: Duration,
+) -> Result<Cluster, CliError> {
+    Ok(match (context, stage, &config.verify.context, first) {
+        (Some(context), ..) => Cluster::connect(Some(context), timeout).await?,
+        (None, Some(stage), ..) => crate::promote::connect(&stage, timeout).await?,
+        (None, None, Some(context), _) => Cluster::connect(Some(context), timeout).await?,
+        (None, None, None, Some(first)) => crate::promote::connect(&first, timeout).await?,
+        (None, None, None, None) => Cluster::connect(None, timeout).await?,
+    })
+}
+
+/// `tagpin audit`: the target branch's tip (a stage's paths with `--stage`) against what runs.
+async fn audit(
+    registry: &RegistryArgs,
+    cluster_args: &ClusterArgs,
+    args: &AuditArgs,
+) -> Result<crate::audit::AuditReport, CliError> {
+    let mut config = Config::load(&args.config)?;
+    let api_timeout = cluster_args.timeout()?;
+    let client = build_client(registry, Some(&config.registries))?;
+    let mirror = open_mirror(&config, args.cache_dir.as_deref())?;
+    let stage = stage_named(&config, args.stage.as_deref())?;
+    let first = config.promotion.as_ref().map(|p| p.stages[0].clone());
+    if let Some(stage) = &stage {
+        config = crate::promote::stage_config(&config, stage);
+    }
+    let cluster = connect(args.context.as_deref(), stage, &config, first, api_timeout).await?;
+    let namespace = args.namespace.as_deref();
+    Ok(crate::audit::of_branch(&config, &mirror, &cluster, &client, namespace).await?)
+}
+
+/// The Git mirror of the configured repository, for `verify`, `audit` and `promote`.
 fn open_mirror(config: &Config, cache_dir: Option<&Path>) -> Result<crate::git::Mirror, CliError> {
     let cache_dir = cache_dir_for(config, cache_dir)?;
     let credentials = crate::sync::git_credentials(&config.repository.auth)?;

@@ -15,6 +15,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::verify::judge::audit::Finding;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PassLabels {
     /// `ok`, `partial` (some images failed) or `error` (the pass could not run).
@@ -82,6 +84,14 @@ pub struct LeaseLabels {
     pub lease: String,
 }
 
+/// What an audit found ([`crate::verify::judge::audit::Finding`]): seven words, never a
+/// workload or an image.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FindingLabels {
+    /// `pinned`, `tag-only`, `not-in-git`, `missing`, `unread`, `drift` or `mixed`.
+    pub finding: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     /// What failed, as a fixed word (`forge`, `git`, `kubernetes`, `configuration`,
@@ -125,6 +135,10 @@ pub struct Metrics {
     /// others of the round go on.
     pub verification_errors: Family<ErrorLabels, Counter>,
     pub promotions: Family<PromotionLabels, Counter>,
+    /// Workloads of the namespaces the configuration deploys to, by what the last audit of the
+    /// target branch's tip found (`tagpin run`, after each verification round); a workload
+    /// counts once under each finding any of its containers has.
+    pub audit_workloads: Family<FindingLabels, Gauge>,
     /// Unix time of the last pass that ran without failures; `time() - this` is the age.
     pub last_success: Gauge<i64, AtomicI64>,
     /// Registry clients kept (the operator keeps one per distinct registry settings and
@@ -165,6 +179,7 @@ impl Metrics {
         let verdicts = Family::<VerdictLabels, Counter>::default();
         let verification_errors = Family::<ErrorLabels, Counter>::default();
         let promotions = Family::<PromotionLabels, Counter>::default();
+        let audit_workloads = Family::<FindingLabels, Gauge>::default();
         let last_success = Gauge::<i64, AtomicI64>::default();
         let registry_clients = Gauge::default();
         let object_reconciled = Family::<ObjectLabels, Gauge<i64, AtomicI64>>::default();
@@ -224,6 +239,13 @@ impl Metrics {
             promotions.clone(),
         );
         registry.register(
+            "audit_workloads",
+            "Workloads of the namespaces the configuration deploys to, by what the last audit \
+             found (pinned, tag-only, not-in-git, missing, unread, drift, mixed); a workload \
+             counts once under each finding of any of its containers",
+            audit_workloads.clone(),
+        );
+        registry.register(
             "last_success_timestamp_seconds",
             "Unix time of the last pass without failures",
             last_success.clone(),
@@ -263,6 +285,7 @@ impl Metrics {
             verdicts,
             verification_errors,
             promotions,
+            audit_workloads,
             last_success,
             registry_clients,
             object_reconciled,
@@ -313,6 +336,19 @@ impl Metrics {
                     gate: gate.to_string(),
                 });
             }
+        }
+    }
+
+    /// Sets every finding's series of `tagpin_audit_workloads` to what the audit counted (zero
+    /// for a finding it did not make), so a series never keeps an older audit's count.
+    pub fn set_audit(&self, counts: &BTreeMap<Finding, usize>) {
+        for finding in Finding::ALL {
+            let n = counts.get(&finding).copied().unwrap_or(0);
+            self.audit_workloads
+                .get_or_create(&FindingLabels {
+                    finding: finding.as_str().to_string(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 
@@ -402,6 +438,36 @@ pub fn inc<L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_audit_sets_every_finding_and_forgets_the_last_counts() {
+        let metrics = Metrics::new();
+        metrics.set_audit(&BTreeMap::from([(Finding::Mixed, 2), (Finding::Pinned, 5)]));
+        let text = metrics.encode();
+        assert!(
+            text.contains("tagpin_audit_workloads{finding=\"mixed\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tagpin_audit_workloads{finding=\"tag-only\"} 0"),
+            "{text}"
+        );
+        metrics.set_audit(&BTreeMap::from([(Finding::Pinned, 7)]));
+        let text = metrics.encode();
+        assert!(
+            text.contains("tagpin_audit_workloads{finding=\"mixed\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tagpin_audit_workloads{finding=\"pinned\"} 7"),
+            "{text}"
+        );
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("tagpin_audit_workloads{"))
+            .count();
+        assert_eq!(series, Finding::ALL.len());
+    }
 
     #[test]
     fn registry_hosts_past_the_bound_are_counted_together() {

@@ -17,7 +17,10 @@
 //! commit status and the code agree; a configured path the commit does not hold is a
 //! configuration error (2). With `--output json`, an error that stops a command (2) is also a
 //! document on stdout: `{"state": "error", "error": "…"}`.
-//! `promote` exits 1 when the source stage Failed or a manifest could not be read.
+//! `promote` exits 1 when the source stage Failed or a manifest could not be read. `audit` exits
+//! 1 when a live template drifted from Git, pods of one image reference run different digests,
+//! or a list or a manifest could not be read; what is only tag-only, missing or not in Git is
+//! reported and exits 0.
 
 use std::fmt::Display;
 use std::io::Write;
@@ -92,6 +95,7 @@ pub(crate) fn render(report: &Report, format: OutputFormat) -> Printed {
         Report::Pin(pass, written) => render_pin(pass, written, format, &mut out),
         Report::Sync(r) => render_sync(r, format, &mut out),
         Report::Verify(r) => render_verify(r, format, &mut out),
+        Report::Audit(r) => render_audit(r, format, &mut out),
         Report::Promote(r) => render_promote(r, format, &mut out),
         Report::Stopped => Exit::Ok,
         // A document meant for `kubectl apply -f -`: the same bytes in either format.
@@ -158,6 +162,7 @@ pub(crate) enum Report {
     Pin(Pass, Vec<pass::WriteOutcome>),
     Sync(SyncReport),
     Verify(VerifyReport),
+    Audit(crate::audit::AuditReport),
     Promote(crate::promote::PromoteReport),
     Stopped,
     /// YAML printed as it is (`tagpin crd`).
@@ -496,6 +501,208 @@ fn render_verify(report: &VerifyReport, format: OutputFormat, out: &mut Printed)
     }
 }
 
+/// `audit`: a headline, one table line per workload and container, then what the lines do not
+/// hold (what drifted and how, the references running several digests, what was not audited
+/// or read); or one JSON document.
+fn render_audit(
+    report: &crate::audit::AuditReport,
+    format: OutputFormat,
+    out: &mut Printed,
+) -> Exit {
+    for skipped in &report.skipped {
+        out.skipped(skipped);
+    }
+    for failure in &report.failures {
+        out.error(failure);
+    }
+    let state = match report.clean() {
+        true => "clean",
+        false => "attention",
+    };
+    let audit = &report.audit;
+    let counts = audit.workloads_with();
+    match format {
+        OutputFormat::Json => {
+            let mut summary = serde_json::Map::new();
+            summary.insert("workloads".into(), json!(audit.workloads()));
+            for (finding, n) in &counts {
+                summary.insert(finding.as_str().into(), json!(n));
+            }
+            out.json(&json!({
+                "state": state,
+                "branch": report.branch,
+                "commit": report.commit,
+                "namespaces": report.namespaces,
+                "summary": summary,
+                "containers": audit.rows,
+                "mixed": audit.mixed,
+                "not_audited": audit.not_audited,
+                "unread": audit.unread,
+                "failures": report.failures,
+                "skipped": report.skipped,
+            }))
+        }
+        OutputFormat::Human => out.text(&audit_text(report, state, &counts)),
+    }
+    match report.clean() {
+        true => Exit::Ok,
+        false => Exit::Attention,
+    }
+}
+
+fn audit_text(
+    report: &crate::audit::AuditReport,
+    state: &str,
+    counts: &std::collections::BTreeMap<crate::verify::judge::audit::Finding, usize>,
+) -> String {
+    let audit = &report.audit;
+    let found: Vec<String> = counts
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(finding, n)| format!("{n} {finding}"))
+        .collect();
+    let namespaces = match report.namespaces.is_empty() {
+        true => "no namespace".to_string(),
+        false => report.namespaces.join(", "),
+    };
+    let mut text = format!(
+        "{state}: {} workload(s) in {namespaces} at {} {}{}\n",
+        audit.workloads(),
+        report.branch,
+        &report.commit[..report.commit.len().min(12)],
+        match found.is_empty() {
+            true => String::new(),
+            false => format!(": {}", found.join(", ")),
+        }
+    );
+    let mut table = vec![[
+        "WORKLOAD".to_string(),
+        "CONTAINER".to_string(),
+        "FINDING".to_string(),
+        "GIT".to_string(),
+        "TEMPLATE".to_string(),
+        "RUNNING".to_string(),
+    ]];
+    for row in &audit.rows {
+        let findings: Vec<&str> = row.findings.iter().map(|f| f.as_str()).collect();
+        table.push([
+            row.workload.to_string(),
+            row.container.clone(),
+            findings.join(","),
+            row.git.as_deref().map_or("-".into(), short_reference),
+            row.template.as_deref().map_or("-".into(), short_reference),
+            running_cell(&row.running),
+        ]);
+    }
+    if !audit.rows.is_empty() {
+        text.push_str(&columns(&table));
+    }
+    for row in &audit.rows {
+        if let Some(drift) = &row.drift {
+            let (w, c) = (&row.workload, &row.container);
+            text.push_str(&format!("drift: {w} {c}: {drift}\n"));
+        }
+        if let Some(note) = &row.note {
+            let (w, c) = (&row.workload, &row.container);
+            text.push_str(&format!("note: {w} {c}: {note}\n"));
+        }
+    }
+    for mixed in &audit.mixed {
+        let digests: Vec<String> = mixed
+            .digests
+            .iter()
+            .map(|d| pods_on(&short_digest(&d.digest), d.pods, &d.nodes))
+            .collect();
+        text.push_str(&format!(
+            "mixed: {} runs {}\n",
+            mixed.image,
+            digests.join("; ")
+        ));
+    }
+    for n in &audit.not_audited {
+        text.push_str(&format!(
+            "not audited: {} {}: {}\n",
+            n.workload, n.image, n.reason
+        ));
+    }
+    for unread in &audit.unread {
+        text.push_str(&format!("unread: {unread}\n"));
+    }
+    text
+}
+
+/// `sha256:0f152bc1261a: 2 pods on node-a, node-b`.
+fn pods_on(digest: &str, pods: usize, nodes: &[String]) -> String {
+    let pods = match pods {
+        1 => "1 pod".to_string(),
+        n => format!("{n} pods"),
+    };
+    match nodes.is_empty() {
+        true => format!("{digest}: {pods}"),
+        false => format!("{digest}: {pods} on {}", nodes.join(", ")),
+    }
+}
+
+/// What a row's pods run, in one cell.
+fn running_cell(running: &[crate::verify::judge::audit::Running]) -> String {
+    if running.is_empty() {
+        return "-".into();
+    }
+    let parts: Vec<String> = running
+        .iter()
+        .map(|r| {
+            let digest = match &r.stands_for {
+                Some(image) => format!("{} (of {})", short_digest(&r.digest), short_digest(image)),
+                None => short_digest(&r.digest),
+            };
+            pods_on(&digest, r.pods.len(), &r.nodes)
+        })
+        .collect();
+    parts.join("; ")
+}
+
+/// `ghcr.io/acme/web:1@sha256:0f152bc1261a`: a reference with its digest cut for a table.
+fn short_reference(image: &str) -> String {
+    match image.rsplit_once('@') {
+        Some((name, digest)) => format!("{name}@{}", short_digest(digest)),
+        None => image.to_string(),
+    }
+}
+
+/// `sha256:0f152bc1261a`: enough to tell digests apart in a table.
+fn short_digest(digest: &str) -> String {
+    match digest.split_once(':') {
+        Some((algorithm, hex)) => format!("{algorithm}:{}", &hex[..hex.len().min(12)]),
+        None => digest.to_string(),
+    }
+}
+
+/// Left-aligned columns two spaces apart; the last one is not padded.
+fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut text = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == N {
+                line.push_str(cell);
+            } else {
+                let pad = widths[i] - cell.chars().count();
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    text
+}
+
 fn render_sync(report: &SyncReport, format: OutputFormat, out: &mut Printed) -> Exit {
     for skipped in &report.skipped {
         out.skipped(skipped);
@@ -623,6 +830,82 @@ mod tests {
                 human.stdout
             );
         }
+    }
+
+    fn audit_report(rows: Vec<crate::verify::judge::audit::Row>) -> Report {
+        Report::Audit(crate::audit::AuditReport {
+            branch: "main".into(),
+            commit: "0123456789abcdef0123".into(),
+            namespaces: vec!["shop".into()],
+            audit: crate::verify::judge::audit::Audit {
+                rows,
+                ..Default::default()
+            },
+            failures: Vec::new(),
+            skipped: Vec::new(),
+        })
+    }
+
+    fn audit_row(
+        workload: &str,
+        findings: &[crate::verify::judge::audit::Finding],
+    ) -> crate::verify::judge::audit::Row {
+        crate::verify::judge::audit::Row {
+            workload: workload.parse().unwrap(),
+            container: "app".into(),
+            findings: findings.to_vec(),
+            git: Some("web:1".into()),
+            template: Some("web:1".into()),
+            drift: None,
+            running: vec![crate::verify::judge::audit::Running {
+                digest: format!("sha256:{}", "ab".repeat(32)),
+                stands_for: None,
+                image: "web:1".into(),
+                pods: vec!["web-1".into(), "web-2".into()],
+                nodes: vec!["node-a".into()],
+            }],
+            note: None,
+        }
+    }
+
+    #[test]
+    fn an_audit_exits_1_on_drift_mixed_or_an_unreadable_manifest_and_0_otherwise() {
+        use crate::verify::judge::audit::Finding;
+        let clean = audit_report(vec![
+            audit_row("shop/Deployment/web", &[Finding::TagOnly]),
+            audit_row("shop/Deployment/other", &[Finding::NotInGit]),
+            audit_row("shop/Deployment/gone", &[Finding::Missing]),
+        ]);
+        let printed = render(&clean, OutputFormat::Human);
+        assert_eq!(printed.exit, Exit::Ok);
+        assert_eq!(
+            printed.stdout,
+            "clean: 3 workload(s) in shop at main 0123456789ab: 1 tag-only, 1 not-in-git, 1 missing\n\
+             WORKLOAD               CONTAINER  FINDING     GIT    TEMPLATE  RUNNING\n\
+             shop/Deployment/web    app        tag-only    web:1  web:1     sha256:abababababab: 2 pods on node-a\n\
+             shop/Deployment/other  app        not-in-git  web:1  web:1     sha256:abababababab: 2 pods on node-a\n\
+             shop/Deployment/gone   app        missing     web:1  web:1     sha256:abababababab: 2 pods on node-a\n"
+        );
+        for failing in [Finding::Drift, Finding::Mixed, Finding::Unread] {
+            let report = audit_report(vec![audit_row(
+                "shop/Deployment/web",
+                &[Finding::Pinned, failing],
+            )]);
+            let json = render(&report, OutputFormat::Json);
+            assert_eq!(json.exit, Exit::Attention, "{failing}");
+            let document = json_of(&json);
+            assert_eq!(document["state"], "attention");
+            assert_eq!(document["summary"][failing.as_str()], 1);
+            assert_eq!(document["summary"]["workloads"], 1);
+            assert_eq!(document["containers"][0]["findings"][1], failing.as_str());
+        }
+        let Report::Audit(mut broken) = clean else {
+            unreachable!()
+        };
+        broken.failures = vec!["apps/web.yaml:3:1: invalid YAML".into()];
+        let printed = render(&Report::Audit(broken), OutputFormat::Json);
+        assert_eq!(printed.exit, Exit::Attention);
+        assert_eq!(printed.errors, vec!["apps/web.yaml:3:1: invalid YAML"]);
     }
 
     #[test]

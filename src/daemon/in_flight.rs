@@ -22,6 +22,7 @@ impl InFlight<'_> {
     pub(crate) async fn verify(&self, families: &mut Families, metrics: &Metrics) {
         let config = self.round.config;
         let tip = inflight::tip(self.round.mirror, &config.repository.branch, None);
+        let tip_commit = tip.as_ref().and_then(|t| git2::Oid::from_str(&t.sha).ok());
         let report = self
             .round
             .run(&self.memory, tip, (self.clock)(), families)
@@ -67,6 +68,30 @@ impl InFlight<'_> {
                 },
             );
             tracing::info!("{label}: {}", check.summary);
+        }
+        self.audit(tip_commit, families, metrics).await;
+    }
+
+    /// Audits the tip on the cluster sync's pins are verified on, and sets
+    /// `tagpin_audit_workloads`. An audit that cannot be made leaves the gauge as it was (the
+    /// warning says why).
+    async fn audit(&self, tip: Option<git2::Oid>, families: &mut Families, metrics: &Metrics) {
+        let (Some(cluster), Some(tip)) = (self.round.cluster, tip) else {
+            return;
+        };
+        let round = &self.round;
+        let clients = (cluster, round.registry);
+        match crate::audit::at(tip, round.config, round.mirror, clients, families, None).await {
+            Ok(report) => {
+                metrics.set_audit(&report.audit.workloads_with());
+                if !report.clean() {
+                    tracing::info!(
+                        "audit of {}: drift, mixed digests or something unread (tagpin audit says which)",
+                        report.branch
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("cannot audit {}: {e}", round.config.repository.branch),
         }
     }
 }

@@ -183,7 +183,8 @@ pub fn expectations_at(
     Ok(expectations)
 }
 
-fn name_mapping(config: &Config) -> NameMapping {
+/// How manifest names become live names, as the configuration's `verify:` section says.
+pub fn name_mapping(config: &Config) -> NameMapping {
     NameMapping {
         default_namespace: config.verify.default_namespace.clone(),
         name_prefix: config.verify.name_prefix.clone(),
@@ -191,17 +192,29 @@ fn name_mapping(config: &Config) -> NameMapping {
     }
 }
 
-/// Expectations from the manifests of a commit, through the same pipeline `plan` and `sync`
-/// use, so all three agree on files, skips and errors. The root kustomizations under the
-/// configured paths are also rendered from the commit's tree (their bases elsewhere in the
-/// repository included), so their workloads are looked for where the GitOps tool deploys them;
-/// what a render could not follow is added to the skips, which `plan` and `sync` do not render.
-fn from_tree(
+/// The manifests of a commit as `verify` and `audit` read them: scanned through the same
+/// pipeline `plan` and `sync` use (so all agree on files, skips and errors), with the root
+/// kustomizations under the configured paths rendered from the commit's tree (their bases
+/// elsewhere in the repository included).
+pub struct TreeRead {
+    pub files: Vec<crate::plan::ScannedFile>,
+    pub renders: Vec<render::Render>,
+    /// What was skipped, what a render could not follow included (`plan` and `sync` do not
+    /// render), sorted.
+    pub skipped: Vec<pipeline::Skipped>,
+    /// The files that could not be read, each naming its file.
+    pub failures: Vec<String>,
+    /// The configuration's `images.manage`/`images.ignore`.
+    pub selection: ImageSelection,
+}
+
+/// Reads the configured paths of `commit` (see [`TreeRead`]); a configured path the commit
+/// does not hold is an error naming it.
+pub fn read_tree(
     mirror: &Mirror,
     commit: git2::Oid,
     config: &Config,
-    mapping: &NameMapping,
-) -> Result<Expectations, VerifyError> {
+) -> Result<TreeRead, VerifyError> {
     let filter = FileFilter::with_default_include(&config.include_globs(), &config.exclude)?;
     let selection = ImageSelection::for_config(config)?;
     if let Some(path) = mirror.missing_paths(commit, &config.paths)?.first() {
@@ -224,8 +237,6 @@ fn from_tree(
             .unwrap_or_else(|e| Lookup::Refused(e.to_string()))
     };
     let renders = render::render_roots(&kustomizations, &tree);
-    let manages = |image: &str| selection.manages(image);
-    let promised = expected::from_manifests(&scanned.files, &renders, manages, mapping);
     let mut skipped = scanned.skipped;
     skipped.extend(
         renders
@@ -239,14 +250,34 @@ fn from_tree(
     );
     skipped.sort();
     skipped.dedup();
+    Ok(TreeRead {
+        failures: scanned.errors.iter().map(ToString::to_string).collect(),
+        files: scanned.files,
+        renders,
+        skipped,
+        selection,
+    })
+}
+
+/// Expectations from the manifests of a commit ([`read_tree`]): the workloads of its rendered
+/// kustomizations are looked for where the GitOps tool deploys them.
+fn from_tree(
+    mirror: &Mirror,
+    commit: git2::Oid,
+    config: &Config,
+    mapping: &NameMapping,
+) -> Result<Expectations, VerifyError> {
+    let read = read_tree(mirror, commit, config)?;
+    let manages = |image: &str| read.selection.manages(image);
+    let promised = expected::from_manifests(&read.files, &read.renders, manages, mapping);
     Ok(Expectations {
         expected: promised.expected,
         not_verified: promised.not_verified,
-        failures: scanned.errors.iter().map(ToString::to_string).collect(),
-        skipped,
+        failures: read.failures,
+        skipped: read.skipped,
         commits: vec![commit.to_string()],
         commit_branches: BTreeMap::new(),
-        pinned_in: gitops::files_of_scan(&scanned.files, mapping),
+        pinned_in: gitops::files_of_scan(&read.files, mapping),
         gitops: None,
         helm: promised.helm,
     })
@@ -274,21 +305,33 @@ impl Families {
     /// The digests that stand for `expected`'s pinned one: itself, an index's platform
     /// manifests, and the config digests of each image (what docker reports as a bare imageID).
     pub async fn of(&mut self, expected: &Expected, registry: &Client) -> DigestFamily {
-        if let Some(family) = self.get(&expected.digest, Instant::now()) {
+        self.of_digest(&expected.pinned_ref, &expected.digest, registry)
+            .await
+    }
+
+    /// The digests that stand for `digest` of the repository `image` names (its tag and digest
+    /// aside), as [`Families::of`]: `tagpin audit` asks it of the digests pods report.
+    pub async fn of_digest(
+        &mut self,
+        image: &str,
+        digest: &Digest,
+        registry: &Client,
+    ) -> DigestFamily {
+        if let Some(family) = self.get(digest, Instant::now()) {
             return family;
         }
-        match ask_family(expected, registry).await {
+        match ask_family(image, digest, registry).await {
             Ok(family) => {
-                self.insert(expected.digest.clone(), family.clone(), Instant::now());
+                self.insert(digest.clone(), family.clone(), Instant::now());
                 family
             }
             Err(message) => {
                 tracing::warn!(
-                    image = %expected.pinned_ref,
-                    "cannot read the pinned manifest, only the pinned digest itself will match (asked again on the next check): {message}"
+                    image = %image,
+                    "cannot read the manifest {digest}, only that digest itself will match (asked again on the next check): {message}"
                 );
                 DigestFamily {
-                    pinned: expected.digest.to_string(),
+                    pinned: digest.to_string(),
                     ..DigestFamily::default()
                 }
             }
@@ -333,11 +376,15 @@ enum FamilyError {
     Registry(#[from] crate::registry::RegistryError),
 }
 
-async fn ask_family(expected: &Expected, registry: &Client) -> Result<DigestFamily, FamilyError> {
-    let reference = Reference::parse(&expected.pinned_ref)?;
-    let top = registry.manifest(&reference, &expected.digest).await?;
+async fn ask_family(
+    image: &str,
+    digest: &Digest,
+    registry: &Client,
+) -> Result<DigestFamily, FamilyError> {
+    let reference = Reference::parse(image)?;
+    let top = registry.manifest(&reference, digest).await?;
     let mut family = DigestFamily {
-        pinned: expected.digest.to_string(),
+        pinned: digest.to_string(),
         ..DigestFamily::default()
     };
     match top.kind {

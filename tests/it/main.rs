@@ -11,6 +11,7 @@
 
 mod support;
 
+mod audit;
 mod bounded_answers;
 mod chart_values_helm;
 mod cli;

@@ -258,6 +258,7 @@ fn every_family_with_a_series() -> String {
         .set(1);
     m.pass_interval.set(300);
     m.set_leader("tagpin-leader", true);
+    m.set_audit(&std::collections::BTreeMap::new());
     m.encode()
 }
 

@@ -4,6 +4,7 @@
 //! say about the pins ([`gitops`], [`helm`]), the grace a young commit gets ([`grace`]) and the
 //! text posted back ([`report`]). Nothing here reads the cluster: no `kube` import.
 
+pub mod audit;
 pub mod check;
 mod condition;
 pub mod expected;

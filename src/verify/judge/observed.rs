@@ -2,6 +2,10 @@
 //! judges: the live workload and its rollout fields, its pods and their container statuses,
 //! and what a pinned digest stands for. No logic; every judging module reads these types.
 
+use std::collections::BTreeMap;
+
+use crate::workload::{WorkloadId, WorkloadKind};
+
 /// What the registry says the pinned digest stands for. Any part may be empty when unknown;
 /// then only the pinned digest itself is accepted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -177,6 +181,13 @@ pub struct LivePod {
     pub reason: Option<String>,
     /// Container statuses (init containers may be included; names are unique within a pod).
     pub containers: Vec<LiveContainer>,
+    /// `spec.nodeName`: the node the pod was scheduled to, whose image cache decides which
+    /// digest a tag runs as under `imagePullPolicy: IfNotPresent`.
+    pub node: Option<String>,
+    /// The pod's own containers and init containers as its spec names them: `(name, image)`.
+    /// The reference the pod asked for, which the runtime's `status.image` may spell otherwise
+    /// (normalized, or as a bare image ID).
+    pub spec_images: Vec<(String, String)>,
 }
 
 /// One entry of a pod's `status.containerStatuses`.
@@ -220,4 +231,15 @@ pub enum Live {
         workload: LiveWorkload,
         pods: Vec<LivePod>,
     },
+}
+
+/// Every workload of some kinds in some namespaces, as listed: what `tagpin audit` compares
+/// with Git, the workloads Git does not name included.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inventory {
+    /// Each workload listed (its namespace always set), with the pods its selector matches.
+    pub workloads: BTreeMap<WorkloadId, (LiveWorkload, Vec<LivePod>)>,
+    /// The lists the API refused (403), by namespace and kind, in tagpin's words (see
+    /// [`Live::Forbidden`]): what they would have listed is unknown.
+    pub refused: BTreeMap<(String, WorkloadKind), String>,
 }

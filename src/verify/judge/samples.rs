@@ -73,6 +73,7 @@ pub(crate) fn pod(name: &str, image_id: &str) -> LivePod {
         deleting: false,
         reason: None,
         containers: vec![container(image_id)],
+        ..LivePod::default()
     }
 }
 

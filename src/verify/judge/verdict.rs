@@ -383,6 +383,7 @@ mod tests {
                             .map(str::to_owned),
                     })
                     .collect(),
+                ..LivePod::default()
             })
             .collect()
     }

@@ -29,7 +29,7 @@ use crate::verify::judge::verdict::{
 };
 
 use super::shared_lists::SharedLists;
-use crate::verify::judge::observed::Refusal;
+use crate::verify::judge::observed::{Inventory, Refusal};
 use crate::workload::{WorkloadId, WorkloadKind};
 
 /// Objects asked for per page: large enough for big namespaces in few requests, small enough
@@ -388,23 +388,60 @@ impl Cluster {
         &self,
         ids: &[&WorkloadId],
     ) -> Result<BTreeMap<WorkloadId, Live>, LiveError> {
-        let mut pause = Duration::from_millis(500);
-        for _ in 1..READ_ATTEMPTS {
-            match self.read_all_once(ids).await {
-                Err(e) if e.is_transient() => {
-                    // A 429 says how long to wait (`details.retryAfterSeconds`); honour it,
-                    // within reason.
-                    let wait = e
-                        .retry_after()
-                        .map_or(pause, |asked| asked.min(MAX_RETRY_AFTER));
-                    tracing::warn!("{e}; trying again in {wait:?}");
-                    tokio::time::sleep(wait).await;
-                    pause *= 2;
+        retrying(|| self.read_all_once(ids)).await
+    }
+
+    /// Every workload of each kind in `wanted` (by namespace) with its pods, read as
+    /// [`Cluster::read_all`] reads (one paginated list per namespace and kind, one pod list per
+    /// namespace, transient failures tried again) but keeping every workload listed, not only
+    /// those asked for by name: `tagpin audit` reports the workloads Git does not name too.
+    /// With `Pod` wanted, every pod of the namespace is also a workload of its own. A list the
+    /// API refuses (403) is kept in [`Inventory::refused`], in tagpin's words.
+    pub async fn read_namespaces(
+        &self,
+        wanted: &BTreeMap<String, BTreeSet<WorkloadKind>>,
+    ) -> Result<Inventory, LiveError> {
+        retrying(|| self.read_namespaces_once(wanted)).await
+    }
+
+    async fn read_namespaces_once(
+        &self,
+        wanted: &BTreeMap<String, BTreeSet<WorkloadKind>>,
+    ) -> Result<Inventory, LiveError> {
+        if let Some(kind) = wanted.values().flatten().find(|k| !k.is_verifiable()) {
+            return Err(LiveError::NotReadable(kind.clone()));
+        }
+        let mut inventory = Inventory::default();
+        let mut namespaces = stream::iter(wanted)
+            .map(|(namespace, kinds)| self.read_namespace(namespace, kinds))
+            .buffer_unordered(NAMESPACES_AT_ONCE);
+        while let Some(read) = namespaces.next().await {
+            let (namespace, pods, found) = read?;
+            for (kind, listed) in found {
+                let (found, pods) = match (&listed, &pods) {
+                    (Err(refusal), _) | (_, Err(refusal)) => {
+                        let key = (namespace.to_string(), kind);
+                        inventory.refused.insert(key, refusal.0.clone());
+                        continue;
+                    }
+                    (Ok(found), Ok(pods)) => (found, pods),
+                };
+                for (name, (workload, selector)) in found {
+                    let id = WorkloadId {
+                        namespace: Some(namespace.to_string()),
+                        kind: kind.clone(),
+                        name: name.clone(),
+                    };
+                    let pods = pods
+                        .iter()
+                        .filter(|p| selector.matches(&p.labels, &p.pod.name))
+                        .map(|p| p.pod.clone())
+                        .collect();
+                    inventory.workloads.insert(id, (workload.clone(), pods));
                 }
-                done => return done,
             }
         }
-        self.read_all_once(ids).await
+        Ok(inventory)
     }
 
     async fn read_all_once(
@@ -693,7 +730,6 @@ impl Cluster {
             .iter()
             .map(|p| LabelledPod {
                 labels: p.metadata.labels.clone().unwrap_or_default(),
-                images: p.spec.as_ref().map(spec_images).unwrap_or_default(),
                 pod: live_pod(p),
             })
             .collect())
@@ -826,6 +862,33 @@ fn read_error(e: KubeconfigError) -> UnreadKubeconfig {
     }
 }
 
+/// Runs `read` until it succeeds or fails for good: a transient failure (timeout, 5xx, 429) is
+/// tried again, up to [`READ_ATTEMPTS`] times with a short backoff, so one hiccup of the API
+/// server does not fail a check.
+async fn retrying<T, F, Fut>(mut read: F) -> Result<T, LiveError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, LiveError>>,
+{
+    let mut pause = Duration::from_millis(500);
+    for _ in 1..READ_ATTEMPTS {
+        match read().await {
+            Err(e) if e.is_transient() => {
+                // A 429 says how long to wait (`details.retryAfterSeconds`); honour it,
+                // within reason.
+                let wait = e
+                    .retry_after()
+                    .map_or(pause, |asked| asked.min(MAX_RETRY_AFTER));
+                tracing::warn!("{e}; trying again in {wait:?}");
+                tokio::time::sleep(wait).await;
+                pause *= 2;
+            }
+            done => return done,
+        }
+    }
+    read().await
+}
+
 /// One namespace as read: its pods, and its workloads by kind.
 type NamespaceRead<'n> = (
     &'n str,
@@ -840,11 +903,10 @@ type Found = BTreeMap<String, (LiveWorkload, Selector)>;
 /// ([`Server::refused`]).
 type Listed<T> = Result<T, Refusal>;
 
-/// A pod with the labels workload selectors match against, and its own containers' images
-/// (for a bare pod, its "template").
+/// A pod with the labels workload selectors match against (its own containers' images, for a
+/// bare pod its "template", are in [`LivePod::spec_images`]).
 struct LabelledPod {
     labels: BTreeMap<String, String>,
-    images: Vec<(String, String)>,
     pod: LivePod,
 }
 
@@ -861,7 +923,7 @@ fn pod_workloads(pods: Option<&Vec<LabelledPod>>) -> Found {
                 kind: "Pod".into(),
                 generation: None,
                 observed_generation: None,
-                template_images: p.images.clone(),
+                template_images: p.pod.spec_images.clone(),
                 rollout: RolloutStatus::Pod,
             };
             (
@@ -1509,6 +1571,8 @@ fn live_pod(p: &Pod) -> LivePod {
         deleting: p.metadata.deletion_timestamp.is_some(),
         reason: status.reason.clone(),
         containers,
+        node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
+        spec_images: p.spec.as_ref().map(spec_images).unwrap_or_default(),
     }
 }
 

@@ -155,6 +155,7 @@ impl LiveDeployment {
             name: name.to_string(),
             labels: vec![("app".to_string(), self.app.clone())],
             containers: self.containers.clone(),
+            node: None,
         }
     }
 }
@@ -166,6 +167,8 @@ pub struct LivePod {
     name: String,
     labels: Vec<(String, String)>,
     containers: Vec<(String, String)>,
+    /// `spec.nodeName`, once the scheduler placed it.
+    node: Option<String>,
 }
 
 impl LivePod {
@@ -176,7 +179,14 @@ impl LivePod {
             name: name.to_string(),
             labels: Vec::new(),
             containers: Vec::new(),
+            node: None,
         }
+    }
+
+    /// Scheduled to `node` (`spec.nodeName`): whose image cache its containers ran from.
+    pub fn node(mut self, node: &str) -> LivePod {
+        self.node = Some(node.to_string());
+        self
     }
 
     pub fn label(mut self, key: &str, value: &str) -> LivePod {
@@ -197,12 +207,16 @@ impl LivePod {
 
     /// Applies the pod and sets `status` on it.
     fn apply_with(&self, kube: &KubeServer, status: Value) -> Value {
-        kube.apply(pod(
+        let mut object = pod(
             &self.namespace,
             &self.name,
             &pairs(&self.labels),
             &pairs(&self.containers),
-        ));
+        );
+        if let Some(node) = &self.node {
+            object["spec"]["nodeName"] = json!(node);
+        }
+        kube.apply(object);
         kube.set_pod_status(&self.namespace, &self.name, status)
     }
 
@@ -551,6 +565,7 @@ impl RolloutReplicaSet {
             name: format!("{}-{suffix}", self.name),
             labels: self.labels.clone(),
             containers: self.containers.clone(),
+            node: None,
         }
     }
 }
