@@ -47,3 +47,27 @@ pub struct PullRequestInfo {
     /// in a fork: only then is its plan block tagpin's or a collaborator's to act on.
     pub same_repository: bool,
 }
+
+#[cfg(test)]
+impl PullRequestInfo {
+    /// Open pull request `number` from `head_ref` of this repository, opened by `tagpin-bot`,
+    /// its head `number` in hex: what the decisions' tests start from.
+    pub(crate) fn sample(number: u64, head_ref: &str) -> PullRequestInfo {
+        PullRequestInfo {
+            number,
+            open: true,
+            merged: false,
+            title: String::new(),
+            body: String::new(),
+            labels: Vec::new(),
+            url: String::new(),
+            head_ref: head_ref.into(),
+            head_sha: format!("{number:040x}"),
+            merge_commit_sha: None,
+            merged_at: None,
+            updated_at: None,
+            author: "tagpin-bot".into(),
+            same_repository: true,
+        }
+    }
+}

@@ -342,22 +342,7 @@ mod tests {
     }
 
     fn open(number: u64, head_ref: &str) -> PullRequestInfo {
-        PullRequestInfo {
-            number,
-            open: true,
-            merged: false,
-            title: String::new(),
-            body: String::new(),
-            labels: Vec::new(),
-            url: String::new(),
-            head_ref: head_ref.into(),
-            head_sha: format!("{number:040x}"),
-            merge_commit_sha: None,
-            merged_at: None,
-            updated_at: None,
-            author: ME.into(),
-            same_repository: true,
-        }
+        PullRequestInfo::sample(number, head_ref)
     }
 
     fn merged(number: u64, head_ref: &str, seconds_ago: i64) -> PullRequestInfo {

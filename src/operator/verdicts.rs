@@ -189,20 +189,11 @@ mod tests {
 
     fn pr(number: u64, head_ref: &str, merged_ago: Option<i64>) -> PullRequestInfo {
         PullRequestInfo {
-            number,
             open: merged_ago.is_none(),
             merged: merged_ago.is_some(),
-            title: String::new(),
-            body: String::new(),
-            labels: Vec::new(),
-            url: String::new(),
-            head_ref: head_ref.into(),
-            head_sha: format!("{number:040x}"),
             merge_commit_sha: merged_ago.map(|_| format!("{number}{}", &MERGE[1..])),
             merged_at: merged_ago.map(|ago| NOW - ago),
-            updated_at: None,
-            author: "tagpin-bot".into(),
-            same_repository: true,
+            ..PullRequestInfo::sample(number, head_ref)
         }
     }
 

@@ -8,23 +8,13 @@ use support::git::BareRepo;
 use support::output_text as text;
 use support::registry::{Mode, TestRegistry};
 
+use crate::pod_template_cli::on_dir;
 use crate::sync::Run;
 
 fn two_containers(web: &str, side: &str) -> String {
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  template:\n    spec:\n      containers:\n      - name: web\n        image: {web}  # tagpin: hold until the 1.1 migration\n      - name: side\n        image: {side}\n"
     )
-}
-
-fn tagpin(args: &[&str], dir: &std::path::Path) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
-        .args(args)
-        .arg(dir)
-        .env("HOME", dir)
-        .env_remove("DOCKER_CONFIG")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("run tagpin")
 }
 
 #[tokio::test]
@@ -40,12 +30,8 @@ async fn plan_and_pin_leave_a_held_field_byte_for_byte_and_say_so() {
         &format!("{host}/acme/side:2"),
     );
     std::fs::write(&file, &original).unwrap();
-    let insecure = ["--insecure-registry", host.as_str()];
 
-    let json = tagpin(
-        &[&insecure[..], &["plan", "--output", "json"]].concat(),
-        dir.path(),
-    );
+    let json = on_dir(&host, &["plan", "--output", "json"], dir.path());
     assert_eq!(json.status.code(), Some(0), "{}", text(&json));
     let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(value["summary"]["held"], 1, "{value:#}");
@@ -57,7 +43,7 @@ async fn plan_and_pin_leave_a_held_field_byte_for_byte_and_say_so() {
     assert_eq!(held["would_be"], web.manifest.to_string());
     assert_eq!(held["reason"], "# tagpin: hold until the 1.1 migration");
 
-    let pinned = tagpin(&[&insecure[..], &["pin"]].concat(), dir.path());
+    let pinned = on_dir(&host, &["pin"], dir.path());
     assert_eq!(pinned.status.code(), Some(0), "{}", text(&pinned));
     assert!(
         text(&pinned).contains("held: ") && text(&pinned).contains(", 1 held;"),

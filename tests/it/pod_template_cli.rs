@@ -53,8 +53,14 @@ async fn registry_with(images: &[(&str, &str)]) -> TestRegistry {
 }
 
 fn plan(host: &str, dir: &Path, args: &[&str]) -> Output {
+    on_dir(host, &[&["plan"], args].concat(), dir)
+}
+
+/// `tagpin --insecure-registry <host> <args> <dir>`, with no credentials or log settings of
+/// the machine's.
+pub(crate) fn on_dir(host: &str, args: &[&str], dir: &Path) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
-        .args(["--insecure-registry", host, "plan"])
+        .args(["--insecure-registry", host])
         .args(args)
         .arg(dir)
         .env("HOME", dir)
