@@ -767,14 +767,16 @@ impl Mirror {
         Ok(Some(out))
     }
 
-    /// The files `git revert <commit>` writes on top of `onto`, each with its content after
-    /// the revert (a merge is reverted against its first parent). `None` when the revert does
-    /// not apply cleanly (a later commit changed the same lines) or `commit` added or removed
-    /// a file: nothing is reverted then.
-    pub fn revert_files(&self, commit: Oid, onto: Oid) -> Result<Option<Files>, GitError> {
-        let Some(changed) = self.changed_files(commit)? else {
-            return Ok(None);
-        };
+    /// The content of each of `paths` after `git revert <commit>` on top of `onto` (a merge is
+    /// reverted against its first parent). `None` when the revert does not apply cleanly (a
+    /// later commit changed the same lines) or leaves one of `paths` out: nothing is
+    /// reverted then.
+    pub fn revert_files(
+        &self,
+        commit: Oid,
+        onto: Oid,
+        paths: &[&Path],
+    ) -> Result<Option<Files>, GitError> {
         let c = self.repo.find_commit(commit).map_err(other)?;
         let onto = self.repo.find_commit(onto).map_err(other)?;
         let mainline = if c.parent_count() > 1 { 1 } else { 0 };
@@ -786,12 +788,12 @@ impl Mirror {
             return Ok(None);
         }
         let mut out = Vec::new();
-        for (path, _, _) in changed {
-            let Some(entry) = index.get_path(&path, 0) else {
+        for path in paths {
+            let Some(entry) = index.get_path(path, 0) else {
                 return Ok(None);
             };
             let blob = self.repo.find_blob(entry.id).map_err(other)?;
-            out.push((path, blob.content().to_vec()));
+            out.push((path.to_path_buf(), blob.content().to_vec()));
         }
         Ok(Some(out))
     }

@@ -117,13 +117,12 @@ impl std::fmt::Display for Held {
     }
 }
 
-/// The comment that holds a field where it is, on the field's own line: `# tagpin: hold`,
-/// optionally followed by why (`# tagpin: hold until CVE-2026-1234 is fixed`).
-pub const HOLD_COMMENT: &str = "tagpin: hold";
+/// What every hold comment starts with, however it is spaced (`tagpin: hold`, `tagpin:hold`).
+const HOLD_PREFIX: &str = "tagpin:";
 
 /// The hold comment on line `line` (1-based) of `source`, if that line carries one: a YAML
-/// comment (a `#` at the line's start or after a blank) whose text starts with
-/// [`HOLD_COMMENT`]. Returns the comment's text.
+/// comment (a `#` at the line's start or after a blank) reading `tagpin: hold`, optionally
+/// followed by why (`# tagpin: hold until CVE-2026-1234 is fixed`). Returns the comment.
 pub fn hold_comment(source: &[u8], line: usize) -> Option<String> {
     let text = source.split(|b| *b == b'\n').nth(line.checked_sub(1)?)?;
     let text = std::str::from_utf8(text).ok()?;
@@ -131,7 +130,7 @@ pub fn hold_comment(source: &[u8], line: usize) -> Option<String> {
     for (at, c) in text.char_indices() {
         if c == '#' && previous.is_whitespace() {
             let comment = text[at + 1..].trim();
-            let rest = comment.strip_prefix("tagpin:")?.trim_start();
+            let rest = comment.strip_prefix(HOLD_PREFIX)?.trim_start();
             return rest
                 .starts_with("hold")
                 .then(|| format!("# {}", comment.trim_end_matches('\r')));
@@ -413,11 +412,15 @@ pub fn plan_by(files: &[ScannedFile], want: impl Fn(&Reference) -> Wanted) -> Pl
     for file in files {
         let mut edits = Vec::new();
         let mut changes = Vec::new();
+        // Most files hold no hold comment: their lines are not searched for one, field by field.
+        let prefix = HOLD_PREFIX.as_bytes();
+        let may_hold = file.source.windows(prefix.len()).any(|w| w == prefix);
         for field in &file.fields {
             plan.summary.references += 1;
             match plan_field(&file.path, field, &want) {
                 FieldPlan::Change(change, field_edits) => {
-                    match hold_comment(&file.source, field.line) {
+                    let held = may_hold.then(|| hold_comment(&file.source, field.line));
+                    match held.flatten() {
                         Some(reason) => {
                             plan.summary.held += 1;
                             plan.held.push(Held::of(*change, reason, None));

@@ -13,13 +13,14 @@
 //! - Holds: the revert's commit message carries `Tagpin-Held: <repository>@<digest>` trailers,
 //!   read back from the branch's history by every pass ([`holds`]).
 
-use std::collections::BTreeSet;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::config::{Config, WriteMode};
 use crate::forge::{body, Forge};
 use crate::git::{off_runtime, GitError, Mirror};
-use crate::manifest::{self, ImageField, Origin};
+use crate::manifest::{self, ImageField};
 use crate::plan::{Action, Change};
 use crate::policy::{Hold, Holds};
 use crate::proposal::PlanBlock;
@@ -81,34 +82,6 @@ pub enum RevertError {
     Config(#[from] crate::manifest::ManifestError),
 }
 
-/// The digest a field pins now: a container's reference's, a kustomize entry's `digest:`, a
-/// Helm image's.
-fn digest_of(field: &ImageField) -> Option<Digest> {
-    let text = match &field.origin {
-        Origin::Container { .. } => Reference::parse(&field.value).ok()?.digest()?.to_string(),
-        Origin::KustomizeImage { current_digest, .. } => current_digest.clone()?,
-        Origin::HelmImage(image) => image.digest.clone()?,
-    };
-    Digest::parse(&text).ok()
-}
-
-/// Who holds a field: its workload and container (a kustomize entry's image name, a Helm
-/// image's key path).
-fn identity(field: &ImageField) -> (Owner, String) {
-    match &field.origin {
-        Origin::Container {
-            workload,
-            container,
-            ..
-        } => (Owner::Workload(workload.clone()), container.clone()),
-        Origin::KustomizeImage { name, .. } => (Owner::Kustomization, name.clone()),
-        Origin::HelmImage(image) => (
-            Owner::Helm(image.source.owner_name()),
-            image.key_path.clone(),
-        ),
-    }
-}
-
 fn repository_of(value: &str) -> String {
     Reference::parse(value)
         .map(|r| r.canonical_name())
@@ -129,18 +102,17 @@ pub fn moved_fields(
     }
     let mut moved = Vec::new();
     for (old, new) in before.iter().zip(after) {
-        let (from, to) = (digest_of(old), digest_of(new));
+        let (from, to) = (old.pinned_digest(), new.pinned_digest());
         if from == to && old.value == new.value {
             continue;
         }
-        if identity(old) != identity(new) || repository_of(&old.value) != repository_of(&new.value)
-        {
+        if old.owner() != new.owner() || repository_of(&old.value) != repository_of(&new.value) {
             return Err(refuse("the change moves more than digests"));
         }
         let Some(to) = to else {
             return Err(refuse("the change removes a digest"));
         };
-        let (workload, container) = identity(new);
+        let (workload, container) = new.owner();
         moved.push(Moved {
             file: file.to_path_buf(),
             line: new.line,
@@ -154,6 +126,22 @@ pub fn moved_fields(
         });
     }
     Ok(moved)
+}
+
+/// [`moved_fields`] of one file, from its bytes before and after, as the configuration's Helm
+/// options scan them; a file that cannot be scanned is refused, naming it.
+fn moved_in(
+    path: &Path,
+    before: &[u8],
+    after: &[u8],
+    helm: &crate::manifest::HelmOptions,
+) -> Result<Vec<Moved>, Refusal> {
+    let scan = |bytes: &[u8]| {
+        manifest::scan_with_options(path, bytes, helm)
+            .map(|o| o.fields)
+            .map_err(|e| Refusal(e.to_string()))
+    };
+    moved_fields(path, &scan(before)?, &scan(after)?)
 }
 
 /// Whether the change whose fields are `moved` may be reverted for the failure `check`
@@ -279,11 +267,8 @@ fn transitions(
     };
     let mut out = Vec::new();
     for (path, before, after) in &changed {
-        let scan = |bytes: &[u8]| manifest::scan_with_options(path, bytes, helm).map(|o| o.fields);
-        let (Ok(before), Ok(after)) = (scan(before), scan(after)) else {
-            continue;
-        };
-        for m in moved_fields(path, &before, &after).unwrap_or_default() {
+        // A file that cannot be read, or a change of more than digests, moves no digest back.
+        for m in moved_in(path, before, after, helm).unwrap_or_default() {
             if let Some(from) = m.from {
                 out.push((
                     (path.clone(), m.workload, m.container, m.repository),
@@ -307,33 +292,40 @@ fn person_reverts(
     holds: &mut Holds,
 ) -> Result<(), GitError> {
     let history = mirror.first_parents(tip, PERSON_REVERT_DEPTH)?;
+    // The digest moves of one file in one older commit, read once however many moves back
+    // ask about that file.
+    let mut earlier: HashMap<(git2::Oid, PathBuf), Vec<Transition>> = HashMap::new();
     for (at, commit) in history.iter().enumerate() {
         if mirror.is_own_commit(*commit)? {
             continue;
         }
-        for ((file, workload, container, repository), back_from, back_to) in
-            transitions(mirror, *commit, helm, None)?
-        {
-            let key = (file.clone(), workload, container, repository.clone());
+        for (key, back_from, back_to) in transitions(mirror, *commit, helm, None)? {
+            let file = key.0.clone();
+            let mut moved_there = false;
             for older in &history[at + 1..] {
-                let earlier = transitions(mirror, *older, helm, Some(&file))?;
-                if earlier
+                let moves = match earlier.entry((*older, file.clone())) {
+                    Entry::Occupied(moves) => moves.into_mut(),
+                    Entry::Vacant(slot) => {
+                        slot.insert(transitions(mirror, *older, helm, Some(&file))?)
+                    }
+                };
+                moved_there = moves
                     .iter()
-                    .any(|(k, from, to)| *k == key && *from == back_to && *to == back_from)
-                {
-                    let short = &commit.to_string()[..12];
-                    let reason = format!("commit {short} moved {} back from {back_from} to {back_to} by hand; it is pinned again once its tag points to another digest", file.display());
-                    holds.hold(
-                        &repository,
-                        &back_from.to_string(),
-                        Hold {
-                            reason,
-                            commit: commit.to_string(),
-                        },
-                    );
+                    .any(|(k, from, to)| *k == key && *from == back_to && *to == back_from);
+                if moved_there {
                     break;
                 }
             }
+            if !moved_there {
+                continue;
+            }
+            let short = &commit.to_string()[..12];
+            let reason = format!("commit {short} moved {} back from {back_from} to {back_to} by hand; it is pinned again once its tag points to another digest", file.display());
+            let hold = Hold {
+                reason,
+                commit: commit.to_string(),
+            };
+            holds.hold(&key.3, &back_from.to_string(), hold);
         }
     }
     Ok(())
@@ -452,28 +444,23 @@ impl Reverter<'_> {
             return refuse(format!("{short} adds or removes files: not a pin"));
         };
         let helm = self.config.helm.options()?;
-        let scan = |path: &Path, bytes: &[u8]| {
-            manifest::scan_with_options(path, bytes, &helm)
-                .map(|o| o.fields)
-                .map_err(|e| Refusal(e.to_string()))
-        };
         let mut moved = Vec::new();
         let mut still = Vec::new();
         for (path, before, after) in &changed {
-            let fields = scan(path, before).and_then(|b| Ok((b, scan(path, after)?)));
-            let here = fields.and_then(|(before, after)| moved_fields(path, &before, &after));
-            let here = match here {
+            let here = match moved_in(path, before, after, &helm) {
                 Ok(here) => here,
                 Err(refusal) => return Ok(Err(refusal)),
             };
             let now = match self.mirror.file_at(tip, path)? {
-                Some(bytes) => scan(path, &bytes).unwrap_or_default(),
+                Some(bytes) => manifest::scan_with_options(path, &bytes, &helm)
+                    .map(|o| o.fields)
+                    .unwrap_or_default(),
                 None => Vec::new(),
             };
             for m in &here {
                 still.push(now.iter().any(|f| {
-                    identity(f) == (m.workload.clone(), m.container.clone())
-                        && digest_of(f).as_ref() == Some(&m.to)
+                    f.owner() == (m.workload.clone(), m.container.clone())
+                        && f.pinned_digest().as_ref() == Some(&m.to)
                 }));
             }
             moved.extend(here);
@@ -481,7 +468,8 @@ impl Reverter<'_> {
         if let Err(refusal) = decide(&moved, candidate.check, &still) {
             return Ok(Err(refusal));
         }
-        match self.mirror.revert_files(candidate.change, tip)? {
+        let paths: Vec<&Path> = changed.iter().map(|(path, _, _)| path.as_path()).collect();
+        match self.mirror.revert_files(candidate.change, tip, &paths)? {
             Some(files) => Ok(Ok((moved, files))),
             None => refuse(format!(
                 "the revert of {short} does not apply cleanly on the tip of {}",

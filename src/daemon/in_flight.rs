@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use crate::clock::Clock;
 use crate::inflight::{self, Memory, Round, Unverifiable, Verified};
 use crate::metrics::{self, ErrorLabels, Metrics, VerdictLabels};
+use crate::mutex::lock;
 use crate::verify::{Families, VerifyError};
 
 /// What `tagpin run` verifies between passes, and what it found final.
@@ -15,6 +16,9 @@ pub struct InFlight<'a> {
     pub memory: Mutex<Memory>,
     /// The time compared with merge and commit times.
     pub clock: Clock,
+    /// The tip last audited, and when: the same tip is audited again once per pass interval,
+    /// not at every verification round (each audit reads the tree and lists the namespaces).
+    pub audited: Mutex<Option<(git2::Oid, tokio::time::Instant)>>,
 }
 
 impl InFlight<'_> {
@@ -80,9 +84,17 @@ impl InFlight<'_> {
             return;
         };
         let round = &self.round;
+        let now = tokio::time::Instant::now();
+        let fresh = |(at, when): (git2::Oid, tokio::time::Instant)| {
+            at == tip && now.duration_since(when) < round.grace
+        };
+        if lock(&self.audited).is_some_and(fresh) {
+            return;
+        }
         let clients = (cluster, round.registry);
         match crate::audit::at(tip, round.config, round.mirror, clients, families, None).await {
             Ok(report) => {
+                *lock(&self.audited) = Some((tip, now));
                 metrics.set_audit(&report.audit.workloads_with());
                 if !report.clean() {
                     tracing::info!(

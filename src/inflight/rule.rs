@@ -126,7 +126,7 @@ impl Item<'_> {
                 merged_label(noun, *n, sha)
             }
             (Source::PullRequest(n), _, _) => noun.name(*n),
-            (Source::Commit(sha), _, _) => format!("commit {}", short(sha)),
+            (Source::Commit(sha), _, _) => commit_label(sha),
             (Source::Branch(b), _, _) => format!("branch {b}"),
         }
     }
@@ -143,6 +143,11 @@ impl Item<'_> {
 
 fn short(sha: &str) -> &str {
     &sha[..sha.len().min(12)]
+}
+
+/// How a verdict on a commit is named: `commit 0123456789ab`.
+pub fn commit_label(sha: &str) -> String {
+    format!("commit {}", short(sha))
 }
 
 /// How a sync change request's verdict after its merge is named: the change request and its

@@ -124,6 +124,40 @@ pub struct ImageField {
     pub origin: Origin,
 }
 
+impl ImageField {
+    /// The digest the field pins now: a container image's, a kustomize entry's `digest:`, the
+    /// digest Helm values pin (wherever the block writes it).
+    pub fn pinned_digest(&self) -> Option<crate::reference::Digest> {
+        let digest = match &self.origin {
+            Origin::Container { .. } => {
+                let reference = crate::reference::Reference::parse(&self.value).ok()?;
+                return reference.digest().cloned();
+            }
+            Origin::KustomizeImage { current_digest, .. } => current_digest.as_deref(),
+            Origin::HelmImage(image) => image.digest.as_deref(),
+        };
+        digest.and_then(|d| crate::reference::Digest::parse(d).ok())
+    }
+
+    /// Who holds the field, as plans name it: its workload and container, a kustomize entry's
+    /// image name, a Helm image's holder and key path.
+    pub fn owner(&self) -> (crate::workload::Owner, String) {
+        use crate::workload::Owner;
+        match &self.origin {
+            Origin::Container {
+                workload,
+                container,
+                ..
+            } => (Owner::Workload(workload.clone()), container.clone()),
+            Origin::KustomizeImage { name, .. } => (Owner::Kustomization, name.clone()),
+            Origin::HelmImage(image) => (
+                Owner::Helm(image.source.owner_name()),
+                image.key_path.clone(),
+            ),
+        }
+    }
+}
+
 /// Why a field that looks like an image was not offered for pinning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SkipReason {

@@ -59,7 +59,7 @@ pub fn reported(
         let sha = pr.merge_commit_sha.as_deref()?;
         Some(match stage {
             None => rule::merged_label(noun, pr.number, sha),
-            Some(_) => format!("commit {}", &sha[..sha.len().min(12)]),
+            Some(_) => rule::commit_label(sha),
         })
     };
     let summed: Vec<(String, Option<&str>, Summed)> = round
@@ -73,7 +73,7 @@ pub fn reported(
         .collect();
     let wanted = match config.mode {
         WriteMode::PullRequest => open.map(|n| noun.name(n)).or_else(|| label_of_merged(None)),
-        WriteMode::Commit => tip.map(|sha| format!("commit {}", &sha[..sha.len().min(12)])),
+        WriteMode::Commit => tip.map(rule::commit_label),
     };
     let mut reported = Reported::default();
     for (label, stage, summed) in summed {

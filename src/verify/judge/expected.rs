@@ -263,7 +263,7 @@ pub fn from_fields<'a>(
 ) -> Promised {
     let mut promised = Promised::default();
     for (path, field) in fields {
-        let Some(digest) = pinned_digest(field) else {
+        let Some(digest) = field.pinned_digest() else {
             continue;
         };
         let (workload, container) = match &field.origin {
@@ -290,17 +290,6 @@ pub fn from_fields<'a>(
         );
     }
     promised.finish()
-}
-
-/// The digest a field pins: the digest of a container's image, a kustomize entry's `digest:`,
-/// or the digest Helm values pin (wherever the block writes it).
-fn pinned_digest(field: &ImageField) -> Option<Digest> {
-    let digest = match &field.origin {
-        Origin::Container { .. } => return image_digest(&field.value),
-        Origin::KustomizeImage { current_digest, .. } => current_digest.as_deref(),
-        Origin::HelmImage(image) => image.digest.as_deref(),
-    };
-    digest.and_then(|d| Digest::parse(d).ok())
 }
 
 /// The Helm pin of an image found in `path` at `line`, pinning `digest`: the release is named
@@ -467,7 +456,7 @@ pub fn from_manifests(
         }
         let problems = problems(&covering);
         for field in &file.fields {
-            let Some(digest) = pinned_digest(field) else {
+            let Some(digest) = field.pinned_digest() else {
                 continue;
             };
             let (workload, reason, detail) = match &field.origin {
