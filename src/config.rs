@@ -637,7 +637,9 @@ colour: blue
                 "    paths: [overlays/production, clusters/prod]\n",
                 "    cluster: {kubeconfig: /etc/tagpin/prod.kubeconfig, context: prod}\n",
                 "    soak: 1h\n",
+                "    soak_restarts: 0\n",
                 "    mode: pull-request\n",
+                "    on_failure: revert\n",
                 "  - name: dr_2\n",
                 "    paths: [overlays/dr]\n",
                 "    cluster: {kubeconfig: /etc/tagpin/dr.kubeconfig}\n",
@@ -655,6 +657,8 @@ colour: blue
                     paths: vec!["overlays/dev".into()],
                     cluster: ClusterTarget::Default,
                     soak: secs(0),
+                    soak_restarts: None,
+                    on_failure: None,
                     mode: WriteMode::Commit,
                 },
                 Stage {
@@ -662,6 +666,8 @@ colour: blue
                     paths: vec!["./overlays/staging/".into()],
                     cluster: ClusterTarget::Context("staging".into()),
                     soak: secs(90),
+                    soak_restarts: None,
+                    on_failure: None,
                     mode: WriteMode::Commit,
                 },
                 Stage {
@@ -669,6 +675,8 @@ colour: blue
                     paths: vec!["overlays/canary".into()],
                     cluster: ClusterTarget::InCluster,
                     soak: secs(600),
+                    soak_restarts: None,
+                    on_failure: None,
                     mode: WriteMode::PullRequest,
                 },
                 Stage {
@@ -679,6 +687,8 @@ colour: blue
                         context: Some("prod".into()),
                     },
                     soak: secs(3600),
+                    soak_restarts: Some(0),
+                    on_failure: Some(OnFailure::Revert),
                     mode: WriteMode::PullRequest,
                 },
                 Stage {
@@ -689,6 +699,8 @@ colour: blue
                         context: None,
                     },
                     soak: secs(90),
+                    soak_restarts: None,
+                    on_failure: None,
                     mode: WriteMode::PullRequest,
                 },
             ]
@@ -934,14 +946,16 @@ colour: blue
                 "promotion:\n",
                 "  stages:\n",
                 "  - {name: s0, paths: [a], soak: 10m, mode: commit}\n",
-                "  - {name: s1, paths: [b], soak: 5d, mode: sometimes}\n",
+                "  - {name: s1, paths: [b], soak: 5d, mode: sometimes, on_failure: undo}\n",
                 "  - {name: s2, paths: [c], soak: -1}\n",
                 "  - {name: s3, paths: [d], soak: 1.5}\n",
                 "  - {name: s4, paths: [e], soak: [1m]}\n",
                 "  - {name: s5, paths: [f], soak: 99999999999999999h}\n",
+                "  - {name: s6, paths: [g], soak_restarts: 2}\n",
+                "  - {name: s7, paths: [h], soak: 1m, soak_restarts: -1}\n",
             )
         ));
-        let first = "the first stage is pinned from the registry by sync, not promoted into: soak and mode apply to the stages promoted into; its writes follow the top-level mode";
+        let first = "the first stage is pinned from the registry by sync, not promoted into: soak, soak_restarts, mode and on_failure apply to the stages promoted into; its writes follow the top-level mode and verify.on_failure";
         assert_problems(
             &problems,
             &[
@@ -953,6 +967,9 @@ colour: blue
                 "promotion.stages[3].soak: expected a duration like 90s, 10m or 1h, or a whole number of seconds, found 1.5",
                 "promotion.stages[4].soak: expected a duration like 90s, 10m or 1h, or a whole number of seconds, found a list",
                 "promotion.stages[5].soak: \"99999999999999999h\" is too long a duration",
+                "promotion.stages[1].on_failure: expected one of report, revert, found \"undo\"",
+                "promotion.stages[6].soak_restarts: counts container restarts during the soak: set soak as well",
+                "promotion.stages[7].soak_restarts: expected a whole number from 0 to 4294967295, found -1",
             ],
         );
     }

@@ -415,6 +415,7 @@ fn render_promote(
             for skipped in &report.skipped_text {
                 text.push_str(&format!("  {skipped}\n"));
             }
+            text.push_str(&held_lines(&report.held));
             out.text(&text);
         }
     }

@@ -641,6 +641,7 @@ mod tests {
             pods_total: 1,
             stale_pods: Vec::new(),
             finished_pods: Vec::new(),
+            restarts: 0,
             conditions: Vec::new(),
             state,
             reason: "ImagePullBackOff on web-1".into(),

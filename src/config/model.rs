@@ -134,6 +134,12 @@ pub struct Stage {
     /// How long the previous stage must have stayed Converged before its digests come here.
     /// Zero for the first stage (it is pinned from the registry, not promoted).
     pub soak: std::time::Duration,
+    /// With a soak: how many container restarts (of the pods on the digests the previous stage
+    /// pins) the soak tolerates; one more starts it again. `None`: restarts are not counted.
+    pub soak_restarts: Option<u32>,
+    /// What a Failed verdict on a promotion into this stage calls for; `None`: as
+    /// `verify.on_failure` says.
+    pub on_failure: Option<OnFailure>,
     /// How promotions into this stage are written (`pull-request` unless set). The first
     /// stage takes none: it is the top-level `mode`, with which sync writes its pins.
     pub mode: WriteMode,

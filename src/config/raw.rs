@@ -368,7 +368,9 @@ pub struct RawStage {
     pub paths: List<String>,
     pub cluster: Section<RawCluster>,
     pub soak: Field<RawDuration>,
+    pub soak_restarts: Field<u64>,
     pub mode: Field<WriteMode>,
+    pub on_failure: Field<super::choices::OnFailure>,
 }
 
 /// A stage's `cluster`: at most one of its keys (`kubeconfig` may take a `context`).

@@ -1002,33 +1002,59 @@ impl Check {
             _ => {}
         }
         let cluster = self.cluster_target(&join(&path, "cluster"), &raw.cluster);
-        let (soak, stage_mode) = if i == 0 {
+        let (soak, soak_restarts, on_failure, stage_mode) = if i == 0 {
             let keys = [
                 ("soak", raw.soak.is_written()),
+                ("soak_restarts", raw.soak_restarts.is_written()),
                 ("mode", raw.mode.is_written()),
+                ("on_failure", raw.on_failure.is_written()),
             ];
             for key in written(keys) {
                 self.problem(
                     &join(&path, key),
                     "the first stage is pinned from the registry by sync, not promoted into: \
-                     soak and mode apply to the stages promoted into; its writes follow the \
-                     top-level mode",
+                     soak, soak_restarts, mode and on_failure apply to the stages promoted \
+                     into; its writes follow the top-level mode and verify.on_failure",
                 );
             }
-            (Duration::ZERO, mode)
+            (Duration::ZERO, None, None, mode)
         } else {
             let soak = self.duration(&join(&path, "soak"), &raw.soak);
+            let restarts_path = join(&path, "soak_restarts");
+            let soak_restarts = self
+                .number(&restarts_path, &raw.soak_restarts, 0, u64::from(u32::MAX))
+                .and_then(|n| u32::try_from(n).ok());
+            if soak_restarts.is_some() && soak.unwrap_or_default().is_zero() {
+                self.problem(
+                    &restarts_path,
+                    "counts container restarts during the soak: set soak as well",
+                );
+            }
+            let on_failure = raw.on_failure.is_written().then(|| {
+                self.choice(
+                    &join(&path, "on_failure"),
+                    &raw.on_failure,
+                    OnFailure::Report,
+                )
+            });
             let stage_mode = self.choice(&join(&path, "mode"), &raw.mode, WriteMode::PullRequest);
             if stage_mode == WriteMode::PullRequest {
                 by_pull_request.push(format!("{path}.mode"));
             }
-            (soak.unwrap_or_default(), stage_mode)
+            (
+                soak.unwrap_or_default(),
+                soak_restarts,
+                on_failure,
+                stage_mode,
+            )
         };
         Some(Stage {
             name: name?.to_string(),
             paths,
             cluster,
             soak,
+            soak_restarts,
+            on_failure,
             mode: stage_mode,
         })
     }

@@ -685,6 +685,7 @@ mod tests {
             outcome,
             noun: ChangeRequestNoun::PullRequest,
             changes: Vec::new(),
+            held: Vec::new(),
             skipped: Vec::new(),
             failures: Vec::new(),
             diff: String::new(),
@@ -779,6 +780,7 @@ mod tests {
             Gate::Soaking {
                 since: 0,
                 remaining_seconds: 5,
+                restarted: None,
             },
             Gate::Waiting {
                 reason: "1 progressing".into(),

@@ -14,6 +14,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::manifest::{ImageField, Origin};
 use crate::plan::{self, Plan, ScannedFile, Wanted};
+use crate::policy::Holds;
 use crate::reference::{Digest, Reference};
 
 /// A tag and digest the source stage pins for one repository.
@@ -202,16 +203,29 @@ impl Skip {
 }
 
 /// The plan that carries `source`'s digests into the target stage's files, and the
-/// references it leaves alone. Digest-only target references are carried too.
-pub fn plan(target: &[ScannedFile], source: &SourcePins) -> (Plan, Vec<Skip>) {
+/// references it leaves alone. Digest-only target references are carried too. A digest
+/// `holds` names (a revert moved a field away from it) is held, not carried: it comes back
+/// once the source stage pins another.
+pub fn plan(target: &[ScannedFile], source: &SourcePins, holds: &Holds) -> (Plan, Vec<Skip>) {
     let plan = plan::plan_by(target, |reference| match source.decide(reference) {
-        Ok(carried) => Wanted::To {
-            reference: match &carried.tag {
+        Ok(carried) => {
+            let reference = match &carried.tag {
                 Some(tag) => reference.retagged(tag),
                 None => reference.clone(),
-            },
-            digest: carried.digest,
-        },
+            };
+            match holds.why(&reference, &carried.digest) {
+                Some(hold) => Wanted::Held {
+                    reason: hold.reason.clone(),
+                    commit: hold.commit.clone(),
+                    reference,
+                    digest: carried.digest,
+                },
+                None => Wanted::To {
+                    reference,
+                    digest: carried.digest,
+                },
+            }
+        }
         Err(_) => Wanted::Leave,
     });
     let mut skips = Vec::new();
@@ -266,7 +280,7 @@ mod tests {
         )];
         let target_text = deployment(&format!("ghcr.io/acme/web:1.4.1@{B}"));
         let target = [file("production/web.yaml", &target_text)];
-        let (plan, skips) = plan(&target, &SourcePins::from_files(&source));
+        let (plan, skips) = plan(&target, &SourcePins::from_files(&source), &Holds::default());
         assert!(skips.is_empty());
         assert_eq!(plan.files.len(), 1);
         let expected = target_text.replace(&format!("1.4.1@{B}"), &format!("1.4.2@{A}"));
@@ -288,7 +302,7 @@ mod tests {
             "images:\n- name: web\n  newName: registry.example.com/acme/web\n  newTag: \"1.9.0\"\n"
                 .to_string();
         let target = [file("overlays/production/kustomization.yaml", &target_text)];
-        let (plan, skips) = plan(&target, &SourcePins::from_files(&source));
+        let (plan, skips) = plan(&target, &SourcePins::from_files(&source), &Holds::default());
         assert!(skips.is_empty(), "{skips:?}");
         let updated = String::from_utf8(plan.files[0].updated.clone()).unwrap();
         assert!(updated.contains("newTag: \"2.0.0\""), "{updated}");
@@ -298,7 +312,7 @@ mod tests {
             "production/web.yaml",
             &deployment("registry.example.com/acme/web:1.9.0"),
         )];
-        let (plan, _) = super::plan(&plain, &SourcePins::from_files(&source));
+        let (plan, _) = super::plan(&plain, &SourcePins::from_files(&source), &Holds::default());
         assert_eq!(
             plan.changes[0].new_value,
             format!("registry.example.com/acme/web:2.0.0@{A}")
@@ -319,7 +333,7 @@ mod tests {
             file("production/cache.yaml", &deployment("redis:7")),
         ];
         let pins = SourcePins::from_files(&source);
-        let (plan, skips) = plan(&target, &pins);
+        let (plan, skips) = plan(&target, &pins, &Holds::default());
         assert!(plan.files.is_empty());
         assert_eq!(skips.len(), 2);
         assert_eq!(skips[0].why, SkipWhy::NotPinnedInSource);
@@ -345,12 +359,14 @@ mod tests {
         let (plan, skips) = plan(
             &[file("p/a.yaml", &deployment("ghcr.io/acme/web:2.0"))],
             &pins,
+            &Holds::default(),
         );
         assert!(skips.is_empty());
         assert_eq!(plan.changes[0].new_digest.to_string(), B);
         let (plan, skips) = super::plan(
             &[file("p/a.yaml", &deployment("ghcr.io/acme/web:3.0"))],
             &pins,
+            &Holds::default(),
         );
         assert!(plan.files.is_empty());
         assert!(matches!(&skips[0].why, SkipWhy::Ambiguous(v) if v.len() == 2));
@@ -381,7 +397,7 @@ mod tests {
                 &deployment(&format!("ghcr.io/acme/app:worker-1.4@{B}")),
             ),
         ];
-        let (plan, skips) = plan(&target, &pins);
+        let (plan, skips) = plan(&target, &pins, &Holds::default());
         assert!(
             plan.changes
                 .iter()
@@ -400,6 +416,7 @@ mod tests {
         let (plan, skips) = super::plan(
             &[file("p/w.yaml", &deployment("ghcr.io/acme/app:worker-1.5"))],
             &pins,
+            &Holds::default(),
         );
         assert!(plan.files.is_empty());
         assert_eq!(skips[0].why, SkipWhy::NotPinnedInSource);
@@ -407,6 +424,7 @@ mod tests {
         let (plan, skips) = super::plan(
             &[file("p/w.yaml", &deployment("ghcr.io/acme/app:web-1.5"))],
             &pins,
+            &Holds::default(),
         );
         assert!(skips.is_empty(), "{skips:?}");
         assert_eq!(plan.changes[0].new_digest.to_string(), A);
@@ -416,7 +434,7 @@ mod tests {
     fn already_promoted_is_nothing_to_do_and_the_fingerprint_follows_the_digests() {
         let text = deployment(&format!("ghcr.io/acme/web:1.0@{A}"));
         let pins = SourcePins::from_files(&[file("s/web.yaml", &text)]);
-        let (plan, skips) = plan(&[file("p/web.yaml", &text)], &pins);
+        let (plan, skips) = plan(&[file("p/web.yaml", &text)], &pins, &Holds::default());
         assert!(plan.files.is_empty() && skips.is_empty());
         let other = SourcePins::from_files(&[file(
             "s/web.yaml",
@@ -427,5 +445,37 @@ mod tests {
             pins.fingerprint(),
             SourcePins::from_files(&[file("x.yaml", &text)]).fingerprint()
         );
+    }
+
+    #[test]
+    fn a_held_digest_is_not_carried_until_the_source_pins_another() {
+        let staging = |digest| {
+            SourcePins::from_files(&[file(
+                "s/web.yaml",
+                &deployment(&format!("ghcr.io/acme/web:1.5@{digest}")),
+            )])
+        };
+        let production = [file(
+            "p/web.yaml",
+            &deployment(&format!("ghcr.io/acme/web:1.4@{B}")),
+        )];
+        let mut holds = Holds::default();
+        holds.hold(
+            "ghcr.io/acme/web",
+            A,
+            crate::policy::Hold {
+                reason: "revert 0123456789ab moved this image away".into(),
+                commit: "0123456789abcdef".into(),
+            },
+        );
+        let (held, skips) = plan(&production, &staging(A), &holds);
+        assert!(held.files.is_empty() && skips.is_empty(), "{held:?}");
+        assert_eq!(held.held.len(), 1);
+        assert_eq!(held.held[0].commit.as_deref(), Some("0123456789abcdef"));
+        // Staging moves on to another digest: carried again.
+        const C: &str = "sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
+        let (moved_on, _) = plan(&production, &staging(C), &holds);
+        assert_eq!(moved_on.changes[0].new_digest.to_string(), C);
+        assert!(moved_on.held.is_empty());
     }
 }

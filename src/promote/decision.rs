@@ -82,6 +82,7 @@ mod tests {
             Gate::Soaking {
                 since: 1_700_000_000,
                 remaining_seconds: 600,
+                restarted: None,
             },
             Gate::Waiting {
                 reason: "web: 1 of 2 pods updated".into(),

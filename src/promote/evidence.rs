@@ -203,6 +203,7 @@ mod tests {
         let gate = Gate::Soaking {
             since: 1_795_000_000,
             remaining_seconds: 600,
+            restarted: None,
         };
         let converged = check(State::Converged, "ok");
         let body = render_moved(&gate, &converged, true);

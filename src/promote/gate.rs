@@ -42,8 +42,14 @@ const MAX_DESCRIPTION: usize = 140;
 pub enum Gate {
     /// Converged since `since` (Unix seconds), for at least the soak time.
     Open { since: i64 },
-    /// Converged since `since`, but not for the soak time yet.
-    Soaking { since: i64, remaining_seconds: u64 },
+    /// Converged since `since`, but not for the soak time yet. `restarted`: this pass found
+    /// more container restarts than `soak_restarts` allows, and started the soak again.
+    Soaking {
+        since: i64,
+        remaining_seconds: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        restarted: Option<Restarted>,
+    },
     /// Still rolling out: nothing to promote yet.
     Waiting { reason: String },
     /// Failed, or something pinned was not checked: never promoted.
@@ -70,11 +76,25 @@ impl Gate {
             // The end of the soak, not the time left: this sentence is in the pull request
             // body and status, which must not change from one pass to the next while the
             // soak runs (`remaining_seconds` is in the report).
-            Gate::Soaking { since, .. } => format!(
+            Gate::Soaking {
+                since,
+                restarted: None,
+                ..
+            } => format!(
                 "{stage} converged since {}; soak {} not over, until {}",
                 rfc3339(*since),
                 human(soak),
-                rfc3339(since.saturating_add(i64::try_from(soak.as_secs()).unwrap_or(i64::MAX)))
+                soak_end(*since, soak)
+            ),
+            Gate::Soaking {
+                since,
+                restarted: Some(restarted),
+                ..
+            } => format!(
+                "{}; soaking again since {}, until {}",
+                restarted.describe(),
+                rfc3339(*since),
+                soak_end(*since, soak)
             ),
             Gate::Waiting { reason } => format!("{stage} is not converged yet: {reason}"),
             Gate::Refused { state, reason } => {
@@ -84,18 +104,121 @@ impl Gate {
     }
 }
 
-/// Decides the gate from the source stage's verdict now and when it converged.
-pub fn decide(state: State, summary: &str, since: Option<i64>, soak: Duration, now: i64) -> Gate {
+/// The end of a soak that began at `since`, for people.
+fn soak_end(since: i64, soak: Duration) -> String {
+    rfc3339(since.saturating_add(i64::try_from(soak.as_secs()).unwrap_or(i64::MAX)))
+}
+
+/// Container restarts that started a soak again (`soak_restarts`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Restarted {
+    /// Restarts since the soak began (more than `soak_restarts` allows).
+    pub restarts: u64,
+    /// How long the soak had run, in seconds.
+    pub over_seconds: u64,
+    /// The workloads whose containers restarted, most restarts first (`web`, `api`).
+    pub workloads: Vec<String>,
+}
+
+impl Restarted {
+    /// `web restarted 2 times in the last 12m`.
+    pub fn describe(&self) -> String {
+        let who = match self.workloads.as_slice() {
+            [] => "containers".to_string(),
+            [one] => one.clone(),
+            [first, second] => format!("{first} and {second}"),
+            [first, second, rest @ ..] => format!("{first}, {second} and {} more", rest.len()),
+        };
+        format!(
+            "{who} restarted {} in the last {}",
+            match self.restarts {
+                1 => "once".to_string(),
+                n => format!("{n} times"),
+            },
+            human(Duration::from_secs(self.over_seconds))
+        )
+    }
+}
+
+/// Where a soak stands: since when it runs, the restart count it counts from (with
+/// `soak_restarts`), and the restarts that just started it again, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Soak {
+    pub since: i64,
+    /// The stage's container restarts when the soak began (or when its pods were last
+    /// replaced): restarts beyond it happened during the soak. `None` without `soak_restarts`.
+    pub baseline: Option<u64>,
+    pub restarted: Option<Restarted>,
+}
+
+/// The soak clock of a Converged stage, from the start read back from its status (`None`:
+/// it starts now) and its container restarts now (`restarts`, with the workloads that
+/// restarted). With `allowed` (`soak_restarts`), more restarts than that since the soak began
+/// start it again now. A count lower than the baseline means pods were replaced (restart
+/// counts belong to a pod): the baseline follows it down, the soak goes on.
+pub fn soak(
+    start: Option<SoakStart>,
+    restarts: u64,
+    restarted: &[String],
+    allowed: Option<u32>,
+    now: i64,
+) -> Soak {
+    let Some(start) = start else {
+        return Soak {
+            since: now,
+            baseline: allowed.map(|_| restarts),
+            restarted: None,
+        };
+    };
+    let Some(allowed) = allowed else {
+        return Soak {
+            since: start.since,
+            baseline: None,
+            restarted: None,
+        };
+    };
+    let baseline = start.restarts.unwrap_or(restarts).min(restarts);
+    let during = restarts - baseline;
+    if during > u64::from(allowed) {
+        return Soak {
+            since: now,
+            baseline: Some(restarts),
+            restarted: Some(Restarted {
+                restarts: during,
+                over_seconds: u64::try_from(now.saturating_sub(start.since)).unwrap_or(0),
+                workloads: restarted.to_vec(),
+            }),
+        };
+    }
+    Soak {
+        since: start.since,
+        baseline: Some(baseline),
+        restarted: None,
+    }
+}
+
+/// Decides the gate from the source stage's verdict now and its soak (when Converged).
+pub fn decide(
+    state: State,
+    summary: &str,
+    soak: Option<Soak>,
+    duration: Duration,
+    now: i64,
+) -> Gate {
     match state {
         State::Converged => {
-            let since = since.unwrap_or(now);
+            let (since, restarted) = match soak {
+                Some(soak) => (soak.since, soak.restarted),
+                None => (now, None),
+            };
             let held = u64::try_from(now.saturating_sub(since)).unwrap_or(0);
-            if held >= soak.as_secs() {
+            if held >= duration.as_secs() && restarted.is_none() {
                 Gate::Open { since }
             } else {
                 Gate::Soaking {
                     since,
-                    remaining_seconds: soak.as_secs() - held,
+                    remaining_seconds: duration.as_secs().saturating_sub(held).max(1),
+                    restarted,
                 }
             }
         }
@@ -109,33 +232,49 @@ pub fn decide(state: State, summary: &str, since: Option<i64>, soak: Duration, n
     }
 }
 
+/// A soak clock read back from a stage status: since when, and the restart count it counts
+/// from (written only with `soak_restarts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoakStart {
+    pub since: i64,
+    pub restarts: Option<u64>,
+}
+
 /// When the stage converged on the digests `fingerprint` names, from the stage statuses of the
 /// newest commit where tagpin (`me`) set any (newest first). Only statuses created by `me`
 /// count. The clock runs over the unbroken run of own success statuses for the same
-/// fingerprint, from the oldest one's `created_at`, or the earlier start it carries from the
-/// commit before; `None` means "starts now".
-pub fn converged_since(history: &[Status], fingerprint: &str, me: &str) -> Option<i64> {
-    let mut since = None;
+/// fingerprint and restart baseline, from the oldest one's `created_at`, or the earlier start
+/// it carries from the commit before; `None` means "starts now".
+pub fn converged_since(history: &[Status], fingerprint: &str, me: &str) -> Option<SoakStart> {
+    let mut start: Option<SoakStart> = None;
     for status in history.iter().filter(|s| s.creator.as_deref() == Some(me)) {
         let Some(created) = status.created_at else {
             break;
         };
-        let Some((carried, set)) = parse_description(&status.description) else {
+        let Some(read) = parse_description(&status.description) else {
             break;
         };
-        if status.state != StatusState::Success || set != fingerprint {
+        if status.state != StatusState::Success || read.set != fingerprint {
             break;
         }
-        since = Some(carried.min(created));
+        // A soak started again after restarts is a new run: older statuses are not its start.
+        if start.is_some_and(|s| s.restarts != read.restarts) {
+            break;
+        }
+        start = Some(SoakStart {
+            since: read.since.min(created),
+            restarts: read.restarts,
+        });
     }
-    since
+    start
 }
 
-/// The stage status: its state and a description that carries the clock when converged.
+/// The stage status: its state and a description that carries the clock when converged (and
+/// with `soak_restarts`, the restart count the soak counts from: `· restarts 4`).
 pub fn stage_status(
     state: State,
     summary: &str,
-    since: Option<i64>,
+    soak: Option<&Soak>,
     images: usize,
     fingerprint: &str,
 ) -> (StatusState, String) {
@@ -145,11 +284,17 @@ pub fn stage_status(
         State::Failed => StatusState::Failure,
         State::Unverified => StatusState::Error,
     };
-    let description = match (state, since) {
-        (State::Converged, Some(since)) => format!(
-            "converged since {} · {images} image(s) · set {fingerprint}",
-            rfc3339(since)
-        ),
+    let description = match (state, soak) {
+        (State::Converged, Some(soak)) => {
+            let mut description = format!(
+                "converged since {} · {images} image(s) · set {fingerprint}",
+                rfc3339(soak.since)
+            );
+            if let Some(baseline) = soak.baseline {
+                description.push_str(&format!(" · restarts {baseline}"));
+            }
+            description
+        }
         _ => summary.to_string(),
     };
     (status, truncate(&description))
@@ -191,8 +336,16 @@ pub fn blocked_status(count: usize, first: &str) -> (StatusState, String) {
     )
 }
 
-/// `since <RFC 3339>` and `set <hex>` read back from a stage status description.
-fn parse_description(description: &str) -> Option<(i64, String)> {
+/// What a stage status description carries.
+struct Described {
+    since: i64,
+    set: String,
+    restarts: Option<u64>,
+}
+
+/// `since <RFC 3339>`, `set <hex>` and `restarts <n>` read back from a stage status
+/// description.
+fn parse_description(description: &str) -> Option<Described> {
     let since = description
         .split("since ")
         .nth(1)?
@@ -204,7 +357,16 @@ fn parse_description(description: &str) -> Option<(i64, String)> {
         .nth(1)?
         .split_whitespace()
         .next()?;
-    Some((since.as_second(), set.to_string()))
+    let restarts = description
+        .split(" · restarts ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|r| r.parse().ok());
+    Some(Described {
+        since: since.as_second(),
+        set: set.to_string(),
+        restarts,
+    })
 }
 
 /// `2026-11-23T14:05:00Z`.
@@ -248,6 +410,19 @@ mod tests {
 
     const ME: &str = "tagpin-bot";
 
+    /// A soak that began at `since`, without `soak_restarts`.
+    fn started(since: i64) -> Soak {
+        Soak {
+            since,
+            baseline: None,
+            restarted: None,
+        }
+    }
+
+    fn at(since: i64) -> Option<Soak> {
+        Some(started(since))
+    }
+
     #[test]
     fn timestamps_are_rfc3339_utc() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
@@ -275,7 +450,13 @@ mod tests {
     #[test]
     fn only_statuses_tagpin_created_carry_the_clock() {
         // A CI job with status rights posts tagpin's context, claiming a start long ago.
-        let (_, forged) = stage_status(State::Converged, "ok", Some(NOW - 86_400), 3, "abc");
+        let (_, forged) = stage_status(
+            State::Converged,
+            "ok",
+            Some(&started(NOW - 86_400)),
+            3,
+            "abc",
+        );
         let history = [by(
             "ci-bot",
             NOW - 10,
@@ -283,31 +464,38 @@ mod tests {
         )];
         assert_eq!(converged_since(&history, "abc", ME), None);
         // Posted after tagpin's own: ignored, tagpin's clock stands.
-        let (_, own) = stage_status(State::Converged, "ok", Some(NOW - 60), 3, "abc");
+        let (_, own) = stage_status(State::Converged, "ok", Some(&started(NOW - 60)), 3, "abc");
         let history = [
             by("ci-bot", NOW - 10, status(StatusState::Success, &forged)),
             by(ME, NOW - 60, status(StatusState::Success, &own)),
         ];
-        assert_eq!(converged_since(&history, "abc", ME), Some(NOW - 60));
+        assert_eq!(
+            converged_since(&history, "abc", ME).map(|s| s.since),
+            Some(NOW - 60)
+        );
         // Nor can another creator's failure break tagpin's run.
         let history = [
             by("ci-bot", NOW - 10, status(StatusState::Failure, "broken")),
             by(ME, NOW - 60, status(StatusState::Success, &own)),
         ];
-        assert_eq!(converged_since(&history, "abc", ME), Some(NOW - 60));
+        assert_eq!(
+            converged_since(&history, "abc", ME).map(|s| s.since),
+            Some(NOW - 60)
+        );
     }
 
     #[test]
     fn the_start_is_when_github_says_the_first_own_status_was_set() {
         // Even tagpin's own text is not believed beyond the status's created_at.
-        let (_, ahead) = stage_status(State::Converged, "ok", Some(NOW - 600), 3, "abc");
-        let (_, later) = stage_status(State::Converged, "ok", Some(NOW), 3, "abc");
+        let (_, ahead) = stage_status(State::Converged, "ok", Some(&started(NOW - 600)), 3, "abc");
+        let (_, later) = stage_status(State::Converged, "ok", Some(&started(NOW)), 3, "abc");
         assert_eq!(
             converged_since(
                 &[by(ME, NOW - 100, status(StatusState::Success, &later))],
                 "abc",
                 ME
-            ),
+            )
+            .map(|s| s.since),
             Some(NOW - 100)
         );
         // Re-posted with the same content: the first one's start is kept.
@@ -315,16 +503,27 @@ mod tests {
             by(ME, NOW - 10, status(StatusState::Success, &later)),
             by(ME, NOW - 300, status(StatusState::Success, &later)),
         ];
-        assert_eq!(converged_since(&history, "abc", ME), Some(NOW - 300));
+        assert_eq!(
+            converged_since(&history, "abc", ME).map(|s| s.since),
+            Some(NOW - 300)
+        );
         // The start carried from an earlier commit, earlier than this status: kept.
         let history = [by(ME, NOW - 10, status(StatusState::Success, &ahead))];
-        assert_eq!(converged_since(&history, "abc", ME), Some(NOW - 600));
+        assert_eq!(
+            converged_since(&history, "abc", ME).map(|s| s.since),
+            Some(NOW - 600)
+        );
     }
 
     #[test]
     fn the_clock_round_trips_through_the_status_description() {
-        let (state, description) =
-            stage_status(State::Converged, "ok", Some(NOW - 600), 3, "abc123def456");
+        let (state, description) = stage_status(
+            State::Converged,
+            "ok",
+            Some(&started(NOW - 600)),
+            3,
+            "abc123def456",
+        );
         assert_eq!(state, StatusState::Success);
         assert!(
             description.starts_with("converged since 2026-"),
@@ -333,13 +532,16 @@ mod tests {
         let history = [status(StatusState::Success, &description)];
         assert_eq!(
             converged_since(&history, "abc123def456", ME),
-            Some(NOW - 600)
+            Some(SoakStart {
+                since: NOW - 600,
+                restarts: None
+            })
         );
     }
 
     #[test]
     fn new_digests_or_a_break_restart_the_clock() {
-        let (_, d) = stage_status(State::Converged, "ok", Some(NOW - 600), 3, "aaaa");
+        let (_, d) = stage_status(State::Converged, "ok", Some(&started(NOW - 600)), 3, "aaaa");
         assert_eq!(
             converged_since(&[status(StatusState::Success, &d)], "bbbb", ME),
             None
@@ -361,14 +563,15 @@ mod tests {
     fn the_gate_opens_only_after_the_soak() {
         let soak = Duration::from_secs(1800);
         assert_eq!(
-            decide(State::Converged, "", Some(NOW - 600), soak, NOW),
+            decide(State::Converged, "", at(NOW - 600), soak, NOW),
             Gate::Soaking {
                 since: NOW - 600,
-                remaining_seconds: 1200
+                remaining_seconds: 1200,
+                restarted: None,
             }
         );
         assert_eq!(
-            decide(State::Converged, "", Some(NOW - 1800), soak, NOW),
+            decide(State::Converged, "", at(NOW - 1800), soak, NOW),
             Gate::Open { since: NOW - 1800 }
         );
         // First seen converged now: with no soak, open at once.
@@ -382,8 +585,8 @@ mod tests {
     #[test]
     fn a_soak_reads_the_same_on_every_pass_until_it_is_over() {
         let soak = Duration::from_secs(1800);
-        let first = decide(State::Converged, "", Some(NOW - 600), soak, NOW);
-        let later = decide(State::Converged, "", Some(NOW - 600), soak, NOW + 61);
+        let first = decide(State::Converged, "", at(NOW - 600), soak, NOW);
+        let later = decide(State::Converged, "", at(NOW - 600), soak, NOW + 61);
         assert_ne!(first, later, "remaining_seconds follows the clock");
         assert_eq!(
             first.describe("staging", soak),
@@ -400,13 +603,132 @@ mod tests {
     }
 
     #[test]
+    fn restarts_beyond_soak_restarts_start_the_soak_again_and_say_who() {
+        let soak = Duration::from_secs(1800);
+        let start = Some(SoakStart {
+            since: NOW - 720,
+            restarts: Some(4),
+        });
+        let web = ["web".to_string()];
+        // Within what is allowed: the soak goes on from the same start.
+        let kept = self::soak(start, 5, &web, Some(1), NOW);
+        assert_eq!(
+            (kept.since, kept.baseline, &kept.restarted),
+            (NOW - 720, Some(4), &None)
+        );
+        // Two restarts in the last 12m with none allowed: soaking again since now.
+        let again = self::soak(start, 6, &web, Some(0), NOW);
+        assert_eq!((again.since, again.baseline), (NOW, Some(6)));
+        let gate = decide(State::Converged, "", Some(again.clone()), soak, NOW);
+        assert_eq!(
+            gate.describe("staging", soak),
+            format!(
+                "web restarted 2 times in the last 12m; soaking again since {}, until {}",
+                rfc3339(NOW),
+                rfc3339(NOW + 1800)
+            )
+        );
+        assert!(!gate.is_open());
+        // Even a soak that was over is not open on the pass that saw the restarts.
+        let long_ago = Some(SoakStart {
+            since: NOW - 7200,
+            restarts: Some(0),
+        });
+        let restarted = self::soak(long_ago, 1, &web, Some(0), NOW);
+        assert!(!decide(State::Converged, "", Some(restarted), soak, NOW).is_open());
+        // The next pass reads the new start back (its baseline breaks the run), no new
+        // restarts: soaking, and the sentence no longer names the restarts.
+        let (_, description) = stage_status(State::Converged, "ok", Some(&again), 3, "abc");
+        assert!(description.ends_with(" · restarts 6"), "{description}");
+        let history = [
+            by(ME, NOW, status(StatusState::Success, &description)),
+            by(
+                ME,
+                NOW - 720,
+                status(
+                    StatusState::Success,
+                    &stage_status(
+                        State::Converged,
+                        "ok",
+                        Some(&Soak {
+                            since: NOW - 720,
+                            baseline: Some(4),
+                            restarted: None,
+                        }),
+                        3,
+                        "abc",
+                    )
+                    .1,
+                ),
+            ),
+        ];
+        let read = converged_since(&history, "abc", ME).unwrap();
+        assert_eq!(
+            read,
+            SoakStart {
+                since: NOW,
+                restarts: Some(6)
+            }
+        );
+        let next = self::soak(Some(read), 6, &web, Some(0), NOW + 60);
+        assert_eq!((next.since, &next.restarted), (NOW, &None));
+    }
+
+    #[test]
+    fn replaced_pods_lower_the_baseline_without_restarting_the_soak() {
+        let start = Some(SoakStart {
+            since: NOW - 600,
+            restarts: Some(5),
+        });
+        // The pod with 5 restarts was replaced: nothing restarted during the soak.
+        let soak = self::soak(start, 0, &[], Some(0), NOW);
+        assert_eq!(
+            (soak.since, soak.baseline, soak.restarted),
+            (NOW - 600, Some(0), None)
+        );
+        // A status written before soak_restarts was set: counting starts now.
+        let old = Some(SoakStart {
+            since: NOW - 600,
+            restarts: None,
+        });
+        let soak = self::soak(old, 9, &[], Some(0), NOW);
+        assert_eq!((soak.since, soak.baseline), (NOW - 600, Some(9)));
+        // Without soak_restarts nothing is counted or written.
+        let soak = self::soak(start, 99, &[], None, NOW);
+        assert_eq!((soak.since, soak.baseline), (NOW - 600, None));
+        let (_, description) = stage_status(State::Converged, "ok", Some(&soak), 1, "abc");
+        assert!(!description.contains("restarts"), "{description}");
+    }
+
+    #[test]
+    fn many_workloads_restarting_are_named_briefly() {
+        let restarted = |workloads: &[&str], restarts| Restarted {
+            restarts,
+            over_seconds: 90,
+            workloads: workloads.iter().map(|w| w.to_string()).collect(),
+        };
+        assert_eq!(
+            restarted(&["web"], 1).describe(),
+            "web restarted once in the last 1m30s"
+        );
+        assert_eq!(
+            restarted(&["web", "api"], 3).describe(),
+            "web and api restarted 3 times in the last 1m30s"
+        );
+        assert_eq!(
+            restarted(&["web", "api", "db", "q"], 4).describe(),
+            "web, api and 2 more restarted 4 times in the last 1m30s"
+        );
+    }
+
+    #[test]
     fn progressing_waits_and_failed_or_unverified_refuse() {
         let soak = Duration::ZERO;
         assert!(
             matches!(decide(State::Progressing, "rolling", None, soak, NOW), Gate::Waiting { reason } if reason == "rolling")
         );
         assert!(matches!(
-            decide(State::Failed, "crash", Some(NOW - 9999), soak, NOW),
+            decide(State::Failed, "crash", at(NOW - 9999), soak, NOW),
             Gate::Refused {
                 state: State::Failed,
                 ..

@@ -129,11 +129,17 @@ pub fn verification_source(pr: &crate::forge::PullRequestInfo) -> Source {
     }
 }
 
-/// The configuration as one stage sees it: its paths instead of the first stage's. The
-/// verifier and scanner then work on that stage unchanged.
+/// The configuration as one stage sees it: its paths instead of the first stage's, the mode
+/// its promotions are written in, and its own `on_failure` where it sets one. The verifier,
+/// the scanner and the revert (written as the promotion was) then work on that stage
+/// unchanged.
 pub fn stage_config(config: &Config, stage: &Stage) -> Config {
     let mut config = config.clone();
     config.paths = stage.paths.clone();
+    config.mode = stage.mode;
+    if let Some(on_failure) = stage.on_failure {
+        config.verify.on_failure = on_failure;
+    }
     config
 }
 
@@ -184,6 +190,9 @@ pub struct PromoteReport {
     #[serde(skip)]
     pub noun: ChangeRequestNoun,
     pub changes: Vec<Change>,
+    /// Target fields held where they are: a `# tagpin: hold` comment, or a digest a revert
+    /// moved away from (carried again once the source stage pins another).
+    pub held: Vec<crate::plan::Held>,
     /// Target references left as they are, each with its reason.
     pub skipped: Vec<Skip>,
     /// Manifests of either stage that could not be read, and fields that could not be
@@ -206,8 +215,9 @@ struct Found {
     /// The digests the source stage pins, and their fingerprint (the soak clock's key).
     pins: SourcePins,
     fingerprint: String,
-    /// Since when the source has been Converged on them (Unix seconds), when it is.
-    since: Option<i64>,
+    /// Since when the source has been Converged on them (Unix seconds), when it is, and the
+    /// restart count its soak counts from.
+    soak: Option<gate::Soak>,
     gate: Gate,
 }
 
@@ -287,7 +297,10 @@ impl<'a> Promoter<'a> {
     ) -> Result<PromoteReport, PromoteError> {
         let found = self.gather(source, target, cluster).await?;
         self.record_source_state(&found, source, options).await;
-        let (plan, skipped) = carry::plan(&found.target_scan.files, &found.pins);
+        // Digests a revert moved fields away from are not carried again (read from Git).
+        let helm = self.config.helm.options()?;
+        let holds = off_runtime(|| crate::revert::holds_at(self.mirror, found.tip, &helm))?;
+        let (plan, skipped) = carry::plan(&found.target_scan.files, &found.pins, &holds);
         let mut failures: Vec<String> = found
             .source_scan
             .errors
@@ -323,7 +336,7 @@ impl<'a> Promoter<'a> {
                 commit: found.tip.to_string(),
                 state: found.check.state,
                 summary: found.check.summary,
-                converged_since: found.since.map(gate::rfc3339),
+                converged_since: found.soak.as_ref().map(|s| gate::rfc3339(s.since)),
                 digests: found.fingerprint,
             },
             reason: found.gate.describe(&source.name, target.soak),
@@ -331,6 +344,7 @@ impl<'a> Promoter<'a> {
             outcome,
             noun: ChangeRequestNoun::of(self.config.forge.as_ref()),
             changes: plan.changes,
+            held: plan.held,
             skipped,
             failures,
             diff: plan.files.iter().map(|f| f.diff.as_str()).collect(),
@@ -374,16 +388,24 @@ impl<'a> Promoter<'a> {
         let pins = SourcePins::from_files(&source_scan.files);
         let fingerprint = pins.fingerprint();
         let now = (self.clock)();
-        let since = match (check.state, self.forge) {
-            (State::Converged, Some(forge)) => Some(
-                self.clock(forge, tip, source, &fingerprint)
-                    .await?
-                    .unwrap_or(now),
-            ),
-            (State::Converged, None) => Some(now),
+        let soak = match (check.state, self.forge) {
+            (State::Converged, forge) => {
+                let start = match forge {
+                    Some(forge) => self.clock(forge, tip, source, &fingerprint).await?,
+                    None => None,
+                };
+                let (restarts, restarted) = (check.restarts(), check.restarted());
+                Some(gate::soak(
+                    start,
+                    restarts,
+                    &restarted,
+                    target.soak_restarts,
+                    now,
+                ))
+            }
             _ => None,
         };
-        let gate = gate::decide(check.state, &check.summary, since, target.soak, now);
+        let gate = gate::decide(check.state, &check.summary, soak.clone(), target.soak, now);
         Ok(Found {
             tip,
             source_scan,
@@ -392,7 +414,7 @@ impl<'a> Promoter<'a> {
             check,
             pins,
             fingerprint,
-            since,
+            soak,
             gate,
         })
     }
@@ -406,7 +428,7 @@ impl<'a> Promoter<'a> {
         let (state, description) = gate::stage_status(
             found.check.state,
             &found.check.summary,
-            found.since,
+            found.soak.as_ref(),
             found.pins.len(),
             &found.fingerprint,
         );
@@ -621,7 +643,7 @@ impl<'a> Promoter<'a> {
         tip: git2::Oid,
         source: &Stage,
         fingerprint: &str,
-    ) -> Result<Option<i64>, PromoteError> {
+    ) -> Result<Option<gate::SoakStart>, PromoteError> {
         let me = forge.login().await?;
         let commits = off_runtime(|| self.mirror.first_parents(tip, CLOCK_DEPTH))?;
         let context = gate::stage_context(&source.name);

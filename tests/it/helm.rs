@@ -360,7 +360,7 @@ fn promotion_carries_helm_pins_from_staging_values_objects_and_parameters_into_p
 
     let pins = carry::SourcePins::from_files(&staging);
     assert_eq!(pins.len(), 2);
-    let (plan, skips) = carry::plan(&production, &pins);
+    let (plan, skips) = carry::plan(&production, &pins, &tagpin::policy::Holds::default());
     assert!(skips.is_empty(), "{skips:?}");
     assert!(plan.problems.is_empty(), "{:?}", plan.problems);
     assert_eq!(plan.changes.len(), 4);
@@ -406,7 +406,7 @@ fn promotion_carries_helm_pins_from_staging_values_objects_and_parameters_into_p
             })
             .collect::<Vec<_>>(),
     );
-    let (again, _) = carry::plan(&production, &pins);
+    let (again, _) = carry::plan(&production, &pins, &tagpin::policy::Holds::default());
     assert!(again.files.is_empty(), "{:?}", again.changes);
 }
 

@@ -993,6 +993,78 @@ async fn the_soak_clock_is_read_back_from_the_stage_status_by_the_next_pass() {
     w.github.assert_no_violations();
 }
 
+/// `promotion.stages[].soak_restarts: 0`: a container restart in staging's pods during the
+/// soak starts the soak again, and the gate names who restarted; without new restarts the
+/// soak then runs its full time from the restart.
+#[tokio::test]
+async fn a_restart_during_the_soak_starts_it_again_and_the_gate_says_so() {
+    let w = World::new(Layout::Kustomize, "10m").await;
+    w.configure_clusters(&w.cluster("staging"), "10m\n    soak_restarts: 0");
+    w.staging_pinned_and_converged().await;
+    let tip = w.tip();
+
+    let report = w.promote_at_forge_time().await;
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let first_since = report["gate"]["since"].as_i64().unwrap();
+    let stage = w.statuses(&tip, STAGE_CONTEXT);
+    assert_eq!(stage.len(), 1, "{stage:?}");
+    assert!(stage[0].1.ends_with(" · restarts 0"), "{stage:?}");
+
+    // Five minutes in, web's first pod restarts twice (still on the pinned digest).
+    w.github.advance_clock(Duration::from_secs(300));
+    let web = w.image("web", WEB_NEW, &w.new.web);
+    let id = w.image_id("web", &w.new.web);
+    app(STAGING_NS, "web", &web)
+        .replicas(2)
+        .pod(&pod_name("web", 0))
+        .restarted(&w.staging, &[&id], 2);
+    let report = w.promote_at_forge_time().await;
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    assert_eq!(report["gate"]["restarted"]["restarts"], 2, "{report:#}");
+    assert_eq!(report["gate"]["restarted"]["workloads"], json!(["web"]));
+    let since = report["gate"]["since"].as_i64().unwrap();
+    assert!(
+        since >= first_since + 300,
+        "soaking again since now: {report:#}"
+    );
+    let reason = report["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("web restarted 2 times in the last 5m"),
+        "{reason}"
+    );
+    assert!(reason.contains("; soaking again since "), "{reason}");
+    assert_eq!(report["outcome"], Value::Null);
+    // The new start and the restart count it counts from are on staging's commit.
+    let stage = w.statuses(&tip, STAGE_CONTEXT);
+    assert_eq!(stage.len(), 2, "{stage:?}");
+    assert!(
+        stage.iter().any(|(_, d)| d.ends_with(" · restarts 2")),
+        "{stage:?}"
+    );
+
+    // Past the end of the first soak, but not ten minutes after the restart: still soaking,
+    // on the clock read back, and no restart counted twice.
+    w.github.advance_clock(Duration::from_secs(360));
+    let report = w.promote_at_forge_time().await;
+    assert_eq!(
+        report["gate"],
+        json!({"gate": "soaking", "since": since, "remaining_seconds": report["gate"]["remaining_seconds"]}),
+        "{report:#}"
+    );
+    assert!(w.github.prs().is_empty());
+
+    // Ten minutes after the restart, none since: the gate opens and production is proposed.
+    w.github.advance_clock(Duration::from_secs(240));
+    let report = w.promote_at_forge_time().await;
+    assert_eq!(
+        report["gate"],
+        json!({"gate": "open", "since": since}),
+        "{report:#}"
+    );
+    assert_eq!(report["outcome"]["outcome"], "pull_request_opened");
+    w.github.assert_no_violations();
+}
+
 #[tokio::test]
 async fn the_soak_clock_is_not_carried_across_commits_that_pinned_other_digests_in_between() {
     let w = World::new(Layout::Kustomize, "1h").await;
@@ -2001,4 +2073,117 @@ async fn a_reviewers_commit_on_the_promotion_branch_is_kept_when_staging_moves_o
         "tagpin vouches for no commit it did not write"
     );
     w.github.assert_no_violations();
+}
+
+// ---------------------------------------------------------------------------------------------
+// 10. `promotion.stages[].on_failure: revert`: a merged promotion production cannot run.
+
+/// A promotion merged into production whose new web pods cannot pull their digest is
+/// reverted by `tagpin run` (production's own `on_failure: revert`; the top-level verify keeps
+/// the default, report), with one revert pull request restoring production's files byte for
+/// byte; once a person merges it, the digests are held: staging still runs them, yet no
+/// promotion proposes them again, and `promote` lists them as held.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_promotion_production_cannot_run_is_reverted_and_not_promoted_again() {
+    use crate::run::{metric_sum, Controller};
+    let w = World::new(Layout::Kustomize, "0s").await;
+    w.configure_clusters(&w.cluster("staging"), "0s\n    on_failure: revert");
+    w.staging_pinned_and_converged().await;
+    w.first_promotion().await;
+    let file = "overlays/production/kustomization.yaml";
+    let before = w.repo.read("main", file).unwrap();
+    let promoted = w.repo.read(PR_BRANCH, file).unwrap();
+    let merge = w.repo.commit_as_other_writer(
+        "main",
+        &[(file, &promoted)],
+        &format!("Merge pull request #1 from acme/{PR_BRANCH}"),
+    );
+    w.github.merge_pr(1, &merge);
+    // Argo CD applies it: api rolls out, web's new pods cannot pull.
+    let web = w.image("web", WEB_NEW, &w.new.web);
+    let web_pods = app(PRODUCTION_NS, "web", &web).replicas(2);
+    web_pods.apply(&w.production);
+    for i in 0..2 {
+        web_pods.pod(&pod_name("web", i)).waiting(
+            &w.production,
+            "ImagePullBackOff",
+            &format!("Back-off pulling image \"{web}\""),
+        );
+    }
+    let api = w.image("api", API_NEW, &w.new.api);
+    let api_id = w.image_id("api", &w.new.api);
+    rolled_out(
+        &w.production,
+        PRODUCTION_NS,
+        "api",
+        &api,
+        &[&api_id, &api_id],
+    );
+
+    let controller = Controller::start_with_args(
+        w.dir.path(),
+        &w.config(),
+        &[("TAGPIN_GITHUB_TOKEN", GH_TOKEN)],
+        &["--interval", "2s"],
+    )
+    .await;
+    let revert_branch = "tagpin/revert/main";
+    let proposed = support::eventually_or("one revert pull request", || {
+        w.github.prs().iter().any(|p| p.head_ref == revert_branch)
+    })
+    .await;
+    if !proposed {
+        let (_, log) = controller.stop().await;
+        panic!("no revert pull request: {:?}\n{log}", w.github.prs());
+    }
+    let revert = w
+        .github
+        .prs()
+        .into_iter()
+        .find(|p| p.head_ref == revert_branch)
+        .unwrap();
+    assert!(
+        revert.title.starts_with(&format!(
+            "Revert pin of 2 image(s): {PRODUCTION_NS}/Deployment/web (web): ImagePullBackOff"
+        )),
+        "{}",
+        revert.title
+    );
+    let body = revert.body.clone().unwrap_or_default();
+    assert!(body.contains(&format!("Reverted: {merge}")), "{body}");
+    assert_eq!(
+        w.repo.read(revert_branch, file).unwrap(),
+        before,
+        "production's overlay restored byte for byte"
+    );
+
+    // A person merges the revert; staging still runs the digests, which stay held.
+    let restored = w
+        .repo
+        .commit_as_other_writer("main", &[(file, &before)], "Revert (#2)");
+    w.github.merge_pr(revert.number, &restored);
+    let passes = metric_sum(&controller.metrics().await, "tagpin_passes_total{");
+    support::eventually_async("three more passes", || async {
+        metric_sum(&controller.metrics().await, "tagpin_passes_total{") >= passes + 3.0
+    })
+    .await;
+    let (code, log) = controller.stop().await;
+    assert_eq!(code, Some(0), "{log}");
+    assert_eq!(w.github.prs().len(), 2, "{:?}\n{log}", w.github.prs());
+    assert_eq!(w.repo.read("main", file).unwrap(), before);
+
+    let (_, report, out) = w.promote_json().await;
+    let held: Vec<&str> = report["held"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", text(&out)))
+        .iter()
+        .map(|h| h["would_be"].as_str().unwrap())
+        .collect();
+    assert!(
+        held.contains(&w.new.web.as_str()) && held.contains(&w.new.api.as_str()),
+        "{report:#}"
+    );
+    assert_eq!(report["changes"], json!([]), "{report:#}");
+    assert_eq!(w.github.prs().len(), 2);
+    w.production.assert_no_writes();
 }

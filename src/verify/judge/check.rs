@@ -89,6 +89,28 @@ impl Check {
         unchecked(expectations, &self.gitops)
     }
 
+    /// The container restarts of the pods on the pinned digests, summed over every verdict:
+    /// what a soak with `soak_restarts` counts.
+    pub fn restarts(&self) -> u64 {
+        self.verdicts.iter().map(|v| v.restarts).sum()
+    }
+
+    /// The names of the workloads whose containers restarted, most restarts first.
+    pub fn restarted(&self) -> Vec<String> {
+        let mut by_workload: BTreeMap<&str, u64> = BTreeMap::new();
+        for verdict in self.verdicts.iter().filter(|v| v.restarts > 0) {
+            *by_workload
+                .entry(verdict.workload.name.as_str())
+                .or_default() += verdict.restarts;
+        }
+        let mut named: Vec<(&str, u64)> = by_workload.into_iter().collect();
+        named.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        named
+            .into_iter()
+            .map(|(name, _)| name.to_string())
+            .collect()
+    }
+
     /// Every pin that was not checked, with its reason.
     pub fn not_verified<'a>(
         &'a self,

@@ -792,6 +792,7 @@ pub(super) fn unapplied(
         pods_total: 0,
         stale_pods: Vec::new(),
         finished_pods: Vec::new(),
+        restarts: 0,
         conditions: vec![
             condition(ConditionType::Synced, ConditionStatus::False),
             condition(ConditionType::RolledOut, ConditionStatus::Unknown),

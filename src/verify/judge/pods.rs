@@ -65,6 +65,8 @@ pub(super) struct PodsJudged {
     pub(super) stale: Vec<Stale>,
     /// Pods that are no replicas any more, with why: `name (Evicted)`.
     pub(super) finished: Vec<String>,
+    /// The container's restarts, summed over the replicas on the pinned digest.
+    pub(super) restarts: u64,
 }
 
 /// Why a pod is not one of the workload's replicas any more, as kubectl counts them: it is
@@ -104,6 +106,7 @@ pub(super) fn judge_pods(
     let mut stale = Vec::new();
     let mut finished_pods = Vec::new();
     let mut fatal: Vec<(String, String)> = Vec::new();
+    let mut restarts: u64 = 0;
     for pod in pods {
         if let Some(line) = finished(pod, rollout) {
             finished_pods.push(line);
@@ -122,6 +125,7 @@ pub(super) fn judge_pods(
             .is_some_and(|id| runs_pinned(&id, &pinned_digest, family));
         if pinned {
             on_pinned += 1;
+            restarts += u64::try_from(status.restart_count).unwrap_or(0);
         } else {
             stale.push(Stale {
                 name: pod.name.clone(),
@@ -200,6 +204,7 @@ pub(super) fn judge_pods(
         total,
         stale,
         finished: finished_pods,
+        restarts,
     }
 }
 

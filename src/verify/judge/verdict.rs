@@ -58,6 +58,10 @@ pub struct Verdict {
     /// (phase Failed or Succeeded, e.g. evicted; they linger until garbage collection) or being
     /// deleted. Named with why (`web-7d9f-x2 (Evicted)`), never counted as stale.
     pub finished_pods: Vec<String>,
+    /// How many times the container restarted, summed over the pods on the pinned digest
+    /// (`restartCount`): what a soak with `soak_restarts` counts. Omitted when zero.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub restarts: u64,
     /// `Synced`, `RolledOut` and `DigestsMatch`, in that order.
     pub conditions: Vec<Condition>,
     pub state: State,
@@ -72,6 +76,10 @@ impl Verdict {
     }
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Judges one pinned container against what the cluster holds.
 pub fn judge(expected: &Expected, family: &DigestFamily, live: &Live) -> Verdict {
     let mut verdict = Verdict {
@@ -82,6 +90,7 @@ pub fn judge(expected: &Expected, family: &DigestFamily, live: &Live) -> Verdict
         pods_total: 0,
         stale_pods: Vec::new(),
         finished_pods: Vec::new(),
+        restarts: 0,
         conditions: Vec::new(),
         state: State::Failed,
         reason: String::new(),
@@ -147,6 +156,7 @@ pub fn judge(expected: &Expected, family: &DigestFamily, live: &Live) -> Verdict
             verdict.pods_total = digests.total;
             verdict.stale_pods = digests.stale.into_iter().map(|s| s.name).collect();
             verdict.finished_pods = digests.finished;
+            verdict.restarts = digests.restarts;
             verdict.conditions = vec![
                 synced.condition,
                 rollout.condition,
@@ -325,6 +335,7 @@ mod tests {
             pods_total: 0,
             stale_pods: Vec::new(),
             finished_pods: Vec::new(),
+            restarts: 0,
             conditions: Vec::new(),
             state,
             reason: reason.to_owned(),

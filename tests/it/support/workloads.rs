@@ -240,6 +240,30 @@ impl LivePod {
         self.apply_with(kube, running_pod_status(&self.pulled(image_ids)))
     }
 
+    /// Running and ready again after its containers exited with an error `restarts` times
+    /// (as the kubelet reports a container it restarted: `restartCount` and the last
+    /// termination in `lastState`).
+    pub fn restarted<S: AsRef<str>>(
+        &self,
+        kube: &KubeServer,
+        image_ids: &[S],
+        restarts: u32,
+    ) -> Value {
+        let mut status = running_pod_status(&self.pulled(image_ids));
+        let now = super::rfc3339(SystemTime::now());
+        for container in status["containerStatuses"]
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+        {
+            container["restartCount"] = json!(restarts);
+            container["lastState"] = json!({"terminated": {
+                "exitCode": 137, "reason": "OOMKilled", "startedAt": now, "finishedAt": now,
+                "containerID": container["containerID"].clone()}});
+        }
+        self.apply_with(kube, status)
+    }
+
     /// Its containers ran `image_ids` and exited 0: a Job's finished pod.
     pub fn succeeded<S: AsRef<str>>(&self, kube: &KubeServer, image_ids: &[S]) -> Value {
         let mut status = running_pod_status(&self.pulled(image_ids));
