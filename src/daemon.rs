@@ -256,7 +256,6 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         },
         memory: std::sync::Mutex::default(),
         clock: crate::clock::system(),
-        audited: std::sync::Mutex::default(),
     });
     let promotions = match &config.promotion {
         Some(_) => Some(Promotions {

@@ -7,7 +7,6 @@ use std::sync::Mutex;
 use crate::clock::Clock;
 use crate::inflight::{self, Memory, Round, Unverifiable, Verified};
 use crate::metrics::{self, ErrorLabels, Metrics, VerdictLabels};
-use crate::mutex::lock;
 use crate::verify::{Families, VerifyError};
 
 /// What `tagpin run` verifies between passes, and what it found final.
@@ -16,9 +15,6 @@ pub struct InFlight<'a> {
     pub memory: Mutex<Memory>,
     /// The time compared with merge and commit times.
     pub clock: Clock,
-    /// The tip last audited, and when: the same tip is audited again once per pass interval,
-    /// not at every verification round (each audit reads the tree and lists the namespaces).
-    pub audited: Mutex<Option<(git2::Oid, tokio::time::Instant)>>,
 }
 
 impl InFlight<'_> {
@@ -26,10 +22,10 @@ impl InFlight<'_> {
     pub(crate) async fn verify(&self, families: &mut Families, metrics: &Metrics) {
         let config = self.round.config;
         let tip = inflight::tip(self.round.mirror, &config.repository.branch, None);
-        let tip_commit = tip.as_ref().and_then(|t| git2::Oid::from_str(&t.sha).ok());
+        let now = (self.clock)();
         let report = self
             .round
-            .run(&self.memory, tip, (self.clock)(), families)
+            .run(&self.memory, tip.clone(), now, families)
             .await;
         let noun = crate::forge::ChangeRequestNoun::of(config.forge.as_ref());
         if let Some(e) = &report.list_error {
@@ -73,28 +69,9 @@ impl InFlight<'_> {
             );
             tracing::info!("{label}: {}", check.summary);
         }
-        self.audit(tip_commit, families, metrics).await;
-    }
-
-    /// Audits the tip on the cluster sync's pins are verified on, and sets
-    /// `tagpin_audit_workloads`. An audit that cannot be made leaves the gauge as it was (the
-    /// warning says why).
-    async fn audit(&self, tip: Option<git2::Oid>, families: &mut Families, metrics: &Metrics) {
-        let (Some(cluster), Some(tip)) = (self.round.cluster, tip) else {
-            return;
-        };
-        let round = &self.round;
-        let now = tokio::time::Instant::now();
-        let fresh = |(at, when): (git2::Oid, tokio::time::Instant)| {
-            at == tip && now.duration_since(when) < round.grace
-        };
-        if lock(&self.audited).is_some_and(fresh) {
-            return;
-        }
-        let clients = (cluster, round.registry);
-        match crate::audit::at(tip, round.config, round.mirror, clients, families, None).await {
-            Ok(report) => {
-                *lock(&self.audited) = Some((tip, now));
+        let audited = self.round.audit(&self.memory, tip.as_ref(), now, families);
+        match audited.await {
+            Some(Ok(report)) => {
                 metrics.set_audit(&report.audit.workloads_with());
                 if !report.clean() {
                     tracing::info!(
@@ -103,7 +80,9 @@ impl InFlight<'_> {
                     );
                 }
             }
-            Err(e) => tracing::warn!("cannot audit {}: {e}", round.config.repository.branch),
+            // An audit that cannot be made leaves the gauge as it was.
+            Some(Err(e)) => tracing::warn!("cannot audit {}: {e}", config.repository.branch),
+            None => {}
         }
     }
 }

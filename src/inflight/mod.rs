@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::audit::{AuditError, AuditReport};
 use crate::config::Config;
 use crate::config::OnFailure;
 use crate::forge::{Forge, ForgeError, PullRequestInfo};
@@ -140,6 +141,32 @@ impl Round<'_> {
                 None => Err(Unverifiable::NoCluster("of sync's pins".into())),
             },
         }
+    }
+
+    /// `tagpin audit` of the branch's tip on the cluster sync's pins are verified on, when it
+    /// is due (the tip moved, or one interval passed since the last audit; `memory` keeps
+    /// when): `None` when not due or nothing to audit on.
+    pub async fn audit(
+        &self,
+        memory: &Mutex<Memory>,
+        tip: Option<&Tip>,
+        now: i64,
+        families: &mut Families,
+    ) -> Option<Result<AuditReport, AuditError>> {
+        let (Some(cluster), Some(tip)) = (self.cluster, tip) else {
+            return None;
+        };
+        let oid = git2::Oid::from_str(&tip.sha).ok()?;
+        if !lock(memory).audit_due(&tip.sha, now, self.grace) {
+            return None;
+        }
+        let clients = (cluster, self.registry);
+        let audited =
+            crate::audit::at(oid, self.config, self.mirror, clients, families, None).await;
+        if audited.is_ok() {
+            lock(memory).audited(&tip.sha, now);
+        }
+        Some(audited)
     }
 
     /// Verifies one item on its cluster and posts the verdict to the forge; `None` when

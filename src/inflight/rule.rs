@@ -182,6 +182,8 @@ pub struct Memory {
     ignored: BTreeSet<u64>,
     /// Commit mode: the last tip judged final, or verified as a promotion.
     settled_tip: Option<String>,
+    /// The tip last audited, and when (Unix seconds).
+    audited: Option<(String, i64)>,
 }
 
 impl Memory {
@@ -234,6 +236,22 @@ impl Memory {
 
     fn read(&self, pr: u64, sha: &str) -> bool {
         self.read.get(&pr).is_some_and(|s| s == sha)
+    }
+
+    /// Whether `tip` is due an audit at `now`: it moved since the last, or `every` (the pass
+    /// interval) has passed. Each audit reads the tree and lists the namespaces, so it is
+    /// not made at every verification round.
+    pub fn audit_due(&self, tip: &str, now: i64, every: std::time::Duration) -> bool {
+        let every = i64::try_from(every.as_secs()).unwrap_or(i64::MAX);
+        !self
+            .audited
+            .as_ref()
+            .is_some_and(|(at, when)| at == tip && now.saturating_sub(*when) < every)
+    }
+
+    /// Records an audit of `tip` made at `now`.
+    pub fn audited(&mut self, tip: &str, now: i64) {
+        self.audited = Some((tip.to_string(), now));
     }
 }
 

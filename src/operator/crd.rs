@@ -79,6 +79,25 @@ pub struct PinnedRepositoryStatus {
     /// One entry per stage promoted into (`spec.promotion.stages` after the first), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub promotions: Vec<PromotionStatus>,
+    /// What `tagpin audit` finds at the branch's tip on the cluster the pins are verified on,
+    /// read again when the tip moves and at most once per interval otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AuditStatus>,
+}
+
+/// The audit of the branch's tip: how many workloads have each finding.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditStatus {
+    /// The commit audited.
+    pub commit: String,
+    /// Workloads with each finding, by the names `tagpin audit --output json` uses
+    /// (`pinned`, `tag-only`, `not-in-git`, `missing`, `unread`, `drift`, `mixed`).
+    pub workloads: std::collections::BTreeMap<String, usize>,
+    /// Nothing needs attention: no drift, no mixed digests, every list and manifest read.
+    pub clean: bool,
+    /// When it was audited (RFC 3339).
+    pub time: String,
 }
 
 /// Where the promotion into one stage stands, as the last pass found it.

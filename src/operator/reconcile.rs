@@ -440,6 +440,21 @@ async fn run_pass(
     sync_verify_promote(pass, events).await
 }
 
+/// `status.audit` from an audit: how many workloads have each finding.
+fn audit_status(report: &crate::audit::AuditReport) -> super::crd::AuditStatus {
+    super::crd::AuditStatus {
+        commit: report.commit.clone(),
+        workloads: report
+            .audit
+            .workloads_with()
+            .into_iter()
+            .map(|(finding, n)| (finding.as_str().to_string(), n))
+            .collect(),
+        clean: report.clean(),
+        time: timestamp(),
+    }
+}
+
 /// The object's configuration and the clients made from it, for the steps of one pass.
 struct Pass<'a> {
     object: &'a PinnedRepository,
@@ -502,6 +517,11 @@ async fn sync_verify_promote(
         WriteMode::PullRequest => None,
     };
     let tip_sha = tip.as_ref().map(|t| t.sha.clone());
+    // The branch's tip is audited in either mode (in commit mode, what the pass pushed).
+    let audit_tip = match &tip {
+        Some(tip) => Some(tip.clone()),
+        None => inflight::tip(&syncer.mirror, &config.repository.branch, None),
+    };
     let round = inflight::Round {
         config,
         mirror: &syncer.mirror,
@@ -518,7 +538,17 @@ async fn sync_verify_promote(
     );
     let memory = Mutex::new(lock(&ctx.memories).remove(&key).unwrap_or_default());
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let verified = round.run(&memory, tip, now, &mut Families::default()).await;
+    let mut families = Families::default();
+    let verified = round.run(&memory, tip, now, &mut families).await;
+    let audited = round.audit(&memory, audit_tip.as_ref(), now, &mut families);
+    update.audit = match audited.await {
+        Some(Ok(report)) => Some(audit_status(&report)),
+        Some(Err(e)) => {
+            tracing::warn!("cannot audit {}: {e}", config.repository.branch);
+            None
+        }
+        None => None,
+    };
     let memory = memory
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -204,6 +204,7 @@ pub fn next(
         promotions: update
             .promotions
             .unwrap_or_else(|| previous.promotions.clone()),
+        audit: update.audit.or_else(|| previous.audit.clone()),
     }
 }
 
@@ -231,6 +232,11 @@ pub fn keep_times(
             now.time.clone_from(&before.time);
         }
     }
+    if let (Some(before), Some(now)) = (&previous.audit, &mut next.audit) {
+        if before.commit == now.commit && before.workloads == now.workloads {
+            now.time.clone_from(&before.time);
+        }
+    }
     for now in &mut next.promotions {
         let Some(before) = previous.promotions.iter().find(|p| p.stage == now.stage) else {
             continue;
@@ -255,6 +261,8 @@ pub struct StatusUpdate {
     /// The files the pass could not pin, one line each: the object is retried for them
     /// (`PartiallyPinned`), and what the pass did (pins, verdict, promotions) is recorded.
     pub failures: Option<String>,
+    /// `status.audit`, when the pass audited; `None` keeps the last.
+    pub audit: Option<super::crd::AuditStatus>,
 }
 
 /// The Event a change of `Ready` deserves, if any: a warning when it turns to a failure
@@ -448,6 +456,12 @@ mod tests {
                     verdict: None,
                     time: time.into(),
                 }],
+                audit: Some(super::super::crd::AuditStatus {
+                    commit: "abc".into(),
+                    workloads: [("pinned".to_string(), 2), ("drift".to_string(), 0)].into(),
+                    clean: true,
+                    time: time.into(),
+                }),
             }
         };
         let before = at("2026-11-27T10:00:00Z");
@@ -456,7 +470,10 @@ mod tests {
         let mut moved = at("2026-11-27T10:05:00Z");
         moved.verdict.as_mut().unwrap().state = State::Failed;
         moved.promotions[0].gate = "refused".into();
+        let audit = moved.audit.as_mut().unwrap();
+        (audit.workloads, audit.clean) = ([("drift".to_string(), 1)].into(), false);
         let kept = keep_times(&before, moved);
+        assert_eq!(kept.audit.unwrap().time, "2026-11-27T10:05:00Z");
         assert_eq!(kept.verdict.unwrap().time, "2026-11-27T10:05:00Z");
         assert_eq!(kept.promotions[0].time, "2026-11-27T10:05:00Z");
         assert_eq!(kept.last_pin.unwrap().time, "2026-11-27T10:00:00Z");

@@ -667,3 +667,48 @@ async fn the_controller_sets_the_audit_gauge_after_verifying() {
     assert_eq!(w.repo.head("main"), tip, "nothing to pin: no commit");
     w.kube.assert_no_writes();
 }
+
+/// The operator audits its object's tip as `tagpin run` does and records what it found in
+/// `status.audit`: a template changed by hand (`kubectl set image`) is drift, counted there.
+#[tokio::test]
+async fn the_operator_records_the_audit_of_its_objects_tip_in_its_status() {
+    use crate::operator::{cluster, pinned_repository, spec, Operator, NS};
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1", "web").await;
+    let web_pin = format!("{host}/acme/web:1@{}", web.manifest);
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment_with_replicas("web", &web_pin, 1),
+    )]);
+    let kube = cluster().await;
+    let set = format!("{host}/acme/web:1@{A}");
+    let live_web = live("default", "web", &set, 1);
+    live_web.apply(&kube);
+    live_web
+        .pod("web-1")
+        .running(&kube, &[id(&format!("{host}/acme/web"), A)]);
+    kube.apply(pinned_repository(
+        "web",
+        json!({}),
+        spec(&repo.file_url(), &host),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &["--interval", "2s"]).await;
+
+    let audit = || {
+        kube.get("PinnedRepository", NS, "web")
+            .map(|o| o["status"]["audit"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let recorded = support::eventually_or("status.audit", || !audit().is_null()).await;
+    let log = operator.stop().await;
+    assert!(recorded, "{log}");
+    let audit = audit();
+    assert_eq!(audit["commit"], json!(repo.head("main")), "{audit:#}");
+    assert_eq!(audit["clean"], false, "{audit:#}");
+    assert_eq!(audit["workloads"]["drift"], 1, "{audit:#}");
+    assert_eq!(audit["workloads"]["pinned"], 1, "{audit:#}");
+    assert_eq!(audit["workloads"]["mixed"], 0, "{audit:#}");
+    assert!(audit["time"].as_str().is_some_and(|t| t.ends_with('Z')));
+}
