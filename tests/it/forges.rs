@@ -1183,6 +1183,122 @@ both_forges!(the_controller_verifies_what_it_opened_until_converged:
     github_the_controller_verifies_what_it_opened_until_converged,
     gitlab_the_controller_verifies_what_it_opened_until_converged);
 
+/// `verify.on_failure: revert` in pull-request mode, on each forge: a merged change request
+/// whose pods cannot pull the digest it pinned gets exactly one revert change request (label
+/// `tagpin-revert`, branch `tagpin/revert/main`) with the evidence, restoring the file byte for
+/// byte and verified like any tagpin change, and no second one on later rounds.
+async fn a_merged_pin_the_cluster_rejects_gets_one_revert_change_request(kind: Kind) {
+    let w = World::new(kind).await;
+    assert_eq!(w.sync().await.status.code(), Some(0));
+    w.hub.merge_by_hand(&w.repo, 1, &["apps/web.yaml"]);
+    let before = w.repo.read("main", "apps/web.yaml").unwrap();
+    // The tag moves to an image the nodes cannot pull.
+    w.registry.push_image("acme/web", "1.0", "web-2").await;
+    let config = std::fs::read_to_string(w.config()).unwrap();
+    w.write_config(&config.replace(
+        "verify: {default_namespace: shop}",
+        "verify: {default_namespace: shop, on_failure: revert}",
+    ));
+    let port = support::registry::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let args = [
+        "run",
+        "--verify-interval",
+        "1s",
+        "--interval",
+        "2s",
+        "--listen",
+        &listen,
+    ];
+    let child = w
+        .command(&args, TOKEN)
+        .env("RUST_LOG", "tagpin=info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start tagpin run");
+
+    let proposed = support::eventually_or("the new pin proposed", || {
+        w.hub.changes().iter().any(|c| c.number == 2 && c.open)
+    })
+    .await;
+    let merge = proposed.then(|| {
+        let image = image_in(&w.repo, "tagpin/main", "apps/web.yaml");
+        let merge = w.hub.merge_by_hand(&w.repo, 2, &["apps/web.yaml"]);
+        let web = live_web("web", &image);
+        web.apply(&w.kube);
+        web.pod("web-1").waiting(
+            &w.kube,
+            "ImagePullBackOff",
+            &format!("Back-off pulling image \"{image}\""),
+        );
+        merge
+    });
+    let revert = || {
+        w.hub
+            .changes()
+            .into_iter()
+            .filter(|c| c.head_ref == "tagpin/revert/main")
+            .collect::<Vec<_>>()
+    };
+    let verified = |change: &Change| {
+        w.repo.head(&change.head_ref).is_some_and(|head| {
+            w.hub
+                .statuses(&head)
+                .iter()
+                .any(|(c, _)| c == "tagpin/converged")
+        })
+    };
+    let reverted = merge.is_some()
+        && support::eventually_or("one revert change request, verified", || {
+            revert().first().is_some_and(verified)
+        })
+        .await;
+    // Later rounds: the same change request, never a second.
+    let rounds_later = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    support::eventually("five more seconds of rounds", || {
+        tokio::time::Instant::now() >= rounds_later
+    })
+    .await;
+    let output = support::terminate(child, "tagpin run").await;
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(reverted, "no verified revert: {:?}\n{log}", w.hub.changes());
+    let reverts = revert();
+    assert_eq!(reverts.len(), 1, "{reverts:?}");
+    let revert = &reverts[0];
+    assert!(revert.open, "{revert:?}");
+    assert!(
+        revert
+            .title
+            .starts_with("Revert pin of 1 image(s): shop/Deployment/web (app): ImagePullBackOff"),
+        "{}",
+        revert.title
+    );
+    assert!(
+        revert.labels.contains(&"tagpin-revert".to_string()),
+        "{revert:?}"
+    );
+    let merge = merge.unwrap();
+    assert!(
+        revert.body.contains(&format!("Reverted: {merge}")),
+        "{}",
+        revert.body
+    );
+    assert_eq!(
+        w.repo.read("tagpin/revert/main", "apps/web.yaml").unwrap(),
+        before,
+        "the file as it was before the failed pin, byte for byte"
+    );
+    assert_eq!(output.status.code(), Some(0), "{log}");
+    assert!(!log.contains(TOKEN));
+    w.hub.assert_no_violations();
+    w.kube.assert_no_writes();
+}
+both_forges!(a_merged_pin_the_cluster_rejects_gets_one_revert_change_request:
+    github_a_merged_pin_the_cluster_rejects_gets_one_revert_change_request,
+    gitlab_a_merged_pin_the_cluster_rejects_gets_one_revert_change_request);
+
 // ---------------------------------------------------------------------------------------------
 // GitLab's own answers: rate limits and refusals, named.
 
