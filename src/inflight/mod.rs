@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::audit::{AuditError, AuditReport};
 use crate::config::Config;
 use crate::config::OnFailure;
-use crate::forge::{Forge, ForgeError, PullRequestInfo};
+use crate::forge::{Forge, ForgeError, PullRequestInfo, StatusState};
 use crate::git::Mirror;
 use crate::mutex::lock;
 use crate::promote;
@@ -178,15 +178,25 @@ impl Round<'_> {
         memory: &Mutex<Memory>,
         families: &mut Families,
     ) -> Result<Option<Verified>, Unverifiable> {
+        // A final Failed status on a landed change is checked once more with `on_failure:
+        // revert` (its revert may be due: after a restart, or when the status was posted by a
+        // round that still saw the change request open as it merged); its status is then
+        // renewed only if the verdict is still Failed.
+        let mut recheck = false;
         if let (true, Some(forge), Some(sha)) = (item.ask_forge, self.forge, &item.final_sha) {
             let status = forge
                 .status_of(sha, verify::report::STATUS_CONTEXT)
                 .await
                 .map_err(Unverifiable::Status)?;
             let state = status.map(|(state, _)| state);
-            lock(memory).forge_said(item, state);
-            if rule::final_status(state) {
-                return Ok(None);
+            recheck = state == Some(StatusState::Failure)
+                && item.landed.is_some()
+                && revert_wanted(&config);
+            if !recheck {
+                lock(memory).forge_said(item, state);
+                if rule::final_status(state) {
+                    return Ok(None);
+                }
             }
         }
         let expectations =
@@ -209,7 +219,7 @@ impl Round<'_> {
             }
             false => check,
         };
-        if let Some(forge) = self.forge {
+        if let (Some(forge), false) = (self.forge, recheck && check.state != State::Failed) {
             verify::publish(forge, item.change_request, &expectations, &check).await;
         }
         let revert = self.act(item, &config, &check).await;
@@ -220,6 +230,10 @@ impl Round<'_> {
             || (item.young && check.state == State::Failed && revert_wanted(&config));
         if !again {
             lock(memory).verdict(item, check.state);
+            if recheck {
+                // Checked once more: its final status stands.
+                lock(memory).forge_said(item, Some(StatusState::Failure));
+            }
         }
         Ok(Some(Verified {
             expectations,

@@ -172,9 +172,12 @@ pub struct Selection<'c> {
 /// per change request rebuilds it.
 #[derive(Debug, Default)]
 pub struct Memory {
-    /// Change request -> the commit whose verdict is final (Converged or Failed): not verified
-    /// again until that commit changes (a push to an open one, its merge).
-    settled: BTreeMap<u64, String>,
+    /// Change request -> the commit whose verdict is final (Converged or Failed), and whether
+    /// it had landed: not verified again until that commit changes (a push to an open one,
+    /// its merge) or lands. A fast-forward merge lands the very commit verified while the
+    /// change request was open, and what a verdict calls for once landed (a revert) is not
+    /// what it called for before.
+    settled: BTreeMap<u64, (String, bool)>,
     /// Change request -> the commit whose `tagpin/converged` status was read and not final:
     /// a final verdict on it can only come from this process, so it is not read again.
     read: BTreeMap<u64, String>,
@@ -193,9 +196,14 @@ impl Memory {
             return;
         };
         match final_status(state) {
-            true => self.settled.insert(pr, sha.clone()),
-            false => self.read.insert(pr, sha.clone()),
-        };
+            true => {
+                self.settled
+                    .insert(pr, (sha.clone(), item.landed.is_some()));
+            }
+            false => {
+                self.read.insert(pr, sha.clone());
+            }
+        }
     }
 
     /// Records an item's verdict: a final one (Converged or Failed) settles it.
@@ -205,7 +213,8 @@ impl Memory {
         }
         match (item.change_request, &item.final_sha, &item.source) {
             (Some(pr), Some(sha), _) => {
-                self.settled.insert(pr, sha.clone());
+                self.settled
+                    .insert(pr, (sha.clone(), item.landed.is_some()));
             }
             (None, _, Source::Commit(sha)) => self.settled_tip = Some(sha.clone()),
             _ => {}
@@ -228,7 +237,9 @@ impl Memory {
     /// Whether the item's final verdict is already known.
     fn settled(&self, item: &Item<'_>) -> bool {
         match (item.change_request, &item.final_sha, &item.source) {
-            (Some(pr), Some(sha), _) => self.settled.get(&pr) == Some(sha),
+            (Some(pr), Some(sha), _) => {
+                self.settled.get(&pr) == Some(&(sha.clone(), item.landed.is_some()))
+            }
             (None, _, Source::Commit(sha)) => self.settled_tip.as_deref() == Some(sha),
             _ => false,
         }
@@ -522,6 +533,33 @@ mod tests {
         assert_eq!(
             picked(&third),
             vec![("pull request #1".into(), false, true)]
+        );
+    }
+
+    #[test]
+    fn a_fast_forward_merge_of_a_settled_commit_is_verified_again_once_landed() {
+        let config = config("pull-request");
+        let open_one = [open(1, "tagpin/main")];
+        let mut memory = Memory::default();
+        let before = select(&config, &facts(&open_one, None), &memory);
+        memory.verdict(&before.items[0], State::Failed);
+        assert!(select(&config, &facts(&open_one, None), &memory)
+            .items
+            .is_empty());
+        // Merged by fast-forward: the same commit, landed now; a Failed verdict on it may call
+        // for a revert, which a verdict on the open change request never does.
+        let landed = [PullRequestInfo {
+            merge_commit_sha: Some(open_one[0].head_sha.clone()),
+            ..merged(1, "tagpin/main", 60)
+        }];
+        let after = select(&config, &facts(&landed, None), &memory);
+        assert_eq!(
+            picked(&after),
+            vec![(
+                "pull request #1, merged as ".to_string() + &open_one[0].head_sha[..12],
+                true,
+                true
+            )]
         );
     }
 

@@ -440,6 +440,34 @@ async fn run_pass(
     sync_verify_promote(pass, events).await
 }
 
+/// The shared round of what is in flight and the audit of the tip `(tip, audit_tip)`, with the
+/// object's memory (`key`), which is kept for its next pass.
+async fn in_flight<'r>(
+    round: &'r inflight::Round<'_>,
+    ctx: &Context,
+    key: String,
+    (tip, audit_tip): (Option<inflight::Tip>, Option<inflight::Tip>),
+    now: i64,
+) -> (inflight::Report<'r>, Option<super::crd::AuditStatus>) {
+    let memory = Mutex::new(lock(&ctx.memories).remove(&key).unwrap_or_default());
+    let mut families = Families::default();
+    let verified = round.run(&memory, tip, now, &mut families).await;
+    let audited = round.audit(&memory, audit_tip.as_ref(), now, &mut families);
+    let audit = match audited.await {
+        Some(Ok(report)) => Some(audit_status(&report)),
+        Some(Err(e)) => {
+            tracing::warn!("cannot audit {}: {e}", round.config.repository.branch);
+            None
+        }
+        None => None,
+    };
+    let memory = memory
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    lock(&ctx.memories).insert(key, memory);
+    (verified, audit)
+}
+
 /// `status.audit` from an audit: how many workloads have each finding.
 fn audit_status(report: &crate::audit::AuditReport) -> super::crd::AuditStatus {
     super::crd::AuditStatus {
@@ -536,23 +564,9 @@ async fn sync_verify_promote(
         object.namespace().unwrap_or_default(),
         object.name_any()
     );
-    let memory = Mutex::new(lock(&ctx.memories).remove(&key).unwrap_or_default());
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let mut families = Families::default();
-    let verified = round.run(&memory, tip, now, &mut families).await;
-    let audited = round.audit(&memory, audit_tip.as_ref(), now, &mut families);
-    update.audit = match audited.await {
-        Some(Ok(report)) => Some(audit_status(&report)),
-        Some(Err(e)) => {
-            tracing::warn!("cannot audit {}: {e}", config.repository.branch);
-            None
-        }
-        None => None,
-    };
-    let memory = memory
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    lock(&ctx.memories).insert(key, memory);
+    let (verified, audit) = in_flight(&round, ctx, key, (tip, audit_tip), now).await;
+    update.audit = audit;
     if let Some(e) = &verified.list_error {
         tracing::warn!(
             "cannot list the {} change requests, none verified: {e}",

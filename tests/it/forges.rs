@@ -385,6 +385,28 @@ impl World {
         self.tagpin("sync", &[]).await
     }
 
+    /// `tagpin run` on this world, a pass every `interval`, a verification round every second;
+    /// its log on stderr.
+    fn controller(&self, interval: &str) -> tokio::process::Child {
+        let listen = format!("127.0.0.1:{}", support::registry::free_port());
+        let args = [
+            "run",
+            "--verify-interval",
+            "1s",
+            "--interval",
+            interval,
+            "--listen",
+            &listen,
+        ];
+        self.command(&args, TOKEN)
+            .env("RUST_LOG", "tagpin=info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start tagpin run")
+    }
+
     /// `verify` of change request `number`: `--pr N` on GitHub, `--mr N` on GitLab.
     async fn verify(&self, number: u64) -> Output {
         let flag = match self.kind {
@@ -1108,29 +1130,7 @@ both_forges!(the_soak_clock_is_tagpins_own:
 /// Converged in its one comment; then it stops cleanly on SIGTERM.
 async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
     let w = World::new(kind).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let args = [
-        "run",
-        "--verify-interval",
-        "1s",
-        "--interval",
-        "1h",
-        "--listen",
-        &listen,
-    ];
-    let child = w
-        .command(&args, TOKEN)
-        .env("RUST_LOG", "tagpin=info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start tagpin run");
+    let child = w.controller("1h");
 
     let opened = support::eventually_or("a change request and its pending status", || {
         w.repo.head("tagpin/main").is_some_and(|head| {
@@ -1199,25 +1199,7 @@ async fn a_merged_pin_the_cluster_rejects_gets_one_revert_change_request(kind: K
         "verify: {default_namespace: shop}",
         "verify: {default_namespace: shop, on_failure: revert}",
     ));
-    let port = support::registry::free_port();
-    let listen = format!("127.0.0.1:{port}");
-    let args = [
-        "run",
-        "--verify-interval",
-        "1s",
-        "--interval",
-        "2s",
-        "--listen",
-        &listen,
-    ];
-    let child = w
-        .command(&args, TOKEN)
-        .env("RUST_LOG", "tagpin=info")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start tagpin run");
+    let child = w.controller("2s");
 
     let proposed = support::eventually_or("the new pin proposed", || {
         w.hub.changes().iter().any(|c| c.number == 2 && c.open)
