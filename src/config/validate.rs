@@ -1137,7 +1137,10 @@ impl Check {
             ConfiguredForge::Gitea => None,
         };
         let api_url = match default_api {
-            Some(default) => Some(self.string("forge.api_url", &raw.api_url).unwrap_or(default)),
+            Some(default) => Some(
+                self.string("forge.api_url", &raw.api_url)
+                    .unwrap_or(default),
+            ),
             None => self.required_string("forge.api_url", &raw.api_url),
         };
         if let Some(api_url) = api_url {

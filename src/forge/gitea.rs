@@ -191,12 +191,13 @@ impl Gitea {
         let config::ForgeKind::Gitea { owner, repo } = &forge.kind else {
             return Err(setup("the forge configured is not Gitea".into()));
         };
-        let mut token = HeaderValue::from_str(&format!("token {}", token.trim())).map_err(|_| {
-            setup(format!(
-                "the token in {} holds characters an HTTP header cannot carry",
-                forge.token_env
-            ))
-        })?;
+        let mut token =
+            HeaderValue::from_str(&format!("token {}", token.trim())).map_err(|_| {
+                setup(format!(
+                    "the token in {} holds characters an HTTP header cannot carry",
+                    forge.token_env
+                ))
+            })?;
         token.set_sensitive(true);
         let deadline = Duration::from_secs(forge.timeout_seconds);
         let http = reqwest::Client::builder()
@@ -871,7 +872,10 @@ mod tests {
         let open = pr(serde_json::json!({"state": "open", "merged": false,
             "merge_commit_sha": "", "merged_at": null, "labels": null}));
         assert!(open.open && !open.merged);
-        assert_eq!(open.merge_commit_sha, None, "Gitea's empty string is no commit");
+        assert_eq!(
+            open.merge_commit_sha, None,
+            "Gitea's empty string is no commit"
+        );
         assert!(open.labels.is_empty());
         let closed = pr(serde_json::json!({"merged": false, "merge_commit_sha": null}));
         assert!(!closed.open && !closed.merged);
@@ -879,9 +883,11 @@ mod tests {
 
     #[test]
     fn a_pull_request_from_a_fork_or_a_deleted_fork_is_not_this_repositorys() {
-        let fork = pr(serde_json::json!({"head": {"ref": "tagpin/main", "sha": "a", "repo_id": 9}}));
+        let fork =
+            pr(serde_json::json!({"head": {"ref": "tagpin/main", "sha": "a", "repo_id": 9}}));
         assert!(!fork.same_repository);
-        let deleted = pr(serde_json::json!({"head": {"ref": "tagpin/main", "sha": "a", "repo_id": 0}}));
+        let deleted =
+            pr(serde_json::json!({"head": {"ref": "tagpin/main", "sha": "a", "repo_id": 0}}));
         assert!(!deleted.same_repository);
         let unknown = pr(serde_json::json!({"head": null}));
         assert!(!unknown.same_repository);
@@ -912,12 +918,17 @@ mod tests {
 
     #[test]
     fn pages_are_numbered_on_api_url_and_a_link_address_is_never_followed() {
-        let url = "https://git.example.com/api/v1/repos/acme/gitops/pulls?state=all&limit=50&page=1";
+        let url =
+            "https://git.example.com/api/v1/repos/acme/gitops/pulls?state=all&limit=50&page=1";
         // Gitea writes its Link on ROOT_URL, here another host: only its rel="next" counts.
         let link = "<https://public.example.org/api/v1/repos/acme/gitops/pulls?limit=50&page=2&state=all>; rel=\"next\",<https://public.example.org/api/v1/repos/acme/gitops/pulls?limit=50&page=3&state=all>; rel=\"last\"";
         assert_eq!(
-            next_page(url, &headers(&[("link", link)]), 50).unwrap().as_deref(),
-            Some("https://git.example.com/api/v1/repos/acme/gitops/pulls?state=all&limit=50&page=2")
+            next_page(url, &headers(&[("link", link)]), 50)
+                .unwrap()
+                .as_deref(),
+            Some(
+                "https://git.example.com/api/v1/repos/acme/gitops/pulls?state=all&limit=50&page=2"
+            )
         );
         // Without a Link, X-Total-Count: 120 items in pages of 50 have a third page, not a fourth.
         let page2 = url.replace("page=1", "page=2");
@@ -988,14 +999,20 @@ mod tests {
         )
         .unwrap();
         let marker = "<!-- tagpin-verdict -->";
-        assert_eq!(find_comment(&comments, marker, "tagpin-bot").map(|c| c.id), Some(3));
+        assert_eq!(
+            find_comment(&comments, marker, "tagpin-bot").map(|c| c.id),
+            Some(3)
+        );
         assert!(find_comment(&comments[..1], marker, "tagpin-bot").is_none());
     }
 
     #[test]
     fn owner_and_repository_are_each_one_path_segment() {
         assert_eq!(
-            with_query("https://git.example.com/api/v1/repos/acme/gitops/pulls", &[("state", "all")]),
+            with_query(
+                "https://git.example.com/api/v1/repos/acme/gitops/pulls",
+                &[("state", "all")]
+            ),
             "https://git.example.com/api/v1/repos/acme/gitops/pulls?state=all&limit=50&page=1"
         );
         assert_eq!(encode("my repo/x"), "my%20repo%2Fx");

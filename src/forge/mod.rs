@@ -192,7 +192,8 @@ impl Forge {
         dispatch!(self.add_labels(number, labels))
     }
 
-    /// One change request by number (GitLab: the merge request's IID).
+    /// One change request by number (GitLab: the merge request's IID; Gitea: the pull
+    /// request's number, shared with issues).
     pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
         dispatch!(self.pull_request(number))
     }
@@ -397,6 +398,21 @@ mod tests {
             "merge request !12"
         );
         assert_eq!(ChangeRequestNoun::of(None), ChangeRequestNoun::PullRequest);
+        let gitea = config::Forge {
+            kind: config::ForgeKind::Gitea {
+                owner: "acme".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://git.example.com/api/v1".into(),
+            token_env: "GITEA_TOKEN".into(),
+            login: None,
+            timeout_seconds: 60,
+        };
+        assert_eq!(
+            ChangeRequestNoun::of(Some(&gitea)).name(12),
+            "pull request #12",
+            "Gitea's own words"
+        );
     }
 
     fn change(number: u64, open: bool, head_ref: &str, updated_at: i64) -> PullRequestInfo {
