@@ -25,13 +25,13 @@ use support::workloads::{image_id, LiveDeployment};
 use crate::verify::live_web;
 
 /// The token both servers accept; it must never appear in tagpin's output.
-const TOKEN: &str = "glpat-forges-3c9e1f7a";
+pub(crate) const TOKEN: &str = "glpat-forges-3c9e1f7a";
 /// The GitLab user the token belongs to (the GitHub server's is `tagpin-bot` too).
-const BOT: &str = "tagpin-bot";
+pub(crate) const BOT: &str = "tagpin-bot";
 const PROJECT: &str = "acme/platform/gitops";
 
 #[derive(Clone, Copy, Debug)]
-enum Kind {
+pub(crate) enum Kind {
     GitHub,
     GitLab,
     Gitea,
@@ -75,16 +75,16 @@ macro_rules! every_forge {
 }
 
 /// The Gitea repository, `owner/repo`.
-const GITEA_REPO: &str = "acme/gitops";
+pub(crate) const GITEA_REPO: &str = "acme/gitops";
 
 /// A change request as the scenarios look at it, whichever forge holds it.
 #[derive(Debug, Clone)]
-struct Change {
-    number: u64,
-    title: String,
-    body: String,
-    labels: Vec<String>,
-    open: bool,
+pub(crate) struct Change {
+    pub(crate) number: u64,
+    pub(crate) title: String,
+    pub(crate) body: String,
+    pub(crate) labels: Vec<String>,
+    pub(crate) open: bool,
     merged: bool,
     head_ref: String,
     /// Opened from a fork.
@@ -93,7 +93,7 @@ struct Change {
 
 /// The forge server of a scenario. (GitHub's own name ends in Hub.)
 #[allow(clippy::enum_variant_names)]
-enum Hub {
+pub(crate) enum Hub {
     GitHub(GitHubServer),
     GitLab(GitLabServer),
     Gitea(GiteaServer),
@@ -133,7 +133,7 @@ impl Hub {
     }
 
     /// Every change request, by number.
-    fn changes(&self) -> Vec<Change> {
+    pub(crate) fn changes(&self) -> Vec<Change> {
         let mut changes: Vec<Change> = match self {
             Hub::GitHub(gh) => gh
                 .prs()
@@ -362,7 +362,7 @@ impl Hub {
         }
     }
 
-    fn assert_no_violations(&self) {
+    pub(crate) fn assert_no_violations(&self) {
         match self {
             Hub::GitHub(gh) => gh.assert_no_violations(),
             Hub::GitLab(gl) => gl.assert_no_violations(),
@@ -372,17 +372,17 @@ impl Hub {
 }
 
 /// A registry with `acme/web:1.0`, a repository naming it, a forge, a cluster, a config.
-struct World {
+pub(crate) struct World {
     kind: Kind,
-    registry: TestRegistry,
-    repo: BareRepo,
-    hub: Hub,
+    pub(crate) registry: TestRegistry,
+    pub(crate) repo: BareRepo,
+    pub(crate) hub: Hub,
     kube: KubeServer,
     dir: tempfile::TempDir,
 }
 
 impl World {
-    async fn new(kind: Kind) -> World {
+    pub(crate) async fn new(kind: Kind) -> World {
         let registry = TestRegistry::start(Mode::Plain).await;
         let host = registry.host();
         registry.push_image("acme/web", "1.0", "web-1").await;
@@ -430,7 +430,12 @@ impl World {
         self.tagpin_with_token(command, args, TOKEN).await
     }
 
-    async fn tagpin_with_token(&self, command: &str, args: &[&str], token: &str) -> Output {
+    pub(crate) async fn tagpin_with_token(
+        &self,
+        command: &str,
+        args: &[&str],
+        token: &str,
+    ) -> Output {
         let mut cmd = self.command(&[&[command], args].concat(), token);
         // The example configurations' names.
         cmd.env("GITHUB_TOKEN", TOKEN)
@@ -447,7 +452,7 @@ impl World {
         tagpin_command(self.dir.path(), args, &kubeconfig, token)
     }
 
-    async fn sync(&self) -> Output {
+    pub(crate) async fn sync(&self) -> Output {
         self.tagpin("sync", &[]).await
     }
 

@@ -115,11 +115,27 @@ async fn every_endpoint_answers_in_the_swaggers_shapes() {
     has_swagger_keys(
         &pr,
         &[
-            "id", "number", "state", "title", "body", "labels", "merged", "merged_at",
-            "merge_commit_sha", "head", "base", "user", "html_url", "updated_at", "created_at",
+            "id",
+            "number",
+            "state",
+            "title",
+            "body",
+            "labels",
+            "merged",
+            "merged_at",
+            "merge_commit_sha",
+            "head",
+            "base",
+            "user",
+            "html_url",
+            "updated_at",
+            "created_at",
         ],
     );
-    assert_eq!(pr["number"], 1, "issues and pull requests share numbers from 1");
+    assert_eq!(
+        pr["number"], 1,
+        "issues and pull requests share numbers from 1"
+    );
     assert_ne!(pr["id"], pr["number"], "the id is not the number");
     assert_eq!(pr["state"], "open");
     assert_eq!(pr["merged"], false);
@@ -168,7 +184,15 @@ async fn every_endpoint_answers_in_the_swaggers_shapes() {
     assert_eq!(status.status, 201, "{}", status.text);
     has_swagger_keys(
         &status.json(),
-        &["id", "status", "context", "description", "creator", "created_at", "target_url"],
+        &[
+            "id",
+            "status",
+            "context",
+            "description",
+            "creator",
+            "created_at",
+            "target_url",
+        ],
     );
     assert_eq!(status.json()["creator"]["login"], BOT);
     let by_branch = get(&server, &format!("/repos/{REPO}/commits/feature/statuses")).await;
@@ -251,7 +275,9 @@ async fn lists_are_paged_with_a_total_and_a_link_on_gitea_s_root_url() {
     );
     let link = first.header("link").unwrap();
     assert!(
-        link.contains(&format!("<{ROOT_URL}api/v1/repos/acme/gitops/labels?limit=100&page=2>; rel=\"next\"")),
+        link.contains(&format!(
+            "<{ROOT_URL}api/v1/repos/acme/gitops/labels?limit=100&page=2>; rel=\"next\""
+        )),
         "{link}"
     );
     let second = get(&server, &format!("/repos/{REPO}/labels?limit=100&page=2")).await;
@@ -268,7 +294,11 @@ async fn what_gitea_would_ignore_or_refuse_is_a_violation() {
     let repo = repo_with_feature();
     let server = GiteaServer::start(TOKEN, BOT, "acme", "gitops", repo.path()).await;
     // A head filter Gitea's list does not have: it would list every pull request.
-    get(&server, &format!("/repos/{REPO}/pulls?head=feature&state=all")).await;
+    get(
+        &server,
+        &format!("/repos/{REPO}/pulls?head=feature&state=all"),
+    )
+    .await;
     // GitLab's field name for the body: Gitea would open a pull request without one.
     post(
         &server,
@@ -322,16 +352,16 @@ async fn what_gitea_would_ignore_or_refuse_is_a_violation() {
 async fn tokens_are_told_apart_and_a_hidden_repository_is_not_found() {
     let repo = repo_with_feature();
     let server = GiteaServer::start(TOKEN, BOT, "acme", "gitops", repo.path()).await;
-    let none = call(&server, Method::GET, &format!("/repos/{REPO}/pulls"), None, None).await;
-    assert_eq!(none.status, 401);
-    let unknown = call(
+    let none = call(
         &server,
         Method::GET,
-        "/user",
-        Some("not-a-token"),
+        &format!("/repos/{REPO}/pulls"),
+        None,
         None,
     )
     .await;
+    assert_eq!(none.status, 401);
+    let unknown = call(&server, Method::GET, "/user", Some("not-a-token"), None).await;
     assert_eq!(unknown.status, 401);
 
     server.add_token("read-only", BOT, Scope::Read);
@@ -374,7 +404,9 @@ async fn a_fork_s_pull_request_has_the_fork_as_its_head_repository() {
     let server = GiteaServer::start(TOKEN, BOT, "acme", "gitops", repo.path()).await;
     let main = repo.head("main").unwrap();
     let n = server.open_fork_pull_as("mallory", REPO, "tagpin/main", &main, "main", "t", "b");
-    let pr = get(&server, &format!("/repos/{REPO}/pulls/{n}")).await.json();
+    let pr = get(&server, &format!("/repos/{REPO}/pulls/{n}"))
+        .await
+        .json();
     assert_ne!(pr["head"]["repo_id"], pr["base"]["repo_id"]);
     assert_eq!(pr["head"]["repo"]["fork"], true);
     assert_eq!(pr["head"]["ref"], "tagpin/main");

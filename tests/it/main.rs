@@ -21,6 +21,7 @@ mod examples;
 mod file_size;
 mod forges;
 mod git_server_selftest;
+mod gitea_forge;
 mod gitea_server_selftest;
 mod github_server_selftest;
 mod gitlab_server_selftest;
