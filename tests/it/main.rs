@@ -37,6 +37,7 @@ mod leader;
 mod module_graph;
 mod monitoring;
 mod operator;
+mod operator_gitea;
 mod operator_hostile;
 mod operator_promote;
 mod operator_shared;
