@@ -222,13 +222,26 @@ impl Gitea {
         })
     }
 
-    /// The login the token belongs to (`GET /user`), asked once per process.
+    /// The login the token belongs to (`GET /user`), asked once per process. Gitea answers
+    /// it only to a token with the `read:user` scope, which a repository-scoped token (all
+    /// Codeberg grants some) lacks: then `forge.login` says it.
     pub async fn login(&self) -> Result<&str, ForgeError> {
         self.login
             .get_or_try_init(|| async {
                 let what = "read the token's user (GET /user)";
                 let url = format!("{}/user", self.api);
-                let answer = self.request(what, Method::GET, &url, None).await?;
+                let answer = match self.request(what, Method::GET, &url, None).await {
+                    Err(ForgeError::Call {
+                        status: Some(403), ..
+                    }) => {
+                        let detail = format!(
+                            "{} (the token lacks the read:user scope: grant it, or set forge.login to the token's login)",
+                            status_text(403)
+                        );
+                        return Err(self.call_error(what, detail, Some(403)));
+                    }
+                    answer => answer?,
+                };
                 let user: User = self.parse(what, &answer.body)?;
                 Ok::<_, ForgeError>(user.login)
             })
@@ -791,7 +804,7 @@ fn describe_failure(status: StatusCode, repo: &str, api: &str) -> String {
     let meaning = match status.as_u16() {
         401 => Some("the token is not valid (expired, revoked, or not a Gitea token)".to_string()),
         403 => Some(format!(
-            "the token may not do this in {repo} (it needs the write:repository and write:issue scopes, and write access to the repository)"
+            "the token may not do this in {repo} (it needs the write:repository, write:issue and read:user scopes, and write access to the repository)"
         )),
         404 => Some(format!(
             "{repo} is not at {api}, or the token may not read it (Gitea answers 404 for repositories hidden from the token)"

@@ -418,11 +418,11 @@ impl World {
     }
 
     /// Replaces `tagpin.yaml`.
-    fn write_config(&self, text: &str) {
+    pub(crate) fn write_config(&self, text: &str) {
         std::fs::write(self.config(), text).unwrap();
     }
 
-    fn config(&self) -> PathBuf {
+    pub(crate) fn config(&self) -> PathBuf {
         self.dir.path().join("tagpin.yaml")
     }
 

@@ -148,3 +148,48 @@ async fn gitea_token_and_repository_problems_are_named() {
     assert!(w.hub.changes().is_empty());
     w.hub.assert_no_violations();
 }
+
+/// A token scoped to the repository only (`write:repository,write:issue`, as Codeberg grants)
+/// cannot read `GET /user`: tagpin says which scope is missing and that `forge.login` stands
+/// in for it; with `forge.login` set, the same token opens the pull request and verifies it
+/// with one comment, found again as tagpin's own.
+#[tokio::test]
+async fn gitea_a_repository_scoped_token_works_with_forge_login() {
+    let w = World::new(Kind::Gitea).await;
+    let gt = gitea(&w);
+    gt.add_token(
+        "gitea-repo-only",
+        crate::forges::BOT,
+        Scope::WriteRepositoryOnly,
+    );
+    let out = w.tagpin_with_token("sync", &[], "gitea-repo-only").await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let verify = w
+        .tagpin_with_token("verify", &["--pr", "1"], "gitea-repo-only")
+        .await;
+    assert!(
+        text(&verify).contains("the token lacks the read:user scope")
+            && text(&verify).contains("forge.login"),
+        "{}",
+        text(&verify)
+    );
+
+    let config = std::fs::read_to_string(w.config()).unwrap().replace(
+        "token_env: TAGPIN_FORGE_TOKEN}",
+        "token_env: TAGPIN_FORGE_TOKEN, login: tagpin-bot}",
+    );
+    w.write_config(&config);
+    for _ in 0..2 {
+        let verify = w
+            .tagpin_with_token("verify", &["--pr", "1"], "gitea-repo-only")
+            .await;
+        assert!(
+            !text(&verify).contains("read:user") && !text(&verify).contains("cannot"),
+            "{}",
+            text(&verify)
+        );
+    }
+    let comments = gt.comments(GITEA_REPO, 1);
+    assert_eq!(comments.len(), 1, "one verdict comment: {comments:?}");
+    w.hub.assert_no_violations();
+}

@@ -75,11 +75,16 @@ const FIRST_STATUS_ID: u64 = 7_000;
 // Public types
 // ---------------------------------------------------------------------------
 
-/// What a token may do: Gitea's `write:repository,write:issue` or `read:…` scopes.
+/// What a token may do, in Gitea's scopes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope {
+    /// `write:repository,write:issue,read:user`.
     Write,
+    /// `read:repository,read:issue,read:user`.
     Read,
+    /// `write:repository,write:issue` without `read:user`: `GET /user` is refused (`403`),
+    /// as for every token Codeberg grants a repository.
+    WriteRepositoryOnly,
 }
 
 /// A user's access to a repository.
@@ -1148,6 +1153,12 @@ fn dispatch(
             return error(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed");
         }
         query_pairs(query, &[], violate);
+        if scope == Scope::WriteRepositoryOnly {
+            return error(
+                StatusCode::FORBIDDEN,
+                "token does not have at least one of required scope(s): [read:user]",
+            );
+        }
         return Reply::json(StatusCode::OK, user_json(&inner.lock(), &login));
     }
     let ["repos", owner, name, route @ ..] = segs.as_slice() else {
