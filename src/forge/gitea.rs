@@ -21,6 +21,10 @@
 //!   It asks for the next `page` number on `api_url` itself while the `Link` header has a
 //!   `rel="next"` or `X-Total-Count` says more items remain.
 //! - Issue comments are listed in one answer (Gitea's endpoint has no pages).
+//! - `GET /user`, which names tagpin's own statuses and comment, needs the `read:user` scope;
+//!   a repository-scoped token (Codeberg grants no other) is refused it: `forge.login` then.
+//! - Statuses have no state machine and no ref: each post is one more status of the commit,
+//!   and the list returns them all, every creator's.
 //!
 //! The token goes in `Authorization: token …`, marked sensitive so no debug output shows it.
 //! Redirects are not followed, so the token is sent to `api_url`'s host only. Every call has a
