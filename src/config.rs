@@ -528,6 +528,33 @@ colour: blue
     }
 
     #[test]
+    fn a_gitea_forge_names_its_repository_by_owner_and_repo_at_its_own_address() {
+        let text = "repository: {url: /srv/git/gitops.git}\n\
+                    forge: {kind: gitea, api_url: 'https://git.example.com/api/v1', owner: acme, repo: gitops, token_env: GITEA_TOKEN}\n";
+        let forge = parse(text).unwrap().forge.unwrap();
+        assert_eq!(
+            forge.kind,
+            ForgeKind::Gitea {
+                owner: "acme".into(),
+                repo: "gitops".into()
+            }
+        );
+        assert_eq!(forge.api_url, "https://git.example.com/api/v1");
+        assert_eq!(forge.token_env, "GITEA_TOKEN");
+        // There is no one Gitea to assume, and a project is GitLab's word.
+        let err = Config::parse(
+            "repository: {url: /srv/git/gitops.git}\n\
+             forge: {kind: gitea, project: acme/gitops, token_env: GITEA_TOKEN}\n",
+            Path::new("tagpin.yaml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("forge.api_url: is required"), "{err}");
+        assert!(err.contains("forge.project: is for GitLab"), "{err}");
+        assert!(err.contains("forge.owner: is required"), "{err}");
+    }
+
+    #[test]
     fn each_forge_is_told_the_keys_of_the_other_apart() {
         let problems = |forge: &str| {
             Config::parse(
@@ -549,7 +576,7 @@ colour: blue
         );
         let kind = problems("{kind: bitbucket, owner: acme, repo: gitops, token_env: T}");
         assert!(
-            kind.contains("forge.kind: expected github or gitlab, found \"bitbucket\""),
+            kind.contains("forge.kind: expected github, gitlab or gitea, found \"bitbucket\""),
             "{kind}"
         );
         let plain = problems(

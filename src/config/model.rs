@@ -337,7 +337,8 @@ pub struct Forge {
     /// Which forge, and the repository on it.
     pub kind: ForgeKind,
     /// REST API base: `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise;
-    /// `https://gitlab.com/api/v4`, or `https://HOST/api/v4` for a self-managed GitLab.
+    /// `https://gitlab.com/api/v4`, or `https://HOST/api/v4` for a self-managed GitLab;
+    /// `https://HOST/api/v1` for Gitea or Forgejo (no default: there is no one Gitea).
     pub api_url: String,
     /// Environment variable holding the token.
     pub token_env: String,
@@ -357,6 +358,8 @@ pub enum ForgeKind {
     GitHub { owner: String, repo: String },
     /// `forge.project`: the project's full path, `group/subgroup/project`.
     GitLab { project: String },
+    /// `forge.owner` and `forge.repo` on a Gitea or Forgejo instance (`kind: gitea`).
+    Gitea { owner: String, repo: String },
 }
 
 /// Placeholders the commit message and PR title templates may use.

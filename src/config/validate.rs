@@ -1144,67 +1144,80 @@ impl Check {
     fn forge(&mut self, field: &Section<RawForge>) -> Option<Forge> {
         let raw = self.section("forge", field)?;
         let kind = self.string("forge.kind", &raw.kind).unwrap_or("github");
-        let gitlab = match kind {
-            "github" => false,
-            "gitlab" => true,
+        let kind = match kind {
+            "github" => ConfiguredForge::GitHub,
+            "gitlab" => ConfiguredForge::GitLab,
+            "gitea" => ConfiguredForge::Gitea,
             other => {
                 self.problem(
                     "forge.kind",
-                    format!("expected github or gitlab, found {other:?}"),
+                    format!("expected github, gitlab or gitea, found {other:?}"),
                 );
-                false
+                ConfiguredForge::GitHub
             }
         };
-        let default_api = if gitlab {
-            "https://gitlab.com/api/v4"
-        } else {
-            "https://api.github.com"
+        let default_api = match kind {
+            ConfiguredForge::GitHub => Some("https://api.github.com"),
+            ConfiguredForge::GitLab => Some("https://gitlab.com/api/v4"),
+            // Every Gitea is its own: there is no address to assume.
+            ConfiguredForge::Gitea => None,
         };
-        let api_url = self
-            .string("forge.api_url", &raw.api_url)
-            .unwrap_or(default_api);
-        if url::Url::parse(api_url)
-            .map(|u| !matches!(u.scheme(), "http" | "https"))
-            .unwrap_or(true)
-        {
-            self.problem(
-                "forge.api_url",
-                format!("{api_url:?} is not an http(s) URL"),
-            );
+        let api_url = match default_api {
+            Some(default) => Some(
+                self.string("forge.api_url", &raw.api_url)
+                    .unwrap_or(default),
+            ),
+            None => self.required_string("forge.api_url", &raw.api_url),
+        };
+        if let Some(api_url) = api_url {
+            if url::Url::parse(api_url)
+                .map(|u| !matches!(u.scheme(), "http" | "https"))
+                .unwrap_or(true)
+            {
+                self.problem(
+                    "forge.api_url",
+                    format!("{api_url:?} is not an http(s) URL"),
+                );
+            }
+            // The forge always carries a token.
+            self.token_transport("forge.api_url", api_url);
         }
-        // The forge always carries a token.
-        self.token_transport("forge.api_url", api_url);
-        let kind = if gitlab {
-            for (key, field) in [("forge.owner", &raw.owner), ("forge.repo", &raw.repo)] {
-                if field.is_set() {
+        let kind = match kind {
+            ConfiguredForge::GitLab => {
+                for (key, field) in [("forge.owner", &raw.owner), ("forge.repo", &raw.repo)] {
+                    if field.is_set() {
+                        self.problem(
+                            key,
+                            "is for GitHub and Gitea; a GitLab project is named by forge.project (group/subgroup/project)",
+                        );
+                    }
+                }
+                let project = self.required_string("forge.project", &raw.project);
+                if let Some(project) = project.filter(|p| !gitlab_project_ok(p)) {
                     self.problem(
-                        key,
-                        "is for GitHub; a GitLab project is named by forge.project (group/subgroup/project)",
+                        "forge.project",
+                        format!("{project:?} is not a GitLab project path (group/subgroup/project) or numeric ID"),
                     );
                 }
+                ForgeKind::GitLab {
+                    project: project?.to_string(),
+                }
             }
-            let project = self.required_string("forge.project", &raw.project);
-            if let Some(project) = project.filter(|p| !gitlab_project_ok(p)) {
-                self.problem(
-                    "forge.project",
-                    format!("{project:?} is not a GitLab project path (group/subgroup/project) or numeric ID"),
-                );
-            }
-            ForgeKind::GitLab {
-                project: project?.to_string(),
-            }
-        } else {
-            if raw.project.is_set() {
-                self.problem(
-                    "forge.project",
-                    "is for GitLab (kind: gitlab); a GitHub repository is named by forge.owner and forge.repo",
-                );
-            }
-            let owner = self.required_string("forge.owner", &raw.owner);
-            let repo = self.required_string("forge.repo", &raw.repo);
-            ForgeKind::GitHub {
-                owner: owner?.to_string(),
-                repo: repo?.to_string(),
+            ConfiguredForge::GitHub | ConfiguredForge::Gitea => {
+                if raw.project.is_set() {
+                    self.problem(
+                        "forge.project",
+                        "is for GitLab (kind: gitlab); a GitHub or Gitea repository is named by forge.owner and forge.repo",
+                    );
+                }
+                let owner = self.required_string("forge.owner", &raw.owner);
+                let repo = self.required_string("forge.repo", &raw.repo);
+                let (owner, repo) = (owner?.to_string(), repo?.to_string());
+                if kind == ConfiguredForge::Gitea {
+                    ForgeKind::Gitea { owner, repo }
+                } else {
+                    ForgeKind::GitHub { owner, repo }
+                }
             }
         };
         let token_env = self.required_string("forge.token_env", &raw.token_env);
@@ -1217,12 +1230,20 @@ impl Check {
             .unwrap_or(DEFAULT_FORGE_TIMEOUT_SECONDS);
         Some(Forge {
             kind,
-            api_url: api_url.to_string(),
+            api_url: api_url?.to_string(),
             token_env: token_env?.to_string(),
             login,
             timeout_seconds,
         })
     }
+}
+
+/// `forge.kind`, before the keys that name the repository are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConfiguredForge {
+    GitHub,
+    GitLab,
+    Gitea,
 }
 
 /// A GitLab project as its API takes it: a numeric ID, or the full path of a project in a

@@ -1,15 +1,17 @@
-//! The forge: where tagpin's change requests (GitHub pull requests, GitLab merge requests),
+//! The forge: where tagpin's change requests (GitHub and Gitea pull requests, GitLab merge
+//! requests),
 //! commit statuses and verdict notes live.
 //!
 //! [`Forge`] is the one interface sync, verify, promote and the controller use; it does not
 //! say which forge it is. Each forge has its adapter ([`github::GitHub`] through octocrab,
-//! [`gitlab::GitLab`] through reqwest), which speaks that forge's API and maps its answers to
+//! [`gitlab::GitLab`] and [`gitea::Gitea`] through reqwest), which speaks that forge's API and maps its answers to
 //! the neutral types of [`crate::review`]. What is the same on every forge lives here: which
 //! status is tagpin's own (created by the token's login), and the memory of what this process
 //! last wrote, so a pass that would write the same again spends no call.
 
 pub mod body;
 mod common;
+pub mod gitea;
 pub mod github;
 pub mod gitlab;
 
@@ -25,6 +27,7 @@ use crate::mutex::lock;
 
 pub use crate::review::{PullRequestInfo, Status, StatusState};
 pub use common::{ForgeError, MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT};
+pub use gitea::Gitea;
 pub use github::GitHub;
 pub use gitlab::GitLab;
 
@@ -37,7 +40,7 @@ const MAX_REMEMBERED: usize = 512;
 pub const READ_BACK_AFTER: Duration = Duration::from_secs(600);
 
 /// What the forge calls a change request, for the text people read: GitHub's
-/// "pull request #12", GitLab's "merge request !12". Without a forge there is no change
+/// "pull request #12" (Gitea's too), GitLab's "merge request !12". Without a forge there is no change
 /// request to name, and the wording is GitHub's (the one tagpin had before GitLab).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ChangeRequestNoun {
@@ -51,7 +54,9 @@ impl ChangeRequestNoun {
     pub fn of(forge: Option<&config::Forge>) -> ChangeRequestNoun {
         match forge.map(|f| &f.kind) {
             Some(config::ForgeKind::GitLab { .. }) => ChangeRequestNoun::MergeRequest,
-            Some(config::ForgeKind::GitHub { .. }) | None => ChangeRequestNoun::PullRequest,
+            Some(config::ForgeKind::GitHub { .. } | config::ForgeKind::Gitea { .. }) | None => {
+                ChangeRequestNoun::PullRequest
+            }
         }
     }
 
@@ -81,6 +86,7 @@ impl ChangeRequestNoun {
 enum Adapter {
     GitHub(GitHub),
     GitLab(GitLab),
+    Gitea(Gitea),
 }
 
 /// Dispatches one call to the adapter, which has a method of the same name and arguments.
@@ -89,6 +95,7 @@ macro_rules! dispatch {
         match &$self.adapter {
             Adapter::GitHub(forge) => forge.$method($($arg),*).await,
             Adapter::GitLab(forge) => forge.$method($($arg),*).await,
+            Adapter::Gitea(forge) => forge.$method($($arg),*).await,
         }
     };
 }
@@ -114,6 +121,7 @@ impl Forge {
         let adapter = match forge.kind {
             config::ForgeKind::GitHub { .. } => Adapter::GitHub(GitHub::new(forge, token)?),
             config::ForgeKind::GitLab { .. } => Adapter::GitLab(GitLab::new(forge, token)?),
+            config::ForgeKind::Gitea { .. } => Adapter::Gitea(Gitea::new(forge, token)?),
         };
         Ok(Forge {
             adapter,
@@ -125,7 +133,7 @@ impl Forge {
     /// What this forge calls a change request.
     pub fn noun(&self) -> ChangeRequestNoun {
         match self.adapter {
-            Adapter::GitHub(_) => ChangeRequestNoun::PullRequest,
+            Adapter::GitHub(_) | Adapter::Gitea(_) => ChangeRequestNoun::PullRequest,
             Adapter::GitLab(_) => ChangeRequestNoun::MergeRequest,
         }
     }
@@ -184,7 +192,8 @@ impl Forge {
         dispatch!(self.add_labels(number, labels))
     }
 
-    /// One change request by number (GitLab: the merge request's IID).
+    /// One change request by number (GitLab: the merge request's IID; Gitea: the pull
+    /// request's number, shared with issues).
     pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
         dispatch!(self.pull_request(number))
     }
@@ -206,6 +215,7 @@ impl Forge {
         match &self.adapter {
             Adapter::GitHub(forge) => forge.statuses(sha, context).await,
             Adapter::GitLab(forge) => forge.statuses(sha, branch, context).await,
+            Adapter::Gitea(forge) => forge.statuses(sha, context).await,
         }
     }
 
@@ -243,7 +253,7 @@ impl Forge {
     /// `branch` is the branch the status is about, where the caller knows it (a change
     /// request's source branch; its target once merged). GitLab attaches a status to one ref
     /// and, without one, to the first branch holding the commit, which for a commit on both
-    /// `main` and a tagpin branch may not be the change request's. GitHub has no such notion.
+    /// `main` and a tagpin branch may not be the change request's. GitHub and Gitea have no such notion.
     pub async fn set_status(
         &self,
         sha: &str,
@@ -260,6 +270,7 @@ impl Forge {
                     .set_status(sha, branch, state, context, description, me)
                     .await
             }
+            Adapter::Gitea(forge) => forge.set_status(sha, state, context, description).await,
         }?;
         self.remember_status(sha, branch, context, state, description);
         Ok(())
@@ -317,8 +328,8 @@ impl Forge {
 
     /// Keeps one comment (GitLab: note) per change request carrying `marker`: edits it when it
     /// exists (found by the marker on every page; on GitHub among comments by anyone, on
-    /// GitLab, which lets only a note's author edit it, among tagpin's own), creates it
-    /// otherwise. What this process wrote or found there is not read again for
+    /// GitLab, which lets only a note's author edit it, and on Gitea, among tagpin's own),
+    /// creates it otherwise. What this process wrote or found there is not read again for
     /// [`READ_BACK_AFTER`] while the body stays the same.
     pub async fn upsert_comment(
         &self,
@@ -333,6 +344,10 @@ impl Forge {
         match &self.adapter {
             Adapter::GitHub(forge) => forge.upsert_comment(number, marker, body).await,
             Adapter::GitLab(forge) => {
+                let me = self.login().await?;
+                forge.upsert_comment(number, marker, body, me).await
+            }
+            Adapter::Gitea(forge) => {
                 let me = self.login().await?;
                 forge.upsert_comment(number, marker, body, me).await
             }
@@ -383,6 +398,21 @@ mod tests {
             "merge request !12"
         );
         assert_eq!(ChangeRequestNoun::of(None), ChangeRequestNoun::PullRequest);
+        let gitea = config::Forge {
+            kind: config::ForgeKind::Gitea {
+                owner: "acme".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://git.example.com/api/v1".into(),
+            token_env: "GITEA_TOKEN".into(),
+            login: None,
+            timeout_seconds: 60,
+        };
+        assert_eq!(
+            ChangeRequestNoun::of(Some(&gitea)).name(12),
+            "pull request #12",
+            "Gitea's own words"
+        );
     }
 
     fn change(number: u64, open: bool, head_ref: &str, updated_at: i64) -> PullRequestInfo {

@@ -30,6 +30,7 @@ const RSS_KILL_KIB: u64 = 1024 * 1024;
 enum Forge {
     GitHub,
     GitLab,
+    Gitea,
 }
 
 impl Forge {
@@ -37,6 +38,7 @@ impl Forge {
         match self {
             Forge::GitHub => "GitHub",
             Forge::GitLab => "GitLab",
+            Forge::Gitea => "Gitea",
         }
     }
 
@@ -48,6 +50,9 @@ impl Forge {
             ),
             Forge::GitLab => format!(
                 "forge: {{kind: gitlab, api_url: '{url}/api/v4', project: acme/gitops, token_env: TAGPIN_FORGE_TOKEN{extra}}}\n"
+            ),
+            Forge::Gitea => format!(
+                "forge: {{kind: gitea, api_url: '{url}/api/v1', owner: acme, repo: gitops, token_env: TAGPIN_FORGE_TOKEN{extra}}}\n"
             ),
         }
     }
@@ -167,6 +172,11 @@ async fn gitlab_an_endless_answer_is_refused_at_16_mib_and_memory_stays_small() 
     an_endless_forge_answer_is_refused_at_its_cap(Forge::GitLab).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn gitea_an_endless_answer_is_refused_at_16_mib_and_memory_stays_small() {
+    an_endless_forge_answer_is_refused_at_its_cap(Forge::Gitea).await;
+}
+
 /// A forge that sends one byte every half second, which no read timeout notices, is given up
 /// at `forge.timeout_seconds`.
 async fn a_dripping_forge_is_given_up_at_its_deadline(forge: Forge) {
@@ -204,6 +214,11 @@ async fn gitlab_a_dripping_answer_is_given_up_at_forge_timeout_seconds() {
     a_dripping_forge_is_given_up_at_its_deadline(Forge::GitLab).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn gitea_a_dripping_answer_is_given_up_at_forge_timeout_seconds() {
+    a_dripping_forge_is_given_up_at_its_deadline(Forge::Gitea).await;
+}
+
 /// A private page answered with an error status, where a forge was expected: tagpin says the
 /// status and what it means, never what the page says.
 async fn a_forge_error_body_is_never_quoted(forge: Forge) {
@@ -236,6 +251,11 @@ async fn github_an_error_answers_text_is_never_quoted() {
 #[tokio::test(flavor = "multi_thread")]
 async fn gitlab_an_error_answers_text_is_never_quoted() {
     a_forge_error_body_is_never_quoted(Forge::GitLab).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitea_an_error_answers_text_is_never_quoted() {
+    a_forge_error_body_is_never_quoted(Forge::Gitea).await;
 }
 
 /// The forge redirects every call to another host, which records what it gets: the token
@@ -281,6 +301,11 @@ async fn github_a_redirect_to_another_host_is_not_followed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn gitlab_a_redirect_to_another_host_is_not_followed() {
     a_forge_redirect_carries_no_token_elsewhere(Forge::GitLab).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitea_a_redirect_to_another_host_is_not_followed() {
+    a_forge_redirect_carries_no_token_elsewhere(Forge::Gitea).await;
 }
 
 /// `tagpin verify --branch main` of a repository pinning `web` (returned with the command: it

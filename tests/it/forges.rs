@@ -1,7 +1,7 @@
-//! The same change-request scenarios on both forges, so neither can drift: the real binary, a
-//! real registry, a real bare Git remote, the local Kubernetes API server, and either the local
-//! GitHub server (`support::github`) or the local GitLab server (`support::gitlab`). Each
-//! scenario is one function over [`Kind`], run once per forge by [`both_forges!`]; what differs
+//! The same change-request scenarios on every forge, so none can drift: the real binary, a
+//! real registry, a real bare Git remote, the local Kubernetes API server, and the local GitHub
+//! (`support::github`), GitLab (`support::gitlab`) or Gitea (`support::gitea`) server. Each
+//! scenario is one function over [`Kind`], run once per forge by [`every_forge!`]; what differs
 //! between the forges (how a person merges, GitLab's status state machine) is said where it
 //! differs.
 
@@ -14,6 +14,7 @@ use std::process::Output;
 
 use serde_json::json;
 use support::git::BareRepo;
+use support::gitea::GiteaServer;
 use support::github::{GitHubServer, PrState};
 use support::gitlab::{GitLabServer, MrState};
 use support::kube::KubeServer;
@@ -24,39 +25,40 @@ use support::workloads::{image_id, LiveDeployment};
 use crate::verify::live_web;
 
 /// The token both servers accept; it must never appear in tagpin's output.
-const TOKEN: &str = "glpat-forges-3c9e1f7a";
+pub(crate) const TOKEN: &str = "glpat-forges-3c9e1f7a";
 /// The GitLab user the token belongs to (the GitHub server's is `tagpin-bot` too).
-const BOT: &str = "tagpin-bot";
+pub(crate) const BOT: &str = "tagpin-bot";
 const PROJECT: &str = "acme/platform/gitops";
 
 #[derive(Clone, Copy, Debug)]
-enum Kind {
+pub(crate) enum Kind {
     GitHub,
     GitLab,
+    Gitea,
 }
 
 impl Kind {
     /// What the forge's users call a change request.
     fn word(self) -> &'static str {
         match self {
-            Kind::GitHub => "pull request",
+            Kind::GitHub | Kind::Gitea => "pull request",
             Kind::GitLab => "merge request",
         }
     }
 
-    /// Change request `number` as the forge's users read it: GitHub's `pull request #1`,
-    /// GitLab's `merge request !1`.
+    /// Change request `number` as the forge's users read it: GitHub's and Gitea's
+    /// `pull request #1`, GitLab's `merge request !1`.
     fn named(self, number: u64) -> String {
         match self {
-            Kind::GitHub => format!("pull request #{number}"),
+            Kind::GitHub | Kind::Gitea => format!("pull request #{number}"),
             Kind::GitLab => format!("merge request !{number}"),
         }
     }
 }
 
 /// One scenario, once per forge.
-macro_rules! both_forges {
-    ($scenario:ident: $github:ident, $gitlab:ident) => {
+macro_rules! every_forge {
+    ($scenario:ident: $github:ident, $gitlab:ident, $gitea:ident) => {
         #[tokio::test]
         async fn $github() {
             $scenario(Kind::GitHub).await;
@@ -65,27 +67,36 @@ macro_rules! both_forges {
         async fn $gitlab() {
             $scenario(Kind::GitLab).await;
         }
+        #[tokio::test]
+        async fn $gitea() {
+            $scenario(Kind::Gitea).await;
+        }
     };
 }
 
+/// The Gitea repository, `owner/repo`.
+pub(crate) const GITEA_REPO: &str = "acme/gitops";
+
 /// A change request as the scenarios look at it, whichever forge holds it.
 #[derive(Debug, Clone)]
-struct Change {
-    number: u64,
-    title: String,
-    body: String,
-    labels: Vec<String>,
-    open: bool,
+pub(crate) struct Change {
+    pub(crate) number: u64,
+    pub(crate) title: String,
+    pub(crate) body: String,
+    pub(crate) labels: Vec<String>,
+    pub(crate) open: bool,
     merged: bool,
     head_ref: String,
     /// Opened from a fork.
     fork: bool,
 }
 
-/// The forge server of a scenario.
-enum Hub {
+/// The forge server of a scenario. (GitHub's own name ends in Hub.)
+#[allow(clippy::enum_variant_names)]
+pub(crate) enum Hub {
     GitHub(GitHubServer),
     GitLab(GitLabServer),
+    Gitea(GiteaServer),
 }
 
 impl Hub {
@@ -96,6 +107,9 @@ impl Hub {
             }
             Kind::GitLab => {
                 Hub::GitLab(GitLabServer::start(TOKEN, BOT, PROJECT, repo.path()).await)
+            }
+            Kind::Gitea => {
+                Hub::Gitea(GiteaServer::start(TOKEN, BOT, "acme", "gitops", repo.path()).await)
             }
         }
     }
@@ -111,11 +125,15 @@ impl Hub {
                 "forge: {{kind: gitlab, api_url: '{}', project: {PROJECT}, token_env: TAGPIN_FORGE_TOKEN}}\n",
                 gl.api_url()
             ),
+            Hub::Gitea(gt) => format!(
+                "forge: {{kind: gitea, api_url: '{}', owner: acme, repo: gitops, token_env: TAGPIN_FORGE_TOKEN}}\n",
+                gt.api_url()
+            ),
         }
     }
 
     /// Every change request, by number.
-    fn changes(&self) -> Vec<Change> {
+    pub(crate) fn changes(&self) -> Vec<Change> {
         let mut changes: Vec<Change> = match self {
             Hub::GitHub(gh) => gh
                 .prs()
@@ -145,6 +163,20 @@ impl Hub {
                     fork: m.source_project_id != m.project_id,
                 })
                 .collect(),
+            Hub::Gitea(gt) => gt
+                .pulls(GITEA_REPO)
+                .into_iter()
+                .map(|p| Change {
+                    number: p.pull.number,
+                    title: p.pull.title,
+                    body: p.pull.body,
+                    labels: p.label_names,
+                    open: p.pull.open,
+                    merged: p.pull.merged,
+                    head_ref: p.pull.head_ref,
+                    fork: p.fork,
+                })
+                .collect(),
         };
         changes.sort_by_key(|c| c.number);
         changes
@@ -154,6 +186,7 @@ impl Hub {
         match self {
             Hub::GitHub(gh) => gh.close_pr(number),
             Hub::GitLab(gl) => gl.close_mr_as("reviewer", PROJECT, number),
+            Hub::Gitea(gt) => gt.close_pull_as("reviewer", GITEA_REPO, number),
         }
     }
 
@@ -184,6 +217,7 @@ impl Hub {
                 merge
             }
             Hub::GitLab(gl) => gl.merge_mr_as("reviewer", PROJECT, number).target_head,
+            Hub::Gitea(gt) => gt.merge_pull_as("reviewer", GITEA_REPO, number),
         }
     }
 
@@ -208,14 +242,19 @@ impl Hub {
                 .into_iter()
                 .map(|s| (s.name, s.status, s.description.unwrap_or_default()))
                 .collect(),
+            Hub::Gitea(gt) => gt
+                .statuses(GITEA_REPO, sha)
+                .into_iter()
+                .map(|s| (s.context, s.state, s.description))
+                .collect(),
         }
     }
 
     /// On GitLab, the ref each status `context` on `sha` was posted to, oldest first; `None` on
-    /// GitHub, whose statuses belong to the commit alone.
+    /// GitHub and Gitea, whose statuses belong to the commit alone.
     fn status_refs(&self, sha: &str, context: &str) -> Option<Vec<String>> {
         match self {
-            Hub::GitHub(_) => None,
+            Hub::GitHub(_) | Hub::Gitea(_) => None,
             Hub::GitLab(gl) => Some(
                 gl.statuses(PROJECT, sha)
                     .into_iter()
@@ -246,6 +285,18 @@ impl Hub {
                     .unwrap();
                 assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
             }
+            Hub::Gitea(gt) => {
+                gt.add_token("gitea-ci-bot", "ci-bot", support::gitea::Scope::Write);
+                gt.grant(GITEA_REPO, "ci-bot", support::gitea::Access::Write);
+                let posted = reqwest::Client::new()
+                    .post(format!("{}/repos/{GITEA_REPO}/statuses/{sha}", gt.api_url()))
+                    .header("Authorization", "token gitea-ci-bot")
+                    .json(&json!({"state": "success", "context": context, "description": description}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
+            }
         }
     }
 
@@ -259,6 +310,11 @@ impl Hub {
                 .filter(|n| !n.system)
                 .map(|n| n.body)
                 .collect(),
+            Hub::Gitea(gt) => gt
+                .comments(GITEA_REPO, number)
+                .into_iter()
+                .map(|c| c.body)
+                .collect(),
         }
     }
 
@@ -267,6 +323,7 @@ impl Hub {
         match self {
             Hub::GitHub(gh) => gh.requests().iter().filter(|r| r.method != "GET").count(),
             Hub::GitLab(gl) => gl.requests().iter().filter(|r| r.method != "GET").count(),
+            Hub::Gitea(gt) => gt.requests().iter().filter(|r| r.method != "GET").count(),
         }
     }
 
@@ -285,6 +342,12 @@ impl Hub {
                 .filter(|r| r.method != "GET")
                 .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
                 .collect(),
+            Hub::Gitea(gt) => gt
+                .requests()
+                .into_iter()
+                .filter(|r| r.method != "GET")
+                .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
+                .collect(),
         }
     }
 
@@ -295,29 +358,31 @@ impl Hub {
             Hub::GitLab(gl) => {
                 gl.inject(support::gitlab::Fault::new("POST", "/merge_requests", 502).times(1))
             }
+            Hub::Gitea(gt) => gt.inject(support::gitea::Fault::new("POST", "/pulls", 502)),
         }
     }
 
-    fn assert_no_violations(&self) {
+    pub(crate) fn assert_no_violations(&self) {
         match self {
             Hub::GitHub(gh) => gh.assert_no_violations(),
             Hub::GitLab(gl) => gl.assert_no_violations(),
+            Hub::Gitea(gt) => gt.assert_no_violations(),
         }
     }
 }
 
 /// A registry with `acme/web:1.0`, a repository naming it, a forge, a cluster, a config.
-struct World {
+pub(crate) struct World {
     kind: Kind,
-    registry: TestRegistry,
-    repo: BareRepo,
-    hub: Hub,
+    pub(crate) registry: TestRegistry,
+    pub(crate) repo: BareRepo,
+    pub(crate) hub: Hub,
     kube: KubeServer,
     dir: tempfile::TempDir,
 }
 
 impl World {
-    async fn new(kind: Kind) -> World {
+    pub(crate) async fn new(kind: Kind) -> World {
         let registry = TestRegistry::start(Mode::Plain).await;
         let host = registry.host();
         registry.push_image("acme/web", "1.0", "web-1").await;
@@ -353,11 +418,11 @@ impl World {
     }
 
     /// Replaces `tagpin.yaml`.
-    fn write_config(&self, text: &str) {
+    pub(crate) fn write_config(&self, text: &str) {
         std::fs::write(self.config(), text).unwrap();
     }
 
-    fn config(&self) -> PathBuf {
+    pub(crate) fn config(&self) -> PathBuf {
         self.dir.path().join("tagpin.yaml")
     }
 
@@ -365,11 +430,17 @@ impl World {
         self.tagpin_with_token(command, args, TOKEN).await
     }
 
-    async fn tagpin_with_token(&self, command: &str, args: &[&str], token: &str) -> Output {
+    pub(crate) async fn tagpin_with_token(
+        &self,
+        command: &str,
+        args: &[&str],
+        token: &str,
+    ) -> Output {
         let mut cmd = self.command(&[&[command], args].concat(), token);
         // The example configurations' names.
         cmd.env("GITHUB_TOKEN", TOKEN)
             .env("GITLAB_TOKEN", TOKEN)
+            .env("GITEA_TOKEN", TOKEN)
             .env("GIT_TOKEN", "unused-for-a-file-remote");
         output_without_token(cmd).await
     }
@@ -381,7 +452,7 @@ impl World {
         tagpin_command(self.dir.path(), args, &kubeconfig, token)
     }
 
-    async fn sync(&self) -> Output {
+    pub(crate) async fn sync(&self) -> Output {
         self.tagpin("sync", &[]).await
     }
 
@@ -407,10 +478,10 @@ impl World {
             .expect("start tagpin run")
     }
 
-    /// `verify` of change request `number`: `--pr N` on GitHub, `--mr N` on GitLab.
+    /// `verify` of change request `number`: `--pr N` on GitHub and Gitea, `--mr N` on GitLab.
     async fn verify(&self, number: u64) -> Output {
         let flag = match self.kind {
-            Kind::GitHub => "--pr",
+            Kind::GitHub | Kind::Gitea => "--pr",
             Kind::GitLab => "--mr",
         };
         self.tagpin("verify", &[flag, &number.to_string()]).await
@@ -466,9 +537,10 @@ async fn opens_one_change_request_then_updates_it(kind: Kind) {
         .contains(&moved.manifest));
     w.hub.assert_no_violations();
 }
-both_forges!(opens_one_change_request_then_updates_it:
+every_forge!(opens_one_change_request_then_updates_it:
     github_opens_one_change_request_then_updates_it,
-    gitlab_opens_one_change_request_then_updates_it);
+    gitlab_opens_one_change_request_then_updates_it,
+    gitea_opens_one_change_request_then_updates_it);
 
 async fn closed_by_hand_is_not_reopened_until_a_digest_moves(kind: Kind) {
     let w = World::new(kind).await;
@@ -500,9 +572,10 @@ async fn closed_by_hand_is_not_reopened_until_a_digest_moves(kind: Kind) {
     assert!(changes[1].open);
     w.hub.assert_no_violations();
 }
-both_forges!(closed_by_hand_is_not_reopened_until_a_digest_moves:
+every_forge!(closed_by_hand_is_not_reopened_until_a_digest_moves:
     github_closed_by_hand_is_not_reopened_until_a_digest_moves,
-    gitlab_closed_by_hand_is_not_reopened_until_a_digest_moves);
+    gitlab_closed_by_hand_is_not_reopened_until_a_digest_moves,
+    gitea_closed_by_hand_is_not_reopened_until_a_digest_moves);
 
 async fn a_failed_open_is_reconciled_without_a_duplicate(kind: Kind) {
     let w = World::new(kind).await;
@@ -520,9 +593,10 @@ async fn a_failed_open_is_reconciled_without_a_duplicate(kind: Kind) {
     assert_eq!(w.repo.head("tagpin/main"), tip, "nothing pushed again");
     w.hub.assert_no_violations();
 }
-both_forges!(a_failed_open_is_reconciled_without_a_duplicate:
+every_forge!(a_failed_open_is_reconciled_without_a_duplicate:
     github_a_failed_open_is_reconciled_without_a_duplicate,
-    gitlab_a_failed_open_is_reconciled_without_a_duplicate);
+    gitlab_a_failed_open_is_reconciled_without_a_duplicate,
+    gitea_a_failed_open_is_reconciled_without_a_duplicate);
 
 /// The change request is merged by a person; the cluster then runs the pinned digest, and
 /// `verify` of it posts `tagpin/converged` success on the commit that landed and one verdict
@@ -549,6 +623,9 @@ async fn merged_then_verified(kind: Kind) {
     if let Hub::GitLab(gl) = &w.hub {
         gl.add_note_as("reviewer", PROJECT, 1, &quoted);
     }
+    if let Hub::Gitea(gt) = &w.hub {
+        gt.comment_as("reviewer", GITEA_REPO, 1, &quoted);
+    }
     let waiting = w.verify(1).await;
     assert_eq!(waiting.status.code(), Some(3), "{}", text(&waiting));
 
@@ -573,7 +650,7 @@ async fn merged_then_verified(kind: Kind) {
         "{statuses:?}"
     );
     let mut comments = w.hub.comments(1);
-    if let Kind::GitLab = kind {
+    if let Kind::GitLab | Kind::Gitea = kind {
         assert_eq!(comments.first(), Some(&quoted), "untouched: {comments:?}");
         comments.remove(0);
     }
@@ -582,9 +659,10 @@ async fn merged_then_verified(kind: Kind) {
     w.hub.assert_no_violations();
     w.kube.assert_no_writes();
 }
-both_forges!(merged_then_verified:
+every_forge!(merged_then_verified:
     github_merged_then_verified,
-    gitlab_merged_then_verified);
+    gitlab_merged_then_verified,
+    gitea_merged_then_verified);
 
 /// GitLab attaches a status to one ref and, given none, to the first branch holding the
 /// commit. An open merge request's verdict goes on its source branch even when a branch
@@ -648,7 +726,7 @@ async fn edited_by_hand_is_said_in_the_forges_words(kind: Kind) {
         .collect();
     assert_eq!(notes.len(), 1, "{notes:?}");
     let (ours, theirs) = match kind {
-        Kind::GitHub => (kind.word(), Kind::GitLab.word()),
+        Kind::GitHub | Kind::Gitea => (kind.word(), Kind::GitLab.word()),
         Kind::GitLab => (kind.word(), Kind::GitHub.word()),
     };
     assert!(
@@ -660,9 +738,10 @@ async fn edited_by_hand_is_said_in_the_forges_words(kind: Kind) {
     );
     w.hub.assert_no_violations();
 }
-both_forges!(edited_by_hand_is_said_in_the_forges_words:
+every_forge!(edited_by_hand_is_said_in_the_forges_words:
     github_edited_by_hand_is_said_in_the_forges_words,
-    gitlab_edited_by_hand_is_said_in_the_forges_words);
+    gitlab_edited_by_hand_is_said_in_the_forges_words,
+    gitea_edited_by_hand_is_said_in_the_forges_words);
 
 /// A fork's change request from a branch named like tagpin's is never adopted, edited or
 /// verified: tagpin opens its own.
@@ -685,6 +764,15 @@ async fn a_fork_change_request_is_never_adopted(kind: Kind) {
                 "Pin 1 image(s) to digests",
             )
         }
+        Hub::Gitea(gt) => gt.open_fork_pull_as(
+            "mallory",
+            GITEA_REPO,
+            "tagpin/main",
+            &main,
+            "main",
+            "Pin 1 image(s) to digests",
+            "<!-- tagpin-plan -->",
+        ),
     };
 
     let out = w.sync().await;
@@ -705,9 +793,10 @@ async fn a_fork_change_request_is_never_adopted(kind: Kind) {
     assert!(text(&refused).contains(&said), "{}", text(&refused));
     w.hub.assert_no_violations();
 }
-both_forges!(a_fork_change_request_is_never_adopted:
+every_forge!(a_fork_change_request_is_never_adopted:
     github_a_fork_change_request_is_never_adopted,
-    gitlab_a_fork_change_request_is_never_adopted);
+    gitlab_a_fork_change_request_is_never_adopted,
+    gitea_a_fork_change_request_is_never_adopted);
 
 /// GitLab answers `409` when a merge request is already open for the source branch: one
 /// opened after tagpin listed (another replica, a person) is adopted in the same pass, given
@@ -760,6 +849,11 @@ async fn the_pull_request_example_runs(kind: Kind) {
             "https://gitlab.example.com/acme/platform/gitops.git",
             ("https://gitlab.example.com/api/v4", gl.api_url()),
         ),
+        Hub::Gitea(gt) => (
+            "pull-request-mode-gitea.yaml",
+            "https://git.example.com/acme/gitops.git",
+            ("https://git.example.com/api/v1", gt.api_url()),
+        ),
     };
     let example = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -787,9 +881,10 @@ async fn the_pull_request_example_runs(kind: Kind) {
     assert!(changes[0].open && changes[0].labels.contains(&"dependencies".to_string()));
     w.hub.assert_no_violations();
 }
-both_forges!(the_pull_request_example_runs:
+every_forge!(the_pull_request_example_runs:
     github_the_pull_request_example_runs,
-    gitlab_the_pull_request_example_runs);
+    gitlab_the_pull_request_example_runs,
+    gitea_the_pull_request_example_runs);
 
 // ---------------------------------------------------------------------------------------------
 // Promotion by change request, staging -> production, each stage on its own cluster.
@@ -1079,9 +1174,10 @@ async fn promotion_gated_then_opened_then_updated(kind: Kind) {
     w.staging.assert_no_writes();
     w.production.assert_no_writes();
 }
-both_forges!(promotion_gated_then_opened_then_updated:
+every_forge!(promotion_gated_then_opened_then_updated:
     github_promotion_gated_then_opened_then_updated,
-    gitlab_promotion_gated_then_opened_then_updated);
+    gitlab_promotion_gated_then_opened_then_updated,
+    gitea_promotion_gated_then_opened_then_updated);
 
 /// While staging soaks, nothing is promoted; the clock is read back from tagpin's own stage
 /// status (GitHub: its creator; GitLab: its author), and one posted in tagpin's context by a
@@ -1118,9 +1214,10 @@ async fn the_soak_clock_is_tagpins_own(kind: Kind) {
     assert!(w.hub.changes().is_empty(), "nothing promoted");
     w.hub.assert_no_violations();
 }
-both_forges!(the_soak_clock_is_tagpins_own:
+every_forge!(the_soak_clock_is_tagpins_own:
     github_the_soak_clock_is_tagpins_own,
-    gitlab_the_soak_clock_is_tagpins_own);
+    gitlab_the_soak_clock_is_tagpins_own,
+    gitea_the_soak_clock_is_tagpins_own);
 
 // ---------------------------------------------------------------------------------------------
 // The controller.
@@ -1179,9 +1276,10 @@ async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
     w.hub.assert_no_violations();
     w.kube.assert_no_writes();
 }
-both_forges!(the_controller_verifies_what_it_opened_until_converged:
+every_forge!(the_controller_verifies_what_it_opened_until_converged:
     github_the_controller_verifies_what_it_opened_until_converged,
-    gitlab_the_controller_verifies_what_it_opened_until_converged);
+    gitlab_the_controller_verifies_what_it_opened_until_converged,
+    gitea_the_controller_verifies_what_it_opened_until_converged);
 
 /// `verify.on_failure: revert` in pull-request mode, on each forge: a merged change request
 /// whose pods cannot pull the digest it pinned gets exactly one revert change request (label
@@ -1277,9 +1375,10 @@ async fn a_merged_pin_the_cluster_rejects_gets_one_revert_change_request(kind: K
     w.hub.assert_no_violations();
     w.kube.assert_no_writes();
 }
-both_forges!(a_merged_pin_the_cluster_rejects_gets_one_revert_change_request:
+every_forge!(a_merged_pin_the_cluster_rejects_gets_one_revert_change_request:
     github_a_merged_pin_the_cluster_rejects_gets_one_revert_change_request,
-    gitlab_a_merged_pin_the_cluster_rejects_gets_one_revert_change_request);
+    gitlab_a_merged_pin_the_cluster_rejects_gets_one_revert_change_request,
+    gitea_a_merged_pin_the_cluster_rejects_gets_one_revert_change_request);
 
 // ---------------------------------------------------------------------------------------------
 // GitLab's own answers: rate limits and refusals, named.

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod git;
+pub mod gitea;
 pub mod github;
 pub mod gitlab;
 pub mod hostile;

@@ -1,0 +1,1037 @@
+//! The Gitea adapter: Gitea and Forgejo (Codeberg) through REST `/api/v1`.
+//!
+//! A Gitea pull request is what a GitHub one is to tagpin: found by its head branch (a tagpin
+//! branch of this very repository, never a fork's), opened with the plan block in its body,
+//! and read back as open, merged (with `merge_commit_sha`) or closed by a person. The verdict
+//! is a Gitea commit status on the head and on the commit that landed, and one issue comment
+//! on the pull request found by its marker among the comments tagpin's own user wrote.
+//!
+//! Facts are those of Gitea's swagger (`templates/swagger/v1_json.tmpl`), as shipped in the
+//! type definitions of the npm package `gitea-js` 1.23.0 (`dist/index.d.ts`, generated from
+//! Gitea 1.23's swagger). Forgejo serves the same `/api/v1` for every call made here.
+//!
+//! What Gitea does its own way, and what tagpin does about it:
+//! - `GET /repos/{owner}/{repo}/pulls` cannot filter by head branch: tagpin reads the list
+//!   (`state=all` for closed and merged ones) and keeps the head it wants.
+//! - Labels are set by id: the repository's labels are read, a missing one is created
+//!   (`POST /labels`, a neutral colour), and the ids are added to the pull request's issue.
+//! - Lists come in pages of at most `[api] MAX_RESPONSE_ITEMS` (50 by default) whatever
+//!   `limit` asks. Gitea builds its `Link` header from its `ROOT_URL`, which need not be the
+//!   address tagpin is given (an in-cluster Service): tagpin never follows a `Link` address.
+//!   It asks for the next `page` number on `api_url` itself while the `Link` header has a
+//!   `rel="next"` or `X-Total-Count` says more items remain.
+//! - Issue comments are listed in one answer (Gitea's endpoint has no pages).
+//! - `GET /user`, which names tagpin's own statuses and comment, needs the `read:user` scope;
+//!   a repository-scoped token (Codeberg grants no other) is refused it: `forge.login` then.
+//! - Statuses have no state machine and no ref: each post is one more status of the commit,
+//!   and the list returns them all, every creator's.
+//!
+//! The token goes in `Authorization: token …`, marked sensitive so no debug output shows it.
+//! Redirects are not followed, so the token is sent to `api_url`'s host only. Every call has a
+//! connect timeout and a total deadline, answer included (`forge.timeout_seconds`), and reads
+//! at most [`MAX_ANSWER_BYTES`]; a `429` (Gitea itself has no API rate limit, but a proxy in
+//! front of it, such as Codeberg's, does) is waited out when it says `Retry-After` within
+//! [`MAX_RATE_LIMIT_WAIT`], and reported otherwise. Gitea's messages are never quoted.
+
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::jiff::Timestamp;
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use super::common::{host_of, status_text, CONNECT_TIMEOUT, MAX_ANSWER_BYTES};
+use super::common::{in_flight, next_link, read_pages, updated_before};
+use super::common::{ForgeError, MAX_RATE_LIMIT_WAIT};
+use crate::bounded::{self, Exceeded};
+use crate::config;
+use crate::review::{PullRequestInfo, Status, StatusState};
+
+const FORGE: &str = "Gitea";
+/// Attempts per call when the answer is `429 Too Many Requests`.
+const RATE_LIMIT_ATTEMPTS: u32 = 3;
+/// Items asked for per page: Gitea's default `MAX_RESPONSE_ITEMS`; an instance set lower
+/// answers fewer, and the pages still line up (Gitea numbers them by the size it uses).
+pub const PAGE_LIMIT: usize = 50;
+/// The colour of a label tagpin creates because the repository has none of that name.
+const NEW_LABEL_COLOR: &str = "#ededed";
+
+/// A Gitea (or Forgejo) repository, with a token.
+pub struct Gitea {
+    http: reqwest::Client,
+    /// `host[:port]` of `api_url`, for errors.
+    host: String,
+    /// `forge.timeout_seconds`: each call, answer included.
+    deadline: Duration,
+    /// `forge.api_url` without a trailing slash: `https://git.example.com/api/v1`.
+    api: String,
+    owner: String,
+    repo: String,
+    /// `owner/repo`, for messages.
+    full_name: String,
+    token: HeaderValue,
+    /// The token's login, asked once.
+    login: tokio::sync::OnceCell<String>,
+}
+
+/// A pull request as Gitea's list and single answers carry it (swagger `PullRequest`).
+#[derive(Debug, Deserialize)]
+struct PullRequest {
+    number: u64,
+    #[serde(default)]
+    title: String,
+    body: Option<String>,
+    /// `open` or `closed` (swagger `StateType`); merged ones are `closed` with `merged`.
+    state: String,
+    #[serde(default)]
+    merged: bool,
+    merge_commit_sha: Option<String>,
+    merged_at: Option<String>,
+    updated_at: Option<String>,
+    #[serde(default)]
+    labels: Option<Vec<Label>>,
+    #[serde(default)]
+    html_url: String,
+    head: Option<BranchInfo>,
+    base: Option<BranchInfo>,
+    user: Option<User>,
+}
+
+/// Swagger `PRBranchInfo`.
+#[derive(Debug, Deserialize)]
+struct BranchInfo {
+    #[serde(rename = "ref", default)]
+    ref_name: String,
+    sha: Option<String>,
+    /// The repository the branch is in; `0` or missing for a deleted fork.
+    repo_id: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct User {
+    login: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Label {
+    id: u64,
+    name: String,
+}
+
+/// Swagger `CommitStatus`.
+#[derive(Debug, Deserialize)]
+struct CommitStatus {
+    id: u64,
+    #[serde(default)]
+    context: String,
+    /// `pending`, `success`, `error`, `failure` or `warning`.
+    status: String,
+    description: Option<String>,
+    created_at: Option<String>,
+    creator: Option<User>,
+}
+
+/// Swagger `Comment`.
+#[derive(Debug, Deserialize)]
+struct Comment {
+    id: u64,
+    #[serde(default)]
+    body: String,
+    user: Option<User>,
+}
+
+/// Swagger `CreatePullRequestOption`.
+#[derive(Debug, Serialize)]
+struct NewPullRequest<'a> {
+    head: &'a str,
+    base: &'a str,
+    title: &'a str,
+    body: &'a str,
+}
+
+/// Swagger `EditPullRequestOption`, the fields tagpin changes.
+#[derive(Debug, Serialize)]
+struct EditPullRequest<'a> {
+    title: &'a str,
+    body: &'a str,
+}
+
+/// Swagger `IssueLabelsOption`: ids, which every Gitea and Forgejo takes (names only lately).
+#[derive(Debug, Serialize)]
+struct AddLabels {
+    labels: Vec<u64>,
+}
+
+/// Swagger `CreateLabelOption`.
+#[derive(Debug, Serialize)]
+struct NewLabel<'a> {
+    name: &'a str,
+    color: &'a str,
+}
+
+/// Swagger `CreateStatusOption`.
+#[derive(Debug, Serialize)]
+struct NewStatus<'a> {
+    state: &'a str,
+    context: &'a str,
+    description: &'a str,
+}
+
+/// Swagger `CreateIssueCommentOption` and `EditIssueCommentOption`.
+#[derive(Debug, Serialize)]
+struct CommentBody<'a> {
+    body: &'a str,
+}
+
+/// A successful answer: its body and headers.
+struct Answer {
+    body: String,
+    headers: HeaderMap,
+}
+
+impl Gitea {
+    /// `api_url` is `https://HOST/api/v1` (Codeberg: `https://codeberg.org/api/v1`).
+    pub fn new(forge: &config::Forge, token: String) -> Result<Gitea, ForgeError> {
+        let config::ForgeKind::Gitea { owner, repo } = &forge.kind else {
+            return Err(setup("the forge configured is not Gitea".into()));
+        };
+        let mut token =
+            HeaderValue::from_str(&format!("token {}", token.trim())).map_err(|_| {
+                setup(format!(
+                    "the token in {} holds characters an HTTP header cannot carry",
+                    forge.token_env
+                ))
+            })?;
+        token.set_sensitive(true);
+        let deadline = Duration::from_secs(forge.timeout_seconds);
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            // reqwest's total timeout runs until the body's last byte.
+            .timeout(deadline)
+            // The token goes to api_url's host and nowhere else.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("tagpin/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| setup(format!("HTTP client: {e}")))?;
+        Ok(Gitea {
+            http,
+            host: host_of(&forge.api_url),
+            deadline,
+            api: forge.api_url.trim_end_matches('/').to_string(),
+            owner: owner.clone(),
+            repo: repo.clone(),
+            full_name: format!("{owner}/{repo}"),
+            token,
+            login: tokio::sync::OnceCell::new_with(forge.login.clone()),
+        })
+    }
+
+    /// The login the token belongs to (`GET /user`), asked once per process. Gitea answers
+    /// it only to a token with the `read:user` scope, which a repository-scoped token (all
+    /// Codeberg grants some) lacks: then `forge.login` says it.
+    pub async fn login(&self) -> Result<&str, ForgeError> {
+        self.login
+            .get_or_try_init(|| async {
+                let what = "read the token's user (GET /user)";
+                let url = format!("{}/user", self.api);
+                let answer = match self.request(what, Method::GET, &url, None).await {
+                    Err(ForgeError::Call {
+                        status: Some(403), ..
+                    }) => {
+                        let detail = format!(
+                            "{} (the token lacks the read:user scope: grant it, or set forge.login to the token's login)",
+                            status_text(403)
+                        );
+                        return Err(self.call_error(what, detail, Some(403)));
+                    }
+                    answer => answer?,
+                };
+                let user: User = self.parse(what, &answer.body)?;
+                Ok::<_, ForgeError>(user.login)
+            })
+            .await
+            .map(String::as_str)
+    }
+
+    /// `{api}/repos/{owner}/{repo}{rest}`.
+    fn repo_url(&self, rest: &str) -> String {
+        format!(
+            "{}/repos/{}/{}{rest}",
+            self.api,
+            encode(&self.owner),
+            encode(&self.repo)
+        )
+    }
+
+    /// Every pull request (open, closed, merged) from `branch` of this repository into `base`,
+    /// newest first; a fork's from a branch of the same name is left out.
+    pub async fn pull_requests_for(
+        &self,
+        branch: &str,
+        base: &str,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let what = format!("list pull requests from {branch}");
+        let mut prs = self
+            .list_pull_requests(&what, &[("state", "all")], base, None)
+            .await?;
+        prs.retain(|p| p.head_ref == branch && p.same_repository);
+        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
+        Ok(prs)
+    }
+
+    /// Every open pull request into `base` from a branch starting with `prefix`, and those
+    /// closed or merged at or after `closed_since` (Unix seconds), newest first; forks' are
+    /// included, marked by `same_repository`.
+    pub async fn pull_requests_with_prefix(
+        &self,
+        prefix: &str,
+        base: &str,
+        closed_since: i64,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let what = format!("list pull requests into {base}");
+        let open = self
+            .list_pull_requests(&what, &[("state", "open")], base, None)
+            .await?;
+        // Most recently changed first, so the pages stop where the window does.
+        let recent = [("state", "closed"), ("sort", "recentupdate")];
+        let recent = self
+            .list_pull_requests(&what, &recent, base, Some(closed_since))
+            .await?;
+        Ok(in_flight(open, recent, prefix))
+    }
+
+    /// Every page of a pull request list, keeping those into `base`; with `until`, pages stop
+    /// after the first one that reaches a pull request updated before it.
+    async fn list_pull_requests(
+        &self,
+        what: &str,
+        query: &[(&str, &str)],
+        base: &str,
+        until: Option<i64>,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let first = with_query(&self.repo_url("/pulls"), query);
+        let read_page = |url: String| async move {
+            let (items, next) = self.read_list::<PullRequest>(what, &url).await?;
+            let items: Vec<PullRequestInfo> = items
+                .into_iter()
+                .filter(|p| p.base.as_ref().is_some_and(|b| b.ref_name == base))
+                .map(info)
+                .collect();
+            Ok((items, next))
+        };
+        read_pages(first, read_page, updated_before(until)).await
+    }
+
+    /// One page of a list, with the address of the next page on `api_url`.
+    async fn read_list<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        url: &str,
+    ) -> Result<(Vec<T>, Option<String>), ForgeError> {
+        let answer = self.request(what, Method::GET, url, None).await?;
+        let items: Vec<T> = self.parse(what, &answer.body)?;
+        let next = next_page(url, &answer.headers, items.len())
+            .map_err(|e| self.call_error(what, e.to_string(), None))?;
+        Ok((items, next))
+    }
+
+    /// Opens a pull request. When Gitea answers that one is already open for these branches
+    /// (`409`: another tagpin or a person got there first), that one is adopted: it is given
+    /// this title and body and returned.
+    pub async fn open_pull_request(
+        &self,
+        branch: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<PullRequestInfo, ForgeError> {
+        let what = format!("open a pull request from {branch} into {base}");
+        let request = NewPullRequest {
+            head: branch,
+            base,
+            title,
+            body,
+        };
+        let url = self.repo_url("/pulls");
+        match self
+            .request(&what, Method::POST, &url, Some(json(&request)))
+            .await
+        {
+            Ok(answer) => Ok(info(self.parse(&what, &answer.body)?)),
+            Err(e) if is_conflict(&e) => {
+                let open = self
+                    .list_pull_requests(&what, &[("state", "open")], base, None)
+                    .await?
+                    .into_iter()
+                    .find(|p| p.head_ref == branch && p.same_repository && p.open);
+                let Some(mut pr) = open else { return Err(e) };
+                tracing::info!(
+                    "pull request #{} was opened for {branch} meanwhile; adopting it",
+                    pr.number
+                );
+                self.update_pull_request(pr.number, title, body).await?;
+                pr.title = title.to_string();
+                pr.body = body.to_string();
+                Ok(pr)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn update_pull_request(
+        &self,
+        number: u64,
+        title: &str,
+        body: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("update pull request #{number}");
+        let url = self.repo_url(&format!("/pulls/{number}"));
+        let edit = EditPullRequest { title, body };
+        self.request(&what, Method::PATCH, &url, Some(json(&edit)))
+            .await?;
+        Ok(())
+    }
+
+    /// Adds `labels` (by name) to pull request `number`: Gitea takes label ids, so the
+    /// repository's labels are read and any missing one is created first.
+    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
+        if labels.is_empty() {
+            return Ok(());
+        }
+        let what = format!("add labels to pull request #{number}");
+        let first = with_query(&self.repo_url("/labels"), &[]);
+        let what_ref = what.as_str();
+        let read_page = |url: String| async move { self.read_list::<Label>(what_ref, &url).await };
+        let known: Vec<Label> = read_pages(first, read_page, |_| false).await?;
+        let mut ids = Vec::new();
+        for name in labels {
+            let id = match known.iter().find(|l| &l.name == name) {
+                Some(label) => label.id,
+                None => {
+                    let what = format!("create label {name:?}");
+                    let new = NewLabel {
+                        name,
+                        color: NEW_LABEL_COLOR,
+                    };
+                    let url = self.repo_url("/labels");
+                    let answer = self
+                        .request(&what, Method::POST, &url, Some(json(&new)))
+                        .await?;
+                    self.parse::<Label>(&what, &answer.body)?.id
+                }
+            };
+            ids.push(id);
+        }
+        let url = self.repo_url(&format!("/issues/{number}/labels"));
+        self.request(
+            &what,
+            Method::POST,
+            &url,
+            Some(json(&AddLabels { labels: ids })),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// One pull request by its number (`#N`; issues and pull requests share the numbers).
+    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
+        let what = format!("read pull request #{number}");
+        let url = self.repo_url(&format!("/pulls/{number}"));
+        let answer = self.request(&what, Method::GET, &url, None).await?;
+        Ok(info(self.parse(&what, &answer.body)?))
+    }
+
+    /// Every status `context` on `sha`, newest first (Gitea keeps every one posted, not only
+    /// the latest per context: the soak clock starts at the first), with who set each and when.
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+        let what = format!("read statuses of {sha}");
+        let first = with_query(&self.repo_url(&format!("/commits/{sha}/statuses")), &[]);
+        let what = what.as_str();
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let mut statuses: Vec<CommitStatus> = read_pages(first, read_page, |_| false).await?;
+        statuses.retain(|s| s.context == context);
+        statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
+        Ok(statuses
+            .iter()
+            .filter_map(|s| {
+                Some(Status {
+                    state: read_state(&s.status)?,
+                    description: s.description.clone().unwrap_or_default(),
+                    created_at: s.created_at.as_deref().and_then(unix),
+                    creator: s.creator.as_ref().map(|c| c.login.clone()),
+                })
+            })
+            .collect())
+    }
+
+    /// Posts status `context` on `sha`. Gitea keeps each status posted (no state machine, no
+    /// ref): a status is one more row, the newest of a context is the one Gitea shows.
+    pub async fn set_status(
+        &self,
+        sha: &str,
+        state: StatusState,
+        context: &str,
+        description: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("set status {context} on {sha}");
+        let url = self.repo_url(&format!("/statuses/{sha}"));
+        let status = NewStatus {
+            state: wire_state(state),
+            context,
+            description,
+        };
+        self.request(&what, Method::POST, &url, Some(json(&status)))
+            .await?;
+        Ok(())
+    }
+
+    /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
+    /// the marker among the comments `me` wrote: a person quoting the marker is not mistaken
+    /// for it, though Gitea would let a writer edit theirs), creates it otherwise.
+    pub async fn upsert_comment(
+        &self,
+        number: u64,
+        marker: &str,
+        body: &str,
+        me: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("list comments of pull request #{number}");
+        let url = self.repo_url(&format!("/issues/{number}/comments"));
+        let answer = self.request(&what, Method::GET, &url, None).await?;
+        let comments: Vec<Comment> = self.parse(&what, &answer.body)?;
+        let existing = find_comment(&comments, marker, me).map(|c| (c.id, c.body == body));
+        match existing {
+            // Already says exactly this: editing it again would only spend a call.
+            Some((_, true)) => Ok(()),
+            Some((id, false)) => {
+                let what = format!("update comment {id} on pull request #{number}");
+                let edit = self.repo_url(&format!("/issues/comments/{id}"));
+                self.request(
+                    &what,
+                    Method::PATCH,
+                    &edit,
+                    Some(json(&CommentBody { body })),
+                )
+                .await?;
+                Ok(())
+            }
+            None => {
+                let what = format!("comment on pull request #{number}");
+                self.request(&what, Method::POST, &url, Some(json(&CommentBody { body })))
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// One call, waiting out a `429` that says when to come back, within bounds. Any other
+    /// answer outside 2xx is an error naming what it means for tagpin.
+    async fn request(
+        &self,
+        what: &str,
+        method: Method,
+        url: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<Answer, ForgeError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut request = self
+                .http
+                .request(method.clone(), url)
+                .header(reqwest::header::AUTHORIZATION, self.token.clone())
+                .header(reqwest::header::ACCEPT, "application/json");
+            if let Some(body) = &body {
+                request = request.json(body);
+            }
+            let response = request.send().await.map_err(|e| self.failed(what, e))?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let text = self.read_body(what, response).await?;
+            if status.is_success() {
+                return Ok(Answer {
+                    body: text,
+                    headers,
+                });
+            }
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                let wait = rate_limit_wait(&headers, SystemTime::now());
+                if wait <= MAX_RATE_LIMIT_WAIT && attempt < RATE_LIMIT_ATTEMPTS {
+                    tracing::warn!(repo = %self.full_name, "{what}: rate limited, waiting {wait:?}");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                return Err(ForgeError::RateLimited {
+                    forge: FORGE,
+                    host: self.host.clone(),
+                    repo: self.full_name.clone(),
+                    what: what.to_string(),
+                    wait: format!("{}s", wait.as_secs()),
+                });
+            }
+            let detail = describe_failure(status, &self.full_name, &self.api);
+            return Err(self.call_error(what, detail, Some(status.as_u16())));
+        }
+    }
+
+    /// The answer's body, at most [`MAX_ANSWER_BYTES`]: reading stops at the first chunk past
+    /// it, so an endless answer costs that much memory and no more.
+    async fn read_body(
+        &self,
+        what: &str,
+        mut response: reqwest::Response,
+    ) -> Result<String, ForgeError> {
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.failed(what, e))? {
+            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                let limit = MAX_ANSWER_BYTES;
+                let detail = Exceeded::TooLarge { limit }.to_string();
+                return Err(self.call_error(what, detail, Some(response.status().as_u16())));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        // Lossy: a body that is not UTF-8 fails where it is parsed, not quoted.
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        body: &str,
+    ) -> Result<T, ForgeError> {
+        serde_json::from_str(body).map_err(|e| {
+            let detail = format!("unexpected answer: {}", bounded::json_problem(&e));
+            self.call_error(what, detail, None)
+        })
+    }
+
+    fn failed(&self, what: &str, e: reqwest::Error) -> ForgeError {
+        let detail = if e.is_timeout() {
+            Exceeded::Deadline {
+                within: self.deadline,
+            }
+            .to_string()
+        } else {
+            // Without the URL: it is in `what` already, and never holds the token anyway.
+            format!("connection failed: {}", e.without_url())
+        };
+        self.call_error(what, detail, None)
+    }
+
+    fn call_error(&self, what: &str, detail: String, status: Option<u16>) -> ForgeError {
+        ForgeError::Call {
+            forge: FORGE,
+            host: self.host.clone(),
+            repo: self.full_name.clone(),
+            what: what.to_string(),
+            detail,
+            status,
+        }
+    }
+}
+
+fn setup(detail: String) -> ForgeError {
+    ForgeError::Setup {
+        forge: FORGE,
+        detail,
+    }
+}
+
+fn json<T: Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}
+
+/// One path segment: an owner or repository name is letters, digits, `-`, `_` and `.`;
+/// anything else is percent-encoded, so it cannot reach another path.
+fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `url` with `query`, `limit` and the first `page` appended.
+fn with_query(url: &str, query: &[(&str, &str)]) -> String {
+    let mut pairs = url::form_urlencoded::Serializer::new(String::new());
+    pairs.extend_pairs(query);
+    pairs.append_pair("limit", &PAGE_LIMIT.to_string());
+    pairs.append_pair("page", "1");
+    format!("{url}?{}", pairs.finish())
+}
+
+/// What tagpin reads of a Gitea pull request.
+fn info(pr: PullRequest) -> PullRequestInfo {
+    let repo_of = |b: &Option<BranchInfo>| b.as_ref().and_then(|b| b.repo_id).filter(|id| *id != 0);
+    let same_repository = repo_of(&pr.head).is_some() && repo_of(&pr.head) == repo_of(&pr.base);
+    let head = pr.head.unwrap_or(BranchInfo {
+        ref_name: String::new(),
+        sha: None,
+        repo_id: None,
+    });
+    PullRequestInfo {
+        number: pr.number,
+        open: pr.state == "open",
+        merged: pr.merged,
+        title: pr.title,
+        body: pr.body.unwrap_or_default(),
+        labels: pr
+            .labels
+            .unwrap_or_default()
+            .into_iter()
+            .map(|l| l.name)
+            .collect(),
+        url: pr.html_url,
+        head_ref: head.ref_name,
+        head_sha: head.sha.unwrap_or_default(),
+        // Gitea answers an empty string rather than null before the merge.
+        merge_commit_sha: pr
+            .merge_commit_sha
+            .filter(|sha| pr.merged && !sha.is_empty()),
+        merged_at: pr.merged_at.as_deref().and_then(unix),
+        updated_at: pr.updated_at.as_deref().and_then(unix),
+        author: pr.user.map(|u| u.login).unwrap_or_default(),
+        same_repository,
+    }
+}
+
+/// A Gitea commit status state as tagpin reads it; `warning` (and anything new) is no verdict
+/// of tagpin's.
+fn read_state(status: &str) -> Option<StatusState> {
+    match status {
+        "pending" => Some(StatusState::Pending),
+        "success" => Some(StatusState::Success),
+        "failure" => Some(StatusState::Failure),
+        "error" => Some(StatusState::Error),
+        _ => None,
+    }
+}
+
+/// Gitea's words for tagpin's states: the same as GitHub's.
+fn wire_state(state: StatusState) -> &'static str {
+    match state {
+        StatusState::Pending => "pending",
+        StatusState::Success => "success",
+        StatusState::Failure => "failure",
+        StatusState::Error => "error",
+    }
+}
+
+/// The comment `me` wrote carrying `marker`, oldest first.
+fn find_comment<'c>(comments: &'c [Comment], marker: &str, me: &str) -> Option<&'c Comment> {
+    comments
+        .iter()
+        .find(|c| c.body.contains(marker) && c.user.as_ref().is_some_and(|u| u.login == me))
+}
+
+/// Why the next page of a list cannot be asked for.
+#[derive(Debug, thiserror::Error)]
+enum PagingError {
+    /// The address of the page just read (tagpin's own) does not parse.
+    #[error("{url}: {source}")]
+    BadUrl {
+        url: String,
+        #[source]
+        source: url::ParseError,
+    },
+}
+
+/// The next page of a list read from `url` (with `page=N`), which answered `count` items:
+/// `page=N+1` on the same address when the `Link` header has a `rel="next"` or
+/// `X-Total-Count` says more items remain. The `Link` address itself is never followed: Gitea
+/// writes it on its `ROOT_URL`, which may be another host than `api_url`.
+fn next_page(url: &str, headers: &HeaderMap, count: usize) -> Result<Option<String>, PagingError> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let mut next = url::Url::parse(url).map_err(|source| PagingError::BadUrl {
+        url: url.to_string(),
+        source,
+    })?;
+    let page: u64 = next
+        .query_pairs()
+        .find(|(k, _)| k == "page")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(1);
+    let linked = header("link").and_then(next_link).is_some();
+    // Pages before this one held as many items as this one at least (Gitea's page size is
+    // fixed), so `page * count` never overstates what was read: no page is left out, and a
+    // short last page costs one empty read at worst.
+    let remaining = header("x-total-count")
+        .and_then(|t| t.parse::<u64>().ok())
+        .is_some_and(|total| count > 0 && total > page.saturating_mul(count as u64));
+    if count == 0 || !(linked || remaining) {
+        return Ok(None);
+    }
+    let kept: Vec<(String, String)> = next
+        .query_pairs()
+        .filter(|(k, _)| k != "page")
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    next.query_pairs_mut()
+        .clear()
+        .extend_pairs(kept)
+        .append_pair("page", &(page + 1).to_string());
+    Ok(Some(next.to_string()))
+}
+
+/// How long to wait after a `429`: `Retry-After` seconds, else a minute.
+fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
+    let value = headers
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    if let Some(secs) = value.and_then(|v| v.parse::<u64>().ok()) {
+        return Duration::from_secs(secs);
+    }
+    // An HTTP date (RFC 9110 allows either form).
+    if let Some(at) = value.and_then(|v| httpdate::parse_http_date(v).ok()) {
+        let wait = at.duration_since(now).unwrap_or(Duration::ZERO);
+        return wait + Duration::from_secs(1);
+    }
+    Duration::from_secs(60)
+}
+
+/// A failed answer in words that say what to fix: the token (401), its scope or the user's
+/// rights (403), the repository or object (404), a pull request already open (409), a field
+/// Gitea refused (422). Gitea's body is never quoted.
+fn describe_failure(status: StatusCode, repo: &str, api: &str) -> String {
+    let answered = status_text(status.as_u16());
+    let meaning = match status.as_u16() {
+        401 => Some("the token is not valid (expired, revoked, or not a Gitea token)".to_string()),
+        403 => Some(format!(
+            "the token may not do this in {repo} (it needs the write:repository, write:issue and read:user scopes, and write access to the repository)"
+        )),
+        404 => Some(format!(
+            "{repo} is not at {api}, or the token may not read it (Gitea answers 404 for repositories hidden from the token)"
+        )),
+        409 => Some("a pull request for these branches is already open".to_string()),
+        422 => Some("Gitea refused a field tagpin sent".to_string()),
+        _ => None,
+    };
+    match meaning {
+        Some(meaning) => format!("{answered} ({meaning})"),
+        None => answered,
+    }
+}
+
+/// Gitea's `409 Conflict`: for a new pull request, one already open for the same branches.
+fn is_conflict(e: &ForgeError) -> bool {
+    matches!(
+        e,
+        ForgeError::Call {
+            status: Some(409),
+            ..
+        }
+    )
+}
+
+fn unix(text: &str) -> Option<i64> {
+    text.parse::<Timestamp>().ok().map(|t| t.as_second())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A merged pull request in the shape of Gitea's swagger `PullRequest` (gitea-js 1.23.0,
+    /// `dist/index.d.ts`), trimmed of fields tagpin does not read.
+    const MERGED_PULL_REQUEST: &str = r#"{
+      "id": 4711, "number": 12, "state": "closed", "title": "Pin 1 image(s) to digests",
+      "body": "plan", "merged": true, "mergeable": false,
+      "merged_at": "2026-01-02T03:04:05+01:00", "updated_at": "2026-01-02T03:04:06Z",
+      "merge_commit_sha": "cccccccccccccccccccccccccccccccccccccccc",
+      "html_url": "https://git.example.com/acme/gitops/pulls/12",
+      "labels": [{"id": 3, "name": "tagpin", "color": "ededed", "description": "", "url": ""}],
+      "user": {"id": 7, "login": "tagpin-bot", "full_name": ""},
+      "head": {"label": "tagpin/main", "ref": "tagpin/main",
+               "sha": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "repo_id": 5},
+      "base": {"label": "main", "ref": "main",
+               "sha": "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "repo_id": 5}
+    }"#;
+
+    fn pr(patch: serde_json::Value) -> PullRequestInfo {
+        let mut value: serde_json::Value = serde_json::from_str(MERGED_PULL_REQUEST).unwrap();
+        for (k, v) in patch.as_object().unwrap() {
+            value[k] = v.clone();
+        }
+        info(serde_json::from_value(value).unwrap())
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn a_gitea_pull_request_reads_as_tagpin_reads_a_change_request() {
+        let merged = pr(serde_json::json!({}));
+        assert_eq!(merged.number, 12);
+        assert!(merged.merged && !merged.open);
+        assert_eq!(merged.labels, ["tagpin"]);
+        assert_eq!(merged.head_ref, "tagpin/main");
+        assert_eq!(merged.head_sha, "a".repeat(40));
+        assert_eq!(merged.merge_commit_sha, Some("c".repeat(40)));
+        assert_eq!(merged.merged_at, Some(1767319445));
+        assert_eq!(merged.author, "tagpin-bot");
+        assert!(merged.same_repository);
+        let open = pr(serde_json::json!({"state": "open", "merged": false,
+            "merge_commit_sha": "", "merged_at": null, "labels": null}));
+        assert!(open.open && !open.merged);
+        assert_eq!(
+            open.merge_commit_sha, None,
+            "Gitea's empty string is no commit"
+        );
+        assert!(open.labels.is_empty());
+        let closed = pr(serde_json::json!({"merged": false, "merge_commit_sha": null}));
+        assert!(!closed.open && !closed.merged);
+    }
+
+    #[test]
+    fn a_pull_request_from_a_fork_or_a_deleted_fork_is_not_this_repositorys() {
+        let fork =
+            pr(serde_json::json!({"head": {"ref": "tagpin/main", "sha": "a", "repo_id": 9}}));
+        assert!(!fork.same_repository);
+        let deleted =
+            pr(serde_json::json!({"head": {"ref": "tagpin/main", "sha": "a", "repo_id": 0}}));
+        assert!(!deleted.same_repository);
+        let unknown = pr(serde_json::json!({"head": null}));
+        assert!(!unknown.same_repository);
+    }
+
+    #[test]
+    fn gitea_states_are_githubs_and_warning_is_none_of_tagpins() {
+        for state in [
+            StatusState::Pending,
+            StatusState::Success,
+            StatusState::Failure,
+            StatusState::Error,
+        ] {
+            assert_eq!(read_state(wire_state(state)), Some(state));
+        }
+        assert_eq!(read_state("warning"), None);
+        let posted = json(&NewStatus {
+            state: wire_state(StatusState::Failure),
+            context: "tagpin/converged",
+            description: "1 of 2 pods",
+        });
+        assert_eq!(
+            posted,
+            serde_json::json!({"state": "failure", "context": "tagpin/converged",
+                "description": "1 of 2 pods"})
+        );
+    }
+
+    #[test]
+    fn pages_are_numbered_on_api_url_and_a_link_address_is_never_followed() {
+        let url =
+            "https://git.example.com/api/v1/repos/acme/gitops/pulls?state=all&limit=50&page=1";
+        // Gitea writes its Link on ROOT_URL, here another host: only its rel="next" counts.
+        let link = "<https://public.example.org/api/v1/repos/acme/gitops/pulls?limit=50&page=2&state=all>; rel=\"next\",<https://public.example.org/api/v1/repos/acme/gitops/pulls?limit=50&page=3&state=all>; rel=\"last\"";
+        assert_eq!(
+            next_page(url, &headers(&[("link", link)]), 50)
+                .unwrap()
+                .as_deref(),
+            Some(
+                "https://git.example.com/api/v1/repos/acme/gitops/pulls?state=all&limit=50&page=2"
+            )
+        );
+        // Without a Link, X-Total-Count: 120 items in pages of 50 have a third page, not a fourth.
+        let page2 = url.replace("page=1", "page=2");
+        assert!(next_page(&page2, &headers(&[("x-total-count", "120")]), 50)
+            .unwrap()
+            .unwrap()
+            .ends_with("page=3"));
+        let page3 = url.replace("page=1", "page=3");
+        assert_eq!(
+            next_page(&page3, &headers(&[("x-total-count", "120")]), 40).unwrap(),
+            None
+        );
+        // An instance answering 30 a page (MAX_RESPONSE_ITEMS) still pages on.
+        assert!(next_page(url, &headers(&[("x-total-count", "31")]), 30)
+            .unwrap()
+            .is_some());
+        assert_eq!(next_page(url, &HeaderMap::new(), 50).unwrap(), None);
+        assert_eq!(
+            next_page(url, &headers(&[("link", link)]), 0).unwrap(),
+            None,
+            "an empty page is the last"
+        );
+    }
+
+    #[test]
+    fn a_rate_limit_is_waited_as_the_answer_says() {
+        let now = at_1000;
+        assert_eq!(
+            rate_limit_wait(&headers(&[("retry-after", "7")]), now()),
+            Duration::from_secs(7)
+        );
+        let at = httpdate::fmt_http_date(now() + Duration::from_secs(30));
+        assert_eq!(
+            rate_limit_wait(&headers(&[("retry-after", &at)]), now()),
+            Duration::from_secs(31)
+        );
+        assert_eq!(
+            rate_limit_wait(&HeaderMap::new(), now()),
+            Duration::from_secs(60)
+        );
+    }
+
+    fn at_1000() -> SystemTime {
+        std::time::UNIX_EPOCH + Duration::from_secs(1_000)
+    }
+
+    #[test]
+    fn failures_name_what_to_fix_without_quoting_gitea() {
+        let describe = |status: u16| {
+            describe_failure(
+                StatusCode::from_u16(status).unwrap(),
+                "acme/gitops",
+                "https://git.example.com/api/v1",
+            )
+        };
+        assert!(describe(401).contains("the token is not valid"));
+        assert!(describe(403).contains("write:repository"));
+        assert!(describe(404).contains("acme/gitops is not at https://git.example.com/api/v1"));
+        assert!(describe(409).contains("already open"));
+        assert_eq!(describe(500), "500 Internal Server Error");
+    }
+
+    #[test]
+    fn the_verdict_comment_is_tagpins_own_found_by_its_marker() {
+        let comments: Vec<Comment> = serde_json::from_str(
+            r#"[{"id": 2, "body": "quoting <!-- tagpin-verdict -->", "user": {"login": "alice"}},
+                {"id": 3, "body": "<!-- tagpin-verdict -->\nConverged", "user": {"login": "tagpin-bot"}}]"#,
+        )
+        .unwrap();
+        let marker = "<!-- tagpin-verdict -->";
+        assert_eq!(
+            find_comment(&comments, marker, "tagpin-bot").map(|c| c.id),
+            Some(3)
+        );
+        assert!(find_comment(&comments[..1], marker, "tagpin-bot").is_none());
+    }
+
+    #[test]
+    fn owner_and_repository_are_each_one_path_segment() {
+        assert_eq!(
+            with_query(
+                "https://git.example.com/api/v1/repos/acme/gitops/pulls",
+                &[("state", "all")]
+            ),
+            "https://git.example.com/api/v1/repos/acme/gitops/pulls?state=all&limit=50&page=1"
+        );
+        assert_eq!(encode("my repo/x"), "my%20repo%2Fx");
+    }
+}
