@@ -48,6 +48,7 @@ mod registry_client;
 mod revert;
 mod rollout_verify;
 mod run;
+mod signatures;
 mod sync;
 mod sync_pr;
 mod verify;
