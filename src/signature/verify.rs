@@ -32,6 +32,14 @@ pub enum SignatureError {
         #[source]
         source: keys::KeyError,
     },
+    #[error("images.signatures[{index}].trusted_root: {source}")]
+    Root {
+        index: usize,
+        #[source]
+        source: keys::RootError,
+    },
+    #[error("images.signatures[{index}].keyless: the public-good trusted root shipped with tagpin: {detail}")]
+    EmbeddedRoot { index: usize, detail: String },
     #[error("images.signatures[{index}].keyless: invalid subject regex")]
     Keyless {
         index: usize,
@@ -46,6 +54,11 @@ pub struct Trust {
     keys: Vec<(String, DerPublicKey)>,
     /// Issuer (exact) and subject (anchored regex).
     pub(super) keyless: Vec<(String, regex::Regex)>,
+    /// The verifier of keyless signatures, against the entry's trusted root (the public-good
+    /// one by default); `None` when the entry names no keyless identity.
+    keyless_verifier: Option<sigstore_verify::Verifier>,
+    /// Whether certificates must carry an SCT: only when the trusted root lists CT logs.
+    verify_sct: bool,
     /// Identifies the trust material, so a remembered verdict is reused only under the same.
     pub(super) fingerprint: String,
 }
@@ -63,6 +76,32 @@ impl fmt::Debug for Trust {
 }
 
 impl Trust {
+    /// The signer of a verified keyless signature, if its certificate's issuer and subject
+    /// match one of the entry's identities (issuer exactly, subject by anchored regex).
+    fn identity_of(
+        &self,
+        rule: usize,
+        verified: &sigstore_verify::VerificationResult,
+    ) -> Result<Signer, Refusal> {
+        let subject = verified
+            .identity()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let issuer = verified.issuer().unwrap_or_default().to_string();
+        let matches = self
+            .keyless
+            .iter()
+            .any(|(want, re)| *want == issuer && re.is_match(&subject));
+        match matches {
+            true => Ok(Signer(format!("keyless {subject} ({issuer})"))),
+            false => Err(Refusal::Identity {
+                rule,
+                subject,
+                issuer,
+            }),
+        }
+    }
+
     /// The configured key whose signature over `payload` `signature` (base64) is, if any.
     pub fn key_that_signed(&self, payload: &[u8], signature: &str) -> Option<Signer> {
         let signature = SignatureBytes::from_base64(signature.trim()).ok()?;
@@ -108,9 +147,35 @@ impl Trust {
         if let Some(root) = &rule.trusted_root {
             material.push_str(&root.contents);
         }
+        let (keyless_verifier, verify_sct) = match rule.keyless.is_empty() {
+            true => (None, false),
+            false => {
+                let root = match &rule.trusted_root {
+                    Some(file) => keys::parse_trusted_root(&file.contents)
+                        .map_err(|source| SignatureError::Root { index, source })?,
+                    None => sigstore_trust_root::TrustedRoot::from_embedded(
+                        sigstore_trust_root::SigstoreInstance::PublicGood,
+                    )
+                    .map_err(|e| SignatureError::EmbeddedRoot {
+                        index,
+                        detail: e.to_string(),
+                    })?,
+                };
+                let verify_sct = !root.ctlogs.is_empty();
+                let verifier = sigstore_verify::Verifier::new(&root).map_err(|e| {
+                    SignatureError::EmbeddedRoot {
+                        index,
+                        detail: e.to_string(),
+                    }
+                })?;
+                (Some(verifier), verify_sct)
+            }
+        };
         Ok(Trust {
             keys,
             keyless,
+            keyless_verifier,
+            verify_sct,
             fingerprint: sha256_hex(material.as_bytes()),
         })
     }
@@ -122,6 +187,9 @@ pub const SIMPLE_SIGNING_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesi
 pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 /// The annotation holding a keyless signature's Fulcio certificate (PEM).
 pub const CERTIFICATE_ANNOTATION: &str = "dev.sigstore.cosign/certificate";
+/// The annotation holding the Rekor bundle (signed entry timestamp and log entry) of a
+/// keyless signature: its transparency-log proof.
+pub const BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
 /// `critical.type` of a cosign image signature payload: anything else (an attestation, a
 /// payload of another tool) is not a signature of the image.
 pub const COSIGN_SIGNATURE_TYPE: &str = "cosign container image signature";
@@ -146,6 +214,18 @@ pub enum Refusal {
     OtherDigest { signed: String },
     #[error("the signed payload is not a cosign image signature (type {kind:?})")]
     NotImageSignature { kind: String },
+    #[error(
+        "no transparency-log proof: the keyless signature has no {BUNDLE_ANNOTATION} annotation"
+    )]
+    NoLogProof,
+    #[error("keyless signature does not verify against the trusted root: {0}")]
+    Keyless(String),
+    #[error("certificate identity {subject} (issuer {issuer}) does not match images.signatures[{rule}].keyless")]
+    Identity {
+        rule: usize,
+        subject: String,
+        issuer: String,
+    },
     #[error("keyless signature, but images.signatures[{rule}] names no keyless identity")]
     KeylessNotConfigured { rule: usize },
     #[error("signature layer {claimed} hashes to {computed}; nothing of it was used")]
@@ -163,7 +243,9 @@ impl Refusal {
     /// valid signature of another digest says more than an unsigned layer.
     fn weight(&self) -> u8 {
         match self {
-            Refusal::OtherDigest { .. } => 6,
+            Refusal::OtherDigest { .. } => 7,
+            Refusal::Identity { .. } => 6,
+            Refusal::Keyless(_) | Refusal::NoLogProof => 5,
             Refusal::NotImageSignature { .. } => 5,
             Refusal::UnknownKey { .. } => 4,
             Refusal::KeylessNotConfigured { .. } => 3,
@@ -283,17 +365,110 @@ pub fn check_layer(
             layer.digest
         )));
     };
-    let signer = match trust.key_that_signed(payload, signature) {
-        Some(signer) => signer,
-        None if layer.annotations.contains_key(CERTIFICATE_ANNOTATION)
-            && trust.keyless.is_empty() =>
-        {
-            return Err(Refusal::KeylessNotConfigured { rule })
-        }
-        None => return Err(Refusal::UnknownKey { rule }),
+    let certificate = layer.annotations.get(CERTIFICATE_ANNOTATION);
+    let signer = match (trust.key_that_signed(payload, signature), certificate) {
+        (Some(signer), _) => signer,
+        (None, Some(certificate)) => match &trust.keyless_verifier {
+            Some(verifier) => {
+                let bundle = layer
+                    .annotations
+                    .get(BUNDLE_ANNOTATION)
+                    .ok_or(Refusal::NoLogProof)?;
+                let verified = verify_keyless(
+                    verifier,
+                    trust.verify_sct,
+                    payload,
+                    signature,
+                    certificate,
+                    bundle,
+                )?;
+                trust.identity_of(rule, &verified)?
+            }
+            None => return Err(Refusal::KeylessNotConfigured { rule }),
+        },
+        (None, None) => return Err(Refusal::UnknownKey { rule }),
     };
     check_payload(pinned, payload)?;
     Ok(signer)
+}
+
+/// Verifies a keyless `.sig` layer with sigstore-verify: its annotations are mapped, as
+/// data, onto the v0.1 Sigstore bundle they are (message signature, certificate, Rekor entry
+/// with its signed entry timestamp), and the library checks the chain to the trusted root's
+/// Fulcio CA, the SET against its Rekor key, that the log entry is this very signature,
+/// certificate and payload, and the certificate's validity at the logged time.
+fn verify_keyless(
+    verifier: &sigstore_verify::Verifier,
+    verify_sct: bool,
+    payload: &[u8],
+    signature: &str,
+    certificate: &str,
+    bundle: &str,
+) -> Result<sigstore_verify::VerificationResult, Refusal> {
+    #[derive(Deserialize)]
+    struct RekorBundle {
+        #[serde(rename = "SignedEntryTimestamp")]
+        set: String,
+        #[serde(rename = "Payload")]
+        payload: RekorPayload,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct RekorPayload {
+        body: String,
+        integrated_time: i64,
+        log_index: i64,
+        #[serde(rename = "logID")]
+        log_id: String,
+    }
+    let malformed = |what: &str, e: &dyn fmt::Display| Refusal::Malformed(format!("{what}: {e}"));
+    let rekor: RekorBundle =
+        serde_json::from_str(bundle).map_err(|e| malformed(BUNDLE_ANNOTATION, &e))?;
+    let certificate = sigstore_types::DerCertificate::from_pem(certificate)
+        .map_err(|e| malformed(CERTIFICATE_ANNOTATION, &e))?;
+    let log_id =
+        hex_bytes(&rekor.payload.log_id).ok_or_else(|| malformed("logID", &"not hexadecimal"))?;
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let v01 = serde_json::json!({
+        "mediaType": "application/vnd.dev.sigstore.bundle+json;version=0.1",
+        "verificationMaterial": {
+            "x509CertificateChain": {"certificates": [{"rawBytes": b64(certificate.as_bytes())}]},
+            "tlogEntries": [{
+                "logIndex": rekor.payload.log_index.to_string(),
+                "logId": {"keyId": b64(&log_id)},
+                "kindVersion": {"kind": "hashedrekord", "version": "0.0.1"},
+                "integratedTime": rekor.payload.integrated_time.to_string(),
+                "inclusionPromise": {"signedEntryTimestamp": rekor.set},
+                "canonicalizedBody": rekor.payload.body,
+            }],
+        },
+        "messageSignature": {
+            "messageDigest": {"algorithm": "SHA2_256", "digest": b64(&Sha256::digest(payload))},
+            "signature": signature.trim(),
+        },
+    });
+    let bundle: sigstore_types::Bundle =
+        serde_json::from_value(v01).map_err(|e| malformed(BUNDLE_ANNOTATION, &e))?;
+    let policy = sigstore_verify::VerificationPolicy::any_identity();
+    let policy = if verify_sct {
+        policy
+    } else {
+        policy.skip_sct()
+    };
+    verifier
+        .verify(payload, &bundle, &policy)
+        .map_err(|e| Refusal::Keyless(e.to_string()))
+}
+
+fn hex_bytes(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// The simple-signing payload must name `pinned` and be an image signature.

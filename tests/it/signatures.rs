@@ -365,3 +365,276 @@ async fn a_verified_digest_costs_two_requests_once_and_none_after() {
         "no request for a verified digest"
     );
 }
+
+/// A Sigstore-like instance made by the test: a Fulcio-like CA, a Rekor key, and the
+/// `trusted_root.json` naming both (no CT logs, so no SCT is asked for).
+struct TestSigstore {
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    rekor: rcgen::KeyPair,
+}
+
+const ISSUER: &str = "https://issuer.test";
+const WORKFLOW: &str = "https://github.com/acme/app/.github/workflows/release.yml@refs/tags/v1";
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl TestSigstore {
+    fn new() -> TestSigstore {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "test-fulcio");
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2040, 1, 1);
+        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+        TestSigstore {
+            ca,
+            rekor: rcgen::KeyPair::generate().unwrap(),
+        }
+    }
+
+    fn trusted_root(&self) -> String {
+        use rcgen::PublicKeyData;
+        let spki = self.rekor.subject_public_key_info();
+        serde_json::json!({
+            "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+            "tlogs": [{
+                "baseUrl": "https://rekor.test",
+                "hashAlgorithm": "SHA2_256",
+                "publicKey": {"rawBytes": b64(&spki), "keyDetails": "PKIX_ECDSA_P256_SHA_256", "validFor": {"start": "2020-01-01T00:00:00Z"}},
+                "logId": {"keyId": b64(&hex_decode(&sha256_hex(&spki)))},
+            }],
+            "certificateAuthorities": [{
+                "subject": {"organization": "test", "commonName": "test-fulcio"},
+                "uri": "https://fulcio.test",
+                "certChain": {"certificates": [{"rawBytes": b64(self.ca.der())}]},
+                "validFor": {"start": "2020-01-01T00:00:00Z"},
+            }],
+            "ctlogs": [],
+            "timestampAuthorities": [],
+        })
+        .to_string()
+    }
+
+    /// Signs `digest` of `repo` keylessly as `subject`: a short-lived leaf certificate from
+    /// the CA, the signature, and (with `logged`) the Rekor bundle annotation whose SET the
+    /// test Rekor key signs. Pushes the `.sig` manifest and returns it.
+    async fn sign(
+        &self,
+        registry: &TestRegistry,
+        repo: &str,
+        digest: &str,
+        subject: &str,
+        logged: bool,
+    ) -> serde_json::Value {
+        use rcgen::SigningKey as _;
+        let now = time::OffsetDateTime::now_utc();
+        let leaf_key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.subject_alt_names = vec![rcgen::SanType::URI(subject.try_into().unwrap())];
+        params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::CodeSigning];
+        let mut issuer_utf8 = vec![0x0c, ISSUER.len() as u8];
+        issuer_utf8.extend_from_slice(ISSUER.as_bytes());
+        params.custom_extensions = vec![
+            rcgen::CustomExtension::from_oid_content(
+                &[1, 3, 6, 1, 4, 1, 57264, 1, 1],
+                ISSUER.as_bytes().to_vec(),
+            ),
+            rcgen::CustomExtension::from_oid_content(&[1, 3, 6, 1, 4, 1, 57264, 1, 8], issuer_utf8),
+        ];
+        params.not_before = now - time::Duration::minutes(1);
+        params.not_after = now + time::Duration::minutes(10);
+        let leaf = params.signed_by(&leaf_key, &self.ca).unwrap();
+        let body = payload(&registry.host(), repo, digest);
+        let signature = b64(&leaf_key.sign(&body).unwrap());
+        let pem = leaf.pem();
+        let mut annotations = serde_json::json!({
+            "dev.cosignproject.cosign/signature": signature,
+            "dev.sigstore.cosign/certificate": pem,
+            "dev.sigstore.cosign/chain": self.ca.pem(),
+        });
+        if logged {
+            use rcgen::PublicKeyData;
+            let entry = serde_json::json!({
+                "apiVersion": "0.0.1",
+                "kind": "hashedrekord",
+                "spec": {
+                    "data": {"hash": {"algorithm": "sha256", "value": sha256_hex(&body)}},
+                    "signature": {"content": signature, "publicKey": {"content": b64(pem.as_bytes())}},
+                },
+            });
+            let log_id = sha256_hex(&self.rekor.subject_public_key_info());
+            let integrated = now.unix_timestamp();
+            // RFC 8785 form: keys sorted, no blanks (cosign's VerifySET).
+            let set_payload = format!(
+                r#"{{"body":"{}","integratedTime":{integrated},"logID":"{log_id}","logIndex":7}}"#,
+                b64(entry.to_string().as_bytes())
+            );
+            let set = b64(&self.rekor.sign(set_payload.as_bytes()).unwrap());
+            annotations["dev.sigstore.cosign/bundle"] = serde_json::json!({
+                "SignedEntryTimestamp": set,
+                "Payload": {"body": b64(entry.to_string().as_bytes()), "integratedTime": integrated, "logIndex": 7, "logID": log_id},
+            })
+            .to_string()
+            .into();
+        }
+        let layer = registry.push_blob(repo, &body).await;
+        let config = serde_json::to_vec(&serde_json::json!({
+            "architecture": "", "os": "", "config": {},
+            "rootfs": {"type": "layers", "diff_ids": [layer]},
+        }))
+        .unwrap();
+        let config_digest = registry.push_blob(repo, &config).await;
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config.len()},
+            "layers": [{"mediaType": SIMPLE_SIGNING, "digest": layer, "size": body.len(), "annotations": annotations}],
+        }))
+        .unwrap();
+        push_sig_manifest(registry, repo, digest, &manifest).await;
+        serde_json::from_slice(&manifest).unwrap()
+    }
+}
+
+fn hex_decode(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn keyless_signatures_count_only_for_a_matching_identity_with_a_log_proof() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let sigstore = TestSigstore::new();
+    let good = registry.push_image("acme/good", "1", "good").await;
+    let good_sig = sigstore
+        .sign(&registry, "acme/good", &good.manifest, WORKFLOW, true)
+        .await;
+    // A genuine signature whose log proof is swapped for the good image's (cosign's
+    // "matching bundle to payload" check): the SET verifies, but not for this signature.
+    let swapped = registry.push_image("acme/swapped", "1", "swapped").await;
+    let mut swapped_sig = sigstore
+        .sign(&registry, "acme/swapped", &swapped.manifest, WORKFLOW, true)
+        .await;
+    let bundle = "dev.sigstore.cosign/bundle";
+    swapped_sig["layers"][0]["annotations"][bundle] =
+        good_sig["layers"][0]["annotations"][bundle].clone();
+    let swapped_bytes = serde_json::to_vec(&swapped_sig).unwrap();
+    push_sig_manifest(&registry, "acme/swapped", &swapped.manifest, &swapped_bytes).await;
+    let other = registry.push_image("acme/other", "1", "other").await;
+    let intruder = "https://github.com/mallory/app/.github/workflows/release.yml@refs/tags/v1";
+    sigstore
+        .sign(&registry, "acme/other", &other.manifest, intruder, true)
+        .await;
+    let unlogged = registry.push_image("acme/unlogged", "1", "unlogged").await;
+    sigstore
+        .sign(
+            &registry,
+            "acme/unlogged",
+            &unlogged.manifest,
+            WORKFLOW,
+            false,
+        )
+        .await;
+    let files = [
+        (
+            "apps/good.yaml",
+            deployment("good", &format!("{host}/acme/good:1")),
+        ),
+        (
+            "apps/other.yaml",
+            deployment("other", &format!("{host}/acme/other:1")),
+        ),
+        (
+            "apps/swapped.yaml",
+            deployment("swapped", &format!("{host}/acme/swapped:1")),
+        ),
+        (
+            "apps/unlogged.yaml",
+            deployment("unlogged", &format!("{host}/acme/unlogged:1")),
+        ),
+    ];
+    let repo = BareRepo::create(
+        &files
+            .iter()
+            .map(|(p, c)| (*p, c.as_str()))
+            .collect::<Vec<_>>(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("trusted_root.json"),
+        sigstore.trusted_root(),
+    )
+    .unwrap();
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository:\n  url: {}\n  branch: main\nauthor: {{name: tagpin-bot, email: bot@example.com}}\npaths: [apps]\nregistries:\n  insecure: [\"{host}\"]\nimages:\n  signatures:\n  - match: '{host}/acme/*'\n    keyless:\n    - issuer: {ISSUER}\n      subject: 'https://github\\.com/acme/[^/]+/\\.github/workflows/release\\.ya?ml@refs/tags/v.+'\n    trusted_root: trusted_root.json\n",
+            repo.file_url()
+        ),
+    )
+    .unwrap();
+    let setup = Setup { dir };
+
+    let out = setup.sync(&config);
+
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(
+        repo.read("main", "apps/good.yaml").unwrap(),
+        deployment("good", &format!("{host}/acme/good:1@{}", good.manifest)),
+        "{}",
+        text(&out)
+    );
+    let changes = changes(&out);
+    assert_eq!(
+        changes[0]["signature"],
+        serde_json::json!({"verified": true, "by": format!("keyless {WORKFLOW} ({ISSUER})")})
+    );
+    for (path, content) in &files[1..] {
+        assert_eq!(
+            &repo.read("main", path).unwrap(),
+            content,
+            "{path} changed\n{}",
+            text(&out)
+        );
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for expected in [
+        format!(
+            "apps/other.yaml:10: {host}/acme/other:1@{}: not pinned: certificate identity {intruder} (issuer {ISSUER}) does not match images.signatures[0].keyless",
+            other.manifest
+        ),
+        format!(
+            "apps/unlogged.yaml:10: {host}/acme/unlogged:1@{}: not pinned: no transparency-log proof: the keyless signature has no dev.sigstore.cosign/bundle annotation",
+            unlogged.manifest
+        ),
+        format!(
+            "apps/swapped.yaml:10: {host}/acme/swapped:1@{}: not pinned: keyless signature does not verify against the trusted root: ",
+            swapped.manifest
+        ),
+    ] {
+        assert!(stderr.contains(&expected), "missing {expected:?} in\n{}", text(&out));
+    }
+}
