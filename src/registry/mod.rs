@@ -90,8 +90,9 @@ pub struct Stats {
     /// HEAD and GET requests on `/v2/<name>/manifests/…`, retries and auth round trips included.
     pub manifest_requests: u64,
     pub token_requests: u64,
-    /// Of those, the requests made to look signatures up: the `.sig` manifest and its layer
-    /// blobs (blob GETs are counted with the manifest requests, as one registry budget).
+    /// Signature lookups asked of the registry: one per `.sig` manifest and one per payload
+    /// blob, retries and auth round trips aside (those are counted in `manifest_requests`,
+    /// which includes every signature request: one registry budget).
     pub signature_requests: u64,
 }
 

@@ -139,6 +139,12 @@ async fn look_up(
     let layers = verify::manifest_layers(&manifest)?;
     let mut verdicts = Vec::new();
     for layer in layers.iter().take(MAX_SIGNATURE_LAYERS) {
+        // Not a signature payload (an attestation, another tool's layer): refused without
+        // fetching it.
+        if layer.media_type != verify::SIMPLE_SIGNING_MEDIA_TYPE {
+            verdicts.push(verify::check_layer(trust, rule, digest, layer, &[]));
+            continue;
+        }
         let verdict = match client.blob(reference, &layer.digest).await {
             Ok(payload) => verify::check_layer(trust, rule, digest, layer, &payload),
             Err(e) => Err(Refusal::Lookup(e.to_string())),
