@@ -504,6 +504,27 @@ mod tests {
     }
 
     #[test]
+    fn signature_checks_are_counted_by_result_from_zero() {
+        let metrics = Metrics::new();
+        let text = metrics.encode();
+        for result in SIGNATURE_RESULTS {
+            let line = format!("tagpin_signature_checks_total{{result=\"{result}\"}} 0");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        metrics.observe_signature_checks(&BTreeMap::from([("verified", 3), ("unsigned", 1)]));
+        metrics.observe_signature_checks(&BTreeMap::from([("verified", 2)]));
+        let text = metrics.encode();
+        assert!(
+            text.contains("tagpin_signature_checks_total{result=\"verified\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tagpin_signature_checks_total{result=\"unsigned\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn registry_hosts_past_the_bound_are_counted_together() {
         let metrics = Metrics::new();
         let counts: Vec<((String, u16), u64)> = (0..MAX_HOST_LABELS + 10)
