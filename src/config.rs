@@ -49,7 +49,12 @@ impl Config {
                     None => format!("not valid YAML: {e}"),
                 }],
             })?;
-        validate::config(&raw, Origin::File).map_err(|problems| ConfigError {
+        validate::config(
+            &raw,
+            Origin::File,
+            Some(file.parent().unwrap_or(Path::new(""))),
+        )
+        .map_err(|problems| ConfigError {
             file: file.to_path_buf(),
             problems: place(text, file, problems),
         })
@@ -69,7 +74,7 @@ impl Config {
         let raw: raw::Section<raw::RawConfig> = serde_yaml::to_value(spec)
             .and_then(serde_yaml::from_value)
             .map_err(|e| error(vec![format!("spec: {e}")]))?;
-        validate::config(&raw, Origin::Resource).map_err(|problems| {
+        validate::config(&raw, Origin::Resource, None).map_err(|problems| {
             error(
                 problems
                     .into_iter()
@@ -433,6 +438,84 @@ colour: blue
                 ),
             ]
         );
+    }
+
+    /// A PEM public key the verifier takes, written to `dir/name`.
+    fn write_public_key(dir: &Path, name: &str) {
+        let key = sigstore_crypto::KeyPair::generate_ecdsa_p256().unwrap();
+        std::fs::create_dir_all(dir.join(name).parent().unwrap()).unwrap();
+        std::fs::write(dir.join(name), key.public_key_der().unwrap().to_pem()).unwrap();
+    }
+
+    #[test]
+    fn image_signatures_read_keys_relative_to_the_file_and_keep_identities() {
+        let dir = tempfile::tempdir().unwrap();
+        write_public_key(dir.path(), "keys/release.pub");
+        let c = Config::parse(
+            concat!(
+                "repository: {url: /srv/git/gitops.git}\n",
+                "images:\n",
+                "  signatures:\n",
+                "  - match: 'ghcr.io/acme/*'\n",
+                "    keys: [keys/release.pub]\n",
+                "    keyless:\n",
+                "    - {issuer: 'https://token.actions.githubusercontent.com', subject: '^https://github\\.com/acme/.+$'}\n",
+            ),
+            &dir.path().join("tagpin.yaml"),
+        )
+        .unwrap();
+        let [rule] = c.images.signatures.as_slice() else {
+            panic!("one rule expected: {:?}", c.images.signatures);
+        };
+        assert_eq!(rule.matches, "ghcr.io/acme/*");
+        assert_eq!(rule.keys.len(), 1);
+        assert_eq!(rule.keys[0].path, "keys/release.pub");
+        assert!(rule.keys[0].pem.starts_with("-----BEGIN PUBLIC KEY-----"));
+        assert_eq!(
+            rule.keyless,
+            [KeylessIdentity {
+                issuer: "https://token.actions.githubusercontent.com".into(),
+                subject: "^https://github\\.com/acme/.+$".into(),
+            }]
+        );
+        assert_eq!(rule.trusted_root, None);
+    }
+
+    #[test]
+    fn invalid_image_signatures_are_named_by_field_path() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("not-a-key.pub"), "hello\n").unwrap();
+        std::fs::write(dir.path().join("root.json"), "{}").unwrap();
+        let err = Config::parse(
+            concat!(
+                "repository: {url: /srv/git/gitops.git}\n",
+                "images:\n",
+                "  signatures:\n",
+                "  - {match: a, keys: [missing.pub, not-a-key.pub]}\n",
+                "  - {match: b}\n",
+                "  - {match: c, keyless: [{issuer: x, subject: '(unclosed'}, {subject: y}]}\n",
+                "  - {match: '[d', keys: [], trusted_root: root.json, colour: red}\n",
+            ),
+            &dir.path().join("tagpin.yaml"),
+        )
+        .unwrap_err();
+        let problems = err.problems.join("\n");
+        for expected in [
+            "images.signatures[0].keys[0]: cannot read missing.pub:",
+            "images.signatures[0].keys[1]: not-a-key.pub: not a PEM public key (-----BEGIN PUBLIC KEY-----):",
+            "images.signatures[1]: needs keys or keyless (who may sign the images it matches)",
+            "images.signatures[2].keyless[0].subject: invalid regex:",
+            "images.signatures[2].keyless[1].issuer: is required",
+            "images.signatures[3].match: invalid glob",
+            "images.signatures[3].trusted_root: root.json: not a Sigstore trusted_root.json:",
+            "images.signatures[3].trusted_root: only applies to keyless signatures",
+            "images.signatures[3].colour: unknown key",
+        ] {
+            assert!(
+                problems.contains(expected),
+                "missing {expected:?} in:\n{problems}"
+            );
+        }
     }
 
     #[test]

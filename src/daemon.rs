@@ -340,6 +340,7 @@ fn record_pass(
         Err(e) => tracing::error!("pass failed: {e}"),
         Ok(report) => {
             m.resolve_seconds.observe(report.resolve_time.as_secs_f64());
+            m.observe_signature_checks(&report.signature_checks);
             for failure in &report.failures {
                 tracing::warn!("{failure}");
             }

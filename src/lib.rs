@@ -33,6 +33,7 @@ pub mod resolution;
 pub mod revert;
 pub mod review;
 pub mod server;
+pub mod signature;
 pub mod sync;
 pub mod verify;
 pub mod webhook;

@@ -44,6 +44,15 @@ pub struct ActionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignatureLabels {
+    /// `verified`, `cached` (verified in an earlier pass), `unsigned`, `refused`, `error`.
+    pub result: String,
+}
+
+/// What a signature check is counted as ([`SignatureLabels::result`]).
+pub const SIGNATURE_RESULTS: [&str; 5] = ["verified", "cached", "unsigned", "refused", "error"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
     pub sender: String,
     /// `accepted`, `unauthorized`, `bad_payload`, `busy` (too many signed bodies being read).
@@ -127,6 +136,8 @@ pub struct Metrics {
     pub commits: Counter,
     pub pull_requests: Family<ActionLabels, Counter>,
     pub webhooks: Family<WebhookLabels, Counter>,
+    /// Signature checks of digests about to be pinned (`images.signatures`), by result.
+    pub signature_checks: Family<SignatureLabels, Counter>,
     /// Accepted deliveries served by a pass another delivery had already asked for: during a
     /// pass, or within the webhook window after one started (`--webhook-window`).
     pub webhook_coalesced: Counter,
@@ -175,6 +186,7 @@ impl Metrics {
         let commits = Counter::default();
         let pull_requests = Family::<ActionLabels, Counter>::default();
         let webhooks = Family::<WebhookLabels, Counter>::default();
+        let signature_checks = Family::<SignatureLabels, Counter>::default();
         let webhook_coalesced = Counter::default();
         let verdicts = Family::<VerdictLabels, Counter>::default();
         let verification_errors = Family::<ErrorLabels, Counter>::default();
@@ -226,6 +238,11 @@ impl Metrics {
             "Accepted webhook deliveries served by a pass another delivery had asked for \
              (during a pass, or within the webhook window)",
             webhook_coalesced.clone(),
+        );
+        registry.register(
+            "signature_checks",
+            "Signature checks of digests about to be pinned, by result",
+            signature_checks.clone(),
         );
         registry.register("verifications", "Verification verdicts", verdicts.clone());
         registry.register(
@@ -281,6 +298,7 @@ impl Metrics {
             commits,
             pull_requests,
             webhooks,
+            signature_checks,
             webhook_coalesced,
             verdicts,
             verification_errors,
@@ -295,7 +313,23 @@ impl Metrics {
             labelled_hosts: Mutex::default(),
         };
         metrics.zero_webhooks();
+        for result in SIGNATURE_RESULTS {
+            let _ = metrics.signature_checks.get_or_create(&SignatureLabels {
+                result: result.to_string(),
+            });
+        }
         metrics
+    }
+
+    /// Adds a pass's signature checks (see [`crate::sync::SyncReport::signature_checks`]).
+    pub fn observe_signature_checks(&self, counts: &crate::signature::fetch::CheckCounts) {
+        for (result, count) in counts {
+            self.signature_checks
+                .get_or_create(&SignatureLabels {
+                    result: result.to_string(),
+                })
+                .inc_by(*count);
+        }
     }
 
     /// Creates every delivery series at zero (each sender, each result): the first refused
@@ -467,6 +501,27 @@ mod tests {
             .filter(|l| l.starts_with("tagpin_audit_workloads{"))
             .count();
         assert_eq!(series, Finding::ALL.len());
+    }
+
+    #[test]
+    fn signature_checks_are_counted_by_result_from_zero() {
+        let metrics = Metrics::new();
+        let text = metrics.encode();
+        for result in SIGNATURE_RESULTS {
+            let line = format!("tagpin_signature_checks_total{{result=\"{result}\"}} 0");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        metrics.observe_signature_checks(&BTreeMap::from([("verified", 3), ("unsigned", 1)]));
+        metrics.observe_signature_checks(&BTreeMap::from([("verified", 2)]));
+        let text = metrics.encode();
+        assert!(
+            text.contains("tagpin_signature_checks_total{result=\"verified\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tagpin_signature_checks_total{result=\"unsigned\"} 1"),
+            "{text}"
+        );
     }
 
     #[test]

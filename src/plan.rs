@@ -62,6 +62,10 @@ pub struct Change {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub new_tag: Option<String>,
     pub action: Action,
+    /// The signature that allowed the new digest, for an image an `images.signatures` entry
+    /// matches (`{verified: true, by: "key keys/release.pub"}`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<crate::signature::SignatureNote>,
 }
 
 /// A field held where it is (by a comment, or a revert's hold on the digest): it would move,
@@ -220,6 +224,46 @@ pub fn reference_to_resolve(value: &str, follow: &Follow) -> Option<Reference> {
     follow.target(&reference).ok()
 }
 
+/// The digests this pass would pin that need a signature and have no verdict yet, each with
+/// the reference to look it up under: every field that moves to a new digest of a matched
+/// image (a digest it already holds, or a held one, is not checked).
+pub fn signatures_to_check(
+    files: &[ScannedFile],
+    resolutions: &BTreeMap<ResolveKey, ResolveResult>,
+    follow: &Follow,
+) -> BTreeMap<crate::signature::Subject, (Reference, Digest)> {
+    let mut wanted = BTreeMap::new();
+    if follow.signatures.rules.is_empty() {
+        return wanted;
+    }
+    for field in files.iter().flat_map(|f| f.fields.iter()) {
+        let Ok(current) = Reference::parse(&field.value) else {
+            continue;
+        };
+        if current.is_digest_only() {
+            continue;
+        }
+        let Ok(target) = follow.target(&current) else {
+            continue;
+        };
+        if follow.signatures.rules.for_image(&target).is_none() {
+            continue;
+        }
+        let Some(Ok(resolved)) = resolutions.get(&ResolveKey::of(&target)) else {
+            continue;
+        };
+        let digest = &resolved.digest;
+        if current.digest() == Some(digest) || follow.held(&target, digest).is_some() {
+            continue;
+        }
+        let subject = crate::signature::Subject::of(&target, digest);
+        if !follow.signatures.checked.contains_key(&subject) {
+            wanted.insert(subject, (target, digest.clone()));
+        }
+    }
+    wanted
+}
+
 /// What one image field should become, as the caller of [`plan_by`] decides it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wanted {
@@ -253,7 +297,7 @@ pub fn plan(
     resolutions: &BTreeMap<ResolveKey, ResolveResult>,
     follow: &Follow,
 ) -> Plan {
-    plan_by(files, |reference| {
+    let mut plan = plan_by(files, |reference| {
         if reference.is_digest_only() {
             return Wanted::DigestOnly;
         }
@@ -270,15 +314,42 @@ pub fn plan(
                     reference: wanted,
                     digest: resolved.digest.clone(),
                 },
-                None => Wanted::To {
-                    reference: wanted,
-                    digest: resolved.digest.clone(),
+                None => match follow
+                    .signatures
+                    .decide(reference, &wanted, &resolved.digest)
+                {
+                    Some(Err(refusal)) => {
+                        Wanted::Failed(format!("{key}@{}: not pinned: {refusal}", resolved.digest))
+                    }
+                    _ => Wanted::To {
+                        reference: wanted,
+                        digest: resolved.digest.clone(),
+                    },
                 },
             },
             Some(Err(e)) => Wanted::Failed(e.to_string()),
             None => Wanted::Failed(format!("{key}: not resolved")),
         }
-    })
+    });
+    if !follow.signatures.rules.is_empty() {
+        for change in &mut plan.changes {
+            change.signature = signature_of(change, follow);
+        }
+    }
+    plan
+}
+
+/// The signature that let `change` move, as reports show it (see [`Change::signature`]).
+fn signature_of(change: &Change, follow: &Follow) -> Option<crate::signature::SignatureNote> {
+    let wanted = Reference::parse(&change.image).ok()?;
+    let subject = crate::signature::Subject::of(&wanted, &change.new_digest);
+    match follow.signatures.checked.get(&subject)? {
+        Ok(signer) => Some(crate::signature::SignatureNote {
+            verified: true,
+            by: signer.to_string(),
+        }),
+        Err(_) => None,
+    }
 }
 
 /// Plans a pass file by file as the registry's answers arrive, instead of all at once after
@@ -594,6 +665,7 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
         old_tag: moved(old_tag),
         new_tag: moved(new_tag),
         action,
+        signature: None,
     };
     match held {
         Some((reason, commit)) => FieldPlan::Held(Box::new(Held::of(change, reason, Some(commit)))),
@@ -1056,6 +1128,7 @@ mod tests {
                 })
                 .collect(),
             held: Default::default(),
+            signatures: Default::default(),
         }
     }
 

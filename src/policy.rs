@@ -249,6 +249,9 @@ pub struct Follow {
     pub tags: TagLists,
     /// Digests no field is pinned to (a revert moved fields away from them), read from Git.
     pub held: Holds,
+    /// Which images need a signature, and this pass's verdicts on the digests it would pin
+    /// (`images.signatures`); the default requires none.
+    pub signatures: crate::signature::Verdicts,
 }
 
 /// Digests held per image repository (`registry/path`, as [`Reference::canonical_name`]
@@ -561,6 +564,7 @@ mod tests {
             policies,
             tags: TagLists::new(),
             held: Holds::default(),
+            signatures: Default::default(),
         };
         follow
             .tags

@@ -562,6 +562,7 @@ fn restore_block(target: &str, moved: &[Moved]) -> PlanBlock {
                 old_tag: None,
                 new_tag: None,
                 action: Action::Update,
+                signature: None,
             })
         })
         .collect();

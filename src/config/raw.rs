@@ -282,6 +282,26 @@ pub struct RawImages {
     pub manage: List<String>,
     pub ignore: List<String>,
     pub policies: List<Known<RawPolicy>>,
+    pub signatures: List<Known<RawSignature>>,
+}
+
+/// One `images.signatures` entry: `match`, and `keys` and/or `keyless`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawSignature {
+    #[serde(rename = "match")]
+    pub matches: Field<String>,
+    pub keys: List<String>,
+    pub keyless: List<Known<RawKeyless>>,
+    pub trusted_root: Field<String>,
+}
+
+/// One keyless identity: `issuer` and `subject` (a regex).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawKeyless {
+    pub issuer: Field<String>,
+    pub subject: Field<String>,
 }
 
 /// One `images.policies` entry: `match` and at most one of `digest`, `semver`, `pattern`.

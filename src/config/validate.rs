@@ -12,22 +12,32 @@ use serde_yaml::Value;
 use super::model::{
     invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
     ClusterTarget, Config, Forge, ForgeKind, GitAuth, GitOpsObjects, Grouping, ImageRules,
-    ObjectName, OnFailure, Order, Origin, PolicyRule, Problem, Promotion, PullRequest, Registries,
-    Repository, Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME,
-    DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE, DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE,
+    KeylessIdentity, ObjectName, OnFailure, Order, Origin, PolicyRule, Problem, Promotion,
+    PullRequest, Registries, Repository, SignatureFile, SignatureKey, SignatureRule, Stage,
+    TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX,
+    DEFAULT_COMMIT_MESSAGE, DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE,
     DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
 };
 use super::raw::{
     names_of, Field, Known, List, RawAuthor, RawCluster, RawConfig, RawDuration, RawForge,
-    RawGitAuth, RawHelm, RawImages, RawLocalRef, RawPolicy, RawPromotion, RawPullRequest,
-    RawRegistries, RawRepository, RawSecretKeyRef, RawStage, RawVerify, Section,
+    RawGitAuth, RawHelm, RawImages, RawKeyless, RawLocalRef, RawPolicy, RawPromotion,
+    RawPullRequest, RawRegistries, RawRepository, RawSecretKeyRef, RawSignature, RawStage,
+    RawVerify, Section,
 };
 
 /// The configuration the raw file describes, or every problem found in it.
-pub(super) fn config(raw: &Section<RawConfig>, origin: Origin) -> Result<Config, Vec<Problem>> {
+///
+/// `base` is the directory of the configuration file, which the files it names (signature
+/// keys, trusted roots) are relative to; `None` for a resource, which names no local file.
+pub(super) fn config(
+    raw: &Section<RawConfig>,
+    origin: Origin,
+    base: Option<&Path>,
+) -> Result<Config, Vec<Problem>> {
     let mut check = Check {
         problems: Vec::new(),
         origin,
+        base: base.map(Path::to_path_buf),
     };
     match check.config(raw) {
         Some(config) if check.problems.is_empty() => Ok(config),
@@ -40,6 +50,8 @@ struct Check {
     problems: Vec<Problem>,
     /// A file and a resource differ only in where secrets and local files come from.
     origin: Origin,
+    /// The configuration file's directory: where the files it names are read from.
+    base: Option<PathBuf>,
 }
 
 /// Keys only a `PinnedRepository` may write.
@@ -627,6 +639,7 @@ impl Check {
             manage: self.strings("images.manage", &raw.manage),
             ignore: self.strings("images.ignore", &raw.ignore),
             policies: self.policies(&raw.policies),
+            signatures: self.signatures(&raw.signatures),
         };
         self.globs("images.manage", &rules.manage);
         self.globs("images.ignore", &rules.ignore);
@@ -660,6 +673,138 @@ impl Check {
             }
         }
         rules
+    }
+
+    /// `images.signatures`: globs, key files, identities and trusted roots are read and checked
+    /// now, so a typo or a bad key is a configuration error with its field path, not a refusal
+    /// of every digest in the middle of a pass.
+    fn signatures(&mut self, field: &List<Known<RawSignature>>) -> Vec<SignatureRule> {
+        let mut rules = Vec::new();
+        for (i, item) in self
+            .list("images.signatures", field, "a list")
+            .iter()
+            .enumerate()
+        {
+            let path = format!("images.signatures[{i}]");
+            let Some(raw) = self.section(&path, item) else {
+                continue;
+            };
+            let matches = self.required_string(&join(&path, "match"), &raw.matches);
+            if let Some(glob) = matches {
+                if let Err(e) = globset::Glob::new(glob) {
+                    self.problem(&join(&path, "match"), format!("invalid glob: {}", e.kind()));
+                }
+            }
+            let keys_path = join(&path, "keys");
+            self.file_only(
+                &keys_path,
+                raw.keys.is_written(),
+                "cannot name key files yet; use keyless",
+            );
+            let root_path = join(&path, "trusted_root");
+            self.file_only(
+                &root_path,
+                raw.trusted_root.is_written(),
+                "cannot name a trusted root file yet; it uses the public-good one",
+            );
+            let keys: Vec<SignatureKey> = self
+                .strings(&keys_path, &raw.keys)
+                .into_iter()
+                .enumerate()
+                .filter_map(|(j, key)| self.signature_key(&format!("{keys_path}[{j}]"), key))
+                .collect();
+            let keyless = self.keyless(&join(&path, "keyless"), raw);
+            let trusted_root = self
+                .string(&root_path, &raw.trusted_root)
+                .map(str::to_string)
+                .and_then(|file| self.trusted_root(&root_path, file));
+            if !raw.keys.is_written() && !raw.keyless.is_written() {
+                self.problem(
+                    &path,
+                    "needs keys or keyless (who may sign the images it matches)",
+                );
+            }
+            if raw.trusted_root.is_written() && !raw.keyless.is_written() {
+                self.problem(&root_path, "only applies to keyless signatures");
+            }
+            if let Some(matches) = matches {
+                rules.push(SignatureRule {
+                    matches: matches.to_string(),
+                    keys,
+                    keyless,
+                    trusted_root,
+                });
+            }
+        }
+        rules
+    }
+
+    /// Reads a file an `images.signatures` entry names, relative to the configuration file.
+    fn signature_file(&mut self, path: &str, file: String) -> Option<SignatureFile> {
+        let base = self.base.clone()?;
+        match std::fs::read_to_string(base.join(&file)) {
+            Ok(contents) => Some(SignatureFile {
+                path: file,
+                contents,
+            }),
+            Err(e) => {
+                self.problem(path, format!("cannot read {file}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// One `keys` entry: a PEM public key that the verifier can use.
+    fn signature_key(&mut self, path: &str, file: String) -> Option<SignatureKey> {
+        let read = self.signature_file(path, file)?;
+        if let Err(e) = crate::signature::keys::parse_key(&read.contents) {
+            self.problem(path, format!("{}: {e}", read.path));
+            return None;
+        }
+        Some(SignatureKey {
+            path: read.path,
+            pem: read.contents,
+        })
+    }
+
+    /// `trusted_root`: a Sigstore `trusted_root.json` the verifier accepts.
+    fn trusted_root(&mut self, path: &str, file: String) -> Option<SignatureFile> {
+        let read = self.signature_file(path, file)?;
+        if let Err(e) = crate::signature::keys::parse_trusted_root(&read.contents) {
+            self.problem(path, format!("{}: {e}", read.path));
+            return None;
+        }
+        Some(read)
+    }
+
+    /// `keyless`: each entry's issuer, and its subject regex compiled (anchored) now.
+    fn keyless(&mut self, path: &str, raw: &RawSignature) -> Vec<KeylessIdentity> {
+        let mut identities = Vec::new();
+        for (j, item) in self.list(path, &raw.keyless, "a list").iter().enumerate() {
+            let path = format!("{path}[{j}]");
+            let Some(entry): Option<&RawKeyless> = self.section(&path, item) else {
+                continue;
+            };
+            let issuer = self.required_string(&join(&path, "issuer"), &entry.issuer);
+            let subject = self.required_string(&join(&path, "subject"), &entry.subject);
+            if let Some(subject) = subject {
+                if let Err(e) = crate::signature::keys::subject_regex(subject) {
+                    let first_line = e.to_string().lines().last().unwrap_or_default().to_string();
+                    self.problem(
+                        &join(&path, "subject"),
+                        format!("invalid regex: {first_line}"),
+                    );
+                    continue;
+                }
+            }
+            if let (Some(issuer), Some(subject)) = (issuer, subject) {
+                identities.push(KeylessIdentity {
+                    issuer: issuer.to_string(),
+                    subject: subject.to_string(),
+                });
+            }
+        }
+        identities
     }
 
     /// The one policy of a `images.policies` entry: `digest: true` (the default), `semver`,

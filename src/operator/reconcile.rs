@@ -517,6 +517,9 @@ async fn sync_verify_promote(
         Ok(report) => report,
         Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
     };
+    ctx.shared
+        .metrics
+        .observe_signature_checks(&report.signature_checks);
     let noun = ChangeRequestNoun::of(config.forge.as_ref());
     let mut update = status_update(&report, noun, &mut events);
     if config.mode == WriteMode::Commit && update.last_pin.is_none() {

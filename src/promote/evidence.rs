@@ -129,6 +129,7 @@ mod tests {
             old_tag: Some("1.4.1".into()),
             new_tag: Some("1.4.2".into()),
             action: Action::Update,
+            signature: None,
         };
         PlanBlock::new("main", &[change])
     }

@@ -90,6 +90,10 @@ pub struct Stats {
     /// HEAD and GET requests on `/v2/<name>/manifests/…`, retries and auth round trips included.
     pub manifest_requests: u64,
     pub token_requests: u64,
+    /// Signature lookups asked of the registry: one per `.sig` manifest and one per payload
+    /// blob, retries and auth round trips aside (those are counted in `manifest_requests`,
+    /// which includes every signature request: one registry budget).
+    pub signature_requests: u64,
 }
 
 /// The registry client. Cheap to share behind an `Arc`; all state is internal.
@@ -105,6 +109,7 @@ pub struct Client {
     rate_limits: Mutex<HashMap<String, String>>,
     manifest_requests: AtomicU64,
     token_requests: AtomicU64,
+    signature_requests: AtomicU64,
     /// Answers by (host, HTTP status; 0 when no answer came), for metrics.
     answers: Mutex<BTreeMap<(String, u16), u64>>,
 }
@@ -196,6 +201,7 @@ impl Client {
             rate_limits: Mutex::default(),
             manifest_requests: AtomicU64::new(0),
             token_requests: AtomicU64::new(0),
+            signature_requests: AtomicU64::new(0),
             answers: Mutex::default(),
         })
     }
@@ -204,6 +210,7 @@ impl Client {
         Stats {
             manifest_requests: self.manifest_requests.load(Ordering::Relaxed),
             token_requests: self.token_requests.load(Ordering::Relaxed),
+            signature_requests: self.signature_requests.load(Ordering::Relaxed),
         }
     }
 
@@ -348,6 +355,69 @@ impl Client {
         let target = self.target(reference, image);
         let path = format!("/v2/{}/manifests/{}", target.repository, digest);
         Ok(self.get_verified(&target, &path, Some(digest)).await?.1)
+    }
+
+    /// The manifest at `tag` of the reference's repository, as bytes (cosign's
+    /// `sha256-<hex>.sig`), or `None` when the registry has no such tag. Bounded like every
+    /// manifest; its bytes are checked against the registry's digest header when it sends one.
+    pub async fn tagged_manifest_bytes(
+        &self,
+        reference: &Reference,
+        tag: &str,
+    ) -> Result<Option<Vec<u8>>, RegistryError> {
+        let image = format!("{}/{}:{tag}", reference.domain(), reference.repository());
+        let target = self.target(reference, image);
+        let path = format!("/v2/{}/manifests/{tag}", target.repository);
+        self.signature_requests.fetch_add(1, Ordering::Relaxed);
+        let answer = self.fetch_manifest(&target, Method::GET, &path).await?;
+        if answer.status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !answer.status.is_success() {
+            return Err(status_error(&target, &answer));
+        }
+        if answer.truncated {
+            return Err(bad(&target, too_large()));
+        }
+        let computed = sha256_digest(&answer.body);
+        if let Some(claimed) = header_str(&answer.headers, "docker-content-digest") {
+            let claimed = Digest::parse(&claimed).map_err(|e| bad(&target, e.to_string()))?;
+            if claimed != computed {
+                return Err(mismatch(&target, &claimed, &computed));
+            }
+        }
+        Ok(Some(answer.body))
+    }
+
+    /// The blob `digest` of the reference's repository (a signature payload), with the same
+    /// timeouts, retries and size cap as a manifest, and counted with them. Its bytes must
+    /// hash to `digest`, or nothing of it is used.
+    pub async fn blob(
+        &self,
+        reference: &Reference,
+        digest: &Digest,
+    ) -> Result<Vec<u8>, RegistryError> {
+        let image = format!(
+            "{}/{}@{}",
+            reference.domain(),
+            reference.repository(),
+            digest
+        );
+        let target = self.target(reference, image);
+        let path = format!("/v2/{}/blobs/{digest}", target.repository);
+        self.signature_requests.fetch_add(1, Ordering::Relaxed);
+        let answer = self.fetch(&target, Method::GET, &path, "*/*", true).await?;
+        if !answer.status.is_success() {
+            return Err(status_error(&target, &answer));
+        }
+        if answer.truncated {
+            return Err(bad(&target, too_large()));
+        }
+        let computed = sha256_digest(&answer.body);
+        if computed != *digest {
+            return Err(mismatch(&target, digest, &computed));
+        }
+        Ok(answer.body)
     }
 
     /// All tags of the reference's repository, following `Link` pagination (`n`, `last`).

@@ -54,6 +54,10 @@ pub enum SyncError {
     /// which validates them).
     #[error("configuration: images.policies: {0}")]
     Policy(#[source] crate::policy::PolicyError),
+    /// An `images.signatures` entry does not compile (only for a `Config` not loaded from a
+    /// file, which validates them).
+    #[error("configuration: {0}")]
+    Signature(#[source] crate::signature::SignatureError),
     #[error("pull-request mode needs a forge: section in the configuration")]
     NoForge,
     /// A secret named by the configuration could not be read; never holds the secret.
@@ -161,6 +165,10 @@ pub struct SyncReport {
     /// Time spent asking registries, for the resolution latency metric.
     #[serde(skip)]
     pub resolve_time: std::time::Duration,
+    /// Signature checks of this pass by result (`verified`, `cached`, `unsigned`, `refused`,
+    /// `error`), for `tagpin_signature_checks_total`.
+    #[serde(skip)]
+    pub signature_checks: crate::signature::fetch::CheckCounts,
     /// How the forge names the change requests above, for text (JSON keeps its numbers).
     #[serde(skip)]
     pub noun: ChangeRequestNoun,
@@ -188,6 +196,7 @@ pub struct Syncer<'a> {
     filter: FileFilter,
     selection: ImageSelection,
     policies: Policies,
+    signatures: crate::signature::Signatures,
     /// Registry answers shared with other repositories' passes (`tagpin operator`).
     shared: Option<&'a shared::SharedAnswers>,
 }
@@ -216,6 +225,8 @@ impl<'a> Syncer<'a> {
         let filter = FileFilter::with_default_include(&config.include_globs(), &config.exclude)?;
         let selection = ImageSelection::for_config(config)?;
         let policies = Policies::compile(&config.images.policies).map_err(SyncError::Policy)?;
+        let signatures = crate::signature::Signatures::compile(&config.images.signatures)
+            .map_err(SyncError::Signature)?;
         if config.mode == WriteMode::PullRequest && forge.is_none() {
             return Err(SyncError::NoForge);
         }
@@ -227,6 +238,7 @@ impl<'a> Syncer<'a> {
             filter,
             selection,
             policies,
+            signatures,
             shared: None,
         })
     }
@@ -262,6 +274,7 @@ impl<'a> Syncer<'a> {
             policies: self.policies.clone(),
             tags: TagLists::new(),
             held: Default::default(),
+            signatures: crate::signature::Verdicts::new(self.signatures.clone()),
         };
         let mut attempt = 0;
         loop {
@@ -304,6 +317,22 @@ impl<'a> Syncer<'a> {
         self.list_missing_tags(&scanned.files, follow).await;
         self.resolve_missing(&scanned.files, follow, resolutions)
             .await;
+        // Every digest this pass would pin for an image that must be signed is checked
+        // before planning, so the plan refuses what is not signed.
+        let unchecked = plan::signatures_to_check(&scanned.files, resolutions, follow);
+        if !unchecked.is_empty() {
+            let budget = std::time::Duration::from_secs(self.config.registries.budget_seconds);
+            let counts = crate::signature::fetch::check_all(
+                self.registry,
+                &mut follow.signatures,
+                unchecked,
+                budget,
+            )
+            .await;
+            for (label, count) in counts {
+                *report.signature_checks.entry(label).or_insert(0) += count;
+            }
+        }
         report.resolve_time += started.elapsed();
         let grouped = policy::group(
             &scanned.files,

@@ -51,6 +51,7 @@ mod registry_client;
 mod revert;
 mod rollout_verify;
 mod run;
+mod signatures;
 mod sync;
 mod sync_pr;
 mod verify;

@@ -1,0 +1,162 @@
+//! Signed images only (`images.signatures`): before a pass pins a digest of an image an entry
+//! matches, it looks the digest's cosign signatures up and pins only if one verifies.
+//!
+//! [`verify`] holds the decisions (pure); [`fetch`] asks the registry through tagpin's own
+//! client, bounded and counted like manifests. The cryptography is the Sigstore project's
+//! `sigstore-crypto` / `sigstore-verify` (offline, no HTTP of their own); none is written here.
+//!
+//! A verified digest is remembered for the life of the process ([`fetch::check`]), keyed by
+//! the trust material that verified it, so later passes do not fetch its signatures again.
+//! Refusals are not remembered: a digest signed after a pass refused it is pinned by the next.
+
+pub mod fetch;
+pub mod keys;
+pub mod verify;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use globset::{Glob, GlobMatcher};
+
+use crate::config::SignatureRule;
+use crate::reference::{Digest, Reference};
+pub use verify::{Refusal, SignatureError, Signer, Trust, Verdict};
+
+/// The `images.signatures` entries, compiled once.
+#[derive(Debug, Clone, Default)]
+pub struct Signatures {
+    rules: Vec<(GlobMatcher, usize, Arc<Trust>)>,
+}
+
+impl Signatures {
+    /// Compiles the configuration's entries. A file's were checked at load, so an error here
+    /// means a `Config` built by hand.
+    pub fn compile(rules: &[SignatureRule]) -> Result<Signatures, SignatureError> {
+        let rules = rules
+            .iter()
+            .enumerate()
+            .map(|(index, rule)| {
+                let glob = Glob::new(&rule.matches).map_err(|source| SignatureError::Glob {
+                    index,
+                    glob: rule.matches.clone(),
+                    source,
+                })?;
+                Ok((
+                    glob.compile_matcher(),
+                    index,
+                    Arc::new(Trust::compile(index, rule)?),
+                ))
+            })
+            .collect::<Result<_, SignatureError>>()?;
+        Ok(Signatures { rules })
+    }
+
+    /// The first entry whose glob matches the image name as written (`nginx`) or normalized
+    /// (`docker.io/library/nginx`), with its index; `None` when the image needs no signature.
+    pub fn for_image(&self, reference: &Reference) -> Option<(usize, &Arc<Trust>)> {
+        let written = reference.written_name();
+        let normalized = reference.canonical_name();
+        self.rules
+            .iter()
+            .find(|(glob, _, _)| glob.is_match(&written) || glob.is_match(&normalized))
+            .map(|(_, index, trust)| (*index, trust))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+}
+
+/// A digest of an image repository: what a signature is checked for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Subject {
+    /// `registry/path`, as [`Reference::canonical_name`] spells it.
+    pub image: String,
+    pub digest: String,
+}
+
+impl Subject {
+    pub fn of(reference: &Reference, digest: &Digest) -> Subject {
+        Subject {
+            image: reference.canonical_name(),
+            digest: digest.to_string(),
+        }
+    }
+}
+
+/// The signature entries and what this pass learned about each digest it would pin: what
+/// the planner needs to refuse an unsigned digest. The default requires nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Verdicts {
+    pub rules: Signatures,
+    pub checked: BTreeMap<Subject, Verdict>,
+}
+
+impl Verdicts {
+    pub fn new(rules: Signatures) -> Verdicts {
+        Verdicts {
+            rules,
+            checked: BTreeMap::new(),
+        }
+    }
+
+    /// Whether a field written `current` may move to `digest` of `wanted`: `None` when no
+    /// signature is needed (no entry matches, or the field is already at that digest),
+    /// otherwise this pass's verdict (a refusal when it was never checked).
+    pub fn decide(
+        &self,
+        current: &Reference,
+        wanted: &Reference,
+        digest: &Digest,
+    ) -> Option<Verdict> {
+        self.rules.for_image(wanted)?;
+        if current.digest() == Some(digest) {
+            return None;
+        }
+        Some(
+            self.checked
+                .get(&Subject::of(wanted, digest))
+                .cloned()
+                .unwrap_or_else(|| Err(Refusal::Lookup("not checked in this pass".to_string()))),
+        )
+    }
+}
+
+/// How a change's signature is reported: `{verified: true, by: "key keys/release.pub"}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SignatureNote {
+    pub verified: bool,
+    pub by: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_digest_already_pinned_needs_no_signature_and_an_unchecked_one_is_refused() {
+        let rule = SignatureRule {
+            matches: "ghcr.io/acme/*".into(),
+            keys: Vec::new(),
+            keyless: vec![crate::config::KeylessIdentity {
+                issuer: "https://issuer.test".into(),
+                subject: ".*".into(),
+            }],
+            trusted_root: None,
+        };
+        let verdicts = Verdicts::new(Signatures::compile(&[rule]).unwrap());
+        let digest: Digest =
+            "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+                .parse()
+                .unwrap();
+        let at = Reference::parse(&format!("ghcr.io/acme/app:1@{digest}")).unwrap();
+        let tag = Reference::parse("ghcr.io/acme/app:1").unwrap();
+        let other = Reference::parse("docker.io/library/nginx:1").unwrap();
+        assert_eq!(verdicts.decide(&at, &tag, &digest), None);
+        assert_eq!(verdicts.decide(&other, &other, &digest), None);
+        assert!(matches!(
+            verdicts.decide(&tag, &tag, &digest),
+            Some(Err(Refusal::Lookup(_)))
+        ));
+    }
+}
