@@ -74,6 +74,8 @@ pub enum PromoteError {
     Sync(#[from] SyncError),
     #[error("configuration: {0}")]
     Filter(#[from] ManifestError),
+    #[error("configuration: {0}")]
+    Signature(#[from] crate::signature::SignatureError),
 }
 
 impl From<crate::writer::WriteError> for PromoteError {
@@ -229,6 +231,8 @@ pub struct Promoter<'a> {
     pub mirror: &'a Mirror,
     filter: FileFilter,
     selection: ImageSelection,
+    /// `images.signatures`: a digest of an image an entry matches is carried only signed.
+    signatures: crate::signature::Signatures,
     families: tokio::sync::Mutex<Families>,
     clock: Clock,
 }
@@ -250,6 +254,7 @@ impl<'a> Promoter<'a> {
             forge,
             mirror,
             filter: FileFilter::with_default_include(&config.include_globs(), &config.exclude)?,
+            signatures: crate::signature::Signatures::compile(&config.images.signatures)?,
             selection: ImageSelection::for_config(config)?,
             families: tokio::sync::Mutex::default(),
             clock: crate::clock::system(),
@@ -286,6 +291,42 @@ impl<'a> Promoter<'a> {
         }
     }
 
+    /// Checks the signature of each digest `changes` carry for an image an `images.signatures`
+    /// entry matches, as `sync` does before it pins: each verified change notes its signer, and
+    /// each refusal is returned as a failure naming the field, which stops the whole promotion
+    /// (never a partial one): a digest staging runs unsigned never reaches production.
+    async fn check_signatures(&self, changes: &mut [Change]) -> Vec<String> {
+        let mut refused = Vec::new();
+        let budget = Duration::from_secs(self.config.registries.budget_seconds);
+        for change in changes.iter_mut() {
+            let Ok(image) = crate::reference::Reference::parse(&change.image) else {
+                continue;
+            };
+            let Some((rule, trust)) = self.signatures.for_image(&image) else {
+                continue;
+            };
+            let digest = &change.new_digest;
+            let (verdict, _) =
+                crate::signature::fetch::check(self.registry, trust, rule, &image, digest, budget)
+                    .await;
+            match verdict {
+                Ok(signer) => {
+                    change.signature = Some(crate::signature::SignatureNote {
+                        verified: true,
+                        by: signer.to_string(),
+                    })
+                }
+                Err(why) => refused.push(format!(
+                    "{}:{}: {}@{digest}: not carried: {why}",
+                    change.file.display(),
+                    change.line,
+                    change.image
+                )),
+            }
+        }
+        refused
+    }
+
     /// One attempt: gather, decide, write. A lost race is returned as the error.
     async fn pass(
         &self,
@@ -300,7 +341,8 @@ impl<'a> Promoter<'a> {
         // Digests a revert moved fields away from are not carried again (read from Git).
         let helm = self.config.helm.options()?;
         let holds = off_runtime(|| crate::revert::holds_at(self.mirror, found.tip, &helm))?;
-        let (plan, skipped) = carry::plan(&found.target_scan.files, &found.pins, &holds);
+        let (mut plan, skipped) = carry::plan(&found.target_scan.files, &found.pins, &holds);
+        let unsigned = self.check_signatures(&mut plan.changes).await;
         let mut failures: Vec<String> = found
             .source_scan
             .errors
@@ -308,6 +350,7 @@ impl<'a> Promoter<'a> {
             .chain(&found.target_scan.errors)
             .map(ToString::to_string)
             .chain(plan.problems.iter().map(ToString::to_string))
+            .chain(unsigned)
             .collect();
         failures.sort();
         failures.dedup();

@@ -638,3 +638,129 @@ async fn keyless_signatures_count_only_for_a_matching_identity_with_a_log_proof(
         assert!(stderr.contains(&expected), "missing {expected:?} in\n{}", text(&out));
     }
 }
+
+/// `promote` checks signatures as `sync` does: staging runs (converged) a signed `web` and an
+/// unsigned `api`; the promotion into production is refused as a whole, naming the unsigned
+/// field, and production is left as it was. Once `api`'s digest is signed, both are carried,
+/// each change reporting its signer.
+#[tokio::test(flavor = "multi_thread")]
+async fn promotion_refuses_a_digest_staging_runs_unsigned() {
+    use support::kube::KubeServer;
+    use support::workloads::LiveDeployment;
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let release = KeyPair::generate_ecdsa_p256().unwrap();
+    let web = registry.push_image("acme/web", "1.1", "web-new").await;
+    let api = registry.push_image("acme/api", "2.1", "api-new").await;
+    sign(&registry, "acme/web", &web.manifest, &release).await;
+    let pinned = |repo: &str, tag: &str, digest: &str| format!("{host}/acme/{repo}:{tag}@{digest}");
+    let (web_new, api_new) = (
+        pinned("web", "1.1", &web.manifest),
+        pinned("api", "2.1", &api.manifest),
+    );
+    let old = "sha256:0000000000000000000000000000000000000000000000000000000000000001";
+    let production = [
+        (
+            "production/web.yaml",
+            deployment("web", &pinned("web", "1.0", old)),
+        ),
+        (
+            "production/api.yaml",
+            deployment("api", &pinned("api", "2.0", old)),
+        ),
+    ];
+    let repo = BareRepo::create(&[
+        ("staging/web.yaml", deployment("web", &web_new).as_str()),
+        ("staging/api.yaml", deployment("api", &api_new).as_str()),
+        (production[0].0, production[0].1.as_str()),
+        (production[1].0, production[1].1.as_str()),
+    ]);
+    let staging = KubeServer::start().await;
+    let setup = Setup::new(&release);
+    let kubeconfig = staging.kubeconfig(setup.dir.path());
+    for (name, image, digest) in [
+        ("web", &web_new, &web.manifest),
+        ("api", &api_new, &api.manifest),
+    ] {
+        let live = LiveDeployment::new("default", name).container("app", image);
+        live.apply(&staging);
+        live.pod(&format!("{name}-1"))
+            .running(&staging, &[format!("{host}/acme/{name}@{digest}")]);
+    }
+    let config = setup.dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\n\
+             registries: {{insecure: ['{host}']}}\n\
+             images:\n  signatures:\n  - match: '{host}/acme/*'\n    keys: [keys/release.pub]\n\
+             promotion:\n  stages:\n\
+             \x20 - {{name: staging, paths: [staging], cluster: {{kubeconfig: '{k}'}}}}\n\
+             \x20 - {{name: production, paths: [production], cluster: {{kubeconfig: '{k}'}}, mode: commit}}\n",
+            repo.file_url(),
+            k = kubeconfig.display(),
+        ),
+    )
+    .unwrap();
+    let promote = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+            .args([
+                "promote",
+                "--to",
+                "production",
+                "--output",
+                "json",
+                "--config",
+            ])
+            .arg(&config)
+            .arg("--cache-dir")
+            .arg(setup.dir.path().join("cache"))
+            .env("HOME", setup.dir.path())
+            .env("KUBECONFIG", setup.dir.path().join("no-kubeconfig"))
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("run tagpin")
+    };
+
+    let refused = promote();
+    let report: serde_json::Value = serde_json::from_slice(&refused.stdout)
+        .unwrap_or_else(|e| panic!("JSON report: {e}\n{}", text(&refused)));
+    assert_eq!(report["gate"]["gate"], "open", "{report:#}");
+    assert_eq!(
+        report["failures"],
+        serde_json::json!([format!(
+            "production/api.yaml:10: {api_new}: not carried: no signature (the registry has no sha256-{}.sig tag)",
+            &api.manifest["sha256:".len()..]
+        )]),
+        "{report:#}"
+    );
+    assert_ne!(refused.status.code(), Some(0), "{}", text(&refused));
+    for (file, content) in &production {
+        assert_eq!(
+            &repo.read("main", file).unwrap(),
+            content,
+            "{file} untouched"
+        );
+    }
+
+    sign(&registry, "acme/api", &api.manifest, &release).await;
+    let carried = promote();
+    assert_eq!(carried.status.code(), Some(0), "{}", text(&carried));
+    let report: serde_json::Value = serde_json::from_slice(&carried.stdout).unwrap();
+    let signers: Vec<&serde_json::Value> = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["signature"]["by"])
+        .collect();
+    assert_eq!(
+        signers,
+        ["key keys/release.pub", "key keys/release.pub"],
+        "{report:#}"
+    );
+    assert_eq!(
+        repo.read("main", "production/api.yaml").unwrap(),
+        deployment("api", &api_new)
+    );
+}
