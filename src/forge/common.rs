@@ -1,4 +1,4 @@
-//! What the GitHub and GitLab adapters share: the limits of a forge call, the error that names
+//! What the forge adapters share: the limits of a forge call, the error that names
 //! the forge and its host without quoting it, and reading lists page by page.
 
 use std::future::Future;
@@ -144,4 +144,72 @@ pub(super) fn next_link(link: &str) -> Option<String> {
                 .to_string()
         })
     })
+}
+
+/// How a REST adapter (GitLab's, Gitea's) reads the answers of its calls and names their
+/// failures: the forge, its host, the repository or project, and each call's deadline.
+pub(super) struct Calls<'a> {
+    pub(super) forge: &'static str,
+    pub(super) host: &'a str,
+    pub(super) repo: &'a str,
+    pub(super) deadline: Duration,
+}
+
+impl Calls<'_> {
+    /// The answer's body, at most [`MAX_ANSWER_BYTES`]: reading stops at the first chunk past
+    /// it, so an endless answer costs that much memory and no more.
+    pub(super) async fn read_body(
+        &self,
+        what: &str,
+        mut response: reqwest::Response,
+    ) -> Result<String, ForgeError> {
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.failed(what, e))? {
+            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                let limit = MAX_ANSWER_BYTES;
+                let detail = crate::bounded::Exceeded::TooLarge { limit }.to_string();
+                return Err(self.error(what, detail, Some(response.status().as_u16())));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        // Lossy: a body that is not UTF-8 fails where it is parsed, not quoted.
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// `body` as `T`; an answer of another shape is named, never quoted.
+    pub(super) fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        body: &str,
+    ) -> Result<T, ForgeError> {
+        serde_json::from_str(body).map_err(|e| {
+            let detail = format!("unexpected answer: {}", crate::bounded::json_problem(&e));
+            self.error(what, detail, None)
+        })
+    }
+
+    /// A call that got no answer: its deadline passed, or the connection failed.
+    pub(super) fn failed(&self, what: &str, e: reqwest::Error) -> ForgeError {
+        let detail = if e.is_timeout() {
+            crate::bounded::Exceeded::Deadline {
+                within: self.deadline,
+            }
+            .to_string()
+        } else {
+            // Without the URL: it is in `what` already, and never holds the token anyway.
+            format!("connection failed: {}", e.without_url())
+        };
+        self.error(what, detail, None)
+    }
+
+    pub(super) fn error(&self, what: &str, detail: String, status: Option<u16>) -> ForgeError {
+        ForgeError::Call {
+            forge: self.forge,
+            host: self.host.to_string(),
+            repo: self.repo.to_string(),
+            what: what.to_string(),
+            detail,
+            status,
+        }
+    }
 }

@@ -29,7 +29,7 @@
 //! The token goes in `Authorization: token …`, marked sensitive so no debug output shows it.
 //! Redirects are not followed, so the token is sent to `api_url`'s host only. Every call has a
 //! connect timeout and a total deadline, answer included (`forge.timeout_seconds`), and reads
-//! at most [`MAX_ANSWER_BYTES`]; a `429` (Gitea itself has no API rate limit, but a proxy in
+//! at most [`super::MAX_ANSWER_BYTES`]; a `429` (Gitea itself has no API rate limit, but a proxy in
 //! front of it, such as Codeberg's, does) is waited out when it says `Retry-After` within
 //! [`MAX_RATE_LIMIT_WAIT`], and reported otherwise. Gitea's messages are never quoted.
 
@@ -40,10 +40,9 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::common::{host_of, status_text, CONNECT_TIMEOUT, MAX_ANSWER_BYTES};
+use super::common::{host_of, status_text, CONNECT_TIMEOUT};
 use super::common::{in_flight, next_link, read_pages, updated_before};
-use super::common::{ForgeError, MAX_RATE_LIMIT_WAIT};
-use crate::bounded::{self, Exceeded};
+use super::common::{Calls, ForgeError, MAX_RATE_LIMIT_WAIT};
 use crate::config;
 use crate::review::{PullRequestInfo, Status, StatusState};
 
@@ -242,11 +241,11 @@ impl Gitea {
                             "{} (the token lacks the read:user scope: grant it, or set forge.login to the token's login)",
                             status_text(403)
                         );
-                        return Err(self.call_error(what, detail, Some(403)));
+                        return Err(self.calls().error(what, detail, Some(403)));
                     }
                     answer => answer?,
                 };
-                let user: User = self.parse(what, &answer.body)?;
+                let user: User = self.calls().parse(what, &answer.body)?;
                 Ok::<_, ForgeError>(user.login)
             })
             .await
@@ -329,9 +328,9 @@ impl Gitea {
         url: &str,
     ) -> Result<(Vec<T>, Option<String>), ForgeError> {
         let answer = self.request(what, Method::GET, url, None).await?;
-        let items: Vec<T> = self.parse(what, &answer.body)?;
+        let items: Vec<T> = self.calls().parse(what, &answer.body)?;
         let next = next_page(url, &answer.headers, items.len())
-            .map_err(|e| self.call_error(what, e.to_string(), None))?;
+            .map_err(|e| self.calls().error(what, e.to_string(), None))?;
         Ok((items, next))
     }
 
@@ -357,7 +356,7 @@ impl Gitea {
             .request(&what, Method::POST, &url, Some(json(&request)))
             .await
         {
-            Ok(answer) => Ok(info(self.parse(&what, &answer.body)?)),
+            Ok(answer) => Ok(info(self.calls().parse(&what, &answer.body)?)),
             Err(e) if is_conflict(&e) => {
                 let open = self
                     .list_pull_requests(&what, &[("state", "open")], base, None)
@@ -417,7 +416,7 @@ impl Gitea {
                     let answer = self
                         .request(&what, Method::POST, &url, Some(json(&new)))
                         .await?;
-                    self.parse::<Label>(&what, &answer.body)?.id
+                    self.calls().parse::<Label>(&what, &answer.body)?.id
                 }
             };
             ids.push(id);
@@ -438,7 +437,7 @@ impl Gitea {
         let what = format!("read pull request #{number}");
         let url = self.repo_url(&format!("/pulls/{number}"));
         let answer = self.request(&what, Method::GET, &url, None).await?;
-        Ok(info(self.parse(&what, &answer.body)?))
+        Ok(info(self.calls().parse(&what, &answer.body)?))
     }
 
     /// Every status `context` on `sha`, newest first (Gitea keeps every one posted, not only
@@ -498,7 +497,7 @@ impl Gitea {
         let what = format!("list comments of pull request #{number}");
         let url = self.repo_url(&format!("/issues/{number}/comments"));
         let answer = self.request(&what, Method::GET, &url, None).await?;
-        let comments: Vec<Comment> = self.parse(&what, &answer.body)?;
+        let comments: Vec<Comment> = self.calls().parse(&what, &answer.body)?;
         let existing = find_comment(&comments, marker, me).map(|c| (c.id, c.body == body));
         match existing {
             // Already says exactly this: editing it again would only spend a call.
@@ -544,10 +543,13 @@ impl Gitea {
             if let Some(body) = &body {
                 request = request.json(body);
             }
-            let response = request.send().await.map_err(|e| self.failed(what, e))?;
+            let response = request
+                .send()
+                .await
+                .map_err(|e| self.calls().failed(what, e))?;
             let status = response.status();
             let headers = response.headers().clone();
-            let text = self.read_body(what, response).await?;
+            let text = self.calls().read_body(what, response).await?;
             if status.is_success() {
                 return Ok(Answer {
                     body: text,
@@ -570,62 +572,17 @@ impl Gitea {
                 });
             }
             let detail = describe_failure(status, &self.full_name, &self.api);
-            return Err(self.call_error(what, detail, Some(status.as_u16())));
+            return Err(self.calls().error(what, detail, Some(status.as_u16())));
         }
     }
 
-    /// The answer's body, at most [`MAX_ANSWER_BYTES`]: reading stops at the first chunk past
-    /// it, so an endless answer costs that much memory and no more.
-    async fn read_body(
-        &self,
-        what: &str,
-        mut response: reqwest::Response,
-    ) -> Result<String, ForgeError> {
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| self.failed(what, e))? {
-            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-                let limit = MAX_ANSWER_BYTES;
-                let detail = Exceeded::TooLarge { limit }.to_string();
-                return Err(self.call_error(what, detail, Some(response.status().as_u16())));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        // Lossy: a body that is not UTF-8 fails where it is parsed, not quoted.
-        Ok(String::from_utf8_lossy(&body).into_owned())
-    }
-
-    fn parse<T: serde::de::DeserializeOwned>(
-        &self,
-        what: &str,
-        body: &str,
-    ) -> Result<T, ForgeError> {
-        serde_json::from_str(body).map_err(|e| {
-            let detail = format!("unexpected answer: {}", bounded::json_problem(&e));
-            self.call_error(what, detail, None)
-        })
-    }
-
-    fn failed(&self, what: &str, e: reqwest::Error) -> ForgeError {
-        let detail = if e.is_timeout() {
-            Exceeded::Deadline {
-                within: self.deadline,
-            }
-            .to_string()
-        } else {
-            // Without the URL: it is in `what` already, and never holds the token anyway.
-            format!("connection failed: {}", e.without_url())
-        };
-        self.call_error(what, detail, None)
-    }
-
-    fn call_error(&self, what: &str, detail: String, status: Option<u16>) -> ForgeError {
-        ForgeError::Call {
+    /// How this adapter's calls read answers and name failures.
+    fn calls(&self) -> Calls<'_> {
+        Calls {
             forge: FORGE,
-            host: self.host.clone(),
-            repo: self.full_name.clone(),
-            what: what.to_string(),
-            detail,
-            status,
+            host: &self.host,
+            repo: &self.full_name,
+            deadline: self.deadline,
         }
     }
 }

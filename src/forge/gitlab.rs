@@ -15,7 +15,7 @@
 //! `Authorization` on a redirect to another host, but not a custom header such as this one)
 //! and a `Link` to another origin is refused, so the token is sent to `api_url`'s host only.
 //! Every call has a connect timeout and a total deadline, answer included
-//! (`forge.timeout_seconds`), and reads at most [`MAX_ANSWER_BYTES`]; a `429` is waited out
+//! (`forge.timeout_seconds`), and reads at most [`super::MAX_ANSWER_BYTES`]; a `429` is waited out
 //! when GitLab says when to come back within [`MAX_RATE_LIMIT_WAIT`], and reported otherwise.
 //! GitLab's own error messages are read only to recognise known cases, never quoted.
 
@@ -26,10 +26,9 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::common::{host_of, status_text, CONNECT_TIMEOUT, MAX_ANSWER_BYTES};
+use super::common::{host_of, status_text, CONNECT_TIMEOUT};
 use super::common::{in_flight, next_link, read_pages, updated_before};
-use super::common::{ForgeError, MAX_RATE_LIMIT_WAIT};
-use crate::bounded::{self, Exceeded};
+use super::common::{Calls, ForgeError, MAX_RATE_LIMIT_WAIT};
 use crate::config;
 use crate::review::{PullRequestInfo, Status, StatusState};
 
@@ -198,7 +197,9 @@ impl GitLab {
                 let answer = self
                     .request("read the token's user (GET /user)", Method::GET, &url, None)
                     .await?;
-                let user: User = self.parse("read the token's user (GET /user)", &answer.body)?;
+                let user: User = self
+                    .calls()
+                    .parse("read the token's user (GET /user)", &answer.body)?;
                 Ok::<_, ForgeError>(user.username)
             })
             .await
@@ -283,7 +284,7 @@ impl GitLab {
         url: &str,
     ) -> Result<(Vec<T>, Option<String>), ForgeError> {
         let answer = self.request(what, Method::GET, url, None).await?;
-        Ok((self.parse(what, &answer.body)?, answer.next))
+        Ok((self.calls().parse(what, &answer.body)?, answer.next))
     }
 
     /// Opens a merge request. When GitLab answers that one is already open for the branch
@@ -309,7 +310,7 @@ impl GitLab {
             .request(&what, Method::POST, &url, Some(json(&request)))
             .await
         {
-            Ok(answer) => Ok(info(self.parse(&what, &answer.body)?)),
+            Ok(answer) => Ok(info(self.calls().parse(&what, &answer.body)?)),
             Err(e) if is_conflict(&e) => {
                 let query = [
                     ("state", "opened"),
@@ -368,7 +369,7 @@ impl GitLab {
         let what = format!("read merge request !{number}");
         let url = self.project_url(&format!("/merge_requests/{number}"));
         let answer = self.request(&what, Method::GET, &url, None).await?;
-        Ok(info(self.parse(&what, &answer.body)?))
+        Ok(info(self.calls().parse(&what, &answer.body)?))
     }
 
     /// Every status `context` on `sha` (of `branch` only, when given), newest first (all of
@@ -517,13 +518,18 @@ impl GitLab {
             if let Some(body) = &body {
                 request = request.json(body);
             }
-            let response = request.send().await.map_err(|e| self.failed(what, e))?;
+            let response = request
+                .send()
+                .await
+                .map_err(|e| self.calls().failed(what, e))?;
             let status = response.status();
             let headers = response.headers().clone();
-            let text = self.read_body(what, response).await?;
+            let text = self.calls().read_body(what, response).await?;
             if status.is_success() {
-                let next = next_page(url, &headers, &self.api)
-                    .map_err(|e| self.call_error(what, e.to_string(), Some(status.as_u16())))?;
+                let next = next_page(url, &headers, &self.api).map_err(|e| {
+                    self.calls()
+                        .error(what, e.to_string(), Some(status.as_u16()))
+                })?;
                 return Ok(Answer { body: text, next });
             }
             if status == StatusCode::TOO_MANY_REQUESTS {
@@ -542,62 +548,17 @@ impl GitLab {
                 });
             }
             let detail = describe_failure(status, &text, &self.project, &self.api);
-            return Err(self.call_error(what, detail, Some(status.as_u16())));
+            return Err(self.calls().error(what, detail, Some(status.as_u16())));
         }
     }
 
-    /// The answer's body, at most [`MAX_ANSWER_BYTES`]: reading stops at the first chunk past
-    /// it, so an endless answer costs that much memory and no more.
-    async fn read_body(
-        &self,
-        what: &str,
-        mut response: reqwest::Response,
-    ) -> Result<String, ForgeError> {
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| self.failed(what, e))? {
-            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
-                let limit = MAX_ANSWER_BYTES;
-                let detail = Exceeded::TooLarge { limit }.to_string();
-                return Err(self.call_error(what, detail, Some(response.status().as_u16())));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        // Lossy: a body that is not UTF-8 fails where it is parsed, not quoted.
-        Ok(String::from_utf8_lossy(&body).into_owned())
-    }
-
-    fn parse<T: serde::de::DeserializeOwned>(
-        &self,
-        what: &str,
-        body: &str,
-    ) -> Result<T, ForgeError> {
-        serde_json::from_str(body).map_err(|e| {
-            let detail = format!("unexpected answer: {}", bounded::json_problem(&e));
-            self.call_error(what, detail, None)
-        })
-    }
-
-    fn failed(&self, what: &str, e: reqwest::Error) -> ForgeError {
-        let detail = if e.is_timeout() {
-            Exceeded::Deadline {
-                within: self.deadline,
-            }
-            .to_string()
-        } else {
-            // Without the URL: it is in `what` already, and never holds the token anyway.
-            format!("connection failed: {}", e.without_url())
-        };
-        self.call_error(what, detail, None)
-    }
-
-    fn call_error(&self, what: &str, detail: String, status: Option<u16>) -> ForgeError {
-        ForgeError::Call {
+    /// How this adapter's calls read answers and name failures.
+    fn calls(&self) -> Calls<'_> {
+        Calls {
             forge: FORGE,
-            host: self.host.clone(),
-            repo: self.project.clone(),
-            what: what.to_string(),
-            detail,
-            status,
+            host: &self.host,
+            repo: &self.project,
+            deadline: self.deadline,
         }
     }
 }
