@@ -659,12 +659,7 @@ impl Check {
             let Some(raw) = self.section(&path, item) else {
                 continue;
             };
-            let matches = self.required_string(&join(&path, "match"), &raw.matches);
-            if let Some(glob) = matches {
-                if let Err(e) = globset::Glob::new(glob) {
-                    self.problem(&join(&path, "match"), format!("invalid glob: {}", e.kind()));
-                }
-            }
+            let matches = self.match_glob(&join(&path, "match"), &raw.matches);
             if let (Some(policy), Some(matches)) = (self.tag_policy(raw, &path), matches) {
                 rules.push(PolicyRule {
                     matches: matches.to_string(),
@@ -673,6 +668,15 @@ impl Check {
             }
         }
         rules
+    }
+
+    /// An entry's required `match`: an image glob, compiled now so a typo is named here.
+    fn match_glob<'r>(&mut self, path: &str, field: &'r Field<String>) -> Option<&'r str> {
+        let matches = self.required_string(path, field);
+        if let Some(Err(e)) = matches.map(globset::Glob::new) {
+            self.problem(path, format!("invalid glob: {}", e.kind()));
+        }
+        matches
     }
 
     /// `images.signatures`: globs, key files, identities and trusted roots are read and checked
@@ -689,12 +693,7 @@ impl Check {
             let Some(raw) = self.section(&path, item) else {
                 continue;
             };
-            let matches = self.required_string(&join(&path, "match"), &raw.matches);
-            if let Some(glob) = matches {
-                if let Err(e) = globset::Glob::new(glob) {
-                    self.problem(&join(&path, "match"), format!("invalid glob: {}", e.kind()));
-                }
-            }
+            let matches = self.match_glob(&join(&path, "match"), &raw.matches);
             let keys_path = join(&path, "keys");
             self.file_only(
                 &keys_path,
