@@ -213,3 +213,98 @@ impl Calls<'_> {
         }
     }
 }
+
+/// Attempts per call when the answer is `429 Too Many Requests`.
+const RATE_LIMIT_ATTEMPTS: u32 = 3;
+
+/// The HTTP client of a REST adapter: a connect timeout, a total deadline per call (reqwest's
+/// runs until the body's last byte), and no redirects, so the token goes to `api_url`'s host
+/// and nowhere else.
+pub(super) fn http_client(
+    forge: &'static str,
+    deadline: Duration,
+) -> Result<reqwest::Client, ForgeError> {
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(deadline)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("tagpin/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| ForgeError::Setup {
+            forge,
+            detail: format!("HTTP client: {e}"),
+        })
+}
+
+/// A successful answer: its headers and body (at most [`MAX_ANSWER_BYTES`]).
+pub(super) struct Answer {
+    pub(super) headers: reqwest::header::HeaderMap,
+    pub(super) body: String,
+}
+
+/// What a forge says about a failed call, in the adapter's own words.
+pub(super) struct FailureWords<'f> {
+    /// How long a `429` asks to wait, read from the answer's headers at `now`.
+    pub(super) wait: fn(&reqwest::header::HeaderMap, std::time::SystemTime) -> Duration,
+    /// What a failed status means for tagpin, given the answer's body (read, never quoted).
+    pub(super) describe: &'f (dyn Fn(reqwest::StatusCode, &str) -> String + Sync),
+}
+
+impl Calls<'_> {
+    /// Sends the request `build` makes (once per attempt) and reads its answer: a success is
+    /// returned, a `429` is waited out while the wait asked is within [`MAX_RATE_LIMIT_WAIT`]
+    /// (at most [`RATE_LIMIT_ATTEMPTS`] attempts) and reported otherwise, any other failure is
+    /// named in `words`.
+    pub(super) async fn send(
+        &self,
+        what: &str,
+        build: impl Fn() -> reqwest::RequestBuilder,
+        words: &FailureWords<'_>,
+    ) -> Result<Answer, ForgeError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let response = build().send().await.map_err(|e| self.failed(what, e))?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let body = self.read_body(what, response).await?;
+            if status.is_success() {
+                return Ok(Answer { headers, body });
+            }
+            if status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+                let wait = (words.wait)(&headers, std::time::SystemTime::now());
+                if wait <= MAX_RATE_LIMIT_WAIT && attempt < RATE_LIMIT_ATTEMPTS {
+                    tracing::warn!(repo = %self.repo, "{what}: rate limited, waiting {wait:?}");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                return Err(ForgeError::RateLimited {
+                    forge: self.forge,
+                    host: self.host.to_string(),
+                    repo: self.repo.to_string(),
+                    what: what.to_string(),
+                    wait: format!("{}s", wait.as_secs()),
+                });
+            }
+            let detail = (words.describe)(status, &body);
+            return Err(self.error(what, detail, Some(status.as_u16())));
+        }
+    }
+}
+
+/// How long to wait after a `429` by its `Retry-After` (seconds or an HTTP date, RFC 9110),
+/// if it has one.
+pub(super) fn retry_after(
+    headers: &reqwest::header::HeaderMap,
+    now: std::time::SystemTime,
+) -> Option<Duration> {
+    let value = headers
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)?;
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO) + Duration::from_secs(1))
+}

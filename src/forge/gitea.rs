@@ -40,15 +40,13 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::common::{host_of, status_text, CONNECT_TIMEOUT};
+use super::common::{host_of, http_client, status_text};
 use super::common::{in_flight, next_link, read_pages, updated_before};
-use super::common::{Calls, ForgeError, MAX_RATE_LIMIT_WAIT};
+use super::common::{retry_after, Answer, Calls, FailureWords, ForgeError};
 use crate::config;
 use crate::review::{PullRequestInfo, Status, StatusState};
 
 const FORGE: &str = "Gitea";
-/// Attempts per call when the answer is `429 Too Many Requests`.
-const RATE_LIMIT_ATTEMPTS: u32 = 3;
 /// Items asked for per page: Gitea's default `MAX_RESPONSE_ITEMS`; an instance set lower
 /// answers fewer, and the pages still line up (Gitea numbers them by the size it uses).
 pub const PAGE_LIMIT: usize = 50;
@@ -182,12 +180,6 @@ struct CommentBody<'a> {
     body: &'a str,
 }
 
-/// A successful answer: its body and headers.
-struct Answer {
-    body: String,
-    headers: HeaderMap,
-}
-
 impl Gitea {
     /// `api_url` is `https://HOST/api/v1` (Codeberg: `https://codeberg.org/api/v1`).
     pub fn new(forge: &config::Forge, token: String) -> Result<Gitea, ForgeError> {
@@ -203,15 +195,7 @@ impl Gitea {
             })?;
         token.set_sensitive(true);
         let deadline = Duration::from_secs(forge.timeout_seconds);
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            // reqwest's total timeout runs until the body's last byte.
-            .timeout(deadline)
-            // The token goes to api_url's host and nowhere else.
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("tagpin/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| setup(format!("HTTP client: {e}")))?;
+        let http = http_client(FORGE, deadline)?;
         Ok(Gitea {
             http,
             host: host_of(&forge.api_url),
@@ -532,48 +516,24 @@ impl Gitea {
         url: &str,
         body: Option<serde_json::Value>,
     ) -> Result<Answer, ForgeError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let mut request = self
+        let build = || {
+            let request = self
                 .http
                 .request(method.clone(), url)
                 .header(reqwest::header::AUTHORIZATION, self.token.clone())
                 .header(reqwest::header::ACCEPT, "application/json");
-            if let Some(body) = &body {
-                request = request.json(body);
+            match &body {
+                Some(body) => request.json(body),
+                None => request,
             }
-            let response = request
-                .send()
-                .await
-                .map_err(|e| self.calls().failed(what, e))?;
-            let status = response.status();
-            let headers = response.headers().clone();
-            let text = self.calls().read_body(what, response).await?;
-            if status.is_success() {
-                return Ok(Answer {
-                    body: text,
-                    headers,
-                });
-            }
-            if status == StatusCode::TOO_MANY_REQUESTS {
-                let wait = rate_limit_wait(&headers, SystemTime::now());
-                if wait <= MAX_RATE_LIMIT_WAIT && attempt < RATE_LIMIT_ATTEMPTS {
-                    tracing::warn!(repo = %self.full_name, "{what}: rate limited, waiting {wait:?}");
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
-                return Err(ForgeError::RateLimited {
-                    forge: FORGE,
-                    host: self.host.clone(),
-                    repo: self.full_name.clone(),
-                    what: what.to_string(),
-                    wait: format!("{}s", wait.as_secs()),
-                });
-            }
-            let detail = describe_failure(status, &self.full_name, &self.api);
-            return Err(self.calls().error(what, detail, Some(status.as_u16())));
-        }
+        };
+        let describe =
+            |status: StatusCode, _: &str| describe_failure(status, &self.full_name, &self.api);
+        let words = FailureWords {
+            wait: rate_limit_wait,
+            describe: &describe,
+        };
+        self.calls().send(what, build, &words).await
     }
 
     /// How this adapter's calls read answers and name failures.
@@ -740,21 +700,9 @@ fn next_page(url: &str, headers: &HeaderMap, count: usize) -> Result<Option<Stri
     Ok(Some(next.to_string()))
 }
 
-/// How long to wait after a `429`: `Retry-After` seconds, else a minute.
+/// How long to wait after a `429`: `Retry-After`, else a minute.
 fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
-    let value = headers
-        .get("retry-after")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim);
-    if let Some(secs) = value.and_then(|v| v.parse::<u64>().ok()) {
-        return Duration::from_secs(secs);
-    }
-    // An HTTP date (RFC 9110 allows either form).
-    if let Some(at) = value.and_then(|v| httpdate::parse_http_date(v).ok()) {
-        let wait = at.duration_since(now).unwrap_or(Duration::ZERO);
-        return wait + Duration::from_secs(1);
-    }
-    Duration::from_secs(60)
+    retry_after(headers, now).unwrap_or(Duration::from_secs(60))
 }
 
 /// A failed answer in words that say what to fix: the token (401), its scope or the user's

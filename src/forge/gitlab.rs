@@ -26,15 +26,13 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::common::{host_of, status_text, CONNECT_TIMEOUT};
+use super::common::{host_of, http_client, status_text};
 use super::common::{in_flight, next_link, read_pages, updated_before};
-use super::common::{Calls, ForgeError, MAX_RATE_LIMIT_WAIT};
+use super::common::{retry_after, Calls, FailureWords, ForgeError};
 use crate::config;
 use crate::review::{PullRequestInfo, Status, StatusState};
 
 const FORGE: &str = "GitLab";
-/// Attempts per call when GitLab answers `429 Too Many Requests`.
-const RATE_LIMIT_ATTEMPTS: u32 = 3;
 
 /// A GitLab project, with a token.
 pub struct GitLab {
@@ -168,15 +166,7 @@ impl GitLab {
         })?;
         token.set_sensitive(true);
         let deadline = Duration::from_secs(forge.timeout_seconds);
-        let http = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            // reqwest's total timeout runs until the body's last byte.
-            .timeout(deadline)
-            // The token header would follow a redirect to any host.
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("tagpin/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| setup(format!("HTTP client: {e}")))?;
+        let http = http_client(FORGE, deadline)?;
         Ok(GitLab {
             http,
             host: host_of(&forge.api_url),
@@ -507,49 +497,31 @@ impl GitLab {
         url: &str,
         body: Option<serde_json::Value>,
     ) -> Result<Answer, ForgeError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let mut request = self
+        let build = || {
+            let request = self
                 .http
                 .request(method.clone(), url)
                 .header("PRIVATE-TOKEN", self.token.clone())
                 .header(reqwest::header::ACCEPT, "application/json");
-            if let Some(body) = &body {
-                request = request.json(body);
+            match &body {
+                Some(body) => request.json(body),
+                None => request,
             }
-            let response = request
-                .send()
-                .await
-                .map_err(|e| self.calls().failed(what, e))?;
-            let status = response.status();
-            let headers = response.headers().clone();
-            let text = self.calls().read_body(what, response).await?;
-            if status.is_success() {
-                let next = next_page(url, &headers, &self.api).map_err(|e| {
-                    self.calls()
-                        .error(what, e.to_string(), Some(status.as_u16()))
-                })?;
-                return Ok(Answer { body: text, next });
-            }
-            if status == StatusCode::TOO_MANY_REQUESTS {
-                let wait = rate_limit_wait(&headers, SystemTime::now());
-                if wait <= MAX_RATE_LIMIT_WAIT && attempt < RATE_LIMIT_ATTEMPTS {
-                    tracing::warn!(project = %self.project, "{what}: rate limited, waiting {wait:?}");
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
-                return Err(ForgeError::RateLimited {
-                    forge: FORGE,
-                    host: self.host.clone(),
-                    repo: self.project.clone(),
-                    what: what.to_string(),
-                    wait: format!("{}s", wait.as_secs()),
-                });
-            }
-            let detail = describe_failure(status, &text, &self.project, &self.api);
-            return Err(self.calls().error(what, detail, Some(status.as_u16())));
-        }
+        };
+        let describe = |status: StatusCode, body: &str| {
+            describe_failure(status, body, &self.project, &self.api)
+        };
+        let words = FailureWords {
+            wait: rate_limit_wait,
+            describe: &describe,
+        };
+        let answer = self.calls().send(what, build, &words).await?;
+        let next = next_page(url, &answer.headers, &self.api)
+            .map_err(|e| self.calls().error(what, e.to_string(), None))?;
+        Ok(Answer {
+            body: answer.body,
+            next,
+        })
     }
 
     /// How this adapter's calls read answers and name failures.
@@ -767,8 +739,8 @@ fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
     };
-    if let Some(secs) = header("retry-after") {
-        return Duration::from_secs(secs);
+    if let Some(wait) = retry_after(headers, now) {
+        return wait;
     }
     if let Some(reset) = header("ratelimit-reset") {
         let now = now

@@ -56,20 +56,24 @@ impl Kind {
     }
 }
 
-/// One scenario, once per forge.
+/// One scenario, once per forge: `every_forge!(scenario)` makes the module `scenario` with
+/// one test per forge (`forges::scenario::gitlab`). A new forge adds its line here.
 macro_rules! every_forge {
-    ($scenario:ident: $github:ident, $gitlab:ident, $gitea:ident) => {
-        #[tokio::test]
-        async fn $github() {
-            $scenario(Kind::GitHub).await;
-        }
-        #[tokio::test]
-        async fn $gitlab() {
-            $scenario(Kind::GitLab).await;
-        }
-        #[tokio::test]
-        async fn $gitea() {
-            $scenario(Kind::Gitea).await;
+    ($scenario:ident) => {
+        mod $scenario {
+            use super::Kind;
+            #[tokio::test]
+            async fn github() {
+                super::$scenario(Kind::GitHub).await;
+            }
+            #[tokio::test]
+            async fn gitlab() {
+                super::$scenario(Kind::GitLab).await;
+            }
+            #[tokio::test]
+            async fn gitea() {
+                super::$scenario(Kind::Gitea).await;
+            }
         }
     };
 }
@@ -537,10 +541,7 @@ async fn opens_one_change_request_then_updates_it(kind: Kind) {
         .contains(&moved.manifest));
     w.hub.assert_no_violations();
 }
-every_forge!(opens_one_change_request_then_updates_it:
-    github_opens_one_change_request_then_updates_it,
-    gitlab_opens_one_change_request_then_updates_it,
-    gitea_opens_one_change_request_then_updates_it);
+every_forge!(opens_one_change_request_then_updates_it);
 
 async fn closed_by_hand_is_not_reopened_until_a_digest_moves(kind: Kind) {
     let w = World::new(kind).await;
@@ -572,10 +573,7 @@ async fn closed_by_hand_is_not_reopened_until_a_digest_moves(kind: Kind) {
     assert!(changes[1].open);
     w.hub.assert_no_violations();
 }
-every_forge!(closed_by_hand_is_not_reopened_until_a_digest_moves:
-    github_closed_by_hand_is_not_reopened_until_a_digest_moves,
-    gitlab_closed_by_hand_is_not_reopened_until_a_digest_moves,
-    gitea_closed_by_hand_is_not_reopened_until_a_digest_moves);
+every_forge!(closed_by_hand_is_not_reopened_until_a_digest_moves);
 
 async fn a_failed_open_is_reconciled_without_a_duplicate(kind: Kind) {
     let w = World::new(kind).await;
@@ -593,10 +591,7 @@ async fn a_failed_open_is_reconciled_without_a_duplicate(kind: Kind) {
     assert_eq!(w.repo.head("tagpin/main"), tip, "nothing pushed again");
     w.hub.assert_no_violations();
 }
-every_forge!(a_failed_open_is_reconciled_without_a_duplicate:
-    github_a_failed_open_is_reconciled_without_a_duplicate,
-    gitlab_a_failed_open_is_reconciled_without_a_duplicate,
-    gitea_a_failed_open_is_reconciled_without_a_duplicate);
+every_forge!(a_failed_open_is_reconciled_without_a_duplicate);
 
 /// The change request is merged by a person; the cluster then runs the pinned digest, and
 /// `verify` of it posts `tagpin/converged` success on the commit that landed and one verdict
@@ -659,10 +654,7 @@ async fn merged_then_verified(kind: Kind) {
     w.hub.assert_no_violations();
     w.kube.assert_no_writes();
 }
-every_forge!(merged_then_verified:
-    github_merged_then_verified,
-    gitlab_merged_then_verified,
-    gitea_merged_then_verified);
+every_forge!(merged_then_verified);
 
 /// GitLab attaches a status to one ref and, given none, to the first branch holding the
 /// commit. An open merge request's verdict goes on its source branch even when a branch
@@ -738,10 +730,7 @@ async fn edited_by_hand_is_said_in_the_forges_words(kind: Kind) {
     );
     w.hub.assert_no_violations();
 }
-every_forge!(edited_by_hand_is_said_in_the_forges_words:
-    github_edited_by_hand_is_said_in_the_forges_words,
-    gitlab_edited_by_hand_is_said_in_the_forges_words,
-    gitea_edited_by_hand_is_said_in_the_forges_words);
+every_forge!(edited_by_hand_is_said_in_the_forges_words);
 
 /// A fork's change request from a branch named like tagpin's is never adopted, edited or
 /// verified: tagpin opens its own.
@@ -793,10 +782,7 @@ async fn a_fork_change_request_is_never_adopted(kind: Kind) {
     assert!(text(&refused).contains(&said), "{}", text(&refused));
     w.hub.assert_no_violations();
 }
-every_forge!(a_fork_change_request_is_never_adopted:
-    github_a_fork_change_request_is_never_adopted,
-    gitlab_a_fork_change_request_is_never_adopted,
-    gitea_a_fork_change_request_is_never_adopted);
+every_forge!(a_fork_change_request_is_never_adopted);
 
 /// GitLab answers `409` when a merge request is already open for the source branch: one
 /// opened after tagpin listed (another replica, a person) is adopted in the same pass, given
@@ -881,10 +867,7 @@ async fn the_pull_request_example_runs(kind: Kind) {
     assert!(changes[0].open && changes[0].labels.contains(&"dependencies".to_string()));
     w.hub.assert_no_violations();
 }
-every_forge!(the_pull_request_example_runs:
-    github_the_pull_request_example_runs,
-    gitlab_the_pull_request_example_runs,
-    gitea_the_pull_request_example_runs);
+every_forge!(the_pull_request_example_runs);
 
 // ---------------------------------------------------------------------------------------------
 // Promotion by change request, staging -> production, each stage on its own cluster.
@@ -1174,10 +1157,7 @@ async fn promotion_gated_then_opened_then_updated(kind: Kind) {
     w.staging.assert_no_writes();
     w.production.assert_no_writes();
 }
-every_forge!(promotion_gated_then_opened_then_updated:
-    github_promotion_gated_then_opened_then_updated,
-    gitlab_promotion_gated_then_opened_then_updated,
-    gitea_promotion_gated_then_opened_then_updated);
+every_forge!(promotion_gated_then_opened_then_updated);
 
 /// While staging soaks, nothing is promoted; the clock is read back from tagpin's own stage
 /// status (GitHub: its creator; GitLab: its author), and one posted in tagpin's context by a
@@ -1214,10 +1194,7 @@ async fn the_soak_clock_is_tagpins_own(kind: Kind) {
     assert!(w.hub.changes().is_empty(), "nothing promoted");
     w.hub.assert_no_violations();
 }
-every_forge!(the_soak_clock_is_tagpins_own:
-    github_the_soak_clock_is_tagpins_own,
-    gitlab_the_soak_clock_is_tagpins_own,
-    gitea_the_soak_clock_is_tagpins_own);
+every_forge!(the_soak_clock_is_tagpins_own);
 
 // ---------------------------------------------------------------------------------------------
 // The controller.
@@ -1276,10 +1253,7 @@ async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
     w.hub.assert_no_violations();
     w.kube.assert_no_writes();
 }
-every_forge!(the_controller_verifies_what_it_opened_until_converged:
-    github_the_controller_verifies_what_it_opened_until_converged,
-    gitlab_the_controller_verifies_what_it_opened_until_converged,
-    gitea_the_controller_verifies_what_it_opened_until_converged);
+every_forge!(the_controller_verifies_what_it_opened_until_converged);
 
 /// `verify.on_failure: revert` in pull-request mode, on each forge: a merged change request
 /// whose pods cannot pull the digest it pinned gets exactly one revert change request (label
@@ -1375,10 +1349,7 @@ async fn a_merged_pin_the_cluster_rejects_gets_one_revert_change_request(kind: K
     w.hub.assert_no_violations();
     w.kube.assert_no_writes();
 }
-every_forge!(a_merged_pin_the_cluster_rejects_gets_one_revert_change_request:
-    github_a_merged_pin_the_cluster_rejects_gets_one_revert_change_request,
-    gitlab_a_merged_pin_the_cluster_rejects_gets_one_revert_change_request,
-    gitea_a_merged_pin_the_cluster_rejects_gets_one_revert_change_request);
+every_forge!(a_merged_pin_the_cluster_rejects_gets_one_revert_change_request);
 
 // ---------------------------------------------------------------------------------------------
 // GitLab's own answers: rate limits and refusals, named.
