@@ -219,6 +219,11 @@ pub struct ScanArgs {
     /// Skip files matching this glob; repeatable.
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
+    /// A tagpin configuration whose `registries:` and `images.signatures` apply: digests of
+    /// images an entry matches are pinned only signed, and `pin --check` also fails on a
+    /// digest already pinned that is not signed.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// `tagpin operator`'s flags.
@@ -432,6 +437,8 @@ pub enum CliError {
     Manifest(#[from] crate::manifest::ManifestError),
     #[error(transparent)]
     Registry(#[from] registry::RegistryError),
+    #[error(transparent)]
+    Signature(#[from] crate::signature::SignatureError),
     /// Boxed: the largest cause, and rare.
     #[error(transparent)]
     Promote(Box<crate::promote::PromoteError>),
@@ -596,13 +603,15 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
             Ok(Report::Resolve(resolve(&client, &images).await))
         }
         Command::Plan(scan) => {
-            let (client, filter) = (build_client(&cli.registry, None)?, scan_filter(&scan)?);
-            let pass = pass::run(&scan.paths, &filter, &client).await;
+            let (client, signed) = scan_setup(&cli.registry, &scan)?;
+            let filter = scan_filter(&scan)?;
+            let pass = pass::run_signed(&scan.paths, &filter, &client, &signed, false).await;
             Ok(Report::Plan(pass, Mode::Plan))
         }
         Command::Pin { scan, check } => {
-            let (client, filter) = (build_client(&cli.registry, None)?, scan_filter(&scan)?);
-            let pass = pass::run(&scan.paths, &filter, &client).await;
+            let (client, signed) = scan_setup(&cli.registry, &scan)?;
+            let filter = scan_filter(&scan)?;
+            let pass = pass::run_signed(&scan.paths, &filter, &client, &signed, check).await;
             if check {
                 Ok(Report::Plan(pass, Mode::Check))
             } else {
@@ -652,6 +661,23 @@ fn registry_settings(
         settings.resolve_budget = Duration::from_secs(c.budget_seconds);
     }
     Ok(settings)
+}
+
+/// The registry client and the signature rules of `plan` and `pin`: with `--config`, its
+/// `registries:` (the command line adds to them) and `images.signatures`; without, none.
+fn scan_setup(
+    registry: &RegistryArgs,
+    scan: &ScanArgs,
+) -> Result<(Client, pass::Signed), CliError> {
+    let Some(path) = &scan.config else {
+        return Ok((build_client(registry, None)?, pass::Signed::default()));
+    };
+    let config = Config::load(path)?;
+    let signed = pass::Signed {
+        rules: crate::signature::Signatures::compile(&config.images.signatures)?,
+        budget: std::time::Duration::from_secs(config.registries.budget_seconds),
+    };
+    Ok((build_client(registry, Some(&config.registries))?, signed))
 }
 
 fn scan_filter(scan: &ScanArgs) -> Result<FileFilter, CliError> {

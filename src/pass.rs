@@ -170,6 +170,76 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
     pass
 }
 
+/// What `pin` and `plan` check signatures against, from `--config`'s `images.signatures`;
+/// the default checks none.
+#[derive(Debug, Clone, Default)]
+pub struct Signed {
+    pub rules: crate::signature::Signatures,
+    /// Each signature lookup's budget (`registries.budget_seconds`).
+    pub budget: std::time::Duration,
+}
+
+/// [`run`], where digests of images `signed.rules` matches are pinned only signed; with
+/// `check_pins` (`pin --check`), every digest already pinned of such an image is checked too,
+/// and one not signed is a failure naming file and line. Signatures are checked before
+/// planning, so this pass scans and resolves everything first instead of planning file by
+/// file as answers arrive.
+pub async fn run_signed(
+    paths: &[PathBuf],
+    filter: &FileFilter,
+    client: &Client,
+    signed: &Signed,
+    check_pins: bool,
+) -> Pass {
+    if signed.rules.is_empty() {
+        return run(paths, filter, client).await;
+    }
+    let (paths, filter) = (paths.to_vec(), filter.clone());
+    let scanning = tokio::task::spawn_blocking(move || {
+        pipeline::scan_working_tree_with(&paths, &filter, &ImageSelection::default(), |_| {})
+    });
+    let scanned = match scanning.await {
+        Ok(scanned) => scanned,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => return Pass::default(),
+    };
+    let mut follow = Follow {
+        signatures: crate::signature::Verdicts::new(signed.rules.clone()),
+        ..Follow::default()
+    };
+    let mut seen = HashSet::new();
+    let references: Vec<_> = scanned
+        .fields()
+        .filter(|field| seen.insert(field.value.clone()))
+        .filter_map(|field| plan::reference_to_resolve(&field.value, &follow))
+        .collect();
+    let (found, asked) = tokio::sync::mpsc::unbounded_channel();
+    // The receiver is alive: it is handed to the client below.
+    let _ = found.send(references);
+    drop(found);
+    let resolutions = client.resolve_as_found(asked, |_, _| {}).await;
+    let mut unchecked = plan::signatures_to_check(&scanned.files, &resolutions, &follow);
+    if check_pins {
+        unchecked.extend(plan::pins_to_check(&scanned.files, &follow));
+    }
+    crate::signature::fetch::check_all(client, &mut follow.signatures, unchecked, signed.budget)
+        .await;
+    let mut plan = plan::plan(&scanned.files, &resolutions, &follow);
+    if check_pins {
+        let unsigned = plan::unsigned_pins(&scanned.files, &follow);
+        plan.summary.failed += unsigned.len();
+        plan.problems.extend(unsigned);
+    }
+    plan.summary.files_scanned = scanned.files_read;
+    Pass {
+        plan,
+        kinds: scanned.kinds(),
+        file_errors: scanned.errors,
+        skipped: scanned.skipped,
+        without_images: scanned.without_images,
+    }
+}
+
 /// What happened to one planned file on `pin`.
 #[derive(Debug)]
 pub struct WriteOutcome {

@@ -264,6 +264,55 @@ pub fn signatures_to_check(
     wanted
 }
 
+/// The digests fields already pin of images an `images.signatures` entry matches, each with
+/// the reference to look it up under (the field's own tag, or its name for a digest-only
+/// one): what `pin --check` checks, since a pin written before the entry existed, or by hand,
+/// was never checked.
+pub fn pins_to_check(
+    files: &[ScannedFile],
+    follow: &Follow,
+) -> BTreeMap<crate::signature::Subject, (Reference, Digest)> {
+    let mut wanted = BTreeMap::new();
+    for field in files.iter().flat_map(|f| f.fields.iter()) {
+        let (Ok(reference), Some(digest)) = (Reference::parse(&field.value), field.pinned_digest())
+        else {
+            continue;
+        };
+        if follow.signatures.rules.for_image(&reference).is_some() {
+            let subject = crate::signature::Subject::of(&reference, &digest);
+            wanted.insert(subject, (reference, digest));
+        }
+    }
+    wanted
+}
+
+/// A problem for every field pinning a digest [`pins_to_check`] found and the checks
+/// refused: `file:line: image@digest: pinned but not signed: why`.
+pub fn unsigned_pins(files: &[ScannedFile], follow: &Follow) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for file in files {
+        for field in &file.fields {
+            let (Ok(reference), Some(digest)) =
+                (Reference::parse(&field.value), field.pinned_digest())
+            else {
+                continue;
+            };
+            let subject = crate::signature::Subject::of(&reference, &digest);
+            if let Some(Err(refusal)) = follow.signatures.checked.get(&subject) {
+                problems.push(Problem::Unresolved {
+                    file: file.path.clone(),
+                    line: field.line,
+                    message: format!(
+                        "{}@{digest}: pinned but not signed: {refusal}",
+                        reference.canonical_name()
+                    ),
+                });
+            }
+        }
+    }
+    problems
+}
+
 /// What one image field should become, as the caller of [`plan_by`] decides it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wanted {

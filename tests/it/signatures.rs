@@ -764,3 +764,87 @@ async fn promotion_refuses_a_digest_staging_runs_unsigned() {
         deployment("api", &api_new)
     );
 }
+
+/// `tagpin pin`/`pin --check` with `--config FILE` (its `images.signatures`) in `dir`.
+fn pin(dir: &Path, config: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+        .arg("pin")
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .arg("apps")
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run tagpin")
+}
+
+#[tokio::test]
+async fn pin_writes_only_signed_digests_and_pin_check_reports_pins_that_are_not_signed() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let release = KeyPair::generate_ecdsa_p256().unwrap();
+    let web = registry.push_image("acme/web", "1.0", "web").await;
+    sign(&registry, "acme/web", &web.manifest, &release).await;
+    registry.push_image("acme/api", "1.0", "api").await;
+    // Pinned by hand before images.signatures existed: current, and never signed.
+    let old = registry.push_image("acme/old", "1.0", "old").await;
+    let setup = Setup::new(&release);
+    let config = setup.config("file:///unused", &host);
+    let apps = setup.dir.path().join("apps");
+    std::fs::create_dir_all(&apps).unwrap();
+    let api_yaml = deployment("api", &format!("{host}/acme/api:1.0"));
+    let old_yaml = deployment("old", &format!("{host}/acme/old:1.0@{}", old.manifest));
+    std::fs::write(
+        apps.join("web.yaml"),
+        deployment("web", &format!("{host}/acme/web:1.0")),
+    )
+    .unwrap();
+    std::fs::write(apps.join("api.yaml"), &api_yaml).unwrap();
+    std::fs::write(apps.join("old.yaml"), &old_yaml).unwrap();
+
+    let pinned = pin(setup.dir.path(), &config, &[]);
+
+    assert_eq!(pinned.status.code(), Some(1), "{}", text(&pinned));
+    assert_eq!(
+        std::fs::read_to_string(apps.join("web.yaml")).unwrap(),
+        deployment("web", &format!("{host}/acme/web:1.0@{}", web.manifest))
+    );
+    assert_eq!(
+        std::fs::read_to_string(apps.join("api.yaml")).unwrap(),
+        api_yaml
+    );
+    let refused = format!("apps/api.yaml:10: {host}/acme/api:1.0@");
+    assert!(text(&pinned).contains(&refused), "{}", text(&pinned));
+    assert!(
+        text(&pinned).contains("not pinned: no signature"),
+        "{}",
+        text(&pinned)
+    );
+    assert!(
+        !text(&pinned).contains("old.yaml:"),
+        "a current pin is not checked by pin: {}",
+        text(&pinned)
+    );
+
+    std::fs::remove_file(apps.join("api.yaml")).unwrap();
+    let checked = pin(setup.dir.path(), &config, &["--check"]);
+
+    assert_eq!(checked.status.code(), Some(1), "{}", text(&checked));
+    let unsigned = format!(
+        "apps/old.yaml:10: {host}/acme/old@{}: pinned but not signed: no signature",
+        old.manifest
+    );
+    assert!(text(&checked).contains(&unsigned), "{}", text(&checked));
+    assert!(!text(&checked).contains("web.yaml:"), "{}", text(&checked));
+    assert_eq!(
+        std::fs::read_to_string(apps.join("old.yaml")).unwrap(),
+        old_yaml
+    );
+
+    sign(&registry, "acme/old", &old.manifest, &release).await;
+    let clean = pin(setup.dir.path(), &config, &["--check"]);
+    assert_eq!(clean.status.code(), Some(0), "{}", text(&clean));
+}
