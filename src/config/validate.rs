@@ -695,17 +695,7 @@ impl Check {
             };
             let matches = self.match_glob(&join(&path, "match"), &raw.matches);
             let keys_path = join(&path, "keys");
-            self.file_only(
-                &keys_path,
-                raw.keys.is_written(),
-                "cannot name key files yet; use keyless",
-            );
             let root_path = join(&path, "trusted_root");
-            self.file_only(
-                &root_path,
-                raw.trusted_root.is_written(),
-                "cannot name a trusted root file yet; it uses the public-good one",
-            );
             let keys: Vec<SignatureKey> = self
                 .strings(&keys_path, &raw.keys)
                 .into_iter()
@@ -753,8 +743,16 @@ impl Check {
         }
     }
 
-    /// One `keys` entry: a PEM public key that the verifier can use.
+    /// One `keys` entry: a PEM public key that the verifier can use. In a PinnedRepository
+    /// it names a key of the object's `secret_ref` Secret, read (and checked) by the operator
+    /// at each reconcile: its contents are left empty here.
     fn signature_key(&mut self, path: &str, file: String) -> Option<SignatureKey> {
+        if self.origin == Origin::Resource {
+            return Some(SignatureKey {
+                path: file,
+                pem: String::new(),
+            });
+        }
         let read = self.signature_file(path, file)?;
         if let Err(e) = crate::signature::keys::parse_key(&read.contents) {
             self.problem(path, format!("{}: {e}", read.path));
@@ -767,7 +765,14 @@ impl Check {
     }
 
     /// `trusted_root`: a Sigstore `trusted_root.json` the verifier accepts.
+    /// In a PinnedRepository it names a key of the `secret_ref` Secret, as `keys` do.
     fn trusted_root(&mut self, path: &str, file: String) -> Option<SignatureFile> {
+        if self.origin == Origin::Resource {
+            return Some(SignatureFile {
+                path: file,
+                contents: String::new(),
+            });
+        }
         let read = self.signature_file(path, file)?;
         if let Err(e) = crate::signature::keys::parse_trusted_root(&read.contents) {
             self.problem(path, format!("{}: {e}", read.path));

@@ -381,6 +381,7 @@ async fn run_pass(
         Ok(secrets) => secrets,
         Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
     };
+    config.images.signatures = secrets.signatures;
     // The cluster read for this object, as the ServiceAccount it reads as (if any): what
     // that account may not read is not verified, never read with the operator's rights.
     let own = match ctx.own_cluster(namespace, &config) {

@@ -11,7 +11,7 @@ use kube::api::Api;
 use kube::ResourceExt;
 
 use super::status::{Outcome, Reason};
-use crate::config::{Config, GitAuth};
+use crate::config::{Config, GitAuth, SignatureRule};
 use crate::git::Credentials;
 use crate::registry::CredentialStore;
 
@@ -32,6 +32,9 @@ pub(super) struct Secrets {
     pub forge_token: Option<String>,
     /// `namespace/name@resourceVersion` and the credentials of its Docker config.
     pub docker: Option<(String, CredentialStore)>,
+    /// `images.signatures` with each key and trusted root read from the `secret_ref` Secret
+    /// (the spec names its keys) and checked.
+    pub signatures: Vec<SignatureRule>,
 }
 
 /// Reads the Secrets the spec names, now: a rotated Secret is used by the next reconcile.
@@ -138,10 +141,42 @@ pub(super) async fn read_secrets(
         }
         None => None,
     };
+    let mut signatures = config.images.signatures.clone();
+    for (i, rule) in signatures.iter_mut().enumerate() {
+        for (j, key) in rule.keys.iter_mut().enumerate() {
+            let field = format!("images.signatures[{i}].keys[{j}]");
+            key.pem = text(&field, &key.path)?;
+            checked(
+                &field,
+                &key.path,
+                crate::signature::keys::parse_key(&key.pem),
+            )?;
+        }
+        if let Some(root) = rule.trusted_root.as_mut() {
+            let field = format!("images.signatures[{i}].trusted_root");
+            root.contents = text(&field, &root.path)?;
+            let parsed = crate::signature::keys::parse_trusted_root(&root.contents);
+            checked(&field, &root.path, parsed)?;
+        }
+    }
     Ok(Secrets {
         git,
         forge_token,
         docker,
+        signatures,
+    })
+}
+
+/// A key or trusted root read from the Secret that the verifier cannot use stalls the
+/// object, naming the field and the Secret's key.
+fn checked<T, E: std::fmt::Display>(
+    field: &str,
+    key: &str,
+    parsed: Result<T, E>,
+) -> Result<(), Outcome> {
+    parsed.map(|_| ()).map_err(|e| Outcome::Stalled {
+        reason: Reason::InvalidSpec,
+        message: format!("spec.{field}: Secret key {key:?}: {e}"),
     })
 }
 

@@ -41,6 +41,7 @@ mod operator_gitea;
 mod operator_hostile;
 mod operator_promote;
 mod operator_shared;
+mod operator_signatures;
 mod operator_tenancy;
 mod pipeline;
 mod pod_template_cli;

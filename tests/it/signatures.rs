@@ -75,7 +75,12 @@ async fn push_sig_manifest(registry: &TestRegistry, repo: &str, digest: &str, ma
 }
 
 /// Signs `digest` of `repo` with `key`, as `cosign sign --key` does.
-async fn sign(registry: &TestRegistry, repo: &str, digest: &str, key: &KeyPair) -> Vec<u8> {
+pub(crate) async fn sign(
+    registry: &TestRegistry,
+    repo: &str,
+    digest: &str,
+    key: &KeyPair,
+) -> Vec<u8> {
     let body = payload(&registry.host(), repo, digest);
     let signature = key.sign(&body).unwrap().to_base64();
     push_sig(registry, repo, digest, &body, &signature).await

@@ -1,0 +1,82 @@
+//! Signed images only in a `PinnedRepository` (issue #29): its `images.signatures` keys name
+//! keys of the object's labelled `secret_ref` Secret, read at each reconcile, so a tenant's
+//! trust material lives in its own namespace, never on the controller's disk.
+
+use crate::operator::{cluster, condition, pinned_repository, spec, Operator, NS};
+use crate::signatures::sign;
+use crate::support;
+use crate::support::eventually;
+
+use serde_json::json;
+use sigstore_crypto::KeyPair;
+use support::git::BareRepo;
+use support::kube::TAGPIN_SECRET;
+use support::manifests::deployment;
+use support::registry::{Mode, TestRegistry};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_from_the_objects_secret_let_signed_digests_in_and_keep_unsigned_ones_out() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let release = KeyPair::generate_ecdsa_p256().unwrap();
+    let web = registry.push_image("acme/web", "1.0", "web").await;
+    sign(&registry, "acme/web", &web.manifest, &release).await;
+    registry.push_image("acme/api", "1.0", "api").await;
+    let api_yaml = deployment("api", &format!("{host}/acme/api:1.0"));
+    let repo = BareRepo::create(&[
+        (
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        ),
+        ("apps/api.yaml", &api_yaml),
+    ]);
+    let kube = cluster().await;
+    let pem = release.public_key_der().unwrap().to_pem();
+    kube.apply(support::kube::secret(
+        NS,
+        "trust",
+        &[TAGPIN_SECRET],
+        &[("release.pub", &pem)],
+    ));
+    let mut signed = spec(&repo.file_url(), &host);
+    signed["secret_ref"] = json!({"name": "trust"});
+    signed["images"] =
+        json!({"signatures": [{"match": format!("{host}/acme/*"), "keys": ["release.pub"]}]});
+    kube.apply(pinned_repository("web", json!({}), signed.clone()));
+    // The same trust, naming a key the Secret does not hold.
+    let mut missing = signed;
+    missing["images"]["signatures"][0]["keys"] = json!(["other.pub"]);
+    kube.apply(pinned_repository("other", json!({}), missing));
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
+
+    eventually("the signed digest is pinned", || {
+        repo.read("main", "apps/web.yaml")
+            .is_some_and(|text| text.contains(&web.manifest))
+    })
+    .await;
+    eventually("the unsigned one is refused, and said", || {
+        condition(&kube, "web", "Ready").is_some_and(|c| {
+            c["reason"] == "PartiallyPinned"
+                && c["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("apps/api.yaml:10") && m.contains("no signature"))
+        })
+    })
+    .await;
+    eventually(
+        "a key the Secret lacks stalls its object, naming the field",
+        || {
+            condition(&kube, "other", "Ready").is_some_and(|c| {
+                c["reason"] == "SecretNotFound"
+                    && c["message"].as_str().is_some_and(|m| {
+                        m.contains("spec.images.signatures[0].keys[0]")
+                            && m.contains("\"other.pub\"")
+                    })
+            })
+        },
+    )
+    .await;
+    operator.stop().await;
+    assert_eq!(repo.read("main", "apps/api.yaml").unwrap(), api_yaml);
+}
