@@ -29,7 +29,8 @@
 //!
 //! Figures are printed, never asserted: speed is measured here, not tested.
 //!
-//! `-- --helm` runs the Helm variant instead (`support/bench_plan_helm.rs`).
+//! `-- --helm` runs the Helm variant instead (`support/bench_plan_helm.rs`); `-- --signed`
+//! the variant with every image signed (`support/bench_plan_signed.rs`).
 //!
 //! `BENCH_PROFILE=<kind>` runs one kind of run `BENCH_ROUNDS` times (default 50) back to back
 //! and prints its wall and CPU per run, for a profiler (`perf record -p <pid>`; see
@@ -44,6 +45,8 @@ mod helm_variant;
 #[path = "../tests/it/support/registry.rs"]
 #[allow(dead_code)]
 mod registry_support;
+#[path = "support/bench_plan_signed.rs"]
+mod signed_variant;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -574,6 +577,11 @@ async fn main() {
     // The Helm variant: values files against plain manifests, per image field.
     if std::env::args().any(|arg| arg == "--helm") {
         helm_variant::run().await;
+        return;
+    }
+    // Every image signed: what signature checks add to a pass.
+    if std::env::args().any(|arg| arg == "--signed") {
+        signed_variant::run().await;
         return;
     }
 

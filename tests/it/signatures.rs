@@ -27,14 +27,6 @@ fn deployment(name: &str, image: &str) -> String {
     )
 }
 
-/// cosign's simple-signing payload for `digest` of `repo`.
-fn payload(host: &str, repo: &str, digest: &str) -> Vec<u8> {
-    format!(
-        r#"{{"critical":{{"identity":{{"docker-reference":"{host}/{repo}"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#
-    )
-    .into_bytes()
-}
-
 /// Pushes a `.sig` manifest for `digest` in `repo` with one layer: `blob` (what the registry
 /// serves) annotated with `signature` (base64). Returns the manifest's bytes.
 async fn push_sig(
@@ -44,27 +36,9 @@ async fn push_sig(
     blob: &[u8],
     signature: &str,
 ) -> Vec<u8> {
-    let layer = registry.push_blob(repo, blob).await;
-    let config = serde_json::to_vec(&serde_json::json!({
-        "architecture": "", "os": "", "config": {},
-        "rootfs": {"type": "layers", "diff_ids": [layer]},
-    }))
-    .unwrap();
-    let config_digest = registry.push_blob(repo, &config).await;
-    let manifest = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config.len()},
-        "layers": [{
-            "mediaType": SIMPLE_SIGNING,
-            "digest": layer,
-            "size": blob.len(),
-            "annotations": {"dev.cosignproject.cosign/signature": signature},
-        }],
-    }))
-    .unwrap();
-    push_sig_manifest(registry, repo, digest, &manifest).await;
-    manifest
+    registry
+        .push_cosign_signature(repo, digest, blob, signature)
+        .await
 }
 
 async fn push_sig_manifest(registry: &TestRegistry, repo: &str, digest: &str, manifest: &[u8]) {
@@ -81,7 +55,7 @@ pub(crate) async fn sign(
     digest: &str,
     key: &KeyPair,
 ) -> Vec<u8> {
-    let body = payload(&registry.host(), repo, digest);
+    let body = registry.cosign_payload(repo, digest);
     let signature = key.sign(&body).unwrap().to_base64();
     push_sig(registry, repo, digest, &body, &signature).await
 }
@@ -190,12 +164,15 @@ async fn unsigned_wrongly_signed_copied_and_tampered_digests_are_not_pinned_each
     // The good image's signature, copied under this digest's `.sig` tag.
     let copied = registry.push_image("acme/copied", "1", "copied").await;
     registry
-        .push_blob("acme/copied", &payload(&host, "acme/good", &good.manifest))
+        .push_blob(
+            "acme/copied",
+            &registry.cosign_payload("acme/good", &good.manifest),
+        )
         .await;
     push_copied_sig(&registry, "acme/copied", &good_sig, &copied.manifest).await;
     // A payload changed after signing (the descriptor matches the changed bytes).
     let tampered = registry.push_image("acme/tampered", "1", "tampered").await;
-    let signed = payload(&host, "acme/tampered", &tampered.manifest);
+    let signed = registry.cosign_payload("acme/tampered", &tampered.manifest);
     let signature = release.sign(&signed).unwrap().to_base64();
     let changed = String::from_utf8(signed)
         .unwrap()
@@ -468,7 +445,7 @@ impl TestSigstore {
         params.not_before = now - time::Duration::minutes(1);
         params.not_after = now + time::Duration::minutes(10);
         let leaf = params.signed_by(&leaf_key, &self.ca).unwrap();
-        let body = payload(&registry.host(), repo, digest);
+        let body = registry.cosign_payload(repo, digest);
         let signature = b64(&leaf_key.sign(&body).unwrap());
         let pem = leaf.pem();
         let mut annotations = serde_json::json!({

@@ -618,6 +618,50 @@ impl TestRegistry {
         response.bytes().await.unwrap().to_vec()
     }
 
+    /// Pushes cosign's signature manifest for `digest` in `repo`, as `cosign sign` lays it
+    /// out: the tag `sha256-<hex>.sig`, one simple-signing layer `payload` annotated with
+    /// `signature` (base64). Returns the manifest's bytes.
+    pub async fn push_cosign_signature(
+        &self,
+        repo: &str,
+        digest: &str,
+        payload: &[u8],
+        signature: &str,
+    ) -> Vec<u8> {
+        let layer = self.push_blob(repo, payload).await;
+        let config = serde_json::to_vec(&serde_json::json!({
+            "architecture": "", "os": "", "config": {},
+            "rootfs": {"type": "layers", "diff_ids": [layer]},
+        }))
+        .unwrap();
+        let config_digest = self.push_blob(repo, &config).await;
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config.len()},
+            "layers": [{
+                "mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+                "digest": layer,
+                "size": payload.len(),
+                "annotations": {"dev.cosignproject.cosign/signature": signature},
+            }],
+        }))
+        .unwrap();
+        let tag = format!("{}.sig", digest.replace(':', "-"));
+        self.push_manifest(repo, &tag, OCI_MANIFEST, &manifest)
+            .await;
+        manifest
+    }
+
+    /// cosign's simple-signing payload for `digest` of `repo` on this registry.
+    pub fn cosign_payload(&self, repo: &str, digest: &str) -> Vec<u8> {
+        format!(
+            r#"{{"critical":{{"identity":{{"docker-reference":"{}/{repo}"}},"image":{{"docker-manifest-digest":"{digest}"}},"type":"cosign container image signature"}},"optional":null}}"#,
+            self.host()
+        )
+        .into_bytes()
+    }
+
     /// Pushes a small linux/amd64 OCI image under `tag`. Each `seed` gives
     /// distinct config, layer and manifest digests.
     pub async fn push_image(&self, repo: &str, tag: &str, seed: &str) -> ImageDigests {
