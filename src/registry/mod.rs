@@ -389,6 +389,71 @@ impl Client {
         Ok(Some(answer.body))
     }
 
+    /// The OCI 1.1 referrers of manifest `digest` of the reference's repository, as the image
+    /// index that lists them: `GET /v2/<name>/referrers/<digest>` where the registry serves
+    /// the API, else the referrers tag `sha256-<hex>` the distribution spec defines as its
+    /// fallback (a registry without the API answers `404`, which a registry with it must
+    /// not). `None` when neither lists any. Bounded and counted like a signature manifest.
+    pub async fn referrers(
+        &self,
+        reference: &Reference,
+        digest: &Digest,
+    ) -> Result<Option<Vec<u8>>, RegistryError> {
+        let image = format!(
+            "{}/{}@{}",
+            reference.domain(),
+            reference.repository(),
+            digest
+        );
+        let target = self.target(reference, image);
+        let path = format!("/v2/{}/referrers/{digest}", target.repository);
+        self.signature_requests.fetch_add(1, Ordering::Relaxed);
+        let answer = self
+            .fetch(&target, Method::GET, &path, media::OCI_INDEX, true)
+            .await?;
+        if answer.status == StatusCode::NOT_FOUND {
+            let tag = format!("{}-{}", digest.algorithm(), digest.hex());
+            return self.tagged_manifest_bytes(reference, &tag).await;
+        }
+        if !answer.status.is_success() {
+            return Err(status_error(&target, &answer));
+        }
+        if answer.truncated {
+            return Err(bad(&target, too_large()));
+        }
+        Ok(Some(answer.body))
+    }
+
+    /// The manifest `digest` of the reference's repository as bytes (a referrer's), which
+    /// must hash to `digest`. Bounded and counted like a signature manifest.
+    pub async fn manifest_bytes(
+        &self,
+        reference: &Reference,
+        digest: &Digest,
+    ) -> Result<Vec<u8>, RegistryError> {
+        let image = format!(
+            "{}/{}@{}",
+            reference.domain(),
+            reference.repository(),
+            digest
+        );
+        let target = self.target(reference, image);
+        let path = format!("/v2/{}/manifests/{digest}", target.repository);
+        self.signature_requests.fetch_add(1, Ordering::Relaxed);
+        let answer = self.fetch_manifest(&target, Method::GET, &path).await?;
+        if !answer.status.is_success() {
+            return Err(status_error(&target, &answer));
+        }
+        if answer.truncated {
+            return Err(bad(&target, too_large()));
+        }
+        let computed = sha256_digest(&answer.body);
+        if computed != *digest {
+            return Err(mismatch(&target, digest, &computed));
+        }
+        Ok(answer.body)
+    }
+
     /// The blob `digest` of the reference's repository (a signature payload), with the same
     /// timeouts, retries and size cap as a manifest, and counted with them. Its bytes must
     /// hash to `digest`, or nothing of it is used.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use super::bundle;
 use super::verify::{self, Refusal, Signer, Trust, Verdict};
 use super::{Subject, Verdicts};
 use crate::reference::{Digest, Reference};
@@ -122,8 +123,33 @@ pub async fn check(
     }
 }
 
-/// Fetches the `.sig` manifest and its layers' payloads and checks each.
+/// Looks for a signature of `digest` where cosign puts them: the `.sig` tag's layers first
+/// (cosign before version 3), then the Sigstore bundles referring to it (cosign 3's default).
+/// One valid signature suffices.
 async fn look_up(
+    client: &Client,
+    trust: &Trust,
+    rule: usize,
+    reference: &Reference,
+    digest: &Digest,
+) -> Verdict {
+    let mut verdicts = Vec::new();
+    match signature_tag(client, trust, rule, reference, digest).await {
+        Ok(signer) => return Ok(signer),
+        // No `.sig` tag: not a verdict, the referrers may hold one.
+        Err(Refusal::NoSignature { .. }) => {}
+        Err(refusal) => verdicts.push(Err(refusal)),
+    }
+    match referrers(client, trust, rule, reference, digest).await {
+        Ok(signer) => return Ok(signer),
+        Err(Refusal::NoSignature { .. }) => {}
+        Err(refusal) => verdicts.push(Err(refusal)),
+    }
+    verify::combine(digest, verdicts)
+}
+
+/// Fetches the `.sig` manifest and its layers' payloads and checks each.
+async fn signature_tag(
     client: &Client,
     trust: &Trust,
     rule: usize,
@@ -153,6 +179,47 @@ async fn look_up(
             return verdict;
         }
         verdicts.push(verdict);
+    }
+    verify::combine(digest, verdicts)
+}
+
+/// Fetches the Sigstore bundles referring to `digest` (the referrers API, else its fallback
+/// tag) and checks each.
+async fn referrers(
+    client: &Client,
+    trust: &Trust,
+    rule: usize,
+    reference: &Reference,
+    digest: &Digest,
+) -> Verdict {
+    let no_signature = || Refusal::NoSignature {
+        tag: verify::signature_tag(digest),
+    };
+    let index = match client.referrers(reference, digest).await {
+        Ok(Some(index)) => index,
+        Ok(None) => return Err(no_signature()),
+        Err(e) => return Err(Refusal::Lookup(e.to_string())),
+    };
+    let mut verdicts = Vec::new();
+    for referrer in bundle::bundle_referrers(&index)? {
+        let verdict = match client.manifest_bytes(reference, &referrer).await {
+            Ok(manifest) => match bundle::bundle_layer(&manifest)? {
+                Some(layer) => match client.blob(reference, &layer).await {
+                    Ok(bytes) => bundle::check_bundle(trust, rule, digest, &bytes),
+                    Err(e) => Err(Refusal::Lookup(e.to_string())),
+                },
+                // Another artifact (an SBOM) listed without its type: not a signature.
+                None => continue,
+            },
+            Err(e) => Err(Refusal::Lookup(e.to_string())),
+        };
+        if verdict.is_ok() {
+            return verdict;
+        }
+        verdicts.push(verdict);
+    }
+    if verdicts.is_empty() {
+        return Err(no_signature());
     }
     verify::combine(digest, verdicts)
 }

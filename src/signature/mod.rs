@@ -9,6 +9,7 @@
 //! the trust material that verified it, so later passes do not fetch its signatures again.
 //! Refusals are not remembered: a digest signed after a pass refused it is pinned by the next.
 
+pub mod bundle;
 pub mod fetch;
 pub mod keys;
 pub mod verify;

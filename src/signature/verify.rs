@@ -51,14 +51,14 @@ pub enum SignatureError {
 /// Who may sign the images of one `images.signatures` entry, ready to verify with.
 pub struct Trust {
     /// `key keys/release.pub` and the key.
-    keys: Vec<(String, DerPublicKey)>,
+    pub(super) keys: Vec<(String, DerPublicKey)>,
     /// Issuer (exact) and subject (anchored regex).
     pub(super) keyless: Vec<(String, regex::Regex)>,
     /// The verifier of keyless signatures, against the entry's trusted root (the public-good
     /// one by default); `None` when the entry names no keyless identity.
-    keyless_verifier: Option<sigstore_verify::Verifier>,
+    pub(super) keyless_verifier: Option<sigstore_verify::Verifier>,
     /// Whether certificates must carry an SCT: only when the trusted root lists CT logs.
-    verify_sct: bool,
+    pub(super) verify_sct: bool,
     /// Identifies the trust material, so a remembered verdict is reused only under the same.
     pub(super) fingerprint: String,
 }
@@ -78,7 +78,7 @@ impl fmt::Debug for Trust {
 impl Trust {
     /// The signer of a verified keyless signature, if its certificate's issuer and subject
     /// match one of the entry's identities (issuer exactly, subject by anchored regex).
-    fn identity_of(
+    pub(super) fn identity_of(
         &self,
         rule: usize,
         verified: &sigstore_verify::VerificationResult,
@@ -206,7 +206,7 @@ pub struct Layer {
 /// `file:line: image@digest: not pinned: `.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    #[error("no signature (the registry has no {tag} tag)")]
+    #[error("no signature (the registry has no {tag} tag and no Sigstore bundle referring to the digest)")]
     NoSignature { tag: String },
     #[error("signed by an unknown key: no key of images.signatures[{rule}] verifies the signature over its payload")]
     UnknownKey { rule: usize },
@@ -639,7 +639,7 @@ mod tests {
         );
         assert_eq!(
             combine(&pinned(), []).unwrap_err().to_string(),
-            "no signature (the registry has no sha256-1111111111111111111111111111111111111111111111111111111111111111.sig tag)"
+            "no signature (the registry has no sha256-1111111111111111111111111111111111111111111111111111111111111111.sig tag and no Sigstore bundle referring to the digest)"
         );
     }
 

@@ -53,6 +53,7 @@ mod revert;
 mod rollout_verify;
 mod run;
 mod signatures;
+mod signatures_referrers;
 mod sync;
 mod sync_pr;
 mod verify;

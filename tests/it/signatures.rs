@@ -236,7 +236,7 @@ async fn unsigned_wrongly_signed_copied_and_tampered_digests_are_not_pinned_each
     let sig_tag = |digest: &str| format!("{}.sig", digest.replace(':', "-"));
     for expected in [
         format!(
-            "apps/unsigned.yaml:10: {host}/acme/unsigned:1@{}: not pinned: no signature (the registry has no {} tag)",
+            "apps/unsigned.yaml:10: {host}/acme/unsigned:1@{}: not pinned: no signature (the registry has no {} tag and no Sigstore bundle referring to the digest)",
             unsigned.manifest,
             sig_tag(&unsigned.manifest)
         ),
@@ -712,7 +712,7 @@ async fn promotion_refuses_a_digest_staging_runs_unsigned() {
     assert_eq!(
         report["failures"],
         serde_json::json!([format!(
-            "production/api.yaml:10: {api_new}: not carried: no signature (the registry has no sha256-{}.sig tag)",
+            "production/api.yaml:10: {api_new}: not carried: no signature (the registry has no sha256-{}.sig tag and no Sigstore bundle referring to the digest)",
             &api.manifest["sha256:".len()..]
         )]),
         "{report:#}"

@@ -1,0 +1,255 @@
+//! Sigstore bundles attached to a digest as OCI 1.1 referrers (what `cosign sign` writes by
+//! default since cosign 3, instead of a `.sig` tag), decided without I/O: which referrers may
+//! hold one, where its bundle layer is, and whether the bundle signs *this* digest with a key
+//! or an identity the configuration trusts.
+//!
+//! An image signature bundle is a DSSE envelope over an in-toto statement whose subject is the
+//! image digest and whose predicate type is cosign's `https://sigstore.dev/cosign/sign/v1`;
+//! an attestation (SLSA provenance, an SBOM) by the same identity is not a signature. The
+//! verification (certificate chain, SCT, inclusion proof and checkpoint, signed entry
+//! timestamp, log entry bound to this envelope, DSSE signature) is sigstore-verify's.
+
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+use sigstore_types::bundle::{SignatureContent, VerificationMaterialContent};
+
+use super::verify::{Refusal, Signer, Trust, Verdict};
+use crate::reference::Digest;
+
+/// The media type of a Sigstore bundle, every version (`…bundle.v0.3+json`,
+/// `…bundle+json;version=0.2`).
+pub const BUNDLE_MEDIA_TYPE_PREFIX: &str = "application/vnd.dev.sigstore.bundle";
+/// The in-toto predicate type of a cosign image signature.
+pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
+/// The DSSE payload type of an in-toto statement.
+const IN_TOTO_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+/// Referrers looked at per digest at most: a bound on what a hostile index can make tagpin
+/// fetch.
+pub const MAX_REFERRERS: usize = 8;
+
+/// The referrer manifests of a referrers index that may hold a Sigstore bundle: those whose
+/// `artifactType` is a bundle's, and those with none or the empty type (ghcr.io lists cosign's
+/// bundles with `application/vnd.oci.empty.v1+json`), bundles first, at most
+/// [`MAX_REFERRERS`].
+pub fn bundle_referrers(index: &[u8]) -> Result<Vec<Digest>, Refusal> {
+    #[derive(Deserialize)]
+    struct Index {
+        #[serde(default)]
+        manifests: Vec<Descriptor>,
+    }
+    #[derive(Deserialize)]
+    struct Descriptor {
+        digest: String,
+        #[serde(rename = "artifactType", default)]
+        artifact_type: Option<String>,
+    }
+    let parsed: Index = serde_json::from_slice(index)
+        .map_err(|e| Refusal::Malformed(format!("referrers index: {e}")))?;
+    let mut bundles = Vec::new();
+    let mut untyped = Vec::new();
+    for descriptor in parsed.manifests {
+        let kind = descriptor.artifact_type.unwrap_or_default();
+        let list = if kind.starts_with(BUNDLE_MEDIA_TYPE_PREFIX) {
+            &mut bundles
+        } else if kind.is_empty() || kind == "application/vnd.oci.empty.v1+json" {
+            &mut untyped
+        } else {
+            continue;
+        };
+        let digest = Digest::parse(&descriptor.digest)
+            .map_err(|e| Refusal::Malformed(format!("referrer digest: {e}")))?;
+        list.push(digest);
+    }
+    bundles.extend(untyped);
+    bundles.truncate(MAX_REFERRERS);
+    Ok(bundles)
+}
+
+/// The digest of a referrer manifest's Sigstore bundle layer, if it has one.
+pub fn bundle_layer(manifest: &[u8]) -> Result<Option<Digest>, Refusal> {
+    #[derive(Deserialize)]
+    struct Manifest {
+        #[serde(default)]
+        layers: Vec<Descriptor>,
+    }
+    #[derive(Deserialize)]
+    struct Descriptor {
+        #[serde(rename = "mediaType")]
+        media_type: String,
+        digest: String,
+    }
+    let parsed: Manifest = serde_json::from_slice(manifest)
+        .map_err(|e| Refusal::Malformed(format!("referrer manifest: {e}")))?;
+    parsed
+        .layers
+        .into_iter()
+        .find(|layer| layer.media_type.starts_with(BUNDLE_MEDIA_TYPE_PREFIX))
+        .map(|layer| {
+            Digest::parse(&layer.digest)
+                .map_err(|e| Refusal::Malformed(format!("bundle layer digest: {e}")))
+        })
+        .transpose()
+}
+
+/// Checks a Sigstore bundle against `trust` (entry `rule` of `images.signatures`): it must be
+/// cosign's image signature of `pinned` itself, and verify with a configured key, or keyless
+/// against the trusted root with a matching identity.
+pub fn check_bundle(trust: &Trust, rule: usize, pinned: &Digest, bytes: &[u8]) -> Verdict {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| Refusal::Malformed("Sigstore bundle: not UTF-8".into()))?;
+    let bundle = sigstore_types::Bundle::from_json(text)
+        .map_err(|e| Refusal::Malformed(format!("Sigstore bundle: {e}")))?;
+    let SignatureContent::DsseEnvelope(envelope) = &bundle.content else {
+        return Err(Refusal::NotImageSignature {
+            kind: "a message signature, not an in-toto statement".into(),
+        });
+    };
+    if envelope.payload_type != IN_TOTO_PAYLOAD_TYPE {
+        return Err(Refusal::NotImageSignature {
+            kind: envelope.payload_type.clone(),
+        });
+    }
+    check_statement(pinned, envelope.payload.as_bytes())?;
+    let artifact = sigstore_types::Sha256Hash::from_hex(pinned.hex())
+        .map_err(|e| Refusal::Malformed(format!("digest {pinned}: {e}")))?;
+    match &bundle.verification_material.content {
+        VerificationMaterialContent::PublicKey(_) => {
+            let verifier = match &trust.keyless_verifier {
+                Some(verifier) => verifier,
+                None => public_good()?,
+            };
+            // As for a `.sig` signed with a key, the key's signature is what counts; the log
+            // entry, when there is one, is checked for consistency with it by the library.
+            trust
+                .keys
+                .iter()
+                .find_map(|(name, key)| {
+                    let policy = sigstore_verify::PublicKeyVerificationPolicy::new(key.clone())
+                        .skip_tlog_unsafe();
+                    verifier
+                        .verify(artifact, &bundle, &policy)
+                        .ok()
+                        .map(|_| Signer(name.clone()))
+                })
+                .ok_or(Refusal::UnknownKey { rule })
+        }
+        _ => {
+            let Some(verifier) = &trust.keyless_verifier else {
+                return Err(Refusal::KeylessNotConfigured { rule });
+            };
+            let policy = sigstore_verify::VerificationPolicy::any_identity();
+            let policy = match trust.verify_sct {
+                true => policy,
+                false => policy.skip_sct(),
+            };
+            let verified = verifier
+                .verify(artifact, &bundle, &policy)
+                .map_err(|e| Refusal::Keyless(e.to_string()))?;
+            trust.identity_of(rule, &verified)
+        }
+    }
+}
+
+/// The in-toto statement must be cosign's image signature and name `pinned` among its
+/// subjects.
+fn check_statement(pinned: &Digest, payload: &[u8]) -> Result<(), Refusal> {
+    #[derive(Deserialize)]
+    struct Statement {
+        #[serde(default)]
+        subject: Vec<Subject>,
+        #[serde(rename = "predicateType", default)]
+        predicate_type: String,
+    }
+    #[derive(Deserialize)]
+    struct Subject {
+        #[serde(default)]
+        digest: std::collections::BTreeMap<String, String>,
+    }
+    let statement: Statement = serde_json::from_slice(payload)
+        .map_err(|e| Refusal::Malformed(format!("in-toto statement: {e}")))?;
+    if statement.predicate_type != COSIGN_SIGN_PREDICATE {
+        return Err(Refusal::NotImageSignature {
+            kind: statement.predicate_type,
+        });
+    }
+    let named = statement
+        .subject
+        .iter()
+        .filter_map(|s| s.digest.get(pinned.algorithm()))
+        .collect::<Vec<_>>();
+    if named.iter().any(|hex| hex.as_str() == pinned.hex()) {
+        return Ok(());
+    }
+    Err(Refusal::OtherDigest {
+        signed: named
+            .first()
+            .map(|hex| format!("{}:{hex}", pinned.algorithm()))
+            .unwrap_or_else(|| "no digest".into()),
+    })
+}
+
+/// A verifier against the public-good root, for key bundles of an entry with no keyless
+/// identity (the key's signature is what counts; the root is not consulted for it).
+fn public_good() -> Result<&'static sigstore_verify::Verifier, Refusal> {
+    static VERIFIER: OnceLock<Option<sigstore_verify::Verifier>> = OnceLock::new();
+    VERIFIER
+        .get_or_init(|| {
+            let root = sigstore_trust_root::TrustedRoot::from_embedded(
+                sigstore_trust_root::SigstoreInstance::PublicGood,
+            )
+            .ok()?;
+            sigstore_verify::Verifier::new(&root).ok()
+        })
+        .as_ref()
+        .ok_or_else(|| Refusal::Malformed("the public-good trusted root does not load".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundle_referrers_come_first_other_artifacts_are_skipped_and_the_list_is_bounded() {
+        let d = |n: u8| format!("sha256:{}", format!("{n:02x}").repeat(32));
+        let mut manifests = vec![
+            serde_json::json!({"digest": d(1), "artifactType": "application/spdx+json"}),
+            serde_json::json!({"digest": d(2), "artifactType": "application/vnd.oci.empty.v1+json"}),
+            serde_json::json!({"digest": d(3), "artifactType": "application/vnd.dev.sigstore.bundle.v0.3+json"}),
+        ];
+        for n in 10..30 {
+            manifests.push(serde_json::json!({"digest": d(n)}));
+        }
+        let index = serde_json::to_vec(&serde_json::json!({"manifests": manifests})).unwrap();
+        let found = bundle_referrers(&index).unwrap();
+        assert_eq!(found.len(), MAX_REFERRERS);
+        assert_eq!(found[0].to_string(), d(3));
+        assert_eq!(found[1].to_string(), d(2));
+        assert!(!found.iter().any(|f| f.to_string() == d(1)));
+    }
+
+    #[test]
+    fn a_statement_of_another_digest_or_predicate_is_refused() {
+        let pinned = Digest::parse(&format!("sha256:{}", "ab".repeat(32))).unwrap();
+        let statement = |hex: &str, predicate: &str| {
+            serde_json::to_vec(&serde_json::json!({
+                "_type": "https://in-toto.io/Statement/v1",
+                "subject": [{"digest": {"sha256": hex}}],
+                "predicateType": predicate,
+            }))
+            .unwrap()
+        };
+        assert!(check_statement(&pinned, &statement(pinned.hex(), COSIGN_SIGN_PREDICATE)).is_ok());
+        assert!(matches!(
+            check_statement(&pinned, &statement(&"cd".repeat(32), COSIGN_SIGN_PREDICATE)),
+            Err(Refusal::OtherDigest { .. })
+        ));
+        assert!(matches!(
+            check_statement(
+                &pinned,
+                &statement(pinned.hex(), "https://slsa.dev/provenance/v1")
+            ),
+            Err(Refusal::NotImageSignature { .. })
+        ));
+    }
+}
