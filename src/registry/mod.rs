@@ -346,13 +346,7 @@ impl Client {
         reference: &Reference,
         digest: &Digest,
     ) -> Result<ParsedManifest, RegistryError> {
-        let image = format!(
-            "{}/{}@{}",
-            reference.domain(),
-            reference.repository(),
-            digest
-        );
-        let target = self.target(reference, image);
+        let target = self.target_at(reference, digest);
         let path = format!("/v2/{}/manifests/{}", target.repository, digest);
         Ok(self.get_verified(&target, &path, Some(digest)).await?.1)
     }
@@ -399,13 +393,7 @@ impl Client {
         reference: &Reference,
         digest: &Digest,
     ) -> Result<Option<Vec<u8>>, RegistryError> {
-        let image = format!(
-            "{}/{}@{}",
-            reference.domain(),
-            reference.repository(),
-            digest
-        );
-        let target = self.target(reference, image);
+        let target = self.target_at(reference, digest);
         let path = format!("/v2/{}/referrers/{digest}", target.repository);
         self.signature_requests.fetch_add(1, Ordering::Relaxed);
         let answer = self
@@ -431,13 +419,7 @@ impl Client {
         reference: &Reference,
         digest: &Digest,
     ) -> Result<Vec<u8>, RegistryError> {
-        let image = format!(
-            "{}/{}@{}",
-            reference.domain(),
-            reference.repository(),
-            digest
-        );
-        let target = self.target(reference, image);
+        let target = self.target_at(reference, digest);
         let path = format!("/v2/{}/manifests/{digest}", target.repository);
         self.signature_requests.fetch_add(1, Ordering::Relaxed);
         let answer = self.fetch_manifest(&target, Method::GET, &path).await?;
@@ -462,13 +444,7 @@ impl Client {
         reference: &Reference,
         digest: &Digest,
     ) -> Result<Vec<u8>, RegistryError> {
-        let image = format!(
-            "{}/{}@{}",
-            reference.domain(),
-            reference.repository(),
-            digest
-        );
-        let target = self.target(reference, image);
+        let target = self.target_at(reference, digest);
         let path = format!("/v2/{}/blobs/{digest}", target.repository);
         self.signature_requests.fetch_add(1, Ordering::Relaxed);
         let answer = self.fetch(&target, Method::GET, &path, "*/*", true).await?;
@@ -524,6 +500,12 @@ impl Client {
             &target,
             format!("tag list has more than {MAX_TAG_PAGES} pages; stopped following Link"),
         ))
+    }
+
+    /// The target of one digest of the reference's repository, named `registry/repo@digest`.
+    fn target_at<'a>(&self, reference: &'a Reference, digest: &Digest) -> Target<'a> {
+        let image = format!("{}/{}@{digest}", reference.domain(), reference.repository());
+        self.target(reference, image)
     }
 
     fn target<'a>(&self, reference: &'a Reference, image: String) -> Target<'a> {

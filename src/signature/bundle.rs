@@ -68,28 +68,10 @@ pub fn bundle_referrers(index: &[u8]) -> Result<Vec<Digest>, Refusal> {
 
 /// The digest of a referrer manifest's Sigstore bundle layer, if it has one.
 pub fn bundle_layer(manifest: &[u8]) -> Result<Option<Digest>, Refusal> {
-    #[derive(Deserialize)]
-    struct Manifest {
-        #[serde(default)]
-        layers: Vec<Descriptor>,
-    }
-    #[derive(Deserialize)]
-    struct Descriptor {
-        #[serde(rename = "mediaType")]
-        media_type: String,
-        digest: String,
-    }
-    let parsed: Manifest = serde_json::from_slice(manifest)
-        .map_err(|e| Refusal::Malformed(format!("referrer manifest: {e}")))?;
-    parsed
-        .layers
+    Ok(super::verify::manifest_layers(manifest)?
         .into_iter()
         .find(|layer| layer.media_type.starts_with(BUNDLE_MEDIA_TYPE_PREFIX))
-        .map(|layer| {
-            Digest::parse(&layer.digest)
-                .map_err(|e| Refusal::Malformed(format!("bundle layer digest: {e}")))
-        })
-        .transpose()
+        .map(|layer| layer.digest))
 }
 
 /// Checks a Sigstore bundle against `trust` (entry `rule` of `images.signatures`): it must be
