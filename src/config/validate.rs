@@ -1292,10 +1292,11 @@ impl Check {
             "github" => ConfiguredForge::GitHub,
             "gitlab" => ConfiguredForge::GitLab,
             "gitea" => ConfiguredForge::Gitea,
+            "bitbucket-server" => ConfiguredForge::BitbucketServer,
             other => {
                 self.problem(
                     "forge.kind",
-                    format!("expected github, gitlab or gitea, found {other:?}"),
+                    format!("expected github, gitlab, gitea or bitbucket-server, found {other:?}"),
                 );
                 ConfiguredForge::GitHub
             }
@@ -1305,6 +1306,8 @@ impl Check {
             ConfiguredForge::GitLab => Some("https://gitlab.com/api/v4"),
             // Every Gitea is its own: there is no address to assume.
             ConfiguredForge::Gitea => None,
+            // Nor is there one Bitbucket Data Center.
+            ConfiguredForge::BitbucketServer => None,
         };
         let api_url = match default_api {
             Some(default) => Some(
@@ -1345,6 +1348,26 @@ impl Check {
                 }
                 ForgeKind::GitLab {
                     project: project?.to_string(),
+                }
+            }
+            ConfiguredForge::BitbucketServer => {
+                if raw.owner.is_set() {
+                    self.problem(
+                        "forge.owner",
+                        "is for GitHub and Gitea; a Bitbucket Data Center repository is named by forge.project (the project key) and forge.repo (the repository slug)",
+                    );
+                }
+                let project = self.required_string("forge.project", &raw.project);
+                if let Some(project) = project.filter(|p| !bitbucket_project_ok(p)) {
+                    self.problem(
+                        "forge.project",
+                        format!("{project:?} is not a Bitbucket project key (letters, digits and _, or ~user for a personal project)"),
+                    );
+                }
+                let repo = self.required_string("forge.repo", &raw.repo);
+                ForgeKind::BitbucketServer {
+                    project: project?.to_string(),
+                    repo: repo?.to_string(),
                 }
             }
             ConfiguredForge::GitHub | ConfiguredForge::Gitea => {
@@ -1388,6 +1411,17 @@ enum ConfiguredForge {
     GitHub,
     GitLab,
     Gitea,
+    BitbucketServer,
+}
+
+/// A Bitbucket Data Center project key as its API takes it: letters, digits and `_` (the
+/// key of a project, `ACME`), or `~user` (a personal project).
+fn bitbucket_project_ok(project: &str) -> bool {
+    let key = project.strip_prefix('~').unwrap_or(project);
+    !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@'))
 }
 
 /// A GitLab project as its API takes it: a numeric ID, or the full path of a project in a
