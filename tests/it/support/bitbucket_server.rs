@@ -238,6 +238,8 @@ struct ServerState {
     /// editing it between tagpin's read and write), once per call of
     /// [`BitbucketDcServer::edit_between_read_and_write`].
     bump_on_put: usize,
+    /// Whether answers carry `X-AUSERNAME` (a proxy in front may drop it).
+    user_header: bool,
 }
 
 struct Repo {
@@ -303,6 +305,7 @@ impl BitbucketDcServer {
                 faults: Vec::new(),
                 page_max: 1000,
                 bump_on_put: 0,
+                user_header: true,
             }),
         });
         let router = Router::new().fallback(handle).with_state(inner.clone());
@@ -355,6 +358,11 @@ impl BitbucketDcServer {
     /// write: the version tagpin read is stale by then.
     pub fn edit_between_read_and_write(&self) {
         self.inner.lock().bump_on_put += 1;
+    }
+
+    /// Answers without `X-AUSERNAME`, as behind a proxy that drops it.
+    pub fn drop_user_header(&self) {
+        self.inner.lock().user_header = false;
     }
 
     /// Scripts a fault for the next matching requests, tried in the order added.
@@ -918,7 +926,7 @@ fn answer(inner: &Arc<Inner>, parts: &axum::http::request::Parts, body: &str) ->
             &violate,
         ),
     };
-    if let Some(user) = &user {
+    if let Some(user) = user.as_ref().filter(|_| inner.lock().user_header) {
         reply.headers.push(("X-AUSERNAME".into(), user.clone()));
     }
     inner.lock().requests[index].status = reply.status.as_u16();
