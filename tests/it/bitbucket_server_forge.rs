@@ -7,6 +7,7 @@
 use crate::forges::{Hub, Kind, World, BITBUCKET_PROJECT, BITBUCKET_REPO, TOKEN};
 use crate::support;
 
+use serde_json::json;
 use support::bitbucket_server::{BitbucketDcServer, Fault, Permission};
 use support::output_text as text;
 
@@ -223,5 +224,70 @@ async fn bitbucket_server_without_its_user_header_forge_login_names_the_tokens_u
             .any(|s| s.key == "tagpin/converged" && !s.build_number.is_empty()),
         "{statuses:?}"
     );
+    w.hub.assert_no_violations();
+}
+
+/// A person opened a pull request from tagpin's branch after tagpin listed: Bitbucket answers
+/// `409` (`DuplicatePullRequestException`) to tagpin's, and that one is adopted in the same
+/// pass with tagpin's title and description; no second one is opened.
+#[tokio::test]
+async fn bitbucket_server_a_pull_request_opened_meanwhile_is_adopted_on_409() {
+    let w = World::new(Kind::BitbucketServer).await;
+    let bb = bitbucket(&w);
+    bb.inject(Fault::new("POST", "/pull-requests", 502));
+    assert_eq!(w.sync().await.status.code(), Some(1));
+    bb.open_pull_as("reviewer", "tagpin/main", "main", "WIP");
+    bb.inject(
+        Fault::new("GET", "/pull-requests", 200).json_body(
+            json!({"size": 0, "limit": 25, "isLastPage": true, "start": 0, "values": []}),
+        ),
+    );
+
+    let out = w.sync().await;
+
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let changes = w.hub.changes();
+    assert_eq!(changes.len(), 1, "adopted, not doubled: {changes:?}");
+    assert_eq!(changes[0].title, "Pin 1 image(s) to digests");
+    assert!(changes[0].body.contains("<!-- tagpin-plan"));
+    assert!(bb
+        .requests()
+        .iter()
+        .any(|r| r.method == "POST" && r.path.ends_with("/pull-requests") && r.status == 409));
+    w.hub.assert_no_violations();
+}
+
+/// The verdict comment was changed elsewhere between tagpin's read and its edit (another
+/// replica with the same token): Bitbucket refuses the edit for its stale `version` (`409`);
+/// tagpin reads the comment again and edits it, and there is still one comment.
+#[tokio::test]
+async fn bitbucket_server_a_verdict_comment_edit_refused_for_its_version_is_read_again_and_made() {
+    let w = World::new(Kind::BitbucketServer).await;
+    let bb = bitbucket(&w);
+    assert_eq!(w.sync().await.status.code(), Some(0));
+    w.tagpin_with_token("verify", &["--pr", "1"], TOKEN).await;
+    let comments = bb.comments(1);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    let verdict = comments[0].text.clone();
+    let older = format!(
+        "{}\nan older verdict",
+        tagpin::verify::report::COMMENT_MARKER
+    );
+    bb.rewrite_comment(comments[0].id, &older);
+    bb.inject(Fault::new("PUT", "/comments/", 409));
+
+    let out = w.tagpin_with_token("verify", &["--pr", "1"], TOKEN).await;
+
+    assert!(!text(&out).contains("409"), "{}", text(&out));
+    let puts: Vec<u16> = bb
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path.contains("/comments/"))
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(puts, [409, 200], "{puts:?}");
+    let comments = bb.comments(1);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert_eq!(comments[0].text, verdict);
     w.hub.assert_no_violations();
 }

@@ -517,6 +517,20 @@ impl BitbucketDcServer {
         add_comment(&mut state, repo_id, id, user, text)
     }
 
+    /// Comment `id` is edited by its author elsewhere (another tagpin replica, with the same
+    /// token): new text, a new version.
+    pub fn rewrite_comment(&self, id: u64, text: &str) {
+        let mut state = self.inner.lock();
+        let comment = state
+            .comments
+            .iter_mut()
+            .find(|c| c.id == id)
+            .unwrap_or_else(|| panic!("no comment {id}"));
+        comment.text = text.to_string();
+        comment.version += 1;
+        comment.updated = SystemTime::now();
+    }
+
     /// Every pull request of the repository, by id.
     pub fn pulls(&self) -> Vec<Pull> {
         refresh_pulls(&self.inner);
