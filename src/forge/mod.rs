@@ -1,13 +1,14 @@
 //! The forge: where tagpin's change requests (GitHub, Gitea and Bitbucket Data Center pull
-//! requests, GitLab merge requests),
-//! commit statuses and verdict notes live.
+//! requests, GitLab merge requests), commit (build) statuses and verdict notes live.
 //!
 //! [`Forge`] is the one interface sync, verify, promote and the controller use; it does not
 //! say which forge it is. Each forge has its adapter ([`github::GitHub`] through octocrab,
-//! [`gitlab::GitLab`], [`gitea::Gitea`] and [`bitbucket_server::BitbucketServer`] through reqwest), which speaks that forge's API and maps its answers to
-//! the neutral types of [`crate::review`]. What is the same on every forge lives here: which
-//! status is tagpin's own (created by the token's login), and the memory of what this process
-//! last wrote, so a pass that would write the same again spends no call.
+//! [`gitlab::GitLab`], [`gitea::Gitea`] and [`bitbucket_server::BitbucketServer`] through
+//! reqwest), which speaks that forge's API and maps its answers to the neutral types of
+//! [`crate::review`]. What is the same on every forge lives here: which status is tagpin's own
+//! (created by the token's login; on Bitbucket Data Center, which records no author, signed
+//! with the token), and the memory of what this process last wrote, so a pass that would write
+//! the same again spends no call.
 
 pub mod bitbucket_server;
 pub mod body;
@@ -344,7 +345,8 @@ impl Forge {
 
     /// Keeps one comment (GitLab: note) per change request carrying `marker`: edits it when it
     /// exists (found by the marker on every page; on GitHub among comments by anyone, on
-    /// GitLab, which lets only a note's author edit it, and on Gitea, among tagpin's own),
+    /// GitLab, which lets only a note's author edit it, and on Gitea and Bitbucket Data Center,
+    /// among tagpin's own),
     /// creates it otherwise. What this process wrote or found there is not read again for
     /// [`READ_BACK_AFTER`] while the body stays the same.
     pub async fn upsert_comment(
@@ -432,6 +434,21 @@ mod tests {
             ChangeRequestNoun::of(Some(&gitea)).name(12),
             "pull request #12",
             "Gitea's own words"
+        );
+        let bitbucket = config::Forge {
+            kind: config::ForgeKind::BitbucketServer {
+                project: "ACME".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://bitbucket.example.com".into(),
+            token_env: "BITBUCKET_TOKEN".into(),
+            login: None,
+            timeout_seconds: 60,
+        };
+        assert_eq!(
+            ChangeRequestNoun::of(Some(&bitbucket)).name(12),
+            "pull request #12",
+            "Bitbucket's own words"
         );
     }
 
