@@ -665,6 +665,14 @@ colour: blue
         );
         assert!(err.contains("is not a Bitbucket project key"), "{err}");
         assert!(err.contains("forge.repo: is required"), "{err}");
+        let err = Config::parse(
+            "repository: {url: /srv/git/gitops.git}\n\
+             forge: {kind: bitbucket-server, api_url: 'https://bitbucket.example.com/rest/api/1.0', project: ACME, repo: gitops, token_env: T}\n",
+            Path::new("tagpin.yaml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("give the instance's base URL"), "{err}");
     }
 
     #[test]

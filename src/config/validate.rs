@@ -1365,6 +1365,13 @@ impl Check {
                     );
                 }
                 let repo = self.required_string("forge.repo", &raw.repo);
+                // tagpin appends the REST path itself: one given here would be doubled.
+                if let Some(api_url) = api_url.filter(|u| u.contains("/rest/")) {
+                    self.problem(
+                        "forge.api_url",
+                        format!("{api_url:?} names a REST path; give the instance's base URL (https://HOST, with its context path if any): tagpin appends /rest/api/1.0"),
+                    );
+                }
                 ForgeKind::BitbucketServer {
                     project: project?.to_string(),
                     repo: repo?.to_string(),
