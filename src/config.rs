@@ -638,6 +638,44 @@ colour: blue
     }
 
     #[test]
+    fn a_bitbucket_server_forge_names_its_repository_by_project_key_and_slug_at_its_own_address() {
+        let text = "repository: {url: /srv/git/gitops.git}\n\
+                    forge: {kind: bitbucket-server, api_url: 'https://bitbucket.example.com', project: ACME, repo: gitops, token_env: BITBUCKET_TOKEN}\n";
+        let forge = parse(text).unwrap().forge.unwrap();
+        assert_eq!(
+            forge.kind,
+            ForgeKind::BitbucketServer {
+                project: "ACME".into(),
+                repo: "gitops".into()
+            }
+        );
+        assert_eq!(forge.api_url, "https://bitbucket.example.com");
+        // There is no one Bitbucket to assume, and an owner is GitHub's and Gitea's word.
+        let err = Config::parse(
+            "repository: {url: /srv/git/gitops.git}\n\
+             forge: {kind: bitbucket-server, owner: acme, project: 'AC/ME', token_env: BITBUCKET_TOKEN}\n",
+            Path::new("tagpin.yaml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("forge.api_url: is required"), "{err}");
+        assert!(
+            err.contains("forge.owner: is for GitHub and Gitea"),
+            "{err}"
+        );
+        assert!(err.contains("is not a Bitbucket project key"), "{err}");
+        assert!(err.contains("forge.repo: is required"), "{err}");
+        let err = Config::parse(
+            "repository: {url: /srv/git/gitops.git}\n\
+             forge: {kind: bitbucket-server, api_url: 'https://bitbucket.example.com/rest/api/1.0', project: ACME, repo: gitops, token_env: T}\n",
+            Path::new("tagpin.yaml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("give the instance's base URL"), "{err}");
+    }
+
+    #[test]
     fn each_forge_is_told_the_keys_of_the_other_apart() {
         let problems = |forge: &str| {
             Config::parse(
@@ -659,7 +697,7 @@ colour: blue
         );
         let kind = problems("{kind: bitbucket, owner: acme, repo: gitops, token_env: T}");
         assert!(
-            kind.contains("forge.kind: expected github, gitlab or gitea, found \"bitbucket\""),
+            kind.contains("forge.kind: expected github, gitlab, gitea or bitbucket-server, found \"bitbucket\""),
             "{kind}"
         );
         let plain = problems(

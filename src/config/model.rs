@@ -381,7 +381,8 @@ pub struct Forge {
     pub kind: ForgeKind,
     /// REST API base: `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise;
     /// `https://gitlab.com/api/v4`, or `https://HOST/api/v4` for a self-managed GitLab;
-    /// `https://HOST/api/v1` for Gitea or Forgejo (no default: there is no one Gitea).
+    /// `https://HOST/api/v1` for Gitea or Forgejo (no default: there is no one Gitea);
+    /// `https://HOST` (with its context path) for Bitbucket Data Center (no default either).
     pub api_url: String,
     /// Environment variable holding the token.
     pub token_env: String,
@@ -403,6 +404,9 @@ pub enum ForgeKind {
     GitLab { project: String },
     /// `forge.owner` and `forge.repo` on a Gitea or Forgejo instance (`kind: gitea`).
     Gitea { owner: String, repo: String },
+    /// `forge.project` (the project key) and `forge.repo` (the repository slug) on a
+    /// Bitbucket Data Center instance (`kind: bitbucket-server`).
+    BitbucketServer { project: String, repo: String },
 }
 
 /// Placeholders the commit message and PR title templates may use.

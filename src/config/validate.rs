@@ -1297,10 +1297,11 @@ impl Check {
             "github" => ConfiguredForge::GitHub,
             "gitlab" => ConfiguredForge::GitLab,
             "gitea" => ConfiguredForge::Gitea,
+            "bitbucket-server" => ConfiguredForge::BitbucketServer,
             other => {
                 self.problem(
                     "forge.kind",
-                    format!("expected github, gitlab or gitea, found {other:?}"),
+                    format!("expected github, gitlab, gitea or bitbucket-server, found {other:?}"),
                 );
                 ConfiguredForge::GitHub
             }
@@ -1310,6 +1311,8 @@ impl Check {
             ConfiguredForge::GitLab => Some("https://gitlab.com/api/v4"),
             // Every Gitea is its own: there is no address to assume.
             ConfiguredForge::Gitea => None,
+            // Nor is there one Bitbucket Data Center.
+            ConfiguredForge::BitbucketServer => None,
         };
         let api_url = match default_api {
             Some(default) => Some(
@@ -1350,6 +1353,33 @@ impl Check {
                 }
                 ForgeKind::GitLab {
                     project: project?.to_string(),
+                }
+            }
+            ConfiguredForge::BitbucketServer => {
+                if raw.owner.is_set() {
+                    self.problem(
+                        "forge.owner",
+                        "is for GitHub and Gitea; a Bitbucket Data Center repository is named by forge.project (the project key) and forge.repo (the repository slug)",
+                    );
+                }
+                let project = self.required_string("forge.project", &raw.project);
+                if let Some(project) = project.filter(|p| !bitbucket_project_ok(p)) {
+                    self.problem(
+                        "forge.project",
+                        format!("{project:?} is not a Bitbucket project key (letters, digits and _, or ~user for a personal project)"),
+                    );
+                }
+                let repo = self.required_string("forge.repo", &raw.repo);
+                // tagpin appends the REST path itself: one given here would be doubled.
+                if let Some(api_url) = api_url.filter(|u| u.contains("/rest/")) {
+                    self.problem(
+                        "forge.api_url",
+                        format!("{api_url:?} names a REST path; give the instance's base URL (https://HOST, with its context path if any): tagpin appends /rest/api/1.0"),
+                    );
+                }
+                ForgeKind::BitbucketServer {
+                    project: project?.to_string(),
+                    repo: repo?.to_string(),
                 }
             }
             ConfiguredForge::GitHub | ConfiguredForge::Gitea => {
@@ -1393,6 +1423,17 @@ enum ConfiguredForge {
     GitHub,
     GitLab,
     Gitea,
+    BitbucketServer,
+}
+
+/// A Bitbucket Data Center project key as its API takes it: letters, digits and `_` (the
+/// key of a project, `ACME`), or `~user` (a personal project).
+fn bitbucket_project_ok(project: &str) -> bool {
+    let key = project.strip_prefix('~').unwrap_or(project);
+    !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@'))
 }
 
 /// A GitLab project as its API takes it: a numeric ID, or the full path of a project in a

@@ -1,14 +1,16 @@
-//! The forge: where tagpin's change requests (GitHub and Gitea pull requests, GitLab merge
-//! requests),
-//! commit statuses and verdict notes live.
+//! The forge: where tagpin's change requests (GitHub, Gitea and Bitbucket Data Center pull
+//! requests, GitLab merge requests), commit (build) statuses and verdict notes live.
 //!
 //! [`Forge`] is the one interface sync, verify, promote and the controller use; it does not
 //! say which forge it is. Each forge has its adapter ([`github::GitHub`] through octocrab,
-//! [`gitlab::GitLab`] and [`gitea::Gitea`] through reqwest), which speaks that forge's API and maps its answers to
-//! the neutral types of [`crate::review`]. What is the same on every forge lives here: which
-//! status is tagpin's own (created by the token's login), and the memory of what this process
-//! last wrote, so a pass that would write the same again spends no call.
+//! [`gitlab::GitLab`], [`gitea::Gitea`] and [`bitbucket_server::BitbucketServer`] through
+//! reqwest), which speaks that forge's API and maps its answers to the neutral types of
+//! [`crate::review`]. What is the same on every forge lives here: which status is tagpin's own
+//! (created by the token's login; on Bitbucket Data Center, which records no author, signed
+//! with the token), and the memory of what this process last wrote, so a pass that would write
+//! the same again spends no call.
 
+pub mod bitbucket_server;
 pub mod body;
 mod common;
 pub mod gitea;
@@ -26,6 +28,7 @@ use crate::config;
 use crate::mutex::lock;
 
 pub use crate::review::{PullRequestInfo, Status, StatusState};
+pub use bitbucket_server::BitbucketServer;
 pub use common::{ForgeError, MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT};
 pub use gitea::Gitea;
 pub use github::GitHub;
@@ -54,9 +57,12 @@ impl ChangeRequestNoun {
     pub fn of(forge: Option<&config::Forge>) -> ChangeRequestNoun {
         match forge.map(|f| &f.kind) {
             Some(config::ForgeKind::GitLab { .. }) => ChangeRequestNoun::MergeRequest,
-            Some(config::ForgeKind::GitHub { .. } | config::ForgeKind::Gitea { .. }) | None => {
-                ChangeRequestNoun::PullRequest
-            }
+            Some(
+                config::ForgeKind::GitHub { .. }
+                | config::ForgeKind::Gitea { .. }
+                | config::ForgeKind::BitbucketServer { .. },
+            )
+            | None => ChangeRequestNoun::PullRequest,
         }
     }
 
@@ -87,6 +93,7 @@ enum Adapter {
     GitHub(GitHub),
     GitLab(GitLab),
     Gitea(Gitea),
+    BitbucketServer(BitbucketServer),
 }
 
 /// Dispatches one call to the adapter, which has a method of the same name and arguments.
@@ -96,6 +103,7 @@ macro_rules! dispatch {
             Adapter::GitHub(forge) => forge.$method($($arg),*).await,
             Adapter::GitLab(forge) => forge.$method($($arg),*).await,
             Adapter::Gitea(forge) => forge.$method($($arg),*).await,
+            Adapter::BitbucketServer(forge) => forge.$method($($arg),*).await,
         }
     };
 }
@@ -122,6 +130,9 @@ impl Forge {
             config::ForgeKind::GitHub { .. } => Adapter::GitHub(GitHub::new(forge, token)?),
             config::ForgeKind::GitLab { .. } => Adapter::GitLab(GitLab::new(forge, token)?),
             config::ForgeKind::Gitea { .. } => Adapter::Gitea(Gitea::new(forge, token)?),
+            config::ForgeKind::BitbucketServer { .. } => {
+                Adapter::BitbucketServer(BitbucketServer::new(forge, token)?)
+            }
         };
         Ok(Forge {
             adapter,
@@ -133,7 +144,9 @@ impl Forge {
     /// What this forge calls a change request.
     pub fn noun(&self) -> ChangeRequestNoun {
         match self.adapter {
-            Adapter::GitHub(_) | Adapter::Gitea(_) => ChangeRequestNoun::PullRequest,
+            Adapter::GitHub(_) | Adapter::Gitea(_) | Adapter::BitbucketServer(_) => {
+                ChangeRequestNoun::PullRequest
+            }
             Adapter::GitLab(_) => ChangeRequestNoun::MergeRequest,
         }
     }
@@ -216,6 +229,7 @@ impl Forge {
             Adapter::GitHub(forge) => forge.statuses(sha, context).await,
             Adapter::GitLab(forge) => forge.statuses(sha, branch, context).await,
             Adapter::Gitea(forge) => forge.statuses(sha, context).await,
+            Adapter::BitbucketServer(forge) => forge.statuses(sha, context).await,
         }
     }
 
@@ -271,6 +285,9 @@ impl Forge {
                     .await
             }
             Adapter::Gitea(forge) => forge.set_status(sha, state, context, description).await,
+            Adapter::BitbucketServer(forge) => {
+                forge.set_status(sha, state, context, description).await
+            }
         }?;
         self.remember_status(sha, branch, context, state, description);
         Ok(())
@@ -328,7 +345,8 @@ impl Forge {
 
     /// Keeps one comment (GitLab: note) per change request carrying `marker`: edits it when it
     /// exists (found by the marker on every page; on GitHub among comments by anyone, on
-    /// GitLab, which lets only a note's author edit it, and on Gitea, among tagpin's own),
+    /// GitLab, which lets only a note's author edit it, and on Gitea and Bitbucket Data Center,
+    /// among tagpin's own),
     /// creates it otherwise. What this process wrote or found there is not read again for
     /// [`READ_BACK_AFTER`] while the body stays the same.
     pub async fn upsert_comment(
@@ -348,6 +366,10 @@ impl Forge {
                 forge.upsert_comment(number, marker, body, me).await
             }
             Adapter::Gitea(forge) => {
+                let me = self.login().await?;
+                forge.upsert_comment(number, marker, body, me).await
+            }
+            Adapter::BitbucketServer(forge) => {
                 let me = self.login().await?;
                 forge.upsert_comment(number, marker, body, me).await
             }
@@ -412,6 +434,21 @@ mod tests {
             ChangeRequestNoun::of(Some(&gitea)).name(12),
             "pull request #12",
             "Gitea's own words"
+        );
+        let bitbucket = config::Forge {
+            kind: config::ForgeKind::BitbucketServer {
+                project: "ACME".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://bitbucket.example.com".into(),
+            token_env: "BITBUCKET_TOKEN".into(),
+            login: None,
+            timeout_seconds: 60,
+        };
+        assert_eq!(
+            ChangeRequestNoun::of(Some(&bitbucket)).name(12),
+            "pull request #12",
+            "Bitbucket's own words"
         );
     }
 

@@ -1,6 +1,7 @@
 //! The same change-request scenarios on every forge, so none can drift: the real binary, a
 //! real registry, a real bare Git remote, the local Kubernetes API server, and the local GitHub
-//! (`support::github`), GitLab (`support::gitlab`) or Gitea (`support::gitea`) server. Each
+//! (`support::github`), GitLab (`support::gitlab`), Gitea (`support::gitea`) or Bitbucket Data
+//! Center (`support::bitbucket_server`) server. Each
 //! scenario is one function over [`Kind`], run once per forge by [`every_forge!`]; what differs
 //! between the forges (how a person merges, GitLab's status state machine) is said where it
 //! differs.
@@ -13,6 +14,7 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use serde_json::json;
+use support::bitbucket_server::BitbucketDcServer;
 use support::git::BareRepo;
 use support::gitea::GiteaServer;
 use support::github::{GitHubServer, PrState};
@@ -35,13 +37,14 @@ pub(crate) enum Kind {
     GitHub,
     GitLab,
     Gitea,
+    BitbucketServer,
 }
 
 impl Kind {
     /// What the forge's users call a change request.
     fn word(self) -> &'static str {
         match self {
-            Kind::GitHub | Kind::Gitea => "pull request",
+            Kind::GitHub | Kind::Gitea | Kind::BitbucketServer => "pull request",
             Kind::GitLab => "merge request",
         }
     }
@@ -50,8 +53,17 @@ impl Kind {
     /// `pull request #1`, GitLab's `merge request !1`.
     fn named(self, number: u64) -> String {
         match self {
-            Kind::GitHub | Kind::Gitea => format!("pull request #{number}"),
+            Kind::GitHub | Kind::Gitea | Kind::BitbucketServer => format!("pull request #{number}"),
             Kind::GitLab => format!("merge request !{number}"),
+        }
+    }
+
+    /// Whether change requests have labels: Bitbucket Data Center's pull requests have none,
+    /// so there `pull_request.labels` sets nothing.
+    fn has_labels(self) -> bool {
+        match self {
+            Kind::GitHub | Kind::GitLab | Kind::Gitea => true,
+            Kind::BitbucketServer => false,
         }
     }
 }
@@ -74,12 +86,19 @@ macro_rules! every_forge {
             async fn gitea() {
                 super::$scenario(Kind::Gitea).await;
             }
+            #[tokio::test]
+            async fn bitbucket_server() {
+                super::$scenario(Kind::BitbucketServer).await;
+            }
         }
     };
 }
 
 /// The Gitea repository, `owner/repo`.
 pub(crate) const GITEA_REPO: &str = "acme/gitops";
+/// The Bitbucket Data Center project key and repository slug.
+pub(crate) const BITBUCKET_PROJECT: &str = "ACME";
+pub(crate) const BITBUCKET_REPO: &str = "gitops";
 
 /// A change request as the scenarios look at it, whichever forge holds it.
 #[derive(Debug, Clone)]
@@ -101,6 +120,7 @@ pub(crate) enum Hub {
     GitHub(GitHubServer),
     GitLab(GitLabServer),
     Gitea(GiteaServer),
+    BitbucketServer(BitbucketDcServer),
 }
 
 impl Hub {
@@ -115,6 +135,16 @@ impl Hub {
             Kind::Gitea => {
                 Hub::Gitea(GiteaServer::start(TOKEN, BOT, "acme", "gitops", repo.path()).await)
             }
+            Kind::BitbucketServer => Hub::BitbucketServer(
+                BitbucketDcServer::start(
+                    TOKEN,
+                    BOT,
+                    BITBUCKET_PROJECT,
+                    BITBUCKET_REPO,
+                    repo.path(),
+                )
+                .await,
+            ),
         }
     }
 
@@ -132,6 +162,10 @@ impl Hub {
             Hub::Gitea(gt) => format!(
                 "forge: {{kind: gitea, api_url: '{}', owner: acme, repo: gitops, token_env: TAGPIN_FORGE_TOKEN}}\n",
                 gt.api_url()
+            ),
+            Hub::BitbucketServer(bb) => format!(
+                "forge: {{kind: bitbucket-server, api_url: '{}', project: {BITBUCKET_PROJECT}, repo: {BITBUCKET_REPO}, token_env: TAGPIN_FORGE_TOKEN}}\n",
+                bb.api_url()
             ),
         }
     }
@@ -181,6 +215,20 @@ impl Hub {
                     fork: p.fork,
                 })
                 .collect(),
+            Hub::BitbucketServer(bb) => bb
+                .pulls()
+                .into_iter()
+                .map(|p| Change {
+                    number: p.id,
+                    fork: p.fork(),
+                    open: p.open(),
+                    merged: p.state == "MERGED",
+                    title: p.title,
+                    body: p.description,
+                    labels: Vec::new(),
+                    head_ref: p.from_branch,
+                })
+                .collect(),
         };
         changes.sort_by_key(|c| c.number);
         changes
@@ -191,6 +239,7 @@ impl Hub {
             Hub::GitHub(gh) => gh.close_pr(number),
             Hub::GitLab(gl) => gl.close_mr_as("reviewer", PROJECT, number),
             Hub::Gitea(gt) => gt.close_pull_as("reviewer", GITEA_REPO, number),
+            Hub::BitbucketServer(bb) => bb.decline_pull_as("reviewer", number),
         }
     }
 
@@ -222,6 +271,7 @@ impl Hub {
             }
             Hub::GitLab(gl) => gl.merge_mr_as("reviewer", PROJECT, number).target_head,
             Hub::Gitea(gt) => gt.merge_pull_as("reviewer", GITEA_REPO, number),
+            Hub::BitbucketServer(bb) => bb.merge_pull_as("reviewer", number),
         }
     }
 
@@ -251,6 +301,20 @@ impl Hub {
                 .into_iter()
                 .map(|s| (s.context, s.state, s.description))
                 .collect(),
+            // In GitHub's words, as the scenarios read states.
+            Hub::BitbucketServer(bb) => bb
+                .statuses(sha)
+                .into_iter()
+                .map(|s| {
+                    let state = match s.state.as_str() {
+                        "SUCCESSFUL" => "success",
+                        "INPROGRESS" => "pending",
+                        "FAILED" => "failure",
+                        other => other,
+                    };
+                    (s.key, state.to_string(), s.description)
+                })
+                .collect(),
         }
     }
 
@@ -258,7 +322,7 @@ impl Hub {
     /// GitHub and Gitea, whose statuses belong to the commit alone.
     fn status_refs(&self, sha: &str, context: &str) -> Option<Vec<String>> {
         match self {
-            Hub::GitHub(_) | Hub::Gitea(_) => None,
+            Hub::GitHub(_) | Hub::Gitea(_) | Hub::BitbucketServer(_) => None,
             Hub::GitLab(gl) => Some(
                 gl.statuses(PROJECT, sha)
                     .into_iter()
@@ -301,6 +365,23 @@ impl Hub {
                     .unwrap();
                 assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
             }
+            Hub::BitbucketServer(bb) => {
+                // Posting a build status needs only read access to the repository.
+                bb.add_token("bbdc-ci-bot", "ci-bot");
+                bb.grant("ci-bot", support::bitbucket_server::Permission::Read);
+                let posted = reqwest::Client::new()
+                    .post(format!(
+                        "{}/rest/api/1.0/projects/{BITBUCKET_PROJECT}/repos/{BITBUCKET_REPO}/commits/{sha}/builds",
+                        bb.api_url()
+                    ))
+                    .header("Authorization", "Bearer bbdc-ci-bot")
+                    .json(&json!({"state": "SUCCESSFUL", "key": context, "url": "https://ci.example.com/1",
+                                  "description": description}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(posted.status(), 204, "{:?}", posted.text().await);
+            }
         }
     }
 
@@ -319,6 +400,7 @@ impl Hub {
                 .into_iter()
                 .map(|c| c.body)
                 .collect(),
+            Hub::BitbucketServer(bb) => bb.comments(number).into_iter().map(|c| c.text).collect(),
         }
     }
 
@@ -328,6 +410,7 @@ impl Hub {
             Hub::GitHub(gh) => gh.requests().iter().filter(|r| r.method != "GET").count(),
             Hub::GitLab(gl) => gl.requests().iter().filter(|r| r.method != "GET").count(),
             Hub::Gitea(gt) => gt.requests().iter().filter(|r| r.method != "GET").count(),
+            Hub::BitbucketServer(bb) => bb.requests().iter().filter(|r| r.method != "GET").count(),
         }
     }
 
@@ -352,6 +435,12 @@ impl Hub {
                 .filter(|r| r.method != "GET")
                 .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
                 .collect(),
+            Hub::BitbucketServer(bb) => bb
+                .requests()
+                .into_iter()
+                .filter(|r| r.method != "GET")
+                .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
+                .collect(),
         }
     }
 
@@ -363,6 +452,11 @@ impl Hub {
                 gl.inject(support::gitlab::Fault::new("POST", "/merge_requests", 502).times(1))
             }
             Hub::Gitea(gt) => gt.inject(support::gitea::Fault::new("POST", "/pulls", 502)),
+            Hub::BitbucketServer(bb) => bb.inject(support::bitbucket_server::Fault::new(
+                "POST",
+                "/pull-requests",
+                502,
+            )),
         }
     }
 
@@ -371,6 +465,7 @@ impl Hub {
             Hub::GitHub(gh) => gh.assert_no_violations(),
             Hub::GitLab(gl) => gl.assert_no_violations(),
             Hub::Gitea(gt) => gt.assert_no_violations(),
+            Hub::BitbucketServer(bb) => bb.assert_no_violations(),
         }
     }
 }
@@ -445,6 +540,7 @@ impl World {
         cmd.env("GITHUB_TOKEN", TOKEN)
             .env("GITLAB_TOKEN", TOKEN)
             .env("GITEA_TOKEN", TOKEN)
+            .env("BITBUCKET_TOKEN", TOKEN)
             .env("GIT_TOKEN", "unused-for-a-file-remote");
         output_without_token(cmd).await
     }
@@ -485,7 +581,7 @@ impl World {
     /// `verify` of change request `number`: `--pr N` on GitHub and Gitea, `--mr N` on GitLab.
     async fn verify(&self, number: u64) -> Output {
         let flag = match self.kind {
-            Kind::GitHub | Kind::Gitea => "--pr",
+            Kind::GitHub | Kind::Gitea | Kind::BitbucketServer => "--pr",
             Kind::GitLab => "--mr",
         };
         self.tagpin("verify", &[flag, &number.to_string()]).await
@@ -507,7 +603,11 @@ async fn opens_one_change_request_then_updates_it(kind: Kind) {
     assert_eq!(change.title, "Pin 1 image(s) to digests");
     let mut labels = change.labels.clone();
     labels.sort();
-    assert_eq!(labels, ["dependencies", "tagpin"]);
+    if kind.has_labels() {
+        assert_eq!(labels, ["dependencies", "tagpin"]);
+    } else {
+        assert!(labels.is_empty(), "{labels:?}");
+    }
     assert!(change.body.contains("<!-- tagpin-plan"), "{}", change.body);
     let pinned = w.repo.read("tagpin/main", "apps/web.yaml").unwrap();
     assert!(pinned.contains("@sha256:"), "{pinned}");
@@ -621,6 +721,9 @@ async fn merged_then_verified(kind: Kind) {
     if let Hub::Gitea(gt) = &w.hub {
         gt.comment_as("reviewer", GITEA_REPO, 1, &quoted);
     }
+    if let Hub::BitbucketServer(bb) = &w.hub {
+        bb.comment_as("reviewer", 1, &quoted);
+    }
     let waiting = w.verify(1).await;
     assert_eq!(waiting.status.code(), Some(3), "{}", text(&waiting));
 
@@ -645,7 +748,7 @@ async fn merged_then_verified(kind: Kind) {
         "{statuses:?}"
     );
     let mut comments = w.hub.comments(1);
-    if let Kind::GitLab | Kind::Gitea = kind {
+    if let Kind::GitLab | Kind::Gitea | Kind::BitbucketServer = kind {
         assert_eq!(comments.first(), Some(&quoted), "untouched: {comments:?}");
         comments.remove(0);
     }
@@ -718,7 +821,7 @@ async fn edited_by_hand_is_said_in_the_forges_words(kind: Kind) {
         .collect();
     assert_eq!(notes.len(), 1, "{notes:?}");
     let (ours, theirs) = match kind {
-        Kind::GitHub | Kind::Gitea => (kind.word(), Kind::GitLab.word()),
+        Kind::GitHub | Kind::Gitea | Kind::BitbucketServer => (kind.word(), Kind::GitLab.word()),
         Kind::GitLab => (kind.word(), Kind::GitHub.word()),
     };
     assert!(
@@ -756,6 +859,14 @@ async fn a_fork_change_request_is_never_adopted(kind: Kind) {
         Hub::Gitea(gt) => gt.open_fork_pull_as(
             "mallory",
             GITEA_REPO,
+            "tagpin/main",
+            &main,
+            "main",
+            "Pin 1 image(s) to digests",
+            "<!-- tagpin-plan -->",
+        ),
+        Hub::BitbucketServer(bb) => bb.open_fork_pull_as(
+            "mallory",
             "tagpin/main",
             &main,
             "main",
@@ -840,6 +951,11 @@ async fn the_pull_request_example_runs(kind: Kind) {
             "https://git.example.com/acme/gitops.git",
             ("https://git.example.com/api/v1", gt.api_url()),
         ),
+        Hub::BitbucketServer(bb) => (
+            "pull-request-mode-bitbucket-server.yaml",
+            "https://bitbucket.example.com/scm/acme/gitops.git",
+            ("https://bitbucket.example.com", bb.api_url()),
+        ),
     };
     let example = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -864,7 +980,12 @@ async fn the_pull_request_example_runs(kind: Kind) {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let changes = w.hub.changes();
     assert_eq!(changes.len(), 1, "{changes:?}");
-    assert!(changes[0].open && changes[0].labels.contains(&"dependencies".to_string()));
+    assert!(changes[0].open);
+    assert_eq!(
+        changes[0].labels.contains(&"dependencies".to_string()),
+        kind.has_labels(),
+        "{changes:?}"
+    );
     w.hub.assert_no_violations();
 }
 every_forge!(the_pull_request_example_runs);
@@ -1160,8 +1281,9 @@ async fn promotion_gated_then_opened_then_updated(kind: Kind) {
 every_forge!(promotion_gated_then_opened_then_updated);
 
 /// While staging soaks, nothing is promoted; the clock is read back from tagpin's own stage
-/// status (GitHub: its creator; GitLab: its author), and one posted in tagpin's context by a
-/// CI job, claiming an earlier start, does not move it.
+/// status (GitHub: its creator; GitLab: its author; Bitbucket Data Center, which records no
+/// author: tagpin's signature), and one posted in tagpin's context by a CI job, claiming an
+/// earlier start, does not move it earlier.
 async fn the_soak_clock_is_tagpins_own(kind: Kind) {
     let w = Stages::new(kind, "1h").await;
     let image = w.sync().await;
@@ -1185,12 +1307,35 @@ async fn the_soak_clock_is_tagpins_own(kind: Kind) {
     let (code, report, out) = w.promote().await;
 
     assert_eq!(code, Some(3), "{}", text(&out));
-    assert_eq!(report["gate"]["since"].as_i64(), Some(since), "{report:#}");
-    assert!(
-        text(&out).contains("set by ci-bot is ignored"),
-        "{}",
-        text(&out)
-    );
+    if let Hub::BitbucketServer(bb) = &w.hub {
+        // Bitbucket keeps one build status per commit and key and records no author: the CI
+        // job's replaced tagpin's, and without tagpin's signature it carries no clock. The
+        // clock starts again (never earlier), and tagpin's own status is set back.
+        assert!(
+            report["gate"]["since"].as_i64().unwrap() >= since,
+            "{report:#}"
+        );
+        assert!(
+            text(&out).contains("set by an unknown creator is ignored"),
+            "{}",
+            text(&out)
+        );
+        let stage: Vec<_> = bb
+            .statuses(&tip)
+            .into_iter()
+            .filter(|s| s.key == STAGE_CONTEXT)
+            .collect();
+        assert_eq!(stage.len(), 1, "{stage:?}");
+        assert_eq!(stage[0].posted_by, BOT, "{stage:?}");
+        assert!(!stage[0].description.contains("2020-01-01"), "{stage:?}");
+    } else {
+        assert_eq!(report["gate"]["since"].as_i64(), Some(since), "{report:#}");
+        assert!(
+            text(&out).contains("set by ci-bot is ignored"),
+            "{}",
+            text(&out)
+        );
+    }
     assert!(w.hub.changes().is_empty(), "nothing promoted");
     w.hub.assert_no_violations();
 }
@@ -1329,8 +1474,9 @@ async fn a_merged_pin_the_cluster_rejects_gets_one_revert_change_request(kind: K
         "{}",
         revert.title
     );
-    assert!(
+    assert_eq!(
         revert.labels.contains(&"tagpin-revert".to_string()),
+        kind.has_labels(),
         "{revert:?}"
     );
     let merge = merge.unwrap();

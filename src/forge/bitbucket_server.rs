@@ -1,0 +1,1263 @@
+//! The Bitbucket Data Center (formerly Bitbucket Server) adapter, through REST `/rest/api/1.0`.
+//!
+//! A Bitbucket pull request is what a GitHub one is to tagpin: found by its source branch (a
+//! tagpin branch of this very repository, never a fork's), opened with the plan block in its
+//! description, and read back as open, merged (with its merge commit) or declined by a person.
+//! The verdict is a build status on the head and on the merge commit, and one pull request
+//! comment, found by its marker among the comments tagpin's own user wrote.
+//!
+//! Facts are those of Atlassian's Bitbucket Data Center REST reference
+//! (developer.atlassian.com/server/bitbucket/rest/, 8.x and 9.x), as shipped in the OpenAPI
+//! types of the npm package `@coderabbitai/bitbucket` 1.1.4
+//! (`dist/server/openapi/openapi-typescript.d.ts`, generated from Atlassian's OpenAPI
+//! description), cross-checked against the routes of the PyPI package `atlassian-python-api`
+//! 5.0.5 (`atlassian/bitbucket/__init__.py`).
+//!
+//! What Bitbucket Data Center does its own way, and what tagpin does about it:
+//! - `forge.api_url` is the instance's base URL (`https://bitbucket.example.com`, with its
+//!   context path if it has one); tagpin appends `/rest/api/1.0`. Build statuses go through
+//!   the repository's builds resource (`/rest/api/1.0/projects/{key}/repos/{slug}/commits/{sha}/builds`,
+//!   Data Center 7.14 and later; the older `/rest/build-status/1.0` is deprecated).
+//! - Pull requests are listed with `at=refs/heads/<branch>` and `direction=OUTGOING` (from
+//!   this repository's branch) or `INCOMING` (into the target), in pages of `{values,
+//!   isLastPage, nextPageStart}`. tagpin asks for `start=nextPageStart` on `api_url` itself,
+//!   only forward, and at most [`super::common`]'s page bound.
+//! - An update (`PUT`) carries the pull request's `version`; a `409` says someone changed it
+//!   since it was read: tagpin reads it again and tries once more. The reviewers read are sent
+//!   back, so an update never changes them.
+//! - Data Center pull requests have no labels: `pull_request.labels` cannot be set there, and
+//!   nothing stands in for them on the pull request. tagpin finds its pull requests by their
+//!   source branch (`pull_request.branch_prefix`), as on every forge.
+//! - A build status has no author: Bitbucket keeps one per commit and key, and anyone who may
+//!   read the repository may replace it. tagpin signs its own: `buildNumber` carries an
+//!   HMAC-SHA256, keyed by the token, of the repository, commit, key, tagpin's state and the
+//!   description. A status whose signature holds is tagpin's (its creator is the token's
+//!   user); any other in tagpin's key (a CI job's, or tagpin's own under a token since
+//!   rotated) has no known creator, carries no soak clock and is set over. `FAILED` stands for
+//!   tagpin's failure and error alike; the signature tells which it was.
+//! - The token's user is the `X-AUSERNAME` header Bitbucket sets on every authenticated answer
+//!   (read from `GET` of the repository); a proxy that drops it leaves `forge.login` to say.
+//! - Comments are read from the pull request's activities (`COMMENTED`), edited with `PUT`
+//!   and the comment's `version` (a `409`: read again, try once more). Only a comment's author
+//!   may change its text, so tagpin's is found among those its own user wrote.
+//!
+//! The token (an HTTP access token: personal, project or repository) goes in
+//! `Authorization: Bearer …`, marked sensitive so no debug output shows it. Redirects are not
+//! followed, so the token is sent to `api_url`'s host only. Every call has a connect timeout
+//! and a total deadline, answer included (`forge.timeout_seconds`), and reads at most
+//! [`super::MAX_ANSWER_BYTES`]; a `429` (Data Center's rate limiting) is waited out when it
+//! says `Retry-After` within [`super::MAX_RATE_LIMIT_WAIT`], and reported otherwise.
+//! Bitbucket's messages are never quoted.
+
+use std::time::{Duration, SystemTime};
+
+use hmac::{Hmac, Mac};
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use super::common::{host_of, http_client, in_flight, read_pages, retry_after, status_text};
+use super::common::{updated_before, Answer, Calls, FailureWords, ForgeError};
+use crate::config;
+use crate::review::{PullRequestInfo, Status, StatusState};
+
+const FORGE: &str = "Bitbucket";
+/// Where Data Center serves its REST API under `api_url`.
+pub const REST_API: &str = "/rest/api/1.0";
+/// Items asked for per page: Data Center's default is 25; 50 halves the calls and stays well
+/// within its page limit (`page.max.*`, 1000 by default).
+pub const PAGE_LIMIT: usize = 50;
+/// The header in which Data Center names the user an authenticated request acted as.
+const USER_HEADER: &str = "x-ausername";
+/// Bytes of the HMAC kept in `buildNumber` (hex: twice as many characters).
+const SIGNATURE_BYTES: usize = 16;
+
+/// A Bitbucket Data Center repository, with a token.
+pub struct BitbucketServer {
+    http: reqwest::Client,
+    /// `host[:port]` of `api_url`, for errors.
+    host: String,
+    /// `forge.timeout_seconds`: each call, answer included.
+    deadline: Duration,
+    /// `forge.api_url` without a trailing slash: `https://bitbucket.example.com`.
+    base: String,
+    project: String,
+    repo: String,
+    /// `PROJECT/repo`, for messages.
+    full_name: String,
+    token: HeaderValue,
+    /// Signs tagpin's build statuses: keyed by the token, which only tagpin holds.
+    signer: Hmac<Sha256>,
+    /// The token's user, asked once.
+    login: tokio::sync::OnceCell<String>,
+}
+
+/// Data Center's paged answer (`values`, `isLastPage`, `nextPageStart`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Page<T> {
+    #[serde(default = "Vec::new")]
+    values: Vec<T>,
+    #[serde(default = "last_page")]
+    is_last_page: bool,
+    next_page_start: Option<u64>,
+}
+
+fn last_page() -> bool {
+    true
+}
+
+/// `RestPullRequest`, the fields tagpin reads.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PullRequest {
+    id: u64,
+    #[serde(default)]
+    version: i64,
+    #[serde(default)]
+    title: String,
+    description: Option<String>,
+    /// `OPEN`, `MERGED` or `DECLINED`.
+    #[serde(default)]
+    state: String,
+    from_ref: Option<Ref>,
+    to_ref: Option<Ref>,
+    author: Option<Participant>,
+    #[serde(default)]
+    reviewers: Vec<Participant>,
+    /// Milliseconds.
+    updated_date: Option<i64>,
+    closed_date: Option<i64>,
+    links: Option<Links>,
+    properties: Option<Properties>,
+}
+
+/// `RestPullRequestRef`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Ref {
+    /// `refs/heads/tagpin/main`.
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    display_id: String,
+    latest_commit: Option<String>,
+    repository: Option<Repository>,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+struct Repository {
+    slug: String,
+    project: Project,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+struct Project {
+    key: String,
+}
+
+/// `RestPullRequestParticipant`.
+#[derive(Debug, Deserialize)]
+struct Participant {
+    user: User,
+}
+
+#[derive(Debug, Deserialize)]
+struct User {
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Links {
+    #[serde(rename = "self", default)]
+    self_links: Vec<Link>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Link {
+    href: String,
+}
+
+/// A merged pull request's `properties.mergeCommit`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Properties {
+    merge_commit: Option<MergeCommit>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MergeCommit {
+    id: String,
+}
+
+/// `RestBuildStatus`: no author.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BuildStatus {
+    #[serde(default)]
+    key: String,
+    /// `INPROGRESS`, `SUCCESSFUL`, `FAILED`, `CANCELLED` or `UNKNOWN`.
+    #[serde(default)]
+    state: String,
+    description: Option<String>,
+    build_number: Option<String>,
+    created_date: Option<i64>,
+    updated_date: Option<i64>,
+}
+
+/// `RestPullRequestActivity`, the fields of a `COMMENTED` one tagpin reads.
+#[derive(Debug, Deserialize)]
+struct Activity {
+    #[serde(default)]
+    action: String,
+    comment: Option<Comment>,
+}
+
+/// `RestComment`.
+#[derive(Debug, Deserialize)]
+struct Comment {
+    id: u64,
+    #[serde(default)]
+    version: i64,
+    #[serde(default)]
+    text: String,
+    author: Option<User>,
+}
+
+/// `RestPullRequest` as posted: a source and target ref in this repository.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NewPullRequest<'a> {
+    title: &'a str,
+    description: &'a str,
+    from_ref: NewRef<'a>,
+    to_ref: NewRef<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct NewRef<'a> {
+    id: String,
+    repository: NewRepository<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct NewRepository<'a> {
+    slug: &'a str,
+    project: NewProject<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct NewProject<'a> {
+    key: &'a str,
+}
+
+/// The `PUT` of a pull request: its version, what tagpin changes, and the reviewers as read.
+#[derive(Debug, Serialize)]
+struct EditPullRequest<'a> {
+    version: i64,
+    title: &'a str,
+    description: &'a str,
+    reviewers: Vec<Reviewer<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+struct Reviewer<'a> {
+    user: ReviewerUser<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct ReviewerUser<'a> {
+    name: &'a str,
+}
+
+/// `RestBuildStatusSetRequest`, the fields tagpin sets.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NewBuildStatus<'a> {
+    key: &'a str,
+    state: &'a str,
+    url: String,
+    name: &'a str,
+    description: &'a str,
+    build_number: String,
+}
+
+/// A new comment (`text`), or an edit (`text` and `version`).
+#[derive(Debug, Serialize)]
+struct CommentBody<'a> {
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<i64>,
+}
+
+impl BitbucketServer {
+    /// `api_url` is the instance's base URL, `https://bitbucket.example.com`.
+    pub fn new(forge: &config::Forge, token: String) -> Result<BitbucketServer, ForgeError> {
+        let config::ForgeKind::BitbucketServer { project, repo } = &forge.kind else {
+            return Err(setup(
+                "the forge configured is not Bitbucket Data Center".into(),
+            ));
+        };
+        let token = token.trim();
+        let mut header = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            setup(format!(
+                "the token in {} holds characters an HTTP header cannot carry",
+                forge.token_env
+            ))
+        })?;
+        header.set_sensitive(true);
+        let signer = Hmac::<Sha256>::new_from_slice(token.as_bytes())
+            .map_err(|_| setup("the token cannot key a signature".into()))?;
+        let deadline = Duration::from_secs(forge.timeout_seconds);
+        let http = http_client(FORGE, deadline)?;
+        Ok(BitbucketServer {
+            http,
+            host: host_of(&forge.api_url),
+            deadline,
+            base: forge.api_url.trim_end_matches('/').to_string(),
+            project: project.clone(),
+            repo: repo.clone(),
+            full_name: format!("{project}/{repo}"),
+            token: header,
+            signer,
+            login: tokio::sync::OnceCell::new_with(forge.login.clone()),
+        })
+    }
+
+    /// The user name the token acts as, asked once per process: the `X-AUSERNAME` header of
+    /// Bitbucket's answer to `GET` of the repository, or `forge.login`.
+    pub async fn login(&self) -> Result<&str, ForgeError> {
+        self.login
+            .get_or_try_init(|| async {
+                let what = format!("read repository {} (GET)", self.full_name);
+                let answer = self
+                    .request(&what, Method::GET, &self.repo_url(""), None)
+                    .await?;
+                let user = answer
+                    .headers
+                    .get(USER_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty());
+                match user {
+                    Some(user) => Ok(user.to_string()),
+                    None => Err(self.calls().error(
+                        &what,
+                        "Bitbucket did not name the token's user (no X-AUSERNAME header: a proxy may drop it); set forge.login to the token's user name".into(),
+                        None,
+                    )),
+                }
+            })
+            .await
+            .map(String::as_str)
+    }
+
+    /// `{base}/rest/api/1.0/projects/{key}/repos/{slug}{rest}`.
+    fn repo_url(&self, rest: &str) -> String {
+        format!(
+            "{}{REST_API}/projects/{}/repos/{}{rest}",
+            self.base,
+            encode(&self.project),
+            encode(&self.repo)
+        )
+    }
+
+    /// Whether `repository` is the configured one (project keys are case-insensitive).
+    fn is_ours(&self, repository: Option<&Repository>) -> bool {
+        repository.is_some_and(|r| {
+            r.project.key.eq_ignore_ascii_case(&self.project) && r.slug == self.repo
+        })
+    }
+
+    /// Every pull request (open, merged, declined) from `branch` of this repository into
+    /// `base`, newest first; a fork's from a branch of the same name is left out.
+    pub async fn pull_requests_for(
+        &self,
+        branch: &str,
+        base: &str,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let what = format!("list pull requests from {branch}");
+        let at = branch_ref(branch);
+        let query = [
+            ("at", at.as_str()),
+            ("direction", "OUTGOING"),
+            ("state", "ALL"),
+            ("order", "NEWEST"),
+        ];
+        let mut prs = self.list_pull_requests(&what, &query, base, None).await?;
+        prs.retain(|p| p.head_ref == branch && p.same_repository);
+        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
+        Ok(prs)
+    }
+
+    /// Every open pull request into `base` from a branch starting with `prefix`, and those
+    /// merged or declined at or after `closed_since` (Unix seconds), newest first; forks' are
+    /// included, marked by `same_repository`.
+    pub async fn pull_requests_with_prefix(
+        &self,
+        prefix: &str,
+        base: &str,
+        closed_since: i64,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let what = format!("list pull requests into {base}");
+        let at = branch_ref(base);
+        let open = [
+            ("at", at.as_str()),
+            ("direction", "INCOMING"),
+            ("state", "OPEN"),
+            ("order", "NEWEST"),
+        ];
+        let open = self.list_pull_requests(&what, &open, base, None).await?;
+        // Newest (last updated) first, so the pages stop where the window does.
+        let mut recent = Vec::new();
+        for state in ["MERGED", "DECLINED"] {
+            let query = [
+                ("at", at.as_str()),
+                ("direction", "INCOMING"),
+                ("state", state),
+                ("order", "NEWEST"),
+            ];
+            recent.extend(
+                self.list_pull_requests(&what, &query, base, Some(closed_since))
+                    .await?,
+            );
+        }
+        Ok(in_flight(open, recent, prefix))
+    }
+
+    /// Every page of a pull request list, keeping those into `base` of this repository; with
+    /// `until`, pages stop after the first one that reaches a pull request updated before it.
+    async fn list_pull_requests(
+        &self,
+        what: &str,
+        query: &[(&str, &str)],
+        base: &str,
+        until: Option<i64>,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let first = with_query(&self.repo_url("/pull-requests"), query);
+        let target = branch_ref(base);
+        let read_page = |url: String| {
+            let target = target.clone();
+            async move {
+                let (items, next) = self.read_list::<PullRequest>(what, &url).await?;
+                let items: Vec<PullRequestInfo> = items
+                    .into_iter()
+                    .filter(|p| {
+                        p.to_ref
+                            .as_ref()
+                            .is_some_and(|r| r.id == target && self.is_ours(r.repository.as_ref()))
+                    })
+                    .map(|p| self.info(p))
+                    .collect();
+                Ok((items, next))
+            }
+        };
+        read_pages(first, read_page, updated_before(until)).await
+    }
+
+    /// One page of a list, with the address of the next page on `api_url`.
+    async fn read_list<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        url: &str,
+    ) -> Result<(Vec<T>, Option<String>), ForgeError> {
+        let answer = self.request(what, Method::GET, url, None).await?;
+        let page: Page<T> = self.calls().parse(what, &answer.body)?;
+        let next =
+            next_page(url, &page).map_err(|e| self.calls().error(what, e.to_string(), None))?;
+        Ok((page.values, next))
+    }
+
+    /// What tagpin reads of a Bitbucket pull request.
+    fn info(&self, pr: PullRequest) -> PullRequestInfo {
+        let from = pr.from_ref.as_ref();
+        let same_repository = from.is_some_and(|f| self.is_ours(f.repository.as_ref()))
+            && pr
+                .to_ref
+                .as_ref()
+                .is_some_and(|t| self.is_ours(t.repository.as_ref()));
+        let head_ref = from
+            .map(|f| match f.id.strip_prefix("refs/heads/") {
+                Some(branch) => branch.to_string(),
+                None => f.display_id.clone(),
+            })
+            .unwrap_or_default();
+        let merged = pr.state == "MERGED";
+        PullRequestInfo {
+            number: pr.id,
+            open: pr.state == "OPEN",
+            merged,
+            title: pr.title,
+            body: pr.description.unwrap_or_default(),
+            // Data Center pull requests have no labels.
+            labels: Vec::new(),
+            url: pr
+                .links
+                .and_then(|l| l.self_links.into_iter().next())
+                .map(|l| l.href)
+                .unwrap_or_default(),
+            head_ref,
+            head_sha: from
+                .and_then(|f| f.latest_commit.clone())
+                .unwrap_or_default(),
+            merge_commit_sha: pr
+                .properties
+                .and_then(|p| p.merge_commit)
+                .map(|c| c.id)
+                .filter(|id| merged && !id.is_empty()),
+            merged_at: pr.closed_date.filter(|_| merged).map(seconds),
+            updated_at: pr.updated_date.map(seconds),
+            author: pr.author.map(|a| a.user.name).unwrap_or_default(),
+            same_repository,
+        }
+    }
+
+    /// Opens a pull request. When Bitbucket answers that one is already open for these
+    /// branches (`409`: another tagpin or a person got there first), that one is adopted:
+    /// it is given this title and description and returned.
+    pub async fn open_pull_request(
+        &self,
+        branch: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<PullRequestInfo, ForgeError> {
+        let what = format!("open a pull request from {branch} into {base}");
+        let new_ref = |branch: &str| NewRef {
+            id: branch_ref(branch),
+            repository: NewRepository {
+                slug: &self.repo,
+                project: NewProject { key: &self.project },
+            },
+        };
+        let request = NewPullRequest {
+            title,
+            description: body,
+            from_ref: new_ref(branch),
+            to_ref: new_ref(base),
+        };
+        let url = self.repo_url("/pull-requests");
+        match self
+            .request(&what, Method::POST, &url, Some(json(&request)))
+            .await
+        {
+            Ok(answer) => Ok(self.info(self.calls().parse(&what, &answer.body)?)),
+            Err(e) if has_status(&e, 409) => {
+                let at = branch_ref(branch);
+                let query = [
+                    ("at", at.as_str()),
+                    ("direction", "OUTGOING"),
+                    ("state", "OPEN"),
+                    ("order", "NEWEST"),
+                ];
+                let open = self
+                    .list_pull_requests(&what, &query, base, None)
+                    .await?
+                    .into_iter()
+                    .find(|p| p.head_ref == branch && p.same_repository && p.open);
+                let Some(mut pr) = open else { return Err(e) };
+                tracing::info!(
+                    "pull request #{} was opened for {branch} meanwhile; adopting it",
+                    pr.number
+                );
+                self.update_pull_request(pr.number, title, body).await?;
+                pr.title = title.to_string();
+                pr.body = body.to_string();
+                Ok(pr)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives pull request `number` this title and description: reads its version (and
+    /// reviewers, sent back unchanged), and when Bitbucket answers that the version is stale
+    /// (`409`: changed meanwhile), reads it again and tries once more.
+    pub async fn update_pull_request(
+        &self,
+        number: u64,
+        title: &str,
+        body: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("update pull request #{number}");
+        let url = self.repo_url(&format!("/pull-requests/{number}"));
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let read = self.request(&what, Method::GET, &url, None).await?;
+            let current: PullRequest = self.calls().parse(&what, &read.body)?;
+            let edit = EditPullRequest {
+                version: current.version,
+                title,
+                description: body,
+                reviewers: current
+                    .reviewers
+                    .iter()
+                    .map(|r| Reviewer {
+                        user: ReviewerUser { name: &r.user.name },
+                    })
+                    .collect(),
+            };
+            match self
+                .request(&what, Method::PUT, &url, Some(json(&edit)))
+                .await
+            {
+                Err(e) if has_status(&e, 409) && attempt < 2 => {
+                    tracing::info!(
+                        "pull request #{number} changed while tagpin updated it; reading it again"
+                    );
+                }
+                result => return result.map(|_| ()),
+            }
+        }
+    }
+
+    /// Data Center pull requests have no labels: nothing to add, and no call is made.
+    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
+        if !labels.is_empty() {
+            tracing::debug!(
+                "pull request #{number}: Bitbucket Data Center has no labels; {labels:?} not set"
+            );
+        }
+        Ok(())
+    }
+
+    /// One pull request by its id (`#N`).
+    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
+        let what = format!("read pull request #{number}");
+        let url = self.repo_url(&format!("/pull-requests/{number}"));
+        let answer = self.request(&what, Method::GET, &url, None).await?;
+        Ok(self.info(self.calls().parse(&what, &answer.body)?))
+    }
+
+    /// The build status `context` on `sha` (Bitbucket keeps one per commit and key), with its
+    /// creator the token's user when tagpin's signature holds, unknown otherwise.
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+        let me = self.login().await?.to_string();
+        let what = format!("read build status {context} of {sha}");
+        let url = with_key(
+            &self.repo_url(&format!("/commits/{}/builds", encode(sha))),
+            context,
+        );
+        let answer = match self.request(&what, Method::GET, &url, None).await {
+            // The repository was read already (the login); a 404 here is no status of the key.
+            Err(e) if has_status(&e, 404) => return Ok(Vec::new()),
+            answer => answer?,
+        };
+        let status: BuildStatus = self.calls().parse(&what, &answer.body)?;
+        if status.key != context {
+            return Ok(Vec::new());
+        }
+        Ok(self.read_status(sha, &status, &me).into_iter().collect())
+    }
+
+    /// A build status as tagpin reads it: tagpin's own (creator `me`) when its signature
+    /// holds for one of the states Bitbucket's state stands for.
+    fn read_status(&self, sha: &str, status: &BuildStatus, me: &str) -> Option<Status> {
+        let candidates = read_states(&status.state);
+        let description = status.description.clone().unwrap_or_default();
+        let signed = candidates.iter().copied().find(|state| {
+            status.build_number.as_deref().is_some_and(|given| {
+                self.signature_holds(sha, &status.key, *state, &description, given)
+            })
+        });
+        let state = signed.or_else(|| candidates.first().copied())?;
+        Some(Status {
+            state,
+            description,
+            created_at: status.updated_date.or(status.created_date).map(seconds),
+            creator: signed.map(|_| me.to_string()),
+        })
+    }
+
+    /// Sets build status `context` on `sha`, replacing the one of that key, signed.
+    pub async fn set_status(
+        &self,
+        sha: &str,
+        state: StatusState,
+        context: &str,
+        description: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("set build status {context} on {sha}");
+        let url = self.repo_url(&format!("/commits/{}/builds", encode(sha)));
+        let status = NewBuildStatus {
+            key: context,
+            state: wire_state(state),
+            url: format!(
+                "{}/projects/{}/repos/{}/commits/{}",
+                self.base,
+                encode(&self.project),
+                encode(&self.repo),
+                encode(sha)
+            ),
+            name: context,
+            description,
+            build_number: self.signature(sha, context, state, description),
+        };
+        self.request(&what, Method::POST, &url, Some(json(&status)))
+            .await?;
+        Ok(())
+    }
+
+    /// The MAC of what a status says, keyed by the token.
+    fn mac(&self, sha: &str, key: &str, state: StatusState, description: &str) -> Hmac<Sha256> {
+        let mut mac = self.signer.clone();
+        for part in [
+            "tagpin build status v1",
+            &self.project.to_ascii_uppercase(),
+            &self.repo,
+            sha,
+            key,
+            state_word(state),
+            description,
+        ] {
+            mac.update(part.as_bytes());
+            mac.update(&[0]);
+        }
+        mac
+    }
+
+    /// `buildNumber` of a status tagpin sets: the first [`SIGNATURE_BYTES`] of its MAC, hex.
+    fn signature(&self, sha: &str, key: &str, state: StatusState, description: &str) -> String {
+        let bytes = self
+            .mac(sha, key, state, description)
+            .finalize()
+            .into_bytes();
+        hex_of(&bytes[..SIGNATURE_BYTES])
+    }
+
+    /// Whether `given` is tagpin's signature of this status (compared in constant time).
+    fn signature_holds(
+        &self,
+        sha: &str,
+        key: &str,
+        state: StatusState,
+        description: &str,
+        given: &str,
+    ) -> bool {
+        match bytes_of_hex(given) {
+            Some(bytes) if bytes.len() == SIGNATURE_BYTES => self
+                .mac(sha, key, state, description)
+                .verify_truncated_left(&bytes)
+                .is_ok(),
+            _ => false,
+        }
+    }
+
+    /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
+    /// the marker among the comments `me` wrote: only a comment's author may change its text),
+    /// creates it otherwise.
+    pub async fn upsert_comment(
+        &self,
+        number: u64,
+        marker: &str,
+        body: &str,
+        me: &str,
+    ) -> Result<(), ForgeError> {
+        let Some(existing) = self.find_comment(number, marker, me).await? else {
+            let what = format!("comment on pull request #{number}");
+            let url = self.repo_url(&format!("/pull-requests/{number}/comments"));
+            let new = CommentBody {
+                text: body,
+                version: None,
+            };
+            self.request(&what, Method::POST, &url, Some(json(&new)))
+                .await?;
+            return Ok(());
+        };
+        let mut comment = existing;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if comment.text == body {
+                // Already says exactly this: editing it again would only spend a call.
+                return Ok(());
+            }
+            let id = comment.id;
+            let what = format!("update comment {id} on pull request #{number}");
+            let url = self.repo_url(&format!("/pull-requests/{number}/comments/{id}"));
+            let edit = CommentBody {
+                text: body,
+                version: Some(comment.version),
+            };
+            match self
+                .request(&what, Method::PUT, &url, Some(json(&edit)))
+                .await
+            {
+                Err(e) if has_status(&e, 409) && attempt < 2 => {
+                    let read = self.request(&what, Method::GET, &url, None).await?;
+                    comment = self.calls().parse(&what, &read.body)?;
+                }
+                result => return result.map(|_| ()),
+            }
+        }
+    }
+
+    /// The oldest general comment `me` wrote on pull request `number` carrying `marker`, read
+    /// from its activities, every page.
+    async fn find_comment(
+        &self,
+        number: u64,
+        marker: &str,
+        me: &str,
+    ) -> Result<Option<Comment>, ForgeError> {
+        let what = format!("list comments of pull request #{number}");
+        let first = with_query(
+            &self.repo_url(&format!("/pull-requests/{number}/activities")),
+            &[],
+        );
+        let what = what.as_str();
+        let read_page = |url: String| async move { self.read_list::<Activity>(what, &url).await };
+        let activities = read_pages(first, read_page, |_| false).await?;
+        // Activities come newest first: the oldest of tagpin's is the one it keeps.
+        Ok(activities
+            .into_iter()
+            .rev()
+            .filter(|a| a.action == "COMMENTED")
+            .filter_map(|a| a.comment)
+            .find(|c| c.text.contains(marker) && c.author.as_ref().is_some_and(|u| u.name == me)))
+    }
+
+    /// One call, waiting out a `429` that says when to come back, within bounds. Any other
+    /// answer outside 2xx is an error naming what it means for tagpin.
+    async fn request(
+        &self,
+        what: &str,
+        method: Method,
+        url: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<Answer, ForgeError> {
+        let build = || {
+            let request = self
+                .http
+                .request(method.clone(), url)
+                .header(reqwest::header::AUTHORIZATION, self.token.clone())
+                .header(reqwest::header::ACCEPT, "application/json");
+            match &body {
+                Some(body) => request.json(body),
+                None => request,
+            }
+        };
+        let describe =
+            |status: StatusCode, _: &str| describe_failure(status, &self.full_name, &self.base);
+        let words = FailureWords {
+            wait: rate_limit_wait,
+            describe: &describe,
+        };
+        self.calls().send(what, build, &words).await
+    }
+
+    /// How this adapter's calls read answers and name failures.
+    fn calls(&self) -> Calls<'_> {
+        Calls {
+            forge: FORGE,
+            host: &self.host,
+            repo: &self.full_name,
+            deadline: self.deadline,
+        }
+    }
+}
+
+fn setup(detail: String) -> ForgeError {
+    ForgeError::Setup {
+        forge: FORGE,
+        detail,
+    }
+}
+
+fn json<T: Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}
+
+fn branch_ref(branch: &str) -> String {
+    format!("refs/heads/{branch}")
+}
+
+/// Milliseconds since the epoch, as Bitbucket writes times, in seconds.
+fn seconds(millis: i64) -> i64 {
+    millis.div_euclid(1000)
+}
+
+/// One path segment: a project key or repository slug is letters, digits, `-`, `_` and `.`;
+/// anything else is percent-encoded, so it cannot reach another path.
+fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `url` with `query`, `limit` and the first `start` appended.
+fn with_query(url: &str, query: &[(&str, &str)]) -> String {
+    let mut pairs = url::form_urlencoded::Serializer::new(String::new());
+    pairs.extend_pairs(query);
+    pairs.append_pair("limit", &PAGE_LIMIT.to_string());
+    pairs.append_pair("start", "0");
+    format!("{url}?{}", pairs.finish())
+}
+
+/// `url?key=…`.
+fn with_key(url: &str, key: &str) -> String {
+    let mut pairs = url::form_urlencoded::Serializer::new(String::new());
+    pairs.append_pair("key", key);
+    format!("{url}?{}", pairs.finish())
+}
+
+/// The states a Bitbucket build state stands for in tagpin's words, the likeliest first:
+/// `FAILED` is tagpin's failure or error. `CANCELLED` and `UNKNOWN` are no verdict of tagpin's.
+fn read_states(state: &str) -> &'static [StatusState] {
+    match state {
+        "INPROGRESS" => &[StatusState::Pending],
+        "SUCCESSFUL" => &[StatusState::Success],
+        "FAILED" => &[StatusState::Failure, StatusState::Error],
+        _ => &[],
+    }
+}
+
+/// Bitbucket's words for tagpin's states: it has no error apart from a failure.
+fn wire_state(state: StatusState) -> &'static str {
+    match state {
+        StatusState::Pending => "INPROGRESS",
+        StatusState::Success => "SUCCESSFUL",
+        StatusState::Failure | StatusState::Error => "FAILED",
+    }
+}
+
+/// tagpin's own word for a state, signed with the status so `FAILED` reads back as it was.
+fn state_word(state: StatusState) -> &'static str {
+    match state {
+        StatusState::Pending => "pending",
+        StatusState::Success => "success",
+        StatusState::Failure => "failure",
+        StatusState::Error => "error",
+    }
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn bytes_of_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
+}
+
+/// Whether `e` is Bitbucket's answer `status`.
+fn has_status(e: &ForgeError, want: u16) -> bool {
+    matches!(e, ForgeError::Call { status: Some(s), .. } if *s == want)
+}
+
+/// Why the next page of a list cannot be asked for.
+#[derive(Debug, thiserror::Error)]
+enum PagingError {
+    /// The address of the page just read (tagpin's own) does not parse.
+    #[error("{url}: {source}")]
+    BadUrl {
+        url: String,
+        #[source]
+        source: url::ParseError,
+    },
+}
+
+/// The next page of a list read from `url` (with `start=N`): `start=nextPageStart` on the
+/// same address, while the page says it is not the last and the next start lies ahead (a
+/// page pointing back is the last read).
+fn next_page<T>(url: &str, page: &Page<T>) -> Result<Option<String>, PagingError> {
+    let mut next = url::Url::parse(url).map_err(|source| PagingError::BadUrl {
+        url: url.to_string(),
+        source,
+    })?;
+    let start: u64 = next
+        .query_pairs()
+        .find(|(k, _)| k == "start")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let Some(following) = page.next_page_start.filter(|n| *n > start) else {
+        return Ok(None);
+    };
+    if page.is_last_page || page.values.is_empty() {
+        return Ok(None);
+    }
+    let kept: Vec<(String, String)> = next
+        .query_pairs()
+        .filter(|(k, _)| k != "start")
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    next.query_pairs_mut()
+        .clear()
+        .extend_pairs(kept)
+        .append_pair("start", &following.to_string());
+    Ok(Some(next.to_string()))
+}
+
+/// How long to wait after a `429`: `Retry-After`, else a minute.
+fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
+    retry_after(headers, now).unwrap_or(Duration::from_secs(60))
+}
+
+/// A failed answer in Bitbucket's words, saying what to fix: the token (401), its permission
+/// (403), the repository or object (404), a conflict (409), a field Bitbucket refused (400).
+/// Bitbucket's body is never quoted.
+fn describe_failure(status: StatusCode, repo: &str, base: &str) -> String {
+    let answered = status_text(status.as_u16());
+    let meaning = match status.as_u16() {
+        401 => Some("the token is not valid (expired, revoked, or not a Bitbucket HTTP access token)".to_string()),
+        403 => Some(format!(
+            "the token may not do this in {repo} (an HTTP access token needs the Repository write permission)"
+        )),
+        404 => Some(format!(
+            "{repo} is not at {base}, or the token may not read it (Bitbucket answers 404 for repositories hidden from the token), or the pull request or comment does not exist"
+        )),
+        409 => Some(
+            "a pull request for these branches is already open, or the pull request or comment changed since tagpin read it".to_string(),
+        ),
+        400 => Some("Bitbucket refused a field tagpin sent".to_string()),
+        _ => None,
+    };
+    match meaning {
+        Some(meaning) => format!("{answered} ({meaning})"),
+        None => answered,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A merged pull request in the shape of Data Center's `RestPullRequest` (as the
+    /// reference's example shows it), trimmed of fields tagpin does not read.
+    const MERGED_PULL_REQUEST: &str = r#"{
+      "id": 12, "version": 3, "title": "Pin 1 image(s) to digests", "description": "plan",
+      "state": "MERGED", "open": false, "closed": true,
+      "createdDate": 1767319000000, "updatedDate": 1767319446000, "closedDate": 1767319445000,
+      "fromRef": {"id": "refs/heads/tagpin/main", "displayId": "tagpin/main",
+                  "latestCommit": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+                  "repository": {"id": 5, "slug": "gitops", "project": {"key": "ACME"}}},
+      "toRef": {"id": "refs/heads/main", "displayId": "main",
+                "latestCommit": "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+                "repository": {"id": 5, "slug": "gitops", "project": {"key": "ACME"}}},
+      "author": {"user": {"name": "tagpin-bot", "slug": "tagpin-bot"}, "role": "AUTHOR"},
+      "reviewers": [], "participants": [],
+      "properties": {"mergeCommit": {"displayId": "ccccccc",
+                                     "id": "cccccccccccccccccccccccccccccccccccccccc"}},
+      "links": {"self": [{"href": "https://bitbucket.example.com/projects/ACME/repos/gitops/pull-requests/12"}]}
+    }"#;
+
+    fn adapter() -> BitbucketServer {
+        let forge = config::Forge {
+            kind: config::ForgeKind::BitbucketServer {
+                project: "ACME".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://bitbucket.example.com/".into(),
+            token_env: "BITBUCKET_TOKEN".into(),
+            login: None,
+            timeout_seconds: 60,
+        };
+        BitbucketServer::new(&forge, "token-one".into()).unwrap()
+    }
+
+    fn pr(patch: serde_json::Value) -> PullRequestInfo {
+        let mut value: serde_json::Value = serde_json::from_str(MERGED_PULL_REQUEST).unwrap();
+        for (k, v) in patch.as_object().unwrap() {
+            value[k] = v.clone();
+        }
+        adapter().info(serde_json::from_value(value).unwrap())
+    }
+
+    #[test]
+    fn a_bitbucket_pull_request_reads_as_tagpin_reads_a_change_request() {
+        let merged = pr(serde_json::json!({}));
+        assert_eq!(merged.number, 12);
+        assert!(merged.merged && !merged.open);
+        assert!(merged.labels.is_empty());
+        assert_eq!(merged.head_ref, "tagpin/main");
+        assert_eq!(merged.head_sha, "a".repeat(40));
+        assert_eq!(merged.merge_commit_sha, Some("c".repeat(40)));
+        assert_eq!(merged.merged_at, Some(1767319445));
+        assert_eq!(merged.updated_at, Some(1767319446));
+        assert_eq!(merged.author, "tagpin-bot");
+        assert!(merged.url.ends_with("/pull-requests/12"));
+        assert!(merged.same_repository);
+        let open = pr(serde_json::json!({"state": "OPEN", "properties": {}}));
+        assert!(open.open && !open.merged);
+        assert_eq!(open.merge_commit_sha, None);
+        assert_eq!(open.merged_at, None);
+        let declined = pr(serde_json::json!({"state": "DECLINED", "properties": null}));
+        assert!(!declined.open && !declined.merged);
+    }
+
+    #[test]
+    fn a_pull_request_from_a_fork_is_not_this_repositorys() {
+        let fork = pr(
+            serde_json::json!({"fromRef": {"id": "refs/heads/tagpin/main",
+            "displayId": "tagpin/main", "latestCommit": "a",
+            "repository": {"slug": "gitops", "project": {"key": "~MALLORY"}}}}),
+        );
+        assert!(!fork.same_repository);
+        let unknown = pr(serde_json::json!({"fromRef": null}));
+        assert!(!unknown.same_repository);
+        let lower = pr(serde_json::json!({"toRef": {"id": "refs/heads/main",
+            "repository": {"slug": "gitops", "project": {"key": "acme"}}}}));
+        assert!(lower.same_repository, "project keys are case-insensitive");
+    }
+
+    #[test]
+    fn a_status_is_tagpins_only_under_its_own_signature() {
+        let bb = adapter();
+        let sha = "a".repeat(40);
+        let signed = |state, description: &str| BuildStatus {
+            key: "tagpin/converged".into(),
+            state: wire_state(state).into(),
+            description: Some(description.into()),
+            build_number: Some(bb.signature(&sha, "tagpin/converged", state, description)),
+            created_date: Some(1_000_000),
+            updated_date: Some(2_000_000),
+        };
+        for state in [
+            StatusState::Pending,
+            StatusState::Success,
+            StatusState::Failure,
+            StatusState::Error,
+        ] {
+            let read = bb
+                .read_status(&sha, &signed(state, "1 of 2 pods"), "bot")
+                .unwrap();
+            assert_eq!(read.state, state, "FAILED reads back as what tagpin set");
+            assert_eq!(read.creator.as_deref(), Some("bot"));
+            assert_eq!(read.created_at, Some(2_000));
+        }
+        // A CI job replacing tagpin's with another description, or copying its buildNumber.
+        let mut forged = signed(StatusState::Success, "converged since 2026");
+        forged.description = Some("converged since 2020".into());
+        let read = bb.read_status(&sha, &forged, "bot").unwrap();
+        assert_eq!((read.state, read.creator), (StatusState::Success, None));
+        let mut unsigned = signed(StatusState::Failure, "x");
+        unsigned.build_number = Some("42".into());
+        assert_eq!(
+            bb.read_status(&sha, &unsigned, "bot").unwrap().creator,
+            None
+        );
+        // Another token (rotated, or another tagpin's) does not sign as this one.
+        let forge = config::Forge {
+            kind: config::ForgeKind::BitbucketServer {
+                project: "ACME".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://bitbucket.example.com".into(),
+            token_env: "T".into(),
+            login: None,
+            timeout_seconds: 60,
+        };
+        let other = BitbucketServer::new(&forge, "token-two".into()).unwrap();
+        assert_eq!(
+            other
+                .read_status(&sha, &signed(StatusState::Success, "x"), "bot")
+                .unwrap()
+                .creator,
+            None
+        );
+        let cancelled = BuildStatus {
+            state: "CANCELLED".into(),
+            ..signed(StatusState::Success, "x")
+        };
+        assert!(bb.read_status(&sha, &cancelled, "bot").is_none());
+    }
+
+    #[test]
+    fn pages_follow_next_page_start_on_api_url_only_forward() {
+        let url = "https://bitbucket.example.com/rest/api/1.0/projects/ACME/repos/gitops/pull-requests?state=ALL&limit=50&start=0";
+        let page = |last: bool, next: Option<u64>| Page::<u64> {
+            values: vec![1, 2],
+            is_last_page: last,
+            next_page_start: next,
+        };
+        assert_eq!(
+            next_page(url, &page(false, Some(50))).unwrap().as_deref(),
+            Some("https://bitbucket.example.com/rest/api/1.0/projects/ACME/repos/gitops/pull-requests?state=ALL&limit=50&start=50")
+        );
+        assert_eq!(next_page(url, &page(true, None)).unwrap(), None);
+        let later = url.replace("start=0", "start=50");
+        assert_eq!(
+            next_page(&later, &page(false, Some(50))).unwrap(),
+            None,
+            "a page pointing at itself or back is the last"
+        );
+        let empty = Page::<u64> {
+            values: vec![],
+            is_last_page: false,
+            next_page_start: Some(100),
+        };
+        assert_eq!(next_page(url, &empty).unwrap(), None);
+    }
+
+    #[test]
+    fn a_rate_limit_is_waited_as_the_answer_says() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut headers = HeaderMap::new();
+        headers.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(rate_limit_wait(&headers, now), Duration::from_secs(7));
+        assert_eq!(
+            rate_limit_wait(&HeaderMap::new(), now),
+            Duration::from_secs(60)
+        );
+    }
+
+    #[test]
+    fn failures_name_what_to_fix_without_quoting_bitbucket() {
+        let describe = |status: u16| {
+            describe_failure(
+                StatusCode::from_u16(status).unwrap(),
+                "ACME/gitops",
+                "https://bitbucket.example.com",
+            )
+        };
+        assert!(describe(401).contains("not a Bitbucket HTTP access token"));
+        assert!(describe(403).contains("Repository write permission"));
+        assert!(describe(404).contains("ACME/gitops is not at https://bitbucket.example.com"));
+        assert!(describe(409).contains("changed since tagpin read it"));
+        assert_eq!(describe(500), "500 Internal Server Error");
+    }
+
+    #[test]
+    fn project_and_repository_are_each_one_path_segment() {
+        let bb = adapter();
+        assert_eq!(
+            bb.repo_url("/pull-requests"),
+            "https://bitbucket.example.com/rest/api/1.0/projects/ACME/repos/gitops/pull-requests"
+        );
+        assert_eq!(encode("my repo/x"), "my%20repo%2Fx");
+        assert_eq!(
+            with_key("https://h/b", "tagpin/stage/prod"),
+            "https://h/b?key=tagpin%2Fstage%2Fprod"
+        );
+    }
+
+    #[test]
+    fn the_verdict_comment_is_posted_as_text_and_edited_with_its_version() {
+        assert_eq!(
+            json(&CommentBody {
+                text: "x",
+                version: None
+            }),
+            serde_json::json!({"text": "x"})
+        );
+        assert_eq!(
+            json(&CommentBody {
+                text: "x",
+                version: Some(4)
+            }),
+            serde_json::json!({"text": "x", "version": 4})
+        );
+    }
+}
