@@ -9,6 +9,7 @@
 //! status is tagpin's own (created by the token's login), and the memory of what this process
 //! last wrote, so a pass that would write the same again spends no call.
 
+pub mod bitbucket;
 pub mod body;
 mod common;
 pub mod gitea;
@@ -26,6 +27,7 @@ use crate::config;
 use crate::mutex::lock;
 
 pub use crate::review::{PullRequestInfo, Status, StatusState};
+pub use bitbucket::Bitbucket;
 pub use common::{ForgeError, MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT};
 pub use gitea::Gitea;
 pub use github::GitHub;
@@ -54,9 +56,12 @@ impl ChangeRequestNoun {
     pub fn of(forge: Option<&config::Forge>) -> ChangeRequestNoun {
         match forge.map(|f| &f.kind) {
             Some(config::ForgeKind::GitLab { .. }) => ChangeRequestNoun::MergeRequest,
-            Some(config::ForgeKind::GitHub { .. } | config::ForgeKind::Gitea { .. }) | None => {
-                ChangeRequestNoun::PullRequest
-            }
+            Some(
+                config::ForgeKind::GitHub { .. }
+                | config::ForgeKind::Gitea { .. }
+                | config::ForgeKind::Bitbucket { .. },
+            )
+            | None => ChangeRequestNoun::PullRequest,
         }
     }
 
@@ -87,6 +92,7 @@ enum Adapter {
     GitHub(GitHub),
     GitLab(GitLab),
     Gitea(Gitea),
+    Bitbucket(Bitbucket),
 }
 
 /// Dispatches one call to the adapter, which has a method of the same name and arguments.
@@ -96,6 +102,7 @@ macro_rules! dispatch {
             Adapter::GitHub(forge) => forge.$method($($arg),*).await,
             Adapter::GitLab(forge) => forge.$method($($arg),*).await,
             Adapter::Gitea(forge) => forge.$method($($arg),*).await,
+            Adapter::Bitbucket(forge) => forge.$method($($arg),*).await,
         }
     };
 }
@@ -122,6 +129,9 @@ impl Forge {
             config::ForgeKind::GitHub { .. } => Adapter::GitHub(GitHub::new(forge, token)?),
             config::ForgeKind::GitLab { .. } => Adapter::GitLab(GitLab::new(forge, token)?),
             config::ForgeKind::Gitea { .. } => Adapter::Gitea(Gitea::new(forge, token)?),
+            config::ForgeKind::Bitbucket { .. } => {
+                Adapter::Bitbucket(Bitbucket::new(forge, token)?)
+            }
         };
         Ok(Forge {
             adapter,
@@ -133,7 +143,9 @@ impl Forge {
     /// What this forge calls a change request.
     pub fn noun(&self) -> ChangeRequestNoun {
         match self.adapter {
-            Adapter::GitHub(_) | Adapter::Gitea(_) => ChangeRequestNoun::PullRequest,
+            Adapter::GitHub(_) | Adapter::Gitea(_) | Adapter::Bitbucket(_) => {
+                ChangeRequestNoun::PullRequest
+            }
             Adapter::GitLab(_) => ChangeRequestNoun::MergeRequest,
         }
     }
@@ -216,6 +228,10 @@ impl Forge {
             Adapter::GitHub(forge) => forge.statuses(sha, context).await,
             Adapter::GitLab(forge) => forge.statuses(sha, branch, context).await,
             Adapter::Gitea(forge) => forge.statuses(sha, context).await,
+            Adapter::Bitbucket(forge) => {
+                let me = self.login().await?;
+                forge.statuses(sha, context, me).await
+            }
         }
     }
 
@@ -271,6 +287,7 @@ impl Forge {
                     .await
             }
             Adapter::Gitea(forge) => forge.set_status(sha, state, context, description).await,
+            Adapter::Bitbucket(forge) => forge.set_status(sha, state, context, description).await,
         }?;
         self.remember_status(sha, branch, context, state, description);
         Ok(())
@@ -351,6 +368,10 @@ impl Forge {
                 let me = self.login().await?;
                 forge.upsert_comment(number, marker, body, me).await
             }
+            Adapter::Bitbucket(forge) => {
+                let me = self.login().await?;
+                forge.upsert_comment(number, marker, body, me).await
+            }
         }?;
         let mut comments = lock(&self.comments_set);
         if comments.len() >= MAX_REMEMBERED {
@@ -406,6 +427,7 @@ mod tests {
             api_url: "https://git.example.com/api/v1".into(),
             token_env: "GITEA_TOKEN".into(),
             login: None,
+            username_env: None,
             timeout_seconds: 60,
         };
         assert_eq!(

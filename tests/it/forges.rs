@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use serde_json::json;
+use support::bitbucket::BitbucketServer;
 use support::git::BareRepo;
 use support::gitea::GiteaServer;
 use support::github::{GitHubServer, PrState};
@@ -35,13 +36,14 @@ pub(crate) enum Kind {
     GitHub,
     GitLab,
     Gitea,
+    Bitbucket,
 }
 
 impl Kind {
     /// What the forge's users call a change request.
     fn word(self) -> &'static str {
         match self {
-            Kind::GitHub | Kind::Gitea => "pull request",
+            Kind::GitHub | Kind::Gitea | Kind::Bitbucket => "pull request",
             Kind::GitLab => "merge request",
         }
     }
@@ -50,7 +52,7 @@ impl Kind {
     /// `pull request #1`, GitLab's `merge request !1`.
     fn named(self, number: u64) -> String {
         match self {
-            Kind::GitHub | Kind::Gitea => format!("pull request #{number}"),
+            Kind::GitHub | Kind::Gitea | Kind::Bitbucket => format!("pull request #{number}"),
             Kind::GitLab => format!("merge request !{number}"),
         }
     }
@@ -74,12 +76,30 @@ macro_rules! every_forge {
             async fn gitea() {
                 super::$scenario(Kind::Gitea).await;
             }
+            #[tokio::test]
+            async fn bitbucket() {
+                super::$scenario(Kind::Bitbucket).await;
+            }
         }
     };
 }
 
 /// The Gitea repository, `owner/repo`.
 pub(crate) const GITEA_REPO: &str = "acme/gitops";
+/// The Bitbucket repository, `workspace/slug`.
+pub(crate) const BITBUCKET_REPO: &str = "acme/gitops";
+
+/// Bitbucket's build status states in the words the scenarios use (GitHub's).
+fn bitbucket_state(state: &str) -> String {
+    match state {
+        "SUCCESSFUL" => "success",
+        "INPROGRESS" => "pending",
+        "FAILED" => "failure",
+        "STOPPED" => "error",
+        other => other,
+    }
+    .to_string()
+}
 
 /// A change request as the scenarios look at it, whichever forge holds it.
 #[derive(Debug, Clone)]
@@ -101,6 +121,7 @@ pub(crate) enum Hub {
     GitHub(GitHubServer),
     GitLab(GitLabServer),
     Gitea(GiteaServer),
+    Bitbucket(BitbucketServer),
 }
 
 impl Hub {
@@ -115,6 +136,9 @@ impl Hub {
             Kind::Gitea => {
                 Hub::Gitea(GiteaServer::start(TOKEN, BOT, "acme", "gitops", repo.path()).await)
             }
+            Kind::Bitbucket => Hub::Bitbucket(
+                BitbucketServer::start(TOKEN, BOT, "acme", "gitops", repo.path()).await,
+            ),
         }
     }
 
@@ -132,6 +156,10 @@ impl Hub {
             Hub::Gitea(gt) => format!(
                 "forge: {{kind: gitea, api_url: '{}', owner: acme, repo: gitops, token_env: TAGPIN_FORGE_TOKEN}}\n",
                 gt.api_url()
+            ),
+            Hub::Bitbucket(bb) => format!(
+                "forge: {{kind: bitbucket, api_url: '{}', workspace: acme, repo: gitops, token_env: TAGPIN_FORGE_TOKEN}}\n",
+                bb.api_url()
             ),
         }
     }
@@ -181,6 +209,21 @@ impl Hub {
                     fork: p.fork,
                 })
                 .collect(),
+            // Bitbucket Cloud pull requests have no labels.
+            Hub::Bitbucket(bb) => bb
+                .pulls(BITBUCKET_REPO)
+                .into_iter()
+                .map(|p| Change {
+                    number: p.id,
+                    title: p.title,
+                    body: p.description,
+                    labels: Vec::new(),
+                    open: p.state == support::bitbucket::PrState::Open,
+                    merged: p.state == support::bitbucket::PrState::Merged,
+                    head_ref: p.source_branch,
+                    fork: p.fork,
+                })
+                .collect(),
         };
         changes.sort_by_key(|c| c.number);
         changes
@@ -191,6 +234,7 @@ impl Hub {
             Hub::GitHub(gh) => gh.close_pr(number),
             Hub::GitLab(gl) => gl.close_mr_as("reviewer", PROJECT, number),
             Hub::Gitea(gt) => gt.close_pull_as("reviewer", GITEA_REPO, number),
+            Hub::Bitbucket(bb) => bb.decline_pull_as("reviewer", BITBUCKET_REPO, number),
         }
     }
 
@@ -222,6 +266,7 @@ impl Hub {
             }
             Hub::GitLab(gl) => gl.merge_mr_as("reviewer", PROJECT, number).target_head,
             Hub::Gitea(gt) => gt.merge_pull_as("reviewer", GITEA_REPO, number),
+            Hub::Bitbucket(bb) => bb.merge_pull_as("reviewer", BITBUCKET_REPO, number),
         }
     }
 
@@ -251,6 +296,12 @@ impl Hub {
                 .into_iter()
                 .map(|s| (s.context, s.state, s.description))
                 .collect(),
+            // One per key, overwritten in place; `name` is the context tagpin wrote.
+            Hub::Bitbucket(bb) => bb
+                .statuses(BITBUCKET_REPO, sha)
+                .into_iter()
+                .map(|s| (s.name, bitbucket_state(&s.state), s.description))
+                .collect(),
         }
     }
 
@@ -258,7 +309,7 @@ impl Hub {
     /// GitHub and Gitea, whose statuses belong to the commit alone.
     fn status_refs(&self, sha: &str, context: &str) -> Option<Vec<String>> {
         match self {
-            Hub::GitHub(_) | Hub::Gitea(_) => None,
+            Hub::GitHub(_) | Hub::Gitea(_) | Hub::Bitbucket(_) => None,
             Hub::GitLab(gl) => Some(
                 gl.statuses(PROJECT, sha)
                     .into_iter()
@@ -301,6 +352,29 @@ impl Hub {
                     .unwrap();
                 assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
             }
+            Hub::Bitbucket(bb) => {
+                bb.add_credential(
+                    "bb-ci-bot-token",
+                    "ci-bot",
+                    support::bitbucket::Credential::ApiToken,
+                    support::bitbucket::Scope::Write,
+                );
+                bb.grant(BITBUCKET_REPO, "ci-bot", support::bitbucket::Access::Write);
+                let posted = reqwest::Client::new()
+                    .post(format!(
+                        "{}/repositories/{BITBUCKET_REPO}/commit/{sha}/statuses/build",
+                        bb.api_url()
+                    ))
+                    .bearer_auth("bb-ci-bot-token")
+                    .json(
+                        &json!({"key": context, "state": "SUCCESSFUL", "name": context,
+                        "description": description, "url": "https://ci.example.com/builds/7"}),
+                    )
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
+            }
         }
     }
 
@@ -319,6 +393,11 @@ impl Hub {
                 .into_iter()
                 .map(|c| c.body)
                 .collect(),
+            Hub::Bitbucket(bb) => bb
+                .comments(BITBUCKET_REPO, number)
+                .into_iter()
+                .map(|c| c.raw)
+                .collect(),
         }
     }
 
@@ -328,6 +407,7 @@ impl Hub {
             Hub::GitHub(gh) => gh.requests().iter().filter(|r| r.method != "GET").count(),
             Hub::GitLab(gl) => gl.requests().iter().filter(|r| r.method != "GET").count(),
             Hub::Gitea(gt) => gt.requests().iter().filter(|r| r.method != "GET").count(),
+            Hub::Bitbucket(bb) => bb.requests().iter().filter(|r| r.method != "GET").count(),
         }
     }
 
@@ -352,6 +432,12 @@ impl Hub {
                 .filter(|r| r.method != "GET")
                 .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
                 .collect(),
+            Hub::Bitbucket(bb) => bb
+                .requests()
+                .into_iter()
+                .filter(|r| r.method != "GET")
+                .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
+                .collect(),
         }
     }
 
@@ -363,6 +449,9 @@ impl Hub {
                 gl.inject(support::gitlab::Fault::new("POST", "/merge_requests", 502).times(1))
             }
             Hub::Gitea(gt) => gt.inject(support::gitea::Fault::new("POST", "/pulls", 502)),
+            Hub::Bitbucket(bb) => {
+                bb.inject(support::bitbucket::Fault::new("POST", "/pullrequests", 502))
+            }
         }
     }
 
@@ -371,6 +460,7 @@ impl Hub {
             Hub::GitHub(gh) => gh.assert_no_violations(),
             Hub::GitLab(gl) => gl.assert_no_violations(),
             Hub::Gitea(gt) => gt.assert_no_violations(),
+            Hub::Bitbucket(bb) => bb.assert_no_violations(),
         }
     }
 }
@@ -445,6 +535,7 @@ impl World {
         cmd.env("GITHUB_TOKEN", TOKEN)
             .env("GITLAB_TOKEN", TOKEN)
             .env("GITEA_TOKEN", TOKEN)
+            .env("BITBUCKET_TOKEN", TOKEN)
             .env("GIT_TOKEN", "unused-for-a-file-remote");
         output_without_token(cmd).await
     }
@@ -485,7 +576,7 @@ impl World {
     /// `verify` of change request `number`: `--pr N` on GitHub and Gitea, `--mr N` on GitLab.
     async fn verify(&self, number: u64) -> Output {
         let flag = match self.kind {
-            Kind::GitHub | Kind::Gitea => "--pr",
+            Kind::GitHub | Kind::Gitea | Kind::Bitbucket => "--pr",
             Kind::GitLab => "--mr",
         };
         self.tagpin("verify", &[flag, &number.to_string()]).await
@@ -507,7 +598,11 @@ async fn opens_one_change_request_then_updates_it(kind: Kind) {
     assert_eq!(change.title, "Pin 1 image(s) to digests");
     let mut labels = change.labels.clone();
     labels.sort();
-    assert_eq!(labels, ["dependencies", "tagpin"]);
+    match kind {
+        // Bitbucket Cloud pull requests have no labels: nothing stands in.
+        Kind::Bitbucket => assert!(labels.is_empty(), "{labels:?}"),
+        _ => assert_eq!(labels, ["dependencies", "tagpin"]),
+    }
     assert!(change.body.contains("<!-- tagpin-plan"), "{}", change.body);
     let pinned = w.repo.read("tagpin/main", "apps/web.yaml").unwrap();
     assert!(pinned.contains("@sha256:"), "{pinned}");
@@ -621,6 +716,9 @@ async fn merged_then_verified(kind: Kind) {
     if let Hub::Gitea(gt) = &w.hub {
         gt.comment_as("reviewer", GITEA_REPO, 1, &quoted);
     }
+    if let Hub::Bitbucket(bb) = &w.hub {
+        bb.comment_as("reviewer", BITBUCKET_REPO, 1, &quoted);
+    }
     let waiting = w.verify(1).await;
     assert_eq!(waiting.status.code(), Some(3), "{}", text(&waiting));
 
@@ -645,7 +743,7 @@ async fn merged_then_verified(kind: Kind) {
         "{statuses:?}"
     );
     let mut comments = w.hub.comments(1);
-    if let Kind::GitLab | Kind::Gitea = kind {
+    if let Kind::GitLab | Kind::Gitea | Kind::Bitbucket = kind {
         assert_eq!(comments.first(), Some(&quoted), "untouched: {comments:?}");
         comments.remove(0);
     }
@@ -718,7 +816,7 @@ async fn edited_by_hand_is_said_in_the_forges_words(kind: Kind) {
         .collect();
     assert_eq!(notes.len(), 1, "{notes:?}");
     let (ours, theirs) = match kind {
-        Kind::GitHub | Kind::Gitea => (kind.word(), Kind::GitLab.word()),
+        Kind::GitHub | Kind::Gitea | Kind::Bitbucket => (kind.word(), Kind::GitLab.word()),
         Kind::GitLab => (kind.word(), Kind::GitHub.word()),
     };
     assert!(
@@ -756,6 +854,15 @@ async fn a_fork_change_request_is_never_adopted(kind: Kind) {
         Hub::Gitea(gt) => gt.open_fork_pull_as(
             "mallory",
             GITEA_REPO,
+            "tagpin/main",
+            &main,
+            "main",
+            "Pin 1 image(s) to digests",
+            "<!-- tagpin-plan -->",
+        ),
+        Hub::Bitbucket(bb) => bb.open_fork_pull_as(
+            "mallory",
+            BITBUCKET_REPO,
             "tagpin/main",
             &main,
             "main",
@@ -840,6 +947,11 @@ async fn the_pull_request_example_runs(kind: Kind) {
             "https://git.example.com/acme/gitops.git",
             ("https://git.example.com/api/v1", gt.api_url()),
         ),
+        Hub::Bitbucket(bb) => (
+            "pull-request-mode-bitbucket.yaml",
+            "https://bitbucket.org/acme/gitops.git",
+            ("https://api.bitbucket.org/2.0", bb.api_url()),
+        ),
     };
     let example = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -864,7 +976,11 @@ async fn the_pull_request_example_runs(kind: Kind) {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let changes = w.hub.changes();
     assert_eq!(changes.len(), 1, "{changes:?}");
-    assert!(changes[0].open && changes[0].labels.contains(&"dependencies".to_string()));
+    assert!(changes[0].open, "{changes:?}");
+    // Bitbucket Cloud has no labels to carry the example's.
+    if !matches!(kind, Kind::Bitbucket) {
+        assert!(changes[0].labels.contains(&"dependencies".to_string()));
+    }
     w.hub.assert_no_violations();
 }
 every_forge!(the_pull_request_example_runs);
@@ -1185,12 +1301,25 @@ async fn the_soak_clock_is_tagpins_own(kind: Kind) {
     let (code, report, out) = w.promote().await;
 
     assert_eq!(code, Some(3), "{}", text(&out));
-    assert_eq!(report["gate"]["since"].as_i64(), Some(since), "{report:#}");
-    assert!(
-        text(&out).contains("set by ci-bot is ignored"),
-        "{}",
-        text(&out)
-    );
+    if let Kind::Bitbucket = kind {
+        // Bitbucket keeps one status per key and records no creator: the CI job's replaced
+        // tagpin's, carries no signature of tagpin's, and is ignored; the clock starts
+        // again from tagpin's next own status, never from the CI job's earlier claim.
+        let again = report["gate"]["since"].as_i64().unwrap();
+        assert!(again >= since, "{report:#}");
+        assert!(
+            text(&out).contains("set by an unknown creator is ignored"),
+            "{}",
+            text(&out)
+        );
+    } else {
+        assert_eq!(report["gate"]["since"].as_i64(), Some(since), "{report:#}");
+        assert!(
+            text(&out).contains("set by ci-bot is ignored"),
+            "{}",
+            text(&out)
+        );
+    }
     assert!(w.hub.changes().is_empty(), "nothing promoted");
     w.hub.assert_no_violations();
 }
@@ -1329,8 +1458,9 @@ async fn a_merged_pin_the_cluster_rejects_gets_one_revert_change_request(kind: K
         "{}",
         revert.title
     );
+    // Bitbucket Cloud has no labels: the branch alone says it is a revert.
     assert!(
-        revert.labels.contains(&"tagpin-revert".to_string()),
+        matches!(kind, Kind::Bitbucket) || revert.labels.contains(&"tagpin-revert".to_string()),
         "{revert:?}"
     );
     let merge = merge.unwrap();
