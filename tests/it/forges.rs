@@ -542,7 +542,7 @@ impl World {
 
     /// `tagpin ARGS` on this world's config, cache, home and cluster, with `token` as the forge
     /// token.
-    fn command(&self, args: &[&str], token: &str) -> tokio::process::Command {
+    pub(crate) fn command(&self, args: &[&str], token: &str) -> tokio::process::Command {
         let kubeconfig = self.kube.kubeconfig(self.dir.path());
         tagpin_command(self.dir.path(), args, &kubeconfig, token)
     }

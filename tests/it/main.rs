@@ -12,6 +12,8 @@
 mod support;
 
 mod audit;
+mod bitbucket_cloud_selftest;
+mod bitbucket_forge;
 mod bounded_answers;
 mod chart_values_helm;
 mod cli;
@@ -37,6 +39,7 @@ mod leader;
 mod module_graph;
 mod monitoring;
 mod operator;
+mod operator_bitbucket;
 mod operator_gitea;
 mod operator_hostile;
 mod operator_promote;
