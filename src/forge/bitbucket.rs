@@ -257,27 +257,32 @@ struct RawContent<'a> {
 }
 
 impl Bitbucket {
-    /// `api_url` is `https://api.bitbucket.org/2.0`. With `forge.username_env`, its variable
-    /// is read now: the username of the app password `token` is.
-    pub fn new(forge: &config::Forge, token: String) -> Result<Bitbucket, ForgeError> {
+    /// `api_url` is `https://api.bitbucket.org/2.0`. With `forge.username_env`, `username` is
+    /// what its variable (or Secret key) holds, read by the caller with the token: never from
+    /// this process's environment, which in the operator is not the object's to name.
+    pub fn new(
+        forge: &config::Forge,
+        token: String,
+        username: Option<String>,
+    ) -> Result<Bitbucket, ForgeError> {
         let config::ForgeKind::Bitbucket { workspace, repo } = &forge.kind else {
             return Err(setup("the forge configured is not Bitbucket".into()));
         };
         let token = token.trim().to_string();
-        let value = match &forge.username_env {
-            Some(env) => {
-                let username = std::env::var(env).map_err(|_| {
-                    setup(format!(
-                        "forge.username_env names {env}, which is not set to a username"
-                    ))
-                })?;
+        let value = match (&forge.username_env, username) {
+            (Some(env), None) => {
+                return Err(setup(format!(
+                    "forge.username_env names {env}, but no username was read from it"
+                )))
+            }
+            (Some(_), Some(username)) => {
                 let pair = format!("{}:{token}", username.trim());
                 format!(
                     "Basic {}",
                     base64::engine::general_purpose::STANDARD.encode(pair)
                 )
             }
-            None => format!("Bearer {token}"),
+            (None, _) => format!("Bearer {token}"),
         };
         let mut auth = HeaderValue::from_str(&value).map_err(|_| {
             setup(format!(
@@ -1012,7 +1017,7 @@ mod tests {
             username_env: None,
             timeout_seconds: 60,
         };
-        Bitbucket::new(&forge, token.into()).unwrap()
+        Bitbucket::new(&forge, token.into(), None).unwrap()
     }
 
     #[test]

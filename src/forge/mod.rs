@@ -125,12 +125,23 @@ impl Forge {
     /// The forge `forge.kind` names. Nothing is called yet: a wrong token or project is met,
     /// and named, at the first call.
     pub fn new(forge: &config::Forge, token: String) -> Result<Forge, ForgeError> {
+        Forge::with_username(forge, token, None)
+    }
+
+    /// [`Forge::new`], with the username `forge.username_env` names, read by the caller where
+    /// it reads the token (the environment, or the object's Secret in the operator): Bitbucket
+    /// Cloud's app password goes with it as HTTP Basic.
+    pub fn with_username(
+        forge: &config::Forge,
+        token: String,
+        username: Option<String>,
+    ) -> Result<Forge, ForgeError> {
         let adapter = match forge.kind {
             config::ForgeKind::GitHub { .. } => Adapter::GitHub(GitHub::new(forge, token)?),
             config::ForgeKind::GitLab { .. } => Adapter::GitLab(GitLab::new(forge, token)?),
             config::ForgeKind::Gitea { .. } => Adapter::Gitea(Gitea::new(forge, token)?),
             config::ForgeKind::Bitbucket { .. } => {
-                Adapter::Bitbucket(Bitbucket::new(forge, token)?)
+                Adapter::Bitbucket(Bitbucket::new(forge, token, username)?)
             }
         };
         Ok(Forge {

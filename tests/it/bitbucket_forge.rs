@@ -272,7 +272,7 @@ async fn bitbucket_an_app_password_goes_as_basic_with_username_env() {
     assert_eq!(missing.status.code(), Some(2), "{}", text(&missing));
     assert!(
         text(&missing)
-            .contains("forge.username_env names TAGPIN_BITBUCKET_USERNAME, which is not set"),
+            .contains("forge.username_env: environment variable TAGPIN_BITBUCKET_USERNAME is not set or empty"),
         "{}",
         text(&missing)
     );

@@ -69,3 +69,67 @@ async fn a_bitbucket_object_opens_its_pull_request_on_bitbucket() {
     assert!(pulls[0].description.contains("<!-- tagpin-plan"));
     bitbucket.assert_no_violations();
 }
+
+/// An app password in the operator: `forge.username_env` names a key of the object's Secret,
+/// read with the token, never the controller's own environment (which is not a tenant's to
+/// name): the pull request is opened with HTTP Basic.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bitbucket_app_password_takes_its_username_from_the_secret() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    registry.push_image("acme/web", "1.0", "one").await;
+    let kube = cluster().await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let bitbucket =
+        BitbucketServer::start("bb-token", "tagpin-bot", "acme", "gitops", repo.path()).await;
+    bitbucket.add_credential(
+        "bb-app-password",
+        "tagpin-bot",
+        support::bitbucket::Credential::AppPassword {
+            username: "tagpin-login".into(),
+        },
+        support::bitbucket::Scope::Write,
+    );
+    kube.apply(support::kube::secret(
+        NS,
+        "forge",
+        &[TAGPIN_SECRET],
+        &[
+            ("BITBUCKET_TOKEN", "bb-app-password"),
+            ("BITBUCKET_USERNAME", "tagpin-login"),
+        ],
+    ));
+    let mut proposed = spec(&repo.file_url(), &host);
+    proposed["mode"] = json!("pull-request");
+    proposed["secret_ref"] = json!({"name": "forge"});
+    proposed["forge"] = json!({"kind": "bitbucket", "api_url": bitbucket.api_url(),
+                               "workspace": "acme", "repo": "gitops",
+                               "token_env": "BITBUCKET_TOKEN",
+                               "username_env": "BITBUCKET_USERNAME"});
+    kube.apply(pinned_repository("web", json!({}), proposed));
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
+    eventually("the pull request is open", || {
+        kube.get("PinnedRepository", NS, "web")
+            .is_some_and(|o| o["status"]["pullRequest"]["number"] == 1)
+    })
+    .await;
+    operator.stop().await;
+    assert_eq!(bitbucket.pulls("acme/gitops").len(), 1);
+    let writes: Vec<_> = bitbucket
+        .requests()
+        .into_iter()
+        .filter(|r| r.method != "GET")
+        .collect();
+    assert!(
+        !writes.is_empty()
+            && writes
+                .iter()
+                .all(|r| r.user.as_deref() == Some("tagpin-bot")),
+        "{writes:?}"
+    );
+    bitbucket.assert_no_violations();
+}
