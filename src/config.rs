@@ -702,9 +702,11 @@ colour: blue
             path.contains("forge.project: \"acme/\" is not a GitLab project path"),
             "{path}"
         );
-        let kind = problems("{kind: bitbucket, owner: acme, repo: gitops, token_env: T}");
+        let kind = problems("{kind: sourcehut, owner: acme, repo: gitops, token_env: T}");
         assert!(
-            kind.contains("forge.kind: expected github, gitlab or gitea, found \"bitbucket\""),
+            kind.contains(
+                "forge.kind: expected github, gitlab, gitea or bitbucket, found \"sourcehut\""
+            ),
             "{kind}"
         );
         let plain = problems(
