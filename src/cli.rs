@@ -159,7 +159,8 @@ pub struct VerifyArgs {
     pub config: PathBuf,
     /// Verify what this tagpin pull request promises (its plan block), and report on it. On
     /// GitLab, N is the merge request's IID (`!N`); --mr N says the same. On Gitea, N is the
-    /// pull request's number (`#N`); on Bitbucket Data Center, the pull request's id (`#N`).
+    /// pull request's number (`#N`); on Bitbucket Cloud and Data Center, the pull request's
+    /// id (`#N`).
     #[arg(long, value_name = "N", visible_alias = "mr")]
     pub pr: Option<u64>,
     /// Verify the pinned images in the manifests of this commit.
@@ -466,6 +467,8 @@ pub enum CliError {
     Crd(#[source] serde_yaml::Error),
     #[error("forge.token_env: {0}")]
     ForgeToken(#[source] config::EnvError),
+    #[error("forge.username_env: {0}")]
+    ForgeUsername(#[source] config::EnvError),
     #[error("no cache directory: set repository.cache_dir or --cache-dir")]
     NoCacheDir,
     #[error(transparent)]
@@ -723,7 +726,11 @@ fn forge_from(config: &Config) -> Result<Option<Forge>, CliError> {
         return Ok(None);
     };
     let token = config::read_env(&forge_config.token_env).map_err(CliError::ForgeToken)?;
-    Ok(Some(Forge::new(forge_config, token)?))
+    let username = match &forge_config.username_env {
+        Some(env) => Some(config::read_env(env).map_err(CliError::ForgeUsername)?),
+        None => None,
+    };
+    Ok(Some(Forge::with_username(forge_config, token, username)?))
 }
 
 fn cache_dir_for(config: &Config, flag: Option<&Path>) -> Result<PathBuf, CliError> {

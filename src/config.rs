@@ -611,6 +611,51 @@ colour: blue
     }
 
     #[test]
+    fn a_bitbucket_forge_names_its_repository_by_workspace_and_slug() {
+        let text = "repository: {url: /srv/git/gitops.git}\n\
+                    forge: {kind: bitbucket, workspace: acme, repo: gitops, token_env: BITBUCKET_TOKEN, username_env: BITBUCKET_USERNAME}\n";
+        let forge = parse(text).unwrap().forge.unwrap();
+        assert_eq!(
+            forge.kind,
+            ForgeKind::Bitbucket {
+                workspace: "acme".into(),
+                repo: "gitops".into()
+            }
+        );
+        assert_eq!(forge.api_url, "https://api.bitbucket.org/2.0");
+        assert_eq!(forge.username_env.as_deref(), Some("BITBUCKET_USERNAME"));
+        let err = Config::parse(
+            "repository: {url: /srv/git/gitops.git}\n\
+             forge: {kind: bitbucket, owner: acme, repo: 'my repo', token_env: BITBUCKET_TOKEN}\n",
+            Path::new("tagpin.yaml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("forge.owner: is not Bitbucket's"), "{err}");
+        assert!(err.contains("forge.workspace: is required"), "{err}");
+        assert!(
+            err.contains("forge.repo: \"my repo\" is not a Bitbucket slug"),
+            "{err}"
+        );
+        // An app password's username is Bitbucket's alone.
+        let err = Config::parse(
+            "repository: {url: /srv/git/gitops.git}\n\
+             forge: {owner: acme, repo: gitops, token_env: GITHUB_TOKEN, username_env: GH_USER, workspace: acme}\n",
+            Path::new("tagpin.yaml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("forge.username_env: is for Bitbucket Cloud app passwords"),
+            "{err}"
+        );
+        assert!(
+            err.contains("forge.workspace: is for Bitbucket Cloud"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_gitea_forge_names_its_repository_by_owner_and_repo_at_its_own_address() {
         let text = "repository: {url: /srv/git/gitops.git}\n\
                     forge: {kind: gitea, api_url: 'https://git.example.com/api/v1', owner: acme, repo: gitops, token_env: GITEA_TOKEN}\n";
@@ -695,9 +740,11 @@ colour: blue
             path.contains("forge.project: \"acme/\" is not a GitLab project path"),
             "{path}"
         );
-        let kind = problems("{kind: bitbucket, owner: acme, repo: gitops, token_env: T}");
+        let kind = problems("{kind: sourcehut, owner: acme, repo: gitops, token_env: T}");
         assert!(
-            kind.contains("forge.kind: expected github, gitlab, gitea or bitbucket-server, found \"bitbucket\""),
+            kind.contains(
+                "forge.kind: expected github, gitlab, gitea, bitbucket or bitbucket-server, found \"sourcehut\""
+            ),
             "{kind}"
         );
         let plain = problems(

@@ -382,6 +382,7 @@ pub struct Forge {
     /// REST API base: `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise;
     /// `https://gitlab.com/api/v4`, or `https://HOST/api/v4` for a self-managed GitLab;
     /// `https://HOST/api/v1` for Gitea or Forgejo (no default: there is no one Gitea);
+    /// `https://api.bitbucket.org/2.0` for Bitbucket Cloud.
     /// `https://HOST` (with its context path) for Bitbucket Data Center (no default either).
     pub api_url: String,
     /// Environment variable holding the token.
@@ -390,6 +391,10 @@ pub struct Forge {
     /// token (`my-app[bot]`) cannot read it. Only statuses this login created carry the soak
     /// clock, and only pull requests it opened are tagpin's promotions.
     pub login: Option<String>,
+    /// `forge.username_env` (Bitbucket Cloud only): the environment variable holding the
+    /// username of an app password, sent with the token in HTTP Basic. Without it the token
+    /// is an access token or API token, sent as `Authorization: Bearer`.
+    pub username_env: Option<String>,
     /// `forge.timeout_seconds`: how long one call may take, answer included
     /// ([`DEFAULT_FORGE_TIMEOUT_SECONDS`] unless set).
     pub timeout_seconds: u64,
@@ -407,6 +412,9 @@ pub enum ForgeKind {
     /// `forge.project` (the project key) and `forge.repo` (the repository slug) on a
     /// Bitbucket Data Center instance (`kind: bitbucket-server`).
     BitbucketServer { project: String, repo: String },
+    /// `forge.workspace` and `forge.repo` (the repository slug) on Bitbucket Cloud
+    /// (`kind: bitbucket`).
+    Bitbucket { workspace: String, repo: String },
 }
 
 /// Placeholders the commit message and PR title templates may use.

@@ -351,8 +351,12 @@ pub struct RawForge {
     pub owner: Field<String>,
     pub repo: Field<String>,
     pub project: Field<String>,
+    /// Bitbucket Cloud's workspace (`kind: bitbucket`).
+    pub workspace: Field<String>,
     pub token_env: Field<String>,
     pub login: Field<String>,
+    /// Bitbucket Cloud: the variable holding an app password's username.
+    pub username_env: Field<String>,
     #[schemars(range(min = 1, max = 3600))]
     pub timeout_seconds: Field<u64>,
 }

@@ -1297,11 +1297,12 @@ impl Check {
             "github" => ConfiguredForge::GitHub,
             "gitlab" => ConfiguredForge::GitLab,
             "gitea" => ConfiguredForge::Gitea,
+            "bitbucket" => ConfiguredForge::Bitbucket,
             "bitbucket-server" => ConfiguredForge::BitbucketServer,
             other => {
                 self.problem(
                     "forge.kind",
-                    format!("expected github, gitlab, gitea or bitbucket-server, found {other:?}"),
+                    format!("expected {FORGE_KINDS}, found {other:?}"),
                 );
                 ConfiguredForge::GitHub
             }
@@ -1311,6 +1312,7 @@ impl Check {
             ConfiguredForge::GitLab => Some("https://gitlab.com/api/v4"),
             // Every Gitea is its own: there is no address to assume.
             ConfiguredForge::Gitea => None,
+            ConfiguredForge::Bitbucket => Some("https://api.bitbucket.org/2.0"),
             // Nor is there one Bitbucket Data Center.
             ConfiguredForge::BitbucketServer => None,
         };
@@ -1334,7 +1336,37 @@ impl Check {
             // The forge always carries a token.
             self.token_transport("forge.api_url", api_url);
         }
+        if kind != ConfiguredForge::Bitbucket && raw.workspace.is_set() {
+            self.problem(
+                "forge.workspace",
+                "is for Bitbucket Cloud (kind: bitbucket); set it with forge.repo",
+            );
+        }
         let kind = match kind {
+            ConfiguredForge::Bitbucket => {
+                for (key, field) in [("forge.owner", &raw.owner), ("forge.project", &raw.project)] {
+                    if field.is_set() {
+                        self.problem(
+                            key,
+                            "is not Bitbucket's; a Bitbucket Cloud repository is named by forge.workspace and forge.repo (its slug)",
+                        );
+                    }
+                }
+                let workspace = self.required_string("forge.workspace", &raw.workspace);
+                let repo = self.required_string("forge.repo", &raw.repo);
+                for (key, value) in [("forge.workspace", workspace), ("forge.repo", repo)] {
+                    if let Some(value) = value.filter(|v| !bitbucket_slug_ok(v)) {
+                        self.problem(
+                            key,
+                            format!("{value:?} is not a Bitbucket slug (letters, digits, -, _, .)"),
+                        );
+                    }
+                }
+                ForgeKind::Bitbucket {
+                    workspace: workspace?.to_string(),
+                    repo: repo?.to_string(),
+                }
+            }
             ConfiguredForge::GitLab => {
                 for (key, field) in [("forge.owner", &raw.owner), ("forge.repo", &raw.repo)] {
                     if field.is_set() {
@@ -1404,6 +1436,19 @@ impl Check {
             self.secret_name("forge.token_env", env);
         }
         let login = self.string("forge.login", &raw.login).map(str::to_string);
+        let username_env = self
+            .string("forge.username_env", &raw.username_env)
+            .map(str::to_string);
+        if let Some(env) = &username_env {
+            if kind_is_bitbucket(&kind) {
+                self.secret_name("forge.username_env", env);
+            } else {
+                self.problem(
+                    "forge.username_env",
+                    "is for Bitbucket Cloud app passwords (kind: bitbucket); the other forges take the token alone",
+                );
+            }
+        }
         let timeout_seconds = self
             .number("forge.timeout_seconds", &raw.timeout_seconds, 1, 3600)
             .unwrap_or(DEFAULT_FORGE_TIMEOUT_SECONDS);
@@ -1412,10 +1457,27 @@ impl Check {
             api_url: api_url?.to_string(),
             token_env: token_env?.to_string(),
             login,
+            username_env,
             timeout_seconds,
         })
     }
 }
+
+fn kind_is_bitbucket(kind: &ForgeKind) -> bool {
+    matches!(kind, ForgeKind::Bitbucket { .. })
+}
+
+/// A Bitbucket workspace ID or repository slug: letters, digits, `-`, `_` and `.`, so it is
+/// one path segment of the API.
+fn bitbucket_slug_ok(slug: &str) -> bool {
+    !slug.is_empty()
+        && slug
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// The `forge.kind` values, as an error lists them.
+const FORGE_KINDS: &str = "github, gitlab, gitea, bitbucket or bitbucket-server";
 
 /// `forge.kind`, before the keys that name the repository are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1423,6 +1485,7 @@ enum ConfiguredForge {
     GitHub,
     GitLab,
     Gitea,
+    Bitbucket,
     BitbucketServer,
 }
 

@@ -1062,6 +1062,7 @@ mod tests {
             api_url: "https://bitbucket.example.com/".into(),
             token_env: "BITBUCKET_TOKEN".into(),
             login: None,
+            username_env: None,
             timeout_seconds: 60,
         };
         BitbucketServer::new(&forge, "token-one".into()).unwrap()
@@ -1157,6 +1158,7 @@ mod tests {
             api_url: "https://bitbucket.example.com".into(),
             token_env: "T".into(),
             login: None,
+            username_env: None,
             timeout_seconds: 60,
         };
         let other = BitbucketServer::new(&forge, "token-two".into()).unwrap();

@@ -1,15 +1,16 @@
-//! The forge: where tagpin's change requests (GitHub, Gitea and Bitbucket Data Center pull
-//! requests, GitLab merge requests), commit (build) statuses and verdict notes live.
+//! The forge: where tagpin's change requests (GitHub, Gitea and Bitbucket pull requests,
+//! GitLab merge requests), commit (build) statuses and verdict notes live.
 //!
 //! [`Forge`] is the one interface sync, verify, promote and the controller use; it does not
 //! say which forge it is. Each forge has its adapter ([`github::GitHub`] through octocrab,
-//! [`gitlab::GitLab`], [`gitea::Gitea`] and [`bitbucket_server::BitbucketServer`] through
-//! reqwest), which speaks that forge's API and maps its answers to the neutral types of
-//! [`crate::review`]. What is the same on every forge lives here: which status is tagpin's own
-//! (created by the token's login; on Bitbucket Data Center, which records no author, signed
-//! with the token), and the memory of what this process last wrote, so a pass that would write
-//! the same again spends no call.
+//! [`gitlab::GitLab`], [`gitea::Gitea`], [`bitbucket::Bitbucket`] (Cloud) and
+//! [`bitbucket_server::BitbucketServer`] (Data Center) through reqwest), which speaks that
+//! forge's API and maps its answers to the neutral types of [`crate::review`]. What is the same
+//! on every forge lives here: which status is tagpin's own (created by the token's login; on
+//! Bitbucket, which records no author, signed with the token), and the memory of what this
+//! process last wrote, so a pass that would write the same again spends no call.
 
+pub mod bitbucket;
 pub mod bitbucket_server;
 pub mod body;
 mod common;
@@ -28,6 +29,7 @@ use crate::config;
 use crate::mutex::lock;
 
 pub use crate::review::{PullRequestInfo, Status, StatusState};
+pub use bitbucket::Bitbucket;
 pub use bitbucket_server::BitbucketServer;
 pub use common::{ForgeError, MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT};
 pub use gitea::Gitea;
@@ -43,7 +45,7 @@ const MAX_REMEMBERED: usize = 512;
 pub const READ_BACK_AFTER: Duration = Duration::from_secs(600);
 
 /// What the forge calls a change request, for the text people read: GitHub's
-/// "pull request #12" (Gitea's too), GitLab's "merge request !12". Without a forge there is no change
+/// "pull request #12" (Gitea's and Bitbucket's too), GitLab's "merge request !12". Without a forge there is no change
 /// request to name, and the wording is GitHub's (the one tagpin had before GitLab).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ChangeRequestNoun {
@@ -60,6 +62,7 @@ impl ChangeRequestNoun {
             Some(
                 config::ForgeKind::GitHub { .. }
                 | config::ForgeKind::Gitea { .. }
+                | config::ForgeKind::Bitbucket { .. }
                 | config::ForgeKind::BitbucketServer { .. },
             )
             | None => ChangeRequestNoun::PullRequest,
@@ -94,6 +97,7 @@ enum Adapter {
     GitLab(GitLab),
     Gitea(Gitea),
     BitbucketServer(BitbucketServer),
+    Bitbucket(Bitbucket),
 }
 
 /// Dispatches one call to the adapter, which has a method of the same name and arguments.
@@ -104,6 +108,7 @@ macro_rules! dispatch {
             Adapter::GitLab(forge) => forge.$method($($arg),*).await,
             Adapter::Gitea(forge) => forge.$method($($arg),*).await,
             Adapter::BitbucketServer(forge) => forge.$method($($arg),*).await,
+            Adapter::Bitbucket(forge) => forge.$method($($arg),*).await,
         }
     };
 }
@@ -126,10 +131,24 @@ impl Forge {
     /// The forge `forge.kind` names. Nothing is called yet: a wrong token or project is met,
     /// and named, at the first call.
     pub fn new(forge: &config::Forge, token: String) -> Result<Forge, ForgeError> {
+        Forge::with_username(forge, token, None)
+    }
+
+    /// [`Forge::new`], with the username `forge.username_env` names, read by the caller where
+    /// it reads the token (the environment, or the object's Secret in the operator): Bitbucket
+    /// Cloud's app password goes with it as HTTP Basic.
+    pub fn with_username(
+        forge: &config::Forge,
+        token: String,
+        username: Option<String>,
+    ) -> Result<Forge, ForgeError> {
         let adapter = match forge.kind {
             config::ForgeKind::GitHub { .. } => Adapter::GitHub(GitHub::new(forge, token)?),
             config::ForgeKind::GitLab { .. } => Adapter::GitLab(GitLab::new(forge, token)?),
             config::ForgeKind::Gitea { .. } => Adapter::Gitea(Gitea::new(forge, token)?),
+            config::ForgeKind::Bitbucket { .. } => {
+                Adapter::Bitbucket(Bitbucket::new(forge, token, username)?)
+            }
             config::ForgeKind::BitbucketServer { .. } => {
                 Adapter::BitbucketServer(BitbucketServer::new(forge, token)?)
             }
@@ -144,9 +163,10 @@ impl Forge {
     /// What this forge calls a change request.
     pub fn noun(&self) -> ChangeRequestNoun {
         match self.adapter {
-            Adapter::GitHub(_) | Adapter::Gitea(_) | Adapter::BitbucketServer(_) => {
-                ChangeRequestNoun::PullRequest
-            }
+            Adapter::GitHub(_)
+            | Adapter::Gitea(_)
+            | Adapter::Bitbucket(_)
+            | Adapter::BitbucketServer(_) => ChangeRequestNoun::PullRequest,
             Adapter::GitLab(_) => ChangeRequestNoun::MergeRequest,
         }
     }
@@ -230,6 +250,10 @@ impl Forge {
             Adapter::GitLab(forge) => forge.statuses(sha, branch, context).await,
             Adapter::Gitea(forge) => forge.statuses(sha, context).await,
             Adapter::BitbucketServer(forge) => forge.statuses(sha, context).await,
+            Adapter::Bitbucket(forge) => {
+                let me = self.login().await?;
+                forge.statuses(sha, context, me).await
+            }
         }
     }
 
@@ -288,6 +312,7 @@ impl Forge {
             Adapter::BitbucketServer(forge) => {
                 forge.set_status(sha, state, context, description).await
             }
+            Adapter::Bitbucket(forge) => forge.set_status(sha, state, context, description).await,
         }?;
         self.remember_status(sha, branch, context, state, description);
         Ok(())
@@ -369,6 +394,10 @@ impl Forge {
                 let me = self.login().await?;
                 forge.upsert_comment(number, marker, body, me).await
             }
+            Adapter::Bitbucket(forge) => {
+                let me = self.login().await?;
+                forge.upsert_comment(number, marker, body, me).await
+            }
             Adapter::BitbucketServer(forge) => {
                 let me = self.login().await?;
                 forge.upsert_comment(number, marker, body, me).await
@@ -428,6 +457,7 @@ mod tests {
             api_url: "https://git.example.com/api/v1".into(),
             token_env: "GITEA_TOKEN".into(),
             login: None,
+            username_env: None,
             timeout_seconds: 60,
         };
         assert_eq!(
@@ -436,20 +466,29 @@ mod tests {
             "Gitea's own words"
         );
         let bitbucket = config::Forge {
+            kind: config::ForgeKind::Bitbucket {
+                workspace: "acme".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://api.bitbucket.org/2.0".into(),
+            token_env: "BITBUCKET_TOKEN".into(),
+            ..gitea.clone()
+        };
+        let bitbucket_server = config::Forge {
             kind: config::ForgeKind::BitbucketServer {
                 project: "ACME".into(),
                 repo: "gitops".into(),
             },
             api_url: "https://bitbucket.example.com".into(),
-            token_env: "BITBUCKET_TOKEN".into(),
-            login: None,
-            timeout_seconds: 60,
+            ..bitbucket.clone()
         };
-        assert_eq!(
-            ChangeRequestNoun::of(Some(&bitbucket)).name(12),
-            "pull request #12",
-            "Bitbucket's own words"
-        );
+        for forge in [bitbucket, bitbucket_server] {
+            assert_eq!(
+                ChangeRequestNoun::of(Some(&forge)).name(12),
+                "pull request #12",
+                "Bitbucket's own words"
+            );
+        }
     }
 
     fn change(number: u64, open: bool, head_ref: &str, updated_at: i64) -> PullRequestInfo {

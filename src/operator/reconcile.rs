@@ -411,10 +411,12 @@ async fn run_pass(
         Err(e) => return stalled(Reason::InvalidSpec, e.to_string()),
     };
     let forge = match (&config.forge, secrets.forge_token) {
-        (Some(forge), Some(token)) => match Forge::new(forge, token) {
-            Ok(github) => Some(github),
-            Err(e) => return stalled(Reason::InvalidSpec, e.to_string()),
-        },
+        (Some(forge), Some(token)) => {
+            match Forge::with_username(forge, token, secrets.forge_username) {
+                Ok(github) => Some(github),
+                Err(e) => return stalled(Reason::InvalidSpec, e.to_string()),
+            }
+        }
         _ => None,
     };
     let mut syncer =

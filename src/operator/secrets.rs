@@ -30,6 +30,8 @@ const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
 pub(super) struct Secrets {
     pub git: Credentials,
     pub forge_token: Option<String>,
+    /// `forge.username_env`'s key of the Secret (Bitbucket Cloud app passwords).
+    pub forge_username: Option<String>,
     /// `namespace/name@resourceVersion` and the credentials of its Docker config.
     pub docker: Option<(String, CredentialStore)>,
     /// `images.signatures` with each key and trusted root read from the `secret_ref` Secret
@@ -107,6 +109,10 @@ pub(super) async fn read_secrets(
         Some(forge) => Some(text("forge.token_env", &forge.token_env)?),
         None => None,
     };
+    let forge_username = match config.forge.as_ref().and_then(|f| f.username_env.as_ref()) {
+        Some(key) => Some(text("forge.username_env", key)?),
+        None => None,
+    };
     let docker = match &config.registries.docker_config_secret {
         Some(name) => {
             let (_, data, version) = fetch(&api, namespace, name).await?;
@@ -162,6 +168,7 @@ pub(super) async fn read_secrets(
     Ok(Secrets {
         git,
         forge_token,
+        forge_username,
         docker,
         signatures,
     })

@@ -4,7 +4,7 @@
 //! waited out or reported, token and repository problems named in Bitbucket's words, and the
 //! token's user read from `X-AUSERNAME` or, behind a proxy that drops it, from `forge.login`.
 
-use crate::forges::{Hub, Kind, World, BITBUCKET_PROJECT, BITBUCKET_REPO, TOKEN};
+use crate::forges::{Hub, Kind, World, BITBUCKET_DC_PROJECT, BITBUCKET_DC_REPO, TOKEN};
 use crate::support;
 
 use serde_json::json;
@@ -20,7 +20,7 @@ fn bitbucket(w: &World) -> &BitbucketDcServer {
 
 /// `ACME/gitops`, as tagpin names the repository.
 fn full_name() -> String {
-    format!("{BITBUCKET_PROJECT}/{BITBUCKET_REPO}")
+    format!("{BITBUCKET_DC_PROJECT}/{BITBUCKET_DC_REPO}")
 }
 
 /// People opened a dozen pull requests from tagpin's branch into release branches after

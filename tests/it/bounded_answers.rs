@@ -32,6 +32,7 @@ enum Forge {
     GitLab,
     Gitea,
     BitbucketServer,
+    Bitbucket,
 }
 
 impl Forge {
@@ -41,6 +42,7 @@ impl Forge {
             Forge::GitLab => "GitLab",
             Forge::Gitea => "Gitea",
             Forge::BitbucketServer => "Bitbucket",
+            Forge::Bitbucket => "Bitbucket",
         }
     }
 
@@ -58,6 +60,9 @@ impl Forge {
             ),
             Forge::BitbucketServer => format!(
                 "forge: {{kind: bitbucket-server, api_url: '{url}', project: ACME, repo: gitops, token_env: TAGPIN_FORGE_TOKEN{extra}}}\n"
+            ),
+            Forge::Bitbucket => format!(
+                "forge: {{kind: bitbucket, api_url: '{url}/2.0', workspace: acme, repo: gitops, token_env: TAGPIN_FORGE_TOKEN{extra}}}\n"
             ),
         }
     }
@@ -187,6 +192,11 @@ async fn bitbucket_server_an_endless_answer_is_refused_at_16_mib_and_memory_stay
     an_endless_forge_answer_is_refused_at_its_cap(Forge::BitbucketServer).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn bitbucket_an_endless_answer_is_refused_at_16_mib_and_memory_stays_small() {
+    an_endless_forge_answer_is_refused_at_its_cap(Forge::Bitbucket).await;
+}
+
 /// A forge that sends one byte every half second, which no read timeout notices, is given up
 /// at `forge.timeout_seconds`.
 async fn a_dripping_forge_is_given_up_at_its_deadline(forge: Forge) {
@@ -234,6 +244,11 @@ async fn bitbucket_server_a_dripping_answer_is_given_up_at_forge_timeout_seconds
     a_dripping_forge_is_given_up_at_its_deadline(Forge::BitbucketServer).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn bitbucket_a_dripping_answer_is_given_up_at_forge_timeout_seconds() {
+    a_dripping_forge_is_given_up_at_its_deadline(Forge::Bitbucket).await;
+}
+
 /// A private page answered with an error status, where a forge was expected: tagpin says the
 /// status and what it means, never what the page says.
 async fn a_forge_error_body_is_never_quoted(forge: Forge) {
@@ -276,6 +291,11 @@ async fn gitea_an_error_answers_text_is_never_quoted() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bitbucket_server_an_error_answers_text_is_never_quoted() {
     a_forge_error_body_is_never_quoted(Forge::BitbucketServer).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bitbucket_an_error_answers_text_is_never_quoted() {
+    a_forge_error_body_is_never_quoted(Forge::Bitbucket).await;
 }
 
 /// The forge redirects every call to another host, which records what it gets: the token
@@ -331,6 +351,11 @@ async fn gitea_a_redirect_to_another_host_is_not_followed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bitbucket_server_a_redirect_to_another_host_is_not_followed() {
     a_forge_redirect_carries_no_token_elsewhere(Forge::BitbucketServer).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bitbucket_a_redirect_to_another_host_is_not_followed() {
+    a_forge_redirect_carries_no_token_elsewhere(Forge::Bitbucket).await;
 }
 
 /// `tagpin verify --branch main` of a repository pinning `web` (returned with the command: it

@@ -6,13 +6,19 @@ use std::path::Path;
 #[test]
 fn the_example_configurations_are_valid() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/config");
-    let mut seen = 0;
+    let mut seen = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if let Err(e) = tagpin::config::Config::load(&path) {
             panic!("{e}");
         }
-        seen += 1;
+        seen.push(path.file_name().unwrap().to_string_lossy().into_owned());
     }
-    assert_eq!(seen, 5);
+    seen.sort();
+    // One per forge's pull-request mode, and the commit-mode one.
+    assert!(seen.len() >= 6, "{seen:?}");
+    for forge in ["gitea", "bitbucket", "bitbucket-server"] {
+        let name = format!("pull-request-mode-{forge}.yaml");
+        assert!(seen.contains(&name), "{name} missing from {seen:?}");
+    }
 }

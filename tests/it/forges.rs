@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use serde_json::json;
+use support::bitbucket::BitbucketCloudServer;
 use support::bitbucket_server::BitbucketDcServer;
 use support::git::BareRepo;
 use support::gitea::GiteaServer;
@@ -38,13 +39,14 @@ pub(crate) enum Kind {
     GitLab,
     Gitea,
     BitbucketServer,
+    Bitbucket,
 }
 
 impl Kind {
     /// What the forge's users call a change request.
     fn word(self) -> &'static str {
         match self {
-            Kind::GitHub | Kind::Gitea | Kind::BitbucketServer => "pull request",
+            Kind::GitHub | Kind::Gitea | Kind::Bitbucket | Kind::BitbucketServer => "pull request",
             Kind::GitLab => "merge request",
         }
     }
@@ -53,7 +55,9 @@ impl Kind {
     /// `pull request #1`, GitLab's `merge request !1`.
     fn named(self, number: u64) -> String {
         match self {
-            Kind::GitHub | Kind::Gitea | Kind::BitbucketServer => format!("pull request #{number}"),
+            Kind::GitHub | Kind::Gitea | Kind::Bitbucket | Kind::BitbucketServer => {
+                format!("pull request #{number}")
+            }
             Kind::GitLab => format!("merge request !{number}"),
         }
     }
@@ -63,7 +67,7 @@ impl Kind {
     fn has_labels(self) -> bool {
         match self {
             Kind::GitHub | Kind::GitLab | Kind::Gitea => true,
-            Kind::BitbucketServer => false,
+            Kind::Bitbucket | Kind::BitbucketServer => false,
         }
     }
 }
@@ -90,6 +94,10 @@ macro_rules! every_forge {
             async fn bitbucket_server() {
                 super::$scenario(Kind::BitbucketServer).await;
             }
+            #[tokio::test]
+            async fn bitbucket() {
+                super::$scenario(Kind::Bitbucket).await;
+            }
         }
     };
 }
@@ -97,8 +105,23 @@ macro_rules! every_forge {
 /// The Gitea repository, `owner/repo`.
 pub(crate) const GITEA_REPO: &str = "acme/gitops";
 /// The Bitbucket Data Center project key and repository slug.
-pub(crate) const BITBUCKET_PROJECT: &str = "ACME";
-pub(crate) const BITBUCKET_REPO: &str = "gitops";
+pub(crate) const BITBUCKET_DC_PROJECT: &str = "ACME";
+pub(crate) const BITBUCKET_DC_REPO: &str = "gitops";
+
+/// The Bitbucket Cloud repository, `workspace/slug`.
+pub(crate) const BITBUCKET_REPO: &str = "acme/gitops";
+
+/// Bitbucket Cloud's build status states in the words the scenarios use (GitHub's).
+fn bitbucket_state(state: &str) -> String {
+    match state {
+        "SUCCESSFUL" => "success",
+        "INPROGRESS" => "pending",
+        "FAILED" => "failure",
+        "STOPPED" => "error",
+        other => other,
+    }
+    .to_string()
+}
 
 /// A change request as the scenarios look at it, whichever forge holds it.
 #[derive(Debug, Clone)]
@@ -121,6 +144,7 @@ pub(crate) enum Hub {
     GitLab(GitLabServer),
     Gitea(GiteaServer),
     BitbucketServer(BitbucketDcServer),
+    Bitbucket(BitbucketCloudServer),
 }
 
 impl Hub {
@@ -139,11 +163,14 @@ impl Hub {
                 BitbucketDcServer::start(
                     TOKEN,
                     BOT,
-                    BITBUCKET_PROJECT,
-                    BITBUCKET_REPO,
+                    BITBUCKET_DC_PROJECT,
+                    BITBUCKET_DC_REPO,
                     repo.path(),
                 )
                 .await,
+            ),
+            Kind::Bitbucket => Hub::Bitbucket(
+                BitbucketCloudServer::start(TOKEN, BOT, "acme", "gitops", repo.path()).await,
             ),
         }
     }
@@ -164,7 +191,11 @@ impl Hub {
                 gt.api_url()
             ),
             Hub::BitbucketServer(bb) => format!(
-                "forge: {{kind: bitbucket-server, api_url: '{}', project: {BITBUCKET_PROJECT}, repo: {BITBUCKET_REPO}, token_env: TAGPIN_FORGE_TOKEN}}\n",
+                "forge: {{kind: bitbucket-server, api_url: '{}', project: {BITBUCKET_DC_PROJECT}, repo: {BITBUCKET_DC_REPO}, token_env: TAGPIN_FORGE_TOKEN}}\n",
+                bb.api_url()
+            ),
+            Hub::Bitbucket(bb) => format!(
+                "forge: {{kind: bitbucket, api_url: '{}', workspace: acme, repo: gitops, token_env: TAGPIN_FORGE_TOKEN}}\n",
                 bb.api_url()
             ),
         }
@@ -229,6 +260,21 @@ impl Hub {
                     head_ref: p.from_branch,
                 })
                 .collect(),
+            // Bitbucket Cloud pull requests have no labels.
+            Hub::Bitbucket(bb) => bb
+                .pulls(BITBUCKET_REPO)
+                .into_iter()
+                .map(|p| Change {
+                    number: p.id,
+                    title: p.title,
+                    body: p.description,
+                    labels: Vec::new(),
+                    open: p.state == support::bitbucket::PrState::Open,
+                    merged: p.state == support::bitbucket::PrState::Merged,
+                    head_ref: p.source_branch,
+                    fork: p.fork,
+                })
+                .collect(),
         };
         changes.sort_by_key(|c| c.number);
         changes
@@ -240,6 +286,7 @@ impl Hub {
             Hub::GitLab(gl) => gl.close_mr_as("reviewer", PROJECT, number),
             Hub::Gitea(gt) => gt.close_pull_as("reviewer", GITEA_REPO, number),
             Hub::BitbucketServer(bb) => bb.decline_pull_as("reviewer", number),
+            Hub::Bitbucket(bb) => bb.decline_pull_as("reviewer", BITBUCKET_REPO, number),
         }
     }
 
@@ -272,6 +319,7 @@ impl Hub {
             Hub::GitLab(gl) => gl.merge_mr_as("reviewer", PROJECT, number).target_head,
             Hub::Gitea(gt) => gt.merge_pull_as("reviewer", GITEA_REPO, number),
             Hub::BitbucketServer(bb) => bb.merge_pull_as("reviewer", number),
+            Hub::Bitbucket(bb) => bb.merge_pull_as("reviewer", BITBUCKET_REPO, number),
         }
     }
 
@@ -315,6 +363,12 @@ impl Hub {
                     (s.key, state.to_string(), s.description)
                 })
                 .collect(),
+            // One per key, overwritten in place; `name` is the context tagpin wrote.
+            Hub::Bitbucket(bb) => bb
+                .statuses(BITBUCKET_REPO, sha)
+                .into_iter()
+                .map(|s| (s.name, bitbucket_state(&s.state), s.description))
+                .collect(),
         }
     }
 
@@ -322,7 +376,7 @@ impl Hub {
     /// GitHub and Gitea, whose statuses belong to the commit alone.
     fn status_refs(&self, sha: &str, context: &str) -> Option<Vec<String>> {
         match self {
-            Hub::GitHub(_) | Hub::Gitea(_) | Hub::BitbucketServer(_) => None,
+            Hub::GitHub(_) | Hub::Gitea(_) | Hub::Bitbucket(_) | Hub::BitbucketServer(_) => None,
             Hub::GitLab(gl) => Some(
                 gl.statuses(PROJECT, sha)
                     .into_iter()
@@ -371,7 +425,7 @@ impl Hub {
                 bb.grant("ci-bot", support::bitbucket_server::Permission::Read);
                 let posted = reqwest::Client::new()
                     .post(format!(
-                        "{}/rest/api/1.0/projects/{BITBUCKET_PROJECT}/repos/{BITBUCKET_REPO}/commits/{sha}/builds",
+                        "{}/rest/api/1.0/projects/{BITBUCKET_DC_PROJECT}/repos/{BITBUCKET_DC_REPO}/commits/{sha}/builds",
                         bb.api_url()
                     ))
                     .header("Authorization", "Bearer bbdc-ci-bot")
@@ -381,6 +435,29 @@ impl Hub {
                     .await
                     .unwrap();
                 assert_eq!(posted.status(), 204, "{:?}", posted.text().await);
+            }
+            Hub::Bitbucket(bb) => {
+                bb.add_credential(
+                    "bb-ci-bot-token",
+                    "ci-bot",
+                    support::bitbucket::Credential::ApiToken,
+                    support::bitbucket::Scope::Write,
+                );
+                bb.grant(BITBUCKET_REPO, "ci-bot", support::bitbucket::Access::Write);
+                let posted = reqwest::Client::new()
+                    .post(format!(
+                        "{}/repositories/{BITBUCKET_REPO}/commit/{sha}/statuses/build",
+                        bb.api_url()
+                    ))
+                    .bearer_auth("bb-ci-bot-token")
+                    .json(
+                        &json!({"key": context, "state": "SUCCESSFUL", "name": context,
+                        "description": description, "url": "https://ci.example.com/builds/7"}),
+                    )
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
             }
         }
     }
@@ -401,6 +478,11 @@ impl Hub {
                 .map(|c| c.body)
                 .collect(),
             Hub::BitbucketServer(bb) => bb.comments(number).into_iter().map(|c| c.text).collect(),
+            Hub::Bitbucket(bb) => bb
+                .comments(BITBUCKET_REPO, number)
+                .into_iter()
+                .map(|c| c.raw)
+                .collect(),
         }
     }
 
@@ -411,6 +493,7 @@ impl Hub {
             Hub::GitLab(gl) => gl.requests().iter().filter(|r| r.method != "GET").count(),
             Hub::Gitea(gt) => gt.requests().iter().filter(|r| r.method != "GET").count(),
             Hub::BitbucketServer(bb) => bb.requests().iter().filter(|r| r.method != "GET").count(),
+            Hub::Bitbucket(bb) => bb.requests().iter().filter(|r| r.method != "GET").count(),
         }
     }
 
@@ -441,6 +524,12 @@ impl Hub {
                 .filter(|r| r.method != "GET")
                 .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
                 .collect(),
+            Hub::Bitbucket(bb) => bb
+                .requests()
+                .into_iter()
+                .filter(|r| r.method != "GET")
+                .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
+                .collect(),
         }
     }
 
@@ -457,6 +546,9 @@ impl Hub {
                 "/pull-requests",
                 502,
             )),
+            Hub::Bitbucket(bb) => {
+                bb.inject(support::bitbucket::Fault::new("POST", "/pullrequests", 502))
+            }
         }
     }
 
@@ -466,6 +558,7 @@ impl Hub {
             Hub::GitLab(gl) => gl.assert_no_violations(),
             Hub::Gitea(gt) => gt.assert_no_violations(),
             Hub::BitbucketServer(bb) => bb.assert_no_violations(),
+            Hub::Bitbucket(bb) => bb.assert_no_violations(),
         }
     }
 }
@@ -547,7 +640,7 @@ impl World {
 
     /// `tagpin ARGS` on this world's config, cache, home and cluster, with `token` as the forge
     /// token.
-    fn command(&self, args: &[&str], token: &str) -> tokio::process::Command {
+    pub(crate) fn command(&self, args: &[&str], token: &str) -> tokio::process::Command {
         let kubeconfig = self.kube.kubeconfig(self.dir.path());
         tagpin_command(self.dir.path(), args, &kubeconfig, token)
     }
@@ -581,7 +674,7 @@ impl World {
     /// `verify` of change request `number`: `--pr N` on GitHub and Gitea, `--mr N` on GitLab.
     async fn verify(&self, number: u64) -> Output {
         let flag = match self.kind {
-            Kind::GitHub | Kind::Gitea | Kind::BitbucketServer => "--pr",
+            Kind::GitHub | Kind::Gitea | Kind::Bitbucket | Kind::BitbucketServer => "--pr",
             Kind::GitLab => "--mr",
         };
         self.tagpin("verify", &[flag, &number.to_string()]).await
@@ -724,6 +817,9 @@ async fn merged_then_verified(kind: Kind) {
     if let Hub::BitbucketServer(bb) = &w.hub {
         bb.comment_as("reviewer", 1, &quoted);
     }
+    if let Hub::Bitbucket(bb) = &w.hub {
+        bb.comment_as("reviewer", BITBUCKET_REPO, 1, &quoted);
+    }
     let waiting = w.verify(1).await;
     assert_eq!(waiting.status.code(), Some(3), "{}", text(&waiting));
 
@@ -748,7 +844,7 @@ async fn merged_then_verified(kind: Kind) {
         "{statuses:?}"
     );
     let mut comments = w.hub.comments(1);
-    if let Kind::GitLab | Kind::Gitea | Kind::BitbucketServer = kind {
+    if let Kind::GitLab | Kind::Gitea | Kind::Bitbucket | Kind::BitbucketServer = kind {
         assert_eq!(comments.first(), Some(&quoted), "untouched: {comments:?}");
         comments.remove(0);
     }
@@ -821,7 +917,9 @@ async fn edited_by_hand_is_said_in_the_forges_words(kind: Kind) {
         .collect();
     assert_eq!(notes.len(), 1, "{notes:?}");
     let (ours, theirs) = match kind {
-        Kind::GitHub | Kind::Gitea | Kind::BitbucketServer => (kind.word(), Kind::GitLab.word()),
+        Kind::GitHub | Kind::Gitea | Kind::Bitbucket | Kind::BitbucketServer => {
+            (kind.word(), Kind::GitLab.word())
+        }
         Kind::GitLab => (kind.word(), Kind::GitHub.word()),
     };
     assert!(
@@ -867,6 +965,15 @@ async fn a_fork_change_request_is_never_adopted(kind: Kind) {
         ),
         Hub::BitbucketServer(bb) => bb.open_fork_pull_as(
             "mallory",
+            "tagpin/main",
+            &main,
+            "main",
+            "Pin 1 image(s) to digests",
+            "<!-- tagpin-plan -->",
+        ),
+        Hub::Bitbucket(bb) => bb.open_fork_pull_as(
+            "mallory",
+            BITBUCKET_REPO,
             "tagpin/main",
             &main,
             "main",
@@ -955,6 +1062,11 @@ async fn the_pull_request_example_runs(kind: Kind) {
             "pull-request-mode-bitbucket-server.yaml",
             "https://bitbucket.example.com/scm/acme/gitops.git",
             ("https://bitbucket.example.com", bb.api_url()),
+        ),
+        Hub::Bitbucket(bb) => (
+            "pull-request-mode-bitbucket.yaml",
+            "https://bitbucket.org/acme/gitops.git",
+            ("https://api.bitbucket.org/2.0", bb.api_url()),
         ),
     };
     let example = std::fs::read_to_string(
@@ -1307,10 +1419,10 @@ async fn the_soak_clock_is_tagpins_own(kind: Kind) {
     let (code, report, out) = w.promote().await;
 
     assert_eq!(code, Some(3), "{}", text(&out));
-    if let Hub::BitbucketServer(bb) = &w.hub {
-        // Bitbucket keeps one build status per commit and key and records no author: the CI
-        // job's replaced tagpin's, and without tagpin's signature it carries no clock. The
-        // clock starts again (never earlier), and tagpin's own status is set back.
+    if matches!(kind, Kind::Bitbucket | Kind::BitbucketServer) {
+        // Bitbucket (Cloud and Data Center) keeps one build status per commit and key and
+        // records no author: the CI job's replaced tagpin's, and without tagpin's signature it
+        // carries no clock. The clock starts again (never earlier).
         assert!(
             report["gate"]["since"].as_i64().unwrap() >= since,
             "{report:#}"
@@ -1320,14 +1432,17 @@ async fn the_soak_clock_is_tagpins_own(kind: Kind) {
             "{}",
             text(&out)
         );
-        let stage: Vec<_> = bb
-            .statuses(&tip)
-            .into_iter()
-            .filter(|s| s.key == STAGE_CONTEXT)
-            .collect();
-        assert_eq!(stage.len(), 1, "{stage:?}");
-        assert_eq!(stage[0].posted_by, BOT, "{stage:?}");
-        assert!(!stage[0].description.contains("2020-01-01"), "{stage:?}");
+        if let Hub::BitbucketServer(bb) = &w.hub {
+            // And tagpin's own status is set back.
+            let stage: Vec<_> = bb
+                .statuses(&tip)
+                .into_iter()
+                .filter(|s| s.key == STAGE_CONTEXT)
+                .collect();
+            assert_eq!(stage.len(), 1, "{stage:?}");
+            assert_eq!(stage[0].posted_by, BOT, "{stage:?}");
+            assert!(!stage[0].description.contains("2020-01-01"), "{stage:?}");
+        }
     } else {
         assert_eq!(report["gate"]["since"].as_i64(), Some(since), "{report:#}");
         assert!(

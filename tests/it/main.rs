@@ -12,6 +12,8 @@
 mod support;
 
 mod audit;
+mod bitbucket_cloud_selftest;
+mod bitbucket_forge;
 mod bitbucket_server_forge;
 mod bitbucket_server_selftest;
 mod bounded_answers;
@@ -39,6 +41,7 @@ mod leader;
 mod module_graph;
 mod monitoring;
 mod operator;
+mod operator_bitbucket;
 mod operator_bitbucket_server;
 mod operator_gitea;
 mod operator_hostile;

@@ -1,0 +1,1175 @@
+//! The Bitbucket Cloud adapter: REST API 2.0 (`https://api.bitbucket.org/2.0`).
+//!
+//! A Bitbucket pull request is what a GitHub one is to tagpin: found by its source branch (a
+//! tagpin branch of this very repository, never a fork's), opened with the plan block in its
+//! description, and read back as `OPEN`, `MERGED` (with its merge commit) or `DECLINED` /
+//! `SUPERSEDED` (closed by a person). The verdict is a build status on the head and on the
+//! commit that landed, and one comment on the pull request found by its marker among the
+//! comments tagpin's own account wrote.
+//!
+//! Facts are those of Bitbucket Cloud's OpenAPI description (`api.bitbucket.org/swagger.json`)
+//! as shipped, typed, in the npm package `bitbucket` 2.12.0 (`lib/bitbucket.d.ts`: `Pullrequest`,
+//! `PullrequestEndpoint`, `PaginatedPullrequests`, `Commitstatus`, `PullrequestComment`,
+//! `Account`, `User`; the parameters of `PullrequestsList`, `CommitstatusesList`,
+//! `CommitstatusesCreateBuildStatus`, `RepositoriesGetCommit`), and of Atlassian's REST and
+//! support pages: "Commit statuses" (a build status of an existing key is overwritten),
+//! "API request limits" (rolling one-hour windows), "Access tokens" (sent as `Bearer`; Basic
+//! is for a username and app password only).
+//!
+//! What Bitbucket Cloud does its own way, and what tagpin does about it:
+//! - Pull requests are filtered with BBQL (`q=source.branch.name="tagpin/main"`), and `state`
+//!   repeats (`OPEN`, `MERGED`, `DECLINED`, `SUPERSEDED`; `OPEN` alone when not given).
+//! - Lists are pages `{values, next, page, pagelen, size}`; tagpin follows `next` only when it
+//!   is on `api_url`'s scheme, host, port and path (the token goes nowhere else), and at most
+//!   [`super::common::MAX_PAGES`] pages.
+//! - `merge_commit.hash` and `source.commit.hash` are short (12 digits): the full ones are
+//!   read with `GET /commit/{hash}` for one pull request (`verify --pr N`), a new one, those
+//!   in flight, and the open one of a branch, and kept for the process. The list of a
+//!   branch's pull requests leaves closed ones' commits unread (its callers read their state
+//!   and body only), so their `merge_commit_sha` is none there.
+//! - Pull requests have no labels. Nothing stands in: `pull_request.labels` are not set on
+//!   Bitbucket (tagpin recognises its pull requests by branch and plan block everywhere).
+//! - A build status is one per key and commit, overwritten in place, and records no creator.
+//!   tagpin signs its own: the status `url` (which Bitbucket requires) ends in
+//!   `#tagpin-<HMAC>`, an HMAC-SHA256, keyed by the token, of the repository, commit, key,
+//!   state and description. Only a status whose signature checks is tagpin's own (creator:
+//!   [`Bitbucket::login`]); any other in tagpin's key, a CI job's say, has no creator and
+//!   carries no soak clock. Since the CI job's status replaced tagpin's, the clock starts
+//!   again when tagpin posts its own: never earlier. A new token starts the clocks again too.
+//! - Keys are at most 40 characters ([`MAX_KEY_CHARS`]): a longer context is cut and given a
+//!   hash of the whole, so two contexts never share a key; the status's `name` is the context.
+//! - `GET /user` (whose `uuid` names tagpin's comments and statuses) answers a user's app
+//!   password or API token; an access token (repository, project or workspace) is no user
+//!   and is refused it: `forge.login` then names the token's account `uuid`.
+//! - A `429` carries no `Retry-After` as a rule: Bitbucket counts calls over a rolling hour.
+//!   With one, it is waited out within [`super::MAX_RATE_LIMIT_WAIT`]; without, the wait tagpin can
+//!   infer is the window, an hour ([`ROLLING_WINDOW`]), and the call is reported.
+//!
+//! The token goes in `Authorization: Bearer …`, or with `forge.username_env` as HTTP Basic
+//! `username:app-password`, marked sensitive so no debug output shows it. Redirects are not
+//! followed. Every call has a connect timeout and a total deadline (`forge.timeout_seconds`)
+//! and reads at most [`super::MAX_ANSWER_BYTES`]. Bitbucket's messages are never quoted.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use hmac::Mac as _;
+use k8s_openapi::jiff::Timestamp;
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use super::common::{host_of, http_client, status_text};
+use super::common::{in_flight, read_pages, updated_before};
+use super::common::{retry_after, Answer, Calls, FailureWords, ForgeError};
+use crate::config;
+use crate::mutex::lock;
+use crate::review::{PullRequestInfo, Status, StatusState};
+
+const FORGE: &str = "Bitbucket";
+/// Pull requests asked for per page: Bitbucket's largest `pagelen` for pull requests.
+pub const PAGE_LEN: usize = 50;
+/// Statuses and comments asked for per page (Bitbucket's largest for these lists).
+pub const LONG_PAGE_LEN: usize = 100;
+/// The longest build status key Bitbucket Cloud takes.
+pub const MAX_KEY_CHARS: usize = 40;
+/// Bitbucket's rate-limit window: with no `Retry-After`, the longest a call may have to wait.
+pub const ROLLING_WINDOW: Duration = Duration::from_secs(3600);
+/// Hex digits of the signature in a status `url` (128 bits).
+const SIGNATURE_HEX: usize = 32;
+/// Short merge-commit hashes resolved, kept for the process; cleared when full.
+const MAX_RESOLVED: usize = 512;
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+/// A Bitbucket Cloud repository, with a token.
+pub struct Bitbucket {
+    http: reqwest::Client,
+    /// `host[:port]` of `api_url`, for errors.
+    host: String,
+    deadline: Duration,
+    /// `forge.api_url` without a trailing slash.
+    api: String,
+    workspace: String,
+    repo: String,
+    /// `workspace/repo`, for messages.
+    full_name: String,
+    auth: HeaderValue,
+    /// The key of the signatures on tagpin's build statuses: the token.
+    signing_key: Vec<u8>,
+    login: tokio::sync::OnceCell<String>,
+    /// Short merge-commit hash -> full hash.
+    resolved: Mutex<HashMap<String, String>>,
+}
+
+/// `PaginatedPullrequests`, `PaginatedCommitstatuses`, `PaginatedPullrequestComments`.
+#[derive(Debug, Deserialize)]
+struct Page<T> {
+    #[serde(default = "Vec::new")]
+    values: Vec<T>,
+    next: Option<String>,
+}
+
+/// `Pullrequest`, the fields tagpin reads.
+#[derive(Debug, Deserialize)]
+struct PullRequest {
+    id: u64,
+    #[serde(default)]
+    title: String,
+    description: Option<String>,
+    summary: Option<Rendered>,
+    /// `OPEN`, `MERGED`, `DECLINED` or `SUPERSEDED`.
+    #[serde(default)]
+    state: String,
+    source: Option<Endpoint>,
+    destination: Option<Endpoint>,
+    merge_commit: Option<CommitRef>,
+    author: Option<Account>,
+    updated_on: Option<String>,
+    links: Option<Links>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Rendered {
+    raw: Option<String>,
+}
+
+/// `PullrequestEndpoint`.
+#[derive(Debug, Deserialize)]
+struct Endpoint {
+    branch: Option<BranchName>,
+    commit: Option<CommitRef>,
+    repository: Option<RepositoryRef>,
+}
+
+#[derive(Debug, Deserialize)]
+struct BranchName {
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct CommitRef {
+    #[serde(default)]
+    hash: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct RepositoryRef {
+    full_name: Option<String>,
+}
+
+/// `Account` (a user, or the account of an access token): `uuid` is what every one has.
+#[derive(Debug, Deserialize)]
+struct Account {
+    uuid: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Links {
+    html: Option<Href>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Href {
+    #[serde(default)]
+    href: String,
+}
+
+/// `Commitstatus`.
+#[derive(Debug, Deserialize)]
+struct CommitStatus {
+    #[serde(default)]
+    key: String,
+    /// `INPROGRESS`, `SUCCESSFUL`, `FAILED` or `STOPPED`.
+    #[serde(default)]
+    state: String,
+    description: Option<String>,
+    url: Option<String>,
+    /// When it was last set: the status is overwritten in place.
+    updated_on: Option<String>,
+    created_on: Option<String>,
+}
+
+/// `PullrequestComment`, the fields tagpin reads.
+#[derive(Debug, Deserialize)]
+struct Comment {
+    id: u64,
+    content: Option<Rendered>,
+    user: Option<Account>,
+    #[serde(default)]
+    deleted: bool,
+}
+
+/// `Commit`, its full hash.
+#[derive(Debug, Deserialize)]
+struct Commit {
+    hash: String,
+}
+
+/// A new pull request: `Pullrequest` with its source and destination branches.
+#[derive(Debug, Serialize)]
+struct NewPullRequest<'a> {
+    title: &'a str,
+    description: &'a str,
+    source: EndpointName<'a>,
+    destination: EndpointName<'a>,
+    /// tagpin's branch goes once merged, as on GitLab.
+    close_source_branch: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct EndpointName<'a> {
+    branch: NameOnly<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct NameOnly<'a> {
+    name: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+struct EditPullRequest<'a> {
+    title: &'a str,
+    description: &'a str,
+}
+
+/// `Commitstatus` as posted to `statuses/build`.
+#[derive(Debug, Serialize)]
+struct NewStatus<'a> {
+    key: &'a str,
+    state: &'a str,
+    name: &'a str,
+    description: &'a str,
+    url: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+struct CommentBody<'a> {
+    content: RawContent<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct RawContent<'a> {
+    raw: &'a str,
+}
+
+impl Bitbucket {
+    /// `api_url` is `https://api.bitbucket.org/2.0`. With `forge.username_env`, `username` is
+    /// what its variable (or Secret key) holds, read by the caller with the token: never from
+    /// this process's environment, which in the operator is not the object's to name.
+    pub fn new(
+        forge: &config::Forge,
+        token: String,
+        username: Option<String>,
+    ) -> Result<Bitbucket, ForgeError> {
+        let config::ForgeKind::Bitbucket { workspace, repo } = &forge.kind else {
+            return Err(setup("the forge configured is not Bitbucket".into()));
+        };
+        let token = token.trim().to_string();
+        let value = match (&forge.username_env, username) {
+            (Some(env), None) => {
+                return Err(setup(format!(
+                    "forge.username_env names {env}, but no username was read from it"
+                )))
+            }
+            (Some(_), Some(username)) => {
+                let pair = format!("{}:{token}", username.trim());
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(pair)
+                )
+            }
+            (None, _) => format!("Bearer {token}"),
+        };
+        let mut auth = HeaderValue::from_str(&value).map_err(|_| {
+            setup(format!(
+                "the token in {} holds characters an HTTP header cannot carry",
+                forge.token_env
+            ))
+        })?;
+        auth.set_sensitive(true);
+        let deadline = Duration::from_secs(forge.timeout_seconds);
+        Ok(Bitbucket {
+            http: http_client(FORGE, deadline)?,
+            host: host_of(&forge.api_url),
+            deadline,
+            api: forge.api_url.trim_end_matches('/').to_string(),
+            workspace: workspace.clone(),
+            repo: repo.clone(),
+            full_name: format!("{workspace}/{repo}"),
+            auth,
+            signing_key: token.into_bytes(),
+            login: tokio::sync::OnceCell::new_with(forge.login.clone()),
+            resolved: Mutex::default(),
+        })
+    }
+
+    /// The `uuid` of the account the token acts as (`GET /user`), asked once per process, or
+    /// `forge.login`. An access token is no user: Bitbucket refuses it `/user`.
+    pub async fn login(&self) -> Result<&str, ForgeError> {
+        self.login
+            .get_or_try_init(|| async {
+                let what = "read the token's account (GET /user)";
+                let url = format!("{}/user", self.api);
+                let answer = match self.request(what, Method::GET, &url, None).await {
+                    Err(ForgeError::Call {
+                        status: Some(status @ (401 | 403)),
+                        ..
+                    }) => {
+                        let detail = format!(
+                            "{} (Bitbucket answers /user only to a user's app password or API token; for a repository, project or workspace access token, set forge.login to the uuid Bitbucket shows as the author of what the token wrote)",
+                            status_text(status)
+                        );
+                        return Err(self.calls().error(what, detail, Some(status)));
+                    }
+                    answer => answer?,
+                };
+                let account: Account = self.calls().parse(what, &answer.body)?;
+                account.uuid.ok_or_else(|| {
+                    self.calls()
+                        .error(what, "unexpected answer: no uuid".into(), None)
+                })
+            })
+            .await
+            .map(String::as_str)
+    }
+
+    /// `{api}/repositories/{workspace}/{repo}{rest}`.
+    fn repo_url(&self, rest: &str) -> String {
+        format!(
+            "{}/repositories/{}/{}{rest}",
+            self.api,
+            encode(&self.workspace),
+            encode(&self.repo)
+        )
+    }
+
+    /// Every pull request (open, merged, declined, superseded) from `branch` of this
+    /// repository into `base`, newest first; a fork's is left out. Merge commits are not
+    /// resolved here (see the module's notes).
+    pub async fn pull_requests_for(
+        &self,
+        branch: &str,
+        base: &str,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let what = format!("list pull requests from {branch}");
+        let q = format!(
+            "source.branch.name = {} AND destination.branch.name = {}",
+            bbql(branch),
+            bbql(base)
+        );
+        let mut prs = self
+            .list_pull_requests(&what, &q, &ALL_STATES, None)
+            .await?;
+        prs.retain(|p| p.head_ref == branch && p.same_repository);
+        for pr in &mut prs {
+            if pr.open {
+                pr.head_sha = self.full_hash(&pr.head_sha, pr.number).await?;
+            }
+            if !pr.open
+                || pr
+                    .merge_commit_sha
+                    .as_ref()
+                    .is_some_and(|s| s.len() < FULL_HASH)
+            {
+                pr.merge_commit_sha = None;
+            }
+        }
+        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
+        Ok(prs)
+    }
+
+    /// Every open pull request into `base` from a branch starting with `prefix`, and those
+    /// merged, declined or superseded at or after `closed_since`, newest first, merge commits
+    /// resolved; forks' are included, marked by `same_repository`.
+    pub async fn pull_requests_with_prefix(
+        &self,
+        prefix: &str,
+        base: &str,
+        closed_since: i64,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let what = format!("list pull requests into {base}");
+        // `~` is BBQL's "contains": the prefix is checked again on what comes back.
+        let q = format!(
+            "source.branch.name ~ {} AND destination.branch.name = {}",
+            bbql(prefix),
+            bbql(base)
+        );
+        let open = self.list_pull_requests(&what, &q, &["OPEN"], None).await?;
+        let recent = self
+            .list_pull_requests(&what, &q, &CLOSED_STATES, Some(closed_since))
+            .await?;
+        let mut prs = in_flight(open, recent, prefix);
+        for pr in &mut prs {
+            self.complete(pr).await?;
+        }
+        Ok(prs)
+    }
+
+    /// Every page of a pull request list, most recently updated first; with `until`, pages
+    /// stop after the first one that reaches a pull request updated before it.
+    async fn list_pull_requests(
+        &self,
+        what: &str,
+        q: &str,
+        states: &[&str],
+        until: Option<i64>,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let mut query: Vec<(&str, &str)> = vec![("q", q)];
+        query.extend(states.iter().map(|s| ("state", *s)));
+        query.push(("sort", "-updated_on"));
+        let page_len = PAGE_LEN.to_string();
+        query.push(("pagelen", &page_len));
+        let first = with_query(&self.repo_url("/pullrequests"), &query);
+        let read_page = |url: String| async move {
+            let (items, next) = self.read_page::<PullRequest>(what, &url).await?;
+            Ok((items.into_iter().map(info).collect(), next))
+        };
+        read_pages(first, read_page, updated_before(until)).await
+    }
+
+    /// One page of a list, and its `next` when that is on `api_url`.
+    async fn read_page<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        url: &str,
+    ) -> Result<(Vec<T>, Option<String>), ForgeError> {
+        let answer = self.request(what, Method::GET, url, None).await?;
+        let page: Page<T> = self.calls().parse(what, &answer.body)?;
+        let next = match page.next {
+            Some(next) => Some(
+                next_on_api(&self.api, &next)
+                    .map_err(|e| self.calls().error(what, e.to_string(), None))?,
+            ),
+            None => None,
+        };
+        Ok((page.values, next))
+    }
+
+    /// Opens a pull request. One opened meanwhile is not adopted: the failure is returned,
+    /// and the next pass finds that one by its branch.
+    pub async fn open_pull_request(
+        &self,
+        branch: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<PullRequestInfo, ForgeError> {
+        let what = format!("open a pull request from {branch} into {base}");
+        let request = NewPullRequest {
+            title,
+            description: body,
+            source: EndpointName {
+                branch: NameOnly { name: branch },
+            },
+            destination: EndpointName {
+                branch: NameOnly { name: base },
+            },
+            close_source_branch: true,
+        };
+        let url = self.repo_url("/pullrequests");
+        let answer = self
+            .request(&what, Method::POST, &url, Some(json(&request)))
+            .await?;
+        let mut pr = info(self.calls().parse(&what, &answer.body)?);
+        self.complete(&mut pr).await?;
+        Ok(pr)
+    }
+
+    pub async fn update_pull_request(
+        &self,
+        number: u64,
+        title: &str,
+        body: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("update pull request #{number}");
+        let url = self.repo_url(&format!("/pullrequests/{number}"));
+        let edit = EditPullRequest {
+            title,
+            description: body,
+        };
+        self.request(&what, Method::PUT, &url, Some(json(&edit)))
+            .await?;
+        Ok(())
+    }
+
+    /// Bitbucket Cloud pull requests have no labels: nothing is set, and nothing stands in.
+    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
+        if !labels.is_empty() {
+            tracing::debug!(
+                "pull request #{number}: Bitbucket Cloud has no labels; {labels:?} not set"
+            );
+        }
+        Ok(())
+    }
+
+    /// One pull request by its id (`#N`), its merge commit resolved.
+    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
+        let what = format!("read pull request #{number}");
+        let url = self.repo_url(&format!("/pullrequests/{number}"));
+        let answer = self.request(&what, Method::GET, &url, None).await?;
+        let mut pr = info(self.calls().parse(&what, &answer.body)?);
+        self.complete(&mut pr).await?;
+        Ok(pr)
+    }
+
+    /// Replaces the short hashes Bitbucket answers for a pull request's source commit and
+    /// merge commit with full ones.
+    async fn complete(&self, pr: &mut PullRequestInfo) -> Result<(), ForgeError> {
+        pr.head_sha = self.full_hash(&pr.head_sha, pr.number).await?;
+        if let Some(merge) = pr.merge_commit_sha.clone() {
+            pr.merge_commit_sha = Some(self.full_hash(&merge, pr.number).await?);
+        }
+        Ok(())
+    }
+
+    /// The full hash of commit `short` (`GET /commit/{hash}`), read once per process per
+    /// commit; an empty or full one as it is.
+    async fn full_hash(&self, short: &str, number: u64) -> Result<String, ForgeError> {
+        if short.is_empty() || short.len() >= FULL_HASH {
+            return Ok(short.to_string());
+        }
+        if let Some(full) = lock(&self.resolved).get(short).cloned() {
+            return Ok(full);
+        }
+        let what = format!("read commit {short} of pull request #{number}");
+        if !short.bytes().all(|b| b.is_ascii_hexdigit()) {
+            let detail = "unexpected answer: the commit is not a hash".to_string();
+            return Err(self.calls().error(&what, detail, None));
+        }
+        let url = self.repo_url(&format!("/commit/{short}"));
+        let answer = self.request(&what, Method::GET, &url, None).await?;
+        let commit: Commit = self.calls().parse(&what, &answer.body)?;
+        if commit.hash.len() != FULL_HASH || !commit.hash.starts_with(short) {
+            let detail = "unexpected answer: not the commit asked for".to_string();
+            return Err(self.calls().error(&what, detail, None));
+        }
+        let mut resolved = lock(&self.resolved);
+        if resolved.len() >= MAX_RESOLVED {
+            resolved.clear();
+        }
+        resolved.insert(short.to_string(), commit.hash.clone());
+        Ok(commit.hash)
+    }
+
+    /// The build status of `context`'s key on `sha` (Bitbucket keeps one per key), with
+    /// `me` as its creator when tagpin's signature on it checks, and none otherwise.
+    pub async fn statuses(
+        &self,
+        sha: &str,
+        context: &str,
+        me: &str,
+    ) -> Result<Vec<Status>, ForgeError> {
+        let what = format!("read build statuses of {sha}");
+        let page_len = LONG_PAGE_LEN.to_string();
+        let first = with_query(
+            &self.repo_url(&format!("/commit/{sha}/statuses")),
+            &[("pagelen", &page_len)],
+        );
+        let what = what.as_str();
+        let read_page = |url: String| async move { self.read_page(what, &url).await };
+        let statuses: Vec<CommitStatus> = read_pages(first, read_page, |_| false).await?;
+        let key = status_key(context);
+        let mut found: Vec<Status> = statuses
+            .iter()
+            .filter(|s| s.key == key)
+            .filter_map(|s| {
+                let state = read_state(&s.state)?;
+                let description = s.description.clone().unwrap_or_default();
+                let signed = s.url.as_deref().is_some_and(|url| {
+                    self.signature_checks(sha, &key, &s.state, &description, url)
+                });
+                Some(Status {
+                    state,
+                    description,
+                    created_at: s
+                        .updated_on
+                        .as_deref()
+                        .or(s.created_on.as_deref())
+                        .and_then(unix),
+                    creator: signed.then(|| me.to_string()),
+                })
+            })
+            .collect();
+        found.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        Ok(found)
+    }
+
+    /// Sets build status `context` on `sha`, signed as tagpin's own; Bitbucket overwrites the
+    /// status of the same key.
+    pub async fn set_status(
+        &self,
+        sha: &str,
+        state: StatusState,
+        context: &str,
+        description: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("set build status {context} on {sha}");
+        let key = status_key(context);
+        let wire = wire_state(state);
+        let signature = self.signature(sha, &key, wire, description);
+        let url = format!("{}#tagpin-{signature}", self.commit_page(sha));
+        let status = NewStatus {
+            key: &key,
+            state: wire,
+            name: context,
+            description,
+            url: &url,
+        };
+        let post = self.repo_url(&format!("/commit/{sha}/statuses/build"));
+        self.request(&what, Method::POST, &post, Some(json(&status)))
+            .await?;
+        Ok(())
+    }
+
+    /// Where a person sees commit `sha`: bitbucket.org's page for Bitbucket Cloud, the API's
+    /// commit otherwise (a proxy, a test server).
+    fn commit_page(&self, sha: &str) -> String {
+        if self.host == "api.bitbucket.org" {
+            format!(
+                "https://bitbucket.org/{}/{}/commits/{sha}",
+                encode(&self.workspace),
+                encode(&self.repo)
+            )
+        } else {
+            self.repo_url(&format!("/commit/{sha}"))
+        }
+    }
+
+    fn mac(&self, sha: &str, key: &str, state: &str, description: &str) -> Option<HmacSha256> {
+        let mut mac = HmacSha256::new_from_slice(&self.signing_key).ok()?;
+        let message = format!(
+            "tagpin build status v1\n{}\n{sha}\n{key}\n{state}\n{description}",
+            self.full_name
+        );
+        mac.update(message.as_bytes());
+        Some(mac)
+    }
+
+    /// The signature of a status tagpin posts: [`SIGNATURE_HEX`] hex digits of the HMAC.
+    fn signature(&self, sha: &str, key: &str, state: &str, description: &str) -> String {
+        let Some(mac) = self.mac(sha, key, state, description) else {
+            return String::new();
+        };
+        let bytes = mac.finalize().into_bytes();
+        bytes
+            .iter()
+            .take(SIGNATURE_HEX / 2)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// Whether a status's `url` carries tagpin's signature of it (compared in constant time).
+    fn signature_checks(
+        &self,
+        sha: &str,
+        key: &str,
+        state: &str,
+        description: &str,
+        url: &str,
+    ) -> bool {
+        let Some((_, hex)) = url.rsplit_once("#tagpin-") else {
+            return false;
+        };
+        let Some(tag) = from_hex(hex).filter(|t| t.len() == SIGNATURE_HEX / 2) else {
+            return false;
+        };
+        self.mac(sha, key, state, description)
+            .is_some_and(|mac| mac.verify_truncated_left(&tag).is_ok())
+    }
+
+    /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found
+    /// by the marker among the comments `me` wrote, on every page), creates it otherwise.
+    pub async fn upsert_comment(
+        &self,
+        number: u64,
+        marker: &str,
+        body: &str,
+        me: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("list comments of pull request #{number}");
+        let url = self.repo_url(&format!("/pullrequests/{number}/comments"));
+        let page_len = LONG_PAGE_LEN.to_string();
+        let first = with_query(&url, &[("pagelen", &page_len)]);
+        let what_ref = what.as_str();
+        let read_page = |url: String| async move { self.read_page(what_ref, &url).await };
+        let comments: Vec<Comment> = read_pages(first, read_page, |_| false).await?;
+        let existing = find_comment(&comments, marker, me).map(|c| {
+            let raw = c.content.as_ref().and_then(|c| c.raw.as_deref());
+            (c.id, raw == Some(body))
+        });
+        let content = CommentBody {
+            content: RawContent { raw: body },
+        };
+        match existing {
+            Some((_, true)) => Ok(()),
+            Some((id, false)) => {
+                let what = format!("update comment {id} on pull request #{number}");
+                let edit = self.repo_url(&format!("/pullrequests/{number}/comments/{id}"));
+                self.request(&what, Method::PUT, &edit, Some(json(&content)))
+                    .await?;
+                Ok(())
+            }
+            None => {
+                let what = format!("comment on pull request #{number}");
+                self.request(&what, Method::POST, &url, Some(json(&content)))
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// One call, through [`Calls::send`]: a `429` waited out within bounds, any other
+    /// failure named in Bitbucket's terms.
+    async fn request(
+        &self,
+        what: &str,
+        method: Method,
+        url: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<Answer, ForgeError> {
+        let build = || {
+            let request = self
+                .http
+                .request(method.clone(), url)
+                .header(reqwest::header::AUTHORIZATION, self.auth.clone())
+                .header(reqwest::header::ACCEPT, "application/json");
+            match &body {
+                Some(body) => request.json(body),
+                None => request,
+            }
+        };
+        let describe =
+            |status: StatusCode, _: &str| describe_failure(status, &self.full_name, &self.api);
+        let words = FailureWords {
+            wait: rate_limit_wait,
+            describe: &describe,
+        };
+        self.calls().send(what, build, &words).await
+    }
+
+    fn calls(&self) -> Calls<'_> {
+        Calls {
+            forge: FORGE,
+            host: &self.host,
+            repo: &self.full_name,
+            deadline: self.deadline,
+        }
+    }
+}
+
+/// Length of a full Git commit hash in hex.
+const FULL_HASH: usize = 40;
+/// Every pull request state Bitbucket has.
+const ALL_STATES: [&str; 4] = ["OPEN", "MERGED", "DECLINED", "SUPERSEDED"];
+/// Those no longer open.
+const CLOSED_STATES: [&str; 3] = ["MERGED", "DECLINED", "SUPERSEDED"];
+
+fn setup(detail: String) -> ForgeError {
+    ForgeError::Setup {
+        forge: FORGE,
+        detail,
+    }
+}
+
+fn json<T: Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}
+
+/// One path segment (validated slugs are letters, digits, `-`, `_`, `.`; anything else is
+/// percent-encoded, so it cannot reach another path).
+fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A BBQL string literal: in double quotes, `\` and `"` escaped.
+fn bbql(value: &str) -> String {
+    format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+fn with_query(url: &str, query: &[(&str, &str)]) -> String {
+    let mut pairs = url::form_urlencoded::Serializer::new(String::new());
+    pairs.extend_pairs(query);
+    format!("{url}?{}", pairs.finish())
+}
+
+/// Why a `next` address is not followed.
+#[derive(Debug, thiserror::Error)]
+enum PagingError {
+    #[error("the next page's address does not parse: {source}")]
+    BadUrl {
+        #[source]
+        source: url::ParseError,
+    },
+    /// The token would go to another host, or outside the API.
+    #[error("Bitbucket named its next page on {found}, not on {api}: not followed")]
+    Elsewhere { found: String, api: String },
+}
+
+/// `next` when it is on `api`'s scheme, host and port and under its path.
+fn next_on_api(api: &str, next: &str) -> Result<String, PagingError> {
+    let parsed = url::Url::parse(next).map_err(|source| PagingError::BadUrl { source })?;
+    let base = url::Url::parse(api).map_err(|source| PagingError::BadUrl { source })?;
+    let same = parsed.scheme() == base.scheme()
+        && parsed.host_str() == base.host_str()
+        && parsed.port_or_known_default() == base.port_or_known_default()
+        && parsed
+            .path()
+            .starts_with(&format!("{}/", base.path().trim_end_matches('/')));
+    if !same {
+        let found = match (parsed.host_str(), parsed.port()) {
+            (Some(host), Some(port)) => format!("{}://{host}:{port}", parsed.scheme()),
+            (Some(host), None) => format!("{}://{host}", parsed.scheme()),
+            (None, _) => "an address without a host".to_string(),
+        };
+        return Err(PagingError::Elsewhere {
+            found,
+            api: api.to_string(),
+        });
+    }
+    Ok(parsed.to_string())
+}
+
+/// What tagpin reads of a Bitbucket pull request.
+fn info(pr: PullRequest) -> PullRequestInfo {
+    let repo_of = |e: &Option<Endpoint>| {
+        e.as_ref()
+            .and_then(|e| e.repository.as_ref())
+            .and_then(|r| r.full_name.clone())
+            .map(|n| n.to_ascii_lowercase())
+    };
+    let same_repository =
+        repo_of(&pr.source).is_some() && repo_of(&pr.source) == repo_of(&pr.destination);
+    let merged = pr.state == "MERGED";
+    let source = pr.source.as_ref();
+    PullRequestInfo {
+        number: pr.id,
+        open: pr.state == "OPEN",
+        merged,
+        title: pr.title,
+        body: pr
+            .description
+            .or_else(|| pr.summary.and_then(|s| s.raw))
+            .unwrap_or_default(),
+        labels: Vec::new(),
+        url: pr
+            .links
+            .and_then(|l| l.html)
+            .map(|h| h.href)
+            .unwrap_or_default(),
+        head_ref: source
+            .and_then(|s| s.branch.as_ref())
+            .map(|b| b.name.clone())
+            .unwrap_or_default(),
+        head_sha: source
+            .and_then(|s| s.commit.as_ref())
+            .map(|c| c.hash.clone())
+            .unwrap_or_default(),
+        merge_commit_sha: pr
+            .merge_commit
+            .map(|c| c.hash)
+            .filter(|h| merged && !h.is_empty()),
+        // Bitbucket has no merge time of its own: a merged pull request's last update is it.
+        merged_at: pr.updated_on.as_deref().and_then(unix).filter(|_| merged),
+        updated_at: pr.updated_on.as_deref().and_then(unix),
+        author: pr.author.and_then(|a| a.uuid).unwrap_or_default(),
+        same_repository,
+    }
+}
+
+/// The status key of `context`: itself when it fits [`MAX_KEY_CHARS`], else its start, `~`
+/// and 8 hex digits of its SHA-256, so two long contexts keep two keys.
+fn status_key(context: &str) -> String {
+    if context.chars().count() <= MAX_KEY_CHARS {
+        return context.to_string();
+    }
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(context.as_bytes());
+    let hash: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    let start: String = context.chars().take(MAX_KEY_CHARS - 9).collect();
+    format!("{start}~{hash}")
+}
+
+fn read_state(state: &str) -> Option<StatusState> {
+    match state {
+        "INPROGRESS" => Some(StatusState::Pending),
+        "SUCCESSFUL" => Some(StatusState::Success),
+        "FAILED" => Some(StatusState::Failure),
+        "STOPPED" => Some(StatusState::Error),
+        _ => None,
+    }
+}
+
+/// Bitbucket's words for tagpin's states: an error (tagpin could not tell) is `STOPPED`, a
+/// check that did not finish, rather than `FAILED`.
+fn wire_state(state: StatusState) -> &'static str {
+    match state {
+        StatusState::Pending => "INPROGRESS",
+        StatusState::Success => "SUCCESSFUL",
+        StatusState::Failure => "FAILED",
+        StatusState::Error => "STOPPED",
+    }
+}
+
+fn from_hex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The comment `me` wrote carrying `marker`, oldest first; deleted ones are not.
+fn find_comment<'c>(comments: &'c [Comment], marker: &str, me: &str) -> Option<&'c Comment> {
+    comments.iter().find(|c| {
+        !c.deleted
+            && c.content
+                .as_ref()
+                .and_then(|c| c.raw.as_deref())
+                .is_some_and(|raw| raw.contains(marker))
+            && c.user
+                .as_ref()
+                .and_then(|u| u.uuid.as_deref())
+                .is_some_and(|uuid| uuid == me)
+    })
+}
+
+/// How long to wait after a `429`: `Retry-After` when Bitbucket sends one, else its rolling
+/// window, an hour, which is past [`super::MAX_RATE_LIMIT_WAIT`]: the call is reported.
+fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
+    retry_after(headers, now).unwrap_or(ROLLING_WINDOW)
+}
+
+/// A failed answer in words that say what to fix. Bitbucket's body is never quoted.
+fn describe_failure(status: StatusCode, repo: &str, api: &str) -> String {
+    let answered = status_text(status.as_u16());
+    let meaning = match status.as_u16() {
+        401 => Some("the token is not valid (expired or revoked; an app password needs forge.username_env, an access token or API token must not have it)".to_string()),
+        403 => Some(format!(
+            "the token may not do this in {repo} (it needs the repository:write and pullrequest:write scopes, or write:repository:bitbucket and write:pullrequest:bitbucket for an API token, and write access to the repository)"
+        )),
+        404 => Some(format!(
+            "{repo} is not at {api}, or the token may not read it (Bitbucket answers 404 for a private repository hidden from the token)"
+        )),
+        400 => Some("Bitbucket refused a field tagpin sent".to_string()),
+        _ => None,
+    };
+    match meaning {
+        Some(meaning) => format!("{answered} ({meaning})"),
+        None => answered,
+    }
+}
+
+fn unix(text: &str) -> Option<i64> {
+    text.parse::<Timestamp>().ok().map(|t| t.as_second())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::MAX_RATE_LIMIT_WAIT;
+    use super::*;
+
+    /// A merged pull request in the shape of `Pullrequest` (npm `bitbucket` 2.12.0,
+    /// `lib/bitbucket.d.ts`), trimmed of fields tagpin does not read.
+    const MERGED: &str = r#"{
+      "type": "pullrequest", "id": 12, "title": "Pin 1 image(s) to digests",
+      "description": "plan", "summary": {"raw": "plan", "markup": "markdown", "html": "<p>plan</p>"},
+      "state": "MERGED", "updated_on": "2026-01-02T02:04:05.123456+00:00",
+      "merge_commit": {"hash": "cccccccccccc"},
+      "author": {"type": "user", "uuid": "{7a1c}", "display_name": "tagpin"},
+      "links": {"html": {"href": "https://bitbucket.org/acme/gitops/pull-requests/12"}},
+      "source": {"branch": {"name": "tagpin/main"}, "commit": {"hash": "aaaaaaaaaaaa"},
+                 "repository": {"full_name": "acme/gitops"}},
+      "destination": {"branch": {"name": "main"}, "commit": {"hash": "bbbbbbbbbbbb"},
+                      "repository": {"full_name": "acme/gitops"}}
+    }"#;
+
+    fn pr(patch: serde_json::Value) -> PullRequestInfo {
+        let mut value: serde_json::Value = serde_json::from_str(MERGED).unwrap();
+        for (k, v) in patch.as_object().unwrap() {
+            value[k] = v.clone();
+        }
+        info(serde_json::from_value(value).unwrap())
+    }
+
+    fn adapter(token: &str) -> Bitbucket {
+        let forge = config::Forge {
+            kind: config::ForgeKind::Bitbucket {
+                workspace: "acme".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://api.bitbucket.org/2.0".into(),
+            token_env: "BITBUCKET_TOKEN".into(),
+            login: None,
+            username_env: None,
+            timeout_seconds: 60,
+        };
+        Bitbucket::new(&forge, token.into(), None).unwrap()
+    }
+
+    #[test]
+    fn a_bitbucket_pull_request_reads_as_tagpin_reads_a_change_request() {
+        let merged = pr(serde_json::json!({}));
+        assert_eq!(merged.number, 12);
+        assert!(merged.merged && !merged.open);
+        assert!(merged.labels.is_empty());
+        assert_eq!(merged.head_ref, "tagpin/main");
+        assert_eq!(merged.merge_commit_sha.as_deref(), Some("cccccccccccc"));
+        assert_eq!(merged.merged_at, Some(1767319445));
+        assert_eq!(merged.author, "{7a1c}");
+        assert_eq!(merged.body, "plan");
+        assert!(merged.same_repository);
+        let declined = pr(serde_json::json!({"state": "DECLINED", "merge_commit": null}));
+        assert!(!declined.open && !declined.merged);
+        assert_eq!(declined.merged_at, None);
+        let open = pr(serde_json::json!({"state": "OPEN", "merge_commit": null}));
+        assert!(open.open);
+    }
+
+    #[test]
+    fn a_pull_request_from_a_fork_or_a_deleted_fork_is_not_this_repositorys() {
+        let fork = pr(
+            serde_json::json!({"source": {"branch": {"name": "tagpin/main"},
+            "commit": {"hash": "a"}, "repository": {"full_name": "mallory/gitops"}}}),
+        );
+        assert!(!fork.same_repository);
+        let deleted = pr(
+            serde_json::json!({"source": {"branch": {"name": "tagpin/main"},
+            "commit": {"hash": "a"}, "repository": null}}),
+        );
+        assert!(!deleted.same_repository);
+    }
+
+    #[test]
+    fn a_next_page_is_followed_only_on_the_api() {
+        let api = "https://api.bitbucket.org/2.0";
+        let next = "https://api.bitbucket.org/2.0/repositories/acme/gitops/pullrequests?page=2";
+        assert_eq!(next_on_api(api, next).unwrap(), next);
+        for elsewhere in [
+            "https://evil.example.com/2.0/repositories/acme/gitops/pullrequests?page=2",
+            "http://api.bitbucket.org/2.0/repositories/acme/gitops/pullrequests?page=2",
+            "https://api.bitbucket.org:8443/2.0/repositories/x",
+            "https://api.bitbucket.org/internal/x",
+        ] {
+            let e = next_on_api(api, elsewhere).unwrap_err().to_string();
+            assert!(e.contains("not followed"), "{e}");
+        }
+    }
+
+    #[test]
+    fn states_round_trip_and_keys_fit_forty_characters() {
+        for state in [
+            StatusState::Pending,
+            StatusState::Success,
+            StatusState::Failure,
+            StatusState::Error,
+        ] {
+            assert_eq!(read_state(wire_state(state)), Some(state));
+        }
+        assert_eq!(status_key("tagpin/converged"), "tagpin/converged");
+        let long = "tagpin/stage/a-very-long-stage-name-for-production-eu";
+        let key = status_key(long);
+        assert_eq!(key.chars().count(), MAX_KEY_CHARS);
+        assert_ne!(key, status_key(&format!("{long}-2")));
+    }
+
+    #[test]
+    fn only_a_status_tagpin_signed_with_its_token_is_its_own() {
+        let ours = adapter("token-a");
+        let sha = "a".repeat(40);
+        let sig = ours.signature(&sha, "tagpin/converged", "SUCCESSFUL", "converged");
+        let url = format!("https://bitbucket.org/acme/gitops/commits/{sha}#tagpin-{sig}");
+        assert!(url.starts_with("https://bitbucket.org/acme/gitops/commits/"));
+        assert!(ours.signature_checks(&sha, "tagpin/converged", "SUCCESSFUL", "converged", &url));
+        // Another description, state, commit or token: not tagpin's.
+        assert!(!ours.signature_checks(
+            &sha,
+            "tagpin/converged",
+            "SUCCESSFUL",
+            "converged since 2020",
+            &url
+        ));
+        assert!(!ours.signature_checks(&sha, "tagpin/converged", "FAILED", "converged", &url));
+        assert!(!ours.signature_checks(
+            &"b".repeat(40),
+            "tagpin/converged",
+            "SUCCESSFUL",
+            "converged",
+            &url
+        ));
+        assert!(!adapter("token-b").signature_checks(
+            &sha,
+            "tagpin/converged",
+            "SUCCESSFUL",
+            "converged",
+            &url
+        ));
+        assert!(!ours.signature_checks(
+            &sha,
+            "tagpin/converged",
+            "SUCCESSFUL",
+            "converged",
+            "https://ci.example.com/1"
+        ));
+    }
+
+    #[test]
+    fn a_rate_limit_without_retry_after_waits_the_window_and_is_reported() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000);
+        assert_eq!(rate_limit_wait(&HeaderMap::new(), now), ROLLING_WINDOW);
+        assert!(ROLLING_WINDOW > MAX_RATE_LIMIT_WAIT);
+        let mut headers = HeaderMap::new();
+        headers.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(rate_limit_wait(&headers, now), Duration::from_secs(7));
+    }
+
+    #[test]
+    fn failures_name_what_to_fix_without_quoting_bitbucket() {
+        let describe = |status: u16| {
+            describe_failure(
+                StatusCode::from_u16(status).unwrap(),
+                "acme/gitops",
+                "https://api.bitbucket.org/2.0",
+            )
+        };
+        assert!(describe(401).contains("the token is not valid"));
+        assert!(describe(403).contains("pullrequest:write"));
+        assert!(describe(404).contains("acme/gitops is not at https://api.bitbucket.org/2.0"));
+        assert_eq!(describe(500), "500 Internal Server Error");
+    }
+
+    #[test]
+    fn bbql_strings_are_quoted_and_escaped() {
+        assert_eq!(bbql("tagpin/main"), "\"tagpin/main\"");
+        assert_eq!(bbql("a\"b\\c"), "\"a\\\"b\\\\c\"");
+    }
+
+    #[test]
+    fn the_verdict_comment_is_tagpins_own_found_by_its_marker() {
+        let comments: Vec<Comment> = serde_json::from_str(
+            r#"[{"id": 2, "content": {"raw": "quoting <!-- tagpin-verdict -->"}, "user": {"uuid": "{alice}"}},
+                {"id": 3, "content": {"raw": "<!-- tagpin-verdict -->"}, "user": {"uuid": "{bot}"}, "deleted": true},
+                {"id": 4, "content": {"raw": "<!-- tagpin-verdict -->\nConverged"}, "user": {"uuid": "{bot}"}}]"#,
+        )
+        .unwrap();
+        let marker = "<!-- tagpin-verdict -->";
+        assert_eq!(
+            find_comment(&comments, marker, "{bot}").map(|c| c.id),
+            Some(4)
+        );
+        assert!(find_comment(&comments[..2], marker, "{bot}").is_none());
+    }
+}
