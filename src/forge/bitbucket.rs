@@ -55,7 +55,6 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
-use hmac::Mac as _;
 use k8s_openapi::jiff::Timestamp;
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
@@ -63,7 +62,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{host_of, http_client, status_text};
 use super::common::{in_flight, read_pages, updated_before};
-use super::common::{retry_after, Answer, Calls, FailureWords, ForgeError};
+use super::common::{retry_after, Answer, Calls, FailureWords, ForgeError, StatusSigner};
 use crate::config;
 use crate::mutex::lock;
 use crate::review::{PullRequestInfo, Status, StatusState};
@@ -77,12 +76,8 @@ pub const LONG_PAGE_LEN: usize = 100;
 pub const MAX_KEY_CHARS: usize = 40;
 /// Bitbucket's rate-limit window: with no `Retry-After`, the longest a call may have to wait.
 pub const ROLLING_WINDOW: Duration = Duration::from_secs(3600);
-/// Hex digits of the signature in a status `url` (128 bits).
-const SIGNATURE_HEX: usize = 32;
 /// Short merge-commit hashes resolved, kept for the process; cleared when full.
 const MAX_RESOLVED: usize = 512;
-
-type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
 /// A Bitbucket Cloud repository, with a token.
 pub struct Bitbucket {
@@ -98,7 +93,7 @@ pub struct Bitbucket {
     full_name: String,
     auth: HeaderValue,
     /// The key of the signatures on tagpin's build statuses: the token.
-    signing_key: Vec<u8>,
+    signer: StatusSigner,
     login: tokio::sync::OnceCell<String>,
     /// Short merge-commit hash -> full hash.
     resolved: Mutex<HashMap<String, String>>,
@@ -301,7 +296,7 @@ impl Bitbucket {
             repo: repo.clone(),
             full_name: format!("{workspace}/{repo}"),
             auth,
-            signing_key: token.into_bytes(),
+            signer: StatusSigner::new(FORGE, &token)?,
             login: tokio::sync::OnceCell::new_with(forge.login.clone()),
             resolved: Mutex::default(),
         })
@@ -639,30 +634,13 @@ impl Bitbucket {
         }
     }
 
-    fn mac(&self, sha: &str, key: &str, state: &str, description: &str) -> Option<HmacSha256> {
-        let mut mac = HmacSha256::new_from_slice(&self.signing_key).ok()?;
-        let message = format!(
-            "tagpin build status v1\n{}\n{sha}\n{key}\n{state}\n{description}",
-            self.full_name
-        );
-        mac.update(message.as_bytes());
-        Some(mac)
-    }
-
-    /// The signature of a status tagpin posts: [`SIGNATURE_HEX`] hex digits of the HMAC.
+    /// The signature of a status tagpin posts (see [`StatusSigner`]).
     fn signature(&self, sha: &str, key: &str, state: &str, description: &str) -> String {
-        let Some(mac) = self.mac(sha, key, state, description) else {
-            return String::new();
-        };
-        let bytes = mac.finalize().into_bytes();
-        bytes
-            .iter()
-            .take(SIGNATURE_HEX / 2)
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        self.signer
+            .sign(&[&self.full_name, sha, key, state, description])
     }
 
-    /// Whether a status's `url` carries tagpin's signature of it (compared in constant time).
+    /// Whether a status's `url` carries tagpin's signature of it.
     fn signature_checks(
         &self,
         sha: &str,
@@ -671,14 +649,11 @@ impl Bitbucket {
         description: &str,
         url: &str,
     ) -> bool {
-        let Some((_, hex)) = url.rsplit_once("#tagpin-") else {
+        let Some((_, given)) = url.rsplit_once("#tagpin-") else {
             return false;
         };
-        let Some(tag) = from_hex(hex).filter(|t| t.len() == SIGNATURE_HEX / 2) else {
-            return false;
-        };
-        self.mac(sha, key, state, description)
-            .is_some_and(|mac| mac.verify_truncated_left(&tag).is_ok())
+        self.signer
+            .holds(&[&self.full_name, sha, key, state, description], given)
     }
 
     /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found
@@ -920,16 +895,6 @@ fn wire_state(state: StatusState) -> &'static str {
         StatusState::Failure => "FAILED",
         StatusState::Error => "STOPPED",
     }
-}
-
-fn from_hex(hex: &str) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// The comment `me` wrote carrying `marker`, oldest first; deleted ones are not.

@@ -51,14 +51,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use hmac::{Hmac, Mac};
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
-use sha2::Sha256;
 
 use super::common::{host_of, http_client, in_flight, read_pages, retry_after, status_text};
-use super::common::{updated_before, Answer, Calls, FailureWords, ForgeError};
+use super::common::{updated_before, Answer, Calls, FailureWords, ForgeError, StatusSigner};
 use crate::config;
 use crate::review::{PullRequestInfo, Status, StatusState};
 
@@ -70,8 +68,6 @@ pub const REST_API: &str = "/rest/api/1.0";
 pub const PAGE_LIMIT: usize = 50;
 /// The header in which Data Center names the user an authenticated request acted as.
 const USER_HEADER: &str = "x-ausername";
-/// Bytes of the HMAC kept in `buildNumber` (hex: twice as many characters).
-const SIGNATURE_BYTES: usize = 16;
 
 /// A Bitbucket Data Center repository, with a token.
 pub struct BitbucketServer {
@@ -88,7 +84,9 @@ pub struct BitbucketServer {
     full_name: String,
     token: HeaderValue,
     /// Signs tagpin's build statuses: keyed by the token, which only tagpin holds.
-    signer: Hmac<Sha256>,
+    signer: StatusSigner,
+    /// `project` upper-cased, as Bitbucket keys read and as signatures name it.
+    project_key: String,
     /// The token's user, asked once.
     login: tokio::sync::OnceCell<String>,
 }
@@ -307,8 +305,7 @@ impl BitbucketServer {
             ))
         })?;
         header.set_sensitive(true);
-        let signer = Hmac::<Sha256>::new_from_slice(token.as_bytes())
-            .map_err(|_| setup("the token cannot key a signature".into()))?;
+        let signer = StatusSigner::new(FORGE, token)?;
         let deadline = Duration::from_secs(forge.timeout_seconds);
         let http = http_client(FORGE, deadline)?;
         Ok(BitbucketServer {
@@ -321,6 +318,7 @@ impl BitbucketServer {
             full_name: format!("{project}/{repo}"),
             token: header,
             signer,
+            project_key: project.to_ascii_uppercase(),
             login: tokio::sync::OnceCell::new_with(forge.login.clone()),
         })
     }
@@ -699,34 +697,30 @@ impl BitbucketServer {
         Ok(())
     }
 
-    /// The MAC of what a status says, keyed by the token.
-    fn mac(&self, sha: &str, key: &str, state: StatusState, description: &str) -> Hmac<Sha256> {
-        let mut mac = self.signer.clone();
-        for part in [
-            "tagpin build status v1",
-            &self.project.to_ascii_uppercase(),
+    /// What a status says, as [`StatusSigner`] signs it.
+    fn said<'a>(
+        &'a self,
+        sha: &'a str,
+        key: &'a str,
+        state: StatusState,
+        description: &'a str,
+    ) -> [&'a str; 6] {
+        [
+            &self.project_key,
             &self.repo,
             sha,
             key,
             state_word(state),
             description,
-        ] {
-            mac.update(part.as_bytes());
-            mac.update(&[0]);
-        }
-        mac
+        ]
     }
 
-    /// `buildNumber` of a status tagpin sets: the first [`SIGNATURE_BYTES`] of its MAC, hex.
+    /// `buildNumber` of a status tagpin sets: its signature, hex.
     fn signature(&self, sha: &str, key: &str, state: StatusState, description: &str) -> String {
-        let bytes = self
-            .mac(sha, key, state, description)
-            .finalize()
-            .into_bytes();
-        hex_of(&bytes[..SIGNATURE_BYTES])
+        self.signer.sign(&self.said(sha, key, state, description))
     }
 
-    /// Whether `given` is tagpin's signature of this status (compared in constant time).
+    /// Whether `given` is tagpin's signature of this status.
     fn signature_holds(
         &self,
         sha: &str,
@@ -735,13 +729,8 @@ impl BitbucketServer {
         description: &str,
         given: &str,
     ) -> bool {
-        match bytes_of_hex(given) {
-            Some(bytes) if bytes.len() == SIGNATURE_BYTES => self
-                .mac(sha, key, state, description)
-                .verify_truncated_left(&bytes)
-                .is_ok(),
-            _ => false,
-        }
+        self.signer
+            .holds(&self.said(sha, key, state, description), given)
     }
 
     /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
@@ -936,20 +925,6 @@ fn state_word(state: StatusState) -> &'static str {
         StatusState::Failure => "failure",
         StatusState::Error => "error",
     }
-}
-
-fn hex_of(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn bytes_of_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) || !text.is_ascii() {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
 }
 
 /// Whether `e` is Bitbucket's answer `status`.

@@ -308,3 +308,62 @@ pub(super) fn retry_after(
     let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO) + Duration::from_secs(1))
 }
+
+/// What stands in for the author of a status on a forge that records none (Bitbucket Cloud
+/// and Data Center): tagpin signs what its own statuses say with an HMAC-SHA256 keyed by its
+/// token, and only a status carrying that signature is tagpin's. Someone else can replace the
+/// status but not sign a new one; a new token makes tagpin's older statuses read as not its
+/// own (set again, a soak starting over: never earlier).
+pub(super) struct StatusSigner {
+    key: hmac::Hmac<sha2::Sha256>,
+}
+
+impl StatusSigner {
+    /// The bytes of the signature kept: 128 bits, as 32 hex digits.
+    const BYTES: usize = 16;
+
+    pub(super) fn new(forge: &'static str, token: &str) -> Result<StatusSigner, ForgeError> {
+        use hmac::Mac as _;
+        let key = hmac::Hmac::new_from_slice(token.as_bytes()).map_err(|_| ForgeError::Setup {
+            forge,
+            detail: "the token cannot key a signature".into(),
+        })?;
+        Ok(StatusSigner { key })
+    }
+
+    /// The MAC over `parts` (what the status says), each followed by a NUL.
+    fn mac(&self, parts: &[&str]) -> hmac::Hmac<sha2::Sha256> {
+        use hmac::Mac as _;
+        let mut mac = self.key.clone();
+        for part in std::iter::once("tagpin build status v1").chain(parts.iter().copied()) {
+            mac.update(part.as_bytes());
+            mac.update(&[0]);
+        }
+        mac
+    }
+
+    /// The signature of a status saying `parts`: 32 hex digits.
+    pub(super) fn sign(&self, parts: &[&str]) -> String {
+        use hmac::Mac as _;
+        let bytes = self.mac(parts).finalize().into_bytes();
+        bytes[..Self::BYTES]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// Whether `given` (hex) is tagpin's signature of a status saying `parts`, compared in
+    /// constant time.
+    pub(super) fn holds(&self, parts: &[&str], given: &str) -> bool {
+        use hmac::Mac as _;
+        let bytes: Option<Vec<u8>> = (given.len() == 2 * Self::BYTES && given.is_ascii())
+            .then(|| {
+                (0..given.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&given[i..i + 2], 16).ok())
+                    .collect()
+            })
+            .flatten();
+        bytes.is_some_and(|bytes| self.mac(parts).verify_truncated_left(&bytes).is_ok())
+    }
+}
