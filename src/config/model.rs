@@ -381,7 +381,9 @@ pub struct Forge {
     pub kind: ForgeKind,
     /// REST API base: `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise;
     /// `https://gitlab.com/api/v4`, or `https://HOST/api/v4` for a self-managed GitLab;
-    /// `https://HOST/api/v1` for Gitea or Forgejo (no default: there is no one Gitea).
+    /// `https://HOST/api/v1` for Gitea or Forgejo (no default: there is no one Gitea);
+    /// the organization (`https://dev.azure.com/ORG`) or an on-premises collection
+    /// (`https://HOST/tfs/DefaultCollection`) for Azure DevOps (no default either).
     pub api_url: String,
     /// Environment variable holding the token.
     pub token_env: String,
@@ -403,6 +405,9 @@ pub enum ForgeKind {
     GitLab { project: String },
     /// `forge.owner` and `forge.repo` on a Gitea or Forgejo instance (`kind: gitea`).
     Gitea { owner: String, repo: String },
+    /// `forge.project` and `forge.repo` (the Git repository's name or id) in the Azure DevOps
+    /// organization or collection of `forge.api_url` (`kind: azure-devops`).
+    AzureDevOps { project: String, repo: String },
 }
 
 /// Placeholders the commit message and PR title templates may use.

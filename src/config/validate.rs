@@ -1292,10 +1292,11 @@ impl Check {
             "github" => ConfiguredForge::GitHub,
             "gitlab" => ConfiguredForge::GitLab,
             "gitea" => ConfiguredForge::Gitea,
+            "azure-devops" => ConfiguredForge::AzureDevOps,
             other => {
                 self.problem(
                     "forge.kind",
-                    format!("expected github, gitlab or gitea, found {other:?}"),
+                    format!("expected github, gitlab, gitea or azure-devops, found {other:?}"),
                 );
                 ConfiguredForge::GitHub
             }
@@ -1305,6 +1306,8 @@ impl Check {
             ConfiguredForge::GitLab => Some("https://gitlab.com/api/v4"),
             // Every Gitea is its own: there is no address to assume.
             ConfiguredForge::Gitea => None,
+            // An organization of its own, or a collection on a server of its own.
+            ConfiguredForge::AzureDevOps => None,
         };
         let api_url = match default_api {
             Some(default) => Some(
@@ -1345,6 +1348,20 @@ impl Check {
                 }
                 ForgeKind::GitLab {
                     project: project?.to_string(),
+                }
+            }
+            ConfiguredForge::AzureDevOps => {
+                if raw.owner.is_set() {
+                    self.problem(
+                        "forge.owner",
+                        "is for GitHub and Gitea; an Azure DevOps repository is named by forge.project and forge.repo (the organization or collection is forge.api_url)",
+                    );
+                }
+                let project = self.required_string("forge.project", &raw.project);
+                let repo = self.required_string("forge.repo", &raw.repo);
+                ForgeKind::AzureDevOps {
+                    project: project?.to_string(),
+                    repo: repo?.to_string(),
                 }
             }
             ConfiguredForge::GitHub | ConfiguredForge::Gitea => {
@@ -1388,6 +1405,7 @@ enum ConfiguredForge {
     GitHub,
     GitLab,
     Gitea,
+    AzureDevOps,
 }
 
 /// A GitLab project as its API takes it: a numeric ID, or the full path of a project in a

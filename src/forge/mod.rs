@@ -9,6 +9,7 @@
 //! status is tagpin's own (created by the token's login), and the memory of what this process
 //! last wrote, so a pass that would write the same again spends no call.
 
+pub mod azure_devops;
 pub mod body;
 mod common;
 pub mod gitea;
@@ -26,6 +27,7 @@ use crate::config;
 use crate::mutex::lock;
 
 pub use crate::review::{PullRequestInfo, Status, StatusState};
+pub use azure_devops::AzureDevOps;
 pub use common::{ForgeError, MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT};
 pub use gitea::Gitea;
 pub use github::GitHub;
@@ -47,6 +49,8 @@ pub enum ChangeRequestNoun {
     #[default]
     PullRequest,
     MergeRequest,
+    /// Azure DevOps's "pull request !12": its users mention pull requests with `!`.
+    AzureDevOpsPullRequest,
 }
 
 impl ChangeRequestNoun {
@@ -54,6 +58,9 @@ impl ChangeRequestNoun {
     pub fn of(forge: Option<&config::Forge>) -> ChangeRequestNoun {
         match forge.map(|f| &f.kind) {
             Some(config::ForgeKind::GitLab { .. }) => ChangeRequestNoun::MergeRequest,
+            Some(config::ForgeKind::AzureDevOps { .. }) => {
+                ChangeRequestNoun::AzureDevOpsPullRequest
+            }
             Some(config::ForgeKind::GitHub { .. } | config::ForgeKind::Gitea { .. }) | None => {
                 ChangeRequestNoun::PullRequest
             }
@@ -63,7 +70,9 @@ impl ChangeRequestNoun {
     /// `pull request` or `merge request`.
     pub fn word(self) -> &'static str {
         match self {
-            ChangeRequestNoun::PullRequest => "pull request",
+            ChangeRequestNoun::PullRequest | ChangeRequestNoun::AzureDevOpsPullRequest => {
+                "pull request"
+            }
             ChangeRequestNoun::MergeRequest => "merge request",
         }
     }
@@ -72,7 +81,9 @@ impl ChangeRequestNoun {
     pub fn reference(self, number: u64) -> String {
         match self {
             ChangeRequestNoun::PullRequest => format!("#{number}"),
-            ChangeRequestNoun::MergeRequest => format!("!{number}"),
+            ChangeRequestNoun::MergeRequest | ChangeRequestNoun::AzureDevOpsPullRequest => {
+                format!("!{number}")
+            }
         }
     }
 
@@ -87,6 +98,7 @@ enum Adapter {
     GitHub(GitHub),
     GitLab(GitLab),
     Gitea(Gitea),
+    AzureDevOps(AzureDevOps),
 }
 
 /// Dispatches one call to the adapter, which has a method of the same name and arguments.
@@ -96,6 +108,7 @@ macro_rules! dispatch {
             Adapter::GitHub(forge) => forge.$method($($arg),*).await,
             Adapter::GitLab(forge) => forge.$method($($arg),*).await,
             Adapter::Gitea(forge) => forge.$method($($arg),*).await,
+            Adapter::AzureDevOps(forge) => forge.$method($($arg),*).await,
         }
     };
 }
@@ -122,6 +135,9 @@ impl Forge {
             config::ForgeKind::GitHub { .. } => Adapter::GitHub(GitHub::new(forge, token)?),
             config::ForgeKind::GitLab { .. } => Adapter::GitLab(GitLab::new(forge, token)?),
             config::ForgeKind::Gitea { .. } => Adapter::Gitea(Gitea::new(forge, token)?),
+            config::ForgeKind::AzureDevOps { .. } => {
+                Adapter::AzureDevOps(AzureDevOps::new(forge, token)?)
+            }
         };
         Ok(Forge {
             adapter,
@@ -135,6 +151,7 @@ impl Forge {
         match self.adapter {
             Adapter::GitHub(_) | Adapter::Gitea(_) => ChangeRequestNoun::PullRequest,
             Adapter::GitLab(_) => ChangeRequestNoun::MergeRequest,
+            Adapter::AzureDevOps(_) => ChangeRequestNoun::AzureDevOpsPullRequest,
         }
     }
 
@@ -216,6 +233,7 @@ impl Forge {
             Adapter::GitHub(forge) => forge.statuses(sha, context).await,
             Adapter::GitLab(forge) => forge.statuses(sha, branch, context).await,
             Adapter::Gitea(forge) => forge.statuses(sha, context).await,
+            Adapter::AzureDevOps(forge) => forge.statuses(sha, context).await,
         }
     }
 
@@ -271,6 +289,7 @@ impl Forge {
                     .await
             }
             Adapter::Gitea(forge) => forge.set_status(sha, state, context, description).await,
+            Adapter::AzureDevOps(forge) => forge.set_status(sha, state, context, description).await,
         }?;
         self.remember_status(sha, branch, context, state, description);
         Ok(())
@@ -351,6 +370,10 @@ impl Forge {
                 let me = self.login().await?;
                 forge.upsert_comment(number, marker, body, me).await
             }
+            Adapter::AzureDevOps(forge) => {
+                let me = self.login().await?;
+                forge.upsert_comment(number, marker, body, me).await
+            }
         }?;
         let mut comments = lock(&self.comments_set);
         if comments.len() >= MAX_REMEMBERED {
@@ -412,6 +435,19 @@ mod tests {
             ChangeRequestNoun::of(Some(&gitea)).name(12),
             "pull request #12",
             "Gitea's own words"
+        );
+        let azure = config::Forge {
+            kind: config::ForgeKind::AzureDevOps {
+                project: "platform".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://dev.azure.com/acme".into(),
+            ..gitea
+        };
+        assert_eq!(
+            ChangeRequestNoun::of(Some(&azure)).name(12),
+            "pull request !12",
+            "Azure DevOps's own words"
         );
     }
 

@@ -14,5 +14,5 @@ fn the_example_configurations_are_valid() {
         }
         seen += 1;
     }
-    assert_eq!(seen, 4);
+    assert_eq!(seen, 5);
 }

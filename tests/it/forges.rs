@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use serde_json::json;
+use support::azure_devops::{AzureDevOpsServer, PrStatus};
 use support::git::BareRepo;
 use support::gitea::GiteaServer;
 use support::github::{GitHubServer, PrState};
@@ -35,6 +36,7 @@ pub(crate) enum Kind {
     GitHub,
     GitLab,
     Gitea,
+    AzureDevOps,
 }
 
 impl Kind {
@@ -43,6 +45,7 @@ impl Kind {
         match self {
             Kind::GitHub | Kind::Gitea => "pull request",
             Kind::GitLab => "merge request",
+            Kind::AzureDevOps => "pull request",
         }
     }
 
@@ -52,6 +55,7 @@ impl Kind {
         match self {
             Kind::GitHub | Kind::Gitea => format!("pull request #{number}"),
             Kind::GitLab => format!("merge request !{number}"),
+            Kind::AzureDevOps => format!("pull request !{number}"),
         }
     }
 }
@@ -74,12 +78,20 @@ macro_rules! every_forge {
             async fn gitea() {
                 super::$scenario(Kind::Gitea).await;
             }
+            #[tokio::test]
+            async fn azure_devops() {
+                super::$scenario(Kind::AzureDevOps).await;
+            }
         }
     };
 }
 
 /// The Gitea repository, `owner/repo`.
 pub(crate) const GITEA_REPO: &str = "acme/gitops";
+/// The Azure DevOps organization, project and repository.
+pub(crate) const ADO_ORG: &str = "acme";
+pub(crate) const ADO_PROJECT: &str = "platform";
+pub(crate) const ADO_REPO: &str = "gitops";
 
 /// A change request as the scenarios look at it, whichever forge holds it.
 #[derive(Debug, Clone)]
@@ -101,6 +113,7 @@ pub(crate) enum Hub {
     GitHub(GitHubServer),
     GitLab(GitLabServer),
     Gitea(GiteaServer),
+    AzureDevOps(AzureDevOpsServer),
 }
 
 impl Hub {
@@ -115,6 +128,10 @@ impl Hub {
             Kind::Gitea => {
                 Hub::Gitea(GiteaServer::start(TOKEN, BOT, "acme", "gitops", repo.path()).await)
             }
+            Kind::AzureDevOps => Hub::AzureDevOps(
+                AzureDevOpsServer::start(TOKEN, BOT, ADO_ORG, ADO_PROJECT, ADO_REPO, repo.path())
+                    .await,
+            ),
         }
     }
 
@@ -132,6 +149,10 @@ impl Hub {
             Hub::Gitea(gt) => format!(
                 "forge: {{kind: gitea, api_url: '{}', owner: acme, repo: gitops, token_env: TAGPIN_FORGE_TOKEN}}\n",
                 gt.api_url()
+            ),
+            Hub::AzureDevOps(ado) => format!(
+                "forge: {{kind: azure-devops, api_url: '{}', project: {ADO_PROJECT}, repo: {ADO_REPO}, token_env: TAGPIN_FORGE_TOKEN}}\n",
+                ado.api_url()
             ),
         }
     }
@@ -181,6 +202,20 @@ impl Hub {
                     fork: p.fork,
                 })
                 .collect(),
+            Hub::AzureDevOps(ado) => ado
+                .pulls()
+                .into_iter()
+                .map(|p| Change {
+                    number: p.id,
+                    head_ref: p.source_branch(),
+                    title: p.title,
+                    body: p.description,
+                    labels: p.labels,
+                    open: p.status == PrStatus::Active,
+                    merged: p.status == PrStatus::Completed,
+                    fork: p.fork.is_some(),
+                })
+                .collect(),
         };
         changes.sort_by_key(|c| c.number);
         changes
@@ -191,6 +226,7 @@ impl Hub {
             Hub::GitHub(gh) => gh.close_pr(number),
             Hub::GitLab(gl) => gl.close_mr_as("reviewer", PROJECT, number),
             Hub::Gitea(gt) => gt.close_pull_as("reviewer", GITEA_REPO, number),
+            Hub::AzureDevOps(ado) => ado.abandon_pull_as("reviewer", number),
         }
     }
 
@@ -222,6 +258,7 @@ impl Hub {
             }
             Hub::GitLab(gl) => gl.merge_mr_as("reviewer", PROJECT, number).target_head,
             Hub::Gitea(gt) => gt.merge_pull_as("reviewer", GITEA_REPO, number),
+            Hub::AzureDevOps(ado) => ado.complete_pull_as("reviewer", number),
         }
     }
 
@@ -251,6 +288,19 @@ impl Hub {
                 .into_iter()
                 .map(|s| (s.context, s.state, s.description))
                 .collect(),
+            // Azure DevOps's states in the scenarios' (GitHub's) words.
+            Hub::AzureDevOps(ado) => ado
+                .statuses(sha)
+                .into_iter()
+                .map(|s| {
+                    let state = match s.state.as_str() {
+                        "succeeded" => "success".to_string(),
+                        "failed" => "failure".to_string(),
+                        other => other.to_string(),
+                    };
+                    (s.context(), state, s.description)
+                })
+                .collect(),
         }
     }
 
@@ -258,7 +308,7 @@ impl Hub {
     /// GitHub and Gitea, whose statuses belong to the commit alone.
     fn status_refs(&self, sha: &str, context: &str) -> Option<Vec<String>> {
         match self {
-            Hub::GitHub(_) | Hub::Gitea(_) => None,
+            Hub::GitHub(_) | Hub::Gitea(_) | Hub::AzureDevOps(_) => None,
             Hub::GitLab(gl) => Some(
                 gl.statuses(PROJECT, sha)
                     .into_iter()
@@ -301,6 +351,22 @@ impl Hub {
                     .unwrap();
                 assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
             }
+            Hub::AzureDevOps(ado) => {
+                ado.add_token("ado-ci-bot", "ci-bot", support::azure_devops::Scope::Write);
+                let (genre, name) = context.split_once('/').unwrap();
+                let posted = reqwest::Client::new()
+                    .post(format!(
+                        "{}/{ADO_PROJECT}/_apis/git/repositories/{ADO_REPO}/commits/{sha}/statuses?api-version=7.1",
+                        ado.api_url()
+                    ))
+                    .basic_auth("", Some("ado-ci-bot"))
+                    .json(&json!({"state": "succeeded", "context": {"genre": genre, "name": name},
+                                  "description": description}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
+            }
         }
     }
 
@@ -319,6 +385,20 @@ impl Hub {
                 .into_iter()
                 .map(|c| c.body)
                 .collect(),
+            Hub::AzureDevOps(ado) => ado
+                .comments(number)
+                .into_iter()
+                .map(|c| c.content)
+                .collect(),
+        }
+    }
+
+    /// How statuses and comments name `user` as their creator: the login, or on Azure
+    /// DevOps the identity's id (a GUID), which is all its `createdBy` says for certain.
+    fn creator(&self, user: &str) -> String {
+        match self {
+            Hub::GitHub(_) | Hub::GitLab(_) | Hub::Gitea(_) => user.to_string(),
+            Hub::AzureDevOps(ado) => ado.identity(user),
         }
     }
 
@@ -328,6 +408,7 @@ impl Hub {
             Hub::GitHub(gh) => gh.requests().iter().filter(|r| r.method != "GET").count(),
             Hub::GitLab(gl) => gl.requests().iter().filter(|r| r.method != "GET").count(),
             Hub::Gitea(gt) => gt.requests().iter().filter(|r| r.method != "GET").count(),
+            Hub::AzureDevOps(ado) => ado.requests().iter().filter(|r| r.method != "GET").count(),
         }
     }
 
@@ -352,6 +433,12 @@ impl Hub {
                 .filter(|r| r.method != "GET")
                 .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
                 .collect(),
+            Hub::AzureDevOps(ado) => ado
+                .requests()
+                .into_iter()
+                .filter(|r| r.method != "GET")
+                .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
+                .collect(),
         }
     }
 
@@ -363,6 +450,11 @@ impl Hub {
                 gl.inject(support::gitlab::Fault::new("POST", "/merge_requests", 502).times(1))
             }
             Hub::Gitea(gt) => gt.inject(support::gitea::Fault::new("POST", "/pulls", 502)),
+            Hub::AzureDevOps(ado) => ado.inject(support::azure_devops::Fault::new(
+                "POST",
+                "/pullrequests",
+                502,
+            )),
         }
     }
 
@@ -371,6 +463,7 @@ impl Hub {
             Hub::GitHub(gh) => gh.assert_no_violations(),
             Hub::GitLab(gl) => gl.assert_no_violations(),
             Hub::Gitea(gt) => gt.assert_no_violations(),
+            Hub::AzureDevOps(ado) => ado.assert_no_violations(),
         }
     }
 }
@@ -445,6 +538,7 @@ impl World {
         cmd.env("GITHUB_TOKEN", TOKEN)
             .env("GITLAB_TOKEN", TOKEN)
             .env("GITEA_TOKEN", TOKEN)
+            .env("AZURE_DEVOPS_TOKEN", TOKEN)
             .env("GIT_TOKEN", "unused-for-a-file-remote");
         output_without_token(cmd).await
     }
@@ -485,7 +579,7 @@ impl World {
     /// `verify` of change request `number`: `--pr N` on GitHub and Gitea, `--mr N` on GitLab.
     async fn verify(&self, number: u64) -> Output {
         let flag = match self.kind {
-            Kind::GitHub | Kind::Gitea => "--pr",
+            Kind::GitHub | Kind::Gitea | Kind::AzureDevOps => "--pr",
             Kind::GitLab => "--mr",
         };
         self.tagpin("verify", &[flag, &number.to_string()]).await
@@ -621,6 +715,9 @@ async fn merged_then_verified(kind: Kind) {
     if let Hub::Gitea(gt) = &w.hub {
         gt.comment_as("reviewer", GITEA_REPO, 1, &quoted);
     }
+    if let Hub::AzureDevOps(ado) = &w.hub {
+        ado.comment_as("reviewer", 1, &quoted);
+    }
     let waiting = w.verify(1).await;
     assert_eq!(waiting.status.code(), Some(3), "{}", text(&waiting));
 
@@ -645,7 +742,7 @@ async fn merged_then_verified(kind: Kind) {
         "{statuses:?}"
     );
     let mut comments = w.hub.comments(1);
-    if let Kind::GitLab | Kind::Gitea = kind {
+    if let Kind::GitLab | Kind::Gitea | Kind::AzureDevOps = kind {
         assert_eq!(comments.first(), Some(&quoted), "untouched: {comments:?}");
         comments.remove(0);
     }
@@ -718,7 +815,7 @@ async fn edited_by_hand_is_said_in_the_forges_words(kind: Kind) {
         .collect();
     assert_eq!(notes.len(), 1, "{notes:?}");
     let (ours, theirs) = match kind {
-        Kind::GitHub | Kind::Gitea => (kind.word(), Kind::GitLab.word()),
+        Kind::GitHub | Kind::Gitea | Kind::AzureDevOps => (kind.word(), Kind::GitLab.word()),
         Kind::GitLab => (kind.word(), Kind::GitHub.word()),
     };
     assert!(
@@ -756,6 +853,15 @@ async fn a_fork_change_request_is_never_adopted(kind: Kind) {
         Hub::Gitea(gt) => gt.open_fork_pull_as(
             "mallory",
             GITEA_REPO,
+            "tagpin/main",
+            &main,
+            "main",
+            "Pin 1 image(s) to digests",
+            "<!-- tagpin-plan -->",
+        ),
+        Hub::AzureDevOps(ado) => ado.open_fork_pull_as(
+            "mallory",
+            ADO_REPO,
             "tagpin/main",
             &main,
             "main",
@@ -839,6 +945,11 @@ async fn the_pull_request_example_runs(kind: Kind) {
             "pull-request-mode-gitea.yaml",
             "https://git.example.com/acme/gitops.git",
             ("https://git.example.com/api/v1", gt.api_url()),
+        ),
+        Hub::AzureDevOps(ado) => (
+            "pull-request-mode-azure-devops.yaml",
+            "https://dev.azure.com/acme/platform/_git/gitops",
+            ("https://dev.azure.com/acme", ado.api_url()),
         ),
     };
     let example = std::fs::read_to_string(
@@ -1187,7 +1298,7 @@ async fn the_soak_clock_is_tagpins_own(kind: Kind) {
     assert_eq!(code, Some(3), "{}", text(&out));
     assert_eq!(report["gate"]["since"].as_i64(), Some(since), "{report:#}");
     assert!(
-        text(&out).contains("set by ci-bot is ignored"),
+        text(&out).contains(&format!("set by {} is ignored", w.hub.creator("ci-bot"))),
         "{}",
         text(&out)
     );
