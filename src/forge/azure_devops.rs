@@ -703,7 +703,11 @@ impl AzureDevOps {
         };
         let answer = self.calls().send(what, build, &words).await?;
         if !is_json(&answer.headers) {
-            return Err(self.calls().error(what, SIGN_IN_PAGE.to_string(), None));
+            // Azure DevOps's way of saying 401 on some routes: the error is classed as one
+            // (a refused token fails the whole pass, and the operator reports AuthFailed).
+            return Err(self
+                .calls()
+                .error(what, SIGN_IN_PAGE.to_string(), Some(401)));
         }
         Ok(answer)
     }
@@ -719,7 +723,7 @@ impl AzureDevOps {
 }
 
 /// What a successful answer that is not JSON means: Azure DevOps's sign-in page.
-const SIGN_IN_PAGE: &str = "the answer is a web page, not JSON: Azure DevOps answers its sign-in page to a personal access token it does not accept (expired, revoked, or of another organization)";
+const SIGN_IN_PAGE: &str = "the answer is a web page, not JSON: Azure DevOps answers its sign-in page instead of 401 Unauthorized to a personal access token it does not accept (expired, revoked, or of another organization)";
 
 fn setup(detail: String) -> ForgeError {
     ForgeError::Setup {

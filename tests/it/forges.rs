@@ -556,7 +556,7 @@ impl World {
 
     /// `tagpin run` on this world, a pass every `interval`, a verification round every second;
     /// its log on stderr.
-    fn controller(&self, interval: &str) -> tokio::process::Child {
+    pub(crate) fn controller(&self, interval: &str) -> tokio::process::Child {
         let listen = format!("127.0.0.1:{}", support::registry::free_port());
         let args = [
             "run",
@@ -991,11 +991,11 @@ const PRODUCTION_FILE: &str = "envs/production/web.yaml";
 
 /// `acme/web:1.5.0` for staging (sync pins it), production on `1.4.0` by digest, a forge, and
 /// a cluster per stage.
-struct Stages {
+pub(crate) struct Stages {
     registry: TestRegistry,
     repo: BareRepo,
-    hub: Hub,
-    staging: KubeServer,
+    pub(crate) hub: Hub,
+    pub(crate) staging: KubeServer,
     production: KubeServer,
     dir: tempfile::TempDir,
     host: String,
@@ -1003,7 +1003,7 @@ struct Stages {
 }
 
 impl Stages {
-    async fn new(kind: Kind, soak: &str) -> Stages {
+    pub(crate) async fn new(kind: Kind, soak: &str) -> Stages {
         let registry = TestRegistry::start(Mode::Plain).await;
         let host = registry.host();
         registry.push_image("acme/web", "1.5.0", "web-1.5.0").await;
@@ -1066,14 +1066,14 @@ impl Stages {
     }
 
     /// `sync` pins staging on main; returns the image staging now names.
-    async fn sync(&self) -> String {
+    pub(crate) async fn sync(&self) -> String {
         let out = self.tagpin(&["sync"]).await;
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         image_in(&self.repo, "main", STAGING_FILE)
     }
 
     /// `promote --to production --output json`: the exit code and the report.
-    async fn promote(&self) -> (Option<i32>, serde_json::Value, Output) {
+    pub(crate) async fn promote(&self) -> (Option<i32>, serde_json::Value, Output) {
         let out = self
             .tagpin(&["promote", "--to", "production", "--output", "json"])
             .await;
@@ -1084,14 +1084,14 @@ impl Stages {
 
     /// `cluster` runs `image` (`HOST/acme/web:TAG@DIGEST`), its one pod on `digest`.
     /// A new image is a new generation of the Deployment, observed and rolled out.
-    fn runs(&self, cluster: &KubeServer, image: &str, digest: &str) {
+    pub(crate) fn runs(&self, cluster: &KubeServer, image: &str, digest: &str) {
         let web = LiveDeployment::new("shop", "web").container("app", image);
         web.apply(cluster);
         let id = format!("{}/acme/web@{digest}", self.host);
         web.pod("web-1").running(cluster, &[&id]);
     }
 
-    fn tip(&self) -> String {
+    pub(crate) fn tip(&self) -> String {
         self.repo.head("main").unwrap()
     }
 
@@ -1148,7 +1148,7 @@ async fn output_without_token(mut cmd: tokio::process::Command) -> Output {
     out
 }
 
-fn digest_of(image: &str) -> String {
+pub(crate) fn digest_of(image: &str) -> String {
     image.split_once('@').unwrap().1.to_string()
 }
 

@@ -12,6 +12,8 @@
 mod support;
 
 mod audit;
+mod azure_devops_forge;
+mod azure_devops_selftest;
 mod bounded_answers;
 mod chart_values_helm;
 mod cli;
@@ -37,6 +39,7 @@ mod leader;
 mod module_graph;
 mod monitoring;
 mod operator;
+mod operator_azure_devops;
 mod operator_gitea;
 mod operator_hostile;
 mod operator_promote;
