@@ -116,8 +116,6 @@ struct PullRequest {
     /// Present for a pull request from a fork.
     fork_source: Option<serde_json::Value>,
     labels: Option<Vec<Label>>,
-    #[serde(rename = "_links")]
-    links: Option<Links>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -138,16 +136,6 @@ struct Identity {
 struct Label {
     name: String,
     active: Option<bool>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Links {
-    web: Option<Href>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Href {
-    href: String,
 }
 
 /// A list answer: `{"count": N, "value": [...]}`.
@@ -623,19 +611,14 @@ impl AzureDevOps {
     fn info(&self, pr: PullRequest) -> PullRequestInfo {
         let completed = pr.status == "completed";
         let closed_at = pr.closed_date.as_deref().and_then(unix);
-        let url = pr
-            .links
-            .and_then(|l| l.web)
-            .map(|w| w.href)
-            .unwrap_or_else(|| {
-                format!(
-                    "{}/{}/_git/{}/pullrequest/{}",
-                    self.org,
-                    encode(&self.project),
-                    encode(&self.repo),
-                    pr.pull_request_id
-                )
-            });
+        // The page people open: the answer's `url` and `_links` are API addresses only.
+        let url = format!(
+            "{}/{}/_git/{}/pullrequest/{}",
+            self.org,
+            encode(&self.project),
+            encode(&self.repo),
+            pr.pull_request_id
+        );
         let open = pr.status == "active";
         PullRequestInfo {
             number: pr.pull_request_id,

@@ -1,10 +1,10 @@
-//! The forge: where tagpin's change requests (GitHub and Gitea pull requests, GitLab merge
-//! requests),
+//! The forge: where tagpin's change requests (GitHub, Gitea and Azure DevOps pull requests,
+//! GitLab merge requests),
 //! commit statuses and verdict notes live.
 //!
 //! [`Forge`] is the one interface sync, verify, promote and the controller use; it does not
 //! say which forge it is. Each forge has its adapter ([`github::GitHub`] through octocrab,
-//! [`gitlab::GitLab`] and [`gitea::Gitea`] through reqwest), which speaks that forge's API and maps its answers to
+//! [`gitlab::GitLab`], [`gitea::Gitea`] and [`azure_devops::AzureDevOps`] through reqwest), which speaks that forge's API and maps its answers to
 //! the neutral types of [`crate::review`]. What is the same on every forge lives here: which
 //! status is tagpin's own (created by the token's login), and the memory of what this process
 //! last wrote, so a pass that would write the same again spends no call.
@@ -42,7 +42,7 @@ const MAX_REMEMBERED: usize = 512;
 pub const READ_BACK_AFTER: Duration = Duration::from_secs(600);
 
 /// What the forge calls a change request, for the text people read: GitHub's
-/// "pull request #12" (Gitea's too), GitLab's "merge request !12". Without a forge there is no change
+/// "pull request #12" (Gitea's too), GitLab's "merge request !12", Azure DevOps's "pull request !12". Without a forge there is no change
 /// request to name, and the wording is GitHub's (the one tagpin had before GitLab).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ChangeRequestNoun {

@@ -91,6 +91,31 @@ async fn pull_requests_are_opened_listed_labelled_and_completed_in_the_specs_sha
     )
     .await;
     assert_eq!(status, 201, "{pr}");
+    // The keys of the specification's example answer (7.1 `httpExamples/pullRequests/
+    // POST__git_repositories__repositoryId__pullRequests.json`).
+    for key in [
+        "repository",
+        "pullRequestId",
+        "codeReviewId",
+        "status",
+        "createdBy",
+        "creationDate",
+        "title",
+        "description",
+        "sourceRefName",
+        "targetRefName",
+        "mergeStatus",
+        "mergeId",
+        "lastMergeSourceCommit",
+        "lastMergeTargetCommit",
+        "reviewers",
+        "url",
+        "_links",
+        "supportsIterations",
+        "artifactId",
+    ] {
+        assert!(pr.get(key).is_some(), "{key} missing: {pr}");
+    }
     assert_eq!(pr["pullRequestId"], 1);
     assert_eq!(pr["status"], "active");
     assert_eq!(pr["createdBy"]["id"], ado.identity(BOT));

@@ -1223,11 +1223,20 @@ impl Ctx<'_> {
                "imageUrl": ""})
     }
 
+    /// `GitPullRequest` with the keys of the specification's example answer
+    /// (`httpExamples/pullRequests/POST__git_repositories__repositoryId__pullRequests.json`),
+    /// labels, and the closing fields once closed. Its `_links` hold no web address, as
+    /// Azure DevOps's do not.
     fn pull_json(&self, state: &ServerState, p: &Pull) -> Value {
-        let web = format!(
-            "{}/{}/{}/_git/{}/pullrequest/{}",
-            self.inner.base, self.inner.org, self.project, p.repo, p.id
+        let api = format!(
+            "{}/{}/_apis/git/repositories/{}",
+            self.inner.base, self.inner.org, self.repo_id
         );
+        let target_sha = git_out(
+            self.git_dir,
+            &["rev-parse", "--verify", "--quiet", &p.target_ref],
+        )
+        .unwrap_or_default();
         let mut value = json!({
             "repository": {"id": self.repo_id, "name": p.repo,
                            "project": {"name": self.project}},
@@ -1244,9 +1253,12 @@ impl Ctx<'_> {
                 "url": format!("{}/_apis/git/repositories/{}/commits/{}", self.inner.base, self.repo_id, p.source_sha)},
             "reviewers": [],
             "labels": p.labels.iter().enumerate().map(|(n, name)| json!({"id": format!("a1b2c3d4-0000-4000-8000-{n:012}"), "name": name, "active": true})).collect::<Vec<_>>(),
-            "url": format!("{}/{}/_apis/git/repositories/{}/pullRequests/{}", self.inner.base, self.inner.org, self.repo_id, p.id),
+            "lastMergeTargetCommit": {"commitId": target_sha},
+            "url": format!("{api}/pullRequests/{}", p.id),
             "supportsIterations": true,
-            "_links": {"web": {"href": web}},
+            "artifactId": format!("vstfs:///Git/PullRequestId/a7573007-bbb3-4341-b726-0c4148a07853%2f{}%2f{}", self.repo_id, p.id),
+            "_links": {"self": {"href": format!("{api}/pullRequests/{}", p.id)},
+                       "repository": {"href": api}},
         });
         if let Some(closed) = p.closed {
             value["closedDate"] = json!(time(closed));
@@ -1335,7 +1347,9 @@ impl Ctx<'_> {
             .map(|p| {
                 let mut v = self.pull_json(&state, p);
                 // A list carries no links unless asked (searchCriteria.includeLinks).
-                v.as_object_mut().unwrap().remove("_links");
+                if let Some(v) = v.as_object_mut() {
+                    v.remove("_links");
+                }
                 v
             })
             .collect();
