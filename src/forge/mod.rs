@@ -155,6 +155,16 @@ impl Forge {
         }
     }
 
+    /// `body` as this forge keeps it: Azure DevOps cuts a description past 4,000 characters
+    /// ([`azure_devops::fit_description`]), the others keep it whole. A change request's body
+    /// is compared with this, so a cut one is not written again on every pass.
+    pub fn stored_body(&self, body: &str) -> String {
+        match &self.adapter {
+            Adapter::AzureDevOps(_) => azure_devops::fit_description(body),
+            _ => body.to_string(),
+        }
+    }
+
     /// The login (GitLab: username) the token acts as, asked once per process, or
     /// `forge.login` when configured.
     pub async fn login(&self) -> Result<&str, ForgeError> {
@@ -449,6 +459,34 @@ mod tests {
             "pull request !12",
             "Azure DevOps's own words"
         );
+    }
+
+    #[test]
+    fn a_body_is_compared_as_the_forge_keeps_it() {
+        let gitea = config::Forge {
+            kind: config::ForgeKind::Gitea {
+                owner: "acme".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://git.example.com/api/v1".into(),
+            token_env: "GITEA_TOKEN".into(),
+            login: None,
+            timeout_seconds: 60,
+        };
+        let azure = config::Forge {
+            kind: config::ForgeKind::AzureDevOps {
+                project: "platform".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://dev.azure.com/acme".into(),
+            ..gitea.clone()
+        };
+        let long = "| a table row |\n".repeat(400);
+        let kept = Forge::new(&gitea, "t".into()).unwrap().stored_body(&long);
+        assert_eq!(kept, long, "Gitea keeps a body whole");
+        let cut = Forge::new(&azure, "t".into()).unwrap().stored_body(&long);
+        assert!(cut.chars().count() <= azure_devops::MAX_DESCRIPTION_CHARS);
+        assert_eq!(cut, azure_devops::fit_description(&long), "what was sent");
     }
 
     fn change(number: u64, open: bool, head_ref: &str, updated_at: i64) -> PullRequestInfo {
