@@ -32,9 +32,10 @@
 //!   those answers more, and tagpin keeps the window itself. No list tagpin reads pages by
 //!   `x-ms-continuationtoken`: pull requests page by `$top`/`$skip`, commit statuses by
 //!   `top`/`skip` (without `$`, as `GetStatuses` declares them), threads come in one answer.
-//! - A pull request's description holds at most 4,000 characters: a longer body keeps its
-//!   plan block whole (written compactly) and is cut in its table, saying so
-//!   ([`fit_description`]).
+//! - A pull request's description holds at most 4,000 characters. A longer body is cut in its
+//!   text, saying so, and its plan block is kept whole in the pull request's properties
+//!   (`tagpin.plan`, the Pull Request Properties API, a preview API), from where it is read
+//!   back into the body tagpin reads ([`fit_description`], [`stored_body`]).
 //! - Labels are added by name, one call each (`POST …/pullRequests/{id}/labels`).
 //! - A status carries a context of `genre` and `name`: tagpin's `tagpin/converged` is genre
 //!   `tagpin`, name `converged`. Statuses are commit statuses only (not pull-request
@@ -76,7 +77,13 @@ pub const CLOUD_API_VERSION: &str = "7.1";
 /// `api-version` asked of Azure DevOps Server: 2020 accepts up to 6.0, 2022 up to 7.0.
 pub const SERVER_API_VERSION: &str = "6.0";
 /// What is said where a description had to be cut.
-const CUT_NOTE: &str = "\n\n… (cut: Azure DevOps keeps 4,000 characters of a description)\n\n";
+const CUT_NOTE: &str = "\n\n… (cut: Azure DevOps keeps 4,000 characters of a description)\n";
+/// What ends a cut description whose plan block is in the pull request's properties; the
+/// marker is how tagpin knows to read them.
+const PLAN_ELSEWHERE: &str = "\n\n… (cut: Azure DevOps keeps 4,000 characters of a description; tagpin's plan is in this pull request's properties)\n<!-- tagpin: plan in pull request properties -->\n";
+const PLAN_MARKER: &str = "<!-- tagpin: plan in pull request properties -->";
+/// The pull request property holding the plan block of a cut description.
+const PLAN_PROPERTY: &str = "tagpin.plan";
 
 /// An Azure Repos Git repository in an organization or collection, with a token.
 pub struct AzureDevOps {
@@ -183,6 +190,19 @@ struct Comment {
     author: Option<Identity>,
     #[serde(default)]
     is_deleted: bool,
+}
+
+/// The properties of a pull request: `{"count", "value": {name: {"$type", "$value"}}}`.
+#[derive(Debug, Deserialize)]
+struct Properties {
+    #[serde(default)]
+    value: std::collections::HashMap<String, Property>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Property {
+    #[serde(rename = "$value")]
+    value: Option<serde_json::Value>,
 }
 
 /// `Location`'s `ConnectionData`.
@@ -388,7 +408,10 @@ impl AzureDevOps {
                     .and_then(|n| urls.get(n + 1))
                     .filter(|_| full)
                     .cloned();
-                let items = list.value.into_iter().map(|p| self.info(p)).collect();
+                let mut items = Vec::with_capacity(list.value.len());
+                for pr in list.value {
+                    items.push(self.with_plan(self.info(pr)).await?);
+                }
                 Ok((items, next))
             }
         };
@@ -417,7 +440,12 @@ impl AzureDevOps {
             .request(&what, Method::POST, &url, Some(json(&request)))
             .await
         {
-            Ok(answer) => Ok(self.info(self.calls().parse(&what, &answer.body)?)),
+            Ok(answer) => {
+                let mut pr = self.info(self.calls().parse(&what, &answer.body)?);
+                self.keep_plan(pr.number, body).await?;
+                pr.body = stored_body(body);
+                Ok(pr)
+            }
             Err(e) if is_conflict(&e) => {
                 let open = self
                     .list(&what, branch_filter(Some(branch), base, "active"))
@@ -431,7 +459,7 @@ impl AzureDevOps {
                 );
                 self.update_pull_request(pr.number, title, body).await?;
                 pr.title = title.to_string();
-                pr.body = fit_description(body);
+                pr.body = stored_body(body);
                 Ok(pr)
             }
             Err(e) => Err(e),
@@ -456,7 +484,63 @@ impl AzureDevOps {
         };
         self.request(&what, Method::PATCH, &url, Some(json(&edit)))
             .await?;
+        self.keep_plan(number, body).await
+    }
+
+    /// Keeps the plan block of a body too long for a description in pull request `number`'s
+    /// property `tagpin.plan` (a JSON Patch `add`, which also replaces).
+    async fn keep_plan(&self, number: u64, body: &str) -> Result<(), ForgeError> {
+        if body.chars().count() <= MAX_DESCRIPTION_CHARS {
+            return Ok(());
+        }
+        let Some(plan) = split_plan(body).1 else {
+            return Ok(());
+        };
+        let what = format!("keep the plan of pull request !{number} in its properties");
+        let url = self.with_query(
+            &self.repo_url(&format!("/pullRequests/{number}/properties")),
+            &[],
+            true,
+        );
+        let patch =
+            serde_json::json!([{"op": "add", "path": format!("/{PLAN_PROPERTY}"), "value": plan}]);
+        self.send(
+            &what,
+            Method::PATCH,
+            &url,
+            Some(patch),
+            "application/json-patch+json",
+        )
+        .await?;
         Ok(())
+    }
+
+    /// `pr` with the plan block its cut description left in its properties appended, as
+    /// [`stored_body`] composes it; unchanged when its description is whole.
+    async fn with_plan(&self, mut pr: PullRequestInfo) -> Result<PullRequestInfo, ForgeError> {
+        if !pr.body.contains(PLAN_MARKER) {
+            return Ok(pr);
+        }
+        let what = format!(
+            "read the plan of pull request !{} in its properties",
+            pr.number
+        );
+        let url = self.with_query(
+            &self.repo_url(&format!("/pullRequests/{}/properties", pr.number)),
+            &[],
+            true,
+        );
+        let answer = self.request(&what, Method::GET, &url, None).await?;
+        let properties: Properties = self.calls().parse(&what, &answer.body)?;
+        if let Some(plan) = properties
+            .value
+            .get(PLAN_PROPERTY)
+            .and_then(|p| p.value.as_ref())
+            .and_then(serde_json::Value::as_str)
+        {
+            pr.body.push_str(plan);
+        }
+        Ok(pr)
     }
 
     /// Adds `labels` to pull request `number` by name, one call each (Azure DevOps creates a
@@ -484,7 +568,8 @@ impl AzureDevOps {
             false,
         );
         let answer = self.request(&what, Method::GET, &url, None).await?;
-        Ok(self.info(self.calls().parse(&what, &answer.body)?))
+        let pr = self.info(self.calls().parse(&what, &answer.body)?);
+        self.with_plan(pr).await
     }
 
     /// Every status `context` on `sha`, newest first, with who set each and when.
@@ -667,6 +752,20 @@ impl AzureDevOps {
         url: &str,
         body: Option<serde_json::Value>,
     ) -> Result<Answer, ForgeError> {
+        self.send(what, method, url, body, "application/json").await
+    }
+
+    /// [`AzureDevOps::request`] with a body of `content_type` (a JSON Patch document is
+    /// `application/json-patch+json`).
+    async fn send(
+        &self,
+        what: &str,
+        method: Method,
+        url: &str,
+        body: Option<serde_json::Value>,
+        content_type: &'static str,
+    ) -> Result<Answer, ForgeError> {
+        let body = body.map(|b| b.to_string());
         let build = || {
             let request = self
                 .http
@@ -674,7 +773,9 @@ impl AzureDevOps {
                 .header(reqwest::header::AUTHORIZATION, self.auth.clone())
                 .header(reqwest::header::ACCEPT, "application/json");
             match &body {
-                Some(body) => request.json(body),
+                Some(body) => request
+                    .header(reqwest::header::CONTENT_TYPE, content_type)
+                    .body(body.clone()),
                 None => request,
             }
         };
@@ -824,35 +925,56 @@ fn find_comment<'t>(
 }
 
 /// `body` as a description Azure DevOps keeps (at most [`MAX_DESCRIPTION_CHARS`]). A longer
-/// one keeps its plan block whole, written compactly, after as much of the text before it as
-/// fits, cut at a line and saying so; when even the plan block does not fit, the text is cut
-/// and says that this pull request carries no plan (verify it by commit instead).
+/// one is cut at a line, saying so; its plan block is left out of it (tagpin keeps it in the
+/// pull request's properties), and a marker says where it is.
 pub fn fit_description(body: &str) -> String {
     if body.chars().count() <= MAX_DESCRIPTION_CHARS {
         return body.to_string();
     }
-    let start = body.find("<!-- tagpin-plan").unwrap_or(body.len());
-    let plan = super::body::parse(body)
-        .map(|block| {
-            let compact = serde_json::to_string(&block).unwrap_or_default();
-            format!("<!-- tagpin-plan\n{compact}\n-->\n")
-        })
-        .unwrap_or_default();
-    let no_plan = "\n\n… (cut: Azure DevOps keeps 4,000 characters of a description, too few for tagpin's plan block: verify this change with `tagpin verify --commit`)\n";
-    let (tail, note) = if plan.chars().count() + CUT_NOTE.chars().count() < MAX_DESCRIPTION_CHARS {
-        (plan.as_str(), CUT_NOTE)
+    let (text, plan) = split_plan(body);
+    let tail = if plan.is_some() {
+        PLAN_ELSEWHERE
     } else {
-        ("", no_plan)
+        CUT_NOTE
     };
-    let room = MAX_DESCRIPTION_CHARS - tail.chars().count() - note.chars().count();
-    let text = &body[..start];
+    let room = MAX_DESCRIPTION_CHARS - tail.chars().count();
     let mut kept: String = text.chars().take(room).collect();
     if kept.len() < text.len() {
         if let Some(line) = kept.rfind('\n') {
             kept.truncate(line);
         }
     }
-    format!("{}{note}{tail}", kept.trim_end())
+    format!("{}{tail}", kept.trim_end())
+}
+
+/// `body` as tagpin reads it back from Azure DevOps: whole when it fits a description,
+/// otherwise the cut description followed by the plan block kept in the properties. A change
+/// request's body is compared with this.
+pub fn stored_body(body: &str) -> String {
+    if body.chars().count() <= MAX_DESCRIPTION_CHARS {
+        return body.to_string();
+    }
+    let plan = split_plan(body).1.unwrap_or_default();
+    format!("{}{plan}", fit_description(body))
+}
+
+/// The text of `body` without its plan block, and the plan block (from its opening to its
+/// closing comment and line end), if it has one.
+fn split_plan(body: &str) -> (String, Option<&str>) {
+    let Some(start) = body.find("<!-- tagpin-plan") else {
+        return (body.to_string(), None);
+    };
+    let Some(close) = body[start..].find("-->") else {
+        return (body.to_string(), None);
+    };
+    let mut end = start + close + "-->".len();
+    if body[end..].starts_with('\n') {
+        end += 1;
+    }
+    (
+        format!("{}{}", &body[..start], &body[end..]),
+        Some(&body[start..end]),
+    )
 }
 
 /// How long to wait after a `429`: `Retry-After`, else `X-RateLimit-Reset` (Unix seconds),
@@ -1075,8 +1197,16 @@ mod tests {
             "{}",
             fitted.len()
         );
-        assert_eq!(super::super::body::parse(&fitted), Some(block.clone()));
         assert!(fitted.contains("cut: Azure DevOps keeps 4,000 characters"));
+        assert!(fitted.ends_with(&format!("{PLAN_MARKER}\n")), "{fitted}");
+        assert_eq!(super::super::body::parse(&fitted), None, "no half plan");
+        // Read back with the plan block from the properties: the whole plan.
+        let read_back = stored_body(&long);
+        assert_eq!(super::super::body::parse(&read_back), Some(block.clone()));
+        assert_eq!(
+            split_plan(&long).1,
+            Some(super::super::body::plan_block(&block).as_str())
+        );
         let mut one = block.clone();
         one.pins.truncate(1);
         let short = super::super::body::render(&one);
@@ -1085,13 +1215,13 @@ mod tests {
             short,
             "a short body is kept as it is"
         );
-        // A plan too large to fit is not half-written: the text says how to verify instead.
+        assert_eq!(stored_body(&short), short);
+        // Any plan fits there: forty pins.
         let mut huge = block.clone();
         huge.pins = (0..40).map(|_| block.pins[0].clone()).collect();
-        let fitted = fit_description(&super::super::body::render(&huge));
-        assert!(fitted.chars().count() <= MAX_DESCRIPTION_CHARS);
-        assert_eq!(super::super::body::parse(&fitted), None);
-        assert!(fitted.contains("tagpin verify --commit"), "{fitted}");
+        let body = super::super::body::render(&huge);
+        assert!(fit_description(&body).chars().count() <= MAX_DESCRIPTION_CHARS);
+        assert_eq!(super::super::body::parse(&stored_body(&body)), Some(huge));
     }
 
     #[test]

@@ -155,12 +155,13 @@ impl Forge {
         }
     }
 
-    /// `body` as this forge keeps it: Azure DevOps cuts a description past 4,000 characters
-    /// ([`azure_devops::fit_description`]), the others keep it whole. A change request's body
-    /// is compared with this, so a cut one is not written again on every pass.
+    /// `body` as this forge gives it back: Azure DevOps cuts a description past 4,000
+    /// characters and tagpin keeps its plan block apart ([`azure_devops::stored_body`]), the
+    /// others keep it whole. A change request's body is compared with this, so a cut one is
+    /// not written again on every pass.
     pub fn stored_body(&self, body: &str) -> String {
         match &self.adapter {
-            Adapter::AzureDevOps(_) => azure_devops::fit_description(body),
+            Adapter::AzureDevOps(_) => azure_devops::stored_body(body),
             _ => body.to_string(),
         }
     }
@@ -486,7 +487,7 @@ mod tests {
         assert_eq!(kept, long, "Gitea keeps a body whole");
         let cut = Forge::new(&azure, "t".into()).unwrap().stored_body(&long);
         assert!(cut.chars().count() <= azure_devops::MAX_DESCRIPTION_CHARS);
-        assert_eq!(cut, azure_devops::fit_description(&long), "what was sent");
+        assert_eq!(cut, azure_devops::stored_body(&long), "what is read back");
     }
 
     fn change(number: u64, open: bool, head_ref: &str, updated_at: i64) -> PullRequestInfo {

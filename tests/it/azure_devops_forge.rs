@@ -225,10 +225,11 @@ async fn azure_devops_token_and_repository_problems_are_named() {
 }
 
 /// Eight images make a body past the 4,000 characters an Azure DevOps description holds: the
-/// pull request is opened all the same, its description cut in the table and saying so, its
-/// plan block whole (what `verify --pr` reads), and a quiet pass writes nothing.
+/// pull request is opened all the same, its description cut and saying so, its plan block
+/// whole in the pull request's properties (where `verify --pr` and the next pass read it),
+/// and a quiet pass writes nothing.
 #[tokio::test]
-async fn azure_devops_a_long_body_keeps_its_plan_block_within_4000_characters() {
+async fn azure_devops_a_long_body_keeps_its_plan_block_in_the_properties() {
     let w = World::new(Kind::AzureDevOps).await;
     let ado = ado(&w);
     let host = w.registry.host();
@@ -253,9 +254,9 @@ async fn azure_devops_a_long_body_keeps_its_plan_block_within_4000_characters() 
     let out = w.sync().await;
 
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let changes = w.hub.changes();
-    assert_eq!(changes.len(), 1, "{changes:?}");
-    let description = &changes[0].body;
+    let pulls = ado.pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let description = &pulls[0].description;
     assert!(
         description.chars().count() <= MAX_DESCRIPTION,
         "{}",
@@ -265,12 +266,154 @@ async fn azure_devops_a_long_body_keeps_its_plan_block_within_4000_characters() 
         description.contains("cut: Azure DevOps keeps 4,000 characters"),
         "{description}"
     );
-    let plan = tagpin::forge::body::parse(description).expect("the plan block is whole");
+    let kept = pulls[0]
+        .properties
+        .get("tagpin.plan")
+        .expect("the plan is kept");
+    let plan = tagpin::forge::body::parse(kept).expect("the plan block is whole");
     assert_eq!(plan.pins.len(), 8);
+    let verify = w
+        .tagpin_with_token("verify", &["--pr", "1"], crate::forges::TOKEN)
+        .await;
+    assert!(
+        !text(&verify).contains("plan block"),
+        "the plan is read back: {}",
+        text(&verify)
+    );
     let writes = || ado.requests().iter().filter(|r| r.method != "GET").count();
     let before = writes();
     let quiet = w.sync().await;
     assert_eq!(quiet.status.code(), Some(0), "{}", text(&quiet));
     assert_eq!(writes(), before, "a quiet pass writes nothing");
     w.hub.assert_no_violations();
+}
+
+/// A promotion of eight images from staging to production: its body (evidence, table and plan
+/// block) is past the 4,000 characters of a description, so Azure DevOps keeps it cut and its
+/// plan in the properties. The next `promote`, with nothing new to say, reads the plan back,
+/// compares the body as Azure DevOps keeps it and writes nothing; compared whole, or without
+/// its plan, it would rewrite the description on every pass.
+#[tokio::test]
+async fn azure_devops_a_long_promotion_body_is_not_rewritten_every_pass() {
+    let registry = support::registry::TestRegistry::start(support::registry::Mode::Plain).await;
+    let host = registry.host();
+    let mut files = Vec::new();
+    for n in 0..8 {
+        let name = format!("service-number-{n}");
+        registry
+            .push_image(&format!("acme/{name}"), "1.5.0", &format!("{name}-1.5.0"))
+            .await;
+        let old = registry
+            .push_image(&format!("acme/{name}"), "1.4.0", &format!("{name}-1.4.0"))
+            .await
+            .manifest;
+        files.push((
+            format!("envs/staging/{name}.yaml"),
+            deployment_with_replicas(&name, &format!("{host}/acme/{name}:1.5.0"), 1),
+        ));
+        files.push((
+            format!("envs/production/{name}.yaml"),
+            deployment_with_replicas(&name, &format!("{host}/acme/{name}:1.4.0@{old}"), 1),
+        ));
+    }
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(f, c)| (f.as_str(), c.as_str()))
+        .collect();
+    let repo = support::git::BareRepo::create(&files);
+    let ado = AzureDevOpsServer::start(
+        crate::forges::TOKEN,
+        BOT,
+        crate::forges::ADO_ORG,
+        ADO_PROJECT,
+        ADO_REPO,
+        repo.path(),
+    )
+    .await;
+    let (staging, production) = (
+        support::kube::KubeServer::start().await,
+        support::kube::KubeServer::start().await,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubeconfigs = Vec::new();
+    for (name, kube) in [("staging", &staging), ("production", &production)] {
+        std::fs::create_dir_all(dir.path().join(name)).unwrap();
+        kubeconfigs.push(kube.kubeconfig(&dir.path().join(name)));
+    }
+    std::fs::write(
+        dir.path().join("tagpin.yaml"),
+        format!(
+            "repository: {{url: '{}', branch: main}}\n\
+             mode: commit\n\
+             registries: {{insecure: ['{host}']}}\n\
+             verify: {{default_namespace: shop}}\n\
+             forge: {{kind: azure-devops, api_url: '{}', project: {ADO_PROJECT}, repo: {ADO_REPO}, token_env: TAGPIN_FORGE_TOKEN}}\n\
+             promotion:\n  stages:\n\
+             \x20 - name: staging\n    paths: [envs/staging]\n    cluster: {{kubeconfig: '{}'}}\n\
+             \x20 - name: production\n    paths: [envs/production]\n    cluster: {{kubeconfig: '{}'}}\n    soak: 0s\n    mode: pull-request\n",
+            repo.file_url(),
+            ado.api_url(),
+            kubeconfigs[0].display(),
+            kubeconfigs[1].display(),
+        ),
+    )
+    .unwrap();
+    let tagpin = |args: &'static [&'static str]| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"));
+        cmd.args(args)
+            .arg("--config")
+            .arg(dir.path().join("tagpin.yaml"))
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .env("HOME", dir.path())
+            .env("KUBECONFIG", dir.path().join("no-such-kubeconfig"))
+            .env("TAGPIN_FORGE_TOKEN", crate::forges::TOKEN)
+            .env_remove("DOCKER_CONFIG")
+            .env_remove("RUST_LOG");
+        async move { cmd.output().await.unwrap() }
+    };
+    let synced = tagpin(&["sync"]).await;
+    assert_eq!(synced.status.code(), Some(0), "{}", text(&synced));
+    for n in 0..8 {
+        let name = format!("service-number-{n}");
+        let manifest = repo
+            .read("main", &format!("envs/staging/{name}.yaml"))
+            .unwrap();
+        let image = manifest
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("image: "))
+            .unwrap()
+            .to_string();
+        let digest = image.split_once('@').unwrap().1.to_string();
+        let web = support::workloads::LiveDeployment::new("shop", &name).container("app", &image);
+        web.apply(&staging);
+        web.pod(&format!("{name}-1"))
+            .running(&staging, &[&format!("{host}/acme/{name}@{digest}")]);
+    }
+    let opened = tagpin(&["promote", "--to", "production"]).await;
+    assert_eq!(opened.status.code(), Some(0), "{}", text(&opened));
+    let pulls = ado.pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    assert!(
+        pulls[0]
+            .description
+            .contains("cut: Azure DevOps keeps 4,000 characters"),
+        "{}",
+        pulls[0].description
+    );
+    let writes = || ado.requests().iter().filter(|r| r.method != "GET").count();
+    let before = writes();
+
+    let again = tagpin(&["promote", "--to", "production"]).await;
+
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert!(!text(&again).contains(crate::forges::TOKEN));
+    let patched: Vec<String> = ado
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH")
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(writes(), before, "nothing written again: {patched:?}");
+    ado.assert_no_violations();
 }

@@ -366,3 +366,59 @@ async fn a_forks_pull_request_carries_its_fork_source() {
     assert!(list["value"][0]["forkSource"]["repository"]["id"].is_string());
     ado.assert_no_violations();
 }
+
+#[tokio::test]
+async fn properties_take_a_json_patch_document_and_answer_a_properties_collection() {
+    let (ado, _repo) = server().await;
+    let open = json!({"sourceRefName": "refs/heads/feature", "targetRefName": "refs/heads/main", "title": "t"});
+    call(
+        &ado,
+        Method::POST,
+        &format!("{GIT}/pullrequests?api-version=7.1"),
+        Some(open),
+    )
+    .await;
+    let url = format!(
+        "{}{GIT}/pullRequests/1/properties?api-version=7.1-preview.1",
+        ado.api_url()
+    );
+    let patch =
+        json!([{"op": "add", "path": "/tagpin.plan", "value": "<!-- tagpin-plan\n{}\n-->\n"}]);
+    let client = reqwest::Client::new();
+    let as_json = client
+        .patch(&url)
+        .basic_auth("", Some(TOKEN))
+        .json(&patch)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        as_json.status(),
+        415,
+        "a JSON Patch document is not application/json"
+    );
+    assert_eq!(ado.take_violations().len(), 1);
+    let patched = client
+        .patch(&url)
+        .basic_auth("", Some(TOKEN))
+        .header("Content-Type", "application/json-patch+json")
+        .body(patch.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patched.status(), 200);
+    let (status, properties) = call(
+        &ado,
+        Method::GET,
+        &format!("{GIT}/pullRequests/1/properties?api-version=7.1-preview.1"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(properties["value"]["tagpin.plan"]["$type"], "System.String");
+    assert_eq!(
+        properties["value"]["tagpin.plan"]["$value"],
+        "<!-- tagpin-plan\n{}\n-->\n"
+    );
+    ado.assert_no_violations();
+}

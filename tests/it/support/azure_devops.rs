@@ -104,6 +104,8 @@ pub struct Pull {
     pub fork: Option<String>,
     pub created_by: String,
     pub labels: Vec<String>,
+    /// Its external properties (the Pull Request Properties API), by name.
+    pub properties: BTreeMap<String, String>,
     pub created: SystemTime,
     pub closed: Option<SystemTime>,
 }
@@ -624,6 +626,7 @@ fn insert_pull(
         fork,
         created_by: user.to_string(),
         labels: Vec::new(),
+        properties: BTreeMap::new(),
         created: SystemTime::now(),
         closed: None,
     });
@@ -882,7 +885,21 @@ fn answer(inner: &Arc<Inner>, parts: &axum::http::request::Parts, body: &str) ->
         },
         None => {
             refresh_pulls(inner);
-            route(inner, &method, &path, &pairs, body, user, &violate)
+            let content_type = parts
+                .headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            route(
+                inner,
+                &method,
+                &path,
+                &pairs,
+                (body, &content_type),
+                user,
+                &violate,
+            )
         }
     };
     inner.lock().requests[index].status = reply.status.as_u16();
@@ -1054,7 +1071,7 @@ fn route(
     method: &Method,
     path: &str,
     pairs: &[(String, String)],
-    body: &str,
+    (body, content_type): (&str, &str),
     user: Option<(String, Scope)>,
     violate: &dyn Fn(String),
 ) -> Reply {
@@ -1150,6 +1167,25 @@ fn route(
         violate,
     };
     let rest = &low[6..];
+    let patch_document = rest.last() == Some(&"properties");
+    if writes && !body.is_empty() {
+        let expected = if patch_document {
+            "application/json-patch+json"
+        } else {
+            "application/json"
+        };
+        if !content_type.starts_with(expected) {
+            violate(format!(
+                "Content-Type {content_type:?}: this route takes {expected}"
+            ));
+            return error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "VS403430",
+                "The request's content type is not supported",
+                "UnsupportedMediaTypeException",
+            );
+        }
+    }
     match (method.as_str(), rest) {
         ("GET", ["pullrequests"]) => ctx.list_pulls(pairs),
         ("POST", ["pullrequests"]) => ctx.create_pull(pairs, body),
@@ -1163,6 +1199,14 @@ fn route(
         }
         ("POST", ["pullrequests", id, "labels"]) => {
             ctx.with_pull(id, pairs, NONE, true, |ctx, id| ctx.add_label(id, body))
+        }
+        ("GET", ["pullrequests", id, "properties"]) => {
+            ctx.with_pull(id, pairs, NONE, true, |ctx, id| ctx.properties(id))
+        }
+        ("PATCH", ["pullrequests", id, "properties"]) => {
+            ctx.with_pull(id, pairs, NONE, true, |ctx, id| {
+                ctx.patch_properties(id, body)
+            })
         }
         ("GET", ["pullrequests", id, "threads"]) => {
             ctx.with_pull(id, pairs, LIST_THREADS, false, |ctx, id| {
@@ -1493,6 +1537,71 @@ impl Ctx<'_> {
             StatusCode::OK,
             json!({"id": "a1b2c3d4-0000-4000-8000-000000000000", "name": name, "active": true}),
         )
+    }
+
+    /// A `PropertiesCollection`: `{"count", "value": {name: {"$type", "$value"}}}`.
+    fn properties(&self, id: u64) -> Reply {
+        let state = self.inner.lock();
+        let pull = state.pulls.iter().find(|p| p.id == id).unwrap();
+        let value: serde_json::Map<String, Value> = pull
+            .properties
+            .iter()
+            .map(|(k, v)| (k.clone(), json!({"$type": "System.String", "$value": v})))
+            .collect();
+        Reply::json(
+            StatusCode::OK,
+            json!({"count": value.len(), "value": value}),
+        )
+    }
+
+    /// A JSON Patch document (RFC 6902) of `add`, `replace` and `remove` operations on
+    /// `/name`, each a string value.
+    fn patch_properties(&self, id: u64, body: &str) -> Reply {
+        let Ok(Value::Array(operations)) = serde_json::from_str::<Value>(body) else {
+            (self.violate)("the body is not a JSON Patch document (an array)".into());
+            return bad_request("The body of the request is not a JSON Patch document");
+        };
+        let mut state = self.inner.lock();
+        for operation in &operations {
+            let Some(operation) = operation.as_object() else {
+                (self.violate)("a JSON Patch operation that is not an object".into());
+                return bad_request("The JSON Patch operation is not valid");
+            };
+            let declared = [
+                ("op", Type::Str, true),
+                ("path", Type::Str, true),
+                ("value", Type::Str, false),
+                ("from", Type::Str, false),
+            ];
+            if let Err(reply) = check_fields(operation, &declared, self.violate) {
+                return reply;
+            }
+            let op = operation["op"].as_str().unwrap_or("");
+            let Some(name) = operation["path"].as_str().and_then(|p| p.strip_prefix('/')) else {
+                (self.violate)("a JSON Patch path that does not start with /".into());
+                return bad_request("The JSON Patch path is not valid");
+            };
+            let pull = state.pull_mut(id);
+            match op {
+                "add" | "replace" => {
+                    let value = operation.get("value").and_then(Value::as_str);
+                    let Some(value) = value else {
+                        (self.violate)(format!("{op} without a value"));
+                        return bad_request("The JSON Patch operation has no value");
+                    };
+                    pull.properties.insert(name.to_string(), value.to_string());
+                }
+                "remove" => {
+                    pull.properties.remove(name);
+                }
+                other => {
+                    (self.violate)(format!("JSON Patch op {other:?} is not one tagpin uses"));
+                    return bad_request("The JSON Patch operation is not supported");
+                }
+            }
+        }
+        drop(state);
+        self.properties(id)
     }
 
     fn thread_json(&self, state: &ServerState, t: &Thread) -> Value {
