@@ -63,9 +63,9 @@ use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::common::{host_of, http_client, in_flight, read_pages, retry_after, status_text};
-use super::common::{Answer, Calls, FailureWords};
-use super::{ForgeError, PullRequestInfo, Status, StatusState};
+use super::common::{Answer, Calls, FailureWords, ForgeError, MAX_PAGES};
 use crate::config;
+use crate::review::{PullRequestInfo, Status, StatusState};
 
 const FORGE: &str = "Azure DevOps";
 /// Pull requests and statuses asked for per page (`$top`).
@@ -393,9 +393,7 @@ impl AzureDevOps {
             pairs.push(("$skip", &skip));
             self.with_query(&base, &pairs, false)
         };
-        let urls: Vec<String> = (0..super::common::MAX_PAGES)
-            .map(|n| page(n * PAGE_TOP))
-            .collect();
+        let urls: Vec<String> = (0..MAX_PAGES).map(|n| page(n * PAGE_TOP)).collect();
         let read_page = |url: String| {
             let urls = &urls;
             async move {
@@ -576,7 +574,7 @@ impl AzureDevOps {
     pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
         let what = format!("read statuses of {sha}");
         let base = self.repo_url(&format!("/commits/{}/statuses", encode(sha)));
-        let urls: Vec<String> = (0..super::common::MAX_PAGES)
+        let urls: Vec<String> = (0..MAX_PAGES)
             .map(|n| {
                 let (top, skip) = (PAGE_TOP.to_string(), (n * PAGE_TOP).to_string());
                 // This list's parameters have no `$` (`GetStatuses`: `top`, `skip`).
@@ -1189,7 +1187,7 @@ mod tests {
                 })
                 .collect(),
         };
-        let long = super::super::body::render(&block) + &"| held | row |\n".repeat(300);
+        let long = crate::forge::body::render(&block) + &"| held | row |\n".repeat(300);
         assert!(long.chars().count() > MAX_DESCRIPTION_CHARS);
         let fitted = fit_description(&long);
         assert!(
@@ -1199,17 +1197,17 @@ mod tests {
         );
         assert!(fitted.contains("cut: Azure DevOps keeps 4,000 characters"));
         assert!(fitted.ends_with(&format!("{PLAN_MARKER}\n")), "{fitted}");
-        assert_eq!(super::super::body::parse(&fitted), None, "no half plan");
+        assert_eq!(crate::forge::body::parse(&fitted), None, "no half plan");
         // Read back with the plan block from the properties: the whole plan.
         let read_back = stored_body(&long);
-        assert_eq!(super::super::body::parse(&read_back), Some(block.clone()));
+        assert_eq!(crate::forge::body::parse(&read_back), Some(block.clone()));
         assert_eq!(
             split_plan(&long).1,
-            Some(super::super::body::plan_block(&block).as_str())
+            Some(crate::forge::body::plan_block(&block).as_str())
         );
         let mut one = block.clone();
         one.pins.truncate(1);
-        let short = super::super::body::render(&one);
+        let short = crate::forge::body::render(&one);
         assert_eq!(
             fit_description(&short),
             short,
@@ -1219,9 +1217,9 @@ mod tests {
         // Any plan fits there: forty pins.
         let mut huge = block.clone();
         huge.pins = (0..40).map(|_| block.pins[0].clone()).collect();
-        let body = super::super::body::render(&huge);
+        let body = crate::forge::body::render(&huge);
         assert!(fit_description(&body).chars().count() <= MAX_DESCRIPTION_CHARS);
-        assert_eq!(super::super::body::parse(&stored_body(&body)), Some(huge));
+        assert_eq!(crate::forge::body::parse(&stored_body(&body)), Some(huge));
     }
 
     #[test]
