@@ -288,7 +288,10 @@ impl AzureDevOps {
             full_name: format!("{project}/{repo}"),
             auth,
             api_version: api_version_for(&forge.api_url),
-            identity: tokio::sync::OnceCell::new_with(forge.login.clone()),
+            // Identity ids are GUIDs, which Azure DevOps writes in lower case.
+            identity: tokio::sync::OnceCell::new_with(
+                forge.login.as_ref().map(|l| l.trim().to_ascii_lowercase()),
+            ),
         })
     }
 
@@ -308,7 +311,7 @@ impl AzureDevOps {
                     let detail = "the answer names no authenticated identity".to_string();
                     return Err(self.calls().error(what, detail, None));
                 }
-                Ok::<_, ForgeError>(data.authenticated_user.id)
+                Ok::<_, ForgeError>(data.authenticated_user.id.to_ascii_lowercase())
             })
             .await
             .map(String::as_str)
@@ -613,7 +616,7 @@ impl AzureDevOps {
                     creator: s
                         .created_by
                         .as_ref()
-                        .map(|c| c.id.clone())
+                        .map(|c| c.id.to_ascii_lowercase())
                         .filter(|id| !id.is_empty()),
                 })
             })
@@ -734,7 +737,10 @@ impl AzureDevOps {
             } else {
                 closed_at
             },
-            author: pr.created_by.map(|c| c.id).unwrap_or_default(),
+            author: pr
+                .created_by
+                .map(|c| c.id.to_ascii_lowercase())
+                .unwrap_or_default(),
             same_repository: pr.fork_source.is_none()
                 && pr.target_ref_name.as_deref().is_some_and(|r| !r.is_empty()),
         }
