@@ -160,7 +160,7 @@ pub struct VerifyArgs {
     /// Verify what this tagpin pull request promises (its plan block), and report on it. On
     /// GitLab, N is the merge request's IID (`!N`); --mr N says the same. On Gitea, N is the
     /// pull request's number (`#N`); on Bitbucket Cloud and Data Center, the pull request's
-    /// id (`#N`).
+    /// id (`#N`); on Azure DevOps, its id (`!N`).
     #[arg(long, value_name = "N", visible_alias = "mr")]
     pub pr: Option<u64>,
     /// Verify the pinned images in the manifests of this commit.

@@ -721,6 +721,35 @@ colour: blue
     }
 
     #[test]
+    fn an_azure_devops_forge_names_project_and_repository_in_its_organization() {
+        let text = "repository: {url: /srv/git/gitops.git}\n\
+                    forge: {kind: azure-devops, api_url: 'https://dev.azure.com/acme', project: platform, repo: gitops, token_env: AZURE_DEVOPS_TOKEN}\n";
+        let forge = parse(text).unwrap().forge.unwrap();
+        assert_eq!(
+            forge.kind,
+            ForgeKind::AzureDevOps {
+                project: "platform".into(),
+                repo: "gitops".into()
+            }
+        );
+        assert_eq!(forge.api_url, "https://dev.azure.com/acme");
+        // The organization is not assumed, and an owner is GitHub's and Gitea's word.
+        let err = Config::parse(
+            "repository: {url: /srv/git/gitops.git}\n\
+             forge: {kind: azure-devops, owner: acme, repo: gitops, token_env: AZURE_DEVOPS_TOKEN}\n",
+            Path::new("tagpin.yaml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("forge.api_url: is required"), "{err}");
+        assert!(
+            err.contains("forge.owner: is for GitHub and Gitea"),
+            "{err}"
+        );
+        assert!(err.contains("forge.project: is required"), "{err}");
+    }
+
+    #[test]
     fn each_forge_is_told_the_keys_of_the_other_apart() {
         let problems = |forge: &str| {
             Config::parse(
@@ -743,7 +772,7 @@ colour: blue
         let kind = problems("{kind: sourcehut, owner: acme, repo: gitops, token_env: T}");
         assert!(
             kind.contains(
-                "forge.kind: expected github, gitlab, gitea, bitbucket or bitbucket-server, found \"sourcehut\""
+                "forge.kind: expected github, gitlab, gitea, bitbucket, bitbucket-server or azure-devops, found \"sourcehut\""
             ),
             "{kind}"
         );

@@ -384,6 +384,8 @@ pub struct Forge {
     /// `https://HOST/api/v1` for Gitea or Forgejo (no default: there is no one Gitea);
     /// `https://api.bitbucket.org/2.0` for Bitbucket Cloud.
     /// `https://HOST` (with its context path) for Bitbucket Data Center (no default either).
+    /// the organization (`https://dev.azure.com/ORG`) or an on-premises collection
+    /// (`https://HOST/tfs/DefaultCollection`) for Azure DevOps (no default either).
     pub api_url: String,
     /// Environment variable holding the token.
     pub token_env: String,
@@ -415,6 +417,9 @@ pub enum ForgeKind {
     /// `forge.workspace` and `forge.repo` (the repository slug) on Bitbucket Cloud
     /// (`kind: bitbucket`).
     Bitbucket { workspace: String, repo: String },
+    /// `forge.project` and `forge.repo` (the Git repository's name or id) in the Azure DevOps
+    /// organization or collection of `forge.api_url` (`kind: azure-devops`).
+    AzureDevOps { project: String, repo: String },
 }
 
 /// Placeholders the commit message and PR title templates may use.

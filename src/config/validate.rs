@@ -1299,6 +1299,7 @@ impl Check {
             "gitea" => ConfiguredForge::Gitea,
             "bitbucket" => ConfiguredForge::Bitbucket,
             "bitbucket-server" => ConfiguredForge::BitbucketServer,
+            "azure-devops" => ConfiguredForge::AzureDevOps,
             other => {
                 self.problem(
                     "forge.kind",
@@ -1315,6 +1316,8 @@ impl Check {
             ConfiguredForge::Bitbucket => Some("https://api.bitbucket.org/2.0"),
             // Nor is there one Bitbucket Data Center.
             ConfiguredForge::BitbucketServer => None,
+            // An organization of its own, or a collection on a server of its own.
+            ConfiguredForge::AzureDevOps => None,
         };
         let api_url = match default_api {
             Some(default) => Some(
@@ -1414,6 +1417,20 @@ impl Check {
                     repo: repo?.to_string(),
                 }
             }
+            ConfiguredForge::AzureDevOps => {
+                if raw.owner.is_set() {
+                    self.problem(
+                        "forge.owner",
+                        "is for GitHub and Gitea; an Azure DevOps repository is named by forge.project and forge.repo (the organization or collection is forge.api_url)",
+                    );
+                }
+                let project = self.required_string("forge.project", &raw.project);
+                let repo = self.required_string("forge.repo", &raw.repo);
+                ForgeKind::AzureDevOps {
+                    project: project?.to_string(),
+                    repo: repo?.to_string(),
+                }
+            }
             ConfiguredForge::GitHub | ConfiguredForge::Gitea => {
                 if raw.project.is_set() {
                     self.problem(
@@ -1477,7 +1494,7 @@ fn bitbucket_slug_ok(slug: &str) -> bool {
 }
 
 /// The `forge.kind` values, as an error lists them.
-const FORGE_KINDS: &str = "github, gitlab, gitea, bitbucket or bitbucket-server";
+const FORGE_KINDS: &str = "github, gitlab, gitea, bitbucket, bitbucket-server or azure-devops";
 
 /// `forge.kind`, before the keys that name the repository are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1487,6 +1504,7 @@ enum ConfiguredForge {
     Gitea,
     Bitbucket,
     BitbucketServer,
+    AzureDevOps,
 }
 
 /// A Bitbucket Data Center project key as its API takes it: letters, digits and `_` (the

@@ -1,15 +1,17 @@
-//! The forge: where tagpin's change requests (GitHub, Gitea and Bitbucket pull requests,
-//! GitLab merge requests), commit (build) statuses and verdict notes live.
+//! The forge: where tagpin's change requests (GitHub, Gitea, Bitbucket and Azure DevOps pull
+//! requests, GitLab merge requests), commit (build) statuses and verdict notes live.
 //!
 //! [`Forge`] is the one interface sync, verify, promote and the controller use; it does not
 //! say which forge it is. Each forge has its adapter ([`github::GitHub`] through octocrab,
-//! [`gitlab::GitLab`], [`gitea::Gitea`], [`bitbucket::Bitbucket`] (Cloud) and
-//! [`bitbucket_server::BitbucketServer`] (Data Center) through reqwest), which speaks that
-//! forge's API and maps its answers to the neutral types of [`crate::review`]. What is the same
-//! on every forge lives here: which status is tagpin's own (created by the token's login; on
-//! Bitbucket, which records no author, signed with the token), and the memory of what this
-//! process last wrote, so a pass that would write the same again spends no call.
+//! [`gitlab::GitLab`], [`gitea::Gitea`], [`bitbucket::Bitbucket`] (Cloud),
+//! [`bitbucket_server::BitbucketServer`] (Data Center) and [`azure_devops::AzureDevOps`]
+//! through reqwest), which speaks that forge's API and maps its answers to the neutral types
+//! of [`crate::review`]. What is the same on every forge lives here: which status is tagpin's
+//! own (created by the token's login; on Bitbucket, which records no author, signed with the
+//! token), and the memory of what this process last wrote, so a pass that would write the
+//! same again spends no call.
 
+pub mod azure_devops;
 pub mod bitbucket;
 pub mod bitbucket_server;
 pub mod body;
@@ -29,6 +31,7 @@ use crate::config;
 use crate::mutex::lock;
 
 pub use crate::review::{PullRequestInfo, Status, StatusState};
+pub use azure_devops::AzureDevOps;
 pub use bitbucket::Bitbucket;
 pub use bitbucket_server::BitbucketServer;
 pub use common::{ForgeError, MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT};
@@ -45,13 +48,16 @@ const MAX_REMEMBERED: usize = 512;
 pub const READ_BACK_AFTER: Duration = Duration::from_secs(600);
 
 /// What the forge calls a change request, for the text people read: GitHub's
-/// "pull request #12" (Gitea's and Bitbucket's too), GitLab's "merge request !12". Without a forge there is no change
+/// "pull request #12" (Gitea's and Bitbucket's too), GitLab's "merge request !12", Azure
+/// DevOps's "pull request !12". Without a forge there is no change
 /// request to name, and the wording is GitHub's (the one tagpin had before GitLab).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ChangeRequestNoun {
     #[default]
     PullRequest,
     MergeRequest,
+    /// Azure DevOps's "pull request !12": its users mention pull requests with `!`.
+    AzureDevOpsPullRequest,
 }
 
 impl ChangeRequestNoun {
@@ -59,6 +65,9 @@ impl ChangeRequestNoun {
     pub fn of(forge: Option<&config::Forge>) -> ChangeRequestNoun {
         match forge.map(|f| &f.kind) {
             Some(config::ForgeKind::GitLab { .. }) => ChangeRequestNoun::MergeRequest,
+            Some(config::ForgeKind::AzureDevOps { .. }) => {
+                ChangeRequestNoun::AzureDevOpsPullRequest
+            }
             Some(
                 config::ForgeKind::GitHub { .. }
                 | config::ForgeKind::Gitea { .. }
@@ -72,7 +81,9 @@ impl ChangeRequestNoun {
     /// `pull request` or `merge request`.
     pub fn word(self) -> &'static str {
         match self {
-            ChangeRequestNoun::PullRequest => "pull request",
+            ChangeRequestNoun::PullRequest | ChangeRequestNoun::AzureDevOpsPullRequest => {
+                "pull request"
+            }
             ChangeRequestNoun::MergeRequest => "merge request",
         }
     }
@@ -81,7 +92,9 @@ impl ChangeRequestNoun {
     pub fn reference(self, number: u64) -> String {
         match self {
             ChangeRequestNoun::PullRequest => format!("#{number}"),
-            ChangeRequestNoun::MergeRequest => format!("!{number}"),
+            ChangeRequestNoun::MergeRequest | ChangeRequestNoun::AzureDevOpsPullRequest => {
+                format!("!{number}")
+            }
         }
     }
 
@@ -98,6 +111,7 @@ enum Adapter {
     Gitea(Gitea),
     BitbucketServer(BitbucketServer),
     Bitbucket(Bitbucket),
+    AzureDevOps(AzureDevOps),
 }
 
 /// Dispatches one call to the adapter, which has a method of the same name and arguments.
@@ -109,6 +123,7 @@ macro_rules! dispatch {
             Adapter::Gitea(forge) => forge.$method($($arg),*).await,
             Adapter::BitbucketServer(forge) => forge.$method($($arg),*).await,
             Adapter::Bitbucket(forge) => forge.$method($($arg),*).await,
+            Adapter::AzureDevOps(forge) => forge.$method($($arg),*).await,
         }
     };
 }
@@ -152,6 +167,9 @@ impl Forge {
             config::ForgeKind::BitbucketServer { .. } => {
                 Adapter::BitbucketServer(BitbucketServer::new(forge, token)?)
             }
+            config::ForgeKind::AzureDevOps { .. } => {
+                Adapter::AzureDevOps(AzureDevOps::new(forge, token)?)
+            }
         };
         Ok(Forge {
             adapter,
@@ -168,6 +186,18 @@ impl Forge {
             | Adapter::Bitbucket(_)
             | Adapter::BitbucketServer(_) => ChangeRequestNoun::PullRequest,
             Adapter::GitLab(_) => ChangeRequestNoun::MergeRequest,
+            Adapter::AzureDevOps(_) => ChangeRequestNoun::AzureDevOpsPullRequest,
+        }
+    }
+
+    /// `body` as this forge gives it back: Azure DevOps cuts a description past 4,000
+    /// characters and tagpin keeps its plan block apart ([`azure_devops::stored_body`]), the
+    /// others keep it whole. A change request's body is compared with this, so a cut one is
+    /// not written again on every pass.
+    pub fn stored_body(&self, body: &str) -> String {
+        match &self.adapter {
+            Adapter::AzureDevOps(_) => azure_devops::stored_body(body),
+            _ => body.to_string(),
         }
     }
 
@@ -254,6 +284,7 @@ impl Forge {
                 let me = self.login().await?;
                 forge.statuses(sha, context, me).await
             }
+            Adapter::AzureDevOps(forge) => forge.statuses(sha, context).await,
         }
     }
 
@@ -313,6 +344,7 @@ impl Forge {
                 forge.set_status(sha, state, context, description).await
             }
             Adapter::Bitbucket(forge) => forge.set_status(sha, state, context, description).await,
+            Adapter::AzureDevOps(forge) => forge.set_status(sha, state, context, description).await,
         }?;
         self.remember_status(sha, branch, context, state, description);
         Ok(())
@@ -399,6 +431,10 @@ impl Forge {
                 forge.upsert_comment(number, marker, body, me).await
             }
             Adapter::BitbucketServer(forge) => {
+                let me = self.login().await?;
+                forge.upsert_comment(number, marker, body, me).await
+            }
+            Adapter::AzureDevOps(forge) => {
                 let me = self.login().await?;
                 forge.upsert_comment(number, marker, body, me).await
             }
@@ -489,6 +525,48 @@ mod tests {
                 "Bitbucket's own words"
             );
         }
+        let azure = config::Forge {
+            kind: config::ForgeKind::AzureDevOps {
+                project: "platform".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://dev.azure.com/acme".into(),
+            ..gitea
+        };
+        assert_eq!(
+            ChangeRequestNoun::of(Some(&azure)).name(12),
+            "pull request !12",
+            "Azure DevOps's own words"
+        );
+    }
+
+    #[test]
+    fn a_body_is_compared_as_the_forge_keeps_it() {
+        let gitea = config::Forge {
+            kind: config::ForgeKind::Gitea {
+                owner: "acme".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://git.example.com/api/v1".into(),
+            token_env: "GITEA_TOKEN".into(),
+            login: None,
+            username_env: None,
+            timeout_seconds: 60,
+        };
+        let azure = config::Forge {
+            kind: config::ForgeKind::AzureDevOps {
+                project: "platform".into(),
+                repo: "gitops".into(),
+            },
+            api_url: "https://dev.azure.com/acme".into(),
+            ..gitea.clone()
+        };
+        let long = "| a table row |\n".repeat(400);
+        let kept = Forge::new(&gitea, "t".into()).unwrap().stored_body(&long);
+        assert_eq!(kept, long, "Gitea keeps a body whole");
+        let cut = Forge::new(&azure, "t".into()).unwrap().stored_body(&long);
+        assert!(cut.chars().count() <= azure_devops::MAX_DESCRIPTION_CHARS);
+        assert_eq!(cut, azure_devops::stored_body(&long), "what is read back");
     }
 
     fn change(number: u64, open: bool, head_ref: &str, updated_at: i64) -> PullRequestInfo {

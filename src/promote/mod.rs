@@ -631,7 +631,7 @@ impl<'a> Promoter<'a> {
             ..*evidence
         };
         let body = evidence::render(&evidence, &proposed);
-        let edit = pr.body != body;
+        let edit = pr.body != forge.stored_body(&body);
         if !dry_run {
             if edit {
                 forge

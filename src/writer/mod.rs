@@ -227,7 +227,8 @@ pub async fn propose(
                     commit: commit.to_string(),
                 });
             }
-            let stale_body = p.refresh_body && pr.is_some_and(|pr| pr.body != p.body);
+            let stale_body =
+                p.refresh_body && pr.is_some_and(|pr| pr.body != forge.stored_body(p.body));
             let edit = edit || stale_body;
             push(needs_push)?;
             if edit {

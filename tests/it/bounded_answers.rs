@@ -33,6 +33,7 @@ enum Forge {
     Gitea,
     BitbucketServer,
     Bitbucket,
+    AzureDevOps,
 }
 
 impl Forge {
@@ -43,6 +44,7 @@ impl Forge {
             Forge::Gitea => "Gitea",
             Forge::BitbucketServer => "Bitbucket",
             Forge::Bitbucket => "Bitbucket",
+            Forge::AzureDevOps => "Azure DevOps",
         }
     }
 
@@ -63,6 +65,9 @@ impl Forge {
             ),
             Forge::Bitbucket => format!(
                 "forge: {{kind: bitbucket, api_url: '{url}/2.0', workspace: acme, repo: gitops, token_env: TAGPIN_FORGE_TOKEN{extra}}}\n"
+            ),
+            Forge::AzureDevOps => format!(
+                "forge: {{kind: azure-devops, api_url: '{url}/acme', project: platform, repo: gitops, token_env: TAGPIN_FORGE_TOKEN{extra}}}\n"
             ),
         }
     }
@@ -197,6 +202,11 @@ async fn bitbucket_an_endless_answer_is_refused_at_16_mib_and_memory_stays_small
     an_endless_forge_answer_is_refused_at_its_cap(Forge::Bitbucket).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn azure_devops_an_endless_answer_is_refused_at_16_mib_and_memory_stays_small() {
+    an_endless_forge_answer_is_refused_at_its_cap(Forge::AzureDevOps).await;
+}
+
 /// A forge that sends one byte every half second, which no read timeout notices, is given up
 /// at `forge.timeout_seconds`.
 async fn a_dripping_forge_is_given_up_at_its_deadline(forge: Forge) {
@@ -249,6 +259,11 @@ async fn bitbucket_a_dripping_answer_is_given_up_at_forge_timeout_seconds() {
     a_dripping_forge_is_given_up_at_its_deadline(Forge::Bitbucket).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn azure_devops_a_dripping_answer_is_given_up_at_forge_timeout_seconds() {
+    a_dripping_forge_is_given_up_at_its_deadline(Forge::AzureDevOps).await;
+}
+
 /// A private page answered with an error status, where a forge was expected: tagpin says the
 /// status and what it means, never what the page says.
 async fn a_forge_error_body_is_never_quoted(forge: Forge) {
@@ -298,6 +313,11 @@ async fn bitbucket_an_error_answers_text_is_never_quoted() {
     a_forge_error_body_is_never_quoted(Forge::Bitbucket).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn azure_devops_an_error_answers_text_is_never_quoted() {
+    a_forge_error_body_is_never_quoted(Forge::AzureDevOps).await;
+}
+
 /// The forge redirects every call to another host, which records what it gets: the token
 /// never arrives there (GitLab's `PRIVATE-TOKEN` is a custom header, which reqwest would carry
 /// along on a redirect; neither adapter follows one).
@@ -314,10 +334,15 @@ async fn a_forge_redirect_carries_no_token_elsewhere(forge: Forge) {
     let (out, _, _) = measured(w.sync(), Duration::from_secs(120)).await;
     assert!(!out.status.success(), "{}", text(&out));
     let asked = redirecting.seen();
+    // Azure DevOps's is Basic with an empty user: `base64(":" + token)`.
+    let basic = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(format!(":{TOKEN}"))
+    };
     let credential = |s: &support::hostile::Seen| {
         s.header("private-token")
             .or(s.header("authorization"))
-            .is_some_and(|v| v.contains(TOKEN))
+            .is_some_and(|v| v.contains(TOKEN) || v.contains(&basic))
     };
     assert!(
         asked.iter().any(credential),
@@ -356,6 +381,11 @@ async fn bitbucket_server_a_redirect_to_another_host_is_not_followed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bitbucket_a_redirect_to_another_host_is_not_followed() {
     a_forge_redirect_carries_no_token_elsewhere(Forge::Bitbucket).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn azure_devops_a_redirect_to_another_host_is_not_followed() {
+    a_forge_redirect_carries_no_token_elsewhere(Forge::AzureDevOps).await;
 }
 
 /// `tagpin verify --branch main` of a repository pinning `web` (returned with the command: it

@@ -16,8 +16,14 @@ fn the_example_configurations_are_valid() {
     }
     seen.sort();
     // One per forge's pull-request mode, and the commit-mode one.
-    assert!(seen.len() >= 6, "{seen:?}");
-    for forge in ["gitea", "bitbucket", "bitbucket-server"] {
+    assert!(seen.len() >= 7, "{seen:?}");
+    for forge in [
+        "gitlab",
+        "gitea",
+        "bitbucket",
+        "bitbucket-server",
+        "azure-devops",
+    ] {
         let name = format!("pull-request-mode-{forge}.yaml");
         assert!(seen.contains(&name), "{name} missing from {seen:?}");
     }

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use serde_json::json;
+use support::azure_devops::{AzureDevOpsServer, PrStatus};
 use support::bitbucket::BitbucketCloudServer;
 use support::bitbucket_server::BitbucketDcServer;
 use support::git::BareRepo;
@@ -40,6 +41,7 @@ pub(crate) enum Kind {
     Gitea,
     BitbucketServer,
     Bitbucket,
+    AzureDevOps,
 }
 
 impl Kind {
@@ -48,6 +50,7 @@ impl Kind {
         match self {
             Kind::GitHub | Kind::Gitea | Kind::Bitbucket | Kind::BitbucketServer => "pull request",
             Kind::GitLab => "merge request",
+            Kind::AzureDevOps => "pull request",
         }
     }
 
@@ -59,6 +62,7 @@ impl Kind {
                 format!("pull request #{number}")
             }
             Kind::GitLab => format!("merge request !{number}"),
+            Kind::AzureDevOps => format!("pull request !{number}"),
         }
     }
 
@@ -66,7 +70,7 @@ impl Kind {
     /// so there `pull_request.labels` sets nothing.
     fn has_labels(self) -> bool {
         match self {
-            Kind::GitHub | Kind::GitLab | Kind::Gitea => true,
+            Kind::GitHub | Kind::GitLab | Kind::Gitea | Kind::AzureDevOps => true,
             Kind::Bitbucket | Kind::BitbucketServer => false,
         }
     }
@@ -98,6 +102,10 @@ macro_rules! every_forge {
             async fn bitbucket() {
                 super::$scenario(Kind::Bitbucket).await;
             }
+            #[tokio::test]
+            async fn azure_devops() {
+                super::$scenario(Kind::AzureDevOps).await;
+            }
         }
     };
 }
@@ -122,6 +130,10 @@ fn bitbucket_state(state: &str) -> String {
     }
     .to_string()
 }
+/// The Azure DevOps organization, project and repository.
+pub(crate) const ADO_ORG: &str = "acme";
+pub(crate) const ADO_PROJECT: &str = "platform";
+pub(crate) const ADO_REPO: &str = "gitops";
 
 /// A change request as the scenarios look at it, whichever forge holds it.
 #[derive(Debug, Clone)]
@@ -145,6 +157,7 @@ pub(crate) enum Hub {
     Gitea(GiteaServer),
     BitbucketServer(BitbucketDcServer),
     Bitbucket(BitbucketCloudServer),
+    AzureDevOps(AzureDevOpsServer),
 }
 
 impl Hub {
@@ -172,6 +185,10 @@ impl Hub {
             Kind::Bitbucket => Hub::Bitbucket(
                 BitbucketCloudServer::start(TOKEN, BOT, "acme", "gitops", repo.path()).await,
             ),
+            Kind::AzureDevOps => Hub::AzureDevOps(
+                AzureDevOpsServer::start(TOKEN, BOT, ADO_ORG, ADO_PROJECT, ADO_REPO, repo.path())
+                    .await,
+            ),
         }
     }
 
@@ -197,6 +214,10 @@ impl Hub {
             Hub::Bitbucket(bb) => format!(
                 "forge: {{kind: bitbucket, api_url: '{}', workspace: acme, repo: gitops, token_env: TAGPIN_FORGE_TOKEN}}\n",
                 bb.api_url()
+            ),
+            Hub::AzureDevOps(ado) => format!(
+                "forge: {{kind: azure-devops, api_url: '{}', project: {ADO_PROJECT}, repo: {ADO_REPO}, token_env: TAGPIN_FORGE_TOKEN}}\n",
+                ado.api_url()
             ),
         }
     }
@@ -275,6 +296,20 @@ impl Hub {
                     fork: p.fork,
                 })
                 .collect(),
+            Hub::AzureDevOps(ado) => ado
+                .pulls()
+                .into_iter()
+                .map(|p| Change {
+                    number: p.id,
+                    head_ref: p.source_branch(),
+                    title: p.title,
+                    body: p.description,
+                    labels: p.labels,
+                    open: p.status == PrStatus::Active,
+                    merged: p.status == PrStatus::Completed,
+                    fork: p.fork.is_some(),
+                })
+                .collect(),
         };
         changes.sort_by_key(|c| c.number);
         changes
@@ -287,6 +322,7 @@ impl Hub {
             Hub::Gitea(gt) => gt.close_pull_as("reviewer", GITEA_REPO, number),
             Hub::BitbucketServer(bb) => bb.decline_pull_as("reviewer", number),
             Hub::Bitbucket(bb) => bb.decline_pull_as("reviewer", BITBUCKET_REPO, number),
+            Hub::AzureDevOps(ado) => ado.abandon_pull_as("reviewer", number),
         }
     }
 
@@ -320,6 +356,7 @@ impl Hub {
             Hub::Gitea(gt) => gt.merge_pull_as("reviewer", GITEA_REPO, number),
             Hub::BitbucketServer(bb) => bb.merge_pull_as("reviewer", number),
             Hub::Bitbucket(bb) => bb.merge_pull_as("reviewer", BITBUCKET_REPO, number),
+            Hub::AzureDevOps(ado) => ado.complete_pull_as("reviewer", number),
         }
     }
 
@@ -369,6 +406,19 @@ impl Hub {
                 .into_iter()
                 .map(|s| (s.name, bitbucket_state(&s.state), s.description))
                 .collect(),
+            // Azure DevOps's states in the scenarios' (GitHub's) words.
+            Hub::AzureDevOps(ado) => ado
+                .statuses(sha)
+                .into_iter()
+                .map(|s| {
+                    let state = match s.state.as_str() {
+                        "succeeded" => "success".to_string(),
+                        "failed" => "failure".to_string(),
+                        other => other.to_string(),
+                    };
+                    (s.context(), state, s.description)
+                })
+                .collect(),
         }
     }
 
@@ -376,7 +426,11 @@ impl Hub {
     /// GitHub and Gitea, whose statuses belong to the commit alone.
     fn status_refs(&self, sha: &str, context: &str) -> Option<Vec<String>> {
         match self {
-            Hub::GitHub(_) | Hub::Gitea(_) | Hub::Bitbucket(_) | Hub::BitbucketServer(_) => None,
+            Hub::GitHub(_)
+            | Hub::Gitea(_)
+            | Hub::Bitbucket(_)
+            | Hub::BitbucketServer(_)
+            | Hub::AzureDevOps(_) => None,
             Hub::GitLab(gl) => Some(
                 gl.statuses(PROJECT, sha)
                     .into_iter()
@@ -459,6 +513,22 @@ impl Hub {
                     .unwrap();
                 assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
             }
+            Hub::AzureDevOps(ado) => {
+                ado.add_token("ado-ci-bot", "ci-bot", support::azure_devops::Scope::Write);
+                let (genre, name) = context.split_once('/').unwrap();
+                let posted = reqwest::Client::new()
+                    .post(format!(
+                        "{}/{ADO_PROJECT}/_apis/git/repositories/{ADO_REPO}/commits/{sha}/statuses?api-version=7.1",
+                        ado.api_url()
+                    ))
+                    .basic_auth("", Some("ado-ci-bot"))
+                    .json(&json!({"state": "succeeded", "context": {"genre": genre, "name": name},
+                                  "description": description}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
+            }
         }
     }
 
@@ -483,6 +553,24 @@ impl Hub {
                 .into_iter()
                 .map(|c| c.raw)
                 .collect(),
+            Hub::AzureDevOps(ado) => ado
+                .comments(number)
+                .into_iter()
+                .map(|c| c.content)
+                .collect(),
+        }
+    }
+
+    /// How statuses and comments name `user` as their creator: the login, or on Azure
+    /// DevOps the identity's id (a GUID), which is all its `createdBy` says for certain.
+    fn creator(&self, user: &str) -> String {
+        match self {
+            Hub::GitHub(_)
+            | Hub::GitLab(_)
+            | Hub::Gitea(_)
+            | Hub::Bitbucket(_)
+            | Hub::BitbucketServer(_) => user.to_string(),
+            Hub::AzureDevOps(ado) => ado.identity(user),
         }
     }
 
@@ -494,6 +582,7 @@ impl Hub {
             Hub::Gitea(gt) => gt.requests().iter().filter(|r| r.method != "GET").count(),
             Hub::BitbucketServer(bb) => bb.requests().iter().filter(|r| r.method != "GET").count(),
             Hub::Bitbucket(bb) => bb.requests().iter().filter(|r| r.method != "GET").count(),
+            Hub::AzureDevOps(ado) => ado.requests().iter().filter(|r| r.method != "GET").count(),
         }
     }
 
@@ -530,6 +619,12 @@ impl Hub {
                 .filter(|r| r.method != "GET")
                 .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
                 .collect(),
+            Hub::AzureDevOps(ado) => ado
+                .requests()
+                .into_iter()
+                .filter(|r| r.method != "GET")
+                .map(|r| format!("{} {} {} -> {}", r.method, r.path, r.body, r.status))
+                .collect(),
         }
     }
 
@@ -549,6 +644,11 @@ impl Hub {
             Hub::Bitbucket(bb) => {
                 bb.inject(support::bitbucket::Fault::new("POST", "/pullrequests", 502))
             }
+            Hub::AzureDevOps(ado) => ado.inject(support::azure_devops::Fault::new(
+                "POST",
+                "/pullrequests",
+                502,
+            )),
         }
     }
 
@@ -559,6 +659,7 @@ impl Hub {
             Hub::Gitea(gt) => gt.assert_no_violations(),
             Hub::BitbucketServer(bb) => bb.assert_no_violations(),
             Hub::Bitbucket(bb) => bb.assert_no_violations(),
+            Hub::AzureDevOps(ado) => ado.assert_no_violations(),
         }
     }
 }
@@ -634,6 +735,7 @@ impl World {
             .env("GITLAB_TOKEN", TOKEN)
             .env("GITEA_TOKEN", TOKEN)
             .env("BITBUCKET_TOKEN", TOKEN)
+            .env("AZURE_DEVOPS_TOKEN", TOKEN)
             .env("GIT_TOKEN", "unused-for-a-file-remote");
         output_without_token(cmd).await
     }
@@ -651,7 +753,7 @@ impl World {
 
     /// `tagpin run` on this world, a pass every `interval`, a verification round every second;
     /// its log on stderr.
-    fn controller(&self, interval: &str) -> tokio::process::Child {
+    pub(crate) fn controller(&self, interval: &str) -> tokio::process::Child {
         let listen = format!("127.0.0.1:{}", support::registry::free_port());
         let args = [
             "run",
@@ -674,7 +776,11 @@ impl World {
     /// `verify` of change request `number`: `--pr N` on GitHub and Gitea, `--mr N` on GitLab.
     async fn verify(&self, number: u64) -> Output {
         let flag = match self.kind {
-            Kind::GitHub | Kind::Gitea | Kind::Bitbucket | Kind::BitbucketServer => "--pr",
+            Kind::GitHub
+            | Kind::Gitea
+            | Kind::Bitbucket
+            | Kind::BitbucketServer
+            | Kind::AzureDevOps => "--pr",
             Kind::GitLab => "--mr",
         };
         self.tagpin("verify", &[flag, &number.to_string()]).await
@@ -820,6 +926,9 @@ async fn merged_then_verified(kind: Kind) {
     if let Hub::Bitbucket(bb) = &w.hub {
         bb.comment_as("reviewer", BITBUCKET_REPO, 1, &quoted);
     }
+    if let Hub::AzureDevOps(ado) = &w.hub {
+        ado.comment_as("reviewer", 1, &quoted);
+    }
     let waiting = w.verify(1).await;
     assert_eq!(waiting.status.code(), Some(3), "{}", text(&waiting));
 
@@ -844,7 +953,12 @@ async fn merged_then_verified(kind: Kind) {
         "{statuses:?}"
     );
     let mut comments = w.hub.comments(1);
-    if let Kind::GitLab | Kind::Gitea | Kind::Bitbucket | Kind::BitbucketServer = kind {
+    if let Kind::GitLab
+    | Kind::Gitea
+    | Kind::Bitbucket
+    | Kind::BitbucketServer
+    | Kind::AzureDevOps = kind
+    {
         assert_eq!(comments.first(), Some(&quoted), "untouched: {comments:?}");
         comments.remove(0);
     }
@@ -917,9 +1031,11 @@ async fn edited_by_hand_is_said_in_the_forges_words(kind: Kind) {
         .collect();
     assert_eq!(notes.len(), 1, "{notes:?}");
     let (ours, theirs) = match kind {
-        Kind::GitHub | Kind::Gitea | Kind::Bitbucket | Kind::BitbucketServer => {
-            (kind.word(), Kind::GitLab.word())
-        }
+        Kind::GitHub
+        | Kind::Gitea
+        | Kind::Bitbucket
+        | Kind::BitbucketServer
+        | Kind::AzureDevOps => (kind.word(), Kind::GitLab.word()),
         Kind::GitLab => (kind.word(), Kind::GitHub.word()),
     };
     assert!(
@@ -974,6 +1090,15 @@ async fn a_fork_change_request_is_never_adopted(kind: Kind) {
         Hub::Bitbucket(bb) => bb.open_fork_pull_as(
             "mallory",
             BITBUCKET_REPO,
+            "tagpin/main",
+            &main,
+            "main",
+            "Pin 1 image(s) to digests",
+            "<!-- tagpin-plan -->",
+        ),
+        Hub::AzureDevOps(ado) => ado.open_fork_pull_as(
+            "mallory",
+            ADO_REPO,
             "tagpin/main",
             &main,
             "main",
@@ -1068,6 +1193,11 @@ async fn the_pull_request_example_runs(kind: Kind) {
             "https://bitbucket.org/acme/gitops.git",
             ("https://api.bitbucket.org/2.0", bb.api_url()),
         ),
+        Hub::AzureDevOps(ado) => (
+            "pull-request-mode-azure-devops.yaml",
+            "https://dev.azure.com/acme/platform/_git/gitops",
+            ("https://dev.azure.com/acme", ado.api_url()),
+        ),
     };
     let example = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1113,11 +1243,11 @@ const PRODUCTION_FILE: &str = "envs/production/web.yaml";
 
 /// `acme/web:1.5.0` for staging (sync pins it), production on `1.4.0` by digest, a forge, and
 /// a cluster per stage.
-struct Stages {
+pub(crate) struct Stages {
     registry: TestRegistry,
     repo: BareRepo,
-    hub: Hub,
-    staging: KubeServer,
+    pub(crate) hub: Hub,
+    pub(crate) staging: KubeServer,
     production: KubeServer,
     dir: tempfile::TempDir,
     host: String,
@@ -1125,7 +1255,7 @@ struct Stages {
 }
 
 impl Stages {
-    async fn new(kind: Kind, soak: &str) -> Stages {
+    pub(crate) async fn new(kind: Kind, soak: &str) -> Stages {
         let registry = TestRegistry::start(Mode::Plain).await;
         let host = registry.host();
         registry.push_image("acme/web", "1.5.0", "web-1.5.0").await;
@@ -1188,14 +1318,14 @@ impl Stages {
     }
 
     /// `sync` pins staging on main; returns the image staging now names.
-    async fn sync(&self) -> String {
+    pub(crate) async fn sync(&self) -> String {
         let out = self.tagpin(&["sync"]).await;
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         image_in(&self.repo, "main", STAGING_FILE)
     }
 
     /// `promote --to production --output json`: the exit code and the report.
-    async fn promote(&self) -> (Option<i32>, serde_json::Value, Output) {
+    pub(crate) async fn promote(&self) -> (Option<i32>, serde_json::Value, Output) {
         let out = self
             .tagpin(&["promote", "--to", "production", "--output", "json"])
             .await;
@@ -1206,14 +1336,14 @@ impl Stages {
 
     /// `cluster` runs `image` (`HOST/acme/web:TAG@DIGEST`), its one pod on `digest`.
     /// A new image is a new generation of the Deployment, observed and rolled out.
-    fn runs(&self, cluster: &KubeServer, image: &str, digest: &str) {
+    pub(crate) fn runs(&self, cluster: &KubeServer, image: &str, digest: &str) {
         let web = LiveDeployment::new("shop", "web").container("app", image);
         web.apply(cluster);
         let id = format!("{}/acme/web@{digest}", self.host);
         web.pod("web-1").running(cluster, &[&id]);
     }
 
-    fn tip(&self) -> String {
+    pub(crate) fn tip(&self) -> String {
         self.repo.head("main").unwrap()
     }
 
@@ -1270,7 +1400,7 @@ async fn output_without_token(mut cmd: tokio::process::Command) -> Output {
     out
 }
 
-fn digest_of(image: &str) -> String {
+pub(crate) fn digest_of(image: &str) -> String {
     image.split_once('@').unwrap().1.to_string()
 }
 
@@ -1446,7 +1576,7 @@ async fn the_soak_clock_is_tagpins_own(kind: Kind) {
     } else {
         assert_eq!(report["gate"]["since"].as_i64(), Some(since), "{report:#}");
         assert!(
-            text(&out).contains("set by ci-bot is ignored"),
+            text(&out).contains(&format!("set by {} is ignored", w.hub.creator("ci-bot"))),
             "{}",
             text(&out)
         );

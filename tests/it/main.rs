@@ -12,6 +12,8 @@
 mod support;
 
 mod audit;
+mod azure_devops_forge;
+mod azure_devops_selftest;
 mod bitbucket_cloud_selftest;
 mod bitbucket_forge;
 mod bitbucket_server_forge;
@@ -41,6 +43,7 @@ mod leader;
 mod module_graph;
 mod monitoring;
 mod operator;
+mod operator_azure_devops;
 mod operator_bitbucket;
 mod operator_bitbucket_server;
 mod operator_gitea;

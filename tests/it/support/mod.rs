@@ -6,6 +6,7 @@
 //! ones are allowed here.
 #![allow(dead_code)]
 
+pub mod azure_devops;
 pub mod bitbucket;
 pub mod bitbucket_server;
 pub mod git;

@@ -1,0 +1,1295 @@
+//! The Azure DevOps adapter: Azure Repos pull requests, commit statuses and comment threads
+//! through REST `_apis/git`, on Azure DevOps Services (`https://dev.azure.com/ORG`) and on
+//! Azure DevOps Server (`https://HOST/tfs/COLLECTION`).
+//!
+//! A pull request is what a GitHub one is to tagpin: found by its source branch (a tagpin
+//! branch of this very repository, never a fork's), opened with the plan block in its
+//! description, and read back as `active`, `completed` (merged, with `lastMergeCommit`) or
+//! `abandoned` (closed by a person). The verdict is a commit status on the head and on the
+//! commit that landed, and one comment thread found by its marker among the comments tagpin's
+//! own identity wrote. Azure DevOps's users name pull request 12 `!12`, and so does tagpin.
+//!
+//! Facts are those of Microsoft's REST specification (`MicrosoftDocs/vsts-rest-api-specs`,
+//! `specification/git/7.1/git.json`) and of the types and routes of the npm package
+//! `azure-devops-node-api` 17.0.1 (`interfaces/GitInterfaces.d.ts`, `GitApi.js`,
+//! `LocationsApi.js`), and of learn.microsoft.com's "REST API versioning" page for which
+//! server accepts which `api-version`.
+//!
+//! What Azure DevOps does its own way, and what tagpin does about it:
+//! - Every call names its `api-version`. Azure DevOps Services (`dev.azure.com`,
+//!   `*.visualstudio.com`) is asked `7.1`; any other host is an Azure DevOps Server, asked
+//!   `6.0`, the newest both Server 2020 (6.0) and Server 2022 (7.0) accept. Labels and the
+//!   connection data are preview APIs in every version: `-preview.1` is added to them, as
+//!   Azure DevOps refuses a preview API asked without it.
+//! - The personal access token goes as HTTP Basic with an empty user
+//!   (`base64(":" + token)`), marked sensitive.
+//! - Some routes answer a token Azure DevOps does not accept with `203` and an HTML sign-in
+//!   page instead of `401`: any successful answer that is not JSON is named as that.
+//! - Pull requests are listed `$top`/`$skip` (100 a page, until a short page), filtered by
+//!   source and target branch (`searchCriteria.sourceRefName`, `…targetRefName`, always
+//!   `refs/heads/…`). The recently closed are asked by closing time
+//!   (`searchCriteria.queryTimeRangeType=closed`, `…minTime`); an older server that ignores
+//!   those answers more, and tagpin keeps the window itself. No list tagpin reads pages by
+//!   `x-ms-continuationtoken`: pull requests page by `$top`/`$skip`, commit statuses by
+//!   `top`/`skip` (without `$`, as `GetStatuses` declares them), threads come in one answer.
+//! - A pull request's description holds at most 4,000 characters. A longer body is cut in its
+//!   text, saying so, and its plan block is kept whole in the pull request's properties
+//!   (`tagpin.plan`, the Pull Request Properties API, a preview API), from where it is read
+//!   back into the body tagpin reads ([`fit_description`], [`stored_body`]).
+//! - Labels are added by name, one call each (`POST …/pullRequests/{id}/labels`).
+//! - A status carries a context of `genre` and `name`: tagpin's `tagpin/converged` is genre
+//!   `tagpin`, name `converged`. Statuses are commit statuses only (not pull-request
+//!   statuses): they belong to the commit, like GitHub's, so the commit that landed carries
+//!   its verdict after the pull request is gone. Every status posted is kept; each records its
+//!   `createdBy`, and only those of tagpin's own identity count.
+//! - Identity is the token's `authenticatedUser.id` from `GET {api_url}/_apis/connectionData`
+//!   (a GUID), or `forge.login` when set (the same GUID). Statuses and comments are tagpin's
+//!   own when their `createdBy.id` or `author.id` is it.
+//! - One open pull request per source and target branch: a second is refused `409`, and the
+//!   one already open is adopted when it is tagpin's own branch of this repository.
+//!
+//! Redirects are not followed, so the token is sent to `api_url`'s host only. Every call has a
+//! connect timeout and a total deadline, answer included (`forge.timeout_seconds`), and reads
+//! at most [`super::MAX_ANSWER_BYTES`]; a `429` is waited out when it says `Retry-After` (or
+//! `X-RateLimit-Reset`) within [`super::MAX_RATE_LIMIT_WAIT`], and reported otherwise. Azure
+//! DevOps's messages are never quoted.
+
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
+use k8s_openapi::jiff::Timestamp;
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+
+use super::common::{host_of, http_client, in_flight, read_pages, retry_after, status_text};
+use super::common::{Answer, Calls, FailureWords, ForgeError, MAX_PAGES};
+use crate::config;
+use crate::review::{PullRequestInfo, Status, StatusState};
+
+const FORGE: &str = "Azure DevOps";
+/// Pull requests and statuses asked for per page (`$top`).
+pub const PAGE_TOP: usize = 100;
+/// The longest description Azure DevOps keeps on a pull request, in characters.
+pub const MAX_DESCRIPTION_CHARS: usize = 4000;
+/// `api-version` asked of Azure DevOps Services.
+pub const CLOUD_API_VERSION: &str = "7.1";
+/// `api-version` asked of Azure DevOps Server: 2020 accepts up to 6.0, 2022 up to 7.0.
+pub const SERVER_API_VERSION: &str = "6.0";
+/// What is said where a description had to be cut.
+const CUT_NOTE: &str = "\n\n… (cut: Azure DevOps keeps 4,000 characters of a description)\n";
+/// What ends a cut description whose plan block is in the pull request's properties; the
+/// marker is how tagpin knows to read them.
+const PLAN_ELSEWHERE: &str = "\n\n… (cut: Azure DevOps keeps 4,000 characters of a description; tagpin's plan is in this pull request's properties)\n<!-- tagpin: plan in pull request properties -->\n";
+const PLAN_MARKER: &str = "<!-- tagpin: plan in pull request properties -->";
+/// The pull request property holding the plan block of a cut description.
+const PLAN_PROPERTY: &str = "tagpin.plan";
+
+/// An Azure Repos Git repository in an organization or collection, with a token.
+pub struct AzureDevOps {
+    http: reqwest::Client,
+    host: String,
+    deadline: Duration,
+    /// `forge.api_url` without a trailing slash: the organization or collection.
+    org: String,
+    project: String,
+    repo: String,
+    /// `project/repo`, for messages.
+    full_name: String,
+    auth: HeaderValue,
+    /// `api-version` of released APIs; preview ones add `-preview.1`.
+    api_version: &'static str,
+    /// The token's identity id, asked once.
+    identity: tokio::sync::OnceCell<String>,
+}
+
+/// `GitPullRequest`, the fields tagpin reads.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PullRequest {
+    pull_request_id: u64,
+    #[serde(default)]
+    title: String,
+    description: Option<String>,
+    /// `active`, `abandoned`, `completed` (`notSet` never for a real one).
+    status: String,
+    source_ref_name: Option<String>,
+    target_ref_name: Option<String>,
+    last_merge_source_commit: Option<CommitRef>,
+    last_merge_commit: Option<CommitRef>,
+    creation_date: Option<String>,
+    closed_date: Option<String>,
+    created_by: Option<Identity>,
+    /// Present for a pull request from a fork.
+    fork_source: Option<serde_json::Value>,
+    labels: Option<Vec<Label>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CommitRef {
+    commit_id: Option<String>,
+}
+
+/// `IdentityRef`: `id` is the identity's GUID.
+#[derive(Debug, Deserialize)]
+struct Identity {
+    #[serde(default)]
+    id: String,
+}
+
+/// `WebApiTagDefinition`.
+#[derive(Debug, Deserialize)]
+struct Label {
+    name: String,
+    active: Option<bool>,
+}
+
+/// A list answer: `{"count": N, "value": [...]}`.
+#[derive(Debug, Deserialize)]
+struct List<T> {
+    value: Vec<T>,
+}
+
+/// `GitStatus`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CommitStatus {
+    #[serde(default)]
+    id: u64,
+    context: Option<StatusContext>,
+    state: Option<String>,
+    description: Option<String>,
+    creation_date: Option<String>,
+    created_by: Option<Identity>,
+}
+
+/// `GitStatusContext`.
+#[derive(Debug, Deserialize, Serialize)]
+struct StatusContext {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    genre: Option<String>,
+    name: String,
+}
+
+/// `GitPullRequestCommentThread`, the fields tagpin reads.
+#[derive(Debug, Deserialize)]
+struct Thread {
+    id: u64,
+    #[serde(default)]
+    comments: Vec<Comment>,
+}
+
+/// `Comment`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Comment {
+    id: u64,
+    #[serde(default)]
+    content: String,
+    author: Option<Identity>,
+    #[serde(default)]
+    is_deleted: bool,
+}
+
+/// The properties of a pull request: `{"count", "value": {name: {"$type", "$value"}}}`.
+#[derive(Debug, Deserialize)]
+struct Properties {
+    #[serde(default)]
+    value: std::collections::HashMap<String, Property>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Property {
+    #[serde(rename = "$value")]
+    value: Option<serde_json::Value>,
+}
+
+/// `Location`'s `ConnectionData`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ConnectionData {
+    authenticated_user: Identity,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NewPullRequest<'a> {
+    source_ref_name: String,
+    target_ref_name: String,
+    title: &'a str,
+    description: String,
+}
+
+#[derive(Debug, Serialize)]
+struct EditPullRequest<'a> {
+    title: &'a str,
+    description: String,
+}
+
+#[derive(Debug, Serialize)]
+struct NewLabel<'a> {
+    name: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NewStatus<'a> {
+    state: &'a str,
+    description: &'a str,
+    context: StatusContext,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NewComment<'a> {
+    parent_comment_id: u64,
+    content: &'a str,
+    /// `1`: a text comment (`CommentType.Text`).
+    comment_type: u8,
+}
+
+#[derive(Debug, Serialize)]
+struct NewThread<'a> {
+    comments: [NewComment<'a>; 1],
+    /// `4`: closed (`CommentThreadStatus.Closed`), so the verdict never holds a completion
+    /// back under a "comments must be resolved" policy.
+    status: u8,
+}
+
+#[derive(Debug, Serialize)]
+struct EditComment<'a> {
+    content: &'a str,
+}
+
+impl AzureDevOps {
+    /// `api_url` is the organization, `https://dev.azure.com/ORG`, or an Azure DevOps Server
+    /// collection, `https://HOST/tfs/DefaultCollection`.
+    pub fn new(forge: &config::Forge, token: String) -> Result<AzureDevOps, ForgeError> {
+        let config::ForgeKind::AzureDevOps { project, repo } = &forge.kind else {
+            return Err(setup("the forge configured is not Azure DevOps".into()));
+        };
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!(":{}", token.trim()));
+        let mut auth = HeaderValue::from_str(&format!("Basic {basic}")).map_err(|_| {
+            setup(format!(
+                "the token in {} holds characters an HTTP header cannot carry",
+                forge.token_env
+            ))
+        })?;
+        auth.set_sensitive(true);
+        let deadline = Duration::from_secs(forge.timeout_seconds);
+        Ok(AzureDevOps {
+            http: http_client(FORGE, deadline)?,
+            host: host_of(&forge.api_url),
+            deadline,
+            org: forge.api_url.trim_end_matches('/').to_string(),
+            project: project.clone(),
+            repo: repo.clone(),
+            full_name: format!("{project}/{repo}"),
+            auth,
+            api_version: api_version_for(&forge.api_url),
+            // Identity ids are GUIDs, which Azure DevOps writes in lower case.
+            identity: tokio::sync::OnceCell::new_with(
+                forge.login.as_ref().map(|l| l.trim().to_ascii_lowercase()),
+            ),
+        })
+    }
+
+    /// The identity id (a GUID) the token acts as (`GET _apis/connectionData`), asked once per
+    /// process, or `forge.login` when configured.
+    pub async fn login(&self) -> Result<&str, ForgeError> {
+        self.identity
+            .get_or_try_init(|| async {
+                let what = "read the token's identity (GET _apis/connectionData)";
+                let url = format!(
+                    "{}/_apis/connectionData?api-version={}-preview.1",
+                    self.org, self.api_version
+                );
+                let answer = self.request(what, Method::GET, &url, None).await?;
+                let data: ConnectionData = self.calls().parse(what, &answer.body)?;
+                if data.authenticated_user.id.is_empty() {
+                    let detail = "the answer names no authenticated identity".to_string();
+                    return Err(self.calls().error(what, detail, None));
+                }
+                Ok::<_, ForgeError>(data.authenticated_user.id.to_ascii_lowercase())
+            })
+            .await
+            .map(String::as_str)
+    }
+
+    /// `{org}/{project}/_apis/git/repositories/{repo}{rest}`.
+    fn repo_url(&self, rest: &str) -> String {
+        format!(
+            "{}/{}/_apis/git/repositories/{}{rest}",
+            self.org,
+            encode(&self.project),
+            encode(&self.repo)
+        )
+    }
+
+    /// `url` with `query` and `api-version`.
+    fn with_query(&self, url: &str, query: &[(&str, &str)], preview: bool) -> String {
+        let mut pairs = url::form_urlencoded::Serializer::new(String::new());
+        pairs.extend_pairs(query);
+        let version = if preview {
+            format!("{}-preview.1", self.api_version)
+        } else {
+            self.api_version.to_string()
+        };
+        pairs.append_pair("api-version", &version);
+        format!("{url}?{}", pairs.finish())
+    }
+
+    /// Every pull request (active, completed, abandoned) from `branch` of this repository into
+    /// `base`, newest first; a fork's from a branch of the same name is left out.
+    pub async fn pull_requests_for(
+        &self,
+        branch: &str,
+        base: &str,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let what = format!("list pull requests from {branch}");
+        let mut prs = self
+            .list(&what, branch_filter(Some(branch), base, "all"))
+            .await?;
+        prs.retain(|p| p.head_ref == branch && p.same_repository);
+        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
+        Ok(prs)
+    }
+
+    /// Every active pull request into `base` from a branch starting with `prefix`, and those
+    /// completed or abandoned at or after `closed_since` (Unix seconds), newest first; forks'
+    /// are included, marked by `same_repository`.
+    pub async fn pull_requests_with_prefix(
+        &self,
+        prefix: &str,
+        base: &str,
+        closed_since: i64,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let what = format!("list pull requests into {base}");
+        let open = self
+            .list(&what, branch_filter(None, base, "active"))
+            .await?;
+        let since = Timestamp::from_second(closed_since)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        let mut query = branch_filter(None, base, "all");
+        query.push(("searchCriteria.queryTimeRangeType", "closed".into()));
+        query.push(("searchCriteria.minTime", since));
+        let mut recent = self.list(&what, query).await?;
+        // A server that does not know the closing-time filter answers every one.
+        recent.retain(|p| !p.open && p.updated_at.is_some_and(|t| t >= closed_since));
+        Ok(in_flight(open, recent, prefix))
+    }
+
+    /// Every page of a pull request list (`$top`/`$skip`, until a short page).
+    async fn list(
+        &self,
+        what: &str,
+        query: Vec<(&str, String)>,
+    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+        let base = self.repo_url("/pullrequests");
+        let page = |skip: usize| {
+            let mut pairs: Vec<(&str, &str)> =
+                query.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let (top, skip) = (PAGE_TOP.to_string(), skip.to_string());
+            pairs.push(("$top", &top));
+            pairs.push(("$skip", &skip));
+            self.with_query(&base, &pairs, false)
+        };
+        let urls: Vec<String> = (0..MAX_PAGES).map(|n| page(n * PAGE_TOP)).collect();
+        let read_page = |url: String| {
+            let urls = &urls;
+            async move {
+                let answer = self.request(what, Method::GET, &url, None).await?;
+                let list: List<PullRequest> = self.calls().parse(what, &answer.body)?;
+                let full = list.value.len() >= PAGE_TOP;
+                let next = urls
+                    .iter()
+                    .position(|u| *u == url)
+                    .and_then(|n| urls.get(n + 1))
+                    .filter(|_| full)
+                    .cloned();
+                let mut items = Vec::with_capacity(list.value.len());
+                for pr in list.value {
+                    items.push(self.with_plan(self.info(pr)).await?);
+                }
+                Ok((items, next))
+            }
+        };
+        read_pages(urls[0].clone(), read_page, |_| false).await
+    }
+
+    /// Opens a pull request. When Azure DevOps answers that one is already active for these
+    /// branches (`409`), that one is adopted if it is from this repository's own branch: given
+    /// this title and description and returned.
+    pub async fn open_pull_request(
+        &self,
+        branch: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<PullRequestInfo, ForgeError> {
+        let what = format!("open a pull request from {branch} into {base}");
+        let request = NewPullRequest {
+            source_ref_name: branch_ref(branch),
+            target_ref_name: branch_ref(base),
+            title,
+            description: fit_description(body),
+        };
+        let url = self.with_query(&self.repo_url("/pullrequests"), &[], false);
+        match self
+            .request(&what, Method::POST, &url, Some(json(&request)))
+            .await
+        {
+            Ok(answer) => {
+                let mut pr = self.info(self.calls().parse(&what, &answer.body)?);
+                self.keep_plan(pr.number, body).await?;
+                pr.body = stored_body(body);
+                Ok(pr)
+            }
+            Err(e) if is_conflict(&e) => {
+                let open = self
+                    .list(&what, branch_filter(Some(branch), base, "active"))
+                    .await?
+                    .into_iter()
+                    .find(|p| p.head_ref == branch && p.same_repository && p.open);
+                let Some(mut pr) = open else { return Err(e) };
+                tracing::info!(
+                    "pull request !{} was opened for {branch} meanwhile; adopting it",
+                    pr.number
+                );
+                self.update_pull_request(pr.number, title, body).await?;
+                pr.title = title.to_string();
+                pr.body = stored_body(body);
+                Ok(pr)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn update_pull_request(
+        &self,
+        number: u64,
+        title: &str,
+        body: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("update pull request !{number}");
+        let url = self.with_query(
+            &self.repo_url(&format!("/pullrequests/{number}")),
+            &[],
+            false,
+        );
+        let edit = EditPullRequest {
+            title,
+            description: fit_description(body),
+        };
+        self.request(&what, Method::PATCH, &url, Some(json(&edit)))
+            .await?;
+        self.keep_plan(number, body).await
+    }
+
+    /// Keeps the plan block of a body too long for a description in pull request `number`'s
+    /// property `tagpin.plan` (a JSON Patch `add`, which also replaces).
+    async fn keep_plan(&self, number: u64, body: &str) -> Result<(), ForgeError> {
+        if body.chars().count() <= MAX_DESCRIPTION_CHARS {
+            return Ok(());
+        }
+        let Some(plan) = split_plan(body).1 else {
+            return Ok(());
+        };
+        let what = format!("keep the plan of pull request !{number} in its properties");
+        let url = self.with_query(
+            &self.repo_url(&format!("/pullRequests/{number}/properties")),
+            &[],
+            true,
+        );
+        let patch =
+            serde_json::json!([{"op": "add", "path": format!("/{PLAN_PROPERTY}"), "value": plan}]);
+        self.send(
+            &what,
+            Method::PATCH,
+            &url,
+            Some(patch),
+            "application/json-patch+json",
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// `pr` with the plan block its cut description left in its properties appended, as
+    /// [`stored_body`] composes it; unchanged when its description is whole.
+    async fn with_plan(&self, mut pr: PullRequestInfo) -> Result<PullRequestInfo, ForgeError> {
+        if !pr.body.contains(PLAN_MARKER) {
+            return Ok(pr);
+        }
+        let what = format!(
+            "read the plan of pull request !{} in its properties",
+            pr.number
+        );
+        let url = self.with_query(
+            &self.repo_url(&format!("/pullRequests/{}/properties", pr.number)),
+            &[],
+            true,
+        );
+        let answer = self.request(&what, Method::GET, &url, None).await?;
+        let properties: Properties = self.calls().parse(&what, &answer.body)?;
+        if let Some(plan) = properties
+            .value
+            .get(PLAN_PROPERTY)
+            .and_then(|p| p.value.as_ref())
+            .and_then(serde_json::Value::as_str)
+        {
+            pr.body.push_str(plan);
+        }
+        Ok(pr)
+    }
+
+    /// Adds `labels` to pull request `number` by name, one call each (Azure DevOps creates a
+    /// tag it does not know yet).
+    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
+        let what = format!("add labels to pull request !{number}");
+        let url = self.with_query(
+            &self.repo_url(&format!("/pullRequests/{number}/labels")),
+            &[],
+            true,
+        );
+        for name in labels {
+            self.request(&what, Method::POST, &url, Some(json(&NewLabel { name })))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// One pull request by its id (`!N`, unique in the organization).
+    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
+        let what = format!("read pull request !{number}");
+        let url = self.with_query(
+            &self.repo_url(&format!("/pullrequests/{number}")),
+            &[],
+            false,
+        );
+        let answer = self.request(&what, Method::GET, &url, None).await?;
+        let pr = self.info(self.calls().parse(&what, &answer.body)?);
+        self.with_plan(pr).await
+    }
+
+    /// Every status `context` on `sha`, newest first, with who set each and when.
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+        let what = format!("read statuses of {sha}");
+        let base = self.repo_url(&format!("/commits/{}/statuses", encode(sha)));
+        let urls: Vec<String> = (0..MAX_PAGES)
+            .map(|n| {
+                let (top, skip) = (PAGE_TOP.to_string(), (n * PAGE_TOP).to_string());
+                // This list's parameters have no `$` (`GetStatuses`: `top`, `skip`).
+                self.with_query(&base, &[("top", &top), ("skip", &skip)], false)
+            })
+            .collect();
+        let what = what.as_str();
+        let read_page = |url: String| {
+            let urls = &urls;
+            async move {
+                let answer = self.request(what, Method::GET, &url, None).await?;
+                let list: List<CommitStatus> = self.calls().parse(what, &answer.body)?;
+                let next = urls
+                    .iter()
+                    .position(|u| *u == url)
+                    .and_then(|n| urls.get(n + 1))
+                    .filter(|_| list.value.len() >= PAGE_TOP)
+                    .cloned();
+                Ok((list.value, next))
+            }
+        };
+        let mut statuses = read_pages(urls[0].clone(), read_page, |_| false).await?;
+        statuses.retain(|s| {
+            s.context
+                .as_ref()
+                .is_some_and(|c| context_name(c) == context)
+        });
+        statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
+        Ok(statuses
+            .iter()
+            .filter_map(|s| {
+                Some(Status {
+                    state: read_state(s.state.as_deref()?)?,
+                    description: s.description.clone().unwrap_or_default(),
+                    created_at: s.creation_date.as_deref().and_then(unix),
+                    creator: s
+                        .created_by
+                        .as_ref()
+                        .map(|c| c.id.to_ascii_lowercase())
+                        .filter(|id| !id.is_empty()),
+                })
+            })
+            .collect())
+    }
+
+    /// Posts status `context` on `sha`; each post is one more status of the commit.
+    pub async fn set_status(
+        &self,
+        sha: &str,
+        state: StatusState,
+        context: &str,
+        description: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("set status {context} on {sha}");
+        let url = self.with_query(
+            &self.repo_url(&format!("/commits/{}/statuses", encode(sha))),
+            &[],
+            false,
+        );
+        let status = NewStatus {
+            state: wire_state(state),
+            description,
+            context: status_context(context),
+        };
+        self.request(&what, Method::POST, &url, Some(json(&status)))
+            .await?;
+        Ok(())
+    }
+
+    /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
+    /// the marker among the comments `me` wrote in any thread), starts a thread otherwise.
+    pub async fn upsert_comment(
+        &self,
+        number: u64,
+        marker: &str,
+        body: &str,
+        me: &str,
+    ) -> Result<(), ForgeError> {
+        let what = format!("list comment threads of pull request !{number}");
+        let threads = self.repo_url(&format!("/pullRequests/{number}/threads"));
+        let url = self.with_query(&threads, &[], false);
+        let answer = self.request(&what, Method::GET, &url, None).await?;
+        let list: List<Thread> = self.calls().parse(&what, &answer.body)?;
+        match find_comment(&list.value, marker, me) {
+            // Already says exactly this: editing it again would only spend a call.
+            Some((_, comment)) if comment.content == body => Ok(()),
+            Some((thread, comment)) => {
+                let what = format!("update comment {} on pull request !{number}", comment.id);
+                let url = self.with_query(
+                    &format!("{threads}/{}/comments/{}", thread.id, comment.id),
+                    &[],
+                    false,
+                );
+                let edit = EditComment { content: body };
+                self.request(&what, Method::PATCH, &url, Some(json(&edit)))
+                    .await?;
+                Ok(())
+            }
+            None => {
+                let what = format!("comment on pull request !{number}");
+                let thread = NewThread {
+                    comments: [NewComment {
+                        parent_comment_id: 0,
+                        content: body,
+                        comment_type: 1,
+                    }],
+                    status: 4,
+                };
+                self.request(&what, Method::POST, &url, Some(json(&thread)))
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// What tagpin reads of a pull request.
+    fn info(&self, pr: PullRequest) -> PullRequestInfo {
+        let completed = pr.status == "completed";
+        let closed_at = pr.closed_date.as_deref().and_then(unix);
+        // The page people open: the answer's `url` and `_links` are API addresses only.
+        let url = format!(
+            "{}/{}/_git/{}/pullrequest/{}",
+            self.org,
+            encode(&self.project),
+            encode(&self.repo),
+            pr.pull_request_id
+        );
+        let open = pr.status == "active";
+        PullRequestInfo {
+            number: pr.pull_request_id,
+            open,
+            merged: completed,
+            title: pr.title,
+            body: pr.description.unwrap_or_default(),
+            labels: pr
+                .labels
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|l| l.active != Some(false))
+                .map(|l| l.name)
+                .collect(),
+            url,
+            head_ref: short_ref(pr.source_ref_name.as_deref()),
+            head_sha: pr
+                .last_merge_source_commit
+                .and_then(|c| c.commit_id)
+                .unwrap_or_default(),
+            merge_commit_sha: pr
+                .last_merge_commit
+                .and_then(|c| c.commit_id)
+                .filter(|sha| completed && !sha.is_empty()),
+            merged_at: closed_at.filter(|_| completed),
+            // No update time: a closed one was last changed when closed, an open one is
+            // newest by creation.
+            updated_at: if open {
+                pr.creation_date.as_deref().and_then(unix)
+            } else {
+                closed_at
+            },
+            author: pr
+                .created_by
+                .map(|c| c.id.to_ascii_lowercase())
+                .unwrap_or_default(),
+            same_repository: pr.fork_source.is_none()
+                && pr.target_ref_name.as_deref().is_some_and(|r| !r.is_empty()),
+        }
+    }
+
+    /// One call, waiting out a `429` that says when to come back, within bounds. Any other
+    /// answer outside 2xx is an error naming what it means for tagpin, and so is a successful
+    /// answer that is not JSON (a sign-in page).
+    async fn request(
+        &self,
+        what: &str,
+        method: Method,
+        url: &str,
+        body: Option<serde_json::Value>,
+    ) -> Result<Answer, ForgeError> {
+        self.send(what, method, url, body, "application/json").await
+    }
+
+    /// [`AzureDevOps::request`] with a body of `content_type` (a JSON Patch document is
+    /// `application/json-patch+json`).
+    async fn send(
+        &self,
+        what: &str,
+        method: Method,
+        url: &str,
+        body: Option<serde_json::Value>,
+        content_type: &'static str,
+    ) -> Result<Answer, ForgeError> {
+        let body = body.map(|b| b.to_string());
+        let build = || {
+            let request = self
+                .http
+                .request(method.clone(), url)
+                .header(reqwest::header::AUTHORIZATION, self.auth.clone())
+                .header(reqwest::header::ACCEPT, "application/json");
+            match &body {
+                Some(body) => request
+                    .header(reqwest::header::CONTENT_TYPE, content_type)
+                    .body(body.clone()),
+                None => request,
+            }
+        };
+        let describe =
+            |status: StatusCode, _: &str| describe_failure(status, &self.full_name, &self.org);
+        let words = FailureWords {
+            wait: rate_limit_wait,
+            describe: &describe,
+        };
+        let answer = self.calls().send(what, build, &words).await?;
+        if !is_json(&answer.headers) {
+            // Azure DevOps's way of saying 401 on some routes: the error is classed as one
+            // (a refused token fails the whole pass, and the operator reports AuthFailed).
+            return Err(self
+                .calls()
+                .error(what, SIGN_IN_PAGE.to_string(), Some(401)));
+        }
+        Ok(answer)
+    }
+
+    fn calls(&self) -> Calls<'_> {
+        Calls {
+            forge: FORGE,
+            host: &self.host,
+            repo: &self.full_name,
+            deadline: self.deadline,
+        }
+    }
+}
+
+/// What a successful answer that is not JSON means: Azure DevOps's sign-in page.
+const SIGN_IN_PAGE: &str = "the answer is a web page, not JSON: Azure DevOps answers its sign-in page instead of 401 Unauthorized to a personal access token it does not accept (expired, revoked, or of another organization)";
+
+fn setup(detail: String) -> ForgeError {
+    ForgeError::Setup {
+        forge: FORGE,
+        detail,
+    }
+}
+
+fn json<T: Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}
+
+/// `7.1` for Azure DevOps Services, `6.0` for an Azure DevOps Server on any other host.
+fn api_version_for(api_url: &str) -> &'static str {
+    let host = url::Url::parse(api_url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
+        .unwrap_or_default();
+    if host == "dev.azure.com" || host.ends_with(".visualstudio.com") {
+        CLOUD_API_VERSION
+    } else {
+        SERVER_API_VERSION
+    }
+}
+
+/// The search criteria of a pull request list into `base`, from `source` when given.
+fn branch_filter<'q>(
+    source: Option<&str>,
+    base: &str,
+    status: &'static str,
+) -> Vec<(&'q str, String)> {
+    let mut query = vec![
+        ("searchCriteria.status", status.to_string()),
+        ("searchCriteria.targetRefName", branch_ref(base)),
+    ];
+    if let Some(source) = source {
+        query.push(("searchCriteria.sourceRefName", branch_ref(source)));
+    }
+    query
+}
+
+fn branch_ref(branch: &str) -> String {
+    format!("refs/heads/{branch}")
+}
+
+/// `tagpin/main` of `refs/heads/tagpin/main`.
+fn short_ref(name: Option<&str>) -> String {
+    let name = name.unwrap_or_default();
+    name.strip_prefix("refs/heads/").unwrap_or(name).to_string()
+}
+
+/// `tagpin/converged` as Azure DevOps's genre `tagpin` and name `converged`; a context
+/// without `/` is a name alone.
+fn status_context(context: &str) -> StatusContext {
+    match context.split_once('/') {
+        Some((genre, name)) if !genre.is_empty() && !name.is_empty() => StatusContext {
+            genre: Some(genre.to_string()),
+            name: name.to_string(),
+        },
+        _ => StatusContext {
+            genre: None,
+            name: context.to_string(),
+        },
+    }
+}
+
+/// The context tagpin names a status by: `genre/name`, or the name alone.
+fn context_name(context: &StatusContext) -> String {
+    match context.genre.as_deref().filter(|g| !g.is_empty()) {
+        Some(genre) => format!("{genre}/{}", context.name),
+        None => context.name.clone(),
+    }
+}
+
+/// An Azure DevOps status state as tagpin reads it; `notSet`, `notApplicable` and
+/// `partiallySucceeded` are no verdict of tagpin's.
+fn read_state(state: &str) -> Option<StatusState> {
+    match state {
+        "pending" => Some(StatusState::Pending),
+        "succeeded" => Some(StatusState::Success),
+        "failed" => Some(StatusState::Failure),
+        "error" => Some(StatusState::Error),
+        _ => None,
+    }
+}
+
+/// Azure DevOps's words (`GitStatusState`) for tagpin's states.
+fn wire_state(state: StatusState) -> &'static str {
+    match state {
+        StatusState::Pending => "pending",
+        StatusState::Success => "succeeded",
+        StatusState::Failure => "failed",
+        StatusState::Error => "error",
+    }
+}
+
+/// The comment `me` wrote carrying `marker`, and its thread; oldest thread first.
+fn find_comment<'t>(
+    threads: &'t [Thread],
+    marker: &str,
+    me: &str,
+) -> Option<(&'t Thread, &'t Comment)> {
+    threads.iter().find_map(|t| {
+        t.comments
+            .iter()
+            .find(|c| {
+                !c.is_deleted
+                    && c.content.contains(marker)
+                    && c.author
+                        .as_ref()
+                        .is_some_and(|a| a.id.eq_ignore_ascii_case(me))
+            })
+            .map(|c| (t, c))
+    })
+}
+
+/// `body` as a description Azure DevOps keeps (at most [`MAX_DESCRIPTION_CHARS`]). A longer
+/// one is cut at a line, saying so; its plan block is left out of it (tagpin keeps it in the
+/// pull request's properties), and a marker says where it is.
+pub fn fit_description(body: &str) -> String {
+    if body.chars().count() <= MAX_DESCRIPTION_CHARS {
+        return body.to_string();
+    }
+    let (text, plan) = split_plan(body);
+    let tail = if plan.is_some() {
+        PLAN_ELSEWHERE
+    } else {
+        CUT_NOTE
+    };
+    let room = MAX_DESCRIPTION_CHARS - tail.chars().count();
+    let mut kept: String = text.chars().take(room).collect();
+    if kept.len() < text.len() {
+        if let Some(line) = kept.rfind('\n') {
+            kept.truncate(line);
+        }
+    }
+    format!("{}{tail}", kept.trim_end())
+}
+
+/// `body` as tagpin reads it back from Azure DevOps: whole when it fits a description,
+/// otherwise the cut description followed by the plan block kept in the properties. A change
+/// request's body is compared with this.
+pub fn stored_body(body: &str) -> String {
+    if body.chars().count() <= MAX_DESCRIPTION_CHARS {
+        return body.to_string();
+    }
+    let plan = split_plan(body).1.unwrap_or_default();
+    format!("{}{plan}", fit_description(body))
+}
+
+/// The text of `body` without its plan block, and the plan block (from its opening to its
+/// closing comment and line end), if it has one.
+fn split_plan(body: &str) -> (String, Option<&str>) {
+    let Some(start) = body.find("<!-- tagpin-plan") else {
+        return (body.to_string(), None);
+    };
+    let Some(close) = body[start..].find("-->") else {
+        return (body.to_string(), None);
+    };
+    let mut end = start + close + "-->".len();
+    if body[end..].starts_with('\n') {
+        end += 1;
+    }
+    (
+        format!("{}{}", &body[..start], &body[end..]),
+        Some(&body[start..end]),
+    )
+}
+
+/// How long to wait after a `429`: `Retry-After`, else `X-RateLimit-Reset` (Unix seconds),
+/// else a minute.
+fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
+    if let Some(wait) = retry_after(headers, now) {
+        return wait;
+    }
+    let reset = headers
+        .get("x-ratelimit-reset")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|secs| std::time::UNIX_EPOCH + Duration::from_secs(secs));
+    match reset {
+        Some(at) => at.duration_since(now).unwrap_or(Duration::ZERO) + Duration::from_secs(1),
+        None => Duration::from_secs(60),
+    }
+}
+
+/// Whether an answer says it is JSON.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let v = v.to_ascii_lowercase();
+            v.starts_with("application/json") || v.contains("+json")
+        })
+}
+
+/// A failed answer in words that say what to fix. Azure DevOps's body is never quoted.
+fn describe_failure(status: StatusCode, repo: &str, api: &str) -> String {
+    let answered = status_text(status.as_u16());
+    let meaning = match status.as_u16() {
+        400 => Some("Azure DevOps refused a field or parameter tagpin sent".to_string()),
+        401 => Some(
+            "the token is not valid (an expired or revoked personal access token, or one of another organization)"
+                .to_string(),
+        ),
+        403 => Some(format!(
+            "the token may not do this in {repo} (it needs the Code (Read & write) scope, and Contribute and Contribute to pull requests on the repository)"
+        )),
+        404 => Some(format!(
+            "{repo} is not at {api}, or the token may not read it"
+        )),
+        409 => Some("a pull request for these branches is already active".to_string()),
+        _ => None,
+    };
+    match meaning {
+        Some(meaning) => format!("{answered} ({meaning})"),
+        None => answered,
+    }
+}
+
+fn is_conflict(e: &ForgeError) -> bool {
+    matches!(
+        e,
+        ForgeError::Call {
+            status: Some(409),
+            ..
+        }
+    )
+}
+
+/// One path segment: letters, digits and `-_.~` as they are, anything else percent-encoded
+/// (a project named "Platform Team" is `Platform%20Team`), so it cannot reach another path.
+fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn unix(text: &str) -> Option<i64> {
+    text.parse::<Timestamp>().ok().map(|t| t.as_second())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forge(api_url: &str) -> AzureDevOps {
+        let config = config::Forge {
+            kind: config::ForgeKind::AzureDevOps {
+                project: "Platform Team".into(),
+                repo: "gitops".into(),
+            },
+            api_url: api_url.into(),
+            token_env: "AZURE_DEVOPS_TOKEN".into(),
+            login: None,
+            username_env: None,
+            timeout_seconds: 60,
+        };
+        AzureDevOps::new(&config, "pat".into()).unwrap()
+    }
+
+    /// A completed pull request in the shape of `GitPullRequest`
+    /// (azure-devops-node-api 17.0.1, `interfaces/GitInterfaces.d.ts`).
+    const COMPLETED: &str = r#"{
+      "pullRequestId": 12, "codeReviewId": 12, "status": "completed",
+      "title": "Pin 1 image(s) to digests", "description": "plan",
+      "creationDate": "2026-01-02T02:00:00.1234567Z", "closedDate": "2026-01-02T03:04:05.5Z",
+      "createdBy": {"id": "6f1e0c1a-0000-4000-8000-000000000001", "uniqueName": "tagpin-bot@acme.com"},
+      "sourceRefName": "refs/heads/tagpin/main", "targetRefName": "refs/heads/main",
+      "mergeStatus": "succeeded",
+      "lastMergeSourceCommit": {"commitId": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
+      "lastMergeCommit": {"commitId": "cccccccccccccccccccccccccccccccccccccccc"},
+      "labels": [{"id": "1", "name": "tagpin", "active": true}, {"id": "2", "name": "old", "active": false}],
+      "url": "https://dev.azure.com/acme/_apis/git/repositories/r/pullRequests/12"
+    }"#;
+
+    fn pr(patch: serde_json::Value) -> PullRequestInfo {
+        let mut value: serde_json::Value = serde_json::from_str(COMPLETED).unwrap();
+        for (k, v) in patch.as_object().unwrap() {
+            value[k] = v.clone();
+        }
+        forge("https://dev.azure.com/acme").info(serde_json::from_value(value).unwrap())
+    }
+
+    #[test]
+    fn an_azure_devops_pull_request_reads_as_tagpin_reads_a_change_request() {
+        let merged = pr(serde_json::json!({}));
+        assert_eq!(merged.number, 12);
+        assert!(merged.merged && !merged.open);
+        assert_eq!(merged.labels, ["tagpin"], "an inactive label is gone");
+        assert_eq!(merged.head_ref, "tagpin/main");
+        assert_eq!(merged.head_sha, "a".repeat(40));
+        assert_eq!(merged.merge_commit_sha, Some("c".repeat(40)));
+        assert_eq!(merged.merged_at, Some(1767323045));
+        assert_eq!(merged.author, "6f1e0c1a-0000-4000-8000-000000000001");
+        assert_eq!(
+            merged.url,
+            "https://dev.azure.com/acme/Platform%20Team/_git/gitops/pullrequest/12"
+        );
+        assert!(merged.same_repository);
+        let active = pr(serde_json::json!({"status": "active", "closedDate": null}));
+        assert!(active.open && !active.merged);
+        assert_eq!(active.merge_commit_sha, None, "a test merge is no landing");
+        assert_eq!(active.updated_at, Some(1767319200));
+        let abandoned = pr(serde_json::json!({"status": "abandoned"}));
+        assert!(!abandoned.open && !abandoned.merged && abandoned.merged_at.is_none());
+        let fork = pr(
+            serde_json::json!({"forkSource": {"name": "refs/heads/tagpin/main",
+            "repository": {"id": "f0f0", "name": "gitops"}}}),
+        );
+        assert!(!fork.same_repository);
+    }
+
+    #[test]
+    fn the_api_version_is_the_newest_the_host_accepts() {
+        assert_eq!(api_version_for("https://dev.azure.com/acme"), "7.1");
+        assert_eq!(api_version_for("https://acme.visualstudio.com"), "7.1");
+        assert_eq!(
+            api_version_for("https://tfs.example.com/tfs/DefaultCollection"),
+            "6.0"
+        );
+        let cloud = forge("https://dev.azure.com/acme/");
+        assert_eq!(
+            cloud.with_query(&cloud.repo_url("/pullRequests/3/labels"), &[], true),
+            "https://dev.azure.com/acme/Platform%20Team/_apis/git/repositories/gitops/pullRequests/3/labels?api-version=7.1-preview.1"
+        );
+    }
+
+    #[test]
+    fn the_token_is_basic_with_an_empty_user_and_sensitive() {
+        let f = forge("https://dev.azure.com/acme");
+        assert!(f.auth.is_sensitive());
+        assert_eq!(f.auth.to_str().unwrap(), "Basic OnBhdA==");
+    }
+
+    #[test]
+    fn contexts_are_genre_and_name_and_states_azure_devopss_words() {
+        let c = status_context("tagpin/stage/staging");
+        assert_eq!(
+            (c.genre.as_deref(), c.name.as_str()),
+            (Some("tagpin"), "stage/staging")
+        );
+        assert_eq!(context_name(&c), "tagpin/stage/staging");
+        assert_eq!(context_name(&status_context("plain")), "plain");
+        for state in [
+            StatusState::Pending,
+            StatusState::Success,
+            StatusState::Failure,
+            StatusState::Error,
+        ] {
+            assert_eq!(read_state(wire_state(state)), Some(state));
+        }
+        assert_eq!(read_state("notApplicable"), None);
+        assert_eq!(read_state("partiallySucceeded"), None);
+    }
+
+    #[test]
+    fn a_long_description_keeps_its_plan_block_whole() {
+        let block = crate::proposal::PlanBlock {
+            version: crate::proposal::PLAN_VERSION,
+            target: "main".into(),
+            pins: (0..6)
+                .map(|n| crate::proposal::Pin {
+                    file: format!("apps/web-{n}.yaml"),
+                    workload: format!("shop/Deployment/web-{n}").parse().unwrap(),
+                    container: "app".into(),
+                    image: format!("ghcr.io/acme/web-{n}:1.0"),
+                    new_value: format!("ghcr.io/acme/web-{n}:1.0@sha256:{}", "1".repeat(64)),
+                    new_digest: format!("sha256:{}", "1".repeat(64)).parse().unwrap(),
+                    old_digest: None,
+                    old_tag: None,
+                    new_tag: None,
+                })
+                .collect(),
+        };
+        let long = crate::forge::body::render(&block) + &"| held | row |\n".repeat(300);
+        assert!(long.chars().count() > MAX_DESCRIPTION_CHARS);
+        let fitted = fit_description(&long);
+        assert!(
+            fitted.chars().count() <= MAX_DESCRIPTION_CHARS,
+            "{}",
+            fitted.len()
+        );
+        assert!(fitted.contains("cut: Azure DevOps keeps 4,000 characters"));
+        assert!(fitted.ends_with(&format!("{PLAN_MARKER}\n")), "{fitted}");
+        assert_eq!(crate::forge::body::parse(&fitted), None, "no half plan");
+        // Read back with the plan block from the properties: the whole plan.
+        let read_back = stored_body(&long);
+        assert_eq!(crate::forge::body::parse(&read_back), Some(block.clone()));
+        assert_eq!(
+            split_plan(&long).1,
+            Some(crate::forge::body::plan_block(&block).as_str())
+        );
+        let mut one = block.clone();
+        one.pins.truncate(1);
+        let short = crate::forge::body::render(&one);
+        assert_eq!(
+            fit_description(&short),
+            short,
+            "a short body is kept as it is"
+        );
+        assert_eq!(stored_body(&short), short);
+        // Any plan fits there: forty pins.
+        let mut huge = block.clone();
+        huge.pins = (0..40).map(|_| block.pins[0].clone()).collect();
+        let body = crate::forge::body::render(&huge);
+        assert!(fit_description(&body).chars().count() <= MAX_DESCRIPTION_CHARS);
+        assert_eq!(crate::forge::body::parse(&stored_body(&body)), Some(huge));
+    }
+
+    #[test]
+    fn a_rate_limit_is_waited_as_the_answer_says() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000);
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, HeaderValue::from_str(value).unwrap());
+            }
+            map
+        };
+        assert_eq!(
+            rate_limit_wait(&headers(&[("retry-after", "7")]), now),
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            rate_limit_wait(&headers(&[("x-ratelimit-reset", "1030")]), now),
+            Duration::from_secs(31)
+        );
+        assert_eq!(
+            rate_limit_wait(&HeaderMap::new(), now),
+            Duration::from_secs(60)
+        );
+    }
+
+    #[test]
+    fn failures_name_what_to_fix_without_quoting_azure_devops() {
+        let describe = |status: u16| {
+            describe_failure(
+                StatusCode::from_u16(status).unwrap(),
+                "platform/gitops",
+                "https://dev.azure.com/acme",
+            )
+        };
+        assert!(describe(401).contains("the token is not valid"));
+        assert!(describe(403).contains("Code (Read & write)"));
+        assert!(describe(404).contains("platform/gitops is not at https://dev.azure.com/acme"));
+        assert!(describe(409).contains("already active"));
+        assert_eq!(describe(500), "500 Internal Server Error");
+        let mut html = HeaderMap::new();
+        html.insert(
+            "content-type",
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        assert!(!is_json(&html));
+        html.insert(
+            "content-type",
+            HeaderValue::from_static("application/json; charset=utf-8; api-version=7.1"),
+        );
+        assert!(is_json(&html));
+    }
+
+    #[test]
+    fn the_verdict_comment_is_tagpins_own_found_by_its_marker() {
+        let threads: Vec<Thread> = serde_json::from_str(
+            r#"[{"id": 5, "comments": [{"id": 1, "content": "quoting <!-- tagpin-verdict -->", "author": {"id": "aaaa"}}]},
+                {"id": 6, "comments": [{"id": 1, "content": "<!-- tagpin-verdict -->", "author": {"id": "BBBB"}, "isDeleted": true}]},
+                {"id": 7, "comments": [{"id": 1, "content": "<!-- tagpin-verdict -->\nConverged", "author": {"id": "BBBB"}}]}]"#,
+        )
+        .unwrap();
+        let found = find_comment(&threads, "<!-- tagpin-verdict -->", "bbbb");
+        assert_eq!(found.map(|(t, c)| (t.id, c.id)), Some((7, 1)));
+        assert!(find_comment(&threads[..2], "<!-- tagpin-verdict -->", "bbbb").is_none());
+    }
+}
