@@ -62,6 +62,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
+use super::common::{encode, json, unix};
 use super::common::{host_of, http_client, in_flight, read_pages, retry_after, status_text};
 use super::common::{Answer, Calls, FailureWords, ForgeError, MAX_PAGES};
 use crate::config;
@@ -820,10 +821,6 @@ fn setup(detail: String) -> ForgeError {
     }
 }
 
-fn json<T: Serialize>(value: &T) -> serde_json::Value {
-    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
-}
-
 /// `7.1` for Azure DevOps Services, `6.0` for an Azure DevOps Server on any other host.
 fn api_version_for(api_url: &str) -> &'static str {
     let host = url::Url::parse(api_url)
@@ -1041,24 +1038,6 @@ fn is_conflict(e: &ForgeError) -> bool {
             ..
         }
     )
-}
-
-/// One path segment: letters, digits and `-_.~` as they are, anything else percent-encoded
-/// (a project named "Platform Team" is `Platform%20Team`), so it cannot reach another path.
-fn encode(segment: &str) -> String {
-    segment
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn unix(text: &str) -> Option<i64> {
-    text.parse::<Timestamp>().ok().map(|t| t.as_second())
 }
 
 #[cfg(test)]

@@ -55,11 +55,11 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
-use k8s_openapi::jiff::Timestamp;
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
+use super::common::{encode, json, json_request, unix};
 use super::common::{host_of, http_client, status_text};
 use super::common::{in_flight, read_pages, updated_before};
 use super::common::{retry_after, Answer, Calls, FailureWords, ForgeError, StatusSigner};
@@ -706,17 +706,8 @@ impl Bitbucket {
         url: &str,
         body: Option<serde_json::Value>,
     ) -> Result<Answer, ForgeError> {
-        let build = || {
-            let request = self
-                .http
-                .request(method.clone(), url)
-                .header(reqwest::header::AUTHORIZATION, self.auth.clone())
-                .header(reqwest::header::ACCEPT, "application/json");
-            match &body {
-                Some(body) => request.json(body),
-                None => request,
-            }
-        };
+        let credentials = ("authorization", &self.auth);
+        let build = || json_request(&self.http, &method, url, credentials, body.as_ref());
         let describe =
             |status: StatusCode, _: &str| describe_failure(status, &self.full_name, &self.api);
         let words = FailureWords {
@@ -748,24 +739,6 @@ fn setup(detail: String) -> ForgeError {
         forge: FORGE,
         detail,
     }
-}
-
-fn json<T: Serialize>(value: &T) -> serde_json::Value {
-    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
-}
-
-/// One path segment (validated slugs are letters, digits, `-`, `_`, `.`; anything else is
-/// percent-encoded, so it cannot reach another path).
-fn encode(segment: &str) -> String {
-    segment
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// A BBQL string literal: in double quotes, `\` and `"` escaped.
@@ -936,10 +909,6 @@ fn describe_failure(status: StatusCode, repo: &str, api: &str) -> String {
         Some(meaning) => format!("{answered} ({meaning})"),
         None => answered,
     }
-}
-
-fn unix(text: &str) -> Option<i64> {
-    text.parse::<Timestamp>().ok().map(|t| t.as_second())
 }
 
 #[cfg(test)]

@@ -55,6 +55,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
+use super::common::{encode, json, json_request};
 use super::common::{host_of, http_client, in_flight, read_pages, retry_after, status_text};
 use super::common::{updated_before, Answer, Calls, FailureWords, ForgeError, StatusSigner};
 use crate::config;
@@ -816,17 +817,8 @@ impl BitbucketServer {
         url: &str,
         body: Option<serde_json::Value>,
     ) -> Result<Answer, ForgeError> {
-        let build = || {
-            let request = self
-                .http
-                .request(method.clone(), url)
-                .header(reqwest::header::AUTHORIZATION, self.token.clone())
-                .header(reqwest::header::ACCEPT, "application/json");
-            match &body {
-                Some(body) => request.json(body),
-                None => request,
-            }
-        };
+        let credentials = ("authorization", &self.token);
+        let build = || json_request(&self.http, &method, url, credentials, body.as_ref());
         let describe =
             |status: StatusCode, _: &str| describe_failure(status, &self.full_name, &self.base);
         let words = FailureWords {
@@ -854,10 +846,6 @@ fn setup(detail: String) -> ForgeError {
     }
 }
 
-fn json<T: Serialize>(value: &T) -> serde_json::Value {
-    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
-}
-
 fn branch_ref(branch: &str) -> String {
     format!("refs/heads/{branch}")
 }
@@ -865,20 +853,6 @@ fn branch_ref(branch: &str) -> String {
 /// Milliseconds since the epoch, as Bitbucket writes times, in seconds.
 fn seconds(millis: i64) -> i64 {
     millis.div_euclid(1000)
-}
-
-/// One path segment: a project key or repository slug is letters, digits, `-`, `_` and `.`;
-/// anything else is percent-encoded, so it cannot reach another path.
-fn encode(segment: &str) -> String {
-    segment
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// `url` with `query`, `limit` and the first `start` appended.

@@ -367,3 +367,49 @@ impl StatusSigner {
         bytes.is_some_and(|bytes| self.mac(parts).verify_truncated_left(&bytes).is_ok())
     }
 }
+
+/// One path segment of a forge URL (an owner, a repository, a project): letters, digits,
+/// `-`, `_`, `.` and `~` as they are; anything else percent-encoded, so it cannot reach
+/// another path.
+pub(super) fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A request body as JSON; tagpin's own request types always serialize.
+pub(super) fn json<T: serde::Serialize>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}
+
+/// Unix seconds of an RFC 3339 time a forge wrote.
+pub(super) fn unix(text: &str) -> Option<i64> {
+    text.parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_second())
+}
+
+/// A REST adapter's request: `method url` with its credentials header, asking for JSON, with
+/// `body` as JSON when there is one.
+pub(super) fn json_request(
+    http: &reqwest::Client,
+    method: &reqwest::Method,
+    url: &str,
+    credentials: (&str, &reqwest::header::HeaderValue),
+    body: Option<&serde_json::Value>,
+) -> reqwest::RequestBuilder {
+    let request = http
+        .request(method.clone(), url)
+        .header(credentials.0, credentials.1.clone())
+        .header(reqwest::header::ACCEPT, "application/json");
+    match body {
+        Some(body) => request.json(body),
+        None => request,
+    }
+}

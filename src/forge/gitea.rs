@@ -35,11 +35,11 @@
 
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::jiff::Timestamp;
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
+use super::common::{encode, json, json_request, unix};
 use super::common::{host_of, http_client, status_text};
 use super::common::{in_flight, next_link, read_pages, updated_before};
 use super::common::{retry_after, Answer, Calls, FailureWords, ForgeError};
@@ -516,17 +516,8 @@ impl Gitea {
         url: &str,
         body: Option<serde_json::Value>,
     ) -> Result<Answer, ForgeError> {
-        let build = || {
-            let request = self
-                .http
-                .request(method.clone(), url)
-                .header(reqwest::header::AUTHORIZATION, self.token.clone())
-                .header(reqwest::header::ACCEPT, "application/json");
-            match &body {
-                Some(body) => request.json(body),
-                None => request,
-            }
-        };
+        let credentials = ("authorization", &self.token);
+        let build = || json_request(&self.http, &method, url, credentials, body.as_ref());
         let describe =
             |status: StatusCode, _: &str| describe_failure(status, &self.full_name, &self.api);
         let words = FailureWords {
@@ -552,24 +543,6 @@ fn setup(detail: String) -> ForgeError {
         forge: FORGE,
         detail,
     }
-}
-
-fn json<T: Serialize>(value: &T) -> serde_json::Value {
-    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
-}
-
-/// One path segment: an owner or repository name is letters, digits, `-`, `_` and `.`;
-/// anything else is percent-encoded, so it cannot reach another path.
-fn encode(segment: &str) -> String {
-    segment
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// `url` with `query`, `limit` and the first `page` appended.
@@ -737,10 +710,6 @@ fn is_conflict(e: &ForgeError) -> bool {
             ..
         }
     )
-}
-
-fn unix(text: &str) -> Option<i64> {
-    text.parse::<Timestamp>().ok().map(|t| t.as_second())
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{host_of, http_client, status_text};
 use super::common::{in_flight, next_link, read_pages, updated_before};
+use super::common::{json, json_request};
 use super::common::{retry_after, Calls, FailureWords, ForgeError};
 use crate::config;
 use crate::review::{PullRequestInfo, Status, StatusState};
@@ -497,17 +498,8 @@ impl GitLab {
         url: &str,
         body: Option<serde_json::Value>,
     ) -> Result<Answer, ForgeError> {
-        let build = || {
-            let request = self
-                .http
-                .request(method.clone(), url)
-                .header("PRIVATE-TOKEN", self.token.clone())
-                .header(reqwest::header::ACCEPT, "application/json");
-            match &body {
-                Some(body) => request.json(body),
-                None => request,
-            }
-        };
+        let credentials = ("PRIVATE-TOKEN", &self.token);
+        let build = || json_request(&self.http, &method, url, credentials, body.as_ref());
         let describe = |status: StatusCode, body: &str| {
             describe_failure(status, body, &self.project, &self.api)
         };
@@ -540,10 +532,6 @@ fn setup(detail: String) -> ForgeError {
         forge: FORGE,
         detail,
     }
-}
-
-fn json<T: Serialize>(value: &T) -> serde_json::Value {
-    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
 }
 
 /// The project as GitLab's paths take it: `group/sub/project` is `group%2Fsub%2Fproject`.
