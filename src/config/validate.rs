@@ -1345,7 +1345,47 @@ impl Check {
                 "is for Bitbucket Cloud (kind: bitbucket); set it with forge.repo",
             );
         }
-        let kind = match kind {
+        let kind = self.forge_repository(kind, raw, api_url)?;
+        let token_env = self.required_string("forge.token_env", &raw.token_env);
+        if let Some(env) = token_env {
+            self.secret_name("forge.token_env", env);
+        }
+        let login = self.string("forge.login", &raw.login).map(str::to_string);
+        let username_env = self
+            .string("forge.username_env", &raw.username_env)
+            .map(str::to_string);
+        if let Some(env) = &username_env {
+            if kind_is_bitbucket(&kind) {
+                self.secret_name("forge.username_env", env);
+            } else {
+                self.problem(
+                    "forge.username_env",
+                    "is for Bitbucket Cloud app passwords (kind: bitbucket); the other forges take the token alone",
+                );
+            }
+        }
+        let timeout_seconds = self
+            .number("forge.timeout_seconds", &raw.timeout_seconds, 1, 3600)
+            .unwrap_or(DEFAULT_FORGE_TIMEOUT_SECONDS);
+        Some(Forge {
+            kind,
+            api_url: api_url?.to_string(),
+            token_env: token_env?.to_string(),
+            login,
+            username_env,
+            timeout_seconds,
+        })
+    }
+
+    /// The repository or project the forge's keys name, each kind with its own keys; the
+    /// keys of another kind are reported.
+    fn forge_repository(
+        &mut self,
+        kind: ConfiguredForge,
+        raw: &RawForge,
+        api_url: Option<&str>,
+    ) -> Option<ForgeKind> {
+        let repository = match kind {
             ConfiguredForge::Bitbucket => {
                 for (key, field) in [("forge.owner", &raw.owner), ("forge.project", &raw.project)] {
                     if field.is_set() {
@@ -1448,35 +1488,7 @@ impl Check {
                 }
             }
         };
-        let token_env = self.required_string("forge.token_env", &raw.token_env);
-        if let Some(env) = token_env {
-            self.secret_name("forge.token_env", env);
-        }
-        let login = self.string("forge.login", &raw.login).map(str::to_string);
-        let username_env = self
-            .string("forge.username_env", &raw.username_env)
-            .map(str::to_string);
-        if let Some(env) = &username_env {
-            if kind_is_bitbucket(&kind) {
-                self.secret_name("forge.username_env", env);
-            } else {
-                self.problem(
-                    "forge.username_env",
-                    "is for Bitbucket Cloud app passwords (kind: bitbucket); the other forges take the token alone",
-                );
-            }
-        }
-        let timeout_seconds = self
-            .number("forge.timeout_seconds", &raw.timeout_seconds, 1, 3600)
-            .unwrap_or(DEFAULT_FORGE_TIMEOUT_SECONDS);
-        Some(Forge {
-            kind,
-            api_url: api_url?.to_string(),
-            token_env: token_env?.to_string(),
-            login,
-            username_env,
-            timeout_seconds,
-        })
+        Some(repository)
     }
 }
 
