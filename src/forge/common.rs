@@ -31,7 +31,8 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub enum ForgeError {
     #[error("{forge} at {host}: {repo}: {what}: {detail}")]
     Call {
-        /// `GitHub` or `GitLab`.
+        /// The forge's name as its users write it: `GitHub`, `GitLab`, `Gitea`, `Bitbucket`,
+        /// `Azure DevOps`.
         forge: &'static str,
         /// `host[:port]` of `forge.api_url`.
         host: String,
