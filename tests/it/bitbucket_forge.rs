@@ -8,7 +8,7 @@
 use crate::forges::{Hub, Kind, World, BITBUCKET_REPO, BOT, TOKEN};
 use crate::support;
 
-use support::bitbucket::{BitbucketCloudServer, Credential, Fault, Scope, MAX_PULL_PAGELEN};
+use support::bitbucket::{BitbucketCloudServer, Credential, Scope, MAX_PULL_PAGELEN};
 use support::output_text as text;
 
 fn bitbucket(w: &World) -> &BitbucketCloudServer {
@@ -105,7 +105,7 @@ async fn bitbucket_a_next_page_on_another_host_is_refused() {
 async fn bitbucket_a_rate_limit_is_reported_with_the_window_or_waited_out() {
     let w = World::new(Kind::Bitbucket).await;
     let bb = bitbucket(&w);
-    bb.inject(Fault::rate_limited("GET", "/pullrequests"));
+    bb.inject(support::bitbucket::rate_limited("GET", "/pullrequests"));
     let refused = w.sync().await;
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
     assert!(
@@ -116,7 +116,7 @@ async fn bitbucket_a_rate_limit_is_reported_with_the_window_or_waited_out() {
     assert!(w.hub.changes().is_empty());
 
     bb.inject(
-        Fault::rate_limited("GET", "/pullrequests")
+        support::bitbucket::rate_limited("GET", "/pullrequests")
             .header("Retry-After", "1")
             .times(2),
     );

@@ -50,7 +50,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
-use super::http_fake::{self, fault_status, percent_decode, set_headers, FaultScope};
+use super::http_fake::{self, fault_status, percent_decode, set_headers};
 
 /// Where Bitbucket Cloud serves its REST API.
 pub const API_PREFIX: &str = "/2.0";
@@ -178,48 +178,14 @@ impl fmt::Display for Violation {
 }
 
 /// A scripted answer for matching requests.
-#[derive(Clone, Debug)]
-pub struct Fault {
-    scope: FaultScope,
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Option<Value>,
-}
+pub use http_fake::JsonFault as Fault;
 
-impl Fault {
-    /// The next request to `method` whose path contains `path_contains` is answered `status`
-    /// before any work is done.
-    pub fn new(method: &str, path_contains: &str, status: u16) -> Self {
-        Fault {
-            scope: FaultScope::new(method, path_contains),
-            status,
-            headers: Vec::new(),
-            body: None,
-        }
-    }
-
-    /// Bitbucket's `429`: no `Retry-After` (its window rolls over an hour).
-    pub fn rate_limited(method: &str, path_contains: &str) -> Self {
-        Fault::new(method, path_contains, 429).json_body(json!({
-            "type": "error",
-            "error": {"message": "Rate limit for this resource has been exceeded"}
-        }))
-    }
-
-    pub fn times(mut self, times: usize) -> Self {
-        self.scope.times = times;
-        self
-    }
-
-    pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers.push((name.to_string(), value.to_string()));
-        self
-    }
-
-    pub fn json_body(mut self, body: Value) -> Self {
-        self.body = Some(body);
-        self
-    }
+/// Bitbucket Cloud's `429`: no `Retry-After` (its window rolls over an hour).
+pub fn rate_limited(method: &str, path_contains: &str) -> Fault {
+    Fault::new(method, path_contains, 429).json_body(json!({
+        "type": "error",
+        "error": {"message": "Rate limit for this resource has been exceeded"}
+    }))
 }
 
 pub use http_fake::RecordedRequest;

@@ -53,7 +53,7 @@ use axum::Router;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 
-use super::http_fake::{self, fault_status, percent_decode, set_headers, FaultScope};
+use super::http_fake::{self, fault_status, percent_decode, set_headers};
 
 /// Where Gitea serves its REST API.
 pub const API_PREFIX: &str = "/api/v1";
@@ -177,47 +177,7 @@ impl fmt::Display for Violation {
 }
 
 /// A scripted answer for matching requests.
-#[derive(Clone, Debug)]
-pub struct Fault {
-    scope: FaultScope,
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Option<Value>,
-}
-
-impl Fault {
-    /// The next request to `method` whose path contains `path_contains` is answered `status`
-    /// before any work is done.
-    pub fn new(method: &str, path_contains: &str, status: u16) -> Self {
-        Fault {
-            scope: FaultScope::new(method, path_contains),
-            status,
-            headers: Vec::new(),
-            body: None,
-        }
-    }
-
-    /// A `429` asking to come back in `retry_after` seconds, as a proxy in front of Gitea
-    /// (Codeberg's) answers.
-    pub fn rate_limited(method: &str, path_contains: &str, retry_after: u64) -> Self {
-        Fault::new(method, path_contains, 429).header("Retry-After", &retry_after.to_string())
-    }
-
-    pub fn times(mut self, times: usize) -> Self {
-        self.scope.times = times;
-        self
-    }
-
-    pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers.push((name.to_string(), value.to_string()));
-        self
-    }
-
-    pub fn json_body(mut self, body: Value) -> Self {
-        self.body = Some(body);
-        self
-    }
-}
+pub use http_fake::JsonFault as Fault;
 
 pub use http_fake::RecordedRequest;
 

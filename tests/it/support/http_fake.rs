@@ -125,6 +125,49 @@ impl FaultScope {
     }
 }
 
+/// A scripted answer of a JSON forge stand-in (Gitea, Bitbucket Cloud and Data Center): a
+/// status, extra headers, and a JSON body (the forge's own error shape when none is given).
+#[derive(Clone, Debug)]
+pub struct JsonFault {
+    pub scope: FaultScope,
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<Value>,
+}
+
+impl JsonFault {
+    /// The next request to `method` whose path contains `path_contains` is answered `status`
+    /// before any work is done.
+    pub fn new(method: &str, path_contains: &str, status: u16) -> Self {
+        JsonFault {
+            scope: FaultScope::new(method, path_contains),
+            status,
+            headers: Vec::new(),
+            body: None,
+        }
+    }
+
+    /// A `429` asking to come back in `retry_after` seconds.
+    pub fn rate_limited(method: &str, path_contains: &str, retry_after: u64) -> Self {
+        JsonFault::new(method, path_contains, 429).header("Retry-After", &retry_after.to_string())
+    }
+
+    pub fn times(mut self, times: usize) -> Self {
+        self.scope.times = times;
+        self
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn json_body(mut self, body: Value) -> Self {
+        self.body = Some(body);
+        self
+    }
+}
+
 /// The first of a forge's scripted `faults` (each with its [`FaultScope`], as
 /// `scope` reaches it) that answers this request, used up once; `None` when no
 /// fault is scripted for it.
