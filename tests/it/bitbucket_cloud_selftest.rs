@@ -208,7 +208,7 @@ async fn a_build_status_is_one_per_key_overwritten_in_place() {
     };
     let first = post(&server, &path, status("INPROGRESS")).await;
     assert_eq!(first.status, 201, "{}", first.text);
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    server.advance_clock(Duration::from_secs(1));
     let second = post(&server, &path, status("SUCCESSFUL")).await;
     assert_eq!(second.status, 201, "{}", second.text);
     let list = get(

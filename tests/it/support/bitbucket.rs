@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use axum::extract::{Request, State as AxumState};
@@ -226,6 +226,15 @@ struct ServerState {
     faults: Vec<Fault>,
     /// `next` links on this base instead of the server's own.
     next_base: Option<String>,
+    /// How far the server's clock runs ahead of the machine's ([`BitbucketCloudServer::advance_clock`]).
+    clock_offset: Duration,
+}
+
+impl ServerState {
+    /// The server's current time: what it writes as `created_on` and `updated_on`.
+    fn now(&self) -> SystemTime {
+        SystemTime::now() + self.clock_offset
+    }
 }
 
 struct Repo {
@@ -349,6 +358,11 @@ impl BitbucketCloudServer {
         self.inner.lock().next_base = Some(base.to_string());
     }
 
+    /// Moves the server's clock forward: what it writes from now on is `by` later.
+    pub fn advance_clock(&self, by: Duration) {
+        self.inner.lock().clock_offset += by;
+    }
+
     /// Scripts a fault for the next matching requests, tried in the order added.
     pub fn inject(&self, fault: Fault) {
         self.inner.lock().faults.push(fault);
@@ -435,10 +449,11 @@ impl BitbucketCloudServer {
         let mut state = self.inner.lock();
         state.ensure_user(nickname);
         let index = state.repo_index(repo);
+        let now = state.now();
         let pull = state.pull_mut(index, id);
         assert_eq!(pull.state, PrState::Open, "#{id} is not open");
         pull.state = PrState::Declined;
-        pull.updated = SystemTime::now();
+        pull.updated = now;
     }
 
     /// A person merges pull request `id` with a merge commit; the destination branch moves
@@ -504,10 +519,11 @@ impl BitbucketCloudServer {
             pull.destination_branch
         );
         let mut state = self.inner.lock();
+        let now = state.now();
         let p = state.pull_mut(pull.repo, id);
         p.state = PrState::Merged;
         p.merge_commit = Some(merge.clone());
-        p.updated = SystemTime::now();
+        p.updated = now;
         merge
     }
 
@@ -599,7 +615,7 @@ fn insert_pull(
     description: &str,
     author: &str,
 ) -> u64 {
-    let now = SystemTime::now();
+    let now = state.now();
     state.repos[repo].last_pull += 1;
     let id = state.repos[repo].last_pull;
     state.pulls.push(Pull {
@@ -623,7 +639,7 @@ fn insert_pull(
 }
 
 fn add_comment(state: &mut ServerState, repo: usize, pull: u64, nickname: &str, raw: &str) -> u64 {
-    let now = SystemTime::now();
+    let now = state.now();
     let id = FIRST_COMMENT_ID + state.comments.len() as u64;
     state.comments.push(Comment {
         id,
@@ -701,10 +717,11 @@ fn refresh_pulls(inner: &Inner) {
             &["rev-parse", "--verify", "--quiet", &branch_ref(&branch)],
         ) {
             let mut state = inner.lock();
+            let now = state.now();
             let pull = state.pull_mut(repo, id);
             if pull.source_sha != sha {
                 pull.source_sha = sha;
-                pull.updated = SystemTime::now();
+                pull.updated = now;
             }
         }
     }
@@ -1517,6 +1534,7 @@ fn edit_pull(req: &Req, id: u64) -> Reply {
         (req.violate)("the source of a pull request cannot change".into());
     }
     let mut state = req.state();
+    let now = state.now();
     let Some(pull) = state
         .pulls
         .iter_mut()
@@ -1539,7 +1557,7 @@ fn edit_pull(req: &Req, id: u64) -> Reply {
     if let Some(description) = str_field(&object, "description") {
         pull.description = description.to_string();
     }
-    pull.updated = SystemTime::now();
+    pull.updated = now;
     let pull = pull.clone();
     Reply::json(StatusCode::OK, pull_json(&state, &pull))
 }
@@ -1607,6 +1625,7 @@ fn edit_comment(req: &Req, id: u64, cid: u64) -> Reply {
         Err(reply) => return reply,
     };
     let mut state = req.state();
+    let now = state.now();
     let Some(comment) = state
         .comments
         .iter_mut()
@@ -1618,7 +1637,7 @@ fn edit_comment(req: &Req, id: u64, cid: u64) -> Reply {
         return error(StatusCode::FORBIDDEN, "You can only edit your own comments");
     }
     comment.raw = raw;
-    comment.updated = SystemTime::now();
+    comment.updated = now;
     let comment = comment.clone();
     Reply::json(StatusCode::OK, comment_json(&state, &comment))
 }
@@ -1628,7 +1647,7 @@ fn get_commit(req: &Req, hash: &str) -> Reply {
     match resolve_hash(&req.git_dir(), hash) {
         Some(full) => Reply::json(
             StatusCode::OK,
-            json!({"type": "commit", "hash": full, "date": time(SystemTime::now()),
+            json!({"type": "commit", "hash": full, "date": time(req.state().now()),
                    "message": "", "parents": [],
                    "links": {"html": {"href": format!("{WEB_URL}/commits/{full}")}}}),
         ),
@@ -1667,8 +1686,8 @@ fn create_status(req: &Req, sha: &str) -> Reply {
     if !full_commit(req, sha) {
         return error(StatusCode::NOT_FOUND, &format!("Commit not found: {sha}"));
     }
-    let now = SystemTime::now();
     let mut state = req.state();
+    let now = state.now();
     let repo = req.repo;
     let name = str_field(&object, "name").unwrap_or(key).to_string();
     let description = str_field(&object, "description")
