@@ -207,17 +207,12 @@ pub async fn run_signed(
         signatures: crate::signature::Verdicts::new(signed.rules.clone()),
         ..Follow::default()
     };
-    let mut seen = HashSet::new();
     let references: Vec<_> = scanned
         .fields()
-        .filter(|field| seen.insert(field.value.clone()))
         .filter_map(|field| plan::reference_to_resolve(&field.value, &follow))
         .collect();
-    let (found, asked) = tokio::sync::mpsc::unbounded_channel();
-    // The receiver is alive: it is handed to the client below.
-    let _ = found.send(references);
-    drop(found);
-    let resolutions = client.resolve_as_found(asked, |_, _| {}).await;
+    // Each distinct image is asked once.
+    let resolutions = client.resolve_all(&references).await;
     let mut unchecked = plan::signatures_to_check(&scanned.files, &resolutions, &follow);
     if check_pins {
         unchecked.extend(plan::pins_to_check(&scanned.files, &follow));

@@ -448,7 +448,7 @@ impl AzureDevOps {
                 pr.body = stored_body(body);
                 Ok(pr)
             }
-            Err(e) if is_conflict(&e) => {
+            Err(e) if e.status() == Some(409) => {
                 let open = self
                     .list(&what, branch_filter(Some(branch), base, "active"))
                     .await?
@@ -1028,16 +1028,6 @@ fn describe_failure(status: StatusCode, repo: &str, api: &str) -> String {
         Some(meaning) => format!("{answered} ({meaning})"),
         None => answered,
     }
-}
-
-fn is_conflict(e: &ForgeError) -> bool {
-    matches!(
-        e,
-        ForgeError::Call {
-            status: Some(409),
-            ..
-        }
-    )
 }
 
 #[cfg(test)]

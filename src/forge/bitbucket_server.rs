@@ -542,7 +542,7 @@ impl BitbucketServer {
             .await
         {
             Ok(answer) => Ok(self.info(self.calls().parse(&what, &answer.body)?)),
-            Err(e) if has_status(&e, 409) => {
+            Err(e) if e.status() == Some(409) => {
                 let at = branch_ref(branch);
                 let query = [
                     ("at", at.as_str()),
@@ -601,7 +601,7 @@ impl BitbucketServer {
                 .request(&what, Method::PUT, &url, Some(json(&edit)))
                 .await
             {
-                Err(e) if has_status(&e, 409) && attempt < 2 => {
+                Err(e) if e.status() == Some(409) && attempt < 2 => {
                     tracing::info!(
                         "pull request #{number} changed while tagpin updated it; reading it again"
                     );
@@ -640,7 +640,7 @@ impl BitbucketServer {
         );
         let answer = match self.request(&what, Method::GET, &url, None).await {
             // The repository was read already (the login); a 404 here is no status of the key.
-            Err(e) if has_status(&e, 404) => return Ok(Vec::new()),
+            Err(e) if e.status() == Some(404) => return Ok(Vec::new()),
             answer => answer?,
         };
         let status: BuildStatus = self.calls().parse(&what, &answer.body)?;
@@ -774,7 +774,7 @@ impl BitbucketServer {
                 .request(&what, Method::PUT, &url, Some(json(&edit)))
                 .await
             {
-                Err(e) if has_status(&e, 409) && attempt < 2 => {
+                Err(e) if e.status() == Some(409) && attempt < 2 => {
                     let read = self.request(&what, Method::GET, &url, None).await?;
                     comment = self.calls().parse(&what, &read.body)?;
                 }
@@ -899,11 +899,6 @@ fn state_word(state: StatusState) -> &'static str {
         StatusState::Failure => "failure",
         StatusState::Error => "error",
     }
-}
-
-/// Whether `e` is Bitbucket's answer `status`.
-fn has_status(e: &ForgeError, want: u16) -> bool {
-    matches!(e, ForgeError::Call { status: Some(s), .. } if *s == want)
 }
 
 /// Why the next page of a list cannot be asked for.

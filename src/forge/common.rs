@@ -54,6 +54,16 @@ pub enum ForgeError {
     Setup { forge: &'static str, detail: String },
 }
 
+impl ForgeError {
+    /// The HTTP status the forge answered, when the call got an answer.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ForgeError::Call { status, .. } => *status,
+            _ => None,
+        }
+    }
+}
+
 /// `host[:port]` of a forge's API URL, as its errors name it.
 pub(super) fn host_of(api_url: &str) -> String {
     match url::Url::parse(api_url) {

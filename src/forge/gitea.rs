@@ -341,7 +341,7 @@ impl Gitea {
             .await
         {
             Ok(answer) => Ok(info(self.calls().parse(&what, &answer.body)?)),
-            Err(e) if is_conflict(&e) => {
+            Err(e) if e.status() == Some(409) => {
                 let open = self
                     .list_pull_requests(&what, &[("state", "open")], base, None)
                     .await?
@@ -699,17 +699,6 @@ fn describe_failure(status: StatusCode, repo: &str, api: &str) -> String {
         Some(meaning) => format!("{answered} ({meaning})"),
         None => answered,
     }
-}
-
-/// Gitea's `409 Conflict`: for a new pull request, one already open for the same branches.
-fn is_conflict(e: &ForgeError) -> bool {
-    matches!(
-        e,
-        ForgeError::Call {
-            status: Some(409),
-            ..
-        }
-    )
 }
 
 #[cfg(test)]

@@ -21,14 +21,13 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::jiff::Timestamp;
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::common::{host_of, http_client, status_text};
 use super::common::{in_flight, next_link, read_pages, updated_before};
-use super::common::{json, json_request};
+use super::common::{json, json_request, unix};
 use super::common::{retry_after, Calls, FailureWords, ForgeError};
 use crate::config;
 use crate::review::{PullRequestInfo, Status, StatusState};
@@ -302,7 +301,7 @@ impl GitLab {
             .await
         {
             Ok(answer) => Ok(info(self.calls().parse(&what, &answer.body)?)),
-            Err(e) if is_conflict(&e) => {
+            Err(e) if e.status() == Some(409) => {
                 let query = [
                     ("state", "opened"),
                     ("source_branch", branch),
@@ -791,21 +790,6 @@ fn refused_fields(body: &str) -> Option<String> {
         .filter(|field| value["message"].get(field).is_some())
         .collect();
     (!fields.is_empty()).then(|| fields.join(", "))
-}
-
-/// GitLab's `409 Conflict`: for a new merge request, one already open for the branch.
-fn is_conflict(e: &ForgeError) -> bool {
-    matches!(
-        e,
-        ForgeError::Call {
-            status: Some(409),
-            ..
-        }
-    )
-}
-
-fn unix(text: &str) -> Option<i64> {
-    text.parse::<Timestamp>().ok().map(|t| t.as_second())
 }
 
 #[cfg(test)]
