@@ -830,6 +830,30 @@ impl Mirror {
         Ok(out)
     }
 
+    /// The commits of `commit`'s whole history (every ancestor, newest first) whose message
+    /// contains `needle`, with their messages: where trailers that must not wear off by
+    /// commit count are read back from. Only the matching messages are kept.
+    pub fn messages_mentioning(
+        &self,
+        commit: Oid,
+        needle: &str,
+    ) -> Result<Vec<(Oid, String)>, GitError> {
+        let mut walk = self.repo.revwalk().map_err(other)?;
+        walk.push(commit).map_err(other)?;
+        walk.set_sorting(git2::Sort::TIME).map_err(other)?;
+        let needle = needle.as_bytes();
+        let mut out = Vec::new();
+        for id in walk {
+            let id = id.map_err(other)?;
+            let c = self.repo.find_commit(id).map_err(other)?;
+            let message = c.message_bytes();
+            if message.windows(needle.len()).any(|w| w == needle) {
+                out.push((id, String::from_utf8_lossy(message).into_owned()));
+            }
+        }
+        Ok(out)
+    }
+
     /// When a commit was made (committer time, Unix seconds): how long the GitOps tool has had
     /// to apply it.
     pub fn commit_time(&self, commit: Oid) -> Result<i64, GitError> {

@@ -36,8 +36,6 @@ pub const REVERTS_TRAILER: &str = "Tagpin-Reverts";
 pub const HELD_TRAILER: &str = "Tagpin-Held";
 /// The label of a revert change request (besides the configured ones).
 pub const REVERT_LABEL: &str = "tagpin-revert";
-/// How many commits of the branch's history are read for holds.
-pub const HISTORY_DEPTH: usize = 200;
 
 /// One image field a change moved from one digest to another.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,37 +187,57 @@ pub fn decide(moved: &[Moved], check: &Check, still_pinned: &[bool]) -> Result<(
     Ok(())
 }
 
-/// The digests held by the reverts among `messages` (a branch's history): each
-/// `Tagpin-Held:` trailer, with the commit that holds it.
-pub fn holds(messages: &[(String, String)]) -> Holds {
-    let mut holds = Holds::default();
-    for (commit, message) in messages {
-        for line in message.lines() {
-            let Some(value) = line
-                .strip_prefix(HELD_TRAILER)
-                .and_then(|r| r.strip_prefix(':'))
-            else {
-                continue;
-            };
-            let Some((repository, digest)) = value.trim().rsplit_once('@') else {
-                continue;
-            };
-            if Digest::parse(digest).is_err() {
-                continue;
-            }
-            let short = &commit[..commit.len().min(12)];
-            let reason = format!("revert {short} moved this image away from {digest}; it is pinned again once its tag points to another digest");
-            holds.hold(
-                repository,
-                digest,
-                Hold {
-                    reason,
-                    commit: commit.clone(),
-                },
-            );
-        }
+/// One `Tagpin-Held: <repository>@<digest>` trailer of a commit message: what the commit
+/// says it holds. A claim is only words: [`holds_at`] honours it when the commit's own change
+/// backs it ([`backing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub repository: String,
+    pub digest: Digest,
+}
+
+/// The `Tagpin-Held` claims of a commit message, in order; malformed lines are passed over.
+pub fn claims(message: &str) -> Vec<Claim> {
+    message
+        .lines()
+        .filter_map(|line| {
+            let value = line.strip_prefix(HELD_TRAILER)?.strip_prefix(':')?;
+            let (repository, digest) = value.trim().rsplit_once('@')?;
+            let digest = Digest::parse(digest).ok()?;
+            // Tagpin writes the canonical name; a hand-written spelling is read the same way.
+            let repository = repository_of(repository);
+            Some(Claim { repository, digest })
+        })
+        .collect()
+}
+
+/// The field that backs `claim` among the fields its commit moved (`moved`, with whether the
+/// tip still pins each as the commit left it, `still`): one of the claimed repository that
+/// the commit itself moved away from the claimed digest, and that still pins what the commit
+/// restored. Pure.
+///
+/// This is what makes a hold tagpin's and not anyone's words: a revert moves the field off
+/// the failed digest in the very commit whose message carries the trailer, so the trailer
+/// names what that commit did. A trailer in any other commit (a `docs: fix typo` merged with
+/// it) backs nothing and holds nothing. Once a later commit moves the field again (the tag
+/// moved and it was pinned, or a person pinned it by hand), the hold has ended.
+pub fn backing<'m>(claim: &Claim, moved: &'m [Moved], still: &[bool]) -> Option<&'m Moved> {
+    moved
+        .iter()
+        .zip(still)
+        .find(|(m, still)| {
+            **still && m.repository == claim.repository && m.from.as_ref() == Some(&claim.digest)
+        })
+        .map(|(m, _)| m)
+}
+
+/// The hold a backed claim of `commit` makes.
+fn held_by_revert(commit: &str, digest: &Digest) -> Hold {
+    let short = &commit[..commit.len().min(12)];
+    Hold {
+        reason: format!("revert {short} moved this image away from {digest}; it is pinned again once its tag points to another digest"),
+        commit: commit.to_string(),
     }
-    holds
 }
 
 /// How many first-parent commits are read for a person's revert, and the most files such a
@@ -228,21 +246,112 @@ pub fn holds(messages: &[(String, String)]) -> Holds {
 pub const PERSON_REVERT_DEPTH: usize = 50;
 pub const PERSON_REVERT_MAX_FILES: usize = 20;
 
-/// The holds of `tip`'s history, for a pass's planner: the `Tagpin-Held` trailers of tagpin's
-/// reverts, and the digests a person's commit moved a field back from ([`person_reverts`]).
+/// The most files a commit carrying `Tagpin-Held` trailers may change to be read: a revert of
+/// a pass over a large repository restores many files, but a commit that changes more than
+/// this is not read (its trailers hold nothing), so no merged commit can make every pass scan
+/// an unbounded number of files.
+pub const HELD_MAX_FILES: usize = 5_000;
+
+/// The image fields of the tip, scanned once per file however many holds ask about it.
+struct TipFields<'a> {
+    mirror: &'a Mirror,
+    tip: git2::Oid,
+    helm: &'a crate::manifest::HelmOptions,
+    files: HashMap<PathBuf, Vec<ImageField>>,
+}
+
+impl<'a> TipFields<'a> {
+    fn new(mirror: &'a Mirror, tip: git2::Oid, helm: &'a crate::manifest::HelmOptions) -> Self {
+        TipFields {
+            mirror,
+            tip,
+            helm,
+            files: HashMap::new(),
+        }
+    }
+
+    /// Whether the tip still pins each of `moved` where its commit left it: the same field
+    /// (file, workload, container) at the digest the commit moved it to.
+    fn still_pinned(&mut self, moved: &[Moved]) -> Result<Vec<bool>, GitError> {
+        let mut out = Vec::with_capacity(moved.len());
+        for m in moved {
+            let fields = match self.files.entry(m.file.clone()) {
+                Entry::Occupied(fields) => fields.into_mut(),
+                Entry::Vacant(slot) => {
+                    let fields = match self.mirror.file_at(self.tip, &m.file)? {
+                        Some(bytes) => manifest::scan_with_options(&m.file, &bytes, self.helm)
+                            .map(|o| o.fields)
+                            .unwrap_or_default(),
+                        None => Vec::new(),
+                    };
+                    slot.insert(fields)
+                }
+            };
+            out.push(fields.iter().any(|f| {
+                f.owner() == (m.workload.clone(), m.container.clone())
+                    && f.pinned_digest().as_ref() == Some(&m.to)
+            }));
+        }
+        Ok(out)
+    }
+}
+
+/// The fields a commit moved against its first parent, over every file it changed (at most
+/// `max`); empty when it adds or removes files, changes more than `max`, or changes a file in
+/// a way that is more than digests.
+fn moved_by(
+    mirror: &Mirror,
+    commit: git2::Oid,
+    helm: &crate::manifest::HelmOptions,
+    max: usize,
+) -> Result<Vec<Moved>, GitError> {
+    let Some(changed) = mirror.changed_files_within(commit, None, max)? else {
+        return Ok(Vec::new());
+    };
+    let mut moved = Vec::new();
+    for (path, before, after) in &changed {
+        moved.extend(moved_in(path, before, after, helm).unwrap_or_default());
+    }
+    Ok(moved)
+}
+
+/// The holds of `tip`'s history, for a pass's planner (sync and promote alike):
+///
+/// - each `Tagpin-Held` trailer of any commit of the history (every ancestor, however far
+///   back: a hold does not wear off by commit count), honoured only where the commit's own
+///   change backs it ([`backing`]);
+/// - the digests a person's commit moved a field back from ([`person_reverts`]).
+///
+/// A hold lasts while the field still pins the digest its revert restored.
 pub fn holds_at(
     mirror: &Mirror,
     tip: git2::Oid,
     helm: &crate::manifest::HelmOptions,
 ) -> Result<Holds, GitError> {
-    let messages = mirror.messages(tip, HISTORY_DEPTH)?;
-    let messages: Vec<(String, String)> = messages
-        .into_iter()
-        .filter(|(_, m)| m.contains(HELD_TRAILER))
-        .map(|(id, m)| (id.to_string(), m))
-        .collect();
-    let mut holds = holds(&messages);
-    person_reverts(mirror, tip, helm, &mut holds)?;
+    let mut holds = Holds::default();
+    let mut at_tip = TipFields::new(mirror, tip, helm);
+    for (commit, message) in mirror.messages_mentioning(tip, HELD_TRAILER)? {
+        let claims = claims(&message);
+        if claims.is_empty() {
+            continue;
+        }
+        let moved = moved_by(mirror, commit, helm, HELD_MAX_FILES)?;
+        let still = at_tip.still_pinned(&moved)?;
+        let commit = commit.to_string();
+        for claim in &claims {
+            if backing(claim, &moved, &still).is_some() {
+                let hold = held_by_revert(&commit, &claim.digest);
+                holds.hold(&claim.repository, &claim.digest.to_string(), hold);
+            } else {
+                tracing::debug!(
+                    "commit {commit}: {HELD_TRAILER}: {}@{} holds nothing: the commit does not move that image away from that digest, or a later commit moved it again",
+                    claim.repository,
+                    claim.digest
+                );
+            }
+        }
+    }
+    person_reverts(mirror, tip, helm, &mut at_tip, &mut holds)?;
     Ok(holds)
 }
 
@@ -289,6 +398,7 @@ fn person_reverts(
     mirror: &Mirror,
     tip: git2::Oid,
     helm: &crate::manifest::HelmOptions,
+    at_tip: &mut TipFields<'_>,
     holds: &mut Holds,
 ) -> Result<(), GitError> {
     let history = mirror.first_parents(tip, PERSON_REVERT_DEPTH)?;
@@ -299,8 +409,20 @@ fn person_reverts(
         if mirror.is_own_commit(*commit)? {
             continue;
         }
-        for (key, back_from, back_to) in transitions(mirror, *commit, helm, None)? {
-            let file = key.0.clone();
+        let reverted = moved_by(mirror, *commit, helm, PERSON_REVERT_MAX_FILES)?;
+        let still = at_tip.still_pinned(&reverted)?;
+        for (m, _) in reverted.iter().zip(&still).filter(|(_, still)| **still) {
+            // The field went back from `back_from` to `back_to`, which it still pins.
+            let Some(back_from) = m.from.clone() else {
+                continue;
+            };
+            let (back_to, file) = (m.to.clone(), m.file.clone());
+            let key = (
+                file.clone(),
+                m.workload.clone(),
+                m.container.clone(),
+                m.repository.clone(),
+            );
             let mut moved_there = false;
             for older in &history[at + 1..] {
                 let moves = match earlier.entry((*older, file.clone())) {
@@ -445,26 +567,13 @@ impl Reverter<'_> {
         };
         let helm = self.config.helm.options()?;
         let mut moved = Vec::new();
-        let mut still = Vec::new();
         for (path, before, after) in &changed {
-            let here = match moved_in(path, before, after, &helm) {
-                Ok(here) => here,
+            match moved_in(path, before, after, &helm) {
+                Ok(here) => moved.extend(here),
                 Err(refusal) => return Ok(Err(refusal)),
-            };
-            let now = match self.mirror.file_at(tip, path)? {
-                Some(bytes) => manifest::scan_with_options(path, &bytes, &helm)
-                    .map(|o| o.fields)
-                    .unwrap_or_default(),
-                None => Vec::new(),
-            };
-            for m in &here {
-                still.push(now.iter().any(|f| {
-                    f.owner() == (m.workload.clone(), m.container.clone())
-                        && f.pinned_digest().as_ref() == Some(&m.to)
-                }));
             }
-            moved.extend(here);
         }
+        let still = TipFields::new(self.mirror, tip, &helm).still_pinned(&moved)?;
         if let Err(refusal) = decide(&moved, candidate.check, &still) {
             return Ok(Err(refusal));
         }
@@ -681,33 +790,43 @@ mod tests {
     }
 
     #[test]
-    fn holds_are_read_from_the_trailers_of_the_history() {
-        let messages = vec![
-            (
-                "abcdef0123456789".to_string(),
-                format!("Revert pin of 1 image(s): x\n\nTagpin-Reverts: 0123\nTagpin-Held: ghcr.io/acme/web@{D1}\n"),
-            ),
-            ("0000".to_string(), "Tagpin-Held: not a digest@sha256:zz\nTagpin-Held nothing\n".to_string()),
-        ];
-        let holds = holds(&messages);
-        let web = Reference::parse("ghcr.io/acme/web:1").unwrap();
-        let hold = holds.why(&web, &Digest::parse(D1).unwrap()).unwrap();
-        assert!(
-            hold.reason
-                .starts_with("revert abcdef012345 moved this image away from"),
-            "{hold:?}"
+    fn claims_are_read_from_trailers_and_malformed_lines_pass() {
+        let message = format!(
+            "Revert pin of 1 image(s): x\n\nTagpin-Reverts: 0123\nTagpin-Held: ghcr.io/acme/web@{D1}\nTagpin-Held: not a digest@sha256:zz\nTagpin-Held nothing\nTagpin-Held: acme/api@{D0}\n"
         );
-        assert_eq!(hold.commit, "abcdef0123456789");
         assert_eq!(
-            holds.why(&web, &Digest::parse(D0).unwrap()),
-            None,
-            "another digest"
+            claims(&message),
+            vec![
+                Claim {
+                    repository: "ghcr.io/acme/web".into(),
+                    digest: D1.parse().unwrap()
+                },
+                Claim {
+                    repository: "docker.io/acme/api".into(),
+                    digest: D0.parse().unwrap()
+                },
+            ]
         );
-        let api = Reference::parse("ghcr.io/acme/api:1").unwrap();
-        assert_eq!(
-            holds.why(&api, &Digest::parse(D1).unwrap()),
-            None,
-            "another image"
-        );
+    }
+
+    #[test]
+    fn a_claim_holds_only_what_its_own_commit_moved_away_and_the_tip_still_restores() {
+        // The revert moved web from D1 (failed) back to D0.
+        let revert = moved(
+            &web(&format!("ghcr.io/acme/web:1@{D1}"), "busybox:1"),
+            &web(&format!("ghcr.io/acme/web:1@{D0}"), "busybox:1"),
+        )
+        .unwrap();
+        let claim = |repository: &str, digest: &str| Claim {
+            repository: repository.into(),
+            digest: digest.parse().unwrap(),
+        };
+        assert!(backing(&claim("ghcr.io/acme/web", D1), &revert, &[true]).is_some());
+        // Another digest, another image, or a commit that moved nothing: words only.
+        assert!(backing(&claim("ghcr.io/acme/web", D0), &revert, &[true]).is_none());
+        assert!(backing(&claim("ghcr.io/acme/api", D1), &revert, &[true]).is_none());
+        assert!(backing(&claim("ghcr.io/acme/web", D1), &[], &[]).is_none());
+        // A later commit moved the field again: the hold has ended.
+        assert!(backing(&claim("ghcr.io/acme/web", D1), &revert, &[false]).is_none());
     }
 }

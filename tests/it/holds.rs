@@ -95,3 +95,36 @@ async fn sync_commits_around_a_held_field_and_reports_it() {
         "{said}"
     );
 }
+
+/// A contributor's commit that carries tagpin's hold trailer but moves no image (a docs fix,
+/// merged with a merge commit) holds nothing: the trailer names what its own commit did, and
+/// this one did not move `acme/web` away from anything.
+#[tokio::test]
+async fn a_held_trailer_in_a_commit_that_moves_no_image_holds_nothing() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let old = registry.push_image("acme/web", "1.0", "old").await;
+    let pinned = crate::sync::deployment("web", &format!("{host}/acme/web:1.0@{}", old.manifest));
+    let repo = BareRepo::create(&[("apps/web.yaml", &pinned)]);
+    let new = registry.push_image("acme/web", "1.0", "new").await;
+    let forged = format!(
+        "docs: fix typo\n\nTagpin-Reverts: 0123456789abcdef0123456789abcdef01234567\nTagpin-Held: {host}/acme/web@{}\n",
+        new.manifest
+    );
+    repo.merge_side_branch(
+        &[(&[("README.md", "a typo, fixed\n")], &forged)],
+        0,
+        "Merge pull request #7 from contributor/docs",
+    );
+    let run = Run::new();
+    let config = run.config(&repo.file_url(), &host, "");
+
+    let out = run.sync(&config, "cache");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!text(&out).contains("held"), "{}", text(&out));
+    let written = repo.read("main", "apps/web.yaml").unwrap();
+    assert!(
+        written.contains(&format!("{host}/acme/web:1.0@{}", new.manifest)),
+        "the new digest is pinned:\n{written}"
+    );
+}

@@ -390,6 +390,62 @@ impl BareRepo {
         git_ok(work.path(), &["rev-parse", "HEAD"])
     }
 
+    /// Merges a side branch into `main` with a merge commit (`git merge --no-ff`), as a forge
+    /// merges a contributor's pull request: the side branch starts at `main`'s tip and holds
+    /// one commit per entry of `commits` (files written, message), each by the other writer;
+    /// `empty` more empty commits follow them. Returns the merge commit's sha.
+    pub fn merge_side_branch(
+        &self,
+        commits: &[(&[(&str, &str)], &str)],
+        empty: usize,
+        merge_message: &str,
+    ) -> String {
+        let work = tempfile::tempdir().expect("create temp work tree");
+        git_ok(
+            work.path(),
+            &["clone", "--quiet", "--branch=main", &self.file_url(), "."],
+        );
+        for (key, value) in [
+            ("user.name", OTHER_WRITER_NAME),
+            ("user.email", OTHER_WRITER_EMAIL),
+        ] {
+            git_ok(work.path(), &["config", key, value]);
+        }
+        git_ok(work.path(), &["checkout", "--quiet", "-b", "side"]);
+        for (files, message) in commits {
+            write_files(work.path(), files);
+            git_ok(work.path(), &["add", "--all"]);
+            git_ok(
+                work.path(),
+                &["commit", "--quiet", "--allow-empty", "-m", message],
+            );
+        }
+        for n in 0..empty {
+            let message = format!("side commit {n}");
+            git_ok(
+                work.path(),
+                &["commit", "--quiet", "--allow-empty", "-m", &message],
+            );
+        }
+        git_ok(work.path(), &["checkout", "--quiet", "main"]);
+        git_ok(
+            work.path(),
+            &["merge", "--quiet", "--no-ff", "-m", merge_message, "side"],
+        );
+        let push = git_command()
+            .current_dir(work.path())
+            .args(["push", "--quiet", "origin", "main"])
+            .env(ADMIN_PUSH_ENV, "1")
+            .output()
+            .expect("spawn git push");
+        assert!(
+            push.status.success(),
+            "the merge's push failed: {}",
+            String::from_utf8_lossy(&push.stderr)
+        );
+        git_ok(work.path(), &["rev-parse", "HEAD"])
+    }
+
     /// Rewrites the tip of `branch` as `git commit --amend --no-edit` does: the same message
     /// and author, `files` written on top, committed as `name <email>` (a person who set their
     /// Git identity to the bot's, say), then force-pushed. Returns the new commit's sha.
