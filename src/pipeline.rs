@@ -175,7 +175,8 @@ impl fmt::Display for WithoutImages {
 }
 
 /// Which images tagpin manages: the configuration's `images.manage` (empty: all) and
-/// `images.ignore` globs over the normalized name, compiled once.
+/// `images.ignore` patterns, matched as every image rule is
+/// ([`crate::reference::pattern`]), compiled once.
 #[derive(Debug, Clone, Default)]
 pub struct ImageSelection {
     manage: Option<GlobSet>,
@@ -197,7 +198,8 @@ impl ImageSelection {
         let set = |globs: &[String]| {
             let mut builder = GlobSetBuilder::new();
             for g in globs {
-                builder.add(Glob::new(g).map_err(|e| ManifestError::InvalidGlob {
+                let glob = crate::reference::pattern::normalize(g);
+                builder.add(Glob::new(&glob).map_err(|e| ManifestError::InvalidGlob {
                     glob: g.clone(),
                     message: e.kind().to_string(),
                 })?);

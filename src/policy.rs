@@ -10,11 +10,11 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use globset::{Glob, GlobMatcher};
 use regex::Regex;
 use semver::{Version, VersionReq};
 
 use crate::config::{Order, PolicyRule, TagPolicy};
+use crate::reference::pattern::ImagePattern;
 use crate::reference::Reference;
 use crate::resolution::RegistryError;
 
@@ -187,7 +187,7 @@ fn highest<'t, K>(
 /// The `images.policies` entries, compiled once.
 #[derive(Debug, Clone, Default)]
 pub struct Policies {
-    rules: Vec<(GlobMatcher, Policy)>,
+    rules: Vec<(ImagePattern, Policy)>,
 }
 
 const DIGEST: Policy = Policy::Digest;
@@ -199,24 +199,23 @@ impl Policies {
         let rules = rules
             .iter()
             .map(|rule| {
-                let glob = Glob::new(&rule.matches).map_err(|source| PolicyError::Glob {
-                    glob: rule.matches.clone(),
-                    source,
-                })?;
-                Ok((glob.compile_matcher(), Policy::compile(&rule.policy)?))
+                let pattern =
+                    ImagePattern::new(&rule.matches).map_err(|source| PolicyError::Glob {
+                        glob: rule.matches.clone(),
+                        source,
+                    })?;
+                Ok((pattern, Policy::compile(&rule.policy)?))
             })
             .collect::<Result<_, PolicyError>>()?;
         Ok(Policies { rules })
     }
 
-    /// The policy of the first entry whose glob matches the image name as written
-    /// (`nginx`) or normalized (`docker.io/library/nginx`); `digest` when none does.
+    /// The policy of the first entry whose pattern names the image's repository, however
+    /// either is spelled ([`ImagePattern`]); `digest` when none does.
     pub fn for_image(&self, reference: &Reference) -> &Policy {
-        let written = reference.written_name();
-        let normalized = reference.canonical_name();
         self.rules
             .iter()
-            .find(|(glob, _)| glob.is_match(&written) || glob.is_match(&normalized))
+            .find(|(pattern, _)| pattern.matches(reference))
             .map_or(&DIGEST, |(_, policy)| policy)
     }
 }

@@ -15,6 +15,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+pub mod pattern;
+
 /// The registry name Docker uses for Docker Hub in normalized references.
 const DOCKER_HUB_DOMAIN: &str = "docker.io";
 /// The legacy Docker Hub name, which Docker normalizes to [`DOCKER_HUB_DOMAIN`].
@@ -173,6 +175,18 @@ impl FromStr for Digest {
     }
 }
 
+/// One name for every spelling of a registry: host names are case-insensitive, `:443` is the
+/// default port of HTTPS (which registries speak), and Docker Hub answers as `docker.io`,
+/// `index.docker.io` and `registry-1.docker.io`.
+pub fn normalize_registry(domain: &str) -> String {
+    let lower = domain.to_ascii_lowercase();
+    let host = lower.strip_suffix(":443").unwrap_or(&lower);
+    match host {
+        DOCKER_HUB_LEGACY_DOMAIN | DOCKER_HUB_API_HOST => DOCKER_HUB_DOMAIN.to_string(),
+        host => host.to_string(),
+    }
+}
+
 /// An image reference as written in a manifest, such as `nginx:1.27` or
 /// `localhost:5000/team/app:v1@sha256:…`.
 ///
@@ -226,11 +240,20 @@ impl Reference {
         }
     }
 
-    /// `domain/repository`, such as `docker.io/library/nginx`: one stable
-    /// key for every spelling of the same repository, for deduplication and
-    /// logs.
+    /// `registry/repository`, such as `docker.io/library/nginx`: one stable
+    /// key for every spelling of the same repository (`nginx`,
+    /// `index.docker.io/library/nginx`, `LOCALHOST:5000/x` and `localhost:5000/x`), for
+    /// deduplication, holds, logs and every rule that matches images
+    /// ([`pattern::ImagePattern`]). The registry is normalized by
+    /// [`normalize_registry`]; the repository path stays as written, as the distribution
+    /// spec makes it case-sensitive.
     pub fn canonical_name(&self) -> String {
-        format!("{}/{}", self.domain(), self.repository())
+        let registry = normalize_registry(self.domain());
+        if registry == DOCKER_HUB_DOMAIN && !self.path.contains('/') {
+            format!("{registry}/{OFFICIAL_REPO_PREFIX}{}", self.path)
+        } else {
+            format!("{registry}/{}", self.path)
+        }
     }
 
     /// The tag as written, if any.
@@ -991,6 +1014,40 @@ mod tests {
         let long = parse("docker.io/library/nginx");
         assert_ne!(short, long);
         assert_eq!(short.canonical_name(), long.canonical_name());
+        for spelling in [
+            "nginx",
+            "library/nginx",
+            "docker.io/nginx",
+            "index.docker.io/library/nginx",
+            "registry-1.docker.io/nginx",
+            "docker.io:443/library/nginx",
+        ] {
+            assert_eq!(
+                parse(spelling).canonical_name(),
+                "docker.io/library/nginx",
+                "{spelling}"
+            );
+        }
+        for spelling in [
+            "acme/web",
+            "docker.io/acme/web",
+            "index.docker.io/acme/web",
+            "registry-1.docker.io/acme/web",
+        ] {
+            assert_eq!(
+                parse(spelling).canonical_name(),
+                "docker.io/acme/web",
+                "{spelling}"
+            );
+        }
+        assert_eq!(
+            parse("LOCALHOST:5000/sig/app").canonical_name(),
+            "localhost:5000/sig/app"
+        );
+        assert_eq!(
+            parse("Registry.Example.com:443/team/app").canonical_name(),
+            "registry.example.com/team/app"
+        );
     }
 
     #[test]

@@ -957,7 +957,12 @@ impl Client {
     }
 
     fn scheme(&self, host: &str) -> &'static str {
-        if self.settings.insecure_hosts.iter().any(|h| h == host) {
+        if self
+            .settings
+            .insecure_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(host))
+        {
             "http"
         } else {
             "https"

@@ -17,16 +17,15 @@ pub mod verify;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use globset::{Glob, GlobMatcher};
-
 use crate::config::SignatureRule;
+use crate::reference::pattern::ImagePattern;
 use crate::reference::{Digest, Reference};
 pub use verify::{Refusal, SignatureError, Signer, Trust, Verdict};
 
 /// The `images.signatures` entries, compiled once.
 #[derive(Debug, Clone, Default)]
 pub struct Signatures {
-    rules: Vec<(GlobMatcher, usize, Arc<Trust>)>,
+    rules: Vec<(ImagePattern, usize, Arc<Trust>)>,
 }
 
 impl Signatures {
@@ -37,29 +36,24 @@ impl Signatures {
             .iter()
             .enumerate()
             .map(|(index, rule)| {
-                let glob = Glob::new(&rule.matches).map_err(|source| SignatureError::Glob {
-                    index,
-                    glob: rule.matches.clone(),
-                    source,
-                })?;
-                Ok((
-                    glob.compile_matcher(),
-                    index,
-                    Arc::new(Trust::compile(index, rule)?),
-                ))
+                let pattern =
+                    ImagePattern::new(&rule.matches).map_err(|source| SignatureError::Glob {
+                        index,
+                        glob: rule.matches.clone(),
+                        source,
+                    })?;
+                Ok((pattern, index, Arc::new(Trust::compile(index, rule)?)))
             })
             .collect::<Result<_, SignatureError>>()?;
         Ok(Signatures { rules })
     }
 
-    /// The first entry whose glob matches the image name as written (`nginx`) or normalized
-    /// (`docker.io/library/nginx`), with its index; `None` when the image needs no signature.
+    /// The first entry whose pattern names the image's repository, however either is spelled
+    /// ([`ImagePattern`]), with its index; `None` when the image needs no signature.
     pub fn for_image(&self, reference: &Reference) -> Option<(usize, &Arc<Trust>)> {
-        let written = reference.written_name();
-        let normalized = reference.canonical_name();
         self.rules
             .iter()
-            .find(|(glob, _, _)| glob.is_match(&written) || glob.is_match(&normalized))
+            .find(|(pattern, _, _)| pattern.matches(reference))
             .map(|(_, index, trust)| (*index, trust))
     }
 

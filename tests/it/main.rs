@@ -37,6 +37,7 @@ mod harness_selftest;
 mod helm;
 mod helm_verify;
 mod holds;
+mod image_rules;
 mod kube_server_selftest;
 mod kustomize;
 mod leader;
