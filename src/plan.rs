@@ -124,20 +124,49 @@ impl std::fmt::Display for Held {
 /// What every hold comment starts with, however it is spaced (`tagpin: hold`, `tagpin:hold`).
 const HOLD_PREFIX: &str = "tagpin:";
 
-/// The hold comment on line `line` (1-based) of `source`, if that line carries one: a YAML
-/// comment (a `#` at the line's start or after a blank) reading `tagpin: hold`, optionally
-/// followed by why (`# tagpin: hold until CVE-2026-1234 is fixed`). Returns the comment.
-pub fn hold_comment(source: &[u8], line: usize) -> Option<String> {
+/// The hold comment of the field whose value starts at `line` and `column` (1-based, column in
+/// characters) of `source`, if its line carries one: the line's YAML comment, the first `#`
+/// after the value that is outside quotes and at the line's start or after a blank, reading
+/// `tagpin: hold` (`# tagpin: hold until CVE-2026-1234 is fixed`), or holding such a
+/// `#`-started part after other words (`# pinned for the audit # tagpin: hold`). A `#` inside
+/// a quoted scalar is text, not a comment: a JSON string that says `# tagpin: hold` holds
+/// nothing. Returns the hold's words.
+pub fn hold_comment(source: &[u8], line: usize, column: usize) -> Option<String> {
     let text = source.split(|b| *b == b'\n').nth(line.checked_sub(1)?)?;
     let text = std::str::from_utf8(text).ok()?;
-    let mut previous = ' ';
-    for (at, c) in text.char_indices() {
-        if c == '#' && previous.is_whitespace() {
-            let comment = text[at + 1..].trim();
-            let rest = comment.strip_prefix(HOLD_PREFIX)?.trim_start();
-            return rest
-                .starts_with("hold")
-                .then(|| format!("# {}", comment.trim_end_matches('\r')));
+    let value = text.char_indices().nth(column.checked_sub(1)?)?.0;
+    let comment = &text[comment_start(text, value)? + 1..];
+    comment.split('#').find_map(|part| {
+        let part = part.trim().trim_end_matches('\r');
+        let rest = part.strip_prefix(HOLD_PREFIX)?.trim_start();
+        rest.starts_with("hold").then(|| format!("# {part}"))
+    })
+}
+
+/// The byte offset of the `#` that begins `text`'s YAML comment, reading from `from` (where a
+/// value begins): outside single- and double-quoted scalars (a quote opens one only where a
+/// token begins), and at the line's start or after a blank.
+fn comment_start(text: &str, from: usize) -> Option<usize> {
+    let mut previous = text[..from].chars().last().unwrap_or(' ');
+    let mut quote: Option<char> = None;
+    let mut chars = text[from..].char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        match quote {
+            Some('"') if c == '\\' => {
+                chars.next();
+            }
+            Some('\'') if c == '\'' && chars.peek().is_some_and(|(_, n)| *n == '\'') => {
+                chars.next();
+            }
+            Some(open) if c == open => quote = None,
+            Some(_) => {}
+            None if c == '#' && previous.is_whitespace() => return Some(from + at),
+            None if matches!(c, '"' | '\'')
+                && (previous.is_whitespace() || matches!(previous, '[' | '{' | ',' | ':')) =>
+            {
+                quote = Some(c)
+            }
+            None => {}
         }
         previous = c;
     }
@@ -539,7 +568,8 @@ pub fn plan_by(files: &[ScannedFile], want: impl Fn(&Reference) -> Wanted) -> Pl
             plan.summary.references += 1;
             match plan_field(&file.path, field, &want) {
                 FieldPlan::Change(change, field_edits) => {
-                    let held = may_hold.then(|| hold_comment(&file.source, field.line));
+                    let held =
+                        may_hold.then(|| hold_comment(&file.source, field.line, field.column));
                     match held.flatten() {
                         Some(reason) => {
                             plan.summary.held += 1;
@@ -1434,8 +1464,30 @@ mod tests {
     }
 
     #[test]
+    fn a_hold_is_a_yaml_comment_on_the_field_line_and_never_text_inside_a_string() {
+        // Minified JSON: one line, no comments; a string that says "# tagpin: hold" is text.
+        let json = r##"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","annotations":{"note":"x # tagpin: hold"}},"spec":{"containers":[{"name":"c","image":"nginx:1.27"},{"name":"d","image":"nginx:1.27","args":["# tagpin: hold"]}]}}"##;
+        let json_plan = plan(
+            &[scanned("p.json", json)],
+            &answers(&[("nginx:1.27", Ok(D1))]),
+            &Follow::default(),
+        );
+        assert_eq!((json_plan.changes.len(), json_plan.summary.held), (2, 0));
+        // A flow mapping: the comment after it is on the field's line and holds.
+        let flow = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: c, image: nginx:1.27}  # rolled back # tagpin: hold\n";
+        let flow_plan = plan(
+            &[scanned("p.yaml", flow)],
+            &answers(&[("nginx:1.27", Ok(D1))]),
+            &Follow::default(),
+        );
+        assert_eq!((flow_plan.changes.len(), flow_plan.summary.held), (0, 1));
+        assert_eq!(flow_plan.held[0].reason, "# tagpin: hold");
+    }
+
+    #[test]
     fn only_a_comment_that_says_tagpin_hold_holds_and_a_current_field_is_not_reported() {
-        let line = |l: &str| hold_comment(l.as_bytes(), 1);
+        // The value starts after `image: `, at column 8.
+        let line = |l: &str| hold_comment(l.as_bytes(), 1, 8);
         assert_eq!(
             line("image: a:1 # tagpin: hold"),
             Some("# tagpin: hold".into())
@@ -1444,7 +1496,6 @@ mod tests {
             line("image: a:1  #tagpin:hold\r"),
             Some("# tagpin:hold".into())
         );
-        assert_eq!(line("  # tagpin: hold"), Some("# tagpin: hold".into()));
         assert_eq!(line("image: a:1 # keep: tagpin: hold"), None);
         assert_eq!(line("image: a:1 # tagpin: pin"), None);
         assert_eq!(
@@ -1454,11 +1505,22 @@ mod tests {
         );
         assert_eq!(line("image: a:1"), None);
         assert_eq!(
-            hold_comment(b"a: 1\nimage: a:1 # tagpin: hold\n", 2),
+            line("image: a:1 # pinned for the audit # tagpin: hold until May"),
+            Some("# tagpin: hold until May".into()),
+            "a hold after other words of the comment"
+        );
+        assert_eq!(
+            line("image: \"a:1 # tagpin: hold\""),
+            None,
+            "inside the quoted value"
+        );
+        assert_eq!(
+            hold_comment(b"a: 1\nimage: a:1 # tagpin: hold\n", 2, 8),
             Some("# tagpin: hold".into())
         );
-        assert_eq!(hold_comment(b"a: 1\n", 5), None);
-        assert_eq!(hold_comment(b"a: 1\n", 0), None);
+        assert_eq!(hold_comment(b"a: 1\n", 5, 1), None);
+        assert_eq!(hold_comment(b"a: 1\n", 0, 1), None);
+        assert_eq!(hold_comment(b"a: 1\n", 1, 0), None);
         let pinned = format!(
             "apiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\nspec:\n  containers:\n  - name: c\n    image: nginx:1.27@{D1} # tagpin: hold\n"
         );
