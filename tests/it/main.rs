@@ -23,6 +23,7 @@ mod chart_values_helm;
 mod cli;
 mod cred_helpers;
 mod deploy;
+mod docs;
 mod examples;
 mod file_size;
 mod forges;
