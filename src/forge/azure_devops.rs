@@ -62,11 +62,12 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
+use super::common::read_pages_whole;
 use super::common::{encode, json, unix};
 use super::common::{host_of, http_client, in_flight, read_pages, retry_after, status_text};
 use super::common::{Answer, Calls, FailureWords, ForgeError, MAX_PAGES};
 use crate::config;
-use crate::review::{PullRequestInfo, Status, StatusState};
+use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Azure DevOps";
 /// Pull requests and statuses asked for per page (`$top`).
@@ -575,7 +576,12 @@ impl AzureDevOps {
     }
 
     /// Every status `context` on `sha`, newest first, with who set each and when.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+    ///
+    /// `GetStatuses` has no filter by context (`top`, `skip` and `latestOnly` only; the latest
+    /// per context may be someone else's, which would hide tagpin's own), so every context's
+    /// statuses are read up to the page bound: past it, the history says it is not whole, and
+    /// the soak clock starts again rather than read on.
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory, ForgeError> {
         let what = format!("read statuses of {sha}");
         let base = self.repo_url(&format!("/commits/{}/statuses", encode(sha)));
         let urls: Vec<String> = (0..MAX_PAGES)
@@ -600,14 +606,15 @@ impl AzureDevOps {
                 Ok((list.value, next))
             }
         };
-        let mut statuses = read_pages(urls[0].clone(), read_page, |_| false).await?;
+        let (mut statuses, complete) =
+            read_pages_whole(urls[0].clone(), read_page, |_| false).await?;
         statuses.retain(|s| {
             s.context
                 .as_ref()
                 .is_some_and(|c| context_name(c) == context)
         });
         statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
-        Ok(statuses
+        let statuses = statuses
             .iter()
             .filter_map(|s| {
                 Some(Status {
@@ -621,7 +628,8 @@ impl AzureDevOps {
                         .filter(|id| !id.is_empty()),
                 })
             })
-            .collect())
+            .collect();
+        Ok(StatusHistory { statuses, complete })
     }
 
     /// Posts status `context` on `sha`; each post is one more status of the commit.

@@ -268,6 +268,9 @@ struct ServerState {
     requests: Vec<RecordedRequest>,
     violations: Vec<Violation>,
     faults: Vec<Fault>,
+    /// What the server records as a commit status's time ([`Self::turn_back_clock`] of the
+    /// server).
+    clock: http_fake::Clock,
 }
 
 struct Repo {
@@ -360,6 +363,17 @@ impl AzureDevOpsServer {
     }
 
     /// Scripts a fault for the next matching requests, tried in the order added.
+    /// Turns the server's clock back: the commit statuses it records from now on are `by`
+    /// earlier (a scene set in the past).
+    pub fn turn_back_clock(&self, by: std::time::Duration) {
+        self.inner.lock().clock.turn_back(by);
+    }
+
+    /// Moves the server's clock forward by `by`.
+    pub fn advance_clock(&self, by: std::time::Duration) {
+        self.inner.lock().clock.advance(by);
+    }
+
     pub fn inject(&self, fault: Fault) {
         self.inner.lock().faults.push(fault);
     }
@@ -1817,7 +1831,7 @@ impl Ctx<'_> {
                 .unwrap_or("")
                 .to_string(),
             creator: self.who.to_string(),
-            created: SystemTime::now(),
+            created: state.clock.now(),
         };
         let value = self.status_json(&state, &status);
         state.statuses.push(status);

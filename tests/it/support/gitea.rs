@@ -214,6 +214,9 @@ struct ServerState {
     requests: Vec<RecordedRequest>,
     violations: Vec<Violation>,
     faults: Vec<Fault>,
+    /// What the server records as a commit status's time ([`Self::turn_back_clock`] of the
+    /// server).
+    clock: http_fake::Clock,
 }
 
 struct Repo {
@@ -322,6 +325,17 @@ impl GiteaServer {
     }
 
     /// Scripts a fault for the next matching requests, tried in the order added.
+    /// Turns the server's clock back: the commit statuses it records from now on are `by`
+    /// earlier (a scene set in the past).
+    pub fn turn_back_clock(&self, by: std::time::Duration) {
+        self.inner.lock().clock.turn_back(by);
+    }
+
+    /// Moves the server's clock forward by `by`.
+    pub fn advance_clock(&self, by: std::time::Duration) {
+        self.inner.lock().clock.advance(by);
+    }
+
     pub fn inject(&self, fault: Fault) {
         self.inner.lock().faults.push(fault);
     }
@@ -1727,7 +1741,7 @@ fn create_status(req: &Req, sha: &str) -> Reply {
             .unwrap_or_default()
             .to_string(),
         creator: req.login.to_string(),
-        created: SystemTime::now(),
+        created: state.clock.now(),
     };
     state.statuses.push(status.clone());
     Reply::json(StatusCode::CREATED, status_json(&state, &status))
