@@ -32,6 +32,11 @@
 //!   those answers more, and tagpin keeps the window itself. No list tagpin reads pages by
 //!   `x-ms-continuationtoken`: pull requests page by `$top`/`$skip`, commit statuses by
 //!   `top`/`skip` (without `$`, as `GetStatuses` declares them), threads come in one answer.
+//! - A pull request list answers each description cut to 400 characters ("Pull Requests -
+//!   Get Pull Requests": "description field will be truncated up to 400 symbols in the
+//!   result"): one not completed whose listed description may be cut is read again by id
+//!   before its plan is compared or parsed, so a quiet pass sends no edit and a pull request a
+//!   person abandoned is not opened again for the same digests.
 //! - A pull request's description holds at most 4,000 characters. A longer body is cut in its
 //!   text, saying so, and its plan block is kept whole in the pull request's properties
 //!   (`tagpin.plan`, the Pull Request Properties API, a preview API), from where it is read
@@ -74,6 +79,10 @@ const FORGE: &str = "Azure DevOps";
 pub const PAGE_TOP: usize = 100;
 /// The longest description Azure DevOps keeps on a pull request, in characters.
 pub const MAX_DESCRIPTION_CHARS: usize = 4000;
+/// How much of a description a pull request list answers ("Pull Requests - Get Pull
+/// Requests": "description field will be truncated up to 400 symbols in the result"), in
+/// UTF-16 code units, as .NET counts.
+pub const LIST_DESCRIPTION_UNITS: usize = 400;
 /// `api-version` asked of Azure DevOps Services.
 pub const CLOUD_API_VERSION: &str = "7.1";
 /// `api-version` asked of Azure DevOps Server: 2020 accepts up to 6.0, 2022 up to 7.0.
@@ -413,7 +422,7 @@ impl AzureDevOps {
                     .cloned();
                 let mut items = Vec::with_capacity(list.value.len());
                 for pr in list.value {
-                    items.push(self.with_plan(self.info(pr)).await?);
+                    items.push(self.whole(self.info(pr)).await?);
                 }
                 Ok((items, next))
             }
@@ -516,6 +525,19 @@ impl AzureDevOps {
         )
         .await?;
         Ok(())
+    }
+
+    /// A pull request as a list answered it, with its whole body where a pass compares or
+    /// parses it: a list cuts each description to 400 characters ([`LIST_DESCRIPTION_UNITS`]),
+    /// so one not completed (active, or abandoned by a person) whose listed description may
+    /// have been cut is read again by id, with its plan from its properties. A completed one
+    /// keeps what the list said: no pass reads a merged pull request's plan from a list (a
+    /// verdict reads it by id), and a branch's completed ones grow with every merge.
+    async fn whole(&self, pr: PullRequestInfo) -> Result<PullRequestInfo, ForgeError> {
+        if pr.merged || !may_be_cut(&pr.body) {
+            return self.with_plan(pr).await;
+        }
+        self.pull_request(pr.number).await
     }
 
     /// `pr` with the plan block its cut description left in its properties appended, as
@@ -933,6 +955,13 @@ fn find_comment<'t>(
     })
 }
 
+/// Whether a description a list answered may have been cut ([`LIST_DESCRIPTION_UNITS`]): it
+/// is as long as the cut, or one unit short (a cut that stopped before a surrogate pair), in
+/// UTF-16 code units; a cut counted in characters is at least as long in code units.
+fn may_be_cut(listed: &str) -> bool {
+    listed.encode_utf16().count() + 1 >= LIST_DESCRIPTION_UNITS
+}
+
 /// `body` as a description Azure DevOps keeps (at most [`MAX_DESCRIPTION_CHARS`]). A longer
 /// one is cut at a line, saying so; its plan block is left out of it (tagpin keeps it in the
 /// pull request's properties), and a marker says where it is.
@@ -1204,6 +1233,17 @@ mod tests {
         let body = crate::forge::body::render(&huge);
         assert!(fit_description(&body).chars().count() <= MAX_DESCRIPTION_CHARS);
         assert_eq!(crate::forge::body::parse(&stored_body(&body)), Some(huge));
+    }
+
+    #[test]
+    fn a_description_as_long_as_a_lists_cut_is_read_again() {
+        assert!(!may_be_cut("plan"));
+        assert!(!may_be_cut(&"x".repeat(LIST_DESCRIPTION_UNITS - 2)));
+        assert!(may_be_cut(&"x".repeat(LIST_DESCRIPTION_UNITS - 1)));
+        assert!(may_be_cut(&"x".repeat(LIST_DESCRIPTION_UNITS)));
+        // 200 characters of two UTF-16 units each: as long as the cut, in .NET's count.
+        assert!(may_be_cut(&"😀".repeat(LIST_DESCRIPTION_UNITS / 2)));
+        assert!(!may_be_cut(&"é".repeat(LIST_DESCRIPTION_UNITS / 2)));
     }
 
     #[test]

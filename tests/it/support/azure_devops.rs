@@ -25,7 +25,9 @@
 //!   with [`Fault::sign_in_page`], the `203` HTML sign-in page some routes answer), a project
 //!   or repository the server does not have is `404` (`TF401019`).
 //! - Pull request ids are the organization's, from 1. Lists answer `{"count", "value"}`;
-//!   pull requests newest first and paged by `$top` (101 when not given) and `$skip`;
+//!   pull requests newest first and paged by `$top` (101 when not given) and `$skip`, each
+//!   description cut to its first 400 UTF-16 code units ([`LIST_DESCRIPTION`]; the reference
+//!   of Get Pull Requests: "description field will be truncated up to 400 symbols");
 //!   statuses by `top` and `skip`; threads in one list. Times carry seven fractional digits,
 //!   as .NET writes them.
 //! - Branches, commits and completions are real: the repository is a bare Git repository, an
@@ -60,6 +62,10 @@ pub const API_VERSIONS: [&str; 3] = ["6.0", "7.0", "7.1"];
 pub const MAX_DESCRIPTION: usize = 4000;
 /// `$top` when a pull request list does not say.
 pub const DEFAULT_TOP: usize = 101;
+/// How much of a description a pull request list answers ("Get Pull Requests": "description
+/// field will be truncated up to 400 symbols in the result"), in UTF-16 code units, as .NET
+/// counts a string's length. One pull request read by id carries it whole.
+pub const LIST_DESCRIPTION: usize = 400;
 
 /// What a token may do: the Code scope, read and write or read only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -653,6 +659,19 @@ fn git_out(dir: &Path, args: &[&str]) -> Option<String> {
         .status
         .success()
         .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// `description` as a pull request list answers it: its first [`LIST_DESCRIPTION`] UTF-16
+/// code units (a pair is never split here; whether Azure DevOps splits one is not known).
+fn listed_description(description: &str) -> String {
+    let mut units = 0;
+    description
+        .chars()
+        .take_while(|c| {
+            units += c.len_utf16();
+            units <= LIST_DESCRIPTION
+        })
+        .collect()
 }
 
 fn branch_ref(branch: &str) -> String {
@@ -1408,6 +1427,7 @@ impl Ctx<'_> {
                 if let Some(v) = v.as_object_mut() {
                     v.remove("_links");
                 }
+                v["description"] = json!(listed_description(&p.description));
                 v
             })
             .collect();
