@@ -606,7 +606,9 @@ impl AzureDevOps {
     pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory, ForgeError> {
         let what = format!("read statuses of {sha}");
         let base = self.repo_url(&format!("/commits/{}/statuses", encode(sha)));
-        let urls: Vec<String> = (0..MAX_PAGES)
+        // One address past the bound: a full last page names it as its next, so the read
+        // knows more remain (and says the history is not whole); it is never read.
+        let urls: Vec<String> = (0..=MAX_PAGES)
             .map(|n| {
                 let (top, skip) = (PAGE_TOP.to_string(), (n * PAGE_TOP).to_string());
                 // This list's parameters have no `$` (`GetStatuses`: `top`, `skip`).

@@ -1751,6 +1751,75 @@ mod a_replayed_stage_status_is_no_newer_evidence {
     }
 }
 
+/// A flood of statuses past the page bound can hide tagpin's own on a commit (Gitea's and Azure
+/// DevOps's status lists have no filter by context): the soak then starts again, and never
+/// reads an older start from a commit further back. Staging converged at T0 on one commit; a
+/// commit that changes nothing of staging's carried that start; there staging regressed and
+/// converged again at T0+40m; then 2,600 (Gitea) or 5,100 (Azure DevOps) statuses of a CI
+/// job's buried tagpin's. At T0+70m the soak is not over.
+async fn a_flood_of_statuses_only_restarts_the_soak(kind: Kind) {
+    use std::time::Duration;
+    let minutes = |m: u64| Duration::from_secs(60 * m);
+    let w = Stages::new(kind, "1h").await;
+    let image = w.sync().await;
+    let digest = digest_of(&image);
+    w.runs(&w.staging, &image, &digest);
+    let report = w.promote_at(Duration::ZERO).await;
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let started = report["gate"]["since"].as_i64().unwrap();
+
+    // A commit that changes nothing of staging's carries the start of T0.
+    w.repo
+        .commit_as_other_writer("main", &[("README.md", "docs\n")], "Docs");
+    let tip = w.tip();
+    w.hub.advance_clock(minutes(20));
+    let report = w.promote_at(minutes(20)).await;
+    assert_eq!(
+        report["gate"]["since"].as_i64(),
+        Some(started),
+        "{report:#}"
+    );
+
+    // There staging regresses at T0+30m and converges again at T0+40m.
+    w.hub.advance_clock(minutes(10));
+    w.runs(&w.staging, &image, &w.old);
+    let report = w.promote_at(minutes(30)).await;
+    assert_eq!(report["gate"]["gate"], "waiting", "{report:#}");
+    w.hub.advance_clock(minutes(10));
+    w.runs(&w.staging, &image, &digest);
+    let report = w.promote_at(minutes(40)).await;
+    let again = report["gate"]["since"].as_i64().unwrap();
+    assert!(again >= started + 40 * 60, "{report:#}");
+
+    // A CI job buries tagpin's statuses on that commit past the page bound.
+    w.hub.advance_clock(minutes(1));
+    match &w.hub {
+        Hub::Gitea(gt) => gt.flood_statuses_as("ci-bot", GITEA_REPO, &tip, 50 * 50 + 100),
+        Hub::AzureDevOps(ado) => ado.flood_statuses_as("ci-bot", ADO_REPO, &tip, 50 * 100 + 100),
+        _ => unreachable!("a forge whose status list has no filter by context"),
+    }
+
+    w.hub.advance_clock(minutes(29));
+    let report = w.promote_at(minutes(70)).await;
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let since = report["gate"]["since"].as_i64().unwrap();
+    assert!(since >= again, "never earlier than T0+40m: {report:#}");
+    assert!(w.hub.changes().is_empty(), "nothing promoted");
+    w.hub.assert_no_violations();
+}
+
+mod a_flood_of_statuses_only_restarts_the_soak {
+    use super::Kind;
+    #[tokio::test]
+    async fn gitea() {
+        super::a_flood_of_statuses_only_restarts_the_soak(Kind::Gitea).await;
+    }
+    #[tokio::test]
+    async fn azure_devops() {
+        super::a_flood_of_statuses_only_restarts_the_soak(Kind::AzureDevOps).await;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The controller.
 

@@ -553,6 +553,29 @@ impl AzureDevOpsServer {
             .collect()
     }
 
+    /// `user` floods `sha` in `repo` with `count` succeeded statuses of contexts of its own
+    /// (genre `ci`, name `step-N`), as that many posts through the API would leave them: a CI
+    /// job that posts one per step of a long pipeline, or someone burying tagpin's.
+    pub fn flood_statuses_as(&self, user: &str, repo: &str, sha: &str, count: usize) {
+        let mut state = self.inner.lock();
+        state.ensure_identity(user);
+        let now = state.clock.now();
+        for n in 0..count {
+            let id = state.statuses.len() as u64 + 1;
+            state.statuses.push(CommitStatus {
+                id,
+                repo: repo.to_string(),
+                sha: sha.to_string(),
+                genre: Some("ci".into()),
+                name: format!("step-{n}"),
+                state: "succeeded".into(),
+                description: String::new(),
+                creator: user.to_string(),
+                created: now,
+            });
+        }
+    }
+
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.inner.lock().requests.clone()
     }

@@ -554,6 +554,35 @@ impl GiteaServer {
             .collect()
     }
 
+    /// `login` floods `sha` in `repo` with `count` successful statuses of contexts of its own
+    /// (`ci/step-N`), as that many posts through the API would leave them: a CI job that
+    /// posts one per step of a long pipeline, or someone burying tagpin's.
+    pub fn flood_statuses_as(&self, login: &str, repo: &str, sha: &str, count: usize) {
+        let mut state = self.inner.lock();
+        let repo_id = state.repos[state.repo_index(repo)].id;
+        let now = state.clock.now();
+        for n in 0..count {
+            let id = FIRST_STATUS_ID + state.statuses.len() as u64;
+            let index = 1 + state
+                .statuses
+                .iter()
+                .filter(|s| s.repo_id == repo_id && s.sha == sha)
+                .count() as u64;
+            state.statuses.push(CommitStatus {
+                id,
+                repo_id,
+                index,
+                sha: sha.to_string(),
+                context: format!("ci/step-{n}"),
+                state: "success".into(),
+                description: String::new(),
+                target_url: String::new(),
+                creator: login.to_string(),
+                created: now,
+            });
+        }
+    }
+
     /// The labels of `repo`.
     pub fn labels(&self, repo: &str) -> Vec<Label> {
         let state = self.inner.lock();
