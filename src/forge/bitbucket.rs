@@ -649,8 +649,8 @@ impl Bitbucket {
         );
         self.request(&what, Method::GET, &url, None).await?;
         Ok(self.signer.forge_now().unwrap_or_else(|| {
-            tracing::debug!(
-                "Bitbucket sent no Date header: statuses are signed on this machine's clock"
+            tracing::warn!(
+                "Bitbucket sent no Date header: tagpin stamps its statuses with this machine's clock, and reads them as its own only while Bitbucket's clock agrees within seconds"
             );
             crate::clock::unix_now()
         }))
