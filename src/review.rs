@@ -24,6 +24,18 @@ pub struct Status {
     pub creator: Option<String>,
 }
 
+/// The statuses of one context on one commit, as tagpin read them back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatusHistory {
+    /// Newest first.
+    pub statuses: Vec<Status>,
+    /// Whether every status tagpin set there can be among `statuses`. `false` when the list
+    /// was cut at the page bound (a flood of others' statuses can push tagpin's past it), or
+    /// when the forge keeps one status per key and what holds tagpin's key is not tagpin's own
+    /// word (tagpin's, if it set one, was replaced). What tagpin wrote there is then unknown.
+    pub complete: bool,
+}
+
 /// What tagpin reads of a pull request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullRequestInfo {

@@ -32,6 +32,11 @@
 //!   those answers more, and tagpin keeps the window itself. No list tagpin reads pages by
 //!   `x-ms-continuationtoken`: pull requests page by `$top`/`$skip`, commit statuses by
 //!   `top`/`skip` (without `$`, as `GetStatuses` declares them), threads come in one answer.
+//! - A pull request list answers each description cut to 400 characters ("Pull Requests -
+//!   Get Pull Requests": "description field will be truncated up to 400 symbols in the
+//!   result"): one not completed whose listed description may be cut is read again by id
+//!   before its plan is compared or parsed, so a quiet pass sends no edit and a pull request a
+//!   person abandoned is not opened again for the same digests.
 //! - A pull request's description holds at most 4,000 characters. A longer body is cut in its
 //!   text, saying so, and its plan block is kept whole in the pull request's properties
 //!   (`tagpin.plan`, the Pull Request Properties API, a preview API), from where it is read
@@ -62,17 +67,22 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
+use super::common::read_pages_whole;
 use super::common::{encode, json, unix};
 use super::common::{host_of, http_client, in_flight, read_pages, retry_after, status_text};
 use super::common::{Answer, Calls, FailureWords, ForgeError, MAX_PAGES};
 use crate::config;
-use crate::review::{PullRequestInfo, Status, StatusState};
+use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Azure DevOps";
 /// Pull requests and statuses asked for per page (`$top`).
 pub const PAGE_TOP: usize = 100;
 /// The longest description Azure DevOps keeps on a pull request, in characters.
 pub const MAX_DESCRIPTION_CHARS: usize = 4000;
+/// How much of a description a pull request list answers ("Pull Requests - Get Pull
+/// Requests": "description field will be truncated up to 400 symbols in the result"), in
+/// UTF-16 code units, as .NET counts.
+pub const LIST_DESCRIPTION_UNITS: usize = 400;
 /// `api-version` asked of Azure DevOps Services.
 pub const CLOUD_API_VERSION: &str = "7.1";
 /// `api-version` asked of Azure DevOps Server: 2020 accepts up to 6.0, 2022 up to 7.0.
@@ -412,7 +422,7 @@ impl AzureDevOps {
                     .cloned();
                 let mut items = Vec::with_capacity(list.value.len());
                 for pr in list.value {
-                    items.push(self.with_plan(self.info(pr)).await?);
+                    items.push(self.whole(self.info(pr)).await?);
                 }
                 Ok((items, next))
             }
@@ -517,6 +527,19 @@ impl AzureDevOps {
         Ok(())
     }
 
+    /// A pull request as a list answered it, with its whole body where a pass compares or
+    /// parses it: a list cuts each description to 400 characters ([`LIST_DESCRIPTION_UNITS`]),
+    /// so one not completed (active, or abandoned by a person) whose listed description may
+    /// have been cut is read again by id, with its plan from its properties. A completed one
+    /// keeps what the list said: no pass reads a merged pull request's plan from a list (a
+    /// verdict reads it by id), and a branch's completed ones grow with every merge.
+    async fn whole(&self, pr: PullRequestInfo) -> Result<PullRequestInfo, ForgeError> {
+        if pr.merged || !may_be_cut(&pr.body) {
+            return self.with_plan(pr).await;
+        }
+        self.pull_request(pr.number).await
+    }
+
     /// `pr` with the plan block its cut description left in its properties appended, as
     /// [`stored_body`] composes it; unchanged when its description is whole.
     async fn with_plan(&self, mut pr: PullRequestInfo) -> Result<PullRequestInfo, ForgeError> {
@@ -575,10 +598,17 @@ impl AzureDevOps {
     }
 
     /// Every status `context` on `sha`, newest first, with who set each and when.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+    ///
+    /// `GetStatuses` has no filter by context (`top`, `skip` and `latestOnly` only; the latest
+    /// per context may be someone else's, which would hide tagpin's own), so every context's
+    /// statuses are read up to the page bound: past it, the history says it is not whole, and
+    /// the soak clock starts again rather than read on.
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory, ForgeError> {
         let what = format!("read statuses of {sha}");
         let base = self.repo_url(&format!("/commits/{}/statuses", encode(sha)));
-        let urls: Vec<String> = (0..MAX_PAGES)
+        // One address past the bound: a full last page names it as its next, so the read
+        // knows more remain (and says the history is not whole); it is never read.
+        let urls: Vec<String> = (0..=MAX_PAGES)
             .map(|n| {
                 let (top, skip) = (PAGE_TOP.to_string(), (n * PAGE_TOP).to_string());
                 // This list's parameters have no `$` (`GetStatuses`: `top`, `skip`).
@@ -600,14 +630,15 @@ impl AzureDevOps {
                 Ok((list.value, next))
             }
         };
-        let mut statuses = read_pages(urls[0].clone(), read_page, |_| false).await?;
+        let (mut statuses, complete) =
+            read_pages_whole(urls[0].clone(), read_page, |_| false).await?;
         statuses.retain(|s| {
             s.context
                 .as_ref()
                 .is_some_and(|c| context_name(c) == context)
         });
         statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
-        Ok(statuses
+        let statuses = statuses
             .iter()
             .filter_map(|s| {
                 Some(Status {
@@ -621,7 +652,8 @@ impl AzureDevOps {
                         .filter(|id| !id.is_empty()),
                 })
             })
-            .collect())
+            .collect();
+        Ok(StatusHistory { statuses, complete })
     }
 
     /// Posts status `context` on `sha`; each post is one more status of the commit.
@@ -925,6 +957,13 @@ fn find_comment<'t>(
     })
 }
 
+/// Whether a description a list answered may have been cut ([`LIST_DESCRIPTION_UNITS`]): it
+/// is as long as the cut, or one unit short (a cut that stopped before a surrogate pair), in
+/// UTF-16 code units; a cut counted in characters is at least as long in code units.
+fn may_be_cut(listed: &str) -> bool {
+    listed.encode_utf16().count() + 1 >= LIST_DESCRIPTION_UNITS
+}
+
 /// `body` as a description Azure DevOps keeps (at most [`MAX_DESCRIPTION_CHARS`]). A longer
 /// one is cut at a line, saying so; its plan block is left out of it (tagpin keeps it in the
 /// pull request's properties), and a marker says where it is.
@@ -1196,6 +1235,17 @@ mod tests {
         let body = crate::forge::body::render(&huge);
         assert!(fit_description(&body).chars().count() <= MAX_DESCRIPTION_CHARS);
         assert_eq!(crate::forge::body::parse(&stored_body(&body)), Some(huge));
+    }
+
+    #[test]
+    fn a_description_as_long_as_a_lists_cut_is_read_again() {
+        assert!(!may_be_cut("plan"));
+        assert!(!may_be_cut(&"x".repeat(LIST_DESCRIPTION_UNITS - 2)));
+        assert!(may_be_cut(&"x".repeat(LIST_DESCRIPTION_UNITS - 1)));
+        assert!(may_be_cut(&"x".repeat(LIST_DESCRIPTION_UNITS)));
+        // 200 characters of two UTF-16 units each: as long as the cut, in .NET's count.
+        assert!(may_be_cut(&"😀".repeat(LIST_DESCRIPTION_UNITS / 2)));
+        assert!(!may_be_cut(&"é".repeat(LIST_DESCRIPTION_UNITS / 2)));
     }
 
     #[test]

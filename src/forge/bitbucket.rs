@@ -29,13 +29,17 @@
 //!   and body only), so their `merge_commit_sha` is none there.
 //! - Pull requests have no labels. Nothing stands in: `pull_request.labels` are not set on
 //!   Bitbucket (tagpin recognises its pull requests by branch and plan block everywhere).
-//! - A build status is one per key and commit, overwritten in place, and records no creator.
-//!   tagpin signs its own: the status `url` (which Bitbucket requires) ends in
-//!   `#tagpin-<HMAC>`, an HMAC-SHA256, keyed by the token, of the repository, commit, key,
-//!   state and description. Only a status whose signature checks is tagpin's own (creator:
-//!   [`Bitbucket::login`]); any other in tagpin's key, a CI job's say, has no creator and
-//!   carries no soak clock. Since the CI job's status replaced tagpin's, the clock starts
-//!   again when tagpin posts its own: never earlier. A new token starts the clocks again too.
+//! - A build status is one per key and commit, overwritten in place, and records no creator,
+//!   but Bitbucket records when it was last set (`updated_on`). tagpin stamps its own: the
+//!   status `url` (which Bitbucket requires) ends in `#tagpin-<time>-<HMAC>`, the time tagpin
+//!   said it on Bitbucket's clock (the `Date` of its latest answer) and an HMAC-SHA256, keyed
+//!   by the token, of the repository, commit, key, state, description and that time. Only a
+//!   status whose stamp checks and whose `updated_on` is that time (within
+//!   [`super::common::SAID_EARLY`] and [`super::common::SAID_LATE`]) is tagpin's own (creator:
+//!   [`Bitbucket::login`]): one of tagpin's saved and posted again later is not. Any other in
+//!   tagpin's key, a CI job's say, has no creator and carries no soak clock, and the history
+//!   says tagpin's own was replaced: the clock starts again when tagpin posts its own, never
+//!   earlier. A new token starts the clocks again too.
 //! - Keys are at most 40 characters ([`MAX_KEY_CHARS`]): a longer context is cut and given a
 //!   hash of the whole, so two contexts never share a key; the status's `name` is the context.
 //! - `GET /user` (whose `uuid` names tagpin's comments and statuses) answers a user's app
@@ -61,11 +65,11 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{encode, json, json_request, unix};
 use super::common::{host_of, http_client, status_text};
-use super::common::{in_flight, read_pages, updated_before};
+use super::common::{in_flight, read_pages, read_pages_whole, updated_before};
 use super::common::{retry_after, Answer, Calls, FailureWords, ForgeError, StatusSigner};
 use crate::config;
 use crate::mutex::lock;
-use crate::review::{PullRequestInfo, Status, StatusState};
+use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Bitbucket";
 /// Pull requests asked for per page: Bitbucket's largest `pagelen` for pull requests.
@@ -551,13 +555,15 @@ impl Bitbucket {
     }
 
     /// The build status of `context`'s key on `sha` (Bitbucket keeps one per key), with
-    /// `me` as its creator when tagpin's signature on it checks, and none otherwise.
+    /// `me` as its creator when it is tagpin's own word ([`StatusSigner::owns`]: signed, and
+    /// recorded by Bitbucket when tagpin said it), and none otherwise. The history is not
+    /// whole when the key holds anything else: tagpin's own, if it set one, was replaced.
     pub async fn statuses(
         &self,
         sha: &str,
         context: &str,
         me: &str,
-    ) -> Result<Vec<Status>, ForgeError> {
+    ) -> Result<StatusHistory, ForgeError> {
         let what = format!("read build statuses of {sha}");
         let page_len = LONG_PAGE_LEN.to_string();
         let first = with_query(
@@ -566,7 +572,8 @@ impl Bitbucket {
         );
         let what = what.as_str();
         let read_page = |url: String| async move { self.read_page(what, &url).await };
-        let statuses: Vec<CommitStatus> = read_pages(first, read_page, |_| false).await?;
+        let (statuses, whole): (Vec<CommitStatus>, bool) =
+            read_pages_whole(first, read_page, |_| false).await?;
         let key = status_key(context);
         let mut found: Vec<Status> = statuses
             .iter()
@@ -574,27 +581,32 @@ impl Bitbucket {
             .filter_map(|s| {
                 let state = read_state(&s.state)?;
                 let description = s.description.clone().unwrap_or_default();
-                let signed = s.url.as_deref().is_some_and(|url| {
-                    self.signature_checks(sha, &key, &s.state, &description, url)
+                let recorded = s
+                    .updated_on
+                    .as_deref()
+                    .or(s.created_on.as_deref())
+                    .and_then(unix);
+                let own = s.url.as_deref().is_some_and(|url| {
+                    self.status_is_own(sha, &key, &s.state, &description, url, recorded)
                 });
                 Some(Status {
                     state,
                     description,
-                    created_at: s
-                        .updated_on
-                        .as_deref()
-                        .or(s.created_on.as_deref())
-                        .and_then(unix),
-                    creator: signed.then(|| me.to_string()),
+                    created_at: recorded,
+                    creator: own.then(|| me.to_string()),
                 })
             })
             .collect();
         found.sort_by_key(|s| std::cmp::Reverse(s.created_at));
-        Ok(found)
+        let complete = whole && found.iter().all(|s| s.creator.as_deref() == Some(me));
+        Ok(StatusHistory {
+            statuses: found,
+            complete,
+        })
     }
 
-    /// Sets build status `context` on `sha`, signed as tagpin's own; Bitbucket overwrites the
-    /// status of the same key.
+    /// Sets build status `context` on `sha`, signed as tagpin's own and said now on
+    /// Bitbucket's clock; Bitbucket overwrites the status of the same key.
     pub async fn set_status(
         &self,
         sha: &str,
@@ -605,8 +617,9 @@ impl Bitbucket {
         let what = format!("set build status {context} on {sha}");
         let key = status_key(context);
         let wire = wire_state(state);
-        let signature = self.signature(sha, &key, wire, description);
-        let url = format!("{}#tagpin-{signature}", self.commit_page(sha));
+        let at = self.forge_now(sha).await?;
+        let stamp = self.stamp(sha, &key, wire, description, at);
+        let url = format!("{}#tagpin-{stamp}", self.commit_page(sha));
         let status = NewStatus {
             key: &key,
             state: wire,
@@ -617,7 +630,30 @@ impl Bitbucket {
         let post = self.repo_url(&format!("/commit/{sha}/statuses/build"));
         self.request(&what, Method::POST, &post, Some(json(&status)))
             .await?;
+        self.signer.remember((sha, &key), at);
         Ok(())
+    }
+
+    /// Now on Bitbucket's clock, from the `Date` of its latest answer; when none came within
+    /// the last minute, the first page of `sha`'s statuses is read for one. Without any `Date`
+    /// (a proxy that drops it), this machine's clock: a status it is far off from reads as
+    /// not tagpin's, and its soak starts again, never earlier.
+    async fn forge_now(&self, sha: &str) -> Result<i64, ForgeError> {
+        if let Some(now) = self.signer.forge_now() {
+            return Ok(now);
+        }
+        let what = format!("read Bitbucket's clock (GET build statuses of {sha})");
+        let url = with_query(
+            &self.repo_url(&format!("/commit/{sha}/statuses")),
+            &[("pagelen", "1")],
+        );
+        self.request(&what, Method::GET, &url, None).await?;
+        Ok(self.signer.forge_now().unwrap_or_else(|| {
+            tracing::warn!(
+                "Bitbucket sent no Date header: tagpin stamps its statuses with this machine's clock, and reads them as its own only while Bitbucket's clock agrees within seconds"
+            );
+            crate::clock::unix_now()
+        }))
     }
 
     /// Where a person sees commit `sha`: bitbucket.org's page for Bitbucket Cloud, the API's
@@ -634,26 +670,28 @@ impl Bitbucket {
         }
     }
 
-    /// The signature of a status tagpin posts (see [`StatusSigner`]).
-    fn signature(&self, sha: &str, key: &str, state: &str, description: &str) -> String {
+    /// The stamp of a status tagpin posts, said at `at` (see [`StatusSigner`]).
+    fn stamp(&self, sha: &str, key: &str, state: &str, description: &str, at: i64) -> String {
         self.signer
-            .sign(&[&self.full_name, sha, key, state, description])
+            .stamp(&[&self.full_name, sha, key, state, description], at)
     }
 
-    /// Whether a status's `url` carries tagpin's signature of it.
-    fn signature_checks(
+    /// Whether a status whose `url` is given, recorded by Bitbucket at `recorded`, is tagpin's
+    /// own word: its stamp checks, and it was recorded when it was said.
+    fn status_is_own(
         &self,
         sha: &str,
         key: &str,
         state: &str,
         description: &str,
         url: &str,
+        recorded: Option<i64>,
     ) -> bool {
         let Some((_, given)) = url.rsplit_once("#tagpin-") else {
             return false;
         };
-        self.signer
-            .holds(&[&self.full_name, sha, key, state, description], given)
+        let said = [self.full_name.as_str(), sha, key, state, description];
+        self.signer.owns((sha, key), &said, given, recorded)
     }
 
     /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found
@@ -714,7 +752,9 @@ impl Bitbucket {
             wait: rate_limit_wait,
             describe: &describe,
         };
-        self.calls().send(what, build, &words).await
+        let answer = self.calls().send(what, build, &words).await?;
+        self.signer.note_date(&answer.headers);
+        Ok(answer)
     }
 
     fn calls(&self) -> Calls<'_> {
@@ -1021,42 +1061,97 @@ mod tests {
     }
 
     #[test]
-    fn only_a_status_tagpin_signed_with_its_token_is_its_own() {
+    fn only_a_status_tagpin_signed_when_bitbucket_recorded_it_is_its_own() {
         let ours = adapter("token-a");
         let sha = "a".repeat(40);
-        let sig = ours.signature(&sha, "tagpin/converged", "SUCCESSFUL", "converged");
-        let url = format!("https://bitbucket.org/acme/gitops/commits/{sha}#tagpin-{sig}");
+        let key = "tagpin/converged";
+        let at = 1_767_319_445;
+        let stamp = ours.stamp(&sha, key, "SUCCESSFUL", "converged", at);
+        let url = format!("https://bitbucket.org/acme/gitops/commits/{sha}#tagpin-{stamp}");
         assert!(url.starts_with("https://bitbucket.org/acme/gitops/commits/"));
-        assert!(ours.signature_checks(&sha, "tagpin/converged", "SUCCESSFUL", "converged", &url));
+        let own = |b: &Bitbucket, sha: &str, state, description, url: &str, recorded: i64| {
+            b.status_is_own(sha, key, state, description, url, Some(recorded))
+        };
+        assert!(own(&ours, &sha, "SUCCESSFUL", "converged", &url, at + 1));
         // Another description, state, commit or token: not tagpin's.
-        assert!(!ours.signature_checks(
-            &sha,
-            "tagpin/converged",
-            "SUCCESSFUL",
-            "converged since 2020",
-            &url
-        ));
-        assert!(!ours.signature_checks(&sha, "tagpin/converged", "FAILED", "converged", &url));
-        assert!(!ours.signature_checks(
+        let says = "converged since 2020";
+        assert!(!own(&ours, &sha, "SUCCESSFUL", says, &url, at + 1));
+        assert!(!own(&ours, &sha, "FAILED", "converged", &url, at + 1));
+        assert!(!own(
+            &ours,
             &"b".repeat(40),
-            "tagpin/converged",
             "SUCCESSFUL",
             "converged",
-            &url
+            &url,
+            at
         ));
-        assert!(!adapter("token-b").signature_checks(
+        let other = adapter("token-b");
+        assert!(!own(&other, &sha, "SUCCESSFUL", "converged", &url, at + 1));
+        let ci = "https://ci.example.com/1";
+        assert!(!own(&ours, &sha, "SUCCESSFUL", "converged", ci, at + 1));
+        // The same status posted again an hour later: Bitbucket records it then, and what
+        // tagpin said an hour before is no word of its now.
+        let fresh = adapter("token-a");
+        assert!(!own(
+            &fresh,
             &sha,
-            "tagpin/converged",
             "SUCCESSFUL",
             "converged",
-            &url
+            &url,
+            at + 3600
         ));
-        assert!(!ours.signature_checks(
+        // Without a recorded time there is nothing to bind it to.
+        assert!(!fresh.status_is_own(&sha, key, "SUCCESSFUL", "converged", &url, None));
+    }
+
+    #[test]
+    fn a_status_said_before_the_newest_this_process_saw_is_a_replay() {
+        let bb = adapter("token-a");
+        let sha = "a".repeat(40);
+        let key = "tagpin/stage/staging";
+        let url = |state: &str, description: &str, at: i64| {
+            let stamp = bb.stamp(&sha, key, state, description, at);
+            format!("https://bitbucket.org/acme/gitops/commits/{sha}#tagpin-{stamp}")
+        };
+        let first = url("SUCCESSFUL", "converged since T0", 1_000);
+        let broken = url("INPROGRESS", "1 of 2 pods on an old digest", 1_030);
+        assert!(bb.status_is_own(
             &sha,
-            "tagpin/converged",
+            key,
             "SUCCESSFUL",
-            "converged",
-            "https://ci.example.com/1"
+            "converged since T0",
+            &first,
+            Some(1_001)
+        ));
+        assert!(bb.status_is_own(
+            &sha,
+            key,
+            "INPROGRESS",
+            "1 of 2 pods on an old digest",
+            &broken,
+            Some(1_031)
+        ));
+        // The first posted again within the window Bitbucket's times allow: this process has
+        // seen a newer word of tagpin's there, so it is a replay.
+        let again = bb.status_is_own(
+            &sha,
+            key,
+            "SUCCESSFUL",
+            "converged since T0",
+            &first,
+            Some(1_040),
+        );
+        assert!(!again, "older than the newest seen");
+        // What this process set itself counts as seen.
+        bb.signer.remember((&sha, key), 2_000);
+        let later = url("SUCCESSFUL", "converged since T1", 1_990);
+        assert!(!bb.status_is_own(
+            &sha,
+            key,
+            "SUCCESSFUL",
+            "converged since T1",
+            &later,
+            Some(1_995)
         ));
     }
 

@@ -29,12 +29,17 @@
 //!   nothing stands in for them on the pull request. tagpin finds its pull requests by their
 //!   source branch (`pull_request.branch_prefix`), as on every forge.
 //! - A build status has no author: Bitbucket keeps one per commit and key, and anyone who may
-//!   read the repository may replace it. tagpin signs its own: `buildNumber` carries an
-//!   HMAC-SHA256, keyed by the token, of the repository, commit, key, tagpin's state and the
-//!   description. A status whose signature holds is tagpin's (its creator is the token's
-//!   user); any other in tagpin's key (a CI job's, or tagpin's own under a token since
-//!   rotated) has no known creator, carries no soak clock and is set over. `FAILED` stands for
-//!   tagpin's failure and error alike; the signature tells which it was.
+//!   read the repository may replace it. tagpin stamps its own: `buildNumber` carries
+//!   `<time>-<HMAC>`, the time tagpin said it on Bitbucket's clock (the `Date` of its latest
+//!   answer) and an HMAC-SHA256, keyed by the token, of the repository, commit, key, tagpin's
+//!   state, the description and that time. A status whose stamp holds and whose `updatedDate`
+//!   is that time (within [`super::common::SAID_EARLY`] and [`super::common::SAID_LATE`]) is
+//!   tagpin's (its creator is the token's user); any other in tagpin's key (a CI job's, tagpin's
+//!   own posted again later, or under a token since rotated) has no known creator, carries no
+//!   soak clock and is set over. `FAILED` stands for tagpin's failure and error alike; the
+//!   stamp tells which it was. Data Center lets the poster set that time (`lastUpdated`): a
+//!   copy posted again with its old time is told apart only by a process that has seen a newer
+//!   status of tagpin's there (README, Forges, says what remains).
 //! - The token's user is the `X-AUSERNAME` header Bitbucket sets on every authenticated answer
 //!   (read from `GET` of the repository); a proxy that drops it leaves `forge.login` to say.
 //! - Comments are read from the pull request's activities (`COMMENTED`), edited with `PUT`
@@ -59,7 +64,7 @@ use super::common::{encode, json, json_request};
 use super::common::{host_of, http_client, in_flight, read_pages, retry_after, status_text};
 use super::common::{updated_before, Answer, Calls, FailureWords, ForgeError, StatusSigner};
 use crate::config;
-use crate::review::{PullRequestInfo, Status, StatusState};
+use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Bitbucket";
 /// Where Data Center serves its REST API under `api_url`.
@@ -630,46 +635,57 @@ impl BitbucketServer {
     }
 
     /// The build status `context` on `sha` (Bitbucket keeps one per commit and key), with its
-    /// creator the token's user when tagpin's signature holds, unknown otherwise.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+    /// creator the token's user when it is tagpin's own word ([`StatusSigner::owns`]), unknown
+    /// otherwise. The history is not whole when the key holds anything else: tagpin's own, if
+    /// it set one, was replaced.
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory, ForgeError> {
         let me = self.login().await?.to_string();
         let what = format!("read build status {context} of {sha}");
         let url = with_key(
             &self.repo_url(&format!("/commits/{}/builds", encode(sha))),
             context,
         );
+        let none = StatusHistory {
+            statuses: Vec::new(),
+            complete: true,
+        };
         let answer = match self.request(&what, Method::GET, &url, None).await {
             // The repository was read already (the login); a 404 here is no status of the key.
-            Err(e) if e.status() == Some(404) => return Ok(Vec::new()),
+            Err(e) if e.status() == Some(404) => return Ok(none),
             answer => answer?,
         };
         let status: BuildStatus = self.calls().parse(&what, &answer.body)?;
         if status.key != context {
-            return Ok(Vec::new());
+            return Ok(none);
         }
-        Ok(self.read_status(sha, &status, &me).into_iter().collect())
+        let statuses: Vec<Status> = self.read_status(sha, &status, &me).into_iter().collect();
+        let complete = statuses.iter().all(|s| s.creator.as_deref() == Some(&me));
+        Ok(StatusHistory { statuses, complete })
     }
 
-    /// A build status as tagpin reads it: tagpin's own (creator `me`) when its signature
-    /// holds for one of the states Bitbucket's state stands for.
+    /// A build status as tagpin reads it: tagpin's own (creator `me`) when its stamp holds
+    /// for one of the states Bitbucket's state stands for, and it was recorded when said.
     fn read_status(&self, sha: &str, status: &BuildStatus, me: &str) -> Option<Status> {
         let candidates = read_states(&status.state);
         let description = status.description.clone().unwrap_or_default();
+        let recorded = status.updated_date.or(status.created_date).map(seconds);
         let signed = candidates.iter().copied().find(|state| {
             status.build_number.as_deref().is_some_and(|given| {
-                self.signature_holds(sha, &status.key, *state, &description, given)
+                let said = self.said(sha, &status.key, *state, &description);
+                self.signer.owns((sha, &status.key), &said, given, recorded)
             })
         });
         let state = signed.or_else(|| candidates.first().copied())?;
         Some(Status {
             state,
             description,
-            created_at: status.updated_date.or(status.created_date).map(seconds),
+            created_at: recorded,
             creator: signed.map(|_| me.to_string()),
         })
     }
 
-    /// Sets build status `context` on `sha`, replacing the one of that key, signed.
+    /// Sets build status `context` on `sha`, replacing the one of that key, stamped as
+    /// tagpin's own and said now on Bitbucket's clock.
     pub async fn set_status(
         &self,
         sha: &str,
@@ -679,6 +695,7 @@ impl BitbucketServer {
     ) -> Result<(), ForgeError> {
         let what = format!("set build status {context} on {sha}");
         let url = self.repo_url(&format!("/commits/{}/builds", encode(sha)));
+        let at = self.forge_now().await?;
         let status = NewBuildStatus {
             key: context,
             state: wire_state(state),
@@ -691,11 +708,33 @@ impl BitbucketServer {
             ),
             name: context,
             description,
-            build_number: self.signature(sha, context, state, description),
+            build_number: self
+                .signer
+                .stamp(&self.said(sha, context, state, description), at),
         };
         self.request(&what, Method::POST, &url, Some(json(&status)))
             .await?;
+        self.signer.remember((sha, context), at);
         Ok(())
+    }
+
+    /// Now on Bitbucket's clock, from the `Date` of its latest answer; when none came within
+    /// the last minute, the repository is read for one. Without any `Date` (a proxy that drops
+    /// it), this machine's clock: a status it is far off from reads as not tagpin's, and its
+    /// soak starts again, never earlier.
+    async fn forge_now(&self) -> Result<i64, ForgeError> {
+        if let Some(now) = self.signer.forge_now() {
+            return Ok(now);
+        }
+        let what = format!("read Bitbucket's clock (GET repository {})", self.full_name);
+        self.request(&what, Method::GET, &self.repo_url(""), None)
+            .await?;
+        Ok(self.signer.forge_now().unwrap_or_else(|| {
+            tracing::warn!(
+                "Bitbucket sent no Date header: tagpin stamps its statuses with this machine's clock, and reads them as its own only while Bitbucket's clock agrees within seconds"
+            );
+            crate::clock::unix_now()
+        }))
     }
 
     /// What a status says, as [`StatusSigner`] signs it.
@@ -714,24 +753,6 @@ impl BitbucketServer {
             state_word(state),
             description,
         ]
-    }
-
-    /// `buildNumber` of a status tagpin sets: its signature, hex.
-    fn signature(&self, sha: &str, key: &str, state: StatusState, description: &str) -> String {
-        self.signer.sign(&self.said(sha, key, state, description))
-    }
-
-    /// Whether `given` is tagpin's signature of this status.
-    fn signature_holds(
-        &self,
-        sha: &str,
-        key: &str,
-        state: StatusState,
-        description: &str,
-        given: &str,
-    ) -> bool {
-        self.signer
-            .holds(&self.said(sha, key, state, description), given)
     }
 
     /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
@@ -825,7 +846,9 @@ impl BitbucketServer {
             wait: rate_limit_wait,
             describe: &describe,
         };
-        self.calls().send(what, build, &words).await
+        let answer = self.calls().send(what, build, &words).await?;
+        self.signer.note_date(&answer.headers);
+        Ok(answer)
     }
 
     /// How this adapter's calls read answers and name failures.
@@ -1058,14 +1081,17 @@ mod tests {
     }
 
     #[test]
-    fn a_status_is_tagpins_only_under_its_own_signature() {
+    fn a_status_is_tagpins_only_under_its_own_stamp_as_recorded_when_said() {
         let bb = adapter();
         let sha = "a".repeat(40);
         let signed = |state, description: &str| BuildStatus {
             key: "tagpin/converged".into(),
             state: wire_state(state).into(),
             description: Some(description.into()),
-            build_number: Some(bb.signature(&sha, "tagpin/converged", state, description)),
+            build_number: Some(bb.signer.stamp(
+                &bb.said(&sha, "tagpin/converged", state, description),
+                1_999,
+            )),
             created_date: Some(1_000_000),
             updated_date: Some(2_000_000),
         };
@@ -1118,6 +1144,13 @@ mod tests {
             ..signed(StatusState::Success, "x")
         };
         assert!(bb.read_status(&sha, &cancelled, "bot").is_none());
+        // The same status, posted again an hour later: Bitbucket records it then.
+        let replayed = BuildStatus {
+            updated_date: Some(3_600_000 + 2_000_000),
+            ..signed(StatusState::Success, "x")
+        };
+        let read = adapter().read_status(&sha, &replayed, "bot").unwrap();
+        assert_eq!((read.state, read.creator), (StatusState::Success, None));
     }
 
     #[test]

@@ -92,9 +92,24 @@ pub(super) fn status_text(status: u16) -> String {
 /// adapter's request, parse and error naming) and answers its items and the next address.
 pub(super) async fn read_pages<T, F, Fut>(
     first: String,
+    read_page: F,
+    enough: impl FnMut(&[T]) -> bool,
+) -> Result<Vec<T>, ForgeError>
+where
+    F: FnMut(String) -> Fut,
+    Fut: Future<Output = Result<(Vec<T>, Option<String>), ForgeError>>,
+{
+    Ok(read_pages_whole(first, read_page, enough).await?.0)
+}
+
+/// [`read_pages`], and whether the list was read to its end (or to a page that was
+/// `enough`): `false` when [`MAX_PAGES`] pages were read and the last one named a next. What
+/// lies past the bound is unknown, and a caller for whom that matters says so.
+pub(super) async fn read_pages_whole<T, F, Fut>(
+    first: String,
     mut read_page: F,
     mut enough: impl FnMut(&[T]) -> bool,
-) -> Result<Vec<T>, ForgeError>
+) -> Result<(Vec<T>, bool), ForgeError>
 where
     F: FnMut(String) -> Fut,
     Fut: Future<Output = Result<(Vec<T>, Option<String>), ForgeError>>,
@@ -102,16 +117,21 @@ where
     let mut all = Vec::new();
     let mut next = Some(first);
     let mut pages = 0;
+    let mut whole = true;
     while let Some(url) = next.take() {
         pages += 1;
         let (items, link) = read_page(url).await?;
         let done = enough(&items);
         all.extend(items);
-        if !done && pages < MAX_PAGES {
-            next = link;
+        if !done {
+            if pages < MAX_PAGES {
+                next = link;
+            } else {
+                whole = link.is_none();
+            }
         }
     }
-    Ok(all)
+    Ok((all, whole))
 }
 
 /// For a list by update time, newest first: with `until`, a page that reaches a change
@@ -321,12 +341,46 @@ pub(super) fn retry_after(
 }
 
 /// What stands in for the author of a status on a forge that records none (Bitbucket Cloud
-/// and Data Center): tagpin signs what its own statuses say with an HMAC-SHA256 keyed by its
-/// token, and only a status carrying that signature is tagpin's. Someone else can replace the
-/// status but not sign a new one; a new token makes tagpin's older statuses read as not its
-/// own (set again, a soak starting over: never earlier).
+/// and Data Center): tagpin signs what its own statuses say, and when it said them, with an
+/// HMAC-SHA256 keyed by its token, and only a status carrying that signature is tagpin's.
+/// Someone else can replace the status but not sign a new one; a new token makes tagpin's
+/// older statuses read as not its own (set again, a soak starting over: never earlier).
+///
+/// A signature alone does not tell a replay from the latest word: a status tagpin set once,
+/// saved and posted again later by anyone who may post statuses, still carries a good
+/// signature. So the signature also covers *when* tagpin said it, on the forge's own clock
+/// (the `Date` of the forge's latest answer, [`StatusSigner::note_date`]), and a signed status
+/// is believed only while the time the forge recorded for it is within [`SAID_EARLY`] before
+/// and [`SAID_LATE`] after that ([`believable`]): posted again later, it gets a later time and
+/// reads as someone else's (the soak starts again, never earlier). Within one process, a
+/// signed status said before the newest one this process set or believed of the same commit
+/// and key is a replay too ([`StatusSigner::owns`]).
 pub(super) struct StatusSigner {
     key: hmac::Hmac<sha2::Sha256>,
+    /// The forge's clock: the `Date` of its latest answer, and when that was read here.
+    clock: std::sync::Mutex<Option<(i64, std::time::Instant)>>,
+    /// `(commit, key)` -> when the newest status this process set or believed there was said.
+    newest: std::sync::Mutex<std::collections::HashMap<(String, String), i64>>,
+}
+
+/// How much earlier than the signed time the forge may record a status of tagpin's: the
+/// `Date` header counts whole seconds, and a forge's servers may disagree by a few.
+pub const SAID_EARLY: i64 = 10;
+/// How much later than the signed time the forge may record a status of tagpin's: the time
+/// from the answer whose `Date` was read to the write arriving, within one call's deadline.
+/// A status recorded later than this was posted again by someone (or took longer than any
+/// call may): it is not believed, and the soak it carried starts again.
+pub const SAID_LATE: i64 = 120;
+/// How long the forge's clock read from an answer is used without reading it again.
+const CLOCK_FRESH: std::time::Duration = std::time::Duration::from_secs(60);
+/// `(commit, key)` entries kept of what this process set or believed; cleared when full.
+const MAX_NEWEST: usize = 512;
+
+/// Whether a status tagpin signed as said at `said` (the forge's clock, Unix seconds) and
+/// which the forge recorded at `recorded` was posted when tagpin said it, not later.
+pub(super) fn believable(said: i64, recorded: i64) -> bool {
+    let lag = recorded.saturating_sub(said);
+    (-SAID_EARLY..=SAID_LATE).contains(&lag)
 }
 
 impl StatusSigner {
@@ -339,43 +393,116 @@ impl StatusSigner {
             forge,
             detail: "the token cannot key a signature".into(),
         })?;
-        Ok(StatusSigner { key })
+        Ok(StatusSigner {
+            key,
+            clock: std::sync::Mutex::default(),
+            newest: std::sync::Mutex::default(),
+        })
     }
 
-    /// The MAC over `parts` (what the status says), each followed by a NUL.
-    fn mac(&self, parts: &[&str]) -> hmac::Hmac<sha2::Sha256> {
+    /// Keeps the forge's clock from an answer's `Date` header, when it has one.
+    pub(super) fn note_date(&self, headers: &reqwest::header::HeaderMap) {
+        let date = headers
+            .get(reqwest::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v).ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .and_then(|d| i64::try_from(d.as_secs()).ok());
+        if let Some(date) = date {
+            *crate::mutex::lock(&self.clock) = Some((date, std::time::Instant::now()));
+        }
+    }
+
+    /// Now on the forge's clock (Unix seconds), when an answer told it within the last
+    /// minute: its `Date` and the time passed here since.
+    pub(super) fn forge_now(&self) -> Option<i64> {
+        let (date, read) = (*crate::mutex::lock(&self.clock))?;
+        let since = read.elapsed();
+        (since < CLOCK_FRESH).then(|| date + i64::try_from(since.as_secs()).unwrap_or(0))
+    }
+
+    /// The MAC over `parts` (what the status says) and `at` (when), each followed by a NUL.
+    fn mac(&self, parts: &[&str], at: i64) -> hmac::Hmac<sha2::Sha256> {
         use hmac::Mac as _;
         let mut mac = self.key.clone();
-        for part in std::iter::once("tagpin build status v1").chain(parts.iter().copied()) {
+        let at = at.to_string();
+        let all = std::iter::once("tagpin build status v2")
+            .chain(parts.iter().copied())
+            .chain(std::iter::once(at.as_str()));
+        for part in all {
             mac.update(part.as_bytes());
             mac.update(&[0]);
         }
         mac
     }
 
-    /// The signature of a status saying `parts`: 32 hex digits.
-    pub(super) fn sign(&self, parts: &[&str]) -> String {
+    /// The stamp of a status saying `parts`, said at `at` (the forge's clock):
+    /// `<at>-<32 hex digits>`. Once the forge took the status, [`StatusSigner::remember`] it.
+    pub(super) fn stamp(&self, parts: &[&str], at: i64) -> String {
         use hmac::Mac as _;
-        let bytes = self.mac(parts).finalize().into_bytes();
-        bytes[..Self::BYTES]
+        let bytes = self.mac(parts, at).finalize().into_bytes();
+        let hex: String = bytes[..Self::BYTES]
             .iter()
             .map(|b| format!("{b:02x}"))
-            .collect()
+            .collect();
+        format!("{at}-{hex}")
     }
 
-    /// Whether `given` (hex) is tagpin's signature of a status saying `parts`, compared in
-    /// constant time.
-    pub(super) fn holds(&self, parts: &[&str], given: &str) -> bool {
+    /// When the status `given` stamps was said, if `given` is tagpin's stamp of a status
+    /// saying `parts` (compared in constant time).
+    pub(super) fn said_at(&self, parts: &[&str], given: &str) -> Option<i64> {
         use hmac::Mac as _;
-        let bytes: Option<Vec<u8>> = (given.len() == 2 * Self::BYTES && given.is_ascii())
+        let (at, hex) = given.split_once('-')?;
+        let at: i64 = at.parse().ok()?;
+        let bytes: Vec<u8> = (hex.len() == 2 * Self::BYTES && hex.is_ascii())
             .then(|| {
-                (0..given.len())
+                (0..hex.len())
                     .step_by(2)
-                    .map(|i| u8::from_str_radix(&given[i..i + 2], 16).ok())
-                    .collect()
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok())
+                    .collect::<Option<Vec<u8>>>()
             })
-            .flatten();
-        bytes.is_some_and(|bytes| self.mac(parts).verify_truncated_left(&bytes).is_ok())
+            .flatten()?;
+        self.mac(parts, at)
+            .verify_truncated_left(&bytes)
+            .is_ok()
+            .then_some(at)
+    }
+
+    /// Whether a status on commit and key `which`, saying `parts` with stamp `given`, which
+    /// the forge recorded at `recorded`, is tagpin's own word and not a replay: the stamp is
+    /// tagpin's, the forge recorded it when it was said ([`believable`]), and it was said no
+    /// earlier than the newest this process set or believed there.
+    pub(super) fn owns(
+        &self,
+        which: (&str, &str),
+        parts: &[&str],
+        given: &str,
+        recorded: Option<i64>,
+    ) -> bool {
+        let Some(said) = self.said_at(parts, given) else {
+            return false;
+        };
+        let fresh = recorded.is_some_and(|recorded| believable(said, recorded));
+        let key = (which.0.to_string(), which.1.to_string());
+        let newest = crate::mutex::lock(&self.newest).get(&key).copied();
+        if !fresh || newest.is_some_and(|newest| said < newest) {
+            return false;
+        }
+        self.remember(which, said);
+        true
+    }
+
+    /// Remembers a status on commit and key `which` said at `at` as set (or believed) by this
+    /// process: one said earlier there is a replay from now on.
+    pub(super) fn remember(&self, which: (&str, &str), at: i64) {
+        let mut newest = crate::mutex::lock(&self.newest);
+        if newest.len() >= MAX_NEWEST {
+            newest.clear();
+        }
+        let entry = newest
+            .entry((which.0.to_string(), which.1.to_string()))
+            .or_insert(at);
+        *entry = (*entry).max(at);
     }
 }
 

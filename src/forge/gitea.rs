@@ -41,10 +41,10 @@ use serde::{Deserialize, Serialize};
 
 use super::common::{encode, json, json_request, unix};
 use super::common::{host_of, http_client, status_text};
-use super::common::{in_flight, next_link, read_pages, updated_before};
+use super::common::{in_flight, next_link, read_pages, read_pages_whole, updated_before};
 use super::common::{retry_after, Answer, Calls, FailureWords, ForgeError};
 use crate::config;
-use crate::review::{PullRequestInfo, Status, StatusState};
+use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Gitea";
 /// Items asked for per page: Gitea's default `MAX_RESPONSE_ITEMS`; an instance set lower
@@ -426,15 +426,20 @@ impl Gitea {
 
     /// Every status `context` on `sha`, newest first (Gitea keeps every one posted, not only
     /// the latest per context: the soak clock starts at the first), with who set each and when.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+    ///
+    /// Gitea's list has no filter by context (`sort`, `state`, `page` and `limit` only), so
+    /// every context's statuses are read, newest first, up to the page bound: past it, the
+    /// history says it is not whole, and the soak clock starts again rather than read on.
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory, ForgeError> {
         let what = format!("read statuses of {sha}");
         let first = with_query(&self.repo_url(&format!("/commits/{sha}/statuses")), &[]);
         let what = what.as_str();
         let read_page = |url: String| async move { self.read_list(what, &url).await };
-        let mut statuses: Vec<CommitStatus> = read_pages(first, read_page, |_| false).await?;
+        let (mut statuses, complete): (Vec<CommitStatus>, bool) =
+            read_pages_whole(first, read_page, |_| false).await?;
         statuses.retain(|s| s.context == context);
         statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
-        Ok(statuses
+        let statuses = statuses
             .iter()
             .filter_map(|s| {
                 Some(Status {
@@ -444,7 +449,8 @@ impl Gitea {
                     creator: s.creator.as_ref().map(|c| c.login.clone()),
                 })
             })
-            .collect())
+            .collect();
+        Ok(StatusHistory { statuses, complete })
     }
 
     /// Posts status `context` on `sha`. Gitea keeps each status posted (no state machine, no

@@ -37,7 +37,7 @@ use super::common::{in_flight, next_link, read_pages, updated_before, ForgeError
 use crate::bounded::{self, BoundedLayer, Bounds};
 use crate::config;
 use crate::mutex::lock;
-use crate::review::{PullRequestInfo, Status, StatusState};
+use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 /// Attempts per call when GitHub answers with a rate limit.
 const RATE_LIMIT_ATTEMPTS: u32 = 3;
@@ -324,16 +324,18 @@ impl GitHub {
 
     /// Every status `context` on `sha`, newest first (as GitHub lists them; the newest 100),
     /// with who set each and when: the promoter reads its soak clock back from them.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory, ForgeError> {
         let what = format!("read statuses of {sha}");
         let url = format!(
             "/repos/{}/{}/commits/{sha}/statuses?per_page=100",
             self.owner, self.repo
         );
-        let (items, _) = self
+        // The newest 100 of every context: a page with a next one may have pushed tagpin's
+        // own past it, and the history says it is not whole.
+        let (items, next) = self
             .read_list::<octocrab::models::Status>(&what, &url)
             .await?;
-        Ok(items
+        let statuses = items
             .iter()
             .filter(|s| s.context.as_deref() == Some(context))
             .filter_map(|s| {
@@ -351,7 +353,11 @@ impl GitHub {
                     creator: s.creator.as_ref().map(|c| c.login.clone()),
                 })
             })
-            .collect())
+            .collect();
+        Ok(StatusHistory {
+            statuses,
+            complete: next.is_none(),
+        })
     }
 
     /// One pull request by number.

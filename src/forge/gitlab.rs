@@ -26,11 +26,11 @@ use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use super::common::{host_of, http_client, status_text};
-use super::common::{in_flight, next_link, read_pages, updated_before};
+use super::common::{in_flight, next_link, read_pages, read_pages_whole, updated_before};
 use super::common::{json, json_request, unix};
 use super::common::{retry_after, Calls, FailureWords, ForgeError};
 use crate::config;
-use crate::review::{PullRequestInfo, Status, StatusState};
+use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "GitLab";
 
@@ -370,10 +370,9 @@ impl GitLab {
         sha: &str,
         branch: Option<&str>,
         context: &str,
-    ) -> Result<Vec<Status>, ForgeError> {
-        Ok(self
-            .commit_statuses(sha, branch, context)
-            .await?
+    ) -> Result<StatusHistory, ForgeError> {
+        let (found, complete) = self.commit_statuses_whole(sha, branch, context).await?;
+        let statuses = found
             .iter()
             .filter_map(|s| {
                 Some(Status {
@@ -383,7 +382,8 @@ impl GitLab {
                     creator: s.author.as_ref().map(|a| a.username.clone()),
                 })
             })
-            .collect())
+            .collect();
+        Ok(StatusHistory { statuses, complete })
     }
 
     /// GitLab's statuses named `context` on `sha` (of ref `branch` only, when given), newest
@@ -394,6 +394,16 @@ impl GitLab {
         branch: Option<&str>,
         context: &str,
     ) -> Result<Vec<CommitStatus>, ForgeError> {
+        Ok(self.commit_statuses_whole(sha, branch, context).await?.0)
+    }
+
+    /// [`GitLab::commit_statuses`], and whether they were read to the end of the list.
+    async fn commit_statuses_whole(
+        &self,
+        sha: &str,
+        branch: Option<&str>,
+        context: &str,
+    ) -> Result<(Vec<CommitStatus>, bool), ForgeError> {
         let what = format!("read statuses of {sha}");
         let mut query = vec![("name", context), ("all", "true")];
         query.extend(branch.map(|b| ("ref", b)));
@@ -403,10 +413,11 @@ impl GitLab {
         );
         let what = what.as_str();
         let read_page = |url: String| async move { self.read_list(what, &url).await };
-        let mut statuses: Vec<CommitStatus> = read_pages(first, read_page, |_| false).await?;
+        let (mut statuses, whole): (Vec<CommitStatus>, bool) =
+            read_pages_whole(first, read_page, |_| false).await?;
         statuses.retain(|s| s.name == context);
         statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
-        Ok(statuses)
+        Ok((statuses, whole))
     }
 
     /// Sets status `context` on `sha` to `state`, as user `me`, on the ref `branch` when given

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use crate::config;
 use crate::mutex::lock;
 
-pub use crate::review::{PullRequestInfo, Status, StatusState};
+pub use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 pub use azure_devops::AzureDevOps;
 pub use bitbucket::Bitbucket;
 pub use bitbucket_server::BitbucketServer;
@@ -261,9 +261,9 @@ impl Forge {
         dispatch!(self.pull_request(number))
     }
 
-    /// Every status `context` on `sha`, newest first, with who set each and when: the
-    /// promoter reads its soak clock back from them.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<Vec<Status>, ForgeError> {
+    /// Every status `context` on `sha`, newest first, with who set each and when, and whether
+    /// tagpin's own can all be among them: the promoter reads its soak clock back from them.
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory, ForgeError> {
         self.statuses_on(sha, None, context).await
     }
 
@@ -274,7 +274,7 @@ impl Forge {
         sha: &str,
         branch: Option<&str>,
         context: &str,
-    ) -> Result<Vec<Status>, ForgeError> {
+    ) -> Result<StatusHistory, ForgeError> {
         match &self.adapter {
             Adapter::GitHub(forge) => forge.statuses(sha, context).await,
             Adapter::GitLab(forge) => forge.statuses(sha, branch, context).await,
@@ -309,6 +309,7 @@ impl Forge {
         Ok(self
             .statuses_on(sha, branch, context)
             .await?
+            .statuses
             .into_iter()
             .find(|s| s.creator.as_deref() == Some(me))
             .map(|s| (s.state, s.description)))
@@ -642,6 +643,88 @@ mod tests {
                 .unwrap(),
             [1, 2]
         );
+    }
+
+    #[tokio::test]
+    async fn a_list_cut_at_the_page_bound_says_it_is_not_whole() {
+        let endless = |url: String| async move {
+            let n: usize = url.parse().unwrap();
+            Ok::<_, ForgeError>((vec![n], Some((n + 1).to_string())))
+        };
+        let (items, whole) = read_pages_whole("1".into(), endless, |_: &[usize]| false)
+            .await
+            .unwrap();
+        assert_eq!((items.len(), whole), (MAX_PAGES, false));
+        let ends = |url: String| async move {
+            let n: usize = url.parse().unwrap();
+            Ok::<_, ForgeError>((vec![n], (n < MAX_PAGES).then(|| (n + 1).to_string())))
+        };
+        let (items, whole) = read_pages_whole("1".into(), ends, |_: &[usize]| false)
+            .await
+            .unwrap();
+        assert_eq!(
+            (items.len(), whole),
+            (MAX_PAGES, true),
+            "the last page ends it"
+        );
+    }
+
+    #[test]
+    fn a_status_stamp_binds_what_was_said_to_when() {
+        let signer = StatusSigner::new("Bitbucket", "token-a").unwrap();
+        let said = ["acme/gitops", "abc", "tagpin/converged", "SUCCESSFUL", "ok"];
+        let stamp = signer.stamp(&said, 1_000);
+        assert!(stamp.starts_with("1000-"), "{stamp}");
+        assert_eq!(signer.said_at(&said, &stamp), Some(1_000));
+        // Another time claimed with the same signature, other words, another token: no.
+        let moved = stamp.replacen("1000-", "1500-", 1);
+        assert_eq!(signer.said_at(&said, &moved), None);
+        let other = ["acme/gitops", "abc", "tagpin/converged", "SUCCESSFUL", "ko"];
+        assert_eq!(signer.said_at(&other, &stamp), None);
+        let rotated = StatusSigner::new("Bitbucket", "token-b").unwrap();
+        assert_eq!(rotated.said_at(&said, &stamp), None);
+        for junk in ["", "1000", "1000-zz", "x-00", &stamp[..stamp.len() - 2]] {
+            assert_eq!(signer.said_at(&said, junk), None, "{junk}");
+        }
+    }
+
+    #[test]
+    fn a_signed_status_is_believed_only_as_recorded_when_it_was_said() {
+        assert!(believable(1_000, 1_000));
+        assert!(believable(1_000, 1_000 - SAID_EARLY));
+        assert!(believable(1_000, 1_000 + SAID_LATE));
+        assert!(!believable(1_000, 1_000 - SAID_EARLY - 1));
+        assert!(
+            !believable(1_000, 1_000 + SAID_LATE + 1),
+            "posted again later"
+        );
+        assert!(!believable(i64::MIN, i64::MAX));
+        let signer = StatusSigner::new("Bitbucket", "token-a").unwrap();
+        let said = ["acme/gitops", "abc", "k", "SUCCESSFUL", "ok"];
+        let stamp = signer.stamp(&said, 1_000);
+        assert!(signer.owns(("abc", "k"), &said, &stamp, Some(1_002)));
+        assert!(!signer.owns(("abc", "k"), &said, &stamp, Some(5_000)));
+        assert!(!signer.owns(("abc", "k"), &said, &stamp, None));
+    }
+
+    #[test]
+    fn the_forges_clock_is_its_dates_word() {
+        let signer = StatusSigner::new("Bitbucket", "token-a").unwrap();
+        assert_eq!(signer.forge_now(), None, "no answer yet");
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::DATE,
+            reqwest::header::HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"),
+        );
+        signer.note_date(&headers);
+        let now = signer.forge_now().unwrap();
+        assert!((784_111_777..784_111_777 + 5).contains(&now), "{now}");
+        headers.insert(
+            reqwest::header::DATE,
+            reqwest::header::HeaderValue::from_static("not a date"),
+        );
+        signer.note_date(&headers);
+        assert!(signer.forge_now().unwrap() >= 784_111_777, "kept");
     }
 
     #[test]

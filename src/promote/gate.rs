@@ -16,6 +16,11 @@
 //! own status on the new commit carries that start in its description; it is believed only
 //! as far back as that status's own `created_at`, and it was written by tagpin from the same
 //! rule, so every start goes back to a `created_at` of a status tagpin set.
+//!
+//! Where tagpin's own statuses on a commit may be hidden (a list cut at its page bound, or on
+//! Bitbucket someone else's status in tagpin's key, which replaced tagpin's), the promoter
+//! does not read on or look further back: the clock starts again (see
+//! [`crate::review::StatusHistory::complete`]). Hiding tagpin's record can only restart a soak.
 
 use std::time::Duration;
 

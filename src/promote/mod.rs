@@ -679,7 +679,8 @@ impl<'a> Promoter<'a> {
     /// tagpin set any (see [`gate`]: statuses other logins created are ignored, and logged).
     /// `None`: no unbroken record, the clock starts now. A commit on the way there that
     /// pinned other digests in the source stage breaks the record, even if no pass saw it
-    /// (digests changed and changed back between two passes).
+    /// (digests changed and changed back between two passes), and so does a commit whose
+    /// statuses may hide tagpin's own (not [`crate::review::StatusHistory::complete`]).
     async fn clock(
         &self,
         forge: &Forge,
@@ -698,14 +699,31 @@ impl<'a> Promoter<'a> {
                 }
             }
             let history = forge.statuses(&commit.to_string(), &context).await?;
-            for other in history.iter().filter(|s| s.creator.as_deref() != Some(me)) {
+            for other in history
+                .statuses
+                .iter()
+                .filter(|s| s.creator.as_deref() != Some(me))
+            {
                 tracing::warn!(
                     "{context} status on {commit} set by {} is ignored: only tagpin's own ({me}) carry the soak clock",
                     other.creator.as_deref().unwrap_or("an unknown creator")
                 );
             }
-            if history.iter().any(|s| s.creator.as_deref() == Some(me)) {
-                return Ok(gate::converged_since(&history, fingerprint, me));
+            if !history.complete {
+                // What tagpin set here may be hidden or replaced (a flood of statuses, or
+                // someone else's in tagpin's key): reading on, or further back, could find
+                // an older start than the truth. The soak starts again instead.
+                tracing::warn!(
+                    "{context} statuses on {commit} may hide tagpin's own; the soak clock starts again"
+                );
+                return Ok(None);
+            }
+            if history
+                .statuses
+                .iter()
+                .any(|s| s.creator.as_deref() == Some(me))
+            {
+                return Ok(gate::converged_since(&history.statuses, fingerprint, me));
             }
         }
         Ok(None)

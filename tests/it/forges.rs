@@ -443,8 +443,11 @@ impl Hub {
 
     /// Someone else with status rights (a CI job) posts `context` on `sha`, through the API.
     async fn post_status_as_ci(&self, sha: &str, context: &str, description: &str) {
-        match self {
-            Hub::GitHub(gh) => gh.add_status_as("ci-bot", sha, "success", context, description),
+        let body = match self {
+            Hub::GitHub(gh) => {
+                gh.add_status_as("ci-bot", sha, "success", context, description);
+                return;
+            }
             Hub::GitLab(gl) => {
                 gl.add_token("glpat-ci-bot", "ci-bot", support::gitlab::Scope::Api);
                 gl.add_member(PROJECT, "ci-bot", support::gitlab::AccessLevel::Developer);
@@ -460,35 +463,99 @@ impl Hub {
                     .await
                     .unwrap();
                 assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
+                return;
             }
+            Hub::Gitea(_) => {
+                json!({"state": "success", "context": context, "description": description})
+            }
+            Hub::BitbucketServer(_) => {
+                json!({"state": "SUCCESSFUL", "key": context, "url": "https://ci.example.com/1",
+                       "description": description})
+            }
+            Hub::Bitbucket(_) => {
+                json!({"key": context, "state": "SUCCESSFUL", "name": context,
+                       "description": description, "url": "https://ci.example.com/builds/7"})
+            }
+            Hub::AzureDevOps(_) => {
+                let (genre, name) = context.split_once('/').unwrap();
+                json!({"state": "succeeded", "context": {"genre": genre, "name": name},
+                       "description": description})
+            }
+        };
+        self.post_status_body_as_ci(sha, &body).await;
+    }
+
+    /// Everything the status `context` on `sha` that tagpin set last says, as a request body
+    /// that posts it again: what someone who saved it would send (Gitea, both Bitbuckets and
+    /// Azure DevOps, whose statuses are keyed by their name).
+    fn saved_status(&self, sha: &str, context: &str) -> serde_json::Value {
+        match self {
+            Hub::Gitea(gt) => {
+                let s = gt
+                    .statuses(GITEA_REPO, sha)
+                    .into_iter()
+                    .rfind(|s| s.context == context && s.creator == BOT)
+                    .expect("tagpin's status");
+                json!({"state": s.state, "context": s.context, "description": s.description,
+                       "target_url": s.target_url})
+            }
+            Hub::BitbucketServer(bb) => {
+                let s = bb
+                    .statuses(sha)
+                    .into_iter()
+                    .find(|s| s.key == context)
+                    .expect("tagpin's status");
+                json!({"key": s.key, "state": s.state, "url": s.url, "name": s.name,
+                       "description": s.description, "buildNumber": s.build_number})
+            }
+            Hub::Bitbucket(bb) => {
+                let s = bb
+                    .statuses(BITBUCKET_REPO, sha)
+                    .into_iter()
+                    .find(|s| s.name == context)
+                    .expect("tagpin's status");
+                json!({"key": s.key, "state": s.state, "name": s.name,
+                       "description": s.description, "url": s.url})
+            }
+            Hub::AzureDevOps(ado) => {
+                let s = ado
+                    .statuses(sha)
+                    .into_iter()
+                    .rfind(|s| s.context() == context)
+                    .expect("tagpin's status");
+                json!({"state": s.state, "description": s.description,
+                       "context": {"genre": s.genre, "name": s.name}})
+            }
+            Hub::GitHub(_) | Hub::GitLab(_) => {
+                unreachable!("GitHub and GitLab statuses name their creator")
+            }
+        }
+    }
+
+    /// A CI job posts the status `body` on `sha` through the API, with its own token.
+    async fn post_status_body_as_ci(&self, sha: &str, body: &serde_json::Value) {
+        let client = reqwest::Client::new();
+        let (request, created) = match self {
             Hub::Gitea(gt) => {
                 gt.add_token("gitea-ci-bot", "ci-bot", support::gitea::Scope::Write);
                 gt.grant(GITEA_REPO, "ci-bot", support::gitea::Access::Write);
-                let posted = reqwest::Client::new()
-                    .post(format!("{}/repos/{GITEA_REPO}/statuses/{sha}", gt.api_url()))
-                    .header("Authorization", "token gitea-ci-bot")
-                    .json(&json!({"state": "success", "context": context, "description": description}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
+                let url = format!("{}/repos/{GITEA_REPO}/statuses/{sha}", gt.api_url());
+                (
+                    client
+                        .post(url)
+                        .header("Authorization", "token gitea-ci-bot"),
+                    201,
+                )
             }
             Hub::BitbucketServer(bb) => {
                 // Posting a build status needs only read access to the repository.
                 bb.add_token("bbdc-ci-bot", "ci-bot");
                 bb.grant("ci-bot", support::bitbucket_server::Permission::Read);
-                let posted = reqwest::Client::new()
-                    .post(format!(
-                        "{}/rest/api/1.0/projects/{BITBUCKET_DC_PROJECT}/repos/{BITBUCKET_DC_REPO}/commits/{sha}/builds",
-                        bb.api_url()
-                    ))
-                    .header("Authorization", "Bearer bbdc-ci-bot")
-                    .json(&json!({"state": "SUCCESSFUL", "key": context, "url": "https://ci.example.com/1",
-                                  "description": description}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(posted.status(), 204, "{:?}", posted.text().await);
+                let url = format!(
+                    "{}/rest/api/1.0/projects/{BITBUCKET_DC_PROJECT}/repos/{BITBUCKET_DC_REPO}/commits/{sha}/builds",
+                    bb.api_url()
+                );
+                (client.post(url).bearer_auth("bbdc-ci-bot"), 204)
             }
             Hub::Bitbucket(bb) => {
                 bb.add_credential(
@@ -498,37 +565,35 @@ impl Hub {
                     support::bitbucket::Scope::Write,
                 );
                 bb.grant(BITBUCKET_REPO, "ci-bot", support::bitbucket::Access::Write);
-                let posted = reqwest::Client::new()
-                    .post(format!(
-                        "{}/repositories/{BITBUCKET_REPO}/commit/{sha}/statuses/build",
-                        bb.api_url()
-                    ))
-                    .bearer_auth("bb-ci-bot-token")
-                    .json(
-                        &json!({"key": context, "state": "SUCCESSFUL", "name": context,
-                        "description": description, "url": "https://ci.example.com/builds/7"}),
-                    )
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
+                let url = format!(
+                    "{}/repositories/{BITBUCKET_REPO}/commit/{sha}/statuses/build",
+                    bb.api_url()
+                );
+                (client.post(url).bearer_auth("bb-ci-bot-token"), 201)
             }
             Hub::AzureDevOps(ado) => {
                 ado.add_token("ado-ci-bot", "ci-bot", support::azure_devops::Scope::Write);
-                let (genre, name) = context.split_once('/').unwrap();
-                let posted = reqwest::Client::new()
-                    .post(format!(
-                        "{}/{ADO_PROJECT}/_apis/git/repositories/{ADO_REPO}/commits/{sha}/statuses?api-version=7.1",
-                        ado.api_url()
-                    ))
-                    .basic_auth("", Some("ado-ci-bot"))
-                    .json(&json!({"state": "succeeded", "context": {"genre": genre, "name": name},
-                                  "description": description}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(posted.status(), 201, "{:?}", posted.text().await);
+                let url = format!(
+                    "{}/{ADO_PROJECT}/_apis/git/repositories/{ADO_REPO}/commits/{sha}/statuses?api-version=7.1",
+                    ado.api_url()
+                );
+                (client.post(url).basic_auth("", Some("ado-ci-bot")), 201)
             }
+            Hub::GitHub(_) | Hub::GitLab(_) => unreachable!("posted in post_status_as_ci"),
+        };
+        let posted = request.json(body).send().await.unwrap();
+        assert_eq!(posted.status(), created, "{:?}", posted.text().await);
+    }
+
+    /// Moves the forge's clock forward by `by`, for what it records and its `Date`.
+    fn advance_clock(&self, by: std::time::Duration) {
+        match self {
+            Hub::Gitea(gt) => gt.advance_clock(by),
+            Hub::BitbucketServer(bb) => bb.advance_clock(by),
+            Hub::Bitbucket(bb) => bb.advance_clock(by),
+            Hub::AzureDevOps(ado) => ado.advance_clock(by),
+            Hub::GitHub(gh) => gh.advance_clock(by),
+            Hub::GitLab(gl) => gl.advance_clock(by),
         }
     }
 
@@ -1347,6 +1412,36 @@ impl Stages {
         self.repo.head("main").unwrap()
     }
 
+    /// One promotion pass into production in this process (a new one's: nothing remembered),
+    /// the report as `--output json` prints it, with tagpin's clock `ahead` of the machine's
+    /// as far as the forge's is ([`Hub::advance_clock`]): a test moves time instead of
+    /// waiting for it.
+    pub(crate) async fn promote_at(&self, ahead: std::time::Duration) -> serde_json::Value {
+        use tagpin::promote::{Clock, PromoteOptions, Promoter};
+        let config = tagpin::config::Config::load(&self.dir.path().join("tagpin.yaml")).unwrap();
+        let forge =
+            tagpin::forge::Forge::new(config.forge.as_ref().unwrap(), TOKEN.into()).unwrap();
+        let registry = tagpin::registry::Client::new(tagpin::registry::Settings {
+            insecure_hosts: config.registries.insecure.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+        let mirror = support::mirror(&config, &self.dir.path().join("cache"));
+        let (source, _) = tagpin::promote::route(&config, "production").unwrap();
+        let cluster = tagpin::promote::connect(source, tagpin::verify::live::DEFAULT_API_TIMEOUT)
+            .await
+            .unwrap();
+        let ahead = ahead.as_secs() as i64;
+        let clock: Clock = std::sync::Arc::new(move || tagpin::clock::unix_now() + ahead);
+        let report = Promoter::new(&config, &registry, Some(&forge), &mirror)
+            .unwrap()
+            .with_clock(clock)
+            .run("production", &cluster, PromoteOptions::default())
+            .await
+            .unwrap();
+        serde_json::to_value(&report).unwrap()
+    }
+
     /// `(state, description)` of the statuses `context` on `sha`, oldest first.
     fn statuses(&self, sha: &str, context: &str) -> Vec<(String, String)> {
         self.hub
@@ -1585,6 +1680,145 @@ async fn the_soak_clock_is_tagpins_own(kind: Kind) {
     w.hub.assert_no_violations();
 }
 every_forge!(the_soak_clock_is_tagpins_own);
+
+/// A stage status tagpin set once, saved and posted again later by someone else, is no newer
+/// evidence: staging converged at T0, regressed, converged again at T0+40m; the status
+/// "converged since T0" posted again at T0+41m does not end a one-hour soak at T0+70m.
+/// Gitea and Azure DevOps name each status's creator, so the copy is someone else's there;
+/// Bitbucket (Cloud and Data Center) records none, and the copy carries tagpin's signature:
+/// its stamp says it was said at T0, and the forge recorded it at T0+41m.
+async fn a_replayed_stage_status_is_no_newer_evidence(kind: Kind) {
+    use std::time::Duration;
+    let minutes = |m: u64| Duration::from_secs(60 * m);
+    let w = Stages::new(kind, "1h").await;
+    let image = w.sync().await;
+    let digest = digest_of(&image);
+    let tip = w.tip();
+
+    // T0: converged, the soak begins.
+    w.runs(&w.staging, &image, &digest);
+    let report = w.promote_at(Duration::ZERO).await;
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let started = report["gate"]["since"].as_i64().unwrap();
+    let saved = w.hub.saved_status(&tip, STAGE_CONTEXT);
+    assert!(saved.to_string().contains("converged since"), "{saved}");
+
+    // T0+30m: a pod runs the old digest again; T0+40m: converged again, a new soak.
+    w.hub.advance_clock(minutes(30));
+    w.runs(&w.staging, &image, &w.old);
+    let report = w.promote_at(minutes(30)).await;
+    assert_eq!(report["gate"]["gate"], "waiting", "{report:#}");
+    w.hub.advance_clock(minutes(10));
+    w.runs(&w.staging, &image, &digest);
+    let report = w.promote_at(minutes(40)).await;
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let again = report["gate"]["since"].as_i64().unwrap();
+    assert!(again >= started + 40 * 60, "{report:#}");
+
+    // T0+41m: the status of T0, posted again as it was.
+    w.hub.advance_clock(minutes(1));
+    w.hub.post_status_body_as_ci(&tip, &saved).await;
+
+    // T0+70m: an hour after T0, thirty minutes after the soak began again.
+    w.hub.advance_clock(minutes(29));
+    let report = w.promote_at(minutes(70)).await;
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let since = report["gate"]["since"].as_i64().unwrap();
+    assert!(since >= again, "never earlier than T0+40m: {report:#}");
+    assert!(w.hub.changes().is_empty(), "nothing promoted");
+    w.hub.assert_no_violations();
+}
+
+/// [`a_replayed_stage_status_is_no_newer_evidence`] on the forges whose statuses are keyed by
+/// their name.
+mod a_replayed_stage_status_is_no_newer_evidence {
+    use super::Kind;
+    #[tokio::test]
+    async fn gitea() {
+        super::a_replayed_stage_status_is_no_newer_evidence(Kind::Gitea).await;
+    }
+    #[tokio::test]
+    async fn bitbucket_server() {
+        super::a_replayed_stage_status_is_no_newer_evidence(Kind::BitbucketServer).await;
+    }
+    #[tokio::test]
+    async fn bitbucket() {
+        super::a_replayed_stage_status_is_no_newer_evidence(Kind::Bitbucket).await;
+    }
+    #[tokio::test]
+    async fn azure_devops() {
+        super::a_replayed_stage_status_is_no_newer_evidence(Kind::AzureDevOps).await;
+    }
+}
+
+/// A flood of statuses past the page bound can hide tagpin's own on a commit (Gitea's and Azure
+/// DevOps's status lists have no filter by context): the soak then starts again, and never
+/// reads an older start from a commit further back. Staging converged at T0 on one commit; a
+/// commit that changes nothing of staging's carried that start; there staging regressed and
+/// converged again at T0+40m; then 2,600 (Gitea) or 5,100 (Azure DevOps) statuses of a CI
+/// job's buried tagpin's. At T0+70m the soak is not over.
+async fn a_flood_of_statuses_only_restarts_the_soak(kind: Kind) {
+    use std::time::Duration;
+    let minutes = |m: u64| Duration::from_secs(60 * m);
+    let w = Stages::new(kind, "1h").await;
+    let image = w.sync().await;
+    let digest = digest_of(&image);
+    w.runs(&w.staging, &image, &digest);
+    let report = w.promote_at(Duration::ZERO).await;
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let started = report["gate"]["since"].as_i64().unwrap();
+
+    // A commit that changes nothing of staging's carries the start of T0.
+    w.repo
+        .commit_as_other_writer("main", &[("README.md", "docs\n")], "Docs");
+    let tip = w.tip();
+    w.hub.advance_clock(minutes(20));
+    let report = w.promote_at(minutes(20)).await;
+    assert_eq!(
+        report["gate"]["since"].as_i64(),
+        Some(started),
+        "{report:#}"
+    );
+
+    // There staging regresses at T0+30m and converges again at T0+40m.
+    w.hub.advance_clock(minutes(10));
+    w.runs(&w.staging, &image, &w.old);
+    let report = w.promote_at(minutes(30)).await;
+    assert_eq!(report["gate"]["gate"], "waiting", "{report:#}");
+    w.hub.advance_clock(minutes(10));
+    w.runs(&w.staging, &image, &digest);
+    let report = w.promote_at(minutes(40)).await;
+    let again = report["gate"]["since"].as_i64().unwrap();
+    assert!(again >= started + 40 * 60, "{report:#}");
+
+    // A CI job buries tagpin's statuses on that commit past the page bound.
+    w.hub.advance_clock(minutes(1));
+    match &w.hub {
+        Hub::Gitea(gt) => gt.flood_statuses_as("ci-bot", GITEA_REPO, &tip, 50 * 50 + 100),
+        Hub::AzureDevOps(ado) => ado.flood_statuses_as("ci-bot", ADO_REPO, &tip, 50 * 100 + 100),
+        _ => unreachable!("a forge whose status list has no filter by context"),
+    }
+
+    w.hub.advance_clock(minutes(29));
+    let report = w.promote_at(minutes(70)).await;
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let since = report["gate"]["since"].as_i64().unwrap();
+    assert!(since >= again, "never earlier than T0+40m: {report:#}");
+    assert!(w.hub.changes().is_empty(), "nothing promoted");
+    w.hub.assert_no_violations();
+}
+
+mod a_flood_of_statuses_only_restarts_the_soak {
+    use super::Kind;
+    #[tokio::test]
+    async fn gitea() {
+        super::a_flood_of_statuses_only_restarts_the_soak(Kind::Gitea).await;
+    }
+    #[tokio::test]
+    async fn azure_devops() {
+        super::a_flood_of_statuses_only_restarts_the_soak(Kind::AzureDevOps).await;
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // The controller.

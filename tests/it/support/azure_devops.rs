@@ -25,7 +25,9 @@
 //!   with [`Fault::sign_in_page`], the `203` HTML sign-in page some routes answer), a project
 //!   or repository the server does not have is `404` (`TF401019`).
 //! - Pull request ids are the organization's, from 1. Lists answer `{"count", "value"}`;
-//!   pull requests newest first and paged by `$top` (101 when not given) and `$skip`;
+//!   pull requests newest first and paged by `$top` (101 when not given) and `$skip`, each
+//!   description cut to its first 400 UTF-16 code units ([`LIST_DESCRIPTION`]; the reference
+//!   of Get Pull Requests: "description field will be truncated up to 400 symbols");
 //!   statuses by `top` and `skip`; threads in one list. Times carry seven fractional digits,
 //!   as .NET writes them.
 //! - Branches, commits and completions are real: the repository is a bare Git repository, an
@@ -60,6 +62,10 @@ pub const API_VERSIONS: [&str; 3] = ["6.0", "7.0", "7.1"];
 pub const MAX_DESCRIPTION: usize = 4000;
 /// `$top` when a pull request list does not say.
 pub const DEFAULT_TOP: usize = 101;
+/// How much of a description a pull request list answers ("Get Pull Requests": "description
+/// field will be truncated up to 400 symbols in the result"), in UTF-16 code units, as .NET
+/// counts a string's length. One pull request read by id carries it whole.
+pub const LIST_DESCRIPTION: usize = 400;
 
 /// What a token may do: the Code scope, read and write or read only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,6 +274,9 @@ struct ServerState {
     requests: Vec<RecordedRequest>,
     violations: Vec<Violation>,
     faults: Vec<Fault>,
+    /// What the server records as a commit status's time ([`Self::turn_back_clock`] of the
+    /// server).
+    clock: http_fake::Clock,
 }
 
 struct Repo {
@@ -360,6 +369,17 @@ impl AzureDevOpsServer {
     }
 
     /// Scripts a fault for the next matching requests, tried in the order added.
+    /// Turns the server's clock back: the commit statuses it records from now on are `by`
+    /// earlier (a scene set in the past).
+    pub fn turn_back_clock(&self, by: std::time::Duration) {
+        self.inner.lock().clock.turn_back(by);
+    }
+
+    /// Moves the server's clock forward by `by`.
+    pub fn advance_clock(&self, by: std::time::Duration) {
+        self.inner.lock().clock.advance(by);
+    }
+
     pub fn inject(&self, fault: Fault) {
         self.inner.lock().faults.push(fault);
     }
@@ -533,6 +553,29 @@ impl AzureDevOpsServer {
             .collect()
     }
 
+    /// `user` floods `sha` in `repo` with `count` succeeded statuses of contexts of its own
+    /// (genre `ci`, name `step-N`), as that many posts through the API would leave them: a CI
+    /// job that posts one per step of a long pipeline, or someone burying tagpin's.
+    pub fn flood_statuses_as(&self, user: &str, repo: &str, sha: &str, count: usize) {
+        let mut state = self.inner.lock();
+        state.ensure_identity(user);
+        let now = state.clock.now();
+        for n in 0..count {
+            let id = state.statuses.len() as u64 + 1;
+            state.statuses.push(CommitStatus {
+                id,
+                repo: repo.to_string(),
+                sha: sha.to_string(),
+                genre: Some("ci".into()),
+                name: format!("step-{n}"),
+                state: "succeeded".into(),
+                description: String::new(),
+                creator: user.to_string(),
+                created: now,
+            });
+        }
+    }
+
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.inner.lock().requests.clone()
     }
@@ -639,6 +682,19 @@ fn git_out(dir: &Path, args: &[&str]) -> Option<String> {
         .status
         .success()
         .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// `description` as a pull request list answers it: its first [`LIST_DESCRIPTION`] UTF-16
+/// code units (a pair is never split here; whether Azure DevOps splits one is not known).
+fn listed_description(description: &str) -> String {
+    let mut units = 0;
+    description
+        .chars()
+        .take_while(|c| {
+            units += c.len_utf16();
+            units <= LIST_DESCRIPTION
+        })
+        .collect()
 }
 
 fn branch_ref(branch: &str) -> String {
@@ -1394,6 +1450,7 @@ impl Ctx<'_> {
                 if let Some(v) = v.as_object_mut() {
                     v.remove("_links");
                 }
+                v["description"] = json!(listed_description(&p.description));
                 v
             })
             .collect();
@@ -1817,7 +1874,7 @@ impl Ctx<'_> {
                 .unwrap_or("")
                 .to_string(),
             creator: self.who.to_string(),
-            created: SystemTime::now(),
+            created: state.clock.now(),
         };
         let value = self.status_json(&state, &status);
         state.statuses.push(status);

@@ -22,7 +22,8 @@
 //!   [`BitbucketCloudServer::take_violations`]. A build status without `url` or with a key past 40
 //!   characters is answered `400`, as Bitbucket does.
 //! - Bitbucket's rules: a build status is one per commit and key, overwritten in place
-//!   (`updated_on` moves, `created_on` stays), with no creator; one open pull request per
+//!   (`updated_on` moves to the server's clock, `created_on` stays), with no creator; every
+//!   answer's `Date` is the server's clock too; one open pull request per
 //!   source and destination branch (`400`); a read-only credential cannot write (`403`); a
 //!   repository hidden from the credential is `404`; `GET /user` refuses an access token
 //!   (`401`, "not supported for this endpoint").
@@ -226,14 +227,15 @@ struct ServerState {
     faults: Vec<Fault>,
     /// `next` links on this base instead of the server's own.
     next_base: Option<String>,
-    /// How far the server's clock runs ahead of the machine's ([`BitbucketCloudServer::advance_clock`]).
-    clock_offset: Duration,
+    /// The server's clock ([`BitbucketCloudServer::advance_clock`],
+    /// [`BitbucketCloudServer::turn_back_clock`]).
+    clock: Arc<http_fake::Clock>,
 }
 
 impl ServerState {
     /// The server's current time: what it writes as `created_on` and `updated_on`.
     fn now(&self) -> SystemTime {
-        SystemTime::now() + self.clock_offset
+        self.clock.now()
     }
 }
 
@@ -360,7 +362,13 @@ impl BitbucketCloudServer {
 
     /// Moves the server's clock forward: what it writes from now on is `by` later.
     pub fn advance_clock(&self, by: Duration) {
-        self.inner.lock().clock_offset += by;
+        self.inner.lock().clock.advance(by);
+    }
+
+    /// Turns the server's clock back: what it writes from now on, and the `Date` it answers,
+    /// is `by` earlier (a scene set in the past).
+    pub fn turn_back_clock(&self, by: Duration) {
+        self.inner.lock().clock.turn_back(by);
     }
 
     /// Scripts a fault for the next matching requests, tried in the order added.
@@ -837,6 +845,8 @@ async fn handle(AxumState(inner): AxumState<Arc<Inner>>, request: Request) -> Re
         headers,
         [("content-type", "application/json; charset=utf-8")],
     );
+    let clock = inner.lock().clock.clone();
+    clock.date(headers);
     set_headers(
         headers,
         reply.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),

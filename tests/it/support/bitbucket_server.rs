@@ -26,7 +26,8 @@
 //!   `DuplicatePullRequestException`), an update or comment edit must carry the current
 //!   `version` (`409` `PullRequestOutOfDateException` / `CommentOutOfDateException`), only a
 //!   comment's author may change its text (`403`), a build status needs `key`, `state` and
-//!   `url` and replaces the one of the same key on that commit, a read-only token cannot write
+//!   `url` and replaces the one of the same key on that commit (its `updatedDate` the poster's
+//!   `lastUpdated` when given, the server's clock otherwise), a read-only token cannot write
 //!   pull requests or comments (`403`) but may post build statuses (REPO_READ suffices), a
 //!   repository hidden from the token is `404`. Every authenticated answer names the user in
 //!   `X-AUSERNAME`.
@@ -201,6 +202,9 @@ struct ServerState {
     bump_on_put: usize,
     /// Whether answers carry `X-AUSERNAME` (a proxy in front may drop it).
     user_header: bool,
+    /// The server's clock, for build status times and `Date`
+    /// ([`BitbucketDcServer::turn_back_clock`]).
+    clock: Arc<http_fake::Clock>,
 }
 
 struct Repo {
@@ -267,6 +271,7 @@ impl BitbucketDcServer {
                 page_max: 1000,
                 bump_on_put: 0,
                 user_header: true,
+                clock: Arc::default(),
             }),
         });
         let router = Router::new().fallback(handle).with_state(inner.clone());
@@ -308,6 +313,17 @@ impl BitbucketDcServer {
         let mut state = self.inner.lock();
         state.ensure_user(user);
         state.repos[0].access.insert(user.to_string(), permission);
+    }
+
+    /// Turns the server's clock back: the build status times it records from now on, and
+    /// the `Date` it answers, are `by` earlier (a scene set in the past).
+    pub fn turn_back_clock(&self, by: std::time::Duration) {
+        self.inner.lock().clock.turn_back(by);
+    }
+
+    /// Moves the server's clock forward by `by`.
+    pub fn advance_clock(&self, by: std::time::Duration) {
+        self.inner.lock().clock.advance(by);
     }
 
     /// Data Center's `page.max.*`: pages hold at most `max` items.
@@ -827,6 +843,8 @@ async fn handle(AxumState(inner): AxumState<Arc<Inner>>, request: Request) -> Re
         headers,
         [("content-type", "application/json;charset=UTF-8")],
     );
+    let clock = inner.lock().clock.clone();
+    clock.date(headers);
     set_headers(
         headers,
         reply.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
@@ -1667,8 +1685,13 @@ fn set_build_status(req: &Req, sha: &str) -> Reply {
             &format!("Commit '{sha}' does not exist in repository"),
         );
     }
-    let now = SystemTime::now();
     let mut state = req.state();
+    // `lastUpdated` ("dateAdded" in the reference's prose): the poster's time, in
+    // milliseconds; "if not provided current date is used".
+    let now = match object.get("lastUpdated").and_then(Value::as_u64) {
+        Some(ms) => SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+        None => state.clock.now(),
+    };
     let key = field("key");
     let created = state
         .statuses

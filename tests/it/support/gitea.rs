@@ -214,6 +214,9 @@ struct ServerState {
     requests: Vec<RecordedRequest>,
     violations: Vec<Violation>,
     faults: Vec<Fault>,
+    /// What the server records as a commit status's time ([`Self::turn_back_clock`] of the
+    /// server).
+    clock: http_fake::Clock,
 }
 
 struct Repo {
@@ -322,6 +325,17 @@ impl GiteaServer {
     }
 
     /// Scripts a fault for the next matching requests, tried in the order added.
+    /// Turns the server's clock back: the commit statuses it records from now on are `by`
+    /// earlier (a scene set in the past).
+    pub fn turn_back_clock(&self, by: std::time::Duration) {
+        self.inner.lock().clock.turn_back(by);
+    }
+
+    /// Moves the server's clock forward by `by`.
+    pub fn advance_clock(&self, by: std::time::Duration) {
+        self.inner.lock().clock.advance(by);
+    }
+
     pub fn inject(&self, fault: Fault) {
         self.inner.lock().faults.push(fault);
     }
@@ -538,6 +552,35 @@ impl GiteaServer {
             .filter(|s| s.repo_id == repo_id && s.sha == sha)
             .cloned()
             .collect()
+    }
+
+    /// `login` floods `sha` in `repo` with `count` successful statuses of contexts of its own
+    /// (`ci/step-N`), as that many posts through the API would leave them: a CI job that
+    /// posts one per step of a long pipeline, or someone burying tagpin's.
+    pub fn flood_statuses_as(&self, login: &str, repo: &str, sha: &str, count: usize) {
+        let mut state = self.inner.lock();
+        let repo_id = state.repos[state.repo_index(repo)].id;
+        let now = state.clock.now();
+        for n in 0..count {
+            let id = FIRST_STATUS_ID + state.statuses.len() as u64;
+            let index = 1 + state
+                .statuses
+                .iter()
+                .filter(|s| s.repo_id == repo_id && s.sha == sha)
+                .count() as u64;
+            state.statuses.push(CommitStatus {
+                id,
+                repo_id,
+                index,
+                sha: sha.to_string(),
+                context: format!("ci/step-{n}"),
+                state: "success".into(),
+                description: String::new(),
+                target_url: String::new(),
+                creator: login.to_string(),
+                created: now,
+            });
+        }
     }
 
     /// The labels of `repo`.
@@ -1727,7 +1770,7 @@ fn create_status(req: &Req, sha: &str) -> Reply {
             .unwrap_or_default()
             .to_string(),
         creator: req.login.to_string(),
-        created: SystemTime::now(),
+        created: state.clock.now(),
     };
     state.statuses.push(status.clone());
     Reply::json(StatusCode::CREATED, status_json(&state, &status))

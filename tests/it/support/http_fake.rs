@@ -277,3 +277,48 @@ pub fn percent_encode(s: &str) -> String {
     }
     out
 }
+
+/// A fake's clock: the machine's, moved by what a test asks ([`Clock::advance`],
+/// [`Clock::turn_back`]), for what the fake records as a time and sends as its `Date`.
+#[derive(Debug, Default)]
+pub struct Clock {
+    /// Milliseconds ahead of the machine's clock (behind when negative).
+    offset_ms: std::sync::atomic::AtomicI64,
+}
+
+impl Clock {
+    /// The fake's time now.
+    pub fn now(&self) -> std::time::SystemTime {
+        let offset = self.offset_ms.load(std::sync::atomic::Ordering::SeqCst);
+        let by = std::time::Duration::from_millis(offset.unsigned_abs());
+        if offset >= 0 {
+            std::time::SystemTime::now() + by
+        } else {
+            std::time::SystemTime::now() - by
+        }
+    }
+
+    /// What the fake writes from now on is `by` later.
+    pub fn advance(&self, by: std::time::Duration) {
+        let ms = i64::try_from(by.as_millis()).expect("a test's time step");
+        self.offset_ms
+            .fetch_add(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// What the fake writes from now on is `by` earlier: a test sets the scene in the past.
+    pub fn turn_back(&self, by: std::time::Duration) {
+        let ms = i64::try_from(by.as_millis()).expect("a test's time step");
+        self.offset_ms
+            .fetch_sub(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Sets the `Date` header (RFC 9110) of an answer to this clock's time, as a forge's
+    /// server does from its own clock.
+    pub fn date(&self, headers: &mut HeaderMap) {
+        let date = httpdate::fmt_http_date(self.now());
+        headers.insert(
+            axum::http::header::DATE,
+            HeaderValue::from_str(&date).expect("an HTTP date is a header value"),
+        );
+    }
+}
