@@ -18,12 +18,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::config::{Config, WriteMode};
-use crate::forge::{body, Forge};
+use crate::forge::Forge;
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::{self, ImageField};
 use crate::plan::{Action, Change};
 use crate::policy::{Hold, Holds};
-use crate::proposal::PlanBlock;
+use crate::proposal::{body, PlanBlock};
 use crate::reference::{Digest, Reference};
 use crate::verify::verdict::State;
 use crate::verify::Check;

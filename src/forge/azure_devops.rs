@@ -1202,7 +1202,7 @@ mod tests {
                 })
                 .collect(),
         };
-        let long = crate::forge::body::render(&block) + &"| held | row |\n".repeat(300);
+        let long = crate::proposal::body::render(&block) + &"| held | row |\n".repeat(300);
         assert!(long.chars().count() > MAX_DESCRIPTION_CHARS);
         let fitted = fit_description(&long);
         assert!(
@@ -1212,17 +1212,20 @@ mod tests {
         );
         assert!(fitted.contains("cut: Azure DevOps keeps 4,000 characters"));
         assert!(fitted.ends_with(&format!("{PLAN_MARKER}\n")), "{fitted}");
-        assert_eq!(crate::forge::body::parse(&fitted), None, "no half plan");
+        assert_eq!(crate::proposal::body::parse(&fitted), None, "no half plan");
         // Read back with the plan block from the properties: the whole plan.
         let read_back = stored_body(&long);
-        assert_eq!(crate::forge::body::parse(&read_back), Some(block.clone()));
+        assert_eq!(
+            crate::proposal::body::parse(&read_back),
+            Some(block.clone())
+        );
         assert_eq!(
             split_plan(&long).1,
-            Some(crate::forge::body::plan_block(&block).as_str())
+            Some(crate::proposal::body::plan_block(&block).as_str())
         );
         let mut one = block.clone();
         one.pins.truncate(1);
-        let short = crate::forge::body::render(&one);
+        let short = crate::proposal::body::render(&one);
         assert_eq!(
             fit_description(&short),
             short,
@@ -1232,9 +1235,12 @@ mod tests {
         // Any plan fits there: forty pins.
         let mut huge = block.clone();
         huge.pins = (0..40).map(|_| block.pins[0].clone()).collect();
-        let body = crate::forge::body::render(&huge);
+        let body = crate::proposal::body::render(&huge);
         assert!(fit_description(&body).chars().count() <= MAX_DESCRIPTION_CHARS);
-        assert_eq!(crate::forge::body::parse(&stored_body(&body)), Some(huge));
+        assert_eq!(
+            crate::proposal::body::parse(&stored_body(&body)),
+            Some(huge)
+        );
     }
 
     #[test]

@@ -14,7 +14,6 @@
 pub mod azure_devops;
 pub mod bitbucket;
 pub mod bitbucket_server;
-pub mod body;
 mod common;
 pub mod gitea;
 pub mod github;

@@ -707,7 +707,8 @@ fn pinned_before(syncer: &Syncer<'_>, branch: &str, recorded: Option<&LastPin>) 
     Some(LastPin {
         commit,
         branch: branch.to_string(),
-        images: u32::try_from(crate::forge::body::count_pin_lines(&message)).unwrap_or(u32::MAX),
+        images: u32::try_from(crate::proposal::message::count_pin_lines(&message))
+            .unwrap_or(u32::MAX),
         time: crate::promote::gate::rfc3339(time),
     })
 }

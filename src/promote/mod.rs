@@ -28,12 +28,12 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::config::{Config, Stage};
-use crate::forge::{body, ChangeRequestNoun, Forge, ForgeError};
+use crate::forge::{ChangeRequestNoun, Forge, ForgeError};
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Scanned};
 use crate::plan::{Change, Plan};
-use crate::proposal::PlanBlock;
+use crate::proposal::{body, PlanBlock};
 use crate::registry::Client;
 use crate::sync::{Outcome, SyncError};
 use crate::verify::live::{Cluster, LiveError};

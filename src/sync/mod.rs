@@ -21,14 +21,13 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::config::{Config, GitAuth, WriteMode};
-use crate::forge::body;
 use crate::forge::{ChangeRequestNoun, Forge, ForgeError};
 use crate::git::{off_runtime, Credentials, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Scanned, Skipped};
 use crate::plan::{self, Plan, ScannedFile};
 use crate::policy::{Follow, Policies, TagLists};
-use crate::proposal::PlanBlock;
+use crate::proposal::{body, message, PlanBlock};
 use crate::reference::Reference;
 use crate::registry::{Client, RegistryError, ResolveKey, ResolveResult};
 use crate::writer::{self, Planned, Proposal, WriteError};
@@ -481,7 +480,7 @@ impl<'a> Syncer<'a> {
         if plan.files.is_empty() {
             return Ok(Outcome::NothingToDo);
         }
-        let title = body::fill_template(&self.config.pull_request.title, &block);
+        let title = message::fill_template(&self.config.pull_request.title, &block);
         if options.dry_run {
             return Ok(Outcome::DryRun {
                 branch,
@@ -490,7 +489,7 @@ impl<'a> Syncer<'a> {
             });
         }
         let updates = writer::updates(&plan.files);
-        let message = body::commit_message(&self.config.commit_message, &block);
+        let message = message::commit_message(&self.config.commit_message, &block);
         let change = Planned {
             tip,
             updates: &updates,

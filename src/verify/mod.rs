@@ -27,11 +27,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::forge::{body, ChangeRequestNoun, Forge, ForgeError, StatusState};
+use crate::forge::{ChangeRequestNoun, Forge, ForgeError, StatusState};
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::kustomize::is_kustomization_file;
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection};
+use crate::proposal::body;
 use crate::reference::{Digest, Reference};
 use crate::registry::{Client, ManifestKind};
 use crate::render::{self, Lookup};

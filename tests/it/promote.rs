@@ -575,7 +575,7 @@ fn stderr(out: &Output) -> String {
 
 /// The plan block of a pull request body.
 fn plan_of(body: &str) -> tagpin::proposal::PlanBlock {
-    tagpin::forge::body::parse(body).unwrap_or_else(|| panic!("no plan block in:\n{body}"))
+    tagpin::proposal::body::parse(body).unwrap_or_else(|| panic!("no plan block in:\n{body}"))
 }
 
 /// `(file, new digest, old tag, new tag)` of each pin of a plan block, sorted.
