@@ -18,7 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::config::{Config, WriteMode};
-use crate::forge::Forge;
+use crate::forge::ForgeClient;
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::{self, ImageField};
 use crate::plan::{Action, Change};
@@ -457,7 +457,7 @@ fn person_reverts(
 pub struct Reverter<'a> {
     pub config: &'a Config,
     pub mirror: &'a Mirror,
-    pub forge: Option<&'a Forge>,
+    pub forge: Option<&'a ForgeClient>,
 }
 
 /// The change to revert and what it moved: `change` is its commit on the target branch,

@@ -25,7 +25,7 @@ use super::secrets::read_secrets;
 use super::status::{self, Outcome, Reason, StatusUpdate};
 use super::verdicts;
 use crate::config::{Config, WriteMode};
-use crate::forge::{ChangeRequestNoun, Forge, ForgeError};
+use crate::forge::{ChangeRequestNoun, ForgeClient, ForgeError};
 use crate::git::{FetchLimits, GitError};
 use crate::inflight;
 use crate::mutex::lock;
@@ -412,7 +412,7 @@ async fn run_pass(
     };
     let forge = match (&config.forge, secrets.forge_token) {
         (Some(forge), Some(token)) => {
-            match Forge::with_username(forge, token, secrets.forge_username) {
+            match ForgeClient::with_username(forge, token, secrets.forge_username) {
                 Ok(github) => Some(github),
                 Err(e) => return stalled(Reason::InvalidSpec, e.to_string()),
             }
@@ -493,7 +493,7 @@ struct Pass<'a> {
     config: &'a Config,
     syncer: &'a Syncer<'a>,
     registry: &'a Client,
-    forge: Option<&'a Forge>,
+    forge: Option<&'a ForgeClient>,
     /// Each promotion stage's cluster, by name.
     clusters: &'a BTreeMap<String, Cluster>,
     /// Where sync's pins are verified: the first stage's cluster, or the object's own.

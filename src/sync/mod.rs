@@ -21,7 +21,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::config::{Config, GitAuth, WriteMode};
-use crate::forge::{ChangeRequestNoun, Forge, ForgeError};
+use crate::forge::{ChangeRequestNoun, ForgeClient, ForgeError};
 use crate::git::{off_runtime, Credentials, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Scanned, Skipped};
@@ -190,7 +190,7 @@ pub struct SyncOptions {
 pub struct Syncer<'a> {
     pub config: &'a Config,
     pub registry: &'a Client,
-    pub forge: Option<&'a Forge>,
+    pub forge: Option<&'a ForgeClient>,
     pub mirror: Mirror,
     filter: FileFilter,
     selection: ImageSelection,
@@ -204,7 +204,7 @@ impl<'a> Syncer<'a> {
     pub fn new(
         config: &'a Config,
         registry: &'a Client,
-        forge: Option<&'a Forge>,
+        forge: Option<&'a ForgeClient>,
         cache_dir: &Path,
     ) -> Result<Syncer<'a>, SyncError> {
         let credentials = git_credentials(&config.repository.auth)?;
@@ -216,7 +216,7 @@ impl<'a> Syncer<'a> {
     pub fn with_credentials(
         config: &'a Config,
         registry: &'a Client,
-        forge: Option<&'a Forge>,
+        forge: Option<&'a ForgeClient>,
         cache_dir: &Path,
         credentials: Credentials,
     ) -> Result<Syncer<'a>, SyncError> {

@@ -349,7 +349,8 @@ impl World {
         use tagpin::promote::{Clock, PromoteOptions, Promoter};
         let config = tagpin::config::Config::load(&self.config()).unwrap();
         let forge =
-            tagpin::forge::Forge::new(config.forge.as_ref().unwrap(), GH_TOKEN.into()).unwrap();
+            tagpin::forge::ForgeClient::new(config.forge.as_ref().unwrap(), GH_TOKEN.into())
+                .unwrap();
         let registry = tagpin::registry::Client::new(tagpin::registry::Settings {
             insecure_hosts: config.registries.insecure.clone(),
             ..Default::default()
