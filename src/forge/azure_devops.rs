@@ -69,8 +69,8 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::Dialect;
 use super::engine::{encode, json, read_pages, read_pages_whole, retry_after, unix};
-use super::engine::{Forge, Listing, Names, NewChange, Rest, RestConfig, Result, Said};
-use super::engine::{MarkedComment, StatusKey, Words, MAX_PAGES};
+use super::engine::{Forge, Listing, NewChange, Rest, Result, Said};
+use super::engine::{Marked, StatusKey, Words, MAX_PAGES};
 use super::settings::ChangeRequestNoun;
 use crate::config;
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
@@ -79,7 +79,7 @@ const FORGE: &str = "Azure DevOps";
 /// What a failed answer means, in words that say what to fix. Some routes answer a token
 /// Azure DevOps does not accept with its sign-in page instead of `401`: a successful answer
 /// that is not JSON is named as that.
-const WORDS: Words = Words {
+pub(super) const WORDS: Words = Words {
     wait: rate_limit_wait,
     unauthorized: "the token is not valid (an expired or revoked personal access token, or one of another organization)",
     forbidden: "the token may not do this in {repo} (it needs the Code (Read & write) scope, and Contribute and Contribute to pull requests on the repository)",
@@ -283,27 +283,22 @@ struct EditComment<'a> {
 impl AzureDevOps {
     /// `api_url` is the organization, `https://dev.azure.com/ORG`, or an Azure DevOps Server
     /// collection, `https://HOST/tfs/DefaultCollection`.
-    pub fn new(forge: &config::Forge, token: String) -> Result<AzureDevOps> {
-        let config::ForgeKind::AzureDevOps { project, repo } = &forge.kind else {
-            let detail = "the forge configured is not Azure DevOps".to_string();
-            return Err(Names::setup(FORGE, detail));
-        };
+    pub fn new(
+        forge: &config::Forge,
+        (project, repo): (&str, &str),
+        token: String,
+    ) -> Result<AzureDevOps> {
         let basic = base64::engine::general_purpose::STANDARD.encode(format!(":{}", token.trim()));
-        let config = RestConfig {
-            names: Names::new(FORGE, &forge.api_url, format!("{project}/{repo}")),
-            api_url: &forge.api_url,
-            timeout_seconds: forge.timeout_seconds,
-            token_env: &forge.token_env,
-            credentials: ("authorization", format!("Basic {basic}")),
-        };
+        let basic = ("authorization", format!("Basic {basic}"));
         // Identity ids are GUIDs, which Azure DevOps writes in lower case.
         let configured = forge.login.as_ref().map(|l| l.trim().to_ascii_lowercase());
         Ok(AzureDevOps {
-            rest: Rest::new(config, &WORDS)?,
-            project: project.clone(),
-            repo: repo.clone(),
+            rest: Rest::new(FORGE, forge, format!("{project}/{repo}"), basic, &WORDS)?,
+            project: project.to_string(),
+            repo: repo.to_string(),
             api_version: api_version_for(&forge.api_url),
-            dialect: Dialect::new(ChangeRequestNoun::AzureDevOpsPullRequest, true, configured),
+            dialect: Dialect::new(FORGE, ChangeRequestNoun::AzureDevOpsPullRequest, configured)
+                .adopting(),
         })
     }
 
@@ -640,7 +635,7 @@ impl Forge for AzureDevOps {
 
     /// Found by the marker among the comments tagpin's identity wrote in any thread; threads
     /// come in one answer.
-    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<MarkedComment>> {
+    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
         let me = self.login().await?;
         let what = format!("list comment threads of pull request !{number}");
         let url = self.with_query(&self.threads_url(number), &[], false);
@@ -648,7 +643,7 @@ impl Forge for AzureDevOps {
         let list: List<Thread> = self.rest.parse(&what, &answer.body)?;
         Ok(list.value.into_iter().find_map(|t| {
             let comment = t.comments.into_iter().find(|c| mine(c, marker, me))?;
-            Some(MarkedComment {
+            Some(Marked {
                 id: comment.id,
                 text: comment.content,
                 thread: Some(t.id),
@@ -658,14 +653,9 @@ impl Forge for AzureDevOps {
     }
 
     /// Edited in its thread; a new one starts a thread of its own, closed.
-    async fn write_comment(
-        &self,
-        number: u64,
-        old: Option<MarkedComment>,
-        body: &str,
-    ) -> Result<()> {
+    async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
         let threads = self.threads_url(number);
-        if let Some(MarkedComment { id, thread, .. }) = old {
+        if let Some(Marked { id, thread, .. }) = old {
             let what = format!("update comment {id} on pull request !{number}");
             let thread = thread.unwrap_or_default();
             let url = self.with_query(&format!("{threads}/{thread}/comments/{id}"), &[], false);
@@ -883,22 +873,16 @@ fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::super::engine::{headers, is_json, patched};
+    use super::super::engine::{headers, patched, settings};
     use super::*;
 
     fn forge(api_url: &str) -> AzureDevOps {
-        let config = config::Forge {
-            kind: config::ForgeKind::AzureDevOps {
-                project: "Platform Team".into(),
-                repo: "gitops".into(),
-            },
-            api_url: api_url.into(),
-            token_env: "AZURE_DEVOPS_TOKEN".into(),
-            login: None,
-            username_env: None,
-            timeout_seconds: 60,
+        let (project, repo) = ("Platform Team", "gitops");
+        let kind = config::ForgeKind::AzureDevOps {
+            project: project.into(),
+            repo: repo.into(),
         };
-        AzureDevOps::new(&config, "pat".into()).unwrap()
+        AzureDevOps::new(&settings(kind, api_url), (project, repo), "pat".into()).unwrap()
     }
 
     /// A completed pull request in the shape of `GitPullRequest`
@@ -1073,23 +1057,6 @@ mod tests {
         let reset = wait(&[("x-ratelimit-reset", "1030")]);
         assert_eq!(reset, Duration::from_secs(31));
         assert_eq!(wait(&[]), Duration::from_secs(60));
-    }
-
-    #[test]
-    fn failures_name_what_to_fix_without_quoting_azure_devops() {
-        let describe = |code: u16| {
-            let status = reqwest::StatusCode::from_u16(code).unwrap();
-            WORDS.describe(status, "", "platform/gitops", "https://dev.azure.com/acme")
-        };
-        assert!(describe(401).contains("the token is not valid"));
-        assert!(describe(403).contains("Code (Read & write)"));
-        assert!(describe(404).contains("platform/gitops is not at https://dev.azure.com/acme"));
-        assert!(describe(409).contains("already active"));
-        assert_eq!(describe(500), "500 Internal Server Error");
-        let html = headers(&[("content-type", "text/html; charset=utf-8")]);
-        assert!(!is_json(&html));
-        let json = "application/json; charset=utf-8; api-version=7.1";
-        assert!(is_json(&headers(&[("content-type", json)])));
     }
 
     #[test]

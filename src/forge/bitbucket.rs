@@ -66,9 +66,7 @@ use serde::{Deserialize, Serialize};
 use super::engine::{encode, json, read_pages, read_pages_whole, retry_after, status_text, unix};
 use super::engine::{updated_before, Forge, ForgeError, Listing, Names};
 use super::engine::{Dialect, Paged};
-use super::engine::{
-    MarkedComment, NewChange, Purpose, Rest, RestConfig, Result, Said, StatusKey, Words,
-};
+use super::engine::{Marked, NewChange, Purpose, Rest, Result, Said, StatusKey, Words};
 use super::settings::ChangeRequestNoun;
 use super::stamp::StatusSigner;
 use crate::config;
@@ -79,7 +77,7 @@ const FORGE: &str = "Bitbucket";
 /// What a failed answer means, in words that say what to fix. A `429` is waited out as
 /// `Retry-After` says, else it would be the rolling window, an hour, which is past
 /// [`super::MAX_RATE_LIMIT_WAIT`]: the call is reported.
-const WORDS: Words = Words {
+pub(super) const WORDS: Words = Words {
     wait: |headers, now| retry_after(headers, now).unwrap_or(ROLLING_WINDOW),
     unauthorized: "the token is not valid (expired or revoked; an app password needs forge.username_env, an access token or API token must not have it)",
     forbidden: "the token may not do this in {repo} (it needs the repository:write and pullrequest:write scopes, or write:repository:bitbucket and write:pullrequest:bitbucket for an API token, and write access to the repository)",
@@ -270,13 +268,9 @@ impl Bitbucket {
     /// this process's environment, which in the operator is not the object's to name.
     pub fn new(
         forge: &config::Forge,
-        token: String,
-        username: Option<String>,
+        (workspace, repo): (&str, &str),
+        (token, username): (String, Option<String>),
     ) -> Result<Bitbucket> {
-        let config::ForgeKind::Bitbucket { workspace, repo } = &forge.kind else {
-            let detail = "the forge configured is not Bitbucket".to_string();
-            return Err(Names::setup(FORGE, detail));
-        };
         let token = token.trim().to_string();
         let value = match (&forge.username_env, username) {
             (Some(env), None) => {
@@ -291,19 +285,17 @@ impl Bitbucket {
             }
             (None, _) => format!("Bearer {token}"),
         };
-        let config = RestConfig {
-            names: Names::new(FORGE, &forge.api_url, format!("{workspace}/{repo}")),
-            api_url: &forge.api_url,
-            timeout_seconds: forge.timeout_seconds,
-            token_env: &forge.token_env,
-            credentials: ("authorization", value),
-        };
+        let full_name = format!("{workspace}/{repo}");
         Ok(Bitbucket {
-            rest: Rest::new(config, &WORDS)?,
-            workspace: workspace.clone(),
-            repo: repo.clone(),
+            rest: Rest::new(FORGE, forge, full_name, ("authorization", value), &WORDS)?,
+            workspace: workspace.to_string(),
+            repo: repo.to_string(),
             signer: StatusSigner::new(FORGE, &token)?,
-            dialect: Dialect::new(ChangeRequestNoun::PullRequest, false, forge.login.clone()),
+            dialect: Dialect::new(
+                "Bitbucket Cloud",
+                ChangeRequestNoun::PullRequest,
+                forge.login.clone(),
+            ),
             resolved: Mutex::default(),
         })
     }
@@ -578,16 +570,6 @@ impl Forge for Bitbucket {
         self.rest.write(&what, Method::PUT, &url, &edit).await
     }
 
-    /// Bitbucket Cloud pull requests have no labels: nothing is set, and nothing stands in.
-    async fn add_labels(&self, number: u64, labels: &[String]) -> Result<()> {
-        if !labels.is_empty() {
-            tracing::debug!(
-                "pull request #{number}: Bitbucket Cloud has no labels; {labels:?} not set"
-            );
-        }
-        Ok(())
-    }
-
     /// By its id (`#N`), its hashes resolved.
     async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
         let what = format!("read pull request #{number}");
@@ -654,7 +636,7 @@ impl Forge for Bitbucket {
     }
 
     /// Found by the marker among the comments tagpin's account wrote, on every page.
-    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<MarkedComment>> {
+    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
         let me = self.login().await?;
         let what = format!("list comments of pull request #{number}");
         let page_len = LONG_PAGE_LEN.to_string();
@@ -665,21 +647,16 @@ impl Forge for Bitbucket {
         Ok(comments.into_iter().find(|c| mine(c, marker, me)).map(|c| {
             let raw = c.content.and_then(|c| c.raw);
             let text = raw.unwrap_or_default();
-            MarkedComment {
+            Marked {
                 id: c.id,
                 text,
-                ..MarkedComment::default()
+                ..Marked::default()
             }
         }))
     }
 
     /// Its `content.raw`, posted to the pull request's comments or put to the comment's own.
-    async fn write_comment(
-        &self,
-        number: u64,
-        old: Option<MarkedComment>,
-        body: &str,
-    ) -> Result<()> {
+    async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
         let content = CommentBody {
             content: RawContent { raw: body },
         };
@@ -845,7 +822,7 @@ fn mine(comment: &Comment, marker: &str, me: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::engine::{headers, patched};
+    use super::super::engine::{headers, patched, settings};
     use super::super::MAX_RATE_LIMIT_WAIT;
     use super::*;
 
@@ -870,18 +847,12 @@ mod tests {
     }
 
     fn adapter(token: &str) -> Bitbucket {
-        let forge = config::Forge {
-            kind: config::ForgeKind::Bitbucket {
-                workspace: "acme".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://api.bitbucket.org/2.0".into(),
-            token_env: "BITBUCKET_TOKEN".into(),
-            login: None,
-            username_env: None,
-            timeout_seconds: 60,
+        let kind = config::ForgeKind::Bitbucket {
+            workspace: "acme".into(),
+            repo: "gitops".into(),
         };
-        Bitbucket::new(&forge, token.into(), None).unwrap()
+        let forge = settings(kind, "https://api.bitbucket.org/2.0");
+        Bitbucket::new(&forge, ("acme", "gitops"), (token.into(), None)).unwrap()
     }
 
     #[test]
@@ -1052,18 +1023,6 @@ mod tests {
         assert!(ROLLING_WINDOW > MAX_RATE_LIMIT_WAIT);
         let told = headers(&[("retry-after", "7")]);
         assert_eq!((WORDS.wait)(&told, now), Duration::from_secs(7));
-    }
-
-    #[test]
-    fn failures_name_what_to_fix_without_quoting_bitbucket() {
-        let describe = |code: u16| {
-            let status = reqwest::StatusCode::from_u16(code).unwrap();
-            WORDS.describe(status, "", "acme/gitops", "https://api.bitbucket.org/2.0")
-        };
-        assert!(describe(401).contains("the token is not valid"));
-        assert!(describe(403).contains("pullrequest:write"));
-        assert!(describe(404).contains("acme/gitops is not at https://api.bitbucket.org/2.0"));
-        assert_eq!(describe(500), "500 Internal Server Error");
     }
 
     #[test]

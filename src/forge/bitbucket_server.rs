@@ -59,8 +59,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::engine::{encode, json, read_pages, updated_before, Forge};
-use super::engine::{Dialect, Paged};
-use super::engine::{Listing, MarkedComment, Names, NewChange, Rest, RestConfig, Result};
+use super::engine::{BadPageUrl, Dialect, PageAddress, Paged};
+use super::engine::{Listing, Marked, NewChange, Rest, Result};
 use super::engine::{Said, StatusKey, Words};
 use super::settings::ChangeRequestNoun;
 use super::stamp::StatusSigner;
@@ -72,7 +72,7 @@ const FORGE: &str = "Bitbucket";
 /// its permission (403), the repository or object (404), a conflict (409), a field Bitbucket
 /// refused (400). A `429` (Data Center's rate limiting) is waited out as `Retry-After` says,
 /// else a minute.
-const WORDS: Words = Words {
+pub(super) const WORDS: Words = Words {
     unauthorized: "the token is not valid (expired, revoked, or not a Bitbucket HTTP access token)",
     forbidden: "the token may not do this in {repo} (an HTTP access token needs the Repository write permission)",
     not_found: "{repo} is not at {api}, or the token may not read it (Bitbucket answers 404 for repositories hidden from the token), or the pull request or comment does not exist",
@@ -303,27 +303,29 @@ struct CommentBody<'a> {
 
 impl BitbucketServer {
     /// `api_url` is the instance's base URL, `https://bitbucket.example.com`.
-    pub fn new(forge: &config::Forge, token: String) -> Result<BitbucketServer> {
-        let config::ForgeKind::BitbucketServer { project, repo } = &forge.kind else {
-            let detail = "the forge configured is not Bitbucket Data Center".to_string();
-            return Err(Names::setup(FORGE, detail));
-        };
+    pub fn new(
+        forge: &config::Forge,
+        (project, repo): (&str, &str),
+        token: String,
+    ) -> Result<BitbucketServer> {
         let token = token.trim();
-        let config = RestConfig {
-            names: Names::new(FORGE, &forge.api_url, format!("{project}/{repo}")),
-            api_url: &forge.api_url,
-            timeout_seconds: forge.timeout_seconds,
-            token_env: &forge.token_env,
-            credentials: ("authorization", format!("Bearer {token}")),
-        };
-        let rest = Rest::new(config, &WORDS)?;
+        let (full_name, credentials) = (
+            format!("{project}/{repo}"),
+            ("authorization", format!("Bearer {token}")),
+        );
+        let rest = Rest::new(FORGE, forge, full_name, credentials, &WORDS)?;
         Ok(BitbucketServer {
             rest,
-            project: project.clone(),
-            repo: repo.clone(),
+            project: project.to_string(),
+            repo: repo.to_string(),
             signer: StatusSigner::new(FORGE, token)?,
             project_key: project.to_ascii_uppercase(),
-            dialect: Dialect::new(ChangeRequestNoun::PullRequest, true, forge.login.clone()),
+            dialect: Dialect::new(
+                "Bitbucket Data Center",
+                ChangeRequestNoun::PullRequest,
+                forge.login.clone(),
+            )
+            .adopting(),
         })
     }
 
@@ -605,16 +607,6 @@ impl Forge for BitbucketServer {
         }
     }
 
-    /// Data Center pull requests have no labels: nothing to add, and no call is made.
-    async fn add_labels(&self, number: u64, labels: &[String]) -> Result<()> {
-        if !labels.is_empty() {
-            tracing::debug!(
-                "pull request #{number}: Bitbucket Data Center has no labels; {labels:?} not set"
-            );
-        }
-        Ok(())
-    }
-
     /// By its id (`#N`).
     async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
         let what = format!("read pull request #{number}");
@@ -682,7 +674,7 @@ impl Forge for BitbucketServer {
 
     /// The oldest general comment tagpin's user wrote carrying `marker` (only a comment's
     /// author may change its text), read from the pull request's activities, every page.
-    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<MarkedComment>> {
+    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
         let me = self.login().await?;
         let what = format!("list comments of pull request #{number}");
         let activities = self.repo_url(&format!("/pull-requests/{number}/activities"));
@@ -702,12 +694,7 @@ impl Forge for BitbucketServer {
 
     /// Posted as text; edited with the comment's `version`, and a `409` (changed meanwhile)
     /// reads it again and tries once more, unless it already says `body`.
-    async fn write_comment(
-        &self,
-        number: u64,
-        old: Option<MarkedComment>,
-        body: &str,
-    ) -> Result<()> {
+    async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
         let Some(mut comment) = old else {
             let what = format!("comment on pull request #{number}");
             let url = self.repo_url(&format!("/pull-requests/{number}/comments"));
@@ -743,8 +730,8 @@ impl Forge for BitbucketServer {
 }
 
 /// A comment as tagpin edits it: by its id and version.
-fn marked(comment: Comment) -> MarkedComment {
-    MarkedComment {
+fn marked(comment: Comment) -> Marked {
+    Marked {
         id: comment.id,
         text: comment.text,
         version: Some(comment.version),
@@ -807,52 +794,24 @@ fn state_word(state: StatusState) -> &'static str {
     }
 }
 
-/// Why the next page of a list cannot be asked for.
-#[derive(Debug, thiserror::Error)]
-enum PagingError {
-    /// The address of the page just read (tagpin's own) does not parse.
-    #[error("{url}: {source}")]
-    BadUrl {
-        url: String,
-        #[source]
-        source: url::ParseError,
-    },
-}
-
 /// The next page of a list read from `url` (with `start=N`): `start=nextPageStart` on the
 /// same address, while the page says it is not the last and the next start lies ahead (a
 /// page pointing back is the last read).
-fn next_page<T>(url: &str, page: &Page<T>) -> Result<Option<String>, PagingError> {
-    let mut next = url::Url::parse(url).map_err(|source| PagingError::BadUrl {
-        url: url.to_string(),
-        source,
-    })?;
-    let start: u64 = next
-        .query_pairs()
-        .find(|(k, _)| k == "start")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
+fn next_page<T>(url: &str, page: &Page<T>) -> Result<Option<String>, BadPageUrl> {
+    let next = PageAddress::parse(url)?;
+    let start = next.number("start").unwrap_or(0);
     let Some(following) = page.next_page_start.filter(|n| *n > start) else {
         return Ok(None);
     };
     if page.is_last_page || page.values.is_empty() {
         return Ok(None);
     }
-    let kept: Vec<(String, String)> = next
-        .query_pairs()
-        .filter(|(k, _)| k != "start")
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
-    next.query_pairs_mut()
-        .clear()
-        .extend_pairs(kept)
-        .append_pair("start", &following.to_string());
-    Ok(Some(next.to_string()))
+    Ok(Some(next.with("start", &following.to_string())))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::engine::patched;
+    use super::super::engine::{patched, settings};
     use super::*;
 
     /// A merged pull request in the shape of Data Center's `RestPullRequest` (as the
@@ -874,19 +833,17 @@ mod tests {
       "links": {"self": [{"href": "https://bitbucket.example.com/projects/ACME/repos/gitops/pull-requests/12"}]}
     }"#;
 
-    fn adapter() -> BitbucketServer {
-        let forge = config::Forge {
-            kind: config::ForgeKind::BitbucketServer {
-                project: "ACME".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://bitbucket.example.com/".into(),
-            token_env: "BITBUCKET_TOKEN".into(),
-            login: None,
-            username_env: None,
-            timeout_seconds: 60,
+    fn adapter_with(token: &str) -> BitbucketServer {
+        let kind = config::ForgeKind::BitbucketServer {
+            project: "ACME".into(),
+            repo: "gitops".into(),
         };
-        BitbucketServer::new(&forge, "token-one".into()).unwrap()
+        let forge = settings(kind, "https://bitbucket.example.com/");
+        BitbucketServer::new(&forge, ("ACME", "gitops"), token.into()).unwrap()
+    }
+
+    fn adapter() -> BitbucketServer {
+        adapter_with("token-one")
     }
 
     fn pr(patch: serde_json::Value) -> PullRequestInfo {
@@ -971,18 +928,7 @@ mod tests {
             None
         );
         // Another token (rotated, or another tagpin's) does not sign as this one.
-        let forge = config::Forge {
-            kind: config::ForgeKind::BitbucketServer {
-                project: "ACME".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://bitbucket.example.com".into(),
-            token_env: "T".into(),
-            login: None,
-            username_env: None,
-            timeout_seconds: 60,
-        };
-        let other = BitbucketServer::new(&forge, "token-two".into()).unwrap();
+        let other = adapter_with("token-two");
         assert_eq!(
             other
                 .read_status(&sha, &signed(StatusState::Success, "x"), "bot")
@@ -1029,19 +975,6 @@ mod tests {
             next_page_start: Some(100),
         };
         assert_eq!(next_page(url, &empty).unwrap(), None);
-    }
-
-    #[test]
-    fn failures_name_what_to_fix_without_quoting_bitbucket() {
-        let describe = |code: u16| {
-            let status = reqwest::StatusCode::from_u16(code).unwrap();
-            WORDS.describe(status, "", "ACME/gitops", "https://bitbucket.example.com")
-        };
-        assert!(describe(401).contains("not a Bitbucket HTTP access token"));
-        assert!(describe(403).contains("Repository write permission"));
-        assert!(describe(404).contains("ACME/gitops is not at https://bitbucket.example.com"));
-        assert!(describe(409).contains("changed since tagpin read it"));
-        assert_eq!(describe(500), "500 Internal Server Error");
     }
 
     #[test]

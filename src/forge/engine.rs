@@ -19,6 +19,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 
 use super::settings::ChangeRequestNoun;
+use crate::config;
 use crate::mutex::lock;
 use crate::review::{PullRequestInfo, StatusHistory, StatusState};
 
@@ -314,32 +315,28 @@ pub(super) struct Rest {
     pub(super) clock: ForgeClock,
 }
 
-/// Where a REST forge is and how it is spoken to, for [`Rest::new`].
-pub(super) struct RestConfig<'a> {
-    pub(super) names: Names,
-    pub(super) api_url: &'a str,
-    pub(super) timeout_seconds: u64,
-    /// The environment variable the token came from, to name when it cannot be sent.
-    pub(super) token_env: &'a str,
-    /// The header the token goes in, and its value (`Bearer …`, `token …`, `Basic …`).
-    pub(super) credentials: (&'static str, String),
-}
-
 impl Rest {
-    pub(super) fn new(endpoint: RestConfig<'_>, words: &'static Words) -> Result<Rest> {
-        let forge = endpoint.names.forge;
-        let (header, value) = endpoint.credentials;
+    /// The forge `settings` name, its repository `repo` (as its users write it, for
+    /// messages), and `credentials`: the header the token goes in and its value (`Bearer …`,
+    /// `token …`, `Basic …`), which must be one an HTTP header can carry.
+    pub(super) fn new(
+        forge: &'static str,
+        settings: &config::Forge,
+        repo: String,
+        (header, value): (&'static str, String),
+        words: &'static Words,
+    ) -> Result<Rest> {
         let mut value = HeaderValue::from_str(&value).map_err(|_| {
-            let env = endpoint.token_env;
+            let env = &settings.token_env;
             let detail = format!("the token in {env} holds characters an HTTP header cannot carry");
             Names::setup(forge, detail)
         })?;
         value.set_sensitive(true);
-        let deadline = Duration::from_secs(endpoint.timeout_seconds);
+        let deadline = Duration::from_secs(settings.timeout_seconds);
         Ok(Rest {
             http: http_client(forge, deadline)?,
-            names: endpoint.names,
-            api: endpoint.api_url.trim_end_matches('/').to_string(),
+            names: Names::new(forge, &settings.api_url, repo),
+            api: settings.api_url.trim_end_matches('/').to_string(),
             deadline,
             credentials: (header, value),
             words,
@@ -630,6 +627,58 @@ pub(super) fn in_flight(
     open
 }
 
+/// The address of a page just read, to ask for another by one of its query parameters (a
+/// page number, a start), on the same host: tagpin never follows an address a forge writes
+/// where it may name another host.
+pub(super) struct PageAddress(url::Url);
+
+/// Why the next page of a list cannot be asked for: the address of the page just read
+/// (tagpin's own) does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("{url}: {source}")]
+pub(super) struct BadPageUrl {
+    url: String,
+    #[source]
+    source: url::ParseError,
+}
+
+impl PageAddress {
+    pub(super) fn parse(url: &str) -> Result<PageAddress, BadPageUrl> {
+        let url = url.to_string();
+        url::Url::parse(&url)
+            .map(PageAddress)
+            .map_err(|source| BadPageUrl { url, source })
+    }
+
+    /// The number the query parameter `key` holds, if it holds one.
+    pub(super) fn number(&self, key: &str) -> Option<u64> {
+        let mut pairs = self.0.query_pairs();
+        pairs
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.parse().ok())
+    }
+
+    /// This address with `key` set to `value`, after the other parameters in their order.
+    pub(super) fn with(mut self, key: &str, value: &str) -> String {
+        let kept: Vec<(String, String)> = self
+            .0
+            .query_pairs()
+            .filter(|(k, _)| k != key)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let mut pairs = self.0.query_pairs_mut();
+        pairs.clear().extend_pairs(kept).append_pair(key, value);
+        drop(pairs);
+        self.0.to_string()
+    }
+}
+
+/// The text of header `name`, trimmed, when it has any.
+pub(super) fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    let value = headers.get(name).and_then(|v| v.to_str().ok());
+    value.map(str::trim).filter(|v| !v.is_empty())
+}
+
 /// The `rel="next"` address of a `Link` header (RFC 8288, as GitHub and GitLab send it), if
 /// there is a next page.
 pub(super) fn next_link(link: &str) -> Option<String> {
@@ -707,6 +756,8 @@ pub struct Said<'a> {
 
 /// What a forge is called and does the same way as the others, but in its own words.
 pub struct Dialect {
+    /// The forge as its users name it: `Bitbucket Cloud`, `Bitbucket Data Center`.
+    pub(super) product: &'static str,
     /// What the forge calls a change request.
     pub(super) noun: ChangeRequestNoun,
     /// Whether a `409` to opening a change request means one is open for these branches
@@ -717,12 +768,27 @@ pub struct Dialect {
 }
 
 impl Dialect {
-    pub(super) fn new(noun: ChangeRequestNoun, adopts: bool, login: Option<String>) -> Dialect {
+    /// A forge that adopts no change request opened meanwhile.
+    pub(super) fn new(
+        product: &'static str,
+        noun: ChangeRequestNoun,
+        login: Option<String>,
+    ) -> Dialect {
         let login = tokio::sync::OnceCell::new_with(login);
+        let adopts = false;
         Dialect {
+            product,
             noun,
             adopts,
             login,
+        }
+    }
+
+    /// One that adopts a change request opened meanwhile for the same branches.
+    pub(super) fn adopting(self) -> Dialect {
+        Dialect {
+            adopts: true,
+            ..self
         }
     }
 }
@@ -730,7 +796,7 @@ impl Dialect {
 /// tagpin's marked comment as a forge answered it: what it says (it is edited only when it
 /// says something else), and what editing it takes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MarkedComment {
+pub struct Marked {
     pub id: u64,
     pub text: String,
     /// The thread it is in, where the forge keeps comments in threads (Azure DevOps).
@@ -774,10 +840,6 @@ pub trait Forge: Send + Sync {
         body: &str,
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// Adds `labels` to change request `number`, where the forge has labels.
-    fn add_labels(&self, number: u64, labels: &[String])
-        -> impl Future<Output = Result<()>> + Send;
-
     /// One change request by number (GitLab: the merge request's IID; Gitea: the pull
     /// request's number, shared with issues).
     fn pull_request(&self, number: u64) -> impl Future<Output = Result<PullRequestInfo>> + Send;
@@ -800,16 +862,32 @@ pub trait Forge: Send + Sync {
         &self,
         number: u64,
         marker: &str,
-    ) -> impl Future<Output = Result<Option<MarkedComment>>> + Send;
+    ) -> impl Future<Output = Result<Option<Marked>>> + Send;
 
     /// Makes tagpin's comment on change request `number` say `body`: `old` edited, or a new
     /// one when there is none.
     fn write_comment(
         &self,
         number: u64,
-        old: Option<MarkedComment>,
+        old: Option<Marked>,
         body: &str,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Adds `labels` to change request `number`. A forge without labels (Bitbucket) sets
+    /// nothing, and nothing stands in: tagpin finds its change requests by their branch.
+    fn add_labels(
+        &self,
+        number: u64,
+        labels: &[String],
+    ) -> impl Future<Output = Result<()>> + Send {
+        async move {
+            if !labels.is_empty() {
+                let (name, product) = (self.dialect().noun.name(number), self.dialect().product);
+                tracing::debug!("{name}: {product} has no labels; {labels:?} not set");
+            }
+            Ok(())
+        }
+    }
 
     /// `body` as this forge gives it back; whole, unless the forge cuts it.
     fn stored_body(&self, body: &str) -> String {
@@ -1057,6 +1135,19 @@ pub(super) fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
     map
 }
 
+/// The settings of a forge of `kind` at `api_url`, as a test builds an adapter from them.
+#[cfg(test)]
+pub(super) fn settings(kind: config::ForgeKind, api_url: &str) -> config::Forge {
+    config::Forge {
+        kind,
+        api_url: api_url.into(),
+        token_env: "TOKEN".into(),
+        login: None,
+        username_env: None,
+        timeout_seconds: 60,
+    }
+}
+
 /// `json` (a documented answer) with the keys of `patch` replaced, for tests.
 #[cfg(test)]
 pub(super) fn patched(json: &str, patch: serde_json::Value) -> serde_json::Value {
@@ -1099,6 +1190,14 @@ mod tests {
             Duration::from_secs(31)
         );
         assert_eq!(wait(&[]), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_successful_answer_is_json_only_when_it_says_so() {
+        let html = headers(&[("content-type", "text/html; charset=utf-8")]);
+        assert!(!is_json(&html));
+        let json = "application/json; charset=utf-8; api-version=7.1";
+        assert!(is_json(&headers(&[("content-type", json)])));
     }
 
     #[test]

@@ -39,9 +39,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::engine::{encode, json, next_link, read_pages, read_pages_whole, unix};
-use super::engine::{status_text, Forge, ForgeError, Listing, Names, RestConfig, Result};
-use super::engine::{updated_before, MarkedComment, NewChange, Rest, Said, StatusKey, Words};
-use super::engine::{Dialect, Paged};
+use super::engine::{header, BadPageUrl, Dialect, PageAddress, Paged};
+use super::engine::{status_text, Forge, ForgeError, Listing, Result};
+use super::engine::{updated_before, Marked, NewChange, Rest, Said, StatusKey, Words};
 use super::settings::ChangeRequestNoun;
 use crate::config;
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
@@ -51,7 +51,7 @@ const FORGE: &str = "Gitea";
 /// the user's rights (403), the repository or object (404), a pull request already open
 /// (409), a field Gitea refused (422). A `429` (Gitea itself has none, a proxy in front of it
 /// may) is waited out as `Retry-After` says, else a minute.
-const WORDS: Words = Words {
+pub(super) const WORDS: Words = Words {
     unauthorized: "the token is not valid (expired, revoked, or not a Gitea token)",
     forbidden: "the token may not do this in {repo} (it needs the write:repository, write:issue and read:user scopes, and write access to the repository)",
     not_found: "{repo} is not at {api}, or the token may not read it (Gitea answers 404 for repositories hidden from the token)",
@@ -185,23 +185,15 @@ struct CommentBody<'a> {
 
 impl Gitea {
     /// `api_url` is `https://HOST/api/v1` (Codeberg: `https://codeberg.org/api/v1`).
-    pub fn new(forge: &config::Forge, token: String) -> Result<Gitea> {
-        let config::ForgeKind::Gitea { owner, repo } = &forge.kind else {
-            let detail = "the forge configured is not Gitea".to_string();
-            return Err(Names::setup(FORGE, detail));
-        };
-        let endpoint = RestConfig {
-            names: Names::new(FORGE, &forge.api_url, format!("{owner}/{repo}")),
-            api_url: &forge.api_url,
-            timeout_seconds: forge.timeout_seconds,
-            token_env: &forge.token_env,
-            credentials: ("authorization", format!("token {}", token.trim())),
-        };
+    pub fn new(forge: &config::Forge, (owner, repo): (&str, &str), token: String) -> Result<Gitea> {
+        let credentials = ("authorization", format!("token {}", token.trim()));
+        let full_name = format!("{owner}/{repo}");
         Ok(Gitea {
-            rest: Rest::new(endpoint, &WORDS)?,
-            owner: owner.clone(),
-            repo: repo.clone(),
-            dialect: Dialect::new(ChangeRequestNoun::PullRequest, true, forge.login.clone()),
+            rest: Rest::new(FORGE, forge, full_name, credentials, &WORDS)?,
+            owner: owner.to_string(),
+            repo: repo.to_string(),
+            dialect: Dialect::new(FORGE, ChangeRequestNoun::PullRequest, forge.login.clone())
+                .adopting(),
         })
     }
 
@@ -386,29 +378,24 @@ impl Forge for Gitea {
     /// Found by the marker among the comments tagpin's user wrote (a person quoting the
     /// marker is not mistaken for it, though Gitea would let a writer edit theirs); issue
     /// comments come in one answer.
-    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<MarkedComment>> {
+    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
         let me = self.login().await?;
         let what = format!("list comments of pull request #{number}");
         let url = self.repo_url(&format!("/issues/{number}/comments"));
         let comments: Vec<Comment> = self.rest.get(&what, &url).await?;
         let mine = comments.into_iter().find(|c| mine(c, marker, me));
-        Ok(mine.map(|c| MarkedComment {
+        Ok(mine.map(|c| Marked {
             id: c.id,
             text: c.body,
-            ..MarkedComment::default()
+            ..Marked::default()
         }))
     }
 
     /// An issue comment: edited by its id, created on the pull request's issue.
-    async fn write_comment(
-        &self,
-        number: u64,
-        old: Option<MarkedComment>,
-        body: &str,
-    ) -> Result<()> {
+    async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
         let comment = CommentBody { body };
         let (what, method, url) = match old {
-            Some(MarkedComment { id, .. }) => (
+            Some(Marked { id, .. }) => (
                 format!("update comment {id} on pull request #{number}"),
                 Method::PATCH,
                 format!("/issues/comments/{id}"),
@@ -505,59 +492,24 @@ fn status(s: &CommitStatus) -> Option<Status> {
     })
 }
 
-/// Why the next page of a list cannot be asked for.
-#[derive(Debug, thiserror::Error)]
-enum PagingError {
-    /// The address of the page just read (tagpin's own) does not parse.
-    #[error("{url}: {source}")]
-    BadUrl {
-        url: String,
-        #[source]
-        source: url::ParseError,
-    },
-}
-
 /// The next page of a list read from `url` (with `page=N`), which answered `count` items:
 /// `page=N+1` on the same address when the `Link` header has a `rel="next"` or
 /// `X-Total-Count` says more items remain. The `Link` address itself is never followed: Gitea
 /// writes it on its `ROOT_URL`, which may be another host than `api_url`.
-fn next_page(url: &str, headers: &HeaderMap, count: usize) -> Result<Option<String>, PagingError> {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-    };
-    let mut next = url::Url::parse(url).map_err(|source| PagingError::BadUrl {
-        url: url.to_string(),
-        source,
-    })?;
-    let page: u64 = next
-        .query_pairs()
-        .find(|(k, _)| k == "page")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(1);
-    let linked = header("link").and_then(next_link).is_some();
+fn next_page(url: &str, headers: &HeaderMap, count: usize) -> Result<Option<String>, BadPageUrl> {
+    let next = PageAddress::parse(url)?;
+    let page = next.number("page").unwrap_or(1);
+    let linked = header(headers, "link").and_then(next_link).is_some();
     // Pages before this one held as many items as this one at least (Gitea's page size is
     // fixed), so `page * count` never overstates what was read: no page is left out, and a
     // short last page costs one empty read at worst.
-    let remaining = header("x-total-count")
+    let remaining = header(headers, "x-total-count")
         .and_then(|t| t.parse::<u64>().ok())
         .is_some_and(|total| count > 0 && total > page.saturating_mul(count as u64));
     if count == 0 || !(linked || remaining) {
         return Ok(None);
     }
-    let kept: Vec<(String, String)> = next
-        .query_pairs()
-        .filter(|(k, _)| k != "page")
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
-    next.query_pairs_mut()
-        .clear()
-        .extend_pairs(kept)
-        .append_pair("page", &(page + 1).to_string());
-    Ok(Some(next.to_string()))
+    Ok(Some(next.with("page", &(page + 1).to_string())))
 }
 
 #[cfg(test)]
@@ -679,19 +631,6 @@ mod tests {
             None,
             "an empty page is the last"
         );
-    }
-
-    #[test]
-    fn failures_name_what_to_fix_without_quoting_gitea() {
-        let describe = |code: u16| {
-            let status = reqwest::StatusCode::from_u16(code).unwrap();
-            WORDS.describe(status, "", "acme/gitops", "https://git.example.com/api/v1")
-        };
-        assert!(describe(401).contains("the token is not valid"));
-        assert!(describe(403).contains("write:repository"));
-        assert!(describe(404).contains("acme/gitops is not at https://git.example.com/api/v1"));
-        assert!(describe(409).contains("already open"));
-        assert_eq!(describe(500), "500 Internal Server Error");
     }
 
     #[test]

@@ -33,9 +33,7 @@ use serde::de::DeserializeOwned;
 
 use super::engine::{next_link, read_pages, retrying, status_text, updated_before, ForgeError};
 use super::engine::{Dialect, Paged};
-use super::engine::{
-    Forge, Listing, MarkedComment, Names, NewChange, Refused, Result, Said, StatusKey,
-};
+use super::engine::{Forge, Listing, Marked, Names, NewChange, Refused, Result, Said, StatusKey};
 use super::engine::{CONNECT_TIMEOUT, MAX_ANSWER_BYTES};
 use super::settings::ChangeRequestNoun;
 use crate::bounded::{self, BoundedLayer, Bounds};
@@ -74,20 +72,21 @@ struct Cached {
 
 impl GitHub {
     /// `api_url` is `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise.
-    pub fn new(forge: &config::Forge, token: String) -> Result<GitHub> {
-        let config::ForgeKind::GitHub { owner, repo } = &forge.kind else {
-            return Err(setup("the forge configured is not GitHub".into()));
-        };
+    pub fn new(
+        forge: &config::Forge,
+        (owner, repo): (&str, &str),
+        token: String,
+    ) -> Result<GitHub> {
         let deadline = Duration::from_secs(forge.timeout_seconds);
         let octo = client(&forge.api_url, &token, deadline)?;
         Ok(GitHub {
             octo,
             names: Names::new(FORGE, &forge.api_url, format!("{owner}/{repo}")),
-            owner: owner.clone(),
-            repo: repo.clone(),
+            owner: owner.to_string(),
+            repo: repo.to_string(),
             // A configured login is taken as is: GitHub App installation tokens cannot read
             // `GET /user`.
-            dialect: Dialect::new(ChangeRequestNoun::PullRequest, false, forge.login.clone()),
+            dialect: Dialect::new(FORGE, ChangeRequestNoun::PullRequest, forge.login.clone()),
             reads: Mutex::default(),
         })
     }
@@ -366,7 +365,7 @@ impl Forge for GitHub {
     }
 
     /// Found by the marker among comments by anyone, on every page.
-    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<MarkedComment>> {
+    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
         let what = format!("list comments of pull request #{number}");
         let first = format!(
             "/repos/{}/{}/issues/{number}/comments?per_page=100",
@@ -378,23 +377,18 @@ impl Forge for GitHub {
         let enough = |page: &[Comment]| page.iter().any(marked);
         let comments = read_pages(first, read_page, enough).await?;
         let comment = comments.into_iter().find(|c| marked(c));
-        Ok(comment.map(|c| MarkedComment {
+        Ok(comment.map(|c| Marked {
             id: c.id.into_inner(),
             text: c.body.unwrap_or_default(),
-            ..MarkedComment::default()
+            ..Marked::default()
         }))
     }
 
     /// An issue comment of the pull request, through octocrab.
-    async fn write_comment(
-        &self,
-        number: u64,
-        old: Option<MarkedComment>,
-        body: &str,
-    ) -> Result<()> {
+    async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
         let issues = || self.octo.issues(&self.owner, &self.repo);
         match old {
-            Some(MarkedComment { id, .. }) => {
+            Some(Marked { id, .. }) => {
                 let what = format!("update comment {id} on pull request #{number}");
                 let id = octocrab::models::CommentId(id);
                 let update = || async move { issues().update_comment(id, body).await };

@@ -26,10 +26,10 @@ use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use super::engine::{header, BadPageUrl, Dialect, PageAddress, Paged};
 use super::engine::{json, next_link, read_pages, read_pages_whole, retry_after, unix};
-use super::engine::{updated_before, MarkedComment, Said, StatusKey, Words};
-use super::engine::{Dialect, Paged};
-use super::engine::{Forge, Listing, Names, NewChange, Rest, RestConfig, Result};
+use super::engine::{updated_before, Marked, Said, StatusKey, Words};
+use super::engine::{Forge, Listing, NewChange, Rest, Result};
 use super::settings::ChangeRequestNoun;
 use crate::config;
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
@@ -37,7 +37,7 @@ use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 const FORGE: &str = "GitLab";
 /// What a failed answer means, in words that say what to fix: the token (401), its scope or
 /// role (403), the project or object (404), and what its body tells apart ([`from_body`]).
-const WORDS: Words = Words {
+pub(super) const WORDS: Words = Words {
     wait: rate_limit_wait,
     unauthorized: "the token is not valid (expired, revoked, or not a GitLab token)",
     forbidden: "the token's user may not do this in {repo} (it needs the Developer role or higher)",
@@ -153,22 +153,13 @@ struct NoteBody<'a> {
 impl GitLab {
     /// `api_url` is `https://gitlab.com/api/v4`, or `https://HOST/api/v4` for a self-managed
     /// GitLab. The token goes in `PRIVATE-TOKEN`.
-    pub fn new(forge: &config::Forge, token: String) -> Result<GitLab> {
-        let config::ForgeKind::GitLab { project } = &forge.kind else {
-            let detail = "the forge configured is not GitLab".to_string();
-            return Err(Names::setup(FORGE, detail));
-        };
-        let endpoint = RestConfig {
-            names: Names::new(FORGE, &forge.api_url, project.clone()),
-            api_url: &forge.api_url,
-            timeout_seconds: forge.timeout_seconds,
-            token_env: &forge.token_env,
-            credentials: ("PRIVATE-TOKEN", token.trim().to_string()),
-        };
+    pub fn new(forge: &config::Forge, project: &str, token: String) -> Result<GitLab> {
+        let credentials = ("PRIVATE-TOKEN", token.trim().to_string());
         Ok(GitLab {
-            rest: Rest::new(endpoint, &WORDS)?,
-            project: project.clone(),
-            dialect: Dialect::new(ChangeRequestNoun::MergeRequest, true, forge.login.clone()),
+            rest: Rest::new(FORGE, forge, project.to_string(), credentials, &WORDS)?,
+            project: project.to_string(),
+            dialect: Dialect::new(FORGE, ChangeRequestNoun::MergeRequest, forge.login.clone())
+                .adopting(),
         })
     }
 
@@ -349,7 +340,7 @@ impl Forge for GitLab {
 
     /// Found by the marker among the notes tagpin's user wrote, on every page: GitLab lets
     /// only a note's author edit it, so a person quoting the marker is not mistaken for it.
-    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<MarkedComment>> {
+    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
         let me = self.login().await?;
         let what = format!("list notes of merge request !{number}");
         let notes = self.project_url(&format!("/merge_requests/{number}/notes"));
@@ -359,23 +350,18 @@ impl Forge for GitLab {
         let enough = |page: &[Note]| page.iter().any(|n| mine(n, marker, me));
         let read: Vec<Note> = read_pages(first, read_page, enough).await?;
         let note = read.into_iter().find(|n| mine(n, marker, me));
-        Ok(note.map(|n| MarkedComment {
+        Ok(note.map(|n| Marked {
             id: n.id,
             text: n.body,
-            ..MarkedComment::default()
+            ..Marked::default()
         }))
     }
 
     /// A note of the merge request, edited by its id.
-    async fn write_comment(
-        &self,
-        number: u64,
-        old: Option<MarkedComment>,
-        body: &str,
-    ) -> Result<()> {
+    async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
         let notes = self.project_url(&format!("/merge_requests/{number}/notes"));
         let note = NoteBody { body };
-        if let Some(MarkedComment { id, .. }) = old {
+        if let Some(Marked { id, .. }) = old {
             let what = format!("update note {id} on merge request !{number}");
             let url = format!("{notes}/{id}");
             return self.rest.write(&what, Method::PUT, &url, &note).await;
@@ -524,13 +510,8 @@ enum PagingError {
     ElsewhereLink { host: Option<String>, api: String },
     #[error("x-next-page is not a page number")]
     NotAPageNumber,
-    /// The address of the page just read (tagpin's own) does not parse.
-    #[error("{url}: {source}")]
-    BadUrl {
-        url: String,
-        #[source]
-        source: url::ParseError,
-    },
+    #[error(transparent)]
+    BadUrl(#[from] BadPageUrl),
 }
 
 /// The next page of a list: the `Link` header's `rel="next"`, else GitLab's `x-next-page`
@@ -538,45 +519,23 @@ enum PagingError {
 /// `api` is refused: the token goes nowhere else. Errors name only the other host: a header's
 /// text is the server's, and is not quoted.
 fn next_page(url: &str, headers: &HeaderMap, api: &str) -> Result<Option<String>, PagingError> {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-    };
-    if let Some(next) = header("link").and_then(next_link) {
+    if let Some(next) = header(headers, "link").and_then(next_link) {
         let origin = |u: &str| url::Url::parse(u).ok().map(|u| u.origin());
         if origin(&next).is_none() || origin(&next) != origin(api) {
-            return Err(PagingError::ElsewhereLink {
-                host: url::Url::parse(&next)
-                    .ok()
-                    .and_then(|u| u.host_str().map(str::to_string)),
-                api: api.to_string(),
-            });
+            let host = url::Url::parse(&next).ok();
+            let host = host.and_then(|u| u.host_str().map(str::to_string));
+            let api = api.to_string();
+            return Err(PagingError::ElsewhereLink { host, api });
         }
         return Ok(Some(next));
     }
-    let Some(page) = header("x-next-page") else {
+    let Some(page) = header(headers, "x-next-page") else {
         return Ok(None);
     };
     if !page.bytes().all(|b| b.is_ascii_digit()) {
         return Err(PagingError::NotAPageNumber);
     }
-    let mut next = url::Url::parse(url).map_err(|source| PagingError::BadUrl {
-        url: url.to_string(),
-        source,
-    })?;
-    let kept: Vec<(String, String)> = next
-        .query_pairs()
-        .filter(|(k, _)| k != "page")
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
-    next.query_pairs_mut()
-        .clear()
-        .extend_pairs(kept)
-        .append_pair("page", page);
-    Ok(Some(next.to_string()))
+    Ok(Some(PageAddress::parse(url)?.with("page", page)))
 }
 
 /// How long GitLab asks to wait after a `429`: `Retry-After` seconds, else until the
@@ -781,56 +740,61 @@ mod tests {
     #[test]
     fn a_status_is_posted_only_when_gitlab_would_take_it_and_it_changes_something() {
         use StatusState::*;
-        let mine = |state, said| Some((state, said));
-        // The same state and words as tagpin's own: nothing to post.
-        assert_eq!(
-            status_to_post(Success, "ok", mine("success", "ok"), None),
-            None
-        );
-        let pending = Some("pending");
-        let running = Some("running");
-        assert_eq!(
-            status_to_post(Pending, "x", mine("pending", "x"), pending),
-            None
-        );
-        assert_eq!(
-            status_to_post(Pending, "x", mine("running", "x"), running),
-            None
-        );
-        // A final status is followed by a new one, in any state.
-        assert_eq!(
-            status_to_post(Success, "ok now", mine("success", "ok"), None),
-            Some("success")
-        );
-        assert_eq!(
-            status_to_post(Pending, "again", mine("failed", "no"), None),
-            Some("pending")
-        );
-        // pending -> pending is refused by GitLab; pending -> running carries the new words.
-        assert_eq!(
-            status_to_post(Pending, "2 left", mine("pending", "3 left"), pending),
-            Some("running")
-        );
-        // running may only end.
-        assert_eq!(
-            status_to_post(Pending, "1 left", mine("running", "2"), running),
-            None
-        );
-        assert_eq!(
-            status_to_post(Failure, "broken", mine("running", "2"), running),
-            Some("failed")
-        );
-        assert_eq!(
-            status_to_post(Error, "unsure", mine("pending", "x"), pending),
-            Some("canceled")
-        );
-        // Someone else's live status of the name is the one GitLab would move.
-        assert_eq!(
-            status_to_post(Pending, "checking", None, pending),
-            Some("running")
-        );
-        // Someone else's status saying the same is not tagpin's.
-        assert_eq!(status_to_post(Success, "ok", None, None), Some("success"));
+        let (pending, running) = (Some("pending"), Some("running"));
+        // (want, words, tagpin's own state and words, the live one GitLab holds) -> posted
+        let cases = [
+            // The same state and words as tagpin's own: nothing to post.
+            (Success, "ok", Some(("success", "ok")), None, None),
+            (Pending, "x", Some(("pending", "x")), pending, None),
+            (Pending, "x", Some(("running", "x")), running, None),
+            // A final status is followed by a new one, in any state.
+            (
+                Success,
+                "ok now",
+                Some(("success", "ok")),
+                None,
+                Some("success"),
+            ),
+            (
+                Pending,
+                "again",
+                Some(("failed", "no")),
+                None,
+                Some("pending"),
+            ),
+            // pending -> pending is refused by GitLab; pending -> running carries the words.
+            (
+                Pending,
+                "2 left",
+                Some(("pending", "3 left")),
+                pending,
+                Some("running"),
+            ),
+            // running may only end.
+            (Pending, "1 left", Some(("running", "2")), running, None),
+            (
+                Failure,
+                "broken",
+                Some(("running", "2")),
+                running,
+                Some("failed"),
+            ),
+            (
+                Error,
+                "unsure",
+                Some(("pending", "x")),
+                pending,
+                Some("canceled"),
+            ),
+            // Someone else's live status of the name is the one GitLab would move.
+            (Pending, "checking", None, pending, Some("running")),
+            // Someone else's status saying the same is not tagpin's.
+            (Success, "ok", None, None, Some("success")),
+        ];
+        for (want, words, own, live, posted) in cases {
+            let case = format!("{want:?} {words:?} {own:?} {live:?}");
+            assert_eq!(status_to_post(want, words, own, live), posted, "{case}");
+        }
     }
 
     #[test]

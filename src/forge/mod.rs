@@ -125,17 +125,21 @@ impl ForgeClient {
         token: String,
         username: Option<String>,
     ) -> Result<ForgeClient> {
-        let adapter: Box<dyn Dispatch> = match forge.kind {
-            config::ForgeKind::GitHub { .. } => Box::new(GitHub::new(forge, token)?),
-            config::ForgeKind::GitLab { .. } => Box::new(GitLab::new(forge, token)?),
-            config::ForgeKind::Gitea { .. } => Box::new(Gitea::new(forge, token)?),
-            config::ForgeKind::Bitbucket { .. } => {
-                Box::new(Bitbucket::new(forge, token, username)?)
+        use config::ForgeKind as Kind;
+        let adapter: Box<dyn Dispatch> = match &forge.kind {
+            Kind::GitHub { owner, repo } => Box::new(GitHub::new(forge, (owner, repo), token)?),
+            Kind::GitLab { project } => Box::new(GitLab::new(forge, project, token)?),
+            Kind::Gitea { owner, repo } => Box::new(Gitea::new(forge, (owner, repo), token)?),
+            Kind::Bitbucket { workspace, repo } => {
+                let credentials = (token, username);
+                Box::new(Bitbucket::new(forge, (workspace, repo), credentials)?)
             }
-            config::ForgeKind::BitbucketServer { .. } => {
-                Box::new(BitbucketServer::new(forge, token)?)
+            Kind::BitbucketServer { project, repo } => {
+                Box::new(BitbucketServer::new(forge, (project, repo), token)?)
             }
-            config::ForgeKind::AzureDevOps { .. } => Box::new(AzureDevOps::new(forge, token)?),
+            Kind::AzureDevOps { project, repo } => {
+                Box::new(AzureDevOps::new(forge, (project, repo), token)?)
+            }
         };
         Ok(ForgeClient {
             adapter,
@@ -320,6 +324,57 @@ impl ForgeClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a failed call means, in each forge's words: what to fix, with the repository and
+    /// the API named, and nothing the forge said. (GitLab's, which read its body, are its own.)
+    #[test]
+    fn failures_name_what_to_fix_without_quoting_the_forge() {
+        let forges = [
+            (
+                &gitea::WORDS,
+                "acme/gitops",
+                "https://git.example.com/api/v1",
+            ),
+            (
+                &bitbucket::WORDS,
+                "acme/gitops",
+                "https://api.bitbucket.org/2.0",
+            ),
+            (
+                &bitbucket_server::WORDS,
+                "ACME/gitops",
+                "https://bitbucket.example.com",
+            ),
+            (
+                &azure_devops::WORDS,
+                "platform/gitops",
+                "https://dev.azure.com/acme",
+            ),
+        ];
+        let says = |forge: usize, code: u16| {
+            let (words, repo, api) = forges[forge];
+            let status = reqwest::StatusCode::from_u16(code).unwrap();
+            words.describe(status, "the forge's own words", repo, api)
+        };
+        for (forge, (_, repo, api)) in forges.iter().enumerate() {
+            assert!(says(forge, 401).contains("the token is not valid"));
+            assert!(says(forge, 404).contains(&format!("{repo} is not at {api}")));
+            assert_eq!(says(forge, 500), "500 Internal Server Error");
+        }
+        let own = [
+            (0, 403, "write:repository"),
+            (0, 409, "already open"),
+            (1, 403, "pullrequest:write"),
+            (2, 401, "not a Bitbucket HTTP access token"),
+            (2, 403, "Repository write permission"),
+            (2, 409, "changed since tagpin read it"),
+            (3, 403, "Code (Read & write)"),
+            (3, 409, "already active"),
+        ];
+        for (forge, code, words) in own {
+            assert!(says(forge, code).contains(words), "{forge} {code}");
+        }
+    }
     #[test]
     fn each_forge_names_its_change_requests_as_its_users_read_them() {
         assert_eq!(ChangeRequestNoun::PullRequest.name(12), "pull request #12");
