@@ -72,10 +72,18 @@ use super::engine::{encode, json, read_pages, read_pages_whole, retry_after, uni
 use super::engine::{Forge, Listing, NewChange, Rest, Result, Said};
 use super::engine::{Marked, StatusKey, Words, MAX_PAGES};
 use super::settings::ChangeRequestNoun;
-use crate::config;
+use super::settings::{Keys, Kind, Section, Settings};
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Azure DevOps";
+/// `kind: azure-devops`: `forge.project` and `forge.repo` ([`project_and_repo`]); the
+/// organization or collection is `forge.api_url`, which has no default.
+pub const SECTION: Section = Section {
+    kind: "azure-devops",
+    default_api_url: None,
+    takes_username: false,
+    repository: |keys, _| project_and_repo(keys),
+};
 /// What a failed answer means, in words that say what to fix. Some routes answer a token
 /// Azure DevOps does not accept with its sign-in page instead of `401`: a successful answer
 /// that is not JSON is named as that.
@@ -284,7 +292,7 @@ impl AzureDevOps {
     /// `api_url` is the organization, `https://dev.azure.com/ORG`, or an Azure DevOps Server
     /// collection, `https://HOST/tfs/DefaultCollection`.
     pub fn new(
-        forge: &config::Forge,
+        forge: &Settings,
         (project, repo): (&str, &str),
         token: String,
     ) -> Result<AzureDevOps> {
@@ -871,6 +879,22 @@ fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
     }
 }
 
+/// `forge.project` and `forge.repo`; the organization or collection is `forge.api_url`.
+fn project_and_repo(keys: &mut dyn Keys) -> Option<Kind> {
+    if keys.is_set("forge.owner") {
+        keys.problem(
+            "forge.owner",
+            "is for GitHub and Gitea; an Azure DevOps repository is named by forge.project and forge.repo (the organization or collection is forge.api_url)",
+        );
+    }
+    let project = keys.required("forge.project");
+    let repo = keys.required("forge.repo");
+    Some(Kind::AzureDevOps {
+        project: project?,
+        repo: repo?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::engine::{headers, patched, settings};
@@ -878,7 +902,7 @@ mod tests {
 
     fn forge(api_url: &str) -> AzureDevOps {
         let (project, repo) = ("Platform Team", "gitops");
-        let kind = config::ForgeKind::AzureDevOps {
+        let kind = Kind::AzureDevOps {
             project: project.into(),
             repo: repo.into(),
         };

@@ -68,12 +68,26 @@ use super::engine::{updated_before, Forge, ForgeError, Listing, Names};
 use super::engine::{Dialect, Paged};
 use super::engine::{Marked, NewChange, Purpose, Rest, Result, Said, StatusKey, Words};
 use super::settings::ChangeRequestNoun;
+use super::settings::{Keys, Kind, Section, Settings};
 use super::stamp::StatusSigner;
-use crate::config;
 use crate::mutex::lock;
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Bitbucket";
+/// `kind: bitbucket`: `forge.workspace` and `forge.repo` ([`workspace_and_repo`]) on
+/// `https://api.bitbucket.org/2.0`, and `forge.username_env` for an app password.
+pub const SECTION: Section = Section {
+    kind: "bitbucket",
+    default_api_url: Some("https://api.bitbucket.org/2.0"),
+    takes_username: true,
+    repository: |keys, _| workspace_and_repo(keys),
+};
+/// What `forge.workspace` is, said to a section of another kind.
+pub const WORKSPACE_ELSEWHERE: &str =
+    "is for Bitbucket Cloud (kind: bitbucket); set it with forge.repo";
+/// What `forge.username_env` is, said to a section of another kind.
+pub const USERNAME_ELSEWHERE: &str =
+    "is for Bitbucket Cloud app passwords (kind: bitbucket); the other forges take the token alone";
 /// What a failed answer means, in words that say what to fix. A `429` is waited out as
 /// `Retry-After` says, else it would be the rolling window, an hour, which is past
 /// [`super::MAX_RATE_LIMIT_WAIT`]: the call is reported.
@@ -267,7 +281,7 @@ impl Bitbucket {
     /// what its variable (or Secret key) holds, read by the caller with the token: never from
     /// this process's environment, which in the operator is not the object's to name.
     pub fn new(
-        forge: &config::Forge,
+        forge: &Settings,
         (workspace, repo): (&str, &str),
         (token, username): (String, Option<String>),
     ) -> Result<Bitbucket> {
@@ -820,6 +834,38 @@ fn mine(comment: &Comment, marker: &str, me: &str) -> bool {
     !comment.deleted && raw.is_some_and(|raw| raw.contains(marker)) && author == Some(me)
 }
 
+/// `forge.workspace` and `forge.repo`, each a Bitbucket slug; another forge's keys are
+/// reported.
+fn workspace_and_repo(keys: &mut dyn Keys) -> Option<Kind> {
+    for key in ["forge.owner", "forge.project"] {
+        if keys.is_set(key) {
+            keys.problem(
+                key,
+                "is not Bitbucket's; a Bitbucket Cloud repository is named by forge.workspace and forge.repo (its slug)",
+            );
+        }
+    }
+    let workspace = keys.required("forge.workspace");
+    let repo = keys.required("forge.repo");
+    for (key, value) in [("forge.workspace", &workspace), ("forge.repo", &repo)] {
+        if let Some(value) = value.as_ref().filter(|v| !slug_ok(v)) {
+            let problem = format!("{value:?} is not a Bitbucket slug (letters, digits, -, _, .)");
+            keys.problem(key, &problem);
+        }
+    }
+    let (workspace, repo) = (workspace?, repo?);
+    Some(Kind::Bitbucket { workspace, repo })
+}
+
+/// A Bitbucket workspace ID or repository slug: letters, digits, `-`, `_` and `.`, so it is
+/// one path segment of the API.
+fn slug_ok(slug: &str) -> bool {
+    !slug.is_empty()
+        && slug
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::engine::{headers, patched, settings};
@@ -847,7 +893,7 @@ mod tests {
     }
 
     fn adapter(token: &str) -> Bitbucket {
-        let kind = config::ForgeKind::Bitbucket {
+        let kind = Kind::Bitbucket {
             workspace: "acme".into(),
             repo: "gitops".into(),
         };

@@ -63,11 +63,19 @@ use super::engine::{BadPageUrl, Dialect, PageAddress, Paged};
 use super::engine::{Listing, Marked, NewChange, Rest, Result};
 use super::engine::{Said, StatusKey, Words};
 use super::settings::ChangeRequestNoun;
+use super::settings::{Keys, Kind, Section, Settings};
 use super::stamp::StatusSigner;
-use crate::config;
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Bitbucket";
+/// `kind: bitbucket-server`: `forge.project` and `forge.repo` ([`project_and_repo`]); every
+/// Data Center is its own, so `forge.api_url` (its base URL) has no default.
+pub const SECTION: Section = Section {
+    kind: "bitbucket-server",
+    default_api_url: None,
+    takes_username: false,
+    repository: project_and_repo,
+};
 /// What a failed answer means, in Bitbucket's words, saying what to fix: the token (401),
 /// its permission (403), the repository or object (404), a conflict (409), a field Bitbucket
 /// refused (400). A `429` (Data Center's rate limiting) is waited out as `Retry-After` says,
@@ -304,7 +312,7 @@ struct CommentBody<'a> {
 impl BitbucketServer {
     /// `api_url` is the instance's base URL, `https://bitbucket.example.com`.
     pub fn new(
-        forge: &config::Forge,
+        forge: &Settings,
         (project, repo): (&str, &str),
         token: String,
     ) -> Result<BitbucketServer> {
@@ -809,6 +817,40 @@ fn next_page<T>(url: &str, page: &Page<T>) -> Result<Option<String>, BadPageUrl>
     Ok(Some(next.with("start", &following.to_string())))
 }
 
+/// `forge.project` (the project key) and `forge.repo` (the repository slug), and
+/// `forge.api_url` without a REST path, which tagpin appends itself: one given would be
+/// doubled.
+fn project_and_repo(keys: &mut dyn Keys, api_url: Option<&str>) -> Option<Kind> {
+    if keys.is_set("forge.owner") {
+        keys.problem(
+            "forge.owner",
+            "is for GitHub and Gitea; a Bitbucket Data Center repository is named by forge.project (the project key) and forge.repo (the repository slug)",
+        );
+    }
+    let project = keys.required("forge.project");
+    if let Some(project) = project.as_ref().filter(|p| !project_key_ok(p)) {
+        let problem = format!("{project:?} is not a Bitbucket project key (letters, digits and _, or ~user for a personal project)");
+        keys.problem("forge.project", &problem);
+    }
+    let repo = keys.required("forge.repo");
+    if let Some(api_url) = api_url.filter(|u| u.contains("/rest/")) {
+        let problem = format!("{api_url:?} names a REST path; give the instance's base URL (https://HOST, with its context path if any): tagpin appends /rest/api/1.0");
+        keys.problem("forge.api_url", &problem);
+    }
+    let (project, repo) = (project?, repo?);
+    Some(Kind::BitbucketServer { project, repo })
+}
+
+/// A Bitbucket Data Center project key as its API takes it: letters, digits and `_` (the
+/// key of a project, `ACME`), or `~user` (a personal project).
+fn project_key_ok(project: &str) -> bool {
+    let key = project.strip_prefix('~').unwrap_or(project);
+    !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::engine::{patched, settings};
@@ -834,7 +876,7 @@ mod tests {
     }"#;
 
     fn adapter_with(token: &str) -> BitbucketServer {
-        let kind = config::ForgeKind::BitbucketServer {
+        let kind = Kind::BitbucketServer {
             project: "ACME".into(),
             repo: "gitops".into(),
         };

@@ -19,7 +19,7 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode};
 
 use super::settings::ChangeRequestNoun;
-use crate::config;
+use super::settings::Settings;
 use crate::mutex::lock;
 use crate::review::{PullRequestInfo, StatusHistory, StatusState};
 
@@ -321,7 +321,7 @@ impl Rest {
     /// `token …`, `Basic …`), which must be one an HTTP header can carry.
     pub(super) fn new(
         forge: &'static str,
-        settings: &config::Forge,
+        settings: &Settings,
         repo: String,
         (header, value): (&'static str, String),
         words: &'static Words,
@@ -1137,8 +1137,8 @@ pub(super) fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
 
 /// The settings of a forge of `kind` at `api_url`, as a test builds an adapter from them.
 #[cfg(test)]
-pub(super) fn settings(kind: config::ForgeKind, api_url: &str) -> config::Forge {
-    config::Forge {
+pub(super) fn settings(kind: super::settings::Kind, api_url: &str) -> Settings {
+    Settings {
         kind,
         api_url: api_url.into(),
         token_env: "TOKEN".into(),

@@ -43,10 +43,21 @@ use super::engine::{header, BadPageUrl, Dialect, PageAddress, Paged};
 use super::engine::{status_text, Forge, ForgeError, Listing, Result};
 use super::engine::{updated_before, Marked, NewChange, Rest, Said, StatusKey, Words};
 use super::settings::ChangeRequestNoun;
-use crate::config;
+use super::settings::{owner_and_repo, Kind, Section, Settings};
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Gitea";
+/// `kind: gitea`: `forge.owner` and `forge.repo`; every Gitea is its own, so `forge.api_url`
+/// has no default.
+pub const SECTION: Section = Section {
+    kind: "gitea",
+    default_api_url: None,
+    takes_username: false,
+    repository: |keys, _| {
+        let (owner, repo) = owner_and_repo(keys)?;
+        Some(Kind::Gitea { owner, repo })
+    },
+};
 /// What a failed answer means, in words that say what to fix: the token (401), its scope or
 /// the user's rights (403), the repository or object (404), a pull request already open
 /// (409), a field Gitea refused (422). A `429` (Gitea itself has none, a proxy in front of it
@@ -185,7 +196,7 @@ struct CommentBody<'a> {
 
 impl Gitea {
     /// `api_url` is `https://HOST/api/v1` (Codeberg: `https://codeberg.org/api/v1`).
-    pub fn new(forge: &config::Forge, (owner, repo): (&str, &str), token: String) -> Result<Gitea> {
+    pub fn new(forge: &Settings, (owner, repo): (&str, &str), token: String) -> Result<Gitea> {
         let credentials = ("authorization", format!("token {}", token.trim()));
         let full_name = format!("{owner}/{repo}");
         Ok(Gitea {

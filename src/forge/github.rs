@@ -36,8 +36,8 @@ use super::engine::{Dialect, Paged};
 use super::engine::{Forge, Listing, Marked, Names, NewChange, Refused, Result, Said, StatusKey};
 use super::engine::{CONNECT_TIMEOUT, MAX_ANSWER_BYTES};
 use super::settings::ChangeRequestNoun;
+use super::settings::{owner_and_repo, Kind, Section, Settings};
 use crate::bounded::{self, BoundedLayer, Bounds};
-use crate::config;
 use crate::mutex::lock;
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
@@ -48,6 +48,17 @@ const MAX_CACHED_READS: usize = 512;
 /// [`MAX_ANSWER_BYTES`] each would be 8 GiB. Past it, all are dropped, as when full.
 const MAX_CACHED_BYTES: usize = 64 * bounded::MIB;
 const FORGE: &str = "GitHub";
+/// `kind: github`: `forge.owner` and `forge.repo`, on `https://api.github.com` unless GitHub
+/// Enterprise's `https://HOST/api/v3` is given.
+pub const SECTION: Section = Section {
+    kind: "github",
+    default_api_url: Some("https://api.github.com"),
+    takes_username: false,
+    repository: |keys, _| {
+        let (owner, repo) = owner_and_repo(keys)?;
+        Some(Kind::GitHub { owner, repo })
+    },
+};
 
 /// A GitHub repository, with a token.
 pub struct GitHub {
@@ -72,11 +83,7 @@ struct Cached {
 
 impl GitHub {
     /// `api_url` is `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise.
-    pub fn new(
-        forge: &config::Forge,
-        (owner, repo): (&str, &str),
-        token: String,
-    ) -> Result<GitHub> {
+    pub fn new(forge: &Settings, (owner, repo): (&str, &str), token: String) -> Result<GitHub> {
         let deadline = Duration::from_secs(forge.timeout_seconds);
         let octo = client(&forge.api_url, &token, deadline)?;
         Ok(GitHub {

@@ -31,10 +31,18 @@ use super::engine::{json, next_link, read_pages, read_pages_whole, retry_after, 
 use super::engine::{updated_before, Marked, Said, StatusKey, Words};
 use super::engine::{Forge, Listing, NewChange, Rest, Result};
 use super::settings::ChangeRequestNoun;
-use crate::config;
+use super::settings::{Keys, Kind, Section, Settings};
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "GitLab";
+/// `kind: gitlab`: `forge.project` ([`project`]), on gitlab.com unless a self-managed
+/// `https://HOST/api/v4` is given.
+pub const SECTION: Section = Section {
+    kind: "gitlab",
+    default_api_url: Some("https://gitlab.com/api/v4"),
+    takes_username: false,
+    repository: |keys, _| project(keys),
+};
 /// What a failed answer means, in words that say what to fix: the token (401), its scope or
 /// role (403), the project or object (404), and what its body tells apart ([`from_body`]).
 pub(super) const WORDS: Words = Words {
@@ -153,7 +161,7 @@ struct NoteBody<'a> {
 impl GitLab {
     /// `api_url` is `https://gitlab.com/api/v4`, or `https://HOST/api/v4` for a self-managed
     /// GitLab. The token goes in `PRIVATE-TOKEN`.
-    pub fn new(forge: &config::Forge, project: &str, token: String) -> Result<GitLab> {
+    pub fn new(forge: &Settings, project: &str, token: String) -> Result<GitLab> {
         let credentials = ("PRIVATE-TOKEN", token.trim().to_string());
         Ok(GitLab {
             rest: Rest::new(FORGE, forge, project.to_string(), credentials, &WORDS)?,
@@ -599,6 +607,43 @@ fn refused_fields(body: &str) -> Option<String> {
         .filter(|field| value["message"].get(field).is_some())
         .collect();
     (!fields.is_empty()).then(|| fields.join(", "))
+}
+
+/// `forge.project`: a GitLab project by its path (`group/subgroup/project`) or numeric ID; a
+/// GitHub key is reported.
+fn project(keys: &mut dyn Keys) -> Option<Kind> {
+    for key in ["forge.owner", "forge.repo"] {
+        if keys.is_set(key) {
+            keys.problem(
+                key,
+                "is for GitHub and Gitea; a GitLab project is named by forge.project (group/subgroup/project)",
+            );
+        }
+    }
+    let project = keys.required("forge.project");
+    if let Some(project) = project.as_ref().filter(|p| !project_ok(p)) {
+        let problem = format!(
+            "{project:?} is not a GitLab project path (group/subgroup/project) or numeric ID"
+        );
+        keys.problem("forge.project", &problem);
+    }
+    Some(Kind::GitLab { project: project? })
+}
+
+/// A GitLab project as its API takes it: a numeric ID, or the full path of a project in a
+/// group or namespace (`group/subgroup/project`), each part of letters, digits, `_`, `-`, `.`.
+fn project_ok(project: &str) -> bool {
+    if project.bytes().all(|b| b.is_ascii_digit()) {
+        return true;
+    }
+    let parts: Vec<&str> = project.split('/').collect();
+    parts.len() >= 2
+        && parts.iter().all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        })
 }
 
 #[cfg(test)]

@@ -27,8 +27,6 @@ mod stamp;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::config;
-
 pub use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 pub use azure_devops::AzureDevOps;
 pub use bitbucket::Bitbucket;
@@ -39,8 +37,47 @@ pub use gitea::Gitea;
 pub use github::GitHub;
 pub use gitlab::GitLab;
 pub use settings::ChangeRequestNoun;
+use settings::{Keys, Kind, Section, Settings};
 
 use engine::Result;
+
+/// Every `forge.kind`, each read and checked by its adapter, in the order an error lists them.
+pub const SECTIONS: [&Section; 6] = [
+    &github::SECTION,
+    &gitlab::SECTION,
+    &gitea::SECTION,
+    &bitbucket::SECTION,
+    &bitbucket_server::SECTION,
+    &azure_devops::SECTION,
+];
+
+/// The section `forge.kind` names, if it names one.
+pub fn section(kind: &str) -> Option<&'static Section> {
+    SECTIONS.iter().copied().find(|s| s.kind == kind)
+}
+
+/// The `forge.kind` words, as an error lists them: `github, gitlab, … or azure-devops`.
+pub fn kinds() -> String {
+    let words: Vec<&str> = SECTIONS.iter().map(|s| s.kind).collect();
+    match words.split_last() {
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// The repository `section`'s adapter reads from the keys, every problem reported at its key:
+/// Bitbucket Cloud's `forge.workspace` in another kind's section, and whatever the adapter
+/// checks of its own keys ([`Section::repository`]).
+pub fn read_repository(
+    section: &Section,
+    keys: &mut dyn Keys,
+    api_url: Option<&str>,
+) -> Option<Kind> {
+    if section.kind != bitbucket::SECTION.kind && keys.is_set("forge.workspace") {
+        keys.problem("forge.workspace", bitbucket::WORKSPACE_ELSEWHERE);
+    }
+    (section.repository)(keys, api_url)
+}
 
 /// A forge call's future, boxed.
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
@@ -113,7 +150,7 @@ pub struct ForgeClient {
 impl ForgeClient {
     /// The forge `forge.kind` names. Nothing is called yet: a wrong token or project is met,
     /// and named, at the first call.
-    pub fn new(forge: &config::Forge, token: String) -> Result<ForgeClient> {
+    pub fn new(forge: &Settings, token: String) -> Result<ForgeClient> {
         ForgeClient::with_username(forge, token, None)
     }
 
@@ -121,11 +158,11 @@ impl ForgeClient {
     /// where it reads the token (the environment, or the object's Secret in the operator):
     /// Bitbucket Cloud's app password goes with it as HTTP Basic.
     pub fn with_username(
-        forge: &config::Forge,
+        forge: &Settings,
         token: String,
         username: Option<String>,
     ) -> Result<ForgeClient> {
-        use config::ForgeKind as Kind;
+        use Kind;
         let adapter: Box<dyn Dispatch> = match &forge.kind {
             Kind::GitHub { owner, repo } => Box::new(GitHub::new(forge, (owner, repo), token)?),
             Kind::GitLab { project } => Box::new(GitLab::new(forge, project, token)?),
@@ -383,8 +420,8 @@ mod tests {
             "merge request !12"
         );
         assert_eq!(ChangeRequestNoun::of(None), ChangeRequestNoun::PullRequest);
-        let gitea = config::Forge {
-            kind: config::ForgeKind::Gitea {
+        let gitea = Settings {
+            kind: Kind::Gitea {
                 owner: "acme".into(),
                 repo: "gitops".into(),
             },
@@ -399,8 +436,8 @@ mod tests {
             "pull request #12",
             "Gitea's own words"
         );
-        let bitbucket = config::Forge {
-            kind: config::ForgeKind::Bitbucket {
+        let bitbucket = Settings {
+            kind: Kind::Bitbucket {
                 workspace: "acme".into(),
                 repo: "gitops".into(),
             },
@@ -408,8 +445,8 @@ mod tests {
             token_env: "BITBUCKET_TOKEN".into(),
             ..gitea.clone()
         };
-        let bitbucket_server = config::Forge {
-            kind: config::ForgeKind::BitbucketServer {
+        let bitbucket_server = Settings {
+            kind: Kind::BitbucketServer {
                 project: "ACME".into(),
                 repo: "gitops".into(),
             },
@@ -423,8 +460,8 @@ mod tests {
                 "Bitbucket's own words"
             );
         }
-        let azure = config::Forge {
-            kind: config::ForgeKind::AzureDevOps {
+        let azure = Settings {
+            kind: Kind::AzureDevOps {
                 project: "platform".into(),
                 repo: "gitops".into(),
             },
@@ -440,8 +477,8 @@ mod tests {
 
     #[test]
     fn a_body_is_compared_as_the_forge_keeps_it() {
-        let gitea = config::Forge {
-            kind: config::ForgeKind::Gitea {
+        let gitea = Settings {
+            kind: Kind::Gitea {
                 owner: "acme".into(),
                 repo: "gitops".into(),
             },
@@ -451,8 +488,8 @@ mod tests {
             username_env: None,
             timeout_seconds: 60,
         };
-        let azure = config::Forge {
-            kind: config::ForgeKind::AzureDevOps {
+        let azure = Settings {
+            kind: Kind::AzureDevOps {
                 project: "platform".into(),
                 repo: "gitops".into(),
             },
