@@ -72,7 +72,7 @@ use super::engine::{encode, json, read_pages, read_pages_whole, retry_after, uni
 use super::engine::{Forge, Listing, NewChange, Rest, Result, Said};
 use super::engine::{Marked, StatusKey, Words, MAX_PAGES};
 use super::settings::ChangeRequestNoun;
-use super::settings::{Keys, Kind, Section, Settings};
+use super::settings::{two_keys, Keys, Kind, Section, Settings};
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Azure DevOps";
@@ -881,14 +881,9 @@ fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
 
 /// `forge.project` and `forge.repo`; the organization or collection is `forge.api_url`.
 fn project_and_repo(keys: &mut dyn Keys) -> Option<Kind> {
-    if keys.is_set("forge.owner") {
-        keys.problem(
-            "forge.owner",
-            "is for GitHub and Gitea; an Azure DevOps repository is named by forge.project and forge.repo (the organization or collection is forge.api_url)",
-        );
-    }
-    let project = keys.required("forge.project");
-    let repo = keys.required("forge.repo");
+    let elsewhere = "is for GitHub and Gitea; an Azure DevOps repository is named by forge.project and forge.repo (the organization or collection is forge.api_url)";
+    let named = ["forge.project", "forge.repo"];
+    let (project, repo) = two_keys(keys, &["forge.owner"], elsewhere, named);
     Some(Kind::AzureDevOps {
         project: project?,
         repo: repo?,
@@ -897,7 +892,7 @@ fn project_and_repo(keys: &mut dyn Keys) -> Option<Kind> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::engine::{headers, patched, settings};
+    use super::super::engine::{assert_states_round_trip, headers, patched, settings};
     use super::*;
 
     fn forge(api_url: &str) -> AzureDevOps {
@@ -990,14 +985,7 @@ mod tests {
         );
         assert_eq!(context_name(&c), "tagpin/stage/staging");
         assert_eq!(context_name(&status_context("plain")), "plain");
-        for state in [
-            StatusState::Pending,
-            StatusState::Success,
-            StatusState::Failure,
-            StatusState::Error,
-        ] {
-            assert_eq!(read_state(wire_state(state)), Some(state));
-        }
+        assert_states_round_trip(wire_state, read_state);
         assert_eq!(read_state("notApplicable"), None);
         assert_eq!(read_state("partiallySucceeded"), None);
     }

@@ -68,7 +68,7 @@ use super::engine::{updated_before, Forge, ForgeError, Listing, Names};
 use super::engine::{Dialect, Paged};
 use super::engine::{Marked, NewChange, Purpose, Rest, Result, Said, StatusKey, Words};
 use super::settings::ChangeRequestNoun;
-use super::settings::{Keys, Kind, Section, Settings};
+use super::settings::{segment_ok, two_keys, Keys, Kind, Section, Settings};
 use super::stamp::StatusSigner;
 use crate::mutex::lock;
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
@@ -837,18 +837,12 @@ fn mine(comment: &Comment, marker: &str, me: &str) -> bool {
 /// `forge.workspace` and `forge.repo`, each a Bitbucket slug; another forge's keys are
 /// reported.
 fn workspace_and_repo(keys: &mut dyn Keys) -> Option<Kind> {
-    for key in ["forge.owner", "forge.project"] {
-        if keys.is_set(key) {
-            keys.problem(
-                key,
-                "is not Bitbucket's; a Bitbucket Cloud repository is named by forge.workspace and forge.repo (its slug)",
-            );
-        }
-    }
-    let workspace = keys.required("forge.workspace");
-    let repo = keys.required("forge.repo");
-    for (key, value) in [("forge.workspace", &workspace), ("forge.repo", &repo)] {
-        if let Some(value) = value.as_ref().filter(|v| !slug_ok(v)) {
+    let elsewhere = "is not Bitbucket's; a Bitbucket Cloud repository is named by forge.workspace and forge.repo (its slug)";
+    let foreign = ["forge.owner", "forge.project"];
+    let named = ["forge.workspace", "forge.repo"];
+    let (workspace, repo) = two_keys(keys, &foreign, elsewhere, named);
+    for (key, value) in named.into_iter().zip([&workspace, &repo]) {
+        if let Some(value) = value.as_ref().filter(|v| !segment_ok(v)) {
             let problem = format!("{value:?} is not a Bitbucket slug (letters, digits, -, _, .)");
             keys.problem(key, &problem);
         }
@@ -857,17 +851,9 @@ fn workspace_and_repo(keys: &mut dyn Keys) -> Option<Kind> {
     Some(Kind::Bitbucket { workspace, repo })
 }
 
-/// A Bitbucket workspace ID or repository slug: letters, digits, `-`, `_` and `.`, so it is
-/// one path segment of the API.
-fn slug_ok(slug: &str) -> bool {
-    !slug.is_empty()
-        && slug
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::engine::{assert_merged_twelve, assert_states_round_trip};
     use super::super::engine::{headers, patched, settings};
     use super::super::MAX_RATE_LIMIT_WAIT;
     use super::*;
@@ -904,15 +890,11 @@ mod tests {
     #[test]
     fn a_bitbucket_pull_request_reads_as_tagpin_reads_a_change_request() {
         let merged = pr(serde_json::json!({}));
-        assert_eq!(merged.number, 12);
-        assert!(merged.merged && !merged.open);
-        assert!(merged.labels.is_empty());
-        assert_eq!(merged.head_ref, "tagpin/main");
+        assert_merged_twelve(&merged);
         assert_eq!(merged.merge_commit_sha.as_deref(), Some("cccccccccccc"));
         assert_eq!(merged.merged_at, Some(1767319445));
         assert_eq!(merged.author, "{7a1c}");
         assert_eq!(merged.body, "plan");
-        assert!(merged.same_repository);
         let declined = pr(serde_json::json!({"state": "DECLINED", "merge_commit": null}));
         assert!(!declined.open && !declined.merged);
         assert_eq!(declined.merged_at, None);
@@ -952,14 +934,7 @@ mod tests {
 
     #[test]
     fn states_round_trip_and_keys_fit_forty_characters() {
-        for state in [
-            StatusState::Pending,
-            StatusState::Success,
-            StatusState::Failure,
-            StatusState::Error,
-        ] {
-            assert_eq!(read_state(wire_state(state)), Some(state));
-        }
+        assert_states_round_trip(wire_state, read_state);
         assert_eq!(status_key("tagpin/converged"), "tagpin/converged");
         let long = "tagpin/stage/a-very-long-stage-name-for-production-eu";
         let key = status_key(long);

@@ -63,7 +63,7 @@ use super::engine::{BadPageUrl, Dialect, PageAddress, Paged};
 use super::engine::{Listing, Marked, NewChange, Rest, Result};
 use super::engine::{Said, StatusKey, Words};
 use super::settings::ChangeRequestNoun;
-use super::settings::{Keys, Kind, Section, Settings};
+use super::settings::{report_foreign, Keys, Kind, Section, Settings};
 use super::stamp::StatusSigner;
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
@@ -821,12 +821,8 @@ fn next_page<T>(url: &str, page: &Page<T>) -> Result<Option<String>, BadPageUrl>
 /// `forge.api_url` without a REST path, which tagpin appends itself: one given would be
 /// doubled.
 fn project_and_repo(keys: &mut dyn Keys, api_url: Option<&str>) -> Option<Kind> {
-    if keys.is_set("forge.owner") {
-        keys.problem(
-            "forge.owner",
-            "is for GitHub and Gitea; a Bitbucket Data Center repository is named by forge.project (the project key) and forge.repo (the repository slug)",
-        );
-    }
+    let elsewhere = "is for GitHub and Gitea; a Bitbucket Data Center repository is named by forge.project (the project key) and forge.repo (the repository slug)";
+    report_foreign(keys, &["forge.owner"], elsewhere);
     let project = keys.required("forge.project");
     if let Some(project) = project.as_ref().filter(|p| !project_key_ok(p)) {
         let problem = format!("{project:?} is not a Bitbucket project key (letters, digits and _, or ~user for a personal project)");
@@ -853,7 +849,7 @@ fn project_key_ok(project: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::engine::{patched, settings};
+    use super::super::engine::{assert_merged_twelve, patched, settings, EVERY_STATE};
     use super::*;
 
     /// A merged pull request in the shape of Data Center's `RestPullRequest` (as the
@@ -896,17 +892,13 @@ mod tests {
     #[test]
     fn a_bitbucket_pull_request_reads_as_tagpin_reads_a_change_request() {
         let merged = pr(serde_json::json!({}));
-        assert_eq!(merged.number, 12);
-        assert!(merged.merged && !merged.open);
-        assert!(merged.labels.is_empty());
-        assert_eq!(merged.head_ref, "tagpin/main");
+        assert_merged_twelve(&merged);
         assert_eq!(merged.head_sha, "a".repeat(40));
         assert_eq!(merged.merge_commit_sha, Some("c".repeat(40)));
         assert_eq!(merged.merged_at, Some(1767319445));
         assert_eq!(merged.updated_at, Some(1767319446));
         assert_eq!(merged.author, "tagpin-bot");
         assert!(merged.url.ends_with("/pull-requests/12"));
-        assert!(merged.same_repository);
         let open = pr(serde_json::json!({"state": "OPEN", "properties": {}}));
         assert!(open.open && !open.merged);
         assert_eq!(open.merge_commit_sha, None);
@@ -945,12 +937,7 @@ mod tests {
             created_date: Some(1_000_000),
             updated_date: Some(2_000_000),
         };
-        for state in [
-            StatusState::Pending,
-            StatusState::Success,
-            StatusState::Failure,
-            StatusState::Error,
-        ] {
+        for state in EVERY_STATE {
             let read = bb
                 .read_status(&sha, &signed(state, "1 of 2 pods"), "bot")
                 .unwrap();

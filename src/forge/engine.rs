@@ -1148,6 +1148,42 @@ pub(super) fn settings(kind: super::settings::Kind, api_url: &str) -> Settings {
     }
 }
 
+/// The names of a change request's labels, none when the forge sends no list.
+pub(super) fn label_names<L>(labels: Option<Vec<L>>, name: fn(L) -> String) -> Vec<String> {
+    labels.unwrap_or_default().into_iter().map(name).collect()
+}
+
+/// Every state tagpin sets, for tests: each must read back as itself from its wire word.
+#[cfg(test)]
+pub(super) const EVERY_STATE: [StatusState; 4] = [
+    StatusState::Pending,
+    StatusState::Success,
+    StatusState::Failure,
+    StatusState::Error,
+];
+
+/// Asserts that every state tagpin sets reads back as itself from the word `wire` posts.
+#[cfg(test)]
+pub(super) fn assert_states_round_trip(
+    wire: fn(StatusState) -> &'static str,
+    read: fn(&str) -> Option<StatusState>,
+) {
+    for state in EVERY_STATE {
+        assert_eq!(read(wire(state)), Some(state), "{state:?}");
+    }
+}
+
+/// Asserts what every adapter's trimmed example of a merged pull request reads as: tagpin's
+/// #12 from `tagpin/main`, in this repository, without labels.
+#[cfg(test)]
+pub(super) fn assert_merged_twelve(merged: &PullRequestInfo) {
+    assert_eq!(merged.number, 12);
+    assert!(merged.merged && !merged.open);
+    assert!(merged.labels.is_empty());
+    assert_eq!(merged.head_ref, "tagpin/main");
+    assert!(merged.same_repository);
+}
+
 /// `json` (a documented answer) with the keys of `patch` replaced, for tests.
 #[cfg(test)]
 pub(super) fn patched(json: &str, patch: serde_json::Value) -> serde_json::Value {

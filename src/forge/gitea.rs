@@ -39,7 +39,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::engine::{encode, json, next_link, read_pages, read_pages_whole, unix};
-use super::engine::{header, BadPageUrl, Dialect, PageAddress, Paged};
+use super::engine::{header, label_names, BadPageUrl, Dialect, PageAddress, Paged};
 use super::engine::{status_text, Forge, ForgeError, Listing, Result};
 use super::engine::{updated_before, Marked, NewChange, Rest, Said, StatusKey, Words};
 use super::settings::ChangeRequestNoun;
@@ -446,12 +446,7 @@ fn info(pr: PullRequest) -> PullRequestInfo {
         merged: pr.merged,
         title: pr.title,
         body: pr.body.unwrap_or_default(),
-        labels: pr
-            .labels
-            .unwrap_or_default()
-            .into_iter()
-            .map(|l| l.name)
-            .collect(),
+        labels: label_names(pr.labels, |l| l.name),
         url: pr.html_url,
         head_ref: head.ref_name,
         head_sha: head.sha.unwrap_or_default(),
@@ -525,7 +520,7 @@ fn next_page(url: &str, headers: &HeaderMap, count: usize) -> Result<Option<Stri
 
 #[cfg(test)]
 mod tests {
-    use super::super::engine::{headers, patched};
+    use super::super::engine::{assert_states_round_trip, headers, patched};
     use super::*;
 
     /// A merged pull request in the shape of Gitea's swagger `PullRequest` (gitea-js 1.23.0,
@@ -586,14 +581,7 @@ mod tests {
 
     #[test]
     fn gitea_states_are_githubs_and_warning_is_none_of_tagpins() {
-        for state in [
-            StatusState::Pending,
-            StatusState::Success,
-            StatusState::Failure,
-            StatusState::Error,
-        ] {
-            assert_eq!(read_state(wire_state(state)), Some(state));
-        }
+        assert_states_round_trip(wire_state, read_state);
         assert_eq!(read_state("warning"), None);
         let posted = json(&NewStatus {
             state: wire_state(StatusState::Failure),

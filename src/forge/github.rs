@@ -31,8 +31,8 @@ use octocrab::models::issues::Comment;
 use octocrab::Octocrab;
 use serde::de::DeserializeOwned;
 
+use super::engine::{label_names, Dialect, Paged};
 use super::engine::{next_link, read_pages, retrying, status_text, updated_before, ForgeError};
-use super::engine::{Dialect, Paged};
 use super::engine::{Forge, Listing, Marked, Names, NewChange, Refused, Result, Said, StatusKey};
 use super::engine::{CONNECT_TIMEOUT, MAX_ANSWER_BYTES};
 use super::settings::ChangeRequestNoun;
@@ -435,12 +435,7 @@ fn info(pr: octocrab::models::pulls::PullRequest) -> PullRequestInfo {
         merged: pr.merged_at.is_some() || pr.merged == Some(true),
         title: pr.title.unwrap_or_default(),
         body: pr.body.unwrap_or_default(),
-        labels: pr
-            .labels
-            .unwrap_or_default()
-            .into_iter()
-            .map(|l| l.name)
-            .collect(),
+        labels: label_names(pr.labels, |l| l.name),
         url: pr.html_url.map(|u| u.to_string()).unwrap_or_default(),
         head_ref: pr.head.ref_field,
         head_sha: pr.head.sha,

@@ -31,7 +31,7 @@ use super::engine::{json, next_link, read_pages, read_pages_whole, retry_after, 
 use super::engine::{updated_before, Marked, Said, StatusKey, Words};
 use super::engine::{Forge, Listing, NewChange, Rest, Result};
 use super::settings::ChangeRequestNoun;
-use super::settings::{Keys, Kind, Section, Settings};
+use super::settings::{report_foreign, segment_ok, Keys, Kind, Section, Settings};
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "GitLab";
@@ -612,14 +612,8 @@ fn refused_fields(body: &str) -> Option<String> {
 /// `forge.project`: a GitLab project by its path (`group/subgroup/project`) or numeric ID; a
 /// GitHub key is reported.
 fn project(keys: &mut dyn Keys) -> Option<Kind> {
-    for key in ["forge.owner", "forge.repo"] {
-        if keys.is_set(key) {
-            keys.problem(
-                key,
-                "is for GitHub and Gitea; a GitLab project is named by forge.project (group/subgroup/project)",
-            );
-        }
-    }
+    let elsewhere = "is for GitHub and Gitea; a GitLab project is named by forge.project (group/subgroup/project)";
+    report_foreign(keys, &["forge.owner", "forge.repo"], elsewhere);
     let project = keys.required("forge.project");
     if let Some(project) = project.as_ref().filter(|p| !project_ok(p)) {
         let problem = format!(
@@ -631,19 +625,13 @@ fn project(keys: &mut dyn Keys) -> Option<Kind> {
 }
 
 /// A GitLab project as its API takes it: a numeric ID, or the full path of a project in a
-/// group or namespace (`group/subgroup/project`), each part of letters, digits, `_`, `-`, `.`.
+/// group or namespace (`group/subgroup/project`), each part one path segment.
 fn project_ok(project: &str) -> bool {
     if project.bytes().all(|b| b.is_ascii_digit()) {
         return true;
     }
     let parts: Vec<&str> = project.split('/').collect();
-    parts.len() >= 2
-        && parts.iter().all(|part| {
-            !part.is_empty()
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-        })
+    parts.len() >= 2 && parts.iter().all(|part| segment_ok(part))
 }
 
 #[cfg(test)]

@@ -420,54 +420,28 @@ mod tests {
             "merge request !12"
         );
         assert_eq!(ChangeRequestNoun::of(None), ChangeRequestNoun::PullRequest);
-        let gitea = Settings {
-            kind: Kind::Gitea {
-                owner: "acme".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://git.example.com/api/v1".into(),
-            token_env: "GITEA_TOKEN".into(),
-            login: None,
-            username_env: None,
-            timeout_seconds: 60,
-        };
+        let forge = |kind: Kind| engine::settings(kind, "https://forge.example.com");
+        let (owner, repo) = ("acme".to_string(), "gitops".to_string());
+        let gitea = forge(Kind::Gitea { owner, repo });
         assert_eq!(
             ChangeRequestNoun::of(Some(&gitea)).name(12),
             "pull request #12",
             "Gitea's own words"
         );
-        let bitbucket = Settings {
-            kind: Kind::Bitbucket {
-                workspace: "acme".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://api.bitbucket.org/2.0".into(),
-            token_env: "BITBUCKET_TOKEN".into(),
-            ..gitea.clone()
-        };
-        let bitbucket_server = Settings {
-            kind: Kind::BitbucketServer {
-                project: "ACME".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://bitbucket.example.com".into(),
-            ..bitbucket.clone()
-        };
-        for forge in [bitbucket, bitbucket_server] {
+        let (project, repo) = ("ACME".to_string(), "gitops".to_string());
+        let bitbucket = forge(Kind::Bitbucket {
+            workspace: project.clone(),
+            repo: repo.clone(),
+        });
+        for forge in [bitbucket, forge(Kind::BitbucketServer { project, repo })] {
             assert_eq!(
                 ChangeRequestNoun::of(Some(&forge)).name(12),
                 "pull request #12",
                 "Bitbucket's own words"
             );
         }
-        let azure = Settings {
-            kind: Kind::AzureDevOps {
-                project: "platform".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://dev.azure.com/acme".into(),
-            ..gitea
-        };
+        let (project, repo) = ("platform".to_string(), "gitops".to_string());
+        let azure = forge(Kind::AzureDevOps { project, repo });
         assert_eq!(
             ChangeRequestNoun::of(Some(&azure)).name(12),
             "pull request !12",
@@ -477,25 +451,16 @@ mod tests {
 
     #[test]
     fn a_body_is_compared_as_the_forge_keeps_it() {
-        let gitea = Settings {
-            kind: Kind::Gitea {
-                owner: "acme".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://git.example.com/api/v1".into(),
-            token_env: "GITEA_TOKEN".into(),
-            login: None,
-            username_env: None,
-            timeout_seconds: 60,
-        };
-        let azure = Settings {
-            kind: Kind::AzureDevOps {
-                project: "platform".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://dev.azure.com/acme".into(),
-            ..gitea.clone()
-        };
+        let (owner, repo) = ("acme".to_string(), "gitops".to_string());
+        let gitea = engine::settings(
+            Kind::Gitea { owner, repo },
+            "https://git.example.com/api/v1",
+        );
+        let (project, repo) = ("platform".to_string(), "gitops".to_string());
+        let azure = engine::settings(
+            Kind::AzureDevOps { project, repo },
+            "https://dev.azure.com/acme",
+        );
         let long = "| a table row |\n".repeat(400);
         let kept = ForgeClient::new(&gitea, "t".into())
             .unwrap()

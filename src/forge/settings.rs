@@ -87,15 +87,44 @@ pub struct Section {
 /// `forge.owner` and `forge.repo`, the repository of GitHub and Gitea alike; a GitLab key is
 /// reported.
 pub fn owner_and_repo(keys: &mut dyn Keys) -> Option<(String, String)> {
-    if keys.is_set("forge.project") {
-        keys.problem(
-            "forge.project",
-            "is for GitLab (kind: gitlab); a GitHub or Gitea repository is named by forge.owner and forge.repo",
-        );
-    }
-    let owner = keys.required("forge.owner");
-    let repo = keys.required("forge.repo");
+    let elsewhere = "is for GitLab (kind: gitlab); a GitHub or Gitea repository is named by forge.owner and forge.repo";
+    let (owner, repo) = two_keys(
+        keys,
+        &["forge.project"],
+        elsewhere,
+        ["forge.owner", "forge.repo"],
+    );
     Some((owner?, repo?))
+}
+
+/// The two keys that name a forge's repository, each required, after the keys of other forges
+/// (`foreign`) that are set are reported with `elsewhere`, which says what names it here.
+pub fn two_keys(
+    keys: &mut dyn Keys,
+    foreign: &[&str],
+    elsewhere: &str,
+    [first, second]: [&str; 2],
+) -> (Option<String>, Option<String>) {
+    report_foreign(keys, foreign, elsewhere);
+    (keys.required(first), keys.required(second))
+}
+
+/// Reports each of `foreign`, another forge's keys, that is set, with `elsewhere`.
+pub fn report_foreign(keys: &mut dyn Keys, foreign: &[&str], elsewhere: &str) {
+    for key in foreign {
+        if keys.is_set(key) {
+            keys.problem(key, elsewhere);
+        }
+    }
+}
+
+/// One path segment of a forge's API as Bitbucket slugs and GitLab path parts are: letters,
+/// digits, `-`, `_` and `.`, never empty, so it cannot reach another route.
+pub fn segment_ok(segment: &str) -> bool {
+    !segment.is_empty()
+        && segment
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 /// What the forge calls a change request, for the text people read: GitHub's
