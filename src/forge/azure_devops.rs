@@ -78,12 +78,7 @@ use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 const FORGE: &str = "Azure DevOps";
 /// `kind: azure-devops`: `forge.project` and `forge.repo` ([`project_and_repo`]); the
 /// organization or collection is `forge.api_url`, which has no default.
-pub const SECTION: Section = Section {
-    kind: "azure-devops",
-    default_api_url: None,
-    takes_username: false,
-    repository: |keys, _| project_and_repo(keys),
-};
+pub const SECTION: Section = Section::new("azure-devops", None, project_and_repo);
 /// What a failed answer means, in words that say what to fix. Some routes answer a token
 /// Azure DevOps does not accept with its sign-in page instead of `401`: a successful answer
 /// that is not JSON is named as that.
@@ -301,22 +296,19 @@ impl AzureDevOps {
         // Identity ids are GUIDs, which Azure DevOps writes in lower case.
         let configured = forge.login.as_ref().map(|l| l.trim().to_ascii_lowercase());
         Ok(AzureDevOps {
-            rest: Rest::new(FORGE, forge, format!("{project}/{repo}"), basic, &WORDS)?,
+            rest: Rest::new(FORGE, forge, format!("{project}/{repo}"), basic, &WORDS)?.at(
+                &format!(
+                    "/{}/_apis/git/repositories/{}",
+                    encode(project),
+                    encode(repo)
+                ),
+            ),
             project: project.to_string(),
             repo: repo.to_string(),
             api_version: api_version_for(&forge.api_url),
             dialect: Dialect::new(FORGE, ChangeRequestNoun::AzureDevOpsPullRequest, configured)
                 .adopting(),
         })
-    }
-
-    /// `{org}/{project}/_apis/git/repositories/{repo}{rest}`.
-    fn repo_url(&self, rest: &str) -> String {
-        let (project, repo) = (encode(&self.project), encode(&self.repo));
-        format!(
-            "{}/{project}/_apis/git/repositories/{repo}{rest}",
-            self.rest.api
-        )
     }
 
     /// `url` with `query` and `api-version`.
@@ -375,7 +367,7 @@ impl AzureDevOps {
         query: Vec<(&str, String)>,
     ) -> Result<Vec<PullRequestInfo>> {
         let pairs: Vec<(&str, &str)> = query.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let urls = self.pages(&self.repo_url("/pullrequests"), &pairs, true, MAX_PAGES);
+        let urls = self.pages(&self.rest.url("/pullrequests"), &pairs, true, MAX_PAGES);
         let read_page = |url: String| {
             let urls = &urls;
             async move {
@@ -401,7 +393,7 @@ impl AzureDevOps {
         };
         let what = format!("keep the plan of pull request !{number} in its properties");
         let url = self.with_query(
-            &self.repo_url(&format!("/pullRequests/{number}/properties")),
+            &self.rest.url(&format!("/pullRequests/{number}/properties")),
             &[],
             true,
         );
@@ -435,7 +427,7 @@ impl AzureDevOps {
         }
         let number = pr.number;
         let what = format!("read the plan of pull request !{number} in its properties");
-        let url = self.repo_url(&format!("/pullRequests/{number}/properties"));
+        let url = self.rest.url(&format!("/pullRequests/{number}/properties"));
         let url = self.with_query(&url, &[], true);
         let answer = self.rest.call(&what, Method::GET, &url, None).await?;
         let properties: Properties = self.rest.parse(&what, &answer.body)?;
@@ -554,12 +546,8 @@ impl Forge for AzureDevOps {
             title: new.title,
             description: fit_description(new.body),
         });
-        let url = self.with_query(&self.repo_url("/pullrequests"), &[], false);
-        let answer = self
-            .rest
-            .call(what, Method::POST, &url, Some(request))
-            .await?;
-        let mut pr = self.info(self.rest.parse(what, &answer.body)?);
+        let url = self.with_query(&self.rest.url("/pullrequests"), &[], false);
+        let mut pr = self.info(self.rest.post(what, &url, request).await?);
         self.keep_plan(pr.number, new.body).await?;
         pr.body = stored_body(new.body);
         Ok(pr)
@@ -567,7 +555,7 @@ impl Forge for AzureDevOps {
 
     async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
         let what = format!("update pull request !{number}");
-        let url = self.repo_url(&format!("/pullrequests/{number}"));
+        let url = self.rest.url(&format!("/pullrequests/{number}"));
         let url = self.with_query(&url, &[], false);
         let description = fit_description(body);
         let edit = json(&EditPullRequest { title, description });
@@ -580,7 +568,7 @@ impl Forge for AzureDevOps {
     /// By name, one call each (Azure DevOps creates a tag it does not know yet).
     async fn add_labels(&self, number: u64, labels: &[String]) -> Result<()> {
         let what = format!("add labels to pull request !{number}");
-        let url = self.repo_url(&format!("/pullRequests/{number}/labels"));
+        let url = self.rest.url(&format!("/pullRequests/{number}/labels"));
         let url = self.with_query(&url, &[], true);
         for name in labels {
             let label = json(&NewLabel { name });
@@ -594,7 +582,7 @@ impl Forge for AzureDevOps {
     /// By its id (`!N`, unique in the organization), with its plan from its properties.
     async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
         let what = format!("read pull request !{number}");
-        let url = self.repo_url(&format!("/pullrequests/{number}"));
+        let url = self.rest.url(&format!("/pullrequests/{number}"));
         let url = self.with_query(&url, &[], false);
         let answer = self.rest.call(&what, Method::GET, &url, None).await?;
         let pr = self.info(self.rest.parse(&what, &answer.body)?);
@@ -607,7 +595,9 @@ impl Forge for AzureDevOps {
     /// the soak clock starts again rather than read on.
     async fn statuses(&self, key: StatusKey<'_>) -> Result<StatusHistory> {
         let what = format!("read statuses of {}", key.sha);
-        let url = self.repo_url(&format!("/commits/{}/statuses", encode(key.sha)));
+        let url = self
+            .rest
+            .url(&format!("/commits/{}/statuses", encode(key.sha)));
         // One address past the bound: a full last page names it as its next, so the read
         // knows more remain (and says the history is not whole); it is never read.
         let urls = self.pages(&url, &[], false, MAX_PAGES + 1);
@@ -631,7 +621,9 @@ impl Forge for AzureDevOps {
     /// Each post is one more status of the commit.
     async fn set_status(&self, key: StatusKey<'_>, said: Said<'_>) -> Result<()> {
         let what = format!("set status {} on {}", key.context, key.sha);
-        let url = self.repo_url(&format!("/commits/{}/statuses", encode(key.sha)));
+        let url = self
+            .rest
+            .url(&format!("/commits/{}/statuses", encode(key.sha)));
         let url = self.with_query(&url, &[], false);
         let status = json(&NewStatus {
             state: wire_state(said.state),
@@ -690,7 +682,7 @@ impl Forge for AzureDevOps {
 
 impl AzureDevOps {
     fn threads_url(&self, number: u64) -> String {
-        self.repo_url(&format!("/pullRequests/{number}/threads"))
+        self.rest.url(&format!("/pullRequests/{number}/threads"))
     }
 }
 
@@ -880,7 +872,7 @@ fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
 }
 
 /// `forge.project` and `forge.repo`; the organization or collection is `forge.api_url`.
-fn project_and_repo(keys: &mut dyn Keys) -> Option<Kind> {
+fn project_and_repo(keys: &mut dyn Keys, _: Option<&str>) -> Option<Kind> {
     let elsewhere = "is for GitHub and Gitea; an Azure DevOps repository is named by forge.project and forge.repo (the organization or collection is forge.api_url)";
     let named = ["forge.project", "forge.repo"];
     let (project, repo) = two_keys(keys, &["forge.owner"], elsewhere, named);
@@ -963,7 +955,7 @@ mod tests {
         );
         let cloud = forge("https://dev.azure.com/acme/");
         assert_eq!(
-            cloud.with_query(&cloud.repo_url("/pullRequests/3/labels"), &[], true),
+            cloud.with_query(&cloud.rest.url("/pullRequests/3/labels"), &[], true),
             "https://dev.azure.com/acme/Platform%20Team/_apis/git/repositories/gitops/pullRequests/3/labels?api-version=7.1-preview.1"
         );
     }

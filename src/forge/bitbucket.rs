@@ -63,8 +63,8 @@ use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::engine::{encode, json, read_pages, read_pages_whole, retry_after, status_text, unix};
-use super::engine::{updated_before, Forge, ForgeError, Listing, Names};
+use super::engine::{encode, json, read_pages, read_pages_whole, retry_after, unix};
+use super::engine::{read_change_requests, Forge, Listing, Names};
 use super::engine::{Dialect, Paged};
 use super::engine::{Marked, NewChange, Purpose, Rest, Result, Said, StatusKey, Words};
 use super::settings::ChangeRequestNoun;
@@ -76,12 +76,10 @@ use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 const FORGE: &str = "Bitbucket";
 /// `kind: bitbucket`: `forge.workspace` and `forge.repo` ([`workspace_and_repo`]) on
 /// `https://api.bitbucket.org/2.0`, and `forge.username_env` for an app password.
-pub const SECTION: Section = Section {
-    kind: "bitbucket",
-    default_api_url: Some("https://api.bitbucket.org/2.0"),
-    takes_username: true,
-    repository: |keys, _| workspace_and_repo(keys),
-};
+pub const SECTION: Section =
+    Section::new("bitbucket", Some(API_URL), workspace_and_repo).taking_username();
+/// Bitbucket Cloud's one API.
+const API_URL: &str = "https://api.bitbucket.org/2.0";
 /// What `forge.workspace` is, said to a section of another kind.
 pub const WORKSPACE_ELSEWHERE: &str =
     "is for Bitbucket Cloud (kind: bitbucket); set it with forge.repo";
@@ -301,7 +299,9 @@ impl Bitbucket {
         };
         let full_name = format!("{workspace}/{repo}");
         Ok(Bitbucket {
-            rest: Rest::new(FORGE, forge, full_name, ("authorization", value), &WORDS)?,
+            rest: Rest::new(FORGE, forge, full_name, ("authorization", value), &WORDS)?.at(
+                &format!("/repositories/{}/{}", encode(workspace), encode(repo)),
+            ),
             workspace: workspace.to_string(),
             repo: repo.to_string(),
             signer: StatusSigner::new(FORGE, &token)?,
@@ -312,12 +312,6 @@ impl Bitbucket {
             ),
             resolved: Mutex::default(),
         })
-    }
-
-    /// `{api}/repositories/{workspace}/{repo}{rest}`.
-    fn repo_url(&self, rest: &str) -> String {
-        let (workspace, repo) = (encode(&self.workspace), encode(&self.repo));
-        format!("{}/repositories/{workspace}/{repo}{rest}", self.rest.api)
     }
 
     /// Every page of a pull request list, most recently updated first; with `until`, pages
@@ -334,12 +328,9 @@ impl Bitbucket {
         query.push(("sort", "-updated_on"));
         let page_len = PAGE_LEN.to_string();
         query.push(("pagelen", &page_len));
-        let first = with_query(&self.repo_url("/pullrequests"), &query);
-        let read_page = |url: String| async move {
-            let (items, next) = self.read_page::<PullRequest>(what, &url).await?;
-            Ok((items.into_iter().map(info).collect(), next))
-        };
-        read_pages(first, read_page, updated_before(until)).await
+        let first = with_query(&self.rest.url("/pullrequests"), &query);
+        let read_page = |url: String| async move { self.read_page(what, &url).await };
+        read_change_requests(first, until, read_page, |pr: PullRequest| Some(info(pr))).await
     }
 
     /// One page of a list, and its `next` when that is on `api_url`.
@@ -378,7 +369,7 @@ impl Bitbucket {
             let detail = "unexpected answer: the commit is not a hash".to_string();
             return Err(self.rest.error(&what, detail, None));
         }
-        let url = self.repo_url(&format!("/commit/{short}"));
+        let url = self.rest.url(&format!("/commit/{short}"));
         let answer = self.rest.call(&what, Method::GET, &url, None).await?;
         let commit: Commit = self.rest.parse(&what, &answer.body)?;
         if commit.hash.len() != FULL_HASH || !commit.hash.starts_with(short) {
@@ -403,7 +394,7 @@ impl Bitbucket {
         }
         let what = format!("read Bitbucket's clock (GET build statuses of {sha})");
         let url = with_query(
-            &self.repo_url(&format!("/commit/{sha}/statuses")),
+            &self.rest.url(&format!("/commit/{sha}/statuses")),
             &[("pagelen", "1")],
         );
         self.rest.call(&what, Method::GET, &url, None).await?;
@@ -425,7 +416,7 @@ impl Bitbucket {
                 encode(&self.repo)
             )
         } else {
-            self.repo_url(&format!("/commit/{sha}"))
+            self.rest.url(&format!("/commit/{sha}"))
         }
     }
 
@@ -475,7 +466,7 @@ impl Bitbucket {
     }
 
     fn comments_url(&self, number: u64) -> String {
-        self.repo_url(&format!("/pullrequests/{number}/comments"))
+        self.rest.url(&format!("/pullrequests/{number}/comments"))
     }
 }
 
@@ -488,21 +479,8 @@ impl Forge for Bitbucket {
     /// Bitbucket refuses it `/user`, and `forge.login` names it.
     async fn ask_login(&self) -> Result<String> {
         let what = "read the token's account (GET /user)";
-        let url = format!("{}/user", self.rest.api);
-        let answer = match self.rest.call(what, Method::GET, &url, None).await {
-            Err(ForgeError::Call {
-                status: Some(status @ (401 | 403)),
-                ..
-            }) => {
-                let detail = format!(
-                    "{} (Bitbucket answers /user only to a user's app password or API token; for a repository, project or workspace access token, set forge.login to the uuid Bitbucket shows as the author of what the token wrote)",
-                    status_text(status)
-                );
-                return Err(self.rest.error(what, detail, Some(status)));
-            }
-            answer => answer?,
-        };
-        let account: Account = self.rest.parse(what, &answer.body)?;
+        let why = "Bitbucket answers /user only to a user's app password or API token; for a repository, project or workspace access token, set forge.login to the uuid Bitbucket shows as the author of what the token wrote";
+        let account: Account = self.rest.token_user(what, &[401, 403], why).await?;
         let detail = "unexpected answer: no uuid";
         account
             .uuid
@@ -566,19 +544,15 @@ impl Forge for Bitbucket {
             destination: end(new.base),
             close_source_branch: true,
         });
-        let url = self.repo_url("/pullrequests");
-        let answer = self
-            .rest
-            .call(what, Method::POST, &url, Some(request))
-            .await?;
-        let mut pr = info(self.rest.parse(what, &answer.body)?);
+        let url = self.rest.url("/pullrequests");
+        let mut pr = info(self.rest.post(what, &url, request).await?);
         self.complete(&mut pr).await?;
         Ok(pr)
     }
 
     async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
         let what = format!("update pull request #{number}");
-        let url = self.repo_url(&format!("/pullrequests/{number}"));
+        let url = self.rest.url(&format!("/pullrequests/{number}"));
         let description = body;
         let edit = json(&EditPullRequest { title, description });
         self.rest.write(&what, Method::PUT, &url, &edit).await
@@ -587,7 +561,7 @@ impl Forge for Bitbucket {
     /// By its id (`#N`), its hashes resolved.
     async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
         let what = format!("read pull request #{number}");
-        let url = self.repo_url(&format!("/pullrequests/{number}"));
+        let url = self.rest.url(&format!("/pullrequests/{number}"));
         let answer = self.rest.call(&what, Method::GET, &url, None).await?;
         let mut pr = info(self.rest.parse(&what, &answer.body)?);
         self.complete(&mut pr).await?;
@@ -604,7 +578,7 @@ impl Forge for Bitbucket {
         let sha = key.sha;
         let what = format!("read build statuses of {sha}");
         let page_len = LONG_PAGE_LEN.to_string();
-        let url = self.repo_url(&format!("/commit/{sha}/statuses"));
+        let url = self.rest.url(&format!("/commit/{sha}/statuses"));
         let first = with_query(&url, &[("pagelen", &page_len)]);
         let what = what.as_str();
         let read_page = |url: String| async move { self.read_page(what, &url).await };
@@ -641,7 +615,7 @@ impl Forge for Bitbucket {
             description,
             url: &url,
         });
-        let post = self.repo_url(&format!("/commit/{sha}/statuses/build"));
+        let post = self.rest.url(&format!("/commit/{sha}/statuses/build"));
         self.rest
             .call(&what, Method::POST, &post, Some(status))
             .await?;
@@ -836,7 +810,7 @@ fn mine(comment: &Comment, marker: &str, me: &str) -> bool {
 
 /// `forge.workspace` and `forge.repo`, each a Bitbucket slug; another forge's keys are
 /// reported.
-fn workspace_and_repo(keys: &mut dyn Keys) -> Option<Kind> {
+fn workspace_and_repo(keys: &mut dyn Keys, _: Option<&str>) -> Option<Kind> {
     let elsewhere = "is not Bitbucket's; a Bitbucket Cloud repository is named by forge.workspace and forge.repo (its slug)";
     let foreign = ["forge.owner", "forge.project"];
     let named = ["forge.workspace", "forge.repo"];

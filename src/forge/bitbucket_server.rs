@@ -58,7 +58,7 @@ use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::engine::{encode, json, read_pages, updated_before, Forge};
+use super::engine::{encode, json, read_change_requests, read_pages, Forge};
 use super::engine::{BadPageUrl, Dialect, PageAddress, Paged};
 use super::engine::{Listing, Marked, NewChange, Rest, Result};
 use super::engine::{Said, StatusKey, Words};
@@ -70,12 +70,7 @@ use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 const FORGE: &str = "Bitbucket";
 /// `kind: bitbucket-server`: `forge.project` and `forge.repo` ([`project_and_repo`]); every
 /// Data Center is its own, so `forge.api_url` (its base URL) has no default.
-pub const SECTION: Section = Section {
-    kind: "bitbucket-server",
-    default_api_url: None,
-    takes_username: false,
-    repository: project_and_repo,
-};
+pub const SECTION: Section = Section::new("bitbucket-server", None, project_and_repo);
 /// What a failed answer means, in Bitbucket's words, saying what to fix: the token (401),
 /// its permission (403), the repository or object (404), a conflict (409), a field Bitbucket
 /// refused (400). A `429` (Data Center's rate limiting) is waited out as `Retry-After` says,
@@ -321,7 +316,12 @@ impl BitbucketServer {
             format!("{project}/{repo}"),
             ("authorization", format!("Bearer {token}")),
         );
-        let rest = Rest::new(FORGE, forge, full_name, credentials, &WORDS)?;
+        let path = format!(
+            "{REST_API}/projects/{}/repos/{}",
+            encode(project),
+            encode(repo)
+        );
+        let rest = Rest::new(FORGE, forge, full_name, credentials, &WORDS)?.at(&path);
         Ok(BitbucketServer {
             rest,
             project: project.to_string(),
@@ -335,15 +335,6 @@ impl BitbucketServer {
             )
             .adopting(),
         })
-    }
-
-    /// `{base}/rest/api/1.0/projects/{key}/repos/{slug}{rest}`.
-    fn repo_url(&self, rest: &str) -> String {
-        let (project, repo) = (encode(&self.project), encode(&self.repo));
-        format!(
-            "{}{REST_API}/projects/{project}/repos/{repo}{rest}",
-            self.rest.api
-        )
     }
 
     /// Whether `repository` is the configured one (project keys are case-insensitive).
@@ -371,25 +362,15 @@ impl BitbucketServer {
             ("state", state),
             ("order", "NEWEST"),
         ];
-        let first = with_query(&self.repo_url("/pull-requests"), &query);
+        let first = with_query(&self.rest.url("/pull-requests"), &query);
         let target = branch_ref(base);
-        let read_page = |url: String| {
-            let target = target.clone();
-            async move {
-                let (items, next) = self.read_list::<PullRequest>(what, &url).await?;
-                let items: Vec<PullRequestInfo> = items
-                    .into_iter()
-                    .filter(|p| {
-                        p.to_ref
-                            .as_ref()
-                            .is_some_and(|r| r.id == target && self.is_ours(r.repository.as_ref()))
-                    })
-                    .map(|p| self.info(p))
-                    .collect();
-                Ok((items, next))
-            }
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let into_target = |pr: PullRequest| {
+            let to = pr.to_ref.as_ref();
+            let ours = to.is_some_and(|r| r.id == target && self.is_ours(r.repository.as_ref()));
+            ours.then(|| self.info(pr))
         };
-        read_pages(first, read_page, updated_before(until)).await
+        read_change_requests(first, until, read_page, into_target).await
     }
 
     /// One page of a list, with the address of the next page on `api_url`.
@@ -478,7 +459,7 @@ impl BitbucketServer {
             self.rest.names.repo
         );
         self.rest
-            .call(&what, Method::GET, &self.repo_url(""), None)
+            .call(&what, Method::GET, &self.rest.url(""), None)
             .await?;
         Ok(self.rest.clock.now().unwrap_or_else(|| {
             tracing::warn!(
@@ -517,7 +498,7 @@ impl Forge for BitbucketServer {
         let what = format!("read repository {} (GET)", self.rest.names.repo);
         let answer = self
             .rest
-            .call(&what, Method::GET, &self.repo_url(""), None)
+            .call(&what, Method::GET, &self.rest.url(""), None)
             .await?;
         let user = answer
             .headers
@@ -574,12 +555,8 @@ impl Forge for BitbucketServer {
             from_ref: new_ref(new.branch),
             to_ref: new_ref(new.base),
         });
-        let url = self.repo_url("/pull-requests");
-        let answer = self
-            .rest
-            .call(what, Method::POST, &url, Some(request))
-            .await?;
-        Ok(self.info(self.rest.parse(what, &answer.body)?))
+        let url = self.rest.url("/pull-requests");
+        Ok(self.info(self.rest.post(what, &url, request).await?))
     }
 
     /// Reads the pull request's version (and reviewers, sent back unchanged), and when
@@ -587,7 +564,7 @@ impl Forge for BitbucketServer {
     /// and tries once more.
     async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
         let what = format!("update pull request #{number}");
-        let url = self.repo_url(&format!("/pull-requests/{number}"));
+        let url = self.rest.url(&format!("/pull-requests/{number}"));
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -618,7 +595,7 @@ impl Forge for BitbucketServer {
     /// By its id (`#N`).
     async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
         let what = format!("read pull request #{number}");
-        let url = self.repo_url(&format!("/pull-requests/{number}"));
+        let url = self.rest.url(&format!("/pull-requests/{number}"));
         let answer = self.rest.call(&what, Method::GET, &url, None).await?;
         Ok(self.info(self.rest.parse(&what, &answer.body)?))
     }
@@ -631,7 +608,7 @@ impl Forge for BitbucketServer {
         let me = self.login().await?.to_string();
         let (sha, context) = (key.sha, key.context);
         let what = format!("read build status {context} of {sha}");
-        let builds = self.repo_url(&format!("/commits/{}/builds", encode(sha)));
+        let builds = self.rest.url(&format!("/commits/{}/builds", encode(sha)));
         let url = with_key(&builds, context);
         let none = StatusHistory {
             statuses: Vec::new(),
@@ -656,7 +633,7 @@ impl Forge for BitbucketServer {
     async fn set_status(&self, key: StatusKey<'_>, said: Said<'_>) -> Result<()> {
         let (sha, context, description) = (key.sha, key.context, said.description);
         let what = format!("set build status {context} on {sha}");
-        let url = self.repo_url(&format!("/commits/{}/builds", encode(sha)));
+        let url = self.rest.url(&format!("/commits/{}/builds", encode(sha)));
         let at = self.forge_now().await?;
         let (project, repo) = (encode(&self.project), encode(&self.repo));
         let page = format!(
@@ -685,7 +662,9 @@ impl Forge for BitbucketServer {
     async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
         let me = self.login().await?;
         let what = format!("list comments of pull request #{number}");
-        let activities = self.repo_url(&format!("/pull-requests/{number}/activities"));
+        let activities = self
+            .rest
+            .url(&format!("/pull-requests/{number}/activities"));
         let first = with_query(&activities, &[]);
         let what = what.as_str();
         let read_page = |url: String| async move { self.read_list::<Activity>(what, &url).await };
@@ -705,7 +684,7 @@ impl Forge for BitbucketServer {
     async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
         let Some(mut comment) = old else {
             let what = format!("comment on pull request #{number}");
-            let url = self.repo_url(&format!("/pull-requests/{number}/comments"));
+            let url = self.rest.url(&format!("/pull-requests/{number}/comments"));
             let new = CommentBody {
                 text: body,
                 version: None,
@@ -717,7 +696,9 @@ impl Forge for BitbucketServer {
             attempt += 1;
             let id = comment.id;
             let what = format!("update comment {id} on pull request #{number}");
-            let url = self.repo_url(&format!("/pull-requests/{number}/comments/{id}"));
+            let url = self
+                .rest
+                .url(&format!("/pull-requests/{number}/comments/{id}"));
             let version = comment.version;
             let edit = CommentBody {
                 text: body,
@@ -1010,7 +991,7 @@ mod tests {
     fn project_and_repository_are_each_one_path_segment() {
         let bb = adapter();
         assert_eq!(
-            bb.repo_url("/pull-requests"),
+            bb.rest.url("/pull-requests"),
             "https://bitbucket.example.com/rest/api/1.0/projects/ACME/repos/gitops/pull-requests"
         );
         assert_eq!(encode("my repo/x"), "my%20repo%2Fx");

@@ -5,9 +5,11 @@
 //! keeping tagpin's one marked comment. An adapter supplies its dialect through the required
 //! methods: the lists it asks for ([`Listing`]), its URLs and wire types, its state words.
 //! Below them, the calls themselves: [`Rest`] (reqwest: the credentials, a deadline per call,
-//! answers read within [`MAX_ANSWER_BYTES`]) and [`retrying`], the one request loop that waits
-//! out a rate limit within [`MAX_RATE_LIMIT_WAIT`] (GitHub's octocrab calls go through it
-//! too); lists read page by page within [`MAX_PAGES`] ([`read_pages`]); and [`Memory`], what
+//! answers read within [`MAX_ANSWER_BYTES`], the repository's address on the API, the token's
+//! user) and [`retrying`], the one request loop that waits out a rate limit within
+//! [`MAX_RATE_LIMIT_WAIT`] (GitHub's octocrab calls go through it too); lists read page by
+//! page within [`MAX_PAGES`] ([`read_pages`], change requests by update time with
+//! [`read_change_requests`]); and [`Memory`], what
 //! this process last wrote, so a status or a comment that would say the same again spends no
 //! call. The error, [`ForgeError`], names the forge and its host and never quotes them.
 
@@ -307,6 +309,8 @@ pub(super) struct Rest {
     pub(super) names: Names,
     /// `forge.api_url` without a trailing slash.
     pub(super) api: String,
+    /// The repository's address on the API ([`Rest::at`]), `api` until set.
+    repository: String,
     /// `forge.timeout_seconds`: each call, answer included.
     deadline: Duration,
     credentials: (&'static str, HeaderValue),
@@ -337,11 +341,24 @@ impl Rest {
             http: http_client(forge, deadline)?,
             names: Names::new(forge, &settings.api_url, repo),
             api: settings.api_url.trim_end_matches('/').to_string(),
+            repository: settings.api_url.trim_end_matches('/').to_string(),
             deadline,
             credentials: (header, value),
             words,
             clock: ForgeClock::default(),
         })
+    }
+
+    /// The same, with the repository at `path` on the API (`/repos/acme/gitops`, each part
+    /// encoded by the adapter, which alone knows its forge's layout).
+    pub(super) fn at(mut self, path: &str) -> Rest {
+        self.repository = format!("{}{path}", self.api);
+        self
+    }
+
+    /// `rest` (a path, with its query if any) under the repository's address on the API.
+    pub(super) fn url(&self, rest: &str) -> String {
+        format!("{}{rest}", self.repository)
     }
 
     /// The credentials header's value, for tests of what it holds.
@@ -414,6 +431,39 @@ impl Rest {
         url: &str,
     ) -> Result<T> {
         let answer = self.call(what, Method::GET, url, None).await?;
+        self.parse(what, &answer.body)
+    }
+
+    /// `GET {api}/user`, read as `T`: the user the token acts as. A refusal with one of the
+    /// statuses `refused` means this token may not read it (a token of a repository, or of
+    /// too narrow a scope): it is named with `why`, which says what to set instead.
+    pub(super) async fn token_user<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        refused: &[u16],
+        why: &str,
+    ) -> Result<T> {
+        let url = format!("{}/user", self.api);
+        match self.get(what, &url).await {
+            Err(ForgeError::Call {
+                status: Some(status),
+                ..
+            }) if refused.contains(&status) => {
+                let detail = format!("{} ({why})", status_text(status));
+                Err(self.error(what, detail, Some(status)))
+            }
+            user => user,
+        }
+    }
+
+    /// `POST url` with `body` as JSON, its answer read as `T`: what a create is.
+    pub(super) async fn post<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        url: &str,
+        body: serde_json::Value,
+    ) -> Result<T> {
+        let answer = self.call(what, Method::POST, url, Some(body)).await?;
         self.parse(what, &answer.body)
     }
 
@@ -599,6 +649,31 @@ where
         }
     }
     Ok((all, whole))
+}
+
+/// Every page of a change request list from `first`: each page read by `read_page`, each of
+/// its items by `read` (`None` drops one that is not the list's, such as one into another
+/// base). With `until`, pages stop after the first one that reaches a change request updated
+/// before it ([`updated_before`]).
+pub(super) async fn read_change_requests<W, F, Fut>(
+    first: String,
+    until: Option<i64>,
+    mut read_page: F,
+    read: impl Fn(W) -> Option<PullRequestInfo>,
+) -> Result<Vec<PullRequestInfo>>
+where
+    F: FnMut(String) -> Fut,
+    Fut: Future<Output = Result<Paged<W>>>,
+{
+    let read = &read;
+    let page = move |url: String| {
+        let answer = read_page(url);
+        async move {
+            let (items, next) = answer.await?;
+            Ok((items.into_iter().filter_map(read).collect(), next))
+        }
+    };
+    read_pages(first, page, updated_before(until)).await
 }
 
 /// For a list by update time, newest first: with `until`, a page that reaches a change

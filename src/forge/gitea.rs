@@ -40,8 +40,8 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::{encode, json, next_link, read_pages, read_pages_whole, unix};
 use super::engine::{header, label_names, BadPageUrl, Dialect, PageAddress, Paged};
-use super::engine::{status_text, Forge, ForgeError, Listing, Result};
-use super::engine::{updated_before, Marked, NewChange, Rest, Said, StatusKey, Words};
+use super::engine::{read_change_requests, Marked, NewChange, Rest, Said, StatusKey, Words};
+use super::engine::{Forge, Listing, Result};
 use super::settings::ChangeRequestNoun;
 use super::settings::{owner_and_repo, Kind, Section, Settings};
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
@@ -49,15 +49,10 @@ use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 const FORGE: &str = "Gitea";
 /// `kind: gitea`: `forge.owner` and `forge.repo`; every Gitea is its own, so `forge.api_url`
 /// has no default.
-pub const SECTION: Section = Section {
-    kind: "gitea",
-    default_api_url: None,
-    takes_username: false,
-    repository: |keys, _| {
-        let (owner, repo) = owner_and_repo(keys)?;
-        Some(Kind::Gitea { owner, repo })
-    },
-};
+pub const SECTION: Section = Section::new("gitea", None, |keys, _| {
+    let (owner, repo) = owner_and_repo(keys)?;
+    Some(Kind::Gitea { owner, repo })
+});
 /// What a failed answer means, in words that say what to fix: the token (401), its scope or
 /// the user's rights (403), the repository or object (404), a pull request already open
 /// (409), a field Gitea refused (422). A `429` (Gitea itself has none, a proxy in front of it
@@ -78,9 +73,8 @@ const NEW_LABEL_COLOR: &str = "#ededed";
 
 /// A Gitea (or Forgejo) repository, with a token.
 pub struct Gitea {
+    /// At `/repos/{owner}/{repo}`.
     rest: Rest,
-    owner: String,
-    repo: String,
     /// Pull requests, adopted when opened meanwhile; the token's login.
     dialect: Dialect,
 }
@@ -200,18 +194,14 @@ impl Gitea {
         let credentials = ("authorization", format!("token {}", token.trim()));
         let full_name = format!("{owner}/{repo}");
         Ok(Gitea {
-            rest: Rest::new(FORGE, forge, full_name, credentials, &WORDS)?,
-            owner: owner.to_string(),
-            repo: repo.to_string(),
+            rest: Rest::new(FORGE, forge, full_name, credentials, &WORDS)?.at(&format!(
+                "/repos/{}/{}",
+                encode(owner),
+                encode(repo)
+            )),
             dialect: Dialect::new(FORGE, ChangeRequestNoun::PullRequest, forge.login.clone())
                 .adopting(),
         })
-    }
-
-    /// `{api}/repos/{owner}/{repo}{rest}`.
-    fn repo_url(&self, rest: &str) -> String {
-        let (owner, repo) = (encode(&self.owner), encode(&self.repo));
-        format!("{}/repos/{owner}/{repo}{rest}", self.rest.api)
     }
 
     /// Every page of a pull request list, keeping those into `base`; with `until`, pages stop
@@ -223,17 +213,13 @@ impl Gitea {
         base: &str,
         until: Option<i64>,
     ) -> Result<Vec<PullRequestInfo>> {
-        let first = with_query(&self.repo_url("/pulls"), query);
-        let read_page = |url: String| async move {
-            let (items, next) = self.read_list::<PullRequest>(what, &url).await?;
-            let items: Vec<PullRequestInfo> = items
-                .into_iter()
-                .filter(|p| p.base.as_ref().is_some_and(|b| b.ref_name == base))
-                .map(info)
-                .collect();
-            Ok((items, next))
+        let first = with_query(&self.rest.url("/pulls"), query);
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let into_base = |pr: PullRequest| {
+            let into = pr.base.as_ref().is_some_and(|b| b.ref_name == base);
+            into.then(|| info(pr))
         };
-        read_pages(first, read_page, updated_before(until)).await
+        read_change_requests(first, until, read_page, into_base).await
     }
 
     /// One page of a list, with the address of the next page on `api_url`.
@@ -248,7 +234,7 @@ impl Gitea {
     /// The ids of `labels`, each created (a neutral colour) when the repository has none of
     /// that name.
     async fn label_ids(&self, what: &str, labels: &[String]) -> Result<Vec<u64>> {
-        let first = with_query(&self.repo_url("/labels"), &[]);
+        let first = with_query(&self.rest.url("/labels"), &[]);
         let read_page = |url: String| async move { self.read_list::<Label>(what, &url).await };
         let known: Vec<Label> = read_pages(first, read_page, |_| false).await?;
         let mut ids = Vec::new();
@@ -260,7 +246,7 @@ impl Gitea {
             let what = format!("create label {name:?}");
             let color = NEW_LABEL_COLOR;
             let new = Some(json(&NewLabel { name, color }));
-            let url = self.repo_url("/labels");
+            let url = self.rest.url("/labels");
             let answer = self.rest.call(&what, Method::POST, &url, new).await?;
             ids.push(self.rest.parse::<Label>(&what, &answer.body)?.id);
         }
@@ -277,19 +263,8 @@ impl Forge for Gitea {
     /// repository-scoped token (all Codeberg grants) lacks it: then `forge.login` says it.
     async fn ask_login(&self) -> Result<String> {
         let what = "read the token's user (GET /user)";
-        let url = format!("{}/user", self.rest.api);
-        match self.rest.get::<User>(what, &url).await {
-            Err(ForgeError::Call {
-                status: Some(403), ..
-            }) => {
-                let detail = format!(
-                    "{} (the token lacks the read:user scope: grant it, or set forge.login to the token's login)",
-                    status_text(403)
-                );
-                Err(self.rest.error(what, detail, Some(403)))
-            }
-            user => Ok(user?.login),
-        }
+        let why = "the token lacks the read:user scope: grant it, or set forge.login to the token's login";
+        Ok(self.rest.token_user::<User>(what, &[403], why).await?.login)
     }
 
     /// Gitea's list cannot filter by head branch: the list (`state=all` for closed and merged
@@ -317,17 +292,13 @@ impl Forge for Gitea {
             title,
             body,
         });
-        let url = self.repo_url("/pulls");
-        let answer = self
-            .rest
-            .call(what, Method::POST, &url, Some(request))
-            .await?;
-        Ok(info(self.rest.parse(what, &answer.body)?))
+        let url = self.rest.url("/pulls");
+        Ok(info(self.rest.post(what, &url, request).await?))
     }
 
     async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
         let what = format!("update pull request #{number}");
-        let url = self.repo_url(&format!("/pulls/{number}"));
+        let url = self.rest.url(&format!("/pulls/{number}"));
         let edit = json(&EditPullRequest { title, body });
         self.rest.write(&what, Method::PATCH, &url, &edit).await
     }
@@ -340,7 +311,7 @@ impl Forge for Gitea {
         }
         let what = format!("add labels to pull request #{number}");
         let ids = self.label_ids(&what, labels).await?;
-        let url = self.repo_url(&format!("/issues/{number}/labels"));
+        let url = self.rest.url(&format!("/issues/{number}/labels"));
         let add = json(&AddLabels { labels: ids });
         self.rest.write(&what, Method::POST, &url, &add).await
     }
@@ -348,7 +319,7 @@ impl Forge for Gitea {
     /// `#N`: issues and pull requests share the numbers.
     async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
         let what = format!("read pull request #{number}");
-        let url = self.repo_url(&format!("/pulls/{number}"));
+        let url = self.rest.url(&format!("/pulls/{number}"));
         Ok(info(self.rest.get(&what, &url).await?))
     }
 
@@ -359,7 +330,7 @@ impl Forge for Gitea {
     async fn statuses(&self, key: StatusKey<'_>) -> Result<StatusHistory> {
         let (sha, context) = (key.sha, key.context);
         let what = format!("read statuses of {sha}");
-        let first = with_query(&self.repo_url(&format!("/commits/{sha}/statuses")), &[]);
+        let first = with_query(&self.rest.url(&format!("/commits/{sha}/statuses")), &[]);
         let what = what.as_str();
         let read_page = |url: String| async move { self.read_list(what, &url).await };
         let (mut statuses, complete): (Vec<CommitStatus>, bool) =
@@ -375,7 +346,7 @@ impl Forge for Gitea {
     async fn set_status(&self, key: StatusKey<'_>, said: Said<'_>) -> Result<()> {
         let (sha, context) = (key.sha, key.context);
         let what = format!("set status {context} on {sha}");
-        let url = self.repo_url(&format!("/statuses/{sha}"));
+        let url = self.rest.url(&format!("/statuses/{sha}"));
         let state = wire_state(said.state);
         let description = said.description;
         let status = json(&NewStatus {
@@ -392,7 +363,7 @@ impl Forge for Gitea {
     async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
         let me = self.login().await?;
         let what = format!("list comments of pull request #{number}");
-        let url = self.repo_url(&format!("/issues/{number}/comments"));
+        let url = self.rest.url(&format!("/issues/{number}/comments"));
         let comments: Vec<Comment> = self.rest.get(&what, &url).await?;
         let mine = comments.into_iter().find(|c| mine(c, marker, me));
         Ok(mine.map(|c| Marked {
@@ -417,7 +388,7 @@ impl Forge for Gitea {
                 format!("/issues/{number}/comments"),
             ),
         };
-        let url = self.repo_url(&url);
+        let url = self.rest.url(&url);
         self.rest.write(&what, method, &url, &comment).await
     }
 }

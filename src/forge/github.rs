@@ -32,7 +32,9 @@ use octocrab::Octocrab;
 use serde::de::DeserializeOwned;
 
 use super::engine::{label_names, Dialect, Paged};
-use super::engine::{next_link, read_pages, retrying, status_text, updated_before, ForgeError};
+use super::engine::{
+    next_link, read_change_requests, read_pages, retrying, status_text, ForgeError,
+};
 use super::engine::{Forge, Listing, Marked, Names, NewChange, Refused, Result, Said, StatusKey};
 use super::engine::{CONNECT_TIMEOUT, MAX_ANSWER_BYTES};
 use super::settings::ChangeRequestNoun;
@@ -50,15 +52,12 @@ const MAX_CACHED_BYTES: usize = 64 * bounded::MIB;
 const FORGE: &str = "GitHub";
 /// `kind: github`: `forge.owner` and `forge.repo`, on `https://api.github.com` unless GitHub
 /// Enterprise's `https://HOST/api/v3` is given.
-pub const SECTION: Section = Section {
-    kind: "github",
-    default_api_url: Some("https://api.github.com"),
-    takes_username: false,
-    repository: |keys, _| {
-        let (owner, repo) = owner_and_repo(keys)?;
-        Some(Kind::GitHub { owner, repo })
-    },
-};
+pub const SECTION: Section = Section::new("github", Some(API_URL), |keys, _| {
+    let (owner, repo) = owner_and_repo(keys)?;
+    Some(Kind::GitHub { owner, repo })
+});
+/// github.com's API.
+const API_URL: &str = "https://api.github.com";
 
 /// A GitHub repository, with a token.
 pub struct GitHub {
@@ -112,13 +111,9 @@ impl GitHub {
             .extend_pairs(&query)
             .finish();
         let first = format!("/repos/{}/{}/pulls?{query}", self.owner, self.repo);
-        let read_page = |url: String| async move {
-            let (items, link) = self
-                .read_list::<octocrab::models::pulls::PullRequest>(what, &url)
-                .await?;
-            Ok((items.into_iter().map(|p| self.info(p)).collect(), link))
-        };
-        read_pages(first, read_page, updated_before(until)).await
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let read = |pr: octocrab::models::pulls::PullRequest| Some(self.info(pr));
+        read_change_requests(first, until, read_page, read).await
     }
 
     /// One page of a list, read conditionally, with the address of the next page.

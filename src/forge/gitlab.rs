@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::{header, BadPageUrl, Dialect, PageAddress, Paged};
 use super::engine::{json, next_link, read_pages, read_pages_whole, retry_after, unix};
-use super::engine::{updated_before, Marked, Said, StatusKey, Words};
+use super::engine::{read_change_requests, Marked, Said, StatusKey, Words};
 use super::engine::{Forge, Listing, NewChange, Rest, Result};
 use super::settings::ChangeRequestNoun;
 use super::settings::{report_foreign, segment_ok, Keys, Kind, Section, Settings};
@@ -37,12 +37,9 @@ use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 const FORGE: &str = "GitLab";
 /// `kind: gitlab`: `forge.project` ([`project`]), on gitlab.com unless a self-managed
 /// `https://HOST/api/v4` is given.
-pub const SECTION: Section = Section {
-    kind: "gitlab",
-    default_api_url: Some("https://gitlab.com/api/v4"),
-    takes_username: false,
-    repository: |keys, _| project(keys),
-};
+pub const SECTION: Section = Section::new("gitlab", Some(API_URL), project);
+/// gitlab.com's API.
+const API_URL: &str = "https://gitlab.com/api/v4";
 /// What a failed answer means, in words that say what to fix: the token (401), its scope or
 /// role (403), the project or object (404), and what its body tells apart ([`from_body`]).
 pub(super) const WORDS: Words = Words {
@@ -56,9 +53,8 @@ pub(super) const WORDS: Words = Words {
 
 /// A GitLab project, with a token.
 pub struct GitLab {
+    /// At `/projects/{group%2Fsubgroup%2Fproject}`.
     rest: Rest,
-    /// `group/subgroup/project`, as configured.
-    project: String,
     /// Merge requests, adopted when opened meanwhile; the token's username.
     dialect: Dialect,
 }
@@ -164,33 +160,11 @@ impl GitLab {
     pub fn new(forge: &Settings, project: &str, token: String) -> Result<GitLab> {
         let credentials = ("PRIVATE-TOKEN", token.trim().to_string());
         Ok(GitLab {
-            rest: Rest::new(FORGE, forge, project.to_string(), credentials, &WORDS)?,
-            project: project.to_string(),
+            rest: Rest::new(FORGE, forge, project.to_string(), credentials, &WORDS)?
+                .at(&format!("/projects/{}", encode_project(project))),
             dialect: Dialect::new(FORGE, ChangeRequestNoun::MergeRequest, forge.login.clone())
                 .adopting(),
         })
-    }
-
-    /// `{api}/projects/{group%2Fsub%2Fproject}{rest}`.
-    fn project_url(&self, rest: &str) -> String {
-        let project = encode_project(&self.project);
-        format!("{}/projects/{project}{rest}", self.rest.api)
-    }
-
-    /// Every page of a merge request list, 100 at a time; with `until`, pages stop after the
-    /// first one that reaches a merge request updated before it (the list is by update time).
-    async fn list_merge_requests(
-        &self,
-        what: &str,
-        query: &[(&str, &str)],
-        until: Option<i64>,
-    ) -> Result<Vec<PullRequestInfo>> {
-        let first = with_query(&self.project_url("/merge_requests"), query);
-        let read_page = |url: String| async move {
-            let (items, next) = self.read_list::<MergeRequest>(what, &url).await?;
-            Ok((items.into_iter().map(info).collect(), next))
-        };
-        read_pages(first, read_page, updated_before(until)).await
     }
 
     /// One page of a list, with the address of the next page ([`next_page`]).
@@ -208,7 +182,7 @@ impl GitLab {
         let mut query = vec![("name", key.context), ("all", "true")];
         query.extend(key.branch.map(|b| ("ref", b)));
         let statuses = format!("/repository/commits/{}/statuses", key.sha);
-        let first = with_query(&self.project_url(&statuses), &query);
+        let first = with_query(&self.rest.url(&statuses), &query);
         let what = what.as_str();
         let read_page = |url: String| async move { self.read_list(what, &url).await };
         let (mut statuses, whole): (Vec<CommitStatus>, bool) =
@@ -264,7 +238,10 @@ impl Forge for GitLab {
                 )
             }
         };
-        self.list_merge_requests(what, &query, until).await
+        // Every page, 100 at a time; with `until`, to the first that reaches it.
+        let first = with_query(&self.rest.url("/merge_requests"), &query);
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        read_change_requests(first, until, read_page, |mr: MergeRequest| Some(info(mr))).await
     }
 
     /// Opened with `remove_source_branch`: tagpin's branches are its own, and once merged
@@ -277,17 +254,13 @@ impl Forge for GitLab {
             description: new.body,
             remove_source_branch: true,
         });
-        let url = self.project_url("/merge_requests");
-        let answer = self
-            .rest
-            .call(what, Method::POST, &url, Some(request))
-            .await?;
-        Ok(info(self.rest.parse(what, &answer.body)?))
+        let url = self.rest.url("/merge_requests");
+        Ok(info(self.rest.post(what, &url, request).await?))
     }
 
     async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
         let what = format!("update merge request !{number}");
-        let url = self.project_url(&format!("/merge_requests/{number}"));
+        let url = self.rest.url(&format!("/merge_requests/{number}"));
         let description = body;
         let edit = json(&EditMergeRequest { title, description });
         self.rest.write(&what, Method::PUT, &url, &edit).await
@@ -296,7 +269,7 @@ impl Forge for GitLab {
     /// Labels already on the merge request stay.
     async fn add_labels(&self, number: u64, labels: &[String]) -> Result<()> {
         let what = format!("add labels to merge request !{number}");
-        let url = self.project_url(&format!("/merge_requests/{number}"));
+        let url = self.rest.url(&format!("/merge_requests/{number}"));
         let add_labels = labels.join(",");
         let add = json(&AddLabels { add_labels });
         self.rest.write(&what, Method::PUT, &url, &add).await
@@ -305,7 +278,7 @@ impl Forge for GitLab {
     /// By its IID, the `!N` of the project.
     async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
         let what = format!("read merge request !{number}");
-        let url = self.project_url(&format!("/merge_requests/{number}"));
+        let url = self.rest.url(&format!("/merge_requests/{number}"));
         Ok(info(self.rest.get(&what, &url).await?))
     }
 
@@ -336,7 +309,7 @@ impl Forge for GitLab {
             return Ok(());
         };
         let what = format!("set status {} on {}", key.context, key.sha);
-        let url = self.project_url(&format!("/statuses/{}", key.sha));
+        let url = self.rest.url(&format!("/statuses/{}", key.sha));
         let status = json(&NewStatus {
             state,
             ref_name: key.branch,
@@ -351,7 +324,7 @@ impl Forge for GitLab {
     async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
         let me = self.login().await?;
         let what = format!("list notes of merge request !{number}");
-        let notes = self.project_url(&format!("/merge_requests/{number}/notes"));
+        let notes = self.rest.url(&format!("/merge_requests/{number}/notes"));
         let first = with_query(&notes, &[("sort", "asc"), ("order_by", "created_at")]);
         let what = what.as_str();
         let read_page = |url: String| async move { self.read_list(what, &url).await };
@@ -367,7 +340,7 @@ impl Forge for GitLab {
 
     /// A note of the merge request, edited by its id.
     async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
-        let notes = self.project_url(&format!("/merge_requests/{number}/notes"));
+        let notes = self.rest.url(&format!("/merge_requests/{number}/notes"));
         let note = NoteBody { body };
         if let Some(Marked { id, .. }) = old {
             let what = format!("update note {id} on merge request !{number}");
@@ -611,7 +584,7 @@ fn refused_fields(body: &str) -> Option<String> {
 
 /// `forge.project`: a GitLab project by its path (`group/subgroup/project`) or numeric ID; a
 /// GitHub key is reported.
-fn project(keys: &mut dyn Keys) -> Option<Kind> {
+fn project(keys: &mut dyn Keys, _: Option<&str>) -> Option<Kind> {
     let elsewhere = "is for GitHub and Gitea; a GitLab project is named by forge.project (group/subgroup/project)";
     report_foreign(keys, &["forge.owner", "forge.repo"], elsewhere);
     let project = keys.required("forge.project");
@@ -775,50 +748,21 @@ mod tests {
         use StatusState::*;
         let (pending, running) = (Some("pending"), Some("running"));
         // (want, words, tagpin's own state and words, the live one GitLab holds) -> posted
+        #[rustfmt::skip]
         let cases = [
             // The same state and words as tagpin's own: nothing to post.
             (Success, "ok", Some(("success", "ok")), None, None),
             (Pending, "x", Some(("pending", "x")), pending, None),
             (Pending, "x", Some(("running", "x")), running, None),
             // A final status is followed by a new one, in any state.
-            (
-                Success,
-                "ok now",
-                Some(("success", "ok")),
-                None,
-                Some("success"),
-            ),
-            (
-                Pending,
-                "again",
-                Some(("failed", "no")),
-                None,
-                Some("pending"),
-            ),
+            (Success, "ok now", Some(("success", "ok")), None, Some("success")),
+            (Pending, "again", Some(("failed", "no")), None, Some("pending")),
             // pending -> pending is refused by GitLab; pending -> running carries the words.
-            (
-                Pending,
-                "2 left",
-                Some(("pending", "3 left")),
-                pending,
-                Some("running"),
-            ),
+            (Pending, "2 left", Some(("pending", "3 left")), pending, Some("running")),
             // running may only end.
             (Pending, "1 left", Some(("running", "2")), running, None),
-            (
-                Failure,
-                "broken",
-                Some(("running", "2")),
-                running,
-                Some("failed"),
-            ),
-            (
-                Error,
-                "unsure",
-                Some(("pending", "x")),
-                pending,
-                Some("canceled"),
-            ),
+            (Failure, "broken", Some(("running", "2")), running, Some("failed")),
+            (Error, "unsure", Some(("pending", "x")), pending, Some("canceled")),
             // Someone else's live status of the name is the one GitLab would move.
             (Pending, "checking", None, pending, Some("running")),
             // Someone else's status saying the same is not tagpin's.

@@ -81,7 +81,35 @@ pub struct Section {
     pub takes_username: bool,
     /// The repository the section's keys name (`forge.api_url`, when valid, for a kind that
     /// checks it), every problem with them reported; `None` when one is missing.
-    pub repository: fn(&mut dyn Keys, Option<&str>) -> Option<Kind>,
+    pub repository: ReadRepository,
+}
+
+/// How the section's repository is read: the keys, and `forge.api_url` when valid.
+pub type ReadRepository = fn(&mut dyn Keys, Option<&str>) -> Option<Kind>;
+
+impl Section {
+    /// `forge.kind: kind`, whose repository `repository` reads, at `default_api_url` unless
+    /// set; it takes the token alone.
+    pub const fn new(
+        kind: &'static str,
+        default_api_url: Option<&'static str>,
+        repository: ReadRepository,
+    ) -> Section {
+        Section {
+            kind,
+            default_api_url,
+            takes_username: false,
+            repository,
+        }
+    }
+
+    /// The same section, with `forge.username_env` its own (Bitbucket Cloud's app passwords).
+    pub const fn taking_username(self) -> Section {
+        Section {
+            takes_username: true,
+            ..self
+        }
+    }
 }
 
 /// `forge.owner` and `forge.repo`, the repository of GitHub and Gitea alike; a GitLab key is
