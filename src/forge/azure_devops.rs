@@ -78,7 +78,7 @@ use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 const FORGE: &str = "Azure DevOps";
 /// `kind: azure-devops`: `forge.project` and `forge.repo` ([`project_and_repo`]); the
 /// organization or collection is `forge.api_url`, which has no default.
-pub const SECTION: Section = Section::new("azure-devops", None, project_and_repo);
+pub(crate) const SECTION: Section = Section::new("azure-devops", None, project_and_repo);
 /// What a failed answer means, in words that say what to fix. Some routes answer a token
 /// Azure DevOps does not accept with its sign-in page instead of `401`: a successful answer
 /// that is not JSON is named as that.

@@ -76,15 +76,15 @@ use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 const FORGE: &str = "Bitbucket";
 /// `kind: bitbucket`: `forge.workspace` and `forge.repo` ([`workspace_and_repo`]) on
 /// `https://api.bitbucket.org/2.0`, and `forge.username_env` for an app password.
-pub const SECTION: Section =
+pub(crate) const SECTION: Section =
     Section::new("bitbucket", Some(API_URL), workspace_and_repo).taking_username();
 /// Bitbucket Cloud's one API.
 const API_URL: &str = "https://api.bitbucket.org/2.0";
 /// What `forge.workspace` is, said to a section of another kind.
-pub const WORKSPACE_ELSEWHERE: &str =
+pub(crate) const WORKSPACE_ELSEWHERE: &str =
     "is for Bitbucket Cloud (kind: bitbucket); set it with forge.repo";
 /// What `forge.username_env` is, said to a section of another kind.
-pub const USERNAME_ELSEWHERE: &str =
+pub(crate) const USERNAME_ELSEWHERE: &str =
     "is for Bitbucket Cloud app passwords (kind: bitbucket); the other forges take the token alone";
 /// What a failed answer means, in words that say what to fix. A `429` is waited out as
 /// `Retry-After` says, else it would be the rolling window, an hour, which is past

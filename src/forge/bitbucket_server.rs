@@ -70,7 +70,7 @@ use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 const FORGE: &str = "Bitbucket";
 /// `kind: bitbucket-server`: `forge.project` and `forge.repo` ([`project_and_repo`]); every
 /// Data Center is its own, so `forge.api_url` (its base URL) has no default.
-pub const SECTION: Section = Section::new("bitbucket-server", None, project_and_repo);
+pub(crate) const SECTION: Section = Section::new("bitbucket-server", None, project_and_repo);
 /// What a failed answer means, in Bitbucket's words, saying what to fix: the token (401),
 /// its permission (403), the repository or object (404), a conflict (409), a field Bitbucket
 /// refused (400). A `429` (Data Center's rate limiting) is waited out as `Retry-After` says,

@@ -49,7 +49,7 @@ use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 const FORGE: &str = "Gitea";
 /// `kind: gitea`: `forge.owner` and `forge.repo`; every Gitea is its own, so `forge.api_url`
 /// has no default.
-pub const SECTION: Section = Section::new("gitea", None, |keys, _| {
+pub(crate) const SECTION: Section = Section::new("gitea", None, |keys, _| {
     let (owner, repo) = owner_and_repo(keys)?;
     Some(Kind::Gitea { owner, repo })
 });

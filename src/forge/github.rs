@@ -52,7 +52,7 @@ const MAX_CACHED_BYTES: usize = 64 * bounded::MIB;
 const FORGE: &str = "GitHub";
 /// `kind: github`: `forge.owner` and `forge.repo`, on `https://api.github.com` unless GitHub
 /// Enterprise's `https://HOST/api/v3` is given.
-pub const SECTION: Section = Section::new("github", Some(API_URL), |keys, _| {
+pub(crate) const SECTION: Section = Section::new("github", Some(API_URL), |keys, _| {
     let (owner, repo) = owner_and_repo(keys)?;
     Some(Kind::GitHub { owner, repo })
 });

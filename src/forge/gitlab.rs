@@ -37,7 +37,7 @@ use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 const FORGE: &str = "GitLab";
 /// `kind: gitlab`: `forge.project` ([`project`]), on gitlab.com unless a self-managed
 /// `https://HOST/api/v4` is given.
-pub const SECTION: Section = Section::new("gitlab", Some(API_URL), project);
+pub(crate) const SECTION: Section = Section::new("gitlab", Some(API_URL), project);
 /// gitlab.com's API.
 const API_URL: &str = "https://gitlab.com/api/v4";
 /// What a failed answer means, in words that say what to fix: the token (401), its scope or

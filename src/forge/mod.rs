@@ -42,7 +42,7 @@ use settings::{Keys, Kind, Section, Settings};
 use engine::Result;
 
 /// Every `forge.kind`, each read and checked by its adapter, in the order an error lists them.
-pub const SECTIONS: [&Section; 6] = [
+pub(crate) const SECTIONS: [&Section; 6] = [
     &github::SECTION,
     &gitlab::SECTION,
     &gitea::SECTION,
@@ -52,12 +52,12 @@ pub const SECTIONS: [&Section; 6] = [
 ];
 
 /// The section `forge.kind` names, if it names one.
-pub fn section(kind: &str) -> Option<&'static Section> {
+pub(crate) fn section(kind: &str) -> Option<&'static Section> {
     SECTIONS.iter().copied().find(|s| s.kind == kind)
 }
 
 /// The `forge.kind` words, as an error lists them: `github, gitlab, … or azure-devops`.
-pub fn kinds() -> String {
+pub(crate) fn kinds() -> String {
     let words: Vec<&str> = SECTIONS.iter().map(|s| s.kind).collect();
     match words.split_last() {
         Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
@@ -68,7 +68,7 @@ pub fn kinds() -> String {
 /// The repository `section`'s adapter reads from the keys, every problem reported at its key:
 /// Bitbucket Cloud's `forge.workspace` in another kind's section, and whatever the adapter
 /// checks of its own keys ([`Section::repository`]).
-pub fn read_repository(
+pub(crate) fn read_repository(
     section: &Section,
     keys: &mut dyn Keys,
     api_url: Option<&str>,

@@ -114,7 +114,7 @@ impl Section {
 
 /// `forge.owner` and `forge.repo`, the repository of GitHub and Gitea alike; a GitLab key is
 /// reported.
-pub fn owner_and_repo(keys: &mut dyn Keys) -> Option<(String, String)> {
+pub(super) fn owner_and_repo(keys: &mut dyn Keys) -> Option<(String, String)> {
     let elsewhere = "is for GitLab (kind: gitlab); a GitHub or Gitea repository is named by forge.owner and forge.repo";
     let (owner, repo) = two_keys(
         keys,
@@ -127,7 +127,7 @@ pub fn owner_and_repo(keys: &mut dyn Keys) -> Option<(String, String)> {
 
 /// The two keys that name a forge's repository, each required, after the keys of other forges
 /// (`foreign`) that are set are reported with `elsewhere`, which says what names it here.
-pub fn two_keys(
+pub(super) fn two_keys(
     keys: &mut dyn Keys,
     foreign: &[&str],
     elsewhere: &str,
@@ -138,7 +138,7 @@ pub fn two_keys(
 }
 
 /// Reports each of `foreign`, another forge's keys, that is set, with `elsewhere`.
-pub fn report_foreign(keys: &mut dyn Keys, foreign: &[&str], elsewhere: &str) {
+pub(super) fn report_foreign(keys: &mut dyn Keys, foreign: &[&str], elsewhere: &str) {
     for key in foreign {
         if keys.is_set(key) {
             keys.problem(key, elsewhere);
@@ -148,7 +148,7 @@ pub fn report_foreign(keys: &mut dyn Keys, foreign: &[&str], elsewhere: &str) {
 
 /// One path segment of a forge's API as Bitbucket slugs and GitLab path parts are: letters,
 /// digits, `-`, `_` and `.`, never empty, so it cannot reach another route.
-pub fn segment_ok(segment: &str) -> bool {
+pub(super) fn segment_ok(segment: &str) -> bool {
     !segment.is_empty()
         && segment
             .chars()
