@@ -4,7 +4,9 @@
 //! Files are read straight from the tree of the target branch's tip, and a new commit is built
 //! by replacing blobs in that tree, so tagpin never writes into (or follows a symlink out of) a
 //! directory on disk: a symlink in the repository is a blob holding a path, and is skipped.
-//! The mirror lives in a cache directory and is fetched, not cloned, on every pass.
+//! The mirror lives in a cache directory and is fetched, not cloned, on every pass. It is only
+//! a cache: one found damaged (a missing or corrupt object, ref or config) is moved aside and
+//! cloned again ([`Mirror::repair`]), and nothing is read from it in part ([`damage`]).
 //!
 //! The mirror holds the manifests of a repository that may be private, so the cache directory
 //! tagpin creates and every mirror in it are `0700`. Writes to a mirror (fetches, the push
@@ -397,11 +399,11 @@ impl Mirror {
     }
 
     /// Removes a mirror that grew past its size limit: it is only a cache, and keeping it
-    /// would keep the disk it took.
-    fn discard_objects(&self) {
-        let objects = self.path.join("objects");
-        if let Err(e) = std::fs::remove_dir_all(&objects) {
-            tracing::warn!("{}: cannot remove: {e}", objects.display());
+    /// would keep the disk it took. The whole directory, so that the next open creates it
+    /// afresh rather than finding a damaged mirror and counting a repair.
+    fn discard(&self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.path) {
+            tracing::warn!("{}: cannot remove: {e}", self.path.display());
         }
     }
 
@@ -560,7 +562,7 @@ impl Mirror {
                     ..
                 },
             ) => {
-                self.discard_objects();
+                self.discard();
                 return Err(self.too_large(limit, size));
             }
             (
@@ -584,7 +586,7 @@ impl Mirror {
             ) if size > limit => {
                 // A limit lowered since the mirror was filled, or a transport that reports
                 // no progress.
-                self.discard_objects();
+                self.discard();
                 return Err(self.too_large(limit, size));
             }
             _ => {}
