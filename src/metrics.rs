@@ -134,6 +134,8 @@ pub struct Metrics {
     pub registry_requests: Family<RegistryLabels, Counter>,
     pub rate_limit_remaining: Family<HostLabels, Gauge>,
     pub commits: Counter,
+    /// Git mirrors found damaged, moved aside and cloned again ([`crate::git::Mirror::repair`]).
+    pub mirror_repairs: Counter,
     pub pull_requests: Family<ActionLabels, Counter>,
     pub webhooks: Family<WebhookLabels, Counter>,
     /// Signature checks of digests about to be pinned (`images.signatures`), by result.
@@ -223,6 +225,7 @@ impl Metrics {
             rate_limit_remaining.clone(),
         );
         registry.register("commits", "Commits pushed", commits.clone());
+        let mirror_repairs = mirror_repairs(&mut registry);
         registry.register(
             "pull_requests",
             "Pull requests opened or updated",
@@ -296,6 +299,7 @@ impl Metrics {
             registry_requests,
             rate_limit_remaining,
             commits,
+            mirror_repairs,
             pull_requests,
             webhooks,
             signature_checks,
@@ -459,6 +463,19 @@ impl Metrics {
         }
         out
     }
+}
+
+/// `tagpin_mirror_repairs_total`, registered in `registry`: unlabelled, as the log names the
+/// mirror and what was wrong with it.
+fn mirror_repairs(registry: &mut Registry) -> Counter {
+    let repairs = Counter::default();
+    registry.register(
+        "mirror_repairs",
+        "Git mirrors in the cache directory found damaged (a missing or corrupt object, ref or \
+         config), moved aside and cloned again",
+        repairs.clone(),
+    );
+    repairs
 }
 
 /// `Counter::inc` for a labelled family, spelled once.

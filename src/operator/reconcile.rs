@@ -440,7 +440,13 @@ async fn run_pass(
         clusters: &clusters,
         verify_on,
     };
-    sync_verify_promote(pass, events).await
+    let done = sync_verify_promote(pass, events).await;
+    // This object's mirror alone: each object has its own, under its own directory.
+    ctx.shared
+        .metrics
+        .mirror_repairs
+        .inc_by(syncer.mirror.take_repairs());
+    done
 }
 
 /// The shared round of what is in flight and the audit of the tip `(tip, audit_tip)`, with the

@@ -35,7 +35,7 @@ use crate::pipeline::{self, ImageSelection, Scanned};
 use crate::plan::{Change, Plan};
 use crate::proposal::PlanBlock;
 use crate::registry::Client;
-use crate::sync::{Outcome, SyncError};
+use crate::sync::{Outcome, Retry, SyncError};
 use crate::verify::live::{Cluster, LiveError};
 use crate::verify::verdict::State;
 use crate::verify::{self, Check, Expectations, Families, Source, VerifyError};
@@ -76,6 +76,21 @@ pub enum PromoteError {
     Filter(#[from] ManifestError),
     #[error("configuration: {0}")]
     Signature(#[from] crate::signature::SignatureError),
+}
+
+impl PromoteError {
+    /// A damaged mirror, met reading or writing, as [`crate::sync::retry_after`] takes it;
+    /// any other error as it is.
+    fn damage_as_sync(self) -> PromoteError {
+        match self {
+            PromoteError::Git(e) | PromoteError::Verify(VerifyError::Git(e))
+                if e.damage().is_some() =>
+            {
+                PromoteError::Sync(SyncError::Git(e))
+            }
+            other => other,
+        }
+    }
 }
 
 impl From<crate::writer::WriteError> for PromoteError {
@@ -273,7 +288,8 @@ impl<'a> Promoter<'a> {
     }
 
     /// One promotion pass into `to`; `cluster` is the source stage's. A push that loses a race
-    /// starts the pass over on the new tip, as `sync` does ([`crate::sync::retry_after`]).
+    /// starts the pass over on the new tip, and a damaged mirror is cloned again once, as in
+    /// `sync` ([`crate::sync::retry_after`]).
     pub async fn run(
         &self,
         to: &str,
@@ -281,12 +297,26 @@ impl<'a> Promoter<'a> {
         options: PromoteOptions,
     ) -> Result<PromoteReport, PromoteError> {
         let (source, target) = route(self.config, to)?;
-        let mut attempt = 0;
+        let (mut attempt, mut repaired) = (1, false);
         loop {
-            attempt += 1;
-            match self.pass(source, target, cluster, options, attempt).await {
-                Err(PromoteError::Sync(error)) => crate::sync::retry_after(attempt, error)?,
-                done => return done,
+            let error = match self.pass(source, target, cluster, options, attempt).await {
+                Ok(report) => return Ok(report),
+                Err(error) => error.damage_as_sync(),
+            };
+            let PromoteError::Sync(error) = error else {
+                return Err(error);
+            };
+            match crate::sync::retry_after(attempt, repaired, error)? {
+                Retry::Replan => attempt += 1,
+                Retry::Repair(found) => {
+                    repaired = true;
+                    let config = self.config;
+                    let (branch, prefix) = (
+                        &config.repository.branch,
+                        &config.pull_request.branch_prefix,
+                    );
+                    off_runtime(|| self.mirror.repair(found, branch, prefix))?;
+                }
             }
         }
     }

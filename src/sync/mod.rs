@@ -87,18 +87,34 @@ impl From<WriteError> for SyncError {
 /// re-plan, push) before giving up with [`SyncError::TooManyRaces`].
 pub const MAX_PUSH_ATTEMPTS: u32 = 5;
 
-/// What follows attempt number `attempt` of a pass that failed with `error`.
+/// What a pass does after an attempt failed, when the failure does not end it
+/// ([`retry_after`]).
+#[derive(Debug)]
+pub enum Retry {
+    /// The branch moved: fetch, plan on the new tip and write again.
+    Replan,
+    /// The mirror is damaged (the error says how and where): move it aside, clone it again
+    /// ([`crate::git::Mirror::repair`]) and run the attempt again on the fresh clone.
+    Repair(GitError),
+}
+
+/// What follows attempt number `attempt` of a pass that failed with `error`, `repaired`
+/// telling whether the pass has already cloned its mirror afresh.
 ///
-/// `Ok(())` when the push lost a race (the branch moved since the pass read it) and another
-/// attempt is allowed: the caller fetches, plans on the new tip and writes again. Otherwise the
-/// error that ends the pass: a race lost on the last attempt becomes
-/// [`SyncError::TooManyRaces`], naming the remote and the branch; any other error is returned
-/// as it is.
-pub fn retry_after(attempt: u32, error: SyncError) -> Result<(), SyncError> {
+/// [`Retry::Replan`] when the push lost a race (the branch moved since the pass read it) and
+/// another attempt is allowed. [`Retry::Repair`] when the mirror was found damaged, once per
+/// pass: damage found again in the fresh clone is the remote's, and ends the pass with an
+/// error naming the remote ([`GitError::RemoteDamaged`]). Otherwise the error that ends the
+/// pass: a race lost on the last attempt becomes [`SyncError::TooManyRaces`], naming the
+/// remote and the branch; any other error is returned as it is. A damaged mirror never
+/// reaches a commit: every read the commit is built on happens before it, in the attempt.
+pub fn retry_after(attempt: u32, repaired: bool, error: SyncError) -> Result<Retry, SyncError> {
     match error {
+        SyncError::Git(e) if e.damage().is_some() && !repaired => Ok(Retry::Repair(e)),
+        SyncError::Git(e) if e.damage().is_some() => Err(SyncError::Git(e.in_fresh_clone())),
         SyncError::Git(GitError::NonFastForward { branch, .. }) if attempt < MAX_PUSH_ATTEMPTS => {
             tracing::info!(%branch, attempt, "the branch moved during the pass; fetching and planning again");
-            Ok(())
+            Ok(Retry::Replan)
         }
         SyncError::Git(GitError::NonFastForward { url, branch }) => Err(SyncError::TooManyRaces {
             url,
@@ -122,16 +138,19 @@ impl SyncError {
     pub fn is_pass_wide(&self) -> bool {
         matches!(
             self,
-            SyncError::Git(GitError::Auth { .. } | GitError::Mirror { .. })
-                | SyncError::Forge(
-                    ForgeError::Setup { .. }
-                        | ForgeError::RateLimited { .. }
-                        | ForgeError::Call {
-                            status: Some(401),
-                            ..
-                        }
-                )
-                | SyncError::NoForge
+            SyncError::Git(
+                GitError::Auth { .. }
+                    | GitError::Mirror { .. }
+                    | GitError::Damaged { .. }
+                    | GitError::RemoteDamaged { .. }
+            ) | SyncError::Forge(
+                ForgeError::Setup { .. }
+                    | ForgeError::RateLimited { .. }
+                    | ForgeError::Call {
+                        status: Some(401),
+                        ..
+                    }
+            ) | SyncError::NoForge
                 | SyncError::Secret { .. }
                 | SyncError::TooManyRaces { .. }
                 | SyncError::Filter(_)
@@ -258,8 +277,8 @@ impl<'a> Syncer<'a> {
     /// Runs one pass, reusing the registry answers in `resolutions` and adding the ones it had
     /// to ask for. The controller keeps answers between a scheduled pass and the webhook passes
     /// after it, dropping only the images a webhook names, so a push re-resolves one image
-    /// instead of all of them. A write that loses a race plans again on the new tip
-    /// ([`retry_after`]).
+    /// instead of all of them. A write that loses a race plans again on the new tip, and a
+    /// damaged mirror is cloned again and the pass goes on ([`retry_after`]).
     pub async fn run_with(
         &self,
         options: SyncOptions,
@@ -276,15 +295,22 @@ impl<'a> Syncer<'a> {
             held: Default::default(),
             signatures: crate::signature::Verdicts::new(self.signatures.clone()),
         };
-        let mut attempt = 0;
+        let (mut attempt, mut repaired) = (1, false);
         loop {
-            attempt += 1;
             match self
                 .attempt(options, attempt, &mut follow, resolutions, &mut report)
                 .await
             {
                 Ok(()) => break,
-                Err(error) => retry_after(attempt, error)?,
+                Err(error) => match retry_after(attempt, repaired, error)? {
+                    Retry::Replan => attempt += 1,
+                    Retry::Repair(found) => {
+                        repaired = true;
+                        let prefix = &self.config.pull_request.branch_prefix;
+                        let target = &self.config.repository.branch;
+                        off_runtime(|| self.mirror.repair(found, target, prefix))?;
+                    }
+                },
             }
         }
         report.failures.sort();
@@ -575,7 +601,7 @@ mod tests {
     fn a_lost_race_is_tried_again_while_attempts_remain() {
         for attempt in 1..MAX_PUSH_ATTEMPTS {
             assert!(
-                retry_after(attempt, lost_race()).is_ok(),
+                matches!(retry_after(attempt, false, lost_race()), Ok(Retry::Replan)),
                 "attempt {attempt}"
             );
         }
@@ -583,7 +609,7 @@ mod tests {
 
     #[test]
     fn a_race_lost_on_the_last_attempt_gives_up_naming_the_remote_and_branch() {
-        let error = retry_after(MAX_PUSH_ATTEMPTS, lost_race()).unwrap_err();
+        let error = retry_after(MAX_PUSH_ATTEMPTS, false, lost_race()).unwrap_err();
         assert!(
             matches!(
                 &error,
@@ -609,12 +635,40 @@ mod tests {
                 reason: "pre-receive hook declined".into(),
             })
         };
-        let error = retry_after(1, rejected()).unwrap_err();
+        let error = retry_after(1, false, rejected()).unwrap_err();
         assert_eq!(error.to_string(), rejected().to_string());
         assert!(matches!(
-            retry_after(1, SyncError::NoForge),
+            retry_after(1, false, SyncError::NoForge),
             Err(SyncError::NoForge)
         ));
+    }
+
+    fn damaged() -> SyncError {
+        SyncError::Git(GitError::Damaged {
+            path: "/var/cache/tagpin/mirror-0123456789abcdef.git".into(),
+            url: "https://git.example.com/gitops.git".into(),
+            damage: crate::git::Damage::MissingObject,
+            message: "apps/web.yaml: object not found - no match for id (78a3ceb4)".into(),
+        })
+    }
+
+    #[test]
+    fn a_damaged_mirror_is_repaired_once_per_pass_then_blamed_on_the_remote() {
+        for attempt in [1, MAX_PUSH_ATTEMPTS] {
+            let repair = retry_after(attempt, false, damaged());
+            assert!(
+                matches!(&repair, Ok(Retry::Repair(e)) if e.damage().is_some()),
+                "{repair:?}"
+            );
+        }
+        let error = retry_after(1, true, damaged()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "https://git.example.com/gitops.git: the repository cannot be read whole even in a \
+             fresh clone (missing object: apps/web.yaml: object not found - no match for id \
+             (78a3ceb4)); the remote itself is damaged or incomplete"
+        );
+        assert!(error.is_pass_wide() && damaged().is_pass_wide());
     }
 
     #[test]

@@ -42,6 +42,7 @@ mod image_rules;
 mod kube_server_selftest;
 mod kustomize;
 mod leader;
+mod mirror_repair;
 mod module_graph;
 mod monitoring;
 mod operator;

@@ -1870,6 +1870,50 @@ async fn a_stage_promoted_by_commit_gets_one_commit_on_main_and_then_nothing() {
     w.github.assert_no_violations();
 }
 
+/// A mirror damaged since the last pass (a crash, a full disk, a killed fetch) is moved aside
+/// and cloned again by the promotion pass that finds it, which promotes as it would have.
+#[tokio::test]
+async fn a_damaged_mirror_is_repaired_within_the_promotion_pass() {
+    use support::mirror_damage::{damage, mirror_in, moved_aside, Damage};
+    for how in [
+        Damage::TruncatedPack,
+        Damage::LooseRefGarbage,
+        Damage::PackIndexRemoved,
+    ] {
+        let w = World::new(Layout::Kustomize, "0s").await;
+        w.configure_commit_mode();
+        w.staging_pinned_and_converged().await;
+        let tip = w.tip();
+        let mirror = mirror_in(&w.dir.path().join("cache"));
+        damage(&mirror, &w.repo, how);
+
+        let (code, report, out) = w.promote_json().await;
+
+        assert_eq!(code, Some(0), "{how:?}: {}", text(&out));
+        let commit = w.tip();
+        assert_eq!(
+            report["outcome"],
+            json!({"outcome": "committed", "branch": "main", "commit": commit, "attempts": 1}),
+            "{how:?}"
+        );
+        assert_eq!(
+            w.repo.log("main")[1].0,
+            tip,
+            "{how:?}: one commit on the tip"
+        );
+        let file = "overlays/production/kustomization.yaml";
+        assert_eq!(w.repo.read("main", file).unwrap(), w.promoted(file, &w.new));
+        assert!(
+            stderr(&out).contains("moved it aside"),
+            "{how:?}: {}",
+            text(&out)
+        );
+        assert!(moved_aside(&mirror).is_dir(), "{how:?}");
+        w.promote_finds_nothing_to_do().await;
+        assert_eq!(w.tip(), commit, "{how:?}");
+    }
+}
+
 impl World {
     /// Production promoted by commit (both stages on the layout's paths, no soak).
     fn configure_commit_mode(&self) {

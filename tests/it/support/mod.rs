@@ -18,6 +18,7 @@ pub mod http_fake;
 pub mod kube;
 pub mod kubectl;
 pub mod manifests;
+pub mod mirror_damage;
 pub mod registry;
 pub mod workloads;
 
