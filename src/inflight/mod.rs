@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::audit::{AuditError, AuditReport};
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::config::OnFailure;
 use crate::forge::{Forge, ForgeError, PullRequestInfo, StatusState};
@@ -20,7 +21,6 @@ use crate::mutex::lock;
 use crate::promote;
 use crate::registry::Client;
 use crate::revert::{Candidate, RevertError, Reverted, Reverter};
-use crate::verify::live::Cluster;
 use crate::verify::verdict::State;
 use crate::verify::{self, grace, Check, Expectations, Families, VerifyError};
 

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::cluster::{Cluster, ClusterError};
 use crate::config::{Config, Stage};
 use crate::forge::{body, ChangeRequestNoun, Forge, ForgeError};
 use crate::git::{off_runtime, GitError, Mirror};
@@ -36,7 +37,6 @@ use crate::plan::{Change, Plan};
 use crate::proposal::PlanBlock;
 use crate::registry::Client;
 use crate::sync::{Outcome, SyncError};
-use crate::verify::live::{Cluster, LiveError};
 use crate::verify::verdict::State;
 use crate::verify::{self, Check, Expectations, Families, Source, VerifyError};
 use crate::writer::{self, Planned, Proposal};
@@ -62,7 +62,7 @@ pub enum PromoteError {
     Cluster {
         stage: String,
         target: String,
-        error: Box<LiveError>,
+        error: Box<ClusterError>,
     },
     #[error(transparent)]
     Git(#[from] GitError),

@@ -21,10 +21,10 @@ use support::output_text as text;
 use support::registry::{Mode, TestRegistry};
 use support::workloads::{image_id, LiveDeployment};
 
+use tagpin::cluster::{Cluster, DEFAULT_API_TIMEOUT};
 use tagpin::config::{ClusterTarget, Config};
 use tagpin::verify::expected::NotVerifiedReason;
 use tagpin::verify::helm::{HelmPin, ReleaseRef};
-use tagpin::verify::live::{Cluster, DEFAULT_API_TIMEOUT};
 use tagpin::verify::verdict::State;
 use tagpin::verify::{check, expectations_at, Check, Families};
 
