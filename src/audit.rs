@@ -5,7 +5,7 @@
 //! ([`crate::verify::judge::audit`], which also says which namespaces and workloads an audit
 //! covers). Git's side is the target branch's tip, read exactly as `verify --branch` reads it
 //! ([`verify::read_tree`]); the cluster's is one list per namespace and kind and one pod list
-//! per namespace ([`live::namespaces`]), with the same read-only permissions `verify`
+//! per namespace ([`read::namespaces`]), with the same read-only permissions `verify`
 //! needs. Nothing is written anywhere.
 
 use std::collections::BTreeSet;
@@ -17,7 +17,8 @@ use crate::pipeline::Skipped;
 use crate::reference::Reference;
 use crate::registry::Client;
 use crate::verify::judge::audit::{self, Ask, Audit};
-use crate::verify::{self, live, Families, VerifyError};
+use crate::verify::observe::read;
+use crate::verify::{self, Families, VerifyError};
 
 /// What an audit found, with what it looked at.
 #[derive(Debug, Clone)]
@@ -120,7 +121,7 @@ pub async fn at(
         }
         namespaces = BTreeSet::from([only.to_string()]);
     }
-    let inventory = live::namespaces(cluster, &audit::lists(&git, &namespaces)).await?;
+    let inventory = read::namespaces(cluster, &audit::lists(&git, &namespaces)).await?;
     let mut found = Vec::new();
     for ask in audit::asks(&git, &inventory, &namespaces, manages) {
         match ask {

@@ -1,11 +1,12 @@
 //! `tagpin verify`: did the cluster converge to what Git promises?
 //!
 //! Merging a pin is a promise, not a fact: the GitOps tool must sync, the rollout must finish,
-//! and every node must really run the pinned digest. This module gathers what is expected (from
-//! a pull request's plan block, a commit, or a branch tip), reads what is live ([`live`]), asks
-//! the registry which digests stand for the pinned one (an index's platform manifests, config
-//! digests), and lets the pure [`verdict`] judge. [`report`] renders the verdict for the pull
-//! request. Nothing here writes to the cluster.
+//! and every node must really run the pinned digest. This module gathers what is expected
+//! (from a pull request's plan block, a commit, or a branch tip), reads what is live
+//! ([`observe`], through a [`Cluster`]), asks the registry which digests stand for the pinned
+//! one (an index's platform manifests, config digests), and lets the pure [`judge`] decide;
+//! `judge/report.rs` renders the verdict for the pull request. Nothing here writes to the
+//! cluster.
 
 pub mod judge;
 pub mod observe;
@@ -15,7 +16,6 @@ pub use judge::check::{Check, Expectations};
 #[cfg(test)]
 pub(crate) use judge::samples;
 pub use judge::{expected, gitops, grace, helm, report, verdict};
-pub use observe::live;
 pub use scope::GitOpsScope;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -423,7 +423,7 @@ pub async fn check(
         .extend(helm.findings.not_verified);
     let ids: BTreeSet<&WorkloadId> = gitops.read.iter().map(|e| &e.workload).collect();
     let ids: Vec<&WorkloadId> = ids.into_iter().collect();
-    let live = live::workloads(cluster, &ids).await?;
+    let live = observe::read::workloads(cluster, &ids).await?;
     let mut verdicts = Vec::new();
     for e in &gitops.read {
         let Some(l) = live.get(&e.workload) else {
@@ -563,7 +563,7 @@ async fn consult_gitops(
     let (Some(scope), Some(pin)) = (&expectations.gitops, expectations.commits.last()) else {
         return Ok(unchanged());
     };
-    let listing = live::objects(cluster).await?;
+    let listing = observe::gitops::objects(cluster).await?;
     let listed = gitops::objects(
         &listing.applications,
         &listing.kustomizations,
@@ -623,8 +623,8 @@ async fn consult_helm(
             .collect();
         return Ok(helm::decide(pins, &releases, &BTreeMap::new(), ""));
     };
-    let listing = live::objects(cluster).await?;
-    let (helm_releases, helm_releases_unread) = live::helm_releases(cluster).await?;
+    let listing = observe::gitops::objects(cluster).await?;
+    let (helm_releases, helm_releases_unread) = observe::gitops::helm_releases(cluster).await?;
     let appliers = gitops::relevant(
         gitops::objects(
             &listing.applications,
@@ -660,7 +660,7 @@ async fn consult_helm(
         .collect();
     let mut workloads = BTreeMap::new();
     for namespace in namespaces {
-        let listed = live::release_workloads(cluster, &namespace).await?;
+        let listed = observe::read::release_workloads(cluster, &namespace).await?;
         workloads.insert(namespace, listed);
     }
     Ok(helm::decide(pins, &releases, &workloads, pin))
