@@ -22,9 +22,10 @@ use serde_json::json;
 use support::kube::{deployment, pod, running_pod_status, KubeServer};
 use tagpin::cluster::Cluster;
 use tagpin::registry::{Client, Settings};
-use tagpin::verify::expected::Expected;
-use tagpin::verify::verdict::State;
-use tagpin::verify::{check, Expectations, Families};
+use tagpin::verify::judge::check::Expectations;
+use tagpin::verify::judge::expected::Expected;
+use tagpin::verify::judge::verdict::State;
+use tagpin::verify::{check, Families};
 
 const NAMESPACES: usize = 10;
 const DEPLOYMENTS_PER_NAMESPACE: usize = 100;

@@ -779,7 +779,7 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
 }
 
 fn duration_flag(flag: &'static str, text: &str) -> Result<Duration, CliError> {
-    crate::verify::parse_duration(text).map_err(|source| CliError::Duration { flag, source })
+    crate::config::parse_duration(text).map_err(|source| CliError::Duration { flag, source })
 }
 
 /// `--webhook-window`: milliseconds allowed (`500ms`), zero too (nothing held back).

@@ -31,7 +31,7 @@ use crate::promote::round::{Promotions, StagePromotion};
 use crate::promote::{Gate, PromoteReport, Promoter};
 use crate::registry::Client;
 use crate::sync::{self, Syncer};
-use crate::verify::verdict::State;
+use crate::verify::judge::verdict::State;
 
 /// The kubeconfig of each stage whose `cluster` is a `kubeconfig_secret_ref`, by stage name.
 pub struct Kubeconfigs(BTreeMap<String, StageKubeconfig>);

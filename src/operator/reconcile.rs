@@ -32,7 +32,7 @@ use crate::inflight;
 use crate::mutex::lock;
 use crate::registry::Client;
 use crate::sync::{SyncError, SyncOptions, SyncReport, Syncer};
-use crate::verify::verdict::State;
+use crate::verify::judge::verdict::State;
 use crate::verify::Families;
 
 /// The field manager of the controller's status writes.

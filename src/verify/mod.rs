@@ -12,10 +12,6 @@ pub mod judge;
 pub mod observe;
 mod scope;
 
-pub use judge::check::{Check, Expectations};
-#[cfg(test)]
-pub(crate) use judge::samples;
-pub use judge::{expected, gitops, grace, helm, report, verdict};
 pub use scope::GitOpsScope;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -37,11 +33,10 @@ use crate::reference::{Digest, Reference};
 use crate::registry::{Client, ManifestKind};
 use crate::render::{self, Lookup};
 use crate::workload::WorkloadId;
-use expected::{Expected, NameMapping};
-use verdict::{DigestFamily, Live, State};
-
-/// Durations of flags (`--wait 10m`) read like the configuration's (`soak: 10m`).
-pub use crate::config::parse_duration;
+use judge::check::{Check, Expectations};
+use judge::expected::{self, Expected, NameMapping};
+use judge::verdict::{self, DigestFamily, Live, State};
+use judge::{gitops, helm, report};
 
 /// Where the expectations come from.
 #[derive(Debug, Clone, PartialEq, Eq)]

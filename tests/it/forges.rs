@@ -977,7 +977,7 @@ async fn merged_then_verified(kind: Kind) {
     // left alone.
     let quoted = format!(
         "why does {} say pending?",
-        tagpin::verify::report::COMMENT_MARKER
+        tagpin::verify::judge::report::COMMENT_MARKER
     );
     if let Hub::GitLab(gl) = &w.hub {
         gl.add_note_as("reviewer", PROJECT, 1, &quoted);

@@ -768,9 +768,10 @@ async fn a_failed_registry_lookup_is_asked_again_on_the_next_check() {
     use support::registry::{Fault as RegistryFault, FaultProxy, FaultRule};
     use tagpin::cluster::Cluster;
     use tagpin::config::ClusterTarget;
-    use tagpin::verify::expected::Expected;
-    use tagpin::verify::verdict::State;
-    use tagpin::verify::{check, Expectations, Families};
+    use tagpin::verify::judge::check::Expectations;
+    use tagpin::verify::judge::expected::Expected;
+    use tagpin::verify::judge::verdict::State;
+    use tagpin::verify::{check, Families};
     use tagpin::workload::{WorkloadId, WorkloadKind};
 
     let registry = TestRegistry::start(Mode::Plain).await;
