@@ -120,7 +120,7 @@ where
 }
 
 /// Runs `read` until it succeeds or fails for good: a transient failure (timeout, 5xx, 429) is
-/// tried again, up to [`READ_ATTEMPTS`] times with a short backoff, so one hiccup of the API
+/// tried again, up to `READ_ATTEMPTS` (3) times with a short backoff, so one hiccup of the API
 /// server does not fail a check.
 pub async fn retrying<T, F, Fut>(mut read: F) -> Result<T, ClusterError>
 where

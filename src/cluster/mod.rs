@@ -6,8 +6,9 @@
 //! its tenants' ServiceAccounts, and leader election keeps a Lease. They all need the same
 //! things done the same way, so each is written once here:
 //!
-//! - reaching a cluster as a [`ClusterTarget`](crate::config::ClusterTarget) says (kubeconfig and context, in-cluster), with
-//!   errors that name the target (`connect.rs`, `kubeconfig.rs`);
+//! - reaching a cluster as a [`ClusterTarget`](crate::config::ClusterTarget) says (kubeconfig
+//!   and context, in-cluster), with errors that name the target (`connect.rs`,
+//!   `kubeconfig.rs`);
 //! - reading as a tenant's ServiceAccount ([`Cluster::impersonating`]), so that its RBAC, not
 //!   tagpin's, decides what it sees;
 //! - bounds on every request: a timeout without progress, a total deadline, a cap on the
@@ -21,8 +22,18 @@
 //!   its own types (the Lease, the operator's objects and Events: [`HomeCluster`]).
 //!
 //! What is read, and what it means, is the callers' business: this room knows no workload
-//! kind and no verdict. No other room builds a kube client or reads a kubeconfig
-//! (`tests/it/module_graph.rs` fails the build if one does).
+//! kind and no verdict (`verify::observe` reads workloads, pods and GitOps objects through
+//! it). No other room builds a kube client or reads a kubeconfig (`tests/it/module_graph.rs`
+//! fails the build if one does).
+//!
+//! How a driver holds its clusters: connect once per target when it starts
+//! ([`Cluster::connect_to`]; a stage's cluster, or the default one for `verify`) and keep the
+//! [`Cluster`]: its clients pool connections, and a clone is another handle on the same
+//! server. A long-running driver that checks many objects calls [`Cluster::sharing_lists`]
+//! once, so that their reads within a second share one list; a tenant's reads go through
+//! [`Cluster::impersonating`] that cluster, made once per ServiceAccount and kept (the
+//! operator keeps a bounded number). A connection that fails is a [`ClusterError`] naming
+//! the target: the driver decides whether it can go on without that cluster.
 
 mod connect;
 mod error;
