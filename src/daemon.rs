@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::forge::Forge;
 use crate::lifecycle::{lead, stop_signal, stopping, within_grace, work_while_leading};
@@ -37,7 +38,6 @@ use crate::promote::Promoter;
 use crate::registry::{Client, ResolveKey, ResolveResult};
 use crate::server::{self, Listening, Shared, LIVENESS_INTERVALS, WEBHOOK_SECRET_ENV};
 use crate::sync::{Outcome, SyncOptions, Syncer};
-use crate::verify::live::Cluster;
 use crate::verify::Families;
 
 mod in_flight;

@@ -8,6 +8,7 @@ pub mod audit;
 pub mod bounded;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod forge;

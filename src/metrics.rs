@@ -114,11 +114,11 @@ const OTHER_HOSTS: &str = "other";
 /// What a webhook delivery is counted as ([`WebhookLabels::result`]).
 pub const WEBHOOK_RESULTS: [&str; 4] = ["accepted", "unauthorized", "bad_payload", "busy"];
 /// Every verdict.
-const VERDICTS: [crate::verify::verdict::State; 4] = [
-    crate::verify::verdict::State::Converged,
-    crate::verify::verdict::State::Progressing,
-    crate::verify::verdict::State::Failed,
-    crate::verify::verdict::State::Unverified,
+const VERDICTS: [crate::verify::judge::verdict::State; 4] = [
+    crate::verify::judge::verdict::State::Converged,
+    crate::verify::judge::verdict::State::Progressing,
+    crate::verify::judge::verdict::State::Failed,
+    crate::verify::judge::verdict::State::Unverified,
 ];
 /// What a verification is counted as being of ([`VerdictLabels::source`]).
 pub const VERIFIED_SOURCES: [&str; 3] = ["branch", "merged", "open"];

@@ -25,8 +25,8 @@ use crate::plan::{Action, Change};
 use crate::policy::{Hold, Holds};
 use crate::proposal::PlanBlock;
 use crate::reference::{Digest, Reference};
-use crate::verify::verdict::State;
-use crate::verify::Check;
+use crate::verify::judge::check::Check;
+use crate::verify::judge::verdict::State;
 use crate::workload::Owner;
 use crate::writer::{self, Outcome, Planned, Proposal, WriteError};
 
@@ -681,7 +681,7 @@ fn restore_block(target: &str, moved: &[Moved]) -> PlanBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::verdict::Verdict;
+    use crate::verify::judge::verdict::Verdict;
 
     const D0: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
     const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";

@@ -197,7 +197,7 @@ pub struct Verify {
     /// The kubeconfig context to use; default: the current one, or in-cluster.
     pub context: Option<String>,
     /// The Argo CD Applications and Flux Kustomizations that apply the pins, when they are
-    /// named rather than found (see `verify::gitops`).
+    /// named rather than found (see `verify::judge::gitops`).
     pub gitops: GitOpsObjects,
     /// What a landed change whose verdict is Failed and final calls for.
     pub on_failure: OnFailure,

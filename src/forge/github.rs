@@ -370,7 +370,7 @@ impl GitHub {
     }
 
     /// Sets the commit status `context` on `sha`. GitHub refuses descriptions over 140
-    /// characters; [`crate::verify::verdict::status_description`] stays within that.
+    /// characters; [`crate::verify::judge::verdict::status_description`] stays within that.
     pub async fn set_status(
         &self,
         sha: &str,

@@ -316,9 +316,9 @@ impl Forge {
     }
 
     /// Sets the commit status `context` on `sha`. Descriptions are kept within 140 characters
-    /// ([`crate::verify::verdict::status_description`]), which GitHub requires. GitLab refuses
-    /// a status in the state its own current one is already in, so its adapter reads first
-    /// and posts only a change.
+    /// ([`crate::verify::judge::verdict::status_description`]), which GitHub requires. GitLab
+    /// refuses a status in the state its own current one is already in, so its adapter reads
+    /// first and posts only a change.
     ///
     /// `branch` is the branch the status is about, where the caller knows it (a change
     /// request's source branch; its target once merged). GitLab attaches a status to one ref

@@ -24,6 +24,7 @@ use super::promotion;
 use super::secrets::read_secrets;
 use super::status::{self, Outcome, Reason, StatusUpdate};
 use super::verdicts;
+use crate::cluster::{Cluster, ServiceAccount};
 use crate::config::{Config, WriteMode};
 use crate::forge::{ChangeRequestNoun, Forge, ForgeError};
 use crate::git::{FetchLimits, GitError};
@@ -31,8 +32,7 @@ use crate::inflight;
 use crate::mutex::lock;
 use crate::registry::Client;
 use crate::sync::{SyncError, SyncOptions, SyncReport, Syncer};
-use crate::verify::live::{Cluster, ServiceAccount};
-use crate::verify::verdict::State;
+use crate::verify::judge::verdict::State;
 use crate::verify::Families;
 
 /// The field manager of the controller's status writes.

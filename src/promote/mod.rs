@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::cluster::{Cluster, ClusterError};
 use crate::config::{Config, Stage};
 use crate::forge::{body, ChangeRequestNoun, Forge, ForgeError};
 use crate::git::{off_runtime, GitError, Mirror};
@@ -36,9 +37,9 @@ use crate::plan::{Change, Plan};
 use crate::proposal::PlanBlock;
 use crate::registry::Client;
 use crate::sync::{Outcome, Retry, SyncError};
-use crate::verify::live::{Cluster, LiveError};
-use crate::verify::verdict::State;
-use crate::verify::{self, Check, Expectations, Families, Source, VerifyError};
+use crate::verify::judge::check::{Check, Expectations};
+use crate::verify::judge::verdict::State;
+use crate::verify::{self, Families, Source, VerifyError};
 use crate::writer::{self, Planned, Proposal};
 use carry::{Skip, SourcePins};
 use decision::Decision;
@@ -62,7 +63,7 @@ pub enum PromoteError {
     Cluster {
         stage: String,
         target: String,
-        error: Box<LiveError>,
+        error: Box<ClusterError>,
     },
     #[error(transparent)]
     Git(#[from] GitError),

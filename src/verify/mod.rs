@@ -1,21 +1,17 @@
 //! `tagpin verify`: did the cluster converge to what Git promises?
 //!
 //! Merging a pin is a promise, not a fact: the GitOps tool must sync, the rollout must finish,
-//! and every node must really run the pinned digest. This module gathers what is expected (from
-//! a pull request's plan block, a commit, or a branch tip), reads what is live ([`live`]), asks
-//! the registry which digests stand for the pinned one (an index's platform manifests, config
-//! digests), and lets the pure [`verdict`] judge. [`report`] renders the verdict for the pull
-//! request. Nothing here writes to the cluster.
+//! and every node must really run the pinned digest. This module gathers what is expected
+//! (from a pull request's plan block, a commit, or a branch tip), reads what is live
+//! ([`observe`], through a [`Cluster`]), asks the registry which digests stand for the pinned
+//! one (an index's platform manifests, config digests), and lets the pure [`judge`] decide;
+//! `judge/report.rs` renders the verdict for the pull request. Nothing here writes to the
+//! cluster.
 
 pub mod judge;
 pub mod observe;
 mod scope;
 
-pub use judge::check::{Check, Expectations};
-#[cfg(test)]
-pub(crate) use judge::samples;
-pub use judge::{expected, gitops, grace, helm, report, verdict};
-pub use observe::{live, shared_lists};
 pub use scope::GitOpsScope;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +22,7 @@ use std::time::Duration;
 // tokio's, not std's: cache lifetimes and deadlines follow paused test time (see crate::clock).
 use tokio::time::Instant;
 
+use crate::cluster::{Cluster, ClusterError};
 use crate::config::Config;
 use crate::forge::{body, ChangeRequestNoun, Forge, ForgeError, StatusState};
 use crate::git::{off_runtime, GitError, Mirror};
@@ -36,12 +33,10 @@ use crate::reference::{Digest, Reference};
 use crate::registry::{Client, ManifestKind};
 use crate::render::{self, Lookup};
 use crate::workload::WorkloadId;
-use expected::{Expected, NameMapping};
-use live::{Cluster, LiveError};
-use verdict::{DigestFamily, Live, State};
-
-/// Durations of flags (`--wait 10m`) read like the configuration's (`soak: 10m`).
-pub use crate::config::parse_duration;
+use judge::check::{Check, Expectations};
+use judge::expected::{self, Expected, NameMapping};
+use judge::verdict::{self, DigestFamily, Live, State};
+use judge::{gitops, helm, report};
 
 /// Where the expectations come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +53,7 @@ pub enum VerifyError {
     #[error(transparent)]
     Git(#[from] GitError),
     #[error(transparent)]
-    Live(#[from] LiveError),
+    Live(#[from] ClusterError),
     #[error("configuration: {0}")]
     Filter(#[from] ManifestError),
     #[error("--pr needs a forge: section in the configuration")]
@@ -423,7 +418,7 @@ pub async fn check(
         .extend(helm.findings.not_verified);
     let ids: BTreeSet<&WorkloadId> = gitops.read.iter().map(|e| &e.workload).collect();
     let ids: Vec<&WorkloadId> = ids.into_iter().collect();
-    let live = cluster.read_all(&ids).await?;
+    let live = observe::read::workloads(cluster, &ids).await?;
     let mut verdicts = Vec::new();
     for e in &gitops.read {
         let Some(l) = live.get(&e.workload) else {
@@ -563,7 +558,7 @@ async fn consult_gitops(
     let (Some(scope), Some(pin)) = (&expectations.gitops, expectations.commits.last()) else {
         return Ok(unchanged());
     };
-    let listing = cluster.gitops_objects().await?;
+    let listing = observe::gitops::objects(cluster).await?;
     let listed = gitops::objects(
         &listing.applications,
         &listing.kustomizations,
@@ -623,8 +618,8 @@ async fn consult_helm(
             .collect();
         return Ok(helm::decide(pins, &releases, &BTreeMap::new(), ""));
     };
-    let listing = cluster.gitops_objects().await?;
-    let (helm_releases, helm_releases_unread) = cluster.helm_releases().await?;
+    let listing = observe::gitops::objects(cluster).await?;
+    let (helm_releases, helm_releases_unread) = observe::gitops::helm_releases(cluster).await?;
     let appliers = gitops::relevant(
         gitops::objects(
             &listing.applications,
@@ -660,7 +655,7 @@ async fn consult_helm(
         .collect();
     let mut workloads = BTreeMap::new();
     for namespace in namespaces {
-        let listed = cluster.release_workloads(&namespace).await?;
+        let listed = observe::read::release_workloads(cluster, &namespace).await?;
         workloads.insert(namespace, listed);
     }
     Ok(helm::decide(pins, &releases, &workloads, pin))

@@ -357,7 +357,7 @@ impl World {
         .unwrap();
         let mirror = support::mirror(&config, &self.dir.path().join("cache"));
         let (source, _) = tagpin::promote::route(&config, "production").unwrap();
-        let cluster = tagpin::promote::connect(source, tagpin::verify::live::DEFAULT_API_TIMEOUT)
+        let cluster = tagpin::promote::connect(source, tagpin::cluster::DEFAULT_API_TIMEOUT)
             .await
             .unwrap();
         let ahead = self.github.clock_offset().as_secs() as i64;

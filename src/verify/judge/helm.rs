@@ -417,7 +417,7 @@ pub struct Listed<'a> {
     pub applications: &'a [Value],
     pub helm_releases: &'a [Value],
     /// Why no HelmRelease could be listed, when none could (see
-    /// [`super::live::Cluster::helm_releases`]).
+    /// `verify::observe::gitops::helm_releases`).
     pub helm_releases_unread: Option<&'a str>,
     /// Why not every Argo CD Application could be listed (an impersonated ServiceAccount's
     /// refusal), when that is so.
