@@ -280,3 +280,88 @@ async fn a_signed_pin_and_its_signed_revert_verify_with_git_and_the_revert_holds
         Trust::of(&[&key]).assert_verified(repo.path(), &written);
     }
 }
+
+/// A `PinnedRepository` signs with the key of its `secret_ref` Secret: a wrong passphrase
+/// there stalls the object naming the field (nothing pushed), and once the Secret is
+/// rotated the pin lands on a branch that rejects unsigned commits, and git verifies it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pinned_repository_signs_with_the_key_of_its_secret() {
+    use crate::operator::{cluster, condition, is_ready, pinned_repository, runs_converged};
+    use crate::operator::{Operator, NS};
+    use serde_json::json;
+
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let web = registry.push_image("acme/web", "1.0", "one").await;
+    let base = tempfile::tempdir().unwrap();
+    let repo = BareRepo::create_in(
+        base.path(),
+        "gitops.git",
+        &[(
+            "apps/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        )],
+    );
+    let key = TestKey::encrypted(Format::OpenPgp, "tagpin@example.com");
+    let trust = Trust::of(&[&key]);
+    repo.pre_receive(&trust.reject_unsigned_hook());
+    let server = GitHttpServer::start(base.path(), HttpAuth::None);
+    let kube = cluster().await;
+    runs_converged(&kube, "web", &format!("{host}/acme/web:1.0"), &web.manifest);
+    let private = key.private_text();
+    kube.apply(support::kube::secret(
+        NS,
+        "git-creds",
+        &[support::kube::TAGPIN_SECRET],
+        &[
+            ("signing-key", &private),
+            ("signing-passphrase", "not the passphrase"),
+        ],
+    ));
+    let spec = json!({
+        "repository": {"url": server.url("gitops.git"), "branch": "main"},
+        "paths": ["apps"],
+        "registries": {"insecure": [host]},
+        "author": {"email": key.email, "signing": {
+            "format": "openpgp", "key_file": "signing-key", "passphrase_env": "signing-passphrase",
+        }},
+        "secret_ref": {"name": "git-creds"},
+    });
+    kube.apply(pinned_repository("web", json!({}), spec));
+    let before = repo.head("main");
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
+
+    support::eventually("the wrong passphrase stalls the object", || {
+        condition(&kube, "web", "Stalled").is_some_and(|c| c["reason"] == "InvalidSpec")
+    })
+    .await;
+    let message = condition(&kube, "web", "Stalled").unwrap()["message"].to_string();
+    assert!(
+        message.contains(
+            "spec.author.signing.passphrase_env: the passphrase does not decrypt the key"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("not the passphrase"), "{message}");
+    assert_eq!(repo.head("main"), before, "nothing pushed");
+
+    kube.rotate_secret(
+        NS,
+        "git-creds",
+        &[
+            ("signing-key", &private),
+            ("signing-passphrase", TestKey::PASSPHRASE),
+        ],
+    );
+    support::eventually("the signed pin lands", || is_ready(&kube, "web")).await;
+    let tip = repo.head("main").unwrap();
+    assert_ne!(Some(&tip), before.as_ref());
+    assert!(repo
+        .read("main", "apps/web.yaml")
+        .unwrap()
+        .contains(&web.manifest.to_string()));
+    trust.assert_verified(repo.path(), &[tip]);
+    let log = operator.stop().await;
+    assert!(!log.contains(TestKey::PASSPHRASE) && !log.contains("PRIVATE KEY"));
+}
