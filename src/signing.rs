@@ -138,7 +138,7 @@ impl Signer {
             SecretKey::Ssh(key) => key
                 .sign(SSH_NAMESPACE, ssh_key::HashAlg::Sha512, data)
                 .and_then(|s| s.to_pem(ssh_key::LineEnding::LF))
-                .map_err(|e| cannot(&e))?,
+                .map_err(|e| cannot(&format!("{} key: {e}", key.algorithm())))?,
             SecretKey::OpenPgp(key, subkey) => {
                 let rng = rand_core::OsRng;
                 let empty = Password::empty();

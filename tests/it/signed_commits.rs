@@ -117,7 +117,25 @@ async fn a_key_that_cannot_sign_stops_sync_before_anything_is_written_naming_the
     let ssh = TestKey::encrypted(Format::Ssh, "tagpin@example.com");
     let pgp = TestKey::encrypted(Format::OpenPgp, "tagpin@example.com");
     let dir = tempfile::tempdir().unwrap();
+    // An algorithm tagpin reads but does not sign with (ECDSA P-521), made by ssh-keygen.
+    let p521 = dir.path().join("id_ecdsa_p521");
+    let made = std::process::Command::new("ssh-keygen")
+        .args([
+            "-q", "-t", "ecdsa", "-b", "521", "-N", "", "-C", "p521", "-f",
+        ])
+        .arg(&p521)
+        .output()
+        .expect("run ssh-keygen (is openssh-client installed?)");
+    assert!(made.status.success(), "{}", text(&made));
     let cases = [
+        (
+            // An algorithm that cannot sign here.
+            ssh.author_yaml().replace(
+                &ssh.private_path().display().to_string(),
+                &p521.display().to_string(),
+            ),
+            "author.signing.key_file: the key cannot sign: ",
+        ),
         (
             // The wrong passphrase.
             format!(
