@@ -901,11 +901,13 @@ async fn audit(
 fn open_mirror(config: &Config, cache_dir: Option<&Path>) -> Result<crate::git::Mirror, CliError> {
     let cache_dir = cache_dir_for(config, cache_dir)?;
     let credentials = crate::sync::git_credentials(&config.repository.auth)?;
-    Ok(crate::git::Mirror::open(
-        &cache_dir,
-        &config.repository.url,
-        credentials,
-    )?)
+    // Read before the mirror is opened: a key that cannot sign stops the command first.
+    let signer = crate::sync::commit_signer(&config.author)?;
+    let mut mirror = crate::git::Mirror::open(&cache_dir, &config.repository.url, credentials)?;
+    if let Some(signer) = signer {
+        mirror.sign_with(signer);
+    }
+    Ok(mirror)
 }
 
 /// `tagpin promote --to STAGE`: one promotion pass, the same the controller runs.

@@ -24,6 +24,9 @@ use git2::{
     Direction, FetchOptions, FileMode, ObjectType, Oid, PushOptions, RemoteCallbacks, Repository,
 };
 use sha2::{Digest as _, Sha256};
+use std::sync::Arc;
+
+use crate::signing::Signer;
 
 use crate::manifest::{FileFilter, ManifestError, MAX_FILE_BYTES};
 use crate::pipeline::{Gathered, SkipWhy, Skipped, SourceFile};
@@ -108,6 +111,10 @@ pub enum GitError {
         damage: Damage,
         message: String,
     },
+    /// A commit could not be signed with `author.signing`'s key (which signed when it was
+    /// read: see [`Signer`]).
+    #[error("cannot sign a commit with author.signing's key: {0}")]
+    Sign(#[from] crate::signing::SigningError),
     #[error("git: {0}")]
     Other(String),
 }
@@ -267,6 +274,9 @@ pub struct Mirror {
     opened: Cell<Option<(u64, u64)>>,
     /// Repairs made through this handle and not yet counted ([`Mirror::take_repairs`]).
     repairs: Cell<u64>,
+    /// `author.signing`: signs every commit this mirror builds, and is the only key whose
+    /// signature makes a commit tagpin's own ([`Mirror::is_trusted`]).
+    signer: Option<Arc<Signer>>,
 }
 
 /// Bounds on what a fetch may bring and how long it may take, for a repository someone else
@@ -384,6 +394,7 @@ impl Mirror {
             lock_path,
             limits: FetchLimits::default(),
             repairs: Cell::new(u64::from(replaced)),
+            signer: None,
         })
     }
 
@@ -391,6 +402,17 @@ impl Mirror {
     /// it between operations.
     fn repo(&self) -> Ref<'_, Repository> {
         self.repo.borrow()
+    }
+
+    /// Signs every commit this mirror builds from now on with `signer`, and trusts as
+    /// tagpin's own only the commits its key signed ([`Mirror::is_trusted`]).
+    pub fn sign_with(&mut self, signer: Arc<Signer>) {
+        self.signer = Some(signer);
+    }
+
+    /// Whether commits are signed, and trusted by their signature.
+    pub fn signs(&self) -> bool {
+        self.signer.is_some()
     }
 
     /// Bounds every later fetch into this mirror by `limits`.
@@ -920,12 +942,54 @@ impl Mirror {
     /// before anyone could change the tree, then no longer names it. A commit whose tree is
     /// the one tagpin wrote holds no one's work but tagpin's, whoever made the commit, so
     /// replacing it loses nothing (a person's edit of the message alone would be lost).
+    ///
+    /// With `author.signing` configured, the commit must also carry a signature that
+    /// tagpin's key verifies ([`Mirror::is_trusted`]): the shape alone can be forged by anyone
+    /// who may push.
     pub fn is_own_commit(&self, commit: Oid) -> Result<bool, GitError> {
-        let repo = self.repo();
-        let c = self.find_commit(&repo, commit)?;
-        Ok(c.parent_count() == 1 && tree_trailer(c.message_bytes()) == Some(c.tree_id()))
+        let shaped = {
+            let repo = self.repo();
+            let c = self.find_commit(&repo, commit)?;
+            c.parent_count() == 1 && tree_trailer(c.message_bytes()) == Some(c.tree_id())
+        };
+        Ok(shaped && self.is_trusted(commit)?)
     }
 
+    /// Whether what `commit` says about tagpin (its trailers) may be believed: always without
+    /// `author.signing`, which the docs say (anyone who may push can write a trailer); with
+    /// it, only when the commit's signature verifies with tagpin's own key.
+    pub fn is_trusted(&self, commit: Oid) -> Result<bool, GitError> {
+        let Some(signer) = &self.signer else {
+            return Ok(true);
+        };
+        Ok(match self.signature(commit)? {
+            Some((signature, signed)) => signer.public().verifies(&signature, &signed),
+            None => false,
+        })
+    }
+
+    /// The signature in `commit`'s `gpgsig` header and the bytes it signs (the commit without
+    /// that header), or `None` for an unsigned commit.
+    pub fn signature(&self, commit: Oid) -> Result<Option<(String, Vec<u8>)>, GitError> {
+        let repo = self.repo();
+        // Asked first so that an id from elsewhere that the mirror lacks is not damage.
+        self.find_commit(&repo, commit)?;
+        match repo.extract_signature(&commit, Some("gpgsig")) {
+            Ok((signature, signed)) => Ok(Some((
+                String::from_utf8_lossy(&signature).into_owned(),
+                signed.to_vec(),
+            ))),
+            Err(e)
+                if e.code() == git2::ErrorCode::NotFound && e.class() != git2::ErrorClass::Odb =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(self.read_error(e)),
+        }
+    }
+
+    /// Builds the commit, signed with `author.signing`'s key when one is configured: the
+    /// signature covers the commit as git hashes it, less the `gpgsig` header it goes in.
     fn commit_tree(
         &self,
         parent: Oid,
@@ -937,7 +1001,18 @@ impl Mirror {
         let tree = repo.find_tree(tree_id).map_err(|e| self.read_error(e))?;
         let parent = self.find_commit(&repo, parent)?;
         let signature = git2::Signature::now(&author.name, &author.email).map_err(other)?;
-        repo.commit(None, &signature, &signature, message, &tree, &[&parent])
+        let Some(signer) = &self.signer else {
+            return repo
+                .commit(None, &signature, &signature, message, &tree, &[&parent])
+                .map_err(|e| self.read_error(e));
+        };
+        let buffer = repo
+            .commit_create_buffer(&signature, &signature, message, &tree, &[&parent])
+            .map_err(|e| self.read_error(e))?;
+        let text = std::str::from_utf8(&buffer)
+            .map_err(|_| GitError::Other("a commit to sign is not UTF-8 text".into()))?;
+        let armoured = signer.sign(text.as_bytes())?;
+        repo.commit_signed(text, &armoured, Some("gpgsig"))
             .map_err(|e| self.read_error(e))
     }
 
@@ -1166,6 +1241,35 @@ impl Mirror {
         Ok(seconds)
     }
 
+    /// The parents of a commit, first parent first.
+    pub fn parents(&self, commit: Oid) -> Result<Vec<Oid>, GitError> {
+        let repo = self.repo();
+        let c = self.find_commit(&repo, commit)?;
+        Ok(c.parent_ids().collect())
+    }
+
+    /// The object id each of `paths` (a directory or file, relative to the root; `.` is the
+    /// root) names in `commit`'s tree, `None` where nothing is: two commits with the same ids
+    /// hold the same files there, told without reading them.
+    pub fn path_ids(&self, commit: Oid, paths: &[String]) -> Result<Vec<Option<Oid>>, GitError> {
+        let repo = self.repo();
+        let tree = self.tree_of(&repo, commit)?;
+        paths
+            .iter()
+            .map(|path| {
+                let relative = path.trim_start_matches("./").trim_matches('/');
+                if relative.is_empty() || relative == "." {
+                    return Ok(Some(tree.id()));
+                }
+                match tree.get_path(Path::new(relative)) {
+                    Ok(entry) => Ok(Some(entry.id())),
+                    Err(e) if is_absent(&e) => Ok(None),
+                    Err(e) => Err(self.read_error_at(path, &e)),
+                }
+            })
+            .collect()
+    }
+
     /// The tree and first parent of a commit, to tell whether a branch already holds a change.
     pub fn tree_and_parent(&self, commit: Oid) -> Result<(Oid, Option<Oid>), GitError> {
         let repo = self.repo();
@@ -1186,6 +1290,7 @@ impl Mirror {
             limits: self.limits,
             opened: Cell::new(dir_identity(&self.path)),
             repairs: Cell::new(0),
+            signer: self.signer.clone(),
         })
     }
 
@@ -1926,6 +2031,7 @@ mod tests {
         let mirror = Mirror::open(dir.path(), "file:///nowhere", Credentials::None).unwrap();
         let repo = mirror.repo();
         let bot = crate::config::Author {
+            signing: None,
             name: "tagpin".into(),
             email: "tagpin@localhost".into(),
         };
@@ -1975,6 +2081,58 @@ mod tests {
             tree_trailer(format!("x\n\n{TREE_TRAILER}: {empty}\n").as_bytes()),
             Some(empty)
         );
+    }
+
+    /// An unencrypted ed25519 signer, made for the test.
+    fn test_signer() -> Arc<Signer> {
+        let key = ssh_key::PrivateKey::random(&mut rand_core::OsRng, ssh_key::Algorithm::Ed25519)
+            .unwrap()
+            .to_openssh(ssh_key::LineEnding::LF)
+            .unwrap();
+        Arc::new(Signer::ssh(key.as_bytes(), None).unwrap())
+    }
+
+    #[test]
+    fn with_signing_every_commit_is_signed_and_only_tagpins_signature_makes_it_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut mirror = Mirror::open(dir.path(), "file:///nowhere", Credentials::None).unwrap();
+        let root = {
+            let repo = mirror.repo();
+            let empty = repo.treebuilder(None).unwrap().write().unwrap();
+            let signature = git2::Signature::now("t", "t@example.com").unwrap();
+            let tree = repo.find_tree(empty).unwrap();
+            repo.commit(None, &signature, &signature, "root", &tree, &[])
+                .unwrap()
+        };
+        let bot = bot();
+        let file = vec![(PathBuf::from("a.yaml"), b"a: 1\n".to_vec())];
+        // Written before signing was configured: tagpin's by its shape alone.
+        let unsigned = mirror.commit_owned(root, &file, &bot, "Pin 1").unwrap();
+        assert!(mirror.is_own_commit(unsigned).unwrap());
+        assert!(mirror.signature(unsigned).unwrap().is_none());
+
+        let signer = test_signer();
+        mirror.sign_with(Arc::clone(&signer));
+        let signed = mirror.commit_owned(root, &file, &bot, "Pin 1").unwrap();
+        let other = mirror.commit(root, &file, &bot, "by hand").unwrap();
+        for commit in [signed, other] {
+            let (signature, data) = mirror.signature(commit).unwrap().unwrap();
+            assert!(signature.starts_with("-----BEGIN SSH SIGNATURE-----"));
+            assert!(signer.public().verifies(&signature, &data));
+        }
+        assert!(mirror.is_own_commit(signed).unwrap());
+        // The same shape without tagpin's signature, or signed with another key: not its own,
+        // and its trailers are not believed.
+        assert!(!mirror.is_own_commit(unsigned).unwrap());
+        assert!(!mirror.is_trusted(unsigned).unwrap());
+        let mut forger = Mirror::open(dir.path(), "file:///nowhere", Credentials::None).unwrap();
+        forger.sign_with(test_signer());
+        let forged = forger
+            .commit_owned(root, &file, &bot, "Pin 1\n\nx")
+            .unwrap();
+        assert!(forger.is_own_commit(forged).unwrap());
+        assert!(!mirror.is_own_commit(forged).unwrap());
+        assert!(mirror.is_trusted(other).unwrap());
     }
 
     #[test]
@@ -2143,6 +2301,7 @@ mod tests {
 
     fn bot() -> crate::config::Author {
         crate::config::Author {
+            signing: None,
             name: "tagpin".into(),
             email: "tagpin@localhost".into(),
         }

@@ -35,6 +35,7 @@ pub mod revert;
 pub mod review;
 pub mod server;
 pub mod signature;
+pub mod signing;
 pub mod sync;
 pub mod verify;
 pub mod webhook;

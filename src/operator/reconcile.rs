@@ -382,6 +382,9 @@ async fn run_pass(
         Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
     };
     config.images.signatures = secrets.signatures;
+    if let Some(promotion) = config.promotion.as_mut() {
+        promotion.require_signed_by = secrets.required_signers;
+    }
     // The cluster read for this object, as the ServiceAccount it reads as (if any): what
     // that account may not read is not verified, never read with the operator's rights.
     let own = match ctx.own_cluster(namespace, &config) {
@@ -419,11 +422,18 @@ async fn run_pass(
         }
         _ => None,
     };
-    let mut syncer =
-        match Syncer::with_credentials(&config, &registry, forge.as_ref(), &dir, secrets.git) {
-            Ok(syncer) => syncer.sharing(&shared),
-            Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
-        };
+    let built = Syncer::with_credentials(
+        &config,
+        &registry,
+        forge.as_ref(),
+        &dir,
+        secrets.git,
+        secrets.signer,
+    );
+    let mut syncer = match built {
+        Ok(syncer) => syncer.sharing(&shared),
+        Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
+    };
     // libgit2 bounds each read only: the fetch itself stops at the reconcile's deadline, and
     // at the size the controller allows a repository.
     syncer.mirror.limit(FetchLimits {

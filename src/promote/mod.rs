@@ -22,6 +22,7 @@ pub mod decision;
 pub mod evidence;
 pub mod gate;
 pub mod round;
+pub mod signed;
 
 use std::time::Duration;
 
@@ -77,6 +78,11 @@ pub enum PromoteError {
     Filter(#[from] ManifestError),
     #[error("configuration: {0}")]
     Signature(#[from] crate::signature::SignatureError),
+    #[error("configuration: promotion.require_signed_by: {path}: {error}")]
+    RequiredSigner {
+        path: String,
+        error: crate::signing::SigningError,
+    },
 }
 
 impl PromoteError {
@@ -249,6 +255,9 @@ pub struct Promoter<'a> {
     selection: ImageSelection,
     /// `images.signatures`: a digest of an image an entry matches is carried only signed.
     signatures: crate::signature::Signatures,
+    /// `promotion.require_signed_by`: who must have signed the commit that pinned a source
+    /// stage's digests.
+    required_signers: signed::RequiredSigners,
     families: tokio::sync::Mutex<Families>,
     clock: Clock,
 }
@@ -271,6 +280,13 @@ impl<'a> Promoter<'a> {
             mirror,
             filter: FileFilter::with_default_include(&config.include_globs(), &config.exclude)?,
             signatures: crate::signature::Signatures::compile(&config.images.signatures)?,
+            required_signers: match &config.promotion {
+                Some(promotion) => {
+                    signed::RequiredSigners::compile(&promotion.require_signed_by)
+                        .map_err(|(path, error)| PromoteError::RequiredSigner { path, error })?
+                }
+                None => signed::RequiredSigners::default(),
+            },
             selection: ImageSelection::for_config(config)?,
             families: tokio::sync::Mutex::default(),
             clock: crate::clock::system(),
@@ -358,6 +374,35 @@ impl<'a> Promoter<'a> {
         refused
     }
 
+    /// `promotion.require_signed_by`: why the source stage's digests may not be carried, when
+    /// the commit that pinned them is not signed by a listed key ([`signed`]). `None` without
+    /// the setting, or when the source pins nothing.
+    fn check_source_signed(
+        &self,
+        found: &Found,
+        source: &Stage,
+    ) -> Result<Option<String>, GitError> {
+        if self.required_signers.is_empty() || found.pins.is_empty() {
+            return Ok(None);
+        }
+        let pinning = signed::pinning_commit(
+            self.mirror,
+            found.tip,
+            &source.paths,
+            &found.fingerprint,
+            |commit| {
+                let scanned = self.scan_stage(commit, source)?;
+                Ok(SourcePins::from_files(&scanned.files).fingerprint())
+            },
+        )?;
+        match pinning {
+            Some(commit) => self
+                .required_signers
+                .refusal(self.mirror, &source.name, commit),
+            None => Ok(Some(signed::too_far(&source.name))),
+        }
+    }
+
     /// One attempt: gather, decide, write. A lost race is returned as the error.
     async fn pass(
         &self,
@@ -374,6 +419,7 @@ impl<'a> Promoter<'a> {
         let holds = off_runtime(|| crate::revert::holds_at(self.mirror, found.tip, &helm))?;
         let (mut plan, skipped) = carry::plan(&found.target_scan.files, &found.pins, &holds);
         let unsigned = self.check_signatures(&mut plan.changes).await;
+        let unsigned_source = off_runtime(|| self.check_source_signed(&found, source))?;
         let mut failures: Vec<String> = found
             .source_scan
             .errors
@@ -382,6 +428,7 @@ impl<'a> Promoter<'a> {
             .map(ToString::to_string)
             .chain(plan.problems.iter().map(ToString::to_string))
             .chain(unsigned)
+            .chain(unsigned_source)
             .collect();
         failures.sort();
         failures.dedup();

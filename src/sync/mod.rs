@@ -17,6 +17,7 @@ pub mod shared;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -31,6 +32,7 @@ use crate::policy::{Follow, Policies, TagLists};
 use crate::proposal::PlanBlock;
 use crate::reference::Reference;
 use crate::registry::{Client, RegistryError, ResolveKey, ResolveResult};
+use crate::signing::{Signer, SigningError};
 use crate::writer::{self, Planned, Proposal, WriteError};
 
 pub use crate::writer::Outcome;
@@ -228,19 +230,25 @@ impl<'a> Syncer<'a> {
         cache_dir: &Path,
     ) -> Result<Syncer<'a>, SyncError> {
         let credentials = git_credentials(&config.repository.auth)?;
-        Syncer::with_credentials(config, registry, forge, cache_dir, credentials)
+        let signer = commit_signer(&config.author)?;
+        Syncer::with_credentials(config, registry, forge, cache_dir, credentials, signer)
     }
 
-    /// Like [`Syncer::new`], with the Git credentials already read (from a Secret, by the
-    /// operator) rather than from the environment and files the configuration names.
+    /// Like [`Syncer::new`], with the Git credentials and the commit signer already read
+    /// (from a Secret, by the operator) rather than from the environment and files the
+    /// configuration names.
     pub fn with_credentials(
         config: &'a Config,
         registry: &'a Client,
         forge: Option<&'a Forge>,
         cache_dir: &Path,
         credentials: Credentials,
+        signer: Option<Arc<Signer>>,
     ) -> Result<Syncer<'a>, SyncError> {
-        let mirror = Mirror::open(cache_dir, &config.repository.url, credentials)?;
+        let mut mirror = Mirror::open(cache_dir, &config.repository.url, credentials)?;
+        if let Some(signer) = signer {
+            mirror.sign_with(signer);
+        }
         let filter = FileFilter::with_default_include(&config.include_globs(), &config.exclude)?;
         let selection = ImageSelection::for_config(config)?;
         let policies = Policies::compile(&config.images.policies).map_err(SyncError::Policy)?;
@@ -547,6 +555,59 @@ impl<'a> Syncer<'a> {
             }
         }
     }
+}
+
+/// Reads and tries `author.signing`'s key (from its file or environment variable, with its
+/// passphrase), so that a key that cannot sign is a configuration error before anything is
+/// written, naming the field at fault. `None` without `author.signing`.
+pub fn commit_signer(author: &crate::config::Author) -> Result<Option<Arc<Signer>>, SyncError> {
+    let Some(signing) = &author.signing else {
+        return Ok(None);
+    };
+    let secret = |field: &'static str, message: String| SyncError::Secret { field, message };
+    let key = match &signing.key {
+        crate::config::SigningKey::File(path) => std::fs::read(path).map_err(|e| {
+            secret(
+                signing.key.field(),
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?,
+        crate::config::SigningKey::Env(name) => crate::config::read_env(name)
+            .map_err(|e| secret(signing.key.field(), e.to_string()))?
+            .into_bytes(),
+    };
+    let passphrase = match &signing.passphrase_env {
+        Some(env) => Some(
+            crate::config::read_env(env)
+                .map_err(|e| secret("author.signing.passphrase_env", e.to_string()))?,
+        ),
+        None => None,
+    };
+    signer_from(signing, &key, passphrase.as_deref())
+        .map(|signer| Some(Arc::new(signer)))
+        .map_err(|(field, message)| secret(field, message))
+}
+
+/// `author.signing`'s key from its text, tried; an error names the field at fault (the
+/// passphrase's for a wrong one, else the key's) with why.
+pub fn signer_from(
+    signing: &crate::config::Signing,
+    key: &[u8],
+    passphrase: Option<&str>,
+) -> Result<Signer, (&'static str, String)> {
+    let read = match signing.format {
+        crate::config::SigningFormat::Ssh => Signer::ssh(key, passphrase),
+        crate::config::SigningFormat::Openpgp => Signer::openpgp(key, passphrase),
+    };
+    read.map_err(|e| {
+        let field = match e {
+            SigningError::WrongPassphrase | SigningError::NeedsPassphrase => {
+                "author.signing.passphrase_env"
+            }
+            _ => signing.key.field(),
+        };
+        (field, e.to_string())
+    })
 }
 
 /// Reads the Git secrets named by the configuration (environment variables, key files).

@@ -66,6 +66,7 @@ mod rollout_verify;
 mod run;
 mod signatures;
 mod signatures_referrers;
+mod signed_commits;
 mod sync;
 mod sync_pr;
 mod verify;

@@ -10,6 +10,8 @@
 
 use crate::support;
 
+mod signed;
+
 use support::output_text as text;
 
 use std::path::PathBuf;
