@@ -1097,6 +1097,7 @@ mod tests {
                 message: None,
             },
             named: false,
+            hydration: None,
         }
     }
 
