@@ -272,7 +272,7 @@ fn from_tree(
         skipped: read.skipped,
         commits: vec![commit.to_string()],
         commit_branches: BTreeMap::new(),
-        pinned_in: gitops::files_of_scan(&read.files, mapping),
+        pinned_in: gitops::files_of_scan(&read.files, &read.renders, mapping),
         gitops: None,
         helm: promised.helm,
     })

@@ -37,6 +37,7 @@ use crate::config::{GitOpsObjects, ObjectName};
 use crate::manifest::Origin;
 use crate::plan::ScannedFile;
 use crate::proposal::Pin;
+use crate::render::Render;
 use crate::workload::{WorkloadId, WorkloadKind};
 
 /// Which tool an object belongs to.
@@ -673,7 +674,7 @@ pub(crate) fn not_synced_reason(tool: Tool, sync: &Sync, pin: &str) -> String {
 
 /// The state of a workload whose object has not applied the pin commit, and the reason code
 /// of its conditions: Failed when Argo CD could not hydrate it, else Progressing.
-fn waiting_state(sync: &Sync) -> (State, &'static str) {
+pub(crate) fn waiting_state(sync: &Sync) -> (State, &'static str) {
     match sync {
         Sync::Hydration(Waiting { step, .. }) => match step {
             Step::Failed(_) => (State::Failed, "GitOpsHydrationFailed"),
@@ -1052,20 +1053,29 @@ pub fn files_of_pins(
     )
 }
 
-/// The files that pin each workload of a scanned tree, by live identity.
+/// The files that pin each workload of a scanned tree, by live identity: the manifests that
+/// name its images, and the root kustomization it is rendered from (what a GitOps tool applies
+/// is that kustomization's directory, and its `images:` entries pin workloads no manifest
+/// field names).
 pub fn files_of_scan(
     files: &[ScannedFile],
+    renders: &[Render],
     mapping: &NameMapping,
 ) -> BTreeMap<WorkloadId, BTreeSet<String>> {
-    by_live_workload(
-        files.iter().flat_map(|file| {
-            file.fields.iter().filter_map(|field| match &field.origin {
-                Origin::Container { workload, .. } => Some((file.path.to_str()?, workload)),
-                Origin::KustomizeImage { .. } | Origin::HelmImage(_) => None,
-            })
-        }),
-        mapping,
-    )
+    let written = files.iter().flat_map(|file| {
+        file.fields.iter().filter_map(|field| match &field.origin {
+            Origin::Container { workload, .. } => Some((file.path.to_str()?, workload)),
+            Origin::KustomizeImage { .. } | Origin::HelmImage(_) => None,
+        })
+    });
+    let rendered = renders.iter().flat_map(|render| {
+        let root = render.kustomization.to_str();
+        render
+            .containers
+            .iter()
+            .filter_map(move |c| Some((root?, &c.workload)))
+    });
+    by_live_workload(written.chain(rendered), mapping)
 }
 
 fn by_live_workload<'a>(
@@ -1560,6 +1570,33 @@ mod tests {
         assert_eq!(
             files_of_pins(&pins, &mapping),
             files(&[("shop/Deployment/web", "apps/web.yaml")])
+        );
+    }
+
+    #[test]
+    fn a_rendered_workload_is_pinned_by_its_root_kustomization() {
+        // The overlay's `images:` entry pins `web`; no manifest field of the overlay names it.
+        let repository = [
+            (
+                "base/web.yaml",
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      containers:\n      - {name: app, image: ghcr.io/acme/web}\n",
+            ),
+            ("base/kustomization.yaml", "resources: [web.yaml]\n"),
+            (
+                "overlays/staging/kustomization.yaml",
+                "namespace: shop-staging\nresources: [../../base]\nimages:\n- {name: ghcr.io/acme/web, newTag: '1', digest: 'sha256:2222222222222222222222222222222222222222222222222222222222222222'}\n",
+            ),
+        ];
+        let renders = crate::render::render_roots(
+            &["overlays/staging/kustomization.yaml".into()],
+            &crate::render::fixtures::repo(&repository),
+        );
+        assert_eq!(
+            files_of_scan(&[], &renders, &NameMapping::default()),
+            files(&[(
+                "shop-staging/Deployment/web",
+                "overlays/staging/kustomization.yaml"
+            )])
         );
     }
 
