@@ -272,7 +272,7 @@ fn from_tree(
         skipped: read.skipped,
         commits: vec![commit.to_string()],
         commit_branches: BTreeMap::new(),
-        pinned_in: gitops::files_of_scan(&read.files, mapping),
+        pinned_in: gitops::files_of_scan(&read.files, &read.renders, mapping),
         gitops: None,
         helm: promised.helm,
     })
@@ -579,12 +579,7 @@ async fn consult_gitops(
     if objects.is_empty() {
         return Ok(unchanged());
     }
-    let revisions = gitops::revisions(&objects);
-    let descends = off_runtime(|| scope.descends(&revisions, &expectations.commits));
-    let sync: Vec<gitops::Sync> = objects
-        .iter()
-        .map(|o| gitops::sync_of(o, &descends))
-        .collect();
+    let (objects, sync) = applied(scope, objects, &expectations.commits);
     Ok(gitops::decide(
         &expectations.expected,
         &expectations.pinned_in,
@@ -592,6 +587,26 @@ async fn consult_gitops(
         &sync,
         pin,
     ))
+}
+
+/// Whether each object applied one of `commits` (the pin commit) or a later one, asked of the
+/// mirror: the hydrated commits of Argo CD's Source Hydrator first read back to the dry
+/// commits they were rendered from, then every revision compared with the pin.
+fn applied(
+    scope: &GitOpsScope,
+    mut objects: Vec<gitops::GitOpsObject>,
+    commits: &[String],
+) -> (Vec<gitops::GitOpsObject>, Vec<gitops::Sync>) {
+    off_runtime(|| {
+        let dry = scope.dry_commits(&gitops::hydrated_commits(&objects));
+        gitops::with_dry_commits(&mut objects, &dry);
+        let descends = scope.descends(&gitops::revisions(&objects), commits);
+        let sync = objects
+            .iter()
+            .map(|o| gitops::sync_of(o, &descends))
+            .collect();
+        (objects, sync)
+    })
 }
 
 /// What the releases that deploy the Helm pins say in one check (see [`helm`]): the GitOps
@@ -629,12 +644,7 @@ async fn consult_helm(
         &scope.repository_url,
         &scope.named,
     );
-    let revisions = gitops::revisions(&appliers);
-    let descends = off_runtime(|| scope.descends(&revisions, &expectations.commits));
-    let sync: Vec<gitops::Sync> = appliers
-        .iter()
-        .map(|o| gitops::sync_of(o, &descends))
-        .collect();
+    let (appliers, sync) = applied(scope, appliers, &expectations.commits);
     let listed = helm::Listed {
         applications: &listing.applications,
         helm_releases: &helm_releases,

@@ -38,6 +38,7 @@ mod harness_selftest;
 mod helm;
 mod helm_verify;
 mod holds;
+mod hydrator;
 mod image_rules;
 mod kube_server_selftest;
 mod kustomize;

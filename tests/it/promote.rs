@@ -2233,3 +2233,97 @@ async fn a_promotion_production_cannot_run_is_reverted_and_not_promoted_again() 
     assert_eq!(w.github.prs().len(), 2);
     w.production.assert_no_writes();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Stages deployed by Argo CD's Source Hydrator.
+
+/// Argo CD's hydration of `dry` into `environments`, one path per stage (one hydration group:
+/// the same dry repository and revision, the same hydrated branch), each holding what its
+/// stage runs: staging `staging`, production `production`.
+fn hydrate_stages(w: &World, dry: &str, staging: &Pins, production: &Pins) -> String {
+    let manifests = |namespace: &str, tag: (&str, &str), pins: &Pins| {
+        [("web", tag.0, &pins.web), ("api", tag.1, &pins.api)]
+            .iter()
+            .map(|(app, tag, digest)| {
+                workload_yaml(app, Some(namespace), &w.image(app, tag, digest))
+            })
+            .collect::<Vec<_>>()
+            .join("---\n")
+    };
+    support::hydrator::hydrate(
+        &w.repo,
+        &w.repo.file_url(),
+        dry,
+        "environments",
+        None,
+        &[
+            (
+                "staging",
+                &manifests(STAGING_NS, (WEB_NEW, API_NEW), staging),
+            ),
+            (
+                "production",
+                &manifests(PRODUCTION_NS, (WEB_OLD, API_OLD), production),
+            ),
+        ],
+    )
+}
+
+#[tokio::test]
+async fn a_hydrated_staging_is_promoted_once_argo_cd_hydrated_and_synced_the_pins() {
+    let w = World::new(Layout::Kustomize, "0s").await;
+    // Each stage is an Application hydrating its overlay into its own path of `environments`.
+    let mut staging_app = support::hydrator::application(
+        "shop-staging",
+        STAGING_NS,
+        &w.repo.file_url(),
+        "overlays/staging",
+        "environments",
+        "staging",
+    );
+    let before = w.tip();
+    let hydrated = hydrate_stages(&w, &before, &w.old, &w.old);
+    support::hydrator::hydrated(&mut staging_app, &before, &hydrated);
+    let deployments = [(STAGING_NS, "web"), (STAGING_NS, "api")];
+    support::hydrator::synced(&mut staging_app, &hydrated, &deployments);
+    w.staging.apply(staging_app.clone());
+    // Sync pins staging; its cluster already runs the pins (someone applied them by hand),
+    // but Argo CD has not hydrated the pin commit.
+    w.staging_pinned_and_converged().await;
+    let tip = w.tip();
+    let remote = w.remote();
+
+    let (code, report, out) = w.promote_json().await;
+
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["gate"], "waiting", "{report:#}");
+    let reason = report["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!(
+            "Argo CD has not hydrated {} yet (at {})",
+            &tip[..7],
+            &before[..7]
+        )),
+        "{reason}"
+    );
+    assert_eq!(w.remote(), remote, "nothing pushed");
+    assert!(w.github.prs().is_empty());
+
+    // Argo CD hydrates the pin commit and syncs it: staging is converged, and promoted.
+    let hydrated = hydrate_stages(&w, &tip, &w.new, &w.old);
+    support::hydrator::hydrated(&mut staging_app, &tip, &hydrated);
+    support::hydrator::synced(&mut staging_app, &hydrated, &deployments);
+    w.staging.apply(staging_app);
+
+    let (code, report, out) = w.promote_json().await;
+
+    assert_eq!(code, Some(0), "{}", text(&out));
+    assert_eq!(report["source"]["state"], "converged", "{report:#}");
+    assert_eq!(
+        report["outcome"]["outcome"], "pull_request_opened",
+        "{report:#}"
+    );
+    w.assert_pr_branch_promotes(&w.new, &tip);
+    w.github.assert_no_violations();
+    w.staging.assert_no_writes();
+}

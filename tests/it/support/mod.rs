@@ -15,6 +15,7 @@ pub mod github;
 pub mod gitlab;
 pub mod hostile;
 pub mod http_fake;
+pub mod hydrator;
 pub mod kube;
 pub mod kubectl;
 pub mod manifests;
