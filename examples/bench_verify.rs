@@ -20,11 +20,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::kube::{deployment, pod, running_pod_status, KubeServer};
+use tagpin::cluster::Cluster;
 use tagpin::registry::{Client, Settings};
-use tagpin::verify::expected::Expected;
-use tagpin::verify::live::Cluster;
-use tagpin::verify::verdict::State;
-use tagpin::verify::{check, Expectations, Families};
+use tagpin::verify::judge::check::Expectations;
+use tagpin::verify::judge::expected::Expected;
+use tagpin::verify::judge::verdict::State;
+use tagpin::verify::{check, Families};
 
 const NAMESPACES: usize = 10;
 const DEPLOYMENTS_PER_NAMESPACE: usize = 100;
@@ -85,7 +86,7 @@ async fn main() {
     );
     let dir = tempfile::tempdir().unwrap();
     std::env::set_var("KUBECONFIG", kube.kubeconfig(dir.path()));
-    let cluster = Cluster::connect(None, tagpin::verify::live::DEFAULT_API_TIMEOUT)
+    let cluster = Cluster::connect(None, tagpin::cluster::DEFAULT_API_TIMEOUT)
         .await
         .expect("connect");
     let registry = Client::new(Settings::default()).expect("registry client");

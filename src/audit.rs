@@ -5,18 +5,19 @@
 //! ([`crate::verify::judge::audit`], which also says which namespaces and workloads an audit
 //! covers). Git's side is the target branch's tip, read exactly as `verify --branch` reads it
 //! ([`verify::read_tree`]); the cluster's is one list per namespace and kind and one pod list
-//! per namespace ([`Cluster::read_namespaces`]), with the same read-only permissions `verify`
+//! per namespace ([`read::namespaces`]), with the same read-only permissions `verify`
 //! needs. Nothing is written anywhere.
 
 use std::collections::BTreeSet;
 
+use crate::cluster::{Cluster, ClusterError};
 use crate::config::Config;
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::pipeline::Skipped;
 use crate::reference::Reference;
 use crate::registry::Client;
 use crate::verify::judge::audit::{self, Ask, Audit};
-use crate::verify::live::{Cluster, LiveError};
+use crate::verify::observe::read;
 use crate::verify::{self, Families, VerifyError};
 
 /// What an audit found, with what it looked at.
@@ -49,7 +50,7 @@ pub enum AuditError {
     #[error(transparent)]
     Git(#[from] GitError),
     #[error(transparent)]
-    Live(#[from] LiveError),
+    Live(#[from] ClusterError),
     /// `--namespace` names a namespace the configuration deploys nothing to: auditing it would
     /// report every workload there as not in Git, which says nothing.
     #[error("--namespace {namespace}: the configuration deploys no workload there ({})", known_namespaces(.known))]
@@ -120,9 +121,7 @@ pub async fn at(
         }
         namespaces = BTreeSet::from([only.to_string()]);
     }
-    let inventory = cluster
-        .read_namespaces(&audit::lists(&git, &namespaces))
-        .await?;
+    let inventory = read::namespaces(cluster, &audit::lists(&git, &namespaces)).await?;
     let mut found = Vec::new();
     for ask in audit::asks(&git, &inventory, &namespaces, manages) {
         match ask {

@@ -49,21 +49,6 @@ pub fn duration_text(d: Duration) -> String {
     }
 }
 
-/// A Kubernetes client for `config` whose answers are cut at `max_bytes` and, with
-/// `deadline`, must end within it (a watch, quiet by design, takes none).
-pub fn kube_client(
-    config: kube::Config,
-    max_bytes: usize,
-    deadline: Option<Duration>,
-) -> Result<kube::Client, kube::Error> {
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&BoundedLayer(Bounds {
-            max_bytes,
-            deadline,
-        }))
-        .build())
-}
-
 /// The [`Exceeded`] somewhere in an error's chain of causes, if that is why it failed.
 pub fn exceeded_in(error: &(dyn std::error::Error + 'static)) -> Option<Exceeded> {
     let mut next = Some(error);

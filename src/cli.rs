@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::cluster::Cluster;
 use crate::config::{self, Config, DurationError, Stage};
 use crate::forge::ForgeClient;
 use crate::manifest::walk::FileFilter;
@@ -16,7 +17,6 @@ use crate::reference::Reference;
 use crate::registry::docker_config::DockerConfigError;
 use crate::registry::{self, Client, CredentialStore, Settings};
 use crate::sync::{SyncOptions, SyncReport, Syncer};
-use crate::verify::live::Cluster;
 use crate::verify::Source;
 
 use crate::output;
@@ -400,7 +400,7 @@ pub struct ClusterArgs {
         long = "kube-timeout",
         value_name = "SECONDS",
         global = true,
-        default_value_t = crate::verify::live::DEFAULT_API_TIMEOUT.as_secs()
+        default_value_t = crate::cluster::DEFAULT_API_TIMEOUT.as_secs()
     )]
     pub kube_timeout: u64,
 }
@@ -427,7 +427,7 @@ pub enum CliError {
     #[error(transparent)]
     Verify(#[from] crate::verify::VerifyError),
     #[error(transparent)]
-    Cluster(#[from] crate::verify::live::LiveError),
+    Cluster(#[from] crate::cluster::ClusterError),
     #[error(transparent)]
     Audit(#[from] crate::audit::AuditError),
     #[error(transparent)]
@@ -783,7 +783,7 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
 }
 
 fn duration_flag(flag: &'static str, text: &str) -> Result<Duration, CliError> {
-    crate::verify::parse_duration(text).map_err(|source| CliError::Duration { flag, source })
+    crate::config::parse_duration(text).map_err(|source| CliError::Duration { flag, source })
 }
 
 /// `--webhook-window`: milliseconds allowed (`500ms`), zero too (nothing held back).
@@ -905,11 +905,13 @@ async fn audit(
 fn open_mirror(config: &Config, cache_dir: Option<&Path>) -> Result<crate::git::Mirror, CliError> {
     let cache_dir = cache_dir_for(config, cache_dir)?;
     let credentials = crate::sync::git_credentials(&config.repository.auth)?;
-    Ok(crate::git::Mirror::open(
-        &cache_dir,
-        &config.repository.url,
-        credentials,
-    )?)
+    // Read before the mirror is opened: a key that cannot sign stops the command first.
+    let signer = crate::sync::commit_signer(&config.author)?;
+    let mut mirror = crate::git::Mirror::open(&cache_dir, &config.repository.url, credentials)?;
+    if let Some(signer) = signer {
+        mirror.sign_with(signer);
+    }
+    Ok(mirror)
 }
 
 /// `tagpin promote --to STAGE`: one promotion pass, the same the controller runs.

@@ -862,6 +862,77 @@ colour: blue
     }
 
     #[test]
+    fn author_signing_is_read_and_its_mistakes_named_by_field() {
+        let c = parse(concat!(
+            "repository: {url: /srv/git/gitops.git}\n",
+            "author:\n  signing: {format: openpgp, key_env: TAGPIN_SIGNING_KEY, passphrase_env: P}\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            c.author.signing,
+            Some(Signing {
+                format: SigningFormat::Openpgp,
+                key: SigningKey::Env("TAGPIN_SIGNING_KEY".into()),
+                passphrase_env: Some("P".into()),
+            })
+        );
+        for (signing, expected) in [
+            (
+                "{key_file: /k}",
+                "author.signing.format: is required: ssh or openpgp",
+            ),
+            (
+                "{format: x509, key_file: /k}",
+                "author.signing.format: expected one of ssh, openpgp, found \"x509\"",
+            ),
+            (
+                "{format: ssh}",
+                "author.signing: needs key_file or key_env: the private key to sign with",
+            ),
+            (
+                "{format: ssh, key_file: /k, key_env: K}",
+                "author.signing: set key_file or key_env, not both",
+            ),
+        ] {
+            let problems = problems_of(&format!(
+                "repository: {{url: /srv/git/gitops.git}}\nauthor: {{signing: {signing}}}\n"
+            ));
+            assert_problems(&problems, &[expected]);
+        }
+    }
+
+    #[test]
+    fn require_signed_by_keys_are_read_and_an_unreadable_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = ssh_key::PrivateKey::random(&mut rand_core::OsRng, ssh_key::Algorithm::Ed25519)
+            .unwrap();
+        let line = key.public_key().to_openssh().unwrap();
+        std::fs::write(dir.path().join("release.pub"), &line).unwrap();
+        std::fs::write(dir.path().join("bad.pub"), "ssh-ed25519 not-base64").unwrap();
+        let text = |keys: &str| {
+            format!(
+                "{PROMOTING}promotion:\n  require_signed_by: [{keys}]\n  stages:\n  \
+                 - {{name: staging, paths: [a]}}\n  - {{name: production, paths: [b]}}\n"
+            )
+        };
+        let file = dir.path().join("tagpin.yaml");
+        let c = Config::parse(&text("release.pub"), &file).unwrap();
+        let keys = &c.promotion.unwrap().require_signed_by;
+        assert_eq!(keys.len(), 1);
+        assert_eq!(keys[0].path, "release.pub");
+        assert_eq!(keys[0].contents, line);
+        let err = Config::parse(&text("release.pub, bad.pub, none.pub"), &file).unwrap_err();
+        let problems = err.problems.join("\n");
+        assert_problems(
+            &problems,
+            &[
+                "promotion.require_signed_by[1]: bad.pub: not an OpenSSH public key line",
+                "promotion.require_signed_by[2]: cannot read none.pub",
+            ],
+        );
+    }
+
+    #[test]
     fn promotion_stages_are_read_with_every_cluster_and_soak_form() {
         let c = parse(&format!(
             "{PROMOTING}{}",
@@ -1002,7 +1073,7 @@ colour: blue
             ),
             (
                 "promotion: {stages: [], order: [a]}\n",
-                "promotion.order: unknown key (known: stages)",
+                "promotion.order: unknown key (known: stages, require_signed_by)",
             ),
             (
                 "promotion: {stages: [staging, {name: b, paths: [b]}]}\n",

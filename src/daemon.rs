@@ -28,6 +28,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::forge::ForgeClient;
 use crate::lifecycle::{lead, stop_signal, stopping, within_grace, work_while_leading};
@@ -37,7 +38,6 @@ use crate::promote::Promoter;
 use crate::registry::{Client, ResolveKey, ResolveResult};
 use crate::server::{self, Listening, Shared, LIVENESS_INTERVALS, WEBHOOK_SECRET_ENV};
 use crate::sync::{Outcome, SyncOptions, Syncer};
-use crate::verify::live::Cluster;
 use crate::verify::Families;
 
 mod in_flight;
@@ -130,6 +130,10 @@ pub async fn reconcile(
         // Failed answers are asked again next time; good ones are kept until the schedule.
         answers.retain(|_, r| r.is_ok());
         record_pass(&shared, registry, trigger, started.elapsed(), &result);
+        shared
+            .metrics
+            .mirror_repairs
+            .inc_by(syncer.mirror.take_repairs());
         shared.mark_ready();
         shared.progressed();
         if let Some(promotions) = promotions {
@@ -143,6 +147,10 @@ pub async fn reconcile(
             {
                 return stopped("a promotion");
             }
+            shared
+                .metrics
+                .mirror_repairs
+                .inc_by(syncer.mirror.take_repairs());
             shared.progressed();
         }
         if let Some(in_flight) = in_flight {

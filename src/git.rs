@@ -4,7 +4,9 @@
 //! Files are read straight from the tree of the target branch's tip, and a new commit is built
 //! by replacing blobs in that tree, so tagpin never writes into (or follows a symlink out of) a
 //! directory on disk: a symlink in the repository is a blob holding a path, and is skipped.
-//! The mirror lives in a cache directory and is fetched, not cloned, on every pass.
+//! The mirror lives in a cache directory and is fetched, not cloned, on every pass. It is only
+//! a cache: one found damaged (a missing or corrupt object, ref or config) is moved aside and
+//! cloned again ([`Mirror::repair`]), and nothing is read from it in part ([`damage`]).
 //!
 //! The mirror holds the manifests of a repository that may be private, so the cache directory
 //! tagpin creates and every mirror in it are `0700`. Writes to a mirror (fetches, the push
@@ -12,7 +14,7 @@
 //! files git leaves behind when a process dies mid-write can be told from live ones and
 //! removed: a crash never blocks the passes after it.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, Ref, RefCell};
 use std::fs::{DirBuilder, File, OpenOptions, TryLockError};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Component, Path, PathBuf};
@@ -22,6 +24,9 @@ use git2::{
     Direction, FetchOptions, FileMode, ObjectType, Oid, PushOptions, RemoteCallbacks, Repository,
 };
 use sha2::{Digest as _, Sha256};
+use std::sync::Arc;
+
+use crate::signing::Signer;
 
 use crate::manifest::{FileFilter, ManifestError, MAX_FILE_BYTES};
 use crate::pipeline::{Gathered, SkipWhy, Skipped, SourceFile};
@@ -88,8 +93,116 @@ pub enum GitError {
     TooLarge { url: String, limit: u64, size: u64 },
     #[error("{url}: the fetch did not finish within {}s; stopped", within.as_secs())]
     FetchDeadline { url: String, within: Duration },
+    /// The mirror could not be read whole: an object, a ref or its configuration is missing
+    /// or corrupt ([`Damage`]). It is only a cache of the remote: [`Mirror::repair`] moves it
+    /// aside and clones it again.
+    #[error("git mirror {} (a cache of {url}) is damaged: {damage}: {message}", path.display())]
+    Damaged {
+        path: PathBuf,
+        url: String,
+        damage: Damage,
+        message: String,
+    },
+    /// The same damage in a mirror cloned afresh from the remote: what is missing or corrupt
+    /// is what the remote sent.
+    #[error("{url}: the repository cannot be read whole even in a fresh clone ({damage}: {message}); the remote itself is damaged or incomplete")]
+    RemoteDamaged {
+        url: String,
+        damage: Damage,
+        message: String,
+    },
+    /// A commit could not be signed with `author.signing`'s key (which signed when it was
+    /// read: see [`Signer`]).
+    #[error("cannot sign a commit with author.signing's key: {0}")]
+    Sign(#[from] crate::signing::SigningError),
     #[error("git: {0}")]
     Other(String),
+}
+
+impl GitError {
+    /// The damage this error found in the local mirror, if it is one that moving the mirror
+    /// aside and cloning it again can cure.
+    pub fn damage(&self) -> Option<Damage> {
+        match self {
+            GitError::Damaged { damage, .. } => Some(*damage),
+            _ => None,
+        }
+    }
+
+    /// This error as met on a mirror cloned afresh: damage found there is the remote's, and
+    /// the message names the remote instead of the cache. Other errors are returned as they
+    /// are.
+    pub fn in_fresh_clone(self) -> GitError {
+        match self {
+            GitError::Damaged {
+                url,
+                damage,
+                message,
+                ..
+            } => GitError::RemoteDamaged {
+                url,
+                damage,
+                message,
+            },
+            other => other,
+        }
+    }
+}
+
+/// What is wrong with a damaged mirror, as the failing read or fetch found it. A node that
+/// crashed, a disk that filled up or a fetch that was killed leaves one of these behind, and
+/// libgit2 then fails every read that meets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Damage {
+    /// An object a ref reaches is not in the object database: a loose object removed, or a
+    /// pack whose index is gone or that no longer matches its index.
+    MissingObject,
+    /// An object or pack is there but cannot be read: a zlib stream cut short, a hash that
+    /// does not match, a corrupt pack or pack index, a loose object's header unreadable. (Also
+    /// a missing object that libgit2 reports without its code, as a lookup by path does.)
+    CorruptObject,
+    /// A ref or the `packed-refs` file cannot be parsed.
+    Reference,
+    /// The mirror's `config` cannot be parsed.
+    Config,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Damage::MissingObject => "missing object",
+            Damage::CorruptObject => "unreadable object or pack",
+            Damage::Reference => "unreadable ref",
+            Damage::Config => "unreadable config",
+        })
+    }
+}
+
+/// Whether a libgit2 error met reading or fetching a mirror means the mirror is damaged, and
+/// how; by libgit2's error class and code, never its wording.
+///
+/// `must_exist` says whether the object asked for is one the mirror must hold (reached from
+/// one of its refs); an id that came from elsewhere (a person, a forge, a cluster) may just
+/// not be fetched yet, and its absence is no damage. Locks, races, invalid names and the
+/// network are never damage. Errors of the `Index` class are not either: a bare mirror has no
+/// index file, and a pack index's damage is reported in the `Odb` class.
+pub fn damage(class: git2::ErrorClass, code: git2::ErrorCode, must_exist: bool) -> Option<Damage> {
+    use git2::{ErrorClass, ErrorCode};
+    match (class, code) {
+        // A prefix a person gave that names several objects.
+        (_, ErrorCode::Ambiguous) => None,
+        (ErrorClass::Odb, ErrorCode::NotFound) if must_exist => Some(Damage::MissingObject),
+        (ErrorClass::Odb, ErrorCode::NotFound) => None,
+        (ErrorClass::Odb | ErrorClass::Zlib, _) => Some(Damage::CorruptObject),
+        // A loose object whose header cannot be parsed (found by its id, so its content is
+        // the mirror's own), or a commit that cannot be parsed.
+        (ErrorClass::Object, ErrorCode::GenericError) => Some(Damage::CorruptObject),
+        // "corrupted loose reference file", "corrupted packed references file"; a missing
+        // ref, a lock held or lost and a bad name have codes of their own.
+        (ErrorClass::Reference, ErrorCode::GenericError) => Some(Damage::Reference),
+        (ErrorClass::Config, code) if code != ErrorCode::NotFound => Some(Damage::Config),
+        _ => None,
+    }
 }
 
 /// How long libgit2 waits to connect to a remote, and for each read or write on the
@@ -142,13 +255,28 @@ pub type Files = Vec<(PathBuf, Vec<u8>)>;
 pub type Changed = Vec<(PathBuf, Vec<u8>, Vec<u8>)>;
 
 /// A local bare mirror of one remote.
+///
+/// The repository handle is replaced when the mirror is repaired ([`Mirror::repair`]): the
+/// sync, promotion and verification of a pass share one `&Mirror`, and all of them must read
+/// the fresh clone afterwards. libgit2 keeps the packs it opened mapped, so a new handle is
+/// the only way to stop reading a damaged one.
 pub struct Mirror {
-    repo: Repository,
+    repo: RefCell<Repository>,
+    /// The mirror's directory.
+    path: PathBuf,
     url: String,
     credentials: Credentials,
     /// The file [`MirrorLock`] locks, beside the mirror in the cache directory.
     lock_path: PathBuf,
     limits: FetchLimits,
+    /// Device and inode of the directory this handle opened: when another process sharing
+    /// the cache directory has repaired the mirror since, it is another directory.
+    opened: Cell<Option<(u64, u64)>>,
+    /// Repairs made through this handle and not yet counted ([`Mirror::take_repairs`]).
+    repairs: Cell<u64>,
+    /// `author.signing`: signs every commit this mirror builds, and is the only key whose
+    /// signature makes a commit tagpin's own ([`Mirror::is_trusted`]).
+    signer: Option<Arc<Signer>>,
 }
 
 /// Bounds on what a fetch may bring and how long it may take, for a repository someone else
@@ -245,24 +373,46 @@ impl Mirror {
     /// Opens the mirror of `url` under `cache_dir`, creating both the first time (`0700`).
     ///
     /// A mirror left readable by others is tightened to `0700`; one that is no longer a
-    /// repository is re-created (it is only a cache: the next fetch fills it again); lock
-    /// files a killed process left in it are removed. Each is logged.
+    /// repository is moved aside and re-created (it is only a cache: the next fetch fills it
+    /// again), which counts as a repair; lock files a killed process left in it are removed.
+    /// Each is logged.
     pub fn open(cache_dir: &Path, url: &str, credentials: Credentials) -> Result<Mirror, GitError> {
         prepare_cache_dir(cache_dir)?;
         let name = mirror_dir_name(url);
         let path = cache_dir.join(&name);
         let lock_path = cache_dir.join(format!("{name}.flock"));
         let lock = MirrorLock::acquire(&lock_path)?;
-        let repo = open_or_create(&path)?;
+        let (repo, replaced) = open_or_create(&path, url)?;
         remove_stale_locks(repo.path());
         drop(lock);
         Ok(Mirror {
-            repo,
+            repo: RefCell::new(repo),
+            opened: Cell::new(dir_identity(&path)),
+            path,
             url: url.to_string(),
             credentials,
             lock_path,
             limits: FetchLimits::default(),
+            repairs: Cell::new(u64::from(replaced)),
+            signer: None,
         })
+    }
+
+    /// The repository, for one operation. Borrowed, never kept: [`Mirror::repair`] replaces
+    /// it between operations.
+    fn repo(&self) -> Ref<'_, Repository> {
+        self.repo.borrow()
+    }
+
+    /// Signs every commit this mirror builds from now on with `signer`, and trusts as
+    /// tagpin's own only the commits its key signed ([`Mirror::is_trusted`]).
+    pub fn sign_with(&mut self, signer: Arc<Signer>) {
+        self.signer = Some(signer);
+    }
+
+    /// Whether commits are signed, and trusted by their signature.
+    pub fn signs(&self) -> bool {
+        self.signer.is_some()
     }
 
     /// Bounds every later fetch into this mirror by `limits`.
@@ -271,11 +421,11 @@ impl Mirror {
     }
 
     /// Removes a mirror that grew past its size limit: it is only a cache, and keeping it
-    /// would keep the disk it took.
-    fn discard_objects(&self) {
-        let objects = self.repo.path().join("objects");
-        if let Err(e) = std::fs::remove_dir_all(&objects) {
-            tracing::warn!("{}: cannot remove: {e}", objects.display());
+    /// would keep the disk it took. The whole directory, so that the next open creates it
+    /// afresh rather than finding a damaged mirror and counting a repair.
+    fn discard(&self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.path) {
+            tracing::warn!("{}: cannot remove: {e}", self.path.display());
         }
     }
 
@@ -284,23 +434,120 @@ impl Mirror {
         redact_url(&self.url)
     }
 
+    /// The repairs made through this handle since the last call (the one [`Mirror::open`]
+    /// made included), for `tagpin_mirror_repairs_total`.
+    pub fn take_repairs(&self) -> u64 {
+        self.repairs.replace(0)
+    }
+
+    /// Cures a mirror `found` showed damaged: moves it aside (to `<mirror>.damaged`, replacing
+    /// the one an earlier repair left there), creates it anew and fetches `branch` and the
+    /// branches under `prefix` into it, all under the mirror's lock. The caller then reads
+    /// again, once: damage in the fresh clone is the remote's ([`GitError::in_fresh_clone`]).
+    ///
+    /// Another process sharing the cache directory may have read the damaged mirror too: the
+    /// first to take the lock repairs it, and the others find a directory other than the one
+    /// they opened, so they open the fresh clone and fetch into it instead of moving it aside
+    /// again. A mirror that holds no object is not moved either: the damage came with the
+    /// fetch, from the remote. An error that is not damage is returned as it is.
+    pub fn repair(&self, found: GitError, branch: &str, prefix: &str) -> Result<(), GitError> {
+        if found.damage().is_none() {
+            return Err(found);
+        }
+        let lock = MirrorLock::acquire(&self.lock_path)?;
+        let started = Instant::now();
+        let current = dir_identity(&self.path);
+        if current.is_some() && current != self.opened.get() {
+            tracing::info!(
+                "git mirror {}: another process has replaced it since this one read it ({found}); reading the new one",
+                self.path.display()
+            );
+            self.replace_handle(open_bare(&self.path)?)?;
+        } else if current.is_some() && self.holds_nothing() {
+            return Err(found.in_fresh_clone());
+        } else {
+            let aside = match current {
+                Some(_) => format!("moved it aside to {}", move_aside(&self.path)?.display()),
+                None => "its directory is gone".to_string(),
+            };
+            tracing::warn!(
+                "{found}; {aside}, cloning {} again (the mirror is only a cache)",
+                self.display_url()
+            );
+            self.replace_handle(create_mirror(&self.path)?)?;
+            self.repairs.set(self.repairs.get() + 1);
+        }
+        self.fetch_locked(&lock, branch, prefix)
+            .map_err(GitError::in_fresh_clone)?;
+        tracing::info!(
+            "git mirror {}: fetched {} again in {} ms",
+            self.path.display(),
+            self.display_url(),
+            started.elapsed().as_millis()
+        );
+        Ok(())
+    }
+
+    /// Reads through `repo` from now on.
+    fn replace_handle(&self, repo: Repository) -> Result<(), GitError> {
+        let mut current = self.repo.try_borrow_mut().map_err(|_| {
+            mirror_error(
+                &self.path,
+                "cannot replace the repository while it is being read".into(),
+            )
+        })?;
+        *current = repo;
+        self.opened.set(dir_identity(&self.path));
+        Ok(())
+    }
+
+    /// Whether the mirror holds no object at all (a pack, or a loose object): nothing was
+    /// ever fetched into it. Told from the files, since what libgit2 cannot read it skips.
+    fn holds_nothing(&self) -> bool {
+        let objects = self.path.join("objects");
+        let entries = |dir: &Path| -> Vec<String> {
+            std::fs::read_dir(dir)
+                .map(|entries| {
+                    entries
+                        .flatten()
+                        .filter_map(|e| e.file_name().into_string().ok())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let packs = entries(&objects.join("pack"))
+            .iter()
+            .any(|name| name.ends_with(".pack") || name.ends_with(".idx"));
+        let loose = entries(&objects).iter().any(|name| {
+            name.len() == 2
+                && name.bytes().all(|b| b.is_ascii_hexdigit())
+                && !entries(&objects.join(name)).is_empty()
+        });
+        !packs && !loose
+    }
+
     /// Fetches `branch` and every branch under `prefix` (tagpin's own), pruning deleted ones.
     pub fn fetch(&self, branch: &str, prefix: &str) -> Result<(), GitError> {
-        let _lock = MirrorLock::acquire(&self.lock_path)?;
+        let lock = MirrorLock::acquire(&self.lock_path)?;
+        self.fetch_locked(&lock, branch, prefix)
+    }
+
+    /// [`Mirror::fetch`], with the mirror's lock held by the caller.
+    fn fetch_locked(&self, _lock: &MirrorLock, branch: &str, prefix: &str) -> Result<(), GitError> {
+        let repo = self.repo();
         // Another process sharing the cache directory may have died mid-write since the open.
-        remove_stale_locks(self.repo.path());
+        remove_stale_locks(repo.path());
         let refspecs = [
             format!("+refs/heads/{branch}:{REMOTE_PREFIX}{branch}"),
             format!("+refs/heads/{prefix}*:{REMOTE_PREFIX}{prefix}*"),
         ];
-        let mut remote = self
-            .repo
+        let mut remote = repo
             .remote_anonymous(&self.url)
             .map_err(|e| self.fetch_error(e))?;
         let attempts = Cell::new(0);
         let stopped = Cell::new(None);
         let held = match self.limits.max_bytes {
-            Some(_) => dir_bytes(&self.repo.path().join("objects")),
+            Some(_) => dir_bytes(&repo.path().join("objects")),
             None => 0,
         };
         let mut callbacks = self.callbacks(&attempts);
@@ -326,7 +573,7 @@ impl Mirror {
         options.prune(git2::FetchPrune::On);
         let fetched = remote.fetch(&refspecs, Some(&mut options), None);
         let size = match self.limits.max_bytes {
-            Some(_) if fetched.is_ok() => dir_bytes(&self.repo.path().join("objects")),
+            Some(_) if fetched.is_ok() => dir_bytes(&repo.path().join("objects")),
             _ => 0,
         };
         match (stopped.get(), self.limits) {
@@ -337,7 +584,7 @@ impl Mirror {
                     ..
                 },
             ) => {
-                self.discard_objects();
+                self.discard();
                 return Err(self.too_large(limit, size));
             }
             (
@@ -361,7 +608,7 @@ impl Mirror {
             ) if size > limit => {
                 // A limit lowered since the mirror was filled, or a transport that reports
                 // no progress.
-                self.discard_objects();
+                self.discard();
                 return Err(self.too_large(limit, size));
             }
             _ => {}
@@ -377,10 +624,8 @@ impl Mirror {
     }
 
     fn prune_missing(&self, advertised: &[String], prefix: &str) {
-        let Ok(refs) = self
-            .repo
-            .references_glob(&format!("{REMOTE_PREFIX}{prefix}*"))
-        else {
+        let repo = self.repo();
+        let Ok(refs) = repo.references_glob(&format!("{REMOTE_PREFIX}{prefix}*")) else {
             return;
         };
         let names: Vec<String> = refs
@@ -390,7 +635,7 @@ impl Mirror {
         for name in names {
             let head = format!("refs/heads/{}", &name[REMOTE_PREFIX.len()..]);
             if !advertised.contains(&head) {
-                if let Ok(mut r) = self.repo.find_reference(&name) {
+                if let Ok(mut r) = repo.find_reference(&name) {
                     let _ = r.delete();
                 }
             }
@@ -399,18 +644,25 @@ impl Mirror {
 
     /// The fetched tip of a remote branch.
     pub fn tip(&self, branch: &str) -> Option<Oid> {
-        self.repo
+        self.repo()
             .find_reference(&format!("{REMOTE_PREFIX}{branch}"))
             .ok()
             .and_then(|r| r.target())
     }
 
-    /// Like [`Mirror::tip`], but a missing branch is an error naming it.
+    /// Like [`Mirror::tip`], but a missing branch is an error naming it, and a ref that
+    /// cannot be read is damage.
     pub fn require_tip(&self, branch: &str) -> Result<Oid, GitError> {
-        self.tip(branch).ok_or_else(|| GitError::BranchMissing {
+        let missing = || GitError::BranchMissing {
             url: self.display_url(),
             branch: branch.to_string(),
-        })
+        };
+        let name = format!("{REMOTE_PREFIX}{branch}");
+        match self.repo().find_reference(&name) {
+            Ok(reference) => reference.target().ok_or_else(missing),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Err(missing()),
+            Err(e) => Err(self.read_error_at(&name, &e)),
+        }
     }
 
     /// The commit a full id or a unique prefix of at least 7 hex digits names, as people paste
@@ -424,11 +676,52 @@ impl Mirror {
                 "{text:?} is not a commit id (7 to 40 hex digits)"
             )));
         }
-        let object = self
-            .repo
+        let repo = self.repo();
+        let object = repo
             .find_commit_by_prefix(text)
-            .map_err(|e| GitError::Other(format!("commit {text}: {}", e.message())))?;
+            .map_err(|e| self.classify(&e, false, format!("commit {text}: {}", e.message())))?;
         Ok(object.id())
+    }
+
+    /// A libgit2 error met reading what the mirror must hold (reached from one of its refs):
+    /// [`GitError::Damaged`] when it means the mirror is damaged ([`damage`]).
+    fn read_error(&self, e: git2::Error) -> GitError {
+        self.classify(&e, true, e.message().to_string())
+    }
+
+    /// [`Mirror::read_error`] met reading the file or ref `at`, which the message names.
+    fn read_error_at(&self, at: &str, e: &git2::Error) -> GitError {
+        self.classify(e, true, format!("{at}: {}", e.message()))
+    }
+
+    fn classify(&self, e: &git2::Error, must_exist: bool, message: String) -> GitError {
+        match damage(e.class(), e.code(), must_exist) {
+            Some(damage) => GitError::Damaged {
+                path: self.path.clone(),
+                url: self.display_url(),
+                damage,
+                message,
+            },
+            None => GitError::Other(message),
+        }
+    }
+
+    /// The commit `id`, which a caller may have from elsewhere (a forge, a cluster): missing,
+    /// it is damage only when one of the mirror's refs names it.
+    fn find_commit<'r>(&self, repo: &'r Repository, id: Oid) -> Result<git2::Commit<'r>, GitError> {
+        repo.find_commit(id).map_err(|e| {
+            let named = repo
+                .references()
+                .is_ok_and(|refs| refs.flatten().any(|r| r.target() == Some(id)));
+            self.classify(&e, named, e.message().to_string())
+        })
+    }
+
+    /// The tree of commit `id` ([`Mirror::find_commit`]).
+    fn tree_of<'r>(&self, repo: &'r Repository, id: Oid) -> Result<git2::Tree<'r>, GitError> {
+        self.find_commit(repo, id)?
+            .tree()
+            .map_err(|e| self.read_error(e))
     }
 
     /// The entries of `paths` (as configured) that `commit` does not hold.
@@ -437,32 +730,52 @@ impl Mirror {
         commit: Oid,
         paths: &'p [String],
     ) -> Result<Vec<&'p String>, GitError> {
-        let tree = self
-            .repo
-            .find_commit(commit)
-            .and_then(|c| c.tree())
-            .map_err(other)?;
-        Ok(missing_in(&tree, paths))
+        let repo = self.repo();
+        let tree = self.tree_of(&repo, commit)?;
+        self.missing_in(&tree, paths)
+    }
+
+    /// The entries of `paths` that `tree` does not hold (the root always exists). A tree on
+    /// the way that cannot be read is damage, not a path that is not there.
+    fn missing_in<'p>(
+        &self,
+        tree: &git2::Tree<'_>,
+        paths: &'p [String],
+    ) -> Result<Vec<&'p String>, GitError> {
+        let mut missing = Vec::new();
+        for path in paths {
+            let prefix = path_prefix(path);
+            if prefix.is_empty() {
+                continue;
+            }
+            match tree.get_path(Path::new(prefix)) {
+                Ok(_) => {}
+                Err(e) if is_absent(&e) => missing.push(path),
+                Err(e) => return Err(self.read_error_at(prefix, &e)),
+            }
+        }
+        Ok(missing)
     }
 
     /// Reads the files under `paths` (relative to the root) in `commit`'s tree that `filter`
     /// accepts, for [`crate::pipeline::scan`]. Symlinks and submodules are skipped and
     /// reported, never followed; a configured path the tree does not hold is an error naming
     /// it (a typo in `paths:` must not look like an empty, converged repository).
+    ///
+    /// Every file under the paths is read whole, or none is: a tree or blob the mirror cannot
+    /// read fails the whole read ([`GitError::Damaged`]), so a commit is never built on a tree
+    /// read in part.
     pub fn read_files(
         &self,
         commit: Oid,
         paths: &[String],
         filter: &FileFilter,
     ) -> Result<Gathered, GitError> {
-        let tree = self
-            .repo
-            .find_commit(commit)
-            .and_then(|c| c.tree())
-            .map_err(other)?;
+        let repo = self.repo();
+        let tree = self.tree_of(&repo, commit)?;
         let prefixes: Vec<String> = paths.iter().map(|p| path_prefix(p).to_string()).collect();
         let mut read = Gathered::default();
-        for missing in missing_in(&tree, paths) {
+        for missing in self.missing_in(&tree, paths)? {
             read.errors.push(ManifestError::Io {
                 path: PathBuf::from(path_prefix(missing)),
                 source: std::io::Error::new(
@@ -474,7 +787,7 @@ impl Mirror {
             });
         }
         let mut failure = None;
-        tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+        let walked = tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
             let Some(name) = entry.name() else {
                 return git2::TreeWalkResult::Ok;
             };
@@ -506,28 +819,25 @@ impl Mirror {
                     }
                     // The size from the object's header first: a blob over the limit is
                     // refused without being inflated into memory.
-                    match blob_size(&self.repo, entry.id()) {
-                        Ok(size) if size > MAX_FILE_BYTES => {
-                            read.errors.push(ManifestError::TooLarge {
-                                path: PathBuf::from(&path),
-                                size,
-                                limit: MAX_FILE_BYTES,
-                            });
-                            return git2::TreeWalkResult::Ok;
+                    let read_blob = blob_size(&repo, entry.id()).and_then(|size| {
+                        if size > MAX_FILE_BYTES {
+                            return Ok(Err(size));
                         }
-                        Ok(_) => {}
-                        Err(e) => {
-                            failure = Some(format!("{path}: {}", e.message()));
-                            return git2::TreeWalkResult::Abort;
-                        }
-                    }
-                    match self.repo.find_blob(entry.id()) {
-                        Ok(blob) => read.files.push(SourceFile {
+                        repo.find_blob(entry.id())
+                            .map(|blob| Ok(blob.content().to_vec()))
+                    });
+                    match read_blob {
+                        Ok(Ok(bytes)) => read.files.push(SourceFile {
                             path: PathBuf::from(&path),
-                            bytes: blob.content().to_vec(),
+                            bytes,
+                        }),
+                        Ok(Err(size)) => read.errors.push(ManifestError::TooLarge {
+                            path: PathBuf::from(&path),
+                            size,
+                            limit: MAX_FILE_BYTES,
                         }),
                         Err(e) => {
-                            failure = Some(format!("{path}: {}", e.message()));
+                            failure = Some(self.read_error_at(&path, &e));
                             return git2::TreeWalkResult::Abort;
                         }
                     }
@@ -539,17 +849,13 @@ impl Mirror {
                 }
                 _ => git2::TreeWalkResult::Ok,
             }
-        })
-        .map_err(|e| {
-            failure
-                .clone()
-                .map(GitError::Other)
-                .unwrap_or_else(|| other(e))
-        })?;
-        if let Some(message) = failure {
-            return Err(GitError::Other(message));
+        });
+        // A subtree that cannot be read fails the walk itself; a blob, through `failure`.
+        match (failure, walked) {
+            (Some(failed), _) => Err(failed),
+            (None, Err(e)) => Err(self.read_error(e)),
+            (None, Ok(())) => Ok(read),
         }
-        Ok(read)
     }
 
     /// What the path `path` (relative to the root) holds in `commit`'s tree, for
@@ -570,11 +876,9 @@ impl Mirror {
                 }
             }
         }
-        let mut tree = self
-            .repo
-            .find_commit(commit)
-            .and_then(|c| c.tree())
-            .map_err(other)?;
+        let repo = self.repo();
+        let mut tree = self.tree_of(&repo, commit)?;
+        let failed = |e: git2::Error| self.read_error_at(&path.display().to_string(), &e);
         for (i, part) in parts.iter().enumerate() {
             let Some((kind, id, link)) = tree.get_name_bytes(part.as_encoded_bytes()).map(|e| {
                 let link = e.filemode() == i32::from(FileMode::Link);
@@ -584,15 +888,15 @@ impl Mirror {
             };
             match kind {
                 _ if link => return Ok(Lookup::Symlink),
-                Some(ObjectType::Tree) => tree = self.repo.find_tree(id).map_err(other)?,
+                Some(ObjectType::Tree) => tree = repo.find_tree(id).map_err(failed)?,
                 Some(ObjectType::Blob) if i + 1 == parts.len() => {
-                    if blob_size(&self.repo, id).map_err(other)? > MAX_FILE_BYTES {
+                    if blob_size(&repo, id).map_err(failed)? > MAX_FILE_BYTES {
                         return Ok(Lookup::Refused(format!(
                             "{}: larger than {MAX_FILE_BYTES} bytes",
                             path.display()
                         )));
                     }
-                    let blob = self.repo.find_blob(id).map_err(other)?;
+                    let blob = repo.find_blob(id).map_err(failed)?;
                     return Ok(Lookup::File(blob.content().to_vec()));
                 }
                 // A file on the way to the path: the path does not exist.
@@ -638,11 +942,54 @@ impl Mirror {
     /// before anyone could change the tree, then no longer names it. A commit whose tree is
     /// the one tagpin wrote holds no one's work but tagpin's, whoever made the commit, so
     /// replacing it loses nothing (a person's edit of the message alone would be lost).
+    ///
+    /// With `author.signing` configured, the commit must also carry a signature that
+    /// tagpin's key verifies ([`Mirror::is_trusted`]): the shape alone can be forged by anyone
+    /// who may push.
     pub fn is_own_commit(&self, commit: Oid) -> Result<bool, GitError> {
-        let c = self.repo.find_commit(commit).map_err(other)?;
-        Ok(c.parent_count() == 1 && tree_trailer(c.message_bytes()) == Some(c.tree_id()))
+        let shaped = {
+            let repo = self.repo();
+            let c = self.find_commit(&repo, commit)?;
+            c.parent_count() == 1 && tree_trailer(c.message_bytes()) == Some(c.tree_id())
+        };
+        Ok(shaped && self.is_trusted(commit)?)
     }
 
+    /// Whether what `commit` says about tagpin (its trailers) may be believed: always without
+    /// `author.signing`, which the docs say (anyone who may push can write a trailer); with
+    /// it, only when the commit's signature verifies with tagpin's own key.
+    pub fn is_trusted(&self, commit: Oid) -> Result<bool, GitError> {
+        let Some(signer) = &self.signer else {
+            return Ok(true);
+        };
+        Ok(match self.signature(commit)? {
+            Some((signature, signed)) => signer.public().verifies(&signature, &signed),
+            None => false,
+        })
+    }
+
+    /// The signature in `commit`'s `gpgsig` header and the bytes it signs (the commit without
+    /// that header), or `None` for an unsigned commit.
+    pub fn signature(&self, commit: Oid) -> Result<Option<(String, Vec<u8>)>, GitError> {
+        let repo = self.repo();
+        // Asked first so that an id from elsewhere that the mirror lacks is not damage.
+        self.find_commit(&repo, commit)?;
+        match repo.extract_signature(&commit, Some("gpgsig")) {
+            Ok((signature, signed)) => Ok(Some((
+                String::from_utf8_lossy(&signature).into_owned(),
+                signed.to_vec(),
+            ))),
+            Err(e)
+                if e.code() == git2::ErrorCode::NotFound && e.class() != git2::ErrorClass::Odb =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(self.read_error(e)),
+        }
+    }
+
+    /// Builds the commit, signed with `author.signing`'s key when one is configured: the
+    /// signature covers the commit as git hashes it, less the `gpgsig` header it goes in.
     fn commit_tree(
         &self,
         parent: Oid,
@@ -650,27 +997,42 @@ impl Mirror {
         author: &crate::config::Author,
         message: &str,
     ) -> Result<Oid, GitError> {
-        let tree = self.repo.find_tree(tree_id).map_err(other)?;
-        let parent = self.repo.find_commit(parent).map_err(other)?;
+        let repo = self.repo();
+        let tree = repo.find_tree(tree_id).map_err(|e| self.read_error(e))?;
+        let parent = self.find_commit(&repo, parent)?;
         let signature = git2::Signature::now(&author.name, &author.email).map_err(other)?;
-        self.repo
-            .commit(None, &signature, &signature, message, &tree, &[&parent])
-            .map_err(other)
+        let Some(signer) = &self.signer else {
+            return repo
+                .commit(None, &signature, &signature, message, &tree, &[&parent])
+                .map_err(|e| self.read_error(e));
+        };
+        let buffer = repo
+            .commit_create_buffer(&signature, &signature, message, &tree, &[&parent])
+            .map_err(|e| self.read_error(e))?;
+        let text = std::str::from_utf8(&buffer)
+            .map_err(|_| GitError::Other("a commit to sign is not UTF-8 text".into()))?;
+        let armoured = signer.sign(text.as_bytes())?;
+        repo.commit_signed(text, &armoured, Some("gpgsig"))
+            .map_err(|e| self.read_error(e))
     }
 
     /// The tree `parent`'s tree becomes with `files` replaced (each keeps its file mode).
+    ///
+    /// Only the trees on the way to `files` are rewritten; every other entry is kept by id,
+    /// read or not, so nothing the mirror could not read is left out. A file whose place in
+    /// the base tree cannot be read is an error, never taken for a new file.
     pub fn tree_with(&self, parent: Oid, files: &[(PathBuf, Vec<u8>)]) -> Result<Oid, GitError> {
-        let base = self
-            .repo
-            .find_commit(parent)
-            .and_then(|c| c.tree())
-            .map_err(other)?;
+        let repo = self.repo();
+        let base = self.tree_of(&repo, parent)?;
         let mut update = git2::build::TreeUpdateBuilder::new();
         for (path, bytes) in files {
-            let blob = self.repo.blob(bytes).map_err(other)?;
-            let executable = base
-                .get_path(path)
-                .is_ok_and(|e| e.filemode() == i32::from(FileMode::BlobExecutable));
+            let at = path.display().to_string();
+            let blob = repo.blob(bytes).map_err(|e| self.read_error_at(&at, &e))?;
+            let executable = match base.get_path(path) {
+                Ok(entry) => entry.filemode() == i32::from(FileMode::BlobExecutable),
+                Err(e) if is_absent(&e) => false,
+                Err(e) => return Err(self.read_error_at(&at, &e)),
+            };
             let mode = if executable {
                 FileMode::BlobExecutable
             } else {
@@ -678,23 +1040,24 @@ impl Mirror {
             };
             update.upsert(path_str(path)?, blob, mode);
         }
-        update.create_updated(&self.repo, &base).map_err(other)
+        update
+            .create_updated(&repo, &base)
+            .map_err(|e| self.read_error(e))
     }
 
     /// `commit` and up to `max - 1` of its first-parent ancestors, newest first: the history
-    /// of a branch as its merges made it.
+    /// of a branch as its merges made it. A parent the mirror cannot read is damage, never the
+    /// end of the history.
     pub fn first_parents(&self, commit: Oid, max: usize) -> Result<Vec<Oid>, GitError> {
+        let repo = self.repo();
         let mut out = Vec::new();
-        let mut current = self.repo.find_commit(commit).map_err(other)?;
+        let mut current = self.find_commit(&repo, commit)?;
         loop {
             out.push(current.id());
-            if out.len() >= max {
+            if out.len() >= max || current.parent_count() == 0 {
                 return Ok(out);
             }
-            match current.parent(0) {
-                Ok(parent) => current = parent,
-                Err(_) => return Ok(out),
-            }
+            current = current.parent(0).map_err(|e| self.read_error(e))?;
         }
     }
 
@@ -709,7 +1072,8 @@ impl Mirror {
     ) -> Result<Option<(Oid, i64, String)>, GitError> {
         for id in self.first_parents(commit, max)? {
             if self.is_own_commit(id)? {
-                let c = self.repo.find_commit(id).map_err(other)?;
+                let repo = self.repo();
+                let c = self.find_commit(&repo, id)?;
                 let message = String::from_utf8_lossy(c.message_bytes()).into_owned();
                 return Ok(Some((id, c.committer().when().seconds(), message)));
             }
@@ -732,22 +1096,24 @@ impl Mirror {
         only: Option<&Path>,
         max: usize,
     ) -> Result<Option<Changed>, GitError> {
-        let c = self.repo.find_commit(commit).map_err(other)?;
+        let repo = self.repo();
+        let c = self.find_commit(&repo, commit)?;
         // A root commit adds every file: not a change of fields.
-        let Ok(parent) = c.parent(0) else {
+        if c.parent_count() == 0 {
             return Ok(None);
-        };
-        let (old, new) = (parent.tree().map_err(other)?, c.tree().map_err(other)?);
+        }
+        let failed = |e: git2::Error| self.read_error(e);
+        let parent = c.parent(0).map_err(failed)?;
+        let (old, new) = (parent.tree().map_err(failed)?, c.tree().map_err(failed)?);
         let mut options = git2::DiffOptions::new();
         if let Some(only) = only {
             options
                 .pathspec(path_str(only)?)
                 .disable_pathspec_match(true);
         }
-        let diff = self
-            .repo
+        let diff = repo
             .diff_tree_to_tree(Some(&old), Some(&new), Some(&mut options))
-            .map_err(other)?;
+            .map_err(failed)?;
         if diff.deltas().len() > max {
             return Ok(Some(Vec::new()));
         }
@@ -759,9 +1125,9 @@ impl Mirror {
             let Some(path) = delta.new_file().path() else {
                 return Ok(None);
             };
-            let blob = |id| self.repo.find_blob(id).map(|b| b.content().to_vec());
-            let before = blob(delta.old_file().id()).map_err(other)?;
-            let after = blob(delta.new_file().id()).map_err(other)?;
+            let blob = |id| repo.find_blob(id).map(|b| b.content().to_vec());
+            let before = blob(delta.old_file().id()).map_err(failed)?;
+            let after = blob(delta.new_file().id()).map_err(failed)?;
             out.push((path.to_path_buf(), before, after));
         }
         Ok(Some(out))
@@ -777,13 +1143,13 @@ impl Mirror {
         onto: Oid,
         paths: &[&Path],
     ) -> Result<Option<Files>, GitError> {
-        let c = self.repo.find_commit(commit).map_err(other)?;
-        let onto = self.repo.find_commit(onto).map_err(other)?;
+        let repo = self.repo();
+        let c = self.find_commit(&repo, commit)?;
+        let onto = self.find_commit(&repo, onto)?;
         let mainline = if c.parent_count() > 1 { 1 } else { 0 };
-        let index = self
-            .repo
+        let index = repo
             .revert_commit(&c, &onto, mainline, None)
-            .map_err(other)?;
+            .map_err(|e| self.read_error(e))?;
         if index.has_conflicts() {
             return Ok(None);
         }
@@ -792,39 +1158,47 @@ impl Mirror {
             let Some(entry) = index.get_path(path, 0) else {
                 return Ok(None);
             };
-            let blob = self.repo.find_blob(entry.id).map_err(other)?;
+            let blob = repo.find_blob(entry.id).map_err(|e| self.read_error(e))?;
             out.push((path.to_path_buf(), blob.content().to_vec()));
         }
         Ok(Some(out))
     }
 
-    /// The content of `path` in `commit`'s tree, if it is a file there.
+    /// The content of `path` in `commit`'s tree, if it is a file there. A file the tree names
+    /// but the mirror cannot read is an error, not a file that is not there.
     pub fn file_at(&self, commit: Oid, path: &Path) -> Result<Option<Vec<u8>>, GitError> {
-        let tree = self
-            .repo
-            .find_commit(commit)
-            .and_then(|c| c.tree())
-            .map_err(other)?;
-        let Ok(entry) = tree.get_path(path) else {
-            return Ok(None);
+        let repo = self.repo();
+        let tree = self.tree_of(&repo, commit)?;
+        let at = path.display().to_string();
+        let entry = match tree.get_path(path) {
+            Ok(entry) => entry,
+            Err(e) if is_absent(&e) => return Ok(None),
+            Err(e) => return Err(self.read_error_at(&at, &e)),
         };
-        match self.repo.find_blob(entry.id()) {
-            Ok(blob) => Ok(Some(blob.content().to_vec())),
-            Err(_) => Ok(None),
+        if entry.kind() != Some(ObjectType::Blob) {
+            return Ok(None);
         }
+        let blob = repo
+            .find_blob(entry.id())
+            .map_err(|e| self.read_error_at(&at, &e))?;
+        Ok(Some(blob.content().to_vec()))
     }
 
     /// The messages of `commit` and its ancestors (every parent, newest first, at most
     /// `max`): where tagpin's trailers are read back from.
     pub fn messages(&self, commit: Oid, max: usize) -> Result<Vec<(Oid, String)>, GitError> {
-        let mut walk = self.repo.revwalk().map_err(other)?;
-        walk.push(commit).map_err(other)?;
+        let repo = self.repo();
+        // Asked first so that an id from elsewhere that the mirror lacks is not damage.
+        self.find_commit(&repo, commit)?;
+        let failed = |e: git2::Error| self.read_error(e);
+        let mut walk = repo.revwalk().map_err(failed)?;
+        walk.push(commit).map_err(failed)?;
         walk.set_sorting(git2::Sort::TOPOLOGICAL | git2::Sort::TIME)
-            .map_err(other)?;
+            .map_err(failed)?;
         let mut out = Vec::new();
         for id in walk.take(max) {
-            let id = id.map_err(other)?;
-            let c = self.repo.find_commit(id).map_err(other)?;
+            let id = id.map_err(failed)?;
+            let c = repo.find_commit(id).map_err(failed)?;
             out.push((id, String::from_utf8_lossy(c.message_bytes()).into_owned()));
         }
         Ok(out)
@@ -838,14 +1212,18 @@ impl Mirror {
         commit: Oid,
         needle: &str,
     ) -> Result<Vec<(Oid, String)>, GitError> {
-        let mut walk = self.repo.revwalk().map_err(other)?;
-        walk.push(commit).map_err(other)?;
-        walk.set_sorting(git2::Sort::TIME).map_err(other)?;
+        let repo = self.repo();
+        // Asked first so that an id from elsewhere that the mirror lacks is not damage.
+        self.find_commit(&repo, commit)?;
+        let failed = |e: git2::Error| self.read_error(e);
+        let mut walk = repo.revwalk().map_err(failed)?;
+        walk.push(commit).map_err(failed)?;
+        walk.set_sorting(git2::Sort::TIME).map_err(failed)?;
         let needle = needle.as_bytes();
         let mut out = Vec::new();
         for id in walk {
-            let id = id.map_err(other)?;
-            let c = self.repo.find_commit(id).map_err(other)?;
+            let id = id.map_err(failed)?;
+            let c = repo.find_commit(id).map_err(failed)?;
             let message = c.message_bytes();
             if message.windows(needle.len()).any(|w| w == needle) {
                 out.push((id, String::from_utf8_lossy(message).into_owned()));
@@ -857,14 +1235,45 @@ impl Mirror {
     /// When a commit was made (committer time, Unix seconds): how long the GitOps tool has had
     /// to apply it.
     pub fn commit_time(&self, commit: Oid) -> Result<i64, GitError> {
-        let c = self.repo.find_commit(commit).map_err(other)?;
+        let repo = self.repo();
+        let c = self.find_commit(&repo, commit)?;
         let seconds = c.committer().when().seconds();
         Ok(seconds)
     }
 
+    /// The parents of a commit, first parent first.
+    pub fn parents(&self, commit: Oid) -> Result<Vec<Oid>, GitError> {
+        let repo = self.repo();
+        let c = self.find_commit(&repo, commit)?;
+        Ok(c.parent_ids().collect())
+    }
+
+    /// The object id each of `paths` (a directory or file, relative to the root; `.` is the
+    /// root) names in `commit`'s tree, `None` where nothing is: two commits with the same ids
+    /// hold the same files there, told without reading them.
+    pub fn path_ids(&self, commit: Oid, paths: &[String]) -> Result<Vec<Option<Oid>>, GitError> {
+        let repo = self.repo();
+        let tree = self.tree_of(&repo, commit)?;
+        paths
+            .iter()
+            .map(|path| {
+                let relative = path.trim_start_matches("./").trim_matches('/');
+                if relative.is_empty() || relative == "." {
+                    return Ok(Some(tree.id()));
+                }
+                match tree.get_path(Path::new(relative)) {
+                    Ok(entry) => Ok(Some(entry.id())),
+                    Err(e) if is_absent(&e) => Ok(None),
+                    Err(e) => Err(self.read_error_at(path, &e)),
+                }
+            })
+            .collect()
+    }
+
     /// The tree and first parent of a commit, to tell whether a branch already holds a change.
     pub fn tree_and_parent(&self, commit: Oid) -> Result<(Oid, Option<Oid>), GitError> {
-        let c = self.repo.find_commit(commit).map_err(other)?;
+        let repo = self.repo();
+        let c = self.find_commit(&repo, commit)?;
         Ok((c.tree_id(), c.parent_ids().next()))
     }
 
@@ -872,16 +1281,16 @@ impl Mirror {
     /// verifier asks about GitOps revisions at every check). A `Repository` cannot be shared
     /// between threads, but two handles on one directory can be used side by side.
     pub fn try_clone(&self) -> Result<Mirror, GitError> {
-        let repo = Repository::open_bare(self.repo.path()).map_err(|e| GitError::Mirror {
-            path: self.repo.path().to_path_buf(),
-            message: e.message().to_string(),
-        })?;
         Ok(Mirror {
-            repo,
+            repo: RefCell::new(open_bare(&self.path)?),
+            path: self.path.clone(),
             url: self.url.clone(),
             credentials: self.credentials.clone(),
             lock_path: self.lock_path.clone(),
             limits: self.limits,
+            opened: Cell::new(dir_identity(&self.path)),
+            repairs: Cell::new(0),
+            signer: self.signer.clone(),
         })
     }
 
@@ -894,11 +1303,12 @@ impl Mirror {
         candidate: &str,
         ancestor: &str,
     ) -> Result<Option<bool>, GitError> {
+        let repo = self.repo();
         let commit = |text: &str| {
             Oid::from_str(text)
                 .ok()
                 .filter(|_| text.len() == 40 || text.len() == 64)
-                .filter(|oid| self.repo.find_commit(*oid).is_ok())
+                .filter(|oid| repo.find_commit(*oid).is_ok())
         };
         let (Some(candidate), Some(ancestor)) = (commit(candidate), commit(ancestor)) else {
             return Ok(None);
@@ -906,10 +1316,9 @@ impl Mirror {
         if candidate == ancestor {
             return Ok(Some(true));
         }
-        self.repo
-            .graph_descendant_of(candidate, ancestor)
+        repo.graph_descendant_of(candidate, ancestor)
             .map(Some)
-            .map_err(other)
+            .map_err(|e| self.read_error(e))
     }
 
     /// Pushes `commit` to `branch`, on the condition `expect` states.
@@ -919,8 +1328,8 @@ impl Mirror {
         if let Some(path) = local_path(&self.url) {
             return self.push_local(&path, commit, branch, expect);
         }
-        let mut remote = self
-            .repo
+        let repo = self.repo();
+        let mut remote = repo
             .remote_anonymous(&self.url)
             .map_err(|e| self.push_error(e))?;
         let force = match expect {
@@ -988,7 +1397,8 @@ impl Mirror {
         if destination.exists(commit) {
             return Ok(());
         }
-        let c = self.repo.find_commit(commit)?;
+        let repo = self.repo();
+        let c = repo.find_commit(commit)?;
         if let Some(parent) = c.parent_ids().find(|p| !destination.exists(*p)) {
             return Err(git2::Error::from_str(&format!(
                 "the remote lacks {parent}, the commit tagpin built on"
@@ -1003,7 +1413,8 @@ impl Mirror {
         if destination.exists(tree) {
             return Ok(());
         }
-        for entry in self.repo.find_tree(tree)?.iter() {
+        let repo = self.repo();
+        for entry in repo.find_tree(tree)?.iter() {
             match entry.kind() {
                 Some(ObjectType::Tree) => self.copy_tree(destination, entry.id())?,
                 Some(ObjectType::Blob) if !destination.exists(entry.id()) => {
@@ -1016,7 +1427,8 @@ impl Mirror {
     }
 
     fn copy_object(&self, destination: &git2::Odb<'_>, oid: Oid) -> Result<(), git2::Error> {
-        let source = self.repo.odb()?;
+        let repo = self.repo();
+        let source = repo.odb()?;
         let object = source.read(oid)?;
         destination.write(object.kind(), object.data())?;
         Ok(())
@@ -1060,9 +1472,9 @@ impl Mirror {
         refspec: &str,
         branch: &str,
     ) -> Result<(), GitError> {
-        self.repo
+        self.repo()
             .reference(PUSH_REF, commit, true, "tagpin push")
-            .map_err(other)?;
+            .map_err(|e| self.read_error_at(PUSH_REF, &e))?;
         let url = self.display_url();
         let rejection: RefCell<Option<String>> = RefCell::new(None);
         let attempts = Cell::new(0);
@@ -1147,25 +1559,38 @@ impl Mirror {
         }
     }
 
+    /// A failed fetch. Damage is told by class ([`damage`]): a fetch reads the mirror's refs
+    /// and objects (to update the refs, and to tell the remote what it has), and a `file://`
+    /// remote's objects too, so damage found here may be the remote's; [`Mirror::repair`]
+    /// finds out by fetching into a fresh mirror.
     fn fetch_error(&self, e: git2::Error) -> GitError {
         let url = self.display_url();
         let message = scrub(e.message(), &self.credentials);
         if e.code() == git2::ErrorCode::Auth
             || e.class() == git2::ErrorClass::Http && message.contains("401")
         {
-            GitError::Auth { url, message }
-        } else {
-            GitError::Fetch { url, message }
+            return GitError::Auth { url, message };
+        }
+        match damage(e.class(), e.code(), true) {
+            Some(_) => self.classify(&e, true, format!("cannot fetch from {url}: {message}")),
+            None => GitError::Fetch { url, message },
         }
     }
 
+    /// A failed push. An object the push could not read is the mirror's damage (the remote's
+    /// objects are not read, but for a `file://` remote's refs, which a corrupt one is the
+    /// remote's own).
     fn push_error(&self, e: git2::Error) -> GitError {
         let url = self.display_url();
         let message = scrub(e.message(), &self.credentials);
         if e.code() == git2::ErrorCode::Auth {
-            GitError::Auth { url, message }
-        } else {
-            GitError::Push { url, message }
+            return GitError::Auth { url, message };
+        }
+        match damage(e.class(), e.code(), true) {
+            Some(Damage::MissingObject | Damage::CorruptObject) => {
+                self.classify(&e, true, format!("cannot push to {url}: {message}"))
+            }
+            _ => GitError::Push { url, message },
         }
     }
 }
@@ -1198,8 +1623,6 @@ fn local_path(url: &str) -> Option<PathBuf> {
     (!url.contains("://") && !scp_like).then(|| PathBuf::from(url))
 }
 
-/// The ref moved (or appeared) under us, or another writer holds its lock right now: a
-/// compare-and-swap lost, and the pass is planned again.
 /// A configured path as a prefix of tree paths: `./apps/` is `apps`, `.` is the root (empty).
 fn path_prefix(path: &str) -> &str {
     match path.trim_start_matches("./").trim_end_matches('/') {
@@ -1208,17 +1631,8 @@ fn path_prefix(path: &str) -> &str {
     }
 }
 
-/// The entries of `paths` that `tree` does not hold (the root always exists).
-fn missing_in<'p>(tree: &git2::Tree<'_>, paths: &'p [String]) -> Vec<&'p String> {
-    paths
-        .iter()
-        .filter(|p| {
-            let prefix = path_prefix(p);
-            !prefix.is_empty() && tree.get_path(Path::new(prefix)).is_err()
-        })
-        .collect()
-}
-
+/// The ref moved (or appeared) under us, or another writer holds its lock right now: a
+/// compare-and-swap lost, and the pass is planned again.
 fn is_stale(e: &git2::Error) -> bool {
     matches!(
         e.code(),
@@ -1260,10 +1674,13 @@ fn prepare_cache_dir(dir: &Path) -> Result<(), GitError> {
 
 /// Opens the bare repository at `path`, tightening it to `0700`; creates it when missing, and
 /// re-creates it when it is not a repository (a half-written or damaged cache would otherwise
-/// fail every pass). Never follows a symlink at `path`: that is removed, not its target.
-fn open_or_create(path: &Path) -> Result<Repository, GitError> {
+/// fail every pass), moving the old one aside ([`move_aside`]). Never follows a symlink at
+/// `path`: that is removed, not its target. Also says whether a damaged mirror was replaced.
+fn open_or_create(path: &Path, url: &str) -> Result<(Repository, bool), GitError> {
     match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return create_mirror(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok((create_mirror(path)?, false))
+        }
         Err(e) => return Err(mirror_error(path, e.to_string())),
         Ok(meta) if !meta.is_dir() => {
             tracing::warn!(
@@ -1271,7 +1688,7 @@ fn open_or_create(path: &Path) -> Result<Repository, GitError> {
                 path.display()
             );
             std::fs::remove_file(path).map_err(|e| mirror_error(path, e.to_string()))?;
-            return create_mirror(path);
+            return Ok((create_mirror(path)?, true));
         }
         Ok(meta) => {
             let mode = meta.permissions().mode() & 0o777;
@@ -1286,17 +1703,67 @@ fn open_or_create(path: &Path) -> Result<Repository, GitError> {
         }
     }
     match Repository::open_bare(path) {
-        Ok(repo) => Ok(repo),
+        Ok(repo) => Ok((repo, false)),
         Err(e) => {
+            let aside = move_aside(path)?;
             tracing::warn!(
-                "git mirror {}: not a usable repository ({}); re-creating it, the next fetch fills it again",
+                "git mirror {} (a cache of {}): not a usable repository ({}); moved it aside to {} and re-creating it, the next fetch fills it again",
                 path.display(),
-                e.message()
+                redact_url(url),
+                e.message(),
+                aside.display()
             );
-            std::fs::remove_dir_all(path).map_err(|e| mirror_error(path, e.to_string()))?;
-            create_mirror(path)
+            Ok((create_mirror(path)?, true))
         }
     }
+}
+
+/// Moves the damaged mirror at `path` to `<path>.damaged`, where whoever wants to find out
+/// what damaged it can look, replacing what an earlier repair left there (one copy at most).
+/// A rename, so that another process reading the mirror meanwhile finds either the old
+/// directory or the new one, never one half removed. The caller holds the [`MirrorLock`].
+fn move_aside(path: &Path) -> Result<PathBuf, GitError> {
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".damaged");
+    let aside = PathBuf::from(aside);
+    match std::fs::symlink_metadata(&aside) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&aside),
+        Ok(_) => std::fs::remove_file(&aside),
+        Err(_) => Ok(()),
+    }
+    .map_err(|e| {
+        mirror_error(
+            &aside,
+            format!("cannot remove an earlier damaged copy: {e}"),
+        )
+    })?;
+    std::fs::rename(path, &aside).map_err(|e| {
+        mirror_error(
+            path,
+            format!("cannot move it aside to {}: {e}", aside.display()),
+        )
+    })?;
+    Ok(aside)
+}
+
+/// Device and inode of the directory at `path`, if there is one: a mirror another process
+/// moved aside and re-created has other ones.
+fn dir_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|meta| meta.is_dir())
+        .map(|meta| (meta.dev(), meta.ino()))
+}
+
+fn open_bare(path: &Path) -> Result<Repository, GitError> {
+    Repository::open_bare(path).map_err(|e| mirror_error(path, e.message().to_string()))
+}
+
+/// Whether a tree lookup failed because the path is not in the tree (or runs through a
+/// file), rather than because a tree on the way could not be read.
+fn is_absent(e: &git2::Error) -> bool {
+    e.class() == git2::ErrorClass::Tree && e.code() == git2::ErrorCode::NotFound
 }
 
 fn create_mirror(path: &Path) -> Result<Repository, GitError> {
@@ -1490,7 +1957,7 @@ mod tests {
     fn one_path_is_read_from_a_commit_never_through_a_symlink_or_out_of_the_tree() {
         let dir = tempfile::tempdir().unwrap();
         let mirror = Mirror::open(dir.path(), "file:///nowhere", Credentials::None).unwrap();
-        let repo = &mirror.repo;
+        let repo = mirror.repo();
         let blob = |text: &str| repo.blob(text.as_bytes()).unwrap();
         let mut base = repo.treebuilder(None).unwrap();
         base.insert("kustomization.yaml", blob("resources: []\n"), 0o100644)
@@ -1527,7 +1994,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mirror =
             Mirror::open(dir.path(), "https://example.com/a.git", Credentials::None).unwrap();
-        let repo = &mirror.repo;
+        let repo = mirror.repo();
         let signature = git2::Signature::now("t", "t@example.com").unwrap();
         let tree = repo
             .find_tree(repo.treebuilder(None).unwrap().write().unwrap())
@@ -1562,8 +2029,9 @@ mod tests {
     fn only_a_commit_whose_tree_is_the_one_its_trailer_names_is_tagpins() {
         let dir = tempfile::tempdir().unwrap();
         let mirror = Mirror::open(dir.path(), "file:///nowhere", Credentials::None).unwrap();
-        let repo = &mirror.repo;
+        let repo = mirror.repo();
         let bot = crate::config::Author {
+            signing: None,
             name: "tagpin".into(),
             email: "tagpin@localhost".into(),
         };
@@ -1615,6 +2083,58 @@ mod tests {
         );
     }
 
+    /// An unencrypted ed25519 signer, made for the test.
+    fn test_signer() -> Arc<Signer> {
+        let key = ssh_key::PrivateKey::random(&mut rand_core::OsRng, ssh_key::Algorithm::Ed25519)
+            .unwrap()
+            .to_openssh(ssh_key::LineEnding::LF)
+            .unwrap();
+        Arc::new(Signer::ssh(key.as_bytes(), None).unwrap())
+    }
+
+    #[test]
+    fn with_signing_every_commit_is_signed_and_only_tagpins_signature_makes_it_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut mirror = Mirror::open(dir.path(), "file:///nowhere", Credentials::None).unwrap();
+        let root = {
+            let repo = mirror.repo();
+            let empty = repo.treebuilder(None).unwrap().write().unwrap();
+            let signature = git2::Signature::now("t", "t@example.com").unwrap();
+            let tree = repo.find_tree(empty).unwrap();
+            repo.commit(None, &signature, &signature, "root", &tree, &[])
+                .unwrap()
+        };
+        let bot = bot();
+        let file = vec![(PathBuf::from("a.yaml"), b"a: 1\n".to_vec())];
+        // Written before signing was configured: tagpin's by its shape alone.
+        let unsigned = mirror.commit_owned(root, &file, &bot, "Pin 1").unwrap();
+        assert!(mirror.is_own_commit(unsigned).unwrap());
+        assert!(mirror.signature(unsigned).unwrap().is_none());
+
+        let signer = test_signer();
+        mirror.sign_with(Arc::clone(&signer));
+        let signed = mirror.commit_owned(root, &file, &bot, "Pin 1").unwrap();
+        let other = mirror.commit(root, &file, &bot, "by hand").unwrap();
+        for commit in [signed, other] {
+            let (signature, data) = mirror.signature(commit).unwrap().unwrap();
+            assert!(signature.starts_with("-----BEGIN SSH SIGNATURE-----"));
+            assert!(signer.public().verifies(&signature, &data));
+        }
+        assert!(mirror.is_own_commit(signed).unwrap());
+        // The same shape without tagpin's signature, or signed with another key: not its own,
+        // and its trailers are not believed.
+        assert!(!mirror.is_own_commit(unsigned).unwrap());
+        assert!(!mirror.is_trusted(unsigned).unwrap());
+        let mut forger = Mirror::open(dir.path(), "file:///nowhere", Credentials::None).unwrap();
+        forger.sign_with(test_signer());
+        let forged = forger
+            .commit_owned(root, &file, &bot, "Pin 1\n\nx")
+            .unwrap();
+        assert!(forger.is_own_commit(forged).unwrap());
+        assert!(!mirror.is_own_commit(forged).unwrap());
+        assert!(mirror.is_trusted(other).unwrap());
+    }
+
     #[test]
     fn a_mirror_and_the_cache_it_creates_are_private_and_lock_files_left_behind_are_removed() {
         let dir = tempfile::tempdir().unwrap();
@@ -1622,7 +2142,7 @@ mod tests {
         let url = "https://example.com/a.git";
         let mirror = Mirror::open(&cache, url, Credentials::None).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-        let path = mirror.repo.path().to_path_buf();
+        let path = mirror.path.clone();
         assert_eq!(mode(&cache), PRIVATE_DIR_MODE);
         assert_eq!(mode(&path), PRIVATE_DIR_MODE);
         assert_eq!(mode(&mirror.lock_path), 0o600);
@@ -1656,16 +2176,414 @@ mod tests {
         let url = "https://example.com/a.git";
         let path = Mirror::open(dir.path(), url, Credentials::None)
             .unwrap()
-            .repo
-            .path()
-            .to_path_buf();
+            .path
+            .clone();
         std::fs::remove_dir_all(path.join("objects")).unwrap();
-        assert!(Mirror::open(dir.path(), url, Credentials::None).is_ok());
+        let reopened = Mirror::open(dir.path(), url, Credentials::None).unwrap();
         assert!(path.join("objects").is_dir());
+        assert_eq!(reopened.take_repairs(), 1, "counted as a repair");
+        assert_eq!(reopened.take_repairs(), 0, "once");
+        let aside = PathBuf::from(format!("{}.damaged", path.display()));
+        assert!(
+            aside.is_dir() && !aside.join("objects").exists(),
+            "moved aside"
+        );
         std::fs::remove_dir_all(&path).unwrap();
         std::fs::write(path.to_str().unwrap().trim_end_matches('/'), "junk").unwrap();
         assert!(Mirror::open(dir.path(), url, Credentials::None).is_ok());
         assert!(path.join("HEAD").is_file());
+    }
+
+    #[test]
+    fn damage_is_told_by_libgit2_class_and_code() {
+        use git2::{ErrorClass as Class, ErrorCode as Code};
+        let table = [
+            // An object a ref reaches, gone: damage; an id from elsewhere, gone: not yet fetched.
+            (
+                Class::Odb,
+                Code::NotFound,
+                true,
+                Some(Damage::MissingObject),
+            ),
+            (Class::Odb, Code::NotFound, false, None),
+            (
+                Class::Odb,
+                Code::GenericError,
+                false,
+                Some(Damage::CorruptObject),
+            ),
+            (
+                Class::Odb,
+                Code::HashsumMismatch,
+                true,
+                Some(Damage::CorruptObject),
+            ),
+            (
+                Class::Zlib,
+                Code::GenericError,
+                true,
+                Some(Damage::CorruptObject),
+            ),
+            (
+                Class::Object,
+                Code::GenericError,
+                true,
+                Some(Damage::CorruptObject),
+            ),
+            (
+                Class::Reference,
+                Code::GenericError,
+                true,
+                Some(Damage::Reference),
+            ),
+            (
+                Class::Config,
+                Code::GenericError,
+                true,
+                Some(Damage::Config),
+            ),
+            // A prefix naming two objects, a missing or locked or moved ref, a bad name.
+            (Class::Odb, Code::Ambiguous, true, None),
+            (Class::Object, Code::Ambiguous, true, None),
+            (Class::Reference, Code::NotFound, true, None),
+            (Class::Reference, Code::Locked, true, None),
+            (Class::Reference, Code::Modified, true, None),
+            (Class::Reference, Code::InvalidSpec, true, None),
+            (Class::Config, Code::NotFound, true, None),
+            // A path not in a tree, the network, the remote's pack, the disk, an index.
+            (Class::Tree, Code::NotFound, true, None),
+            (Class::Net, Code::GenericError, true, None),
+            (Class::Http, Code::Auth, true, None),
+            (Class::Indexer, Code::GenericError, true, None),
+            (Class::Os, Code::GenericError, true, None),
+            (Class::Index, Code::GenericError, true, None),
+        ];
+        for (class, code, must_exist, expected) in table {
+            assert_eq!(
+                damage(class, code, must_exist),
+                expected,
+                "{class:?} {code:?} must_exist={must_exist}"
+            );
+        }
+    }
+
+    /// A bare repository on this machine with `apps/web.yaml`, `apps/notes.yaml` and
+    /// `README.md` on `main`; its `file://` URL.
+    fn remote(dir: &Path) -> String {
+        let path = dir.join("remote.git");
+        let repo = Repository::init_bare(&path).unwrap();
+        let blob = |text: &str| repo.blob(text.as_bytes()).unwrap();
+        let mut apps = repo.treebuilder(None).unwrap();
+        apps.insert("web.yaml", blob("image: web:1\n"), 0o100644)
+            .unwrap();
+        apps.insert("notes.yaml", blob("kind: ConfigMap\n"), 0o100644)
+            .unwrap();
+        let apps = apps.write().unwrap();
+        let mut root = repo.treebuilder(None).unwrap();
+        root.insert("apps", apps, 0o040000).unwrap();
+        root.insert("README.md", blob("# gitops\n"), 0o100644)
+            .unwrap();
+        let tree = repo.find_tree(root.write().unwrap()).unwrap();
+        let signature = git2::Signature::now("t", "t@example.com").unwrap();
+        repo.commit(
+            Some("refs/heads/main"),
+            &signature,
+            &signature,
+            "init",
+            &tree,
+            &[],
+        )
+        .unwrap();
+        format!("file://{}", path.display())
+    }
+
+    const PREFIX: &str = "tagpin/";
+
+    fn bot() -> crate::config::Author {
+        crate::config::Author {
+            signing: None,
+            name: "tagpin".into(),
+            email: "tagpin@localhost".into(),
+        }
+    }
+
+    /// What a pass reads: fetch, the tip of `main`, the files under `apps`.
+    fn read_apps(mirror: &Mirror) -> Result<Vec<String>, GitError> {
+        mirror.fetch("main", PREFIX)?;
+        let tip = mirror.require_tip("main")?;
+        let filter = FileFilter::with_default_include(&[], &[]).unwrap();
+        let read = mirror.read_files(tip, &["apps".to_string()], &filter)?;
+        assert!(read.errors.is_empty(), "{:?}", read.errors);
+        Ok(read
+            .files
+            .iter()
+            .map(|f| format!("{}={}", f.path.display(), String::from_utf8_lossy(&f.bytes)))
+            .collect())
+    }
+
+    /// A mirror of a fresh [`remote`] after one good pass that committed and pushed a pin, as
+    /// a process left it: a pack from the first fetch, loose objects of tagpin's own commit.
+    /// Returns the cache directory, the URL, and what the pass reads.
+    fn mirror_after_one_pass(dir: &Path) -> (PathBuf, String, Vec<String>) {
+        let url = remote(dir);
+        let cache = dir.join("cache");
+        let mirror = Mirror::open(&cache, &url, Credentials::None).unwrap();
+        read_apps(&mirror).unwrap();
+        let tip = mirror.require_tip("main").unwrap();
+        let pin = vec![(
+            PathBuf::from("apps/web.yaml"),
+            b"image: web:1@sha256:0\n".to_vec(),
+        )];
+        let commit = mirror.commit(tip, &pin, &bot(), "Pin").unwrap();
+        mirror
+            .push(commit, "main", Expect::FastForwardFrom(tip))
+            .unwrap();
+        let read = read_apps(&mirror).unwrap();
+        (cache, url, read)
+    }
+
+    /// Damage as a crash, a full disk or a killed fetch leaves it; the mirror is not open.
+    fn damage_mirror(mirror: &Path, how: &str) {
+        let packs: Vec<PathBuf> = std::fs::read_dir(mirror.join("objects/pack"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        let with = |ext: &str| {
+            let found: Vec<&PathBuf> = packs
+                .iter()
+                .filter(|p| p.extension().is_some_and(|e| e == ext))
+                .collect();
+            assert!(!found.is_empty(), "no .{ext} in {}", mirror.display());
+            found
+        };
+        match how {
+            "truncated pack" => {
+                for pack in with("pack") {
+                    let file = OpenOptions::new().write(true).open(pack).unwrap();
+                    let len = file.metadata().unwrap().len();
+                    file.set_len(len / 2).unwrap();
+                }
+            }
+            "pack index removed" => {
+                for index in with("idx") {
+                    std::fs::remove_file(index).unwrap();
+                }
+            }
+            "loose object removed" => {
+                let repo = Repository::open_bare(mirror).unwrap();
+                let tip = repo.refname_to_id("refs/remotes/origin/main").unwrap();
+                let tree = repo.find_commit(tip).unwrap().tree().unwrap();
+                let blob = tree.get_path(Path::new("apps/web.yaml")).unwrap().id();
+                let hex = blob.to_string();
+                let loose = mirror.join("objects").join(&hex[..2]).join(&hex[2..]);
+                std::fs::remove_file(&loose).unwrap();
+            }
+            "loose ref overwritten" => {
+                let head = mirror.join("refs/remotes/origin/main");
+                assert!(head.is_file());
+                std::fs::write(head, "garbage\n").unwrap();
+            }
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn a_damaged_mirror_is_found_damaged_moved_aside_and_cloned_again() {
+        for (how, expected) in [
+            ("truncated pack", Damage::MissingObject),
+            ("pack index removed", Damage::MissingObject),
+            ("loose object removed", Damage::MissingObject),
+            ("loose ref overwritten", Damage::Reference),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let (cache, url, good) = mirror_after_one_pass(dir.path());
+            let path = cache.join(mirror_dir_name(&url));
+            damage_mirror(&path, how);
+
+            let mirror = Mirror::open(&cache, &url, Credentials::None).unwrap();
+            let found = read_apps(&mirror).unwrap_err();
+            assert_eq!(found.damage(), Some(expected), "{how}: {found}");
+            let message = found.to_string();
+            assert!(
+                message.contains(&path.display().to_string()) && message.contains(&url),
+                "{how}: names the cache and what it caches: {message}"
+            );
+            let started = Instant::now();
+            mirror.repair(found, "main", PREFIX).unwrap();
+            eprintln!("{how}: repaired in {:?}", started.elapsed());
+
+            assert_eq!(read_apps(&mirror).unwrap(), good, "{how}");
+            assert_eq!(mirror.take_repairs(), 1, "{how}");
+            assert!(PathBuf::from(format!("{}.damaged", path.display())).is_dir());
+            // Another handle, as the next pass opens it, reads the fresh clone too.
+            let next = Mirror::open(&cache, &url, Credentials::None).unwrap();
+            assert_eq!(read_apps(&next).unwrap(), good, "{how}");
+            assert_eq!(next.take_repairs(), 0, "{how}");
+        }
+    }
+
+    #[test]
+    fn a_file_the_tree_names_but_the_mirror_lacks_fails_the_read_and_the_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, url, _) = mirror_after_one_pass(dir.path());
+        let path = cache.join(mirror_dir_name(&url));
+        damage_mirror(&path, "loose object removed");
+        let mirror = Mirror::open(&cache, &url, Credentials::None).unwrap();
+        let tip = mirror.require_tip("main").unwrap();
+        let filter = FileFilter::with_default_include(&[], &[]).unwrap();
+
+        // Never a read of the other files alone.
+        let read = mirror.read_files(tip, &["apps".to_string()], &filter);
+        assert!(
+            matches!(&read, Err(GitError::Damaged { message, .. }) if message.starts_with("apps/web.yaml: ")),
+            "{:?}",
+            read.map(|r| r.files.len())
+        );
+        let at = mirror.file_at(tip, Path::new("apps/web.yaml"));
+        assert!(matches!(at, Err(GitError::Damaged { .. })), "{at:?}");
+        assert_eq!(
+            mirror.file_at(tip, Path::new("apps/none.yaml")).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn a_tree_the_mirror_lacks_is_damage_not_a_configured_path_that_is_not_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, url, _) = mirror_after_one_pass(dir.path());
+        let path = cache.join(mirror_dir_name(&url));
+        let apps = {
+            let repo = Repository::open_bare(&path).unwrap();
+            let tip = repo.refname_to_id("refs/remotes/origin/main").unwrap();
+            let tree = repo.find_commit(tip).unwrap().tree().unwrap();
+            tree.get_path(Path::new("apps")).unwrap().id().to_string()
+        };
+        std::fs::remove_file(path.join("objects").join(&apps[..2]).join(&apps[2..])).unwrap();
+        let mirror = Mirror::open(&cache, &url, Credentials::None).unwrap();
+        let tip = mirror.require_tip("main").unwrap();
+        let filter = FileFilter::with_default_include(&[], &[]).unwrap();
+
+        for paths in [["apps"], ["."], ["apps/web.yaml"]] {
+            let paths = paths.map(String::from);
+            let read = mirror.read_files(tip, &paths, &filter);
+            assert!(
+                matches!(read, Err(GitError::Damaged { .. })),
+                "{paths:?}: {:?}",
+                read.map(|r| r.errors)
+            );
+        }
+        // A configured path below the tree that is gone: neither there nor not there.
+        let web = ["apps/web.yaml".to_string()];
+        let missing = mirror.missing_paths(tip, &web);
+        assert!(
+            matches!(missing, Err(GitError::Damaged { .. })),
+            "{missing:?}"
+        );
+        // Building a commit on that tree fails: no file is left out of it.
+        let pin = vec![(PathBuf::from("apps/web.yaml"), b"x\n".to_vec())];
+        let built = mirror.commit(tip, &pin, &bot(), "Pin");
+        assert!(matches!(built, Err(GitError::Damaged { .. })), "{built:?}");
+        // A path that is simply not there is still one.
+        assert_eq!(
+            mirror.missing_paths(tip, &["nowhere".to_string()]).unwrap(),
+            [&"nowhere".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_commit_named_by_no_ref_and_not_fetched_is_no_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, url, _) = mirror_after_one_pass(dir.path());
+        let mirror = Mirror::open(&cache, &url, Credentials::None).unwrap();
+        let unknown = Oid::from_str(&"1".repeat(40)).unwrap();
+        for error in [
+            mirror.commit_time(unknown).unwrap_err(),
+            mirror.messages(unknown, 5).unwrap_err(),
+            mirror.changed_files(unknown).unwrap_err(),
+            mirror.resolve_commit(&"1".repeat(40)).unwrap_err(),
+        ] {
+            assert_eq!(error.damage(), None, "{error}");
+        }
+    }
+
+    #[test]
+    fn a_remote_that_is_itself_damaged_is_named_and_an_empty_mirror_is_not_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = remote(dir.path());
+        let remote_path = dir.path().join("remote.git");
+        // The remote lost the blob of apps/web.yaml.
+        let blob = {
+            let repo = Repository::open_bare(&remote_path).unwrap();
+            let tip = repo.refname_to_id("refs/heads/main").unwrap();
+            let tree = repo.find_commit(tip).unwrap().tree().unwrap();
+            tree.get_path(Path::new("apps/web.yaml"))
+                .unwrap()
+                .id()
+                .to_string()
+        };
+        std::fs::remove_file(
+            remote_path
+                .join("objects")
+                .join(&blob[..2])
+                .join(&blob[2..]),
+        )
+        .unwrap();
+        let cache = dir.path().join("cache");
+        let mirror = Mirror::open(&cache, &url, Credentials::None).unwrap();
+
+        let found = read_apps(&mirror).unwrap_err();
+        let error = match found.damage() {
+            Some(_) => mirror.repair(found, "main", PREFIX).unwrap_err(),
+            None => found,
+        };
+
+        assert!(
+            matches!(&error, GitError::RemoteDamaged { url: named, .. } if *named == url),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().starts_with(&format!("{url}: ")),
+            "{error}"
+        );
+        assert!(!error.to_string().contains(&cache.display().to_string()));
+        assert_eq!(mirror.take_repairs(), 0);
+        let aside = format!("{}.damaged", cache.join(mirror_dir_name(&url)).display());
+        assert!(!Path::new(&aside).exists());
+    }
+
+    #[test]
+    fn of_two_processes_on_one_cache_the_first_repairs_and_the_second_reads_its_clone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cache, url, good) = mirror_after_one_pass(dir.path());
+        let path = cache.join(mirror_dir_name(&url));
+        damage_mirror(&path, "loose ref overwritten");
+        // Two handles, each with its own lock file description, as two processes have.
+        let first = Mirror::open(&cache, &url, Credentials::None).unwrap();
+        let second = Mirror::open(&cache, &url, Credentials::None).unwrap();
+        let (found_first, found_second) = (
+            read_apps(&first).unwrap_err(),
+            read_apps(&second).unwrap_err(),
+        );
+
+        // The second asks while the first holds the lock: it waits, then finds a directory
+        // other than the one it opened, and reads that instead of moving it aside.
+        let held = MirrorLock::acquire(&first.lock_path).unwrap();
+        std::thread::scope(|scope| {
+            let waiting = scope.spawn(|| {
+                let second = second;
+                second.repair(found_second, "main", PREFIX).unwrap();
+                (read_apps(&second).unwrap(), second.take_repairs())
+            });
+            drop(held);
+            first.repair(found_first, "main", PREFIX).unwrap();
+            let (read, repairs) = waiting.join().unwrap();
+            assert_eq!(read, good);
+            assert_eq!(first.take_repairs() + repairs, 1, "moved aside once");
+        });
+        assert_eq!(read_apps(&first).unwrap(), good);
+        let aside = PathBuf::from(format!("{}.damaged", path.display()));
+        assert!(aside.is_dir());
+        assert!(path.join("refs/remotes/origin/main").is_file());
     }
 
     #[test]

@@ -42,6 +42,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::cluster::{ClientError, HomeCluster};
 use crate::config::DurationError;
 
 /// client-go's defaults: a Lease is good for 15 s, the leader gives up after 10 s without a
@@ -117,12 +118,11 @@ pub enum LeaderError {
     /// An [`ElectionConfig`] that breaks client-go's rules; the message says which.
     #[error("leader election: {0}")]
     Config(String),
-    /// No Kubernetes configuration found (in-cluster or `KUBECONFIG`). The kube errors are
-    /// boxed: they are large, and every `Result` of the CLI carries this one.
+    /// No Kubernetes configuration found (in-cluster or `KUBECONFIG`), or no client could be
+    /// made of it. Boxed: kube's errors are large, and every `Result` of the CLI carries this
+    /// one.
     #[error("leader election: Kubernetes client: {0}")]
-    Infer(#[source] Box<kube::config::InferConfigError>),
-    #[error("leader election: Kubernetes client: {0}")]
-    Client(#[source] Box<kube::Error>),
+    Client(#[source] Box<ClientError>),
     /// The API server did not answer a `request` (read, write, release) in time.
     #[error(
         "leader election: Lease {namespace}/{name}: no answer to the {request} within {within:?}"
@@ -376,17 +376,12 @@ impl Elector {
 
     /// A client for the cluster tagpin runs in (in-cluster, else `KUBECONFIG`), whose
     /// requests give up after `timeout`.
+    /// kube's own retry is off: a renewal that fails must be known at once, within the
+    /// renew deadline, and the election retries on its own period.
     pub async fn client(timeout: Duration) -> Result<Client, LeaderError> {
-        let mut config = kube::Config::infer()
-            .await
-            .map_err(|e| LeaderError::Infer(Box::new(e)))?;
-        config.default_retry = false;
-        config.connect_timeout = Some(timeout);
-        config.read_timeout = Some(timeout);
-        config.write_timeout = Some(timeout);
-        let deadline = Some(timeout * crate::verify::live::DEADLINE_PER_TIMEOUT);
-        crate::bounded::kube_client(config, crate::verify::live::MAX_ANSWER_BYTES, deadline)
-            .map_err(|e| LeaderError::Client(Box::new(e)))
+        let failed = |e| LeaderError::Client(Box::new(e));
+        let home = HomeCluster::infer(timeout).await.map_err(failed)?;
+        home.requests(false).map_err(failed)
     }
 
     pub fn identity(&self) -> &str {

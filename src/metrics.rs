@@ -114,11 +114,11 @@ const OTHER_HOSTS: &str = "other";
 /// What a webhook delivery is counted as ([`WebhookLabels::result`]).
 pub const WEBHOOK_RESULTS: [&str; 4] = ["accepted", "unauthorized", "bad_payload", "busy"];
 /// Every verdict.
-const VERDICTS: [crate::verify::verdict::State; 4] = [
-    crate::verify::verdict::State::Converged,
-    crate::verify::verdict::State::Progressing,
-    crate::verify::verdict::State::Failed,
-    crate::verify::verdict::State::Unverified,
+const VERDICTS: [crate::verify::judge::verdict::State; 4] = [
+    crate::verify::judge::verdict::State::Converged,
+    crate::verify::judge::verdict::State::Progressing,
+    crate::verify::judge::verdict::State::Failed,
+    crate::verify::judge::verdict::State::Unverified,
 ];
 /// What a verification is counted as being of ([`VerdictLabels::source`]).
 pub const VERIFIED_SOURCES: [&str; 3] = ["branch", "merged", "open"];
@@ -134,6 +134,8 @@ pub struct Metrics {
     pub registry_requests: Family<RegistryLabels, Counter>,
     pub rate_limit_remaining: Family<HostLabels, Gauge>,
     pub commits: Counter,
+    /// Git mirrors found damaged, moved aside and cloned again ([`crate::git::Mirror::repair`]).
+    pub mirror_repairs: Counter,
     pub pull_requests: Family<ActionLabels, Counter>,
     pub webhooks: Family<WebhookLabels, Counter>,
     /// Signature checks of digests about to be pinned (`images.signatures`), by result.
@@ -223,6 +225,7 @@ impl Metrics {
             rate_limit_remaining.clone(),
         );
         registry.register("commits", "Commits pushed", commits.clone());
+        let mirror_repairs = mirror_repairs(&mut registry);
         registry.register(
             "pull_requests",
             "Pull requests opened or updated",
@@ -296,6 +299,7 @@ impl Metrics {
             registry_requests,
             rate_limit_remaining,
             commits,
+            mirror_repairs,
             pull_requests,
             webhooks,
             signature_checks,
@@ -459,6 +463,19 @@ impl Metrics {
         }
         out
     }
+}
+
+/// `tagpin_mirror_repairs_total`, registered in `registry`: unlabelled, as the log names the
+/// mirror and what was wrong with it.
+fn mirror_repairs(registry: &mut Registry) -> Counter {
+    let repairs = Counter::default();
+    registry.register(
+        "mirror_repairs",
+        "Git mirrors in the cache directory found damaged (a missing or corrupt object, ref or \
+         config), moved aside and cloned again",
+        repairs.clone(),
+    );
+    repairs
 }
 
 /// `Counter::inc` for a labelled family, spelled once.

@@ -32,8 +32,8 @@ use crate::pass::{self, Pass};
 use crate::plan::Plan;
 use crate::registry;
 use crate::sync::{Outcome, SyncReport};
-use crate::verify::report;
-use crate::verify::verdict::State;
+use crate::verify::judge::report;
+use crate::verify::judge::verdict::State;
 
 /// The result format on stdout (`--output`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -356,8 +356,8 @@ fn plan_json(pass: &Pass, written: Option<&[pass::WriteOutcome]>) -> serde_json:
 
 /// What `verify` found, for the printer.
 pub(crate) struct VerifyReport {
-    pub(crate) check: crate::verify::Check,
-    pub(crate) expectations: crate::verify::Expectations,
+    pub(crate) check: crate::verify::judge::check::Check,
+    pub(crate) expectations: crate::verify::judge::check::Expectations,
 }
 
 fn render_promote(
@@ -779,7 +779,7 @@ mod tests {
     use super::*;
     use crate::reference::Digest;
     use crate::registry::{ManifestKind, Resolved};
-    use crate::verify::{Check, Expectations};
+    use crate::verify::judge::check::{Check, Expectations};
 
     fn verify_report(state: State, failures: &[&str]) -> Report {
         Report::Verify(VerifyReport {

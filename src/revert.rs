@@ -25,8 +25,8 @@ use crate::plan::{Action, Change};
 use crate::policy::{Hold, Holds};
 use crate::proposal::{body, PlanBlock};
 use crate::reference::{Digest, Reference};
-use crate::verify::verdict::State;
-use crate::verify::Check;
+use crate::verify::judge::check::Check;
+use crate::verify::judge::verdict::State;
 use crate::workload::Owner;
 use crate::writer::{self, Outcome, Planned, Proposal, WriteError};
 
@@ -319,7 +319,8 @@ fn moved_by(
 ///
 /// - each `Tagpin-Held` trailer of any commit of the history (every ancestor, however far
 ///   back: a hold does not wear off by commit count), honoured only where the commit's own
-///   change backs it ([`backing`]);
+///   change backs it ([`backing`]) and, with `author.signing`, only in a commit signed with
+///   tagpin's key ([`Mirror::is_trusted`]);
 /// - the digests a person's commit moved a field back from ([`person_reverts`]).
 ///
 /// A hold lasts while the field still pins the digest its revert restored.
@@ -333,6 +334,12 @@ pub fn holds_at(
     for (commit, message) in mirror.messages_mentioning(tip, HELD_TRAILER)? {
         let claims = claims(&message);
         if claims.is_empty() {
+            continue;
+        }
+        if !mirror.is_trusted(commit)? {
+            tracing::debug!(
+                "commit {commit}: its {HELD_TRAILER} trailers hold nothing: it is not signed with tagpin's key (author.signing)"
+            );
             continue;
         }
         let moved = moved_by(mirror, commit, helm, HELD_MAX_FILES)?;
@@ -681,7 +688,7 @@ fn restore_block(target: &str, moved: &[Moved]) -> PlanBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::verdict::Verdict;
+    use crate::verify::judge::verdict::Verdict;
 
     const D0: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
     const D1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";

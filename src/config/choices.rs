@@ -17,6 +17,16 @@ pub enum WriteMode {
     PullRequest,
 }
 
+/// How tagpin signs its commits (`author.signing.format`), as git's `gpg.format` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SigningFormat {
+    /// An SSH signature (`gpg.format=ssh`): a `-----BEGIN SSH SIGNATURE-----` block.
+    Ssh,
+    /// An ASCII armoured OpenPGP signature (`gpg.format=openpgp`, git's default).
+    Openpgp,
+}
+
 /// How pins are gathered into pull requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]

@@ -4,7 +4,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-pub use super::choices::{Grouping, OnFailure, Order, WriteMode};
+pub use super::choices::{Grouping, OnFailure, Order, SigningFormat, WriteMode};
 
 /// A validated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,6 +106,11 @@ pub enum Origin {
 pub struct Promotion {
     /// At least two; names unique; paths of different stages never overlap.
     pub stages: Vec<Stage>,
+    /// `require_signed_by`: public keys (SSH or OpenPGP), as written with their contents, one
+    /// of which must have signed the commit that pinned a stage's digests for them to be
+    /// promoted from it. Empty: no such gate. In a `PinnedRepository` each names a key of
+    /// the `secret_ref` Secret, read by the operator (contents empty until then).
+    pub require_signed_by: Vec<SignatureFile>,
 }
 
 impl Promotion {
@@ -197,7 +202,7 @@ pub struct Verify {
     /// The kubeconfig context to use; default: the current one, or in-cluster.
     pub context: Option<String>,
     /// The Argo CD Applications and Flux Kustomizations that apply the pins, when they are
-    /// named rather than found (see `verify::gitops`).
+    /// named rather than found (see `verify::judge::gitops`).
     pub gitops: GitOpsObjects,
     /// What a landed change whose verdict is Failed and final calls for.
     pub on_failure: OnFailure,
@@ -273,6 +278,37 @@ pub enum GitAuth {
 pub struct Author {
     pub name: String,
     pub email: String,
+    /// `author.signing`: every commit tagpin writes is signed with this key.
+    pub signing: Option<Signing>,
+}
+
+/// `author.signing`: the key tagpin signs its commits with, and where it is read from. Read
+/// and tried (it must sign) before anything is written: see [`crate::sync::commit_signer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signing {
+    pub format: SigningFormat,
+    pub key: SigningKey,
+    /// The environment variable (a key of the Secret, in a `PinnedRepository`) holding the
+    /// key's passphrase, when it is encrypted.
+    pub passphrase_env: Option<String>,
+}
+
+/// Where the private signing key is read from: a file (`key_file`) or an environment
+/// variable (`key_env`); in a `PinnedRepository` both name a key of the `secret_ref` Secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SigningKey {
+    File(PathBuf),
+    Env(String),
+}
+
+impl SigningKey {
+    /// The field it was set by, for messages.
+    pub fn field(&self) -> &'static str {
+        match self {
+            SigningKey::File(_) => "author.signing.key_file",
+            SigningKey::Env(_) => "author.signing.key_env",
+        }
+    }
 }
 
 /// Which image references tagpin manages, as globs over the normalized name

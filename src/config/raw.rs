@@ -18,7 +18,7 @@ use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 
-use super::choices::{Grouping, Order, WriteMode};
+use super::choices::{Grouping, Order, SigningFormat, WriteMode};
 
 /// One node of the file, read as `T` or kept as found.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -274,6 +274,17 @@ pub struct RawGitAuth {
 pub struct RawAuthor {
     pub name: Field<String>,
     pub email: Field<String>,
+    pub signing: Section<RawSigning>,
+}
+
+/// `author.signing`: the key every commit tagpin writes is signed with.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawSigning {
+    pub format: Field<SigningFormat>,
+    pub key_file: Field<String>,
+    pub key_env: Field<String>,
+    pub passphrase_env: Field<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
@@ -383,6 +394,9 @@ pub struct RawGitOps {
 #[serde(default, deny_unknown_fields)]
 pub struct RawPromotion {
     pub stages: List<Known<RawStage>>,
+    /// Public keys (SSH or OpenPGP) one of which must have signed the commit that pinned a
+    /// stage's digests before they are promoted from it.
+    pub require_signed_by: List<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
@@ -438,7 +452,7 @@ mod tests {
 
     #[test]
     fn names_are_read_from_the_derived_deserialize() {
-        assert_eq!(names_of::<RawAuthor>(), ["name", "email"]);
+        assert_eq!(names_of::<RawAuthor>(), ["name", "email", "signing"]);
         assert_eq!(names_of::<RawPolicy>()[0], "match");
         assert_eq!(names_of::<WriteMode>(), ["commit", "pull-request"]);
         assert!(names_of::<String>().is_empty());

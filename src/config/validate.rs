@@ -13,16 +13,16 @@ use super::model::{
     invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
     ClusterTarget, Config, Forge, GitAuth, GitOpsObjects, Grouping, ImageRules, KeylessIdentity,
     ObjectName, OnFailure, Order, Origin, PolicyRule, Problem, Promotion, PullRequest, Registries,
-    Repository, SignatureFile, SignatureKey, SignatureRule, Stage, TagPolicy, Verify, WriteMode,
-    DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE,
-    DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE, DEFAULT_TIMEOUT_SECONDS,
-    DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
+    Repository, SignatureFile, SignatureKey, SignatureRule, Signing, SigningFormat, SigningKey,
+    Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME,
+    DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE, DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE,
+    DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
 };
 use super::raw::{
     names_of, Field, Known, List, RawAuthor, RawCluster, RawConfig, RawDuration, RawForge,
     RawGitAuth, RawHelm, RawImages, RawKeyless, RawLocalRef, RawPolicy, RawPromotion,
-    RawPullRequest, RawRegistries, RawRepository, RawSecretKeyRef, RawSignature, RawStage,
-    RawVerify, Section,
+    RawPullRequest, RawRegistries, RawRepository, RawSecretKeyRef, RawSignature, RawSigning,
+    RawStage, RawVerify, Section,
 };
 
 /// The configuration the raw file describes, or every problem found in it.
@@ -496,6 +496,12 @@ impl Check {
             if forge.is_some() {
                 named.push("forge.token_env");
             }
+            if let Some(signing) = &author.signing {
+                named.push(signing.key.field());
+                if signing.passphrase_env.is_some() {
+                    named.push("author.signing.passphrase_env");
+                }
+            }
             for path in named {
                 self.problem(
                     path,
@@ -630,7 +636,57 @@ impl Check {
         Author {
             name: name.unwrap_or(DEFAULT_AUTHOR_NAME).to_string(),
             email: email.unwrap_or(DEFAULT_AUTHOR_EMAIL).to_string(),
+            signing: self.signing(&raw.signing),
         }
+    }
+
+    /// `author.signing`: a format, and the key in exactly one of `key_file` and `key_env`.
+    /// The key itself is read and tried where secrets are read (it may come from a Secret).
+    fn signing(&mut self, field: &Section<RawSigning>) -> Option<Signing> {
+        let path = "author.signing";
+        let raw = self.section(path, field)?;
+        let format_path = "author.signing.format";
+        let format = match &raw.format {
+            Field::Absent | Field::Null => {
+                self.problem(format_path, "is required: ssh or openpgp");
+                None
+            }
+            set => Some(self.choice(format_path, set, SigningFormat::Ssh)),
+        };
+        let file = self.string("author.signing.key_file", &raw.key_file);
+        let env = self.string("author.signing.key_env", &raw.key_env);
+        let key = match (file, env) {
+            (Some(_), Some(_)) => {
+                self.problem(path, "set key_file or key_env, not both");
+                None
+            }
+            (Some(file), None) => {
+                if self.origin == Origin::Resource {
+                    self.secret_key("author.signing.key_file", file);
+                }
+                Some(SigningKey::File(PathBuf::from(file)))
+            }
+            (None, Some(env)) => {
+                self.secret_name("author.signing.key_env", env);
+                Some(SigningKey::Env(env.to_string()))
+            }
+            (None, None) => {
+                self.problem(
+                    path,
+                    "needs key_file or key_env: the private key to sign with",
+                );
+                None
+            }
+        };
+        let passphrase_env = self.string("author.signing.passphrase_env", &raw.passphrase_env);
+        if let Some(env) = passphrase_env {
+            self.secret_name("author.signing.passphrase_env", env);
+        }
+        Some(Signing {
+            format: format?,
+            key: key?,
+            passphrase_env: passphrase_env.map(str::to_string),
+        })
     }
 
     fn images(&mut self, field: &Section<RawImages>) -> ImageRules {
@@ -762,6 +818,33 @@ impl Check {
             path: read.path,
             pem: read.contents,
         })
+    }
+
+    /// `promotion.require_signed_by`: public key files (an OpenSSH public key line, or an
+    /// ASCII armoured OpenPGP public key), read and parsed now; in a PinnedRepository each
+    /// names a key of the `secret_ref` Secret, read by the operator.
+    fn required_signers(&mut self, field: &List<String>) -> Vec<SignatureFile> {
+        let path = "promotion.require_signed_by";
+        let mut keys = Vec::new();
+        for (i, file) in self.strings(path, field).into_iter().enumerate() {
+            let path = format!("{path}[{i}]");
+            if self.origin == Origin::Resource {
+                self.secret_key(&path, &file);
+                keys.push(SignatureFile {
+                    path: file,
+                    contents: String::new(),
+                });
+                continue;
+            }
+            let Some(read) = self.signature_file(&path, file) else {
+                continue;
+            };
+            match crate::signing::PublicKey::parse(&read.contents) {
+                Ok(_) => keys.push(read),
+                Err(e) => self.problem(&path, format!("{}: {e}", read.path)),
+            }
+        }
+        keys
     }
 
     /// `trusted_root`: a Sigstore `trusted_root.json` the verifier accepts.
@@ -1110,8 +1193,10 @@ impl Check {
                 }
             }
         }
+        let require_signed_by = self.required_signers(&raw.require_signed_by);
         (complete && stages.len() >= 2).then(|| Promotion {
             stages: stages.into_iter().map(|(_, stage)| stage).collect(),
+            require_signed_by,
         })
     }
 

@@ -924,7 +924,7 @@ pub trait Forge: Send + Sync {
     fn statuses(&self, key: StatusKey<'_>) -> impl Future<Output = Result<StatusHistory>> + Send;
 
     /// Sets the status of `key` to what `said` says. Descriptions are kept within 140
-    /// characters ([`crate::verify::verdict::status_description`]), which GitHub requires.
+    /// characters ([`crate::verify::judge::verdict::status_description`]), which GitHub requires.
     fn set_status(
         &self,
         key: StatusKey<'_>,

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::audit::{AuditError, AuditReport};
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::config::OnFailure;
 use crate::forge::{ForgeClient, ForgeError, PullRequestInfo, StatusState};
@@ -20,9 +21,10 @@ use crate::mutex::lock;
 use crate::promote;
 use crate::registry::Client;
 use crate::revert::{Candidate, RevertError, Reverted, Reverter};
-use crate::verify::live::Cluster;
-use crate::verify::verdict::State;
-use crate::verify::{self, grace, Check, Expectations, Families, VerifyError};
+use crate::verify::judge::check::{Check, Expectations};
+use crate::verify::judge::grace;
+use crate::verify::judge::verdict::State;
+use crate::verify::{self, Families, VerifyError};
 
 pub use rule::{Item, Memory, Tip};
 
@@ -185,7 +187,7 @@ impl Round<'_> {
         let mut recheck = false;
         if let (true, Some(forge), Some(sha)) = (item.ask_forge, self.forge, &item.final_sha) {
             let status = forge
-                .status_of(sha, verify::report::STATUS_CONTEXT)
+                .status_of(sha, verify::judge::report::STATUS_CONTEXT)
                 .await
                 .map_err(Unverifiable::Status)?;
             let state = status.map(|(state, _)| state);

@@ -13,7 +13,7 @@
 //!   its verification is known.
 //! - Grace: a commit that landed (a merge, the tip's commit) less than the grace ago is
 //!   young: a workload it adds that does not exist yet is awaited, not failed
-//!   ([`crate::verify::grace`]).
+//!   ([`crate::verify::judge::grace`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::config::{Config, Stage, WriteMode};
 use crate::forge::{ChangeRequestNoun, PullRequestInfo, StatusState};
 use crate::promote;
-use crate::verify::verdict::State;
+use crate::verify::judge::verdict::State;
 use crate::verify::Source;
 
 /// How long after its merge a tagpin change request is still verified.

@@ -165,7 +165,7 @@ pub struct PullRequestRef {
 #[serde(rename_all = "camelCase")]
 pub struct VerdictSummary {
     /// `converged`, `progressing`, `failed` or `unverified`.
-    pub state: crate::verify::verdict::State,
+    pub state: crate::verify::judge::verdict::State,
     /// What was verified: `commit <sha>`, `pull request #<n>` while it is open, or
     /// `pull request #<n>, merged as <sha>` after its merge.
     pub source: String,

@@ -33,11 +33,11 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{predicates, watcher, WatchStreamExt};
 use kube::ResourceExt;
 
+use crate::cluster::{Cluster, HomeCluster, OPERATOR_LIST_AGE};
 use crate::lifecycle;
 use crate::mutex::lock;
 use crate::registry::Settings;
 use crate::server::{self, Listening};
-use crate::verify::live::{Cluster, DEADLINE_PER_TIMEOUT, MAX_ANSWER_BYTES};
 use crd::PinnedRepository;
 use reconcile::Context;
 use registries::RegistryClients;
@@ -96,24 +96,16 @@ pub enum OperatorError {
     LostLeadership(#[from] crate::lifecycle::LostLeadership),
 }
 
-/// The API clients: one for requests, each bounded by `timeout`; one for watches, which are
-/// quiet by design and bounded by [`WATCH_TIMEOUT_SECONDS`] instead.
+/// The API clients: one for requests, each bounded by `timeout` (kube retries 5xx and 429
+/// within it); one for watches, which are quiet by design and bounded by
+/// [`WATCH_TIMEOUT_SECONDS`] instead. Answers are capped as the verifier's are: a Secret or
+/// an object list never grows the controller past the cap.
 async fn clients(timeout: Duration) -> Result<(kube::Client, kube::Client), OperatorError> {
-    let mut config = kube::Config::infer()
-        .await
-        .map_err(|e| OperatorError::Kube(e.to_string()))?;
-    config.connect_timeout = Some(timeout);
-    config.write_timeout = Some(timeout);
-    let mut watch = config.clone();
-    watch.read_timeout = Some(Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS) + 30));
-    config.read_timeout = Some(timeout);
-    // Answers are capped as the verifier's are: a Secret or an object list never grows the
-    // controller past the cap, nor holds a request past its deadline.
-    let (max, per) = (MAX_ANSWER_BYTES, DEADLINE_PER_TIMEOUT);
-    let requests = crate::bounded::kube_client(config, max, Some(timeout * per))
-        .map_err(|e| OperatorError::Kube(e.to_string()))?;
-    let watches = crate::bounded::kube_client(watch, max, None)
-        .map_err(|e| OperatorError::Kube(e.to_string()))?;
+    let kube = |e: crate::cluster::ClientError| OperatorError::Kube(e.to_string());
+    let home = HomeCluster::infer(timeout).await.map_err(kube)?;
+    let requests = home.requests(true).map_err(kube)?;
+    let watch_read = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECONDS) + 30);
+    let watches = home.watches(watch_read).map_err(kube)?;
     Ok((requests, watches))
 }
 
@@ -163,7 +155,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     // Every object's verification lists the same namespaces: those lists are shared for a
     // second, so API requests grow with the namespaces read, not with the objects.
     let cluster = match Cluster::connect(None, setup.api_timeout).await {
-        Ok(cluster) => Some(cluster.sharing_lists(crate::verify::shared_lists::OPERATOR_LIST_AGE)),
+        Ok(cluster) => Some(cluster.sharing_lists(OPERATOR_LIST_AGE)),
         Err(e) => {
             tracing::warn!("no cluster to verify against ({e}); pinning only");
             None

@@ -24,6 +24,7 @@ use super::promotion;
 use super::secrets::read_secrets;
 use super::status::{self, Outcome, Reason, StatusUpdate};
 use super::verdicts;
+use crate::cluster::{Cluster, ServiceAccount};
 use crate::config::{Config, WriteMode};
 use crate::forge::{ChangeRequestNoun, ForgeClient, ForgeError};
 use crate::git::{FetchLimits, GitError};
@@ -31,8 +32,7 @@ use crate::inflight;
 use crate::mutex::lock;
 use crate::registry::Client;
 use crate::sync::{SyncError, SyncOptions, SyncReport, Syncer};
-use crate::verify::live::{Cluster, ServiceAccount};
-use crate::verify::verdict::State;
+use crate::verify::judge::verdict::State;
 use crate::verify::Families;
 
 /// The field manager of the controller's status writes.
@@ -382,6 +382,9 @@ async fn run_pass(
         Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
     };
     config.images.signatures = secrets.signatures;
+    if let Some(promotion) = config.promotion.as_mut() {
+        promotion.require_signed_by = secrets.required_signers;
+    }
     // The cluster read for this object, as the ServiceAccount it reads as (if any): what
     // that account may not read is not verified, never read with the operator's rights.
     let own = match ctx.own_cluster(namespace, &config) {
@@ -419,11 +422,18 @@ async fn run_pass(
         }
         _ => None,
     };
-    let mut syncer =
-        match Syncer::with_credentials(&config, &registry, forge.as_ref(), &dir, secrets.git) {
-            Ok(syncer) => syncer.sharing(&shared),
-            Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
-        };
+    let built = Syncer::with_credentials(
+        &config,
+        &registry,
+        forge.as_ref(),
+        &dir,
+        secrets.git,
+        secrets.signer,
+    );
+    let mut syncer = match built {
+        Ok(syncer) => syncer.sharing(&shared),
+        Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
+    };
     // libgit2 bounds each read only: the fetch itself stops at the reconcile's deadline, and
     // at the size the controller allows a repository.
     syncer.mirror.limit(FetchLimits {
@@ -440,7 +450,13 @@ async fn run_pass(
         clusters: &clusters,
         verify_on,
     };
-    sync_verify_promote(pass, events).await
+    let done = sync_verify_promote(pass, events).await;
+    // This object's mirror alone: each object has its own, under its own directory.
+    ctx.shared
+        .metrics
+        .mirror_repairs
+        .inc_by(syncer.mirror.take_repairs());
+    done
 }
 
 /// The shared round of what is in flight and the audit of the tip `(tip, audit_tip)`, with the

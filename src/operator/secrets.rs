@@ -11,9 +11,12 @@ use kube::api::Api;
 use kube::ResourceExt;
 
 use super::status::{Outcome, Reason};
-use crate::config::{Config, GitAuth, SignatureRule};
+use std::sync::Arc;
+
+use crate::config::{Config, GitAuth, SignatureFile, SignatureRule};
 use crate::git::Credentials;
 use crate::registry::CredentialStore;
+use crate::signing::Signer;
 
 /// The label a Secret must carry for a `PinnedRepository` to use it, as Argo CD's
 /// `argocd.argoproj.io/secret-type`: whoever may create objects in a namespace but not
@@ -37,6 +40,10 @@ pub(super) struct Secrets {
     /// `images.signatures` with each key and trusted root read from the `secret_ref` Secret
     /// (the spec names its keys) and checked.
     pub signatures: Vec<SignatureRule>,
+    /// `author.signing`'s key, read from the Secret and tried (it signed a probe).
+    pub signer: Option<Arc<Signer>>,
+    /// `promotion.require_signed_by` with each public key read from the Secret and checked.
+    pub required_signers: Vec<SignatureFile>,
 }
 
 /// Reads the Secrets the spec names, now: a rotated Secret is used by the next reconcile.
@@ -165,13 +172,66 @@ pub(super) async fn read_secrets(
             checked(&field, &root.path, parsed)?;
         }
     }
+    let (signer, required_signers) = commit_keys(config, &key, &text)?;
     Ok(Secrets {
         git,
         forge_token,
         forge_username,
         docker,
         signatures,
+        signer,
+        required_signers,
     })
+}
+
+/// A Secret's key as bytes, and as trimmed text, each naming the spec field that asked.
+type SecretBytes<'k> = &'k dyn Fn(&str, &str) -> Result<Vec<u8>, Outcome>;
+type SecretText<'k> = &'k dyn Fn(&str, &str) -> Result<String, Outcome>;
+
+/// `author.signing`'s private key, read from the Secret and tried (a key that cannot sign
+/// stalls the object, naming the field), and `promotion.require_signed_by`'s public keys,
+/// read and checked.
+fn commit_keys(
+    config: &Config,
+    key: SecretBytes<'_>,
+    text: SecretText<'_>,
+) -> Result<(Option<Arc<Signer>>, Vec<SignatureFile>), Outcome> {
+    let signer = match &config.author.signing {
+        Some(signing) => {
+            let key_name = match &signing.key {
+                crate::config::SigningKey::File(path) => path.to_string_lossy().into_owned(),
+                crate::config::SigningKey::Env(name) => name.clone(),
+            };
+            let key = key(signing.key.field(), &key_name)?;
+            let passphrase = match &signing.passphrase_env {
+                Some(env) => Some(text("author.signing.passphrase_env", env)?),
+                None => None,
+            };
+            let signer = crate::sync::signer_from(signing, &key, passphrase.as_deref()).map_err(
+                |(field, message)| Outcome::Stalled {
+                    reason: Reason::InvalidSpec,
+                    message: format!("spec.{field}: {message}"),
+                },
+            )?;
+            Some(Arc::new(signer))
+        }
+        None => None,
+    };
+    let mut required_signers = config
+        .promotion
+        .as_ref()
+        .map(|p| p.require_signed_by.clone())
+        .unwrap_or_default();
+    for (i, file) in required_signers.iter_mut().enumerate() {
+        let field = format!("promotion.require_signed_by[{i}]");
+        file.contents = text(&field, &file.path)?;
+        checked(
+            &field,
+            &file.path,
+            crate::signing::PublicKey::parse(&file.contents),
+        )?;
+    }
+    Ok((signer, required_signers))
 }
 
 /// A key or trusted root read from the Secret that the verifier cannot use stalls the

@@ -11,8 +11,8 @@
 //! `Progressing`), not `Ready`; only a genuine failure stalls it ([`settle`]).
 
 use super::crd::{Condition, PinnedRepositoryStatus, VerdictSummary};
-use crate::verify::verdict::{ConditionStatus, ConditionType, State, Verdict};
-use crate::verify::Check;
+use crate::verify::judge::check::Check;
+use crate::verify::judge::verdict::{ConditionStatus, ConditionType, State, Verdict};
 
 pub const READY: &str = "Ready";
 pub const RECONCILING: &str = "Reconciling";
@@ -303,7 +303,7 @@ pub struct Awaiting {
 
 /// What a progressing check waits for, as the `Ready` condition says it: the GitOps tool
 /// to apply the pins (some live template does not run them yet, or a workload is not created
-/// yet, [`crate::verify::grace`]), or the rollout. `None` unless the check progresses.
+/// yet, [`crate::verify::judge::grace`]), or the rollout. `None` unless the check progresses.
 pub fn awaiting(check: &Check) -> Option<Awaiting> {
     if check.state != State::Progressing {
         return None;
@@ -375,8 +375,8 @@ fn bounded(message: &str) -> String {
 mod tests {
     use super::*;
     use crate::operator::crd::LastPin;
-    use crate::verify::grace;
-    use crate::verify::verdict::Unchecked;
+    use crate::verify::judge::grace;
+    use crate::verify::judge::verdict::Unchecked;
 
     fn done(pr: Option<u64>, verdict: Option<&str>) -> Outcome {
         Outcome::Done {
@@ -482,12 +482,12 @@ mod tests {
     // What a verification found, read as the status reads it: real verdicts from the
     // verifier's own judge, over the verifier's sample workloads.
 
-    use crate::verify::gitops::{Findings, ObjectReport, Tool};
-    use crate::verify::samples::{
+    use crate::verify::judge::gitops::{Findings, ObjectReport, Tool};
+    use crate::verify::judge::samples::{
         deployment, deployment_with_pods, found, judge_default, old, on, pinned, waiting_pod,
         workload,
     };
-    use crate::verify::verdict::{self, Live};
+    use crate::verify::judge::verdict::{self, Live};
 
     fn check_of(verdicts: Vec<Verdict>, gitops: Findings) -> Check {
         let (state, summary) = verdict::summarize(&verdicts, Unchecked::default());
@@ -505,7 +505,7 @@ mod tests {
         w.template_images = vec![("web".into(), "ghcr.io/acme/web:latest".into())];
         judge_default(found(
             w,
-            vec![crate::verify::samples::pod("web-0", &on(&old()))],
+            vec![crate::verify::judge::samples::pod("web-0", &on(&old()))],
         ))
     }
 

@@ -18,7 +18,7 @@ use crate::config::{Config, WriteMode};
 use crate::forge::ChangeRequestNoun;
 use crate::inflight::rule::{self, Facts};
 use crate::inflight::{Report, Unverifiable, Verified};
-use crate::verify::verdict::State;
+use crate::verify::judge::verdict::State;
 
 /// A verdict as the status holds it, and what it awaits.
 pub type Summed = (VerdictSummary, Option<Awaiting>);
@@ -171,7 +171,7 @@ mod tests {
     use super::*;
     use crate::forge::{ForgeError, PullRequestInfo};
     use crate::inflight::rule::{select, Memory, Tip};
-    use crate::verify::{Check, Expectations};
+    use crate::verify::judge::check::{Check, Expectations};
 
     const NOW: i64 = 1_800_000_000;
     const MERGE: &str = "0123456789abcdef0123456789abcdef01234567";

@@ -53,7 +53,7 @@ pub fn decide(
 mod tests {
     use super::*;
     use crate::plan::FilePlan;
-    use crate::verify::verdict::State;
+    use crate::verify::judge::verdict::State;
 
     const OPEN: Gate = Gate::Open {
         since: 1_700_000_000,

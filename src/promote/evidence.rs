@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::forge::ChangeRequestNoun;
 use crate::proposal::{body, message, PlanBlock};
-use crate::verify::{report, Check, Expectations};
+use crate::verify::judge::check::{Check, Expectations};
+use crate::verify::judge::report;
 
 use super::gate::Gate;
 
@@ -111,7 +112,7 @@ fn images(block: &PlanBlock) -> Vec<&str> {
 mod tests {
     use super::*;
     use crate::plan::{Action, Change};
-    use crate::verify::verdict::State;
+    use crate::verify::judge::verdict::State;
 
     const A: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 

@@ -28,7 +28,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::forge::ChangeRequestNoun;
 use crate::review::{Status, StatusState};
-use crate::verify::verdict::State;
+use crate::verify::judge::verdict::State;
 
 /// The status context of a stage's verdict, as set by the promoter.
 pub fn stage_context(stage: &str) -> String {

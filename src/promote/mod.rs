@@ -22,11 +22,13 @@ pub mod decision;
 pub mod evidence;
 pub mod gate;
 pub mod round;
+pub mod signed;
 
 use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::cluster::{Cluster, ClusterError};
 use crate::config::{Config, Stage};
 use crate::forge::{ChangeRequestNoun, ForgeClient, ForgeError};
 use crate::git::{off_runtime, GitError, Mirror};
@@ -35,10 +37,10 @@ use crate::pipeline::{self, ImageSelection, Scanned};
 use crate::plan::{Change, Plan};
 use crate::proposal::{body, PlanBlock};
 use crate::registry::Client;
-use crate::sync::{Outcome, SyncError};
-use crate::verify::live::{Cluster, LiveError};
-use crate::verify::verdict::State;
-use crate::verify::{self, Check, Expectations, Families, Source, VerifyError};
+use crate::sync::{Outcome, Retry, SyncError};
+use crate::verify::judge::check::{Check, Expectations};
+use crate::verify::judge::verdict::State;
+use crate::verify::{self, Families, Source, VerifyError};
 use crate::writer::{self, Planned, Proposal};
 use carry::{Skip, SourcePins};
 use decision::Decision;
@@ -62,7 +64,7 @@ pub enum PromoteError {
     Cluster {
         stage: String,
         target: String,
-        error: Box<LiveError>,
+        error: Box<ClusterError>,
     },
     #[error(transparent)]
     Git(#[from] GitError),
@@ -76,6 +78,26 @@ pub enum PromoteError {
     Filter(#[from] ManifestError),
     #[error("configuration: {0}")]
     Signature(#[from] crate::signature::SignatureError),
+    #[error("configuration: promotion.require_signed_by: {path}: {error}")]
+    RequiredSigner {
+        path: String,
+        error: crate::signing::SigningError,
+    },
+}
+
+impl PromoteError {
+    /// A damaged mirror, met reading or writing, as [`crate::sync::retry_after`] takes it;
+    /// any other error as it is.
+    fn damage_as_sync(self) -> PromoteError {
+        match self {
+            PromoteError::Git(e) | PromoteError::Verify(VerifyError::Git(e))
+                if e.damage().is_some() =>
+            {
+                PromoteError::Sync(SyncError::Git(e))
+            }
+            other => other,
+        }
+    }
 }
 
 impl From<crate::writer::WriteError> for PromoteError {
@@ -233,6 +255,9 @@ pub struct Promoter<'a> {
     selection: ImageSelection,
     /// `images.signatures`: a digest of an image an entry matches is carried only signed.
     signatures: crate::signature::Signatures,
+    /// `promotion.require_signed_by`: who must have signed the commit that pinned a source
+    /// stage's digests.
+    required_signers: signed::RequiredSigners,
     families: tokio::sync::Mutex<Families>,
     clock: Clock,
 }
@@ -255,6 +280,13 @@ impl<'a> Promoter<'a> {
             mirror,
             filter: FileFilter::with_default_include(&config.include_globs(), &config.exclude)?,
             signatures: crate::signature::Signatures::compile(&config.images.signatures)?,
+            required_signers: match &config.promotion {
+                Some(promotion) => {
+                    signed::RequiredSigners::compile(&promotion.require_signed_by)
+                        .map_err(|(path, error)| PromoteError::RequiredSigner { path, error })?
+                }
+                None => signed::RequiredSigners::default(),
+            },
             selection: ImageSelection::for_config(config)?,
             families: tokio::sync::Mutex::default(),
             clock: crate::clock::system(),
@@ -273,7 +305,8 @@ impl<'a> Promoter<'a> {
     }
 
     /// One promotion pass into `to`; `cluster` is the source stage's. A push that loses a race
-    /// starts the pass over on the new tip, as `sync` does ([`crate::sync::retry_after`]).
+    /// starts the pass over on the new tip, and a damaged mirror is cloned again once, as in
+    /// `sync` ([`crate::sync::retry_after`]).
     pub async fn run(
         &self,
         to: &str,
@@ -281,12 +314,26 @@ impl<'a> Promoter<'a> {
         options: PromoteOptions,
     ) -> Result<PromoteReport, PromoteError> {
         let (source, target) = route(self.config, to)?;
-        let mut attempt = 0;
+        let (mut attempt, mut repaired) = (1, false);
         loop {
-            attempt += 1;
-            match self.pass(source, target, cluster, options, attempt).await {
-                Err(PromoteError::Sync(error)) => crate::sync::retry_after(attempt, error)?,
-                done => return done,
+            let error = match self.pass(source, target, cluster, options, attempt).await {
+                Ok(report) => return Ok(report),
+                Err(error) => error.damage_as_sync(),
+            };
+            let PromoteError::Sync(error) = error else {
+                return Err(error);
+            };
+            match crate::sync::retry_after(attempt, repaired, error)? {
+                Retry::Replan => attempt += 1,
+                Retry::Repair(found) => {
+                    repaired = true;
+                    let config = self.config;
+                    let (branch, prefix) = (
+                        &config.repository.branch,
+                        &config.pull_request.branch_prefix,
+                    );
+                    off_runtime(|| self.mirror.repair(found, branch, prefix))?;
+                }
             }
         }
     }
@@ -327,6 +374,35 @@ impl<'a> Promoter<'a> {
         refused
     }
 
+    /// `promotion.require_signed_by`: why the source stage's digests may not be carried, when
+    /// the commit that pinned them is not signed by a listed key ([`signed`]). `None` without
+    /// the setting, or when the source pins nothing.
+    fn check_source_signed(
+        &self,
+        found: &Found,
+        source: &Stage,
+    ) -> Result<Option<String>, GitError> {
+        if self.required_signers.is_empty() || found.pins.is_empty() {
+            return Ok(None);
+        }
+        let pinning = signed::pinning_commit(
+            self.mirror,
+            found.tip,
+            &source.paths,
+            &found.fingerprint,
+            |commit| {
+                let scanned = self.scan_stage(commit, source)?;
+                Ok(SourcePins::from_files(&scanned.files).fingerprint())
+            },
+        )?;
+        match pinning {
+            Some(commit) => self
+                .required_signers
+                .refusal(self.mirror, &source.name, commit),
+            None => Ok(Some(signed::too_far(&source.name))),
+        }
+    }
+
     /// One attempt: gather, decide, write. A lost race is returned as the error.
     async fn pass(
         &self,
@@ -343,6 +419,7 @@ impl<'a> Promoter<'a> {
         let holds = off_runtime(|| crate::revert::holds_at(self.mirror, found.tip, &helm))?;
         let (mut plan, skipped) = carry::plan(&found.target_scan.files, &found.pins, &holds);
         let unsigned = self.check_signatures(&mut plan.changes).await;
+        let unsigned_source = off_runtime(|| self.check_source_signed(&found, source))?;
         let mut failures: Vec<String> = found
             .source_scan
             .errors
@@ -351,6 +428,7 @@ impl<'a> Promoter<'a> {
             .map(ToString::to_string)
             .chain(plan.problems.iter().map(ToString::to_string))
             .chain(unsigned)
+            .chain(unsigned_source)
             .collect();
         failures.sort();
         failures.dedup();

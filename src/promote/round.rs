@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::cluster::Cluster;
 use crate::config::{Config, Stage};
 use crate::metrics::{self, Metrics, PromotionLabels};
-use crate::verify::live::Cluster;
 
 use super::{Gate, PromoteError, PromoteOptions, PromoteReport, Promoter};
 

@@ -17,6 +17,7 @@ pub mod shared;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -30,6 +31,7 @@ use crate::policy::{Follow, Policies, TagLists};
 use crate::proposal::{body, message, PlanBlock};
 use crate::reference::Reference;
 use crate::registry::{Client, RegistryError, ResolveKey, ResolveResult};
+use crate::signing::{Signer, SigningError};
 use crate::writer::{self, Planned, Proposal, WriteError};
 
 pub use crate::writer::Outcome;
@@ -86,18 +88,34 @@ impl From<WriteError> for SyncError {
 /// re-plan, push) before giving up with [`SyncError::TooManyRaces`].
 pub const MAX_PUSH_ATTEMPTS: u32 = 5;
 
-/// What follows attempt number `attempt` of a pass that failed with `error`.
+/// What a pass does after an attempt failed, when the failure does not end it
+/// ([`retry_after`]).
+#[derive(Debug)]
+pub enum Retry {
+    /// The branch moved: fetch, plan on the new tip and write again.
+    Replan,
+    /// The mirror is damaged (the error says how and where): move it aside, clone it again
+    /// ([`crate::git::Mirror::repair`]) and run the attempt again on the fresh clone.
+    Repair(GitError),
+}
+
+/// What follows attempt number `attempt` of a pass that failed with `error`, `repaired`
+/// telling whether the pass has already cloned its mirror afresh.
 ///
-/// `Ok(())` when the push lost a race (the branch moved since the pass read it) and another
-/// attempt is allowed: the caller fetches, plans on the new tip and writes again. Otherwise the
-/// error that ends the pass: a race lost on the last attempt becomes
-/// [`SyncError::TooManyRaces`], naming the remote and the branch; any other error is returned
-/// as it is.
-pub fn retry_after(attempt: u32, error: SyncError) -> Result<(), SyncError> {
+/// [`Retry::Replan`] when the push lost a race (the branch moved since the pass read it) and
+/// another attempt is allowed. [`Retry::Repair`] when the mirror was found damaged, once per
+/// pass: damage found again in the fresh clone is the remote's, and ends the pass with an
+/// error naming the remote ([`GitError::RemoteDamaged`]). Otherwise the error that ends the
+/// pass: a race lost on the last attempt becomes [`SyncError::TooManyRaces`], naming the
+/// remote and the branch; any other error is returned as it is. A damaged mirror never
+/// reaches a commit: every read the commit is built on happens before it, in the attempt.
+pub fn retry_after(attempt: u32, repaired: bool, error: SyncError) -> Result<Retry, SyncError> {
     match error {
+        SyncError::Git(e) if e.damage().is_some() && !repaired => Ok(Retry::Repair(e)),
+        SyncError::Git(e) if e.damage().is_some() => Err(SyncError::Git(e.in_fresh_clone())),
         SyncError::Git(GitError::NonFastForward { branch, .. }) if attempt < MAX_PUSH_ATTEMPTS => {
             tracing::info!(%branch, attempt, "the branch moved during the pass; fetching and planning again");
-            Ok(())
+            Ok(Retry::Replan)
         }
         SyncError::Git(GitError::NonFastForward { url, branch }) => Err(SyncError::TooManyRaces {
             url,
@@ -121,16 +139,19 @@ impl SyncError {
     pub fn is_pass_wide(&self) -> bool {
         matches!(
             self,
-            SyncError::Git(GitError::Auth { .. } | GitError::Mirror { .. })
-                | SyncError::Forge(
-                    ForgeError::Setup { .. }
-                        | ForgeError::RateLimited { .. }
-                        | ForgeError::Call {
-                            status: Some(401),
-                            ..
-                        }
-                )
-                | SyncError::NoForge
+            SyncError::Git(
+                GitError::Auth { .. }
+                    | GitError::Mirror { .. }
+                    | GitError::Damaged { .. }
+                    | GitError::RemoteDamaged { .. }
+            ) | SyncError::Forge(
+                ForgeError::Setup { .. }
+                    | ForgeError::RateLimited { .. }
+                    | ForgeError::Call {
+                        status: Some(401),
+                        ..
+                    }
+            ) | SyncError::NoForge
                 | SyncError::Secret { .. }
                 | SyncError::TooManyRaces { .. }
                 | SyncError::Filter(_)
@@ -208,19 +229,25 @@ impl<'a> Syncer<'a> {
         cache_dir: &Path,
     ) -> Result<Syncer<'a>, SyncError> {
         let credentials = git_credentials(&config.repository.auth)?;
-        Syncer::with_credentials(config, registry, forge, cache_dir, credentials)
+        let signer = commit_signer(&config.author)?;
+        Syncer::with_credentials(config, registry, forge, cache_dir, credentials, signer)
     }
 
-    /// Like [`Syncer::new`], with the Git credentials already read (from a Secret, by the
-    /// operator) rather than from the environment and files the configuration names.
+    /// Like [`Syncer::new`], with the Git credentials and the commit signer already read
+    /// (from a Secret, by the operator) rather than from the environment and files the
+    /// configuration names.
     pub fn with_credentials(
         config: &'a Config,
         registry: &'a Client,
         forge: Option<&'a ForgeClient>,
         cache_dir: &Path,
         credentials: Credentials,
+        signer: Option<Arc<Signer>>,
     ) -> Result<Syncer<'a>, SyncError> {
-        let mirror = Mirror::open(cache_dir, &config.repository.url, credentials)?;
+        let mut mirror = Mirror::open(cache_dir, &config.repository.url, credentials)?;
+        if let Some(signer) = signer {
+            mirror.sign_with(signer);
+        }
         let filter = FileFilter::with_default_include(&config.include_globs(), &config.exclude)?;
         let selection = ImageSelection::for_config(config)?;
         let policies = Policies::compile(&config.images.policies).map_err(SyncError::Policy)?;
@@ -257,8 +284,8 @@ impl<'a> Syncer<'a> {
     /// Runs one pass, reusing the registry answers in `resolutions` and adding the ones it had
     /// to ask for. The controller keeps answers between a scheduled pass and the webhook passes
     /// after it, dropping only the images a webhook names, so a push re-resolves one image
-    /// instead of all of them. A write that loses a race plans again on the new tip
-    /// ([`retry_after`]).
+    /// instead of all of them. A write that loses a race plans again on the new tip, and a
+    /// damaged mirror is cloned again and the pass goes on ([`retry_after`]).
     pub async fn run_with(
         &self,
         options: SyncOptions,
@@ -275,15 +302,22 @@ impl<'a> Syncer<'a> {
             held: Default::default(),
             signatures: crate::signature::Verdicts::new(self.signatures.clone()),
         };
-        let mut attempt = 0;
+        let (mut attempt, mut repaired) = (1, false);
         loop {
-            attempt += 1;
             match self
                 .attempt(options, attempt, &mut follow, resolutions, &mut report)
                 .await
             {
                 Ok(()) => break,
-                Err(error) => retry_after(attempt, error)?,
+                Err(error) => match retry_after(attempt, repaired, error)? {
+                    Retry::Replan => attempt += 1,
+                    Retry::Repair(found) => {
+                        repaired = true;
+                        let prefix = &self.config.pull_request.branch_prefix;
+                        let target = &self.config.repository.branch;
+                        off_runtime(|| self.mirror.repair(found, target, prefix))?;
+                    }
+                },
             }
         }
         report.failures.sort();
@@ -522,6 +556,59 @@ impl<'a> Syncer<'a> {
     }
 }
 
+/// Reads and tries `author.signing`'s key (from its file or environment variable, with its
+/// passphrase), so that a key that cannot sign is a configuration error before anything is
+/// written, naming the field at fault. `None` without `author.signing`.
+pub fn commit_signer(author: &crate::config::Author) -> Result<Option<Arc<Signer>>, SyncError> {
+    let Some(signing) = &author.signing else {
+        return Ok(None);
+    };
+    let secret = |field: &'static str, message: String| SyncError::Secret { field, message };
+    let key = match &signing.key {
+        crate::config::SigningKey::File(path) => std::fs::read(path).map_err(|e| {
+            secret(
+                signing.key.field(),
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?,
+        crate::config::SigningKey::Env(name) => crate::config::read_env(name)
+            .map_err(|e| secret(signing.key.field(), e.to_string()))?
+            .into_bytes(),
+    };
+    let passphrase = match &signing.passphrase_env {
+        Some(env) => Some(
+            crate::config::read_env(env)
+                .map_err(|e| secret("author.signing.passphrase_env", e.to_string()))?,
+        ),
+        None => None,
+    };
+    signer_from(signing, &key, passphrase.as_deref())
+        .map(|signer| Some(Arc::new(signer)))
+        .map_err(|(field, message)| secret(field, message))
+}
+
+/// `author.signing`'s key from its text, tried; an error names the field at fault (the
+/// passphrase's for a wrong one, else the key's) with why.
+pub fn signer_from(
+    signing: &crate::config::Signing,
+    key: &[u8],
+    passphrase: Option<&str>,
+) -> Result<Signer, (&'static str, String)> {
+    let read = match signing.format {
+        crate::config::SigningFormat::Ssh => Signer::ssh(key, passphrase),
+        crate::config::SigningFormat::Openpgp => Signer::openpgp(key, passphrase),
+    };
+    read.map_err(|e| {
+        let field = match e {
+            SigningError::WrongPassphrase | SigningError::NeedsPassphrase => {
+                "author.signing.passphrase_env"
+            }
+            _ => signing.key.field(),
+        };
+        (field, e.to_string())
+    })
+}
+
 /// Reads the Git secrets named by the configuration (environment variables, key files).
 pub fn git_credentials(auth: &GitAuth) -> Result<Credentials, SyncError> {
     Ok(match auth {
@@ -574,7 +661,7 @@ mod tests {
     fn a_lost_race_is_tried_again_while_attempts_remain() {
         for attempt in 1..MAX_PUSH_ATTEMPTS {
             assert!(
-                retry_after(attempt, lost_race()).is_ok(),
+                matches!(retry_after(attempt, false, lost_race()), Ok(Retry::Replan)),
                 "attempt {attempt}"
             );
         }
@@ -582,7 +669,7 @@ mod tests {
 
     #[test]
     fn a_race_lost_on_the_last_attempt_gives_up_naming_the_remote_and_branch() {
-        let error = retry_after(MAX_PUSH_ATTEMPTS, lost_race()).unwrap_err();
+        let error = retry_after(MAX_PUSH_ATTEMPTS, false, lost_race()).unwrap_err();
         assert!(
             matches!(
                 &error,
@@ -608,12 +695,40 @@ mod tests {
                 reason: "pre-receive hook declined".into(),
             })
         };
-        let error = retry_after(1, rejected()).unwrap_err();
+        let error = retry_after(1, false, rejected()).unwrap_err();
         assert_eq!(error.to_string(), rejected().to_string());
         assert!(matches!(
-            retry_after(1, SyncError::NoForge),
+            retry_after(1, false, SyncError::NoForge),
             Err(SyncError::NoForge)
         ));
+    }
+
+    fn damaged() -> SyncError {
+        SyncError::Git(GitError::Damaged {
+            path: "/var/cache/tagpin/mirror-0123456789abcdef.git".into(),
+            url: "https://git.example.com/gitops.git".into(),
+            damage: crate::git::Damage::MissingObject,
+            message: "apps/web.yaml: object not found - no match for id (78a3ceb4)".into(),
+        })
+    }
+
+    #[test]
+    fn a_damaged_mirror_is_repaired_once_per_pass_then_blamed_on_the_remote() {
+        for attempt in [1, MAX_PUSH_ATTEMPTS] {
+            let repair = retry_after(attempt, false, damaged());
+            assert!(
+                matches!(&repair, Ok(Retry::Repair(e)) if e.damage().is_some()),
+                "{repair:?}"
+            );
+        }
+        let error = retry_after(1, true, damaged()).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "https://git.example.com/gitops.git: the repository cannot be read whole even in a \
+             fresh clone (missing object: apps/web.yaml: object not found - no match for id \
+             (78a3ceb4)); the remote itself is damaged or incomplete"
+        );
+        assert!(error.is_pass_wide() && damaged().is_pass_wide());
     }
 
     #[test]

@@ -1,21 +1,17 @@
 //! `tagpin verify`: did the cluster converge to what Git promises?
 //!
 //! Merging a pin is a promise, not a fact: the GitOps tool must sync, the rollout must finish,
-//! and every node must really run the pinned digest. This module gathers what is expected (from
-//! a pull request's plan block, a commit, or a branch tip), reads what is live ([`live`]), asks
-//! the registry which digests stand for the pinned one (an index's platform manifests, config
-//! digests), and lets the pure [`verdict`] judge. [`report`] renders the verdict for the pull
-//! request. Nothing here writes to the cluster.
+//! and every node must really run the pinned digest. This module gathers what is expected
+//! (from a pull request's plan block, a commit, or a branch tip), reads what is live
+//! ([`observe`], through a [`Cluster`]), asks the registry which digests stand for the pinned
+//! one (an index's platform manifests, config digests), and lets the pure [`judge`] decide;
+//! `judge/report.rs` renders the verdict for the pull request. Nothing here writes to the
+//! cluster.
 
 pub mod judge;
 pub mod observe;
 mod scope;
 
-pub use judge::check::{Check, Expectations};
-#[cfg(test)]
-pub(crate) use judge::samples;
-pub use judge::{expected, gitops, grace, helm, report, verdict};
-pub use observe::{live, shared_lists};
 pub use scope::GitOpsScope;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +22,7 @@ use std::time::Duration;
 // tokio's, not std's: cache lifetimes and deadlines follow paused test time (see crate::clock).
 use tokio::time::Instant;
 
+use crate::cluster::{Cluster, ClusterError};
 use crate::config::Config;
 use crate::forge::{ChangeRequestNoun, ForgeClient, ForgeError, StatusState};
 use crate::git::{off_runtime, GitError, Mirror};
@@ -37,12 +34,10 @@ use crate::reference::{Digest, Reference};
 use crate::registry::{Client, ManifestKind};
 use crate::render::{self, Lookup};
 use crate::workload::WorkloadId;
-use expected::{Expected, NameMapping};
-use live::{Cluster, LiveError};
-use verdict::{DigestFamily, Live, State};
-
-/// Durations of flags (`--wait 10m`) read like the configuration's (`soak: 10m`).
-pub use crate::config::parse_duration;
+use judge::check::{Check, Expectations};
+use judge::expected::{self, Expected, NameMapping};
+use judge::verdict::{self, DigestFamily, Live, State};
+use judge::{gitops, helm, report};
 
 /// Where the expectations come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,7 +54,7 @@ pub enum VerifyError {
     #[error(transparent)]
     Git(#[from] GitError),
     #[error(transparent)]
-    Live(#[from] LiveError),
+    Live(#[from] ClusterError),
     #[error("configuration: {0}")]
     Filter(#[from] ManifestError),
     #[error("--pr needs a forge: section in the configuration")]
@@ -278,7 +273,7 @@ fn from_tree(
         skipped: read.skipped,
         commits: vec![commit.to_string()],
         commit_branches: BTreeMap::new(),
-        pinned_in: gitops::files_of_scan(&read.files, mapping),
+        pinned_in: gitops::files_of_scan(&read.files, &read.renders, mapping),
         gitops: None,
         helm: promised.helm,
     })
@@ -424,7 +419,7 @@ pub async fn check(
         .extend(helm.findings.not_verified);
     let ids: BTreeSet<&WorkloadId> = gitops.read.iter().map(|e| &e.workload).collect();
     let ids: Vec<&WorkloadId> = ids.into_iter().collect();
-    let live = cluster.read_all(&ids).await?;
+    let live = observe::read::workloads(cluster, &ids).await?;
     let mut verdicts = Vec::new();
     for e in &gitops.read {
         let Some(l) = live.get(&e.workload) else {
@@ -569,7 +564,7 @@ async fn consult_gitops(
     let (Some(scope), Some(pin)) = (&expectations.gitops, expectations.commits.last()) else {
         return Ok(unchanged());
     };
-    let listing = cluster.gitops_objects().await?;
+    let listing = observe::gitops::objects(cluster).await?;
     let listed = gitops::objects(
         &listing.applications,
         &listing.kustomizations,
@@ -590,12 +585,7 @@ async fn consult_gitops(
     if objects.is_empty() {
         return Ok(unchanged());
     }
-    let revisions = gitops::revisions(&objects);
-    let descends = off_runtime(|| scope.descends(&revisions, &expectations.commits));
-    let sync: Vec<gitops::Sync> = objects
-        .iter()
-        .map(|o| gitops::sync_of(o, &descends))
-        .collect();
+    let (objects, sync) = applied(scope, objects, &expectations.commits);
     Ok(gitops::decide(
         &expectations.expected,
         &expectations.pinned_in,
@@ -603,6 +593,26 @@ async fn consult_gitops(
         &sync,
         pin,
     ))
+}
+
+/// Whether each object applied one of `commits` (the pin commit) or a later one, asked of the
+/// mirror: the hydrated commits of Argo CD's Source Hydrator first read back to the dry
+/// commits they were rendered from, then every revision compared with the pin.
+fn applied(
+    scope: &GitOpsScope,
+    mut objects: Vec<gitops::GitOpsObject>,
+    commits: &[String],
+) -> (Vec<gitops::GitOpsObject>, Vec<gitops::Sync>) {
+    off_runtime(|| {
+        let dry = scope.dry_commits(&gitops::hydrated_commits(&objects));
+        gitops::with_dry_commits(&mut objects, &dry);
+        let descends = scope.descends(&gitops::revisions(&objects), commits);
+        let sync = objects
+            .iter()
+            .map(|o| gitops::sync_of(o, &descends))
+            .collect();
+        (objects, sync)
+    })
 }
 
 /// What the releases that deploy the Helm pins say in one check (see [`helm`]): the GitOps
@@ -629,8 +639,8 @@ async fn consult_helm(
             .collect();
         return Ok(helm::decide(pins, &releases, &BTreeMap::new(), ""));
     };
-    let listing = cluster.gitops_objects().await?;
-    let (helm_releases, helm_releases_unread) = cluster.helm_releases().await?;
+    let listing = observe::gitops::objects(cluster).await?;
+    let (helm_releases, helm_releases_unread) = observe::gitops::helm_releases(cluster).await?;
     let appliers = gitops::relevant(
         gitops::objects(
             &listing.applications,
@@ -640,12 +650,7 @@ async fn consult_helm(
         &scope.repository_url,
         &scope.named,
     );
-    let revisions = gitops::revisions(&appliers);
-    let descends = off_runtime(|| scope.descends(&revisions, &expectations.commits));
-    let sync: Vec<gitops::Sync> = appliers
-        .iter()
-        .map(|o| gitops::sync_of(o, &descends))
-        .collect();
+    let (appliers, sync) = applied(scope, appliers, &expectations.commits);
     let listed = helm::Listed {
         applications: &listing.applications,
         helm_releases: &helm_releases,
@@ -666,7 +671,7 @@ async fn consult_helm(
         .collect();
     let mut workloads = BTreeMap::new();
     for namespace in namespaces {
-        let listed = cluster.release_workloads(&namespace).await?;
+        let listed = observe::read::release_workloads(cluster, &namespace).await?;
         workloads.insert(namespace, listed);
     }
     Ok(helm::decide(pins, &releases, &workloads, pin))

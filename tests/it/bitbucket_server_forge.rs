@@ -271,7 +271,7 @@ async fn bitbucket_server_a_verdict_comment_edit_refused_for_its_version_is_read
     let verdict = comments[0].text.clone();
     let older = format!(
         "{}\nan older verdict",
-        tagpin::verify::report::COMMENT_MARKER
+        tagpin::verify::judge::report::COMMENT_MARKER
     );
     bb.rewrite_comment(comments[0].id, &older);
     bb.inject(Fault::new("PUT", "/comments/", 409));

@@ -977,7 +977,7 @@ async fn merged_then_verified(kind: Kind) {
     // left alone.
     let quoted = format!(
         "why does {} say pending?",
-        tagpin::verify::report::COMMENT_MARKER
+        tagpin::verify::judge::report::COMMENT_MARKER
     );
     if let Hub::GitLab(gl) = &w.hub {
         gl.add_note_as("reviewer", PROJECT, 1, &quoted);
@@ -1428,7 +1428,7 @@ impl Stages {
         .unwrap();
         let mirror = support::mirror(&config, &self.dir.path().join("cache"));
         let (source, _) = tagpin::promote::route(&config, "production").unwrap();
-        let cluster = tagpin::promote::connect(source, tagpin::verify::live::DEFAULT_API_TIMEOUT)
+        let cluster = tagpin::promote::connect(source, tagpin::cluster::DEFAULT_API_TIMEOUT)
             .await
             .unwrap();
         let ahead = ahead.as_secs() as i64;

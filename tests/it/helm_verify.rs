@@ -21,12 +21,13 @@ use support::output_text as text;
 use support::registry::{Mode, TestRegistry};
 use support::workloads::{image_id, LiveDeployment};
 
+use tagpin::cluster::{Cluster, DEFAULT_API_TIMEOUT};
 use tagpin::config::{ClusterTarget, Config};
-use tagpin::verify::expected::NotVerifiedReason;
-use tagpin::verify::helm::{HelmPin, ReleaseRef};
-use tagpin::verify::live::{Cluster, DEFAULT_API_TIMEOUT};
-use tagpin::verify::verdict::State;
-use tagpin::verify::{check, expectations_at, Check, Families};
+use tagpin::verify::judge::check::Check;
+use tagpin::verify::judge::expected::NotVerifiedReason;
+use tagpin::verify::judge::helm::{HelmPin, ReleaseRef};
+use tagpin::verify::judge::verdict::State;
+use tagpin::verify::{check, expectations_at, Families};
 
 const DIGEST: &str = "sha256:8888888888888888888888888888888888888888888888888888888888888888";
 const OLD_DIGEST: &str = "sha256:7777777777777777777777777777777777777777777777777777777777777777";

@@ -1011,3 +1011,98 @@ fn the_judge_reads_no_cluster_and_the_operator_runs_no_daemon_code() {
     ]);
     assert_eq!(targets(&edges, "operator"), vec!["daemon".to_string()]);
 }
+
+/// The constructors of kube's client types, by type: what makes a client (or the configuration
+/// or kubeconfig a client is made of). `ClientBuilder` builds one whatever is called on it.
+const KUBE_CONSTRUCTORS: &[(&str, &[&str])] = &[
+    ("Client", &["new", "try_from", "try_default"]),
+    (
+        "Config",
+        &[
+            "new",
+            "infer",
+            "incluster",
+            "incluster_env",
+            "incluster_dns",
+            "from_kubeconfig",
+            "from_custom_kubeconfig",
+            "from_cluster_env",
+        ],
+    ),
+    (
+        "Kubeconfig",
+        &["read", "read_from", "from_env", "from_yaml"],
+    ),
+];
+
+/// Where `code` (comments, literals and test items blanked) builds a kube client or reads a
+/// kubeconfig itself: each path written in it that, once the names its `use`s bring in are
+/// expanded, starts at the `kube` crate and calls a constructor of [`KUBE_CONSTRUCTORS`] or
+/// names `ClientBuilder`. `(line, the path as written)`.
+fn kube_clients_built(code: &str) -> Vec<(usize, String)> {
+    let (written, aliases) = written_paths(code);
+    let mut found = Vec::new();
+    for path in written {
+        let mut segments = path.segments.clone();
+        for _ in 0..8 {
+            match aliases.get(&segments[0]) {
+                Some(target) if target.first() != Some(&segments[0]) => {
+                    segments = target.iter().chain(&segments[1..]).cloned().collect();
+                }
+                _ => break,
+            }
+        }
+        if segments.first().map(String::as_str) != Some("kube") {
+            continue;
+        }
+        let builds = segments.iter().any(|s| s == "ClientBuilder")
+            || segments.windows(2).any(|pair| {
+                KUBE_CONSTRUCTORS
+                    .iter()
+                    .any(|(ty, made_by)| pair[0] == *ty && made_by.contains(&pair[1].as_str()))
+            });
+        if builds {
+            found.push((path.line, path.segments.join("::")));
+        }
+    }
+    found
+}
+
+#[test]
+fn only_the_cluster_room_builds_a_kube_client() {
+    let found: Vec<String> = production_code()
+        .iter()
+        .filter(|(file, _)| !file.starts_with("src/cluster/"))
+        .flat_map(|(file, code)| {
+            kube_clients_built(code)
+                .into_iter()
+                .map(move |(line, path)| format!("{file}:{line} {path}"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "only src/cluster/ builds kube clients and reads kubeconfigs, with the timeouts, \
+         deadline and answer cap every request needs: use Cluster::connect_to for reads, \
+         HomeCluster for the clients of the cluster tagpin runs in, or add what is missing \
+         there. These build their own:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_kube_client_check_finds_every_spelling() {
+    let code = "use kube::Client;\n\
+                use kube::config::{self, Kubeconfig as Kc};\n\
+                fn a(c: kube::Config) { let _ = Client::try_from(c); }\n\
+                async fn b() { kube::Config::infer().await; }\n\
+                fn c(p: &Path) { Kc::read_from(p); config::Kubeconfig::from_yaml(\"\"); }\n\
+                fn d(c: kube::Config) { kube::client::ClientBuilder::try_from(c); }\n";
+    let lines: Vec<usize> = kube_clients_built(code).iter().map(|(l, _)| *l).collect();
+    assert_eq!(lines, vec![3, 4, 5, 5, 6]);
+    let innocent = "use crate::registry::Client;\n\
+                    fn a(s: Settings) { Client::new(s); crate::registry::Client::new(s); }\n\
+                    fn b() -> reqwest::ClientBuilder { reqwest::Client::builder() }\n\
+                    fn c(k: kube::Client, c: &kube::Config) { Api::<Pod>::all(k); }\n\
+                    fn d() { crate::config::Config::new(); }\n";
+    assert_eq!(kube_clients_built(innocent), vec![]);
+}

@@ -10,6 +10,8 @@
 
 use crate::support;
 
+mod signed;
+
 use support::output_text as text;
 
 use std::path::PathBuf;
@@ -358,7 +360,7 @@ impl World {
         .unwrap();
         let mirror = support::mirror(&config, &self.dir.path().join("cache"));
         let (source, _) = tagpin::promote::route(&config, "production").unwrap();
-        let cluster = tagpin::promote::connect(source, tagpin::verify::live::DEFAULT_API_TIMEOUT)
+        let cluster = tagpin::promote::connect(source, tagpin::cluster::DEFAULT_API_TIMEOUT)
             .await
             .unwrap();
         let ahead = self.github.clock_offset().as_secs() as i64;
@@ -1871,6 +1873,50 @@ async fn a_stage_promoted_by_commit_gets_one_commit_on_main_and_then_nothing() {
     w.github.assert_no_violations();
 }
 
+/// A mirror damaged since the last pass (a crash, a full disk, a killed fetch) is moved aside
+/// and cloned again by the promotion pass that finds it, which promotes as it would have.
+#[tokio::test]
+async fn a_damaged_mirror_is_repaired_within_the_promotion_pass() {
+    use support::mirror_damage::{damage, mirror_in, moved_aside, Damage};
+    for how in [
+        Damage::TruncatedPack,
+        Damage::LooseRefGarbage,
+        Damage::PackIndexRemoved,
+    ] {
+        let w = World::new(Layout::Kustomize, "0s").await;
+        w.configure_commit_mode();
+        w.staging_pinned_and_converged().await;
+        let tip = w.tip();
+        let mirror = mirror_in(&w.dir.path().join("cache"));
+        damage(&mirror, &w.repo, how);
+
+        let (code, report, out) = w.promote_json().await;
+
+        assert_eq!(code, Some(0), "{how:?}: {}", text(&out));
+        let commit = w.tip();
+        assert_eq!(
+            report["outcome"],
+            json!({"outcome": "committed", "branch": "main", "commit": commit, "attempts": 1}),
+            "{how:?}"
+        );
+        assert_eq!(
+            w.repo.log("main")[1].0,
+            tip,
+            "{how:?}: one commit on the tip"
+        );
+        let file = "overlays/production/kustomization.yaml";
+        assert_eq!(w.repo.read("main", file).unwrap(), w.promoted(file, &w.new));
+        assert!(
+            stderr(&out).contains("moved it aside"),
+            "{how:?}: {}",
+            text(&out)
+        );
+        assert!(moved_aside(&mirror).is_dir(), "{how:?}");
+        w.promote_finds_nothing_to_do().await;
+        assert_eq!(w.tip(), commit, "{how:?}");
+    }
+}
+
 impl World {
     /// Production promoted by commit (both stages on the layout's paths, no soak).
     fn configure_commit_mode(&self) {
@@ -2187,4 +2233,98 @@ async fn a_promotion_production_cannot_run_is_reverted_and_not_promoted_again() 
     assert_eq!(report["changes"], json!([]), "{report:#}");
     assert_eq!(w.github.prs().len(), 2);
     w.production.assert_no_writes();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stages deployed by Argo CD's Source Hydrator.
+
+/// Argo CD's hydration of `dry` into `environments`, one path per stage (one hydration group:
+/// the same dry repository and revision, the same hydrated branch), each holding what its
+/// stage runs: staging `staging`, production `production`.
+fn hydrate_stages(w: &World, dry: &str, staging: &Pins, production: &Pins) -> String {
+    let manifests = |namespace: &str, tag: (&str, &str), pins: &Pins| {
+        [("web", tag.0, &pins.web), ("api", tag.1, &pins.api)]
+            .iter()
+            .map(|(app, tag, digest)| {
+                workload_yaml(app, Some(namespace), &w.image(app, tag, digest))
+            })
+            .collect::<Vec<_>>()
+            .join("---\n")
+    };
+    support::hydrator::hydrate(
+        &w.repo,
+        &w.repo.file_url(),
+        dry,
+        "environments",
+        None,
+        &[
+            (
+                "staging",
+                &manifests(STAGING_NS, (WEB_NEW, API_NEW), staging),
+            ),
+            (
+                "production",
+                &manifests(PRODUCTION_NS, (WEB_OLD, API_OLD), production),
+            ),
+        ],
+    )
+}
+
+#[tokio::test]
+async fn a_hydrated_staging_is_promoted_once_argo_cd_hydrated_and_synced_the_pins() {
+    let w = World::new(Layout::Kustomize, "0s").await;
+    // Each stage is an Application hydrating its overlay into its own path of `environments`.
+    let mut staging_app = support::hydrator::application(
+        "shop-staging",
+        STAGING_NS,
+        &w.repo.file_url(),
+        "overlays/staging",
+        "environments",
+        "staging",
+    );
+    let before = w.tip();
+    let hydrated = hydrate_stages(&w, &before, &w.old, &w.old);
+    support::hydrator::hydrated(&mut staging_app, &before, &hydrated);
+    let deployments = [(STAGING_NS, "web"), (STAGING_NS, "api")];
+    support::hydrator::synced(&mut staging_app, &hydrated, &deployments);
+    w.staging.apply(staging_app.clone());
+    // Sync pins staging; its cluster already runs the pins (someone applied them by hand),
+    // but Argo CD has not hydrated the pin commit.
+    w.staging_pinned_and_converged().await;
+    let tip = w.tip();
+    let remote = w.remote();
+
+    let (code, report, out) = w.promote_json().await;
+
+    assert_eq!(code, Some(3), "{}", text(&out));
+    assert_eq!(report["gate"]["gate"], "waiting", "{report:#}");
+    let reason = report["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!(
+            "Argo CD has not hydrated {} yet (at {})",
+            &tip[..7],
+            &before[..7]
+        )),
+        "{reason}"
+    );
+    assert_eq!(w.remote(), remote, "nothing pushed");
+    assert!(w.github.prs().is_empty());
+
+    // Argo CD hydrates the pin commit and syncs it: staging is converged, and promoted.
+    let hydrated = hydrate_stages(&w, &tip, &w.new, &w.old);
+    support::hydrator::hydrated(&mut staging_app, &tip, &hydrated);
+    support::hydrator::synced(&mut staging_app, &hydrated, &deployments);
+    w.staging.apply(staging_app);
+
+    let (code, report, out) = w.promote_json().await;
+
+    assert_eq!(code, Some(0), "{}", text(&out));
+    assert_eq!(report["source"]["state"], "converged", "{report:#}");
+    assert_eq!(
+        report["outcome"]["outcome"], "pull_request_opened",
+        "{report:#}"
+    );
+    w.assert_pr_branch_promotes(&w.new, &tip);
+    w.github.assert_no_violations();
+    w.staging.assert_no_writes();
 }

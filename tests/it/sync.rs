@@ -31,6 +31,11 @@ impl Run {
         }
     }
 
+    /// The cache directory `sync(config, cache)` uses.
+    pub(crate) fn cache_dir(&self, cache: &str) -> PathBuf {
+        self.dir.path().join(cache)
+    }
+
     /// Writes `tagpin.yaml` with the given repository URL and extra top-level YAML.
     pub(crate) fn config(&self, url: &str, registry_host: &str, extra: &str) -> PathBuf {
         let path = self.dir.path().join("tagpin.yaml");

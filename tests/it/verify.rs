@@ -766,11 +766,12 @@ async fn a_cron_job_is_judged_by_its_runs_since_the_pin_under_the_verifier_role(
 #[tokio::test]
 async fn a_failed_registry_lookup_is_asked_again_on_the_next_check() {
     use support::registry::{Fault as RegistryFault, FaultProxy, FaultRule};
+    use tagpin::cluster::Cluster;
     use tagpin::config::ClusterTarget;
-    use tagpin::verify::expected::Expected;
-    use tagpin::verify::live::Cluster;
-    use tagpin::verify::verdict::State;
-    use tagpin::verify::{check, Expectations, Families};
+    use tagpin::verify::judge::check::Expectations;
+    use tagpin::verify::judge::expected::Expected;
+    use tagpin::verify::judge::verdict::State;
+    use tagpin::verify::{check, Families};
     use tagpin::workload::{WorkloadId, WorkloadKind};
 
     let registry = TestRegistry::start(Mode::Plain).await;
@@ -805,7 +806,7 @@ async fn a_failed_registry_lookup_is_asked_again_on_the_next_check() {
             path: kube.kubeconfig(dir.path()),
             context: None,
         },
-        tagpin::verify::live::DEFAULT_API_TIMEOUT,
+        tagpin::cluster::DEFAULT_API_TIMEOUT,
     )
     .await
     .unwrap();

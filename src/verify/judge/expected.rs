@@ -74,7 +74,7 @@ pub enum NotVerifiedReason {
     /// The plan block names the workload in a form tagpin cannot read.
     UnreadableWorkload,
     /// The Argo CD Application or Flux Kustomization that applies the pin's file has applied
-    /// it, but its inventory holds no workload of this kind and name (see `verify::gitops`).
+    /// it, but its inventory holds no workload of this kind and name (see [`super::gitops`]).
     #[serde(rename = "not_in_gitops_inventory")]
     NotInGitOpsInventory,
     /// Several inventory entries of the GitOps objects that apply the pin's file could be
@@ -82,7 +82,7 @@ pub enum NotVerifiedReason {
     #[serde(rename = "ambiguous_in_gitops_inventory")]
     AmbiguousInGitOpsInventory,
     /// A pinned Helm value no HelmRelease or Argo CD Application in the cluster deploys (see
-    /// `verify::helm`).
+    /// [`super::helm`]).
     HelmReleaseMissing,
     /// The release that deploys a pinned Helm value cannot say which commit its values come
     /// from; [`NotVerified::detail`] says why.

@@ -15,6 +15,12 @@
 //!   Progressing ("Argo CD has not synced <sha> yet (at <rev>)"), not judged on the old spec;
 //! - its own sync and health are reported beside the verdicts.
 //!
+//! An Application with Argo CD's Source Hydrator ([`super::hydrator`]) applies its dry source:
+//! it is in scope by the dry source's repository and path, and the commit it applied is the dry
+//! commit its synced hydrated commit was rendered from. Until that is the pin commit or later,
+//! its workloads wait on the step that holds them: hydration (Progressing, or Failed with Argo
+//! CD's message), a `hydrateTo` branch waiting for a review, or the sync.
+//!
 //! A workload no such object applies is read exactly as before. Pure: the caller lists the
 //! objects (as JSON) and answers which applied revisions descend from the pin commit; nothing
 //! here does I/O.
@@ -25,11 +31,13 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::expected::{Expected, NameMapping, NotVerified, NotVerifiedReason};
+use super::hydrator::{self, HydratedCommit, Hydration};
 use super::verdict::{Condition, ConditionStatus, ConditionType, State, Verdict};
 use crate::config::{GitOpsObjects, ObjectName};
 use crate::manifest::Origin;
 use crate::plan::ScannedFile;
 use crate::proposal::Pin;
+use crate::render::Render;
 use crate::workload::{WorkloadId, WorkloadKind};
 
 /// Which tool an object belongs to.
@@ -107,6 +115,9 @@ pub struct GitOpsObject {
     pub health: Health,
     /// Named in `verify.gitops`: it speaks for every pin, wherever the pinned files are.
     pub named: bool,
+    /// An Argo CD Application with a Source Hydrator: its only source is the dry source, whose
+    /// revision is the dry commit of the hydrated commit it synced (once known).
+    pub hydration: Option<Hydration>,
 }
 
 impl GitOpsObject {
@@ -164,7 +175,9 @@ pub fn objects(
 
 /// An Argo CD `Application`: its sources, each with the revision applied from it
 /// (`status.sync.revision`; for `spec.sources[i]`, `status.sync.revisions[i]`), the resources
-/// it manages (`status.resources`) and `status.health`.
+/// it manages (`status.resources`) and `status.health`. With `spec.sourceHydrator`, its one
+/// source is the dry source, at the dry commit the status pairs with the synced hydrated
+/// commit (else none yet: see [`hydrated_commits`]).
 pub fn application(obj: &Value) -> GitOpsObject {
     let spec = &obj["spec"];
     let status = &obj["status"];
@@ -174,13 +187,22 @@ pub fn application(obj: &Value) -> GitOpsObject {
         path: clean_path(&text(&s["path"])),
         revision: non_empty(revision),
     };
-    let sources = match spec["sources"].as_array().filter(|s| !s.is_empty()) {
-        Some(sources) => sources
+    let hydrated = hydrator::read(obj);
+    let sources = match (
+        &hydrated,
+        spec["sources"].as_array().filter(|s| !s.is_empty()),
+    ) {
+        (Some((dry, hydration)), _) => vec![Source {
+            url: dry.url.clone(),
+            path: clean_path(&dry.path),
+            revision: hydration.dry_of_synced().map(str::to_string),
+        }],
+        (None, Some(sources)) => sources
             .iter()
             .enumerate()
             .map(|(i, s)| source(s, &sync["revisions"][i]))
             .collect(),
-        None => vec![source(&spec["source"], &sync["revision"])],
+        (None, None) => vec![source(&spec["source"], &sync["revision"])],
     };
     let inventory = status["resources"]
         .as_array()
@@ -204,6 +226,7 @@ pub fn application(obj: &Value) -> GitOpsObject {
             message: non_empty(&status["health"]["message"]),
         },
         named: false,
+        hydration: hydrated.map(|(_, hydration)| hydration),
     }
 }
 
@@ -246,6 +269,7 @@ pub fn kustomization(obj: &Value, git_repositories: &[Value]) -> Option<GitOpsOb
         inventory,
         health: flux_health(obj),
         named: false,
+        hydration: None,
     })
 }
 
@@ -432,13 +456,57 @@ pub fn missing_names(named: &GitOpsObjects, objects: &[GitOpsObject]) -> Vec<Str
         .collect()
 }
 
-/// Every revision the objects applied, to ask the repository about.
+/// Every revision the objects applied, to ask the repository about, and the dry commits of
+/// their hydrations.
 pub fn revisions(objects: &[GitOpsObject]) -> BTreeSet<String> {
+    let hydrated = objects
+        .iter()
+        .flat_map(|o| o.hydration.iter().flat_map(Hydration::dry_commits))
+        .map(str::to_string);
     objects
         .iter()
         .flat_map(|o| &o.sources)
         .filter_map(|s| s.revision.clone())
+        .chain(hydrated)
         .collect()
+}
+
+/// The hydrated commits the objects synced whose dry commit their status does not say: the
+/// caller reads it from the repository ([`HydratedCommit::metadata_files`],
+/// [`dry_commit_in`]) and hands it to [`with_dry_commits`].
+pub fn hydrated_commits(objects: &[GitOpsObject]) -> BTreeSet<HydratedCommit> {
+    objects
+        .iter()
+        .filter_map(|o| o.hydration.as_ref()?.unresolved())
+        .collect()
+}
+
+/// The dry commit of the configured `repository` that a `hydrator.metadata` names. A file
+/// naming another repository says nothing about this one's commits.
+pub fn dry_commit_in(metadata: &[u8], repository: &str) -> Option<String> {
+    let metadata = hydrator::metadata(metadata)?;
+    match &metadata.repository {
+        Some(url) if !same_repository(url, repository) => None,
+        _ => Some(metadata.dry),
+    }
+}
+
+/// `objects` with the dry commits read from the repository (`dry`, by hydrated commit) as the
+/// revisions their dry sources applied.
+pub fn with_dry_commits(objects: &mut [GitOpsObject], dry: &BTreeMap<String, String>) {
+    for object in objects {
+        let Some(commit) = object
+            .hydration
+            .as_ref()
+            .and_then(Hydration::unresolved)
+            .and_then(|h| dry.get(&h.commit))
+        else {
+            continue;
+        };
+        for source in &mut object.sources {
+            source.revision = Some(commit.clone());
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -453,21 +521,101 @@ pub enum Sync {
     Behind(String),
     /// A source applied nothing yet.
     NothingApplied,
+    /// An Application with a Source Hydrator that has not synced a hydrated commit of the pin
+    /// commit or a later one: where it is, and the step that holds it.
+    Hydration(Waiting),
+}
+
+/// Where an Application with a Source Hydrator stands, short of the pin commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    /// The dry commit of the hydrated commit it synced, when that is known.
+    pub at: Option<String>,
+    /// The hydrated commit it synced (`status.sync.revision`).
+    pub synced: Option<String>,
+    pub step: Step,
+}
+
+/// The step of the Source Hydrator a pin waits on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Argo CD has not hydrated the pin commit, or a later one (`hydrating`: it is at it now).
+    NotHydrated { hydrating: bool },
+    /// Argo CD's hydration of the pin commit, or of a later one, failed: its message.
+    Failed(String),
+    /// Argo CD hydrated the pin commit (or a later one) as `hydrated` into the `hydrateTo`
+    /// branch `into`; nothing has moved it to the sync branch `sync_branch` yet.
+    NotMerged {
+        hydrated: String,
+        into: String,
+        sync_branch: String,
+    },
+    /// Hydrated, and not synced yet.
+    NotSynced,
 }
 
 /// The object's sync, given which revisions are the pin commit or come after it.
 pub fn sync_of(object: &GitOpsObject, descends: &BTreeMap<String, bool>) -> Sync {
     let mut applied = None;
+    let mut behind = None;
     for source in &object.sources {
         match &source.revision {
-            None => return Sync::NothingApplied,
+            None => {
+                behind = Some(Sync::NothingApplied);
+                break;
+            }
             Some(revision) if descends.get(revision) != Some(&true) => {
-                return Sync::Behind(revision.clone())
+                behind = Some(Sync::Behind(revision.clone()));
+                break;
             }
             Some(revision) => applied = Some(revision.clone()),
         }
     }
-    applied.map_or(Sync::NothingApplied, Sync::Synced)
+    let plain = behind.unwrap_or_else(|| applied.map_or(Sync::NothingApplied, Sync::Synced));
+    match (&object.hydration, plain) {
+        (Some(hydration), Sync::Behind(at)) => hydration_sync(hydration, Some(at), descends),
+        (Some(hydration), Sync::NothingApplied) => hydration_sync(hydration, None, descends),
+        (_, plain) => plain,
+    }
+}
+
+/// Why an Application with a Source Hydrator, whose synced commit's dry commit is `at`, has
+/// not applied the pin commit: a failed hydration of it (or of a later commit) first, then a
+/// hydration of it waiting on the `hydrateTo` branch, or for the sync; else it is not hydrated.
+fn hydration_sync(
+    hydration: &Hydration,
+    at: Option<String>,
+    descends: &BTreeMap<String, bool>,
+) -> Sync {
+    let after_pin = |sha: &str| descends.get(sha) == Some(&true);
+    let failed = hydration
+        .failed()
+        .filter(|op| op.dry.as_deref().is_none_or(after_pin));
+    let step = match (failed, &hydration.last) {
+        (Some(op), _) => Step::Failed(
+            op.message
+                .clone()
+                .unwrap_or_else(|| "the hydration failed, without a message".to_string()),
+        ),
+        (None, Some(last)) if after_pin(&last.dry) => match &hydration.hydrate_to {
+            Some(into) if hydration.synced.as_deref() != Some(last.hydrated.as_str()) => {
+                Step::NotMerged {
+                    hydrated: last.hydrated.clone(),
+                    into: into.clone(),
+                    sync_branch: hydration.sync_branch.clone(),
+                }
+            }
+            _ => Step::NotSynced,
+        },
+        (None, _) => Step::NotHydrated {
+            hydrating: hydration.hydrating(),
+        },
+    };
+    Sync::Hydration(Waiting {
+        at,
+        synced: hydration.synced.clone(),
+        step,
+    })
 }
 
 /// A commit as people read it: its first 7 hex digits.
@@ -475,13 +623,67 @@ pub(crate) fn short(sha: &str) -> &str {
     sha.get(..7).unwrap_or(sha)
 }
 
-/// `Argo CD has not synced 1a2b3c4 yet (at 9f8e7d6)`.
+/// `at 9f8e7d6`: the dry commit a hydrated Application synced, or what is known of it.
+fn synced_at(waiting: &Waiting) -> String {
+    match (&waiting.at, &waiting.synced) {
+        (Some(dry), _) => format!("at {}", short(dry)),
+        (None, Some(hydrated)) => format!(
+            "at hydrated commit {}, whose dry commit is not known",
+            short(hydrated)
+        ),
+        (None, None) => "nothing synced yet".to_string(),
+    }
+}
+
+/// `Argo CD has not synced 1a2b3c4 yet (at 9f8e7d6)`, or the hydration step that holds it:
+/// `Argo CD has not hydrated 1a2b3c4 yet (at 9f8e7d6)`, `Argo CD could not hydrate 1a2b3c4:
+/// <Argo CD's message>`, `Argo CD hydrated 1a2b3c4 into environments/dev-next as 5d6e7f8,
+/// waiting for it to reach environments/dev (at 9f8e7d6)`.
 pub(crate) fn not_synced_reason(tool: Tool, sync: &Sync, pin: &str) -> String {
+    let pin = short(pin);
     let at = match sync {
         Sync::Behind(revision) | Sync::Synced(revision) => format!("at {}", short(revision)),
         Sync::NothingApplied => "nothing applied yet".to_string(),
+        Sync::Hydration(waiting) => {
+            let at = synced_at(waiting);
+            return match &waiting.step {
+                Step::NotHydrated { hydrating: true } => {
+                    format!("Argo CD has not hydrated {pin} yet (hydrating; {at})")
+                }
+                Step::NotHydrated { hydrating: false } => {
+                    format!("Argo CD has not hydrated {pin} yet ({at})")
+                }
+                Step::Failed(message) => format!(
+                    "Argo CD could not hydrate {pin}: {}",
+                    super::wording::one_line(message)
+                ),
+                Step::NotMerged {
+                    hydrated,
+                    into,
+                    sync_branch,
+                } => format!(
+                    "Argo CD hydrated {pin} into {into} as {}, waiting for it to reach {sync_branch} ({at})",
+                    short(hydrated)
+                ),
+                Step::NotSynced => format!("Argo CD has not synced {pin} yet ({at})"),
+            };
+        }
     };
-    format!("{} has not synced {} yet ({at})", tool.name(), short(pin))
+    format!("{} has not synced {pin} yet ({at})", tool.name())
+}
+
+/// The state of a workload whose object has not applied the pin commit, and the reason code
+/// of its conditions: Failed when Argo CD could not hydrate it, else Progressing.
+pub(crate) fn waiting_state(sync: &Sync) -> (State, &'static str) {
+    match sync {
+        Sync::Hydration(Waiting { step, .. }) => match step {
+            Step::Failed(_) => (State::Failed, "GitOpsHydrationFailed"),
+            Step::NotHydrated { .. } => (State::Progressing, "GitOpsNotHydrated"),
+            Step::NotMerged { .. } => (State::Progressing, "GitOpsHydratedNotMerged"),
+            Step::NotSynced => (State::Progressing, "GitOpsNotSynced"),
+        },
+        _ => (State::Progressing, "GitOpsNotSynced"),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -621,11 +823,7 @@ fn report(
     workloads: Vec<WorkloadId>,
 ) -> ObjectReport {
     let (synced, revision, state) = match sync {
-        Sync::Synced(revision) => (
-            true,
-            Some(revision.clone()),
-            format!("Synced to {}", short(revision)),
-        ),
+        Sync::Synced(revision) => (true, Some(revision.clone()), synced_to(object, revision)),
         Sync::Behind(revision) => (
             false,
             Some(revision.clone()),
@@ -643,6 +841,7 @@ fn report(
                 short(pin)
             ),
         ),
+        Sync::Hydration(waiting) => (false, waiting.at.clone(), hydration_state(waiting, pin)),
     };
     let health = &object.health;
     let health_text = match &health.message {
@@ -663,6 +862,45 @@ fn report(
         health_message: health.message.clone(),
         workloads,
         summary: format!("{}: {state}, {health_text}", object.title()),
+    }
+}
+
+/// `Synced to 1a2b3c4`, and for an Application with a Source Hydrator the hydrated commit and
+/// branch: `Synced to 1a2b3c4 (hydrated as 5d6e7f8 on environments/dev)`.
+fn synced_to(object: &GitOpsObject, revision: &str) -> String {
+    let hydrated = object
+        .hydration
+        .as_ref()
+        .and_then(|h| Some((h.synced.as_deref()?, h.sync_branch.as_str())));
+    match hydrated {
+        Some((commit, branch)) => format!(
+            "Synced to {} (hydrated as {} on {branch})",
+            short(revision),
+            short(commit)
+        ),
+        None => format!("Synced to {}", short(revision)),
+    }
+}
+
+/// The report's words for an Application held at a step of its Source Hydrator.
+fn hydration_state(waiting: &Waiting, pin: &str) -> String {
+    let at = synced_at(waiting);
+    let pin = short(pin);
+    match &waiting.step {
+        Step::NotHydrated { hydrating } => {
+            let now = if *hydrating { ", hydrating" } else { "" };
+            format!("not hydrated: {at}{now}, waiting for {pin}")
+        }
+        Step::Failed(message) => format!("hydration failed: {}", super::wording::one_line(message)),
+        Step::NotMerged {
+            hydrated,
+            into,
+            sync_branch,
+        } => format!(
+            "hydrated {pin} into {into} as {}, waiting for it to reach {sync_branch} ({at})",
+            short(hydrated)
+        ),
+        Step::NotSynced => format!("not synced: {at}, waiting for {pin}"),
     }
 }
 
@@ -743,7 +981,10 @@ pub fn decide(
             }),
             Placement::NotSynced { object, workload } => {
                 let reason = not_synced_reason(objects[*object].tool, &sync[*object], pin);
-                decision.verdicts.push(not_synced(e, workload, reason));
+                let (state, code) = waiting_state(&sync[*object]);
+                decision
+                    .verdicts
+                    .push(unapplied(e, workload, state, code, reason));
             }
             Placement::Unplaced(reason) => decision.findings.not_verified.push(NotVerified {
                 image: e.pinned_ref.clone(),
@@ -760,12 +1001,6 @@ pub fn decide(
         .map(|(i, workloads)| report(&objects[i], &sync[i], pin, workloads.into_iter().collect()))
         .collect();
     decision
-}
-
-/// The verdict for a container whose GitOps object has not applied the pin commit: Progressing,
-/// with the object's words, and nothing judged on the old spec.
-fn not_synced(e: &Expected, workload: &WorkloadId, reason: String) -> Verdict {
-    unapplied(e, workload, State::Progressing, "GitOpsNotSynced", reason)
 }
 
 /// The verdict for container `e` of `workload` whose pin its deployer has not applied (yet, or
@@ -818,20 +1053,29 @@ pub fn files_of_pins(
     )
 }
 
-/// The files that pin each workload of a scanned tree, by live identity.
+/// The files that pin each workload of a scanned tree, by live identity: the manifests that
+/// name its images, and the root kustomization it is rendered from (what a GitOps tool applies
+/// is that kustomization's directory, and its `images:` entries pin workloads no manifest
+/// field names).
 pub fn files_of_scan(
     files: &[ScannedFile],
+    renders: &[Render],
     mapping: &NameMapping,
 ) -> BTreeMap<WorkloadId, BTreeSet<String>> {
-    by_live_workload(
-        files.iter().flat_map(|file| {
-            file.fields.iter().filter_map(|field| match &field.origin {
-                Origin::Container { workload, .. } => Some((file.path.to_str()?, workload)),
-                Origin::KustomizeImage { .. } | Origin::HelmImage(_) => None,
-            })
-        }),
-        mapping,
-    )
+    let written = files.iter().flat_map(|file| {
+        file.fields.iter().filter_map(|field| match &field.origin {
+            Origin::Container { workload, .. } => Some((file.path.to_str()?, workload)),
+            Origin::KustomizeImage { .. } | Origin::HelmImage(_) => None,
+        })
+    });
+    let rendered = renders.iter().flat_map(|render| {
+        let root = render.kustomization.to_str();
+        render
+            .containers
+            .iter()
+            .filter_map(move |c| Some((root?, &c.workload)))
+    });
+    by_live_workload(written.chain(rendered), mapping)
 }
 
 fn by_live_workload<'a>(
@@ -906,6 +1150,7 @@ mod tests {
                 message: None,
             },
             named: false,
+            hydration: None,
         }
     }
 
@@ -1326,5 +1571,286 @@ mod tests {
             files_of_pins(&pins, &mapping),
             files(&[("shop/Deployment/web", "apps/web.yaml")])
         );
+    }
+
+    #[test]
+    fn a_rendered_workload_is_pinned_by_its_root_kustomization() {
+        // The overlay's `images:` entry pins `web`; no manifest field of the overlay names it.
+        let repository = [
+            (
+                "base/web.yaml",
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      containers:\n      - {name: app, image: ghcr.io/acme/web}\n",
+            ),
+            ("base/kustomization.yaml", "resources: [web.yaml]\n"),
+            (
+                "overlays/staging/kustomization.yaml",
+                "namespace: shop-staging\nresources: [../../base]\nimages:\n- {name: ghcr.io/acme/web, newTag: '1', digest: 'sha256:2222222222222222222222222222222222222222222222222222222222222222'}\n",
+            ),
+        ];
+        let renders = crate::render::render_roots(
+            &["overlays/staging/kustomization.yaml".into()],
+            &crate::render::fixtures::repo(&repository),
+        );
+        assert_eq!(
+            files_of_scan(&[], &renders, &NameMapping::default()),
+            files(&[(
+                "shop-staging/Deployment/web",
+                "overlays/staging/kustomization.yaml"
+            )])
+        );
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Argo CD's Source Hydrator
+
+    const HYDRATED: &str = "3333333333333333333333333333333333333333";
+    const HYDRATED_OLD: &str = "4444444444444444444444444444444444444444";
+    const DOCUMENTED_DRY: &str = "6cb951525937865dced818bbdd78c89b2d2b3045";
+
+    /// The documented Application with a Source Hydrator (`argocd-application-hydrator.yaml`),
+    /// synced to the hydrated commit `synced`, its last hydration `dry` hydrated as `hydrated`,
+    /// without `hydrateTo`.
+    fn hydrator_app(synced: &str, dry: &str, hydrated: &str) -> Value {
+        let mut app = capture("argocd-application-hydrator.yaml").remove(0);
+        app["spec"]["sourceHydrator"]
+            .as_object_mut()
+            .unwrap()
+            .remove("hydrateTo");
+        app["status"]["sync"]["revision"] = json!(synced);
+        let status = &mut app["status"]["sourceHydrator"];
+        status["lastSuccessfulOperation"]["drySHA"] = json!(dry);
+        status["lastSuccessfulOperation"]["hydratedSHA"] = json!(hydrated);
+        status["currentOperation"]["drySHA"] = json!(dry);
+        status["currentOperation"]["hydratedSHA"] = json!(hydrated);
+        app
+    }
+
+    /// What `app` says about `default/Deployment/my-app-helm-guestbook` pinned in
+    /// `helm-guestbook/values.yaml`, given which commits come at or after [`PIN`].
+    fn decide_hydrated(app: &Value, after_pin: &[&str]) -> (Sync, Decision) {
+        let object = application(app);
+        let descends = after_pin.iter().map(|c| (c.to_string(), true)).collect();
+        let sync = sync_of(&object, &descends);
+        let workload = "default/Deployment/my-app-helm-guestbook";
+        let d = decide(
+            &[expected(workload)],
+            &files(&[(workload, "helm-guestbook/values.yaml")]),
+            &[object],
+            std::slice::from_ref(&sync),
+            PIN,
+        );
+        (sync, d)
+    }
+
+    #[test]
+    fn an_application_with_a_source_hydrator_applies_its_dry_source() {
+        let app = application(&capture("argocd-application-hydrator.yaml")[0]);
+        assert_eq!(app.title(), "Argo CD Application argocd/my-app");
+        assert_eq!(
+            app.sources,
+            vec![Source {
+                url: "https://github.com/argoproj/argocd-example-apps".into(),
+                path: "helm-guestbook".into(),
+                revision: Some(DOCUMENTED_DRY.into()),
+            }],
+            "the dry commit the status pairs with the synced hydrated commit"
+        );
+        assert!(app
+            .inventory
+            .contains(&entry("default", "Deployment", "my-app-helm-guestbook")));
+        let found = relevant(
+            vec![app],
+            "git@github.com:argoproj/argocd-example-apps.git",
+            &GitOpsObjects::default(),
+        );
+        assert_eq!(found.len(), 1, "in scope by its dry source's repository");
+        assert!(found[0].applies(Some(&BTreeSet::from(["helm-guestbook/values.yaml".into()]))));
+        assert!(!found[0].applies(Some(&BTreeSet::from(["guestbook/ui.yaml".into()]))));
+        assert_eq!(
+            revisions(&found),
+            BTreeSet::from([DOCUMENTED_DRY.to_string()])
+        );
+    }
+
+    #[test]
+    fn a_hydrated_commit_whose_dry_commit_the_status_does_not_tell_is_read_back() {
+        // Argo CD already hydrated a later dry commit; the sync still runs the older one.
+        let mut objects = vec![application(&hydrator_app(HYDRATED_OLD, PIN, HYDRATED))];
+        assert_eq!(objects[0].sources[0].revision, None);
+        let unresolved = hydrated_commits(&objects);
+        assert_eq!(
+            unresolved,
+            BTreeSet::from([HydratedCommit {
+                commit: HYDRATED_OLD.into(),
+                branch: "environments/dev".into(),
+                path: "helm-guestbook".into(),
+            }])
+        );
+        with_dry_commits(
+            &mut objects,
+            &BTreeMap::from([(HYDRATED_OLD.into(), OLD.into())]),
+        );
+        assert_eq!(objects[0].sources[0].revision.as_deref(), Some(OLD));
+        assert_eq!(
+            revisions(&objects),
+            BTreeSet::from([OLD.to_string(), PIN.to_string()])
+        );
+    }
+
+    #[test]
+    fn a_metadata_file_names_a_dry_commit_of_the_configured_repository_only() {
+        let metadata = std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/gitops/argocd-hydrated-branch/hydrator.metadata"),
+        )
+        .unwrap();
+        assert_eq!(
+            dry_commit_in(
+                &metadata,
+                "https://git.example.com/owner/manifests-repo.git"
+            ),
+            Some(DOCUMENTED_DRY.into())
+        );
+        assert_eq!(
+            dry_commit_in(&metadata, "https://git.example.com/owner/other-repo.git"),
+            None,
+            "a hydration of another repository says nothing of this one's commits"
+        );
+        let unnamed = format!("{{\"drySha\": \"{PIN}\"}}");
+        assert_eq!(
+            dry_commit_in(unnamed.as_bytes(), "https://git.example.com/acme/gitops"),
+            Some(PIN.into())
+        );
+    }
+
+    #[test]
+    fn a_hydrated_commit_of_the_pin_commit_or_later_is_synced() {
+        let (sync, d) = decide_hydrated(&hydrator_app(HYDRATED, PIN, HYDRATED), &[PIN]);
+        assert_eq!(sync, Sync::Synced(PIN.into()));
+        assert_eq!(
+            d.read[0].workload.to_string(),
+            "default/Deployment/my-app-helm-guestbook"
+        );
+        assert_eq!(
+            d.findings.objects[0].summary,
+            "Argo CD Application argocd/my-app: Synced to 1111111 (hydrated as 3333333 on environments/dev), Healthy"
+        );
+        assert_eq!(d.findings.objects[0].revision.as_deref(), Some(PIN));
+    }
+
+    /// The one verdict of a decision that judged nothing live: (state, condition code, reason).
+    fn waiting(d: &Decision) -> (State, String, String) {
+        assert!(d.read.is_empty(), "nothing is judged on the old spec");
+        let [v] = d.verdicts.as_slice() else {
+            panic!("one verdict: {:?}", d.verdicts)
+        };
+        (v.state, v.conditions[0].reason.clone(), v.reason.clone())
+    }
+
+    #[test]
+    fn an_older_dry_commit_not_hydrated_again_waits_for_the_hydration() {
+        let (_, d) = decide_hydrated(&hydrator_app(HYDRATED_OLD, OLD, HYDRATED_OLD), &[]);
+        assert_eq!(
+            waiting(&d),
+            (
+                State::Progressing,
+                "GitOpsNotHydrated".into(),
+                "Argo CD has not hydrated 1111111 yet (at 0000000)".into()
+            )
+        );
+        assert_eq!(
+            d.findings.objects[0].summary,
+            "Argo CD Application argocd/my-app: not hydrated: at 0000000, waiting for 1111111, Healthy"
+        );
+
+        let mut hydrating = hydrator_app(HYDRATED_OLD, OLD, HYDRATED_OLD);
+        hydrating["status"]["sourceHydrator"]["currentOperation"] =
+            json!({"phase": "Hydrating", "message": ""});
+        let (_, d) = decide_hydrated(&hydrating, &[]);
+        assert_eq!(
+            waiting(&d).2,
+            "Argo CD has not hydrated 1111111 yet (hydrating; at 0000000)"
+        );
+    }
+
+    #[test]
+    fn a_hydration_of_the_pin_not_synced_yet_names_both_commits() {
+        // Argo CD hydrated the pin; the application still runs what it hydrated of OLD, as the
+        // hydrated commit's metadata tells.
+        let mut object = application(&hydrator_app(HYDRATED_OLD, PIN, HYDRATED));
+        with_dry_commits(
+            std::slice::from_mut(&mut object),
+            &BTreeMap::from([(HYDRATED_OLD.into(), OLD.into())]),
+        );
+        let descends = BTreeMap::from([(PIN.to_string(), true), (OLD.to_string(), false)]);
+        let sync = sync_of(&object, &descends);
+        assert_eq!(
+            (
+                waiting_state(&sync),
+                not_synced_reason(Tool::ArgoCd, &sync, PIN)
+            ),
+            (
+                (State::Progressing, "GitOpsNotSynced"),
+                "Argo CD has not synced 1111111 yet (at 0000000)".to_string()
+            )
+        );
+        // Without the metadata, what is known is said.
+        let (_, d) = decide_hydrated(&hydrator_app(HYDRATED_OLD, PIN, HYDRATED), &[PIN]);
+        assert_eq!(
+            waiting(&d).2,
+            "Argo CD has not synced 1111111 yet (at hydrated commit 4444444, whose dry commit is not known)"
+        );
+    }
+
+    #[test]
+    fn a_failed_hydration_fails_the_applications_workloads_in_argo_cds_words() {
+        let mut app = hydrator_app(HYDRATED_OLD, OLD, HYDRATED_OLD);
+        let message = format!(
+            "Failed to hydrate revision \"{PIN}\": failed to hydrate apps: failed to get repo objects for app \"argocd/my-app\": rpc error: code = Unknown desc = Manifest generation error"
+        );
+        app["status"]["sourceHydrator"]["currentOperation"] = json!({
+            "phase": "Failed", "drySHA": PIN, "message": message,
+            "startedAt": "2025-06-09T17:50:20Z", "finishedAt": "2025-06-09T17:50:22Z",
+        });
+        let (_, d) = decide_hydrated(&app, &[PIN]);
+        assert_eq!(
+            waiting(&d),
+            (
+                State::Failed,
+                "GitOpsHydrationFailed".into(),
+                format!("Argo CD could not hydrate 1111111: {message}")
+            )
+        );
+        assert_eq!(
+            d.findings.objects[0].summary,
+            format!("Argo CD Application argocd/my-app: hydration failed: {message}, Healthy")
+        );
+
+        // A failure of a commit before the pin: the pin has not been tried yet.
+        let (_, d) = decide_hydrated(&app, &[]);
+        assert_eq!(waiting(&d).0, State::Progressing);
+        // Before Argo CD resolved the dry revision, the failure is the latest commit's.
+        app["status"]["sourceHydrator"]["currentOperation"]["drySHA"] = json!("");
+        let (_, d) = decide_hydrated(&app, &[]);
+        assert_eq!(waiting(&d).0, State::Failed);
+    }
+
+    #[test]
+    fn a_hydration_waiting_on_the_hydrate_to_branch_says_so() {
+        let mut app = hydrator_app(HYDRATED_OLD, PIN, HYDRATED);
+        app["spec"]["sourceHydrator"]["hydrateTo"] =
+            json!({"targetBranch": "environments/dev-next"});
+        let (_, d) = decide_hydrated(&app, &[PIN]);
+        assert_eq!(
+            waiting(&d),
+            (
+                State::Progressing,
+                "GitOpsHydratedNotMerged".into(),
+                "Argo CD hydrated 1111111 into environments/dev-next as 3333333, waiting for it to reach environments/dev (at hydrated commit 4444444, whose dry commit is not known)".into()
+            )
+        );
+        // Moved to the sync branch as it is (a fast-forward), it is the synced commit.
+        let (sync, _) = decide_hydrated(&hydrator_app(HYDRATED, PIN, HYDRATED), &[PIN]);
+        assert_eq!(sync, Sync::Synced(PIN.into()));
     }
 }

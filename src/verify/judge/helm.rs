@@ -417,7 +417,7 @@ pub struct Listed<'a> {
     pub applications: &'a [Value],
     pub helm_releases: &'a [Value],
     /// Why no HelmRelease could be listed, when none could (see
-    /// [`super::live::Cluster::helm_releases`]).
+    /// `verify::observe::gitops::helm_releases`).
     pub helm_releases_unread: Option<&'a str>,
     /// Why not every Argo CD Application could be listed (an impersonated ServiceAccount's
     /// refusal), when that is so.
@@ -517,10 +517,12 @@ pub fn releases(pin: &HelmPin, listed: &Listed<'_>) -> Releases {
                 namespace: app.namespace.clone(),
                 name: app.name.clone(),
             };
-            let sources = match obj["spec"]["sources"].as_array() {
-                Some(sources) if !sources.is_empty() => Value::Array(sources.clone()),
-                _ => obj["spec"]["source"].clone(),
-            };
+            let sources = Value::Array(
+                rendered_sources(&obj["spec"])
+                    .into_iter()
+                    .cloned()
+                    .collect(),
+            );
             let (revision, applied) = applied_from(listed, pin, &applied_as, &sources);
             let progress = applied.unwrap_or_else(|| application_progress(obj));
             Ok(vec![argo_release(app, progress, revision)])
@@ -548,14 +550,7 @@ pub fn releases(pin: &HelmPin, listed: &Listed<'_>) -> Releases {
                         )),
                         Some(revision.clone()),
                     ),
-                    Some(sync) => (
-                        Progress::Waiting(gitops::not_synced_reason(
-                            Tool::ArgoCd,
-                            sync,
-                            listed.pin,
-                        )),
-                        None,
-                    ),
+                    Some(sync) => (held(Tool::ArgoCd, sync, listed.pin), None),
                     // Named in `verify.gitops` objects only, and this one is not among them.
                     None => (
                         Progress::Unknown(format!(
@@ -649,24 +644,42 @@ fn applied_from(
     for i in appliers {
         match &listed.sync[i] {
             Sync::Synced(applied) => revision = Some(applied.clone()),
-            sync => {
-                let reason = gitops::not_synced_reason(listed.appliers[i].tool, sync, listed.pin);
-                return (None, Some(Progress::Waiting(reason)));
-            }
+            sync => return (None, Some(held(listed.appliers[i].tool, sync, listed.pin))),
         }
     }
     (revision, None)
 }
 
-/// Whether an Argo CD Application renders a chart with the values file `file` of `repository`:
-/// the chart's `values.yaml` in a source's `path`, a `helm.valueFiles` entry relative to that
-/// path, or a `$ref/…` entry into a source with that `ref`.
-pub fn application_uses(obj: &Value, file: &str, repository: &str) -> bool {
-    let spec = &obj["spec"];
-    let sources: Vec<&Value> = match spec["sources"].as_array() {
+/// What a release whose applier has not applied the pin commit waits for, in the applier's
+/// words: Failed when it will not get there without someone acting (Argo CD could not hydrate
+/// it), else Waiting.
+fn held(tool: Tool, sync: &Sync, pin: &str) -> Progress {
+    let reason = gitops::not_synced_reason(tool, sync, pin);
+    match gitops::waiting_state(sync).0 {
+        State::Failed => Progress::Failed(reason),
+        _ => Progress::Waiting(reason),
+    }
+}
+
+/// The sources an Application renders (`spec` as listed): its Source Hydrator's dry source
+/// (which takes Helm options too), else `spec.sources`, else `spec.source`.
+fn rendered_sources(spec: &Value) -> Vec<&Value> {
+    let dry = &spec["sourceHydrator"]["drySource"];
+    if dry.is_object() {
+        return vec![dry];
+    }
+    match spec["sources"].as_array() {
         Some(sources) if !sources.is_empty() => sources.iter().collect(),
         _ => vec![&spec["source"]],
-    };
+    }
+}
+
+/// Whether an Argo CD Application renders a chart with the values file `file` of `repository`:
+/// the chart's `values.yaml` in a source's `path`, a `helm.valueFiles` entry relative to that
+/// path, or a `$ref/…` entry into a source with that `ref`. With a Source Hydrator, its dry
+/// source is the one it renders.
+pub fn application_uses(obj: &Value, file: &str, repository: &str) -> bool {
+    let sources = rendered_sources(&obj["spec"]);
     let ours = |s: &Value| gitops::same_repository(&text(&s["repoURL"]), repository);
     let refs: BTreeSet<String> = sources
         .iter()
@@ -1097,6 +1110,7 @@ mod tests {
                 message: None,
             },
             named: false,
+            hydration: None,
         }
     }
 
@@ -1329,6 +1343,38 @@ mod tests {
         ]}});
         assert!(application_uses(&multi, "envs/prod/web.yaml", repo));
         assert!(!application_uses(&multi, "envs/dev/web.yaml", repo));
+        // Argo CD's Source Hydrator renders its dry source.
+        let hydrated = json!({"spec": {"sourceHydrator": {
+            "drySource": {"repoURL": repo, "path": "charts/web", "targetRevision": "main",
+                          "helm": {"valueFiles": ["values-prod.yaml"]}},
+            "syncSource": {"targetBranch": "environments/prod", "path": "web"}}}});
+        assert!(application_uses(&hydrated, "charts/web/values.yaml", repo));
+        assert!(application_uses(
+            &hydrated,
+            "charts/web/values-prod.yaml",
+            repo
+        ));
+        assert!(!application_uses(&hydrated, "web/values.yaml", repo));
+    }
+
+    #[test]
+    fn a_release_argo_cd_could_not_hydrate_fails() {
+        let failed = Sync::Hydration(gitops::Waiting {
+            at: Some(OLD.into()),
+            synced: None,
+            step: gitops::Step::Failed("Failed to hydrate revision \"1111111\": boom".into()),
+        });
+        assert_eq!(
+            held(Tool::ArgoCd, &failed, PIN),
+            Progress::Failed(
+                "Argo CD could not hydrate 1111111: Failed to hydrate revision \"1111111\": boom"
+                    .into()
+            )
+        );
+        assert!(matches!(
+            held(Tool::ArgoCd, &Sync::Behind(OLD.into()), PIN),
+            Progress::Waiting(_)
+        ));
     }
 
     #[test]

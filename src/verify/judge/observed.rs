@@ -220,7 +220,7 @@ impl std::fmt::Display for Refusal {
 pub enum Live {
     Missing,
     /// The API refused the read (403); the string says so in tagpin's words, naming the API
-    /// server and the list (never the server's own message: see `live::Server::refused`).
+    /// server and the list (never the server's own message: see `cluster::Server::refused`).
     Forbidden(String),
     /// The ServiceAccount tagpin reads as for a tenant (impersonated) may not read it: the
     /// tenant's RBAC draws that line, so the pin is not verified (rather than failed), and

@@ -357,7 +357,7 @@ mod tests {
         v.as_str().unwrap_or_default().to_owned()
     }
 
-    /// The captured pod list, turned into [`LivePod`]s field by field as `live.rs` would.
+    /// The captured pod list, turned into [`LivePod`]s field by field as `observe/convert.rs` would.
     fn captured_pods() -> Vec<LivePod> {
         let text = fixture("openshift-nginx-pods.yaml");
         let list: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();

@@ -1,6 +1,8 @@
-//! What the verifier reads from the cluster: workloads, pods, GitOps objects and Helm
-//! releases through the Kubernetes API ([`live`]), converted into the judge's types; lists
-//! shared between reconciles for a second ([`shared_lists`]).
+//! What the verifier reads from the cluster, through a [`crate::cluster::Cluster`]: the live
+//! workloads and their pods ([`read`]), converted into the judge's plain structs by pure
+//! functions per kind (`convert.rs`), and what Argo CD and Flux say they applied
+//! ([`gitops`]). Nothing here writes to the cluster, and nothing here judges.
 
-pub mod live;
-pub mod shared_lists;
+mod convert;
+pub mod gitops;
+pub mod read;

@@ -496,6 +496,18 @@ impl BareRepo {
         );
     }
 
+    /// Installs `script` as the `pre-receive` hook, as a Git host's push rules run (signed
+    /// commits required: `support::signing::Trust::reject_unsigned_hook`). Replaces a hook
+    /// [`BareRepo::protect`] installed.
+    pub fn pre_receive(&self, script: &str) {
+        let hook = self.path.join("hooks").join("pre-receive");
+        std::fs::create_dir_all(hook.parent().expect("hooks dir")).expect("create hooks dir");
+        std::fs::write(&hook, script)
+            .unwrap_or_else(|err| panic!("write {}: {err}", hook.display()));
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|err| panic!("chmod {}: {err}", hook.display()));
+    }
+
     /// Protects `branch` as a Git host does: a `pre-receive` hook rejects any
     /// push that updates it (creating, moving or deleting), printing
     /// `protected branch <name>: changes must be made through a pull request`

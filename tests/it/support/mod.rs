@@ -15,10 +15,13 @@ pub mod github;
 pub mod gitlab;
 pub mod hostile;
 pub mod http_fake;
+pub mod hydrator;
 pub mod kube;
 pub mod kubectl;
 pub mod manifests;
+pub mod mirror_damage;
 pub mod registry;
+pub mod signing;
 pub mod workloads;
 
 use std::path::{Path, PathBuf};
@@ -87,7 +90,12 @@ pub fn shared_fixture(name: &str) -> PathBuf {
 /// configuration's Git credentials, as a command would open it.
 pub fn mirror(config: &tagpin::config::Config, cache_dir: &Path) -> tagpin::git::Mirror {
     let credentials = tagpin::sync::git_credentials(&config.repository.auth).unwrap();
-    tagpin::git::Mirror::open(cache_dir, &config.repository.url, credentials).unwrap()
+    let mut mirror =
+        tagpin::git::Mirror::open(cache_dir, &config.repository.url, credentials).unwrap();
+    if let Some(signer) = tagpin::sync::commit_signer(&config.author).unwrap() {
+        mirror.sign_with(signer);
+    }
+    mirror
 }
 
 /// A process's exit status, stdout and stderr, for assertion messages.

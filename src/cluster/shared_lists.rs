@@ -9,7 +9,7 @@
 //! same list at once share one request. The API requests then grow with the distinct lists per
 //! `max_age`, not with the objects.
 //!
-//! A list is only ever shared within one identity: each [`super::live::Cluster`] (the
+//! A list is only ever shared within one identity: each [`super::Cluster`] (the
 //! operator's own, or one impersonating a tenant's ServiceAccount) has its own. Failures are
 //! never kept: the next reconcile asks again. Entries older than `max_age` are dropped on the
 //! next read, so memory holds at most the lists read within the last `max_age`.

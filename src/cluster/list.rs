@@ -1,0 +1,147 @@
+//! Lists, the one way tagpin reads objects: page by page, shared between the reconciles of
+//! one identity when the cluster shares its lists, and remembered so that
+//! [`Cluster::wait_for_change`] can watch what was read. Whole reads are retried when their
+//! failure is transient ([`retrying`]).
+//!
+//! A list answers with a `kube::Error` rather than a [`ClusterError`]: what a 403 or a 404
+//! means depends on what was listed (a kind not installed is "none" for GitOps objects, a
+//! refusal is data for a verdict), so the caller decides, with [`Cluster::refused_or`] and
+//! [`Cluster::failed`] to say it in tagpin's words.
+
+use std::time::Duration;
+
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+
+use super::error::ClusterError;
+use super::handle::Cluster;
+
+/// Objects asked for per page: large enough for big namespaces in few requests, small enough
+/// to keep each answer bounded.
+const PAGE: u32 = 500;
+
+/// The longest Retry-After a read honours before trying again.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// Attempts of one read when the API server fails transiently.
+const READ_ATTEMPTS: u32 = 3;
+
+/// Whether [`Cluster::wait_for_change`] watches a list of objects once read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Follow {
+    /// Watch it: a change to these objects ends the wait.
+    Changes,
+    /// Not watched: a change to these objects is seen at the next read only (`--wait` polls).
+    No,
+}
+
+impl Cluster {
+    /// Every object of type `K` in `namespace`, page by page (shared when this cluster shares
+    /// its lists). [`Cluster::wait_for_change`] then watches them from where this list stands.
+    pub async fn list<K>(&self, namespace: &str) -> Result<Vec<K>, kube::Error>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let api = Api::<K>::namespaced(self.client.clone(), namespace);
+        let (items, version) = self.shared(&api).await?;
+        if let Some(version) = version {
+            self.remember(namespace, ApiResource::erase::<K>(&()), version);
+        }
+        Ok(items)
+    }
+
+    /// Every object of `resource` (a kind kube has no type for: Argo CD's, Flux's, Argo
+    /// Rollouts', OpenShift's) in `namespace`, or in all namespaces when `None`, page by page
+    /// (shared when this cluster shares its lists). A namespace's list is watched afterwards
+    /// when `follow` says so.
+    pub async fn list_objects(
+        &self,
+        namespace: Option<&str>,
+        resource: &ApiResource,
+        follow: Follow,
+    ) -> Result<Vec<DynamicObject>, kube::Error> {
+        let api: Api<DynamicObject> = match namespace {
+            Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        };
+        let (items, version) = self.shared(&api).await?;
+        if let (Some(namespace), Some(version), Follow::Changes) = (namespace, version, follow) {
+            self.remember(namespace, resource.clone(), version);
+        }
+        Ok(items)
+    }
+
+    /// Every item of the list `api` reads, and its resourceVersion, shared when this cluster
+    /// shares its lists.
+    async fn shared<K>(&self, api: &Api<K>) -> Result<(Vec<K>, Option<String>), kube::Error>
+    where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        match &self.shared_lists {
+            None => list_pages(api).await,
+            Some(lists) => {
+                lists
+                    .get_or_read(api.resource_url(), || list_pages(api))
+                    .await
+            }
+        }
+    }
+}
+
+/// Every item of a list, following `continue` tokens, and the list's resourceVersion (of the
+/// first page: the snapshot all pages belong to).
+async fn list_pages<K>(api: &Api<K>) -> Result<(Vec<K>, Option<String>), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = ListParams::default().limit(PAGE);
+    let mut items = Vec::new();
+    let mut version = None;
+    loop {
+        let page = api.list(&params).await?;
+        version = version.or(page.metadata.resource_version.clone());
+        items.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok((items, version)),
+        }
+    }
+}
+
+/// Runs `read` until it succeeds or fails for good: a transient failure (timeout, 5xx, 429) is
+/// tried again, up to `READ_ATTEMPTS` (3) times with a short backoff, so one hiccup of the API
+/// server does not fail a check.
+pub async fn retrying<T, F, Fut>(mut read: F) -> Result<T, ClusterError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClusterError>>,
+{
+    let mut pause = Duration::from_millis(500);
+    for _ in 1..READ_ATTEMPTS {
+        match read().await {
+            Err(e) if e.is_transient() => {
+                // A 429 says how long to wait (`details.retryAfterSeconds`); honour it,
+                // within reason.
+                let wait = e
+                    .retry_after()
+                    .map_or(pause, |asked| asked.min(MAX_RETRY_AFTER));
+                tracing::warn!("{e}; trying again in {wait:?}");
+                tokio::time::sleep(wait).await;
+                pause *= 2;
+            }
+            done => return done,
+        }
+    }
+    read().await
+}
