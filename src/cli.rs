@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::cluster::Cluster;
 use crate::config::{self, Config, DurationError, Stage};
-use crate::forge::Forge;
+use crate::forge::ForgeClient;
 use crate::manifest::walk::FileFilter;
 use crate::pass;
 use crate::reference::Reference;
@@ -721,7 +721,7 @@ async fn resolve(client: &Client, images: &[String]) -> ResolveReport {
 }
 
 /// The forge named by the configuration, with its token read from the environment.
-fn forge_from(config: &Config) -> Result<Option<Forge>, CliError> {
+fn forge_from(config: &Config) -> Result<Option<ForgeClient>, CliError> {
     let Some(forge_config) = &config.forge else {
         return Ok(None);
     };
@@ -730,7 +730,11 @@ fn forge_from(config: &Config) -> Result<Option<Forge>, CliError> {
         Some(env) => Some(config::read_env(env).map_err(CliError::ForgeUsername)?),
         None => None,
     };
-    Ok(Some(Forge::with_username(forge_config, token, username)?))
+    Ok(Some(ForgeClient::with_username(
+        forge_config,
+        token,
+        username,
+    )?))
 }
 
 fn cache_dir_for(config: &Config, flag: Option<&Path>) -> Result<PathBuf, CliError> {

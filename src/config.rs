@@ -749,6 +749,28 @@ colour: blue
         assert!(err.contains("forge.project: is required"), "{err}");
     }
 
+    /// The forge's own checks live with its adapter (`forge/settings.rs`), yet a problem they
+    /// find is reported as every other: at the file, line and column of the key.
+    #[test]
+    fn a_forge_adapters_problem_names_the_file_the_line_and_the_key() {
+        let text = "repository: {url: /srv/git/gitops.git}\n\
+                    forge:\n  kind: bitbucket-server\n  api_url: 'https://bitbucket.example.com'\n  \
+                    owner: acme\n  project: 'AC/ME'\n  repo: gitops\n  token_env: T\n";
+        let err = Config::parse(text, Path::new("tagpin.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("tagpin.yaml:5:3: forge.owner: is for GitHub and Gitea"),
+            "{err}"
+        );
+        assert!(
+            err.contains(
+                "tagpin.yaml:6:3: forge.project: \"AC/ME\" is not a Bitbucket project key"
+            ),
+            "{err}"
+        );
+    }
+
     #[test]
     fn each_forge_is_told_the_keys_of_the_other_apart() {
         let problems = |forge: &str| {

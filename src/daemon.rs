@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::cluster::Cluster;
 use crate::config::Config;
-use crate::forge::Forge;
+use crate::forge::ForgeClient;
 use crate::lifecycle::{lead, stop_signal, stopping, within_grace, work_while_leading};
 use crate::metrics::{self, ActionLabels, PassLabels};
 use crate::promote::round::Promotions;
@@ -170,7 +170,7 @@ pub async fn reconcile(
 pub struct Setup<'a> {
     pub config: &'a Config,
     pub registry: &'a Client,
-    pub forge: Option<&'a Forge>,
+    pub forge: Option<&'a ForgeClient>,
     pub cache_dir: &'a std::path::Path,
     pub listen: SocketAddr,
     /// A port of its own for probes and metrics (`--health-listen`).

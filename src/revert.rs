@@ -18,12 +18,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use crate::config::{Config, WriteMode};
-use crate::forge::{body, Forge};
+use crate::forge::ForgeClient;
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::{self, ImageField};
 use crate::plan::{Action, Change};
 use crate::policy::{Hold, Holds};
-use crate::proposal::PlanBlock;
+use crate::proposal::{body, PlanBlock};
 use crate::reference::{Digest, Reference};
 use crate::verify::judge::check::Check;
 use crate::verify::judge::verdict::State;
@@ -464,7 +464,7 @@ fn person_reverts(
 pub struct Reverter<'a> {
     pub config: &'a Config,
     pub mirror: &'a Mirror,
-    pub forge: Option<&'a Forge>,
+    pub forge: Option<&'a ForgeClient>,
 }
 
 /// The change to revert and what it moved: `change` is its commit on the target branch,

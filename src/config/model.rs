@@ -411,52 +411,9 @@ pub struct PullRequest {
     pub branch_prefix: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Forge {
-    /// Which forge, and the repository on it.
-    pub kind: ForgeKind,
-    /// REST API base: `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise;
-    /// `https://gitlab.com/api/v4`, or `https://HOST/api/v4` for a self-managed GitLab;
-    /// `https://HOST/api/v1` for Gitea or Forgejo (no default: there is no one Gitea);
-    /// `https://api.bitbucket.org/2.0` for Bitbucket Cloud.
-    /// `https://HOST` (with its context path) for Bitbucket Data Center (no default either).
-    /// the organization (`https://dev.azure.com/ORG`) or an on-premises collection
-    /// (`https://HOST/tfs/DefaultCollection`) for Azure DevOps (no default either).
-    pub api_url: String,
-    /// Environment variable holding the token.
-    pub token_env: String,
-    /// The login the token acts as, when `GET /user` cannot tell: a GitHub App installation
-    /// token (`my-app[bot]`) cannot read it. Only statuses this login created carry the soak
-    /// clock, and only pull requests it opened are tagpin's promotions.
-    pub login: Option<String>,
-    /// `forge.username_env` (Bitbucket Cloud only): the environment variable holding the
-    /// username of an app password, sent with the token in HTTP Basic. Without it the token
-    /// is an access token or API token, sent as `Authorization: Bearer`.
-    pub username_env: Option<String>,
-    /// `forge.timeout_seconds`: how long one call may take, answer included
-    /// ([`DEFAULT_FORGE_TIMEOUT_SECONDS`] unless set).
-    pub timeout_seconds: u64,
-}
-
-/// The forge `forge.kind` names, with the repository tagpin writes to there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ForgeKind {
-    /// `forge.owner` and `forge.repo`.
-    GitHub { owner: String, repo: String },
-    /// `forge.project`: the project's full path, `group/subgroup/project`.
-    GitLab { project: String },
-    /// `forge.owner` and `forge.repo` on a Gitea or Forgejo instance (`kind: gitea`).
-    Gitea { owner: String, repo: String },
-    /// `forge.project` (the project key) and `forge.repo` (the repository slug) on a
-    /// Bitbucket Data Center instance (`kind: bitbucket-server`).
-    BitbucketServer { project: String, repo: String },
-    /// `forge.workspace` and `forge.repo` (the repository slug) on Bitbucket Cloud
-    /// (`kind: bitbucket`).
-    Bitbucket { workspace: String, repo: String },
-    /// `forge.project` and `forge.repo` (the Git repository's name or id) in the Azure DevOps
-    /// organization or collection of `forge.api_url` (`kind: azure-devops`).
-    AzureDevOps { project: String, repo: String },
-}
+/// The `forge:` section, and which forge it names: the forge's own settings, read and checked
+/// there (each adapter validates the keys of its kind, [`crate::forge::settings`]).
+pub use crate::forge::settings::{Kind as ForgeKind, Settings as Forge};
 
 /// Placeholders the commit message and PR title templates may use.
 pub const TEMPLATE_PLACEHOLDERS: [&str; 3] = ["{count}", "{branch}", "{images}"];

@@ -11,13 +11,12 @@ use serde_yaml::Value;
 
 use super::model::{
     invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
-    ClusterTarget, Config, Forge, ForgeKind, GitAuth, GitOpsObjects, Grouping, ImageRules,
-    KeylessIdentity, ObjectName, OnFailure, Order, Origin, PolicyRule, Problem, Promotion,
-    PullRequest, Registries, Repository, SignatureFile, SignatureKey, SignatureRule, Signing,
-    SigningFormat, SigningKey, Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL,
-    DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE,
-    DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE, DEFAULT_TIMEOUT_SECONDS,
-    DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
+    ClusterTarget, Config, Forge, GitAuth, GitOpsObjects, Grouping, ImageRules, KeylessIdentity,
+    ObjectName, OnFailure, Order, Origin, PolicyRule, Problem, Promotion, PullRequest, Registries,
+    Repository, SignatureFile, SignatureKey, SignatureRule, Signing, SigningFormat, SigningKey,
+    Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME,
+    DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE, DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE,
+    DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
 };
 use super::raw::{
     names_of, Field, Known, List, RawAuthor, RawCluster, RawConfig, RawDuration, RawForge,
@@ -1379,33 +1378,12 @@ impl Check {
     fn forge(&mut self, field: &Section<RawForge>) -> Option<Forge> {
         let raw = self.section("forge", field)?;
         let kind = self.string("forge.kind", &raw.kind).unwrap_or("github");
-        let kind = match kind {
-            "github" => ConfiguredForge::GitHub,
-            "gitlab" => ConfiguredForge::GitLab,
-            "gitea" => ConfiguredForge::Gitea,
-            "bitbucket" => ConfiguredForge::Bitbucket,
-            "bitbucket-server" => ConfiguredForge::BitbucketServer,
-            "azure-devops" => ConfiguredForge::AzureDevOps,
-            other => {
-                self.problem(
-                    "forge.kind",
-                    format!("expected {FORGE_KINDS}, found {other:?}"),
-                );
-                ConfiguredForge::GitHub
-            }
-        };
-        let default_api = match kind {
-            ConfiguredForge::GitHub => Some("https://api.github.com"),
-            ConfiguredForge::GitLab => Some("https://gitlab.com/api/v4"),
-            // Every Gitea is its own: there is no address to assume.
-            ConfiguredForge::Gitea => None,
-            ConfiguredForge::Bitbucket => Some("https://api.bitbucket.org/2.0"),
-            // Nor is there one Bitbucket Data Center.
-            ConfiguredForge::BitbucketServer => None,
-            // An organization of its own, or a collection on a server of its own.
-            ConfiguredForge::AzureDevOps => None,
-        };
-        let api_url = match default_api {
+        let section = crate::forge::section(kind).unwrap_or_else(|| {
+            let kinds = crate::forge::kinds();
+            self.problem("forge.kind", format!("expected {kinds}, found {kind:?}"));
+            &crate::forge::github::SECTION
+        });
+        let api_url = match section.default_api_url {
             Some(default) => Some(
                 self.string("forge.api_url", &raw.api_url)
                     .unwrap_or(default),
@@ -1425,13 +1403,8 @@ impl Check {
             // The forge always carries a token.
             self.token_transport("forge.api_url", api_url);
         }
-        if kind != ConfiguredForge::Bitbucket && raw.workspace.is_set() {
-            self.problem(
-                "forge.workspace",
-                "is for Bitbucket Cloud (kind: bitbucket); set it with forge.repo",
-            );
-        }
-        let kind = self.forge_repository(kind, raw, api_url)?;
+        let mut keys = ForgeKeys { check: self, raw };
+        let kind = crate::forge::read_repository(section, &mut keys, api_url)?;
         let token_env = self.required_string("forge.token_env", &raw.token_env);
         if let Some(env) = token_env {
             self.secret_name("forge.token_env", env);
@@ -1441,13 +1414,11 @@ impl Check {
             .string("forge.username_env", &raw.username_env)
             .map(str::to_string);
         if let Some(env) = &username_env {
-            if kind_is_bitbucket(&kind) {
+            if section.takes_username {
                 self.secret_name("forge.username_env", env);
             } else {
-                self.problem(
-                    "forge.username_env",
-                    "is for Bitbucket Cloud app passwords (kind: bitbucket); the other forges take the token alone",
-                );
+                let elsewhere = crate::forge::bitbucket::USERNAME_ELSEWHERE;
+                self.problem("forge.username_env", elsewhere);
             }
         }
         let timeout_seconds = self
@@ -1462,173 +1433,44 @@ impl Check {
             timeout_seconds,
         })
     }
+}
 
-    /// The repository or project the forge's keys name, each kind with its own keys; the
-    /// keys of another kind are reported.
-    fn forge_repository(
-        &mut self,
-        kind: ConfiguredForge,
-        raw: &RawForge,
-        api_url: Option<&str>,
-    ) -> Option<ForgeKind> {
-        let repository = match kind {
-            ConfiguredForge::Bitbucket => {
-                for (key, field) in [("forge.owner", &raw.owner), ("forge.project", &raw.project)] {
-                    if field.is_set() {
-                        self.problem(
-                            key,
-                            "is not Bitbucket's; a Bitbucket Cloud repository is named by forge.workspace and forge.repo (its slug)",
-                        );
-                    }
-                }
-                let workspace = self.required_string("forge.workspace", &raw.workspace);
-                let repo = self.required_string("forge.repo", &raw.repo);
-                for (key, value) in [("forge.workspace", workspace), ("forge.repo", repo)] {
-                    if let Some(value) = value.filter(|v| !bitbucket_slug_ok(v)) {
-                        self.problem(
-                            key,
-                            format!("{value:?} is not a Bitbucket slug (letters, digits, -, _, .)"),
-                        );
-                    }
-                }
-                ForgeKind::Bitbucket {
-                    workspace: workspace?.to_string(),
-                    repo: repo?.to_string(),
-                }
-            }
-            ConfiguredForge::GitLab => {
-                for (key, field) in [("forge.owner", &raw.owner), ("forge.repo", &raw.repo)] {
-                    if field.is_set() {
-                        self.problem(
-                            key,
-                            "is for GitHub and Gitea; a GitLab project is named by forge.project (group/subgroup/project)",
-                        );
-                    }
-                }
-                let project = self.required_string("forge.project", &raw.project);
-                if let Some(project) = project.filter(|p| !gitlab_project_ok(p)) {
-                    self.problem(
-                        "forge.project",
-                        format!("{project:?} is not a GitLab project path (group/subgroup/project) or numeric ID"),
-                    );
-                }
-                ForgeKind::GitLab {
-                    project: project?.to_string(),
-                }
-            }
-            ConfiguredForge::BitbucketServer => {
-                if raw.owner.is_set() {
-                    self.problem(
-                        "forge.owner",
-                        "is for GitHub and Gitea; a Bitbucket Data Center repository is named by forge.project (the project key) and forge.repo (the repository slug)",
-                    );
-                }
-                let project = self.required_string("forge.project", &raw.project);
-                if let Some(project) = project.filter(|p| !bitbucket_project_ok(p)) {
-                    self.problem(
-                        "forge.project",
-                        format!("{project:?} is not a Bitbucket project key (letters, digits and _, or ~user for a personal project)"),
-                    );
-                }
-                let repo = self.required_string("forge.repo", &raw.repo);
-                // tagpin appends the REST path itself: one given here would be doubled.
-                if let Some(api_url) = api_url.filter(|u| u.contains("/rest/")) {
-                    self.problem(
-                        "forge.api_url",
-                        format!("{api_url:?} names a REST path; give the instance's base URL (https://HOST, with its context path if any): tagpin appends /rest/api/1.0"),
-                    );
-                }
-                ForgeKind::BitbucketServer {
-                    project: project?.to_string(),
-                    repo: repo?.to_string(),
-                }
-            }
-            ConfiguredForge::AzureDevOps => {
-                if raw.owner.is_set() {
-                    self.problem(
-                        "forge.owner",
-                        "is for GitHub and Gitea; an Azure DevOps repository is named by forge.project and forge.repo (the organization or collection is forge.api_url)",
-                    );
-                }
-                let project = self.required_string("forge.project", &raw.project);
-                let repo = self.required_string("forge.repo", &raw.repo);
-                ForgeKind::AzureDevOps {
-                    project: project?.to_string(),
-                    repo: repo?.to_string(),
-                }
-            }
-            ConfiguredForge::GitHub | ConfiguredForge::Gitea => {
-                if raw.project.is_set() {
-                    self.problem(
-                        "forge.project",
-                        "is for GitLab (kind: gitlab); a GitHub or Gitea repository is named by forge.owner and forge.repo",
-                    );
-                }
-                let owner = self.required_string("forge.owner", &raw.owner);
-                let repo = self.required_string("forge.repo", &raw.repo);
-                let (owner, repo) = (owner?.to_string(), repo?.to_string());
-                if kind == ConfiguredForge::Gitea {
-                    ForgeKind::Gitea { owner, repo }
-                } else {
-                    ForgeKind::GitHub { owner, repo }
-                }
-            }
-        };
-        Some(repository)
+/// The keys of the `forge:` section as its adapter reads them ([`crate::forge::settings::Keys`]):
+/// through the same checks as every other key, problems reported at their paths.
+struct ForgeKeys<'c, 'r> {
+    check: &'c mut Check,
+    raw: &'r RawForge,
+}
+
+/// The raw field at `key`; the adapters read only the keys that name a repository.
+fn forge_field<'r>(raw: &'r RawForge, key: &str) -> &'r Field<String> {
+    match key {
+        "forge.owner" => &raw.owner,
+        "forge.repo" => &raw.repo,
+        "forge.project" => &raw.project,
+        "forge.workspace" => &raw.workspace,
+        _ => &Field::Absent,
     }
 }
 
-fn kind_is_bitbucket(kind: &ForgeKind) -> bool {
-    matches!(kind, ForgeKind::Bitbucket { .. })
-}
-
-/// A Bitbucket workspace ID or repository slug: letters, digits, `-`, `_` and `.`, so it is
-/// one path segment of the API.
-fn bitbucket_slug_ok(slug: &str) -> bool {
-    !slug.is_empty()
-        && slug
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-}
-
-/// The `forge.kind` values, as an error lists them.
-const FORGE_KINDS: &str = "github, gitlab, gitea, bitbucket, bitbucket-server or azure-devops";
-
-/// `forge.kind`, before the keys that name the repository are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ConfiguredForge {
-    GitHub,
-    GitLab,
-    Gitea,
-    Bitbucket,
-    BitbucketServer,
-    AzureDevOps,
-}
-
-/// A Bitbucket Data Center project key as its API takes it: letters, digits and `_` (the
-/// key of a project, `ACME`), or `~user` (a personal project).
-fn bitbucket_project_ok(project: &str) -> bool {
-    let key = project.strip_prefix('~').unwrap_or(project);
-    !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@'))
-}
-
-/// A GitLab project as its API takes it: a numeric ID, or the full path of a project in a
-/// group or namespace (`group/subgroup/project`), each part of letters, digits, `_`, `-`, `.`.
-fn gitlab_project_ok(project: &str) -> bool {
-    if project.bytes().all(|b| b.is_ascii_digit()) {
-        return true;
+impl crate::forge::settings::Keys for ForgeKeys<'_, '_> {
+    fn text(&mut self, key: &str) -> Option<String> {
+        let field = forge_field(self.raw, key);
+        self.check.string(key, field).map(str::to_string)
     }
-    let parts: Vec<&str> = project.split('/').collect();
-    parts.len() >= 2
-        && parts.iter().all(|part| {
-            !part.is_empty()
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-        })
+
+    fn required(&mut self, key: &str) -> Option<String> {
+        let field = forge_field(self.raw, key);
+        self.check.required_string(key, field).map(str::to_string)
+    }
+
+    fn is_set(&self, key: &str) -> bool {
+        forge_field(self.raw, key).is_set()
+    }
+
+    fn problem(&mut self, key: &str, message: &str) {
+        self.check.problem(key, message);
+    }
 }
 
 impl Check {

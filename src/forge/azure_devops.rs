@@ -63,18 +63,35 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use k8s_openapi::jiff::Timestamp;
-use reqwest::header::{HeaderMap, HeaderValue};
-use reqwest::{Method, StatusCode};
+use reqwest::header::HeaderMap;
+use reqwest::Method;
 use serde::{Deserialize, Serialize};
 
-use super::common::read_pages_whole;
-use super::common::{encode, json, unix};
-use super::common::{host_of, http_client, in_flight, read_pages, retry_after, status_text};
-use super::common::{Answer, Calls, FailureWords, ForgeError, MAX_PAGES};
-use crate::config;
+use super::engine::Dialect;
+use super::engine::{encode, json, read_pages, read_pages_whole, retry_after, unix};
+use super::engine::{Forge, Listing, NewChange, Rest, Result, Said};
+use super::engine::{Marked, StatusKey, Words, MAX_PAGES};
+use super::settings::ChangeRequestNoun;
+use super::settings::{two_keys, Keys, Kind, Section, Settings};
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Azure DevOps";
+/// `kind: azure-devops`: `forge.project` and `forge.repo` ([`project_and_repo`]); the
+/// organization or collection is `forge.api_url`, which has no default.
+pub(crate) const SECTION: Section = Section::new("azure-devops", None, project_and_repo);
+/// What a failed answer means, in words that say what to fix. Some routes answer a token
+/// Azure DevOps does not accept with its sign-in page instead of `401`: a successful answer
+/// that is not JSON is named as that.
+pub(super) const WORDS: Words = Words {
+    wait: rate_limit_wait,
+    unauthorized: "the token is not valid (an expired or revoked personal access token, or one of another organization)",
+    forbidden: "the token may not do this in {repo} (it needs the Code (Read & write) scope, and Contribute and Contribute to pull requests on the repository)",
+    not_found: "{repo} is not at {api}, or the token may not read it",
+    conflict: Some("a pull request for these branches is already active"),
+    refused: Some((400, "Azure DevOps refused a field or parameter tagpin sent")),
+    not_json: Some("the answer is a web page, not JSON: Azure DevOps answers its sign-in page instead of 401 Unauthorized to a personal access token it does not accept (expired, revoked, or of another organization)"),
+    ..Words::PLAIN
+};
 /// Pull requests and statuses asked for per page (`$top`).
 pub const PAGE_TOP: usize = 100;
 /// The longest description Azure DevOps keeps on a pull request, in characters.
@@ -98,20 +115,13 @@ const PLAN_PROPERTY: &str = "tagpin.plan";
 
 /// An Azure Repos Git repository in an organization or collection, with a token.
 pub struct AzureDevOps {
-    http: reqwest::Client,
-    host: String,
-    deadline: Duration,
-    /// `forge.api_url` without a trailing slash: the organization or collection.
-    org: String,
+    /// Its `api` is the organization or collection: `forge.api_url` without a trailing slash.
+    rest: Rest,
     project: String,
     repo: String,
-    /// `project/repo`, for messages.
-    full_name: String,
-    auth: HeaderValue,
-    /// `api-version` of released APIs; preview ones add `-preview.1`.
     api_version: &'static str,
-    /// The token's identity id, asked once.
-    identity: tokio::sync::OnceCell<String>,
+    /// Pull requests (`!N`), the one open from this repository's own branch adopted; the token's identity id.
+    dialect: Dialect,
 }
 
 /// `GitPullRequest`, the fields tagpin reads.
@@ -276,66 +286,29 @@ struct EditComment<'a> {
 impl AzureDevOps {
     /// `api_url` is the organization, `https://dev.azure.com/ORG`, or an Azure DevOps Server
     /// collection, `https://HOST/tfs/DefaultCollection`.
-    pub fn new(forge: &config::Forge, token: String) -> Result<AzureDevOps, ForgeError> {
-        let config::ForgeKind::AzureDevOps { project, repo } = &forge.kind else {
-            return Err(setup("the forge configured is not Azure DevOps".into()));
-        };
+    pub fn new(
+        forge: &Settings,
+        (project, repo): (&str, &str),
+        token: String,
+    ) -> Result<AzureDevOps> {
         let basic = base64::engine::general_purpose::STANDARD.encode(format!(":{}", token.trim()));
-        let mut auth = HeaderValue::from_str(&format!("Basic {basic}")).map_err(|_| {
-            setup(format!(
-                "the token in {} holds characters an HTTP header cannot carry",
-                forge.token_env
-            ))
-        })?;
-        auth.set_sensitive(true);
-        let deadline = Duration::from_secs(forge.timeout_seconds);
+        let basic = ("authorization", format!("Basic {basic}"));
+        // Identity ids are GUIDs, which Azure DevOps writes in lower case.
+        let configured = forge.login.as_ref().map(|l| l.trim().to_ascii_lowercase());
         Ok(AzureDevOps {
-            http: http_client(FORGE, deadline)?,
-            host: host_of(&forge.api_url),
-            deadline,
-            org: forge.api_url.trim_end_matches('/').to_string(),
-            project: project.clone(),
-            repo: repo.clone(),
-            full_name: format!("{project}/{repo}"),
-            auth,
-            api_version: api_version_for(&forge.api_url),
-            // Identity ids are GUIDs, which Azure DevOps writes in lower case.
-            identity: tokio::sync::OnceCell::new_with(
-                forge.login.as_ref().map(|l| l.trim().to_ascii_lowercase()),
+            rest: Rest::new(FORGE, forge, format!("{project}/{repo}"), basic, &WORDS)?.at(
+                &format!(
+                    "/{}/_apis/git/repositories/{}",
+                    encode(project),
+                    encode(repo)
+                ),
             ),
+            project: project.to_string(),
+            repo: repo.to_string(),
+            api_version: api_version_for(&forge.api_url),
+            dialect: Dialect::new(FORGE, ChangeRequestNoun::AzureDevOpsPullRequest, configured)
+                .adopting(),
         })
-    }
-
-    /// The identity id (a GUID) the token acts as (`GET _apis/connectionData`), asked once per
-    /// process, or `forge.login` when configured.
-    pub async fn login(&self) -> Result<&str, ForgeError> {
-        self.identity
-            .get_or_try_init(|| async {
-                let what = "read the token's identity (GET _apis/connectionData)";
-                let url = format!(
-                    "{}/_apis/connectionData?api-version={}-preview.1",
-                    self.org, self.api_version
-                );
-                let answer = self.request(what, Method::GET, &url, None).await?;
-                let data: ConnectionData = self.calls().parse(what, &answer.body)?;
-                if data.authenticated_user.id.is_empty() {
-                    let detail = "the answer names no authenticated identity".to_string();
-                    return Err(self.calls().error(what, detail, None));
-                }
-                Ok::<_, ForgeError>(data.authenticated_user.id.to_ascii_lowercase())
-            })
-            .await
-            .map(String::as_str)
-    }
-
-    /// `{org}/{project}/_apis/git/repositories/{repo}{rest}`.
-    fn repo_url(&self, rest: &str) -> String {
-        format!(
-            "{}/{}/_apis/git/repositories/{}{rest}",
-            self.org,
-            encode(&self.project),
-            encode(&self.repo)
-        )
     }
 
     /// `url` with `query` and `api-version`.
@@ -351,77 +324,56 @@ impl AzureDevOps {
         format!("{url}?{}", pairs.finish())
     }
 
-    /// Every pull request (active, completed, abandoned) from `branch` of this repository into
-    /// `base`, newest first; a fork's from a branch of the same name is left out.
-    pub async fn pull_requests_for(
-        &self,
-        branch: &str,
-        base: &str,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list pull requests from {branch}");
-        let mut prs = self
-            .list(&what, branch_filter(Some(branch), base, "all"))
-            .await?;
-        prs.retain(|p| p.head_ref == branch && p.same_repository);
-        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
-        Ok(prs)
+    /// The addresses of a list's pages, `top` items from `skip` on (`$top`/`$skip` for pull
+    /// requests; `top`/`skip` for statuses, as `GetStatuses` declares them), up to `pages`.
+    fn pages(&self, url: &str, query: &[(&str, &str)], dollar: bool, pages: usize) -> Vec<String> {
+        let (top_key, skip_key) = if dollar {
+            ("$top", "$skip")
+        } else {
+            ("top", "skip")
+        };
+        (0..pages)
+            .map(|n| {
+                let (top, skip) = (PAGE_TOP.to_string(), (n * PAGE_TOP).to_string());
+                let mut pairs = query.to_vec();
+                pairs.extend([(top_key, top.as_str()), (skip_key, skip.as_str())]);
+                self.with_query(url, &pairs, false)
+            })
+            .collect()
     }
 
-    /// Every active pull request into `base` from a branch starting with `prefix`, and those
-    /// completed or abandoned at or after `closed_since` (Unix seconds), newest first; forks'
-    /// are included, marked by `same_repository`.
-    pub async fn pull_requests_with_prefix(
+    /// One page of a list at one of `urls`, and the next of them when this page is full.
+    async fn read_page<T: serde::de::DeserializeOwned>(
         &self,
-        prefix: &str,
-        base: &str,
-        closed_since: i64,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list pull requests into {base}");
-        let open = self
-            .list(&what, branch_filter(None, base, "active"))
-            .await?;
-        let since = Timestamp::from_second(closed_since)
-            .map(|t| t.to_string())
-            .unwrap_or_default();
-        let mut query = branch_filter(None, base, "all");
-        query.push(("searchCriteria.queryTimeRangeType", "closed".into()));
-        query.push(("searchCriteria.minTime", since));
-        let mut recent = self.list(&what, query).await?;
-        // A server that does not know the closing-time filter answers every one.
-        recent.retain(|p| !p.open && p.updated_at.is_some_and(|t| t >= closed_since));
-        Ok(in_flight(open, recent, prefix))
+        what: &str,
+        urls: &[String],
+        url: &str,
+    ) -> Result<(Vec<T>, Option<String>)> {
+        let answer = self.rest.call(what, Method::GET, url, None).await?;
+        let list: List<T> = self.rest.parse(what, &answer.body)?;
+        let next = urls
+            .iter()
+            .position(|u| u == url)
+            .and_then(|n| urls.get(n + 1));
+        let next = next.filter(|_| list.value.len() >= PAGE_TOP).cloned();
+        Ok((list.value, next))
     }
 
-    /// Every page of a pull request list (`$top`/`$skip`, until a short page).
-    async fn list(
+    /// Every page of a pull request list (`$top`/`$skip`, until a short page), each whole
+    /// where a pass compares or parses it ([`AzureDevOps::whole`]).
+    async fn list_pull_requests(
         &self,
         what: &str,
         query: Vec<(&str, String)>,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let base = self.repo_url("/pullrequests");
-        let page = |skip: usize| {
-            let mut pairs: Vec<(&str, &str)> =
-                query.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            let (top, skip) = (PAGE_TOP.to_string(), skip.to_string());
-            pairs.push(("$top", &top));
-            pairs.push(("$skip", &skip));
-            self.with_query(&base, &pairs, false)
-        };
-        let urls: Vec<String> = (0..MAX_PAGES).map(|n| page(n * PAGE_TOP)).collect();
+    ) -> Result<Vec<PullRequestInfo>> {
+        let pairs: Vec<(&str, &str)> = query.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let urls = self.pages(&self.rest.url("/pullrequests"), &pairs, true, MAX_PAGES);
         let read_page = |url: String| {
             let urls = &urls;
             async move {
-                let answer = self.request(what, Method::GET, &url, None).await?;
-                let list: List<PullRequest> = self.calls().parse(what, &answer.body)?;
-                let full = list.value.len() >= PAGE_TOP;
-                let next = urls
-                    .iter()
-                    .position(|u| *u == url)
-                    .and_then(|n| urls.get(n + 1))
-                    .filter(|_| full)
-                    .cloned();
-                let mut items = Vec::with_capacity(list.value.len());
-                for pr in list.value {
+                let (listed, next) = self.read_page::<PullRequest>(what, urls, &url).await?;
+                let mut items = Vec::with_capacity(listed.len());
+                for pr in listed {
                     items.push(self.whole(self.info(pr)).await?);
                 }
                 Ok((items, next))
@@ -430,78 +382,9 @@ impl AzureDevOps {
         read_pages(urls[0].clone(), read_page, |_| false).await
     }
 
-    /// Opens a pull request. When Azure DevOps answers that one is already active for these
-    /// branches (`409`), that one is adopted if it is from this repository's own branch: given
-    /// this title and description and returned.
-    pub async fn open_pull_request(
-        &self,
-        branch: &str,
-        base: &str,
-        title: &str,
-        body: &str,
-    ) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("open a pull request from {branch} into {base}");
-        let request = NewPullRequest {
-            source_ref_name: branch_ref(branch),
-            target_ref_name: branch_ref(base),
-            title,
-            description: fit_description(body),
-        };
-        let url = self.with_query(&self.repo_url("/pullrequests"), &[], false);
-        match self
-            .request(&what, Method::POST, &url, Some(json(&request)))
-            .await
-        {
-            Ok(answer) => {
-                let mut pr = self.info(self.calls().parse(&what, &answer.body)?);
-                self.keep_plan(pr.number, body).await?;
-                pr.body = stored_body(body);
-                Ok(pr)
-            }
-            Err(e) if e.status() == Some(409) => {
-                let open = self
-                    .list(&what, branch_filter(Some(branch), base, "active"))
-                    .await?
-                    .into_iter()
-                    .find(|p| p.head_ref == branch && p.same_repository && p.open);
-                let Some(mut pr) = open else { return Err(e) };
-                tracing::info!(
-                    "pull request !{} was opened for {branch} meanwhile; adopting it",
-                    pr.number
-                );
-                self.update_pull_request(pr.number, title, body).await?;
-                pr.title = title.to_string();
-                pr.body = stored_body(body);
-                Ok(pr)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    pub async fn update_pull_request(
-        &self,
-        number: u64,
-        title: &str,
-        body: &str,
-    ) -> Result<(), ForgeError> {
-        let what = format!("update pull request !{number}");
-        let url = self.with_query(
-            &self.repo_url(&format!("/pullrequests/{number}")),
-            &[],
-            false,
-        );
-        let edit = EditPullRequest {
-            title,
-            description: fit_description(body),
-        };
-        self.request(&what, Method::PATCH, &url, Some(json(&edit)))
-            .await?;
-        self.keep_plan(number, body).await
-    }
-
     /// Keeps the plan block of a body too long for a description in pull request `number`'s
     /// property `tagpin.plan` (a JSON Patch `add`, which also replaces).
-    async fn keep_plan(&self, number: u64, body: &str) -> Result<(), ForgeError> {
+    async fn keep_plan(&self, number: u64, body: &str) -> Result<()> {
         if body.chars().count() <= MAX_DESCRIPTION_CHARS {
             return Ok(());
         }
@@ -510,20 +393,16 @@ impl AzureDevOps {
         };
         let what = format!("keep the plan of pull request !{number} in its properties");
         let url = self.with_query(
-            &self.repo_url(&format!("/pullRequests/{number}/properties")),
+            &self.rest.url(&format!("/pullRequests/{number}/properties")),
             &[],
             true,
         );
         let patch =
             serde_json::json!([{"op": "add", "path": format!("/{PLAN_PROPERTY}"), "value": plan}]);
-        self.send(
-            &what,
-            Method::PATCH,
-            &url,
-            Some(patch),
-            "application/json-patch+json",
-        )
-        .await?;
+        let patch = (patch, "application/json-patch+json");
+        self.rest
+            .call_typed(&what, (Method::PATCH, &url), Some(patch))
+            .await?;
         Ok(())
     }
 
@@ -533,7 +412,7 @@ impl AzureDevOps {
     /// have been cut is read again by id, with its plan from its properties. A completed one
     /// keeps what the list said: no pass reads a merged pull request's plan from a list (a
     /// verdict reads it by id), and a branch's completed ones grow with every merge.
-    async fn whole(&self, pr: PullRequestInfo) -> Result<PullRequestInfo, ForgeError> {
+    async fn whole(&self, pr: PullRequestInfo) -> Result<PullRequestInfo> {
         if pr.merged || !may_be_cut(&pr.body) {
             return self.with_plan(pr).await;
         }
@@ -542,21 +421,16 @@ impl AzureDevOps {
 
     /// `pr` with the plan block its cut description left in its properties appended, as
     /// [`stored_body`] composes it; unchanged when its description is whole.
-    async fn with_plan(&self, mut pr: PullRequestInfo) -> Result<PullRequestInfo, ForgeError> {
+    async fn with_plan(&self, mut pr: PullRequestInfo) -> Result<PullRequestInfo> {
         if !pr.body.contains(PLAN_MARKER) {
             return Ok(pr);
         }
-        let what = format!(
-            "read the plan of pull request !{} in its properties",
-            pr.number
-        );
-        let url = self.with_query(
-            &self.repo_url(&format!("/pullRequests/{}/properties", pr.number)),
-            &[],
-            true,
-        );
-        let answer = self.request(&what, Method::GET, &url, None).await?;
-        let properties: Properties = self.calls().parse(&what, &answer.body)?;
+        let number = pr.number;
+        let what = format!("read the plan of pull request !{number} in its properties");
+        let url = self.rest.url(&format!("/pullRequests/{number}/properties"));
+        let url = self.with_query(&url, &[], true);
+        let answer = self.rest.call(&what, Method::GET, &url, None).await?;
+        let properties: Properties = self.rest.parse(&what, &answer.body)?;
         if let Some(plan) = properties
             .value
             .get(PLAN_PROPERTY)
@@ -568,176 +442,14 @@ impl AzureDevOps {
         Ok(pr)
     }
 
-    /// Adds `labels` to pull request `number` by name, one call each (Azure DevOps creates a
-    /// tag it does not know yet).
-    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
-        let what = format!("add labels to pull request !{number}");
-        let url = self.with_query(
-            &self.repo_url(&format!("/pullRequests/{number}/labels")),
-            &[],
-            true,
-        );
-        for name in labels {
-            self.request(&what, Method::POST, &url, Some(json(&NewLabel { name })))
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// One pull request by its id (`!N`, unique in the organization).
-    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("read pull request !{number}");
-        let url = self.with_query(
-            &self.repo_url(&format!("/pullrequests/{number}")),
-            &[],
-            false,
-        );
-        let answer = self.request(&what, Method::GET, &url, None).await?;
-        let pr = self.info(self.calls().parse(&what, &answer.body)?);
-        self.with_plan(pr).await
-    }
-
-    /// Every status `context` on `sha`, newest first, with who set each and when.
-    ///
-    /// `GetStatuses` has no filter by context (`top`, `skip` and `latestOnly` only; the latest
-    /// per context may be someone else's, which would hide tagpin's own), so every context's
-    /// statuses are read up to the page bound: past it, the history says it is not whole, and
-    /// the soak clock starts again rather than read on.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory, ForgeError> {
-        let what = format!("read statuses of {sha}");
-        let base = self.repo_url(&format!("/commits/{}/statuses", encode(sha)));
-        // One address past the bound: a full last page names it as its next, so the read
-        // knows more remain (and says the history is not whole); it is never read.
-        let urls: Vec<String> = (0..=MAX_PAGES)
-            .map(|n| {
-                let (top, skip) = (PAGE_TOP.to_string(), (n * PAGE_TOP).to_string());
-                // This list's parameters have no `$` (`GetStatuses`: `top`, `skip`).
-                self.with_query(&base, &[("top", &top), ("skip", &skip)], false)
-            })
-            .collect();
-        let what = what.as_str();
-        let read_page = |url: String| {
-            let urls = &urls;
-            async move {
-                let answer = self.request(what, Method::GET, &url, None).await?;
-                let list: List<CommitStatus> = self.calls().parse(what, &answer.body)?;
-                let next = urls
-                    .iter()
-                    .position(|u| *u == url)
-                    .and_then(|n| urls.get(n + 1))
-                    .filter(|_| list.value.len() >= PAGE_TOP)
-                    .cloned();
-                Ok((list.value, next))
-            }
-        };
-        let (mut statuses, complete) =
-            read_pages_whole(urls[0].clone(), read_page, |_| false).await?;
-        statuses.retain(|s| {
-            s.context
-                .as_ref()
-                .is_some_and(|c| context_name(c) == context)
-        });
-        statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
-        let statuses = statuses
-            .iter()
-            .filter_map(|s| {
-                Some(Status {
-                    state: read_state(s.state.as_deref()?)?,
-                    description: s.description.clone().unwrap_or_default(),
-                    created_at: s.creation_date.as_deref().and_then(unix),
-                    creator: s
-                        .created_by
-                        .as_ref()
-                        .map(|c| c.id.to_ascii_lowercase())
-                        .filter(|id| !id.is_empty()),
-                })
-            })
-            .collect();
-        Ok(StatusHistory { statuses, complete })
-    }
-
-    /// Posts status `context` on `sha`; each post is one more status of the commit.
-    pub async fn set_status(
-        &self,
-        sha: &str,
-        state: StatusState,
-        context: &str,
-        description: &str,
-    ) -> Result<(), ForgeError> {
-        let what = format!("set status {context} on {sha}");
-        let url = self.with_query(
-            &self.repo_url(&format!("/commits/{}/statuses", encode(sha))),
-            &[],
-            false,
-        );
-        let status = NewStatus {
-            state: wire_state(state),
-            description,
-            context: status_context(context),
-        };
-        self.request(&what, Method::POST, &url, Some(json(&status)))
-            .await?;
-        Ok(())
-    }
-
-    /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
-    /// the marker among the comments `me` wrote in any thread), starts a thread otherwise.
-    pub async fn upsert_comment(
-        &self,
-        number: u64,
-        marker: &str,
-        body: &str,
-        me: &str,
-    ) -> Result<(), ForgeError> {
-        let what = format!("list comment threads of pull request !{number}");
-        let threads = self.repo_url(&format!("/pullRequests/{number}/threads"));
-        let url = self.with_query(&threads, &[], false);
-        let answer = self.request(&what, Method::GET, &url, None).await?;
-        let list: List<Thread> = self.calls().parse(&what, &answer.body)?;
-        match find_comment(&list.value, marker, me) {
-            // Already says exactly this: editing it again would only spend a call.
-            Some((_, comment)) if comment.content == body => Ok(()),
-            Some((thread, comment)) => {
-                let what = format!("update comment {} on pull request !{number}", comment.id);
-                let url = self.with_query(
-                    &format!("{threads}/{}/comments/{}", thread.id, comment.id),
-                    &[],
-                    false,
-                );
-                let edit = EditComment { content: body };
-                self.request(&what, Method::PATCH, &url, Some(json(&edit)))
-                    .await?;
-                Ok(())
-            }
-            None => {
-                let what = format!("comment on pull request !{number}");
-                let thread = NewThread {
-                    comments: [NewComment {
-                        parent_comment_id: 0,
-                        content: body,
-                        comment_type: 1,
-                    }],
-                    status: 4,
-                };
-                self.request(&what, Method::POST, &url, Some(json(&thread)))
-                    .await?;
-                Ok(())
-            }
-        }
-    }
-
     /// What tagpin reads of a pull request.
     fn info(&self, pr: PullRequest) -> PullRequestInfo {
         let completed = pr.status == "completed";
         let closed_at = pr.closed_date.as_deref().and_then(unix);
         // The page people open: the answer's `url` and `_links` are API addresses only.
-        let url = format!(
-            "{}/{}/_git/{}/pullrequest/{}",
-            self.org,
-            encode(&self.project),
-            encode(&self.repo),
-            pr.pull_request_id
-        );
+        let (project, repo) = (encode(&self.project), encode(&self.repo));
+        let id = pr.pull_request_id;
+        let url = format!("{}/{project}/_git/{repo}/pullrequest/{id}", self.rest.api);
         let open = pr.status == "active";
         PullRequestInfo {
             number: pr.pull_request_id,
@@ -778,78 +490,199 @@ impl AzureDevOps {
                 && pr.target_ref_name.as_deref().is_some_and(|r| !r.is_empty()),
         }
     }
+}
 
-    /// One call, waiting out a `429` that says when to come back, within bounds. Any other
-    /// answer outside 2xx is an error naming what it means for tagpin, and so is a successful
-    /// answer that is not JSON (a sign-in page).
-    async fn request(
-        &self,
-        what: &str,
-        method: Method,
-        url: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<Answer, ForgeError> {
-        self.send(what, method, url, body, "application/json").await
+impl Forge for AzureDevOps {
+    fn dialect(&self) -> &Dialect {
+        &self.dialect
     }
 
-    /// [`AzureDevOps::request`] with a body of `content_type` (a JSON Patch document is
-    /// `application/json-patch+json`).
-    async fn send(
-        &self,
-        what: &str,
-        method: Method,
-        url: &str,
-        body: Option<serde_json::Value>,
-        content_type: &'static str,
-    ) -> Result<Answer, ForgeError> {
-        let body = body.map(|b| b.to_string());
-        let build = || {
-            let request = self
-                .http
-                .request(method.clone(), url)
-                .header(reqwest::header::AUTHORIZATION, self.auth.clone())
-                .header(reqwest::header::ACCEPT, "application/json");
-            match &body {
-                Some(body) => request
-                    .header(reqwest::header::CONTENT_TYPE, content_type)
-                    .body(body.clone()),
-                None => request,
+    /// The identity id (a GUID) the token acts as (`GET _apis/connectionData`).
+    async fn ask_login(&self) -> Result<String> {
+        let what = "read the token's identity (GET _apis/connectionData)";
+        let url = format!(
+            "{}/_apis/connectionData?api-version={}-preview.1",
+            self.rest.api, self.api_version
+        );
+        let answer = self.rest.call(what, Method::GET, &url, None).await?;
+        let data: ConnectionData = self.rest.parse(what, &answer.body)?;
+        if data.authenticated_user.id.is_empty() {
+            let detail = "the answer names no authenticated identity".to_string();
+            return Err(self.rest.error(what, detail, None));
+        }
+        Ok(data.authenticated_user.id.to_ascii_lowercase())
+    }
+
+    /// Filtered by source and target branch; the recently closed by closing time, which an
+    /// older server ignores, answering more: tagpin keeps the window itself.
+    async fn list(&self, what: &str, listing: Listing<'_>) -> Result<Vec<PullRequestInfo>> {
+        let (query, since) = match listing {
+            Listing::From { branch, base } => (branch_filter(Some(branch), base, "all"), None),
+            Listing::OpenFrom { branch, base } => {
+                (branch_filter(Some(branch), base, "active"), None)
+            }
+            Listing::OpenInto { base, .. } => (branch_filter(None, base, "active"), None),
+            Listing::ClosedInto { base, since, .. } => {
+                let at = Timestamp::from_second(since).map(|t| t.to_string());
+                let mut query = branch_filter(None, base, "all");
+                query.push(("searchCriteria.queryTimeRangeType", "closed".into()));
+                query.push(("searchCriteria.minTime", at.unwrap_or_default()));
+                (query, Some(since))
             }
         };
-        let describe =
-            |status: StatusCode, _: &str| describe_failure(status, &self.full_name, &self.org);
-        let words = FailureWords {
-            wait: rate_limit_wait,
-            describe: &describe,
-        };
-        let answer = self.calls().send(what, build, &words).await?;
-        if !is_json(&answer.headers) {
-            // Azure DevOps's way of saying 401 on some routes: the error is classed as one
-            // (a refused token fails the whole pass, and the operator reports AuthFailed).
-            return Err(self
-                .calls()
-                .error(what, SIGN_IN_PAGE.to_string(), Some(401)));
+        let mut prs = self.list_pull_requests(what, query).await?;
+        if let Some(since) = since {
+            // A server that does not know the closing-time filter answers every one.
+            prs.retain(|p| !p.open && p.updated_at.is_some_and(|t| t >= since));
         }
-        Ok(answer)
+        Ok(prs)
     }
 
-    fn calls(&self) -> Calls<'_> {
-        Calls {
-            forge: FORGE,
-            host: &self.host,
-            repo: &self.full_name,
-            deadline: self.deadline,
+    /// A description past 4,000 characters is cut, its plan block kept in the properties.
+    async fn create(&self, what: &str, new: NewChange<'_>) -> Result<PullRequestInfo> {
+        let request = json(&NewPullRequest {
+            source_ref_name: branch_ref(new.branch),
+            target_ref_name: branch_ref(new.base),
+            title: new.title,
+            description: fit_description(new.body),
+        });
+        let url = self.with_query(&self.rest.url("/pullrequests"), &[], false);
+        let mut pr = self.info(self.rest.post(what, &url, request).await?);
+        self.keep_plan(pr.number, new.body).await?;
+        pr.body = stored_body(new.body);
+        Ok(pr)
+    }
+
+    async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
+        let what = format!("update pull request !{number}");
+        let url = self.rest.url(&format!("/pullrequests/{number}"));
+        let url = self.with_query(&url, &[], false);
+        let description = fit_description(body);
+        let edit = json(&EditPullRequest { title, description });
+        self.rest
+            .call(&what, Method::PATCH, &url, Some(edit))
+            .await?;
+        self.keep_plan(number, body).await
+    }
+
+    /// By name, one call each (Azure DevOps creates a tag it does not know yet).
+    async fn add_labels(&self, number: u64, labels: &[String]) -> Result<()> {
+        let what = format!("add labels to pull request !{number}");
+        let url = self.rest.url(&format!("/pullRequests/{number}/labels"));
+        let url = self.with_query(&url, &[], true);
+        for name in labels {
+            let label = json(&NewLabel { name });
+            self.rest
+                .call(&what, Method::POST, &url, Some(label))
+                .await?;
         }
+        Ok(())
+    }
+
+    /// By its id (`!N`, unique in the organization), with its plan from its properties.
+    async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
+        let what = format!("read pull request !{number}");
+        let url = self.rest.url(&format!("/pullrequests/{number}"));
+        let url = self.with_query(&url, &[], false);
+        let answer = self.rest.call(&what, Method::GET, &url, None).await?;
+        let pr = self.info(self.rest.parse(&what, &answer.body)?);
+        self.with_plan(pr).await
+    }
+
+    /// `GetStatuses` has no filter by context (`top`, `skip` and `latestOnly` only; the latest
+    /// per context may be someone else's, which would hide tagpin's own), so every context's
+    /// statuses are read up to the page bound: past it, the history says it is not whole, and
+    /// the soak clock starts again rather than read on.
+    async fn statuses(&self, key: StatusKey<'_>) -> Result<StatusHistory> {
+        let what = format!("read statuses of {}", key.sha);
+        let url = self
+            .rest
+            .url(&format!("/commits/{}/statuses", encode(key.sha)));
+        // One address past the bound: a full last page names it as its next, so the read
+        // knows more remain (and says the history is not whole); it is never read.
+        let urls = self.pages(&url, &[], false, MAX_PAGES + 1);
+        let what = what.as_str();
+        let read_page = |url: String| {
+            let urls = &urls;
+            async move { self.read_page::<CommitStatus>(what, urls, &url).await }
+        };
+        let (mut statuses, complete) =
+            read_pages_whole(urls[0].clone(), read_page, |_| false).await?;
+        statuses.retain(|s| {
+            s.context
+                .as_ref()
+                .is_some_and(|c| context_name(c) == key.context)
+        });
+        statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
+        let statuses = statuses.iter().filter_map(status).collect();
+        Ok(StatusHistory { statuses, complete })
+    }
+
+    /// Each post is one more status of the commit.
+    async fn set_status(&self, key: StatusKey<'_>, said: Said<'_>) -> Result<()> {
+        let what = format!("set status {} on {}", key.context, key.sha);
+        let url = self
+            .rest
+            .url(&format!("/commits/{}/statuses", encode(key.sha)));
+        let url = self.with_query(&url, &[], false);
+        let status = json(&NewStatus {
+            state: wire_state(said.state),
+            description: said.description,
+            context: status_context(key.context),
+        });
+        self.rest.write(&what, Method::POST, &url, &status).await
+    }
+
+    /// Found by the marker among the comments tagpin's identity wrote in any thread; threads
+    /// come in one answer.
+    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
+        let me = self.login().await?;
+        let what = format!("list comment threads of pull request !{number}");
+        let url = self.with_query(&self.threads_url(number), &[], false);
+        let answer = self.rest.call(&what, Method::GET, &url, None).await?;
+        let list: List<Thread> = self.rest.parse(&what, &answer.body)?;
+        Ok(list.value.into_iter().find_map(|t| {
+            let comment = t.comments.into_iter().find(|c| mine(c, marker, me))?;
+            Some(Marked {
+                id: comment.id,
+                text: comment.content,
+                thread: Some(t.id),
+                version: None,
+            })
+        }))
+    }
+
+    /// Edited in its thread; a new one starts a thread of its own, closed.
+    async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
+        let threads = self.threads_url(number);
+        if let Some(Marked { id, thread, .. }) = old {
+            let what = format!("update comment {id} on pull request !{number}");
+            let thread = thread.unwrap_or_default();
+            let url = self.with_query(&format!("{threads}/{thread}/comments/{id}"), &[], false);
+            let edit = EditComment { content: body };
+            return self.rest.write(&what, Method::PATCH, &url, &edit).await;
+        }
+        let what = format!("comment on pull request !{number}");
+        let url = self.with_query(&threads, &[], false);
+        let thread = NewThread {
+            comments: [NewComment {
+                parent_comment_id: 0,
+                content: body,
+                comment_type: 1,
+            }],
+            status: 4,
+        };
+        self.rest.write(&what, Method::POST, &url, &thread).await
+    }
+
+    fn stored_body(&self, body: &str) -> String {
+        stored_body(body)
     }
 }
 
-/// What a successful answer that is not JSON means: Azure DevOps's sign-in page.
-const SIGN_IN_PAGE: &str = "the answer is a web page, not JSON: Azure DevOps answers its sign-in page instead of 401 Unauthorized to a personal access token it does not accept (expired, revoked, or of another organization)";
-
-fn setup(detail: String) -> ForgeError {
-    ForgeError::Setup {
-        forge: FORGE,
-        detail,
+impl AzureDevOps {
+    fn threads_url(&self, number: u64) -> String {
+        self.rest.url(&format!("/pullRequests/{number}/threads"))
     }
 }
 
@@ -937,23 +770,27 @@ fn wire_state(state: StatusState) -> &'static str {
     }
 }
 
-/// The comment `me` wrote carrying `marker`, and its thread; oldest thread first.
-fn find_comment<'t>(
-    threads: &'t [Thread],
-    marker: &str,
-    me: &str,
-) -> Option<(&'t Thread, &'t Comment)> {
-    threads.iter().find_map(|t| {
-        t.comments
-            .iter()
-            .find(|c| {
-                !c.is_deleted
-                    && c.content.contains(marker)
-                    && c.author
-                        .as_ref()
-                        .is_some_and(|a| a.id.eq_ignore_ascii_case(me))
-            })
-            .map(|c| (t, c))
+/// Whether `comment` is one `me` wrote carrying `marker`; a deleted one is not.
+fn mine(comment: &Comment, marker: &str, me: &str) -> bool {
+    !comment.is_deleted
+        && comment.content.contains(marker)
+        && comment
+            .author
+            .as_ref()
+            .is_some_and(|a| a.id.eq_ignore_ascii_case(me))
+}
+
+/// A status as tagpin reads it, with who set it and when.
+fn status(s: &CommitStatus) -> Option<Status> {
+    Some(Status {
+        state: read_state(s.state.as_deref()?)?,
+        description: s.description.clone().unwrap_or_default(),
+        created_at: s.creation_date.as_deref().and_then(unix),
+        creator: s
+            .created_by
+            .as_ref()
+            .map(|c| c.id.to_ascii_lowercase())
+            .filter(|id| !id.is_empty()),
     })
 }
 
@@ -1034,58 +871,29 @@ fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
     }
 }
 
-/// Whether an answer says it is JSON.
-fn is_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            let v = v.to_ascii_lowercase();
-            v.starts_with("application/json") || v.contains("+json")
-        })
-}
-
-/// A failed answer in words that say what to fix. Azure DevOps's body is never quoted.
-fn describe_failure(status: StatusCode, repo: &str, api: &str) -> String {
-    let answered = status_text(status.as_u16());
-    let meaning = match status.as_u16() {
-        400 => Some("Azure DevOps refused a field or parameter tagpin sent".to_string()),
-        401 => Some(
-            "the token is not valid (an expired or revoked personal access token, or one of another organization)"
-                .to_string(),
-        ),
-        403 => Some(format!(
-            "the token may not do this in {repo} (it needs the Code (Read & write) scope, and Contribute and Contribute to pull requests on the repository)"
-        )),
-        404 => Some(format!(
-            "{repo} is not at {api}, or the token may not read it"
-        )),
-        409 => Some("a pull request for these branches is already active".to_string()),
-        _ => None,
-    };
-    match meaning {
-        Some(meaning) => format!("{answered} ({meaning})"),
-        None => answered,
-    }
+/// `forge.project` and `forge.repo`; the organization or collection is `forge.api_url`.
+fn project_and_repo(keys: &mut dyn Keys, _: Option<&str>) -> Option<Kind> {
+    let elsewhere = "is for GitHub and Gitea; an Azure DevOps repository is named by forge.project and forge.repo (the organization or collection is forge.api_url)";
+    let named = ["forge.project", "forge.repo"];
+    let (project, repo) = two_keys(keys, &["forge.owner"], elsewhere, named);
+    Some(Kind::AzureDevOps {
+        project: project?,
+        repo: repo?,
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::engine::{assert_states_round_trip, headers, patched, settings};
     use super::*;
 
     fn forge(api_url: &str) -> AzureDevOps {
-        let config = config::Forge {
-            kind: config::ForgeKind::AzureDevOps {
-                project: "Platform Team".into(),
-                repo: "gitops".into(),
-            },
-            api_url: api_url.into(),
-            token_env: "AZURE_DEVOPS_TOKEN".into(),
-            login: None,
-            username_env: None,
-            timeout_seconds: 60,
+        let (project, repo) = ("Platform Team", "gitops");
+        let kind = Kind::AzureDevOps {
+            project: project.into(),
+            repo: repo.into(),
         };
-        AzureDevOps::new(&config, "pat".into()).unwrap()
+        AzureDevOps::new(&settings(kind, api_url), (project, repo), "pat".into()).unwrap()
     }
 
     /// A completed pull request in the shape of `GitPullRequest`
@@ -1104,10 +912,7 @@ mod tests {
     }"#;
 
     fn pr(patch: serde_json::Value) -> PullRequestInfo {
-        let mut value: serde_json::Value = serde_json::from_str(COMPLETED).unwrap();
-        for (k, v) in patch.as_object().unwrap() {
-            value[k] = v.clone();
-        }
+        let value = patched(COMPLETED, patch);
         forge("https://dev.azure.com/acme").info(serde_json::from_value(value).unwrap())
     }
 
@@ -1150,7 +955,7 @@ mod tests {
         );
         let cloud = forge("https://dev.azure.com/acme/");
         assert_eq!(
-            cloud.with_query(&cloud.repo_url("/pullRequests/3/labels"), &[], true),
+            cloud.with_query(&cloud.rest.url("/pullRequests/3/labels"), &[], true),
             "https://dev.azure.com/acme/Platform%20Team/_apis/git/repositories/gitops/pullRequests/3/labels?api-version=7.1-preview.1"
         );
     }
@@ -1158,8 +963,9 @@ mod tests {
     #[test]
     fn the_token_is_basic_with_an_empty_user_and_sensitive() {
         let f = forge("https://dev.azure.com/acme");
-        assert!(f.auth.is_sensitive());
-        assert_eq!(f.auth.to_str().unwrap(), "Basic OnBhdA==");
+        let auth = f.rest.credentials();
+        assert!(auth.is_sensitive());
+        assert_eq!(auth.to_str().unwrap(), "Basic OnBhdA==");
     }
 
     #[test]
@@ -1171,14 +977,7 @@ mod tests {
         );
         assert_eq!(context_name(&c), "tagpin/stage/staging");
         assert_eq!(context_name(&status_context("plain")), "plain");
-        for state in [
-            StatusState::Pending,
-            StatusState::Success,
-            StatusState::Failure,
-            StatusState::Error,
-        ] {
-            assert_eq!(read_state(wire_state(state)), Some(state));
-        }
+        assert_states_round_trip(wire_state, read_state);
         assert_eq!(read_state("notApplicable"), None);
         assert_eq!(read_state("partiallySucceeded"), None);
     }
@@ -1202,7 +1001,7 @@ mod tests {
                 })
                 .collect(),
         };
-        let long = crate::forge::body::render(&block) + &"| held | row |\n".repeat(300);
+        let long = crate::proposal::body::render(&block) + &"| held | row |\n".repeat(300);
         assert!(long.chars().count() > MAX_DESCRIPTION_CHARS);
         let fitted = fit_description(&long);
         assert!(
@@ -1212,17 +1011,20 @@ mod tests {
         );
         assert!(fitted.contains("cut: Azure DevOps keeps 4,000 characters"));
         assert!(fitted.ends_with(&format!("{PLAN_MARKER}\n")), "{fitted}");
-        assert_eq!(crate::forge::body::parse(&fitted), None, "no half plan");
+        assert_eq!(crate::proposal::body::parse(&fitted), None, "no half plan");
         // Read back with the plan block from the properties: the whole plan.
         let read_back = stored_body(&long);
-        assert_eq!(crate::forge::body::parse(&read_back), Some(block.clone()));
+        assert_eq!(
+            crate::proposal::body::parse(&read_back),
+            Some(block.clone())
+        );
         assert_eq!(
             split_plan(&long).1,
-            Some(crate::forge::body::plan_block(&block).as_str())
+            Some(crate::proposal::body::plan_block(&block).as_str())
         );
         let mut one = block.clone();
         one.pins.truncate(1);
-        let short = crate::forge::body::render(&one);
+        let short = crate::proposal::body::render(&one);
         assert_eq!(
             fit_description(&short),
             short,
@@ -1232,9 +1034,12 @@ mod tests {
         // Any plan fits there: forty pins.
         let mut huge = block.clone();
         huge.pins = (0..40).map(|_| block.pins[0].clone()).collect();
-        let body = crate::forge::body::render(&huge);
+        let body = crate::proposal::body::render(&huge);
         assert!(fit_description(&body).chars().count() <= MAX_DESCRIPTION_CHARS);
-        assert_eq!(crate::forge::body::parse(&stored_body(&body)), Some(huge));
+        assert_eq!(
+            crate::proposal::body::parse(&stored_body(&body)),
+            Some(huge)
+        );
     }
 
     #[test]
@@ -1251,52 +1056,11 @@ mod tests {
     #[test]
     fn a_rate_limit_is_waited_as_the_answer_says() {
         let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000);
-        let headers = |pairs: &[(&'static str, &str)]| {
-            let mut map = HeaderMap::new();
-            for (name, value) in pairs {
-                map.insert(*name, HeaderValue::from_str(value).unwrap());
-            }
-            map
-        };
-        assert_eq!(
-            rate_limit_wait(&headers(&[("retry-after", "7")]), now),
-            Duration::from_secs(7)
-        );
-        assert_eq!(
-            rate_limit_wait(&headers(&[("x-ratelimit-reset", "1030")]), now),
-            Duration::from_secs(31)
-        );
-        assert_eq!(
-            rate_limit_wait(&HeaderMap::new(), now),
-            Duration::from_secs(60)
-        );
-    }
-
-    #[test]
-    fn failures_name_what_to_fix_without_quoting_azure_devops() {
-        let describe = |status: u16| {
-            describe_failure(
-                StatusCode::from_u16(status).unwrap(),
-                "platform/gitops",
-                "https://dev.azure.com/acme",
-            )
-        };
-        assert!(describe(401).contains("the token is not valid"));
-        assert!(describe(403).contains("Code (Read & write)"));
-        assert!(describe(404).contains("platform/gitops is not at https://dev.azure.com/acme"));
-        assert!(describe(409).contains("already active"));
-        assert_eq!(describe(500), "500 Internal Server Error");
-        let mut html = HeaderMap::new();
-        html.insert(
-            "content-type",
-            HeaderValue::from_static("text/html; charset=utf-8"),
-        );
-        assert!(!is_json(&html));
-        html.insert(
-            "content-type",
-            HeaderValue::from_static("application/json; charset=utf-8; api-version=7.1"),
-        );
-        assert!(is_json(&html));
+        let wait = |pairs: &[(&'static str, &str)]| rate_limit_wait(&headers(pairs), now);
+        assert_eq!(wait(&[("retry-after", "7")]), Duration::from_secs(7));
+        let reset = wait(&[("x-ratelimit-reset", "1030")]);
+        assert_eq!(reset, Duration::from_secs(31));
+        assert_eq!(wait(&[]), Duration::from_secs(60));
     }
 
     #[test]
@@ -1307,8 +1071,13 @@ mod tests {
                 {"id": 7, "comments": [{"id": 1, "content": "<!-- tagpin-verdict -->\nConverged", "author": {"id": "BBBB"}}]}]"#,
         )
         .unwrap();
-        let found = find_comment(&threads, "<!-- tagpin-verdict -->", "bbbb");
-        assert_eq!(found.map(|(t, c)| (t.id, c.id)), Some((7, 1)));
-        assert!(find_comment(&threads[..2], "<!-- tagpin-verdict -->", "bbbb").is_none());
+        let marker = "<!-- tagpin-verdict -->";
+        let found = threads.iter().find_map(|t| {
+            let c = t.comments.iter().find(|c| mine(c, marker, "bbbb"))?;
+            Some((t.id, c.id))
+        });
+        assert_eq!(found, Some((7, 1)));
+        let before = threads[..2].iter().flat_map(|t| &t.comments);
+        assert!(!before.into_iter().any(|c| mine(c, marker, "bbbb")));
     }
 }

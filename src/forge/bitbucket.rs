@@ -56,22 +56,47 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use base64::Engine as _;
-use reqwest::header::{HeaderMap, HeaderValue};
-use reqwest::{Method, StatusCode};
+use reqwest::Method;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::common::{encode, json, json_request, unix};
-use super::common::{host_of, http_client, status_text};
-use super::common::{in_flight, read_pages, read_pages_whole, updated_before};
-use super::common::{retry_after, Answer, Calls, FailureWords, ForgeError, StatusSigner};
-use crate::config;
+use super::engine::{encode, json, read_pages, read_pages_whole, retry_after, unix};
+use super::engine::{read_change_requests, Forge, Listing, Names};
+use super::engine::{Dialect, Paged};
+use super::engine::{Marked, NewChange, Purpose, Rest, Result, Said, StatusKey, Words};
+use super::settings::ChangeRequestNoun;
+use super::settings::{segment_ok, two_keys, Keys, Kind, Section, Settings};
+use super::stamp::StatusSigner;
 use crate::mutex::lock;
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Bitbucket";
+/// `kind: bitbucket`: `forge.workspace` and `forge.repo` ([`workspace_and_repo`]) on
+/// `https://api.bitbucket.org/2.0`, and `forge.username_env` for an app password.
+pub(crate) const SECTION: Section =
+    Section::new("bitbucket", Some(API_URL), workspace_and_repo).taking_username();
+/// Bitbucket Cloud's one API.
+const API_URL: &str = "https://api.bitbucket.org/2.0";
+/// What `forge.workspace` is, said to a section of another kind.
+pub(crate) const WORKSPACE_ELSEWHERE: &str =
+    "is for Bitbucket Cloud (kind: bitbucket); set it with forge.repo";
+/// What `forge.username_env` is, said to a section of another kind.
+pub(crate) const USERNAME_ELSEWHERE: &str =
+    "is for Bitbucket Cloud app passwords (kind: bitbucket); the other forges take the token alone";
+/// What a failed answer means, in words that say what to fix. A `429` is waited out as
+/// `Retry-After` says, else it would be the rolling window, an hour, which is past
+/// [`super::MAX_RATE_LIMIT_WAIT`]: the call is reported.
+pub(super) const WORDS: Words = Words {
+    wait: |headers, now| retry_after(headers, now).unwrap_or(ROLLING_WINDOW),
+    unauthorized: "the token is not valid (expired or revoked; an app password needs forge.username_env, an access token or API token must not have it)",
+    forbidden: "the token may not do this in {repo} (it needs the repository:write and pullrequest:write scopes, or write:repository:bitbucket and write:pullrequest:bitbucket for an API token, and write access to the repository)",
+    not_found: "{repo} is not at {api}, or the token may not read it (Bitbucket answers 404 for a private repository hidden from the token)",
+    refused: Some((400, "Bitbucket refused a field tagpin sent")),
+    ..Words::PLAIN
+};
 /// Pull requests asked for per page: Bitbucket's largest `pagelen` for pull requests.
 pub const PAGE_LEN: usize = 50;
 /// Statuses and comments asked for per page (Bitbucket's largest for these lists).
@@ -85,20 +110,14 @@ const MAX_RESOLVED: usize = 512;
 
 /// A Bitbucket Cloud repository, with a token.
 pub struct Bitbucket {
-    http: reqwest::Client,
-    /// `host[:port]` of `api_url`, for errors.
-    host: String,
-    deadline: Duration,
-    /// `forge.api_url` without a trailing slash.
-    api: String,
+    rest: Rest,
     workspace: String,
     repo: String,
-    /// `workspace/repo`, for messages.
-    full_name: String,
-    auth: HeaderValue,
-    /// The key of the signatures on tagpin's build statuses: the token.
+    /// The key of the signatures on tagpin's build statuses: the token. It also keeps, for
+    /// the process, the newest status set or believed on each commit and key (replays).
     signer: StatusSigner,
-    login: tokio::sync::OnceCell<String>,
+    /// Pull requests; one opened meanwhile is not adopted (the next pass finds it by its branch); the token's account uuid.
+    dialect: Dialect,
     /// Short merge-commit hash -> full hash.
     resolved: Mutex<HashMap<String, String>>,
 }
@@ -260,152 +279,39 @@ impl Bitbucket {
     /// what its variable (or Secret key) holds, read by the caller with the token: never from
     /// this process's environment, which in the operator is not the object's to name.
     pub fn new(
-        forge: &config::Forge,
-        token: String,
-        username: Option<String>,
-    ) -> Result<Bitbucket, ForgeError> {
-        let config::ForgeKind::Bitbucket { workspace, repo } = &forge.kind else {
-            return Err(setup("the forge configured is not Bitbucket".into()));
-        };
+        forge: &Settings,
+        (workspace, repo): (&str, &str),
+        (token, username): (String, Option<String>),
+    ) -> Result<Bitbucket> {
         let token = token.trim().to_string();
         let value = match (&forge.username_env, username) {
             (Some(env), None) => {
-                return Err(setup(format!(
-                    "forge.username_env names {env}, but no username was read from it"
-                )))
+                let detail =
+                    format!("forge.username_env names {env}, but no username was read from it");
+                return Err(Names::setup(FORGE, detail));
             }
             (Some(_), Some(username)) => {
                 let pair = format!("{}:{token}", username.trim());
-                format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(pair)
-                )
+                let pair = base64::engine::general_purpose::STANDARD.encode(pair);
+                format!("Basic {pair}")
             }
             (None, _) => format!("Bearer {token}"),
         };
-        let mut auth = HeaderValue::from_str(&value).map_err(|_| {
-            setup(format!(
-                "the token in {} holds characters an HTTP header cannot carry",
-                forge.token_env
-            ))
-        })?;
-        auth.set_sensitive(true);
-        let deadline = Duration::from_secs(forge.timeout_seconds);
+        let full_name = format!("{workspace}/{repo}");
         Ok(Bitbucket {
-            http: http_client(FORGE, deadline)?,
-            host: host_of(&forge.api_url),
-            deadline,
-            api: forge.api_url.trim_end_matches('/').to_string(),
-            workspace: workspace.clone(),
-            repo: repo.clone(),
-            full_name: format!("{workspace}/{repo}"),
-            auth,
+            rest: Rest::new(FORGE, forge, full_name, ("authorization", value), &WORDS)?.at(
+                &format!("/repositories/{}/{}", encode(workspace), encode(repo)),
+            ),
+            workspace: workspace.to_string(),
+            repo: repo.to_string(),
             signer: StatusSigner::new(FORGE, &token)?,
-            login: tokio::sync::OnceCell::new_with(forge.login.clone()),
+            dialect: Dialect::new(
+                "Bitbucket Cloud",
+                ChangeRequestNoun::PullRequest,
+                forge.login.clone(),
+            ),
             resolved: Mutex::default(),
         })
-    }
-
-    /// The `uuid` of the account the token acts as (`GET /user`), asked once per process, or
-    /// `forge.login`. An access token is no user: Bitbucket refuses it `/user`.
-    pub async fn login(&self) -> Result<&str, ForgeError> {
-        self.login
-            .get_or_try_init(|| async {
-                let what = "read the token's account (GET /user)";
-                let url = format!("{}/user", self.api);
-                let answer = match self.request(what, Method::GET, &url, None).await {
-                    Err(ForgeError::Call {
-                        status: Some(status @ (401 | 403)),
-                        ..
-                    }) => {
-                        let detail = format!(
-                            "{} (Bitbucket answers /user only to a user's app password or API token; for a repository, project or workspace access token, set forge.login to the uuid Bitbucket shows as the author of what the token wrote)",
-                            status_text(status)
-                        );
-                        return Err(self.calls().error(what, detail, Some(status)));
-                    }
-                    answer => answer?,
-                };
-                let account: Account = self.calls().parse(what, &answer.body)?;
-                account.uuid.ok_or_else(|| {
-                    self.calls()
-                        .error(what, "unexpected answer: no uuid".into(), None)
-                })
-            })
-            .await
-            .map(String::as_str)
-    }
-
-    /// `{api}/repositories/{workspace}/{repo}{rest}`.
-    fn repo_url(&self, rest: &str) -> String {
-        format!(
-            "{}/repositories/{}/{}{rest}",
-            self.api,
-            encode(&self.workspace),
-            encode(&self.repo)
-        )
-    }
-
-    /// Every pull request (open, merged, declined, superseded) from `branch` of this
-    /// repository into `base`, newest first; a fork's is left out. Merge commits are not
-    /// resolved here (see the module's notes).
-    pub async fn pull_requests_for(
-        &self,
-        branch: &str,
-        base: &str,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list pull requests from {branch}");
-        let q = format!(
-            "source.branch.name = {} AND destination.branch.name = {}",
-            bbql(branch),
-            bbql(base)
-        );
-        let mut prs = self
-            .list_pull_requests(&what, &q, &ALL_STATES, None)
-            .await?;
-        prs.retain(|p| p.head_ref == branch && p.same_repository);
-        for pr in &mut prs {
-            if pr.open {
-                pr.head_sha = self.full_hash(&pr.head_sha, pr.number).await?;
-            }
-            if !pr.open
-                || pr
-                    .merge_commit_sha
-                    .as_ref()
-                    .is_some_and(|s| s.len() < FULL_HASH)
-            {
-                pr.merge_commit_sha = None;
-            }
-        }
-        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
-        Ok(prs)
-    }
-
-    /// Every open pull request into `base` from a branch starting with `prefix`, and those
-    /// merged, declined or superseded at or after `closed_since`, newest first, merge commits
-    /// resolved; forks' are included, marked by `same_repository`.
-    pub async fn pull_requests_with_prefix(
-        &self,
-        prefix: &str,
-        base: &str,
-        closed_since: i64,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list pull requests into {base}");
-        // `~` is BBQL's "contains": the prefix is checked again on what comes back.
-        let q = format!(
-            "source.branch.name ~ {} AND destination.branch.name = {}",
-            bbql(prefix),
-            bbql(base)
-        );
-        let open = self.list_pull_requests(&what, &q, &["OPEN"], None).await?;
-        let recent = self
-            .list_pull_requests(&what, &q, &CLOSED_STATES, Some(closed_since))
-            .await?;
-        let mut prs = in_flight(open, recent, prefix);
-        for pr in &mut prs {
-            self.complete(pr).await?;
-        }
-        Ok(prs)
     }
 
     /// Every page of a pull request list, most recently updated first; with `until`, pages
@@ -416,108 +322,32 @@ impl Bitbucket {
         q: &str,
         states: &[&str],
         until: Option<i64>,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+    ) -> Result<Vec<PullRequestInfo>> {
         let mut query: Vec<(&str, &str)> = vec![("q", q)];
         query.extend(states.iter().map(|s| ("state", *s)));
         query.push(("sort", "-updated_on"));
         let page_len = PAGE_LEN.to_string();
         query.push(("pagelen", &page_len));
-        let first = with_query(&self.repo_url("/pullrequests"), &query);
-        let read_page = |url: String| async move {
-            let (items, next) = self.read_page::<PullRequest>(what, &url).await?;
-            Ok((items.into_iter().map(info).collect(), next))
-        };
-        read_pages(first, read_page, updated_before(until)).await
+        let first = with_query(&self.rest.url("/pullrequests"), &query);
+        let read_page = |url: String| async move { self.read_page(what, &url).await };
+        read_change_requests(first, until, read_page, |pr: PullRequest| Some(info(pr))).await
     }
 
     /// One page of a list, and its `next` when that is on `api_url`.
-    async fn read_page<T: serde::de::DeserializeOwned>(
-        &self,
-        what: &str,
-        url: &str,
-    ) -> Result<(Vec<T>, Option<String>), ForgeError> {
-        let answer = self.request(what, Method::GET, url, None).await?;
-        let page: Page<T> = self.calls().parse(what, &answer.body)?;
-        let next = match page.next {
-            Some(next) => Some(
-                next_on_api(&self.api, &next)
-                    .map_err(|e| self.calls().error(what, e.to_string(), None))?,
-            ),
-            None => None,
-        };
+    async fn read_page<T: DeserializeOwned>(&self, what: &str, url: &str) -> Result<Paged<T>> {
+        let answer = self.rest.call(what, Method::GET, url, None).await?;
+        let page: Page<T> = self.rest.parse(what, &answer.body)?;
+        let next = page
+            .next
+            .map(|next| next_on_api(&self.rest.api, &next))
+            .transpose();
+        let next = next.map_err(|e| self.rest.error(what, e.to_string(), None))?;
         Ok((page.values, next))
-    }
-
-    /// Opens a pull request. One opened meanwhile is not adopted: the failure is returned,
-    /// and the next pass finds that one by its branch.
-    pub async fn open_pull_request(
-        &self,
-        branch: &str,
-        base: &str,
-        title: &str,
-        body: &str,
-    ) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("open a pull request from {branch} into {base}");
-        let request = NewPullRequest {
-            title,
-            description: body,
-            source: EndpointName {
-                branch: NameOnly { name: branch },
-            },
-            destination: EndpointName {
-                branch: NameOnly { name: base },
-            },
-            close_source_branch: true,
-        };
-        let url = self.repo_url("/pullrequests");
-        let answer = self
-            .request(&what, Method::POST, &url, Some(json(&request)))
-            .await?;
-        let mut pr = info(self.calls().parse(&what, &answer.body)?);
-        self.complete(&mut pr).await?;
-        Ok(pr)
-    }
-
-    pub async fn update_pull_request(
-        &self,
-        number: u64,
-        title: &str,
-        body: &str,
-    ) -> Result<(), ForgeError> {
-        let what = format!("update pull request #{number}");
-        let url = self.repo_url(&format!("/pullrequests/{number}"));
-        let edit = EditPullRequest {
-            title,
-            description: body,
-        };
-        self.request(&what, Method::PUT, &url, Some(json(&edit)))
-            .await?;
-        Ok(())
-    }
-
-    /// Bitbucket Cloud pull requests have no labels: nothing is set, and nothing stands in.
-    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
-        if !labels.is_empty() {
-            tracing::debug!(
-                "pull request #{number}: Bitbucket Cloud has no labels; {labels:?} not set"
-            );
-        }
-        Ok(())
-    }
-
-    /// One pull request by its id (`#N`), its merge commit resolved.
-    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("read pull request #{number}");
-        let url = self.repo_url(&format!("/pullrequests/{number}"));
-        let answer = self.request(&what, Method::GET, &url, None).await?;
-        let mut pr = info(self.calls().parse(&what, &answer.body)?);
-        self.complete(&mut pr).await?;
-        Ok(pr)
     }
 
     /// Replaces the short hashes Bitbucket answers for a pull request's source commit and
     /// merge commit with full ones.
-    async fn complete(&self, pr: &mut PullRequestInfo) -> Result<(), ForgeError> {
+    async fn complete(&self, pr: &mut PullRequestInfo) -> Result<()> {
         pr.head_sha = self.full_hash(&pr.head_sha, pr.number).await?;
         if let Some(merge) = pr.merge_commit_sha.clone() {
             pr.merge_commit_sha = Some(self.full_hash(&merge, pr.number).await?);
@@ -527,7 +357,7 @@ impl Bitbucket {
 
     /// The full hash of commit `short` (`GET /commit/{hash}`), read once per process per
     /// commit; an empty or full one as it is.
-    async fn full_hash(&self, short: &str, number: u64) -> Result<String, ForgeError> {
+    async fn full_hash(&self, short: &str, number: u64) -> Result<String> {
         if short.is_empty() || short.len() >= FULL_HASH {
             return Ok(short.to_string());
         }
@@ -537,14 +367,14 @@ impl Bitbucket {
         let what = format!("read commit {short} of pull request #{number}");
         if !short.bytes().all(|b| b.is_ascii_hexdigit()) {
             let detail = "unexpected answer: the commit is not a hash".to_string();
-            return Err(self.calls().error(&what, detail, None));
+            return Err(self.rest.error(&what, detail, None));
         }
-        let url = self.repo_url(&format!("/commit/{short}"));
-        let answer = self.request(&what, Method::GET, &url, None).await?;
-        let commit: Commit = self.calls().parse(&what, &answer.body)?;
+        let url = self.rest.url(&format!("/commit/{short}"));
+        let answer = self.rest.call(&what, Method::GET, &url, None).await?;
+        let commit: Commit = self.rest.parse(&what, &answer.body)?;
         if commit.hash.len() != FULL_HASH || !commit.hash.starts_with(short) {
             let detail = "unexpected answer: not the commit asked for".to_string();
-            return Err(self.calls().error(&what, detail, None));
+            return Err(self.rest.error(&what, detail, None));
         }
         let mut resolved = lock(&self.resolved);
         if resolved.len() >= MAX_RESOLVED {
@@ -554,101 +384,21 @@ impl Bitbucket {
         Ok(commit.hash)
     }
 
-    /// The build status of `context`'s key on `sha` (Bitbucket keeps one per key), with
-    /// `me` as its creator when it is tagpin's own word ([`StatusSigner::owns`]: signed, and
-    /// recorded by Bitbucket when tagpin said it), and none otherwise. The history is not
-    /// whole when the key holds anything else: tagpin's own, if it set one, was replaced.
-    pub async fn statuses(
-        &self,
-        sha: &str,
-        context: &str,
-        me: &str,
-    ) -> Result<StatusHistory, ForgeError> {
-        let what = format!("read build statuses of {sha}");
-        let page_len = LONG_PAGE_LEN.to_string();
-        let first = with_query(
-            &self.repo_url(&format!("/commit/{sha}/statuses")),
-            &[("pagelen", &page_len)],
-        );
-        let what = what.as_str();
-        let read_page = |url: String| async move { self.read_page(what, &url).await };
-        let (statuses, whole): (Vec<CommitStatus>, bool) =
-            read_pages_whole(first, read_page, |_| false).await?;
-        let key = status_key(context);
-        let mut found: Vec<Status> = statuses
-            .iter()
-            .filter(|s| s.key == key)
-            .filter_map(|s| {
-                let state = read_state(&s.state)?;
-                let description = s.description.clone().unwrap_or_default();
-                let recorded = s
-                    .updated_on
-                    .as_deref()
-                    .or(s.created_on.as_deref())
-                    .and_then(unix);
-                let own = s.url.as_deref().is_some_and(|url| {
-                    self.status_is_own(sha, &key, &s.state, &description, url, recorded)
-                });
-                Some(Status {
-                    state,
-                    description,
-                    created_at: recorded,
-                    creator: own.then(|| me.to_string()),
-                })
-            })
-            .collect();
-        found.sort_by_key(|s| std::cmp::Reverse(s.created_at));
-        let complete = whole && found.iter().all(|s| s.creator.as_deref() == Some(me));
-        Ok(StatusHistory {
-            statuses: found,
-            complete,
-        })
-    }
-
-    /// Sets build status `context` on `sha`, signed as tagpin's own and said now on
-    /// Bitbucket's clock; Bitbucket overwrites the status of the same key.
-    pub async fn set_status(
-        &self,
-        sha: &str,
-        state: StatusState,
-        context: &str,
-        description: &str,
-    ) -> Result<(), ForgeError> {
-        let what = format!("set build status {context} on {sha}");
-        let key = status_key(context);
-        let wire = wire_state(state);
-        let at = self.forge_now(sha).await?;
-        let stamp = self.stamp(sha, &key, wire, description, at);
-        let url = format!("{}#tagpin-{stamp}", self.commit_page(sha));
-        let status = NewStatus {
-            key: &key,
-            state: wire,
-            name: context,
-            description,
-            url: &url,
-        };
-        let post = self.repo_url(&format!("/commit/{sha}/statuses/build"));
-        self.request(&what, Method::POST, &post, Some(json(&status)))
-            .await?;
-        self.signer.remember((sha, &key), at);
-        Ok(())
-    }
-
     /// Now on Bitbucket's clock, from the `Date` of its latest answer; when none came within
     /// the last minute, the first page of `sha`'s statuses is read for one. Without any `Date`
     /// (a proxy that drops it), this machine's clock: a status it is far off from reads as
     /// not tagpin's, and its soak starts again, never earlier.
-    async fn forge_now(&self, sha: &str) -> Result<i64, ForgeError> {
-        if let Some(now) = self.signer.forge_now() {
+    async fn forge_now(&self, sha: &str) -> Result<i64> {
+        if let Some(now) = self.rest.clock.now() {
             return Ok(now);
         }
         let what = format!("read Bitbucket's clock (GET build statuses of {sha})");
         let url = with_query(
-            &self.repo_url(&format!("/commit/{sha}/statuses")),
+            &self.rest.url(&format!("/commit/{sha}/statuses")),
             &[("pagelen", "1")],
         );
-        self.request(&what, Method::GET, &url, None).await?;
-        Ok(self.signer.forge_now().unwrap_or_else(|| {
+        self.rest.call(&what, Method::GET, &url, None).await?;
+        Ok(self.rest.clock.now().unwrap_or_else(|| {
             tracing::warn!(
                 "Bitbucket sent no Date header: tagpin stamps its statuses with this machine's clock, and reads them as its own only while Bitbucket's clock agrees within seconds"
             );
@@ -659,21 +409,42 @@ impl Bitbucket {
     /// Where a person sees commit `sha`: bitbucket.org's page for Bitbucket Cloud, the API's
     /// commit otherwise (a proxy, a test server).
     fn commit_page(&self, sha: &str) -> String {
-        if self.host == "api.bitbucket.org" {
+        if self.rest.names.host == "api.bitbucket.org" {
             format!(
                 "https://bitbucket.org/{}/{}/commits/{sha}",
                 encode(&self.workspace),
                 encode(&self.repo)
             )
         } else {
-            self.repo_url(&format!("/commit/{sha}"))
+            self.rest.url(&format!("/commit/{sha}"))
         }
     }
 
     /// The stamp of a status tagpin posts, said at `at` (see [`StatusSigner`]).
     fn stamp(&self, sha: &str, key: &str, state: &str, description: &str, at: i64) -> String {
-        self.signer
-            .stamp(&[&self.full_name, sha, key, state, description], at)
+        let repo = self.rest.names.repo.as_str();
+        self.signer.stamp(&[repo, sha, key, state, description], at)
+    }
+
+    /// The status as tagpin reads it: `me` its creator when it is tagpin's own word (its
+    /// stamp checks, and it was recorded when it was said), none otherwise.
+    fn read_status(&self, sha: &str, s: &CommitStatus, me: &str) -> Option<Status> {
+        let state = read_state(&s.state)?;
+        let description = s.description.clone().unwrap_or_default();
+        let recorded = s
+            .updated_on
+            .as_deref()
+            .or(s.created_on.as_deref())
+            .and_then(unix);
+        let own = s.url.as_deref().is_some_and(|url| {
+            self.status_is_own(sha, &s.key, &s.state, &description, url, recorded)
+        });
+        Some(Status {
+            state,
+            description,
+            created_at: recorded,
+            creator: own.then(|| me.to_string()),
+        })
     }
 
     /// Whether a status whose `url` is given, recorded by Bitbucket at `recorded`, is tagpin's
@@ -690,79 +461,206 @@ impl Bitbucket {
         let Some((_, given)) = url.rsplit_once("#tagpin-") else {
             return false;
         };
-        let said = [self.full_name.as_str(), sha, key, state, description];
+        let said = [self.rest.names.repo.as_str(), sha, key, state, description];
         self.signer.owns((sha, key), &said, given, recorded)
     }
 
-    /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found
-    /// by the marker among the comments `me` wrote, on every page), creates it otherwise.
-    pub async fn upsert_comment(
+    fn comments_url(&self, number: u64) -> String {
+        self.rest.url(&format!("/pullrequests/{number}/comments"))
+    }
+}
+
+impl Forge for Bitbucket {
+    fn dialect(&self) -> &Dialect {
+        &self.dialect
+    }
+
+    /// The `uuid` of the account the token acts as (`GET /user`). An access token is no user:
+    /// Bitbucket refuses it `/user`, and `forge.login` names it.
+    async fn ask_login(&self) -> Result<String> {
+        let what = "read the token's account (GET /user)";
+        let why = "Bitbucket answers /user only to a user's app password or API token; for a repository, project or workspace access token, set forge.login to the uuid Bitbucket shows as the author of what the token wrote";
+        let account: Account = self.rest.token_user(what, &[401, 403], why).await?;
+        let detail = "unexpected answer: no uuid";
+        account
+            .uuid
+            .ok_or_else(|| self.rest.error(what, detail.into(), None))
+    }
+
+    /// Filtered with BBQL; `~` is its "contains", and the prefix is checked again on what
+    /// comes back.
+    async fn list(&self, what: &str, listing: Listing<'_>) -> Result<Vec<PullRequestInfo>> {
+        let (source, states, until): (_, &[&str], _) = match listing {
+            Listing::From { branch, base } => (("=", branch, base), &ALL_STATES, None),
+            Listing::OpenFrom { branch, base } => (("=", branch, base), &["OPEN"], None),
+            Listing::OpenInto { prefix, base } => (("~", prefix, base), &["OPEN"], None),
+            Listing::ClosedInto {
+                prefix,
+                base,
+                since,
+            } => (("~", prefix, base), &CLOSED_STATES, Some(since)),
+        };
+        let (op, branch, base) = source;
+        let (branch, base) = (bbql(branch), bbql(base));
+        let q = format!("source.branch.name {op} {branch} AND destination.branch.name = {base}");
+        self.list_pull_requests(what, &q, states, until).await
+    }
+
+    /// A branch's open ones get their full head hash; merge commits are not resolved there
+    /// (see the module's notes). What is in flight is completed whole.
+    async fn finish(
         &self,
-        number: u64,
-        marker: &str,
-        body: &str,
-        me: &str,
-    ) -> Result<(), ForgeError> {
-        let what = format!("list comments of pull request #{number}");
-        let url = self.repo_url(&format!("/pullrequests/{number}/comments"));
-        let page_len = LONG_PAGE_LEN.to_string();
-        let first = with_query(&url, &[("pagelen", &page_len)]);
-        let what_ref = what.as_str();
-        let read_page = |url: String| async move { self.read_page(what_ref, &url).await };
-        let comments: Vec<Comment> = read_pages(first, read_page, |_| false).await?;
-        let existing = find_comment(&comments, marker, me).map(|c| {
-            let raw = c.content.as_ref().and_then(|c| c.raw.as_deref());
-            (c.id, raw == Some(body))
+        mut prs: Vec<PullRequestInfo>,
+        purpose: Purpose,
+    ) -> Result<Vec<PullRequestInfo>> {
+        for pr in &mut prs {
+            if purpose == Purpose::InFlight {
+                self.complete(pr).await?;
+                continue;
+            }
+            if pr.open {
+                pr.head_sha = self.full_hash(&pr.head_sha, pr.number).await?;
+            }
+            let short = pr
+                .merge_commit_sha
+                .as_ref()
+                .is_some_and(|s| s.len() < FULL_HASH);
+            if !pr.open || short {
+                pr.merge_commit_sha = None;
+            }
+        }
+        Ok(prs)
+    }
+
+    /// Opened with `close_source_branch`, its hashes resolved.
+    async fn create(&self, what: &str, new: NewChange<'_>) -> Result<PullRequestInfo> {
+        let end = |name| EndpointName {
+            branch: NameOnly { name },
+        };
+        let request = json(&NewPullRequest {
+            title: new.title,
+            description: new.body,
+            source: end(new.branch),
+            destination: end(new.base),
+            close_source_branch: true,
         });
+        let url = self.rest.url("/pullrequests");
+        let mut pr = info(self.rest.post(what, &url, request).await?);
+        self.complete(&mut pr).await?;
+        Ok(pr)
+    }
+
+    async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
+        let what = format!("update pull request #{number}");
+        let url = self.rest.url(&format!("/pullrequests/{number}"));
+        let description = body;
+        let edit = json(&EditPullRequest { title, description });
+        self.rest.write(&what, Method::PUT, &url, &edit).await
+    }
+
+    /// By its id (`#N`), its hashes resolved.
+    async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
+        let what = format!("read pull request #{number}");
+        let url = self.rest.url(&format!("/pullrequests/{number}"));
+        let answer = self.rest.call(&what, Method::GET, &url, None).await?;
+        let mut pr = info(self.rest.parse(&what, &answer.body)?);
+        self.complete(&mut pr).await?;
+        Ok(pr)
+    }
+
+    /// The build status of `context`'s key on `sha` (Bitbucket keeps one per key), with the
+    /// token's account as its creator when it is tagpin's own word ([`StatusSigner::owns`]:
+    /// signed, and recorded by Bitbucket when tagpin said it), and none otherwise. The
+    /// history is not whole when the key holds anything else: tagpin's own, if it set one,
+    /// was replaced.
+    async fn statuses(&self, key: StatusKey<'_>) -> Result<StatusHistory> {
+        let me = self.login().await?;
+        let sha = key.sha;
+        let what = format!("read build statuses of {sha}");
+        let page_len = LONG_PAGE_LEN.to_string();
+        let url = self.rest.url(&format!("/commit/{sha}/statuses"));
+        let first = with_query(&url, &[("pagelen", &page_len)]);
+        let what = what.as_str();
+        let read_page = |url: String| async move { self.read_page(what, &url).await };
+        let (statuses, whole): (Vec<CommitStatus>, bool) =
+            read_pages_whole(first, read_page, |_| false).await?;
+        let key = status_key(key.context);
+        let mut found: Vec<Status> = statuses
+            .iter()
+            .filter(|s| s.key == key)
+            .filter_map(|s| self.read_status(sha, s, me))
+            .collect();
+        found.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        let complete = whole && found.iter().all(|s| s.creator.as_deref() == Some(me));
+        Ok(StatusHistory {
+            statuses: found,
+            complete,
+        })
+    }
+
+    /// Signed as tagpin's own and said now on Bitbucket's clock; Bitbucket overwrites the
+    /// status of the same key.
+    async fn set_status(&self, which: StatusKey<'_>, said: Said<'_>) -> Result<()> {
+        let (sha, context, description) = (which.sha, which.context, said.description);
+        let what = format!("set build status {context} on {sha}");
+        let key = status_key(context);
+        let state = wire_state(said.state);
+        let at = self.forge_now(sha).await?;
+        let stamp = self.stamp(sha, &key, state, description, at);
+        let url = format!("{}#tagpin-{stamp}", self.commit_page(sha));
+        let status = json(&NewStatus {
+            key: &key,
+            state,
+            name: context,
+            description,
+            url: &url,
+        });
+        let post = self.rest.url(&format!("/commit/{sha}/statuses/build"));
+        self.rest
+            .call(&what, Method::POST, &post, Some(status))
+            .await?;
+        self.signer.remember((sha, &key), at);
+        Ok(())
+    }
+
+    /// Found by the marker among the comments tagpin's account wrote, on every page.
+    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
+        let me = self.login().await?;
+        let what = format!("list comments of pull request #{number}");
+        let page_len = LONG_PAGE_LEN.to_string();
+        let first = with_query(&self.comments_url(number), &[("pagelen", &page_len)]);
+        let what = what.as_str();
+        let read_page = |url: String| async move { self.read_page(what, &url).await };
+        let comments: Vec<Comment> = read_pages(first, read_page, |_| false).await?;
+        Ok(comments.into_iter().find(|c| mine(c, marker, me)).map(|c| {
+            let raw = c.content.and_then(|c| c.raw);
+            let text = raw.unwrap_or_default();
+            Marked {
+                id: c.id,
+                text,
+                ..Marked::default()
+            }
+        }))
+    }
+
+    /// Its `content.raw`, posted to the pull request's comments or put to the comment's own.
+    async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
         let content = CommentBody {
             content: RawContent { raw: body },
         };
-        match existing {
-            Some((_, true)) => Ok(()),
-            Some((id, false)) => {
-                let what = format!("update comment {id} on pull request #{number}");
-                let edit = self.repo_url(&format!("/pullrequests/{number}/comments/{id}"));
-                self.request(&what, Method::PUT, &edit, Some(json(&content)))
-                    .await?;
-                Ok(())
-            }
+        let comments = self.comments_url(number);
+        match old.map(|c| c.id) {
             None => {
                 let what = format!("comment on pull request #{number}");
-                self.request(&what, Method::POST, &url, Some(json(&content)))
-                    .await?;
-                Ok(())
+                self.rest
+                    .write(&what, Method::POST, &comments, &content)
+                    .await
             }
-        }
-    }
-
-    /// One call, through [`Calls::send`]: a `429` waited out within bounds, any other
-    /// failure named in Bitbucket's terms.
-    async fn request(
-        &self,
-        what: &str,
-        method: Method,
-        url: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<Answer, ForgeError> {
-        let credentials = ("authorization", &self.auth);
-        let build = || json_request(&self.http, &method, url, credentials, body.as_ref());
-        let describe =
-            |status: StatusCode, _: &str| describe_failure(status, &self.full_name, &self.api);
-        let words = FailureWords {
-            wait: rate_limit_wait,
-            describe: &describe,
-        };
-        let answer = self.calls().send(what, build, &words).await?;
-        self.signer.note_date(&answer.headers);
-        Ok(answer)
-    }
-
-    fn calls(&self) -> Calls<'_> {
-        Calls {
-            forge: FORGE,
-            host: &self.host,
-            repo: &self.full_name,
-            deadline: self.deadline,
+            Some(id) => {
+                let what = format!("update comment {id} on pull request #{number}");
+                let url = format!("{comments}/{id}");
+                self.rest.write(&what, Method::PUT, &url, &content).await
+            }
         }
     }
 }
@@ -773,13 +671,6 @@ const FULL_HASH: usize = 40;
 const ALL_STATES: [&str; 4] = ["OPEN", "MERGED", "DECLINED", "SUPERSEDED"];
 /// Those no longer open.
 const CLOSED_STATES: [&str; 3] = ["MERGED", "DECLINED", "SUPERSEDED"];
-
-fn setup(detail: String) -> ForgeError {
-    ForgeError::Setup {
-        forge: FORGE,
-        detail,
-    }
-}
 
 /// A BBQL string literal: in double quotes, `\` and `"` escaped.
 fn bbql(value: &str) -> String {
@@ -910,49 +801,34 @@ fn wire_state(state: StatusState) -> &'static str {
     }
 }
 
-/// The comment `me` wrote carrying `marker`, oldest first; deleted ones are not.
-fn find_comment<'c>(comments: &'c [Comment], marker: &str, me: &str) -> Option<&'c Comment> {
-    comments.iter().find(|c| {
-        !c.deleted
-            && c.content
-                .as_ref()
-                .and_then(|c| c.raw.as_deref())
-                .is_some_and(|raw| raw.contains(marker))
-            && c.user
-                .as_ref()
-                .and_then(|u| u.uuid.as_deref())
-                .is_some_and(|uuid| uuid == me)
-    })
+/// Whether `comment` is one `me` wrote carrying `marker`; a deleted one is not.
+fn mine(comment: &Comment, marker: &str, me: &str) -> bool {
+    let raw = comment.content.as_ref().and_then(|c| c.raw.as_deref());
+    let author = comment.user.as_ref().and_then(|u| u.uuid.as_deref());
+    !comment.deleted && raw.is_some_and(|raw| raw.contains(marker)) && author == Some(me)
 }
 
-/// How long to wait after a `429`: `Retry-After` when Bitbucket sends one, else its rolling
-/// window, an hour, which is past [`super::MAX_RATE_LIMIT_WAIT`]: the call is reported.
-fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
-    retry_after(headers, now).unwrap_or(ROLLING_WINDOW)
-}
-
-/// A failed answer in words that say what to fix. Bitbucket's body is never quoted.
-fn describe_failure(status: StatusCode, repo: &str, api: &str) -> String {
-    let answered = status_text(status.as_u16());
-    let meaning = match status.as_u16() {
-        401 => Some("the token is not valid (expired or revoked; an app password needs forge.username_env, an access token or API token must not have it)".to_string()),
-        403 => Some(format!(
-            "the token may not do this in {repo} (it needs the repository:write and pullrequest:write scopes, or write:repository:bitbucket and write:pullrequest:bitbucket for an API token, and write access to the repository)"
-        )),
-        404 => Some(format!(
-            "{repo} is not at {api}, or the token may not read it (Bitbucket answers 404 for a private repository hidden from the token)"
-        )),
-        400 => Some("Bitbucket refused a field tagpin sent".to_string()),
-        _ => None,
-    };
-    match meaning {
-        Some(meaning) => format!("{answered} ({meaning})"),
-        None => answered,
+/// `forge.workspace` and `forge.repo`, each a Bitbucket slug; another forge's keys are
+/// reported.
+fn workspace_and_repo(keys: &mut dyn Keys, _: Option<&str>) -> Option<Kind> {
+    let elsewhere = "is not Bitbucket's; a Bitbucket Cloud repository is named by forge.workspace and forge.repo (its slug)";
+    let foreign = ["forge.owner", "forge.project"];
+    let named = ["forge.workspace", "forge.repo"];
+    let (workspace, repo) = two_keys(keys, &foreign, elsewhere, named);
+    for (key, value) in named.into_iter().zip([&workspace, &repo]) {
+        if let Some(value) = value.as_ref().filter(|v| !segment_ok(v)) {
+            let problem = format!("{value:?} is not a Bitbucket slug (letters, digits, -, _, .)");
+            keys.problem(key, &problem);
+        }
     }
+    let (workspace, repo) = (workspace?, repo?);
+    Some(Kind::Bitbucket { workspace, repo })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::engine::{assert_merged_twelve, assert_states_round_trip};
+    use super::super::engine::{headers, patched, settings};
     use super::super::MAX_RATE_LIMIT_WAIT;
     use super::*;
 
@@ -972,40 +848,27 @@ mod tests {
     }"#;
 
     fn pr(patch: serde_json::Value) -> PullRequestInfo {
-        let mut value: serde_json::Value = serde_json::from_str(MERGED).unwrap();
-        for (k, v) in patch.as_object().unwrap() {
-            value[k] = v.clone();
-        }
+        let value = patched(MERGED, patch);
         info(serde_json::from_value(value).unwrap())
     }
 
     fn adapter(token: &str) -> Bitbucket {
-        let forge = config::Forge {
-            kind: config::ForgeKind::Bitbucket {
-                workspace: "acme".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://api.bitbucket.org/2.0".into(),
-            token_env: "BITBUCKET_TOKEN".into(),
-            login: None,
-            username_env: None,
-            timeout_seconds: 60,
+        let kind = Kind::Bitbucket {
+            workspace: "acme".into(),
+            repo: "gitops".into(),
         };
-        Bitbucket::new(&forge, token.into(), None).unwrap()
+        let forge = settings(kind, "https://api.bitbucket.org/2.0");
+        Bitbucket::new(&forge, ("acme", "gitops"), (token.into(), None)).unwrap()
     }
 
     #[test]
     fn a_bitbucket_pull_request_reads_as_tagpin_reads_a_change_request() {
         let merged = pr(serde_json::json!({}));
-        assert_eq!(merged.number, 12);
-        assert!(merged.merged && !merged.open);
-        assert!(merged.labels.is_empty());
-        assert_eq!(merged.head_ref, "tagpin/main");
+        assert_merged_twelve(&merged);
         assert_eq!(merged.merge_commit_sha.as_deref(), Some("cccccccccccc"));
         assert_eq!(merged.merged_at, Some(1767319445));
         assert_eq!(merged.author, "{7a1c}");
         assert_eq!(merged.body, "plan");
-        assert!(merged.same_repository);
         let declined = pr(serde_json::json!({"state": "DECLINED", "merge_commit": null}));
         assert!(!declined.open && !declined.merged);
         assert_eq!(declined.merged_at, None);
@@ -1045,14 +908,7 @@ mod tests {
 
     #[test]
     fn states_round_trip_and_keys_fit_forty_characters() {
-        for state in [
-            StatusState::Pending,
-            StatusState::Success,
-            StatusState::Failure,
-            StatusState::Error,
-        ] {
-            assert_eq!(read_state(wire_state(state)), Some(state));
-        }
+        assert_states_round_trip(wire_state, read_state);
         assert_eq!(status_key("tagpin/converged"), "tagpin/converged");
         let long = "tagpin/stage/a-very-long-stage-name-for-production-eu";
         let key = status_key(long);
@@ -1158,26 +1014,10 @@ mod tests {
     #[test]
     fn a_rate_limit_without_retry_after_waits_the_window_and_is_reported() {
         let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000);
-        assert_eq!(rate_limit_wait(&HeaderMap::new(), now), ROLLING_WINDOW);
+        assert_eq!((WORDS.wait)(&headers(&[]), now), ROLLING_WINDOW);
         assert!(ROLLING_WINDOW > MAX_RATE_LIMIT_WAIT);
-        let mut headers = HeaderMap::new();
-        headers.insert("retry-after", HeaderValue::from_static("7"));
-        assert_eq!(rate_limit_wait(&headers, now), Duration::from_secs(7));
-    }
-
-    #[test]
-    fn failures_name_what_to_fix_without_quoting_bitbucket() {
-        let describe = |status: u16| {
-            describe_failure(
-                StatusCode::from_u16(status).unwrap(),
-                "acme/gitops",
-                "https://api.bitbucket.org/2.0",
-            )
-        };
-        assert!(describe(401).contains("the token is not valid"));
-        assert!(describe(403).contains("pullrequest:write"));
-        assert!(describe(404).contains("acme/gitops is not at https://api.bitbucket.org/2.0"));
-        assert_eq!(describe(500), "500 Internal Server Error");
+        let told = headers(&[("retry-after", "7")]);
+        assert_eq!((WORDS.wait)(&told, now), Duration::from_secs(7));
     }
 
     #[test]
@@ -1195,10 +1035,8 @@ mod tests {
         )
         .unwrap();
         let marker = "<!-- tagpin-verdict -->";
-        assert_eq!(
-            find_comment(&comments, marker, "{bot}").map(|c| c.id),
-            Some(4)
-        );
-        assert!(find_comment(&comments[..2], marker, "{bot}").is_none());
+        let found = comments.iter().find(|c| mine(c, marker, "{bot}"));
+        assert_eq!(found.map(|c| c.id), Some(4));
+        assert!(!comments[..2].iter().any(|c| mine(c, marker, "{bot}")));
     }
 }

@@ -54,19 +54,35 @@
 //! says `Retry-After` within [`super::MAX_RATE_LIMIT_WAIT`], and reported otherwise.
 //! Bitbucket's messages are never quoted.
 
-use std::time::{Duration, SystemTime};
-
-use reqwest::header::{HeaderMap, HeaderValue};
-use reqwest::{Method, StatusCode};
+use reqwest::Method;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::common::{encode, json, json_request};
-use super::common::{host_of, http_client, in_flight, read_pages, retry_after, status_text};
-use super::common::{updated_before, Answer, Calls, FailureWords, ForgeError, StatusSigner};
-use crate::config;
+use super::engine::{encode, json, read_change_requests, read_pages, Forge};
+use super::engine::{BadPageUrl, Dialect, PageAddress, Paged};
+use super::engine::{Listing, Marked, NewChange, Rest, Result};
+use super::engine::{Said, StatusKey, Words};
+use super::settings::ChangeRequestNoun;
+use super::settings::{report_foreign, Keys, Kind, Section, Settings};
+use super::stamp::StatusSigner;
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Bitbucket";
+/// `kind: bitbucket-server`: `forge.project` and `forge.repo` ([`project_and_repo`]); every
+/// Data Center is its own, so `forge.api_url` (its base URL) has no default.
+pub(crate) const SECTION: Section = Section::new("bitbucket-server", None, project_and_repo);
+/// What a failed answer means, in Bitbucket's words, saying what to fix: the token (401),
+/// its permission (403), the repository or object (404), a conflict (409), a field Bitbucket
+/// refused (400). A `429` (Data Center's rate limiting) is waited out as `Retry-After` says,
+/// else a minute.
+pub(super) const WORDS: Words = Words {
+    unauthorized: "the token is not valid (expired, revoked, or not a Bitbucket HTTP access token)",
+    forbidden: "the token may not do this in {repo} (an HTTP access token needs the Repository write permission)",
+    not_found: "{repo} is not at {api}, or the token may not read it (Bitbucket answers 404 for repositories hidden from the token), or the pull request or comment does not exist",
+    conflict: Some("a pull request for these branches is already open, or the pull request or comment changed since tagpin read it"),
+    refused: Some((400, "Bitbucket refused a field tagpin sent")),
+    ..Words::PLAIN
+};
 /// Where Data Center serves its REST API under `api_url`.
 pub const REST_API: &str = "/rest/api/1.0";
 /// Items asked for per page: Data Center's default is 25; 50 halves the calls and stays well
@@ -77,24 +93,17 @@ const USER_HEADER: &str = "x-ausername";
 
 /// A Bitbucket Data Center repository, with a token.
 pub struct BitbucketServer {
-    http: reqwest::Client,
-    /// `host[:port]` of `api_url`, for errors.
-    host: String,
-    /// `forge.timeout_seconds`: each call, answer included.
-    deadline: Duration,
-    /// `forge.api_url` without a trailing slash: `https://bitbucket.example.com`.
-    base: String,
+    /// Its `api` is the instance's base URL without a trailing slash.
+    rest: Rest,
     project: String,
     repo: String,
-    /// `PROJECT/repo`, for messages.
-    full_name: String,
-    token: HeaderValue,
-    /// Signs tagpin's build statuses: keyed by the token, which only tagpin holds.
+    /// Signs tagpin's build statuses: keyed by the token, which only tagpin holds. It also
+    /// keeps, for the process, the newest status set or believed on each commit and key.
     signer: StatusSigner,
     /// `project` upper-cased, as Bitbucket keys read and as signatures name it.
     project_key: String,
-    /// The token's user, asked once.
-    login: tokio::sync::OnceCell<String>,
+    /// Pull requests, adopted when opened meanwhile; the token's user.
+    dialect: Dialect,
 }
 
 /// Data Center's paged answer (`values`, `isLastPage`, `nextPageStart`).
@@ -297,74 +306,35 @@ struct CommentBody<'a> {
 
 impl BitbucketServer {
     /// `api_url` is the instance's base URL, `https://bitbucket.example.com`.
-    pub fn new(forge: &config::Forge, token: String) -> Result<BitbucketServer, ForgeError> {
-        let config::ForgeKind::BitbucketServer { project, repo } = &forge.kind else {
-            return Err(setup(
-                "the forge configured is not Bitbucket Data Center".into(),
-            ));
-        };
+    pub fn new(
+        forge: &Settings,
+        (project, repo): (&str, &str),
+        token: String,
+    ) -> Result<BitbucketServer> {
         let token = token.trim();
-        let mut header = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-            setup(format!(
-                "the token in {} holds characters an HTTP header cannot carry",
-                forge.token_env
-            ))
-        })?;
-        header.set_sensitive(true);
-        let signer = StatusSigner::new(FORGE, token)?;
-        let deadline = Duration::from_secs(forge.timeout_seconds);
-        let http = http_client(FORGE, deadline)?;
+        let (full_name, credentials) = (
+            format!("{project}/{repo}"),
+            ("authorization", format!("Bearer {token}")),
+        );
+        let path = format!(
+            "{REST_API}/projects/{}/repos/{}",
+            encode(project),
+            encode(repo)
+        );
+        let rest = Rest::new(FORGE, forge, full_name, credentials, &WORDS)?.at(&path);
         Ok(BitbucketServer {
-            http,
-            host: host_of(&forge.api_url),
-            deadline,
-            base: forge.api_url.trim_end_matches('/').to_string(),
-            project: project.clone(),
-            repo: repo.clone(),
-            full_name: format!("{project}/{repo}"),
-            token: header,
-            signer,
+            rest,
+            project: project.to_string(),
+            repo: repo.to_string(),
+            signer: StatusSigner::new(FORGE, token)?,
             project_key: project.to_ascii_uppercase(),
-            login: tokio::sync::OnceCell::new_with(forge.login.clone()),
+            dialect: Dialect::new(
+                "Bitbucket Data Center",
+                ChangeRequestNoun::PullRequest,
+                forge.login.clone(),
+            )
+            .adopting(),
         })
-    }
-
-    /// The user name the token acts as, asked once per process: the `X-AUSERNAME` header of
-    /// Bitbucket's answer to `GET` of the repository, or `forge.login`.
-    pub async fn login(&self) -> Result<&str, ForgeError> {
-        self.login
-            .get_or_try_init(|| async {
-                let what = format!("read repository {} (GET)", self.full_name);
-                let answer = self
-                    .request(&what, Method::GET, &self.repo_url(""), None)
-                    .await?;
-                let user = answer
-                    .headers
-                    .get(USER_HEADER)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::trim)
-                    .filter(|v| !v.is_empty());
-                match user {
-                    Some(user) => Ok(user.to_string()),
-                    None => Err(self.calls().error(
-                        &what,
-                        "Bitbucket did not name the token's user (no X-AUSERNAME header: a proxy may drop it); set forge.login to the token's user name".into(),
-                        None,
-                    )),
-                }
-            })
-            .await
-            .map(String::as_str)
-    }
-
-    /// `{base}/rest/api/1.0/projects/{key}/repos/{slug}{rest}`.
-    fn repo_url(&self, rest: &str) -> String {
-        format!(
-            "{}{REST_API}/projects/{}/repos/{}{rest}",
-            self.base,
-            encode(&self.project),
-            encode(&self.repo)
-        )
     }
 
     /// Whether `repository` is the configured one (project keys are case-insensitive).
@@ -374,102 +344,40 @@ impl BitbucketServer {
         })
     }
 
-    /// Every pull request (open, merged, declined) from `branch` of this repository into
-    /// `base`, newest first; a fork's from a branch of the same name is left out.
-    pub async fn pull_requests_for(
-        &self,
-        branch: &str,
-        base: &str,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list pull requests from {branch}");
-        let at = branch_ref(branch);
-        let query = [
-            ("at", at.as_str()),
-            ("direction", "OUTGOING"),
-            ("state", "ALL"),
-            ("order", "NEWEST"),
-        ];
-        let mut prs = self.list_pull_requests(&what, &query, base, None).await?;
-        prs.retain(|p| p.head_ref == branch && p.same_repository);
-        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
-        Ok(prs)
-    }
-
-    /// Every open pull request into `base` from a branch starting with `prefix`, and those
-    /// merged or declined at or after `closed_since` (Unix seconds), newest first; forks' are
-    /// included, marked by `same_repository`.
-    pub async fn pull_requests_with_prefix(
-        &self,
-        prefix: &str,
-        base: &str,
-        closed_since: i64,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list pull requests into {base}");
-        let at = branch_ref(base);
-        let open = [
-            ("at", at.as_str()),
-            ("direction", "INCOMING"),
-            ("state", "OPEN"),
-            ("order", "NEWEST"),
-        ];
-        let open = self.list_pull_requests(&what, &open, base, None).await?;
-        // Newest (last updated) first, so the pages stop where the window does.
-        let mut recent = Vec::new();
-        for state in ["MERGED", "DECLINED"] {
-            let query = [
-                ("at", at.as_str()),
-                ("direction", "INCOMING"),
-                ("state", state),
-                ("order", "NEWEST"),
-            ];
-            recent.extend(
-                self.list_pull_requests(&what, &query, base, Some(closed_since))
-                    .await?,
-            );
-        }
-        Ok(in_flight(open, recent, prefix))
-    }
-
-    /// Every page of a pull request list, keeping those into `base` of this repository; with
-    /// `until`, pages stop after the first one that reaches a pull request updated before it.
+    /// Every page of a pull request list at `at`, going `direction` (`OUTGOING` from a branch
+    /// of this repository, `INCOMING` into it) in `state`, keeping those into `base` of this
+    /// repository; with `until`, pages stop after the first one that reaches a pull request
+    /// updated before it.
     async fn list_pull_requests(
         &self,
         what: &str,
-        query: &[(&str, &str)],
+        (at, direction, state): (&str, &str, &str),
         base: &str,
         until: Option<i64>,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let first = with_query(&self.repo_url("/pull-requests"), query);
+    ) -> Result<Vec<PullRequestInfo>> {
+        let at = branch_ref(at);
+        let query = [
+            ("at", at.as_str()),
+            ("direction", direction),
+            ("state", state),
+            ("order", "NEWEST"),
+        ];
+        let first = with_query(&self.rest.url("/pull-requests"), &query);
         let target = branch_ref(base);
-        let read_page = |url: String| {
-            let target = target.clone();
-            async move {
-                let (items, next) = self.read_list::<PullRequest>(what, &url).await?;
-                let items: Vec<PullRequestInfo> = items
-                    .into_iter()
-                    .filter(|p| {
-                        p.to_ref
-                            .as_ref()
-                            .is_some_and(|r| r.id == target && self.is_ours(r.repository.as_ref()))
-                    })
-                    .map(|p| self.info(p))
-                    .collect();
-                Ok((items, next))
-            }
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let into_target = |pr: PullRequest| {
+            let to = pr.to_ref.as_ref();
+            let ours = to.is_some_and(|r| r.id == target && self.is_ours(r.repository.as_ref()));
+            ours.then(|| self.info(pr))
         };
-        read_pages(first, read_page, updated_before(until)).await
+        read_change_requests(first, until, read_page, into_target).await
     }
 
     /// One page of a list, with the address of the next page on `api_url`.
-    async fn read_list<T: serde::de::DeserializeOwned>(
-        &self,
-        what: &str,
-        url: &str,
-    ) -> Result<(Vec<T>, Option<String>), ForgeError> {
-        let answer = self.request(what, Method::GET, url, None).await?;
-        let page: Page<T> = self.calls().parse(what, &answer.body)?;
-        let next =
-            next_page(url, &page).map_err(|e| self.calls().error(what, e.to_string(), None))?;
+    async fn read_list<T: DeserializeOwned>(&self, what: &str, url: &str) -> Result<Paged<T>> {
+        let answer = self.rest.call(what, Method::GET, url, None).await?;
+        let page: Page<T> = self.rest.parse(what, &answer.body)?;
+        let next = next_page(url, &page).map_err(|e| self.rest.error(what, e.to_string(), None))?;
         Ok((page.values, next))
     }
 
@@ -517,152 +425,6 @@ impl BitbucketServer {
         }
     }
 
-    /// Opens a pull request. When Bitbucket answers that one is already open for these
-    /// branches (`409`: another tagpin or a person got there first), that one is adopted:
-    /// it is given this title and description and returned.
-    pub async fn open_pull_request(
-        &self,
-        branch: &str,
-        base: &str,
-        title: &str,
-        body: &str,
-    ) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("open a pull request from {branch} into {base}");
-        let new_ref = |branch: &str| NewRef {
-            id: branch_ref(branch),
-            repository: NewRepository {
-                slug: &self.repo,
-                project: NewProject { key: &self.project },
-            },
-        };
-        let request = NewPullRequest {
-            title,
-            description: body,
-            from_ref: new_ref(branch),
-            to_ref: new_ref(base),
-        };
-        let url = self.repo_url("/pull-requests");
-        match self
-            .request(&what, Method::POST, &url, Some(json(&request)))
-            .await
-        {
-            Ok(answer) => Ok(self.info(self.calls().parse(&what, &answer.body)?)),
-            Err(e) if e.status() == Some(409) => {
-                let at = branch_ref(branch);
-                let query = [
-                    ("at", at.as_str()),
-                    ("direction", "OUTGOING"),
-                    ("state", "OPEN"),
-                    ("order", "NEWEST"),
-                ];
-                let open = self
-                    .list_pull_requests(&what, &query, base, None)
-                    .await?
-                    .into_iter()
-                    .find(|p| p.head_ref == branch && p.same_repository && p.open);
-                let Some(mut pr) = open else { return Err(e) };
-                tracing::info!(
-                    "pull request #{} was opened for {branch} meanwhile; adopting it",
-                    pr.number
-                );
-                self.update_pull_request(pr.number, title, body).await?;
-                pr.title = title.to_string();
-                pr.body = body.to_string();
-                Ok(pr)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Gives pull request `number` this title and description: reads its version (and
-    /// reviewers, sent back unchanged), and when Bitbucket answers that the version is stale
-    /// (`409`: changed meanwhile), reads it again and tries once more.
-    pub async fn update_pull_request(
-        &self,
-        number: u64,
-        title: &str,
-        body: &str,
-    ) -> Result<(), ForgeError> {
-        let what = format!("update pull request #{number}");
-        let url = self.repo_url(&format!("/pull-requests/{number}"));
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let read = self.request(&what, Method::GET, &url, None).await?;
-            let current: PullRequest = self.calls().parse(&what, &read.body)?;
-            let edit = EditPullRequest {
-                version: current.version,
-                title,
-                description: body,
-                reviewers: current
-                    .reviewers
-                    .iter()
-                    .map(|r| Reviewer {
-                        user: ReviewerUser { name: &r.user.name },
-                    })
-                    .collect(),
-            };
-            match self
-                .request(&what, Method::PUT, &url, Some(json(&edit)))
-                .await
-            {
-                Err(e) if e.status() == Some(409) && attempt < 2 => {
-                    tracing::info!(
-                        "pull request #{number} changed while tagpin updated it; reading it again"
-                    );
-                }
-                result => return result.map(|_| ()),
-            }
-        }
-    }
-
-    /// Data Center pull requests have no labels: nothing to add, and no call is made.
-    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
-        if !labels.is_empty() {
-            tracing::debug!(
-                "pull request #{number}: Bitbucket Data Center has no labels; {labels:?} not set"
-            );
-        }
-        Ok(())
-    }
-
-    /// One pull request by its id (`#N`).
-    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("read pull request #{number}");
-        let url = self.repo_url(&format!("/pull-requests/{number}"));
-        let answer = self.request(&what, Method::GET, &url, None).await?;
-        Ok(self.info(self.calls().parse(&what, &answer.body)?))
-    }
-
-    /// The build status `context` on `sha` (Bitbucket keeps one per commit and key), with its
-    /// creator the token's user when it is tagpin's own word ([`StatusSigner::owns`]), unknown
-    /// otherwise. The history is not whole when the key holds anything else: tagpin's own, if
-    /// it set one, was replaced.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory, ForgeError> {
-        let me = self.login().await?.to_string();
-        let what = format!("read build status {context} of {sha}");
-        let url = with_key(
-            &self.repo_url(&format!("/commits/{}/builds", encode(sha))),
-            context,
-        );
-        let none = StatusHistory {
-            statuses: Vec::new(),
-            complete: true,
-        };
-        let answer = match self.request(&what, Method::GET, &url, None).await {
-            // The repository was read already (the login); a 404 here is no status of the key.
-            Err(e) if e.status() == Some(404) => return Ok(none),
-            answer => answer?,
-        };
-        let status: BuildStatus = self.calls().parse(&what, &answer.body)?;
-        if status.key != context {
-            return Ok(none);
-        }
-        let statuses: Vec<Status> = self.read_status(sha, &status, &me).into_iter().collect();
-        let complete = statuses.iter().all(|s| s.creator.as_deref() == Some(&me));
-        Ok(StatusHistory { statuses, complete })
-    }
-
     /// A build status as tagpin reads it: tagpin's own (creator `me`) when its stamp holds
     /// for one of the states Bitbucket's state stands for, and it was recorded when said.
     fn read_status(&self, sha: &str, status: &BuildStatus, me: &str) -> Option<Status> {
@@ -684,52 +446,22 @@ impl BitbucketServer {
         })
     }
 
-    /// Sets build status `context` on `sha`, replacing the one of that key, stamped as
-    /// tagpin's own and said now on Bitbucket's clock.
-    pub async fn set_status(
-        &self,
-        sha: &str,
-        state: StatusState,
-        context: &str,
-        description: &str,
-    ) -> Result<(), ForgeError> {
-        let what = format!("set build status {context} on {sha}");
-        let url = self.repo_url(&format!("/commits/{}/builds", encode(sha)));
-        let at = self.forge_now().await?;
-        let status = NewBuildStatus {
-            key: context,
-            state: wire_state(state),
-            url: format!(
-                "{}/projects/{}/repos/{}/commits/{}",
-                self.base,
-                encode(&self.project),
-                encode(&self.repo),
-                encode(sha)
-            ),
-            name: context,
-            description,
-            build_number: self
-                .signer
-                .stamp(&self.said(sha, context, state, description), at),
-        };
-        self.request(&what, Method::POST, &url, Some(json(&status)))
-            .await?;
-        self.signer.remember((sha, context), at);
-        Ok(())
-    }
-
     /// Now on Bitbucket's clock, from the `Date` of its latest answer; when none came within
     /// the last minute, the repository is read for one. Without any `Date` (a proxy that drops
     /// it), this machine's clock: a status it is far off from reads as not tagpin's, and its
     /// soak starts again, never earlier.
-    async fn forge_now(&self) -> Result<i64, ForgeError> {
-        if let Some(now) = self.signer.forge_now() {
+    async fn forge_now(&self) -> Result<i64> {
+        if let Some(now) = self.rest.clock.now() {
             return Ok(now);
         }
-        let what = format!("read Bitbucket's clock (GET repository {})", self.full_name);
-        self.request(&what, Method::GET, &self.repo_url(""), None)
+        let what = format!(
+            "read Bitbucket's clock (GET repository {})",
+            self.rest.names.repo
+        );
+        self.rest
+            .call(&what, Method::GET, &self.rest.url(""), None)
             .await?;
-        Ok(self.signer.forge_now().unwrap_or_else(|| {
+        Ok(self.rest.clock.now().unwrap_or_else(|| {
             tracing::warn!(
                 "Bitbucket sent no Date header: tagpin stamps its statuses with this machine's clock, and reads them as its own only while Bitbucket's clock agrees within seconds"
             );
@@ -754,118 +486,245 @@ impl BitbucketServer {
             description,
         ]
     }
+}
 
-    /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
-    /// the marker among the comments `me` wrote: only a comment's author may change its text),
-    /// creates it otherwise.
-    pub async fn upsert_comment(
-        &self,
-        number: u64,
-        marker: &str,
-        body: &str,
-        me: &str,
-    ) -> Result<(), ForgeError> {
-        let Some(existing) = self.find_comment(number, marker, me).await? else {
-            let what = format!("comment on pull request #{number}");
-            let url = self.repo_url(&format!("/pull-requests/{number}/comments"));
-            let new = CommentBody {
-                text: body,
-                version: None,
-            };
-            self.request(&what, Method::POST, &url, Some(json(&new)))
-                .await?;
-            return Ok(());
+impl Forge for BitbucketServer {
+    fn dialect(&self) -> &Dialect {
+        &self.dialect
+    }
+
+    /// The `X-AUSERNAME` header of Bitbucket's answer to `GET` of the repository.
+    async fn ask_login(&self) -> Result<String> {
+        let what = format!("read repository {} (GET)", self.rest.names.repo);
+        let answer = self
+            .rest
+            .call(&what, Method::GET, &self.rest.url(""), None)
+            .await?;
+        let user = answer
+            .headers
+            .get(USER_HEADER)
+            .and_then(|v| v.to_str().ok());
+        match user.map(str::trim).filter(|v| !v.is_empty()) {
+            Some(user) => Ok(user.to_string()),
+            None => Err(self.rest.error(
+                &what,
+                "Bitbucket did not name the token's user (no X-AUSERNAME header: a proxy may drop it); set forge.login to the token's user name".into(),
+                None,
+            )),
+        }
+    }
+
+    /// Listed at a branch, newest first: from tagpin's (`OUTGOING`) or into the target
+    /// (`INCOMING`); the recently closed as merged and declined, one list each.
+    async fn list(&self, what: &str, listing: Listing<'_>) -> Result<Vec<PullRequestInfo>> {
+        match listing {
+            Listing::From { branch, base } => {
+                let at = (branch, "OUTGOING", "ALL");
+                self.list_pull_requests(what, at, base, None).await
+            }
+            Listing::OpenFrom { branch, base } => {
+                let at = (branch, "OUTGOING", "OPEN");
+                self.list_pull_requests(what, at, base, None).await
+            }
+            Listing::OpenInto { base, .. } => {
+                let at = (base, "INCOMING", "OPEN");
+                self.list_pull_requests(what, at, base, None).await
+            }
+            Listing::ClosedInto { base, since, .. } => {
+                let mut recent = Vec::new();
+                for state in ["MERGED", "DECLINED"] {
+                    let at = (base, "INCOMING", state);
+                    recent.extend(self.list_pull_requests(what, at, base, Some(since)).await?);
+                }
+                Ok(recent)
+            }
+        }
+    }
+
+    async fn create(&self, what: &str, new: NewChange<'_>) -> Result<PullRequestInfo> {
+        let new_ref = |branch: &str| NewRef {
+            id: branch_ref(branch),
+            repository: NewRepository {
+                slug: &self.repo,
+                project: NewProject { key: &self.project },
+            },
         };
-        let mut comment = existing;
+        let request = json(&NewPullRequest {
+            title: new.title,
+            description: new.body,
+            from_ref: new_ref(new.branch),
+            to_ref: new_ref(new.base),
+        });
+        let url = self.rest.url("/pull-requests");
+        Ok(self.info(self.rest.post(what, &url, request).await?))
+    }
+
+    /// Reads the pull request's version (and reviewers, sent back unchanged), and when
+    /// Bitbucket answers that the version is stale (`409`: changed meanwhile), reads it again
+    /// and tries once more.
+    async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
+        let what = format!("update pull request #{number}");
+        let url = self.rest.url(&format!("/pull-requests/{number}"));
         let mut attempt = 0;
         loop {
             attempt += 1;
-            if comment.text == body {
-                // Already says exactly this: editing it again would only spend a call.
-                return Ok(());
-            }
-            let id = comment.id;
-            let what = format!("update comment {id} on pull request #{number}");
-            let url = self.repo_url(&format!("/pull-requests/{number}/comments/{id}"));
-            let edit = CommentBody {
-                text: body,
-                version: Some(comment.version),
-            };
-            match self
-                .request(&what, Method::PUT, &url, Some(json(&edit)))
-                .await
-            {
+            let current: PullRequest = self.rest.parse(
+                &what,
+                &self.rest.call(&what, Method::GET, &url, None).await?.body,
+            )?;
+            let reviewers = current.reviewers.iter().map(|r| Reviewer {
+                user: ReviewerUser { name: &r.user.name },
+            });
+            let edit = json(&EditPullRequest {
+                version: current.version,
+                title,
+                description: body,
+                reviewers: reviewers.collect(),
+            });
+            match self.rest.call(&what, Method::PUT, &url, Some(edit)).await {
                 Err(e) if e.status() == Some(409) && attempt < 2 => {
-                    let read = self.request(&what, Method::GET, &url, None).await?;
-                    comment = self.calls().parse(&what, &read.body)?;
+                    tracing::info!(
+                        "pull request #{number} changed while tagpin updated it; reading it again"
+                    );
                 }
                 result => return result.map(|_| ()),
             }
         }
     }
 
-    /// The oldest general comment `me` wrote on pull request `number` carrying `marker`, read
-    /// from its activities, every page.
-    async fn find_comment(
-        &self,
-        number: u64,
-        marker: &str,
-        me: &str,
-    ) -> Result<Option<Comment>, ForgeError> {
-        let what = format!("list comments of pull request #{number}");
-        let first = with_query(
-            &self.repo_url(&format!("/pull-requests/{number}/activities")),
-            &[],
+    /// By its id (`#N`).
+    async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
+        let what = format!("read pull request #{number}");
+        let url = self.rest.url(&format!("/pull-requests/{number}"));
+        let answer = self.rest.call(&what, Method::GET, &url, None).await?;
+        Ok(self.info(self.rest.parse(&what, &answer.body)?))
+    }
+
+    /// The build status `context` on `sha` (Bitbucket keeps one per commit and key), with its
+    /// creator the token's user when it is tagpin's own word ([`StatusSigner::owns`]), unknown
+    /// otherwise. The history is not whole when the key holds anything else: tagpin's own, if
+    /// it set one, was replaced.
+    async fn statuses(&self, key: StatusKey<'_>) -> Result<StatusHistory> {
+        let me = self.login().await?.to_string();
+        let (sha, context) = (key.sha, key.context);
+        let what = format!("read build status {context} of {sha}");
+        let builds = self.rest.url(&format!("/commits/{}/builds", encode(sha)));
+        let url = with_key(&builds, context);
+        let none = StatusHistory {
+            statuses: Vec::new(),
+            complete: true,
+        };
+        let answer = match self.rest.call(&what, Method::GET, &url, None).await {
+            // The repository was read already (the login); a 404 here is no status of the key.
+            Err(e) if e.status() == Some(404) => return Ok(none),
+            answer => answer?,
+        };
+        let status: BuildStatus = self.rest.parse(&what, &answer.body)?;
+        if status.key != context {
+            return Ok(none);
+        }
+        let statuses: Vec<Status> = self.read_status(sha, &status, &me).into_iter().collect();
+        let complete = statuses.iter().all(|s| s.creator.as_deref() == Some(&me));
+        Ok(StatusHistory { statuses, complete })
+    }
+
+    /// Replaces the build status of that key, stamped as tagpin's own and said now on
+    /// Bitbucket's clock.
+    async fn set_status(&self, key: StatusKey<'_>, said: Said<'_>) -> Result<()> {
+        let (sha, context, description) = (key.sha, key.context, said.description);
+        let what = format!("set build status {context} on {sha}");
+        let url = self.rest.url(&format!("/commits/{}/builds", encode(sha)));
+        let at = self.forge_now().await?;
+        let (project, repo) = (encode(&self.project), encode(&self.repo));
+        let page = format!(
+            "{}/projects/{project}/repos/{repo}/commits/{}",
+            self.rest.api,
+            encode(sha)
         );
+        let signed = self.said(sha, context, said.state, description);
+        let status = json(&NewBuildStatus {
+            key: context,
+            state: wire_state(said.state),
+            url: page,
+            name: context,
+            description,
+            build_number: self.signer.stamp(&signed, at),
+        });
+        self.rest
+            .call(&what, Method::POST, &url, Some(status))
+            .await?;
+        self.signer.remember((sha, context), at);
+        Ok(())
+    }
+
+    /// The oldest general comment tagpin's user wrote carrying `marker` (only a comment's
+    /// author may change its text), read from the pull request's activities, every page.
+    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
+        let me = self.login().await?;
+        let what = format!("list comments of pull request #{number}");
+        let activities = self
+            .rest
+            .url(&format!("/pull-requests/{number}/activities"));
+        let first = with_query(&activities, &[]);
         let what = what.as_str();
         let read_page = |url: String| async move { self.read_list::<Activity>(what, &url).await };
         let activities = read_pages(first, read_page, |_| false).await?;
         // Activities come newest first: the oldest of tagpin's is the one it keeps.
-        Ok(activities
+        let comment = activities
             .into_iter()
             .rev()
             .filter(|a| a.action == "COMMENTED")
             .filter_map(|a| a.comment)
-            .find(|c| c.text.contains(marker) && c.author.as_ref().is_some_and(|u| u.name == me)))
+            .find(|c| c.text.contains(marker) && c.author.as_ref().is_some_and(|u| u.name == me));
+        Ok(comment.map(marked))
     }
 
-    /// One call, waiting out a `429` that says when to come back, within bounds. Any other
-    /// answer outside 2xx is an error naming what it means for tagpin.
-    async fn request(
-        &self,
-        what: &str,
-        method: Method,
-        url: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<Answer, ForgeError> {
-        let credentials = ("authorization", &self.token);
-        let build = || json_request(&self.http, &method, url, credentials, body.as_ref());
-        let describe =
-            |status: StatusCode, _: &str| describe_failure(status, &self.full_name, &self.base);
-        let words = FailureWords {
-            wait: rate_limit_wait,
-            describe: &describe,
+    /// Posted as text; edited with the comment's `version`, and a `409` (changed meanwhile)
+    /// reads it again and tries once more, unless it already says `body`.
+    async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
+        let Some(mut comment) = old else {
+            let what = format!("comment on pull request #{number}");
+            let url = self.rest.url(&format!("/pull-requests/{number}/comments"));
+            let new = CommentBody {
+                text: body,
+                version: None,
+            };
+            return self.rest.write(&what, Method::POST, &url, &new).await;
         };
-        let answer = self.calls().send(what, build, &words).await?;
-        self.signer.note_date(&answer.headers);
-        Ok(answer)
-    }
-
-    /// How this adapter's calls read answers and name failures.
-    fn calls(&self) -> Calls<'_> {
-        Calls {
-            forge: FORGE,
-            host: &self.host,
-            repo: &self.full_name,
-            deadline: self.deadline,
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let id = comment.id;
+            let what = format!("update comment {id} on pull request #{number}");
+            let url = self
+                .rest
+                .url(&format!("/pull-requests/{number}/comments/{id}"));
+            let version = comment.version;
+            let edit = CommentBody {
+                text: body,
+                version,
+            };
+            match self.rest.write(&what, Method::PUT, &url, &edit).await {
+                Err(e) if e.status() == Some(409) && attempt < 2 => {
+                    comment = marked(self.rest.get(&what, &url).await?);
+                }
+                result => return result,
+            }
+            if comment.text == body {
+                // Already says exactly this: editing it again would only spend a call.
+                return Ok(());
+            }
         }
     }
 }
 
-fn setup(detail: String) -> ForgeError {
-    ForgeError::Setup {
-        forge: FORGE,
-        detail,
+/// A comment as tagpin edits it: by its id and version.
+fn marked(comment: Comment) -> Marked {
+    Marked {
+        id: comment.id,
+        text: comment.text,
+        version: Some(comment.version),
+        thread: None,
     }
 }
 
@@ -924,81 +783,54 @@ fn state_word(state: StatusState) -> &'static str {
     }
 }
 
-/// Why the next page of a list cannot be asked for.
-#[derive(Debug, thiserror::Error)]
-enum PagingError {
-    /// The address of the page just read (tagpin's own) does not parse.
-    #[error("{url}: {source}")]
-    BadUrl {
-        url: String,
-        #[source]
-        source: url::ParseError,
-    },
-}
-
 /// The next page of a list read from `url` (with `start=N`): `start=nextPageStart` on the
 /// same address, while the page says it is not the last and the next start lies ahead (a
 /// page pointing back is the last read).
-fn next_page<T>(url: &str, page: &Page<T>) -> Result<Option<String>, PagingError> {
-    let mut next = url::Url::parse(url).map_err(|source| PagingError::BadUrl {
-        url: url.to_string(),
-        source,
-    })?;
-    let start: u64 = next
-        .query_pairs()
-        .find(|(k, _)| k == "start")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
+fn next_page<T>(url: &str, page: &Page<T>) -> Result<Option<String>, BadPageUrl> {
+    let next = PageAddress::parse(url)?;
+    let start = next.number("start").unwrap_or(0);
     let Some(following) = page.next_page_start.filter(|n| *n > start) else {
         return Ok(None);
     };
     if page.is_last_page || page.values.is_empty() {
         return Ok(None);
     }
-    let kept: Vec<(String, String)> = next
-        .query_pairs()
-        .filter(|(k, _)| k != "start")
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
-    next.query_pairs_mut()
-        .clear()
-        .extend_pairs(kept)
-        .append_pair("start", &following.to_string());
-    Ok(Some(next.to_string()))
+    Ok(Some(next.with("start", &following.to_string())))
 }
 
-/// How long to wait after a `429`: `Retry-After`, else a minute.
-fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
-    retry_after(headers, now).unwrap_or(Duration::from_secs(60))
-}
-
-/// A failed answer in Bitbucket's words, saying what to fix: the token (401), its permission
-/// (403), the repository or object (404), a conflict (409), a field Bitbucket refused (400).
-/// Bitbucket's body is never quoted.
-fn describe_failure(status: StatusCode, repo: &str, base: &str) -> String {
-    let answered = status_text(status.as_u16());
-    let meaning = match status.as_u16() {
-        401 => Some("the token is not valid (expired, revoked, or not a Bitbucket HTTP access token)".to_string()),
-        403 => Some(format!(
-            "the token may not do this in {repo} (an HTTP access token needs the Repository write permission)"
-        )),
-        404 => Some(format!(
-            "{repo} is not at {base}, or the token may not read it (Bitbucket answers 404 for repositories hidden from the token), or the pull request or comment does not exist"
-        )),
-        409 => Some(
-            "a pull request for these branches is already open, or the pull request or comment changed since tagpin read it".to_string(),
-        ),
-        400 => Some("Bitbucket refused a field tagpin sent".to_string()),
-        _ => None,
-    };
-    match meaning {
-        Some(meaning) => format!("{answered} ({meaning})"),
-        None => answered,
+/// `forge.project` (the project key) and `forge.repo` (the repository slug), and
+/// `forge.api_url` without a REST path, which tagpin appends itself: one given would be
+/// doubled.
+fn project_and_repo(keys: &mut dyn Keys, api_url: Option<&str>) -> Option<Kind> {
+    let elsewhere = "is for GitHub and Gitea; a Bitbucket Data Center repository is named by forge.project (the project key) and forge.repo (the repository slug)";
+    report_foreign(keys, &["forge.owner"], elsewhere);
+    let project = keys.required("forge.project");
+    if let Some(project) = project.as_ref().filter(|p| !project_key_ok(p)) {
+        let problem = format!("{project:?} is not a Bitbucket project key (letters, digits and _, or ~user for a personal project)");
+        keys.problem("forge.project", &problem);
     }
+    let repo = keys.required("forge.repo");
+    if let Some(api_url) = api_url.filter(|u| u.contains("/rest/")) {
+        let problem = format!("{api_url:?} names a REST path; give the instance's base URL (https://HOST, with its context path if any): tagpin appends /rest/api/1.0");
+        keys.problem("forge.api_url", &problem);
+    }
+    let (project, repo) = (project?, repo?);
+    Some(Kind::BitbucketServer { project, repo })
+}
+
+/// A Bitbucket Data Center project key as its API takes it: letters, digits and `_` (the
+/// key of a project, `ACME`), or `~user` (a personal project).
+fn project_key_ok(project: &str) -> bool {
+    let key = project.strip_prefix('~').unwrap_or(project);
+    !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'@'))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::engine::{assert_merged_twelve, patched, settings, EVERY_STATE};
     use super::*;
 
     /// A merged pull request in the shape of Data Center's `RestPullRequest` (as the
@@ -1020,43 +852,34 @@ mod tests {
       "links": {"self": [{"href": "https://bitbucket.example.com/projects/ACME/repos/gitops/pull-requests/12"}]}
     }"#;
 
-    fn adapter() -> BitbucketServer {
-        let forge = config::Forge {
-            kind: config::ForgeKind::BitbucketServer {
-                project: "ACME".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://bitbucket.example.com/".into(),
-            token_env: "BITBUCKET_TOKEN".into(),
-            login: None,
-            username_env: None,
-            timeout_seconds: 60,
+    fn adapter_with(token: &str) -> BitbucketServer {
+        let kind = Kind::BitbucketServer {
+            project: "ACME".into(),
+            repo: "gitops".into(),
         };
-        BitbucketServer::new(&forge, "token-one".into()).unwrap()
+        let forge = settings(kind, "https://bitbucket.example.com/");
+        BitbucketServer::new(&forge, ("ACME", "gitops"), token.into()).unwrap()
+    }
+
+    fn adapter() -> BitbucketServer {
+        adapter_with("token-one")
     }
 
     fn pr(patch: serde_json::Value) -> PullRequestInfo {
-        let mut value: serde_json::Value = serde_json::from_str(MERGED_PULL_REQUEST).unwrap();
-        for (k, v) in patch.as_object().unwrap() {
-            value[k] = v.clone();
-        }
+        let value = patched(MERGED_PULL_REQUEST, patch);
         adapter().info(serde_json::from_value(value).unwrap())
     }
 
     #[test]
     fn a_bitbucket_pull_request_reads_as_tagpin_reads_a_change_request() {
         let merged = pr(serde_json::json!({}));
-        assert_eq!(merged.number, 12);
-        assert!(merged.merged && !merged.open);
-        assert!(merged.labels.is_empty());
-        assert_eq!(merged.head_ref, "tagpin/main");
+        assert_merged_twelve(&merged);
         assert_eq!(merged.head_sha, "a".repeat(40));
         assert_eq!(merged.merge_commit_sha, Some("c".repeat(40)));
         assert_eq!(merged.merged_at, Some(1767319445));
         assert_eq!(merged.updated_at, Some(1767319446));
         assert_eq!(merged.author, "tagpin-bot");
         assert!(merged.url.ends_with("/pull-requests/12"));
-        assert!(merged.same_repository);
         let open = pr(serde_json::json!({"state": "OPEN", "properties": {}}));
         assert!(open.open && !open.merged);
         assert_eq!(open.merge_commit_sha, None);
@@ -1095,12 +918,7 @@ mod tests {
             created_date: Some(1_000_000),
             updated_date: Some(2_000_000),
         };
-        for state in [
-            StatusState::Pending,
-            StatusState::Success,
-            StatusState::Failure,
-            StatusState::Error,
-        ] {
+        for state in EVERY_STATE {
             let read = bb
                 .read_status(&sha, &signed(state, "1 of 2 pods"), "bot")
                 .unwrap();
@@ -1120,18 +938,7 @@ mod tests {
             None
         );
         // Another token (rotated, or another tagpin's) does not sign as this one.
-        let forge = config::Forge {
-            kind: config::ForgeKind::BitbucketServer {
-                project: "ACME".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://bitbucket.example.com".into(),
-            token_env: "T".into(),
-            login: None,
-            username_env: None,
-            timeout_seconds: 60,
-        };
-        let other = BitbucketServer::new(&forge, "token-two".into()).unwrap();
+        let other = adapter_with("token-two");
         assert_eq!(
             other
                 .read_status(&sha, &signed(StatusState::Success, "x"), "bot")
@@ -1181,38 +988,10 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_limit_is_waited_as_the_answer_says() {
-        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_000);
-        let mut headers = HeaderMap::new();
-        headers.insert("retry-after", HeaderValue::from_static("7"));
-        assert_eq!(rate_limit_wait(&headers, now), Duration::from_secs(7));
-        assert_eq!(
-            rate_limit_wait(&HeaderMap::new(), now),
-            Duration::from_secs(60)
-        );
-    }
-
-    #[test]
-    fn failures_name_what_to_fix_without_quoting_bitbucket() {
-        let describe = |status: u16| {
-            describe_failure(
-                StatusCode::from_u16(status).unwrap(),
-                "ACME/gitops",
-                "https://bitbucket.example.com",
-            )
-        };
-        assert!(describe(401).contains("not a Bitbucket HTTP access token"));
-        assert!(describe(403).contains("Repository write permission"));
-        assert!(describe(404).contains("ACME/gitops is not at https://bitbucket.example.com"));
-        assert!(describe(409).contains("changed since tagpin read it"));
-        assert_eq!(describe(500), "500 Internal Server Error");
-    }
-
-    #[test]
     fn project_and_repository_are_each_one_path_segment() {
         let bb = adapter();
         assert_eq!(
-            bb.repo_url("/pull-requests"),
+            bb.rest.url("/pull-requests"),
             "https://bitbucket.example.com/rest/api/1.0/projects/ACME/repos/gitops/pull-requests"
         );
         assert_eq!(encode("my repo/x"), "my%20repo%2Fx");

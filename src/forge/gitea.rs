@@ -31,22 +31,40 @@
 //! connect timeout and a total deadline, answer included (`forge.timeout_seconds`), and reads
 //! at most [`super::MAX_ANSWER_BYTES`]; a `429` (Gitea itself has no API rate limit, but a proxy in
 //! front of it, such as Codeberg's, does) is waited out when it says `Retry-After` within
-//! [`MAX_RATE_LIMIT_WAIT`], and reported otherwise. Gitea's messages are never quoted.
+//! [`super::MAX_RATE_LIMIT_WAIT`], and reported otherwise. Gitea's messages are never quoted.
 
-use std::time::{Duration, SystemTime};
-
-use reqwest::header::{HeaderMap, HeaderValue};
-use reqwest::{Method, StatusCode};
+use reqwest::header::HeaderMap;
+use reqwest::Method;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::common::{encode, json, json_request, unix};
-use super::common::{host_of, http_client, status_text};
-use super::common::{in_flight, next_link, read_pages, read_pages_whole, updated_before};
-use super::common::{retry_after, Answer, Calls, FailureWords, ForgeError};
-use crate::config;
+use super::engine::{encode, json, next_link, read_pages, read_pages_whole, unix};
+use super::engine::{header, label_names, BadPageUrl, Dialect, PageAddress, Paged};
+use super::engine::{read_change_requests, Marked, NewChange, Rest, Said, StatusKey, Words};
+use super::engine::{Forge, Listing, Result};
+use super::settings::ChangeRequestNoun;
+use super::settings::{owner_and_repo, Kind, Section, Settings};
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "Gitea";
+/// `kind: gitea`: `forge.owner` and `forge.repo`; every Gitea is its own, so `forge.api_url`
+/// has no default.
+pub(crate) const SECTION: Section = Section::new("gitea", None, |keys, _| {
+    let (owner, repo) = owner_and_repo(keys)?;
+    Some(Kind::Gitea { owner, repo })
+});
+/// What a failed answer means, in words that say what to fix: the token (401), its scope or
+/// the user's rights (403), the repository or object (404), a pull request already open
+/// (409), a field Gitea refused (422). A `429` (Gitea itself has none, a proxy in front of it
+/// may) is waited out as `Retry-After` says, else a minute.
+pub(super) const WORDS: Words = Words {
+    unauthorized: "the token is not valid (expired, revoked, or not a Gitea token)",
+    forbidden: "the token may not do this in {repo} (it needs the write:repository, write:issue and read:user scopes, and write access to the repository)",
+    not_found: "{repo} is not at {api}, or the token may not read it (Gitea answers 404 for repositories hidden from the token)",
+    conflict: Some("a pull request for these branches is already open"),
+    refused: Some((422, "Gitea refused a field tagpin sent")),
+    ..Words::PLAIN
+};
 /// Items asked for per page: Gitea's default `MAX_RESPONSE_ITEMS`; an instance set lower
 /// answers fewer, and the pages still line up (Gitea numbers them by the size it uses).
 pub const PAGE_LIMIT: usize = 50;
@@ -55,20 +73,10 @@ const NEW_LABEL_COLOR: &str = "#ededed";
 
 /// A Gitea (or Forgejo) repository, with a token.
 pub struct Gitea {
-    http: reqwest::Client,
-    /// `host[:port]` of `api_url`, for errors.
-    host: String,
-    /// `forge.timeout_seconds`: each call, answer included.
-    deadline: Duration,
-    /// `forge.api_url` without a trailing slash: `https://git.example.com/api/v1`.
-    api: String,
-    owner: String,
-    repo: String,
-    /// `owner/repo`, for messages.
-    full_name: String,
-    token: HeaderValue,
-    /// The token's login, asked once.
-    login: tokio::sync::OnceCell<String>,
+    /// At `/repos/{owner}/{repo}`.
+    rest: Rest,
+    /// Pull requests, adopted when opened meanwhile; the token's login.
+    dialect: Dialect,
 }
 
 /// A pull request as Gitea's list and single answers carry it (swagger `PullRequest`).
@@ -182,105 +190,18 @@ struct CommentBody<'a> {
 
 impl Gitea {
     /// `api_url` is `https://HOST/api/v1` (Codeberg: `https://codeberg.org/api/v1`).
-    pub fn new(forge: &config::Forge, token: String) -> Result<Gitea, ForgeError> {
-        let config::ForgeKind::Gitea { owner, repo } = &forge.kind else {
-            return Err(setup("the forge configured is not Gitea".into()));
-        };
-        let mut token =
-            HeaderValue::from_str(&format!("token {}", token.trim())).map_err(|_| {
-                setup(format!(
-                    "the token in {} holds characters an HTTP header cannot carry",
-                    forge.token_env
-                ))
-            })?;
-        token.set_sensitive(true);
-        let deadline = Duration::from_secs(forge.timeout_seconds);
-        let http = http_client(FORGE, deadline)?;
+    pub fn new(forge: &Settings, (owner, repo): (&str, &str), token: String) -> Result<Gitea> {
+        let credentials = ("authorization", format!("token {}", token.trim()));
+        let full_name = format!("{owner}/{repo}");
         Ok(Gitea {
-            http,
-            host: host_of(&forge.api_url),
-            deadline,
-            api: forge.api_url.trim_end_matches('/').to_string(),
-            owner: owner.clone(),
-            repo: repo.clone(),
-            full_name: format!("{owner}/{repo}"),
-            token,
-            login: tokio::sync::OnceCell::new_with(forge.login.clone()),
+            rest: Rest::new(FORGE, forge, full_name, credentials, &WORDS)?.at(&format!(
+                "/repos/{}/{}",
+                encode(owner),
+                encode(repo)
+            )),
+            dialect: Dialect::new(FORGE, ChangeRequestNoun::PullRequest, forge.login.clone())
+                .adopting(),
         })
-    }
-
-    /// The login the token belongs to (`GET /user`), asked once per process. Gitea answers
-    /// it only to a token with the `read:user` scope, which a repository-scoped token (all
-    /// Codeberg grants some) lacks: then `forge.login` says it.
-    pub async fn login(&self) -> Result<&str, ForgeError> {
-        self.login
-            .get_or_try_init(|| async {
-                let what = "read the token's user (GET /user)";
-                let url = format!("{}/user", self.api);
-                let answer = match self.request(what, Method::GET, &url, None).await {
-                    Err(ForgeError::Call {
-                        status: Some(403), ..
-                    }) => {
-                        let detail = format!(
-                            "{} (the token lacks the read:user scope: grant it, or set forge.login to the token's login)",
-                            status_text(403)
-                        );
-                        return Err(self.calls().error(what, detail, Some(403)));
-                    }
-                    answer => answer?,
-                };
-                let user: User = self.calls().parse(what, &answer.body)?;
-                Ok::<_, ForgeError>(user.login)
-            })
-            .await
-            .map(String::as_str)
-    }
-
-    /// `{api}/repos/{owner}/{repo}{rest}`.
-    fn repo_url(&self, rest: &str) -> String {
-        format!(
-            "{}/repos/{}/{}{rest}",
-            self.api,
-            encode(&self.owner),
-            encode(&self.repo)
-        )
-    }
-
-    /// Every pull request (open, closed, merged) from `branch` of this repository into `base`,
-    /// newest first; a fork's from a branch of the same name is left out.
-    pub async fn pull_requests_for(
-        &self,
-        branch: &str,
-        base: &str,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list pull requests from {branch}");
-        let mut prs = self
-            .list_pull_requests(&what, &[("state", "all")], base, None)
-            .await?;
-        prs.retain(|p| p.head_ref == branch && p.same_repository);
-        prs.sort_by_key(|p| std::cmp::Reverse(p.number));
-        Ok(prs)
-    }
-
-    /// Every open pull request into `base` from a branch starting with `prefix`, and those
-    /// closed or merged at or after `closed_since` (Unix seconds), newest first; forks' are
-    /// included, marked by `same_repository`.
-    pub async fn pull_requests_with_prefix(
-        &self,
-        prefix: &str,
-        base: &str,
-        closed_since: i64,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list pull requests into {base}");
-        let open = self
-            .list_pull_requests(&what, &[("state", "open")], base, None)
-            .await?;
-        // Most recently changed first, so the pages stop where the window does.
-        let recent = [("state", "closed"), ("sort", "recentupdate")];
-        let recent = self
-            .list_pull_requests(&what, &recent, base, Some(closed_since))
-            .await?;
-        Ok(in_flight(open, recent, prefix))
     }
 
     /// Every page of a pull request list, keeping those into `base`; with `until`, pages stop
@@ -291,263 +212,184 @@ impl Gitea {
         query: &[(&str, &str)],
         base: &str,
         until: Option<i64>,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let first = with_query(&self.repo_url("/pulls"), query);
-        let read_page = |url: String| async move {
-            let (items, next) = self.read_list::<PullRequest>(what, &url).await?;
-            let items: Vec<PullRequestInfo> = items
-                .into_iter()
-                .filter(|p| p.base.as_ref().is_some_and(|b| b.ref_name == base))
-                .map(info)
-                .collect();
-            Ok((items, next))
+    ) -> Result<Vec<PullRequestInfo>> {
+        let first = with_query(&self.rest.url("/pulls"), query);
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let into_base = |pr: PullRequest| {
+            let into = pr.base.as_ref().is_some_and(|b| b.ref_name == base);
+            into.then(|| info(pr))
         };
-        read_pages(first, read_page, updated_before(until)).await
+        read_change_requests(first, until, read_page, into_base).await
     }
 
     /// One page of a list, with the address of the next page on `api_url`.
-    async fn read_list<T: serde::de::DeserializeOwned>(
-        &self,
-        what: &str,
-        url: &str,
-    ) -> Result<(Vec<T>, Option<String>), ForgeError> {
-        let answer = self.request(what, Method::GET, url, None).await?;
-        let items: Vec<T> = self.calls().parse(what, &answer.body)?;
+    async fn read_list<T: DeserializeOwned>(&self, what: &str, url: &str) -> Result<Paged<T>> {
+        let answer = self.rest.call(what, Method::GET, url, None).await?;
+        let items: Vec<T> = self.rest.parse(what, &answer.body)?;
         let next = next_page(url, &answer.headers, items.len())
-            .map_err(|e| self.calls().error(what, e.to_string(), None))?;
+            .map_err(|e| self.rest.error(what, e.to_string(), None))?;
         Ok((items, next))
     }
 
-    /// Opens a pull request. When Gitea answers that one is already open for these branches
-    /// (`409`: another tagpin or a person got there first), that one is adopted: it is given
-    /// this title and body and returned.
-    pub async fn open_pull_request(
-        &self,
-        branch: &str,
-        base: &str,
-        title: &str,
-        body: &str,
-    ) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("open a pull request from {branch} into {base}");
-        let request = NewPullRequest {
-            head: branch,
+    /// The ids of `labels`, each created (a neutral colour) when the repository has none of
+    /// that name.
+    async fn label_ids(&self, what: &str, labels: &[String]) -> Result<Vec<u64>> {
+        let first = with_query(&self.rest.url("/labels"), &[]);
+        let read_page = |url: String| async move { self.read_list::<Label>(what, &url).await };
+        let known: Vec<Label> = read_pages(first, read_page, |_| false).await?;
+        let mut ids = Vec::new();
+        for name in labels {
+            if let Some(label) = known.iter().find(|l| &l.name == name) {
+                ids.push(label.id);
+                continue;
+            }
+            let what = format!("create label {name:?}");
+            let color = NEW_LABEL_COLOR;
+            let new = Some(json(&NewLabel { name, color }));
+            let url = self.rest.url("/labels");
+            let answer = self.rest.call(&what, Method::POST, &url, new).await?;
+            ids.push(self.rest.parse::<Label>(&what, &answer.body)?.id);
+        }
+        Ok(ids)
+    }
+}
+
+impl Forge for Gitea {
+    fn dialect(&self) -> &Dialect {
+        &self.dialect
+    }
+
+    /// `GET /user`, which Gitea answers only to a token with the `read:user` scope; a
+    /// repository-scoped token (all Codeberg grants) lacks it: then `forge.login` says it.
+    async fn ask_login(&self) -> Result<String> {
+        let what = "read the token's user (GET /user)";
+        let why = "the token lacks the read:user scope: grant it, or set forge.login to the token's login";
+        Ok(self.rest.token_user::<User>(what, &[403], why).await?.login)
+    }
+
+    /// Gitea's list cannot filter by head branch: the list (`state=all` for closed and merged
+    /// ones) is read whole and the head kept by [`Forge::pull_requests_for`].
+    async fn list(&self, what: &str, listing: Listing<'_>) -> Result<Vec<PullRequestInfo>> {
+        let (query, base, until): (&[(&str, &str)], _, _) = match listing {
+            Listing::From { base, .. } => (&[("state", "all")], base, None),
+            Listing::OpenFrom { base, .. } | Listing::OpenInto { base, .. } => {
+                (&[("state", "open")], base, None)
+            }
+            // Most recently changed first, so the pages stop where the window does.
+            Listing::ClosedInto { base, since, .. } => {
+                let query = &[("state", "closed"), ("sort", "recentupdate")];
+                (query, base, Some(since))
+            }
+        };
+        self.list_pull_requests(what, query, base, until).await
+    }
+
+    async fn create(&self, what: &str, new: NewChange<'_>) -> Result<PullRequestInfo> {
+        let (head, base, title, body) = (new.branch, new.base, new.title, new.body);
+        let request = json(&NewPullRequest {
+            head,
             base,
             title,
             body,
-        };
-        let url = self.repo_url("/pulls");
-        match self
-            .request(&what, Method::POST, &url, Some(json(&request)))
-            .await
-        {
-            Ok(answer) => Ok(info(self.calls().parse(&what, &answer.body)?)),
-            Err(e) if e.status() == Some(409) => {
-                let open = self
-                    .list_pull_requests(&what, &[("state", "open")], base, None)
-                    .await?
-                    .into_iter()
-                    .find(|p| p.head_ref == branch && p.same_repository && p.open);
-                let Some(mut pr) = open else { return Err(e) };
-                tracing::info!(
-                    "pull request #{} was opened for {branch} meanwhile; adopting it",
-                    pr.number
-                );
-                self.update_pull_request(pr.number, title, body).await?;
-                pr.title = title.to_string();
-                pr.body = body.to_string();
-                Ok(pr)
-            }
-            Err(e) => Err(e),
-        }
+        });
+        let url = self.rest.url("/pulls");
+        Ok(info(self.rest.post(what, &url, request).await?))
     }
 
-    pub async fn update_pull_request(
-        &self,
-        number: u64,
-        title: &str,
-        body: &str,
-    ) -> Result<(), ForgeError> {
+    async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
         let what = format!("update pull request #{number}");
-        let url = self.repo_url(&format!("/pulls/{number}"));
-        let edit = EditPullRequest { title, body };
-        self.request(&what, Method::PATCH, &url, Some(json(&edit)))
-            .await?;
-        Ok(())
+        let url = self.rest.url(&format!("/pulls/{number}"));
+        let edit = json(&EditPullRequest { title, body });
+        self.rest.write(&what, Method::PATCH, &url, &edit).await
     }
 
-    /// Adds `labels` (by name) to pull request `number`: Gitea takes label ids, so the
-    /// repository's labels are read and any missing one is created first.
-    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
+    /// Gitea takes label ids: the repository's labels are read and any missing one is
+    /// created first ([`Gitea::label_ids`]).
+    async fn add_labels(&self, number: u64, labels: &[String]) -> Result<()> {
         if labels.is_empty() {
             return Ok(());
         }
         let what = format!("add labels to pull request #{number}");
-        let first = with_query(&self.repo_url("/labels"), &[]);
-        let what_ref = what.as_str();
-        let read_page = |url: String| async move { self.read_list::<Label>(what_ref, &url).await };
-        let known: Vec<Label> = read_pages(first, read_page, |_| false).await?;
-        let mut ids = Vec::new();
-        for name in labels {
-            let id = match known.iter().find(|l| &l.name == name) {
-                Some(label) => label.id,
-                None => {
-                    let what = format!("create label {name:?}");
-                    let new = NewLabel {
-                        name,
-                        color: NEW_LABEL_COLOR,
-                    };
-                    let url = self.repo_url("/labels");
-                    let answer = self
-                        .request(&what, Method::POST, &url, Some(json(&new)))
-                        .await?;
-                    self.calls().parse::<Label>(&what, &answer.body)?.id
-                }
-            };
-            ids.push(id);
-        }
-        let url = self.repo_url(&format!("/issues/{number}/labels"));
-        self.request(
-            &what,
-            Method::POST,
-            &url,
-            Some(json(&AddLabels { labels: ids })),
-        )
-        .await?;
-        Ok(())
+        let ids = self.label_ids(&what, labels).await?;
+        let url = self.rest.url(&format!("/issues/{number}/labels"));
+        let add = json(&AddLabels { labels: ids });
+        self.rest.write(&what, Method::POST, &url, &add).await
     }
 
-    /// One pull request by its number (`#N`; issues and pull requests share the numbers).
-    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
+    /// `#N`: issues and pull requests share the numbers.
+    async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
         let what = format!("read pull request #{number}");
-        let url = self.repo_url(&format!("/pulls/{number}"));
-        let answer = self.request(&what, Method::GET, &url, None).await?;
-        Ok(info(self.calls().parse(&what, &answer.body)?))
+        let url = self.rest.url(&format!("/pulls/{number}"));
+        Ok(info(self.rest.get(&what, &url).await?))
     }
 
-    /// Every status `context` on `sha`, newest first (Gitea keeps every one posted, not only
-    /// the latest per context: the soak clock starts at the first), with who set each and when.
-    ///
-    /// Gitea's list has no filter by context (`sort`, `state`, `page` and `limit` only), so
-    /// every context's statuses are read, newest first, up to the page bound: past it, the
-    /// history says it is not whole, and the soak clock starts again rather than read on.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory, ForgeError> {
+    /// Gitea keeps every status posted, not only the latest per context: the soak clock starts
+    /// at the first. Its list has no filter by context (`sort`, `state`, `page` and `limit`
+    /// only), so every context's statuses are read, newest first, up to the page bound: past
+    /// it, the history says it is not whole, and the soak clock starts again.
+    async fn statuses(&self, key: StatusKey<'_>) -> Result<StatusHistory> {
+        let (sha, context) = (key.sha, key.context);
         let what = format!("read statuses of {sha}");
-        let first = with_query(&self.repo_url(&format!("/commits/{sha}/statuses")), &[]);
+        let first = with_query(&self.rest.url(&format!("/commits/{sha}/statuses")), &[]);
         let what = what.as_str();
         let read_page = |url: String| async move { self.read_list(what, &url).await };
         let (mut statuses, complete): (Vec<CommitStatus>, bool) =
             read_pages_whole(first, read_page, |_| false).await?;
         statuses.retain(|s| s.context == context);
         statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
-        let statuses = statuses
-            .iter()
-            .filter_map(|s| {
-                Some(Status {
-                    state: read_state(&s.status)?,
-                    description: s.description.clone().unwrap_or_default(),
-                    created_at: s.created_at.as_deref().and_then(unix),
-                    creator: s.creator.as_ref().map(|c| c.login.clone()),
-                })
-            })
-            .collect();
+        let statuses = statuses.iter().filter_map(status).collect();
         Ok(StatusHistory { statuses, complete })
     }
 
-    /// Posts status `context` on `sha`. Gitea keeps each status posted (no state machine, no
-    /// ref): a status is one more row, the newest of a context is the one Gitea shows.
-    pub async fn set_status(
-        &self,
-        sha: &str,
-        state: StatusState,
-        context: &str,
-        description: &str,
-    ) -> Result<(), ForgeError> {
+    /// Gitea keeps each status posted (no state machine, no ref): a status is one more row,
+    /// the newest of a context is the one Gitea shows.
+    async fn set_status(&self, key: StatusKey<'_>, said: Said<'_>) -> Result<()> {
+        let (sha, context) = (key.sha, key.context);
         let what = format!("set status {context} on {sha}");
-        let url = self.repo_url(&format!("/statuses/{sha}"));
-        let status = NewStatus {
-            state: wire_state(state),
+        let url = self.rest.url(&format!("/statuses/{sha}"));
+        let state = wire_state(said.state);
+        let description = said.description;
+        let status = json(&NewStatus {
+            state,
             context,
             description,
-        };
-        self.request(&what, Method::POST, &url, Some(json(&status)))
-            .await?;
-        Ok(())
+        });
+        self.rest.write(&what, Method::POST, &url, &status).await
     }
 
-    /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
-    /// the marker among the comments `me` wrote: a person quoting the marker is not mistaken
-    /// for it, though Gitea would let a writer edit theirs), creates it otherwise.
-    pub async fn upsert_comment(
-        &self,
-        number: u64,
-        marker: &str,
-        body: &str,
-        me: &str,
-    ) -> Result<(), ForgeError> {
+    /// Found by the marker among the comments tagpin's user wrote (a person quoting the
+    /// marker is not mistaken for it, though Gitea would let a writer edit theirs); issue
+    /// comments come in one answer.
+    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
+        let me = self.login().await?;
         let what = format!("list comments of pull request #{number}");
-        let url = self.repo_url(&format!("/issues/{number}/comments"));
-        let answer = self.request(&what, Method::GET, &url, None).await?;
-        let comments: Vec<Comment> = self.calls().parse(&what, &answer.body)?;
-        let existing = find_comment(&comments, marker, me).map(|c| (c.id, c.body == body));
-        match existing {
-            // Already says exactly this: editing it again would only spend a call.
-            Some((_, true)) => Ok(()),
-            Some((id, false)) => {
-                let what = format!("update comment {id} on pull request #{number}");
-                let edit = self.repo_url(&format!("/issues/comments/{id}"));
-                self.request(
-                    &what,
-                    Method::PATCH,
-                    &edit,
-                    Some(json(&CommentBody { body })),
-                )
-                .await?;
-                Ok(())
-            }
-            None => {
-                let what = format!("comment on pull request #{number}");
-                self.request(&what, Method::POST, &url, Some(json(&CommentBody { body })))
-                    .await?;
-                Ok(())
-            }
-        }
+        let url = self.rest.url(&format!("/issues/{number}/comments"));
+        let comments: Vec<Comment> = self.rest.get(&what, &url).await?;
+        let mine = comments.into_iter().find(|c| mine(c, marker, me));
+        Ok(mine.map(|c| Marked {
+            id: c.id,
+            text: c.body,
+            ..Marked::default()
+        }))
     }
 
-    /// One call, waiting out a `429` that says when to come back, within bounds. Any other
-    /// answer outside 2xx is an error naming what it means for tagpin.
-    async fn request(
-        &self,
-        what: &str,
-        method: Method,
-        url: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<Answer, ForgeError> {
-        let credentials = ("authorization", &self.token);
-        let build = || json_request(&self.http, &method, url, credentials, body.as_ref());
-        let describe =
-            |status: StatusCode, _: &str| describe_failure(status, &self.full_name, &self.api);
-        let words = FailureWords {
-            wait: rate_limit_wait,
-            describe: &describe,
+    /// An issue comment: edited by its id, created on the pull request's issue.
+    async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
+        let comment = CommentBody { body };
+        let (what, method, url) = match old {
+            Some(Marked { id, .. }) => (
+                format!("update comment {id} on pull request #{number}"),
+                Method::PATCH,
+                format!("/issues/comments/{id}"),
+            ),
+            None => (
+                format!("comment on pull request #{number}"),
+                Method::POST,
+                format!("/issues/{number}/comments"),
+            ),
         };
-        self.calls().send(what, build, &words).await
-    }
-
-    /// How this adapter's calls read answers and name failures.
-    fn calls(&self) -> Calls<'_> {
-        Calls {
-            forge: FORGE,
-            host: &self.host,
-            repo: &self.full_name,
-            deadline: self.deadline,
-        }
-    }
-}
-
-fn setup(detail: String) -> ForgeError {
-    ForgeError::Setup {
-        forge: FORGE,
-        detail,
+        let url = self.rest.url(&url);
+        self.rest.write(&what, method, &url, &comment).await
     }
 }
 
@@ -575,12 +417,7 @@ fn info(pr: PullRequest) -> PullRequestInfo {
         merged: pr.merged,
         title: pr.title,
         body: pr.body.unwrap_or_default(),
-        labels: pr
-            .labels
-            .unwrap_or_default()
-            .into_iter()
-            .map(|l| l.name)
-            .collect(),
+        labels: label_names(pr.labels, |l| l.name),
         url: pr.html_url,
         head_ref: head.ref_name,
         head_sha: head.sha.unwrap_or_default(),
@@ -617,98 +454,44 @@ fn wire_state(state: StatusState) -> &'static str {
     }
 }
 
-/// The comment `me` wrote carrying `marker`, oldest first.
-fn find_comment<'c>(comments: &'c [Comment], marker: &str, me: &str) -> Option<&'c Comment> {
-    comments
-        .iter()
-        .find(|c| c.body.contains(marker) && c.user.as_ref().is_some_and(|u| u.login == me))
+/// Whether `comment` is the one `me` wrote carrying `marker`.
+fn mine(comment: &Comment, marker: &str, me: &str) -> bool {
+    comment.body.contains(marker) && comment.user.as_ref().is_some_and(|u| u.login == me)
 }
 
-/// Why the next page of a list cannot be asked for.
-#[derive(Debug, thiserror::Error)]
-enum PagingError {
-    /// The address of the page just read (tagpin's own) does not parse.
-    #[error("{url}: {source}")]
-    BadUrl {
-        url: String,
-        #[source]
-        source: url::ParseError,
-    },
+/// A status as tagpin reads it, with who set it and when.
+fn status(s: &CommitStatus) -> Option<Status> {
+    Some(Status {
+        state: read_state(&s.status)?,
+        description: s.description.clone().unwrap_or_default(),
+        created_at: s.created_at.as_deref().and_then(unix),
+        creator: s.creator.as_ref().map(|c| c.login.clone()),
+    })
 }
 
 /// The next page of a list read from `url` (with `page=N`), which answered `count` items:
 /// `page=N+1` on the same address when the `Link` header has a `rel="next"` or
 /// `X-Total-Count` says more items remain. The `Link` address itself is never followed: Gitea
 /// writes it on its `ROOT_URL`, which may be another host than `api_url`.
-fn next_page(url: &str, headers: &HeaderMap, count: usize) -> Result<Option<String>, PagingError> {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-    };
-    let mut next = url::Url::parse(url).map_err(|source| PagingError::BadUrl {
-        url: url.to_string(),
-        source,
-    })?;
-    let page: u64 = next
-        .query_pairs()
-        .find(|(k, _)| k == "page")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(1);
-    let linked = header("link").and_then(next_link).is_some();
+fn next_page(url: &str, headers: &HeaderMap, count: usize) -> Result<Option<String>, BadPageUrl> {
+    let next = PageAddress::parse(url)?;
+    let page = next.number("page").unwrap_or(1);
+    let linked = header(headers, "link").and_then(next_link).is_some();
     // Pages before this one held as many items as this one at least (Gitea's page size is
     // fixed), so `page * count` never overstates what was read: no page is left out, and a
     // short last page costs one empty read at worst.
-    let remaining = header("x-total-count")
+    let remaining = header(headers, "x-total-count")
         .and_then(|t| t.parse::<u64>().ok())
         .is_some_and(|total| count > 0 && total > page.saturating_mul(count as u64));
     if count == 0 || !(linked || remaining) {
         return Ok(None);
     }
-    let kept: Vec<(String, String)> = next
-        .query_pairs()
-        .filter(|(k, _)| k != "page")
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
-    next.query_pairs_mut()
-        .clear()
-        .extend_pairs(kept)
-        .append_pair("page", &(page + 1).to_string());
-    Ok(Some(next.to_string()))
-}
-
-/// How long to wait after a `429`: `Retry-After`, else a minute.
-fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
-    retry_after(headers, now).unwrap_or(Duration::from_secs(60))
-}
-
-/// A failed answer in words that say what to fix: the token (401), its scope or the user's
-/// rights (403), the repository or object (404), a pull request already open (409), a field
-/// Gitea refused (422). Gitea's body is never quoted.
-fn describe_failure(status: StatusCode, repo: &str, api: &str) -> String {
-    let answered = status_text(status.as_u16());
-    let meaning = match status.as_u16() {
-        401 => Some("the token is not valid (expired, revoked, or not a Gitea token)".to_string()),
-        403 => Some(format!(
-            "the token may not do this in {repo} (it needs the write:repository, write:issue and read:user scopes, and write access to the repository)"
-        )),
-        404 => Some(format!(
-            "{repo} is not at {api}, or the token may not read it (Gitea answers 404 for repositories hidden from the token)"
-        )),
-        409 => Some("a pull request for these branches is already open".to_string()),
-        422 => Some("Gitea refused a field tagpin sent".to_string()),
-        _ => None,
-    };
-    match meaning {
-        Some(meaning) => format!("{answered} ({meaning})"),
-        None => answered,
-    }
+    Ok(Some(next.with("page", &(page + 1).to_string())))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::engine::{assert_states_round_trip, headers, patched};
     use super::*;
 
     /// A merged pull request in the shape of Gitea's swagger `PullRequest` (gitea-js 1.23.0,
@@ -728,19 +511,7 @@ mod tests {
     }"#;
 
     fn pr(patch: serde_json::Value) -> PullRequestInfo {
-        let mut value: serde_json::Value = serde_json::from_str(MERGED_PULL_REQUEST).unwrap();
-        for (k, v) in patch.as_object().unwrap() {
-            value[k] = v.clone();
-        }
-        info(serde_json::from_value(value).unwrap())
-    }
-
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.insert(*name, HeaderValue::from_str(value).unwrap());
-        }
-        map
+        info(serde_json::from_value(patched(MERGED_PULL_REQUEST, patch)).unwrap())
     }
 
     #[test]
@@ -781,14 +552,7 @@ mod tests {
 
     #[test]
     fn gitea_states_are_githubs_and_warning_is_none_of_tagpins() {
-        for state in [
-            StatusState::Pending,
-            StatusState::Success,
-            StatusState::Failure,
-            StatusState::Error,
-        ] {
-            assert_eq!(read_state(wire_state(state)), Some(state));
-        }
+        assert_states_round_trip(wire_state, read_state);
         assert_eq!(read_state("warning"), None);
         let posted = json(&NewStatus {
             state: wire_state(StatusState::Failure),
@@ -840,44 +604,6 @@ mod tests {
     }
 
     #[test]
-    fn a_rate_limit_is_waited_as_the_answer_says() {
-        let now = at_1000;
-        assert_eq!(
-            rate_limit_wait(&headers(&[("retry-after", "7")]), now()),
-            Duration::from_secs(7)
-        );
-        let at = httpdate::fmt_http_date(now() + Duration::from_secs(30));
-        assert_eq!(
-            rate_limit_wait(&headers(&[("retry-after", &at)]), now()),
-            Duration::from_secs(31)
-        );
-        assert_eq!(
-            rate_limit_wait(&HeaderMap::new(), now()),
-            Duration::from_secs(60)
-        );
-    }
-
-    fn at_1000() -> SystemTime {
-        std::time::UNIX_EPOCH + Duration::from_secs(1_000)
-    }
-
-    #[test]
-    fn failures_name_what_to_fix_without_quoting_gitea() {
-        let describe = |status: u16| {
-            describe_failure(
-                StatusCode::from_u16(status).unwrap(),
-                "acme/gitops",
-                "https://git.example.com/api/v1",
-            )
-        };
-        assert!(describe(401).contains("the token is not valid"));
-        assert!(describe(403).contains("write:repository"));
-        assert!(describe(404).contains("acme/gitops is not at https://git.example.com/api/v1"));
-        assert!(describe(409).contains("already open"));
-        assert_eq!(describe(500), "500 Internal Server Error");
-    }
-
-    #[test]
     fn the_verdict_comment_is_tagpins_own_found_by_its_marker() {
         let comments: Vec<Comment> = serde_json::from_str(
             r#"[{"id": 2, "body": "quoting <!-- tagpin-verdict -->", "user": {"login": "alice"}},
@@ -885,11 +611,9 @@ mod tests {
         )
         .unwrap();
         let marker = "<!-- tagpin-verdict -->";
-        assert_eq!(
-            find_comment(&comments, marker, "tagpin-bot").map(|c| c.id),
-            Some(3)
-        );
-        assert!(find_comment(&comments[..1], marker, "tagpin-bot").is_none());
+        let found = comments.iter().find(|c| mine(c, marker, "tagpin-bot"));
+        assert_eq!(found.map(|c| c.id), Some(3));
+        assert!(!mine(&comments[0], marker, "tagpin-bot"));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! Only what tagpin needs: find the pull requests of a tagpin branch, open or update one, add
 //! labels. Calls are made one at a time (GitHub asks integrators to serialize mutating
 //! requests), and a rate-limit answer (`429`, or `403` with `x-ratelimit-remaining: 0`) is
-//! waited out when GitHub says when to come back within [`MAX_RATE_LIMIT_WAIT`], and reported
+//! waited out when GitHub says when to come back within [`super::MAX_RATE_LIMIT_WAIT`], and reported
 //! otherwise. The token is held by octocrab as a secret string and never printed.
 //!
 //! Reads are cheap on the rate limit: every list and pull request is read with the `ETag` of
@@ -24,23 +24,25 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use std::sync::Arc;
-
+use octocrab::models::issues::Comment;
 use octocrab::Octocrab;
 use serde::de::DeserializeOwned;
 
-use super::common::{host_of, status_text, CONNECT_TIMEOUT, MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT};
-use super::common::{in_flight, next_link, read_pages, updated_before, ForgeError};
+use super::engine::{label_names, Dialect, Paged};
+use super::engine::{
+    next_link, read_change_requests, read_pages, retrying, status_text, ForgeError,
+};
+use super::engine::{Forge, Listing, Marked, Names, NewChange, Refused, Result, Said, StatusKey};
+use super::engine::{CONNECT_TIMEOUT, MAX_ANSWER_BYTES};
+use super::settings::ChangeRequestNoun;
+use super::settings::{owner_and_repo, Kind, Section, Settings};
 use crate::bounded::{self, BoundedLayer, Bounds};
-use crate::config;
 use crate::mutex::lock;
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
-/// Attempts per call when GitHub answers with a rate limit.
-const RATE_LIMIT_ATTEMPTS: u32 = 3;
 /// Answers kept for conditional reads (one per URL: a list page, a pull request, the statuses
 /// of a commit). When full, all are dropped: the next reads are plain ones, nothing is wrong.
 const MAX_CACHED_READS: usize = 512;
@@ -48,16 +50,24 @@ const MAX_CACHED_READS: usize = 512;
 /// [`MAX_ANSWER_BYTES`] each would be 8 GiB. Past it, all are dropped, as when full.
 const MAX_CACHED_BYTES: usize = 64 * bounded::MIB;
 const FORGE: &str = "GitHub";
+/// `kind: github`: `forge.owner` and `forge.repo`, on `https://api.github.com` unless GitHub
+/// Enterprise's `https://HOST/api/v3` is given.
+pub(crate) const SECTION: Section = Section::new("github", Some(API_URL), |keys, _| {
+    let (owner, repo) = owner_and_repo(keys)?;
+    Some(Kind::GitHub { owner, repo })
+});
+/// github.com's API.
+const API_URL: &str = "https://api.github.com";
 
 /// A GitHub repository, with a token.
 pub struct GitHub {
     octo: Octocrab,
-    /// `host[:port]` of `api_url`, for errors.
-    host: String,
+    /// The forge, its host and `owner/repo`, for errors.
+    names: Names,
     owner: String,
     repo: String,
-    /// The token's login, asked once.
-    login: tokio::sync::OnceCell<String>,
+    /// Pull requests, never adopted; the token's login.
+    dialect: Dialect,
     /// The last answer of each conditional read, by URL.
     reads: Mutex<HashMap<String, Cached>>,
 }
@@ -72,87 +82,19 @@ struct Cached {
 
 impl GitHub {
     /// `api_url` is `https://api.github.com`, or `https://HOST/api/v3` for GitHub Enterprise.
-    pub fn new(forge: &config::Forge, token: String) -> Result<GitHub, ForgeError> {
-        let config::ForgeKind::GitHub { owner, repo } = &forge.kind else {
-            return Err(setup("the forge configured is not GitHub".into()));
-        };
+    pub fn new(forge: &Settings, (owner, repo): (&str, &str), token: String) -> Result<GitHub> {
         let deadline = Duration::from_secs(forge.timeout_seconds);
         let octo = client(&forge.api_url, &token, deadline)?;
         Ok(GitHub {
             octo,
-            host: host_of(&forge.api_url),
-            owner: owner.clone(),
-            repo: repo.clone(),
+            names: Names::new(FORGE, &forge.api_url, format!("{owner}/{repo}")),
+            owner: owner.to_string(),
+            repo: repo.to_string(),
             // A configured login is taken as is: GitHub App installation tokens cannot read
             // `GET /user`.
-            login: tokio::sync::OnceCell::new_with(forge.login.clone()),
+            dialect: Dialect::new(FORGE, ChangeRequestNoun::PullRequest, forge.login.clone()),
             reads: Mutex::default(),
         })
-    }
-
-    /// The login the token belongs to (`GET /user`), asked once per process. A token that may
-    /// not read its user (a GitHub App installation token) fails here, naming the call.
-    pub async fn login(&self) -> Result<&str, ForgeError> {
-        self.login
-            .get_or_try_init(|| async {
-                let user = self
-                    .call("read the token's user (GET /user)", || async {
-                        self.octo.current().user().await
-                    })
-                    .await?;
-                Ok::<_, ForgeError>(user.login)
-            })
-            .await
-            .map(String::as_str)
-    }
-
-    fn full_name(&self) -> String {
-        format!("{}/{}", self.owner, self.repo)
-    }
-
-    /// Every pull request (open, closed, merged) from `branch` of this repository into
-    /// `base`, newest first. GitHub's `head=owner:branch` leaves out forks' branches of the
-    /// same name; what it returns is checked again, so a fork's pull request is never adopted.
-    pub async fn pull_requests_for(
-        &self,
-        branch: &str,
-        base: &str,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let head = format!("{}:{branch}", self.owner);
-        let mut prs = self
-            .list_pulls(
-                &format!("list pull requests from {branch}"),
-                &[("state", "all"), ("head", &head), ("base", base)],
-                None,
-            )
-            .await?;
-        prs.retain(|p| p.same_repository);
-        Ok(prs)
-    }
-
-    /// What is in flight into `base` on branches starting with `prefix` (tagpin's own), newest
-    /// first: every open pull request, and those closed at or after `closed_since` (Unix
-    /// seconds). Forks' pull requests are included, marked by `same_repository`: the caller
-    /// says why it leaves them alone.
-    pub async fn pull_requests_with_prefix(
-        &self,
-        prefix: &str,
-        base: &str,
-        closed_since: i64,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list pull requests into {base}");
-        let open = self
-            .list_pulls(&what, &[("state", "open"), ("base", base)], None)
-            .await?;
-        // Most recently changed first, so the pages stop where the window does.
-        let closed = [
-            ("state", "closed"),
-            ("base", base),
-            ("sort", "updated"),
-            ("direction", "desc"),
-        ];
-        let closed = self.list_pulls(&what, &closed, Some(closed_since)).await?;
-        Ok(in_flight(open, closed, prefix))
     }
 
     /// Every page of a pull request list, 100 at a time; with `until`, pages stop after the
@@ -162,345 +104,125 @@ impl GitHub {
         what: &str,
         query: &[(&str, &str)],
         until: Option<i64>,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
+    ) -> Result<Vec<PullRequestInfo>> {
         let mut query: Vec<(&str, &str)> = query.to_vec();
         query.push(("per_page", "100"));
-        let first = format!(
-            "/repos/{}/{}/pulls?{}",
-            self.owner,
-            self.repo,
-            url::form_urlencoded::Serializer::new(String::new())
-                .extend_pairs(&query)
-                .finish()
-        );
-        let read_page = |url: String| async move {
-            let (items, link) = self
-                .read_list::<octocrab::models::pulls::PullRequest>(what, &url)
-                .await?;
-            Ok((items.into_iter().map(|p| self.info(p)).collect(), link))
-        };
-        read_pages(first, read_page, updated_before(until)).await
+        let query = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(&query)
+            .finish();
+        let first = format!("/repos/{}/{}/pulls?{query}", self.owner, self.repo);
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let read = |pr: octocrab::models::pulls::PullRequest| Some(self.info(pr));
+        read_change_requests(first, until, read_page, read).await
     }
 
     /// One page of a list, read conditionally, with the address of the next page.
-    async fn read_list<T: DeserializeOwned>(
-        &self,
-        what: &str,
-        url: &str,
-    ) -> Result<(Vec<T>, Option<String>), ForgeError> {
+    async fn read_list<T: DeserializeOwned>(&self, what: &str, url: &str) -> Result<Paged<T>> {
         let cached = self.read(what, url).await?;
         let items = serde_json::from_str(&cached.body).map_err(|e| self.unexpected(what, e))?;
         Ok((items, cached.next))
     }
 
     /// `GET url` with the `ETag` of the last answer: a `304` is answered from that answer.
-    async fn read(&self, what: &str, url: &str) -> Result<Cached, ForgeError> {
+    async fn read(&self, what: &str, url: &str) -> Result<Cached> {
         let kept = lock(&self.reads).get(url).cloned();
-        let fresh = self
-            .call(what, || {
-                let etag = kept.as_ref().map(|k| k.etag.clone());
-                async move {
-                    let mut headers = http::HeaderMap::new();
-                    if let Some(value) = etag.and_then(|e| http::HeaderValue::from_str(&e).ok()) {
-                        headers.insert(http::header::IF_NONE_MATCH, value);
-                    }
-                    let response = self.octo._get_with_headers(url, Some(headers)).await?;
-                    if response.status() == http::StatusCode::NOT_MODIFIED {
-                        return Ok(None);
-                    }
-                    let response = octocrab::map_github_error(response).await?;
-                    let header = |name: http::header::HeaderName| {
-                        response
-                            .headers()
-                            .get(name)
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_string)
-                    };
-                    let etag = header(http::header::ETAG);
-                    let next = header(http::header::LINK).and_then(|l| next_link(&l));
-                    let body = self.octo.body_to_string(response).await?;
-                    Ok(Some((
-                        etag,
-                        Cached {
-                            etag: String::new(),
-                            body,
-                            next,
-                        },
-                    )))
-                }
-            })
-            .await?;
+        let etag = kept.as_ref().map(|k| k.etag.as_str());
+        let fresh = self.call(what, || self.conditional_get(url, etag)).await?;
         match (fresh, kept) {
             (Some((etag, mut answer)), _) => {
                 if let Some(etag) = etag {
                     answer.etag = etag;
-                    let mut reads = lock(&self.reads);
-                    let kept: usize = reads.values().map(|c| c.body.len()).sum();
-                    if reads.len() >= MAX_CACHED_READS
-                        || kept + answer.body.len() > MAX_CACHED_BYTES
-                    {
-                        reads.clear();
-                    }
-                    reads.insert(url.to_string(), answer.clone());
+                    self.keep(url, answer.clone());
                 }
                 Ok(answer)
             }
             (None, Some(kept)) => Ok(kept),
             // A 304 to a request that named no ETag: GitHub does not send one.
-            (None, None) => Err(ForgeError::Call {
-                forge: FORGE,
-                host: self.host.clone(),
-                repo: self.full_name(),
-                what: what.to_string(),
-                detail: "GitHub answered 304 Not Modified to an unconditional request".into(),
-                status: Some(304),
-            }),
+            (None, None) => {
+                let detail = "GitHub answered 304 Not Modified to an unconditional request";
+                Err(self.names.error(what, detail.into(), Some(304)))
+            }
         }
+    }
+
+    /// One `GET url`, with `If-None-Match: etag` when there is one: `None` for a `304`, else
+    /// the answer and its own `ETag`.
+    async fn conditional_get(
+        &self,
+        url: &str,
+        etag: Option<&str>,
+    ) -> octocrab::Result<Option<(Option<String>, Cached)>> {
+        let mut headers = http::HeaderMap::new();
+        if let Some(value) = etag.and_then(|e| http::HeaderValue::from_str(e).ok()) {
+            headers.insert(http::header::IF_NONE_MATCH, value);
+        }
+        let response = self.octo._get_with_headers(url, Some(headers)).await?;
+        if response.status() == http::StatusCode::NOT_MODIFIED {
+            return Ok(None);
+        }
+        let response = octocrab::map_github_error(response).await?;
+        let header = |name: http::header::HeaderName| {
+            let value = response.headers().get(name).and_then(|v| v.to_str().ok());
+            value.map(str::to_string)
+        };
+        let etag = header(http::header::ETAG);
+        let next = header(http::header::LINK).and_then(|l| next_link(&l));
+        let body = self.octo.body_to_string(response).await?;
+        let etag_later = String::new();
+        Ok(Some((
+            etag,
+            Cached {
+                etag: etag_later,
+                body,
+                next,
+            },
+        )))
+    }
+
+    /// Keeps `answer` for the next conditional read of `url`, within [`MAX_CACHED_READS`]
+    /// answers and [`MAX_CACHED_BYTES`].
+    fn keep(&self, url: &str, answer: Cached) {
+        let mut reads = lock(&self.reads);
+        let kept: usize = reads.values().map(|c| c.body.len()).sum();
+        if reads.len() >= MAX_CACHED_READS || kept + answer.body.len() > MAX_CACHED_BYTES {
+            reads.clear();
+        }
+        reads.insert(url.to_string(), answer);
     }
 
     fn unexpected(&self, what: &str, e: serde_json::Error) -> ForgeError {
-        ForgeError::Call {
-            forge: FORGE,
-            host: self.host.clone(),
-            repo: self.full_name(),
-            what: what.to_string(),
-            detail: format!("unexpected answer: {}", bounded::json_problem(&e)),
-            status: None,
-        }
+        let detail = format!("unexpected answer: {}", bounded::json_problem(&e));
+        self.names.error(what, detail, None)
     }
 
-    pub async fn open_pull_request(
-        &self,
-        branch: &str,
-        base: &str,
-        title: &str,
-        body: &str,
-    ) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("open a pull request from {branch} into {base}");
-        let pr = self
-            .call(&what, || async move {
-                self.octo
-                    .pulls(&self.owner, &self.repo)
-                    .create(title, branch, base)
-                    .body(body)
-                    .send()
-                    .await
-            })
-            .await?;
-        Ok(self.info(pr))
-    }
-
-    pub async fn update_pull_request(
-        &self,
-        number: u64,
-        title: &str,
-        body: &str,
-    ) -> Result<(), ForgeError> {
-        let what = format!("update pull request #{number}");
-        self.call(&what, || async move {
-            self.octo
-                .pulls(&self.owner, &self.repo)
-                .update(number)
-                .title(title)
-                .body(body)
-                .send()
-                .await
-        })
-        .await?;
-        Ok(())
-    }
-
-    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
-        let what = format!("add labels to pull request #{number}");
-        self.call(&what, || async move {
-            self.octo
-                .issues(&self.owner, &self.repo)
-                .add_labels(number, labels)
-                .await
-        })
-        .await?;
-        Ok(())
-    }
-
-    /// Every status `context` on `sha`, newest first (as GitHub lists them; the newest 100),
-    /// with who set each and when: the promoter reads its soak clock back from them.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory, ForgeError> {
-        let what = format!("read statuses of {sha}");
-        let url = format!(
-            "/repos/{}/{}/commits/{sha}/statuses?per_page=100",
-            self.owner, self.repo
-        );
-        // The newest 100 of every context: a page with a next one may have pushed tagpin's
-        // own past it, and the history says it is not whole.
-        let (items, next) = self
-            .read_list::<octocrab::models::Status>(&what, &url)
-            .await?;
-        let statuses = items
-            .iter()
-            .filter(|s| s.context.as_deref() == Some(context))
-            .filter_map(|s| {
-                let state = match s.state {
-                    octocrab::models::StatusState::Success => StatusState::Success,
-                    octocrab::models::StatusState::Failure => StatusState::Failure,
-                    octocrab::models::StatusState::Error => StatusState::Error,
-                    octocrab::models::StatusState::Pending => StatusState::Pending,
-                    _ => return None,
-                };
-                Some(Status {
-                    state,
-                    description: s.description.clone().unwrap_or_default(),
-                    created_at: s.created_at.map(|t| t.timestamp()),
-                    creator: s.creator.as_ref().map(|c| c.login.clone()),
-                })
-            })
-            .collect();
-        Ok(StatusHistory {
-            statuses,
-            complete: next.is_none(),
-        })
-    }
-
-    /// One pull request by number.
-    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("read pull request #{number}");
-        let url = format!("/repos/{}/{}/pulls/{number}", self.owner, self.repo);
-        let answer = self.read(&what, &url).await?;
-        let pr = serde_json::from_str(&answer.body).map_err(|e| self.unexpected(&what, e))?;
-        Ok(self.info(pr))
-    }
-
-    /// Sets the commit status `context` on `sha`. GitHub refuses descriptions over 140
-    /// characters; [`crate::verify::judge::verdict::status_description`] stays within that.
-    pub async fn set_status(
-        &self,
-        sha: &str,
-        state: StatusState,
-        context: &str,
-        description: &str,
-    ) -> Result<(), ForgeError> {
-        let what = format!("set status {context} on {sha}");
-        let wire = match state {
-            StatusState::Pending => octocrab::models::StatusState::Pending,
-            StatusState::Success => octocrab::models::StatusState::Success,
-            StatusState::Failure => octocrab::models::StatusState::Failure,
-            StatusState::Error => octocrab::models::StatusState::Error,
-        };
-        self.call(&what, || async move {
-            self.octo
-                .repos(&self.owner, &self.repo)
-                .create_status(sha.to_string(), wire)
-                .context(context.to_string())
-                .description(description.to_string())
-                .send()
-                .await
-        })
-        .await?;
-        Ok(())
-    }
-
-    /// Keeps one comment per pull request carrying `marker`: edits it when it exists (found by
-    /// the marker, among comments by anyone, on every page), creates it otherwise.
-    pub async fn upsert_comment(
-        &self,
-        number: u64,
-        marker: &str,
-        body: &str,
-    ) -> Result<(), ForgeError> {
-        let what = format!("list comments of pull request #{number}");
-        let first = format!(
-            "/repos/{}/{}/issues/{number}/comments?per_page=100",
-            self.owner, self.repo
-        );
-        let marked = |c: &octocrab::models::issues::Comment| {
-            c.body.as_deref().is_some_and(|b| b.contains(marker))
-        };
-        let what = what.as_str();
-        let read_page = |url: String| async move { self.read_list(what, &url).await };
-        let comments = read_pages(
-            first,
-            read_page,
-            |page: &[octocrab::models::issues::Comment]| page.iter().any(marked),
-        )
-        .await?;
-        let existing = comments
-            .iter()
-            .find(|c| marked(c))
-            .map(|c| (c.id, c.body.as_deref() == Some(body)));
-        match existing {
-            // Already says exactly this: editing it again would only spend rate limit.
-            Some((_, true)) => Ok(()),
-            Some((id, false)) => {
-                let what = format!("update comment {id} on pull request #{number}");
-                self.call(&what, || async move {
-                    self.octo
-                        .issues(&self.owner, &self.repo)
-                        .update_comment(id, body)
-                        .await
-                })
-                .await?;
-                Ok(())
-            }
-            None => {
-                let what = format!("comment on pull request #{number}");
-                self.call(&what, || async move {
-                    self.octo
-                        .issues(&self.owner, &self.repo)
-                        .create_comment(number, body)
-                        .await
-                })
-                .await?;
-                Ok(())
-            }
-        }
-    }
-
-    /// Runs one call, waiting out rate limits GitHub gives a time for, within bounds.
-    async fn call<T, F, Fut>(&self, what: &str, mut request: F) -> Result<T, ForgeError>
+    /// Runs one call through [`retrying`]: a rate limit GitHub gives a time for is waited out
+    /// within bounds; any other failure is named in tagpin's words ([`describe`]).
+    async fn call<T, F, Fut>(&self, what: &str, mut request: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = octocrab::Result<T>>,
     {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let error = match request().await {
-                Ok(value) => return Ok(value),
-                Err(e) => e,
-            };
-            match rate_limit_wait(&error, SystemTime::now()) {
-                Some(wait) if wait <= MAX_RATE_LIMIT_WAIT && attempt < RATE_LIMIT_ATTEMPTS => {
-                    tracing::warn!(repo = %self.full_name(), "{what}: rate limited, waiting {wait:?}");
-                    tokio::time::sleep(wait).await;
+        retrying(&self.names, what, || {
+            let attempt = request();
+            async move {
+                let error = match attempt.await {
+                    Ok(value) => return Ok(value),
+                    Err(e) => e,
+                };
+                if let Some(wait) = rate_limit_wait(&error, SystemTime::now()) {
+                    return Err(Refused::RateLimited(wait));
                 }
-                Some(wait) => {
-                    return Err(ForgeError::RateLimited {
-                        forge: FORGE,
-                        host: self.host.clone(),
-                        repo: self.full_name(),
-                        what: what.to_string(),
-                        wait: format!("{}s", wait.as_secs()),
-                    })
-                }
-                None => {
-                    let status = match &error {
-                        octocrab::Error::GitHub { source, .. } => Some(source.status_code.as_u16()),
-                        _ => None,
-                    };
-                    return Err(ForgeError::Call {
-                        forge: FORGE,
-                        host: self.host.clone(),
-                        repo: self.full_name(),
-                        what: what.to_string(),
-                        detail: describe(&error, &self.full_name()),
-                        status,
-                    });
-                }
+                let status = match &error {
+                    octocrab::Error::GitHub { source, .. } => Some(source.status_code.as_u16()),
+                    _ => None,
+                };
+                let detail = describe(&error, &self.names.repo);
+                Err(Refused::Failed(self.names.error(what, detail, status)))
             }
-        }
+        })
+        .await
     }
-}
 
-impl GitHub {
     fn info(&self, pr: octocrab::models::pulls::PullRequest) -> PullRequestInfo {
         // By id, which a rename does not change; a deleted fork has no head repository.
         let same_repository = match (&pr.head.repo, &pr.base.repo) {
@@ -520,6 +242,187 @@ impl GitHub {
     }
 }
 
+impl Forge for GitHub {
+    fn dialect(&self) -> &Dialect {
+        &self.dialect
+    }
+
+    /// `GET /user`. A token that may not read its user (a GitHub App installation token)
+    /// fails here, naming the call.
+    async fn ask_login(&self) -> Result<String> {
+        let what = "read the token's user (GET /user)";
+        let current = || async { self.octo.current().user().await };
+        let user = self.call(what, current).await?;
+        Ok(user.login)
+    }
+
+    /// GitHub's `head=owner:branch` leaves out forks' branches of the same name; what it
+    /// returns is checked again, so a fork's pull request is never adopted. The recently
+    /// closed are read most recently changed first, so the pages stop where the window does.
+    async fn list(&self, what: &str, listing: Listing<'_>) -> Result<Vec<PullRequestInfo>> {
+        match listing {
+            Listing::From { branch, base } | Listing::OpenFrom { branch, base } => {
+                let state = match listing {
+                    Listing::From { .. } => "all",
+                    _ => "open",
+                };
+                let head = format!("{}:{branch}", self.owner);
+                let query = [("state", state), ("head", &head), ("base", base)];
+                self.list_pulls(what, &query, None).await
+            }
+            Listing::OpenInto { base, .. } => {
+                self.list_pulls(what, &[("state", "open"), ("base", base)], None)
+                    .await
+            }
+            Listing::ClosedInto { base, since, .. } => {
+                let closed = [("state", "closed"), ("base", base), ("sort", "updated")];
+                let query = [closed[0], closed[1], closed[2], ("direction", "desc")];
+                self.list_pulls(what, &query, Some(since)).await
+            }
+        }
+    }
+
+    async fn create(&self, what: &str, new: NewChange<'_>) -> Result<PullRequestInfo> {
+        let pr = self
+            .call(what, || async move {
+                let pulls = self.octo.pulls(&self.owner, &self.repo);
+                let create = pulls.create(new.title, new.branch, new.base);
+                create.body(new.body).send().await
+            })
+            .await?;
+        Ok(self.info(pr))
+    }
+
+    async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
+        let what = format!("update pull request #{number}");
+        self.call(&what, || async move {
+            let pulls = self.octo.pulls(&self.owner, &self.repo);
+            pulls.update(number).title(title).body(body).send().await
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn add_labels(&self, number: u64, labels: &[String]) -> Result<()> {
+        let what = format!("add labels to pull request #{number}");
+        let issues = || self.octo.issues(&self.owner, &self.repo);
+        self.call(&what, || async move {
+            issues().add_labels(number, labels).await
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
+        let what = format!("read pull request #{number}");
+        let url = format!("/repos/{}/{}/pulls/{number}", self.owner, self.repo);
+        let answer = self.read(&what, &url).await?;
+        let pr = serde_json::from_str(&answer.body).map_err(|e| self.unexpected(&what, e))?;
+        Ok(self.info(pr))
+    }
+
+    /// As GitHub lists them, the newest 100 of every context: a page with a next one may have
+    /// pushed tagpin's own past it, and the history says it is not whole.
+    async fn statuses(&self, key: StatusKey<'_>) -> Result<StatusHistory> {
+        let (sha, context) = (key.sha, key.context);
+        let what = format!("read statuses of {sha}");
+        let url = format!(
+            "/repos/{}/{}/commits/{sha}/statuses?per_page=100",
+            self.owner, self.repo
+        );
+        let (items, next) = self
+            .read_list::<octocrab::models::Status>(&what, &url)
+            .await?;
+        let statuses = items
+            .iter()
+            .filter(|s| s.context.as_deref() == Some(context))
+            .filter_map(status)
+            .collect();
+        Ok(StatusHistory {
+            statuses,
+            complete: next.is_none(),
+        })
+    }
+
+    async fn set_status(&self, key: StatusKey<'_>, said: Said<'_>) -> Result<()> {
+        let (sha, context) = (key.sha, key.context);
+        let what = format!("set status {context} on {sha}");
+        let wire = match said.state {
+            StatusState::Pending => octocrab::models::StatusState::Pending,
+            StatusState::Success => octocrab::models::StatusState::Success,
+            StatusState::Failure => octocrab::models::StatusState::Failure,
+            StatusState::Error => octocrab::models::StatusState::Error,
+        };
+        self.call(&what, || async move {
+            let repos = self.octo.repos(&self.owner, &self.repo);
+            let status = repos.create_status(sha.to_string(), wire);
+            let status = status.context(context.to_string());
+            status
+                .description(said.description.to_string())
+                .send()
+                .await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Found by the marker among comments by anyone, on every page.
+    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
+        let what = format!("list comments of pull request #{number}");
+        let first = format!(
+            "/repos/{}/{}/issues/{number}/comments?per_page=100",
+            self.owner, self.repo
+        );
+        let marked = |c: &Comment| c.body.as_deref().is_some_and(|b| b.contains(marker));
+        let what = what.as_str();
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        let enough = |page: &[Comment]| page.iter().any(marked);
+        let comments = read_pages(first, read_page, enough).await?;
+        let comment = comments.into_iter().find(|c| marked(c));
+        Ok(comment.map(|c| Marked {
+            id: c.id.into_inner(),
+            text: c.body.unwrap_or_default(),
+            ..Marked::default()
+        }))
+    }
+
+    /// An issue comment of the pull request, through octocrab.
+    async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
+        let issues = || self.octo.issues(&self.owner, &self.repo);
+        match old {
+            Some(Marked { id, .. }) => {
+                let what = format!("update comment {id} on pull request #{number}");
+                let id = octocrab::models::CommentId(id);
+                let update = || async move { issues().update_comment(id, body).await };
+                self.call(&what, update).await.map(drop)
+            }
+            None => {
+                let what = format!("comment on pull request #{number}");
+                let create = || async move { issues().create_comment(number, body).await };
+                self.call(&what, create).await.map(drop)
+            }
+        }
+    }
+}
+
+/// A status as tagpin reads it, with who set it and when; a state tagpin does not post is
+/// none of its verdicts.
+fn status(s: &octocrab::models::Status) -> Option<Status> {
+    let state = match s.state {
+        octocrab::models::StatusState::Success => StatusState::Success,
+        octocrab::models::StatusState::Failure => StatusState::Failure,
+        octocrab::models::StatusState::Error => StatusState::Error,
+        octocrab::models::StatusState::Pending => StatusState::Pending,
+        _ => return None,
+    };
+    Some(Status {
+        state,
+        description: s.description.clone().unwrap_or_default(),
+        created_at: s.created_at.map(|t| t.timestamp()),
+        creator: s.creator.as_ref().map(|c| c.login.clone()),
+    })
+}
+
 fn info(pr: octocrab::models::pulls::PullRequest) -> PullRequestInfo {
     PullRequestInfo {
         number: pr.number,
@@ -527,12 +430,7 @@ fn info(pr: octocrab::models::pulls::PullRequest) -> PullRequestInfo {
         merged: pr.merged_at.is_some() || pr.merged == Some(true),
         title: pr.title.unwrap_or_default(),
         body: pr.body.unwrap_or_default(),
-        labels: pr
-            .labels
-            .unwrap_or_default()
-            .into_iter()
-            .map(|l| l.name)
-            .collect(),
+        labels: label_names(pr.labels, |l| l.name),
         url: pr.html_url.map(|u| u.to_string()).unwrap_or_default(),
         head_ref: pr.head.ref_field,
         head_sha: pr.head.sha,
@@ -743,8 +641,5 @@ fn client(api_url: &str, token: &str, deadline: Duration) -> Result<Octocrab, Fo
 }
 
 fn setup(detail: String) -> ForgeError {
-    ForgeError::Setup {
-        forge: FORGE,
-        detail,
-    }
+    Names::setup(FORGE, detail)
 }

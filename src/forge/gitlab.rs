@@ -16,38 +16,47 @@
 //! and a `Link` to another origin is refused, so the token is sent to `api_url`'s host only.
 //! Every call has a connect timeout and a total deadline, answer included
 //! (`forge.timeout_seconds`), and reads at most [`super::MAX_ANSWER_BYTES`]; a `429` is waited out
-//! when GitLab says when to come back within [`MAX_RATE_LIMIT_WAIT`], and reported otherwise.
+//! when GitLab says when to come back within [`super::MAX_RATE_LIMIT_WAIT`], and reported otherwise.
 //! GitLab's own error messages are read only to recognise known cases, never quoted.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::header::HeaderMap;
 use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::common::{host_of, http_client, status_text};
-use super::common::{in_flight, next_link, read_pages, read_pages_whole, updated_before};
-use super::common::{json, json_request, unix};
-use super::common::{retry_after, Calls, FailureWords, ForgeError};
-use crate::config;
+use super::engine::{header, BadPageUrl, Dialect, PageAddress, Paged};
+use super::engine::{json, next_link, read_pages, read_pages_whole, retry_after, unix};
+use super::engine::{read_change_requests, Marked, Said, StatusKey, Words};
+use super::engine::{Forge, Listing, NewChange, Rest, Result};
+use super::settings::ChangeRequestNoun;
+use super::settings::{report_foreign, segment_ok, Keys, Kind, Section, Settings};
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 
 const FORGE: &str = "GitLab";
+/// `kind: gitlab`: `forge.project` ([`project`]), on gitlab.com unless a self-managed
+/// `https://HOST/api/v4` is given.
+pub(crate) const SECTION: Section = Section::new("gitlab", Some(API_URL), project);
+/// gitlab.com's API.
+const API_URL: &str = "https://gitlab.com/api/v4";
+/// What a failed answer means, in words that say what to fix: the token (401), its scope or
+/// role (403), the project or object (404), and what its body tells apart ([`from_body`]).
+pub(super) const WORDS: Words = Words {
+    wait: rate_limit_wait,
+    unauthorized: "the token is not valid (expired, revoked, or not a GitLab token)",
+    forbidden: "the token's user may not do this in {repo} (it needs the Developer role or higher)",
+    not_found: "{repo} is not at {api}, or the token may not read it (GitLab answers 404 for projects hidden from the token)",
+    from_body,
+    ..Words::PLAIN
+};
 
 /// A GitLab project, with a token.
 pub struct GitLab {
-    http: reqwest::Client,
-    /// `host[:port]` of `api_url`, for errors.
-    host: String,
-    /// `forge.timeout_seconds`: each call, answer included.
-    deadline: Duration,
-    /// `forge.api_url` without a trailing slash: `https://gitlab.example.com/api/v4`.
-    api: String,
-    /// `group/subgroup/project`, as configured, for messages.
-    project: String,
-    token: HeaderValue,
-    /// The token's username, asked once.
-    login: tokio::sync::OnceCell<String>,
+    /// At `/projects/{group%2Fsubgroup%2Fproject}`.
+    rest: Rest,
+    /// Merge requests, adopted when opened meanwhile; the token's username.
+    dialect: Dialect,
 }
 
 /// A merge request as GitLab's list and single-merge-request answers carry it (the fields
@@ -145,296 +154,148 @@ struct NoteBody<'a> {
     body: &'a str,
 }
 
-/// A successful answer: its body, and the address of the next page of a list.
-struct Answer {
-    body: String,
-    next: Option<String>,
-}
-
 impl GitLab {
     /// `api_url` is `https://gitlab.com/api/v4`, or `https://HOST/api/v4` for a self-managed
-    /// GitLab.
-    pub fn new(forge: &config::Forge, token: String) -> Result<GitLab, ForgeError> {
-        let config::ForgeKind::GitLab { project } = &forge.kind else {
-            return Err(setup("the forge configured is not GitLab".into()));
-        };
-        let mut token = HeaderValue::from_str(token.trim()).map_err(|_| {
-            setup(format!(
-                "the token in {} holds characters an HTTP header cannot carry",
-                forge.token_env
-            ))
-        })?;
-        token.set_sensitive(true);
-        let deadline = Duration::from_secs(forge.timeout_seconds);
-        let http = http_client(FORGE, deadline)?;
+    /// GitLab. The token goes in `PRIVATE-TOKEN`.
+    pub fn new(forge: &Settings, project: &str, token: String) -> Result<GitLab> {
+        let credentials = ("PRIVATE-TOKEN", token.trim().to_string());
         Ok(GitLab {
-            http,
-            host: host_of(&forge.api_url),
-            deadline,
-            api: forge.api_url.trim_end_matches('/').to_string(),
-            project: project.clone(),
-            token,
-            login: tokio::sync::OnceCell::new_with(forge.login.clone()),
+            rest: Rest::new(FORGE, forge, project.to_string(), credentials, &WORDS)?
+                .at(&format!("/projects/{}", encode_project(project))),
+            dialect: Dialect::new(FORGE, ChangeRequestNoun::MergeRequest, forge.login.clone())
+                .adopting(),
         })
     }
 
-    /// The username the token belongs to (`GET /user`), asked once per process; for a project
-    /// or group access token, its bot user.
-    pub async fn login(&self) -> Result<&str, ForgeError> {
-        self.login
-            .get_or_try_init(|| async {
-                let url = format!("{}/user", self.api);
-                let answer = self
-                    .request("read the token's user (GET /user)", Method::GET, &url, None)
-                    .await?;
-                let user: User = self
-                    .calls()
-                    .parse("read the token's user (GET /user)", &answer.body)?;
-                Ok::<_, ForgeError>(user.username)
-            })
-            .await
-            .map(String::as_str)
-    }
-
-    /// `{api}/projects/{group%2Fsub%2Fproject}{rest}`.
-    fn project_url(&self, rest: &str) -> String {
-        format!(
-            "{}/projects/{}{rest}",
-            self.api,
-            encode_project(&self.project)
-        )
-    }
-
-    /// Every merge request (open, closed, merged) from `branch` of this project into `base`,
-    /// newest first; a fork's merge request from a branch of the same name is left out.
-    pub async fn pull_requests_for(
-        &self,
-        branch: &str,
-        base: &str,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list merge requests from {branch}");
-        let query = [
-            ("state", "all"),
-            ("source_branch", branch),
-            ("target_branch", base),
-        ];
-        let mut mrs = self.list_merge_requests(&what, &query, None).await?;
-        mrs.retain(|m| m.same_repository);
-        mrs.sort_by_key(|m| std::cmp::Reverse(m.number));
-        Ok(mrs)
-    }
-
-    /// Every open merge request into `base` from a branch starting with `prefix`, and those
-    /// closed or merged at or after `closed_since` (Unix seconds), newest first; forks' are
-    /// included, marked by `same_repository`.
-    pub async fn pull_requests_with_prefix(
-        &self,
-        prefix: &str,
-        base: &str,
-        closed_since: i64,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let what = format!("list merge requests into {base}");
-        let open = self
-            .list_merge_requests(&what, &[("state", "opened"), ("target_branch", base)], None)
-            .await?;
-        // Most recently changed first, so the pages stop where the window does. GitLab's
-        // `closed` leaves merged ones out: all states are read, and the open ones dropped.
-        let recent = [
-            ("state", "all"),
-            ("target_branch", base),
-            ("order_by", "updated_at"),
-            ("sort", "desc"),
-        ];
-        let recent = self
-            .list_merge_requests(&what, &recent, Some(closed_since))
-            .await?;
-        Ok(in_flight(open, recent, prefix))
-    }
-
-    /// Every page of a merge request list, 100 at a time; with `until`, pages stop after the
-    /// first one that reaches a merge request updated before it (the list is by update time).
-    async fn list_merge_requests(
-        &self,
-        what: &str,
-        query: &[(&str, &str)],
-        until: Option<i64>,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        let first = with_query(&self.project_url("/merge_requests"), query);
-        let read_page = |url: String| async move {
-            let (items, next) = self.read_list::<MergeRequest>(what, &url).await?;
-            Ok((items.into_iter().map(info).collect(), next))
-        };
-        read_pages(first, read_page, updated_before(until)).await
-    }
-
-    /// One page of a list, with the address of the next page.
-    async fn read_list<T: serde::de::DeserializeOwned>(
-        &self,
-        what: &str,
-        url: &str,
-    ) -> Result<(Vec<T>, Option<String>), ForgeError> {
-        let answer = self.request(what, Method::GET, url, None).await?;
-        Ok((self.calls().parse(what, &answer.body)?, answer.next))
-    }
-
-    /// Opens a merge request. When GitLab answers that one is already open for the branch
-    /// (`409`, another tagpin or a person got there first), that one is adopted: it is given
-    /// this title and description and returned.
-    pub async fn open_pull_request(
-        &self,
-        branch: &str,
-        base: &str,
-        title: &str,
-        body: &str,
-    ) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("open a merge request from {branch} into {base}");
-        let request = NewMergeRequest {
-            source_branch: branch,
-            target_branch: base,
-            title,
-            description: body,
-            remove_source_branch: true,
-        };
-        let url = self.project_url("/merge_requests");
-        match self
-            .request(&what, Method::POST, &url, Some(json(&request)))
-            .await
-        {
-            Ok(answer) => Ok(info(self.calls().parse(&what, &answer.body)?)),
-            Err(e) if e.status() == Some(409) => {
-                let query = [
-                    ("state", "opened"),
-                    ("source_branch", branch),
-                    ("target_branch", base),
-                ];
-                let open = self
-                    .list_merge_requests(&what, &query, None)
-                    .await?
-                    .into_iter()
-                    .find(|m| m.same_repository && m.open);
-                let Some(mut mr) = open else { return Err(e) };
-                tracing::info!(
-                    "merge request !{} was opened for {branch} meanwhile; adopting it",
-                    mr.number
-                );
-                self.update_pull_request(mr.number, title, body).await?;
-                mr.title = title.to_string();
-                mr.body = body.to_string();
-                Ok(mr)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    pub async fn update_pull_request(
-        &self,
-        number: u64,
-        title: &str,
-        body: &str,
-    ) -> Result<(), ForgeError> {
-        let what = format!("update merge request !{number}");
-        let url = self.project_url(&format!("/merge_requests/{number}"));
-        let edit = EditMergeRequest {
-            title,
-            description: body,
-        };
-        self.request(&what, Method::PUT, &url, Some(json(&edit)))
-            .await?;
-        Ok(())
-    }
-
-    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
-        let what = format!("add labels to merge request !{number}");
-        let url = self.project_url(&format!("/merge_requests/{number}"));
-        let add = AddLabels {
-            add_labels: labels.join(","),
-        };
-        self.request(&what, Method::PUT, &url, Some(json(&add)))
-            .await?;
-        Ok(())
-    }
-
-    /// One merge request by its IID (the `!N` of the project).
-    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
-        let what = format!("read merge request !{number}");
-        let url = self.project_url(&format!("/merge_requests/{number}"));
-        let answer = self.request(&what, Method::GET, &url, None).await?;
-        Ok(info(self.calls().parse(&what, &answer.body)?))
-    }
-
-    /// Every status `context` on `sha` (of `branch` only, when given), newest first (all of
-    /// them, not only the latest per name: the soak clock starts at the first), with who set
-    /// each and when.
-    pub async fn statuses(
-        &self,
-        sha: &str,
-        branch: Option<&str>,
-        context: &str,
-    ) -> Result<StatusHistory, ForgeError> {
-        let (found, complete) = self.commit_statuses_whole(sha, branch, context).await?;
-        let statuses = found
-            .iter()
-            .filter_map(|s| {
-                Some(Status {
-                    state: read_state(&s.status)?,
-                    description: s.description.clone().unwrap_or_default(),
-                    created_at: set_at(s),
-                    creator: s.author.as_ref().map(|a| a.username.clone()),
-                })
-            })
-            .collect();
-        Ok(StatusHistory { statuses, complete })
+    /// One page of a list, with the address of the next page ([`next_page`]).
+    async fn read_list<T: DeserializeOwned>(&self, what: &str, url: &str) -> Result<Paged<T>> {
+        let answer = self.rest.call(what, Method::GET, url, None).await?;
+        let next = next_page(url, &answer.headers, &self.rest.api)
+            .map_err(|e| self.rest.error(what, e.to_string(), None))?;
+        Ok((self.rest.parse(what, &answer.body)?, next))
     }
 
     /// GitLab's statuses named `context` on `sha` (of ref `branch` only, when given), newest
-    /// first.
-    async fn commit_statuses(
-        &self,
-        sha: &str,
-        branch: Option<&str>,
-        context: &str,
-    ) -> Result<Vec<CommitStatus>, ForgeError> {
-        Ok(self.commit_statuses_whole(sha, branch, context).await?.0)
-    }
-
-    /// [`GitLab::commit_statuses`], and whether they were read to the end of the list.
-    async fn commit_statuses_whole(
-        &self,
-        sha: &str,
-        branch: Option<&str>,
-        context: &str,
-    ) -> Result<(Vec<CommitStatus>, bool), ForgeError> {
-        let what = format!("read statuses of {sha}");
-        let mut query = vec![("name", context), ("all", "true")];
-        query.extend(branch.map(|b| ("ref", b)));
-        let first = with_query(
-            &self.project_url(&format!("/repository/commits/{sha}/statuses")),
-            &query,
-        );
+    /// first, and whether they were read to the end of the list.
+    async fn commit_statuses(&self, key: StatusKey<'_>) -> Result<(Vec<CommitStatus>, bool)> {
+        let what = format!("read statuses of {}", key.sha);
+        let mut query = vec![("name", key.context), ("all", "true")];
+        query.extend(key.branch.map(|b| ("ref", b)));
+        let statuses = format!("/repository/commits/{}/statuses", key.sha);
+        let first = with_query(&self.rest.url(&statuses), &query);
         let what = what.as_str();
         let read_page = |url: String| async move { self.read_list(what, &url).await };
         let (mut statuses, whole): (Vec<CommitStatus>, bool) =
             read_pages_whole(first, read_page, |_| false).await?;
-        statuses.retain(|s| s.name == context);
+        statuses.retain(|s| s.name == key.context);
         statuses.sort_by_key(|s| std::cmp::Reverse(s.id));
         Ok((statuses, whole))
     }
+}
 
-    /// Sets status `context` on `sha` to `state`, as user `me`, on the ref `branch` when given
-    /// (see [`super::Forge::set_status`]). GitLab keeps one status per name and ref in
-    /// `pending` or `running` and moves it, refusing a move to the state it is in (`400 Cannot
-    /// transition status`); so the statuses of that ref are read first and only a change is
-    /// posted ([`status_to_post`]).
-    pub async fn set_status(
-        &self,
-        sha: &str,
-        branch: Option<&str>,
-        state: StatusState,
-        context: &str,
-        description: &str,
-        me: &str,
-    ) -> Result<(), ForgeError> {
-        let statuses = self.commit_statuses(sha, branch, context).await?;
+impl Forge for GitLab {
+    fn dialect(&self) -> &Dialect {
+        &self.dialect
+    }
+
+    /// `GET /user`; for a project or group access token, its bot user.
+    async fn ask_login(&self) -> Result<String> {
+        let url = format!("{}/user", self.rest.api);
+        let what = "read the token's user (GET /user)";
+        Ok(self.rest.get::<User>(what, &url).await?.username)
+    }
+
+    /// GitLab filters by source and target branch itself. Its `closed` leaves merged ones
+    /// out: the recent are read in all states, most recently changed first (so the pages stop
+    /// where the window does), and [`super::engine::in_flight`] drops the open ones.
+    async fn list(&self, what: &str, listing: Listing<'_>) -> Result<Vec<PullRequestInfo>> {
+        let (query, until) = match listing {
+            Listing::From { branch, base } => (
+                vec![
+                    ("state", "all"),
+                    ("source_branch", branch),
+                    ("target_branch", base),
+                ],
+                None,
+            ),
+            Listing::OpenFrom { branch, base } => {
+                let query = [("state", "opened"), ("source_branch", branch)];
+                (vec![query[0], query[1], ("target_branch", base)], None)
+            }
+            Listing::OpenInto { base, .. } => {
+                (vec![("state", "opened"), ("target_branch", base)], None)
+            }
+            Listing::ClosedInto { base, since, .. } => {
+                let order = [("order_by", "updated_at"), ("sort", "desc")];
+                (
+                    vec![
+                        ("state", "all"),
+                        ("target_branch", base),
+                        order[0],
+                        order[1],
+                    ],
+                    Some(since),
+                )
+            }
+        };
+        // Every page, 100 at a time; with `until`, to the first that reaches it.
+        let first = with_query(&self.rest.url("/merge_requests"), &query);
+        let read_page = |url: String| async move { self.read_list(what, &url).await };
+        read_change_requests(first, until, read_page, |mr: MergeRequest| Some(info(mr))).await
+    }
+
+    /// Opened with `remove_source_branch`: tagpin's branches are its own, and once merged
+    /// GitLab deletes them.
+    async fn create(&self, what: &str, new: NewChange<'_>) -> Result<PullRequestInfo> {
+        let request = json(&NewMergeRequest {
+            source_branch: new.branch,
+            target_branch: new.base,
+            title: new.title,
+            description: new.body,
+            remove_source_branch: true,
+        });
+        let url = self.rest.url("/merge_requests");
+        Ok(info(self.rest.post(what, &url, request).await?))
+    }
+
+    async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
+        let what = format!("update merge request !{number}");
+        let url = self.rest.url(&format!("/merge_requests/{number}"));
+        let description = body;
+        let edit = json(&EditMergeRequest { title, description });
+        self.rest.write(&what, Method::PUT, &url, &edit).await
+    }
+
+    /// Labels already on the merge request stay.
+    async fn add_labels(&self, number: u64, labels: &[String]) -> Result<()> {
+        let what = format!("add labels to merge request !{number}");
+        let url = self.rest.url(&format!("/merge_requests/{number}"));
+        let add_labels = labels.join(",");
+        let add = json(&AddLabels { add_labels });
+        self.rest.write(&what, Method::PUT, &url, &add).await
+    }
+
+    /// By its IID, the `!N` of the project.
+    async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
+        let what = format!("read merge request !{number}");
+        let url = self.rest.url(&format!("/merge_requests/{number}"));
+        Ok(info(self.rest.get(&what, &url).await?))
+    }
+
+    /// All of them, not only the latest per name: the soak clock starts at the first.
+    async fn statuses(&self, key: StatusKey<'_>) -> Result<StatusHistory> {
+        let (found, complete) = self.commit_statuses(key).await?;
+        let statuses = found.iter().filter_map(status).collect();
+        Ok(StatusHistory { statuses, complete })
+    }
+
+    /// Posted as the token's user on the ref `branch` when given. GitLab keeps one status per
+    /// name and ref in `pending` or `running` and moves it, refusing a move to the state it
+    /// is in (`400 Cannot transition status`); so the statuses of that ref are read first and
+    /// only a change is posted ([`status_to_post`]).
+    async fn set_status(&self, key: StatusKey<'_>, said: Said<'_>) -> Result<()> {
+        let me = self.login().await?;
+        let (statuses, _) = self.commit_statuses(key).await?;
         let own = statuses
             .iter()
             .find(|s| s.author.as_ref().is_some_and(|a| a.username == me))
@@ -444,103 +305,50 @@ impl GitLab {
             .iter()
             .map(|s| s.status.as_str())
             .find(|s| matches!(*s, "pending" | "running"));
-        let Some(wire) = status_to_post(state, description, own, live) else {
+        let Some(state) = status_to_post(said.state, said.description, own, live) else {
             return Ok(());
         };
-        let what = format!("set status {context} on {sha}");
-        let url = self.project_url(&format!("/statuses/{sha}"));
-        let status = NewStatus {
-            state: wire,
-            ref_name: branch,
-            name: context,
-            description,
-        };
-        self.request(&what, Method::POST, &url, Some(json(&status)))
-            .await?;
-        Ok(())
+        let what = format!("set status {} on {}", key.context, key.sha);
+        let url = self.rest.url(&format!("/statuses/{}", key.sha));
+        let status = json(&NewStatus {
+            state,
+            ref_name: key.branch,
+            name: key.context,
+            description: said.description,
+        });
+        self.rest.write(&what, Method::POST, &url, &status).await
     }
 
-    /// Keeps one note per merge request carrying `marker`: edits it when it exists (found by
-    /// the marker among the notes `me` wrote, on every page: GitLab lets only a note's author
-    /// edit it, so a person quoting the marker is not mistaken for it), creates it otherwise.
-    pub async fn upsert_comment(
-        &self,
-        number: u64,
-        marker: &str,
-        body: &str,
-        me: &str,
-    ) -> Result<(), ForgeError> {
+    /// Found by the marker among the notes tagpin's user wrote, on every page: GitLab lets
+    /// only a note's author edit it, so a person quoting the marker is not mistaken for it.
+    async fn marked_comment(&self, number: u64, marker: &str) -> Result<Option<Marked>> {
+        let me = self.login().await?;
         let what = format!("list notes of merge request !{number}");
-        let notes = self.project_url(&format!("/merge_requests/{number}/notes"));
+        let notes = self.rest.url(&format!("/merge_requests/{number}/notes"));
         let first = with_query(&notes, &[("sort", "asc"), ("order_by", "created_at")]);
         let what = what.as_str();
         let read_page = |url: String| async move { self.read_list(what, &url).await };
-        let read: Vec<Note> = read_pages(first, read_page, |page: &[Note]| {
-            find_note(page, marker, me).is_some()
-        })
-        .await?;
-        let existing = find_note(&read, marker, me).map(|n| (n.id, n.body == body));
-        match existing {
-            // Already says exactly this: editing it again would only spend a call.
-            Some((_, true)) => Ok(()),
-            Some((id, false)) => {
-                let what = format!("update note {id} on merge request !{number}");
-                let url = format!("{notes}/{id}");
-                self.request(&what, Method::PUT, &url, Some(json(&NoteBody { body })))
-                    .await?;
-                Ok(())
-            }
-            None => {
-                let what = format!("comment on merge request !{number}");
-                self.request(&what, Method::POST, &notes, Some(json(&NoteBody { body })))
-                    .await?;
-                Ok(())
-            }
+        let enough = |page: &[Note]| page.iter().any(|n| mine(n, marker, me));
+        let read: Vec<Note> = read_pages(first, read_page, enough).await?;
+        let note = read.into_iter().find(|n| mine(n, marker, me));
+        Ok(note.map(|n| Marked {
+            id: n.id,
+            text: n.body,
+            ..Marked::default()
+        }))
+    }
+
+    /// A note of the merge request, edited by its id.
+    async fn write_comment(&self, number: u64, old: Option<Marked>, body: &str) -> Result<()> {
+        let notes = self.rest.url(&format!("/merge_requests/{number}/notes"));
+        let note = NoteBody { body };
+        if let Some(Marked { id, .. }) = old {
+            let what = format!("update note {id} on merge request !{number}");
+            let url = format!("{notes}/{id}");
+            return self.rest.write(&what, Method::PUT, &url, &note).await;
         }
-    }
-
-    /// One call, waiting out a `429` GitLab gives a time for, within bounds. Any other
-    /// answer outside 2xx is an error naming what it means for tagpin.
-    async fn request(
-        &self,
-        what: &str,
-        method: Method,
-        url: &str,
-        body: Option<serde_json::Value>,
-    ) -> Result<Answer, ForgeError> {
-        let credentials = ("PRIVATE-TOKEN", &self.token);
-        let build = || json_request(&self.http, &method, url, credentials, body.as_ref());
-        let describe = |status: StatusCode, body: &str| {
-            describe_failure(status, body, &self.project, &self.api)
-        };
-        let words = FailureWords {
-            wait: rate_limit_wait,
-            describe: &describe,
-        };
-        let answer = self.calls().send(what, build, &words).await?;
-        let next = next_page(url, &answer.headers, &self.api)
-            .map_err(|e| self.calls().error(what, e.to_string(), None))?;
-        Ok(Answer {
-            body: answer.body,
-            next,
-        })
-    }
-
-    /// How this adapter's calls read answers and name failures.
-    fn calls(&self) -> Calls<'_> {
-        Calls {
-            forge: FORGE,
-            host: &self.host,
-            repo: &self.project,
-            deadline: self.deadline,
-        }
-    }
-}
-
-fn setup(detail: String) -> ForgeError {
-    ForgeError::Setup {
-        forge: FORGE,
-        detail,
+        let what = format!("comment on merge request !{number}");
+        self.rest.write(&what, Method::POST, &notes, &note).await
     }
 }
 
@@ -653,11 +461,21 @@ fn set_at(status: &CommitStatus) -> Option<i64> {
     unix(when)
 }
 
-/// The note `me` wrote carrying `marker`, oldest first; GitLab's system notes are never
+/// Whether `note` is one `me` wrote carrying `marker`; GitLab's system notes are never
 /// tagpin's.
-fn find_note<'n>(notes: &'n [Note], marker: &str, me: &str) -> Option<&'n Note> {
-    notes.iter().find(|n| {
-        !n.system && n.body.contains(marker) && n.author.as_ref().is_some_and(|a| a.username == me)
+fn mine(note: &Note, marker: &str, me: &str) -> bool {
+    !note.system
+        && note.body.contains(marker)
+        && note.author.as_ref().is_some_and(|a| a.username == me)
+}
+
+/// A status as tagpin reads it, with who set it and when ([`set_at`]).
+fn status(s: &CommitStatus) -> Option<Status> {
+    Some(Status {
+        state: read_state(&s.status)?,
+        description: s.description.clone().unwrap_or_default(),
+        created_at: set_at(s),
+        creator: s.author.as_ref().map(|a| a.username.clone()),
     })
 }
 
@@ -673,13 +491,8 @@ enum PagingError {
     ElsewhereLink { host: Option<String>, api: String },
     #[error("x-next-page is not a page number")]
     NotAPageNumber,
-    /// The address of the page just read (tagpin's own) does not parse.
-    #[error("{url}: {source}")]
-    BadUrl {
-        url: String,
-        #[source]
-        source: url::ParseError,
-    },
+    #[error(transparent)]
+    BadUrl(#[from] BadPageUrl),
 }
 
 /// The next page of a list: the `Link` header's `rel="next"`, else GitLab's `x-next-page`
@@ -687,45 +500,23 @@ enum PagingError {
 /// `api` is refused: the token goes nowhere else. Errors name only the other host: a header's
 /// text is the server's, and is not quoted.
 fn next_page(url: &str, headers: &HeaderMap, api: &str) -> Result<Option<String>, PagingError> {
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-    };
-    if let Some(next) = header("link").and_then(next_link) {
+    if let Some(next) = header(headers, "link").and_then(next_link) {
         let origin = |u: &str| url::Url::parse(u).ok().map(|u| u.origin());
         if origin(&next).is_none() || origin(&next) != origin(api) {
-            return Err(PagingError::ElsewhereLink {
-                host: url::Url::parse(&next)
-                    .ok()
-                    .and_then(|u| u.host_str().map(str::to_string)),
-                api: api.to_string(),
-            });
+            let host = url::Url::parse(&next).ok();
+            let host = host.and_then(|u| u.host_str().map(str::to_string));
+            let api = api.to_string();
+            return Err(PagingError::ElsewhereLink { host, api });
         }
         return Ok(Some(next));
     }
-    let Some(page) = header("x-next-page") else {
+    let Some(page) = header(headers, "x-next-page") else {
         return Ok(None);
     };
     if !page.bytes().all(|b| b.is_ascii_digit()) {
         return Err(PagingError::NotAPageNumber);
     }
-    let mut next = url::Url::parse(url).map_err(|source| PagingError::BadUrl {
-        url: url.to_string(),
-        source,
-    })?;
-    let kept: Vec<(String, String)> = next
-        .query_pairs()
-        .filter(|(k, _)| k != "page")
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .collect();
-    next.query_pairs_mut()
-        .clear()
-        .extend_pairs(kept)
-        .append_pair("page", page);
-    Ok(Some(next.to_string()))
+    Ok(Some(PageAddress::parse(url)?.with("page", page)))
 }
 
 /// How long GitLab asks to wait after a `429`: `Retry-After` seconds, else until the
@@ -750,31 +541,19 @@ fn rate_limit_wait(headers: &HeaderMap, now: SystemTime) -> Duration {
     Duration::from_secs(60)
 }
 
-/// A failed answer in words that say what to fix: the token (401), its scope or role (403),
-/// the project or object (404), a merge request already open (409), a field GitLab refused
-/// (400). GitLab's body is read only to recognise these; its text is never quoted.
-fn describe_failure(status: StatusCode, body: &str, project: &str, api: &str) -> String {
-    let answered = status_text(status.as_u16());
-    let meaning = match status.as_u16() {
-        401 => Some("the token is not valid (expired, revoked, or not a GitLab token)".to_string()),
+/// What a failed answer's body tells apart: a token without the api scope (403), a merge
+/// request already open (409), the fields GitLab refused (400). GitLab's text is read only to
+/// recognise these, never quoted.
+fn from_body(status: StatusCode, body: &str) -> Option<String> {
+    match status.as_u16() {
         403 if body.contains("insufficient_scope") => Some(
             "the token lacks the api scope (a personal, project or group access token with scope api is needed)".to_string(),
         ),
-        403 => Some(format!(
-            "the token's user may not do this in {project} (it needs the Developer role or higher)"
-        )),
-        404 => Some(format!(
-            "{project} is not at {api}, or the token may not read it (GitLab answers 404 for projects hidden from the token)"
-        )),
         409 if body.contains("already exists") => {
             Some("a merge request for this branch already exists".to_string())
         }
         400 => refused_fields(body).map(|fields| format!("GitLab refused the {fields}")),
         _ => None,
-    };
-    match meaning {
-        Some(meaning) => format!("{answered} ({meaning})"),
-        None => answered,
     }
 }
 
@@ -803,8 +582,34 @@ fn refused_fields(body: &str) -> Option<String> {
     (!fields.is_empty()).then(|| fields.join(", "))
 }
 
+/// `forge.project`: a GitLab project by its path (`group/subgroup/project`) or numeric ID; a
+/// GitHub key is reported.
+fn project(keys: &mut dyn Keys, _: Option<&str>) -> Option<Kind> {
+    let elsewhere = "is for GitHub and Gitea; a GitLab project is named by forge.project (group/subgroup/project)";
+    report_foreign(keys, &["forge.owner", "forge.repo"], elsewhere);
+    let project = keys.required("forge.project");
+    if let Some(project) = project.as_ref().filter(|p| !project_ok(p)) {
+        let problem = format!(
+            "{project:?} is not a GitLab project path (group/subgroup/project) or numeric ID"
+        );
+        keys.problem("forge.project", &problem);
+    }
+    Some(Kind::GitLab { project: project? })
+}
+
+/// A GitLab project as its API takes it: a numeric ID, or the full path of a project in a
+/// group or namespace (`group/subgroup/project`), each part one path segment.
+fn project_ok(project: &str) -> bool {
+    if project.bytes().all(|b| b.is_ascii_digit()) {
+        return true;
+    }
+    let parts: Vec<&str> = project.split('/').collect();
+    parts.len() >= 2 && parts.iter().all(|part| segment_ok(part))
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::engine::{headers, patched};
     use super::*;
 
     /// "List project merge requests", one item of the example answer in GitLab's REST
@@ -841,19 +646,8 @@ mod tests {
     }"#;
 
     fn mr(patch: serde_json::Value) -> PullRequestInfo {
-        let mut value: serde_json::Value = serde_json::from_str(DOCUMENTED_MERGE_REQUEST).unwrap();
-        for (k, v) in patch.as_object().unwrap() {
-            value[k] = v.clone();
-        }
+        let value = patched(DOCUMENTED_MERGE_REQUEST, patch);
         info(serde_json::from_value(value).unwrap())
-    }
-
-    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.insert(*name, HeaderValue::from_str(value).unwrap());
-        }
-        map
     }
 
     #[test]
@@ -952,56 +746,32 @@ mod tests {
     #[test]
     fn a_status_is_posted_only_when_gitlab_would_take_it_and_it_changes_something() {
         use StatusState::*;
-        let mine = |state, said| Some((state, said));
-        // The same state and words as tagpin's own: nothing to post.
-        assert_eq!(
-            status_to_post(Success, "ok", mine("success", "ok"), None),
-            None
-        );
-        let pending = Some("pending");
-        let running = Some("running");
-        assert_eq!(
-            status_to_post(Pending, "x", mine("pending", "x"), pending),
-            None
-        );
-        assert_eq!(
-            status_to_post(Pending, "x", mine("running", "x"), running),
-            None
-        );
-        // A final status is followed by a new one, in any state.
-        assert_eq!(
-            status_to_post(Success, "ok now", mine("success", "ok"), None),
-            Some("success")
-        );
-        assert_eq!(
-            status_to_post(Pending, "again", mine("failed", "no"), None),
-            Some("pending")
-        );
-        // pending -> pending is refused by GitLab; pending -> running carries the new words.
-        assert_eq!(
-            status_to_post(Pending, "2 left", mine("pending", "3 left"), pending),
-            Some("running")
-        );
-        // running may only end.
-        assert_eq!(
-            status_to_post(Pending, "1 left", mine("running", "2"), running),
-            None
-        );
-        assert_eq!(
-            status_to_post(Failure, "broken", mine("running", "2"), running),
-            Some("failed")
-        );
-        assert_eq!(
-            status_to_post(Error, "unsure", mine("pending", "x"), pending),
-            Some("canceled")
-        );
-        // Someone else's live status of the name is the one GitLab would move.
-        assert_eq!(
-            status_to_post(Pending, "checking", None, pending),
-            Some("running")
-        );
-        // Someone else's status saying the same is not tagpin's.
-        assert_eq!(status_to_post(Success, "ok", None, None), Some("success"));
+        let (pending, running) = (Some("pending"), Some("running"));
+        // (want, words, tagpin's own state and words, the live one GitLab holds) -> posted
+        #[rustfmt::skip]
+        let cases = [
+            // The same state and words as tagpin's own: nothing to post.
+            (Success, "ok", Some(("success", "ok")), None, None),
+            (Pending, "x", Some(("pending", "x")), pending, None),
+            (Pending, "x", Some(("running", "x")), running, None),
+            // A final status is followed by a new one, in any state.
+            (Success, "ok now", Some(("success", "ok")), None, Some("success")),
+            (Pending, "again", Some(("failed", "no")), None, Some("pending")),
+            // pending -> pending is refused by GitLab; pending -> running carries the words.
+            (Pending, "2 left", Some(("pending", "3 left")), pending, Some("running")),
+            // running may only end.
+            (Pending, "1 left", Some(("running", "2")), running, None),
+            (Failure, "broken", Some(("running", "2")), running, Some("failed")),
+            (Error, "unsure", Some(("pending", "x")), pending, Some("canceled")),
+            // Someone else's live status of the name is the one GitLab would move.
+            (Pending, "checking", None, pending, Some("running")),
+            // Someone else's status saying the same is not tagpin's.
+            (Success, "ok", None, None, Some("success")),
+        ];
+        for (want, words, own, live, posted) in cases {
+            let case = format!("{want:?} {words:?} {own:?} {live:?}");
+            assert_eq!(status_to_post(want, words, own, live), posted, "{case}");
+        }
     }
 
     #[test]
@@ -1112,9 +882,10 @@ mod tests {
 
     #[test]
     fn failures_name_what_to_fix() {
-        let describe = |status: u16, body: &str| {
-            describe_failure(
-                StatusCode::from_u16(status).unwrap(),
+        let describe = |code: u16, body: &str| {
+            let status = reqwest::StatusCode::from_u16(code).unwrap();
+            WORDS.describe(
+                status,
                 body,
                 "group/sub/project",
                 "https://gitlab.example.com/api/v4",
@@ -1171,11 +942,9 @@ mod tests {
         )
         .unwrap();
         let marker = "<!-- tagpin-verdict -->";
-        assert_eq!(
-            find_note(&notes, marker, "tagpin-bot").map(|n| n.id),
-            Some(3)
-        );
-        assert!(find_note(&notes[..2], marker, "tagpin-bot").is_none());
+        let found = notes.iter().find(|n| mine(n, marker, "tagpin-bot"));
+        assert_eq!(found.map(|n| n.id), Some(3));
+        assert!(!notes[..2].iter().any(|n| mine(n, marker, "tagpin-bot")));
     }
 
     #[test]

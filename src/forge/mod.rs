@@ -1,193 +1,192 @@
 //! The forge: where tagpin's change requests (GitHub, Gitea, Bitbucket and Azure DevOps pull
 //! requests, GitLab merge requests), commit (build) statuses and verdict notes live.
 //!
-//! [`Forge`] is the one interface sync, verify, promote and the controller use; it does not
-//! say which forge it is. Each forge has its adapter ([`github::GitHub`] through octocrab,
-//! [`gitlab::GitLab`], [`gitea::Gitea`], [`bitbucket::Bitbucket`] (Cloud),
+//! [`Forge`] is the contract every adapter implements, and its provided methods are what every
+//! forge does the same way ([`engine`]: which change requests are a branch's or in flight,
+//! adopting one opened meanwhile, keeping the marked comment, the request loop and paging).
+//! One file per dialect keeps only what its forge says its own way: [`github::GitHub`]
+//! through octocrab, [`gitlab::GitLab`], [`gitea::Gitea`], [`bitbucket::Bitbucket`] (Cloud),
 //! [`bitbucket_server::BitbucketServer`] (Data Center) and [`azure_devops::AzureDevOps`]
-//! through reqwest), which speaks that forge's API and maps its answers to the neutral types
-//! of [`crate::review`]. What is the same on every forge lives here: which status is tagpin's
-//! own (created by the token's login; on Bitbucket, which records no author, signed with the
-//! token), and the memory of what this process last wrote, so a pass that would write the
-//! same again spends no call.
+//! through reqwest, each mapping its forge's answers to the neutral types of
+//! [`crate::review`].
+//!
+//! [`ForgeClient`] is the one type sync, verify, promote and the controller hold; it does not
+//! say which forge it is. It adds what this process last wrote ([`engine::Memory`]), so a
+//! pass that would write the same status or comment again spends no call.
 
 pub mod azure_devops;
 pub mod bitbucket;
 pub mod bitbucket_server;
-pub mod body;
-mod common;
+pub mod engine;
 pub mod gitea;
 pub mod github;
 pub mod gitlab;
+pub mod settings;
+mod stamp;
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
-
-// tokio's, not std's: cache lifetimes and deadlines follow paused test time (see crate::clock).
-use tokio::time::Instant;
-
-use crate::config;
-use crate::mutex::lock;
+use std::future::Future;
+use std::pin::Pin;
 
 pub use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 pub use azure_devops::AzureDevOps;
 pub use bitbucket::Bitbucket;
 pub use bitbucket_server::BitbucketServer;
-pub use common::{ForgeError, MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT};
+pub use engine::{Dialect, Forge, ForgeError, Memory, NewChange, Said, StatusKey};
+pub use engine::{MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT, READ_BACK_AFTER};
 pub use gitea::Gitea;
 pub use github::GitHub;
 pub use gitlab::GitLab;
+pub use settings::ChangeRequestNoun;
+use settings::{Keys, Kind, Section, Settings};
 
-/// Entries kept of what this process last wrote; when full, all are dropped: the next passes
-/// read back once, nothing is wrong.
-const MAX_REMEMBERED: usize = 512;
-/// How long what this process last wrote (a status, the verdict comment) is trusted without
-/// reading it back: a pass that would write the same again spends no call, and a status or
-/// comment changed by hand is set right within this time.
-pub const READ_BACK_AFTER: Duration = Duration::from_secs(600);
+use engine::Result;
 
-/// What the forge calls a change request, for the text people read: GitHub's
-/// "pull request #12" (Gitea's and Bitbucket's too), GitLab's "merge request !12", Azure
-/// DevOps's "pull request !12". Without a forge there is no change
-/// request to name, and the wording is GitHub's (the one tagpin had before GitLab).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ChangeRequestNoun {
-    #[default]
-    PullRequest,
-    MergeRequest,
-    /// Azure DevOps's "pull request !12": its users mention pull requests with `!`.
-    AzureDevOpsPullRequest,
+/// Every `forge.kind`, each read and checked by its adapter, in the order an error lists them.
+pub(crate) const SECTIONS: [&Section; 6] = [
+    &github::SECTION,
+    &gitlab::SECTION,
+    &gitea::SECTION,
+    &bitbucket::SECTION,
+    &bitbucket_server::SECTION,
+    &azure_devops::SECTION,
+];
+
+/// The section `forge.kind` names, if it names one.
+pub(crate) fn section(kind: &str) -> Option<&'static Section> {
+    SECTIONS.iter().copied().find(|s| s.kind == kind)
 }
 
-impl ChangeRequestNoun {
-    /// The noun of the configured forge.
-    pub fn of(forge: Option<&config::Forge>) -> ChangeRequestNoun {
-        match forge.map(|f| &f.kind) {
-            Some(config::ForgeKind::GitLab { .. }) => ChangeRequestNoun::MergeRequest,
-            Some(config::ForgeKind::AzureDevOps { .. }) => {
-                ChangeRequestNoun::AzureDevOpsPullRequest
-            }
-            Some(
-                config::ForgeKind::GitHub { .. }
-                | config::ForgeKind::Gitea { .. }
-                | config::ForgeKind::Bitbucket { .. }
-                | config::ForgeKind::BitbucketServer { .. },
-            )
-            | None => ChangeRequestNoun::PullRequest,
-        }
-    }
-
-    /// `pull request` or `merge request`.
-    pub fn word(self) -> &'static str {
-        match self {
-            ChangeRequestNoun::PullRequest | ChangeRequestNoun::AzureDevOpsPullRequest => {
-                "pull request"
-            }
-            ChangeRequestNoun::MergeRequest => "merge request",
-        }
-    }
-
-    /// `#12` or `!12`: how the forge itself refers to number 12 in text.
-    pub fn reference(self, number: u64) -> String {
-        match self {
-            ChangeRequestNoun::PullRequest => format!("#{number}"),
-            ChangeRequestNoun::MergeRequest | ChangeRequestNoun::AzureDevOpsPullRequest => {
-                format!("!{number}")
-            }
-        }
-    }
-
-    /// `pull request #12` or `merge request !12`.
-    pub fn name(self, number: u64) -> String {
-        format!("{} {}", self.word(), self.reference(number))
+/// The `forge.kind` words, as an error lists them: `github, gitlab, … or azure-devops`.
+pub(crate) fn kinds() -> String {
+    let words: Vec<&str> = SECTIONS.iter().map(|s| s.kind).collect();
+    match words.split_last() {
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
     }
 }
 
-/// The forge adapter the configuration names.
-enum Adapter {
-    GitHub(GitHub),
-    GitLab(GitLab),
-    Gitea(Gitea),
-    BitbucketServer(BitbucketServer),
-    Bitbucket(Bitbucket),
-    AzureDevOps(AzureDevOps),
+/// The repository `section`'s adapter reads from the keys, every problem reported at its key:
+/// Bitbucket Cloud's `forge.workspace` in another kind's section, and whatever the adapter
+/// checks of its own keys ([`Section::repository`]).
+pub(crate) fn read_repository(
+    section: &Section,
+    keys: &mut dyn Keys,
+    api_url: Option<&str>,
+) -> Option<Kind> {
+    if section.kind != bitbucket::SECTION.kind && keys.is_set("forge.workspace") {
+        keys.problem("forge.workspace", bitbucket::WORKSPACE_ELSEWHERE);
+    }
+    (section.repository)(keys, api_url)
 }
 
-/// Dispatches one call to the adapter, which has a method of the same name and arguments.
-macro_rules! dispatch {
-    ($self:ident . $method:ident ( $($arg:expr),* )) => {
-        match &$self.adapter {
-            Adapter::GitHub(forge) => forge.$method($($arg),*).await,
-            Adapter::GitLab(forge) => forge.$method($($arg),*).await,
-            Adapter::Gitea(forge) => forge.$method($($arg),*).await,
-            Adapter::BitbucketServer(forge) => forge.$method($($arg),*).await,
-            Adapter::Bitbucket(forge) => forge.$method($($arg),*).await,
-            Adapter::AzureDevOps(forge) => forge.$method($($arg),*).await,
-        }
-    };
+/// A forge call's future, boxed.
+type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+
+/// [`Forge`] as one type: its futures boxed, since a trait of `async fn`s cannot stand behind
+/// a pointer. Every adapter is one through the blanket impl below, so what the compiler checks
+/// of the contract holds for all six, and a call reaches the adapter in one place.
+trait Dispatch: Send + Sync {
+    fn noun(&self) -> ChangeRequestNoun;
+    fn stored_body(&self, body: &str) -> String;
+    fn login(&self) -> Boxed<'_, &str>;
+    fn pull_requests_for<'a>(&'a self, branch: &'a str, base: &'a str) -> Boxed<'a, Prs>;
+    fn in_flight<'a>(&'a self, prefix: &'a str, base: &'a str, since: i64) -> Boxed<'a, Prs>;
+    fn open_pull_request<'a>(&'a self, new: NewChange<'a>) -> Boxed<'a, PullRequestInfo>;
+    fn update<'a>(&'a self, number: u64, title: &'a str, body: &'a str) -> Boxed<'a, ()>;
+    fn add_labels<'a>(&'a self, number: u64, labels: &'a [String]) -> Boxed<'a, ()>;
+    fn pull_request(&self, number: u64) -> Boxed<'_, PullRequestInfo>;
+    fn statuses<'a>(&'a self, key: StatusKey<'a>) -> Boxed<'a, StatusHistory>;
+    fn set_status<'a>(&'a self, key: StatusKey<'a>, said: Said<'a>) -> Boxed<'a, ()>;
+    fn upsert<'a>(&'a self, number: u64, marker: &'a str, body: &'a str) -> Boxed<'a, ()>;
 }
 
-/// The forge of the configuration, with its token.
-pub struct Forge {
-    adapter: Adapter,
-    /// What this process last wrote or read back: `(sha, branch, context)` ->
-    /// `(state, description)`, and change request -> verdict comment body; each with when.
-    statuses_set: Mutex<HashMap<StatusKey, KnownStatus>>,
-    comments_set: Mutex<HashMap<u64, (String, Instant)>>,
+type Prs = Vec<PullRequestInfo>;
+
+impl<F: Forge> Dispatch for F {
+    fn noun(&self) -> ChangeRequestNoun {
+        self.dialect().noun
+    }
+    fn stored_body(&self, body: &str) -> String {
+        Forge::stored_body(self, body)
+    }
+    fn login(&self) -> Boxed<'_, &str> {
+        Box::pin(Forge::login(self))
+    }
+    fn pull_requests_for<'a>(&'a self, branch: &'a str, base: &'a str) -> Boxed<'a, Prs> {
+        Box::pin(Forge::pull_requests_for(self, branch, base))
+    }
+    fn in_flight<'a>(&'a self, prefix: &'a str, base: &'a str, since: i64) -> Boxed<'a, Prs> {
+        Box::pin(self.pull_requests_with_prefix(prefix, base, since))
+    }
+    fn open_pull_request<'a>(&'a self, new: NewChange<'a>) -> Boxed<'a, PullRequestInfo> {
+        Box::pin(Forge::open_pull_request(self, new))
+    }
+    fn update<'a>(&'a self, number: u64, title: &'a str, body: &'a str) -> Boxed<'a, ()> {
+        Box::pin(self.update_pull_request(number, title, body))
+    }
+    fn add_labels<'a>(&'a self, number: u64, labels: &'a [String]) -> Boxed<'a, ()> {
+        Box::pin(Forge::add_labels(self, number, labels))
+    }
+    fn pull_request(&self, number: u64) -> Boxed<'_, PullRequestInfo> {
+        Box::pin(Forge::pull_request(self, number))
+    }
+    fn statuses<'a>(&'a self, key: StatusKey<'a>) -> Boxed<'a, StatusHistory> {
+        Box::pin(Forge::statuses(self, key))
+    }
+    fn set_status<'a>(&'a self, key: StatusKey<'a>, said: Said<'a>) -> Boxed<'a, ()> {
+        Box::pin(Forge::set_status(self, key, said))
+    }
+    fn upsert<'a>(&'a self, number: u64, marker: &'a str, body: &'a str) -> Boxed<'a, ()> {
+        Box::pin(self.upsert_comment(number, marker, body))
+    }
 }
 
-/// A status tagpin set or read back, `(state, description, when)`.
-type KnownStatus = (StatusState, String, Instant);
-/// Which status: `(sha, branch, context)`; on GitLab the same commit has one per branch.
-type StatusKey = (String, Option<String>, String);
+/// The forge of the configuration, with its token, and what this process last wrote there.
+pub struct ForgeClient {
+    adapter: Box<dyn Dispatch>,
+    memory: Memory,
+}
 
-impl Forge {
+impl ForgeClient {
     /// The forge `forge.kind` names. Nothing is called yet: a wrong token or project is met,
     /// and named, at the first call.
-    pub fn new(forge: &config::Forge, token: String) -> Result<Forge, ForgeError> {
-        Forge::with_username(forge, token, None)
+    pub fn new(forge: &Settings, token: String) -> Result<ForgeClient> {
+        ForgeClient::with_username(forge, token, None)
     }
 
-    /// [`Forge::new`], with the username `forge.username_env` names, read by the caller where
-    /// it reads the token (the environment, or the object's Secret in the operator): Bitbucket
-    /// Cloud's app password goes with it as HTTP Basic.
+    /// [`ForgeClient::new`], with the username `forge.username_env` names, read by the caller
+    /// where it reads the token (the environment, or the object's Secret in the operator):
+    /// Bitbucket Cloud's app password goes with it as HTTP Basic.
     pub fn with_username(
-        forge: &config::Forge,
+        forge: &Settings,
         token: String,
         username: Option<String>,
-    ) -> Result<Forge, ForgeError> {
-        let adapter = match forge.kind {
-            config::ForgeKind::GitHub { .. } => Adapter::GitHub(GitHub::new(forge, token)?),
-            config::ForgeKind::GitLab { .. } => Adapter::GitLab(GitLab::new(forge, token)?),
-            config::ForgeKind::Gitea { .. } => Adapter::Gitea(Gitea::new(forge, token)?),
-            config::ForgeKind::Bitbucket { .. } => {
-                Adapter::Bitbucket(Bitbucket::new(forge, token, username)?)
+    ) -> Result<ForgeClient> {
+        use Kind;
+        let adapter: Box<dyn Dispatch> = match &forge.kind {
+            Kind::GitHub { owner, repo } => Box::new(GitHub::new(forge, (owner, repo), token)?),
+            Kind::GitLab { project } => Box::new(GitLab::new(forge, project, token)?),
+            Kind::Gitea { owner, repo } => Box::new(Gitea::new(forge, (owner, repo), token)?),
+            Kind::Bitbucket { workspace, repo } => {
+                let credentials = (token, username);
+                Box::new(Bitbucket::new(forge, (workspace, repo), credentials)?)
             }
-            config::ForgeKind::BitbucketServer { .. } => {
-                Adapter::BitbucketServer(BitbucketServer::new(forge, token)?)
+            Kind::BitbucketServer { project, repo } => {
+                Box::new(BitbucketServer::new(forge, (project, repo), token)?)
             }
-            config::ForgeKind::AzureDevOps { .. } => {
-                Adapter::AzureDevOps(AzureDevOps::new(forge, token)?)
+            Kind::AzureDevOps { project, repo } => {
+                Box::new(AzureDevOps::new(forge, (project, repo), token)?)
             }
         };
-        Ok(Forge {
+        Ok(ForgeClient {
             adapter,
-            statuses_set: Mutex::default(),
-            comments_set: Mutex::default(),
+            memory: Memory::default(),
         })
     }
 
     /// What this forge calls a change request.
     pub fn noun(&self) -> ChangeRequestNoun {
-        match self.adapter {
-            Adapter::GitHub(_)
-            | Adapter::Gitea(_)
-            | Adapter::Bitbucket(_)
-            | Adapter::BitbucketServer(_) => ChangeRequestNoun::PullRequest,
-            Adapter::GitLab(_) => ChangeRequestNoun::MergeRequest,
-            Adapter::AzureDevOps(_) => ChangeRequestNoun::AzureDevOpsPullRequest,
-        }
+        self.adapter.noun()
     }
 
     /// `body` as this forge gives it back: Azure DevOps cuts a description past 4,000
@@ -195,135 +194,104 @@ impl Forge {
     /// others keep it whole. A change request's body is compared with this, so a cut one is
     /// not written again on every pass.
     pub fn stored_body(&self, body: &str) -> String {
-        match &self.adapter {
-            Adapter::AzureDevOps(_) => azure_devops::stored_body(body),
-            _ => body.to_string(),
-        }
+        self.adapter.stored_body(body)
     }
 
-    /// The login (GitLab: username) the token acts as, asked once per process, or
-    /// `forge.login` when configured.
-    pub async fn login(&self) -> Result<&str, ForgeError> {
-        dispatch!(self.login())
+    /// [`Forge::login`].
+    pub async fn login(&self) -> Result<&str> {
+        self.adapter.login().await
     }
 
-    /// Every change request (open, closed, merged) from `branch` of this repository into
-    /// `base`, newest first. Never one from a fork.
-    pub async fn pull_requests_for(
-        &self,
-        branch: &str,
-        base: &str,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        dispatch!(self.pull_requests_for(branch, base))
+    /// [`Forge::pull_requests_for`].
+    pub async fn pull_requests_for(&self, branch: &str, base: &str) -> Result<Prs> {
+        self.adapter.pull_requests_for(branch, base).await
     }
 
-    /// What is in flight into `base` on branches starting with `prefix` (tagpin's own), newest
-    /// first: every open change request, and those closed or merged at or after `closed_since`
-    /// (Unix seconds). Forks' are included, marked by `same_repository`: the caller says why
-    /// it leaves them alone.
+    /// [`Forge::pull_requests_with_prefix`].
     pub async fn pull_requests_with_prefix(
         &self,
         prefix: &str,
         base: &str,
         closed_since: i64,
-    ) -> Result<Vec<PullRequestInfo>, ForgeError> {
-        dispatch!(self.pull_requests_with_prefix(prefix, base, closed_since))
+    ) -> Result<Prs> {
+        self.adapter.in_flight(prefix, base, closed_since).await
     }
 
-    /// Opens a change request from `branch` into `base`. On GitLab, one opened meanwhile for
-    /// the same branch (`409`) is adopted: given this title and body, and returned.
+    /// [`Forge::open_pull_request`].
     pub async fn open_pull_request(
         &self,
         branch: &str,
         base: &str,
         title: &str,
         body: &str,
-    ) -> Result<PullRequestInfo, ForgeError> {
-        dispatch!(self.open_pull_request(branch, base, title, body))
+    ) -> Result<PullRequestInfo> {
+        let new = NewChange {
+            branch,
+            base,
+            title,
+            body,
+        };
+        self.adapter.open_pull_request(new).await
     }
 
-    pub async fn update_pull_request(
-        &self,
-        number: u64,
-        title: &str,
-        body: &str,
-    ) -> Result<(), ForgeError> {
-        dispatch!(self.update_pull_request(number, title, body))
+    /// [`Forge::update_pull_request`].
+    pub async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
+        self.adapter.update(number, title, body).await
     }
 
-    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<(), ForgeError> {
-        dispatch!(self.add_labels(number, labels))
+    /// [`Forge::add_labels`].
+    pub async fn add_labels(&self, number: u64, labels: &[String]) -> Result<()> {
+        self.adapter.add_labels(number, labels).await
     }
 
-    /// One change request by number (GitLab: the merge request's IID; Gitea: the pull
-    /// request's number, shared with issues).
-    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo, ForgeError> {
-        dispatch!(self.pull_request(number))
+    /// [`Forge::pull_request`].
+    pub async fn pull_request(&self, number: u64) -> Result<PullRequestInfo> {
+        self.adapter.pull_request(number).await
     }
 
     /// Every status `context` on `sha`, newest first, with who set each and when, and whether
     /// tagpin's own can all be among them: the promoter reads its soak clock back from them.
-    pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory, ForgeError> {
-        self.statuses_on(sha, None, context).await
-    }
-
-    /// [`Forge::statuses`], on GitLab only those of `branch` when given. A GitHub status
-    /// belongs to the commit alone; a GitLab one to the commit on one ref.
-    async fn statuses_on(
-        &self,
-        sha: &str,
-        branch: Option<&str>,
-        context: &str,
-    ) -> Result<StatusHistory, ForgeError> {
-        match &self.adapter {
-            Adapter::GitHub(forge) => forge.statuses(sha, context).await,
-            Adapter::GitLab(forge) => forge.statuses(sha, branch, context).await,
-            Adapter::Gitea(forge) => forge.statuses(sha, context).await,
-            Adapter::BitbucketServer(forge) => forge.statuses(sha, context).await,
-            Adapter::Bitbucket(forge) => {
-                let me = self.login().await?;
-                forge.statuses(sha, context, me).await
-            }
-            Adapter::AzureDevOps(forge) => forge.statuses(sha, context).await,
-        }
+    pub async fn statuses(&self, sha: &str, context: &str) -> Result<StatusHistory> {
+        let branch = None;
+        self.adapter
+            .statuses(StatusKey {
+                sha,
+                branch,
+                context,
+            })
+            .await
     }
 
     /// The newest state and description of status `context` on `sha` that tagpin itself set
-    /// (created by [`Forge::login`]): a status anyone else posted in tagpin's context is not
-    /// tagpin's verdict.
+    /// (created by [`ForgeClient::login`]): a status anyone else posted in tagpin's context is
+    /// not tagpin's verdict.
     pub async fn status_of(
         &self,
         sha: &str,
         context: &str,
-    ) -> Result<Option<(StatusState, String)>, ForgeError> {
-        self.own_status(sha, None, context).await
+    ) -> Result<Option<(StatusState, String)>> {
+        let branch = None;
+        self.own_status(StatusKey {
+            sha,
+            branch,
+            context,
+        })
+        .await
     }
 
-    async fn own_status(
-        &self,
-        sha: &str,
-        branch: Option<&str>,
-        context: &str,
-    ) -> Result<Option<(StatusState, String)>, ForgeError> {
+    async fn own_status(&self, key: StatusKey<'_>) -> Result<Option<(StatusState, String)>> {
         let me = self.login().await?;
-        Ok(self
-            .statuses_on(sha, branch, context)
-            .await?
+        let history = self.adapter.statuses(key).await?;
+        let own = history
             .statuses
             .into_iter()
-            .find(|s| s.creator.as_deref() == Some(me))
-            .map(|s| (s.state, s.description)))
+            .find(|s| s.creator.as_deref() == Some(me));
+        Ok(own.map(|s| (s.state, s.description)))
     }
 
-    /// Sets the commit status `context` on `sha`. Descriptions are kept within 140 characters
-    /// ([`crate::verify::judge::verdict::status_description`]), which GitHub requires. GitLab
-    /// refuses a status in the state its own current one is already in, so its adapter reads
-    /// first and posts only a change.
-    ///
-    /// `branch` is the branch the status is about, where the caller knows it (a change
-    /// request's source branch; its target once merged). GitLab attaches a status to one ref
-    /// and, without one, to the first branch holding the commit, which for a commit on both
-    /// `main` and a tagpin branch may not be the change request's. GitHub and Gitea have no such notion.
+    /// Sets the commit status `context` on `sha` ([`Forge::set_status`]; `branch` as
+    /// [`StatusKey`] says). GitLab refuses a status in the state its own current one is
+    /// already in, so its adapter reads first and posts only a change.
     pub async fn set_status(
         &self,
         sha: &str,
@@ -331,23 +299,15 @@ impl Forge {
         state: StatusState,
         context: &str,
         description: &str,
-    ) -> Result<(), ForgeError> {
-        match &self.adapter {
-            Adapter::GitHub(forge) => forge.set_status(sha, state, context, description).await,
-            Adapter::GitLab(forge) => {
-                let me = self.login().await?;
-                forge
-                    .set_status(sha, branch, state, context, description, me)
-                    .await
-            }
-            Adapter::Gitea(forge) => forge.set_status(sha, state, context, description).await,
-            Adapter::BitbucketServer(forge) => {
-                forge.set_status(sha, state, context, description).await
-            }
-            Adapter::Bitbucket(forge) => forge.set_status(sha, state, context, description).await,
-            Adapter::AzureDevOps(forge) => forge.set_status(sha, state, context, description).await,
-        }?;
-        self.remember_status(sha, branch, context, state, description);
+    ) -> Result<()> {
+        let key = StatusKey {
+            sha,
+            branch,
+            context,
+        };
+        let said = Said { state, description };
+        self.adapter.set_status(key, said).await?;
+        self.memory.remember_status(key, said);
         Ok(())
     }
 
@@ -363,16 +323,18 @@ impl Forge {
         context: &str,
         description: &str,
     ) {
-        let key = status_key(sha, branch, context);
-        let known = lock(&self.statuses_set).get(&key).cloned();
-        if let Some((s, d, at)) = known {
-            if s == state && d == description && still_fresh(at) {
-                return;
-            }
+        let key = StatusKey {
+            sha,
+            branch,
+            context,
+        };
+        let said = Said { state, description };
+        if self.memory.said_lately(key, said) {
+            return;
         }
-        let current = self.own_status(sha, branch, context).await.ok().flatten();
+        let current = self.own_status(key).await.ok().flatten();
         if current.as_ref() == Some(&(state, description.to_string())) {
-            self.remember_status(sha, branch, context, state, description);
+            self.memory.remember_status(key, said);
             return;
         }
         if let Err(e) = self
@@ -383,101 +345,73 @@ impl Forge {
         }
     }
 
-    fn remember_status(
-        &self,
-        sha: &str,
-        branch: Option<&str>,
-        context: &str,
-        state: StatusState,
-        description: &str,
-    ) {
-        let mut known = lock(&self.statuses_set);
-        if known.len() >= MAX_REMEMBERED {
-            known.clear();
-        }
-        known.insert(
-            status_key(sha, branch, context),
-            (state, description.to_string(), Instant::now()),
-        );
-    }
-
-    /// Keeps one comment (GitLab: note) per change request carrying `marker`: edits it when it
-    /// exists (found by the marker on every page; on GitHub among comments by anyone, on
-    /// GitLab, which lets only a note's author edit it, and on Gitea and Bitbucket Data Center,
-    /// among tagpin's own),
-    /// creates it otherwise. What this process wrote or found there is not read again for
+    /// [`Forge::upsert_comment`]: one comment (GitLab: note) per change request carrying
+    /// `marker`. What this process wrote or found there is not read again for
     /// [`READ_BACK_AFTER`] while the body stays the same.
-    pub async fn upsert_comment(
-        &self,
-        number: u64,
-        marker: &str,
-        body: &str,
-    ) -> Result<(), ForgeError> {
-        let known = lock(&self.comments_set).get(&number).cloned();
-        if known.is_some_and(|(b, at)| b == body && still_fresh(at)) {
+    pub async fn upsert_comment(&self, number: u64, marker: &str, body: &str) -> Result<()> {
+        if self.memory.commented_lately(number, body) {
             return Ok(());
         }
-        match &self.adapter {
-            Adapter::GitHub(forge) => forge.upsert_comment(number, marker, body).await,
-            Adapter::GitLab(forge) => {
-                let me = self.login().await?;
-                forge.upsert_comment(number, marker, body, me).await
-            }
-            Adapter::Gitea(forge) => {
-                let me = self.login().await?;
-                forge.upsert_comment(number, marker, body, me).await
-            }
-            Adapter::Bitbucket(forge) => {
-                let me = self.login().await?;
-                forge.upsert_comment(number, marker, body, me).await
-            }
-            Adapter::BitbucketServer(forge) => {
-                let me = self.login().await?;
-                forge.upsert_comment(number, marker, body, me).await
-            }
-            Adapter::AzureDevOps(forge) => {
-                let me = self.login().await?;
-                forge.upsert_comment(number, marker, body, me).await
-            }
-        }?;
-        let mut comments = lock(&self.comments_set);
-        if comments.len() >= MAX_REMEMBERED {
-            comments.clear();
-        }
-        comments.insert(number, (body.to_string(), Instant::now()));
+        self.adapter.upsert(number, marker, body).await?;
+        self.memory.remember_comment(number, body);
         Ok(())
     }
 }
 
-fn status_key(sha: &str, branch: Option<&str>, context: &str) -> StatusKey {
-    (
-        sha.to_string(),
-        branch.map(str::to_string),
-        context.to_string(),
-    )
-}
-
-/// Whether what this process wrote or read back at `at` is recent enough to trust without
-/// reading it again ([`READ_BACK_AFTER`]).
-fn still_fresh(at: Instant) -> bool {
-    at.elapsed() < READ_BACK_AFTER
-}
-
 #[cfg(test)]
 mod tests {
-    use super::common::*;
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn what_was_written_is_read_back_again_after_ten_minutes() {
-        let at = Instant::now();
-        assert!(still_fresh(at));
-        tokio::time::advance(READ_BACK_AFTER - Duration::from_secs(1)).await;
-        assert!(still_fresh(at));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(!still_fresh(at));
+    /// What a failed call means, in each forge's words: what to fix, with the repository and
+    /// the API named, and nothing the forge said. (GitLab's, which read its body, are its own.)
+    #[test]
+    fn failures_name_what_to_fix_without_quoting_the_forge() {
+        let forges = [
+            (
+                &gitea::WORDS,
+                "acme/gitops",
+                "https://git.example.com/api/v1",
+            ),
+            (
+                &bitbucket::WORDS,
+                "acme/gitops",
+                "https://api.bitbucket.org/2.0",
+            ),
+            (
+                &bitbucket_server::WORDS,
+                "ACME/gitops",
+                "https://bitbucket.example.com",
+            ),
+            (
+                &azure_devops::WORDS,
+                "platform/gitops",
+                "https://dev.azure.com/acme",
+            ),
+        ];
+        let says = |forge: usize, code: u16| {
+            let (words, repo, api) = forges[forge];
+            let status = reqwest::StatusCode::from_u16(code).unwrap();
+            words.describe(status, "the forge's own words", repo, api)
+        };
+        for (forge, (_, repo, api)) in forges.iter().enumerate() {
+            assert!(says(forge, 401).contains("the token is not valid"));
+            assert!(says(forge, 404).contains(&format!("{repo} is not at {api}")));
+            assert_eq!(says(forge, 500), "500 Internal Server Error");
+        }
+        let own = [
+            (0, 403, "write:repository"),
+            (0, 409, "already open"),
+            (1, 403, "pullrequest:write"),
+            (2, 401, "not a Bitbucket HTTP access token"),
+            (2, 403, "Repository write permission"),
+            (2, 409, "changed since tagpin read it"),
+            (3, 403, "Code (Read & write)"),
+            (3, 409, "already active"),
+        ];
+        for (forge, code, words) in own {
+            assert!(says(forge, code).contains(words), "{forge} {code}");
+        }
     }
-
     #[test]
     fn each_forge_names_its_change_requests_as_its_users_read_them() {
         assert_eq!(ChangeRequestNoun::PullRequest.name(12), "pull request #12");
@@ -486,54 +420,28 @@ mod tests {
             "merge request !12"
         );
         assert_eq!(ChangeRequestNoun::of(None), ChangeRequestNoun::PullRequest);
-        let gitea = config::Forge {
-            kind: config::ForgeKind::Gitea {
-                owner: "acme".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://git.example.com/api/v1".into(),
-            token_env: "GITEA_TOKEN".into(),
-            login: None,
-            username_env: None,
-            timeout_seconds: 60,
-        };
+        let forge = |kind: Kind| engine::settings(kind, "https://forge.example.com");
+        let (owner, repo) = ("acme".to_string(), "gitops".to_string());
+        let gitea = forge(Kind::Gitea { owner, repo });
         assert_eq!(
             ChangeRequestNoun::of(Some(&gitea)).name(12),
             "pull request #12",
             "Gitea's own words"
         );
-        let bitbucket = config::Forge {
-            kind: config::ForgeKind::Bitbucket {
-                workspace: "acme".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://api.bitbucket.org/2.0".into(),
-            token_env: "BITBUCKET_TOKEN".into(),
-            ..gitea.clone()
-        };
-        let bitbucket_server = config::Forge {
-            kind: config::ForgeKind::BitbucketServer {
-                project: "ACME".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://bitbucket.example.com".into(),
-            ..bitbucket.clone()
-        };
-        for forge in [bitbucket, bitbucket_server] {
+        let (project, repo) = ("ACME".to_string(), "gitops".to_string());
+        let bitbucket = forge(Kind::Bitbucket {
+            workspace: project.clone(),
+            repo: repo.clone(),
+        });
+        for forge in [bitbucket, forge(Kind::BitbucketServer { project, repo })] {
             assert_eq!(
                 ChangeRequestNoun::of(Some(&forge)).name(12),
                 "pull request #12",
                 "Bitbucket's own words"
             );
         }
-        let azure = config::Forge {
-            kind: config::ForgeKind::AzureDevOps {
-                project: "platform".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://dev.azure.com/acme".into(),
-            ..gitea
-        };
+        let (project, repo) = ("platform".to_string(), "gitops".to_string());
+        let azure = forge(Kind::AzureDevOps { project, repo });
         assert_eq!(
             ChangeRequestNoun::of(Some(&azure)).name(12),
             "pull request !12",
@@ -543,198 +451,25 @@ mod tests {
 
     #[test]
     fn a_body_is_compared_as_the_forge_keeps_it() {
-        let gitea = config::Forge {
-            kind: config::ForgeKind::Gitea {
-                owner: "acme".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://git.example.com/api/v1".into(),
-            token_env: "GITEA_TOKEN".into(),
-            login: None,
-            username_env: None,
-            timeout_seconds: 60,
-        };
-        let azure = config::Forge {
-            kind: config::ForgeKind::AzureDevOps {
-                project: "platform".into(),
-                repo: "gitops".into(),
-            },
-            api_url: "https://dev.azure.com/acme".into(),
-            ..gitea.clone()
-        };
+        let (owner, repo) = ("acme".to_string(), "gitops".to_string());
+        let gitea = engine::settings(
+            Kind::Gitea { owner, repo },
+            "https://git.example.com/api/v1",
+        );
+        let (project, repo) = ("platform".to_string(), "gitops".to_string());
+        let azure = engine::settings(
+            Kind::AzureDevOps { project, repo },
+            "https://dev.azure.com/acme",
+        );
         let long = "| a table row |\n".repeat(400);
-        let kept = Forge::new(&gitea, "t".into()).unwrap().stored_body(&long);
+        let kept = ForgeClient::new(&gitea, "t".into())
+            .unwrap()
+            .stored_body(&long);
         assert_eq!(kept, long, "Gitea keeps a body whole");
-        let cut = Forge::new(&azure, "t".into()).unwrap().stored_body(&long);
+        let cut = ForgeClient::new(&azure, "t".into())
+            .unwrap()
+            .stored_body(&long);
         assert!(cut.chars().count() <= azure_devops::MAX_DESCRIPTION_CHARS);
         assert_eq!(cut, azure_devops::stored_body(&long), "what is read back");
-    }
-
-    fn change(number: u64, open: bool, head_ref: &str, updated_at: i64) -> PullRequestInfo {
-        PullRequestInfo {
-            number,
-            open,
-            merged: !open,
-            title: String::new(),
-            body: String::new(),
-            labels: Vec::new(),
-            url: String::new(),
-            head_ref: head_ref.into(),
-            head_sha: String::new(),
-            merge_commit_sha: None,
-            merged_at: None,
-            updated_at: Some(updated_at),
-            author: String::new(),
-            same_repository: true,
-        }
-    }
-
-    #[test]
-    fn in_flight_is_the_open_and_the_recently_closed_on_tagpins_branches_once_each() {
-        let open = vec![
-            change(3, true, "tagpin/main", 50),
-            change(4, true, "feature/x", 50),
-        ];
-        // 3 was closed between the two reads: the open read wins, it is not listed twice.
-        let recent = vec![
-            change(3, false, "tagpin/main", 60),
-            change(5, false, "tagpin/promote/prod", 55),
-            change(6, true, "tagpin/other", 40),
-        ];
-        let numbers: Vec<(u64, bool)> = in_flight(open, recent, "tagpin/")
-            .iter()
-            .map(|p| (p.number, p.open))
-            .collect();
-        assert_eq!(numbers, [(5, false), (3, true)]);
-    }
-
-    #[test]
-    fn a_page_reaching_past_the_window_is_the_last_read() {
-        let page = [
-            change(1, false, "tagpin/a", 100),
-            change(2, false, "tagpin/b", 90),
-        ];
-        assert!(!updated_before(None)(&page));
-        assert!(!updated_before(Some(90))(&page));
-        assert!(updated_before(Some(95))(&page));
-    }
-
-    #[tokio::test]
-    async fn pages_are_read_until_enough_or_the_last_or_the_bound() {
-        let read = |url: String| async move {
-            let n: usize = url.parse().unwrap();
-            Ok::<_, ForgeError>((vec![n], Some((n + 1).to_string())))
-        };
-        let until_three = read_pages("1".into(), read, |page: &[usize]| page == [3])
-            .await
-            .unwrap();
-        assert_eq!(until_three, [1, 2, 3]);
-        let endless = read_pages("1".into(), read, |_: &[usize]| false)
-            .await
-            .unwrap();
-        assert_eq!(endless.len(), MAX_PAGES, "a runaway chain stops");
-        let last = |url: String| async move {
-            let n: usize = url.parse().unwrap();
-            Ok::<_, ForgeError>((vec![n], (n < 2).then(|| (n + 1).to_string())))
-        };
-        assert_eq!(
-            read_pages("1".into(), last, |_: &[usize]| false)
-                .await
-                .unwrap(),
-            [1, 2]
-        );
-    }
-
-    #[tokio::test]
-    async fn a_list_cut_at_the_page_bound_says_it_is_not_whole() {
-        let endless = |url: String| async move {
-            let n: usize = url.parse().unwrap();
-            Ok::<_, ForgeError>((vec![n], Some((n + 1).to_string())))
-        };
-        let (items, whole) = read_pages_whole("1".into(), endless, |_: &[usize]| false)
-            .await
-            .unwrap();
-        assert_eq!((items.len(), whole), (MAX_PAGES, false));
-        let ends = |url: String| async move {
-            let n: usize = url.parse().unwrap();
-            Ok::<_, ForgeError>((vec![n], (n < MAX_PAGES).then(|| (n + 1).to_string())))
-        };
-        let (items, whole) = read_pages_whole("1".into(), ends, |_: &[usize]| false)
-            .await
-            .unwrap();
-        assert_eq!(
-            (items.len(), whole),
-            (MAX_PAGES, true),
-            "the last page ends it"
-        );
-    }
-
-    #[test]
-    fn a_status_stamp_binds_what_was_said_to_when() {
-        let signer = StatusSigner::new("Bitbucket", "token-a").unwrap();
-        let said = ["acme/gitops", "abc", "tagpin/converged", "SUCCESSFUL", "ok"];
-        let stamp = signer.stamp(&said, 1_000);
-        assert!(stamp.starts_with("1000-"), "{stamp}");
-        assert_eq!(signer.said_at(&said, &stamp), Some(1_000));
-        // Another time claimed with the same signature, other words, another token: no.
-        let moved = stamp.replacen("1000-", "1500-", 1);
-        assert_eq!(signer.said_at(&said, &moved), None);
-        let other = ["acme/gitops", "abc", "tagpin/converged", "SUCCESSFUL", "ko"];
-        assert_eq!(signer.said_at(&other, &stamp), None);
-        let rotated = StatusSigner::new("Bitbucket", "token-b").unwrap();
-        assert_eq!(rotated.said_at(&said, &stamp), None);
-        for junk in ["", "1000", "1000-zz", "x-00", &stamp[..stamp.len() - 2]] {
-            assert_eq!(signer.said_at(&said, junk), None, "{junk}");
-        }
-    }
-
-    #[test]
-    fn a_signed_status_is_believed_only_as_recorded_when_it_was_said() {
-        assert!(believable(1_000, 1_000));
-        assert!(believable(1_000, 1_000 - SAID_EARLY));
-        assert!(believable(1_000, 1_000 + SAID_LATE));
-        assert!(!believable(1_000, 1_000 - SAID_EARLY - 1));
-        assert!(
-            !believable(1_000, 1_000 + SAID_LATE + 1),
-            "posted again later"
-        );
-        assert!(!believable(i64::MIN, i64::MAX));
-        let signer = StatusSigner::new("Bitbucket", "token-a").unwrap();
-        let said = ["acme/gitops", "abc", "k", "SUCCESSFUL", "ok"];
-        let stamp = signer.stamp(&said, 1_000);
-        assert!(signer.owns(("abc", "k"), &said, &stamp, Some(1_002)));
-        assert!(!signer.owns(("abc", "k"), &said, &stamp, Some(5_000)));
-        assert!(!signer.owns(("abc", "k"), &said, &stamp, None));
-    }
-
-    #[test]
-    fn the_forges_clock_is_its_dates_word() {
-        let signer = StatusSigner::new("Bitbucket", "token-a").unwrap();
-        assert_eq!(signer.forge_now(), None, "no answer yet");
-        let mut headers = reqwest::header::HeaderMap::new();
-        headers.insert(
-            reqwest::header::DATE,
-            reqwest::header::HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"),
-        );
-        signer.note_date(&headers);
-        let now = signer.forge_now().unwrap();
-        assert!((784_111_777..784_111_777 + 5).contains(&now), "{now}");
-        headers.insert(
-            reqwest::header::DATE,
-            reqwest::header::HeaderValue::from_static("not a date"),
-        );
-        signer.note_date(&headers);
-        assert!(signer.forge_now().unwrap() >= 784_111_777, "kept");
-    }
-
-    #[test]
-    fn the_next_page_is_read_from_the_link_header() {
-        let link = "<https://api.github.com/repositories/1/pulls?state=open&page=2>; rel=\"next\", <https://api.github.com/repositories/1/pulls?state=open&page=5>; rel=\"last\"";
-        assert_eq!(
-            next_link(link).as_deref(),
-            Some("https://api.github.com/repositories/1/pulls?state=open&page=2")
-        );
-        let last = "<https://api.github.com/x?page=1>; rel=\"prev\", <https://api.github.com/x?page=1>; rel=\"first\"";
-        assert_eq!(next_link(last), None);
     }
 }

@@ -15,7 +15,7 @@ use crate::audit::{AuditError, AuditReport};
 use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::config::OnFailure;
-use crate::forge::{Forge, ForgeError, PullRequestInfo, StatusState};
+use crate::forge::{ForgeClient, ForgeError, PullRequestInfo, StatusState};
 use crate::git::Mirror;
 use crate::mutex::lock;
 use crate::promote;
@@ -32,7 +32,7 @@ pub use rule::{Item, Memory, Tip};
 pub struct Round<'a> {
     pub config: &'a Config,
     pub mirror: &'a Mirror,
-    pub forge: Option<&'a Forge>,
+    pub forge: Option<&'a ForgeClient>,
     pub registry: &'a Client,
     /// Where sync's pins are verified (the first stage's cluster, with promotion); `None`:
     /// they are not.

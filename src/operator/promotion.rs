@@ -25,7 +25,7 @@ use super::secrets;
 use super::status::{Outcome, Reason};
 use crate::cluster::{self_contained, Cluster};
 use crate::config::{ClusterTarget, Config};
-use crate::forge::{ChangeRequestNoun, Forge};
+use crate::forge::{ChangeRequestNoun, ForgeClient};
 use crate::metrics::Metrics;
 use crate::promote::round::{Promotions, StagePromotion};
 use crate::promote::{Gate, PromoteReport, Promoter};
@@ -160,7 +160,7 @@ pub struct Pass<'a> {
     pub config: &'a Config,
     pub syncer: &'a Syncer<'a>,
     pub registry: &'a Client,
-    pub forge: Option<&'a Forge>,
+    pub forge: Option<&'a ForgeClient>,
     pub clusters: &'a BTreeMap<String, Cluster>,
     /// `status.promotions` as the last reconcile left it.
     pub previous: &'a [PromotionStatus],

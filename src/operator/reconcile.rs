@@ -26,7 +26,7 @@ use super::status::{self, Outcome, Reason, StatusUpdate};
 use super::verdicts;
 use crate::cluster::{Cluster, ServiceAccount};
 use crate::config::{Config, WriteMode};
-use crate::forge::{ChangeRequestNoun, Forge, ForgeError};
+use crate::forge::{ChangeRequestNoun, ForgeClient, ForgeError};
 use crate::git::{FetchLimits, GitError};
 use crate::inflight;
 use crate::mutex::lock;
@@ -415,7 +415,7 @@ async fn run_pass(
     };
     let forge = match (&config.forge, secrets.forge_token) {
         (Some(forge), Some(token)) => {
-            match Forge::with_username(forge, token, secrets.forge_username) {
+            match ForgeClient::with_username(forge, token, secrets.forge_username) {
                 Ok(github) => Some(github),
                 Err(e) => return stalled(Reason::InvalidSpec, e.to_string()),
             }
@@ -509,7 +509,7 @@ struct Pass<'a> {
     config: &'a Config,
     syncer: &'a Syncer<'a>,
     registry: &'a Client,
-    forge: Option<&'a Forge>,
+    forge: Option<&'a ForgeClient>,
     /// Each promotion stage's cluster, by name.
     clusters: &'a BTreeMap<String, Cluster>,
     /// Where sync's pins are verified: the first stage's cluster, or the object's own.
@@ -723,7 +723,8 @@ fn pinned_before(syncer: &Syncer<'_>, branch: &str, recorded: Option<&LastPin>) 
     Some(LastPin {
         commit,
         branch: branch.to_string(),
-        images: u32::try_from(crate::forge::body::count_pin_lines(&message)).unwrap_or(u32::MAX),
+        images: u32::try_from(crate::proposal::message::count_pin_lines(&message))
+            .unwrap_or(u32::MAX),
         time: crate::promote::gate::rfc3339(time),
     })
 }

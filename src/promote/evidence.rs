@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use crate::forge::{body, ChangeRequestNoun};
-use crate::proposal::PlanBlock;
+use crate::forge::ChangeRequestNoun;
+use crate::proposal::{body, message, PlanBlock};
 use crate::verify::judge::check::{Check, Expectations};
 use crate::verify::judge::report;
 
@@ -91,7 +91,7 @@ pub fn render(e: &Evidence<'_>, block: &PlanBlock) -> String {
 pub fn commit_message(e: &Evidence<'_>, block: &PlanBlock) -> String {
     let mut message = title(block, e.source, e.target);
     message.push_str("\n\n");
-    message.push_str(&body::pin_lines(block));
+    message.push_str(&message::pin_lines(block));
     message.push_str(&format!(
         "\nEvidence: {} at {}; {}.\n",
         e.source,

@@ -30,12 +30,12 @@ use serde::Serialize;
 
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::{Config, Stage};
-use crate::forge::{body, ChangeRequestNoun, Forge, ForgeError};
+use crate::forge::{ChangeRequestNoun, ForgeClient, ForgeError};
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Scanned};
 use crate::plan::{Change, Plan};
-use crate::proposal::PlanBlock;
+use crate::proposal::{body, PlanBlock};
 use crate::registry::Client;
 use crate::sync::{Outcome, Retry, SyncError};
 use crate::verify::judge::check::{Check, Expectations};
@@ -249,7 +249,7 @@ struct Found {
 pub struct Promoter<'a> {
     pub config: &'a Config,
     pub registry: &'a Client,
-    pub forge: Option<&'a Forge>,
+    pub forge: Option<&'a ForgeClient>,
     pub mirror: &'a Mirror,
     filter: FileFilter,
     selection: ImageSelection,
@@ -270,7 +270,7 @@ impl<'a> Promoter<'a> {
     pub fn new(
         config: &'a Config,
         registry: &'a Client,
-        forge: Option<&'a Forge>,
+        forge: Option<&'a ForgeClient>,
         mirror: &'a Mirror,
     ) -> Result<Promoter<'a>, PromoteError> {
         Ok(Promoter {
@@ -645,7 +645,7 @@ impl<'a> Promoter<'a> {
     /// Sets the `tagpin/promotion` status on the head of the pull request just proposed. The
     /// pull request stands even if its head cannot be read back: the status is set by the next
     /// pass, as any status tagpin fails to set.
-    async fn mark_proposal(&self, forge: &Forge, outcome: &Outcome, evidence: &Evidence<'_>) {
+    async fn mark_proposal(&self, forge: &ForgeClient, outcome: &Outcome, evidence: &Evidence<'_>) {
         let Some(number) = pr_number(outcome) else {
             return;
         };
@@ -683,7 +683,7 @@ impl<'a> Promoter<'a> {
     /// holds for digests the source no longer runs).
     async fn hold_open_pr(
         &self,
-        forge: &Forge,
+        forge: &ForgeClient,
         pr_branch: &str,
         evidence: &Evidence<'_>,
         current: &PlanBlock,
@@ -761,7 +761,7 @@ impl<'a> Promoter<'a> {
     /// statuses may hide tagpin's own (not [`crate::review::StatusHistory::complete`]).
     async fn clock(
         &self,
-        forge: &Forge,
+        forge: &ForgeClient,
         tip: git2::Oid,
         source: &Stage,
         fingerprint: &str,

@@ -22,14 +22,13 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::config::{Config, GitAuth, WriteMode};
-use crate::forge::body;
-use crate::forge::{ChangeRequestNoun, Forge, ForgeError};
+use crate::forge::{ChangeRequestNoun, ForgeClient, ForgeError};
 use crate::git::{off_runtime, Credentials, GitError, Mirror};
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection, Scanned, Skipped};
 use crate::plan::{self, Plan, ScannedFile};
 use crate::policy::{Follow, Policies, TagLists};
-use crate::proposal::PlanBlock;
+use crate::proposal::{body, message, PlanBlock};
 use crate::reference::Reference;
 use crate::registry::{Client, RegistryError, ResolveKey, ResolveResult};
 use crate::signing::{Signer, SigningError};
@@ -212,7 +211,7 @@ pub struct SyncOptions {
 pub struct Syncer<'a> {
     pub config: &'a Config,
     pub registry: &'a Client,
-    pub forge: Option<&'a Forge>,
+    pub forge: Option<&'a ForgeClient>,
     pub mirror: Mirror,
     filter: FileFilter,
     selection: ImageSelection,
@@ -226,7 +225,7 @@ impl<'a> Syncer<'a> {
     pub fn new(
         config: &'a Config,
         registry: &'a Client,
-        forge: Option<&'a Forge>,
+        forge: Option<&'a ForgeClient>,
         cache_dir: &Path,
     ) -> Result<Syncer<'a>, SyncError> {
         let credentials = git_credentials(&config.repository.auth)?;
@@ -240,7 +239,7 @@ impl<'a> Syncer<'a> {
     pub fn with_credentials(
         config: &'a Config,
         registry: &'a Client,
-        forge: Option<&'a Forge>,
+        forge: Option<&'a ForgeClient>,
         cache_dir: &Path,
         credentials: Credentials,
         signer: Option<Arc<Signer>>,
@@ -515,7 +514,7 @@ impl<'a> Syncer<'a> {
         if plan.files.is_empty() {
             return Ok(Outcome::NothingToDo);
         }
-        let title = body::fill_template(&self.config.pull_request.title, &block);
+        let title = message::fill_template(&self.config.pull_request.title, &block);
         if options.dry_run {
             return Ok(Outcome::DryRun {
                 branch,
@@ -524,7 +523,7 @@ impl<'a> Syncer<'a> {
             });
         }
         let updates = writer::updates(&plan.files);
-        let message = body::commit_message(&self.config.commit_message, &block);
+        let message = message::commit_message(&self.config.commit_message, &block);
         let change = Planned {
             tip,
             updates: &updates,

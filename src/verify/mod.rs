@@ -24,11 +24,12 @@ use tokio::time::Instant;
 
 use crate::cluster::{Cluster, ClusterError};
 use crate::config::Config;
-use crate::forge::{body, ChangeRequestNoun, Forge, ForgeError, StatusState};
+use crate::forge::{ChangeRequestNoun, ForgeClient, ForgeError, StatusState};
 use crate::git::{off_runtime, GitError, Mirror};
 use crate::manifest::kustomize::is_kustomization_file;
 use crate::manifest::{FileFilter, ManifestError};
 use crate::pipeline::{self, ImageSelection};
+use crate::proposal::body;
 use crate::reference::{Digest, Reference};
 use crate::registry::{Client, ManifestKind};
 use crate::render::{self, Lookup};
@@ -96,7 +97,7 @@ pub async fn expectations(
     source: &Source,
     config: &Config,
     mirror: &Mirror,
-    forge: Option<&Forge>,
+    forge: Option<&ForgeClient>,
 ) -> Result<Expectations, VerifyError> {
     let mapping = name_mapping(config);
     let mut expectations = match source {
@@ -494,7 +495,7 @@ pub async fn watch(
 }
 
 /// Marks the commits as being checked (the `pending` status that comes before a verdict).
-pub async fn publish_pending(forge: &Forge, expectations: &Expectations) {
+pub async fn publish_pending(forge: &ForgeClient, expectations: &Expectations) {
     for sha in &expectations.commits {
         if let Err(e) = forge
             .set_status(
@@ -514,7 +515,12 @@ pub async fn publish_pending(forge: &Forge, expectations: &Expectations) {
 /// Reports a check where the team looks: the `tagpin/converged` status on each commit and,
 /// for a pull request, the one comment tagpin keeps there. A status already saying the same
 /// is not set again. A failure to report is logged, not fatal: the verdict stands.
-pub async fn publish(forge: &Forge, pr: Option<u64>, expectations: &Expectations, check: &Check) {
+pub async fn publish(
+    forge: &ForgeClient,
+    pr: Option<u64>,
+    expectations: &Expectations,
+    check: &Check,
+) {
     let state = match check.state {
         State::Converged => StatusState::Success,
         State::Failed => StatusState::Failure,

@@ -38,7 +38,7 @@ pub fn decide_pr(
     prs: &[PullRequestInfo],
     branch_carries: bool,
 ) -> PrDecision {
-    let proposed = |pr: &PullRequestInfo| crate::forge::body::parse(&pr.body);
+    let proposed = |pr: &PullRequestInfo| crate::proposal::body::parse(&pr.body);
     match prs.iter().find(|p| p.open) {
         Some(pr) => {
             let theirs = proposed(pr);
@@ -101,7 +101,7 @@ mod tests {
             open,
             merged,
             title: "Pin 1 image(s) to digests".into(),
-            body: crate::forge::body::render(proposes),
+            body: crate::proposal::body::render(proposes),
             labels: vec!["tagpin".into()],
             url: format!("https://github.example/pull/{number}"),
             head_ref: "tagpin/main".into(),

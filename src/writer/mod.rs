@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use crate::config::Author;
 use crate::forge::ForgeError;
-use crate::forge::{ChangeRequestNoun, Forge, PullRequestInfo};
+use crate::forge::{ChangeRequestNoun, ForgeClient, PullRequestInfo};
 use crate::git::{off_runtime, Expect, GitError, Mirror};
 use crate::plan::FilePlan;
 use crate::proposal::PlanBlock;
@@ -170,7 +170,7 @@ pub struct Proposal<'p> {
 /// the change yet, then opens, updates or leaves alone its pull request.
 pub async fn propose(
     mirror: &Mirror,
-    forge: &Forge,
+    forge: &ForgeClient,
     author: &Author,
     p: &Proposal<'_>,
 ) -> Result<Outcome, WriteError> {

@@ -270,7 +270,7 @@ async fn azure_devops_a_long_body_keeps_its_plan_block_in_the_properties() {
         .properties
         .get("tagpin.plan")
         .expect("the plan is kept");
-    let plan = tagpin::forge::body::parse(kept).expect("the plan block is whole");
+    let plan = tagpin::proposal::body::parse(kept).expect("the plan block is whole");
     assert_eq!(plan.pins.len(), 8);
     let verify = w
         .tagpin_with_token("verify", &["--pr", "1"], crate::forges::TOKEN)

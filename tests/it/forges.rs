@@ -1420,7 +1420,7 @@ impl Stages {
         use tagpin::promote::{Clock, PromoteOptions, Promoter};
         let config = tagpin::config::Config::load(&self.dir.path().join("tagpin.yaml")).unwrap();
         let forge =
-            tagpin::forge::Forge::new(config.forge.as_ref().unwrap(), TOKEN.into()).unwrap();
+            tagpin::forge::ForgeClient::new(config.forge.as_ref().unwrap(), TOKEN.into()).unwrap();
         let registry = tagpin::registry::Client::new(tagpin::registry::Settings {
             insecure_hosts: config.registries.insecure.clone(),
             ..Default::default()

@@ -351,7 +351,8 @@ impl World {
         use tagpin::promote::{Clock, PromoteOptions, Promoter};
         let config = tagpin::config::Config::load(&self.config()).unwrap();
         let forge =
-            tagpin::forge::Forge::new(config.forge.as_ref().unwrap(), GH_TOKEN.into()).unwrap();
+            tagpin::forge::ForgeClient::new(config.forge.as_ref().unwrap(), GH_TOKEN.into())
+                .unwrap();
         let registry = tagpin::registry::Client::new(tagpin::registry::Settings {
             insecure_hosts: config.registries.insecure.clone(),
             ..Default::default()
@@ -577,7 +578,7 @@ fn stderr(out: &Output) -> String {
 
 /// The plan block of a pull request body.
 fn plan_of(body: &str) -> tagpin::proposal::PlanBlock {
-    tagpin::forge::body::parse(body).unwrap_or_else(|| panic!("no plan block in:\n{body}"))
+    tagpin::proposal::body::parse(body).unwrap_or_else(|| panic!("no plan block in:\n{body}"))
 }
 
 /// `(file, new digest, old tag, new tag)` of each pin of a plan block, sorted.

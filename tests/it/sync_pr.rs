@@ -565,7 +565,7 @@ async fn a_configured_login_stands_in_for_get_user_which_app_tokens_cannot_read(
     };
 
     let configured =
-        tagpin::forge::Forge::new(&forge(Some("tagpin-app[bot]")), GH_TOKEN.into()).unwrap();
+        tagpin::forge::ForgeClient::new(&forge(Some("tagpin-app[bot]")), GH_TOKEN.into()).unwrap();
     assert_eq!(configured.login().await.unwrap(), "tagpin-app[bot]");
     assert!(
         !github.requests().iter().any(|r| r.path == "/user"),
@@ -573,7 +573,7 @@ async fn a_configured_login_stands_in_for_get_user_which_app_tokens_cannot_read(
         github.requests()
     );
 
-    let asked = tagpin::forge::Forge::new(&forge(None), GH_TOKEN.into()).unwrap();
+    let asked = tagpin::forge::ForgeClient::new(&forge(None), GH_TOKEN.into()).unwrap();
     let error = asked.login().await.unwrap_err().to_string();
     assert!(error.contains("GET /user"), "{error}");
     assert!(error.contains("403"), "{error}");

@@ -563,7 +563,7 @@ async fn a_pull_request_gets_statuses_in_order_and_one_comment_edited_in_place()
             new_tag: None,
         }],
     };
-    let octo_body = tagpin::forge::body::render(&block);
+    let octo_body = tagpin::proposal::body::render(&block);
     let client = reqwest::Client::new();
     let created = client
         .post(format!("{}/repos/acme/gitops/pulls", github.api_url()))

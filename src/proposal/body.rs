@@ -1,10 +1,10 @@
-//! What a tagpin pull request says: a table for people and a plan block for machines.
+//! What a tagpin change request says: a table for people and a plan block for machines.
 //!
-//! The plan block ([`crate::proposal::PlanBlock`]) travels as JSON inside an HTML comment,
-//! invisible on the rendered page. This module only renders it into a body and parses it back.
+//! The plan block ([`super::PlanBlock`]) travels as JSON inside an HTML comment, invisible on
+//! the rendered page. This module only renders it into a body and parses it back; the forge
+//! carries the text, and knows nothing of what it says.
 
-use crate::proposal::PLAN_VERSION;
-pub use crate::proposal::{Pin, PlanBlock};
+use super::{PlanBlock, PLAN_VERSION};
 
 /// Opens the hidden plan block in a PR body.
 const PLAN_START: &str = "<!-- tagpin-plan";
@@ -88,69 +88,13 @@ pub fn parse(body: &str) -> Option<PlanBlock> {
     (block.version == PLAN_VERSION).then_some(block)
 }
 
-/// Fills `{count}`, `{branch}` and `{images}` in a title or commit message template.
-pub fn fill_template(template: &str, block: &PlanBlock) -> String {
-    let mut images: Vec<&str> = block.pins.iter().map(|p| p.image.as_str()).collect();
-    images.sort();
-    images.dedup();
-    template
-        .replace("{count}", &images.len().to_string())
-        .replace("{branch}", &block.target)
-        .replace("{images}", &images.join(", "))
-}
-
-/// The commit message: the filled template, then one line per image moved.
-pub fn commit_message(template: &str, block: &PlanBlock) -> String {
-    let mut message = fill_template(template, block);
-    message.push_str("\n\n");
-    message.push_str(&pin_lines(block));
-    message
-}
-
-/// One line per field moved: `image (file workload/container): old -> new`, with the tag on
-/// both sides when it moved (`1.4.2@sha256:a -> 1.4.3@sha256:b`).
-pub fn pin_lines(block: &PlanBlock) -> String {
-    let mut lines = String::new();
-    for pin in &block.pins {
-        let old_digest = pin.old_digest.as_ref().map(ToString::to_string);
-        let (old, new) = match (&pin.old_tag, &pin.new_tag, old_digest) {
-            (Some(old_tag), Some(new_tag), old_digest) => (
-                old_digest.map_or(format!("{old_tag} (unpinned)"), |d| {
-                    format!("{old_tag}@{d}")
-                }),
-                format!("{new_tag}@{}", pin.new_digest),
-            ),
-            (_, _, old_digest) => (
-                old_digest.unwrap_or_else(|| "unpinned".to_string()),
-                pin.new_digest.to_string(),
-            ),
-        };
-        lines.push_str(&format!(
-            "{} ({} {}/{}): {old} -> {new}\n",
-            pin.image, pin.file, pin.workload, pin.container,
-        ));
-    }
-    lines
-}
-
-/// How many fields a commit message written by [`commit_message`] says were moved: its
-/// [`pin_lines`].
-pub fn count_pin_lines(message: &str) -> usize {
-    message
-        .lines()
-        .filter(|line| {
-            line.split_once("): ")
-                .and_then(|(_, change)| change.split_once(" -> "))
-                .is_some_and(|(_, new)| new.contains("sha256:"))
-        })
-        .count()
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
+    use super::super::message::commit_message;
+    use super::super::Pin;
     use super::*;
 
-    fn block() -> PlanBlock {
+    pub(in crate::proposal) fn block() -> PlanBlock {
         PlanBlock {
             version: PLAN_VERSION,
             target: "main".into(),
@@ -212,26 +156,5 @@ mod tests {
         );
         // Without a moved tag, the plan block reads exactly as before policies.
         assert!(!render(&block()).contains("old_tag"));
-    }
-
-    #[test]
-    fn templates_fill_count_branch_and_images() {
-        assert_eq!(
-            fill_template("Pin {count} on {branch}: {images}", &block()),
-            "Pin 1 on main: ghcr.io/acme/web:1.0"
-        );
-        let message = commit_message("Pin {count}", &block());
-        assert!(message.starts_with("Pin 1\n\nghcr.io/acme/web:1.0 (apps/web.yaml shop/Deployment/web/app): unpinned -> sha256:1111"), "{message}");
-    }
-
-    #[test]
-    fn the_fields_a_commit_moved_are_counted_back_from_its_message() {
-        let mut two = block();
-        two.pins.push(two.pins[0].clone());
-        two.pins[1].old_tag = Some("0.9".into());
-        two.pins[1].new_tag = Some("1.0".into());
-        let message = commit_message("Pin {count} -> now", &two);
-        assert_eq!(count_pin_lines(&message), 2, "{message}");
-        assert_eq!(count_pin_lines("Bump web (a person): 1 -> 2\n"), 0);
     }
 }

@@ -1,10 +1,14 @@
-//! What a change proposes: which image fields move to which digests.
+//! What a change proposes: which image fields move to which digests, and the text that says so.
 //!
 //! tagpin keeps no local state. The proposal is recorded in the pull request it opens (see
-//! [`crate::forge::body`], which only renders and parses it), so that a later pass can tell
-//! "same change, already proposed" from "a digest moved again", and the verifier can learn what
-//! to expect in the cluster from the pull request alone. It is domain data: the planner makes
-//! it, the forge carries it, the verifier reads it.
+//! [`body`], which renders and parses it), so that a later pass can tell "same change, already
+//! proposed" from "a digest moved again", and the verifier can learn what to expect in the
+//! cluster from the pull request alone. A commit says the same in its message ([`message`]),
+//! which commit mode writes with no forge at all. It is domain data: the planner makes it, the
+//! writer and the forge carry it, the verifier reads it.
+
+pub mod body;
+pub mod message;
 
 use serde::{Deserialize, Serialize};
 
