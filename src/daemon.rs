@@ -130,10 +130,7 @@ pub async fn reconcile(
         // Failed answers are asked again next time; good ones are kept until the schedule.
         answers.retain(|_, r| r.is_ok());
         record_pass(&shared, registry, trigger, started.elapsed(), &result);
-        shared
-            .metrics
-            .mirror_repairs
-            .inc_by(syncer.mirror.take_repairs());
+        shared.metrics.observe_mirror(&syncer.mirror);
         shared.mark_ready();
         shared.progressed();
         if let Some(promotions) = promotions {
@@ -147,10 +144,7 @@ pub async fn reconcile(
             {
                 return stopped("a promotion");
             }
-            shared
-                .metrics
-                .mirror_repairs
-                .inc_by(syncer.mirror.take_repairs());
+            shared.metrics.observe_mirror(&syncer.mirror);
             shared.progressed();
         }
         if let Some(in_flight) = in_flight {

@@ -452,10 +452,7 @@ async fn run_pass(
     };
     let done = sync_verify_promote(pass, events).await;
     // This object's mirror alone: each object has its own, under its own directory.
-    ctx.shared
-        .metrics
-        .mirror_repairs
-        .inc_by(syncer.mirror.take_repairs());
+    ctx.shared.metrics.observe_mirror(&syncer.mirror);
     done
 }
 
