@@ -183,146 +183,35 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("tagpin");
-        let passes = Family::<PassLabels, Counter>::default();
-        let pass_seconds = Histogram::new(exponential_buckets(0.05, 2.0, 14));
-        let resolve_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 14));
-        let registry_requests = Family::<RegistryLabels, Counter>::default();
-        let rate_limit_remaining = Family::<HostLabels, Gauge>::default();
-        let commits = Counter::default();
-        let pull_requests = Family::<ActionLabels, Counter>::default();
-        let webhooks = Family::<WebhookLabels, Counter>::default();
-        let signature_checks = Family::<SignatureLabels, Counter>::default();
-        let webhook_coalesced = Counter::default();
-        let verdicts = Family::<VerdictLabels, Counter>::default();
-        let verification_errors = Family::<ErrorLabels, Counter>::default();
-        let promotions = Family::<PromotionLabels, Counter>::default();
-        let audit_workloads = Family::<FindingLabels, Gauge>::default();
-        let last_success = Gauge::<i64, AtomicI64>::default();
-        let registry_clients = Gauge::default();
-        let object_reconciled = Family::<ObjectLabels, Gauge<i64, AtomicI64>>::default();
-        let pass_interval = Gauge::default();
-        let leader = Family::<LeaseLabels, Gauge>::default();
-        registry.register(
-            "passes",
-            "Sync passes by outcome and trigger",
-            passes.clone(),
-        );
-        registry.register(
-            "pass_duration_seconds",
-            "Wall time of a sync pass",
-            pass_seconds.clone(),
-        );
-        registry.register(
-            "resolve_duration_seconds",
-            "Wall time of the registry resolution phase of a pass",
-            resolve_seconds.clone(),
-        );
-        registry.register(
-            "registry_requests",
-            "Registry HTTP requests by host and status",
-            registry_requests.clone(),
-        );
-        registry.register(
-            "registry_rate_limit_remaining",
-            "Requests left in the registry's rate-limit window, where it reports one",
-            rate_limit_remaining.clone(),
-        );
-        registry.register("commits", "Commits pushed", commits.clone());
-        let mirror_repairs = mirror_repairs(&mut registry);
-        let (git_ref_listings, git_fetches) = git_transfers(&mut registry);
-        registry.register(
-            "pull_requests",
-            "Pull requests opened or updated",
-            pull_requests.clone(),
-        );
-        registry.register(
-            "webhook_deliveries",
-            "Registry webhook deliveries",
-            webhooks.clone(),
-        );
-        registry.register(
-            "webhook_deliveries_coalesced",
-            "Accepted webhook deliveries served by a pass another delivery had asked for \
-             (during a pass, or within the webhook window)",
-            webhook_coalesced.clone(),
-        );
-        registry.register(
-            "signature_checks",
-            "Signature checks of digests about to be pinned, by result",
-            signature_checks.clone(),
-        );
-        registry.register("verifications", "Verification verdicts", verdicts.clone());
-        registry.register(
-            "verification_errors",
-            "Verifications of one pull request or commit that could not be made, by kind",
-            verification_errors.clone(),
-        );
-        registry.register(
-            "promotions",
-            "Promotion passes by target stage and gate",
-            promotions.clone(),
-        );
-        registry.register(
-            "audit_workloads",
-            "Workloads of the namespaces the configuration deploys to, by what the last audit \
-             found (pinned, tag-only, not-in-git, missing, unread, drift, mixed); a workload \
-             counts once under each finding of any of its containers",
-            audit_workloads.clone(),
-        );
-        registry.register(
-            "last_success_timestamp_seconds",
-            "Unix time of the last pass without failures",
-            last_success.clone(),
-        );
-        registry.register(
-            "registry_clients",
-            "Registry clients kept, one per distinct registry settings and credentials",
-            registry_clients.clone(),
-        );
-        registry.register(
-            "object_last_reconcile_timestamp_seconds",
-            "Unix time a PinnedRepository's last reconcile ended",
-            object_reconciled.clone(),
-        );
-        registry.register(
-            "pass_interval_seconds",
-            "Time between scheduled passes (--interval)",
-            pass_interval.clone(),
-        );
-        registry.register(
-            "leader",
-            "1 while this replica acts (holds the Lease, or runs without leader election), \
-             0 while it stands by, by Lease",
-            leader.clone(),
-        );
-        let metrics = Metrics {
-            registry,
-            passes,
-            pass_seconds,
-            resolve_seconds,
-            registry_requests,
-            rate_limit_remaining,
-            commits,
-            mirror_repairs,
-            git_ref_listings,
-            git_fetches,
-            pull_requests,
-            webhooks,
-            signature_checks,
-            webhook_coalesced,
-            verdicts,
-            verification_errors,
-            promotions,
-            audit_workloads,
-            last_success,
-            registry_clients,
-            object_reconciled,
-            pass_interval,
-            leader,
+        let mut metrics = Metrics {
+            registry: Registry::with_prefix("tagpin"),
+            passes: Family::default(),
+            pass_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
+            resolve_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+            registry_requests: Family::default(),
+            rate_limit_remaining: Family::default(),
+            commits: Counter::default(),
+            mirror_repairs: Counter::default(),
+            git_ref_listings: Counter::default(),
+            git_fetches: Counter::default(),
+            pull_requests: Family::default(),
+            webhooks: Family::default(),
+            signature_checks: Family::default(),
+            webhook_coalesced: Counter::default(),
+            verdicts: Family::default(),
+            verification_errors: Family::default(),
+            promotions: Family::default(),
+            audit_workloads: Family::default(),
+            last_success: Gauge::<i64, AtomicI64>::default(),
+            registry_clients: Gauge::default(),
+            object_reconciled: Family::default(),
+            pass_interval: Gauge::default(),
+            leader: Family::default(),
             seen_requests: Mutex::default(),
             labelled_hosts: Mutex::default(),
         };
+        metrics.register_pinning();
+        metrics.register_outcomes();
         metrics.zero_webhooks();
         for result in SIGNATURE_RESULTS {
             let _ = metrics.signature_checks.get_or_create(&SignatureLabels {
@@ -330,6 +219,130 @@ impl Metrics {
             });
         }
         metrics
+    }
+
+    /// Registers what a pass does: passes, registry and Git traffic, commits, pull requests,
+    /// webhook deliveries and signature checks.
+    fn register_pinning(&mut self) {
+        let registry = &mut self.registry;
+        registry.register(
+            "passes",
+            "Sync passes by outcome and trigger",
+            self.passes.clone(),
+        );
+        registry.register(
+            "pass_duration_seconds",
+            "Wall time of a sync pass",
+            self.pass_seconds.clone(),
+        );
+        registry.register(
+            "resolve_duration_seconds",
+            "Wall time of the registry resolution phase of a pass",
+            self.resolve_seconds.clone(),
+        );
+        registry.register(
+            "registry_requests",
+            "Registry HTTP requests by host and status",
+            self.registry_requests.clone(),
+        );
+        registry.register(
+            "registry_rate_limit_remaining",
+            "Requests left in the registry's rate-limit window, where it reports one",
+            self.rate_limit_remaining.clone(),
+        );
+        registry.register("commits", "Commits pushed", self.commits.clone());
+        registry.register(
+            "mirror_repairs",
+            "Git mirrors in the cache directory found damaged (a missing or corrupt object, ref \
+             or config), moved aside and cloned again",
+            self.mirror_repairs.clone(),
+        );
+        registry.register(
+            "git_ref_listings",
+            "Ref listings asked of Git remotes, each before a fetch: a pass over an unchanged \
+             repository fetches nothing",
+            self.git_ref_listings.clone(),
+        );
+        registry.register(
+            "git_fetches",
+            "Fetches from Git remotes, made when a ref listing showed a followed branch moved",
+            self.git_fetches.clone(),
+        );
+        registry.register(
+            "pull_requests",
+            "Pull requests opened or updated",
+            self.pull_requests.clone(),
+        );
+        registry.register(
+            "webhook_deliveries",
+            "Registry webhook deliveries",
+            self.webhooks.clone(),
+        );
+        registry.register(
+            "webhook_deliveries_coalesced",
+            "Accepted webhook deliveries served by a pass another delivery had asked for \
+             (during a pass, or within the webhook window)",
+            self.webhook_coalesced.clone(),
+        );
+        registry.register(
+            "signature_checks",
+            "Signature checks of digests about to be pinned, by result",
+            self.signature_checks.clone(),
+        );
+    }
+
+    /// Registers what tagpin found and how it runs: verdicts, promotions, the audit, the last
+    /// good pass, registry clients, reconciles, the interval and the Lease.
+    fn register_outcomes(&mut self) {
+        let registry = &mut self.registry;
+        registry.register(
+            "verifications",
+            "Verification verdicts",
+            self.verdicts.clone(),
+        );
+        registry.register(
+            "verification_errors",
+            "Verifications of one pull request or commit that could not be made, by kind",
+            self.verification_errors.clone(),
+        );
+        registry.register(
+            "promotions",
+            "Promotion passes by target stage and gate",
+            self.promotions.clone(),
+        );
+        registry.register(
+            "audit_workloads",
+            "Workloads of the namespaces the configuration deploys to, by what the last audit \
+             found (pinned, tag-only, not-in-git, missing, unread, drift, mixed); a workload \
+             counts once under each finding of any of its containers",
+            self.audit_workloads.clone(),
+        );
+        registry.register(
+            "last_success_timestamp_seconds",
+            "Unix time of the last pass without failures",
+            self.last_success.clone(),
+        );
+        registry.register(
+            "registry_clients",
+            "Registry clients kept, one per distinct registry settings and credentials",
+            self.registry_clients.clone(),
+        );
+        registry.register(
+            "object_last_reconcile_timestamp_seconds",
+            "Unix time a PinnedRepository's last reconcile ended",
+            self.object_reconciled.clone(),
+        );
+        registry.register(
+            "pass_interval_seconds",
+            "Time between scheduled passes (--interval)",
+            self.pass_interval.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica acts (holds the Lease, or runs without leader election), \
+             0 while it stands by, by Lease",
+            self.leader.clone(),
+        );
     }
 
     /// Counts what `mirror` did since it was last counted: repairs, ref listings and fetches.
@@ -478,36 +491,6 @@ impl Metrics {
         }
         out
     }
-}
-
-/// `tagpin_mirror_repairs_total`, registered in `registry`: unlabelled, as the log names the
-/// mirror and what was wrong with it.
-fn mirror_repairs(registry: &mut Registry) -> Counter {
-    let repairs = Counter::default();
-    registry.register(
-        "mirror_repairs",
-        "Git mirrors in the cache directory found damaged (a missing or corrupt object, ref or \
-         config), moved aside and cloned again",
-        repairs.clone(),
-    );
-    repairs
-}
-
-/// `tagpin_git_ref_listings_total` and `tagpin_git_fetches_total`, registered in `registry`.
-fn git_transfers(registry: &mut Registry) -> (Counter, Counter) {
-    let (listings, fetches) = (Counter::default(), Counter::default());
-    registry.register(
-        "git_ref_listings",
-        "Ref listings asked of Git remotes, each before a fetch: a pass over an unchanged \
-         repository fetches nothing",
-        listings.clone(),
-    );
-    registry.register(
-        "git_fetches",
-        "Fetches from Git remotes, made when a ref listing showed a followed branch moved",
-        fetches.clone(),
-    );
-    (listings, fetches)
 }
 
 /// `Counter::inc` for a labelled family, spelled once.

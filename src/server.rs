@@ -347,15 +347,7 @@ async fn webhook_delivery(
             "unknown webhook sender\n".to_string(),
         );
     };
-    let record = |result: &str| {
-        metrics::inc(
-            &shared.metrics.webhooks,
-            WebhookLabels {
-                sender: sender.name().to_string(),
-                result: result.to_string(),
-            },
-        )
-    };
+    let record = |result: &str| record_delivery(&shared, sender, result);
     let Some(secret) = shared.webhook_secret.as_deref() else {
         record("unauthorized");
         tracing::warn!(
@@ -426,6 +418,27 @@ async fn webhook_delivery(
             .and_then(|()| webhook::pushed_repositories(sender, &body)),
         },
     };
+    answer(&shared, sender, checked)
+}
+
+/// Counts a delivery from `sender` by its result (`tagpin_webhook_deliveries_total`).
+fn record_delivery(shared: &Shared, sender: Sender, result: &str) {
+    metrics::inc(
+        &shared.metrics.webhooks,
+        WebhookLabels {
+            sender: sender.name().to_string(),
+            result: result.to_string(),
+        },
+    )
+}
+
+/// The answer to a delivery read whole: its repositories queued, or why it was refused.
+fn answer(
+    shared: &Shared,
+    sender: Sender,
+    checked: Result<Vec<String>, webhook::Rejection>,
+) -> (StatusCode, String) {
+    let record = |result: &str| record_delivery(shared, sender, result);
     match checked {
         Ok(names) => {
             record("accepted");

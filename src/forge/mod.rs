@@ -316,7 +316,11 @@ impl ForgeClient {
             branch,
             context,
         };
-        let said = Said { state, description };
+        self.post_status(key, Said { state, description }).await
+    }
+
+    /// Posts `said` as the status `key` names, and remembers it.
+    async fn post_status(&self, key: StatusKey<'_>, said: Said<'_>) -> Result<()> {
         self.adapter.set_status(key, said).await?;
         self.memory.remember_status(key, said);
         Ok(())
@@ -326,19 +330,7 @@ impl ForgeClient {
     /// pass that changes nothing spends no write, and no read either while what this process
     /// set is younger than [`READ_BACK_AFTER`]). A failure is logged, not returned: a verdict
     /// or promotion stands whether or not its status could be posted.
-    pub async fn set_status_once(
-        &self,
-        sha: &str,
-        branch: Option<&str>,
-        state: StatusState,
-        context: &str,
-        description: &str,
-    ) {
-        let key = StatusKey {
-            sha,
-            branch,
-            context,
-        };
+    pub async fn set_status_once(&self, key: StatusKey<'_>, state: StatusState, description: &str) {
         let said = Said { state, description };
         if self.memory.said_lately(key, said) {
             return;
@@ -348,11 +340,8 @@ impl ForgeClient {
             self.memory.remember_status(key, said);
             return;
         }
-        if let Err(e) = self
-            .set_status(sha, branch, state, context, description)
-            .await
-        {
-            tracing::warn!("cannot set the {context} status on {sha}: {e}");
+        if let Err(e) = self.post_status(key, said).await {
+            tracing::warn!("cannot set the {} status on {}: {e}", key.context, key.sha);
         }
     }
 
@@ -432,32 +421,48 @@ mod tests {
         );
         assert_eq!(ChangeRequestNoun::of(None), ChangeRequestNoun::PullRequest);
         let forge = |kind: Kind| engine::settings(kind, "https://forge.example.com");
-        let (owner, repo) = ("acme".to_string(), "gitops".to_string());
-        let gitea = forge(Kind::Gitea { owner, repo });
-        assert_eq!(
-            ChangeRequestNoun::of(Some(&gitea)).name(12),
-            "pull request #12",
-            "Gitea's own words"
-        );
-        let (project, repo) = ("ACME".to_string(), "gitops".to_string());
-        let bitbucket = forge(Kind::Bitbucket {
-            workspace: project.clone(),
-            repo: repo.clone(),
-        });
-        for forge in [bitbucket, forge(Kind::BitbucketServer { project, repo })] {
-            assert_eq!(
-                ChangeRequestNoun::of(Some(&forge)).name(12),
+        let s = |a: &str| a.to_string();
+        let repo = s("gitops");
+        // Gitea's, Bitbucket's (Cloud and Data Center) and Azure DevOps's own words.
+        let own_words = [
+            (
+                Kind::Gitea {
+                    owner: s("acme"),
+                    repo: repo.clone(),
+                },
                 "pull request #12",
-                "Bitbucket's own words"
+            ),
+            (
+                Kind::Bitbucket {
+                    workspace: s("ACME"),
+                    repo: repo.clone(),
+                },
+                "pull request #12",
+            ),
+            (
+                Kind::BitbucketServer {
+                    project: s("ACME"),
+                    repo: repo.clone(),
+                },
+                "pull request #12",
+            ),
+            (
+                Kind::AzureDevOps {
+                    project: s("platform"),
+                    repo,
+                },
+                "pull request !12",
+            ),
+        ];
+        for (kind, words) in own_words {
+            let settings = forge(kind);
+            assert_eq!(
+                ChangeRequestNoun::of(Some(&settings)).name(12),
+                words,
+                "{:?}",
+                settings.kind
             );
         }
-        let (project, repo) = ("platform".to_string(), "gitops".to_string());
-        let azure = forge(Kind::AzureDevOps { project, repo });
-        assert_eq!(
-            ChangeRequestNoun::of(Some(&azure)).name(12),
-            "pull request !12",
-            "Azure DevOps's own words"
-        );
     }
 
     #[test]

@@ -130,6 +130,12 @@ enum Insertion {
     TagOnly,
 }
 
+/// A tag as written and a digest written into it.
+type TagParts = (Option<String>, Option<String>);
+
+/// How and where a digest is written and where a moved tag goes, or where and why not.
+type Placed<'n> = Result<(HelmWrite, Target, Option<Target>), (&'n Node<'n>, SkipReason)>;
+
 /// A block's `tag`/`version`, or `digest`/`sha`, as written.
 struct Entry<'n> {
     key_name: &'static str,
@@ -431,39 +437,11 @@ impl<'w, 'a> Walker<'w, 'a> {
             at: block_node,
             insert,
         } = parts;
-        // The tag as written, split from a digest written into it.
-        let (tag_text, tag_digest) = match &tag {
-            None => (None, None),
-            Some(tag) => match scalar_text(tag.value) {
-                Ok(None) => (None, None),
-                Ok(Some(text)) => match text.split_once('@') {
-                    Some((tag, digest)) => (
-                        Some(tag.to_string()).filter(|t| !t.is_empty()),
-                        Some(digest.to_string()),
-                    ),
-                    None => (Some(text.to_string()), None),
-                },
-                Err(reason) => {
-                    let origin = self.origin(join(path, tag.key_name), HelmWrite::TagSuffix);
-                    self.out.skip(tag.value, reason, origin);
-                    return;
-                }
-            },
+        let Some((tag_text, tag_digest)) = self.read_tag(tag.as_ref(), path) else {
+            return;
         };
-        let key_digest = match &digest_key {
-            None => None,
-            Some(entry) => match scalar_text(entry.value) {
-                Ok(None) => None,
-                Ok(Some(text)) if entry.key_name == "sha" && !text.contains(':') => {
-                    Some(format!("sha256:{text}"))
-                }
-                Ok(Some(text)) => Some(text.to_string()),
-                Err(reason) => {
-                    let origin = self.origin(join(path, entry.key_name), HelmWrite::DigestKey);
-                    self.out.skip(entry.value, reason, origin);
-                    return;
-                }
-            },
+        let Some(key_digest) = self.read_digest_key(digest_key.as_ref(), path) else {
+            return;
         };
         let tag_path = tag.as_ref().map(|t| join(path, t.key_name));
         if let (Some(a), Some(b)) = (&tag_digest, &key_digest) {
@@ -499,7 +477,95 @@ impl<'w, 'a> Walker<'w, 'a> {
         );
 
         // Where the digest goes, and where a moved tag goes.
-        let placed = match (&digest_key, &tag) {
+        let Some(placed) = self.place(
+            digest_key.as_ref(),
+            tag.as_ref(),
+            tag_text.is_some(),
+            tag_has_digest,
+            insert,
+        ) else {
+            return;
+        };
+        let (write, target, tag_target) = match placed {
+            Ok(placed) => placed,
+            Err((at, why)) => {
+                let origin = self.origin(key_path, HelmWrite::TagSuffix);
+                self.out.skip(at, why, origin);
+                return;
+            }
+        };
+        self.out.field(ImageField {
+            line: at.line,
+            column: at.column,
+            value,
+            target,
+            origin: Origin::HelmImage(Box::new(HelmImage {
+                source: self.context.source.clone(),
+                part: self.context.part,
+                key_path,
+                repository: normalized,
+                tag: tag_text,
+                digest,
+                write,
+                tag_target,
+            })),
+        });
+    }
+
+    /// The tag as written, split from a digest written into it (`v1@sha256:…`); `None` when
+    /// it cannot be read, the image then skipped with the reason.
+    fn read_tag(&mut self, tag: Option<&Entry<'_>>, path: &str) -> Option<TagParts> {
+        let Some(tag) = tag else {
+            return Some((None, None));
+        };
+        match scalar_text(tag.value) {
+            Ok(None) => Some((None, None)),
+            Ok(Some(text)) => Some(match text.split_once('@') {
+                Some((tag, digest)) => (
+                    Some(tag.to_string()).filter(|t| !t.is_empty()),
+                    Some(digest.to_string()),
+                ),
+                None => (Some(text.to_string()), None),
+            }),
+            Err(reason) => {
+                let origin = self.origin(join(path, tag.key_name), HelmWrite::TagSuffix);
+                self.out.skip(tag.value, reason, origin);
+                None
+            }
+        }
+    }
+
+    /// The digest of a `digest`/`sha` key (a bare `sha` is sha256's); `None` when it cannot
+    /// be read, the image then skipped with the reason.
+    fn read_digest_key(&mut self, entry: Option<&Entry<'_>>, path: &str) -> Option<Option<String>> {
+        let Some(entry) = entry else {
+            return Some(None);
+        };
+        match scalar_text(entry.value) {
+            Ok(None) => Some(None),
+            Ok(Some(text)) if entry.key_name == "sha" && !text.contains(':') => {
+                Some(Some(format!("sha256:{text}")))
+            }
+            Ok(Some(text)) => Some(Some(text.to_string())),
+            Err(reason) => {
+                let origin = self.origin(join(path, entry.key_name), HelmWrite::DigestKey);
+                self.out.skip(entry.value, reason, origin);
+                None
+            }
+        }
+    }
+
+    /// Where the digest goes (how it is written, its target) and where a moved tag goes, or
+    /// the node and reason it cannot be written; `None` with neither a tag nor a digest key.
+    fn place<'n>(
+        &self,
+        digest_key: Option<&Entry<'n>>,
+        tag: Option<&Entry<'n>>,
+        has_tag_text: bool,
+        tag_has_digest: bool,
+        insert: Insertion,
+    ) -> Option<Placed<'n>> {
+        let placed = match (digest_key, tag) {
             (Some(entry), _) => {
                 let write = if entry.key_name == "sha" {
                     HelmWrite::ShaKey
@@ -507,13 +573,13 @@ impl<'w, 'a> Walker<'w, 'a> {
                     HelmWrite::DigestKey
                 };
                 let tag_target = match &tag {
-                    Some(tag) if tag_text.is_some() => Some(self.writable(tag)),
+                    Some(tag) if has_tag_text => Some(self.writable(tag)),
                     _ => None,
                 };
                 match (self.writable(entry), tag_target.transpose()) {
                     (Ok(target), Ok(tag_target)) => Ok((write, target, tag_target)),
                     (Err(why), _) => Err((entry.value, why)),
-                    (_, Err(why)) => Err((tag.as_ref().map_or(entry.value, |t| t.value), why)),
+                    (_, Err(why)) => Err((tag.map_or(entry.value, |t| t.value), why)),
                 }
             }
             (None, Some(tag))
@@ -541,32 +607,9 @@ impl<'w, 'a> Walker<'w, 'a> {
             },
             // Without a tag there is no digest written into one, and without a digest key
             // either the image was skipped above.
-            (None, None) => return,
+            (None, None) => return None,
         };
-        let (write, target, tag_target) = match placed {
-            Ok(placed) => placed,
-            Err((at, why)) => {
-                let origin = self.origin(key_path, HelmWrite::TagSuffix);
-                self.out.skip(at, why, origin);
-                return;
-            }
-        };
-        self.out.field(ImageField {
-            line: at.line,
-            column: at.column,
-            value,
-            target,
-            origin: Origin::HelmImage(Box::new(HelmImage {
-                source: self.context.source.clone(),
-                part: self.context.part,
-                key_path,
-                repository: normalized,
-                tag: tag_text,
-                digest,
-                write,
-                tag_target,
-            })),
-        });
+        Some(placed)
     }
 
     /// The target replacing an entry's value, or why it may not be written.

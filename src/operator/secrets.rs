@@ -121,39 +121,65 @@ pub(super) async fn read_secrets(
         None => None,
     };
     let docker = match &config.registries.docker_config_secret {
-        Some(name) => {
-            let (_, data, version) = fetch(&api, namespace, name).await?;
-            let bytes = data.get(DOCKER_CONFIG_KEY).ok_or_else(|| {
-                missing(format!(
-                    "spec.registries.docker_config_secret_ref: Secret {namespace}/{name} has no \
-                     key {DOCKER_CONFIG_KEY:?} (create it with `kubectl create secret \
-                     docker-registry`)"
-                ))
-            })?;
-            let store =
-                CredentialStore::parse(bytes, Path::new(&format!("Secret {namespace}/{name}")))
-                    .map_err(|e| Outcome::Stalled {
-                        reason: Reason::InvalidSpec,
-                        message: format!("spec.registries.docker_config_secret_ref: {e}"),
-                    })?;
-            // A helper would run a program in the controller with the controller's own
-            // identity (a node's cloud role, say) on behalf of whoever wrote the Secret.
-            let helpers = store.helpers_named();
-            if !helpers.is_empty() {
-                return Err(Outcome::Stalled {
-                    reason: Reason::InvalidSpec,
-                    message: format!(
-                        "spec.registries.docker_config_secret_ref: Secret {namespace}/{name} \
-                         names credential helpers ({}); a Secret's Docker config must carry \
-                         its credentials in `auths`",
-                        helpers.join(", ")
-                    ),
-                });
-            }
-            Some((format!("{namespace}/{name}@{version}"), store))
-        }
+        Some(name) => Some(docker_config(&api, namespace, name).await?),
         None => None,
     };
+    let signatures = signature_rules(config, &text)?;
+    let (signer, required_signers) = commit_keys(config, &key, &text)?;
+    Ok(Secrets {
+        git,
+        forge_token,
+        forge_username,
+        docker,
+        signatures,
+        signer,
+        required_signers,
+    })
+}
+
+/// The Docker config of the Secret `registries.docker_config_secret_ref` names, with the
+/// Secret's version (a rotated Secret builds a new registry client); one that names
+/// credential helpers is refused.
+async fn docker_config(
+    api: &Api<Secret>,
+    namespace: &str,
+    name: &str,
+) -> Result<(String, CredentialStore), Outcome> {
+    let (_, data, version) = fetch(api, namespace, name).await?;
+    let bytes = data
+        .get(DOCKER_CONFIG_KEY)
+        .ok_or_else(|| Outcome::Stalled {
+            reason: Reason::SecretNotFound,
+            message: format!(
+                "spec.registries.docker_config_secret_ref: Secret {namespace}/{name} has no \
+             key {DOCKER_CONFIG_KEY:?} (create it with `kubectl create secret \
+             docker-registry`)"
+            ),
+        })?;
+    let store = CredentialStore::parse(bytes, Path::new(&format!("Secret {namespace}/{name}")))
+        .map_err(|e| Outcome::Stalled {
+            reason: Reason::InvalidSpec,
+            message: format!("spec.registries.docker_config_secret_ref: {e}"),
+        })?;
+    // A helper would run a program in the controller with the controller's own
+    // identity (a node's cloud role, say) on behalf of whoever wrote the Secret.
+    let helpers = store.helpers_named();
+    if !helpers.is_empty() {
+        return Err(Outcome::Stalled {
+            reason: Reason::InvalidSpec,
+            message: format!(
+                "spec.registries.docker_config_secret_ref: Secret {namespace}/{name} \
+                 names credential helpers ({}); a Secret's Docker config must carry \
+                 its credentials in `auths`",
+                helpers.join(", ")
+            ),
+        });
+    }
+    Ok((format!("{namespace}/{name}@{version}"), store))
+}
+
+/// `images.signatures` with each key and trusted root read from the Secret and checked.
+fn signature_rules(config: &Config, text: SecretText<'_>) -> Result<Vec<SignatureRule>, Outcome> {
     let mut signatures = config.images.signatures.clone();
     for (i, rule) in signatures.iter_mut().enumerate() {
         for (j, key) in rule.keys.iter_mut().enumerate() {
@@ -172,16 +198,7 @@ pub(super) async fn read_secrets(
             checked(&field, &root.path, parsed)?;
         }
     }
-    let (signer, required_signers) = commit_keys(config, &key, &text)?;
-    Ok(Secrets {
-        git,
-        forge_token,
-        forge_username,
-        docker,
-        signatures,
-        signer,
-        required_signers,
-    })
+    Ok(signatures)
 }
 
 /// A Secret's key as bytes, and as trimmed text, each naming the spec field that asked.

@@ -595,10 +595,12 @@ impl<'a> Promoter<'a> {
         );
         forge
             .set_status_once(
-                &found.tip.to_string(),
-                Some(&self.config.repository.branch),
+                crate::forge::StatusKey {
+                    sha: &found.tip.to_string(),
+                    branch: Some(&self.config.repository.branch),
+                    context: &gate::stage_context(&source.name),
+                },
                 state,
-                &gate::stage_context(&source.name),
                 &description,
             )
             .await;
@@ -709,10 +711,12 @@ impl<'a> Promoter<'a> {
         );
         forge
             .set_status_once(
-                &head,
-                Some(&branch),
+                crate::forge::StatusKey {
+                    sha: &head,
+                    branch: Some(&branch),
+                    context: gate::PROMOTION_CONTEXT,
+                },
                 state,
-                gate::PROMOTION_CONTEXT,
                 &description,
             )
             .await;
@@ -772,10 +776,12 @@ impl<'a> Promoter<'a> {
             };
             forge
                 .set_status_once(
-                    &pr.head_sha,
-                    Some(&pr.head_ref),
+                    crate::forge::StatusKey {
+                        sha: &pr.head_sha,
+                        branch: Some(&pr.head_ref),
+                        context: gate::PROMOTION_CONTEXT,
+                    },
                     state,
-                    gate::PROMOTION_CONTEXT,
                     &description,
                 )
                 .await;

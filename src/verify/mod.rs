@@ -531,10 +531,12 @@ pub async fn publish(
     for sha in &expectations.commits {
         forge
             .set_status_once(
-                sha,
-                expectations.branch_of(sha),
+                crate::forge::StatusKey {
+                    sha,
+                    branch: expectations.branch_of(sha),
+                    context: report::STATUS_CONTEXT,
+                },
                 state,
-                report::STATUS_CONTEXT,
                 &description,
             )
             .await;

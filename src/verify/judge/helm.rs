@@ -527,79 +527,81 @@ pub fn releases(pin: &HelmPin, listed: &Listed<'_>) -> Releases {
             let progress = applied.unwrap_or_else(|| application_progress(obj));
             Ok(vec![argo_release(app, progress, revision)])
         }
-        ReleaseRef::ValuesFile { path } => {
-            let path = gitops::clean_path(path);
-            let mut found = Vec::new();
-            for obj in listed.applications {
-                if !application_uses(obj, &path, listed.repository) {
-                    continue;
-                }
-                let app = gitops::application(obj);
-                let applied = listed
-                    .appliers
-                    .iter()
-                    .position(|o| {
-                        o.tool == Tool::ArgoCd && o.namespace == app.namespace && o.name == app.name
-                    })
-                    .map(|i| &listed.sync[i]);
-                let (progress, revision) = match applied {
-                    Some(Sync::Synced(revision)) => (
-                        Progress::Carries(format!(
-                            "Argo CD applied {} from the repository",
-                            short(revision)
-                        )),
-                        Some(revision.clone()),
-                    ),
-                    Some(sync) => (held(Tool::ArgoCd, sync, listed.pin), None),
-                    // Named in `verify.gitops` objects only, and this one is not among them.
-                    None => (
-                        Progress::Unknown(format!(
-                            "verify.gitops does not name {}, which reads it",
-                            app.title()
-                        )),
-                        None,
-                    ),
-                };
-                found.push(argo_release(app, progress, revision));
-            }
-            for obj in listed.helm_releases {
-                if let Some(repository) = chart_repository_using(obj, &path, listed) {
-                    found.push(Release {
-                        tool: Tool::Flux,
-                        kind: "HelmRelease",
-                        namespace: text(&obj["metadata"]["namespace"]),
-                        name: text(&obj["metadata"]["name"]),
-                        candidates: Candidates::Annotated {
-                            namespace: release_namespace(obj),
-                            release: release_name(obj),
-                        },
-                        progress: Progress::Unknown(format!(
-                            "it reads {path} through its chart's GitRepository {repository}, whose chart version does not name the commit"
-                        )),
-                        health: gitops::flux_health(obj),
-                        revision: None,
-                    });
-                }
-            }
-            if found.is_empty() {
-                let unread: Vec<&str> = [listed.helm_releases_unread, listed.applications_unread]
-                    .into_iter()
-                    .flatten()
-                    .collect();
-                let unread = match unread.is_empty() {
-                    true => String::new(),
-                    false => format!(" ({})", unread.join("; ")),
-                };
-                return Err((
-                    NotVerifiedReason::HelmReleaseMissing,
-                    format!(
-                        "no HelmRelease or Argo CD Application in the cluster reads {path}{unread}"
-                    ),
-                ));
-            }
-            Ok(found)
+        ReleaseRef::ValuesFile { path } => values_file_releases(path, listed),
+    }
+}
+
+/// The releases that read the values file `path`: Argo CD Applications whose Helm source
+/// takes it, and Flux HelmReleases whose chart's GitRepository holds it.
+fn values_file_releases(path: &str, listed: &Listed<'_>) -> Releases {
+    let path = gitops::clean_path(path);
+    let mut found = Vec::new();
+    for obj in listed.applications {
+        if !application_uses(obj, &path, listed.repository) {
+            continue;
+        }
+        let app = gitops::application(obj);
+        let applied = listed
+            .appliers
+            .iter()
+            .position(|o| {
+                o.tool == Tool::ArgoCd && o.namespace == app.namespace && o.name == app.name
+            })
+            .map(|i| &listed.sync[i]);
+        let (progress, revision) = match applied {
+            Some(Sync::Synced(revision)) => (
+                Progress::Carries(format!(
+                    "Argo CD applied {} from the repository",
+                    short(revision)
+                )),
+                Some(revision.clone()),
+            ),
+            Some(sync) => (held(Tool::ArgoCd, sync, listed.pin), None),
+            // Named in `verify.gitops` objects only, and this one is not among them.
+            None => (
+                Progress::Unknown(format!(
+                    "verify.gitops does not name {}, which reads it",
+                    app.title()
+                )),
+                None,
+            ),
+        };
+        found.push(argo_release(app, progress, revision));
+    }
+    for obj in listed.helm_releases {
+        if let Some(repository) = chart_repository_using(obj, &path, listed) {
+            found.push(Release {
+                tool: Tool::Flux,
+                kind: "HelmRelease",
+                namespace: text(&obj["metadata"]["namespace"]),
+                name: text(&obj["metadata"]["name"]),
+                candidates: Candidates::Annotated {
+                    namespace: release_namespace(obj),
+                    release: release_name(obj),
+                },
+                progress: Progress::Unknown(format!(
+                    "it reads {path} through its chart's GitRepository {repository}, whose chart version does not name the commit"
+                )),
+                health: gitops::flux_health(obj),
+                revision: None,
+            });
         }
     }
+    if found.is_empty() {
+        let unread: Vec<&str> = [listed.helm_releases_unread, listed.applications_unread]
+            .into_iter()
+            .flatten()
+            .collect();
+        let unread = match unread.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", unread.join("; ")),
+        };
+        return Err((
+            NotVerifiedReason::HelmReleaseMissing,
+            format!("no HelmRelease or Argo CD Application in the cluster reads {path}{unread}"),
+        ));
+    }
+    Ok(found)
 }
 
 fn argo_release(app: GitOpsObject, progress: Progress, revision: Option<String>) -> Release {
@@ -802,21 +804,7 @@ pub fn decide(
             outcomes.push((i, release, place(pin, release, workloads)));
         }
     }
-    // Two pins of one release that claim the same container with different digests cannot
-    // both be right about it.
-    let mut claims: BTreeMap<(WorkloadId, String), BTreeSet<&Digest>> = BTreeMap::new();
-    for (i, _, outcome) in &outcomes {
-        if let Outcome::Placed {
-            workload,
-            container,
-        } = outcome
-        {
-            claims
-                .entry((workload.clone(), container.clone()))
-                .or_default()
-                .insert(&pins[*i].digest);
-        }
-    }
+    let claims = claims(pins, &outcomes);
     for (i, release, outcome) in outcomes {
         let pin = &pins[i];
         let (workload, container) = match outcome {
@@ -853,21 +841,7 @@ pub fn decide(
             pinned_ref: pin.pinned_ref(),
             digest: pin.digest.clone(),
         };
-        match &release.progress {
-            Progress::Carries(_) => decision.read.push(expected),
-            Progress::Waiting(reason) => decision.verdicts.push(held_back(
-                &expected,
-                State::Progressing,
-                format!("{} has not released it yet: {reason}", release.title()),
-            )),
-            Progress::Failed(reason) => decision.verdicts.push(held_back(
-                &expected,
-                State::Failed,
-                format!("{} failed: {reason}", release.title()),
-            )),
-            // `place` never places a pin of a release that cannot tell.
-            Progress::Unknown(_) => {}
-        }
+        as_released(&mut decision, release, expected);
     }
     decision.read.sort();
     decision.read.dedup();
@@ -881,6 +855,49 @@ pub fn decide(
         })
         .collect();
     decision
+}
+
+/// The digests the pins of each release claim for each container they were placed on: two
+/// pins of one release that claim the same container with different digests cannot both be
+/// right about it.
+fn claims<'p>(
+    pins: &'p [HelmPin],
+    outcomes: &[(usize, &Release, Outcome)],
+) -> BTreeMap<(WorkloadId, String), BTreeSet<&'p Digest>> {
+    let mut claims: BTreeMap<(WorkloadId, String), BTreeSet<&Digest>> = BTreeMap::new();
+    for (i, _, outcome) in outcomes {
+        if let Outcome::Placed {
+            workload,
+            container,
+        } = outcome
+        {
+            claims
+                .entry((workload.clone(), container.clone()))
+                .or_default()
+                .insert(&pins[*i].digest);
+        }
+    }
+    claims
+}
+
+/// `expected` as far as `release` has released it: read from the cluster when it carries the
+/// pin, else held back as Progressing or Failed with the release's reason.
+fn as_released(decision: &mut gitops::Decision, release: &Release, expected: Expected) {
+    match &release.progress {
+        Progress::Carries(_) => decision.read.push(expected),
+        Progress::Waiting(reason) => decision.verdicts.push(held_back(
+            &expected,
+            State::Progressing,
+            format!("{} has not released it yet: {reason}", release.title()),
+        )),
+        Progress::Failed(reason) => decision.verdicts.push(held_back(
+            &expected,
+            State::Failed,
+            format!("{} failed: {reason}", release.title()),
+        )),
+        // `place` never places a pin of a release that cannot tell.
+        Progress::Unknown(_) => {}
+    }
 }
 
 /// The one live container `pin` speaks for in `release`, or why there is none.

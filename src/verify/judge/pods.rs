@@ -99,7 +99,6 @@ pub(super) fn judge_pods(
     rollout: &RolloutStatus,
     pods: &[LivePod],
 ) -> PodsJudged {
-    let t = ConditionType::DigestsMatch;
     let pinned_digest = expected.digest.to_string();
     let mut on_pinned = 0;
     let mut total = 0;
@@ -153,7 +152,29 @@ pub(super) fn judge_pods(
         }
     }
 
-    let judgement = if let Some((reason, line)) = fatal.first() {
+    let judgement = digests_match(&fatal, &stale, (on_pinned, total), rollout, &pinned_digest);
+    PodsJudged {
+        judged: judgement,
+        on_pinned,
+        total,
+        stale,
+        finished: finished_pods,
+        restarts,
+    }
+}
+
+/// The `DigestsMatch` condition from what the replicas showed: a fatal waiting reason on a
+/// pod that may be on the new template fails it; else the pods on another digest, or the
+/// count on the pinned one (`on_pinned` of `total`), decide it.
+fn digests_match(
+    fatal: &[(String, String)],
+    stale: &[Stale],
+    (on_pinned, total): (usize, usize),
+    rollout: &RolloutStatus,
+    pinned_digest: &str,
+) -> Judged {
+    let t = ConditionType::DigestsMatch;
+    if let Some((reason, line)) = fatal.first() {
         let line = match fatal.len() - 1 {
             0 => line.clone(),
             more => format!("{line} (and {more} more {})", plural(more, "pod", "pods")),
@@ -187,7 +208,7 @@ pub(super) fn judge_pods(
             "no pods to check yet".to_owned(),
         )
     } else if !stale.is_empty() {
-        let line = stale_line(&stale, total);
+        let line = stale_line(stale, total);
         judged(t, ConditionStatus::False, "StalePods", line.clone(), line)
     } else {
         judged(
@@ -197,14 +218,6 @@ pub(super) fn judge_pods(
             format!("{on_pinned}/{total} pods on {pinned_digest}"),
             format!("converged: {on_pinned}/{total} pods on the pinned digest"),
         )
-    };
-    PodsJudged {
-        judged: judgement,
-        on_pinned,
-        total,
-        stale,
-        finished: finished_pods,
-        restarts,
     }
 }
 

@@ -8,8 +8,8 @@
 //! the `binary` tests run the real `tagpin verify`, where the pins come from the scanned
 //! commit or from a sync pull request's plan block.
 
-use crate::gitops::{argo_application, flux_objects, tagpin_verify, verifier_grants};
 use crate::support;
+use crate::verify::gitops::{argo_application, flux_objects, tagpin_verify, verifier_grants};
 
 use std::process::Output;
 

@@ -7,8 +7,8 @@
 //! `verify.default_namespace`, as a user of Argo CD 3.5 lays it out: the Application's
 //! destination namespace is where `web` runs, and a `web` in `default` is someone else's.
 
-use crate::gitops::{tagpin_verify, verifier_grants};
 use crate::support;
+use crate::verify::gitops::{tagpin_verify, verifier_grants};
 
 use std::process::Output;
 
@@ -401,7 +401,7 @@ async fn without_a_source_hydrator_an_application_is_read_as_before() {
     // is the dry commit itself.
     let w = World::new().await;
     w.running("shop", DIGEST, DIGEST);
-    let app = crate::gitops::argo_application(&w.url, &w.tip(), &[("shop", "web")]);
+    let app = crate::verify::gitops::argo_application(&w.url, &w.tip(), &[("shop", "web")]);
     w.kube.apply(app);
 
     let out = w.verify().await;

@@ -8,9 +8,11 @@
 //! kustomize overlays over a shared base (`images:` entries with newName/newTag/digest), and
 //! plain per-environment directories (`image: repo:tag@digest`).
 
-use crate::support;
-
+mod holds;
+mod revert;
 mod signed;
+
+use crate::support;
 
 use support::output_text as text;
 

@@ -10,9 +10,9 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::gitops::verifier_grants;
 use crate::support::output_text as text;
 use crate::support::workloads::{image_id, install_argo_rollouts, RolloutReplicaSet};
+use crate::verify::gitops::verifier_grants;
 use crate::verify::World;
 
 const OLD: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";

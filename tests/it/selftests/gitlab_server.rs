@@ -115,12 +115,15 @@ async fn every_endpoint_answers_in_the_documented_shapes() {
     let user = get(&server, "/user").await;
     assert_eq!(user.status, 200, "{}", user.text);
     assert_eq!(user.json()["username"], BOT);
-    has_documented_keys(&user.json(), include_str!("../fixtures/gitlab/user.json"));
+    has_documented_keys(
+        &user.json(),
+        include_str!("../../fixtures/gitlab/user.json"),
+    );
 
     let project = get(&server, &format!("/projects/{ENCODED}")).await;
     assert_eq!(project.status, 200, "{}", project.text);
     let p = project.json();
-    has_documented_keys(&p, include_str!("../fixtures/gitlab/project.json"));
+    has_documented_keys(&p, include_str!("../../fixtures/gitlab/project.json"));
     assert_eq!(p["path_with_namespace"], PROJECT);
     assert_eq!(p["default_branch"], "main");
     assert_eq!(p["permissions"]["project_access"]["access_level"], 40);
@@ -139,7 +142,10 @@ async fn every_endpoint_answers_in_the_documented_shapes() {
     .await;
     assert_eq!(created.status, 201, "{}", created.text);
     let mr = created.json();
-    has_documented_keys(&mr, include_str!("../fixtures/gitlab/merge_request.json"));
+    has_documented_keys(
+        &mr,
+        include_str!("../../fixtures/gitlab/merge_request.json"),
+    );
     assert_eq!(mr["iid"], 1);
     assert_ne!(mr["id"], mr["iid"], "id and iid differ, as on GitLab");
     assert_eq!(mr["project_id"], id);
@@ -215,7 +221,10 @@ async fn every_endpoint_answers_in_the_documented_shapes() {
     )
     .await;
     assert_eq!(note.status, 201, "{}", note.text);
-    has_documented_keys(&note.json(), include_str!("../fixtures/gitlab/note.json"));
+    has_documented_keys(
+        &note.json(),
+        include_str!("../../fixtures/gitlab/note.json"),
+    );
     assert_eq!(note.json()["noteable_type"], "MergeRequest");
     assert_eq!(note.json()["noteable_iid"], 1);
     assert_eq!(note.json()["system"], false);
@@ -252,7 +261,7 @@ async fn every_endpoint_answers_in_the_documented_shapes() {
     .await;
     assert_eq!(status.status, 201, "{}", status.text);
     let s = status.json();
-    has_documented_keys(&s, include_str!("../fixtures/gitlab/commit_status.json"));
+    has_documented_keys(&s, include_str!("../../fixtures/gitlab/commit_status.json"));
     assert_eq!(s["status"], "pending");
     assert_eq!(s["name"], "tagpin/converged");
     assert_eq!(s["ref"], "feature", "the branch holding the commit");

@@ -4,8 +4,8 @@
 //! reaches the object's status, its Events or the operator's log; what cannot be reached
 //! safely is refused before any connection.
 
+use crate::operator::promote::World;
 use crate::operator::{cluster, condition, pinned_repository, Operator, NS};
-use crate::operator_promote::World;
 use crate::support;
 use crate::support::eventually;
 

@@ -6,6 +6,11 @@
 //! between the forges (how a person merges, GitLab's status state machine) is said where it
 //! differs.
 
+mod azure_devops;
+mod bitbucket;
+mod bitbucket_server;
+mod gitea;
+
 use crate::support;
 
 use support::output_text as text;

@@ -3,6 +3,16 @@
 //! repositories, a real registry, Secrets rotated, shards split by label, and the real
 //! `kubectl wait`.
 
+mod azure_devops;
+mod bitbucket;
+mod bitbucket_server;
+mod gitea;
+mod hostile;
+pub(crate) mod promote;
+mod shared;
+mod signatures;
+mod tenancy;
+
 use crate::support;
 use crate::support::eventually;
 

@@ -2,6 +2,12 @@
 //! kubeconfig, as kube does by default), a real registry, a real bare Git repository holding
 //! the pinned manifests, and (for pull requests) the local GitHub server.
 
+mod audit;
+pub(crate) mod gitops;
+mod helm;
+mod hydrator;
+mod rollout;
+
 use crate::support;
 
 use support::{output_text as text, shared_fixture};
@@ -680,7 +686,7 @@ async fn a_cron_job_is_judged_by_its_runs_since_the_pin_under_the_verifier_role(
         "127.0.0.1:1",
     )
     .await;
-    w.kube.set_grants(crate::gitops::verifier_grants());
+    w.kube.set_grants(crate::verify::gitops::verifier_grants());
     let verdict = |out: &Output, code: i32, line: &str| {
         assert_eq!(out.status.code(), Some(code), "{}", text(out));
         assert!(text(out).contains(line), "{line:?} in:\n{}", text(out));
