@@ -161,7 +161,6 @@ fn after_step(
     step: Step,
     report: &CycleReport<'_>,
 ) {
-    let repairs = || cycle.syncer.mirror.take_repairs();
     match step {
         Step::Synced => {
             record_pass(
@@ -171,7 +170,7 @@ fn after_step(
                 started.elapsed(),
                 &report.sync,
             );
-            shared.metrics.mirror_repairs.inc_by(repairs());
+            shared.metrics.observe_mirror(&cycle.syncer.mirror);
             shared.mark_ready();
         }
         Step::Verified => {
@@ -181,7 +180,7 @@ fn after_step(
             in_flight::record(cycle.config, verification, &shared.metrics);
         }
         Step::Promoted => {
-            shared.metrics.mirror_repairs.inc_by(repairs());
+            shared.metrics.observe_mirror(&cycle.syncer.mirror);
         }
     }
     shared.progressed();

@@ -274,9 +274,20 @@ pub struct Mirror {
     opened: Cell<Option<(u64, u64)>>,
     /// Repairs made through this handle and not yet counted ([`Mirror::take_repairs`]).
     repairs: Cell<u64>,
+    /// Ref listings and fetches made through this handle and not yet counted
+    /// ([`Mirror::take_transfers`]).
+    transfers: Cell<Transfers>,
     /// `author.signing`: signs every commit this mirror builds, and is the only key whose
     /// signature makes a commit tagpin's own ([`Mirror::is_trusted`]).
     signer: Option<Arc<Signer>>,
+}
+
+/// What a mirror asked its remote: ref listings (what `git ls-remote` asks) and fetches, for
+/// `tagpin_git_ref_listings_total` and `tagpin_git_fetches_total`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Transfers {
+    pub ref_listings: u64,
+    pub fetches: u64,
 }
 
 /// Bounds on what a fetch may bring and how long it may take, for a repository someone else
@@ -370,6 +381,11 @@ const REMOTE_PREFIX: &str = "refs/remotes/origin/";
 const PUSH_REF: &str = "refs/tagpin/push";
 
 impl Mirror {
+    /// The mirror's directory.
+    pub fn dir(&self) -> &Path {
+        &self.path
+    }
+
     /// Opens the mirror of `url` under `cache_dir`, creating both the first time (`0700`).
     ///
     /// A mirror left readable by others is tightened to `0700`; one that is no longer a
@@ -394,6 +410,7 @@ impl Mirror {
             lock_path,
             limits: FetchLimits::default(),
             repairs: Cell::new(u64::from(replaced)),
+            transfers: Cell::default(),
             signer: None,
         })
     }
@@ -432,6 +449,11 @@ impl Mirror {
     /// The remote URL with any userinfo removed, for messages.
     pub fn display_url(&self) -> String {
         redact_url(&self.url)
+    }
+
+    /// The ref listings and fetches made through this handle since the last call.
+    pub fn take_transfers(&self) -> Transfers {
+        self.transfers.take()
     }
 
     /// The repairs made through this handle since the last call (the one [`Mirror::open`]
@@ -544,6 +566,10 @@ impl Mirror {
         let mut remote = repo
             .remote_anonymous(&self.url)
             .map_err(|e| self.fetch_error(e))?;
+        if self.tips_unchanged(&repo, &mut remote, branch, prefix) {
+            return Ok(());
+        }
+        self.count(|t| t.fetches += 1);
         let attempts = Cell::new(0);
         let stopped = Cell::new(None);
         let held = match self.limits.max_bytes {
@@ -1290,6 +1316,7 @@ impl Mirror {
             limits: self.limits,
             opened: Cell::new(dir_identity(&self.path)),
             repairs: Cell::new(0),
+            transfers: Cell::default(),
             signer: self.signer.clone(),
         })
     }
@@ -1557,6 +1584,61 @@ impl Mirror {
             limit,
             size,
         }
+    }
+
+    /// Whether every branch a fetch of `branch` and the branches under `prefix` follows
+    /// already stands in the mirror where the remote has it, and the mirror holds no branch the
+    /// remote deleted: then the fetch would bring nothing. Asked with one ref listing (the ref
+    /// advertisement `git ls-remote` reads), which costs the remote far less than a fetch's
+    /// negotiation: at rest, a pass over an unchanged repository fetches nothing. Any failure
+    /// answers no, and the fetch that follows says what is wrong in its own words.
+    fn tips_unchanged(
+        &self,
+        repo: &Repository,
+        remote: &mut git2::Remote<'_>,
+        branch: &str,
+        prefix: &str,
+    ) -> bool {
+        self.count(|t| t.ref_listings += 1);
+        let followed = |name: &str| name == branch || name.starts_with(prefix);
+        let attempts = Cell::new(0);
+        let callbacks = self.callbacks(&attempts);
+        let Ok(connection) = remote.connect_auth(Direction::Fetch, Some(callbacks), None) else {
+            return false;
+        };
+        let Ok(heads) = connection.list() else {
+            return false;
+        };
+        let remote_tips: std::collections::BTreeMap<String, Oid> = heads
+            .iter()
+            .filter_map(|head| Some((head.name().strip_prefix("refs/heads/")?, head.oid())))
+            .filter(|(name, _)| followed(name))
+            .map(|(name, oid)| (name.to_string(), oid))
+            .collect();
+        drop(connection);
+        let Ok(references) = repo.references_glob(&format!("{REMOTE_PREFIX}*")) else {
+            return false;
+        };
+        let mut mirror_tips = std::collections::BTreeMap::new();
+        for reference in references {
+            let Ok(reference) = reference else {
+                return false;
+            };
+            let (Some(name), Some(oid)) = (reference.name(), reference.target()) else {
+                return false;
+            };
+            match name.strip_prefix(REMOTE_PREFIX) {
+                Some(name) if followed(name) => mirror_tips.insert(name.to_string(), oid),
+                _ => None,
+            };
+        }
+        remote_tips == mirror_tips
+    }
+
+    fn count(&self, add: impl FnOnce(&mut Transfers)) {
+        let mut transfers = self.transfers.get();
+        add(&mut transfers);
+        self.transfers.set(transfers);
     }
 
     /// A failed fetch. Damage is told by class ([`damage`]): a fetch reads the mirror's refs
@@ -2319,6 +2401,80 @@ mod tests {
             .iter()
             .map(|f| format!("{}={}", f.path.display(), String::from_utf8_lossy(&f.bytes)))
             .collect())
+    }
+
+    #[test]
+    fn a_fetch_asks_the_remote_for_its_refs_first_and_fetches_only_when_a_branch_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = remote(dir.path());
+        let remote_repo = Repository::open_bare(dir.path().join("remote.git")).unwrap();
+        let mirror = Mirror::open(&dir.path().join("cache"), &url, Credentials::None).unwrap();
+        let listed = |fetches| Transfers {
+            ref_listings: 1,
+            fetches,
+        };
+        read_apps(&mirror).unwrap();
+        assert_eq!(mirror.take_transfers(), listed(1), "the first pass fetches");
+        read_apps(&mirror).unwrap();
+        assert_eq!(mirror.take_transfers(), listed(0), "nothing moved");
+
+        // Someone pushes to main: fetched, and read.
+        let tip = remote_repo.refname_to_id("refs/heads/main").unwrap();
+        let parent = remote_repo.find_commit(tip).unwrap();
+        let blob = remote_repo.blob(b"image: web:2\n").unwrap();
+        let apps = parent.tree().unwrap().get_path(Path::new("apps")).unwrap();
+        let mut apps = remote_repo
+            .treebuilder(Some(&remote_repo.find_tree(apps.id()).unwrap()))
+            .unwrap();
+        apps.insert("web.yaml", blob, 0o100644).unwrap();
+        let apps = apps.write().unwrap();
+        let mut root = remote_repo
+            .treebuilder(Some(&parent.tree().unwrap()))
+            .unwrap();
+        root.insert("apps", apps, 0o040000).unwrap();
+        let tree = remote_repo.find_tree(root.write().unwrap()).unwrap();
+        let signature = git2::Signature::now("p", "p@example.com").unwrap();
+        let moved = remote_repo
+            .commit(
+                Some("refs/heads/main"),
+                &signature,
+                &signature,
+                "bump",
+                &tree,
+                &[&parent],
+            )
+            .unwrap();
+        let read = read_apps(&mirror).unwrap();
+        assert!(
+            read.contains(&"apps/web.yaml=image: web:2\n".to_string()),
+            "{read:?}"
+        );
+        assert_eq!(mirror.take_transfers(), listed(1));
+
+        // A branch of tagpin's appears, then is deleted: each is fetched (the second prunes).
+        let branch = format!("refs/heads/{PREFIX}web");
+        remote_repo
+            .reference(&branch, moved, false, "open")
+            .unwrap();
+        read_apps(&mirror).unwrap();
+        assert_eq!(mirror.take_transfers(), listed(1));
+        let tracked = format!("{REMOTE_PREFIX}{PREFIX}web");
+        assert!(mirror.repo().find_reference(&tracked).is_ok());
+        remote_repo
+            .find_reference(&branch)
+            .unwrap()
+            .delete()
+            .unwrap();
+        read_apps(&mirror).unwrap();
+        assert_eq!(mirror.take_transfers(), listed(1));
+        assert!(mirror.repo().find_reference(&tracked).is_err(), "pruned");
+
+        // A branch tagpin does not follow moves nothing.
+        remote_repo
+            .reference("refs/heads/feature", moved, false, "x")
+            .unwrap();
+        read_apps(&mirror).unwrap();
+        assert_eq!(mirror.take_transfers(), listed(0));
     }
 
     /// A mirror of a fresh [`remote`] after one good pass that committed and pushed a pin, as

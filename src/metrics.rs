@@ -136,6 +136,10 @@ pub struct Metrics {
     pub commits: Counter,
     /// Git mirrors found damaged, moved aside and cloned again ([`crate::git::Mirror::repair`]).
     pub mirror_repairs: Counter,
+    /// Ref listings asked of Git remotes before a fetch ([`crate::git::Transfers`]).
+    pub git_ref_listings: Counter,
+    /// Fetches from Git remotes: only where a ref listing showed a followed branch moved.
+    pub git_fetches: Counter,
     pub pull_requests: Family<ActionLabels, Counter>,
     pub webhooks: Family<WebhookLabels, Counter>,
     /// Signature checks of digests about to be pinned (`images.signatures`), by result.
@@ -226,6 +230,7 @@ impl Metrics {
         );
         registry.register("commits", "Commits pushed", commits.clone());
         let mirror_repairs = mirror_repairs(&mut registry);
+        let (git_ref_listings, git_fetches) = git_transfers(&mut registry);
         registry.register(
             "pull_requests",
             "Pull requests opened or updated",
@@ -300,6 +305,8 @@ impl Metrics {
             rate_limit_remaining,
             commits,
             mirror_repairs,
+            git_ref_listings,
+            git_fetches,
             pull_requests,
             webhooks,
             signature_checks,
@@ -323,6 +330,14 @@ impl Metrics {
             });
         }
         metrics
+    }
+
+    /// Counts what `mirror` did since it was last counted: repairs, ref listings and fetches.
+    pub fn observe_mirror(&self, mirror: &crate::git::Mirror) {
+        self.mirror_repairs.inc_by(mirror.take_repairs());
+        let transfers = mirror.take_transfers();
+        self.git_ref_listings.inc_by(transfers.ref_listings);
+        self.git_fetches.inc_by(transfers.fetches);
     }
 
     /// Adds a pass's signature checks (see [`crate::sync::SyncReport::signature_checks`]).
@@ -476,6 +491,23 @@ fn mirror_repairs(registry: &mut Registry) -> Counter {
         repairs.clone(),
     );
     repairs
+}
+
+/// `tagpin_git_ref_listings_total` and `tagpin_git_fetches_total`, registered in `registry`.
+fn git_transfers(registry: &mut Registry) -> (Counter, Counter) {
+    let (listings, fetches) = (Counter::default(), Counter::default());
+    registry.register(
+        "git_ref_listings",
+        "Ref listings asked of Git remotes, each before a fetch: a pass over an unchanged \
+         repository fetches nothing",
+        listings.clone(),
+    );
+    registry.register(
+        "git_fetches",
+        "Fetches from Git remotes, made when a ref listing showed a followed branch moved",
+        fetches.clone(),
+    );
+    (listings, fetches)
 }
 
 /// `Counter::inc` for a labelled family, spelled once.

@@ -8,6 +8,7 @@
 //! refusal is data for a verdict), so the caller decides, with [`Cluster::refused_or`] and
 //! [`Cluster::failed`] to say it in tagpin's words.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
@@ -74,6 +75,29 @@ impl Cluster {
             self.remember(namespace, resource.clone(), version);
         }
         Ok(items)
+    }
+
+    /// What `derive` makes of lists (converted for the judge, indexed), shared as the lists
+    /// are: with a thousand objects verified in one namespace, each reconcile would otherwise
+    /// copy, convert and search the whole namespace again, and the fleet's cost would grow
+    /// with objects × namespace size. Made once per list age by the reconciles of this
+    /// identity; made afresh each time when this cluster does not share its lists. `key` names
+    /// the view (its lists and namespace); the type of the view is part of it too.
+    pub async fn shared_view<T, F, Fut>(&self, key: &str, derive: F) -> Result<Arc<T>, kube::Error>
+    where
+        T: Send + Sync + 'static,
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, kube::Error>>,
+    {
+        match &self.shared_lists {
+            None => derive().await.map(Arc::new),
+            Some(lists) => {
+                let key = format!("view {key}");
+                lists
+                    .get_or_read(&key, || async { derive().await.map(Arc::new) })
+                    .await
+            }
+        }
     }
 
     /// Every item of the list `api` reads, and its resourceVersion, shared when this cluster

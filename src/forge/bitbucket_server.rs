@@ -37,9 +37,10 @@
 //!   tagpin's (its creator is the token's user); any other in tagpin's key (a CI job's, tagpin's
 //!   own posted again later, or under a token since rotated) has no known creator, carries no
 //!   soak clock and is set over. `FAILED` stands for tagpin's failure and error alike; the
-//!   stamp tells which it was. Data Center lets the poster set that time (`lastUpdated`): a
-//!   copy posted again with its old time is told apart only by a process that has seen a newer
-//!   status of tagpin's there (README, Forges, says what remains).
+//!   stamp tells which it was. Data Center lets the poster set that time (`lastUpdated`), so a
+//!   copy posted again with its old time would pass: the promoter therefore believes a soak
+//!   start read back from Data Center only as far back as it saw the stage converge itself
+//!   ([`crate::promote::SoakMemory`]; docs/forges.md).
 //! - The token's user is the `X-AUSERNAME` header Bitbucket sets on every authenticated answer
 //!   (read from `GET` of the repository); a proxy that drops it leaves `forge.login` to say.
 //! - Comments are read from the pull request's activities (`COMMENTED`), edited with `PUT`
@@ -333,7 +334,8 @@ impl BitbucketServer {
                 ChangeRequestNoun::PullRequest,
                 forge.login.clone(),
             )
-            .adopting(),
+            .adopting()
+            .poster_dated(),
         })
     }
 

@@ -840,6 +840,9 @@ pub struct Dialect {
     pub(super) adopts: bool,
     /// The token's login, asked once: `forge.login` when configured.
     pub(super) login: tokio::sync::OnceCell<String>,
+    /// Whether whoever posts a status may also say when it was posted (Bitbucket Data
+    /// Center's `lastUpdated`): a status's time then proves nothing about when tagpin said it.
+    pub(super) poster_dates_statuses: bool,
 }
 
 impl Dialect {
@@ -856,6 +859,15 @@ impl Dialect {
             noun,
             adopts,
             login,
+            poster_dates_statuses: false,
+        }
+    }
+
+    /// One whose statuses carry the time their poster gave them.
+    pub(super) fn poster_dated(self) -> Dialect {
+        Dialect {
+            poster_dates_statuses: true,
+            ..self
         }
     }
 

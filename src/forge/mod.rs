@@ -87,6 +87,7 @@ type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 /// of the contract holds for all six, and a call reaches the adapter in one place.
 trait Dispatch: Send + Sync {
     fn noun(&self) -> ChangeRequestNoun;
+    fn poster_dates_statuses(&self) -> bool;
     fn stored_body(&self, body: &str) -> String;
     fn login(&self) -> Boxed<'_, &str>;
     fn pull_requests_for<'a>(&'a self, branch: &'a str, base: &'a str) -> Boxed<'a, Prs>;
@@ -105,6 +106,9 @@ type Prs = Vec<PullRequestInfo>;
 impl<F: Forge> Dispatch for F {
     fn noun(&self) -> ChangeRequestNoun {
         self.dialect().noun
+    }
+    fn poster_dates_statuses(&self) -> bool {
+        self.dialect().poster_dates_statuses
     }
     fn stored_body(&self, body: &str) -> String {
         Forge::stored_body(self, body)
@@ -187,6 +191,13 @@ impl ForgeClient {
     /// What this forge calls a change request.
     pub fn noun(&self) -> ChangeRequestNoun {
         self.adapter.noun()
+    }
+
+    /// Whether a status's time on this forge is whatever its poster said (Bitbucket Data
+    /// Center): a soak start read back from a status is then believed only as far back as this
+    /// process saw the stage converge itself ([`crate::promote::SoakMemory`]).
+    pub fn poster_dates_statuses(&self) -> bool {
+        self.adapter.poster_dates_statuses()
     }
 
     /// `body` as this forge gives it back: Azure DevOps cuts a description past 4,000

@@ -396,10 +396,7 @@ async fn run_pass(object: &PinnedRepository, namespace: &str, name: &str, ctx: &
     };
     let done = sync_verify_promote(pass).await;
     // This object's mirror alone: each object has its own, under its own directory.
-    ctx.shared
-        .metrics
-        .mirror_repairs
-        .inc_by(syncer.mirror.take_repairs());
+    ctx.shared.metrics.observe_mirror(&syncer.mirror);
     done
 }
 

@@ -274,6 +274,111 @@ pub fn converged_since(history: &[Status], fingerprint: &str, me: &str) -> Optio
     start
 }
 
+/// The soak runs tagpin saw itself: per source stage, the digest set it last saw Converged
+/// there and since when (Unix seconds), forgotten when it sees the stage otherwise. Kept in a
+/// file beside the repository's mirror (`--cache-dir`), so `tagpin promote` run again, `tagpin
+/// run` and the operator after a restart remember it; a lost cache only starts soaks over.
+/// Where a status's time is whatever its poster said (Bitbucket Data Center), a soak start
+/// read back from a status is believed only as far back as this ([`within_sight`]): a status
+/// of tagpin's saved and posted again with its old time after the stage broke cannot shorten
+/// the soak that began after the break.
+#[derive(Debug, Clone)]
+pub struct SoakMemory {
+    path: std::path::PathBuf,
+}
+
+/// What [`SoakMemory`] keeps per stage.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Seen {
+    fingerprint: String,
+    since: i64,
+}
+
+type Sights = std::collections::BTreeMap<String, Seen>;
+
+/// The file is tagpin's own, small: anything larger was not written by it.
+const MAX_SOAK_MEMORY_BYTES: u64 = 1 << 20;
+
+impl SoakMemory {
+    /// The memory kept in the file `path`.
+    pub fn at(path: std::path::PathBuf) -> SoakMemory {
+        SoakMemory { path }
+    }
+
+    /// Notes what `stage` is now: Converged on the digests `fingerprint` names
+    /// (`converged: Some(fingerprint)`), or not. Returns since when tagpin has seen it
+    /// Converged on them without a break (`now` for a run it sees for the first time). The
+    /// file is read and written each time, so processes that share the cache see each other's
+    /// breaks; one that cannot be read is started afresh, which only restarts soaks.
+    pub fn observe(&self, stage: &str, converged: Option<&str>, now: i64) -> Option<i64> {
+        let mut sights = self.read();
+        let since = match converged {
+            None => {
+                sights.remove(stage);
+                None
+            }
+            Some(fingerprint) => {
+                let run = sights.entry(stage.to_string()).or_insert_with(|| Seen {
+                    fingerprint: fingerprint.to_string(),
+                    since: now,
+                });
+                if run.fingerprint != fingerprint {
+                    *run = Seen {
+                        fingerprint: fingerprint.to_string(),
+                        since: now,
+                    };
+                }
+                Some(run.since)
+            }
+        };
+        self.write(&sights);
+        since
+    }
+
+    fn read(&self) -> Sights {
+        use std::io::Read;
+        let mut text = String::new();
+        let read = std::fs::File::open(&self.path)
+            .and_then(|f| f.take(MAX_SOAK_MEMORY_BYTES).read_to_string(&mut text));
+        match read {
+            Ok(_) => serde_json::from_str(&text).unwrap_or_else(|e| {
+                tracing::warn!(
+                    "{}: not tagpin's soak memory ({e}); starting afresh",
+                    self.path.display()
+                );
+                Sights::new()
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Sights::new(),
+            Err(e) => {
+                tracing::warn!(
+                    "{}: cannot read ({e}); starting afresh",
+                    self.path.display()
+                );
+                Sights::new()
+            }
+        }
+    }
+
+    fn write(&self, sights: &Sights) {
+        let text = serde_json::to_string(sights).unwrap_or_default();
+        let temporary = self.path.with_extension("tmp");
+        let written =
+            std::fs::write(&temporary, text).and_then(|()| std::fs::rename(&temporary, &self.path));
+        if let Err(e) = written {
+            tracing::warn!("{}: cannot write ({e})", self.path.display());
+        }
+    }
+}
+
+/// A soak start read back from a status, believed no further back than `seen_since`, when
+/// this process first saw the stage's current run Converged ([`SoakMemory::observe`]).
+pub fn within_sight(read: Option<SoakStart>, seen_since: i64) -> Option<SoakStart> {
+    read.map(|start| SoakStart {
+        since: start.since.max(seen_since),
+        restarts: start.restarts,
+    })
+}
+
 /// The stage status: its state and a description that carries the clock when converged (and
 /// with `soak_restarts`, the restart count the soak counts from: `· restarts 4`).
 pub fn stage_status(
@@ -813,5 +918,52 @@ mod tests {
         assert_eq!(human(Duration::from_secs(1800)), "30m");
         assert_eq!(human(Duration::from_secs(3900)), "1h5m");
         assert_eq!(human(Duration::ZERO), "0s");
+    }
+
+    #[test]
+    fn a_soak_start_read_back_is_believed_no_further_back_than_tagpin_saw_the_run_begin() {
+        let read = |since| {
+            Some(SoakStart {
+                since,
+                restarts: Some(2),
+            })
+        };
+        assert_eq!(
+            within_sight(read(100), 400),
+            read(400),
+            "a replayed older start"
+        );
+        assert_eq!(
+            within_sight(read(500), 400),
+            read(500),
+            "a later start stands"
+        );
+        assert_eq!(
+            within_sight(None, 400),
+            None,
+            "no record: the soak starts now"
+        );
+    }
+
+    #[test]
+    fn the_soak_memory_forgets_a_run_at_a_break_and_outlives_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tagpin-soaks.json");
+        let memory = SoakMemory::at(path.clone());
+        assert_eq!(memory.observe("staging", Some("set-a"), 100), Some(100));
+        assert_eq!(memory.observe("staging", Some("set-a"), 200), Some(100));
+        assert_eq!(memory.observe("qa", Some("set-q"), 200), Some(200));
+        // Another process sharing the cache (or this one restarted) remembers both runs.
+        let again = SoakMemory::at(path.clone());
+        assert_eq!(again.observe("staging", Some("set-a"), 300), Some(100));
+        // A break ends the run; the next convergence starts a new one.
+        assert_eq!(again.observe("staging", None, 400), None);
+        assert_eq!(memory.observe("staging", Some("set-a"), 500), Some(500));
+        // Other digests are another run.
+        assert_eq!(memory.observe("staging", Some("set-b"), 600), Some(600));
+        assert_eq!(memory.observe("qa", Some("set-q"), 600), Some(200));
+        // A file that is not tagpin's starts afresh: soaks start over, never earlier.
+        std::fs::write(&path, "not json").unwrap();
+        assert_eq!(memory.observe("qa", Some("set-q"), 700), Some(700));
     }
 }

@@ -260,7 +260,13 @@ pub struct Promoter<'a> {
     required_signers: signed::RequiredSigners,
     families: tokio::sync::Mutex<Families>,
     clock: Clock,
+    /// The soak runs tagpin saw itself, beside the mirror ([`gate::SoakMemory`]).
+    sight: gate::SoakMemory,
 }
+
+/// The file in a mirror's directory that keeps the soak runs tagpin saw ([`gate::SoakMemory`]);
+/// git ignores it, and it goes with the mirror when that is cloned again.
+const SOAK_MEMORY: &str = "tagpin-soaks.json";
 
 /// Unix seconds now, for the soak: the system clock, or a test's, so a soak can be checked
 /// without waiting it out.
@@ -290,6 +296,7 @@ impl<'a> Promoter<'a> {
             selection: ImageSelection::for_config(config)?,
             families: tokio::sync::Mutex::default(),
             clock: crate::clock::system(),
+            sight: gate::SoakMemory::at(mirror.dir().join(SOAK_MEMORY)),
         })
     }
 
@@ -509,10 +516,15 @@ impl<'a> Promoter<'a> {
         let pins = SourcePins::from_files(&source_scan.files);
         let fingerprint = pins.fingerprint();
         let now = (self.clock)();
+        let converged = (check.state == State::Converged).then_some(fingerprint.as_str());
+        let seen_since = self.sight.observe(&source.name, converged, now);
         let soak = match (check.state, self.forge) {
             (State::Converged, forge) => {
                 let start = match forge {
-                    Some(forge) => self.clock(forge, tip, source, &fingerprint).await?,
+                    Some(forge) => {
+                        let read = self.clock(forge, tip, source, &fingerprint).await?;
+                        self.believed(forge, read, seen_since.unwrap_or(now), source)
+                    }
                     None => None,
                 };
                 let (restarts, restarted) = (check.restarts(), check.restarted());
@@ -538,6 +550,34 @@ impl<'a> Promoter<'a> {
             soak,
             gate,
         })
+    }
+
+    /// The soak start read back from `source`'s status, as far as it can be believed: where
+    /// the poster of a status sets its time (Bitbucket Data Center), no further back than this
+    /// process saw the stage converge itself (`seen_since`), so a saved status posted again
+    /// with its old time cannot shorten a soak. A new process starts such a soak over.
+    fn believed(
+        &self,
+        forge: &ForgeClient,
+        read: Option<gate::SoakStart>,
+        seen_since: i64,
+        source: &Stage,
+    ) -> Option<gate::SoakStart> {
+        if !forge.poster_dates_statuses() {
+            return read;
+        }
+        let believed = gate::within_sight(read, seen_since);
+        if let (Some(read), Some(believed)) = (read, believed) {
+            if believed.since > read.since {
+                tracing::warn!(
+                    "{} status says converged since {}; this forge lets a status's poster set its time, so the soak counts from {}, when tagpin saw it converged itself",
+                    gate::stage_context(&source.name),
+                    gate::rfc3339(read.since),
+                    gate::rfc3339(believed.since)
+                );
+            }
+        }
+        believed
     }
 
     /// Sets the source stage's `tagpin/stage/<name>` status on the tip: the record the next

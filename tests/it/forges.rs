@@ -1751,6 +1751,81 @@ mod a_replayed_stage_status_is_no_newer_evidence {
     }
 }
 
+/// Bitbucket Data Center lets whoever posts a build status say when (`lastUpdated`): the
+/// status of T0, saved and posted again *with its old time* after staging broke and converged
+/// again, carries tagpin's stamp and its recorded time matches the stamp. tagpin believes a
+/// soak start read back from Data Center only as far back as it saw the stage converge itself
+/// (the soak memory beside the mirror), so the soak that began again at T0+40m still runs at
+/// T0+70m, and nothing is promoted.
+#[tokio::test]
+async fn bitbucket_server_a_status_replayed_with_its_old_time_does_not_shorten_the_soak() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let minutes = |m: u64| Duration::from_secs(60 * m);
+    let w = Stages::new(Kind::BitbucketServer, "1h").await;
+    let Hub::BitbucketServer(bb) = &w.hub else {
+        unreachable!("a Bitbucket Data Center world")
+    };
+    let image = w.sync().await;
+    let digest = digest_of(&image);
+    let tip = w.tip();
+
+    // T0: converged, the soak begins; the status of T0 is saved with its time.
+    w.runs(&w.staging, &image, &digest);
+    let report = w.promote_at(Duration::ZERO).await;
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let started = report["gate"]["since"].as_i64().unwrap();
+    let mut saved = w.hub.saved_status(&tip, STAGE_CONTEXT);
+    let said = bb
+        .statuses(&tip)
+        .into_iter()
+        .find(|s| s.key == STAGE_CONTEXT)
+        .expect("tagpin's stage status")
+        .updated;
+    let said_ms = said.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    saved["lastUpdated"] = said_ms.into();
+
+    // T0+30m: broken; T0+40m: converged again, a new soak.
+    w.hub.advance_clock(minutes(30));
+    w.runs(&w.staging, &image, &w.old);
+    let report = w.promote_at(minutes(30)).await;
+    assert_eq!(report["gate"]["gate"], "waiting", "{report:#}");
+    w.hub.advance_clock(minutes(10));
+    w.runs(&w.staging, &image, &digest);
+    let report = w.promote_at(minutes(40)).await;
+    let again = report["gate"]["since"].as_i64().unwrap();
+    assert!(again >= started + 40 * 60, "{report:#}");
+
+    // T0+41m: the status of T0 posted again, dated T0 by its poster: Bitbucket records T0.
+    w.hub.advance_clock(minutes(1));
+    w.hub.post_status_body_as_ci(&tip, &saved).await;
+    let replayed = bb
+        .statuses(&tip)
+        .into_iter()
+        .find(|s| s.key == STAGE_CONTEXT)
+        .unwrap();
+    let replayed_ms = replayed
+        .updated
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert_eq!(replayed_ms, said_ms, "the copy carries its old time");
+
+    // T0+70m: an hour after T0, thirty minutes after the soak began again.
+    w.hub.advance_clock(minutes(29));
+    let report = w.promote_at(minutes(70)).await;
+    assert_eq!(report["gate"]["gate"], "soaking", "{report:#}");
+    let since = report["gate"]["since"].as_i64().unwrap();
+    assert!(since >= again, "never earlier than T0+40m: {report:#}");
+    assert!(w.hub.changes().is_empty(), "nothing promoted");
+
+    // T0+100m: the soak that began at T0+40m is over; staging's digest is promoted.
+    w.hub.advance_clock(minutes(30));
+    let report = w.promote_at(minutes(100)).await;
+    assert_eq!(report["gate"]["gate"], "open", "{report:#}");
+    assert!(!w.hub.changes().is_empty(), "promoted once the soak held");
+    w.hub.assert_no_violations();
+}
+
 /// A flood of statuses past the page bound can hide tagpin's own on a commit (Gitea's and Azure
 /// DevOps's status lists have no filter by context): the soak then starts again, and never
 /// reads an older start from a commit further back. Staging converged at T0 on one commit; a

@@ -8,7 +8,8 @@
 //! there are. Everything read is turned into the judge's plain structs at once (`convert.rs`),
 //! so the judgement stays pure.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use futures::stream::{self, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
@@ -77,17 +78,13 @@ async fn namespaces_once(
                 }
                 (Ok(found), Ok(pods)) => (found, pods),
             };
-            for (name, (workload, selector)) in found {
+            for (name, (workload, selector)) in found.iter() {
                 let id = WorkloadId {
                     namespace: Some(namespace.to_string()),
                     kind: kind.clone(),
                     name: name.clone(),
                 };
-                let pods = pods
-                    .iter()
-                    .filter(|p| selector.matches(&p.labels, &p.pod.name))
-                    .map(|p| p.pod.clone())
-                    .collect();
+                let pods = pods.selected(selector);
                 inventory.workloads.insert(id, (workload.clone(), pods));
             }
         }
@@ -109,8 +106,8 @@ async fn workloads_once(
             .or_default()
             .insert(id.kind.clone());
     }
-    let mut workloads: BTreeMap<(String, WorkloadKind), Listed<Found>> = BTreeMap::new();
-    let mut pods: BTreeMap<String, Listed<Vec<LabelledPod>>> = BTreeMap::new();
+    let mut workloads: BTreeMap<(String, WorkloadKind), Listed<Arc<Found>>> = BTreeMap::new();
+    let mut pods: BTreeMap<String, Listed<Arc<NamespacePods>>> = BTreeMap::new();
     let mut namespaces = stream::iter(&by_namespace)
         .map(|(namespace, kinds)| read_namespace(cluster, namespace, kinds))
         .buffer_unordered(NAMESPACES_AT_ONCE);
@@ -134,11 +131,7 @@ async fn workloads_once(
                 None => Live::Missing,
                 Some((workload, selector)) => Live::Found {
                     workload: workload.clone(),
-                    pods: all_pods
-                        .iter()
-                        .filter(|p| selector.matches(&p.labels, &p.pod.name))
-                        .map(|p| p.pod.clone())
-                        .collect(),
+                    pods: all_pods.selected(selector),
                 },
             },
         };
@@ -147,28 +140,28 @@ async fn workloads_once(
     Ok(live)
 }
 
-/// The pods of one namespace and its workloads of each of `kinds`.
+/// The pods of one namespace and its workloads of each of `kinds`, converted once and
+/// shared by the reconciles of one identity ([`Cluster::shared_view`]).
 async fn read_namespace<'n>(
     cluster: &Cluster,
     namespace: &'n str,
     kinds: &BTreeSet<WorkloadKind>,
 ) -> Result<NamespaceRead<'n>, ClusterError> {
-    let pods = listed(
-        cluster,
-        list_pods(cluster, namespace).await,
-        namespace,
-        "pods",
-    )?;
+    let pods = cluster
+        .shared_view(&format!("pods {namespace}"), || {
+            list_pods(cluster, namespace)
+        })
+        .await;
+    let pods = listed(cluster, pods, namespace, "pods")?;
     let mut found = Vec::new();
     for kind in kinds {
         let workloads = match kind {
-            WorkloadKind::Pod => Ok(pod_workloads(pods.as_ref().ok())),
-            kind => listed(
-                cluster,
-                list_kind(cluster, kind, namespace).await,
-                namespace,
-                kind.as_str(),
-            )?,
+            WorkloadKind::Pod => Ok(Arc::new(pod_workloads(pods.as_ref().ok()))),
+            kind => {
+                let key = format!("{} {namespace}", kind.as_str());
+                let read = cluster.shared_view(&key, || list_kind(cluster, kind, namespace));
+                listed(cluster, read.await, namespace, kind.as_str())?
+            }
         };
         found.push((kind.clone(), workloads));
     }
@@ -293,16 +286,16 @@ where
 }
 
 /// Every pod of `namespace` with its labels, page by page.
-async fn list_pods(cluster: &Cluster, namespace: &str) -> Result<Vec<LabelledPod>, kube::Error> {
-    Ok(cluster
-        .list::<Pod>(namespace)
-        .await?
-        .iter()
-        .map(|p| LabelledPod {
-            labels: p.metadata.labels.clone().unwrap_or_default(),
-            pod: convert::live_pod(p),
-        })
-        .collect())
+async fn list_pods(cluster: &Cluster, namespace: &str) -> Result<NamespacePods, kube::Error> {
+    let pods = cluster.list::<Pod>(namespace).await?;
+    Ok(NamespacePods::new(
+        pods.iter()
+            .map(|p| LabelledPod {
+                labels: p.metadata.labels.clone().unwrap_or_default(),
+                pod: convert::live_pod(p),
+            })
+            .collect(),
+    ))
 }
 
 /// The workloads of `namespace` a Helm release may run its containers in
@@ -370,8 +363,8 @@ fn listed<T>(
 /// One namespace as read: its pods, and its workloads by kind.
 type NamespaceRead<'n> = (
     &'n str,
-    Listed<Vec<LabelledPod>>,
-    Vec<(WorkloadKind, Listed<Found>)>,
+    Listed<Arc<NamespacePods>>,
+    Vec<(WorkloadKind, Listed<Arc<Found>>)>,
 );
 
 /// Workloads of one kind in one namespace, by name, with their pod selectors.
@@ -388,14 +381,74 @@ struct LabelledPod {
     pod: LivePod,
 }
 
+/// One namespace's pods as the judge reads them, with what selectors look them up by: a
+/// selector with `matchLabels` looks only at the pods carrying its first label, a bare pod at
+/// its own name, instead of at every pod of the namespace. With a workload per object and a
+/// thousand objects in a namespace, matching each selector against every pod was the
+/// operator's quadratic cost.
+struct NamespacePods {
+    pods: Vec<LabelledPod>,
+    /// Label key, then value: the pods carrying it, in list order.
+    by_label: HashMap<String, HashMap<String, Vec<usize>>>,
+    by_name: HashMap<String, usize>,
+}
+
+impl NamespacePods {
+    fn new(pods: Vec<LabelledPod>) -> NamespacePods {
+        let mut by_label: HashMap<String, HashMap<String, Vec<usize>>> = HashMap::new();
+        let mut by_name = HashMap::new();
+        for (at, pod) in pods.iter().enumerate() {
+            by_name.insert(pod.pod.name.clone(), at);
+            for (key, value) in &pod.labels {
+                let values = by_label.entry(key.clone()).or_default();
+                values.entry(value.clone()).or_default().push(at);
+            }
+        }
+        NamespacePods {
+            pods,
+            by_label,
+            by_name,
+        }
+    }
+
+    /// The pods `selector` selects, in the order the API listed them.
+    fn selected(&self, selector: &Selector) -> Vec<LivePod> {
+        let mut candidates = Vec::new();
+        self.candidates(selector, &mut candidates);
+        candidates.sort_unstable();
+        candidates.dedup();
+        candidates
+            .into_iter()
+            .map(|at| &self.pods[at])
+            .filter(|p| selector.matches(&p.labels, &p.pod.name))
+            .map(|p| p.pod.clone())
+            .collect()
+    }
+
+    /// Where the pods `selector` may select are: a superset, matched in full by `selected`.
+    fn candidates(&self, selector: &Selector, into: &mut Vec<usize>) {
+        match selector {
+            Selector::Name(name) => into.extend(self.by_name.get(name)),
+            Selector::AnyOf(any) => any.iter().for_each(|s| self.candidates(s, into)),
+            Selector::Labels { labels, .. } => match labels.iter().next() {
+                Some((key, value)) => {
+                    let pods = self.by_label.get(key).and_then(|values| values.get(value));
+                    into.extend(pods.into_iter().flatten());
+                }
+                None => into.extend(0..self.pods.len()),
+            },
+        }
+    }
+}
+
 fn namespace_of(id: &WorkloadId) -> &str {
     id.namespace.as_deref().unwrap_or("default")
 }
 
 /// Bare pods as workloads of their own: each selects itself by name.
-fn pod_workloads(pods: Option<&Vec<LabelledPod>>) -> Found {
+fn pod_workloads(pods: Option<&Arc<NamespacePods>>) -> Found {
     pods.into_iter()
-        .flatten()
+        .flat_map(|pods| &pods.pods)
         .map(|p| {
             let workload = LiveWorkload {
                 kind: "Pod".into(),
@@ -410,4 +463,97 @@ fn pod_workloads(pods: Option<&Vec<LabelledPod>>) -> Found {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, labels: &[(&str, &str)]) -> LabelledPod {
+        LabelledPod {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            pod: LivePod {
+                name: name.into(),
+                phase: "Running".into(),
+                ready: true,
+                deleting: false,
+                reason: None,
+                containers: Vec::new(),
+                node: None,
+                spec_images: Vec::new(),
+            },
+        }
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> Selector {
+        Selector::Labels {
+            labels: pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            expressions: Vec::new(),
+        }
+    }
+
+    fn names(pods: &[LivePod]) -> Vec<&str> {
+        pods.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    #[test]
+    fn the_index_selects_what_matching_every_pod_selects_in_list_order() {
+        let pods = vec![
+            pod("web-b", &[("app", "web"), ("tier", "front")]),
+            pod("api-a", &[("app", "api")]),
+            pod("web-a", &[("app", "web")]),
+            pod("bare", &[]),
+            pod("web-c", &[("app", "web"), ("tier", "back")]),
+        ];
+        let naive: Vec<(String, BTreeMap<String, String>)> = pods
+            .iter()
+            .map(|p| (p.pod.name.clone(), p.labels.clone()))
+            .collect();
+        let namespace = NamespacePods::new(pods);
+        let selectors = [
+            labels(&[("app", "web")]),
+            labels(&[("app", "web"), ("tier", "front")]),
+            labels(&[("tier", "back"), ("app", "web")]),
+            labels(&[("app", "none")]),
+            labels(&[]),
+            Selector::Labels {
+                labels: BTreeMap::new(),
+                expressions: vec![("tier".into(), "Exists".into(), Vec::new())],
+            },
+            Selector::Labels {
+                labels: [("app".to_string(), "web".to_string())].into(),
+                expressions: vec![("tier".into(), "NotIn".into(), vec!["front".into()])],
+            },
+            Selector::Name("bare".into()),
+            Selector::Name("gone".into()),
+            Selector::AnyOf(vec![labels(&[("app", "api")]), labels(&[("app", "web")])]),
+            Selector::AnyOf(Vec::new()),
+        ];
+        for selector in &selectors {
+            let expected: Vec<&str> = naive
+                .iter()
+                .filter(|(name, labels)| selector.matches(labels, name))
+                .map(|(name, _)| name.as_str())
+                .collect();
+            assert_eq!(
+                names(&namespace.selected(selector)),
+                expected,
+                "{selector:?}"
+            );
+        }
+        assert_eq!(
+            names(&namespace.selected(&selectors[9])),
+            ["web-b", "api-a", "web-a", "web-c"]
+        );
+        assert_eq!(
+            names(&namespace.selected(&selectors[6])),
+            ["web-a", "web-c"]
+        );
+    }
 }
