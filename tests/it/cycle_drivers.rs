@@ -1,8 +1,8 @@
 //! One repository through both drivers of the one cycle (`src/cycle/`): `tagpin run` and
 //! `tagpin operator`, the real binaries, against the same stand-ins (a real registry, real
-//! bare Git repositories, the local GitHub server, the local Kubernetes API server). Each
-//! driver gets its own copy of the same repository; both must write the same commit (the same
-//! tree, the same pins, the same message) and reach the same verdicts, which each maps to its
+//! bare Git repositories, the local GitHub server, the local Kubernetes API servers). Each
+//! driver gets its own copy of the same repository; both must write the same commits (the same
+//! trees, the same pins, the same message) and reach the same verdicts, which each maps to its
 //! own outputs (run: the forge's statuses and its metrics; the operator: those statuses, and
 //! the object's status).
 
@@ -14,7 +14,7 @@ use crate::support::eventually_or;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use support::git::{git_ok, BareRepo};
 use support::github::GitHubServer;
 use support::kube::{secret, KubeServer};
@@ -22,14 +22,17 @@ use support::manifests::deployment;
 use support::registry::{ImageDigests, Mode, TestRegistry};
 
 const TOKEN: &str = "ghs_cycle_drivers_5c1e";
+const PROMOTION_BRANCH: &str = "tagpin/promote/production";
 
-/// The stand-ins both drivers share: the registry (so both resolve the same digest) and the
-/// cluster, where `web` already runs the digest `acme/web:1.0` points to.
+/// The stand-ins both drivers share: the registry (so both resolve the same digest), the
+/// cluster the operator runs in, where `web` already runs the digest `acme/web:1.0` points
+/// to (staging's, with promotion), and production's cluster.
 struct Shared {
     _registry: TestRegistry,
     host: String,
     pushed: ImageDigests,
     kube: KubeServer,
+    production: KubeServer,
 }
 
 impl Shared {
@@ -46,74 +49,122 @@ impl Shared {
             &[support::kube::TAGPIN_SECRET],
             &[("GITHUB_TOKEN", TOKEN)],
         ));
+        let production = KubeServer::start().await;
+        kube.apply(secret(
+            NS,
+            "prod-kubeconfig",
+            &[support::kube::TAGPIN_SECRET],
+            &[("kubeconfig", &production.kubeconfig_yaml())],
+        ));
         Shared {
             _registry: registry,
             host,
             pushed,
             kube,
+            production,
         }
     }
 
-    /// A new copy of the repository: `apps/web.yaml` names `acme/web:1.0` by tag, not pinned
-    /// yet; and the GitHub server in front of it.
-    async fn repository(&self) -> (BareRepo, GitHubServer) {
-        let repo = BareRepo::create(&[(
-            "apps/web.yaml",
-            &deployment("web", &format!("{}/acme/web:1.0", self.host)),
-        )]);
+    /// A new copy of the repository holding `files` (each naming `acme/web` of `{host}`), and
+    /// the GitHub server in front of it.
+    async fn repository(&self, files: &[(&str, &str)]) -> (BareRepo, GitHubServer) {
+        let files: Vec<(&str, String)> = files
+            .iter()
+            .map(|(path, image)| {
+                (
+                    *path,
+                    deployment("web", &image.replace("{host}", &self.host)),
+                )
+            })
+            .collect();
+        let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();
+        let repo = BareRepo::create(&files);
         let github = GitHubServer::start(TOKEN, "acme", "gitops", repo.path()).await;
         (repo, github)
     }
 }
 
-/// What a driver left: the tree and message of the branch's tip, the commits it added, and
-/// each status context on the tip with its state.
+/// What a driver left: the tree and message of the branch's tip, the commits on it, each
+/// status context on the tip with its state, and the promotion's pull request (its tree, and
+/// its statuses) when one was opened.
 #[derive(Debug, PartialEq)]
 struct Left {
     tree: String,
     message: String,
     commits: usize,
     verdicts: BTreeMap<String, String>,
+    promotion: Option<(String, BTreeMap<String, String>)>,
+}
+
+fn statuses(github: &GitHubServer, sha: &str) -> BTreeMap<String, String> {
+    github
+        .statuses(sha)
+        .into_iter()
+        .map(|s| (s.context, s.state))
+        .collect()
+}
+
+fn tree(repo: &BareRepo, branch: &str) -> String {
+    let spec = format!("{branch}^{{tree}}");
+    git_ok(repo.path(), &["rev-parse", &spec])
+        .trim()
+        .to_string()
 }
 
 fn left(repo: &BareRepo, github: &GitHubServer) -> Left {
     let tip = repo.head("main").unwrap();
+    let prs = github.prs();
+    assert!(prs.len() <= 1, "{prs:?}");
     Left {
-        tree: git_ok(repo.path(), &["rev-parse", "main^{tree}"])
-            .trim()
-            .to_string(),
+        tree: tree(repo, "main"),
         message: git_ok(repo.path(), &["log", "-1", "--format=%B", "main"]),
         commits: repo.log("main").len(),
-        verdicts: github
-            .statuses(&tip)
-            .into_iter()
-            .map(|s| (s.context, s.state))
-            .collect(),
+        verdicts: statuses(github, &tip),
+        promotion: prs
+            .first()
+            .map(|pr| (tree(repo, &pr.head_ref), statuses(github, &pr.head_sha))),
     }
 }
 
-/// Waits for the forge's `tagpin/converged` success on `repo`'s tip; false if it never came.
-async fn converged_on_the_tip(repo: &BareRepo, github: &GitHubServer) -> bool {
-    eventually_or("tagpin/converged success on the tip", || {
-        repo.head("main")
-            .is_some_and(|tip| github.has_status(&tip, "tagpin/converged", "success"))
-    })
-    .await
+/// Whether the tip carries a success for `context` and, with `promotion`, the promotion's
+/// pull request its `tagpin/promotion` success.
+fn done(repo: &BareRepo, github: &GitHubServer, context: &str, promotion: bool) -> bool {
+    let verified = repo
+        .head("main")
+        .is_some_and(|tip| github.has_status(&tip, context, "success"));
+    let promoted = github.prs().iter().any(|pr| {
+        pr.head_ref == PROMOTION_BRANCH
+            && github.has_status(&pr.head_sha, "tagpin/promotion", "success")
+    });
+    verified && (promoted || !promotion)
 }
 
-/// `tagpin run` over a copy of the repository, until its cycle has verified the pin.
-async fn through_run(shared: &Shared, dir: &Path) -> Left {
-    let (repo, github) = shared.repository().await;
+/// One way through both drivers: the repository's files, the configuration's lines beyond
+/// `repository` and `forge` (run's YAML, the operator's spec fields), and the verdict's
+/// status context awaited on the tip.
+struct Scenario<'s> {
+    files: &'s [(&'s str, &'s str)],
+    run_yaml: String,
+    spec: Value,
+    context: &'s str,
+    promotion: bool,
+}
+
+/// `tagpin run` over a copy of the repository, until its cycle has verified the pin (and
+/// opened the promotion).
+async fn through_run(shared: &Shared, dir: &Path, scenario: &Scenario<'_>) -> Left {
+    let (repo, github) = shared.repository(scenario.files).await;
     let config = dir.join("tagpin.yaml");
     std::fs::write(
         &config,
         format!(
-            "repository: {{url: '{}', branch: main}}\nmode: commit\npaths: [apps]\n\
+            "repository: {{url: '{}', branch: main}}\nmode: commit\n\
              registries: {{insecure: ['{}']}}\n\
-             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GITHUB_TOKEN}}\n",
+             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GITHUB_TOKEN}}\n{}",
             repo.file_url(),
             shared.host,
             github.api_url(),
+            scenario.run_yaml,
         ),
     )
     .unwrap();
@@ -121,9 +172,13 @@ async fn through_run(shared: &Shared, dir: &Path) -> Left {
     let kubeconfig = kubeconfig.to_str().unwrap();
     let env = [("GITHUB_TOKEN", TOKEN), ("KUBECONFIG", kubeconfig)];
     let controller = Controller::start_with_args(dir, &config, &env, &["--interval", "1h"]).await;
-    if !converged_on_the_tip(&repo, &github).await {
+    let finished = eventually_or("run: the verdict on the tip", || {
+        done(&repo, &github, scenario.context, scenario.promotion)
+    })
+    .await;
+    if !finished {
         let (_, log) = controller.stop().await;
-        panic!("run: no verdict on the tip {:?}\n{log}", repo.log("main"));
+        panic!("run: {:?} {:?}\n{log}", repo.log("main"), github.prs());
     }
     let metrics = controller.metrics().await;
     assert!(
@@ -136,53 +191,73 @@ async fn through_run(shared: &Shared, dir: &Path) -> Left {
     left(&repo, &github)
 }
 
-/// `tagpin operator` over a copy of the repository, until the object is Ready on its verdict.
-async fn through_operator(shared: &Shared, dir: &Path) -> Left {
-    let (repo, github) = shared.repository().await;
-    let spec = json!({
+/// `tagpin operator` over a copy of the repository, until the object is Ready on its verdict
+/// (and the promotion is open).
+async fn through_operator(shared: &Shared, dir: &Path, scenario: &Scenario<'_>) -> Left {
+    let (repo, github) = shared.repository(scenario.files).await;
+    let mut spec = json!({
         "repository": {"url": repo.file_url(), "branch": "main"},
         "mode": "commit",
-        "paths": ["apps"],
         "registries": {"insecure": [shared.host]},
         "secret_ref": {"name": "git-creds"},
         "forge": {"api_url": github.api_url(), "owner": "acme", "repo": "gitops",
                   "token_env": "GITHUB_TOKEN"},
     });
-    shared.kube.apply(pinned_repository("web", json!({}), spec));
+    for (key, value) in scenario.spec.as_object().unwrap() {
+        spec[key] = value.clone();
+    }
+    let name = "web";
+    shared.kube.apply(pinned_repository(name, json!({}), spec));
     let operator = Operator::start(dir, &shared.kube, "op", &[]).await;
-    let verdict = || {
-        let object = shared.kube.get("PinnedRepository", NS, "web")?;
-        object["status"]["verdict"]["state"]
-            .as_str()
-            .map(str::to_string)
+    let object = || {
+        shared
+            .kube
+            .get("PinnedRepository", NS, name)
+            .unwrap_or_default()
     };
-    let ready = eventually_or("the object Ready on a Converged verdict", || {
-        is_ready(&shared.kube, "web") && verdict().as_deref() == Some("converged")
+    let finished = eventually_or("operator: the object Ready on its verdict", || {
+        is_ready(&shared.kube, name)
+            && object()["status"]["verdict"]["state"] == "converged"
+            && done(&repo, &github, scenario.context, scenario.promotion)
     })
     .await;
-    if !ready || !converged_on_the_tip(&repo, &github).await {
+    if !finished {
         let log = operator.stop().await;
-        panic!(
-            "operator: {:?}\n{log}",
-            shared.kube.get("PinnedRepository", NS, "web")
-        );
+        panic!("operator: {}\n{log}", object()["status"]);
     }
-    let object = shared.kube.get("PinnedRepository", NS, "web").unwrap();
+    let status = &object()["status"];
     assert_eq!(
-        object["status"]["lastPin"]["commit"],
+        status["lastPin"]["commit"],
         repo.head("main").unwrap().as_str()
     );
+    if scenario.promotion {
+        assert_eq!(status["promotions"][0]["gate"], "open", "{status}");
+        assert_eq!(status["promotions"][0]["stage"], "production", "{status}");
+    }
     operator.stop().await;
     github.assert_no_violations();
     left(&repo, &github)
 }
 
+/// Both drivers over `scenario`, one after the other on the same stand-ins: what each left.
+async fn through_both(shared: &Shared, scenario: &Scenario<'_>) -> (Left, Left) {
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let by_run = through_run(shared, dirs.0.path(), scenario).await;
+    let by_operator = through_operator(shared, dirs.1.path(), scenario).await;
+    (by_run, by_operator)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn run_and_the_operator_write_the_same_commit_and_reach_the_same_verdict() {
     let shared = Shared::start().await;
-    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let by_run = through_run(&shared, dirs.0.path()).await;
-    let by_operator = through_operator(&shared, dirs.1.path()).await;
+    let scenario = Scenario {
+        files: &[("apps/web.yaml", "{host}/acme/web:1.0")],
+        run_yaml: "paths: [apps]\n".into(),
+        spec: json!({"paths": ["apps"]}),
+        context: "tagpin/converged",
+        promotion: false,
+    };
+    let (by_run, by_operator) = through_both(&shared, &scenario).await;
 
     assert_eq!(
         by_run.commits, 2,
@@ -194,8 +269,53 @@ async fn run_and_the_operator_write_the_same_commit_and_reach_the_same_verdict()
         "{}",
         by_run.message
     );
-    assert_eq!(
-        by_run.verdicts.get("tagpin/converged").map(String::as_str),
-        Some("success")
+    assert_eq!(by_run.verdicts["tagpin/converged"], "success");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_and_the_operator_pin_staging_verify_it_and_promote_it_alike() {
+    let shared = Shared::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let [staging, production] = [
+        ("staging", &shared.kube),
+        ("production", &shared.production),
+    ]
+    .map(|(name, kube)| {
+        let at = dir.path().join(name);
+        std::fs::create_dir_all(&at).unwrap();
+        kube.kubeconfig(&at)
+    });
+    let scenario = Scenario {
+        files: &[
+            ("envs/staging/web.yaml", "{host}/acme/web:1.0"),
+            ("envs/production/web.yaml", "{host}/acme/web:0.9"),
+        ],
+        run_yaml: format!(
+            "promotion:\n  stages:\n\
+             \x20 - {{name: staging, paths: [envs/staging], cluster: {{kubeconfig: '{}'}}}}\n\
+             \x20 - {{name: production, paths: [envs/production], cluster: {{kubeconfig: '{}'}}, \
+             soak: 0s, mode: pull-request}}\n",
+            staging.display(),
+            production.display(),
+        ),
+        spec: json!({"promotion": {"stages": [
+            {"name": "staging", "paths": ["envs/staging"], "cluster": {"in_cluster": true}},
+            {"name": "production", "paths": ["envs/production"],
+             "cluster": {"kubeconfig_secret_ref": {"name": "prod-kubeconfig"}},
+             "soak": "0s", "mode": "pull-request"},
+        ]}}),
+        context: "tagpin/stage/staging",
+        promotion: true,
+    };
+    let (by_run, by_operator) = through_both(&shared, &scenario).await;
+
+    assert_eq!(by_run, by_operator, "the same commits and verdicts");
+    let (promoted, verdicts) = by_run.promotion.as_ref().expect("a promotion opened");
+    assert_ne!(
+        *promoted, by_run.tree,
+        "production's paths moved on its branch"
     );
+    assert_eq!(verdicts["tagpin/promotion"], "success");
+    assert_eq!(by_run.verdicts["tagpin/stage/staging"], "success");
+    shared.production.assert_no_writes();
 }
