@@ -14,13 +14,13 @@
 //! wakes, and why, is decided apart from its I/O (`daemon/timetable.rs`), on tokio's clock,
 //! so tests move paused time instead of waiting.
 //!
-//! The HTTP side is [`crate::server`]; the stop signal, the grace period and leadership are
-//! [`crate::lifecycle`]; what is in flight and its verification is [`crate::inflight`]; the
-//! promotion step is [`crate::promote::round`]: the operator shares all four. A pass stopped
-//! between its push and its PR update is completed by the next start (the branch already
-//! carries the change, the PR gets opened).
+//! Each pass is one [`crate::cycle`] over the repository (sync, verify and audit, promote),
+//! whose steps are mapped to run's logs and metrics as they end; between passes the cycle's
+//! verification step runs alone every `verify_every`. The HTTP side is [`crate::server`]; the
+//! stop signal, the grace period and leadership are [`crate::lifecycle`]: the operator shares
+//! all three and the cycle. A pass stopped between its push and its PR update is completed by
+//! the next start (the branch already carries the change, the PR gets opened).
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,22 +28,20 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::cluster::Cluster;
 use crate::config::Config;
+use crate::cycle::{self, Cycle, CycleReport, Own, Reach, RepoState, Step};
 use crate::forge::ForgeClient;
 use crate::lifecycle::{lead, stop_signal, stopping, within_grace, work_while_leading};
 use crate::metrics::{self, ActionLabels, PassLabels};
 use crate::promote::round::Promotions;
 use crate::promote::Promoter;
-use crate::registry::{Client, ResolveKey, ResolveResult};
+use crate::registry::Client;
 use crate::server::{self, Listening, Shared, LIVENESS_INTERVALS, WEBHOOK_SECRET_ENV};
-use crate::sync::{Outcome, SyncOptions, Syncer};
-use crate::verify::Families;
+use crate::sync::{Outcome, Syncer};
 
 mod in_flight;
 mod timetable;
 
-use in_flight::InFlight;
 use timetable::{Timetable, Trigger};
 
 /// How often the loop wakes and when: passes every `interval`, verification every
@@ -66,24 +64,21 @@ impl Schedule {
     }
 }
 
-/// Runs passes (and verifies what is in flight) until `stop` turns true.
+/// Runs cycles (and verifies what is in flight between them) until `stop` turns true.
 pub async fn reconcile(
-    syncer: &Syncer<'_>,
-    registry: &Client,
-    in_flight: Option<&InFlight<'_>>,
-    promotions: Option<&Promotions<'_>>,
+    cycle: &Cycle<'_>,
     shared: Arc<Shared>,
     schedule: Schedule,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut answers: BTreeMap<ResolveKey, ResolveResult> = BTreeMap::new();
-    let mut families = Families::default();
+    let mut state = RepoState::default();
+    let verifies = cycle.verifies();
     let mut timetable = Timetable::new(
         schedule.interval,
         schedule.verify_every,
         schedule.webhook_window,
         Instant::now(),
-        in_flight.is_some(),
+        verifies,
     );
     loop {
         let Some(trigger) = timetable.wait(&shared.wake, &mut stop).await else {
@@ -97,16 +92,21 @@ pub async fn reconcile(
         };
         match trigger {
             Trigger::Verify => {
-                if let Some(in_flight) = in_flight {
-                    if !verify_round(in_flight, &mut families, &shared, &stop, schedule).await {
-                        return stopped("a verification");
-                    }
+                let tip = cycle.branch_tip();
+                let now = (cycle.clock)();
+                let verified = cycle.verify_and_audit(&mut state, (tip.clone(), tip), now);
+                let Some(verified) = within_grace(&stop, schedule.grace, verified).await else {
+                    return stopped("a verification");
+                };
+                if let Some(verification) = &verified {
+                    in_flight::record(cycle.config, verification, &shared.metrics);
+                    shared.progressed();
                 }
                 timetable.verified(Instant::now());
                 continue;
             }
             Trigger::Schedule => {
-                answers.clear();
+                state.answers.clear();
                 timetable.pass_started(Instant::now(), timetable::random_unit());
             }
             Trigger::Webhook => {
@@ -117,46 +117,73 @@ pub async fn reconcile(
                     continue;
                 }
                 timetable.webhook_pass_started(Instant::now());
-                answers.retain(|key, result| {
+                state.answers.retain(|key, result| {
                     result.is_ok() && !names.contains(&format!("{}/{}", key.domain, key.repository))
                 });
             }
         }
         let started = Instant::now();
-        let pass = syncer.run_with(SyncOptions::default(), &mut answers);
-        let Some(result) = within_grace(&stop, schedule.grace, pass).await else {
-            return stopped("a pass");
+        let mut verified = false;
+        // What runs now, for the warning of a stop that cuts it short.
+        let running = std::cell::Cell::new("a pass");
+        let mut after_each = |step: Step, report: &CycleReport<'_>| {
+            after_step(cycle, &shared, (trigger, started), step, report);
+            verified |= step == Step::Verified && report.verification.is_some();
+            running.set(match step {
+                Step::Synced if cycle.verifies() => "a verification",
+                Step::Synced | Step::Verified => "a promotion",
+                Step::Promoted => "a pass",
+            });
+            !stopping(&stop)
+        };
+        let done = cycle.run(&mut state, &mut after_each);
+        let Some(report) = within_grace(&stop, schedule.grace, done).await else {
+            return stopped(running.get());
         };
         // Failed answers are asked again next time; good ones are kept until the schedule.
-        answers.retain(|_, r| r.is_ok());
-        record_pass(&shared, registry, trigger, started.elapsed(), &result);
-        shared.metrics.observe_mirror(&syncer.mirror);
-        shared.mark_ready();
-        shared.progressed();
-        if let Some(promotions) = promotions {
-            if stopping(&stop) {
-                return;
-            }
-            let promoted = promotions.run(&shared.metrics);
-            if within_grace(&stop, schedule.grace, promoted)
-                .await
-                .is_none()
-            {
-                return stopped("a promotion");
-            }
-            shared.metrics.observe_mirror(&syncer.mirror);
-            shared.progressed();
+        state.answers.retain(|_, r| r.is_ok());
+        if report.stopped {
+            return;
         }
-        if let Some(in_flight) = in_flight {
-            if stopping(&stop) {
-                return;
-            }
-            if !verify_round(in_flight, &mut families, &shared, &stop, schedule).await {
-                return stopped("a verification");
-            }
+        if verified {
             timetable.verified(Instant::now());
         }
     }
+}
+
+/// What `tagpin run` records after each step of a cycle: the pass's metrics and logs and
+/// readiness after sync, the verdicts after verification (promotions log and count
+/// themselves), and progress for `/healthz`.
+fn after_step(
+    cycle: &Cycle<'_>,
+    shared: &Shared,
+    (trigger, started): (Trigger, Instant),
+    step: Step,
+    report: &CycleReport<'_>,
+) {
+    match step {
+        Step::Synced => {
+            record_pass(
+                shared,
+                cycle.registry,
+                trigger,
+                started.elapsed(),
+                &report.sync,
+            );
+            shared.metrics.observe_mirror(&cycle.syncer.mirror);
+            shared.mark_ready();
+        }
+        Step::Verified => {
+            let Some(verification) = &report.verification else {
+                return;
+            };
+            in_flight::record(cycle.config, verification, &shared.metrics);
+        }
+        Step::Promoted => {
+            shared.metrics.observe_mirror(&cycle.syncer.mirror);
+        }
+    }
+    shared.progressed();
 }
 
 /// Everything `tagpin run` was given, checked: the configuration, the clients it built from it,
@@ -217,58 +244,32 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         shared,
         mut servers,
     } = server::listen(listen, health_listen, secret, schedule.interval, &stop).await?;
-    // Each promotion stage's cluster; a stage that cannot be set up is warned about here and
-    // its promotions are skipped (each pass says so), the rest of the controller runs.
-    let mut stage_clusters = std::collections::BTreeMap::new();
-    for stage in config.promotion.iter().flat_map(|p| &p.stages) {
-        match crate::promote::connect(stage, api_timeout).await {
-            Ok(cluster) => {
-                stage_clusters.insert(stage.name.clone(), cluster);
-            }
-            Err(e) => tracing::warn!("{e}"),
-        }
+    // Each promotion stage's cluster, and the one sync's pins are verified on. A stage that
+    // cannot be set up is warned about here and its promotions are skipped (each pass says
+    // so); verification is on when a cluster is reachable: the controller pins without one.
+    let clusters = cycle::clusters::set_up(
+        config,
+        |stage| Reach::Connect(stage.cluster.clone()),
+        Own::Connect(config.verify.context.as_deref()),
+        api_timeout,
+    )
+    .await;
+    for problem in &clusters.problems {
+        tracing::warn!("{problem}");
     }
-    // Verification is on when a cluster is reachable; the controller pins without one. With
-    // promotion, sync pins the first stage, whose cluster is its own.
-    let first_stage = config.promotion.as_ref().map(|p| &p.stages[0]);
-    let cluster = match (&config.verify.context, first_stage) {
-        (None, Some(stage)) => crate::promote::connect(stage, api_timeout)
-            .await
-            .map_err(|e| e.to_string()),
-        (context, _) => Cluster::connect(context.as_deref(), api_timeout)
-            .await
-            .map_err(|e| e.to_string()),
-    };
-    let cluster = match cluster {
-        Ok(cluster) => Some(cluster),
-        Err(e) => {
-            tracing::warn!("no cluster to verify against ({e}); pinning only");
-            None
-        }
-    };
-    let in_flight = cluster.as_ref().map(|cluster| InFlight {
-        round: crate::inflight::Round {
-            config,
-            mirror: &syncer.mirror,
-            forge,
-            registry: client,
-            cluster: Some(cluster),
-            stage_clusters: &stage_clusters,
-            grace: schedule.interval,
-        },
-        memory: std::sync::Mutex::default(),
-        clock: crate::clock::system(),
-    });
+    if clusters.verify_on.is_none() {
+        tracing::warn!("no cluster to verify against; pinning only");
+    }
     let promotions = match &config.promotion {
         Some(_) => Some(Promotions {
             promoter: Promoter::new(config, client, forge, &syncer.mirror)
                 .map_err(|e| DaemonError::Promote(Box::new(e)))?,
-            clusters: &stage_clusters,
+            clusters: &clusters.stages,
         }),
         None => None,
     };
     // Series at zero, so that the alerts see the first Failed verdict or refused promotion.
-    if in_flight.is_some() {
+    if clusters.verify_on.is_some() {
         shared.metrics.zero_verifications();
     }
     if let Some(promotion) = &config.promotion {
@@ -277,6 +278,18 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
             .metrics
             .zero_promotions(targets.map(|stage| stage.name.as_str()));
     }
+    let metrics = shared.clone();
+    let cycle = Cycle {
+        config,
+        syncer: &syncer,
+        registry: client,
+        forge,
+        clusters: &clusters,
+        promotions: promotions.as_ref(),
+        grace: schedule.interval,
+        clock: crate::clock::system(),
+        metrics: &metrics.metrics,
+    };
     tracing::info!(
         "tagpin run: listening on {listen}, a pass every {:?}",
         schedule.interval
@@ -284,32 +297,8 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
     let Ok(leadership) = lead(leader, &shared, &stop, &mut servers).await else {
         return Ok(());
     };
-    let work = reconcile(
-        &syncer,
-        client,
-        in_flight.as_ref(),
-        promotions.as_ref(),
-        shared,
-        schedule,
-        stop,
-    );
+    let work = reconcile(&cycle, shared, schedule, stop);
     Ok(work_while_leading(work, leadership, servers).await?)
-}
-
-/// One verification round under the grace period; false when a stop cut it short.
-async fn verify_round(
-    in_flight: &InFlight<'_>,
-    families: &mut Families,
-    shared: &Shared,
-    stop: &watch::Receiver<bool>,
-    schedule: Schedule,
-) -> bool {
-    let verified = in_flight.verify(families, &shared.metrics);
-    if within_grace(stop, schedule.grace, verified).await.is_none() {
-        return false;
-    }
-    shared.progressed();
-    true
 }
 
 fn record_pass(

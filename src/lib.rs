@@ -10,6 +10,7 @@ pub mod cli;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod cycle;
 pub mod daemon;
 pub mod forge;
 pub mod git;

@@ -81,7 +81,7 @@ pub enum Unverifiable {
     Verify(#[from] VerifyError),
 }
 
-impl Round<'_> {
+impl<'a> Round<'a> {
     /// One round at `now` (Unix seconds): what the rule selects from what the forge lists and
     /// `tip`, verified and posted; `memory` keeps what was found final.
     pub async fn run(
@@ -90,7 +90,7 @@ impl Round<'_> {
         tip: Option<Tip>,
         now: i64,
         families: &mut Families,
-    ) -> Report<'_> {
+    ) -> Report<'a> {
         let mut report = Report::default();
         if let Some(forge) = self.forge {
             let prefix = &self.config.pull_request.branch_prefix;

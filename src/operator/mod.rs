@@ -15,6 +15,7 @@ pub mod mirrors;
 pub mod promotion;
 pub mod reconcile;
 pub mod registries;
+pub mod report;
 pub mod secrets;
 pub mod slots;
 pub mod status;

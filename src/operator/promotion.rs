@@ -1,7 +1,6 @@
 //! Promotion stages in a `PinnedRepository`: the same promotion `tagpin run` makes from a file
-//! configuration ([`crate::promote::round::Promotions`], [`crate::promote::Promoter`]), with each
-//! stage's cluster reached as a resource may name one, and its outcome written to
-//! `status.promotions` and as Events.
+//! configuration (the promotion step of [`crate::cycle`]), with each stage's cluster reached
+//! as a resource may name one, and its outcome written to `status.promotions` and as Events.
 //!
 //! A resource cannot point at the controller's filesystem: a stage's cluster is the
 //! controller's own (`in_cluster: true`, or no `cluster`) or a kubeconfig held in a Secret of
@@ -24,13 +23,12 @@ use super::events::{timestamp, EventType, Events};
 use super::secrets;
 use super::status::{Outcome, Reason};
 use crate::cluster::{self_contained, Cluster};
-use crate::config::{ClusterTarget, Config};
-use crate::forge::{ChangeRequestNoun, ForgeClient};
-use crate::metrics::Metrics;
-use crate::promote::round::{Promotions, StagePromotion};
-use crate::promote::{Gate, PromoteReport, Promoter};
-use crate::registry::Client;
-use crate::sync::{self, Syncer};
+use crate::config::{ClusterTarget, Config, Stage};
+use crate::cycle::{self, ClusterSetupError, Clusters, Own, Reach};
+use crate::forge::ChangeRequestNoun;
+use crate::promote::round::StagePromotion;
+use crate::promote::{Gate, PromoteReport};
+use crate::sync;
 use crate::verify::judge::verdict::State;
 
 /// The kubeconfig of each stage whose `cluster` is a `kubeconfig_secret_ref`, by stage name.
@@ -95,7 +93,8 @@ fn named(outcome: Outcome, field: &str) -> Outcome {
     }
 }
 
-/// Each stage's cluster, by name: the controller's own (`own`) for `in_cluster` and for a
+/// Each stage's cluster, by name, and the one sync's pins are verified on (set up by
+/// [`crate::cycle::clusters`]): the controller's own (`own`) for `in_cluster` and for a
 /// stage that names none, else the kubeconfig of its Secret. A stage on the controller's
 /// cluster when it has none is left out: its promotions are skipped, and say why. A Secret
 /// that does not hold a usable kubeconfig stalls the object.
@@ -105,15 +104,9 @@ pub async fn clusters(
     own: Option<&Cluster>,
     dir: &Path,
     timeout: Duration,
-) -> Result<BTreeMap<String, Cluster>, Outcome> {
-    let mut clusters = BTreeMap::new();
-    for stage in config.promotion.iter().flat_map(|p| &p.stages) {
-        let Some(kubeconfig) = kubeconfigs.0.get(&stage.name) else {
-            if let Some(own) = own {
-                clusters.insert(stage.name.clone(), own.clone());
-            }
-            continue;
-        };
+) -> Result<Clusters, Outcome> {
+    let mut paths = BTreeMap::new();
+    for (stage, kubeconfig) in &kubeconfigs.0 {
         if let Err(why) = self_contained(&kubeconfig.bytes) {
             return Err(Outcome::Stalled {
                 reason: Reason::InvalidSpec,
@@ -123,28 +116,43 @@ pub async fn clusters(
                 ),
             });
         }
-        let path = dir.join("kubeconfigs").join(&stage.name);
+        let path = dir.join("kubeconfigs").join(stage);
         secrets::write_private(&path, &kubeconfig.bytes).map_err(|e| Outcome::Retrying {
             reason: Reason::Unreachable,
             message: format!("{}: {e}", path.display()),
         })?;
-        let target = ClusterTarget::Kubeconfig {
+        paths.insert(stage.clone(), path);
+    }
+    let reach = |stage: &Stage| match (paths.get(&stage.name), own) {
+        (Some(path), _) => Reach::Connect(ClusterTarget::Kubeconfig {
             path: path.clone(),
             context: None,
-        };
-        let cluster =
-            Cluster::connect_to(&target, timeout)
-                .await
-                .map_err(|e| Outcome::Stalled {
-                    reason: Reason::InvalidSpec,
-                    message: format!(
-                        "{}: key {:?} of Secret {} is not a usable kubeconfig: {e}",
-                        kubeconfig.field, kubeconfig.key, kubeconfig.secret
-                    ),
-                })?;
-        clusters.insert(stage.name.clone(), cluster);
+        }),
+        (None, Some(own)) => Reach::Given(own),
+        (None, None) => Reach::Absent,
+    };
+    let clusters = cycle::clusters::set_up(config, reach, Own::Given(own), timeout).await;
+    match clusters.problems.first() {
+        None => Ok(clusters),
+        Some(problem) => Err(unusable(kubeconfigs, problem)),
     }
-    Ok(clusters)
+}
+
+/// A stage's kubeconfig that could not be connected with, as the object's stalled status
+/// says it: the field, the Secret and its key, and the cause.
+fn unusable(kubeconfigs: &Kubeconfigs, problem: &ClusterSetupError) -> Outcome {
+    let kubeconfig = problem.stage().and_then(|stage| kubeconfigs.0.get(stage));
+    let message = match (kubeconfig, problem) {
+        (Some(k), ClusterSetupError::Stage { source, .. }) => format!(
+            "{}: key {:?} of Secret {} is not a usable kubeconfig: {source}",
+            k.field, k.key, k.secret
+        ),
+        _ => problem.to_string(),
+    };
+    Outcome::Stalled {
+        reason: Reason::InvalidSpec,
+        message,
+    }
 }
 
 /// What one pass of promotions found.
@@ -155,34 +163,19 @@ pub struct Promoted {
     pub requeue: Option<Duration>,
 }
 
-/// Everything a pass of promotions needs, borrowed from the reconcile.
+/// What the status of a pass of promotions is made of, borrowed from the reconcile.
 pub struct Pass<'a> {
     pub config: &'a Config,
-    pub syncer: &'a Syncer<'a>,
-    pub registry: &'a Client,
-    pub forge: Option<&'a ForgeClient>,
-    pub clusters: &'a BTreeMap<String, Cluster>,
     /// `status.promotions` as the last reconcile left it.
     pub previous: &'a [PromotionStatus],
-    pub metrics: &'a Metrics,
     /// Each stage's last merged promotion's verdict, verified in this pass's round.
     pub verdicts: &'a BTreeMap<String, super::crd::VerdictSummary>,
 }
 
-/// Runs every promotion of the spec, as `tagpin run` does after its pass, then verifies each
-/// stage's last merged promotion on that stage's cluster. The Events of what changed are
-/// added to `events`.
-pub async fn run(pass: Pass<'_>, events: &mut Events) -> Result<Promoted, Outcome> {
-    let promoter = Promoter::new(pass.config, pass.registry, pass.forge, &pass.syncer.mirror)
-        .map_err(|e| Outcome::Stalled {
-            reason: Reason::InvalidSpec,
-            message: e.to_string(),
-        })?;
-    let promotions = Promotions {
-        promoter,
-        clusters: pass.clusters,
-    };
-    let done = promotions.run_each(pass.metrics).await;
+/// `status.promotions` from what the cycle's promotion step found (`done`, one per stage
+/// after the first), with each stage's last merged promotion's verdict, verified in the
+/// cycle's round on that stage's cluster. The Events of what changed are added to `events`.
+pub fn statuses(pass: Pass<'_>, done: Vec<StagePromotion<'_>>, events: &mut Events) -> Promoted {
     let now = timestamp();
     let noun = ChangeRequestNoun::of(pass.config.forge.as_ref());
     let mut promoted = Promoted {
@@ -230,7 +223,7 @@ pub async fn run(pass: Pass<'_>, events: &mut Events) -> Result<Promoted, Outcom
         }
         promoted.statuses.push(kept_time(entry, previous));
     }
-    Ok(promoted)
+    promoted
 }
 
 /// Whether a merged promotion is still rolling out on its stage: checked again at the

@@ -1,6 +1,7 @@
 //! One `PinnedRepository`, reconciled: its spec validated as `tagpin.yaml` is, its Secrets
-//! read, one sync pass run on its repository, what is in flight verified, and the outcome
-//! written to its status and, for what a person should see, as Events.
+//! read, its clusters and clients set up, one [`crate::cycle`] run on its repository (sync,
+//! verify and audit, promote, as `tagpin run`), and the cycle's report written to its status
+//! and, for what a person should see, as Events ([`super::report`]).
 //!
 //! Nothing here stops at another object's problem: every failure becomes this object's
 //! status. A failure that needs a person (a broken spec, a missing Secret, refused
@@ -16,24 +17,25 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::ResourceExt;
 
-use super::crd::{
-    LastPin, PinnedRepository, PinnedRepositoryStatus, PullRequestRef, VerdictSummary,
-};
+use super::crd::{PinnedRepository, PinnedRepositoryStatus};
 use super::events::{timestamp, EventType, Events, Publisher};
 use super::promotion;
+use super::report::{Mapped, Timing};
 use super::secrets::read_secrets;
 use super::status::{self, Outcome, Reason, StatusUpdate};
-use super::verdicts;
 use crate::cluster::{Cluster, ServiceAccount};
-use crate::config::{Config, WriteMode};
-use crate::forge::{ChangeRequestNoun, ForgeClient, ForgeError};
-use crate::git::{FetchLimits, GitError};
+use crate::config::Config;
+use crate::cycle::{Clusters, Cycle, RepoState};
+use crate::forge::ForgeClient;
+use crate::git::FetchLimits;
 use crate::inflight;
 use crate::mutex::lock;
+use crate::promote::round::Promotions;
+use crate::promote::Promoter;
 use crate::registry::Client;
-use crate::sync::{SyncError, SyncOptions, SyncReport, Syncer};
-use crate::verify::judge::verdict::State;
-use crate::verify::Families;
+use crate::sync::Syncer;
+
+use super::report::classify;
 
 /// The field manager of the controller's status writes.
 pub const MANAGER: &str = "tagpin-operator";
@@ -338,90 +340,33 @@ pub fn backoff(failures: u32, max: Duration) -> Duration {
 
 /// Everything between reading the object and writing its status: the outcome, what changed,
 /// when to come back, and the Events of what was done.
-async fn run_pass(
-    object: &PinnedRepository,
-    namespace: &str,
-    name: &str,
-    ctx: &Context,
-) -> (Outcome, StatusUpdate, Duration, Events) {
+async fn run_pass(object: &PinnedRepository, namespace: &str, name: &str, ctx: &Context) -> Mapped {
     let started = std::time::Instant::now();
-    let events = Events::new();
-    let stalled = |reason, message| {
+    let failed = |outcome| {
         (
-            Outcome::Stalled { reason, message },
+            outcome,
             StatusUpdate::default(),
             ctx.interval,
             Events::new(),
         )
     };
-    let spec = serde_json::Value::Object(object.spec.fields.clone());
-    let mut config = match Config::from_resource_spec(&spec, name) {
+    let config = match spec_config(object, name, ctx) {
         Ok(config) => config,
-        Err(e) => return stalled(Reason::InvalidSpec, e.problems.join("\n")),
+        Err(outcome) => return failed(outcome),
     };
-    // No forge call may be promised longer than the whole reconcile (registry timeouts are
-    // capped where their clients are made).
-    if let Some(forge) = config.forge.as_mut() {
-        let ceiling = ctx.reconcile_timeout.as_secs().max(1);
-        forge.timeout_seconds = forge.timeout_seconds.min(ceiling);
-    }
-    if !ctx.allow_local_repositories && !names_a_remote(&config.repository.url) {
-        return stalled(
-            Reason::InvalidSpec,
-            format!(
-                "spec.repository.url: {:?} is a path on the controller's machine, not a remote \
-                 (https://, ssh:// or host:path); the operator clones local repositories only \
-                 with --allow-local-repositories",
-                config.repository.url
-            ),
-        );
-    }
     let dir = ctx.cache_dir.join(namespace).join(object.name_any());
-    let secrets = match read_secrets(&ctx.kube, namespace, &config, &dir).await {
-        Ok(secrets) => secrets,
-        Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
+    let set_up = match set_up(ctx, namespace, config, &dir).await {
+        Ok(set_up) => set_up,
+        Err(outcome) => return failed(outcome),
     };
-    config.images.signatures = secrets.signatures;
-    if let Some(promotion) = config.promotion.as_mut() {
-        promotion.require_signed_by = secrets.required_signers;
-    }
-    // The cluster read for this object, as the ServiceAccount it reads as (if any): what
-    // that account may not read is not verified, never read with the operator's rights.
-    let own = match ctx.own_cluster(namespace, &config) {
-        Ok(own) => own,
-        Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
-    };
-    // Each promotion stage's cluster, its kubeconfig Secret read now (a kubeconfig's own
-    // credentials are used as they are); the first stage's is where sync's pins are verified.
-    let clusters = match promotion::read_kubeconfigs(&ctx.kube, namespace, &config).await {
-        Ok(kubeconfigs) => {
-            let own = own.as_ref();
-            promotion::clusters(&config, &kubeconfigs, own, &dir, ctx.api_timeout).await
-        }
-        Err(outcome) => Err(outcome),
-    };
-    let clusters = match clusters {
-        Ok(clusters) => clusters,
-        Err(outcome) => return (outcome, StatusUpdate::default(), ctx.interval, events),
-    };
-    let first_stage = config.promotion.as_ref().map(|p| p.stages[0].name.as_str());
-    let verify_on = match first_stage {
-        Some(stage) => clusters.get(stage),
-        None => own.as_ref(),
-    };
-    let (registry, shared) = match ctx.registries.client(&config.registries, secrets.docker) {
-        Ok(client_and_answers) => client_and_answers,
-        Err(e) => return stalled(Reason::InvalidSpec, e.to_string()),
-    };
-    let forge = match (&config.forge, secrets.forge_token) {
-        (Some(forge), Some(token)) => {
-            match ForgeClient::with_username(forge, token, secrets.forge_username) {
-                Ok(github) => Some(github),
-                Err(e) => return stalled(Reason::InvalidSpec, e.to_string()),
-            }
-        }
-        _ => None,
-    };
+    let SetUp {
+        config,
+        clusters,
+        registry,
+        shared,
+        forge,
+        secrets,
+    } = set_up;
     let built = Syncer::with_credentials(
         &config,
         &registry,
@@ -432,7 +377,7 @@ async fn run_pass(
     );
     let mut syncer = match built {
         Ok(syncer) => syncer.sharing(&shared),
-        Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
+        Err(e) => return failed(classify(&e)),
     };
     // libgit2 bounds each read only: the fetch itself stops at the reconcile's deadline, and
     // at the size the controller allows a repository.
@@ -448,55 +393,94 @@ async fn run_pass(
         registry: &registry,
         forge: forge.as_ref(),
         clusters: &clusters,
-        verify_on,
     };
-    let done = sync_verify_promote(pass, events).await;
+    let done = sync_verify_promote(pass).await;
     // This object's mirror alone: each object has its own, under its own directory.
     ctx.shared.metrics.observe_mirror(&syncer.mirror);
     done
 }
 
-/// The shared round of what is in flight and the audit of the tip `(tip, audit_tip)`, with the
-/// object's memory (`key`), which is kept for its next pass.
-async fn in_flight<'r>(
-    round: &'r inflight::Round<'_>,
-    ctx: &Context,
-    key: String,
-    (tip, audit_tip): (Option<inflight::Tip>, Option<inflight::Tip>),
-    now: i64,
-) -> (inflight::Report<'r>, Option<super::crd::AuditStatus>) {
-    let memory = Mutex::new(lock(&ctx.memories).remove(&key).unwrap_or_default());
-    let mut families = Families::default();
-    let verified = round.run(&memory, tip, now, &mut families).await;
-    let audited = round.audit(&memory, audit_tip.as_ref(), now, &mut families);
-    let audit = match audited.await {
-        Some(Ok(report)) => Some(audit_status(&report)),
-        Some(Err(e)) => {
-            tracing::warn!("cannot audit {}: {e}", round.config.repository.branch);
-            None
-        }
-        None => None,
+/// The object's spec read as `tagpin.yaml` is, with the limits the controller sets: no forge
+/// call promised longer than the whole reconcile, no repository on the controller's disk.
+fn spec_config(object: &PinnedRepository, name: &str, ctx: &Context) -> Result<Config, Outcome> {
+    let stalled = |message| Outcome::Stalled {
+        reason: Reason::InvalidSpec,
+        message,
     };
-    let memory = memory
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    lock(&ctx.memories).insert(key, memory);
-    (verified, audit)
+    let spec = serde_json::Value::Object(object.spec.fields.clone());
+    let mut config =
+        Config::from_resource_spec(&spec, name).map_err(|e| stalled(e.problems.join("\n")))?;
+    // Registry timeouts are capped where their clients are made.
+    if let Some(forge) = config.forge.as_mut() {
+        let ceiling = ctx.reconcile_timeout.as_secs().max(1);
+        forge.timeout_seconds = forge.timeout_seconds.min(ceiling);
+    }
+    if !ctx.allow_local_repositories && !names_a_remote(&config.repository.url) {
+        return Err(stalled(format!(
+            "spec.repository.url: {:?} is a path on the controller's machine, not a remote \
+             (https://, ssh:// or host:path); the operator clones local repositories only \
+             with --allow-local-repositories",
+            config.repository.url
+        )));
+    }
+    Ok(config)
 }
 
-/// `status.audit` from an audit: how many workloads have each finding.
-fn audit_status(report: &crate::audit::AuditReport) -> super::crd::AuditStatus {
-    super::crd::AuditStatus {
-        commit: report.commit.clone(),
-        workloads: report
-            .audit
-            .workloads_with()
-            .into_iter()
-            .map(|(finding, n)| (finding.as_str().to_string(), n))
-            .collect(),
-        clean: report.clean(),
-        time: timestamp(),
+/// What a pass is set up with: the configuration with its Secrets' keys, the object's
+/// clusters, its registry and forge clients, and the rest of its Secrets.
+struct SetUp {
+    config: Config,
+    clusters: Clusters,
+    registry: Arc<Client>,
+    shared: Arc<crate::sync::shared::SharedAnswers>,
+    forge: Option<ForgeClient>,
+    secrets: super::secrets::Secrets,
+}
+
+/// Reads the object's Secrets, and sets up its clusters and clients from them.
+async fn set_up(
+    ctx: &Context,
+    namespace: &str,
+    mut config: Config,
+    dir: &std::path::Path,
+) -> Result<SetUp, Outcome> {
+    let stalled = |message| Outcome::Stalled {
+        reason: Reason::InvalidSpec,
+        message,
+    };
+    let mut secrets = read_secrets(&ctx.kube, namespace, &config, dir).await?;
+    config.images.signatures = std::mem::take(&mut secrets.signatures);
+    if let Some(promotion) = config.promotion.as_mut() {
+        promotion.require_signed_by = std::mem::take(&mut secrets.required_signers);
     }
+    // The cluster read for this object, as the ServiceAccount it reads as (if any): what
+    // that account may not read is not verified, never read with the operator's rights.
+    let own = ctx.own_cluster(namespace, &config)?;
+    // Each promotion stage's cluster, its kubeconfig Secret read now (a kubeconfig's own
+    // credentials are used as they are); the first stage's is where sync's pins are verified.
+    let kubeconfigs = promotion::read_kubeconfigs(&ctx.kube, namespace, &config).await?;
+    let clusters =
+        promotion::clusters(&config, &kubeconfigs, own.as_ref(), dir, ctx.api_timeout).await?;
+    let (registry, shared) = ctx
+        .registries
+        .client(&config.registries, std::mem::take(&mut secrets.docker))
+        .map_err(|e| stalled(e.to_string()))?;
+    let forge = match (&config.forge, secrets.forge_token.take()) {
+        (Some(forge), Some(token)) => {
+            let username = secrets.forge_username.take();
+            let client = ForgeClient::with_username(forge, token, username);
+            Some(client.map_err(|e| stalled(e.to_string()))?)
+        }
+        _ => None,
+    };
+    Ok(SetUp {
+        config,
+        clusters,
+        registry,
+        shared,
+        forge,
+        secrets,
+    })
 }
 
 /// The object's configuration and the clients made from it, for the steps of one pass.
@@ -507,17 +491,36 @@ struct Pass<'a> {
     syncer: &'a Syncer<'a>,
     registry: &'a Client,
     forge: Option<&'a ForgeClient>,
-    /// Each promotion stage's cluster, by name.
-    clusters: &'a BTreeMap<String, Cluster>,
-    /// Where sync's pins are verified: the first stage's cluster, or the object's own.
-    verify_on: Option<&'a Cluster>,
+    /// Each promotion stage's cluster, and where sync's pins are verified.
+    clusters: &'a Clusters,
 }
 
-/// Sync, then the verification of what it pinned and of the last merge, then the promotions.
-async fn sync_verify_promote(
-    pass: Pass<'_>,
-    mut events: Events,
-) -> (Outcome, StatusUpdate, Duration, Events) {
+/// The promotion step of the object's cycle; `None` without promotion stages. A promoter
+/// that cannot be made from the spec stalls the object.
+fn promotions_of<'a>(
+    config: &'a Config,
+    syncer: &'a Syncer<'a>,
+    registry: &'a Client,
+    forge: Option<&'a ForgeClient>,
+    clusters: &'a Clusters,
+) -> Result<Option<Promotions<'a>>, Outcome> {
+    if config.promotion.is_none() {
+        return Ok(None);
+    }
+    let promoter =
+        Promoter::new(config, registry, forge, &syncer.mirror).map_err(|e| Outcome::Stalled {
+            reason: Reason::InvalidSpec,
+            message: e.to_string(),
+        })?;
+    Ok(Some(Promotions {
+        promoter,
+        clusters: &clusters.stages,
+    }))
+}
+
+/// One cycle over the object's repository (sync, verify and audit, promote), with the
+/// object's memory across passes, mapped to its status, outcome and Events.
+async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
     let Pass {
         object,
         ctx,
@@ -526,293 +529,55 @@ async fn sync_verify_promote(
         registry,
         forge,
         clusters,
-        verify_on,
     } = pass;
-    let mut answers = BTreeMap::new();
-    let report = match syncer.run_with(SyncOptions::default(), &mut answers).await {
-        Ok(report) => report,
-        Err(e) => return (classify(&e), StatusUpdate::default(), ctx.interval, events),
-    };
-    ctx.shared
-        .metrics
-        .observe_signature_checks(&report.signature_checks);
-    let noun = ChangeRequestNoun::of(config.forge.as_ref());
-    let mut update = status_update(&report, noun, &mut events);
-    if config.mode == WriteMode::Commit && update.last_pin.is_none() {
-        let previous = object.status.as_ref().and_then(|s| s.last_pin.as_ref());
-        if let Some(pin) = pinned_before(syncer, &config.repository.branch, previous) {
-            events.push((
-                EventType::Normal,
-                "Pinned",
-                format!(
-                    "{} has {}: {} image(s) pinned",
-                    pin.branch, pin.commit, pin.images
-                ),
-            ));
-            update.last_pin = Some(pin);
+    let promotions = match promotions_of(config, syncer, registry, forge, clusters) {
+        Ok(promotions) => promotions,
+        Err(outcome) => {
+            return (
+                outcome,
+                StatusUpdate::default(),
+                ctx.interval,
+                Events::new(),
+            )
         }
-    }
-    // A file that could not be pinned holds up neither the verification of what was pinned
-    // nor the promotions, as in `tagpin run`; the object is retried for it all the same.
-    update.failures = report.has_failures().then(|| report.failures.join("\n"));
-    let previous_verdict = object.status.as_ref().and_then(|s| s.verdict.as_ref());
-    let tip = match config.mode {
-        WriteMode::Commit => {
-            let pushed = pushed(&report);
-            inflight::tip(&syncer.mirror, &config.repository.branch, pushed.as_deref())
-        }
-        WriteMode::PullRequest => None,
     };
-    let tip_sha = tip.as_ref().map(|t| t.sha.clone());
-    // The branch's tip is audited in either mode (in commit mode, what the pass pushed).
-    let audit_tip = match &tip {
-        Some(tip) => Some(tip.clone()),
-        None => inflight::tip(&syncer.mirror, &config.repository.branch, None),
-    };
-    let round = inflight::Round {
+    let cycle = Cycle {
         config,
-        mirror: &syncer.mirror,
-        forge,
+        syncer,
         registry,
-        cluster: verify_on,
-        stage_clusters: clusters,
+        forge,
+        clusters,
+        promotions: promotions.as_ref(),
         grace: ctx.interval,
+        clock: crate::clock::system(),
+        metrics: &ctx.shared.metrics,
     };
     let key = format!(
         "{}/{}",
         object.namespace().unwrap_or_default(),
         object.name_any()
     );
-    let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let (verified, audit) = in_flight(&round, ctx, key, (tip, audit_tip), now).await;
-    update.audit = audit;
-    if let Some(e) = &verified.list_error {
-        tracing::warn!(
-            "cannot list the {} change requests, none verified: {e}",
-            config.repository.branch
-        );
-    }
-    for (number, why) in &verified.ignored {
-        tracing::debug!("{} is not verified: {why}", noun.name(*number));
-    }
-    events.extend(verdicts::revert_events(config, &verified));
-    let open = match config.mode {
-        WriteMode::PullRequest => update.pull_request.as_ref().map(|pr| pr.number),
-        WriteMode::Commit => None,
+    let memory = lock(&ctx.memories).remove(&key).unwrap_or_default();
+    let mut state = RepoState::remembering(memory);
+    let report = cycle.run(&mut state, &mut |_, _| true).await;
+    lock(&ctx.memories).insert(key, state.into_memory());
+    let timing = Timing {
+        interval: ctx.interval,
+        verify_interval: ctx.verify_interval,
     };
-    let reported = verdicts::reported(
+    if let Some(synced) = report.synced() {
+        ctx.shared
+            .metrics
+            .observe_signature_checks(&synced.signature_checks);
+    }
+    super::report::map(
+        object,
         config,
-        &verified,
-        open,
-        tip_sha.as_deref(),
-        previous_verdict,
-        (now, &timestamp()),
-    );
-    let (verdict, awaiting) = match reported.verdict {
-        Some((verdict, awaiting)) => (Some(verdict), awaiting),
-        None => (None, None),
-    };
-    announce_failed(&verdict, &reported.others, previous_verdict, &mut events);
-    let progressing = |v: &VerdictSummary| v.state == State::Progressing;
-    let mut requeue = match verdict.as_ref().is_some_and(progressing)
-        || reported.others.iter().any(progressing)
-    {
-        true => ctx.verify_interval,
-        false => ctx.interval,
-    };
-    if config.promotion.is_some() {
-        let pass = promotion::Pass {
-            config,
-            syncer,
-            registry,
-            forge,
-            clusters,
-            previous: object
-                .status
-                .as_ref()
-                .map_or(&[][..], |s| s.promotions.as_slice()),
-            metrics: &ctx.shared.metrics,
-            verdicts: &reported.promotions,
-        };
-        match promotion::run(pass, &mut events).await {
-            Ok(promoted) => {
-                requeue = promoted.requeue.map_or(requeue, |r| r.min(requeue));
-                if promotion::rolling_out(&promoted.statuses) {
-                    requeue = requeue.min(ctx.verify_interval);
-                }
-                update.promotions = Some(promoted.statuses);
-            }
-            Err(outcome) => return (outcome, update, ctx.interval, events),
-        }
-    }
-    let message = match &update.pull_request {
-        Some(pr) => format!(
-            "pins proposed in {} for {}",
-            ChangeRequestNoun::of(config.forge.as_ref()).name(pr.number),
-            config.repository.branch
-        ),
-        None => format!("{} pinned", config.repository.branch),
-    };
-    let outcome = Outcome::Done {
-        message,
-        pull_request: update.pull_request.as_ref().map(|pr| pr.number),
-        verdict: verdict.map(Box::new),
-        awaiting,
-    };
-    (outcome, update, requeue, events)
-}
-
-/// A Failed verdict is announced once: one verified this round that the status does not
-/// report always (it is final, verified once), the reported one when it was not already the
-/// previous verdict.
-fn announce_failed(
-    verdict: &Option<VerdictSummary>,
-    others: &[VerdictSummary],
-    previous_verdict: Option<&VerdictSummary>,
-    events: &mut Events,
-) {
-    for v in others.iter().filter(|v| v.state == State::Failed) {
-        events.push((
-            EventType::Warning,
-            "VerificationFailed",
-            format!("{}: {}", v.source, v.summary),
-        ));
-    }
-    if let Some(v) = verdict.as_ref().filter(|v| v.state == State::Failed) {
-        if previous_verdict.is_none_or(|p| p.source != v.source || p.state != v.state) {
-            events.push((
-                EventType::Warning,
-                "VerificationFailed",
-                format!("{}: {}", v.source, v.summary),
-            ));
-        }
-    }
-}
-
-/// The commit a commit-mode pass pushed, if it pushed one.
-fn pushed(report: &SyncReport) -> Option<String> {
-    report.groups.iter().find_map(|group| match &group.outcome {
-        crate::sync::Outcome::Committed { commit, .. } => Some(commit.clone()),
-        _ => None,
-    })
-}
-
-/// How far down a branch the last pin is looked for.
-const PIN_HISTORY_DEPTH: usize = 100;
-
-/// The last commit tagpin pinned on `branch`, read back from Git, when the status does not
-/// record it: a controller (the leader before a failover) stopped between its push and its
-/// status write, and this pass found nothing left to commit.
-fn pinned_before(syncer: &Syncer<'_>, branch: &str, recorded: Option<&LastPin>) -> Option<LastPin> {
-    let tip = syncer.mirror.tip(branch)?;
-    let found = crate::git::off_runtime(|| syncer.mirror.last_own_commit(tip, PIN_HISTORY_DEPTH));
-    let (commit, time, message) = match found {
-        Ok(found) => found?,
-        Err(e) => {
-            tracing::warn!("{branch}: cannot read back the last pin: {e}");
-            return None;
-        }
-    };
-    let commit = commit.to_string();
-    if recorded.is_some_and(|pin| pin.commit == commit) {
-        return None;
-    }
-    Some(LastPin {
-        commit,
-        branch: branch.to_string(),
-        images: u32::try_from(crate::proposal::message::count_pin_lines(&message))
-            .unwrap_or(u32::MAX),
-        time: crate::promote::gate::rfc3339(time),
-    })
-}
-
-/// The last pin and open pull request a pass reports, and the Events of what it wrote.
-fn status_update(
-    report: &SyncReport,
-    noun: ChangeRequestNoun,
-    events: &mut Events,
-) -> StatusUpdate {
-    use crate::sync::Outcome as Done;
-    let mut update = StatusUpdate::default();
-    for group in &report.groups {
-        let images = u32::try_from(group.changes.len()).unwrap_or(u32::MAX);
-        match &group.outcome {
-            Done::Committed { branch, commit, .. } => {
-                events.push((
-                    EventType::Normal,
-                    "Pinned",
-                    format!("pushed {commit} to {branch}: {images} image(s) pinned"),
-                ));
-                update.last_pin = Some(LastPin {
-                    commit: commit.clone(),
-                    branch: branch.clone(),
-                    images,
-                    time: timestamp(),
-                });
-            }
-            Done::PullRequestOpened {
-                number,
-                url,
-                branch,
-            }
-            | Done::PullRequestUpdated {
-                number,
-                url,
-                branch,
-            }
-            | Done::PullRequestUnchanged {
-                number,
-                url,
-                branch,
-            } => {
-                if matches!(group.outcome, Done::PullRequestOpened { .. }) {
-                    events.push((
-                        EventType::Normal,
-                        "PullRequestOpened",
-                        format!("opened {} from {branch}: {url}", noun.name(*number)),
-                    ));
-                }
-                // With one pull request per image, the status names the first; each is on
-                // the forge with its own verdict.
-                update.pull_request.get_or_insert(PullRequestRef {
-                    number: *number,
-                    url: url.clone(),
-                    branch: branch.clone(),
-                });
-            }
-            _ => {}
-        }
-    }
-    update
-}
-
-/// A pass that could not run, as the status says it: refused credentials and missing
-/// secrets need a person; the rest may pass by itself.
-fn classify(error: &SyncError) -> Outcome {
-    let message = error.to_string();
-    let reason = match error {
-        SyncError::Git(GitError::Auth { .. }) => Reason::AuthFailed,
-        SyncError::Git(GitError::TooLarge { .. }) => Reason::RepositoryTooLarge,
-        SyncError::Git(GitError::FetchDeadline { .. }) => {
-            return Outcome::Retrying {
-                reason: Reason::TimedOut,
-                message,
-            }
-        }
-        SyncError::Forge(ForgeError::Call {
-            status: Some(401 | 403),
-            ..
-        }) => Reason::AuthFailed,
-        SyncError::Secret { .. } => Reason::SecretNotFound,
-        SyncError::Filter(_) | SyncError::Policy(_) | SyncError::NoForge => Reason::InvalidSpec,
-        _ => {
-            return Outcome::Retrying {
-                reason: Reason::Unreachable,
-                message,
-            }
-        }
-    };
-    Outcome::Stalled { reason, message }
+        &syncer.mirror,
+        report,
+        timing,
+        Events::new(),
+    )
 }
 
 /// Writes the whole status with a merge patch; fields now empty are written as `null`, so
@@ -899,31 +664,5 @@ mod tests {
         let waits: Vec<u64> = (1..=8).map(|n| backoff(n, max).as_secs()).collect();
         assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300]);
         assert_eq!(backoff(u32::MAX, max), max);
-    }
-
-    #[test]
-    fn refused_credentials_and_missing_secrets_stall_and_an_unreachable_remote_retries() {
-        let auth = SyncError::Git(GitError::Auth {
-            url: "https://git.example/a.git".into(),
-            message: "401".into(),
-        });
-        assert!(matches!(
-            classify(&auth),
-            Outcome::Stalled {
-                reason: Reason::AuthFailed,
-                ..
-            }
-        ));
-        let down = SyncError::Git(GitError::Fetch {
-            url: "https://git.example/a.git".into(),
-            message: "connection refused".into(),
-        });
-        assert!(matches!(
-            classify(&down),
-            Outcome::Retrying {
-                reason: Reason::Unreachable,
-                ..
-            }
-        ));
     }
 }

@@ -28,12 +28,8 @@ pub struct StagePromotion<'c> {
 }
 
 impl<'a> Promotions<'a> {
-    pub(crate) async fn run(&self, metrics: &Metrics) {
-        self.run_each(metrics).await;
-    }
-
     /// Promotes into each stage after the first, in order, and returns what each found: the
-    /// operator writes it to the object's status; `tagpin run` logs it (done here).
+    /// operator writes it to the object's status; `tagpin run` logs it (done here, for both).
     pub async fn run_each(&self, metrics: &Metrics) -> Vec<StagePromotion<'a>> {
         let mut done = Vec::new();
         let config: &'a Config = self.promoter.config;

@@ -15,6 +15,7 @@ mod bounded_answers;
 mod chart_values_helm;
 mod cli;
 mod cred_helpers;
+mod cycle_drivers;
 mod deploy;
 mod docs;
 mod examples;
