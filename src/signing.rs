@@ -62,11 +62,23 @@ impl Signer {
     /// An OpenSSH private key (`-----BEGIN OPENSSH PRIVATE KEY-----`), decrypted with
     /// `passphrase` when it is encrypted, and tried.
     pub fn ssh(text: &[u8], passphrase: Option<&str>) -> Result<Signer, SigningError> {
-        let key =
-            ssh_key::PrivateKey::from_openssh(text).map_err(|e| SigningError::Unreadable {
-                expected: "an OpenSSH private key",
-                message: e.to_string(),
-            })?;
+        let key = ssh_key::PrivateKey::from_openssh(text).map_err(|e| {
+            // ssh-key reads only the algorithms it signs with whole (an ECDSA P-521 key's
+            // private part fails as "length invalid" or so): named by its public part, such a
+            // key is one that cannot sign, not a file that is no key.
+            match ssh_algorithm(text) {
+                Some(algorithm) if !SSH_SIGNING_ALGORITHMS.contains(&algorithm.as_str()) => {
+                    SigningError::CannotSign(format!(
+                        "{algorithm} key: tagpin signs with {} keys",
+                        SSH_SIGNING_ALGORITHMS.join(", ")
+                    ))
+                }
+                _ => SigningError::Unreadable {
+                    expected: "an OpenSSH private key",
+                    message: e.to_string(),
+                },
+            }
+        })?;
         let key = if key.is_encrypted() {
             let passphrase = passphrase.ok_or(SigningError::NeedsPassphrase)?;
             key.decrypt(passphrase)
@@ -166,6 +178,60 @@ impl Signer {
     pub fn public(&self) -> &PublicKey {
         &self.public
     }
+}
+
+/// The SSH key algorithms tagpin signs with (the `ssh-key` features it is built with).
+const SSH_SIGNING_ALGORITHMS: [&str; 4] = [
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ssh-rsa",
+];
+
+/// The algorithm of an OpenSSH private key file, read from its public part, which is never
+/// encrypted (`openssh-key-v1`: magic, cipher, KDF, KDF options, key count, then each public
+/// key, whose first string is its algorithm). `None` when the text is no such file.
+fn ssh_algorithm(text: &[u8]) -> Option<String> {
+    use base64::Engine;
+    let text = std::str::from_utf8(text).ok()?;
+    let body = text
+        .split("-----BEGIN OPENSSH PRIVATE KEY-----")
+        .nth(1)?
+        .split("-----END OPENSSH PRIVATE KEY-----")
+        .next()?;
+    let body: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .ok()?;
+    let mut rest = bytes.strip_prefix(b"openssh-key-v1\0")?;
+    let (_cipher, _kdf, _options) = (
+        take_string(&mut rest)?,
+        take_string(&mut rest)?,
+        take_string(&mut rest)?,
+    );
+    if take_u32(&mut rest)? == 0 {
+        return None;
+    }
+    let mut public = take_string(&mut rest)?;
+    let name = take_string(&mut public)?;
+    Some(String::from_utf8_lossy(name).into_owned())
+}
+
+/// A big-endian u32 from the front of `rest` (SSH's `uint32`).
+fn take_u32(rest: &mut &[u8]) -> Option<u32> {
+    let slice: &[u8] = rest;
+    let (value, after) = slice.split_first_chunk::<4>()?;
+    *rest = after;
+    Some(u32::from_be_bytes(*value))
+}
+
+/// A length-prefixed byte string from the front of `rest` (SSH's `string`).
+fn take_string<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let length = usize::try_from(take_u32(rest)?).ok()?;
+    let slice: &'a [u8] = rest;
+    let (value, after) = (slice.get(..length)?, slice.get(length..)?);
+    *rest = after;
+    Some(value)
 }
 
 /// A public key commit signatures are checked against: an OpenSSH public key line
@@ -385,5 +451,58 @@ mod tests {
         let line = line.to_openssh().unwrap();
         assert!(Signer::ssh(line.as_bytes(), None).is_err());
         assert_eq!(&PublicKey::parse(&line).unwrap(), public.public());
+    }
+
+    /// An OpenSSH private key file laid out as `ssh-keygen` writes it, with the public part
+    /// of an `algorithm` key and a private part no reader takes.
+    fn ssh_file_of(algorithm: &str) -> String {
+        use base64::Engine;
+        let string = |bytes: &[u8]| {
+            let mut out = u32::try_from(bytes.len()).unwrap().to_be_bytes().to_vec();
+            out.extend_from_slice(bytes);
+            out
+        };
+        let mut public = string(algorithm.as_bytes());
+        public.extend(string(b"nistp521"));
+        public.extend(string(&[4; 133]));
+        let mut file = b"openssh-key-v1\0".to_vec();
+        for part in [&b"none"[..], b"none", b""] {
+            file.extend(string(part));
+        }
+        file.extend(1u32.to_be_bytes());
+        file.extend(string(&public));
+        file.extend(string(&[7; 40]));
+        let body = base64::engine::general_purpose::STANDARD.encode(file);
+        format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{body}\n-----END OPENSSH PRIVATE KEY-----\n")
+    }
+
+    #[test]
+    fn a_key_of_an_algorithm_tagpin_cannot_sign_with_is_named_by_its_algorithm() {
+        let p521 = ssh_file_of("ecdsa-sha2-nistp521");
+        assert_eq!(
+            ssh_algorithm(p521.as_bytes()).as_deref(),
+            Some("ecdsa-sha2-nistp521")
+        );
+        match Signer::ssh(p521.as_bytes(), None) {
+            Err(SigningError::CannotSign(why)) => {
+                assert!(
+                    why.starts_with("ecdsa-sha2-nistp521 key: tagpin signs with"),
+                    "{why}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        // A readable key's algorithm is read the same way; a damaged file of a signing
+        // algorithm stays a file that is no key.
+        assert_eq!(
+            ssh_algorithm(ssh_key(None).as_bytes()).as_deref(),
+            Some("ssh-ed25519")
+        );
+        let ed25519 = ssh_file_of("ssh-ed25519");
+        assert!(matches!(
+            Signer::ssh(ed25519.as_bytes(), None),
+            Err(SigningError::Unreadable { .. })
+        ));
+        assert_eq!(ssh_algorithm(b"not a key"), None);
     }
 }
