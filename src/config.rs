@@ -519,6 +519,73 @@ colour: blue
     }
 
     #[test]
+    fn minimum_ages_are_read_in_order_with_their_durations() {
+        let c = parse(concat!(
+            "repository: {url: /srv/git/gitops.git}\n",
+            "images:\n",
+            "  minimum_age:\n",
+            "  - {match: 'ghcr.io/acme/hotfix', age: 0}\n",
+            "  - {match: 'ghcr.io/acme/*', age: 24h}\n",
+            "  - {match: nginx, age: 90}\n",
+        ))
+        .unwrap();
+        let read: Vec<(&str, u64)> = c
+            .images
+            .minimum_age
+            .iter()
+            .map(|r| (r.matches.as_str(), r.age.as_secs()))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                ("ghcr.io/acme/hotfix", 0),
+                ("ghcr.io/acme/*", 86_400),
+                ("nginx", 90)
+            ]
+        );
+        assert!(parse("repository: {url: /srv/git/gitops.git}\n")
+            .unwrap()
+            .images
+            .minimum_age
+            .is_empty());
+    }
+
+    #[test]
+    fn invalid_minimum_ages_are_named_by_field_path() {
+        let err = parse(concat!(
+            "repository: {url: /srv/git/gitops.git}\n",
+            "images:\n",
+            "  minimum_age:\n",
+            "  - {match: 'ghcr.io/acme/*'}\n",
+            "  - {match: b, age: 1d}\n",
+            "  - {age: 1h}\n",
+            "  - {match: '[d', age: [1h], colour: red}\n",
+            "  - just-a-string\n",
+        ))
+        .unwrap_err();
+        let problems = err.problems.join("\n");
+        for expected in [
+            "images.minimum_age[0].age: is required (like 24h)",
+            "images.minimum_age[1].age: ",
+            "images.minimum_age[2].match: is required",
+            "images.minimum_age[3].match: invalid glob",
+            "images.minimum_age[3].age: expected a duration like 90s, 10m or 1h",
+            "images.minimum_age[3].colour: unknown key",
+            "images.minimum_age[4]: ",
+        ] {
+            assert!(
+                problems.contains(expected),
+                "missing {expected:?} in:\n{problems}"
+            );
+        }
+        let wrong = parse("repository: {url: /srv/git/gitops.git}\nimages: {minimum_age: 24h}\n")
+            .unwrap_err()
+            .problems
+            .join("\n");
+        assert!(wrong.contains("images.minimum_age: "), "{wrong}");
+    }
+
+    #[test]
     fn invalid_image_policies_are_named_by_field_path_and_position() {
         let err = parse(concat!(
             "repository: {url: /srv/git/gitops.git}\n",

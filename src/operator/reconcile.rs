@@ -539,6 +539,7 @@ async fn sync_verify_promote(
     ctx.shared
         .metrics
         .observe_signature_checks(&report.signature_checks);
+    ctx.shared.metrics.observe_age_checks(&report.age_checks);
     let noun = ChangeRequestNoun::of(config.forge.as_ref());
     let mut update = status_update(&report, noun, &mut events);
     if config.mode == WriteMode::Commit && update.last_pin.is_none() {
