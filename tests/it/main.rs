@@ -43,6 +43,7 @@ mod image_rules;
 mod kube_server_selftest;
 mod kustomize;
 mod leader;
+mod minimum_age;
 mod mirror_repair;
 mod module_graph;
 mod monitoring;
