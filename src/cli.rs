@@ -687,7 +687,7 @@ fn scan_setup(
     let signed = pass::Signed {
         rules: crate::signature::Signatures::compile(&config.images.signatures)?,
         budget: std::time::Duration::from_secs(config.registries.budget_seconds),
-        ages: crate::age::MinimumAges::compile(&config.images.minimum_age)?,
+        ages: crate::age::MinimumAges::compile(config.minimum_ages())?,
         first_seen,
     };
     Ok((build_client(registry, Some(&config.registries))?, signed))

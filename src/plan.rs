@@ -1557,10 +1557,10 @@ mod tests {
     /// `follow` requiring digests of `ghcr.io/acme/*` to be an hour old, at `now`, with `born`
     /// for the digests dated.
     fn aged(now: i64, born: &[(&str, &str, i64)]) -> Follow {
-        let rules = crate::age::MinimumAges::compile(&[crate::config::MinimumAgeRule {
-            matches: "ghcr.io/acme/*".into(),
-            age: std::time::Duration::from_secs(3600),
-        }])
+        let rules = crate::age::MinimumAges::compile([(
+            "ghcr.io/acme/*",
+            std::time::Duration::from_secs(3600),
+        )])
         .unwrap();
         let mut ages = crate::age::Ages::new(rules, now);
         for (image, digest, at) in born {

@@ -20,10 +20,25 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::config::MinimumAgeRule;
 use crate::reference::pattern::ImagePattern;
 use crate::reference::{Digest, Reference};
-pub use crate::signature::Subject;
+
+/// A digest of an image repository: what an age is known for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Subject {
+    /// `registry/path`, as [`Reference::canonical_name`] spells it.
+    pub image: String,
+    pub digest: String,
+}
+
+impl Subject {
+    pub fn of(reference: &Reference, digest: &Digest) -> Subject {
+        Subject {
+            image: reference.canonical_name(),
+            digest: digest.to_string(),
+        }
+    }
+}
 
 /// An `images.minimum_age` entry's `match` does not compile (only for a `Config` not loaded
 /// from a file, which validates them).
@@ -43,17 +58,21 @@ pub struct MinimumAges {
 }
 
 impl MinimumAges {
-    pub fn compile(rules: &[MinimumAgeRule]) -> Result<MinimumAges, AgeRuleError> {
+    /// Compiles the configuration's entries, each a `match` pattern and its age, in order
+    /// (`config.images.minimum_age.iter().map(|r| (r.matches.as_str(), r.age))`).
+    pub fn compile<'r>(
+        rules: impl IntoIterator<Item = (&'r str, Duration)>,
+    ) -> Result<MinimumAges, AgeRuleError> {
         let rules = rules
-            .iter()
+            .into_iter()
             .enumerate()
-            .map(|(index, rule)| {
-                let pattern = ImagePattern::new(&rule.matches).map_err(|source| AgeRuleError {
+            .map(|(index, (matches, age))| {
+                let pattern = ImagePattern::new(matches).map_err(|source| AgeRuleError {
                     index,
-                    glob: rule.matches.clone(),
+                    glob: matches.to_string(),
                     source,
                 })?;
-                Ok((pattern, rule.age))
+                Ok((pattern, age))
             })
             .collect::<Result<_, AgeRuleError>>()?;
         Ok(MinimumAges { rules })
@@ -282,14 +301,10 @@ mod tests {
     }
 
     fn rules(entries: &[(&str, u64)]) -> MinimumAges {
-        let entries: Vec<MinimumAgeRule> = entries
+        let entries = entries
             .iter()
-            .map(|(matches, seconds)| MinimumAgeRule {
-                matches: matches.to_string(),
-                age: Duration::from_secs(*seconds),
-            })
-            .collect();
-        MinimumAges::compile(&entries).unwrap()
+            .map(|(matches, seconds)| (*matches, Duration::from_secs(*seconds)));
+        MinimumAges::compile(entries).unwrap()
     }
 
     #[test]

@@ -88,6 +88,15 @@ impl Config {
             .cloned()
             .collect()
     }
+
+    /// `images.minimum_age` as `(match, age)` pairs, in order: what
+    /// [`crate::age::MinimumAges::compile`] takes.
+    pub fn minimum_ages(&self) -> impl Iterator<Item = (&str, std::time::Duration)> {
+        self.images
+            .minimum_age
+            .iter()
+            .map(|rule| (rule.matches.as_str(), rule.age))
+    }
 }
 
 /// Where a configuration comes from. Both are read by the same types and the same validator;

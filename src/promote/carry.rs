@@ -481,10 +481,10 @@ mod tests {
                 &deployment(&format!("ghcr.io/acme/api:1@{B}")),
             ),
         ];
-        let rules = crate::age::MinimumAges::compile(&[crate::config::MinimumAgeRule {
-            matches: "ghcr.io/acme/web".into(),
-            age: std::time::Duration::from_secs(86_400),
-        }])
+        let rules = crate::age::MinimumAges::compile([(
+            "ghcr.io/acme/web",
+            std::time::Duration::from_secs(86_400),
+        )])
         .unwrap();
         let mut ages = Ages::new(rules, NOW);
         let web = Reference::parse("ghcr.io/acme/web:1.5").unwrap();

@@ -285,7 +285,7 @@ impl<'a> Promoter<'a> {
             mirror,
             filter: FileFilter::with_default_include(&config.include_globs(), &config.exclude)?,
             signatures: crate::signature::Signatures::compile(&config.images.signatures)?,
-            ages: crate::age::MinimumAges::compile(&config.images.minimum_age)?,
+            ages: crate::age::MinimumAges::compile(config.minimum_ages())?,
             required_signers: match &config.promotion {
                 Some(promotion) => {
                     signed::RequiredSigners::compile(&promotion.require_signed_by)

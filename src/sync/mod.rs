@@ -266,7 +266,7 @@ impl<'a> Syncer<'a> {
         let policies = Policies::compile(&config.images.policies).map_err(SyncError::Policy)?;
         let signatures = crate::signature::Signatures::compile(&config.images.signatures)
             .map_err(SyncError::Signature)?;
-        let ages = crate::age::MinimumAges::compile(&config.images.minimum_age)
+        let ages = crate::age::MinimumAges::compile(config.minimum_ages())
             .map_err(SyncError::MinimumAge)?;
         if config.mode == WriteMode::PullRequest && forge.is_none() {
             return Err(SyncError::NoForge);
