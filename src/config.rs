@@ -1482,6 +1482,32 @@ colour: blue
     }
 
     #[test]
+    fn a_resource_spec_carries_minimum_ages_as_a_file_does() {
+        let c = resource(serde_json::json!({
+            "repository": {"url": "https://git.example/acme/gitops.git"},
+            "images": {"minimum_age": [{"match": "ghcr.io/acme/*", "age": "24h"}, {"match": "nginx", "age": 60}]},
+        }))
+        .unwrap();
+        let read: Vec<(&str, u64)> = c.minimum_ages().map(|(m, a)| (m, a.as_secs())).collect();
+        assert_eq!(read, [("ghcr.io/acme/*", 86_400), ("nginx", 60)]);
+        let err = resource(serde_json::json!({
+            "repository": {"url": "https://git.example/acme/gitops.git"},
+            "images": {"minimum_age": [{"match": "ghcr.io/acme/*", "age": "soon"}, {"age": "1h"}]},
+        }))
+        .unwrap_err();
+        for expected in [
+            "spec.images.minimum_age[0].age: ",
+            "spec.images.minimum_age[1].match: is required",
+        ] {
+            assert!(
+                err.problems.iter().any(|p| p.starts_with(expected)),
+                "{expected} not in {:#?}",
+                err.problems
+            );
+        }
+    }
+
+    #[test]
     fn a_resource_names_secrets_by_reference_and_nothing_on_the_controllers_disk() {
         let err = resource(serde_json::json!({
             "repository": {"url": "https://git.example/a.git", "cache_dir": "/tmp/x", "auth": {"token_env": "token"}},

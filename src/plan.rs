@@ -293,8 +293,8 @@ pub fn signatures_to_check(
 
 /// The digests this pass would pin whose age must be known and is not yet, each with the
 /// reference to look it up under: every field that moves to a new digest of an image an
-/// `images.minimum_age` entry matches (a digest it already holds, or a held one, is not
-/// looked at).
+/// `images.minimum_age` entry matches (a digest it already holds, a held one, or one this
+/// pass refused for its signature, is not looked at).
 pub fn ages_to_check(
     files: &[ScannedFile],
     resolutions: &BTreeMap<ResolveKey, ResolveResult>,
@@ -309,6 +309,11 @@ pub fn ages_to_check(
             continue;
         };
         if follow.ages.rules.for_image(&target).is_none() {
+            continue;
+        }
+        // Refused for its signature: it is not pinned whatever its age.
+        let signed = crate::signature::Subject::of(&target, &digest);
+        if let Some(Err(_)) = follow.signatures.checked.get(&signed) {
             continue;
         }
         let subject = crate::age::Subject::of(&target, &digest);
