@@ -10,6 +10,7 @@
 
 use crate::support;
 
+mod age;
 mod signed;
 
 use support::output_text as text;
