@@ -366,3 +366,71 @@ async fn an_index_is_dated_by_its_annotation_and_a_created_in_the_future_is_not_
     assert_eq!(held["would_be"], future);
     assert_eq!(held["age"]["from"], "first_seen", "{held}");
 }
+
+/// In a `PinnedRepository`: the same key in the spec, read by the same rules (a wrong `age`
+/// stalls the object naming `spec.images.minimum_age[0].age`), and the checks counted in the
+/// operator's metrics.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pinned_repository_holds_a_young_digest_and_counts_its_checks() {
+    use crate::operator::{cluster, condition, pinned_repository, spec, Operator};
+    use serde_json::json;
+
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let old = push_created(&registry, "acme/web", "1", "old", Some(now() - 2 * 86_400)).await;
+    let new = push_created(&registry, "acme/web", "1", "new", Some(now() - 120)).await;
+    let api = push_created(&registry, "acme/api", "1", "api", Some(now() - 86_400)).await;
+    let pinned = support::manifests::deployment("web", &format!("{host}/acme/web:1@{old}"));
+    let repo = BareRepo::create(&[
+        ("apps/web.yaml", &pinned),
+        (
+            "apps/api.yaml",
+            &support::manifests::deployment("api", &format!("{host}/acme/api:1")),
+        ),
+    ]);
+    let kube = cluster().await;
+    let mut aged = spec(&repo.file_url(), &host);
+    aged["images"] = json!({"minimum_age": [{"match": format!("{host}/acme/*"), "age": "1h"}]});
+    kube.apply(pinned_repository("web", json!({}), aged.clone()));
+    let mut broken = aged;
+    broken["images"]["minimum_age"][0]["age"] = json!("soon");
+    kube.apply(pinned_repository("broken", json!({}), broken));
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &[]).await;
+
+    support::eventually("the digest old enough is pinned", || {
+        repo.read("main", "apps/api.yaml")
+            .is_some_and(|text| text.contains(&api))
+    })
+    .await;
+    let series = |result: &str| {
+        format!("tagpin_minimum_age_checks_total{{result=\"{result}\",source=\"created\"}}")
+    };
+    support::eventually_async("the checks are counted", || async {
+        // At least: a reconcile the status write brings back counts again.
+        operator
+            .metric(&series("held"))
+            .await
+            .is_some_and(|n| n >= 1)
+            && operator
+                .metric(&series("eligible"))
+                .await
+                .is_some_and(|n| n >= 1)
+    })
+    .await;
+    support::eventually("a wrong age stalls its object, naming the field", || {
+        condition(&kube, "broken", "Stalled").is_some_and(|c| {
+            c["reason"] == "InvalidSpec"
+                && c["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("spec.images.minimum_age[0].age"))
+        })
+    })
+    .await;
+    let log = operator.stop().await;
+    assert_eq!(repo.read("main", "apps/web.yaml").unwrap(), pinned);
+    assert!(
+        log.contains(&format!("not moved to {new}")) || log.contains("not pinned yet"),
+        "{log}"
+    );
+}
