@@ -440,6 +440,8 @@ pub enum CliError {
     Registry(#[from] registry::RegistryError),
     #[error(transparent)]
     Signature(#[from] crate::signature::SignatureError),
+    #[error(transparent)]
+    MinimumAge(#[from] crate::age::AgeRuleError),
     /// Boxed: the largest cause, and rare.
     #[error(transparent)]
     Promote(Box<crate::promote::PromoteError>),
@@ -676,9 +678,17 @@ fn scan_setup(
         return Ok((build_client(registry, None)?, pass::Signed::default()));
     };
     let config = Config::load(path)?;
+    // First sightings (`images.minimum_age`) are kept in the cache directory `sync` uses,
+    // when there is one.
+    let first_seen = match cache_dir_for(&config, None) {
+        Ok(dir) => crate::age::seen::FirstSeen::in_dir(&dir),
+        Err(_) => crate::age::seen::FirstSeen::in_memory(),
+    };
     let signed = pass::Signed {
         rules: crate::signature::Signatures::compile(&config.images.signatures)?,
         budget: std::time::Duration::from_secs(config.registries.budget_seconds),
+        ages: crate::age::MinimumAges::compile(config.minimum_ages())?,
+        first_seen,
     };
     Ok((build_client(registry, Some(&config.registries))?, signed))
 }

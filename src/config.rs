@@ -519,6 +519,73 @@ colour: blue
     }
 
     #[test]
+    fn minimum_ages_are_read_in_order_with_their_durations() {
+        let c = parse(concat!(
+            "repository: {url: /srv/git/gitops.git}\n",
+            "images:\n",
+            "  minimum_age:\n",
+            "  - {match: 'ghcr.io/acme/hotfix', age: 0}\n",
+            "  - {match: 'ghcr.io/acme/*', age: 24h}\n",
+            "  - {match: nginx, age: 90}\n",
+        ))
+        .unwrap();
+        let read: Vec<(&str, u64)> = c
+            .images
+            .minimum_age
+            .iter()
+            .map(|r| (r.matches.as_str(), r.age.as_secs()))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                ("ghcr.io/acme/hotfix", 0),
+                ("ghcr.io/acme/*", 86_400),
+                ("nginx", 90)
+            ]
+        );
+        assert!(parse("repository: {url: /srv/git/gitops.git}\n")
+            .unwrap()
+            .images
+            .minimum_age
+            .is_empty());
+    }
+
+    #[test]
+    fn invalid_minimum_ages_are_named_by_field_path() {
+        let err = parse(concat!(
+            "repository: {url: /srv/git/gitops.git}\n",
+            "images:\n",
+            "  minimum_age:\n",
+            "  - {match: 'ghcr.io/acme/*'}\n",
+            "  - {match: b, age: 1d}\n",
+            "  - {age: 1h}\n",
+            "  - {match: '[d', age: [1h], colour: red}\n",
+            "  - just-a-string\n",
+        ))
+        .unwrap_err();
+        let problems = err.problems.join("\n");
+        for expected in [
+            "images.minimum_age[0].age: is required (like 24h)",
+            "images.minimum_age[1].age: ",
+            "images.minimum_age[2].match: is required",
+            "images.minimum_age[3].match: invalid glob",
+            "images.minimum_age[3].age: expected a duration like 90s, 10m or 1h",
+            "images.minimum_age[3].colour: unknown key",
+            "images.minimum_age[4]: ",
+        ] {
+            assert!(
+                problems.contains(expected),
+                "missing {expected:?} in:\n{problems}"
+            );
+        }
+        let wrong = parse("repository: {url: /srv/git/gitops.git}\nimages: {minimum_age: 24h}\n")
+            .unwrap_err()
+            .problems
+            .join("\n");
+        assert!(wrong.contains("images.minimum_age: "), "{wrong}");
+    }
+
+    #[test]
     fn invalid_image_policies_are_named_by_field_path_and_position() {
         let err = parse(concat!(
             "repository: {url: /srv/git/gitops.git}\n",
@@ -1405,6 +1472,32 @@ colour: blue
             "spec.repository.branch: \"bad branch\" is not a valid branch name",
             "spec.mode: expected one of commit, pull-request, found \"sometimes\"",
             "spec.colour: unknown key",
+        ] {
+            assert!(
+                err.problems.iter().any(|p| p.starts_with(expected)),
+                "{expected} not in {:#?}",
+                err.problems
+            );
+        }
+    }
+
+    #[test]
+    fn a_resource_spec_carries_minimum_ages_as_a_file_does() {
+        let c = resource(serde_json::json!({
+            "repository": {"url": "https://git.example/acme/gitops.git"},
+            "images": {"minimum_age": [{"match": "ghcr.io/acme/*", "age": "24h"}, {"match": "nginx", "age": 60}]},
+        }))
+        .unwrap();
+        let read: Vec<(&str, u64)> = c.minimum_ages().map(|(m, a)| (m, a.as_secs())).collect();
+        assert_eq!(read, [("ghcr.io/acme/*", 86_400), ("nginx", 60)]);
+        let err = resource(serde_json::json!({
+            "repository": {"url": "https://git.example/acme/gitops.git"},
+            "images": {"minimum_age": [{"match": "ghcr.io/acme/*", "age": "soon"}, {"age": "1h"}]},
+        }))
+        .unwrap_err();
+        for expected in [
+            "spec.images.minimum_age[0].age: ",
+            "spec.images.minimum_age[1].match: is required",
         ] {
             assert!(
                 err.problems.iter().any(|p| p.starts_with(expected)),

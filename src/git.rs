@@ -1267,6 +1267,12 @@ impl Mirror {
         Ok(seconds)
     }
 
+    /// The cache directory the mirror lives in (what [`Mirror::open`] was given): where other
+    /// state kept beside it goes (first sightings of digests, `images.minimum_age`).
+    pub fn cache_dir(&self) -> &Path {
+        self.path.parent().unwrap_or(&self.path)
+    }
+
     /// The parents of a commit, first parent first.
     pub fn parents(&self, commit: Oid) -> Result<Vec<Oid>, GitError> {
         let repo = self.repo();

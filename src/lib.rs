@@ -4,6 +4,7 @@
 //! picks the exit code. Pure logic ([`reference`], the scanning and rewriting in [`manifest`],
 //! [`plan`]) is separate from the adapters that do I/O ([`registry`], [`pass`]).
 
+pub mod age;
 pub mod audit;
 pub mod bounded;
 pub mod cli;

@@ -53,6 +53,19 @@ pub struct SignatureLabels {
 pub const SIGNATURE_RESULTS: [&str; 5] = ["verified", "cached", "unsigned", "refused", "error"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AgeLabels {
+    /// `eligible` (old enough to pin) or `held` (younger than its `images.minimum_age`).
+    pub result: String,
+    /// What the age was counted from: `created` (the image config), `annotation`
+    /// (`org.opencontainers.image.created`) or `first_seen` (the registry gave no usable time).
+    pub source: String,
+}
+
+/// What a minimum age check is counted as ([`AgeLabels`]).
+pub const AGE_RESULTS: [&str; 2] = ["eligible", "held"];
+pub const AGE_SOURCES: [&str; 3] = ["created", "annotation", "first_seen"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
     pub sender: String,
     /// `accepted`, `unauthorized`, `bad_payload`, `busy` (too many signed bodies being read).
@@ -144,6 +157,9 @@ pub struct Metrics {
     pub webhooks: Family<WebhookLabels, Counter>,
     /// Signature checks of digests about to be pinned (`images.signatures`), by result.
     pub signature_checks: Family<SignatureLabels, Counter>,
+    /// Minimum age checks of digests about to be pinned (`images.minimum_age`), by result and
+    /// what the age was counted from.
+    pub minimum_age_checks: Family<AgeLabels, Counter>,
     /// Accepted deliveries served by a pass another delivery had already asked for: during a
     /// pass, or within the webhook window after one started (`--webhook-window`).
     pub webhook_coalesced: Counter,
@@ -183,8 +199,10 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("tagpin");
+        let minimum_age_checks = minimum_age_checks(&mut registry);
         let mut metrics = Metrics {
-            registry: Registry::with_prefix("tagpin"),
+            registry,
             passes: Family::default(),
             pass_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 14)),
             resolve_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
@@ -197,6 +215,7 @@ impl Metrics {
             pull_requests: Family::default(),
             webhooks: Family::default(),
             signature_checks: Family::default(),
+            minimum_age_checks,
             webhook_coalesced: Counter::default(),
             verdicts: Family::default(),
             verification_errors: Family::default(),
@@ -353,6 +372,18 @@ impl Metrics {
         self.git_fetches.inc_by(transfers.fetches);
     }
 
+    /// Adds a pass's minimum age checks (see [`crate::sync::SyncReport::age_checks`]).
+    pub fn observe_age_checks(&self, counts: &crate::age::CheckCounts) {
+        for ((result, source), count) in counts {
+            self.minimum_age_checks
+                .get_or_create(&AgeLabels {
+                    result: result.to_string(),
+                    source: source.to_string(),
+                })
+                .inc_by(*count);
+        }
+    }
+
     /// Adds a pass's signature checks (see [`crate::sync::SyncReport::signature_checks`]).
     pub fn observe_signature_checks(&self, counts: &crate::signature::fetch::CheckCounts) {
         for (result, count) in counts {
@@ -493,6 +524,27 @@ impl Metrics {
     }
 }
 
+/// `tagpin_minimum_age_checks_total`, registered, with every series at zero: the first held
+/// digest must show as an increase.
+fn minimum_age_checks(registry: &mut Registry) -> Family<AgeLabels, Counter> {
+    let checks = Family::<AgeLabels, Counter>::default();
+    registry.register(
+        "minimum_age_checks",
+        "Minimum age checks of digests about to be pinned, by result and by what the age was \
+         counted from",
+        checks.clone(),
+    );
+    for result in AGE_RESULTS {
+        for source in AGE_SOURCES {
+            let _ = checks.get_or_create(&AgeLabels {
+                result: result.to_string(),
+                source: source.to_string(),
+            });
+        }
+    }
+    checks
+}
+
 /// `Counter::inc` for a labelled family, spelled once.
 pub fn inc<L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug>(
     family: &Family<L, Counter>,
@@ -552,6 +604,27 @@ mod tests {
         );
         assert!(
             text.contains("tagpin_signature_checks_total{result=\"unsigned\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn minimum_age_checks_are_counted_by_result_and_source_from_zero() {
+        let metrics = Metrics::new();
+        let text = metrics.encode();
+        for result in AGE_RESULTS {
+            for source in AGE_SOURCES {
+                let line = format!(
+                    "tagpin_minimum_age_checks_total{{result=\"{result}\",source=\"{source}\"}} 0"
+                );
+                assert!(text.contains(&line), "{line} in\n{text}");
+            }
+        }
+        metrics.observe_age_checks(&BTreeMap::from([(("held", "created"), 2)]));
+        metrics.observe_age_checks(&BTreeMap::from([(("held", "created"), 1)]));
+        let text = metrics.encode();
+        assert!(
+            text.contains("tagpin_minimum_age_checks_total{result=\"held\",source=\"created\"} 3"),
             "{text}"
         );
     }

@@ -170,20 +170,25 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
     pass
 }
 
-/// What `pin` and `plan` check signatures against, from `--config`'s `images.signatures`;
-/// the default checks none.
+/// What `pin` and `plan` check signatures and ages against, from `--config`'s
+/// `images.signatures` and `images.minimum_age`; the default checks none.
 #[derive(Debug, Clone, Default)]
 pub struct Signed {
     pub rules: crate::signature::Signatures,
-    /// Each signature lookup's budget (`registries.budget_seconds`).
+    /// Each signature or age lookup's budget (`registries.budget_seconds`).
     pub budget: std::time::Duration,
+    /// `images.minimum_age`: a digest younger than its entry's age is held.
+    pub ages: crate::age::MinimumAges,
+    /// Where a digest whose registry gives no build time is remembered from its first sighting.
+    pub first_seen: crate::age::seen::FirstSeen,
 }
 
-/// [`run`], where digests of images `signed.rules` matches are pinned only signed; with
-/// `check_pins` (`pin --check`), every digest already pinned of such an image is checked too,
-/// and one not signed is a failure naming file and line. Signatures are checked before
-/// planning, so this pass scans and resolves everything first instead of planning file by
-/// file as answers arrive.
+/// [`run`], where digests of images `signed.rules` matches are pinned only signed, and digests
+/// of images `signed.ages` matches only once old enough; with `check_pins` (`pin --check`),
+/// every digest already pinned of a signed image is checked too, and one not signed is a
+/// failure naming file and line. Signatures and ages are checked before planning, so this
+/// pass scans and resolves everything first instead of planning file by file as answers
+/// arrive.
 pub async fn run_signed(
     paths: &[PathBuf],
     filter: &FileFilter,
@@ -191,7 +196,7 @@ pub async fn run_signed(
     signed: &Signed,
     check_pins: bool,
 ) -> Pass {
-    if signed.rules.is_empty() {
+    if signed.rules.is_empty() && signed.ages.is_empty() {
         return run(paths, filter, client).await;
     }
     let (paths, filter) = (paths.to_vec(), filter.clone());
@@ -205,6 +210,7 @@ pub async fn run_signed(
     };
     let mut follow = Follow {
         signatures: crate::signature::Verdicts::new(signed.rules.clone()),
+        ages: crate::age::Ages::new(signed.ages.clone(), crate::clock::unix_now()),
         ..Follow::default()
     };
     let references: Vec<_> = scanned
@@ -219,6 +225,15 @@ pub async fn run_signed(
     }
     crate::signature::fetch::check_all(client, &mut follow.signatures, unchecked, signed.budget)
         .await;
+    let ages = plan::ages_to_check(&scanned.files, &resolutions, &follow);
+    crate::age::fetch::check_all(
+        client,
+        &mut follow.ages,
+        ages,
+        &signed.first_seen,
+        signed.budget,
+    )
+    .await;
     let mut plan = plan::plan(&scanned.files, &resolutions, &follow);
     if check_pins {
         let unsigned = plan::unsigned_pins(&scanned.files, &follow);

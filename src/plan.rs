@@ -66,6 +66,10 @@ pub struct Change {
     /// matches (`{verified: true, by: "key keys/release.pub"}`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signature: Option<crate::signature::SignatureNote>,
+    /// How old the new digest is, for an image an `images.minimum_age` entry matches
+    /// (`{seconds: 7200, eligible_at: "…", from: "created"}`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub age: Option<crate::age::AgeNote>,
 }
 
 /// A field held where it is (by a comment, or a revert's hold on the digest): it would move,
@@ -81,16 +85,22 @@ pub struct Held {
     /// What the field holds, and the digest it would have moved to.
     pub value: String,
     pub would_be: Digest,
-    /// Why: the comment that holds it (`# tagpin: hold …`), or the revert that moved a field
-    /// away from this digest.
+    /// Why: the comment that holds it (`# tagpin: hold …`), the revert that moved a field
+    /// away from this digest, or its age (younger than its `images.minimum_age`, and when it
+    /// will be old enough).
     pub reason: String,
     /// The commit that holds it (a revert's), when it is not a comment.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// How old the digest it would move to is, when it is held for being younger than its
+    /// `images.minimum_age` (`{seconds, eligible_at, from}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub age: Option<crate::age::AgeNote>,
 }
 
 impl Held {
     fn of(change: Change, reason: String, commit: Option<String>) -> Held {
+        let age = change.age.clone();
         Held {
             file: change.file,
             line: change.line,
@@ -101,6 +111,7 @@ impl Held {
             would_be: change.new_digest,
             reason,
             commit,
+            age,
         }
     }
 }
@@ -266,31 +277,73 @@ pub fn signatures_to_check(
         return wanted;
     }
     for field in files.iter().flat_map(|f| f.fields.iter()) {
-        let Ok(current) = Reference::parse(&field.value) else {
-            continue;
-        };
-        if current.is_digest_only() {
-            continue;
-        }
-        let Ok(target) = follow.target(&current) else {
+        let Some((target, digest)) = moving_to(field, resolutions, follow) else {
             continue;
         };
         if follow.signatures.rules.for_image(&target).is_none() {
             continue;
         }
-        let Some(Ok(resolved)) = resolutions.get(&ResolveKey::of(&target)) else {
-            continue;
-        };
-        let digest = &resolved.digest;
-        if current.digest() == Some(digest) || follow.held(&target, digest).is_some() {
-            continue;
-        }
-        let subject = crate::signature::Subject::of(&target, digest);
+        let subject = crate::signature::Subject::of(&target, &digest);
         if !follow.signatures.checked.contains_key(&subject) {
-            wanted.insert(subject, (target, digest.clone()));
+            wanted.insert(subject, (target, digest));
         }
     }
     wanted
+}
+
+/// The digests this pass would pin whose age must be known and is not yet, each with the
+/// reference to look it up under: every field that moves to a new digest of an image an
+/// `images.minimum_age` entry matches (a digest it already holds, a held one, or one this
+/// pass refused for its signature, is not looked at).
+pub fn ages_to_check(
+    files: &[ScannedFile],
+    resolutions: &BTreeMap<ResolveKey, ResolveResult>,
+    follow: &Follow,
+) -> BTreeMap<crate::age::Subject, (Reference, Digest)> {
+    let mut wanted = BTreeMap::new();
+    if follow.ages.rules.is_empty() {
+        return wanted;
+    }
+    for field in files.iter().flat_map(|f| f.fields.iter()) {
+        let Some((target, digest)) = moving_to(field, resolutions, follow) else {
+            continue;
+        };
+        if follow.ages.rules.for_image(&target).is_none() {
+            continue;
+        }
+        // Refused for its signature: it is not pinned whatever its age.
+        let signed = crate::signature::Subject::of(&target, &digest);
+        if let Some(Err(_)) = follow.signatures.checked.get(&signed) {
+            continue;
+        }
+        let subject = crate::age::Subject::of(&target, &digest);
+        if !follow.ages.born.contains_key(&subject) {
+            wanted.insert(subject, (target, digest));
+        }
+    }
+    wanted
+}
+
+/// The reference and new digest a field would move to: `None` for a field that stays (it
+/// holds that digest, or a revert holds it) or cannot be planned.
+fn moving_to(
+    field: &ImageField,
+    resolutions: &BTreeMap<ResolveKey, ResolveResult>,
+    follow: &Follow,
+) -> Option<(Reference, Digest)> {
+    let current = Reference::parse(&field.value).ok()?;
+    if current.is_digest_only() {
+        return None;
+    }
+    let target = follow.target(&current).ok()?;
+    let Some(Ok(resolved)) = resolutions.get(&ResolveKey::of(&target)) else {
+        return None;
+    };
+    let digest = &resolved.digest;
+    if current.digest() == Some(digest) || follow.held(&target, digest).is_some() {
+        return None;
+    }
+    Some((target, digest.clone()))
 }
 
 /// The digests fields already pin of images an `images.signatures` entry matches, each with
@@ -358,12 +411,14 @@ pub enum Wanted {
     /// Cannot be planned; becomes [`Problem::Unresolved`].
     Failed(String),
     /// Would move to `reference` at `digest`, which is held (a revert moved a field away from
-    /// it): left as it is, reported as [`Held`] with `reason`.
+    /// it, the revert's `commit`; or it is younger than its minimum age, `age`): left as it is,
+    /// reported as [`Held`] with `reason`.
     Held {
         reference: Reference,
         digest: Digest,
         reason: String,
-        commit: String,
+        commit: Option<String>,
+        age: Option<crate::age::AgeNote>,
     },
 }
 
@@ -388,7 +443,8 @@ pub fn plan(
             Some(Ok(resolved)) => match follow.held(&wanted, &resolved.digest) {
                 Some(hold) => Wanted::Held {
                     reason: hold.reason.clone(),
-                    commit: hold.commit.clone(),
+                    commit: Some(hold.commit.clone()),
+                    age: None,
                     reference: wanted,
                     digest: resolved.digest.clone(),
                 },
@@ -399,10 +455,7 @@ pub fn plan(
                     Some(Err(refusal)) => {
                         Wanted::Failed(format!("{key}@{}: not pinned: {refusal}", resolved.digest))
                     }
-                    _ => Wanted::To {
-                        reference: wanted,
-                        digest: resolved.digest.clone(),
-                    },
+                    _ => old_enough(&follow.ages, reference, wanted, resolved.digest.clone()),
                 },
             },
             Some(Err(e)) => Wanted::Failed(e.to_string()),
@@ -414,7 +467,44 @@ pub fn plan(
             change.signature = signature_of(change, follow);
         }
     }
+    note_ages(&mut plan.changes, &follow.ages);
     plan
+}
+
+/// Notes on each change how old its new digest is, where an `images.minimum_age` entry
+/// matches its image (see [`Change::age`]).
+pub fn note_ages(changes: &mut [Change], ages: &crate::age::Ages) {
+    if ages.rules.is_empty() {
+        return;
+    }
+    for change in changes {
+        change.age = Reference::parse(&change.image)
+            .ok()
+            .and_then(|image| ages.note(&image, &change.new_digest));
+    }
+}
+
+/// A field written `current` moves to `digest` of `wanted`, unless the digest is younger than
+/// its `images.minimum_age`: then it is held where it is, saying when it will be old enough.
+pub fn old_enough(
+    ages: &crate::age::Ages,
+    current: &Reference,
+    wanted: Reference,
+    digest: Digest,
+) -> Wanted {
+    match ages.decide(current, &wanted, &digest) {
+        Some(decision) if !decision.eligible() => Wanted::Held {
+            reason: decision.reason(),
+            commit: None,
+            age: Some(decision.note()),
+            reference: wanted,
+            digest,
+        },
+        _ => Wanted::To {
+            reference: wanted,
+            digest,
+        },
+    }
 }
 
 /// The signature that let `change` move, as reports show it (see [`Change::signature`]).
@@ -658,7 +748,8 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
             digest,
             reason,
             commit,
-        } => (reference, digest, Some((reason, commit))),
+            age,
+        } => (reference, digest, Some((reason, commit, age))),
         Wanted::DigestOnly => return FieldPlan::DigestOnly,
         Wanted::Leave => return FieldPlan::Current,
         Wanted::Failed(message) => {
@@ -745,9 +836,13 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
         new_tag: moved(new_tag),
         action,
         signature: None,
+        age: None,
     };
     match held {
-        Some((reason, commit)) => FieldPlan::Held(Box::new(Held::of(change, reason, Some(commit)))),
+        Some((reason, commit, age)) => {
+            let change = Change { age, ..change };
+            FieldPlan::Held(Box::new(Held::of(change, reason, commit)))
+        }
         None => FieldPlan::Change(Box::new(change), edits),
     }
 }
@@ -1208,6 +1303,7 @@ mod tests {
                 .collect(),
             held: Default::default(),
             signatures: Default::default(),
+            ages: Default::default(),
         }
     }
 
@@ -1461,6 +1557,106 @@ mod tests {
             held.to_string(),
             format!("web.yaml:9 Deployment/web (web): held at nginx:1.27, not moved to {D1}: # tagpin: hold until CVE-2026-1 is fixed")
         );
+    }
+
+    /// `follow` requiring digests of `ghcr.io/acme/*` to be an hour old, at `now`, with `born`
+    /// for the digests dated.
+    fn aged(now: i64, born: &[(&str, &str, i64)]) -> Follow {
+        let rules = crate::age::MinimumAges::compile([(
+            "ghcr.io/acme/*",
+            std::time::Duration::from_secs(3600),
+        )])
+        .unwrap();
+        let mut ages = crate::age::Ages::new(rules, now);
+        for (image, digest, at) in born {
+            let subject = crate::age::Subject::of(
+                &Reference::parse(image).unwrap(),
+                &Digest::parse(digest).unwrap(),
+            );
+            let born = crate::age::Born {
+                at: *at,
+                source: crate::age::Source::Created,
+            };
+            ages.born.insert(subject, born);
+        }
+        Follow {
+            ages,
+            ..Follow::default()
+        }
+    }
+
+    #[test]
+    fn a_digest_too_young_is_held_at_the_pinned_one_and_the_rest_of_the_pass_goes_on() {
+        const NOW: i64 = 1_796_000_000;
+        let text = pod(&[
+            &format!("ghcr.io/acme/web:1@{D1}"),
+            "ghcr.io/acme/api:1",
+            "nginx:1.27",
+        ]);
+        let files = [scanned("p.yaml", &text)];
+        let resolved = answers(&[
+            ("ghcr.io/acme/web:1", Ok(D2)),
+            ("ghcr.io/acme/api:1", Ok(D2)),
+            ("nginx:1.27", Ok(D2)),
+        ]);
+        let young = aged(
+            NOW,
+            &[
+                ("ghcr.io/acme/web:1", D2, NOW - 120),
+                ("ghcr.io/acme/api:1", D2, NOW - 7200),
+            ],
+        );
+        // What must be dated: both acme digests, never nginx (no entry) nor a dated one again.
+        let undated = ages_to_check(&files, &resolved, &aged(NOW, &[]));
+        assert_eq!(undated.len(), 2, "{undated:?}");
+        assert!(ages_to_check(&files, &resolved, &young).is_empty());
+
+        let plan = plan(&files, &resolved, &young);
+        // web stays at D1: its new digest is two minutes old.
+        assert_eq!(plan.held.len(), 1);
+        let held = &plan.held[0];
+        assert_eq!(
+            (held.line, held.value.as_str()),
+            (8, format!("ghcr.io/acme/web:1@{D1}").as_str())
+        );
+        assert_eq!(held.would_be.to_string(), D2);
+        assert_eq!(held.commit, None);
+        let age = held.age.as_ref().unwrap();
+        assert_eq!(age.seconds, 120);
+        assert_eq!(age.eligible_at, crate::age::rfc3339(NOW - 120 + 3600));
+        assert!(
+            held.reason
+                .contains("younger than the minimum age 1h: eligible at"),
+            "{}",
+            held.reason
+        );
+        // api, two hours old, and nginx, under no entry, move; only api says its age.
+        let moved: Vec<(&str, Option<i64>)> = plan
+            .changes
+            .iter()
+            .map(|c| (c.image.as_str(), c.age.as_ref().map(|a| a.seconds)))
+            .collect();
+        assert_eq!(
+            moved,
+            [
+                ("ghcr.io/acme/api:1", Some(7200)),
+                ("docker.io/library/nginx:1.27", None)
+            ]
+        );
+        let updated = String::from_utf8(plan.files[0].updated.clone()).unwrap();
+        assert!(updated.contains(&format!("image: ghcr.io/acme/web:1@{D1}\n")));
+
+        // An hour later the same digest moves.
+        let later = aged(
+            NOW + 3600,
+            &[
+                ("ghcr.io/acme/web:1", D2, NOW - 120),
+                ("ghcr.io/acme/api:1", D2, NOW - 7200),
+            ],
+        );
+        let plan = super::plan(&files, &resolved, &later);
+        assert!(plan.held.is_empty(), "{:?}", plan.held);
+        assert!(plan.changes.iter().any(|c| c.image == "ghcr.io/acme/web:1"));
     }
 
     #[test]

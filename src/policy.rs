@@ -251,6 +251,9 @@ pub struct Follow {
     /// Which images need a signature, and this pass's verdicts on the digests it would pin
     /// (`images.signatures`); the default requires none.
     pub signatures: crate::signature::Verdicts,
+    /// Which images a digest must be old enough for, and when each digest this pass would pin
+    /// was built (`images.minimum_age`); the default requires no age.
+    pub ages: crate::age::Ages,
 }
 
 /// Digests held per image repository (`registry/path`, as [`Reference::canonical_name`]
@@ -564,6 +567,7 @@ mod tests {
             tags: TagLists::new(),
             held: Holds::default(),
             signatures: Default::default(),
+            ages: Default::default(),
         };
         follow
             .tags

@@ -84,6 +84,7 @@ fn trust(host: &str, release: &KeyPair) -> Signed {
     Signed {
         rules: Signatures::compile(&[rule]).unwrap(),
         budget: Duration::from_secs(60),
+        ..Signed::default()
     }
 }
 

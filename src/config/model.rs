@@ -88,6 +88,15 @@ impl Config {
             .cloned()
             .collect()
     }
+
+    /// `images.minimum_age` as `(match, age)` pairs, in order: what
+    /// [`crate::age::MinimumAges::compile`] takes.
+    pub fn minimum_ages(&self) -> impl Iterator<Item = (&str, std::time::Duration)> {
+        self.images
+            .minimum_age
+            .iter()
+            .map(|rule| (rule.matches.as_str(), rule.age))
+    }
 }
 
 /// Where a configuration comes from. Both are read by the same types and the same validator;
@@ -324,6 +333,18 @@ pub struct ImageRules {
     /// (`images.signatures`); the first matching entry applies, and an image no entry
     /// matches is not checked (see [`crate::signature`]).
     pub signatures: Vec<SignatureRule>,
+    /// How old a digest of an image must be before it is pinned (`images.minimum_age`); the
+    /// first matching entry applies, with the same matching as `images.signatures` (see
+    /// [`crate::age`]).
+    pub minimum_age: Vec<MinimumAgeRule>,
+}
+
+/// One `images.minimum_age` entry: a glob over the image name (matched as `images.signatures`
+/// entries are) and how old a digest of the images it matches must be before it is pinned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MinimumAgeRule {
+    pub matches: String,
+    pub age: std::time::Duration,
 }
 
 /// One `images.signatures` entry: a glob over the image name (the same rules as

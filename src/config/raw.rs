@@ -294,6 +294,16 @@ pub struct RawImages {
     pub ignore: List<String>,
     pub policies: List<Known<RawPolicy>>,
     pub signatures: List<Known<RawSignature>>,
+    pub minimum_age: List<Known<RawMinimumAge>>,
+}
+
+/// One `images.minimum_age` entry: `match` and `age` (`24h`).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawMinimumAge {
+    #[serde(rename = "match")]
+    pub matches: Field<String>,
+    pub age: Field<RawDuration>,
 }
 
 /// One `images.signatures` entry: `match`, and `keys` and/or `keyless`.

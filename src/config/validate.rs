@@ -12,17 +12,18 @@ use serde_yaml::Value;
 use super::model::{
     invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
     ClusterTarget, Config, Forge, GitAuth, GitOpsObjects, Grouping, ImageRules, KeylessIdentity,
-    ObjectName, OnFailure, Order, Origin, PolicyRule, Problem, Promotion, PullRequest, Registries,
-    Repository, SignatureFile, SignatureKey, SignatureRule, Signing, SigningFormat, SigningKey,
-    Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME,
-    DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE, DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE,
-    DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
+    MinimumAgeRule, ObjectName, OnFailure, Order, Origin, PolicyRule, Problem, Promotion,
+    PullRequest, Registries, Repository, SignatureFile, SignatureKey, SignatureRule, Signing,
+    SigningFormat, SigningKey, Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL,
+    DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE,
+    DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE, DEFAULT_TIMEOUT_SECONDS,
+    DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
 };
 use super::raw::{
     names_of, Field, Known, List, RawAuthor, RawCluster, RawConfig, RawDuration, RawForge,
-    RawGitAuth, RawHelm, RawImages, RawKeyless, RawLocalRef, RawPolicy, RawPromotion,
-    RawPullRequest, RawRegistries, RawRepository, RawSecretKeyRef, RawSignature, RawSigning,
-    RawStage, RawVerify, Section,
+    RawGitAuth, RawHelm, RawImages, RawKeyless, RawLocalRef, RawMinimumAge, RawPolicy,
+    RawPromotion, RawPullRequest, RawRegistries, RawRepository, RawSecretKeyRef, RawSignature,
+    RawSigning, RawStage, RawVerify, Section,
 };
 
 /// The configuration the raw file describes, or every problem found in it.
@@ -696,6 +697,7 @@ impl Check {
             ignore: self.strings("images.ignore", &raw.ignore),
             policies: self.policies(&raw.policies),
             signatures: self.signatures(&raw.signatures),
+            minimum_age: self.minimum_ages(&raw.minimum_age),
         };
         self.globs("images.manage", &rules.manage);
         self.globs("images.ignore", &rules.ignore);
@@ -778,6 +780,35 @@ impl Check {
                     keys,
                     keyless,
                     trusted_root,
+                });
+            }
+        }
+        rules
+    }
+
+    /// `images.minimum_age`: each entry's glob and age are checked now, so a typo is a
+    /// configuration error with its field path rather than a digest pinned too young.
+    fn minimum_ages(&mut self, field: &List<Known<RawMinimumAge>>) -> Vec<MinimumAgeRule> {
+        let mut rules = Vec::new();
+        for (i, item) in self
+            .list("images.minimum_age", field, "a list")
+            .iter()
+            .enumerate()
+        {
+            let path = format!("images.minimum_age[{i}]");
+            let Some(raw) = self.section(&path, item) else {
+                continue;
+            };
+            let matches = self.match_glob(&join(&path, "match"), &raw.matches);
+            let age_path = join(&path, "age");
+            let age = self.duration(&age_path, &raw.age);
+            if !raw.age.is_set() {
+                self.problem(&age_path, "is required (like 24h)");
+            }
+            if let (Some(matches), Some(age)) = (matches, age) {
+                rules.push(MinimumAgeRule {
+                    matches: matches.to_string(),
+                    age,
                 });
             }
         }

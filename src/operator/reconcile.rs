@@ -569,6 +569,7 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
         ctx.shared
             .metrics
             .observe_signature_checks(&synced.signature_checks);
+        ctx.shared.metrics.observe_age_checks(&synced.age_checks);
     }
     super::report::map(
         object,

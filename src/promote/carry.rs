@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 
+use crate::age::Ages;
 use crate::manifest::{ImageField, Origin};
 use crate::plan::{self, Plan, ScannedFile, Wanted};
 use crate::policy::Holds;
@@ -207,27 +208,37 @@ impl Skip {
 /// `holds` names (a revert moved a field away from it) is held, not carried: it comes back
 /// once the source stage pins another.
 pub fn plan(target: &[ScannedFile], source: &SourcePins, holds: &Holds) -> (Plan, Vec<Skip>) {
-    let plan = plan::plan_by(target, |reference| match source.decide(reference) {
+    plan_aged(target, source, holds, &Ages::default())
+}
+
+/// [`plan`], where a digest younger than its `images.minimum_age` (as `ages` knows it) is
+/// not carried yet: its fields are held, saying when it will be old enough.
+pub fn plan_aged(
+    target: &[ScannedFile],
+    source: &SourcePins,
+    holds: &Holds,
+    ages: &Ages,
+) -> (Plan, Vec<Skip>) {
+    let mut plan = plan::plan_by(target, |current| match source.decide(current) {
         Ok(carried) => {
             let reference = match &carried.tag {
-                Some(tag) => reference.retagged(tag),
-                None => reference.clone(),
+                Some(tag) => current.retagged(tag),
+                None => current.clone(),
             };
             match holds.why(&reference, &carried.digest) {
                 Some(hold) => Wanted::Held {
                     reason: hold.reason.clone(),
-                    commit: hold.commit.clone(),
+                    commit: Some(hold.commit.clone()),
+                    age: None,
                     reference,
                     digest: carried.digest,
                 },
-                None => Wanted::To {
-                    reference,
-                    digest: carried.digest,
-                },
+                None => plan::old_enough(ages, current, reference, carried.digest),
             }
         }
         Err(_) => Wanted::Leave,
     });
+    plan::note_ages(&mut plan.changes, ages);
     let mut skips = Vec::new();
     for file in target {
         for field in &file.fields {
@@ -445,6 +456,65 @@ mod tests {
             pins.fingerprint(),
             SourcePins::from_files(&[file("x.yaml", &text)]).fingerprint()
         );
+    }
+
+    #[test]
+    fn a_digest_too_young_is_not_carried_until_old_enough_and_the_others_are() {
+        const NOW: i64 = 1_796_000_000;
+        let staging = SourcePins::from_files(&[
+            file(
+                "s/web.yaml",
+                &deployment(&format!("ghcr.io/acme/web:1.5@{A}")),
+            ),
+            file(
+                "s/api.yaml",
+                &deployment(&format!("ghcr.io/acme/api:2@{A}")),
+            ),
+        ]);
+        let production = [
+            file(
+                "p/web.yaml",
+                &deployment(&format!("ghcr.io/acme/web:1.4@{B}")),
+            ),
+            file(
+                "p/api.yaml",
+                &deployment(&format!("ghcr.io/acme/api:1@{B}")),
+            ),
+        ];
+        let rules = crate::age::MinimumAges::compile([(
+            "ghcr.io/acme/web",
+            std::time::Duration::from_secs(86_400),
+        )])
+        .unwrap();
+        let mut ages = Ages::new(rules, NOW);
+        let web = Reference::parse("ghcr.io/acme/web:1.5").unwrap();
+        let subject = crate::age::Subject::of(&web, &Digest::parse(A).unwrap());
+        let born = |at| crate::age::Born {
+            at,
+            source: crate::age::Source::Annotation,
+        };
+        ages.born.insert(subject.clone(), born(NOW - 3600));
+
+        let (plan, _) = plan_aged(&production, &staging, &Holds::default(), &ages);
+        // api (no entry) is carried; web, an hour old under a day, waits at B.
+        let carried: Vec<&str> = plan.changes.iter().map(|c| c.image.as_str()).collect();
+        assert_eq!(carried, ["ghcr.io/acme/api:2"]);
+        let [held] = plan.held.as_slice() else {
+            panic!("{:?}", plan.held)
+        };
+        assert_eq!(held.value, format!("ghcr.io/acme/web:1.4@{B}"));
+        assert_eq!(held.would_be.to_string(), A);
+        assert_eq!(held.age.as_ref().unwrap().seconds, 3600);
+        assert!(held.reason.contains("minimum age 1d"), "{}", held.reason);
+
+        ages.born.insert(subject, born(NOW - 86_400));
+        let (plan, _) = plan_aged(&production, &staging, &Holds::default(), &ages);
+        assert!(plan.held.is_empty());
+        let web = plan
+            .changes
+            .iter()
+            .find(|c| c.image == "ghcr.io/acme/web:1.5");
+        assert_eq!(web.unwrap().age.as_ref().unwrap().seconds, 86_400);
     }
 
     #[test]

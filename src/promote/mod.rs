@@ -78,6 +78,8 @@ pub enum PromoteError {
     Filter(#[from] ManifestError),
     #[error("configuration: {0}")]
     Signature(#[from] crate::signature::SignatureError),
+    #[error("configuration: {0}")]
+    MinimumAge(#[from] crate::age::AgeRuleError),
     #[error("configuration: promotion.require_signed_by: {path}: {error}")]
     RequiredSigner {
         path: String,
@@ -255,6 +257,9 @@ pub struct Promoter<'a> {
     selection: ImageSelection,
     /// `images.signatures`: a digest of an image an entry matches is carried only signed.
     signatures: crate::signature::Signatures,
+    /// `images.minimum_age`: a digest of an image an entry matches is carried only once old
+    /// enough (its first sighting kept beside the mirror, as `sync` keeps it).
+    ages: crate::age::MinimumAges,
     /// `promotion.require_signed_by`: who must have signed the commit that pinned a source
     /// stage's digests.
     required_signers: signed::RequiredSigners,
@@ -286,6 +291,7 @@ impl<'a> Promoter<'a> {
             mirror,
             filter: FileFilter::with_default_include(&config.include_globs(), &config.exclude)?,
             signatures: crate::signature::Signatures::compile(&config.images.signatures)?,
+            ages: crate::age::MinimumAges::compile(config.minimum_ages())?,
             required_signers: match &config.promotion {
                 Some(promotion) => {
                     signed::RequiredSigners::compile(&promotion.require_signed_by)
@@ -381,6 +387,33 @@ impl<'a> Promoter<'a> {
         refused
     }
 
+    /// What `found`'s converged digests would change in the target stage: [`carry::plan`],
+    /// where a digest younger than its `images.minimum_age` is held, not carried yet (the
+    /// digests the plan would carry are dated first, as `sync` dates what it would pin).
+    async fn carry(&self, found: &Found, holds: &crate::policy::Holds) -> (Plan, Vec<Skip>) {
+        let files = &found.target_scan.files;
+        let planned = carry::plan(files, &found.pins, holds);
+        if self.ages.is_empty() {
+            return planned;
+        }
+        let mut ages = crate::age::Ages::new(self.ages.clone(), (self.clock)());
+        let undated = planned
+            .0
+            .changes
+            .iter()
+            .filter_map(|change| {
+                let image = crate::reference::Reference::parse(&change.image).ok()?;
+                self.ages.for_image(&image)?;
+                let subject = crate::age::Subject::of(&image, &change.new_digest);
+                Some((subject, (image, change.new_digest.clone())))
+            })
+            .collect();
+        let budget = Duration::from_secs(self.config.registries.budget_seconds);
+        let seen = crate::age::seen::FirstSeen::in_dir(self.mirror.cache_dir());
+        crate::age::fetch::check_all(self.registry, &mut ages, undated, &seen, budget).await;
+        carry::plan_aged(files, &found.pins, holds, &ages)
+    }
+
     /// `promotion.require_signed_by`: why the source stage's digests may not be carried, when
     /// the commit that pinned them is not signed by a listed key ([`signed`]). `None` without
     /// the setting, or when the source pins nothing.
@@ -424,7 +457,7 @@ impl<'a> Promoter<'a> {
         // Digests a revert moved fields away from are not carried again (read from Git).
         let helm = self.config.helm.options()?;
         let holds = off_runtime(|| crate::revert::holds_at(self.mirror, found.tip, &helm))?;
-        let (mut plan, skipped) = carry::plan(&found.target_scan.files, &found.pins, &holds);
+        let (mut plan, skipped) = self.carry(&found, &holds).await;
         let unsigned = self.check_signatures(&mut plan.changes).await;
         let unsigned_source = off_runtime(|| self.check_source_signed(&found, source))?;
         let mut failures: Vec<String> = found

@@ -30,8 +30,9 @@ pub fn held_table(held: &[crate::plan::Held]) -> String {
         return String::new();
     }
     let mut out = String::from(
-        "\n**Held** (a `# tagpin: hold` comment keeps these where they are):\n\n\
-         | File | Workload | Container | Held at | Would move to | Comment |\n|---|---|---|---|---|---|\n",
+        "\n**Held** (kept where they are by a `# tagpin: hold` comment, a revert, or a digest \
+         younger than its minimum age):\n\n\
+         | File | Workload | Container | Held at | Would move to | Why |\n|---|---|---|---|---|---|\n",
     );
     for h in held {
         out.push_str(&format!(

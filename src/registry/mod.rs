@@ -94,6 +94,9 @@ pub struct Stats {
     /// blob, retries and auth round trips aside (those are counted in `manifest_requests`,
     /// which includes every signature request: one registry budget).
     pub signature_requests: u64,
+    /// Age lookups (`images.minimum_age`): one per manifest or index and one per config blob
+    /// read for when a digest was built; also counted in `manifest_requests`.
+    pub age_requests: u64,
 }
 
 /// The registry client. Cheap to share behind an `Arc`; all state is internal.
@@ -110,6 +113,7 @@ pub struct Client {
     manifest_requests: AtomicU64,
     token_requests: AtomicU64,
     signature_requests: AtomicU64,
+    age_requests: AtomicU64,
     /// Answers by (host, HTTP status; 0 when no answer came), for metrics.
     answers: Mutex<BTreeMap<(String, u16), u64>>,
 }
@@ -202,6 +206,7 @@ impl Client {
             manifest_requests: AtomicU64::new(0),
             token_requests: AtomicU64::new(0),
             signature_requests: AtomicU64::new(0),
+            age_requests: AtomicU64::new(0),
             answers: Mutex::default(),
         })
     }
@@ -211,6 +216,7 @@ impl Client {
             manifest_requests: self.manifest_requests.load(Ordering::Relaxed),
             token_requests: self.token_requests.load(Ordering::Relaxed),
             signature_requests: self.signature_requests.load(Ordering::Relaxed),
+            age_requests: self.age_requests.load(Ordering::Relaxed),
         }
     }
 
@@ -419,9 +425,40 @@ impl Client {
         reference: &Reference,
         digest: &Digest,
     ) -> Result<Vec<u8>, RegistryError> {
+        self.manifest_bytes_counted(reference, digest, &self.signature_requests)
+            .await
+    }
+
+    /// [`Client::manifest_bytes`] for a digest's age (`images.minimum_age`): the manifest or
+    /// index whose annotations and config say when it was built. Counted in `age_requests`.
+    pub async fn age_manifest_bytes(
+        &self,
+        reference: &Reference,
+        digest: &Digest,
+    ) -> Result<Vec<u8>, RegistryError> {
+        self.manifest_bytes_counted(reference, digest, &self.age_requests)
+            .await
+    }
+
+    /// [`Client::blob`] for a digest's age: an image config blob. Counted in `age_requests`.
+    pub async fn age_blob(
+        &self,
+        reference: &Reference,
+        digest: &Digest,
+    ) -> Result<Vec<u8>, RegistryError> {
+        self.blob_counted(reference, digest, &self.age_requests)
+            .await
+    }
+
+    async fn manifest_bytes_counted(
+        &self,
+        reference: &Reference,
+        digest: &Digest,
+        counter: &AtomicU64,
+    ) -> Result<Vec<u8>, RegistryError> {
         let target = self.target_at(reference, digest);
         let path = format!("/v2/{}/manifests/{digest}", target.repository);
-        self.signature_requests.fetch_add(1, Ordering::Relaxed);
+        counter.fetch_add(1, Ordering::Relaxed);
         let answer = self.fetch_manifest(&target, Method::GET, &path).await?;
         if !answer.status.is_success() {
             return Err(status_error(&target, &answer));
@@ -444,9 +481,19 @@ impl Client {
         reference: &Reference,
         digest: &Digest,
     ) -> Result<Vec<u8>, RegistryError> {
+        self.blob_counted(reference, digest, &self.signature_requests)
+            .await
+    }
+
+    async fn blob_counted(
+        &self,
+        reference: &Reference,
+        digest: &Digest,
+        counter: &AtomicU64,
+    ) -> Result<Vec<u8>, RegistryError> {
         let target = self.target_at(reference, digest);
         let path = format!("/v2/{}/blobs/{digest}", target.repository);
-        self.signature_requests.fetch_add(1, Ordering::Relaxed);
+        counter.fetch_add(1, Ordering::Relaxed);
         let answer = self.fetch(&target, Method::GET, &path, "*/*", true).await?;
         if !answer.status.is_success() {
             return Err(status_error(&target, &answer));

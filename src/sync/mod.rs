@@ -59,6 +59,10 @@ pub enum SyncError {
     /// file, which validates them).
     #[error("configuration: {0}")]
     Signature(#[source] crate::signature::SignatureError),
+    /// An `images.minimum_age` entry does not compile (only for a `Config` not loaded from a
+    /// file, which validates them).
+    #[error("configuration: {0}")]
+    MinimumAge(#[source] crate::age::AgeRuleError),
     #[error("pull-request mode needs a forge: section in the configuration")]
     NoForge,
     /// A secret named by the configuration could not be read; never holds the secret.
@@ -189,6 +193,10 @@ pub struct SyncReport {
     /// `error`), for `tagpin_signature_checks_total`.
     #[serde(skip)]
     pub signature_checks: crate::signature::fetch::CheckCounts,
+    /// Minimum age checks of this pass by result (`eligible`, `held`) and where the age was
+    /// read (`created`, `annotation`, `first_seen`), for `tagpin_minimum_age_checks_total`.
+    #[serde(skip)]
+    pub age_checks: crate::age::CheckCounts,
     /// How the forge names the change requests above, for text (JSON keeps its numbers).
     #[serde(skip)]
     pub noun: ChangeRequestNoun,
@@ -217,6 +225,11 @@ pub struct Syncer<'a> {
     selection: ImageSelection,
     policies: Policies,
     signatures: crate::signature::Signatures,
+    /// `images.minimum_age`, and where first sightings are kept (beside the mirror).
+    ages: crate::age::MinimumAges,
+    first_seen: crate::age::seen::FirstSeen,
+    /// The time a pass decides ages at.
+    clock: crate::clock::Clock,
     /// Registry answers shared with other repositories' passes (`tagpin operator`).
     shared: Option<&'a shared::SharedAnswers>,
 }
@@ -253,6 +266,8 @@ impl<'a> Syncer<'a> {
         let policies = Policies::compile(&config.images.policies).map_err(SyncError::Policy)?;
         let signatures = crate::signature::Signatures::compile(&config.images.signatures)
             .map_err(SyncError::Signature)?;
+        let ages = crate::age::MinimumAges::compile(config.minimum_ages())
+            .map_err(SyncError::MinimumAge)?;
         if config.mode == WriteMode::PullRequest && forge.is_none() {
             return Err(SyncError::NoForge);
         }
@@ -265,8 +280,16 @@ impl<'a> Syncer<'a> {
             selection,
             policies,
             signatures,
+            ages,
+            first_seen: crate::age::seen::FirstSeen::in_dir(cache_dir),
+            clock: crate::clock::system(),
             shared: None,
         })
+    }
+
+    /// The same syncer, reading the time minimum ages are decided at from `clock`.
+    pub fn with_clock(self, clock: crate::clock::Clock) -> Syncer<'a> {
+        Syncer { clock, ..self }
     }
 
     /// Resolves through `answers`, shared with other passes, instead of asking the registry
@@ -301,6 +324,7 @@ impl<'a> Syncer<'a> {
             tags: TagLists::new(),
             held: Default::default(),
             signatures: crate::signature::Verdicts::new(self.signatures.clone()),
+            ages: crate::age::Ages::new(self.ages.clone(), (self.clock)()),
         };
         let (mut attempt, mut repaired) = (1, false);
         loop {
@@ -364,6 +388,23 @@ impl<'a> Syncer<'a> {
             .await;
             for (label, count) in counts {
                 *report.signature_checks.entry(label).or_insert(0) += count;
+            }
+        }
+        // And every digest of an image that must be old enough is dated, so the plan holds
+        // the young ones where they are.
+        let undated = plan::ages_to_check(&scanned.files, resolutions, follow);
+        if !undated.is_empty() {
+            let budget = std::time::Duration::from_secs(self.config.registries.budget_seconds);
+            let counts = crate::age::fetch::check_all(
+                self.registry,
+                &mut follow.ages,
+                undated,
+                &self.first_seen,
+                budget,
+            )
+            .await;
+            for (labels, count) in counts {
+                *report.age_checks.entry(labels).or_insert(0) += count;
             }
         }
         report.resolve_time += started.elapsed();

@@ -26,6 +26,7 @@ mod helm;
 mod image_rules;
 mod kustomize;
 mod leader;
+mod minimum_age;
 mod mirror_repair;
 mod module_graph;
 mod monitoring;

@@ -8,6 +8,7 @@
 //! kustomize overlays over a shared base (`images:` entries with newName/newTag/digest), and
 //! plain per-environment directories (`image: repo:tag@digest`).
 
+mod age;
 mod holds;
 mod revert;
 mod signed;
