@@ -763,36 +763,8 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
     let key = ResolveKey::of(&wanted);
     let (old_tag, new_tag) = (reference.effective_tag(), wanted.effective_tag());
     let tag_moves = old_tag != new_tag;
-    let (workload, container, old_digest, new_value) = match &field.origin {
-        Origin::Container {
-            workload,
-            container,
-            ..
-        } => (
-            Owner::Workload(workload.clone()),
-            container.clone(),
-            reference.digest().cloned(),
-            wanted.with_digest(&digest),
-        ),
-        Origin::KustomizeImage {
-            name,
-            current_digest,
-            ..
-        } => (
-            Owner::Kustomization,
-            name.clone(),
-            current_digest
-                .as_deref()
-                .and_then(|d| Digest::parse(d).ok()),
-            digest.to_string(),
-        ),
-        Origin::HelmImage(image) => (
-            Owner::Helm(image.source.owner_name()),
-            image.key_path.clone(),
-            reference.digest().cloned(),
-            helm_value(image.write, &wanted, &digest),
-        ),
-    };
+    let (workload, container, old_digest, new_value) =
+        field_parts(field, &reference, &wanted, &digest);
     if old_digest.as_ref() == Some(&digest) && !tag_moves {
         return FieldPlan::Current;
     }
@@ -844,6 +816,47 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
             FieldPlan::Held(Box::new(Held::of(change, reason, commit)))
         }
         None => FieldPlan::Change(Box::new(change), edits),
+    }
+}
+
+/// Whose field it is (the workload, kustomization or chart values), its name there (the
+/// container, image name or values key), the digest it pins now, and the value that pins
+/// `wanted` at `digest`.
+fn field_parts(
+    field: &ImageField,
+    reference: &Reference,
+    wanted: &Reference,
+    digest: &Digest,
+) -> (Owner, String, Option<Digest>, String) {
+    match &field.origin {
+        Origin::Container {
+            workload,
+            container,
+            ..
+        } => (
+            Owner::Workload(workload.clone()),
+            container.clone(),
+            reference.digest().cloned(),
+            wanted.with_digest(digest),
+        ),
+        Origin::KustomizeImage {
+            name,
+            current_digest,
+            ..
+        } => (
+            Owner::Kustomization,
+            name.clone(),
+            current_digest
+                .as_deref()
+                .and_then(|d| Digest::parse(d).ok()),
+            digest.to_string(),
+        ),
+        Origin::HelmImage(image) => (
+            Owner::Helm(image.source.owner_name()),
+            image.key_path.clone(),
+            reference.digest().cloned(),
+            helm_value(image.write, wanted, digest),
+        ),
     }
 }
 

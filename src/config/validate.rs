@@ -1193,6 +1193,16 @@ impl Check {
                 );
             }
         }
+        self.distinct_stages(path, &stages);
+        let require_signed_by = self.required_signers(&raw.require_signed_by);
+        (complete && stages.len() >= 2).then(|| Promotion {
+            stages: stages.into_iter().map(|(_, stage)| stage).collect(),
+            require_signed_by,
+        })
+    }
+
+    /// Stages whose names repeat, or whose paths overlap, each named at its field.
+    fn distinct_stages(&mut self, path: &str, stages: &[(usize, Stage)]) {
         for (a, (i, stage)) in stages.iter().enumerate() {
             if let Some((j, _)) = stages[..a].iter().find(|(_, s)| s.name == stage.name) {
                 self.problem(
@@ -1224,11 +1234,6 @@ impl Check {
                 }
             }
         }
-        let require_signed_by = self.required_signers(&raw.require_signed_by);
-        (complete && stages.len() >= 2).then(|| Promotion {
-            stages: stages.into_iter().map(|(_, stage)| stage).collect(),
-            require_signed_by,
-        })
     }
 
     /// `promotion.stages[i]`. The first stage is pinned from the registry, not promoted into:

@@ -697,23 +697,7 @@ pub(super) fn scan_parameters(
     out: &mut Collector,
 ) -> Result<(), ManifestError> {
     let shared = document.alias_targets();
-    let mut parameters: Vec<(&str, NodeId, NodeId)> = Vec::new();
-    let mut items: Vec<NodeId> = Vec::new();
-    for &item in document.items(list) {
-        let Some(name) = document.get_str(item, "name")? else {
-            continue;
-        };
-        if let Some((key, value)) = document.get_entry(item, "value")? {
-            let own = document
-                .entries(item)
-                .iter()
-                .any(|&(k, v)| k == key && v == value);
-            if own {
-                parameters.push((name, key, value));
-                items.push(item);
-            }
-        }
-    }
+    let (parameters, items) = own_parameters(document, list)?;
     // Argo CD applies parameters in order: the last one of a name wins.
     let find = |name: &str| parameters.iter().rev().find(|(n, _, _)| *n == name);
     // Helm reads a `--set` value of `null` as null, however it is quoted in the Application.
@@ -723,20 +707,14 @@ pub(super) fn scan_parameters(
             .filter(|(value, style)| !is_null(value) && !is_block(*style))
             .map(|(value, _)| value.to_string())
     };
-    let in_values = |path: &str, key: &str| -> Result<Option<String>, ManifestError> {
-        let Some(values) = values else {
-            return Ok(None);
-        };
-        let keys: Vec<&str> = path.split('.').chain([key]).collect();
-        Ok(document
-            .get_path(values, &keys)?
-            .and_then(|node| set_text(document, node))
-            .map(str::to_string))
+    // A parameter, else the Application's values.
+    let lookup = |prefix: &str, key: &str| -> Result<Option<String>, ManifestError> {
+        match text_of(&join(prefix, key)) {
+            Some(text) => Ok(Some(text)),
+            None => value_at(document, values, prefix, key),
+        }
     };
-    let global_registry = match text_of("global.imageRegistry") {
-        Some(registry) => Some(registry),
-        None => in_values("global", "imageRegistry")?,
-    };
+    let global_registry = lookup("global", "imageRegistry")?;
     let entry = |key_name: &'static str, key: NodeId, value: NodeId| {
         let resolved = document.resolve(value);
         Some(Entry {
@@ -776,11 +754,7 @@ pub(super) fn scan_parameters(
         if prefix.is_empty() {
             continue;
         }
-        let repository = match text_of(&join(prefix, "repository")) {
-            Some(repository) => Some(repository),
-            None => in_values(prefix, "repository")?,
-        };
-        let Some(repository) = repository else {
+        let Some(repository) = lookup(prefix, "repository")? else {
             let origin = walker.origin(name.to_string(), HelmWrite::TagSuffix);
             walker.out.skip(
                 value_node,
@@ -791,10 +765,7 @@ pub(super) fn scan_parameters(
         };
         let registry = match &global_registry {
             Some(global) => Some(global.clone()),
-            None => match text_of(&join(prefix, "registry")) {
-                Some(registry) => Some(registry),
-                None => in_values(prefix, "registry")?,
-            },
+            None => lookup(prefix, "registry")?,
         };
         let digest =
             [("digest", "digest"), ("sha", "sha")]
@@ -814,6 +785,50 @@ pub(super) fn scan_parameters(
         walker.report(parts, prefix);
     }
     Ok(())
+}
+
+/// The parameters of `list` that carry their own `value` (not one merged in), in order, as
+/// `(name, value key, value)`, with the item each is.
+type Parameters<'d> = (Vec<(&'d str, NodeId, NodeId)>, Vec<NodeId>);
+
+fn own_parameters<'d>(
+    document: &'d Document<'_>,
+    list: NodeId,
+) -> Result<Parameters<'d>, ManifestError> {
+    let (mut parameters, mut items) = (Vec::new(), Vec::new());
+    for &item in document.items(list) {
+        let Some(name) = document.get_str(item, "name")? else {
+            continue;
+        };
+        if let Some((key, value)) = document.get_entry(item, "value")? {
+            let own = document
+                .entries(item)
+                .iter()
+                .any(|&(k, v)| k == key && v == value);
+            if own {
+                parameters.push((name, key, value));
+                items.push(item);
+            }
+        }
+    }
+    Ok((parameters, items))
+}
+
+/// The text at `path.key` of the Application's values, where it has them.
+fn value_at(
+    document: &Document<'_>,
+    values: Option<NodeId>,
+    path: &str,
+    key: &str,
+) -> Result<Option<String>, ManifestError> {
+    let Some(values) = values else {
+        return Ok(None);
+    };
+    let keys: Vec<&str> = path.split('.').chain([key]).collect();
+    Ok(document
+        .get_path(values, &keys)?
+        .and_then(|node| set_text(document, node))
+        .map(str::to_string))
 }
 
 /// Where a new parameter `name` goes after the parameter `item` of the block sequence `list`:

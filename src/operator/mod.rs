@@ -163,16 +163,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         }
     };
     let ctx = context(&setup, client.clone(), cluster, shared.clone());
-    let (objects, secrets): (Api<PinnedRepository>, Api<Secret>) = match &setup.namespace {
-        Some(ns) => (
-            Api::namespaced(watch_client.clone(), ns),
-            Api::namespaced(watch_client.clone(), ns),
-        ),
-        None => (
-            Api::all(watch_client.clone()),
-            Api::all(watch_client.clone()),
-        ),
-    };
+    let (objects, secrets) = watched_apis(&watch_client, setup.namespace.as_deref());
     let mut selection = watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS);
     if let Some(selector) = &setup.label_selector {
         selection = selection.labels(selector);
@@ -184,37 +175,15 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     // object reconciled (each asks the registry only for what was forgotten); a burst within
     // the webhook window, by one reconcile at its end.
     let delivered = forward_deliveries(shared.clone(), ctx.clone(), setup.webhook_window);
-    // A reconcile's own status write changes the object but not its generation: only a spec
-    // change (or a Secret, a webhook, the interval) brings it back.
     let (store, writer) = reflector::store();
-    let mirrors = mirrors::Mirrors::new(ctx.cache_dir.clone(), setup.namespace.clone());
-    let forget = ctx.clone();
-    let listed = store.clone();
-    let metrics = shared.clone();
-    let changed = watcher(objects, selection)
-        .default_backoff()
-        .reflect(writer)
-        .inspect(move |event| match event {
-            Ok(watcher::Event::Delete(object)) => {
-                let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
-                mirrors.remove(&namespace, &name);
-                lock(&forget.memories).remove(&format!("{namespace}/{name}"));
-                metrics
-                    .metrics
-                    .object_reconciled
-                    .remove(&crate::metrics::ObjectLabels { namespace, name });
-            }
-            Ok(watcher::Event::InitDone) => mirrors.sweep(
-                &listed
-                    .state()
-                    .iter()
-                    .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
-                    .collect(),
-            ),
-            _ => {}
-        })
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
+    let reflect = (store.clone(), writer);
+    let changed = watched(
+        objects,
+        selection,
+        reflect,
+        (&ctx, &shared),
+        setup.namespace.clone(),
+    );
     let controller = Controller::for_stream(changed, store.clone());
     let mut stopped = stop.clone();
     let shutdown = async move {
@@ -245,14 +214,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, ctx)
         .for_each(move |result| {
-            progress.progressed();
-            progress
-                .metrics
-                .observe_registry_counts(counted.registries.request_counts());
-            progress
-                .metrics
-                .registry_clients
-                .set(i64::try_from(counted.registries.len()).unwrap_or(i64::MAX));
+            reconciled(&progress, &counted);
             if let Err(e) = result {
                 tracing::debug!("controller: {e}");
             }
@@ -273,6 +235,78 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         }
     };
     Ok(lifecycle::work_while_leading(bounded, leadership, servers).await?)
+}
+
+/// The PinnedRepositories and Secrets watched: in `namespace`, or in all namespaces.
+fn watched_apis(
+    client: &kube::Client,
+    namespace: Option<&str>,
+) -> (Api<PinnedRepository>, Api<Secret>) {
+    match namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    }
+}
+
+/// After each reconcile: the operator made progress; the registry requests and clients of
+/// every object's registry clients are counted.
+fn reconciled(shared: &server::Shared, ctx: &Context) {
+    shared.progressed();
+    shared
+        .metrics
+        .observe_registry_counts(ctx.registries.request_counts());
+    shared
+        .metrics
+        .registry_clients
+        .set(i64::try_from(ctx.registries.len()).unwrap_or(i64::MAX));
+}
+
+/// The objects to reconcile: the watch of `objects`, reflected into the store `reflect`
+/// feeds. A deleted object's mirror, verification memory and metric series are dropped; the
+/// first full list sweeps the mirrors of objects deleted while no operator ran. A reconcile's
+/// own status write changes the object but not its generation: only a spec change (or a
+/// Secret, a webhook, the interval) brings it back.
+fn watched(
+    objects: Api<PinnedRepository>,
+    selection: watcher::Config,
+    reflect: (
+        reflector::Store<PinnedRepository>,
+        reflector::store::Writer<PinnedRepository>,
+    ),
+    (ctx, shared): (&Arc<Context>, &Arc<server::Shared>),
+    namespace: Option<String>,
+) -> impl futures::Stream<Item = Result<PinnedRepository, watcher::Error>> + Send + 'static {
+    let (listed, writer) = reflect;
+    let mirrors = mirrors::Mirrors::new(ctx.cache_dir.clone(), namespace);
+    let forget = ctx.clone();
+    let metrics = shared.clone();
+    watcher(objects, selection)
+        .default_backoff()
+        .reflect(writer)
+        .inspect(move |event| match event {
+            Ok(watcher::Event::Delete(object)) => {
+                let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
+                mirrors.remove(&namespace, &name);
+                lock(&forget.memories).remove(&format!("{namespace}/{name}"));
+                metrics
+                    .metrics
+                    .object_reconciled
+                    .remove(&crate::metrics::ObjectLabels { namespace, name });
+            }
+            Ok(watcher::Event::InitDone) => mirrors.sweep(
+                &listed
+                    .state()
+                    .iter()
+                    .map(|o| (o.namespace().unwrap_or_default(), o.name_any()))
+                    .collect(),
+            ),
+            _ => {}
+        })
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default())
 }
 
 /// What every reconcile shares, from the operator's flags.

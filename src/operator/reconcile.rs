@@ -205,35 +205,7 @@ pub async fn reconcile(
         }
     };
     let previous = object.status.clone().unwrap_or_default();
-    let now = timestamp();
-    // Files that could not be pinned, else promotions that could not run: retried with
-    // backoff, what the pass did recorded all the same.
-    let retry = match update.failures.clone() {
-        Some(failures) => Some((Reason::PartiallyPinned, failures)),
-        None => update
-            .promotions
-            .as_deref()
-            .and_then(promotion::retry_message)
-            .map(|message| (Reason::Unreachable, message)),
-    };
-    let mut next = status::next(
-        &previous,
-        &outcome,
-        object.metadata.generation,
-        &now,
-        update,
-    );
-    // `Ready` says what is retried.
-    let outcome = match (retry, &outcome) {
-        (Some((reason, message)), Outcome::Done { .. }) => {
-            let retrying = Outcome::Retrying { reason, message };
-            let generation = object.metadata.generation;
-            next.conditions = status::conditions(&previous.conditions, &retrying, generation, &now);
-            retrying
-        }
-        _ => outcome,
-    };
-    let next = status::keep_times(&previous, next);
+    let (outcome, next) = next_status(&object, &previous, outcome, update);
     if next != previous {
         write_status(&ctx, &object, &namespace, &next)
             .await
@@ -279,6 +251,41 @@ pub async fn reconcile(
             Ok(Action::requeue(requeue))
         }
     }
+}
+
+/// The status a pass leads to from `previous`, and the outcome `Ready` says: files that
+/// could not be pinned, else promotions that could not run, are retried with backoff, what
+/// the pass did recorded all the same.
+fn next_status(
+    object: &PinnedRepository,
+    previous: &PinnedRepositoryStatus,
+    outcome: Outcome,
+    update: StatusUpdate,
+) -> (Outcome, PinnedRepositoryStatus) {
+    let now = timestamp();
+    // Files that could not be pinned, else promotions that could not run: retried with
+    // backoff, what the pass did recorded all the same.
+    let retry = match update.failures.clone() {
+        Some(failures) => Some((Reason::PartiallyPinned, failures)),
+        None => update
+            .promotions
+            .as_deref()
+            .and_then(promotion::retry_message)
+            .map(|message| (Reason::Unreachable, message)),
+    };
+    let mut next = status::next(previous, &outcome, object.metadata.generation, &now, update);
+    // `Ready` says what is retried.
+    let outcome = match (retry, &outcome) {
+        (Some((reason, message)), Outcome::Done { .. }) => {
+            let retrying = Outcome::Retrying { reason, message };
+            let generation = object.metadata.generation;
+            next.conditions = status::conditions(&previous.conditions, &retrying, generation, &now);
+            retrying
+        }
+        _ => outcome,
+    };
+    let next = status::keep_times(previous, next);
+    (outcome, next)
 }
 
 /// A pass cut off at the reconcile deadline: retried with backoff, like an unreachable remote.

@@ -374,39 +374,8 @@ impl<'a> Syncer<'a> {
         self.list_missing_tags(&scanned.files, follow).await;
         self.resolve_missing(&scanned.files, follow, resolutions)
             .await;
-        // Every digest this pass would pin for an image that must be signed is checked
-        // before planning, so the plan refuses what is not signed.
-        let unchecked = plan::signatures_to_check(&scanned.files, resolutions, follow);
-        if !unchecked.is_empty() {
-            let budget = std::time::Duration::from_secs(self.config.registries.budget_seconds);
-            let counts = crate::signature::fetch::check_all(
-                self.registry,
-                &mut follow.signatures,
-                unchecked,
-                budget,
-            )
+        self.gate_digests(&scanned.files, resolutions, follow, report)
             .await;
-            for (label, count) in counts {
-                *report.signature_checks.entry(label).or_insert(0) += count;
-            }
-        }
-        // And every digest of an image that must be old enough is dated, so the plan holds
-        // the young ones where they are.
-        let undated = plan::ages_to_check(&scanned.files, resolutions, follow);
-        if !undated.is_empty() {
-            let budget = std::time::Duration::from_secs(self.config.registries.budget_seconds);
-            let counts = crate::age::fetch::check_all(
-                self.registry,
-                &mut follow.ages,
-                undated,
-                &self.first_seen,
-                budget,
-            )
-            .await;
-            for (labels, count) in counts {
-                *report.age_checks.entry(labels).or_insert(0) += count;
-            }
-        }
         report.resolve_time += started.elapsed();
         let grouped = policy::group(
             &scanned.files,
@@ -483,6 +452,51 @@ impl<'a> Syncer<'a> {
         match self.shared {
             Some(shared) => resolutions.extend(shared.resolve_all(self.registry, &wanted).await),
             None => resolutions.extend(self.registry.resolve_all(wanted.iter()).await),
+        }
+    }
+
+    /// Checks, before planning, every digest this pass would pin that a gate asks about:
+    /// signatures (`images.signatures`) and age (`images.minimum_age`), so the plan refuses
+    /// what is not signed and holds what is too young. Counted in `report`.
+    async fn gate_digests(
+        &self,
+        files: &[ScannedFile],
+        resolutions: &BTreeMap<ResolveKey, ResolveResult>,
+        follow: &mut Follow,
+        report: &mut SyncReport,
+    ) {
+        // Every digest this pass would pin for an image that must be signed is checked
+        // before planning, so the plan refuses what is not signed.
+        let unchecked = plan::signatures_to_check(files, resolutions, follow);
+        if !unchecked.is_empty() {
+            let budget = std::time::Duration::from_secs(self.config.registries.budget_seconds);
+            let counts = crate::signature::fetch::check_all(
+                self.registry,
+                &mut follow.signatures,
+                unchecked,
+                budget,
+            )
+            .await;
+            for (label, count) in counts {
+                *report.signature_checks.entry(label).or_insert(0) += count;
+            }
+        }
+        // And every digest of an image that must be old enough is dated, so the plan holds
+        // the young ones where they are.
+        let undated = plan::ages_to_check(files, resolutions, follow);
+        if !undated.is_empty() {
+            let budget = std::time::Duration::from_secs(self.config.registries.budget_seconds);
+            let counts = crate::age::fetch::check_all(
+                self.registry,
+                &mut follow.ages,
+                undated,
+                &self.first_seen,
+                budget,
+            )
+            .await;
+            for (labels, count) in counts {
+                *report.age_checks.entry(labels).or_insert(0) += count;
+            }
         }
     }
 

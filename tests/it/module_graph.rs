@@ -931,11 +931,11 @@ fn no_error_is_a_bare_string() {
 }
 
 #[test]
-fn no_production_function_is_longer_than_150_lines() {
+fn no_production_function_is_longer_than_100_lines() {
     let found: Vec<String> = production_code()
         .iter()
         .flat_map(|(file, code)| {
-            long_functions(code, 150)
+            long_functions(code, 100)
                 .into_iter()
                 .map(move |(name, line, lines)| format!("{file}:{line} {name}: {lines} lines"))
         })

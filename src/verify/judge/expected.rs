@@ -412,30 +412,7 @@ pub fn from_manifests(
     mapping: &NameMapping,
 ) -> Promised {
     let mut promised = Promised::default();
-    for render in renders {
-        let problems = problems(&[render]);
-        for c in &render.containers {
-            let Some(digest) = image_digest(&c.image).filter(|_| manages(&c.image)) else {
-                continue;
-            };
-            match &problems {
-                None => promised.add(
-                    Some(&c.workload),
-                    &c.container,
-                    &c.image,
-                    &c.image,
-                    digest,
-                    mapping,
-                ),
-                Some(problems) => promised.not_verified.push(NotVerified {
-                    image: c.image.clone(),
-                    workload: mapping.live(&c.workload).to_string(),
-                    reason: NotVerifiedReason::KustomizeNotRendered,
-                    detail: Some(problems.clone()),
-                }),
-            }
-        }
-    }
+    add_rendered(&mut promised, renders, &manages, mapping);
     let containers = || renders.iter().flat_map(|r| r.containers.iter());
     let written: HashSet<(&Path, usize, usize)> = containers()
         .map(|c| (c.written.path.as_path(), c.written.line, c.written.column))
@@ -505,6 +482,40 @@ pub fn from_manifests(
     promised.not_verified.extend(rest.not_verified);
     promised.helm.extend(rest.helm);
     promised.finish()
+}
+
+/// What the rendered containers of `renders` promise: each managed image's digest, or, where
+/// a render was not complete, why it cannot be verified.
+fn add_rendered(
+    promised: &mut Promised,
+    renders: &[Render],
+    manages: &impl Fn(&str) -> bool,
+    mapping: &NameMapping,
+) {
+    for render in renders {
+        let problems = problems(&[render]);
+        for c in &render.containers {
+            let Some(digest) = image_digest(&c.image).filter(|_| manages(&c.image)) else {
+                continue;
+            };
+            match &problems {
+                None => promised.add(
+                    Some(&c.workload),
+                    &c.container,
+                    &c.image,
+                    &c.image,
+                    digest,
+                    mapping,
+                ),
+                Some(problems) => promised.not_verified.push(NotVerified {
+                    image: c.image.clone(),
+                    workload: mapping.live(&c.workload).to_string(),
+                    reason: NotVerifiedReason::KustomizeNotRendered,
+                    detail: Some(problems.clone()),
+                }),
+            }
+        }
+    }
 }
 
 /// Every problem of `renders`, one message, or `None` when they rendered completely.
