@@ -16,7 +16,11 @@
 //!   asks each distinct tag once per interval, so 10, not 100;
 //! - its peak memory (VmHWM);
 //! - with `BENCH_IDLE_SECONDS=N` (the operator's `--interval`, 1h otherwise): the API requests
-//!   and writes during the next full interval after all are Ready, when nothing changes.
+//!   and writes during the next full interval after all are Ready, when nothing changes;
+//! - with `BENCH_SHARDS=S` (1): the objects spread over S label shards (`tagpin.dev/shard`),
+//!   one operator process per shard (`--watch-label-selector`), as Flux and Argo CD shard a
+//!   controller; the figures are the fleet's (requests summed, the largest peak memory and
+//!   the sum of all).
 //!
 //! Figures are printed, never asserted: speed is measured here, not tested.
 
@@ -42,6 +46,9 @@ fn env_count(name: &str, default: usize) -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// The label that spreads objects over shards (`BENCH_SHARDS`), as each object carries it.
+const SHARD_LABEL: &str = "tagpin.dev/shard";
 const NS: &str = "fleet";
 
 fn manifest(name: &str, image: &str) -> String {
@@ -57,6 +64,13 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 }
 
 /// The bytes of every file under `dir`.
+/// Each process's peak memory so far, raised to what it is now.
+fn sample_peaks(peaks: &mut [u64], pids: &[u32]) {
+    for (peak, pid) in peaks.iter_mut().zip(pids) {
+        *peak = (*peak).max(peak_rss_kib(*pid).unwrap_or(0));
+    }
+}
+
 fn disk_bytes(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -89,6 +103,7 @@ async fn main() {
     let objects = env_count("BENCH_OBJECTS", 100);
     let images = env_count("BENCH_IMAGES", 10);
     let idle = env_count("BENCH_IDLE_SECONDS", 0);
+    let shards = env_count("BENCH_SHARDS", 1).max(1);
     let binary = tagpin_binary();
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
@@ -118,7 +133,8 @@ async fn main() {
         kube.apply(json!({
             "apiVersion": "tagpin.dev/v1alpha1",
             "kind": "PinnedRepository",
-            "metadata": {"name": name, "namespace": NS},
+            "metadata": {"name": name, "namespace": NS,
+                         "labels": {"tagpin.dev/shard": (n % shards).to_string()}},
             "spec": {
                 "repository": {"url": repo.file_url()},
                 "paths": ["apps"],
@@ -156,54 +172,71 @@ async fn main() {
 
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = kube.kubeconfig(dir.path());
-    let port = free_port();
+    let interval = match idle {
+        0 => "1h".to_string(),
+        seconds => format!("{seconds}s"),
+    };
     let started = Instant::now();
-    let mut child = tokio::process::Command::new(&binary)
-        .args([
-            "operator",
-            "--allow-local-repositories",
-            "--interval",
-            &match idle {
-                0 => "1h".to_string(),
-                seconds => format!("{seconds}s"),
-            },
-            "--listen",
-        ])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
-        .env("HOME", dir.path())
-        .env("KUBECONFIG", &kubeconfig)
-        .env("RUST_LOG", "warn")
-        .env_remove("DOCKER_CONFIG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let pid = child.id().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let mut peak = 0;
+    let mut operators = Vec::new();
+    for shard in 0..shards {
+        let port = free_port();
+        let mut command = tokio::process::Command::new(&binary);
+        command
+            .args([
+                "operator",
+                "--allow-local-repositories",
+                "--interval",
+                &interval,
+                "--listen",
+            ])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--cache-dir")
+            .arg(dir.path().join(format!("cache-{shard}")));
+        if shards > 1 {
+            command
+                .arg("--watch-label-selector")
+                .arg(format!("{SHARD_LABEL}={shard}"));
+        }
+        let child = command
+            .env("HOME", dir.path())
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "warn")
+            .env_remove("DOCKER_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        operators.push((child, port));
+    }
+    let pids: Vec<u32> = operators.iter().map(|(c, _)| c.id().unwrap()).collect();
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    let mut peaks = vec![0; shards];
     while ready_count(&kube) < objects {
-        assert!(Instant::now() < deadline, "not all Ready after 10 minutes");
-        peak = peak.max(peak_rss_kib(pid).unwrap_or(0));
+        assert!(Instant::now() < deadline, "not all Ready after 30 minutes");
+        sample_peaks(&mut peaks, &pids);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let all_ready = started.elapsed();
-    peak = peak.max(peak_rss_kib(pid).unwrap_or(0));
-    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let registry_requests: f64 = metrics
-        .lines()
-        .filter(|l| l.starts_with("tagpin_registry_requests_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    sample_peaks(&mut peaks, &pids);
+    let mut registry_requests = 0.0;
+    for (_, port) in &operators {
+        let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        registry_requests += metrics
+            .lines()
+            .filter(|l| l.starts_with("tagpin_registry_requests_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>();
+    }
     let pinned = repos.iter().filter(|r| r.log("main").len() == 2).count();
-    let mirrors = disk_bytes(&dir.path().join("cache"));
+    let mirrors: u64 = (0..shards)
+        .map(|shard| disk_bytes(&dir.path().join(format!("cache-{shard}"))))
+        .sum();
     let counts = kube.request_counts();
     let total: usize = counts.values().sum::<usize>() - before;
     // One whole interval with nothing to change: what the fleet costs at rest.
@@ -227,13 +260,17 @@ async fn main() {
             ))
         }
     };
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    let _ = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
+    for pid in &pids {
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+    }
+    for (mut child, _) in operators {
+        let _ = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
+    }
 
-    println!("bench_operator: {objects} PinnedRepository objects, {objects} repositories, {images} distinct tags, one registry");
+    println!("bench_operator: {objects} PinnedRepository objects, {objects} repositories, {images} distinct tags, one registry, {shards} operator process(es)");
     println!(
         "  all Ready (pinned and verified Converged): {:.2} s",
         all_ready.as_secs_f64()
@@ -246,7 +283,15 @@ async fn main() {
     for ((verb, resource), n) in by_kind.iter().take(12) {
         println!("    {verb:>6} {resource}: {n}");
     }
-    println!("  peak memory (VmHWM): {:.1} MiB", peak as f64 / 1024.0);
+    let (largest, all) = (
+        peaks.iter().copied().max().unwrap_or(0),
+        peaks.iter().sum::<u64>(),
+    );
+    println!(
+        "  peak memory (VmHWM): {:.1} MiB (largest process), {:.1} MiB (all {shards})",
+        largest as f64 / 1024.0,
+        all as f64 / 1024.0
+    );
     println!(
         "  mirrors on disk: {:.1} MiB ({:.0} KiB per repository)",
         mirrors as f64 / (1024.0 * 1024.0),
