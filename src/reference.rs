@@ -766,6 +766,24 @@ fn check_digest_encoded(digest: &str, algorithm: &str, encoded: &str, start: usi
     Ok(())
 }
 
+/// A digest of an image repository, whatever spelling named it: what a signature is checked
+/// for, or an age is known for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Subject {
+    /// `registry/path`, as [`Reference::canonical_name`] spells it.
+    pub image: String,
+    pub digest: String,
+}
+
+impl Subject {
+    pub fn of(reference: &Reference, digest: &Digest) -> Subject {
+        Subject {
+            image: reference.canonical_name(),
+            digest: digest.to_string(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

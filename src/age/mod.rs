@@ -23,22 +23,8 @@ use serde::Serialize;
 use crate::reference::pattern::ImagePattern;
 use crate::reference::{Digest, Reference};
 
-/// A digest of an image repository: what an age is known for.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Subject {
-    /// `registry/path`, as [`Reference::canonical_name`] spells it.
-    pub image: String,
-    pub digest: String,
-}
-
-impl Subject {
-    pub fn of(reference: &Reference, digest: &Digest) -> Subject {
-        Subject {
-            image: reference.canonical_name(),
-            digest: digest.to_string(),
-        }
-    }
-}
+/// A digest of an image repository: what a gate (an age, a signature) is known for.
+pub use crate::reference::Subject;
 
 /// An `images.minimum_age` entry's `match` does not compile (only for a `Config` not loaded
 /// from a file, which validates them).

@@ -62,22 +62,8 @@ impl Signatures {
     }
 }
 
-/// A digest of an image repository: what a signature is checked for.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Subject {
-    /// `registry/path`, as [`Reference::canonical_name`] spells it.
-    pub image: String,
-    pub digest: String,
-}
-
-impl Subject {
-    pub fn of(reference: &Reference, digest: &Digest) -> Subject {
-        Subject {
-            image: reference.canonical_name(),
-            digest: digest.to_string(),
-        }
-    }
-}
+/// A digest of an image repository: what a gate (an age, a signature) is known for.
+pub use crate::reference::Subject;
 
 /// The signature entries and what this pass learned about each digest it would pin: what
 /// the planner needs to refuse an unsigned digest. The default requires nothing.
