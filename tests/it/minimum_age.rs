@@ -284,9 +284,9 @@ async fn a_digest_that_says_no_build_time_counts_from_its_first_sighting_across_
     let first_eligible = eligible_at(&held["age"]);
     assert!(setup.cache().join("tagpin-first-seen.json").is_file());
 
-    // Another process, seconds later: the first sighting is read back, not made again.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let second = setup.sync(&config);
+    // Another pass, its clock seconds later: the first sighting is read back from the cache,
+    // not made again.
+    let second = setup.sync_at(&config, Duration::from_secs(5)).await;
     let [again] = held_fields(&second)
         .try_into()
         .unwrap_or_else(|h| panic!("{h:?}"));
