@@ -308,31 +308,33 @@ impl SoakMemory {
     /// Notes what `stage` is now: Converged on the digests `fingerprint` names
     /// (`converged: Some(fingerprint)`), or not. Returns since when tagpin has seen it
     /// Converged on them without a break (`now` for a run it sees for the first time). The
-    /// file is read and written each time, so processes that share the cache see each other's
-    /// breaks; one that cannot be read is started afresh, which only restarts soaks.
+    /// file is read each time, so processes that share the cache see each other's breaks, and
+    /// written only when what it says changes; one that cannot be read is started afresh,
+    /// which only restarts soaks.
     pub fn observe(&self, stage: &str, converged: Option<&str>, now: i64) -> Option<i64> {
         let mut sights = self.read();
-        let since = match converged {
-            None => {
-                sights.remove(stage);
-                None
+        let Some(fingerprint) = converged else {
+            if sights.remove(stage).is_some() {
+                self.write(&sights);
             }
-            Some(fingerprint) => {
-                let run = sights.entry(stage.to_string()).or_insert_with(|| Seen {
-                    fingerprint: fingerprint.to_string(),
-                    since: now,
-                });
-                if run.fingerprint != fingerprint {
-                    *run = Seen {
-                        fingerprint: fingerprint.to_string(),
-                        since: now,
-                    };
-                }
-                Some(run.since)
-            }
+            return None;
         };
+        if let Some(run) = sights
+            .get(stage)
+            .filter(|run| run.fingerprint == fingerprint)
+        {
+            return Some(run.since);
+        }
+        let fingerprint = fingerprint.to_string();
+        sights.insert(
+            stage.to_string(),
+            Seen {
+                fingerprint,
+                since: now,
+            },
+        );
         self.write(&sights);
-        since
+        Some(now)
     }
 
     fn read(&self) -> Sights {

@@ -549,8 +549,14 @@ impl<'a> Promoter<'a> {
         let pins = SourcePins::from_files(&source_scan.files);
         let fingerprint = pins.fingerprint();
         let now = (self.clock)();
-        let converged = (check.state == State::Converged).then_some(fingerprint.as_str());
-        let seen_since = self.sight.observe(&source.name, converged, now);
+        // Only where a status's time is its poster's is what tagpin saw itself kept and read.
+        let seen_since = match self.forge {
+            Some(forge) if forge.poster_dates_statuses() => {
+                let converged = (check.state == State::Converged).then_some(fingerprint.as_str());
+                self.sight.observe(&source.name, converged, now)
+            }
+            _ => None,
+        };
         let soak = match (check.state, self.forge) {
             (State::Converged, forge) => {
                 let start = match forge {

@@ -465,11 +465,11 @@ impl<'a> Syncer<'a> {
         follow: &mut Follow,
         report: &mut SyncReport,
     ) {
+        let budget = std::time::Duration::from_secs(self.config.registries.budget_seconds);
         // Every digest this pass would pin for an image that must be signed is checked
         // before planning, so the plan refuses what is not signed.
         let unchecked = plan::signatures_to_check(files, resolutions, follow);
         if !unchecked.is_empty() {
-            let budget = std::time::Duration::from_secs(self.config.registries.budget_seconds);
             let counts = crate::signature::fetch::check_all(
                 self.registry,
                 &mut follow.signatures,
@@ -485,7 +485,6 @@ impl<'a> Syncer<'a> {
         // the young ones where they are.
         let undated = plan::ages_to_check(files, resolutions, follow);
         if !undated.is_empty() {
-            let budget = std::time::Duration::from_secs(self.config.registries.budget_seconds);
             let counts = crate::age::fetch::check_all(
                 self.registry,
                 &mut follow.ages,
