@@ -28,6 +28,8 @@ use std::sync::Arc;
 
 use crate::signing::Signer;
 
+pub mod notes;
+
 use crate::manifest::{FileFilter, ManifestError, MAX_FILE_BYTES};
 use crate::pipeline::{Gathered, SkipWhy, Skipped, SourceFile};
 use crate::render::Lookup;
