@@ -133,6 +133,25 @@ pub enum Command {
     /// Exit 0 promoted (or nothing to promote), 1 the source failed, 3 the source is still
     /// rolling out or soaking, 4 the source is unverified.
     Promote(PromoteArgs),
+    /// Delivery metrics (DORA) from the repository's history: deployments, change failure
+    /// rate, lead time and time to restore per stage, and each change with its outcome.
+    Report(ReportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The configuration file.
+    #[arg(long, short, value_name = "FILE", default_value = "tagpin.yaml")]
+    pub config: PathBuf,
+    /// How far back: deployments that landed within this window (30d, 12h).
+    #[arg(long, value_name = "DURATION", default_value = "30d")]
+    pub since: String,
+    /// Only this stage of promotion.stages.
+    #[arg(long, value_name = "STAGE")]
+    pub stage: Option<String>,
+    /// Where the Git mirror is kept.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -467,6 +486,9 @@ pub enum CliError {
     LeaderElect(#[source] crate::leader::LeaderError),
     #[error("crd: {0}")]
     Crd(#[source] serde_yaml::Error),
+    /// Boxed: rare.
+    #[error("report: {0}")]
+    Delivery(#[source] Box<crate::delivery::ReadError>),
     #[error("forge.token_env: {0}")]
     ForgeToken(#[source] config::EnvError),
     #[error("forge.username_env: {0}")]
@@ -574,6 +596,7 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
         Command::Promote(args) => promote(&cli.registry, &cli.cluster, &args)
             .await
             .map(Report::Promote),
+        Command::Report(args) => report(&cli.registry, &args).await.map(Report::Delivery),
         Command::Run {
             config,
             listen,
@@ -909,6 +932,33 @@ async fn audit(
     let cluster = connect(args.context.as_deref(), stage, &config, first, api_timeout).await?;
     let namespace = args.namespace.as_deref();
     Ok(crate::audit::of_branch(&config, &mirror, &cluster, &client, namespace).await?)
+}
+
+/// `tagpin report`: the delivery figures of the branch's history since `--since`.
+async fn report(
+    registry: &RegistryArgs,
+    args: &ReportArgs,
+) -> Result<crate::delivery::DeliveryReport, CliError> {
+    let config = Config::load(&args.config)?;
+    let window = duration_flag("--since", &args.since)?;
+    stage_named(&config, args.stage.as_deref())?;
+    let client = build_client(registry, Some(&config.registries))?;
+    let mirror = open_mirror(&config, args.cache_dir.as_deref())?;
+    let branch = &config.repository.branch;
+    mirror.fetch(branch, &config.pull_request.branch_prefix)?;
+    let now = (crate::clock::system())();
+    let since = now - i64::try_from(window.as_secs()).unwrap_or(i64::MAX / 2);
+    let url = mirror.display_url();
+    let window = (since, now);
+    let delivery = crate::delivery::read(&mirror, &config, Some(&client), &url, window)
+        .await
+        .map_err(|e| CliError::Delivery(Box::new(e)))?;
+    let mut report = delivery.report;
+    if let Some(stage) = &args.stage {
+        report.stages.retain(|s| &s.name == stage);
+        report.changes.retain(|c| &c.stage == stage);
+    }
+    Ok(report)
 }
 
 /// The Git mirror of the configured repository, for `verify`, `audit` and `promote`.

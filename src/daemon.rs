@@ -145,6 +145,16 @@ pub async fn reconcile(
         if report.stopped {
             return;
         }
+        let repository = cycle.syncer.mirror.display_url();
+        let (mirror, now) = (&cycle.syncer.mirror, (cycle.clock)());
+        crate::delivery::observe::after_cycle(
+            mirror,
+            cycle.config,
+            cycle.registry,
+            &shared.metrics,
+            (&repository, now),
+        )
+        .await;
         if verified {
             timetable.verified(Instant::now());
         }

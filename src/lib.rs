@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod config;
 pub mod cycle;
 pub mod daemon;
+pub mod delivery;
 pub mod event;
 pub mod forge;
 pub mod git;

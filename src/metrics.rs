@@ -138,6 +138,27 @@ pub const VERIFIED_SOURCES: [&str; 3] = ["branch", "merged", "open"];
 /// What a promotion pass is counted as ([`PromotionLabels::gate`]).
 pub const PROMOTION_GATES: [&str; 5] = ["open", "soaking", "waiting", "refused", "error"];
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    /// A promotion stage, or the branch's name without stages.
+    pub stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeploymentLabels {
+    pub stage: String,
+    /// `converged`, `failed`, `reverted` or `held` (`src/delivery/`).
+    pub outcome: String,
+}
+
+/// A histogram family whose every series has the same buckets.
+pub type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Delivery times: one minute to about three weeks, doubling.
+fn delivery_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(60.0, 2.0, 15))
+}
+
 /// Every metric of the controller, registered once.
 pub struct Metrics {
     registry: Registry,
@@ -185,6 +206,14 @@ pub struct Metrics {
     /// 1 while this process acts (it holds the Lease, or runs without leader election), 0
     /// while it stands by: summed over the replicas of a Lease, 0 means nobody passes.
     pub leader: Family<LeaseLabels, Gauge>,
+    /// Lead times of converged changes, from the digest's build to Converged (`src/delivery/`).
+    pub lead_time: Histograms<StageLabels>,
+    /// Deployments by stage and final outcome, each counted once per process.
+    pub deployments: Family<DeploymentLabels, Counter>,
+    /// Times from a Failed verdict to the next Converged one, per stage.
+    pub time_to_restore: Histograms<StageLabels>,
+    /// What the delivery metrics already observed in this process (`src/delivery/observe.rs`).
+    pub delivery_observed: Mutex<BTreeSet<String>>,
     /// Registry request counts already added to `registry_requests`, to add only the change.
     seen_requests: Mutex<BTreeMap<(String, u16), u64>>,
     /// The registry hosts given a label of their own, first come first labelled.
@@ -226,9 +255,14 @@ impl Metrics {
             object_reconciled: Family::default(),
             pass_interval: Gauge::default(),
             leader: Family::default(),
+            lead_time: Family::new_with_constructor(delivery_buckets),
+            deployments: Family::default(),
+            time_to_restore: Family::new_with_constructor(delivery_buckets),
+            delivery_observed: Mutex::default(),
             seen_requests: Mutex::default(),
             labelled_hosts: Mutex::default(),
         };
+        metrics.register_delivery();
         metrics.register_pinning();
         metrics.register_outcomes();
         metrics.zero_webhooks();
@@ -238,6 +272,28 @@ impl Metrics {
             });
         }
         metrics
+    }
+
+    /// Registers the delivery metrics (DORA, `src/delivery/`).
+    fn register_delivery(&mut self) {
+        let registry = &mut self.registry;
+        registry.register_with_unit(
+            "lead_time",
+            "From a digest's build to Converged in a stage, per converged change",
+            prometheus_client::registry::Unit::Seconds,
+            self.lead_time.clone(),
+        );
+        registry.register(
+            "deployments",
+            "Pin and promotion commits landed, by stage and final outcome",
+            self.deployments.clone(),
+        );
+        registry.register_with_unit(
+            "time_to_restore",
+            "From a stage's Failed verdict to its next Converged verdict",
+            prometheus_client::registry::Unit::Seconds,
+            self.time_to_restore.clone(),
+        );
     }
 
     /// Registers what a pass does: passes, registry and Git traffic, commits, pull requests,

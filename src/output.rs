@@ -97,6 +97,7 @@ pub(crate) fn render(report: &Report, format: OutputFormat) -> Printed {
         Report::Verify(r) => render_verify(r, format, &mut out),
         Report::Audit(r) => render_audit(r, format, &mut out),
         Report::Promote(r) => render_promote(r, format, &mut out),
+        Report::Delivery(r) => render_delivery(r, format, &mut out),
         Report::Stopped => Exit::Ok,
         // A document meant for `kubectl apply -f -`: the same bytes in either format.
         Report::Document(text) => {
@@ -164,6 +165,8 @@ pub(crate) enum Report {
     Verify(VerifyReport),
     Audit(crate::audit::AuditReport),
     Promote(crate::promote::PromoteReport),
+    /// `tagpin report`.
+    Delivery(crate::delivery::DeliveryReport),
     Stopped,
     /// YAML printed as it is (`tagpin crd`).
     Document(String),
@@ -505,6 +508,57 @@ fn render_verify(report: &VerifyReport, format: OutputFormat, out: &mut Printed)
 /// `audit`: a headline, one table line per workload and container, then what the lines do not
 /// hold (what drifted and how, the references running several digests, what was not audited
 /// or read); or one JSON document.
+/// `tagpin report`: the JSON of issue #39 as it is, or a table per stage and the changes.
+fn render_delivery(
+    report: &crate::delivery::DeliveryReport,
+    format: OutputFormat,
+    out: &mut Printed,
+) -> Exit {
+    match format {
+        OutputFormat::Json => out.json(&serde_json::to_value(report).unwrap_or_default()),
+        OutputFormat::Human => out.text(&delivery_text(report)),
+    }
+    Exit::Ok
+}
+
+fn delivery_text(report: &crate::delivery::DeliveryReport) -> String {
+    let seconds = |s: Option<i64>| s.map_or("-".to_string(), |s| format!("{s}s"));
+    let mut text = format!("Delivery since {}\n\n", report.since);
+    text.push_str("stage  deployments  failures  change failure rate  lead time median / p90  time to restore median\n");
+    for s in &report.stages {
+        let rate = s
+            .change_failure_rate
+            .map_or("-".to_string(), |r| format!("{:.0}%", r * 100.0));
+        text.push_str(&format!(
+            "{}  {}  {}  {}  {} / {}  {}\n",
+            s.name,
+            s.deployments,
+            s.failures,
+            rate,
+            seconds(s.lead_time_seconds.median),
+            seconds(s.lead_time_seconds.p90),
+            seconds(s.time_to_restore_seconds.median),
+        ));
+    }
+    if !report.changes.is_empty() {
+        text.push_str("\nchanges:\n");
+    }
+    for c in &report.changes {
+        text.push_str(&format!(
+            "  {} {}@{} pinned {} converged {} ({}; built {}, from {:?})\n",
+            c.stage,
+            c.image,
+            c.digest,
+            c.pinned,
+            c.converged.as_deref().unwrap_or("-"),
+            c.outcome.name(),
+            c.created,
+            c.created_from,
+        ));
+    }
+    text
+}
+
 fn render_audit(
     report: &crate::audit::AuditReport,
     format: OutputFormat,

@@ -299,7 +299,7 @@ impl<'a> TipFields<'a> {
 /// The fields a commit moved against its first parent, over every file it changed (at most
 /// `max`); empty when it adds or removes files, changes more than `max`, or changes a file in
 /// a way that is more than digests.
-fn moved_by(
+pub fn moved_by(
     mirror: &Mirror,
     commit: git2::Oid,
     helm: &crate::manifest::HelmOptions,

@@ -76,6 +76,18 @@ impl FirstSeen {
     }
 }
 
+impl FirstSeen {
+    /// When `subject` was first seen, if it was: read only, nothing is recorded (the delivery
+    /// report's start of a lead time when the registry gives no build time).
+    pub fn get(&self, subject: &Subject) -> Option<i64> {
+        let memory = memory().lock().unwrap_or_else(|p| p.into_inner());
+        match &self.path {
+            Some(path) => read(path).first_seen.get(&key(subject)).copied(),
+            None => memory.get(&key(subject)).copied(),
+        }
+    }
+}
+
 /// Each subject's first sighting in `known`, `now` for new ones (recorded).
 fn sightings(
     known: &mut BTreeMap<String, i64>,

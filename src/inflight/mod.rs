@@ -118,7 +118,7 @@ impl<'a> Round<'a> {
         report.ignored = lock(memory).note(&selection).into_iter().cloned().collect();
         for item in selection.items {
             let verified = match self.target(&item) {
-                Ok(target) => self.verify(&item, target, memory, families).await,
+                Ok(target) => self.verify(&item, target, memory, (families, now)).await,
                 Err(e) => Err(e),
             };
             match verified {
@@ -178,7 +178,7 @@ impl<'a> Round<'a> {
         item: &Item<'_>,
         (config, cluster): (Config, &Cluster),
         memory: &Mutex<Memory>,
-        families: &mut Families,
+        (families, now): (&mut Families, i64),
     ) -> Result<Option<Verified>, Unverifiable> {
         // A final Failed status on a landed change is checked once more with `on_failure:
         // revert` (its revert may be due: after a restart, or when the status was posted by a
@@ -195,7 +195,7 @@ impl<'a> Round<'a> {
                 && item.landed.is_some()
                 && revert_wanted(&config);
             if !recheck {
-                lock(memory).forge_said(item, state);
+                lock(memory).forge_said(item, state, now);
                 if rule::final_status(state) {
                     return Ok(None);
                 }
@@ -231,10 +231,11 @@ impl<'a> Round<'a> {
         let again = matches!(revert, Some(Err(_)))
             || (item.young && check.state == State::Failed && revert_wanted(&config));
         if !again {
-            lock(memory).verdict(item, check.state);
+            self.record(item, &expectations, &check, (memory, now));
+            lock(memory).verdict(item, check.state, now);
             if recheck {
                 // Checked once more: its final status stands.
-                lock(memory).forge_said(item, Some(StatusState::Failure));
+                lock(memory).forge_said(item, Some(StatusState::Failure), now);
             }
         }
         Ok(Some(Verified {
@@ -242,6 +243,39 @@ impl<'a> Round<'a> {
             check: Some(check),
             revert,
         }))
+    }
+
+    /// Records a final verdict on the commit that landed (the tip, a merge) for the delivery
+    /// report (`src/delivery/`), once per change of verdict: a note that could not be written
+    /// is tried again by the next round that reaches the same verdict.
+    fn record(
+        &self,
+        item: &Item<'_>,
+        expectations: &Expectations,
+        check: &Check,
+        (memory, now): (&Mutex<Memory>, i64),
+    ) {
+        let commit = match (&item.source, item.change_request, &item.final_sha) {
+            (_, Some(_), Some(sha)) if item.landed.is_some() => sha,
+            (verify::Source::Commit(sha), None, _) => sha,
+            _ => return,
+        };
+        let stage =
+            crate::delivery::history::stage_name(self.config, item.stage.map(|s| s.name.as_str()));
+        if !lock(memory).record_due(commit, &stage, check.state) {
+            return;
+        }
+        let verdicted = crate::delivery::record::Verdicted {
+            commit,
+            stage: stage.clone(),
+            expectations,
+            check,
+            at: now,
+        };
+        match crate::delivery::record::record(self.mirror, self.config, &verdicted) {
+            Ok(()) => lock(memory).recorded(commit, &stage, check.state),
+            Err(e) => tracing::warn!("the verdict on {commit} for {stage} not noted: {e}"),
+        }
     }
 
     /// What a Failed and final verdict calls for (`verify.on_failure`): `None` when nothing

@@ -11,6 +11,11 @@
 //! - Never: a change request from a fork, a promotion tagpin did not open, one closed
 //!   without merging, one whose final verdict (Converged or Failed) on the commit that ends
 //!   its verification is known.
+//! - Except after Converged: what a stage runs now (the tip in commit mode, the last merged
+//!   change request into each stage) is judged again once per interval after it converged,
+//!   until the next pin lands (or a merge leaves the recently merged window): pods that start
+//!   crash-looping an hour later make it Failed, which is recorded and acted on like any
+//!   Failed verdict (issue #39). A Failed verdict stays final.
 //! - Grace: a commit that landed (a merge, the tip's commit) less than the grace ago is
 //!   young: a workload it adds that does not exist yet is awaited, not failed
 //!   ([`crate::verify::judge::grace`]).
@@ -167,6 +172,10 @@ pub struct Selection<'c> {
     pub tip_is_promotion: Option<String>,
 }
 
+/// When a settled item was last judged Converged (Unix seconds): it is judged again one
+/// interval later. `None`: Failed, or settled otherwise; final.
+type Converged = Option<i64>;
+
 /// What is known final between rounds, so that a round spends no forge call and no cluster
 /// read on what cannot have changed. Kept in memory only: lost on restart, one status read
 /// per change request rebuilds it.
@@ -177,28 +186,32 @@ pub struct Memory {
     /// its merge) or lands. A fast-forward merge lands the very commit verified while the
     /// change request was open, and what a verdict calls for once landed (a revert) is not
     /// what it called for before.
-    settled: BTreeMap<u64, (String, bool)>,
+    settled: BTreeMap<u64, (String, bool, Converged)>,
     /// Change request -> the commit whose `tagpin/converged` status was read and not final:
     /// a final verdict on it can only come from this process, so it is not read again.
     read: BTreeMap<u64, String>,
     /// Change requests left alone (forks, promotions tagpin did not open), logged once.
     ignored: BTreeSet<u64>,
     /// Commit mode: the last tip judged final, or verified as a promotion.
-    settled_tip: Option<String>,
+    settled_tip: Option<(String, Converged)>,
+    /// The verdict last recorded for the delivery report, per commit and stage.
+    recorded: BTreeMap<(String, String), State>,
     /// The tip last audited, and when (Unix seconds).
     audited: Option<(String, i64)>,
 }
 
 impl Memory {
     /// Records what the forge's status on an item's final commit said: final settles it.
-    pub fn forge_said(&mut self, item: &Item<'_>, state: Option<StatusState>) {
+    /// A success read at `now` (after a restart) is judged again one interval later.
+    pub fn forge_said(&mut self, item: &Item<'_>, state: Option<StatusState>, now: i64) {
         let (Some(pr), Some(sha)) = (item.change_request, &item.final_sha) else {
             return;
         };
+        let converged = (state == Some(StatusState::Success)).then_some(now);
         match final_status(state) {
             true => {
                 self.settled
-                    .insert(pr, (sha.clone(), item.landed.is_some()));
+                    .insert(pr, (sha.clone(), item.landed.is_some(), converged));
             }
             false => {
                 self.read.insert(pr, sha.clone());
@@ -206,26 +219,43 @@ impl Memory {
         }
     }
 
-    /// Records an item's verdict: a final one (Converged or Failed) settles it.
-    pub fn verdict(&mut self, item: &Item<'_>, state: State) {
-        if !matches!(state, State::Converged | State::Failed) {
-            return;
-        }
+    /// Records an item's verdict at `now`: a final one (Converged or Failed) settles it, a
+    /// Converged one until it is due again ([`Memory::settled`]).
+    pub fn verdict(&mut self, item: &Item<'_>, state: State, now: i64) {
+        let converged = match state {
+            State::Converged => Some(now),
+            State::Failed => None,
+            _ => return,
+        };
         match (item.change_request, &item.final_sha, &item.source) {
             (Some(pr), Some(sha), _) => {
                 self.settled
-                    .insert(pr, (sha.clone(), item.landed.is_some()));
+                    .insert(pr, (sha.clone(), item.landed.is_some(), converged));
             }
-            (None, _, Source::Commit(sha)) => self.settled_tip = Some(sha.clone()),
+            (None, _, Source::Commit(sha)) => self.settled_tip = Some((sha.clone(), converged)),
             _ => {}
         }
+    }
+
+    /// Whether a final verdict `state` on `commit` for `stage` is not recorded yet.
+    pub fn record_due(&self, commit: &str, stage: &str, state: State) -> bool {
+        self.recorded.get(&(commit.to_string(), stage.to_string())) != Some(&state)
+    }
+
+    /// Records that `state` on `commit` for `stage` was recorded.
+    pub fn recorded(&mut self, commit: &str, stage: &str, state: State) {
+        if self.recorded.len() > 10_000 {
+            self.recorded.clear();
+        }
+        self.recorded
+            .insert((commit.to_string(), stage.to_string()), state);
     }
 
     /// Records what a selection left alone; returns the ignored change requests not seen
     /// before, to be logged once.
     pub fn note<'s>(&mut self, selection: &'s Selection<'_>) -> Vec<&'s (u64, String)> {
         if let Some(tip) = &selection.tip_is_promotion {
-            self.settled_tip = Some(tip.clone());
+            self.settled_tip = Some((tip.clone(), None));
         }
         selection
             .ignored
@@ -234,14 +264,29 @@ impl Memory {
             .collect()
     }
 
-    /// Whether the item's final verdict is already known.
-    fn settled(&self, item: &Item<'_>) -> bool {
-        match (item.change_request, &item.final_sha, &item.source) {
-            (Some(pr), Some(sha), _) => {
-                self.settled.get(&pr) == Some(&(sha.clone(), item.landed.is_some()))
-            }
-            (None, _, Source::Commit(sha)) => self.settled_tip.as_deref() == Some(sha),
-            _ => false,
+    /// How the item stands: [`Standing::Open`] when its final verdict is not known,
+    /// [`Standing::Settled`] when it is (or it converged less than `every` ago),
+    /// [`Standing::Rejudge`] when it converged `every` ago or more and `current` (it is what
+    /// its stage runs now: the tip, the last merged into its stage).
+    fn standing(&self, item: &Item<'_>, (now, every): (i64, Duration), current: bool) -> Standing {
+        let found = match (item.change_request, &item.final_sha, &item.source) {
+            (Some(pr), Some(sha), _) => self
+                .settled
+                .get(&pr)
+                .filter(|(s, landed, _)| s == sha && *landed == item.landed.is_some())
+                .map(|(_, _, converged)| *converged),
+            (None, _, Source::Commit(sha)) => self
+                .settled_tip
+                .as_ref()
+                .filter(|(s, _)| s == sha)
+                .map(|(_, converged)| *converged),
+            _ => None,
+        };
+        let every = i64::try_from(every.as_secs()).unwrap_or(i64::MAX);
+        match found {
+            None => Standing::Open,
+            Some(Some(at)) if current && now.saturating_sub(at) >= every => Standing::Rejudge,
+            Some(_) => Standing::Settled,
         }
     }
 
@@ -264,6 +309,14 @@ impl Memory {
     pub fn audited(&mut self, tip: &str, now: i64) {
         self.audited = Some((tip.to_string(), now));
     }
+}
+
+/// How an item stands with what is known final ([`Memory::standing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    Open,
+    Settled,
+    Rejudge,
 }
 
 /// What to verify now: the rule of this module's documentation.
@@ -292,7 +345,10 @@ pub fn select<'c>(config: &'c Config, facts: &Facts<'_>, memory: &Memory) -> Sel
             promotion_merges.push(sha.clone());
         }
         let landed = pr.merged_at.filter(|_| pr.merged);
-        let item = Item {
+        let stage_name = stage.map(|s| s.name.as_str());
+        let current = pr.merged
+            && last_merged(config, facts, stage_name).map(|p| p.number) == Some(pr.number);
+        let mut item = Item {
             source: match stage {
                 Some(_) => promote::verification_source(pr),
                 None => Source::PullRequest(pr.number),
@@ -308,8 +364,14 @@ pub fn select<'c>(config: &'c Config, facts: &Facts<'_>, memory: &Memory) -> Sel
             landed,
             young: young(landed),
         };
-        if !memory.settled(&item) {
-            selection.items.push(item);
+        match memory.standing(&item, (facts.now, facts.grace), current) {
+            Standing::Settled => {}
+            Standing::Open => selection.items.push(item),
+            Standing::Rejudge => {
+                // Its final status on the forge is the Converged one being judged again.
+                item.ask_forge = false;
+                selection.items.push(item);
+            }
         }
     }
     if config.mode == WriteMode::Commit {
@@ -327,7 +389,7 @@ pub fn select<'c>(config: &'c Config, facts: &Facts<'_>, memory: &Memory) -> Sel
                     young: young(tip.landed),
                     ask_forge: false,
                 };
-                if !memory.settled(&item) {
+                if memory.standing(&item, (facts.now, facts.grace), true) != Standing::Settled {
                     selection.items.push(item);
                 }
             }
@@ -513,16 +575,16 @@ mod tests {
         let prs = [open(1, "tagpin/main"), merged(2, "tagpin/main", 60)];
         let mut memory = Memory::default();
         let first = select(&config, &facts(&prs, None), &memory);
-        memory.forge_said(&first.items[0], Some(StatusState::Pending));
-        memory.verdict(&first.items[1], State::Progressing);
+        memory.forge_said(&first.items[0], Some(StatusState::Pending), NOW);
+        memory.verdict(&first.items[1], State::Progressing, NOW);
         let second = select(&config, &facts(&prs, None), &memory);
         assert_eq!(
             second.items.iter().map(|i| i.ask_forge).collect::<Vec<_>>(),
             vec![false, true],
             "a status read and not final is not read again"
         );
-        memory.verdict(&second.items[0], State::Failed);
-        memory.forge_said(&second.items[1], Some(StatusState::Success));
+        memory.verdict(&second.items[0], State::Failed, NOW);
+        memory.forge_said(&second.items[1], Some(StatusState::Success), NOW);
         assert!(select(&config, &facts(&prs, None), &memory)
             .items
             .is_empty());
@@ -542,7 +604,7 @@ mod tests {
         let open_one = [open(1, "tagpin/main")];
         let mut memory = Memory::default();
         let before = select(&config, &facts(&open_one, None), &memory);
-        memory.verdict(&before.items[0], State::Failed);
+        memory.verdict(&before.items[0], State::Failed, NOW);
         assert!(select(&config, &facts(&open_one, None), &memory)
             .items
             .is_empty());
@@ -573,15 +635,15 @@ mod tests {
         assert!(!at(300)[0].young);
         assert!(at(-60)[0].young, "a commit time ahead of the clock");
         let item = at(10).remove(0);
-        memory.verdict(&item, State::Progressing);
-        memory.verdict(&item, State::Unverified);
+        memory.verdict(&item, State::Progressing, NOW);
+        memory.verdict(&item, State::Unverified, NOW);
         assert_eq!(
             select(&config, &facts(&[], tip("abc", 10)), &memory)
                 .items
                 .len(),
             1
         );
-        memory.verdict(&item, State::Converged);
+        memory.verdict(&item, State::Converged, NOW);
         assert!(select(&config, &facts(&[], tip("abc", 10)), &memory)
             .items
             .is_empty());
@@ -591,6 +653,83 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn a_converged_tip_is_judged_again_each_interval_until_the_next_pin_and_failed_stays_final() {
+        let config = config("commit");
+        let mut memory = Memory::default();
+        let at = |memory: &Memory, sha: &str, now: i64| {
+            let facts = Facts {
+                now,
+                ..facts(&[], tip(sha, 10))
+            };
+            select(&config, &facts, memory).items
+        };
+        let item = at(&memory, "abc", NOW).remove(0);
+        memory.verdict(&item, State::Converged, NOW);
+        assert!(
+            at(&memory, "abc", NOW + 299).is_empty(),
+            "within the interval"
+        );
+        let again = at(&memory, "abc", NOW + 300);
+        assert_eq!(again.len(), 1, "judged again one interval after Converged");
+        assert!(!again[0].ask_forge);
+        memory.verdict(&again[0], State::Converged, NOW + 300);
+        assert!(at(&memory, "abc", NOW + 599).is_empty());
+        // An hour later the pods crash-loop: Failed, and final.
+        let later = at(&memory, "abc", NOW + 3600).remove(0);
+        memory.verdict(&later, State::Failed, NOW + 3600);
+        assert!(
+            at(&memory, "abc", NOW + 7200).is_empty(),
+            "Failed stays final"
+        );
+        // The next pin is another tip: judged as new.
+        assert_eq!(at(&memory, "def", NOW + 7200).len(), 1);
+    }
+
+    #[test]
+    fn only_the_last_merged_change_request_into_a_stage_is_judged_again_after_converged() {
+        let config = config("pull-request");
+        let prs = [merged(1, "tagpin/main", 600), merged(2, "tagpin/main", 300)];
+        let mut memory = Memory::default();
+        let first = select(&config, &facts(&prs, None), &memory);
+        for item in &first.items {
+            memory.verdict(item, State::Converged, NOW - 300);
+        }
+        let later = Facts {
+            now: NOW + 1,
+            ..facts(&prs, None)
+        };
+        let again = select(&config, &later, &memory);
+        assert_eq!(
+            again
+                .items
+                .iter()
+                .map(|i| (i.change_request, i.ask_forge))
+                .collect::<Vec<_>>(),
+            vec![(Some(2), false)],
+            "the older merge no longer runs: judging it against the cluster would fail it"
+        );
+        // A Converged status read after a restart waits one interval too.
+        let mut restarted = Memory::default();
+        restarted.forge_said(&again.items[0], Some(StatusState::Success), NOW);
+        let now = |now| Facts {
+            now,
+            ..facts(&prs, None)
+        };
+        let items = |m: &Memory, t| select(&config, &now(t), m).items.len();
+        assert_eq!(
+            items(&restarted, NOW + 299),
+            1,
+            "#1 is not settled in this memory"
+        );
+        assert_eq!(items(&restarted, NOW + 300), 2);
+        let mut book = Memory::default();
+        book.recorded("abc", "staging", State::Converged);
+        assert!(!book.record_due("abc", "staging", State::Converged));
+        assert!(book.record_due("abc", "staging", State::Failed));
+        assert!(book.record_due("abc", "production", State::Converged));
     }
 
     #[test]

@@ -567,7 +567,10 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
     let memory = lock(&ctx.memories).remove(&key).unwrap_or_default();
     let mut state = RepoState::remembering(memory);
     let report = cycle.run(&mut state, &mut |_, _| true).await;
-    lock(&ctx.memories).insert(key, state.into_memory());
+    lock(&ctx.memories).insert(key.clone(), state.into_memory());
+    let (mirror, now) = (&syncer.mirror, (cycle.clock)());
+    crate::delivery::observe::after_cycle(mirror, config, registry, cycle.metrics, (&key, now))
+        .await;
     let timing = Timing {
         interval: ctx.interval,
         verify_interval: ctx.verify_interval,
