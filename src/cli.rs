@@ -819,6 +819,14 @@ fn duration_flag(flag: &'static str, text: &str) -> Result<Duration, CliError> {
     crate::config::parse_duration(text).map_err(|source| CliError::Duration { flag, source })
 }
 
+/// `--since`: days too (`30d`), besides what every duration flag takes.
+fn since_flag(text: &str) -> Result<Duration, CliError> {
+    match text.trim().strip_suffix('d').map(str::parse::<u64>) {
+        Some(Ok(days)) => Ok(Duration::from_secs(days.saturating_mul(86_400))),
+        _ => duration_flag("--since", text),
+    }
+}
+
 /// `--webhook-window`: milliseconds allowed (`500ms`), zero too (nothing held back).
 fn window_flag(text: &str) -> Result<Duration, CliError> {
     crate::leader::parse_duration(text).map_err(|source| CliError::Duration {
@@ -940,7 +948,7 @@ async fn report(
     args: &ReportArgs,
 ) -> Result<crate::delivery::DeliveryReport, CliError> {
     let config = Config::load(&args.config)?;
-    let window = duration_flag("--since", &args.since)?;
+    let window = since_flag(&args.since)?;
     stage_named(&config, args.stage.as_deref())?;
     let client = build_client(registry, Some(&config.registries))?;
     let mirror = open_mirror(&config, args.cache_dir.as_deref())?;

@@ -16,6 +16,7 @@ mod chart_values_helm;
 mod cli;
 mod cred_helpers;
 mod cycle_drivers;
+mod delivery;
 mod deploy;
 mod docs;
 mod examples;

@@ -26,7 +26,7 @@ fn now() -> i64 {
 
 /// Pushes a linux/amd64 image under `tag` whose config says `created` (none when `None`),
 /// unique by `seed`; returns its manifest digest.
-async fn push_created(
+pub(crate) async fn push_created(
     registry: &TestRegistry,
     repo: &str,
     tag: &str,
