@@ -220,6 +220,10 @@ fn images_in(moved: &[Moved], paths: &[String], time: i64) -> Vec<Image> {
 /// Each image's build time: the registry's (`created`, the annotation), else when tagpin
 /// first resolved a tag to it, else the commit's time (left as it is).
 async fn date(landed: &mut [Landed], mirror: &Mirror, registry: Option<&Client>, now: i64) {
+    // One reader at a time (the operator's objects end their cycles together): a digest's
+    // build time is asked of the registry once per process, then read from age's memory.
+    static ASKING: std::sync::OnceLock<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
+    let _one_at_a_time = ASKING.get_or_init(Default::default).lock().await;
     let seen = FirstSeen::in_dir(mirror.cache_dir());
     let mut known: BTreeMap<(String, String), Option<(i64, CreatedFrom)>> = BTreeMap::new();
     for l in landed.iter_mut().filter(|l| l.kind == Kind::Deployment) {
