@@ -154,7 +154,7 @@ pub struct DeploymentLabels {
 /// A histogram family whose every series has the same buckets.
 pub type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
-/// Delivery times: one minute to about three weeks, doubling.
+/// Delivery times: one minute to about eleven days, doubling.
 fn delivery_buckets() -> Histogram {
     Histogram::new(exponential_buckets(60.0, 2.0, 15))
 }

@@ -258,6 +258,18 @@ fn every_family_with_a_series() -> String {
         .set(1);
     m.pass_interval.set(300);
     m.set_leader("tagpin-leader", true);
+    inc(
+        &m.deployments,
+        DeploymentLabels {
+            stage: text("staging"),
+            outcome: text("reverted"),
+        },
+    );
+    let stage = StageLabels {
+        stage: text("staging"),
+    };
+    m.lead_time.get_or_create(&stage).observe(60.0);
+    m.time_to_restore.get_or_create(&stage).observe(60.0);
     m.set_audit(&std::collections::BTreeMap::new());
     m.encode()
 }
@@ -522,8 +534,8 @@ async fn a_leader_and_its_standby_say_who_leads_and_serve_what_the_alerts_read()
         assert_eq!(value(&leading, series), Some(0.0), "{series}: {leading}");
     }
     // Every series the alerts read is on the leader's page, but for those this controller has
-    // no occasion to serve: the operator's per-object times, promotions (no stages here), and
-    // a rate limit (this registry reports none).
+    // no occasion to serve: the operator's per-object times, promotions (no stages here), a
+    // rate limit (this registry reports none), and deployments (none has settled here).
     let served = served_names(&leading);
     let missing: BTreeSet<String> = read_by_alerts()
         .into_keys()
@@ -532,6 +544,7 @@ async fn a_leader_and_its_standby_say_who_leads_and_serve_what_the_alerts_read()
     assert_eq!(
         missing,
         BTreeSet::from([
+            "tagpin_deployments_total".to_string(),
             "tagpin_object_last_reconcile_timestamp_seconds".to_string(),
             "tagpin_promotions_total".to_string(),
             "tagpin_registry_rate_limit_remaining".to_string(),
