@@ -954,6 +954,7 @@ async fn report(
     let mirror = open_mirror(&config, args.cache_dir.as_deref())?;
     let branch = &config.repository.branch;
     mirror.fetch(branch, &config.pull_request.branch_prefix)?;
+    crate::delivery::history::fetch_notes(&mirror);
     let now = (crate::clock::system())();
     let since = now - i64::try_from(window.as_secs()).unwrap_or(i64::MAX / 2);
     let url = mirror.display_url();

@@ -151,6 +151,9 @@ pub struct DeploymentLabels {
     pub outcome: String,
 }
 
+/// A branch's tip and notes ref, when a repository's delivery history was last read.
+pub type ReadAt = (Option<git2::Oid>, Option<git2::Oid>);
+
 /// A histogram family whose every series has the same buckets.
 pub type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -214,6 +217,8 @@ pub struct Metrics {
     pub time_to_restore: Histograms<StageLabels>,
     /// What the delivery metrics already observed in this process (`src/delivery/observe.rs`).
     pub delivery_observed: Mutex<BTreeSet<String>>,
+    /// Per repository, the branch's tip and notes ref at the last reading of its history.
+    pub delivery_read_at: Mutex<BTreeMap<String, ReadAt>>,
     /// Registry request counts already added to `registry_requests`, to add only the change.
     seen_requests: Mutex<BTreeMap<(String, u16), u64>>,
     /// The registry hosts given a label of their own, first come first labelled.
@@ -259,6 +264,7 @@ impl Metrics {
             deployments: Family::default(),
             time_to_restore: Family::new_with_constructor(delivery_buckets),
             delivery_observed: Mutex::default(),
+            delivery_read_at: Mutex::default(),
             seen_requests: Mutex::default(),
             labelled_hosts: Mutex::default(),
         };

@@ -76,10 +76,21 @@ fn under(path: &str, configured: &str) -> bool {
             .is_some_and(|r| r.starts_with('/'))
 }
 
-/// Reads the delivery history of `config`'s branch from `mirror` (fetched by the caller) and
-/// its notes (fetched here; when they cannot be, what the mirror has is read), and makes the
-/// report of deployments since `since` and the events. `registry`: where build times are
-/// asked; without one, first sightings and commit times are used. `repository` names the
+/// Fetches the remote's verdict notes into `mirror`; when they cannot be, what the mirror has
+/// is read (logged).
+pub fn fetch_notes(mirror: &Mirror) {
+    if let Err(e) = off_runtime(|| mirror.fetch_notes()) {
+        tracing::warn!(
+            "verdict notes ({}) not fetched: {e}",
+            crate::git::notes::NOTES_REF
+        );
+    }
+}
+
+/// Reads the delivery history of `config`'s branch from `mirror` (its branch and notes
+/// fetched by the caller: [`Mirror::fetch`], [`fetch_notes`]) and makes the report of
+/// deployments since `since` and the events. `registry`: where build times are asked;
+/// without one, first sightings and commit times are used. `repository` names the
 /// repository in the events.
 pub async fn read(
     mirror: &Mirror,
@@ -88,12 +99,6 @@ pub async fn read(
     repository: &str,
     (since, now): (i64, i64),
 ) -> Result<Delivery, ReadError> {
-    if let Err(e) = off_runtime(|| mirror.fetch_notes()) {
-        tracing::warn!(
-            "verdict notes ({}) not fetched: {e}",
-            crate::git::notes::NOTES_REF
-        );
-    }
     let helm = config.helm.options()?;
     let stages = stages(config);
     let (mut landed, recorded) = off_runtime(|| walk(mirror, config, &stages, &helm, since))?;

@@ -52,7 +52,7 @@ impl Mirror {
     }
 
     /// The mirror's notes ref, as last fetched or written.
-    fn notes_tip(&self) -> Option<Oid> {
+    pub fn notes_tip(&self) -> Option<Oid> {
         self.repo()
             .find_reference(NOTES_REF)
             .ok()
