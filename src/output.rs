@@ -523,37 +523,51 @@ fn render_delivery(
 
 fn delivery_text(report: &crate::delivery::DeliveryReport) -> String {
     let seconds = |s: Option<i64>| s.map_or("-".to_string(), |s| format!("{s}s"));
+    let width = report
+        .stages
+        .iter()
+        .map(|s| s.name.len())
+        .max()
+        .unwrap_or(0)
+        .max("stage".len());
     let mut text = format!("Delivery since {}\n\n", report.since);
-    text.push_str("stage  deployments  failures  change failure rate  lead time median / p90  time to restore median\n");
+    text.push_str(&format!(
+        "{:width$}  deployments  failures  failure rate  lead time median / p90  time to restore median\n",
+        "stage"
+    ));
     for s in &report.stages {
         let rate = s
             .change_failure_rate
             .map_or("-".to_string(), |r| format!("{:.0}%", r * 100.0));
+        let lead = format!(
+            "{} / {}",
+            seconds(s.lead_time_seconds.median),
+            seconds(s.lead_time_seconds.p90)
+        );
         text.push_str(&format!(
-            "{}  {}  {}  {}  {} / {}  {}\n",
+            "{:width$}  {:>11}  {:>8}  {:>12}  {:>22}  {:>22}\n",
             s.name,
             s.deployments,
             s.failures,
             rate,
-            seconds(s.lead_time_seconds.median),
-            seconds(s.lead_time_seconds.p90),
+            lead,
             seconds(s.time_to_restore_seconds.median),
         ));
     }
     if !report.changes.is_empty() {
-        text.push_str("\nchanges:\n");
+        text.push_str("\nchanges, oldest first:\n");
     }
     for c in &report.changes {
         text.push_str(&format!(
-            "  {} {}@{} pinned {} converged {} ({}; built {}, from {:?})\n",
+            "  {} {}@{}: {}, pinned {}, converged {} (built {}, from {})\n",
             c.stage,
             c.image,
             c.digest,
+            c.outcome.name(),
             c.pinned,
             c.converged.as_deref().unwrap_or("-"),
-            c.outcome.name(),
             c.created,
-            c.created_from,
+            c.created_from.name(),
         ));
     }
     text
@@ -852,6 +866,87 @@ mod tests {
 
     fn json_of(printed: &Printed) -> serde_json::Value {
         serde_json::from_str(&printed.stdout).expect("one JSON document on stdout")
+    }
+
+    #[test]
+    fn the_delivery_report_prints_the_issue_s_json_and_a_table() {
+        use crate::delivery::figures::{CreatedFrom, Kind, Landed, Recorded, Verdict};
+        let landed = vec![Landed {
+            commit: "c0".into(),
+            position: 0,
+            time: 1_000,
+            stage: "staging".into(),
+            kind: Kind::Deployment,
+            images: vec![crate::delivery::figures::Image {
+                image: "ghcr.io/acme/web".into(),
+                digest: "sha256:aa".into(),
+                created: (400, CreatedFrom::FirstSeen),
+            }],
+            held: Vec::new(),
+        }];
+        let recorded = vec![Recorded {
+            commit: "c0".into(),
+            position: 0,
+            stage: "staging".into(),
+            verdict: Verdict::Converged,
+            at: 1_060,
+        }];
+        let stages = ["staging".to_string(), "production".to_string()];
+        let report = crate::delivery::report::build(&stages, &landed, &recorded, 0);
+        let json = render(&Report::Delivery(report.clone()), OutputFormat::Json);
+        assert_eq!(json.exit, Exit::Ok);
+        let value: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            v.as_object().unwrap().keys().cloned().collect()
+        };
+        assert_eq!(keys(&value), ["changes", "since", "stages"]);
+        assert_eq!(
+            keys(&value["stages"][0]),
+            [
+                "change_failure_rate",
+                "deployments",
+                "failures",
+                "lead_time_seconds",
+                "name",
+                "time_to_restore_seconds"
+            ]
+        );
+        assert_eq!(
+            keys(&value["changes"][0]),
+            [
+                "commit",
+                "converged",
+                "created",
+                "created_from",
+                "digest",
+                "image",
+                "outcome",
+                "pinned",
+                "stage"
+            ]
+        );
+        assert_eq!(value["stages"][0]["lead_time_seconds"]["median"], 660);
+        assert_eq!(
+            value["stages"][1]["change_failure_rate"],
+            serde_json::Value::Null
+        );
+        assert_eq!(value["changes"][0]["created_from"], "first_seen");
+        let human = render(&Report::Delivery(report), OutputFormat::Human).stdout;
+        assert!(
+            human.starts_with("Delivery since 1970-01-01T00:00:00Z\n"),
+            "{human}"
+        );
+        let words = |line: &str| line.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            human
+                .lines()
+                .any(|l| words(l) == "staging 1 0 0% 660s / 660s -"),
+            "{human}"
+        );
+        assert!(
+            human.contains("ghcr.io/acme/web@sha256:aa: converged, pinned 1970-01-01T00:16:40Z"),
+            "{human}"
+        );
     }
 
     #[test]

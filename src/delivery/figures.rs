@@ -35,6 +35,18 @@ pub enum CreatedFrom {
     Commit,
 }
 
+impl CreatedFrom {
+    /// Its JSON word.
+    pub fn name(self) -> &'static str {
+        match self {
+            CreatedFrom::Created => "created",
+            CreatedFrom::Annotation => "annotation",
+            CreatedFrom::FirstSeen => "first_seen",
+            CreatedFrom::Commit => "commit",
+        }
+    }
+}
+
 /// A verdict as recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
