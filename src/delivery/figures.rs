@@ -230,7 +230,8 @@ pub fn restores(recorded: &[Recorded], stage: &str, since: i64) -> Vec<(i64, i64
         .filter(|r| r.stage == stage)
         .map(|r| (r.at, r.verdict))
         .collect();
-    verdicts.sort();
+    // By time; within one second, in the order recorded (along the branch, then as noted).
+    verdicts.sort_by_key(|(at, _)| *at);
     let mut failing_since = None;
     let mut out = Vec::new();
     for (at, verdict) in verdicts {
@@ -362,6 +363,13 @@ mod tests {
             vec![(200, 300), (900, 60)]
         );
         assert_eq!(restores(&recorded, "staging", 201), vec![(900, 60)]);
+        // A failure and its restore within one second: in the order recorded.
+        let quick = vec![
+            verdict(0, Verdict::Converged, 100),
+            verdict(0, Verdict::Failed, 101),
+            verdict(1, Verdict::Converged, 101),
+        ];
+        assert_eq!(restores(&quick, "staging", 0), vec![(101, 0)]);
         assert!(restores(&recorded, "production", 0).is_empty());
     }
 }

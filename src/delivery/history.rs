@@ -4,7 +4,7 @@
 //! (`refs/notes/tagpin`), and each digest's build time (the registry, else its first
 //! sighting, else the pin commit). The figures are made by [`super::figures`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::age::{self, seen::FirstSeen};
@@ -102,7 +102,13 @@ pub async fn read(
     let helm = config.helm.options()?;
     let stages = stages(config);
     let (mut landed, recorded) = off_runtime(|| walk(mirror, config, &stages, &helm, since))?;
-    date(&mut landed, mirror, registry, now).await;
+    // The registry is asked only for what has a lead time: converged deployments.
+    let converged: BTreeSet<(String, String)> = super::figures::deployments(&landed, &recorded)
+        .iter()
+        .filter(|d| d.converged.is_some())
+        .map(|d| (d.landed.commit.clone(), d.landed.stage.clone()))
+        .collect();
+    date(&mut landed, mirror, (registry, &converged), now).await;
     let names: Vec<String> = stages.iter().map(|(n, _)| n.clone()).collect();
     let report = report::build(&names, &landed, &recorded, since);
     let first = names.first().cloned().unwrap_or_default();
@@ -222,20 +228,31 @@ fn images_in(moved: &[Moved], paths: &[String], time: i64) -> Vec<Image> {
         .collect()
 }
 
-/// Each image's build time: the registry's (`created`, the annotation), else when tagpin
-/// first resolved a tag to it, else the commit's time (left as it is).
-async fn date(landed: &mut [Landed], mirror: &Mirror, registry: Option<&Client>, now: i64) {
+/// Each image's build time: the registry's (`created`, the annotation; asked only for
+/// converged deployments, the only ones with a lead time), else when tagpin first resolved a
+/// tag to it, else the commit's time (left as it is).
+async fn date(
+    landed: &mut [Landed],
+    mirror: &Mirror,
+    (registry, converged): (Option<&Client>, &BTreeSet<(String, String)>),
+    now: i64,
+) {
     // One reader at a time (the operator's objects end their cycles together): a digest's
     // build time is asked of the registry once per process, then read from age's memory.
     static ASKING: std::sync::OnceLock<tokio::sync::Mutex<()>> = std::sync::OnceLock::new();
     let _one_at_a_time = ASKING.get_or_init(Default::default).lock().await;
     let seen = FirstSeen::in_dir(mirror.cache_dir());
-    let mut known: BTreeMap<(String, String), Option<(i64, CreatedFrom)>> = BTreeMap::new();
+    type Key = (String, String, bool);
+    let mut known: BTreeMap<Key, Option<(i64, CreatedFrom)>> = BTreeMap::new();
     for l in landed.iter_mut().filter(|l| l.kind == Kind::Deployment) {
+        let ask = converged
+            .contains(&(l.commit.clone(), l.stage.clone()))
+            .then_some(registry)
+            .flatten();
         for image in &mut l.images {
-            let key = (image.image.clone(), image.digest.clone());
+            let key = (image.image.clone(), image.digest.clone(), ask.is_some());
             if !known.contains_key(&key) {
-                let found = built(registry, &seen, &image.image, &image.digest, now).await;
+                let found = built(ask, &seen, &image.image, &image.digest, now).await;
                 known.insert(key.clone(), found);
             }
             if let Some(Some(created)) = known.get(&key) {
