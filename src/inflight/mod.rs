@@ -221,6 +221,10 @@ impl<'a> Round<'a> {
             }
             false => check,
         };
+        // Noted before the status is posted: whoever reads the status finds the note there.
+        if !(item.young && check.state == State::Failed && revert_wanted(&config)) {
+            self.record(item, &expectations, &check, (memory, now));
+        }
         if let (Some(forge), false) = (self.forge, recheck && check.state != State::Failed) {
             verify::publish(forge, item.change_request, &expectations, &check).await;
         }
@@ -231,7 +235,6 @@ impl<'a> Round<'a> {
         let again = matches!(revert, Some(Err(_)))
             || (item.young && check.state == State::Failed && revert_wanted(&config));
         if !again {
-            self.record(item, &expectations, &check, (memory, now));
             lock(memory).verdict(item, check.state, now);
             if recheck {
                 // Checked once more: its final status stands.
