@@ -380,6 +380,8 @@ pub struct RawForge {
     pub username_env: Field<String>,
     #[schemars(range(min = 1, max = 3600))]
     pub timeout_seconds: Field<u64>,
+    /// GitHub only: commits made through the Git Data API, which GitHub signs.
+    pub api_commits: Field<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]

@@ -466,7 +466,7 @@ impl Check {
             .to_string();
         self.template("commit_message", &commit_message);
         let pull_request = self.pull_request(&top.pull_request);
-        let forge = self.forge(&top.forge);
+        let forge = self.forge(&top.forge, author.signing.is_some());
         if mode == WriteMode::PullRequest && !top.forge.is_written() {
             self.problem("forge", "is required when mode is pull-request");
         }
@@ -1411,7 +1411,8 @@ impl Check {
         }
     }
 
-    fn forge(&mut self, field: &Section<RawForge>) -> Option<Forge> {
+    /// `signing`: whether `author.signing` is set, which `forge.api_commits` excludes.
+    fn forge(&mut self, field: &Section<RawForge>, signing: bool) -> Option<Forge> {
         let raw = self.section("forge", field)?;
         let kind = self.string("forge.kind", &raw.kind).unwrap_or("github");
         let section = crate::forge::section(kind).unwrap_or_else(|| {
@@ -1460,14 +1461,44 @@ impl Check {
         let timeout_seconds = self
             .number("forge.timeout_seconds", &raw.timeout_seconds, 1, 3600)
             .unwrap_or(DEFAULT_FORGE_TIMEOUT_SECONDS);
+        let api_commits = self.api_commits(&raw.api_commits, section.kind, signing);
         Some(Forge {
             kind,
+            api_commits,
             api_url: api_url?.to_string(),
             token_env: token_env?.to_string(),
             login,
             username_env,
             timeout_seconds,
         })
+    }
+}
+
+impl Check {
+    /// `forge.api_commits`: a boolean, and only where the forge makes commits (GitHub).
+    fn api_commits(&mut self, field: &Field<bool>, kind: &str, signing: bool) -> bool {
+        let path = "forge.api_commits";
+        let on = match field {
+            Field::Ok(on) => *on,
+            Field::Absent | Field::Null => false,
+            other => {
+                self.wrong(path, "true or false", other);
+                false
+            }
+        };
+        if on && kind != crate::forge::github::SECTION.kind {
+            self.problem(
+                path,
+                "commits through the forge's API are GitHub's only (kind: github)",
+            );
+        }
+        if on && signing {
+            self.problem(
+                path,
+                "GitHub signs the commits it makes through its API; author.signing signs the commits tagpin makes itself: set one of the two",
+            );
+        }
+        on
     }
 }
 

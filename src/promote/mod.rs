@@ -674,13 +674,17 @@ impl<'a> Promoter<'a> {
                     updates: &updates,
                     message: &message,
                 };
-                Some(writer::commit(
-                    self.mirror,
-                    &self.config.author,
-                    evidence.branch,
-                    &change,
-                    attempt,
-                )?)
+                Some(
+                    writer::commit(
+                        self.mirror,
+                        &self.config.author,
+                        self.forge,
+                        evidence.branch,
+                        &change,
+                        attempt,
+                    )
+                    .await?,
+                )
             }
             Decision::Propose { dry_run } => {
                 let forge = self.forge.ok_or(SyncError::NoForge)?;

@@ -587,10 +587,12 @@ impl<'a> Syncer<'a> {
             WriteMode::Commit => Ok(writer::commit(
                 &self.mirror,
                 &self.config.author,
+                self.forge,
                 target,
                 &change,
                 attempt,
-            )?),
+            )
+            .await?),
             WriteMode::PullRequest => {
                 let forge = self.forge.ok_or(SyncError::NoForge)?;
                 let body = body::render(&block) + &body::held_table(&plan.held);
