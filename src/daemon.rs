@@ -36,7 +36,7 @@ use crate::metrics::{self, ActionLabels, PassLabels};
 use crate::promote::round::Promotions;
 use crate::promote::Promoter;
 use crate::registry::Client;
-use crate::server::{self, Listening, Shared, LIVENESS_INTERVALS, WEBHOOK_SECRET_ENV};
+use crate::server::{self, Listening, Shared, WEBHOOK_SECRET_ENV};
 use crate::sync::{Outcome, Syncer};
 
 mod in_flight;
@@ -54,14 +54,6 @@ pub struct Schedule {
     /// `--webhook-window` ([`WEBHOOK_WINDOW`] by default; zero holds nothing back).
     pub webhook_window: Duration,
     pub grace: Duration,
-}
-
-impl Schedule {
-    /// How long the loop may go without finishing any work before `/healthz` fails:
-    /// [`LIVENESS_INTERVALS`] times the interval.
-    pub fn stale_after(&self) -> Duration {
-        self.interval.saturating_mul(LIVENESS_INTERVALS)
-    }
 }
 
 /// Runs cycles (and verifies what is in flight between them) until `stop` turns true.
@@ -376,21 +368,9 @@ fn record_pass(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lifecycle::GRACE_PERIOD;
     use crate::server::tests::{burst, names};
-    use crate::server::WEBHOOK_WINDOW;
+    use crate::server::{LIVENESS_INTERVALS, WEBHOOK_WINDOW};
     use std::collections::BTreeSet;
-
-    #[test]
-    fn healthz_allows_three_intervals_without_progress() {
-        let schedule = Schedule {
-            interval: Duration::from_secs(300),
-            verify_every: Duration::from_secs(30),
-            webhook_window: WEBHOOK_WINDOW,
-            grace: GRACE_PERIOD,
-        };
-        assert_eq!(schedule.stale_after(), Duration::from_secs(900));
-    }
 
     const INTERVAL: Duration = Duration::from_secs(300);
 
