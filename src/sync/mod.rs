@@ -12,7 +12,7 @@
 //! In pull-request mode one group's failure (a refused push, a forge error) is reported for
 //! that group while the others go on.
 
-pub mod policy;
+pub mod decision;
 pub mod shared;
 
 use std::collections::BTreeMap;
@@ -35,7 +35,7 @@ use crate::signing::{Signer, SigningError};
 use crate::writer::{self, Planned, Proposal, WriteError};
 
 pub use crate::writer::Outcome;
-use policy::Group;
+use decision::Group;
 
 /// Tags asked per `tags/list` page (`n`); a registry may serve fewer and point to the rest
 /// with `Link`, which [`Client::list_tags`] follows.
@@ -377,7 +377,7 @@ impl<'a> Syncer<'a> {
         self.gate_digests(&scanned.files, resolutions, follow, report)
             .await;
         report.resolve_time += started.elapsed();
-        let grouped = policy::group(
+        let grouped = decision::group(
             &scanned.files,
             resolutions,
             follow,
@@ -402,8 +402,11 @@ impl<'a> Syncer<'a> {
                 // In pull-request mode each group is its own proposal: one that fails is
                 // reported, and the next is still proposed.
                 Err(e) if self.config.mode == WriteMode::PullRequest && !e.is_pass_wide() => {
-                    let branch =
-                        policy::pr_branch(&self.config.pull_request.branch_prefix, target, &group);
+                    let branch = decision::pr_branch(
+                        &self.config.pull_request.branch_prefix,
+                        target,
+                        &group,
+                    );
                     let cr = ChangeRequestNoun::of(self.config.forge.as_ref()).word();
                     let what = match &group {
                         Group::All => format!("{cr} from {branch}"),
@@ -562,7 +565,7 @@ impl<'a> Syncer<'a> {
         let branch = match self.config.mode {
             WriteMode::Commit => target.clone(),
             WriteMode::PullRequest => {
-                policy::pr_branch(&self.config.pull_request.branch_prefix, target, group)
+                decision::pr_branch(&self.config.pull_request.branch_prefix, target, group)
             }
         };
         if plan.files.is_empty() {
