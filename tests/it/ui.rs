@@ -1,0 +1,331 @@
+//! The dashboard (`--ui-listen`), served by the real `tagpin run` on a promotion fixture (a
+//! real registry, a bare Git remote, a local GitHub, two local Kubernetes API servers) and
+//! looked at in a real headless chromium: what a person sees (stages, digests, verdicts, a
+//! promotion's reason), keyboard navigation, axe-core's accessibility checks, and an update
+//! that appears without a reload.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::run::{runs, Controller, SECRET};
+use crate::support;
+use crate::support::browser::{self, Browser, ENTER};
+use support::git::BareRepo;
+use support::github::GitHubServer;
+use support::kube::{deployment as live_deployment, KubeServer};
+use support::manifests::deployment;
+use support::registry::{free_port, ImageDigests, Mode, TestRegistry};
+
+/// `TAGPIN_UPDATE_SCREENSHOT=1` writes the repository page's screenshot to
+/// docs/img/dashboard.png (the one docs/dashboard.md shows); otherwise it goes to a
+/// temporary directory.
+const UPDATE_SCREENSHOT_ENV: &str = "TAGPIN_UPDATE_SCREENSHOT";
+
+/// Two stages, staging and production, each on its own local cluster; `web` runs the tag in
+/// staging (not pinned yet) and an older version in production.
+struct World {
+    registry: TestRegistry,
+    pushed: ImageDigests,
+    staging: KubeServer,
+    _production: KubeServer,
+    _github: GitHubServer,
+    _repo: BareRepo,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+async fn promotion_world() -> World {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let pushed = registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[
+        (
+            "envs/staging/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:1.0")),
+        ),
+        (
+            "envs/production/web.yaml",
+            &deployment("web", &format!("{host}/acme/web:0.9")),
+        ),
+    ]);
+    let github = GitHubServer::start("ghs_ui", "acme", "gitops", repo.path()).await;
+    let (staging, production) = (KubeServer::start().await, KubeServer::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let mut kubeconfigs = Vec::new();
+    for (name, kube) in [("staging", &staging), ("production", &production)] {
+        let at = dir.path().join(name);
+        std::fs::create_dir_all(&at).unwrap();
+        kubeconfigs.push(kube.kubeconfig(&at));
+    }
+    let config = dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\nmode: commit\n\
+             registries: {{insecure: ['{host}']}}\nverify: {{default_namespace: shop}}\n\
+             forge: {{api_url: '{}', owner: acme, repo: gitops, token_env: GH_TOKEN}}\n\
+             promotion:\n  stages:\n\
+             \x20 - {{name: staging, paths: [envs/staging], cluster: {{kubeconfig: '{}'}}}}\n\
+             \x20 - {{name: production, paths: [envs/production], soak: 1h, cluster: {{kubeconfig: '{}'}}}}\n",
+            repo.file_url(),
+            github.api_url(),
+            kubeconfigs[0].display(),
+            kubeconfigs[1].display(),
+        ),
+    )
+    .unwrap();
+    for (kube, tag) in [(&staging, "1.0"), (&production, "0.9")] {
+        kube.apply(live_deployment(
+            "shop",
+            "web",
+            &[("app", "web")],
+            &[("app", &format!("{host}/acme/web:{tag}"))],
+        ));
+    }
+    World {
+        registry,
+        pushed,
+        staging,
+        _production: production,
+        _github: github,
+        _repo: repo,
+        dir,
+        config,
+    }
+}
+
+async fn api(http: &reqwest::Client, url: &str) -> Value {
+    http.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+/// The repository's page as the API gives it, once `ready` holds for it (within 60 s).
+async fn detail_when(http: &reqwest::Client, base: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let overview = api(http, &format!("{base}/api/repositories")).await;
+        let mut last = Value::Null;
+        if let Some(id) = overview["repositories"][0]["id"].as_str() {
+            last = api(http, &format!("{base}/api/repositories/{id}")).await;
+            if ready(&last) {
+                return last;
+            }
+        }
+        assert!(Instant::now() < deadline, "not as expected: {last:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn stage<'a>(detail: &'a Value, name: &str) -> &'a Value {
+    detail["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no stage {name}: {detail:#}"))
+}
+
+/// Waits (60 s at most) until the page's visible text holds every one of `wanted`.
+async fn sees(browser: &Browser, wanted: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = browser.text().await;
+        if wanted.iter().all(|w| text.contains(w)) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page does not show all of {wanted:?}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn screenshot_path(dir: &Path) -> PathBuf {
+    if std::env::var(UPDATE_SCREENSHOT_ENV).as_deref() == Ok("1") {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/img/dashboard.png")
+    } else {
+        dir.join("dashboard.png")
+    }
+}
+
+#[tokio::test]
+async fn a_person_sees_stages_digests_verdicts_and_gates_and_the_page_follows_the_cycle() {
+    if let Some(why) = browser::missing_tools() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let world = promotion_world().await;
+    let host = world.registry.host();
+    let ui_port = free_port();
+    let ui = format!("http://127.0.0.1:{ui_port}");
+    let ui_listen = format!("127.0.0.1:{ui_port}");
+    let controller = Controller::start_with_args(
+        world.dir.path(),
+        &world.config,
+        &[("GH_TOKEN", "ghs_ui")],
+        &["--interval", "1h", "--ui-listen", &ui_listen],
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let digest = world.pushed.manifest.clone();
+    let pinned = format!("{host}/acme/web:1.0@{digest}");
+
+    // Staging's verdict on the pin: the cluster still runs the tag.
+    let before = detail_when(&http, &ui, |d| {
+        stage(d, "staging")["images"][0]["digest"] == json!(digest)
+            && stage(d, "production")["gate"].is_object()
+    })
+    .await;
+    let staging_verdict = stage(&before, "staging")["images"][0]["verdict"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(staging_verdict, "converged", "{before:#}");
+
+    let browser = Browser::start().await;
+    browser.goto(&format!("{ui}/")).await;
+    let repository = before["key"].as_str().unwrap();
+    sees(
+        &browser,
+        &["Repositories", repository, "staging", "production"],
+    )
+    .await;
+    // The CSP and the other headers are on every answer.
+    let page = http.get(format!("{ui}/")).send().await.unwrap();
+    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"),
+        "{csp}"
+    );
+    assert_eq!(page.headers()["x-content-type-options"], "nosniff");
+    assert!(
+        browser.accessibility_problems().await.is_empty(),
+        "overview: {:?}",
+        browser.accessibility_problems().await
+    );
+
+    // Keyboard: Tab reaches the repository's link, Enter opens it.
+    let link = browser
+        .tab_to(10, |f| {
+            f["href"]
+                .as_str()
+                .is_some_and(|h| h.starts_with("/repositories/"))
+        })
+        .await;
+    assert!(link.is_some(), "Tab never reached the repository's link");
+    browser.press(ENTER).await;
+    support::eventually_async("the repository's page", || async {
+        browser.url().await.contains("/repositories/")
+    })
+    .await;
+    let short = &digest[..7 + 12];
+    let gate_reason = stage(&before, "production")["gate"]["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    sees(
+        &browser,
+        &[
+            "Stages",
+            "staging",
+            "production",
+            short,
+            &staging_verdict,
+            &gate_reason,
+            "Promotion from staging",
+        ],
+    )
+    .await;
+    // The full digest on hover, and a copy button reached by Tab.
+    let titled = browser
+        .run(
+            "return document.querySelectorAll('code[title=\"' + arguments[0] + '\"]').length;",
+            json!([digest]),
+        )
+        .await;
+    assert!(
+        titled.as_u64().unwrap_or(0) >= 1,
+        "no element titled with the full digest"
+    );
+    let copy = browser
+        .tab_to(20, |f| {
+            f["label"]
+                .as_str()
+                .is_some_and(|l| l.starts_with("Copy digest"))
+        })
+        .await;
+    assert_eq!(
+        copy.map(|f| f["label"].clone()),
+        Some(json!(format!("Copy digest {digest}")))
+    );
+    let problems = browser.accessibility_problems().await;
+    assert!(problems.is_empty(), "repository page: {problems:?}");
+
+    // Staging converges; the next pass (a webhook) sees it: the page follows without a reload.
+    browser
+        .run("window.__notReloaded = 42; return 1;", json!([]))
+        .await;
+    runs(
+        &world.staging,
+        "web",
+        &pinned,
+        &format!("{host}/acme/web@{digest}"),
+        "web-1",
+    );
+    let event = format!(
+        r#"{{"events":[{{"action":"push","target":{{"repository":"acme/web","tag":"1.0"}},"request":{{"host":"{host}"}}}}]}}"#
+    );
+    let auth = format!("Bearer {SECRET}");
+    assert_eq!(
+        controller
+            .deliver("distribution", Some(&auth), &event)
+            .await,
+        202
+    );
+    let after = detail_when(&http, &ui, |d| {
+        stage(d, "staging")["verdict"] == "converged"
+            && stage(d, "production")["gate"]["state"] == "soaking"
+    })
+    .await;
+    let soaking = stage(&after, "production")["gate"]["reason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let text = sees(&browser, &["converged", "1 / 1", &soaking, "left of 1h"]).await;
+    assert!(
+        !text.contains(&gate_reason) || gate_reason == soaking,
+        "{text}"
+    );
+    assert_eq!(
+        browser.run("return window.__notReloaded;", json!([])).await,
+        json!(42),
+        "the page was reloaded"
+    );
+    let shot = screenshot_path(world.dir.path());
+    std::fs::write(&shot, browser.screenshot().await).unwrap();
+    browser.quit().await;
+    let (code, log) = controller.stop().await;
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[tokio::test]
+async fn the_dashboard_is_off_by_default_and_never_on_the_webhook_port() {
+    let world = promotion_world().await;
+    let controller = Controller::start_with_args(
+        world.dir.path(),
+        &world.config,
+        &[("GH_TOKEN", "ghs_ui")],
+        &["--interval", "1h"],
+    )
+    .await;
+    for path in ["/", "/api/repositories", "/assets/app.js"] {
+        let answer = reqwest::get(format!("{}{path}", controller.base))
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 404, "{path} on the webhook port");
+    }
+    let (code, log) = controller.stop().await;
+    assert_eq!(code, Some(0), "{log}");
+}
