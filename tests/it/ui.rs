@@ -23,6 +23,9 @@ use support::registry::{free_port, ImageDigests, Mode, TestRegistry};
 /// temporary directory.
 const UPDATE_SCREENSHOT_ENV: &str = "TAGPIN_UPDATE_SCREENSHOT";
 
+/// A hold comment that is markup, as anyone who can push to the GitOps repository may write.
+const HOSTILE: &str = "<img src=x onerror=\"window.__xss=1\"> & <b>bold</b>";
+
 /// Two stages, staging and production, each on its own local cluster; `web` runs the tag in
 /// staging (not pinned yet) and an older version in production.
 struct World {
@@ -40,11 +43,16 @@ async fn promotion_world() -> World {
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     let pushed = registry.push_image("acme/web", "1.0", "one").await;
+    registry.push_image("acme/api", "2", "api").await;
+    // Held by a comment whose text is HTML: the page must show it as text.
+    let api = format!("{host}/acme/api:2");
+    let held = deployment("api", &api).replace(&api, &format!("{api} # tagpin: hold {HOSTILE}"));
     let repo = BareRepo::create(&[
         (
             "envs/staging/web.yaml",
             &deployment("web", &format!("{host}/acme/web:1.0")),
         ),
+        ("envs/staging/api.yaml", &held),
         (
             "envs/production/web.yaml",
             &deployment("web", &format!("{host}/acme/web:0.9")),
@@ -205,6 +213,21 @@ async fn a_person_sees_stages_digests_verdicts_and_gates_and_the_page_follows_th
         "overview: {:?}",
         browser.accessibility_problems().await
     );
+
+    // What Git says is shown as text, never run as markup.
+    browser.goto(&format!("{ui}/")).await;
+    let id = before["id"].as_str().unwrap();
+    browser.goto(&format!("{ui}/repositories/{id}")).await;
+    sees(&browser, &[&format!("# tagpin: hold {HOSTILE}")]).await;
+    let injected = browser
+        .run(
+            "return [document.querySelectorAll('main img, main b').length, window.__xss === undefined];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(injected, json!([0, true]));
+    browser.goto(&format!("{ui}/")).await;
+    sees(&browser, &["Repositories", repository]).await;
 
     // Keyboard: Tab reaches the repository's link, Enter opens it.
     let link = browser
