@@ -57,8 +57,16 @@ async fn repositories(ui: &str, token: Option<&str>) -> (u16, String) {
     (answer.status().as_u16(), answer.text().await.unwrap())
 }
 
-#[tokio::test]
-async fn each_team_s_token_shows_its_own_repository_and_never_the_other_s_name() {
+/// Two teams' objects (team-a's `storefront`, team-b's `ledger-secret-project`), the operator
+/// allowed to review, alice (token `token-alice`, group `team-a-devs`) bound in team-a by
+/// name, bob (`token-bob`) through his group `team-b-devs` in team-b.
+struct Teams {
+    _registry: TestRegistry,
+    _repos: (BareRepo, BareRepo),
+    kube: KubeServer,
+}
+
+async fn two_teams() -> Teams {
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     registry.push_image("acme/web", "1.0", "one").await;
@@ -94,6 +102,16 @@ async fn each_team_s_token_shows_its_own_repository_and_never_the_other_s_name()
         Grant::namespaced("team-b", &["get", "list"], &["pinnedrepositories"]),
     );
 
+    Teams {
+        _registry: registry,
+        _repos: (repo_a, repo_b),
+        kube,
+    }
+}
+
+#[tokio::test]
+async fn each_team_s_token_shows_its_own_repository_and_never_the_other_s_name() {
+    let Teams { kube, .. } = two_teams().await;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
@@ -156,5 +174,61 @@ async fn each_team_s_token_shows_its_own_repository_and_never_the_other_s_name()
         .iter()
         .any(|r| r.path.ends_with("/subjectaccessreviews") && r.status == 201));
     assert!(reviews.iter().all(|r| r.status == 201), "{reviews:?}");
+    operator.stop().await;
+}
+
+async fn as_proxied(ui: &str, user: &str, groups: &str) -> (u16, String) {
+    let answer = reqwest::Client::new()
+        .get(format!("{ui}/api/repositories"))
+        .header("X-Auth-Request-User", user)
+        .header("X-Auth-Request-Groups", groups)
+        .send()
+        .await
+        .unwrap();
+    (answer.status().as_u16(), answer.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn behind_a_proxy_its_user_and_group_headers_are_checked_the_same_way() {
+    let Teams { kube, .. } = two_teams().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let args = [
+        "--ui-listen",
+        &listen,
+        "--ui-auth",
+        "proxy",
+        "--ui-user-header",
+        "X-Auth-Request-User",
+        "--ui-groups-header",
+        "X-Auth-Request-Groups",
+    ];
+    let operator = Operator::start(dir.path(), &kube, "op", &args).await;
+    let ui = format!("http://127.0.0.1:{port}");
+    support::eventually_async("both on the board", || async {
+        let (_, alice) = as_proxied(&ui, "alice", "").await;
+        let (_, carol) = as_proxied(&ui, "carol", "team-b-devs, others").await;
+        alice.contains("team-a/storefront") && carol.contains("team-b/ledger-secret-project")
+    })
+    .await;
+    let (_, alice) = as_proxied(&ui, "alice", "").await;
+    assert!(!alice.contains("ledger"), "{alice}");
+    // carol is in team-b-devs: team-b only.
+    let (_, carol) = as_proxied(&ui, "carol", "team-b-devs, others").await;
+    assert!(!carol.contains("storefront"), "{carol}");
+    // Someone bound nowhere sees an empty list; no user header at all is refused.
+    let (status, nobody) = as_proxied(&ui, "dave", "").await;
+    assert_eq!(
+        (
+            status,
+            nobody.contains("storefront") || nobody.contains("ledger")
+        ),
+        (200, false)
+    );
+    let answer = reqwest::get(format!("{ui}/api/repositories"))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 401);
     operator.stop().await;
 }
