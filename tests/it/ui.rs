@@ -352,3 +352,133 @@ async fn the_dashboard_is_off_by_default_and_never_on_the_webhook_port() {
     let (code, log) = controller.stop().await;
     assert_eq!(code, Some(0), "{log}");
 }
+
+/// The delivery report's JSON shape (section 2 of #39), as the lead's wiring hands it to the
+/// board: two changes on two days, one with a lead time.
+fn delivery_figures() -> Value {
+    json!({
+        "since": "2026-11-07T00:00:00Z",
+        "stages": [{
+            "name": "staging", "deployments": 2, "failures": 1, "change_failure_rate": 0.5,
+            "lead_time_seconds": {"median": 840, "p90": 1500},
+            "time_to_restore_seconds": {"median": 600}
+        }],
+        "changes": [
+            {"image": "r.example/acme/web", "digest": format!("sha256:{}", "a".repeat(64)),
+             "stage": "staging", "created": "2026-12-01T10:00:00Z", "pinned": "2026-12-01T10:05:00Z",
+             "converged": "2026-12-01T10:14:00Z", "outcome": "converged"},
+            {"image": "r.example/acme/web", "digest": format!("sha256:{}", "b".repeat(64)),
+             "stage": "staging", "created": "2026-12-02T09:00:00Z", "pinned": "2026-12-02T09:01:00Z",
+             "converged": null, "outcome": "failed"}
+        ]
+    })
+}
+
+fn events(repository: &str) -> Vec<tagpin::event::Event> {
+    use tagpin::event::{ChangeLink, Event, EventKind};
+    let event = |kind, time, reason: Option<&str>| Event {
+        kind,
+        time,
+        repository: repository.to_string(),
+        stage: "staging".into(),
+        image: Some("r.example/acme/web".into()),
+        digest: Some(format!("sha256:{}", "b".repeat(64))),
+        commit: Some("0123456789abcdef0123456789abcdef01234567".into()),
+        change_request: Some(ChangeLink {
+            number: 7,
+            url: Some("https://git.example/acme/gitops/pull/7".into()),
+        }),
+        reason: reason.map(str::to_string),
+    };
+    vec![
+        event(EventKind::Pinned, 1_764_666_060, None),
+        event(
+            EventKind::Failed,
+            1_764_667_000,
+            Some("web: CrashLoopBackOff <b>x</b>"),
+        ),
+        event(EventKind::Reverted, 1_764_667_300, None),
+    ]
+}
+
+#[tokio::test]
+async fn the_timeline_and_the_delivery_panel_show_what_the_board_holds() {
+    if let Some(why) = browser::missing_tools() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let key = "https://git.example/acme/gitops.git";
+    let config = tagpin::config::Config::parse(
+        &format!("repository: {{url: '{key}', branch: main}}\n"),
+        Path::new("tagpin.yaml"),
+    )
+    .unwrap();
+    let board = tagpin::ui::Board::default();
+    board.update(key, tagpin::ui::RepoView::new(key, &config, 1_764_667_300));
+    board.record(events(key));
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ui = format!("http://{}", listener.local_addr().unwrap());
+    let app = tagpin::ui::http::router(board.clone(), tagpin::ui::UiAuth::None);
+    tokio::spawn(tagpin::server::serve_app(
+        listener,
+        app,
+        stop,
+        tagpin::server::HttpLimits::default(),
+    ));
+    let id = tagpin::ui::board::id_of(key);
+
+    let browser = Browser::start().await;
+    browser.goto(&format!("{ui}/repositories/{id}")).await;
+    sees(
+        &browser,
+        &["No delivery figures yet", "reverted", "failed", "pinned"],
+    )
+    .await;
+    // Newest first, the reason as text, the change request linked.
+    let text = browser.text().await;
+    let timeline = &text[text.find("Timeline").unwrap()..];
+    let (reverted, pinned) = (
+        timeline.find("reverted").unwrap(),
+        timeline.find("pinned").unwrap(),
+    );
+    assert!(reverted < pinned, "{text}");
+    assert!(text.contains("web: CrashLoopBackOff <b>x</b>"), "{text}");
+    let links = browser
+        .run(
+            "return [...document.querySelectorAll('ol.timeline a')].map(a => a.href);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(links[0], "https://git.example/acme/gitops/pull/7");
+
+    // The lead's delivery report arrives: the panel fills in without a reload.
+    board.set_delivery(key, Some(delivery_figures()));
+    sees(
+        &browser,
+        &[
+            "Deployments per day",
+            "Lead time per change",
+            "50%",
+            "14m / 25m",
+            "10m",
+        ],
+    )
+    .await;
+    let bars = browser
+        .run(
+            "return [...document.querySelectorAll('figure svg')].map(s => \
+             [s.getAttribute('aria-label'), s.querySelectorAll('rect').length]);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(bars[0][1], 1, "one change with a lead time: {bars}");
+    assert!(
+        bars[0][0].as_str().unwrap().ends_with("14m"),
+        "built at 10:00, converged at 10:14: {bars}"
+    );
+    assert_eq!(bars[1][1], 2, "deployments on two days: {bars}");
+    let problems = browser.accessibility_problems().await;
+    assert!(problems.is_empty(), "{problems:?}");
+    browser.quit().await;
+}
