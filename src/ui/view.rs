@@ -30,8 +30,9 @@ pub struct RepoView {
     pub mode: &'static str,
     /// The branch's tip as the mirror last had it.
     pub tip: Option<String>,
-    /// Distinct image digests pinned over the stages, as last verified.
-    pub images_pinned: usize,
+    /// Distinct image digests pinned over the stages, as last verified; `None` until a
+    /// verification round saw them (never, without a cluster to verify on).
+    pub images_pinned: Option<usize>,
     pub change_requests: Vec<ChangeRequestView>,
     pub holds: Vec<HoldView>,
     pub audit: Option<AuditView>,
@@ -154,7 +155,7 @@ impl RepoView {
                 WriteMode::PullRequest => "pull-request",
             },
             tip: None,
-            images_pinned: 0,
+            images_pinned: None,
             change_requests: Vec::new(),
             holds: Vec::new(),
             audit: None,
@@ -254,7 +255,7 @@ impl RepoView {
                 stage.judged(item, check, &expectations.expected, now);
             }
         }
-        self.images_pinned = self.count_pinned();
+        self.images_pinned = Some(self.count_pinned());
         if let Some(Ok(audit)) = &verification.audit {
             self.audit = Some(AuditView {
                 commit: audit.commit.clone(),

@@ -68,7 +68,17 @@ function copyButton(value, label) {
       await navigator.clipboard.writeText(value);
       button.textContent = "copied";
     } catch (e) {
-      button.textContent = "copy failed";
+      // No clipboard (a page not served over HTTPS or loopback): select it for Ctrl+C.
+      const code = button.previousElementSibling;
+      if (code) {
+        code.textContent = value;
+        const range = document.createRange();
+        range.selectNodeContents(code);
+        const selection = window.getSelection();
+        selection.removeAllRanges();
+        selection.addRange(range);
+      }
+      button.textContent = "selected: press Ctrl+C";
     }
     setTimeout(() => { button.textContent = "copy"; }, 1500);
   });
@@ -79,6 +89,10 @@ function digestCell(digest) {
   return el("span", { class: "digest" },
     el("code", { title: digest }, shortDigest(digest)),
     copyButton(digest, `digest ${digest}`));
+}
+
+function pinnedCount(n) {
+  return n === null || n === undefined ? "not verified yet" : String(n);
 }
 
 function setStatus(text) {
@@ -144,7 +158,7 @@ function overviewPage(data) {
       repo.namespace ? el("div", { class: "muted" }, `namespace ${repo.namespace}`) : null),
     el("td", {}, repo.branch, " ", repo.tip ? el("code", { title: repo.tip }, shortSha(repo.tip)) : null),
     el("td", {}, ...repo.stages.map((s) => el("div", {}, `${s.name} `, badge("v", s.verdict)))),
-    el("td", {}, String(repo.images_pinned)),
+    el("td", {}, pinnedCount(repo.images_pinned)),
     el("td", {}, repo.change_requests.length === 0 ? "none" :
       el("ul", {}, ...repo.change_requests.map((cr) => el("li", {}, `#${cr.number} `, badge("v", cr.verdict))))),
     el("td", {}, String(repo.holds.length)),
@@ -165,7 +179,7 @@ function repositoryPage(repo) {
   const facts = el("dl", { class: "facts" },
     el("dt", {}, "Branch"), el("dd", {}, repo.branch, ` (${repo.mode} mode)`),
     el("dt", {}, "Tip"), el("dd", {}, repo.tip ? el("span", {}, el("code", { title: repo.tip }, shortSha(repo.tip)), copyButton(repo.tip, `commit ${repo.tip}`)) : "unknown"),
-    el("dt", {}, "Images pinned"), el("dd", {}, String(repo.images_pinned)),
+    el("dt", {}, "Images pinned"), el("dd", {}, pinnedCount(repo.images_pinned)),
     el("dt", {}, "Last pass"), el("dd", {}, repo.last_pass ? el("span", {}, badge("o", repo.last_pass.outcome), ` ${repo.last_pass.summary}, ${ago(repo.last_pass.time)}`) : "none yet"),
     el("dt", {}, "Audit"), el("dd", {}, repo.audit ? el("span", {}, badge("a", repo.audit.clean ? "clean" : "drift"), ` ${repo.audit.summary}`) : "not audited"));
   const stages = [];
