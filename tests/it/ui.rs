@@ -482,3 +482,51 @@ async fn the_timeline_and_the_delivery_panel_show_what_the_board_holds() {
     assert!(problems.is_empty(), "{problems:?}");
     browser.quit().await;
 }
+
+/// `tagpin` with `args`, as a user runs it; its exit code and stderr.
+fn tagpin(args: &[&str], dir: &Path) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+        .args(args)
+        .env("HOME", dir)
+        .env("KUBECONFIG", dir.join("no-kubeconfig"))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_operator_dashboard_for_anyone_must_be_asked_for_and_run_has_no_tenancy_to_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, err) = tagpin(
+        &[
+            "operator",
+            "--ui-listen",
+            "127.0.0.1:0",
+            "--ui-auth",
+            "none",
+        ],
+        dir.path(),
+    );
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("--ui-allow-anonymous"), "{err}");
+    let (code, err) = tagpin(
+        &[
+            "run",
+            "--config",
+            "tagpin.yaml",
+            "--ui-listen",
+            "127.0.0.1:0",
+            "--ui-auth",
+            "token",
+        ],
+        dir.path(),
+    );
+    assert_ne!(code, Some(0), "{err}");
+    assert!(
+        err.contains("--ui-auth") && err.contains("only `none`"),
+        "{err}"
+    );
+}
