@@ -217,6 +217,13 @@ pub async fn reconcile(
             })?;
     }
     tracing::info!("{name}: {}", outcome_line(&outcome));
+    let (ready, reason) = outcome.ready();
+    crate::ui::record_readiness(
+        &ctx.board,
+        &name,
+        (ready, reason.as_str()),
+        crate::clock::unix_now(),
+    );
     ctx.shared
         .metrics
         .object_reconciled

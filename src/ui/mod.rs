@@ -76,3 +76,16 @@ pub fn record_verification(
     let new = || RepoView::new(key, config, now).in_namespace_of(key);
     board.edit(key, new, |v| v.verified(verification, now));
 }
+
+/// Writes the operator's `Ready` condition of the object `key` (`namespace/name`) after a
+/// reconcile, putting an object stalled before its cycle on the board too.
+pub fn record_readiness(board: &Board, key: &str, (ready, reason): (bool, &str), now: i64) {
+    let new = || RepoView::unconfigured(key, now).in_namespace_of(key);
+    board.edit(key, new, |v| {
+        v.ready = Some(view::ReadyView {
+            ready,
+            reason: reason.to_string(),
+        });
+        v.updated = now;
+    });
+}

@@ -37,6 +37,11 @@ pub struct RepoView {
     pub holds: Vec<HoldView>,
     pub audit: Option<AuditView>,
     pub last_pass: Option<PassView>,
+    /// The operator's `Ready` condition and its reason, after each reconcile (also of an
+    /// object stalled before its cycle could run: a spec that does not validate, a missing
+    /// Secret).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ready: Option<ReadyView>,
     /// Promotion stages left to right, or the branch alone.
     pub stages: Vec<StageView>,
     /// When the view was last written (Unix seconds). Not served: a page redraws only when
@@ -87,6 +92,14 @@ pub struct PassView {
     /// `ok`, `partial` or `error`.
     pub outcome: &'static str,
     pub summary: String,
+}
+
+/// The operator's `Ready` condition.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ReadyView {
+    pub ready: bool,
+    /// The condition's reason (`Stalled`, `Reconciling`, `Converged`, ...).
+    pub reason: String,
 }
 
 /// One stage (or the branch, without promotion).
@@ -160,7 +173,27 @@ impl RepoView {
             holds: Vec::new(),
             audit: None,
             last_pass: None,
+            ready: None,
             stages: stages.into_iter().map(StageView::named).collect(),
+            updated: now,
+        }
+    }
+
+    /// A view of an object whose spec gave no configuration (yet): its key alone.
+    pub fn unconfigured(key: &str, now: i64) -> RepoView {
+        RepoView {
+            key: key.to_string(),
+            namespace: None,
+            branch: String::new(),
+            mode: "commit",
+            tip: None,
+            images_pinned: None,
+            change_requests: Vec::new(),
+            holds: Vec::new(),
+            audit: None,
+            last_pass: None,
+            ready: None,
+            stages: Vec::new(),
             updated: now,
         }
     }

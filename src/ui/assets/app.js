@@ -91,6 +91,12 @@ function digestCell(digest) {
     copyButton(digest, `digest ${digest}`));
 }
 
+// The operator's Ready condition, when there is one.
+function readiness(ready) {
+  if (!ready) return null;
+  return el("div", {}, badge("o", ready.ready ? "ok" : "error"), ` ${ready.ready ? "Ready" : "Not ready"}: ${ready.reason}`);
+}
+
 function pinnedCount(n) {
   return n === null || n === undefined ? "not verified yet" : String(n);
 }
@@ -164,7 +170,7 @@ function overviewPage(data) {
     el("td", {}, String(repo.holds.length)),
     el("td", {}, repo.audit ? badge("a", repo.audit.clean ? "clean" : "drift") : "not audited"),
     el("td", {}, repo.last_pass ? el("span", {}, badge("o", repo.last_pass.outcome), " ",
-      ago(repo.last_pass.time)) : "none yet")));
+      ago(repo.last_pass.time)) : "none yet", readiness(repo.ready))));
   return [
     el("h1", {}, "Repositories"),
     el("table", {}, el("caption", { class: "muted" }, `${repos.length} repositor${repos.length === 1 ? "y" : "ies"}`),
@@ -181,6 +187,7 @@ function repositoryPage(repo) {
     el("dt", {}, "Tip"), el("dd", {}, repo.tip ? el("span", {}, el("code", { title: repo.tip }, shortSha(repo.tip)), copyButton(repo.tip, `commit ${repo.tip}`)) : "unknown"),
     el("dt", {}, "Images pinned"), el("dd", {}, pinnedCount(repo.images_pinned)),
     el("dt", {}, "Last pass"), el("dd", {}, repo.last_pass ? el("span", {}, badge("o", repo.last_pass.outcome), ` ${repo.last_pass.summary}, ${ago(repo.last_pass.time)}`) : "none yet"),
+    repo.ready ? el("dt", {}, "Ready") : null, repo.ready ? el("dd", {}, readiness(repo.ready)) : null,
     el("dt", {}, "Audit"), el("dd", {}, repo.audit ? el("span", {}, badge("a", repo.audit.clean ? "clean" : "drift"), ` ${repo.audit.summary}`) : "not audited"));
   const stages = [];
   repo.stages.forEach((stage, i) => {

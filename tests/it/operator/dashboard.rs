@@ -90,6 +90,10 @@ async fn two_teams() -> Teams {
         "ledger-secret-project",
         spec(&repo_b.file_url(), &host),
     ));
+    // The schema admits it, the validator does not: it stalls before its cycle.
+    let mut broken = spec(&repo_a.file_url(), &host);
+    broken["paths"] = json!(["../outside"]);
+    kube.apply(object_in("team-a", "broken", broken));
     // alice is bound in team-a by name; bob through a group of team-b.
     kube.add_user_token("token-alice", "alice", &["team-a-devs"]);
     kube.add_user_token("token-bob", "bob", &["team-b-devs"]);
@@ -126,12 +130,23 @@ async fn each_team_s_token_shows_its_own_repository_and_never_the_other_s_name()
     support::eventually_async("both on the board", || async {
         let (_, alice) = repositories(&ui, Some("token-alice")).await;
         let (_, bob) = repositories(&ui, Some("token-bob")).await;
-        alice.contains("team-a/storefront") && bob.contains("team-b/ledger-secret-project")
+        alice.contains("team-a/storefront")
+            && alice.contains("team-a/broken")
+            && bob.contains("team-b/ledger-secret-project")
     })
     .await;
 
     let (status, alice) = repositories(&ui, Some("token-alice")).await;
     assert_eq!(status, 200, "{alice}");
+    // An object stalled before its cycle could run is listed too, not ready, with why.
+    let listed: Value = serde_json::from_str(&alice).unwrap();
+    let broken = listed["repositories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == "team-a/broken")
+        .unwrap_or_else(|| panic!("{listed:#}"));
+    assert_eq!(broken["ready"]["ready"], false, "{broken:#}");
     assert!(
         !alice.contains("ledger-secret-project") && !alice.contains("team-b"),
         "{alice}"
