@@ -111,6 +111,8 @@ pub enum Command {
         webhook_window: String,
         #[command(flatten)]
         leader: LeaderElectArgs,
+        #[command(flatten)]
+        ui: UiArgs,
     },
     /// Run the operator: reconcile every PinnedRepository object it selects, each on its own.
     Operator(OperatorArgs),
@@ -291,6 +293,76 @@ pub struct OperatorArgs {
     pub default_service_account: Option<String>,
     #[command(flatten)]
     pub leader: LeaderElectArgs,
+    #[command(flatten)]
+    pub ui: UiArgs,
+}
+
+/// The dashboard's flags (`run` and the operator); see docs/dashboard.md.
+#[derive(Debug, Clone, Args)]
+pub struct UiArgs {
+    /// Serve the dashboard on this address, a listener of its own (off by default: the
+    /// webhook listener, which may face a registry, never serves it).
+    #[arg(long, value_name = "ADDR")]
+    pub ui_listen: Option<std::net::SocketAddr>,
+    /// Who may see which repository: a bearer token checked with a TokenReview (`token`), an
+    /// authenticating proxy's headers (`proxy`), both then checked per namespace with a
+    /// SubjectAccessReview; or no check (`none`: `run`'s default, and the operator's only with
+    /// --ui-allow-anonymous) [default: run none, operator token].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub ui_auth: Option<crate::ui::auth::Mode>,
+    /// The proxy's header naming the user (`--ui-auth proxy`).
+    #[arg(long, value_name = "NAME", default_value = "X-Forwarded-User")]
+    pub ui_user_header: String,
+    /// The proxy's header naming the user's groups, comma-separated (`--ui-auth proxy`).
+    #[arg(long, value_name = "NAME", default_value = "X-Forwarded-Groups")]
+    pub ui_groups_header: String,
+    /// Let the operator's dashboard show every repository to anyone who reaches it
+    /// (`--ui-auth none`).
+    #[arg(long)]
+    pub ui_allow_anonymous: bool,
+}
+
+impl UiArgs {
+    /// `run`'s dashboard: one team, no check.
+    fn for_run(&self) -> Result<Option<std::net::SocketAddr>, CliError> {
+        match self.ui_auth {
+            None | Some(crate::ui::auth::Mode::None) => Ok(self.ui_listen),
+            Some(_) => Err(CliError::Flag {
+                flag: "--ui-auth",
+                message: "`tagpin run` serves one team's repository: only `none`; token and \
+                          proxy are the operator's"
+                    .into(),
+            }),
+        }
+    }
+
+    /// The operator's dashboard: where, and how viewers are checked.
+    fn for_operator(&self) -> Result<Option<crate::operator::UiSetup>, CliError> {
+        let Some(listen) = self.ui_listen else {
+            return Ok(None);
+        };
+        let mode = self.ui_auth.unwrap_or(crate::ui::auth::Mode::Token);
+        if mode == crate::ui::auth::Mode::None && !self.ui_allow_anonymous {
+            return Err(CliError::Flag {
+                flag: "--ui-auth",
+                message: "`none` shows every tenant's repositories to anyone who reaches the \
+                          listener: add --ui-allow-anonymous to mean it"
+                    .into(),
+            });
+        }
+        let header = |flag: &'static str, name: &str| {
+            axum::http::HeaderName::try_from(name).map_err(|_| CliError::Flag {
+                flag,
+                message: format!("{name:?} is not a header name"),
+            })
+        };
+        Ok(Some(crate::operator::UiSetup {
+            listen,
+            mode,
+            user_header: header("--ui-user-header", &self.ui_user_header)?,
+            groups_header: header("--ui-groups-header", &self.ui_groups_header)?,
+        }))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -584,6 +656,7 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
             grace_period,
             webhook_window,
             leader,
+            ui,
         } => {
             run_controller(
                 (&cli.registry, &cli.cluster),
@@ -591,7 +664,7 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
                 (listen, health_listen),
                 (&interval, &verify_interval, &grace_period, &webhook_window),
                 cache_dir.as_deref(),
-                &leader,
+                (&leader, &ui),
             )
             .await?;
             Ok(Report::Stopped)
@@ -951,8 +1024,9 @@ async fn run_controller(
     (listen, health_listen): (std::net::SocketAddr, Option<std::net::SocketAddr>),
     (interval, verify_interval, grace_period, webhook_window): (&str, &str, &str, &str),
     cache_dir: Option<&Path>,
-    leader: &LeaderElectArgs,
+    (leader, ui): (&LeaderElectArgs, &UiArgs),
 ) -> Result<(), CliError> {
+    let ui_listen = ui.for_run()?;
     let config = Config::load(config_path)?;
     let api_timeout = cluster_args.timeout()?;
     let leader = leader.elector(api_timeout).await?;
@@ -989,6 +1063,7 @@ async fn run_controller(
         schedule,
         api_timeout,
         leader,
+        ui_listen,
     })
     .await?;
     Ok(())
@@ -1039,8 +1114,10 @@ async fn run_operator(
     let settings = registry_settings(registry, None)?;
     let api_timeout = cluster_args.timeout()?;
     let leader = args.leader.elector(api_timeout).await?;
+    let ui = args.ui.for_operator()?;
     crate::operator::run(crate::operator::Setup {
         leader,
+        ui,
         registry: settings,
         cache_dir: args
             .cache_dir

@@ -62,6 +62,7 @@ pub async fn reconcile(
     shared: Arc<Shared>,
     schedule: Schedule,
     mut stop: watch::Receiver<bool>,
+    board: &crate::ui::Board,
 ) {
     let mut state = RepoState::default();
     let verifies = cycle.verifies();
@@ -92,6 +93,8 @@ pub async fn reconcile(
                 };
                 if let Some(verification) = &verified {
                     in_flight::record(cycle.config, verification, &shared.metrics);
+                    let repository = (cycle.config.repository.url.as_str(), cycle.config);
+                    crate::ui::record_verification(board, repository, verification, now);
                     shared.progressed();
                 }
                 timetable.verified(Instant::now());
@@ -120,6 +123,9 @@ pub async fn reconcile(
         let running = std::cell::Cell::new("a pass");
         let mut after_each = |step: Step, report: &CycleReport<'_>| {
             after_step(cycle, &shared, (trigger, started), step, report);
+            let repository = (cycle.config.repository.url.as_str(), cycle.config);
+            let tip = (step == Step::Synced).then(|| cycle.branch_tip().map(|t| t.sha));
+            crate::ui::record_step(board, repository, step, report, tip.flatten());
             verified |= step == Step::Verified && report.verification.is_some();
             running.set(match step {
                 Step::Synced if cycle.verifies() => "a verification",
@@ -193,6 +199,8 @@ pub struct Setup<'a> {
     pub api_timeout: Duration,
     /// With `--leader-elect`: the candidate for the Lease. The loop runs only while it leads.
     pub leader: Option<crate::leader::Elector>,
+    /// `--ui-listen`: where the dashboard is served (`--ui-auth none`: `run` serves one team).
+    pub ui_listen: Option<SocketAddr>,
 }
 
 /// Why the controller could not start.
@@ -222,6 +230,7 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         schedule,
         api_timeout,
         leader,
+        ui_listen,
     } = setup;
     let syncer = Syncer::new(config, client, forge, cache_dir)?;
     let secret = crate::config::read_env(WEBHOOK_SECRET_ENV).ok();
@@ -236,6 +245,11 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         shared,
         mut servers,
     } = server::listen(listen, health_listen, secret, schedule.interval, &stop).await?;
+    let board = crate::ui::Board::default();
+    if let Some(addr) = ui_listen {
+        let auth = crate::ui::UiAuth::None;
+        servers.push(crate::ui::start(addr, board.clone(), auth, &stop).await?);
+    }
     // Each promotion stage's cluster, and the one sync's pins are verified on. A stage that
     // cannot be set up is warned about here and its promotions are skipped (each pass says
     // so); verification is on when a cluster is reachable: the controller pins without one.
@@ -289,7 +303,7 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
     let Ok(leadership) = lead(leader, &shared, &stop, &mut servers).await else {
         return Ok(());
     };
-    let work = reconcile(&cycle, shared, schedule, stop);
+    let work = reconcile(&cycle, shared, schedule, stop, &board);
     Ok(work_while_leading(work, leadership, servers).await?)
 }
 

@@ -40,6 +40,7 @@ pub mod server;
 pub mod signature;
 pub(crate) mod signing;
 pub mod sync;
+pub mod ui;
 pub mod verify;
 pub mod webhook;
 pub mod workload;

@@ -25,7 +25,7 @@ use super::secrets::read_secrets;
 use super::status::{self, Outcome, Reason, StatusUpdate};
 use crate::cluster::{Cluster, ServiceAccount};
 use crate::config::Config;
-use crate::cycle::{Clusters, Cycle, RepoState};
+use crate::cycle::{Clusters, Cycle, RepoState, Step};
 use crate::forge::ForgeClient;
 use crate::git::FetchLimits;
 use crate::inflight;
@@ -86,6 +86,8 @@ pub struct Context {
     /// built once, its TLS clients and connections kept for every pass of every object that
     /// reads as that account.
     pub tenants: Mutex<BTreeMap<ServiceAccount, Cluster>>,
+    /// What the dashboard shows (`--ui-listen`), by `namespace/name`.
+    pub board: crate::ui::Board,
 }
 
 impl Context {
@@ -215,6 +217,13 @@ pub async fn reconcile(
             })?;
     }
     tracing::info!("{name}: {}", outcome_line(&outcome));
+    let (ready, reason) = outcome.ready();
+    crate::ui::record_readiness(
+        &ctx.board,
+        &name,
+        (ready, reason.as_str()),
+        crate::clock::unix_now(),
+    );
     ctx.shared
         .metrics
         .object_reconciled
@@ -566,7 +575,14 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
     );
     let memory = lock(&ctx.memories).remove(&key).unwrap_or_default();
     let mut state = RepoState::remembering(memory);
-    let report = cycle.run(&mut state, &mut |_, _| true).await;
+    let repository = (key.as_str(), config);
+    let report = cycle
+        .run(&mut state, &mut |step, report| {
+            let tip = (step == Step::Synced).then(|| cycle.branch_tip().map(|t| t.sha));
+            crate::ui::record_step(&ctx.board, repository, step, report, tip.flatten());
+            true
+        })
+        .await;
     lock(&ctx.memories).insert(key, state.into_memory());
     let timing = Timing {
         interval: ctx.interval,

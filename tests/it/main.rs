@@ -44,4 +44,5 @@ mod signatures_referrers;
 mod signed_commits;
 mod sync;
 mod sync_pr;
+mod ui;
 mod verify;

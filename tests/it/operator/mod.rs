@@ -6,6 +6,7 @@
 mod azure_devops;
 mod bitbucket;
 mod bitbucket_server;
+mod dashboard;
 mod gitea;
 mod hostile;
 pub(crate) mod promote;

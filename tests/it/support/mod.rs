@@ -9,6 +9,7 @@
 pub mod azure_devops;
 pub mod bitbucket;
 pub mod bitbucket_server;
+pub mod browser;
 pub mod git;
 pub mod gitea;
 pub mod github;
