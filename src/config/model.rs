@@ -55,14 +55,6 @@ pub struct Notification {
     pub stages: Vec<String>,
 }
 
-impl Notification {
-    /// Whether `event` is one this entry tells.
-    pub fn wants(&self, event: &crate::event::Event) -> bool {
-        self.events.contains(&event.kind)
-            && (self.stages.is_empty() || self.stages.contains(&event.stage))
-    }
-}
-
 /// Where a secret is read: an environment variable (a file's `*_env`), or a key of the
 /// `secret_ref` Secret (a `PinnedRepository`'s `*_key`).
 #[derive(Debug, Clone, PartialEq, Eq)]
