@@ -289,6 +289,10 @@ pub struct OperatorArgs {
     /// name none read with the operator's own identity.
     #[arg(long, value_name = "NAME")]
     pub default_service_account: Option<String>,
+    /// Let notifications go to this host over plain http:// (a receiver inside the cluster,
+    /// say); repeatable. Every other notification URL must be https://.
+    #[arg(long, value_name = "HOST")]
+    pub notify_allow_http: Vec<String>,
     #[command(flatten)]
     pub leader: LeaderElectArgs,
 }
@@ -1067,6 +1071,7 @@ async fn run_operator(
         shared_registry_credentials: args.share_registry_credentials.clone(),
         allow_local_repositories: args.allow_local_repositories,
         default_service_account: args.default_service_account.clone(),
+        notify_allow_http: args.notify_allow_http.clone(),
         instance: std::env::var("POD_NAME").ok(),
     })
     .await?;

@@ -33,6 +33,7 @@ use crate::cycle::{self, Cycle, CycleReport, Own, Reach, RepoState, Step};
 use crate::forge::ForgeClient;
 use crate::lifecycle::{lead, stop_signal, stopping, within_grace, work_while_leading};
 use crate::metrics::{self, ActionLabels, PassLabels};
+use crate::notify::Transport;
 use crate::promote::round::Promotions;
 use crate::promote::Promoter;
 use crate::registry::Client;
@@ -70,7 +71,13 @@ pub async fn reconcile(
     shared: Arc<Shared>,
     schedule: Schedule,
     mut stop: watch::Receiver<bool>,
+    teller: &crate::notify::Teller,
 ) {
+    let repository = cycle::events::repository_name(&cycle.config.repository.url);
+    let about = cycle::events::About {
+        repository: &repository,
+        config: cycle.config,
+    };
     let mut state = RepoState::default();
     let verifies = cycle.verifies();
     let mut timetable = Timetable::new(
@@ -101,6 +108,7 @@ pub async fn reconcile(
                 if let Some(verification) = &verified {
                     in_flight::record(cycle.config, verification, &shared.metrics);
                     shared.progressed();
+                    teller.tell(cycle::events::of_verification(verification, now, about));
                 }
                 timetable.verified(Instant::now());
                 continue;
@@ -140,6 +148,7 @@ pub async fn reconcile(
         let Some(report) = within_grace(&stop, schedule.grace, done).await else {
             return stopped(running.get());
         };
+        teller.tell(cycle::events::of_cycle(&report, about));
         // Failed answers are asked again next time; good ones are kept until the schedule.
         state.answers.retain(|_, r| r.is_ok());
         if report.stopped {
@@ -297,7 +306,12 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
     let Ok(leadership) = lead(leader, &shared, &stop, &mut servers).await else {
         return Ok(());
     };
-    let work = reconcile(&cycle, shared, schedule, stop);
+    let teller = crate::notify::Teller {
+        notifications: crate::notify::Notifications::new(shared.clone(), Transport::Any),
+        cache_dir: syncer.mirror.cache_dir().to_path_buf(),
+        targets: crate::notify::targets_from_env(&config.notifications),
+    };
+    let work = reconcile(&cycle, shared, schedule, stop, &teller);
     Ok(work_while_leading(work, leadership, servers).await?)
 }
 

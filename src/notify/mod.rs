@@ -294,6 +294,23 @@ impl Notifications {
     }
 }
 
+/// One repository's notifications, as a driver holds them: the process's [`Notifications`],
+/// the repository's cache directory (its ledger) and its receivers.
+#[derive(Clone)]
+pub struct Teller {
+    pub notifications: Arc<Notifications>,
+    pub cache_dir: PathBuf,
+    pub targets: Vec<Target>,
+}
+
+impl Teller {
+    /// Tells `events` ([`Notifications::tell`]): returns at once.
+    pub fn tell(&self, events: Vec<Event>) {
+        self.notifications
+            .tell(&self.cache_dir, &self.targets, events);
+    }
+}
+
 /// The messages one call may send, by ledger key, in the order they were asked for.
 #[derive(Default)]
 struct Jobs {

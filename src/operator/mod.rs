@@ -81,6 +81,8 @@ pub struct Setup {
     /// `--default-service-account`: the ServiceAccount (of each object's own namespace) whose
     /// rights an object that names none reads its cluster with; `None`: the operator's own.
     pub default_service_account: Option<String>,
+    /// `--notify-allow-http`: the hosts notifications may reach over plain HTTP.
+    pub notify_allow_http: Vec<String>,
     /// Names this replica in Events (the pod name).
     pub instance: Option<String>,
     /// With `--leader-elect`: only the holder of the Lease reconciles.
@@ -316,6 +318,7 @@ fn context(
     cluster: Option<Cluster>,
     shared: Arc<crate::server::Shared>,
 ) -> Arc<Context> {
+    let shared_for_notifications = shared.clone();
     Arc::new(Context {
         kube: client.clone(),
         registries: RegistryClients::new(
@@ -339,6 +342,12 @@ fn context(
         default_service_account: setup.default_service_account.clone(),
         tenants: Default::default(),
         memories: Default::default(),
+        notifications: crate::notify::Notifications::new(
+            shared_for_notifications,
+            crate::notify::Transport::HttpsOnly {
+                allow_http: setup.notify_allow_http.clone(),
+            },
+        ),
     })
 }
 

@@ -86,6 +86,8 @@ pub struct Context {
     /// built once, its TLS clients and connections kept for every pass of every object that
     /// reads as that account.
     pub tenants: Mutex<BTreeMap<ServiceAccount, Cluster>>,
+    /// Where each object's events are told (`notifications:`, its URLs from its Secret).
+    pub notifications: Arc<crate::notify::Notifications>,
 }
 
 impl Context {
@@ -372,8 +374,13 @@ async fn run_pass(object: &PinnedRepository, namespace: &str, name: &str, ctx: &
         registry,
         shared,
         forge,
-        secrets,
+        mut secrets,
     } = set_up;
+    let notifier = crate::notify::Teller {
+        notifications: ctx.notifications.clone(),
+        cache_dir: dir.clone(),
+        targets: std::mem::take(&mut secrets.notifications),
+    };
     let built = Syncer::with_credentials(
         &config,
         &registry,
@@ -400,6 +407,7 @@ async fn run_pass(object: &PinnedRepository, namespace: &str, name: &str, ctx: &
         registry: &registry,
         forge: forge.as_ref(),
         clusters: &clusters,
+        notifier: &notifier,
     };
     let done = sync_verify_promote(pass).await;
     // This object's mirror alone: each object has its own, under its own directory.
@@ -500,6 +508,8 @@ struct Pass<'a> {
     forge: Option<&'a ForgeClient>,
     /// Each promotion stage's cluster, and where sync's pins are verified.
     clusters: &'a Clusters,
+    /// Where the cycle's events are told.
+    notifier: &'a crate::notify::Teller,
 }
 
 /// The promotion step of the object's cycle; `None` without promotion stages. A promoter
@@ -536,6 +546,7 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
         registry,
         forge,
         clusters,
+        notifier,
     } = pass;
     let promotions = match promotions_of(config, syncer, registry, forge, clusters) {
         Ok(promotions) => promotions,
@@ -567,7 +578,12 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
     let memory = lock(&ctx.memories).remove(&key).unwrap_or_default();
     let mut state = RepoState::remembering(memory);
     let report = cycle.run(&mut state, &mut |_, _| true).await;
-    lock(&ctx.memories).insert(key, state.into_memory());
+    lock(&ctx.memories).insert(key.clone(), state.into_memory());
+    let about = crate::cycle::events::About {
+        repository: &key,
+        config,
+    };
+    notifier.tell(crate::cycle::events::of_cycle(&report, about));
     let timing = Timing {
         interval: ctx.interval,
         verify_interval: ctx.verify_interval,
