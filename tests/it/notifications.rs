@@ -211,24 +211,29 @@ async fn a_failed_verdict_is_told_once_to_each_kind_retried_after_a_503_and_not_
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_operator_tells_a_failed_verdict_once_from_the_url_in_its_secret_over_allowed_http() {
+async fn the_operator_tells_a_failed_verdict_once_over_https_from_the_url_in_its_secret() {
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     let pushed = registry.push_image("acme/web", "1.0", "web").await;
     let image = format!("{host}/acme/web:1.0");
     let repo = BareRepo::create(&[("apps/web.yaml", &deployment("web", &image))]);
-    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    // The webhook over HTTPS (its CA given to the operator as the system's roots); Teams over
+    // plain HTTP to 127.0.0.1, which --notify-allow-http names; Slack over plain HTTP to
+    // `localhost`, which it does not: refused, never sent.
+    let (secure, ca) = Receiver::start_tls(dir.path()).await;
+    let plain = Receiver::start().await;
+    let refused = plain.url("/refused").replace("127.0.0.1", "localhost");
     let kube = cluster().await;
-    // The same receiver as `localhost`, which --notify-allow-http does not name: refused.
-    let refused = receiver.url("/refused").replace("127.0.0.1", "localhost");
     kube.apply(support::kube::secret(
         NS,
         "creds",
         &[support::kube::TAGPIN_SECRET],
         &[
-            ("hook-url", &receiver.url("/hook")),
+            ("hook-url", &secure.url("/hook")),
             ("hook-key", HMAC_KEY),
-            ("plain-url", &refused),
+            ("teams-url", &plain.url("/teams")),
+            ("slack-url", &refused),
         ],
     ));
     kube.apply(pinned_repository(
@@ -242,38 +247,45 @@ async fn the_operator_tells_a_failed_verdict_once_from_the_url_in_its_secret_ove
             "notifications": [
                 {"kind": "webhook", "url_secret_key": "hook-url", "secret_key": "hook-key",
                  "events": ["failed"]},
-                {"kind": "slack", "url_secret_key": "plain-url", "events": ["failed"]},
+                {"kind": "msteams", "url_secret_key": "teams-url", "events": ["failed"]},
+                {"kind": "slack", "url_secret_key": "slack-url", "events": ["failed"]},
             ],
         }),
     ));
     let pinned = format!("{image}@{}", pushed.manifest);
     cannot_pull(&kube, "default", &pinned);
-    let dir = tempfile::tempdir().unwrap();
     let args = ["--notify-allow-http", "127.0.0.1"];
-    let operator = Operator::start(dir.path(), &kube, "op", &args).await;
-    support::eventually("the webhook took the message on its second try", || {
-        receiver.received("/hook").len() >= 2
-    })
+    let env = [("SSL_CERT_FILE", ca.to_str().unwrap())];
+    let operator = Operator::start_with_env(dir.path(), &kube, "op", &args, &env).await;
+    support::eventually(
+        "both receivers took the message on their second try",
+        || secure.received("/hook").len() >= 2 && plain.received("/teams").len() >= 2,
+    )
     .await;
-    let hook = retried_once(&receiver, "/hook");
+    let hook = retried_once(&secure, "/hook");
     assert_cloudevent(
         &hook,
         &pushed.manifest,
         "/namespaces/team-a/pinnedrepositories/web",
     );
-    let sent = "tagpin_notifications_total{kind=\"webhook\",result=\"sent\"}";
-    let refused_series = "tagpin_notifications_total{kind=\"slack\",result=\"refused\"}";
-    support::eventually_async("the delivery and the refusal are counted", || async {
-        operator.metric(sent).await == Some(1) && operator.metric(refused_series).await >= Some(1)
+    assert_teams(&retried_once(&plain, "/teams"), &pushed.manifest);
+    let series = |kind: &str, result: &str| {
+        format!("tagpin_notifications_total{{kind=\"{kind}\",result=\"{result}\"}}")
+    };
+    support::eventually_async("the deliveries and the refusal are counted", || async {
+        operator.metric(&series("webhook", "sent")).await == Some(1)
+            && operator.metric(&series("msteams", "sent")).await == Some(1)
+            && operator.metric(&series("slack", "refused")).await >= Some(1)
     })
     .await;
     // Later reconciles send nothing more.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(operator.metric(sent).await, Some(1));
+    assert_eq!(operator.metric(&series("webhook", "sent")).await, Some(1));
     let log = operator.stop().await;
-    assert!(receiver.received("/refused").is_empty());
-    assert_eq!(receiver.all().len(), 2, "{:#?}\n{log}", receiver.all());
-    // Nothing a receiver says reaches the object's status or Events.
+    assert!(plain.received("/refused").is_empty());
+    assert_eq!(secure.all().len(), 2, "{:#?}\n{log}", secure.all());
+    assert_eq!(plain.all().len(), 2, "{:#?}\n{log}", plain.all());
+    // Nothing a receiver says reaches the object's status or Events, nor the log.
     let object = kube.get("PinnedRepository", NS, "web").unwrap();
     assert!(!object.to_string().contains(ANSWER_MARKER), "{object}");
     let events = format!("{:?}", kube.events(NS));

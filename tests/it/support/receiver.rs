@@ -5,6 +5,7 @@
 //! says reaches a log, a status or an Event.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
@@ -40,6 +41,8 @@ pub struct Receiver {
     log: Arc<Mutex<Log>>,
     port: u16,
     task: tokio::task::JoinHandle<()>,
+    scheme: &'static str,
+    host: &'static str,
 }
 
 impl Receiver {
@@ -51,12 +54,57 @@ impl Receiver {
         let task = tokio::spawn(async move {
             axum::serve(listener, router).await.unwrap();
         });
-        Receiver { log, port, task }
+        Receiver {
+            log,
+            port,
+            task,
+            scheme: "http",
+            host: "127.0.0.1",
+        }
     }
 
-    /// `http://127.0.0.1:<port><path>`.
+    /// A receiver over HTTPS, `localhost` and `127.0.0.1` in its certificate, issued by a CA
+    /// made now whose PEM is written to `dir/receiver-ca.pem` (returned): what a process is
+    /// told to trust with `SSL_CERT_FILE`.
+    pub async fn start_tls(dir: &Path) -> (Receiver, PathBuf) {
+        let (config, ca_pem) = tls_config();
+        let ca_path = dir.join("receiver-ca.pem");
+        std::fs::write(&ca_path, ca_pem).unwrap();
+        let log = Arc::new(Mutex::new(Log::default()));
+        let router = Router::new().fallback(record).with_state(log.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (acceptor, router) = (acceptor.clone(), router.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(router);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        let receiver = Receiver {
+            log,
+            port,
+            task,
+            scheme: "https",
+            host: "localhost",
+        };
+        (receiver, ca_path)
+    }
+
+    /// `<scheme>://<host>:<port><path>`.
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        format!("{}://{}:{}{path}", self.scheme, self.host, self.port)
     }
 
     /// Every request to `path`, in order.
@@ -105,4 +153,34 @@ async fn record(
         status: status.as_u16(),
     });
     (status, ANSWER_MARKER)
+}
+
+/// A server configuration for `localhost` and `127.0.0.1`, and the PEM of the CA that issued
+/// its certificate.
+fn tls_config() -> (rustls::ServerConfig, String) {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "notification receiver test CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().unwrap())
+        .unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.subject_alt_names.push(rcgen::SanType::IpAddress(
+        std::net::Ipv4Addr::LOCALHOST.into(),
+    ));
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = params.signed_by(&key, &ca).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    (config, ca.pem())
 }
