@@ -208,10 +208,16 @@ impl Notifications {
     }
 
     /// Tells each of `events` to each of `targets` that wants it and was not told it yet (by
-    /// the ledger of `cache_dir`), in a task of its own: returns at once.
-    pub fn tell(self: &Arc<Self>, cache_dir: &Path, targets: &[Target], events: Vec<Event>) {
+    /// the ledger of `cache_dir`), in a task of its own: returns at once, with the task when
+    /// there is something to send (a one-shot command awaits it; a controller need not).
+    pub fn tell(
+        self: &Arc<Self>,
+        cache_dir: &Path,
+        targets: &[Target],
+        events: Vec<Event>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
         if targets.is_empty() || events.is_empty() {
-            return;
+            return None;
         }
         let ledger = self.ledger(cache_dir);
         let mut jobs = Jobs::default();
@@ -225,14 +231,14 @@ impl Notifications {
         let fresh = ledger.claim(jobs.keys(), now);
         let jobs = jobs.take(&fresh);
         if jobs.is_empty() {
-            return;
+            return None;
         }
         let this = self.clone();
-        tokio::spawn(async move {
+        Some(tokio::spawn(async move {
             for job in jobs {
                 this.deliver(&ledger, job).await;
             }
-        });
+        }))
     }
 
     async fn deliver(&self, ledger: &Ledger, job: Job) {
@@ -306,7 +312,9 @@ pub struct Teller {
 impl Teller {
     /// Tells `events` ([`Notifications::tell`]): returns at once.
     pub fn tell(&self, events: Vec<Event>) {
-        self.notifications
+        // The messages go on in their task; a driver does not wait for them.
+        let _sending = self
+            .notifications
             .tell(&self.cache_dir, &self.targets, events);
     }
 }

@@ -292,3 +292,54 @@ async fn the_operator_tells_a_failed_verdict_once_over_https_from_the_url_in_its
     assert!(!events.contains(ANSWER_MARKER), "{events}");
     assert!(!log.contains(ANSWER_MARKER), "{log}");
 }
+
+/// `tagpin sync` once with `config` and `env`, its cache in `dir/cache`; its exit code.
+async fn sync(dir: &std::path::Path, config: &std::path::Path, env: &[(&str, &str)]) -> i32 {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_tagpin"))
+        .args(["sync", "--config"])
+        .arg(config)
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .env("HOME", dir)
+        .env_remove("DOCKER_CONFIG")
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .expect("run tagpin sync");
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(!log.contains(ANSWER_MARKER), "{log}");
+    output.status.code().unwrap_or(-1)
+}
+
+#[tokio::test]
+async fn tagpin_sync_tells_its_pin_once_and_waits_for_the_message_before_it_exits() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let pushed = registry.push_image("acme/web", "1.0", "one").await;
+    let repo = BareRepo::create(&[(
+        "apps/web.yaml",
+        &deployment("web", &format!("{host}/acme/web:1.0")),
+    )]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::run::commit_mode_config(dir.path(), &repo, &host);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(
+        "notifications:\n  - {kind: webhook, url_env: HOOK_URL, secret_env: HOOK_KEY, events: [pinned, failed]}\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let receiver = Receiver::start().await;
+    let url = receiver.url("/hook");
+    let env = [("HOOK_URL", url.as_str()), ("HOOK_KEY", HMAC_KEY)];
+
+    assert_eq!(sync(dir.path(), &config, &env).await, 0);
+    // Delivered, after its retry, before the process exited.
+    let hook = retried_once(&receiver, "/hook");
+    let event = hook.json();
+    assert_eq!(event["type"], "dev.tagpin.pinned");
+    assert_eq!(event["subject"], "main");
+    assert_eq!(event["data"]["digest"], pushed.manifest);
+    assert_eq!(event["data"]["commit"], repo.head("main").unwrap().as_str());
+    // Nothing to pin the second time: nothing to tell.
+    assert_eq!(sync(dir.path(), &config, &env).await, 0);
+    assert_eq!(receiver.all().len(), 2, "{:#?}", receiver.all());
+}
