@@ -146,6 +146,9 @@ pub fn of_verification(verification: &Verification<'_>, now: i64, about: About<'
         };
         let kind = match check.state {
             State::Converged => EventKind::Converged,
+            // As the round decides: with a revert to make, a young commit's failure is asked
+            // again once its grace is over; it is not final yet.
+            State::Failed if item.young && reverts(item, about.config) => continue,
             State::Failed => EventKind::Failed,
             State::Progressing | State::Unverified => continue,
         };
@@ -240,6 +243,16 @@ fn held(held: &[Held], now: i64, stage: &str, about: About<'_>) -> Vec<Event> {
             event
         })
         .collect()
+}
+
+/// Whether a Failed verdict on `item` calls for a revert (`on_failure` of the stage it
+/// promotes into, else `verify.on_failure`).
+fn reverts(item: &Item<'_>, config: &Config) -> bool {
+    let on_failure = item
+        .stage
+        .and_then(|stage| stage.on_failure)
+        .unwrap_or(config.verify.on_failure);
+    on_failure == crate::config::OnFailure::Revert
 }
 
 /// The commit a verified item is about: the one whose verdict ends its verification.
@@ -559,6 +572,22 @@ mod tests {
             );
         }
         assert_eq!(events[1].image.as_deref(), Some("ghcr.io/acme/web"));
+    }
+
+    #[test]
+    fn a_young_failure_that_a_revert_awaits_is_not_final_yet() {
+        let config = config("verify: {on_failure: revert}\n");
+        let pod = samples::waiting_pod("web-0", "ImagePullBackOff", "Back-off pulling image");
+        let (expectations, check) = round_on(pod.clone());
+        let mut young = tip_item();
+        young.young = true;
+        let awaited = verification(young, expectations, check);
+        assert!(of_verification(&awaited, 1, about(&config)).is_empty());
+        // Past its grace it is final: told.
+        let (expectations, check) = round_on(pod);
+        let last = verification(tip_item(), expectations, check);
+        let events = of_verification(&last, 2, about(&config));
+        assert_eq!(events[0].kind, EventKind::Failed);
     }
 
     #[test]
