@@ -286,6 +286,11 @@ impl Notifications {
         }
     }
 
+    /// Drops the ledger kept for `cache_dir` (its directory was removed with its object).
+    pub fn forget(&self, cache_dir: &Path) {
+        lock(&self.ledgers).remove(cache_dir);
+    }
+
     fn ledger(&self, cache_dir: &Path) -> Arc<Ledger> {
         let mut ledgers = lock(&self.ledgers);
         if let Some(ledger) = ledgers.get(cache_dir) {

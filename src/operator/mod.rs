@@ -293,6 +293,10 @@ fn watched(
                 let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
                 mirrors.remove(&namespace, &name);
                 lock(&forget.memories).remove(&format!("{namespace}/{name}"));
+                // Its ledger went with its directory: an object made again with the same name
+                // starts with none.
+                let dir = forget.cache_dir.join(&namespace).join(&name);
+                forget.notifications.forget(&dir);
                 metrics
                     .metrics
                     .object_reconciled
