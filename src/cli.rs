@@ -291,6 +291,10 @@ pub struct OperatorArgs {
     /// name none read with the operator's own identity.
     #[arg(long, value_name = "NAME")]
     pub default_service_account: Option<String>,
+    /// Let notifications go to this host over plain http:// (a receiver inside the cluster,
+    /// say); repeatable. Every other notification URL must be https://.
+    #[arg(long, value_name = "HOST")]
+    pub notify_allow_http: Vec<String>,
     #[command(flatten)]
     pub leader: LeaderElectArgs,
     #[command(flatten)]
@@ -1144,6 +1148,7 @@ async fn run_operator(
         shared_registry_credentials: args.share_registry_credentials.clone(),
         allow_local_repositories: args.allow_local_repositories,
         default_service_account: args.default_service_account.clone(),
+        notify_allow_http: args.notify_allow_http.clone(),
         instance: std::env::var("POD_NAME").ok(),
     })
     .await?;
@@ -1162,7 +1167,32 @@ async fn sync(
     let forge = forge_from(&config)?;
     let cache_dir = cache_dir_for(&config, cache_dir)?;
     let syncer = Syncer::new(&config, &client, forge.as_ref(), &cache_dir)?;
-    Ok(syncer.run(SyncOptions { dry_run }).await?)
+    let report = syncer.run(SyncOptions { dry_run }).await?;
+    if !dry_run {
+        notify_sync(&config, &report, syncer.mirror.cache_dir()).await;
+    }
+    Ok(report)
+}
+
+/// `tagpin sync` tells what it pinned and held (`notifications:`), and waits for the
+/// messages, each bounded in time, before it exits.
+async fn notify_sync(config: &Config, report: &SyncReport, cache_dir: &Path) {
+    use crate::cycle::events;
+    let targets = crate::notify::targets_from_env(&config.notifications);
+    if targets.is_empty() {
+        return;
+    }
+    let shared = crate::server::Shared::new(None, std::time::Duration::from_secs(3600));
+    let notifications = crate::notify::Notifications::new(shared, crate::notify::Transport::Any);
+    let repository = events::repository_name(&config.repository.url);
+    let about = events::About {
+        repository: &repository,
+        config,
+    };
+    let told = events::of_sync(report, crate::clock::unix_now(), about);
+    if let Some(sending) = notifications.tell(cache_dir, &targets, told) {
+        let _ = sending.await;
+    }
 }
 
 /// `$XDG_CACHE_HOME/tagpin`, else `~/.cache/tagpin`.

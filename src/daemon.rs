@@ -33,6 +33,7 @@ use crate::cycle::{self, Cycle, CycleReport, Own, Reach, RepoState, Step};
 use crate::forge::ForgeClient;
 use crate::lifecycle::{lead, stop_signal, stopping, within_grace, work_while_leading};
 use crate::metrics::{self, ActionLabels, PassLabels};
+use crate::notify::Transport;
 use crate::promote::round::Promotions;
 use crate::promote::Promoter;
 use crate::registry::Client;
@@ -62,8 +63,13 @@ pub async fn reconcile(
     shared: Arc<Shared>,
     schedule: Schedule,
     mut stop: watch::Receiver<bool>,
-    board: &crate::ui::Board,
+    (board, teller): (&crate::ui::Board, &crate::notify::Teller),
 ) {
+    let repository = cycle::events::repository_name(&cycle.config.repository.url);
+    let about = cycle::events::About {
+        repository: &repository,
+        config: cycle.config,
+    };
     let mut state = RepoState::default();
     let verifies = cycle.verifies();
     let mut timetable = Timetable::new(
@@ -93,9 +99,11 @@ pub async fn reconcile(
                 };
                 if let Some(verification) = &verified {
                     in_flight::record(cycle.config, verification, &shared.metrics);
-                    let repository = (cycle.config.repository.url.as_str(), cycle.config);
-                    crate::ui::record_verification(board, repository, verification, now);
+                    let key = (repository.as_str(), cycle.config);
+                    crate::ui::record_verification(board, key, verification, now);
                     shared.progressed();
+                    let events = cycle::events::of_verification(verification, now, about);
+                    publish((board, teller), events);
                 }
                 timetable.verified(Instant::now());
                 continue;
@@ -123,9 +131,10 @@ pub async fn reconcile(
         let running = std::cell::Cell::new("a pass");
         let mut after_each = |step: Step, report: &CycleReport<'_>| {
             after_step(cycle, &shared, (trigger, started), step, report);
-            let repository = (cycle.config.repository.url.as_str(), cycle.config);
+            // The board's key is the repository's name as events carry it (no credentials).
+            let key = (repository.as_str(), cycle.config);
             let tip = (step == Step::Synced).then(|| cycle.branch_tip().map(|t| t.sha));
-            crate::ui::record_step(board, repository, step, report, tip.flatten());
+            crate::ui::record_step(board, key, step, report, tip.flatten());
             verified |= step == Step::Verified && report.verification.is_some();
             running.set(match step {
                 Step::Synced if cycle.verifies() => "a verification",
@@ -138,6 +147,7 @@ pub async fn reconcile(
         let Some(report) = within_grace(&stop, schedule.grace, done).await else {
             return stopped(running.get());
         };
+        publish((board, teller), cycle::events::of_cycle(&report, about));
         // Failed answers are asked again next time; good ones are kept until the schedule.
         state.answers.retain(|_, r| r.is_ok());
         if report.stopped {
@@ -147,6 +157,15 @@ pub async fn reconcile(
             timetable.verified(Instant::now());
         }
     }
+}
+
+/// Shows `events` on the dashboard's timeline and tells them to the configured receivers.
+fn publish(
+    (board, teller): (&crate::ui::Board, &crate::notify::Teller),
+    events: Vec<crate::event::Event>,
+) {
+    board.record(events.clone());
+    teller.tell(events);
 }
 
 /// What `tagpin run` records after each step of a cycle: the pass's metrics and logs and
@@ -303,7 +322,12 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
     let Ok(leadership) = lead(leader, &shared, &stop, &mut servers).await else {
         return Ok(());
     };
-    let work = reconcile(&cycle, shared, schedule, stop, &board);
+    let teller = crate::notify::Teller {
+        notifications: crate::notify::Notifications::new(shared.clone(), Transport::Any),
+        cache_dir: syncer.mirror.cache_dir().to_path_buf(),
+        targets: crate::notify::targets_from_env(&config.notifications),
+    };
+    let work = reconcile(&cycle, shared, schedule, stop, (&board, &teller));
     Ok(work_while_leading(work, leadership, servers).await?)
 }
 

@@ -66,6 +66,18 @@ pub const AGE_RESULTS: [&str; 2] = ["eligible", "held"];
 pub const AGE_SOURCES: [&str; 3] = ["created", "annotation", "first_seen"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotificationLabels {
+    /// `slack`, `msteams` or `webhook`.
+    pub kind: String,
+    /// `sent`, `failed` (no success within the retries and time allowed, or refused by the
+    /// receiver) or `refused` (not sent: plain HTTP where only HTTPS may go, a body too large).
+    pub result: String,
+}
+
+/// What a notification is counted as ([`NotificationLabels::result`]).
+pub const NOTIFICATION_RESULTS: [&str; 3] = ["sent", "failed", "refused"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
     pub sender: String,
     /// `accepted`, `unauthorized`, `bad_payload`, `busy` (too many signed bodies being read).
@@ -185,6 +197,8 @@ pub struct Metrics {
     /// 1 while this process acts (it holds the Lease, or runs without leader election), 0
     /// while it stands by: summed over the replicas of a Lease, 0 means nobody passes.
     pub leader: Family<LeaseLabels, Gauge>,
+    /// Messages to notification receivers, by kind and result ([`crate::notify`]).
+    pub notifications: Family<NotificationLabels, Counter>,
     /// Registry request counts already added to `registry_requests`, to add only the change.
     seen_requests: Mutex<BTreeMap<(String, u16), u64>>,
     /// The registry hosts given a label of their own, first come first labelled.
@@ -226,6 +240,7 @@ impl Metrics {
             object_reconciled: Family::default(),
             pass_interval: Gauge::default(),
             leader: Family::default(),
+            notifications: Family::default(),
             seen_requests: Mutex::default(),
             labelled_hosts: Mutex::default(),
         };
@@ -238,6 +253,27 @@ impl Metrics {
             });
         }
         metrics
+    }
+
+    /// The series of notifications of `kind` at zero, so an alert sees the first failure.
+    pub fn zero_notifications(&self, kind: &str) {
+        for result in NOTIFICATION_RESULTS {
+            let _ = self.notifications.get_or_create(&NotificationLabels {
+                kind: kind.to_string(),
+                result: result.to_string(),
+            });
+        }
+    }
+
+    /// One message of `kind` counted with its `result` (one of [`NOTIFICATION_RESULTS`]).
+    pub fn notified(&self, kind: &str, result: &str) {
+        inc(
+            &self.notifications,
+            NotificationLabels {
+                kind: kind.to_string(),
+                result: result.to_string(),
+            },
+        );
     }
 
     /// Registers what a pass does: passes, registry and Git traffic, commits, pull requests,
@@ -318,6 +354,12 @@ impl Metrics {
             "verifications",
             "Verification verdicts",
             self.verdicts.clone(),
+        );
+        registry.register(
+            "notifications",
+            "Messages to notification receivers by kind (slack, msteams, webhook) and result \
+             (sent, failed, refused)",
+            self.notifications.clone(),
         );
         registry.register(
             "verification_errors",

@@ -18,7 +18,7 @@ use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 
-use super::choices::{Grouping, Order, SigningFormat, WriteMode};
+use super::choices::{Grouping, NotifyKind, Order, SigningFormat, WriteMode};
 
 /// One node of the file, read as `T` or kept as found.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -210,6 +210,8 @@ pub struct RawConfig {
     pub verify: Section<RawVerify>,
     pub promotion: Section<RawPromotion>,
     pub helm: Section<RawHelm>,
+    /// Where the events of a delivery are told (Slack, Microsoft Teams, any webhook).
+    pub notifications: List<Known<RawNotification>>,
     /// Only in a `PinnedRepository`: the Secret of its namespace whose keys the `*_env` fields
     /// and `repository.auth.ssh_key_file` name, in place of environment variables and files.
     pub secret_ref: Section<RawLocalRef>,
@@ -230,6 +232,25 @@ pub struct RawConfig {
 pub struct RawHelm {
     pub values_files: List<String>,
     pub digest: Field<crate::manifest::DigestMode>,
+}
+
+/// One `notifications` entry: `kind`, where its URL (and a webhook's signing key) is read,
+/// which `events` and, optionally, which `stages`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawNotification {
+    pub kind: Field<NotifyKind>,
+    /// A file's: the environment variable holding the URL.
+    pub url_env: Field<String>,
+    /// Only in a `PinnedRepository`: the key of the Secret `secret_ref` holding the URL.
+    pub url_secret_key: Field<String>,
+    /// A file's, `kind: webhook`: the environment variable holding the HMAC key.
+    pub secret_env: Field<String>,
+    /// Only in a `PinnedRepository`, `kind: webhook`: the key of the Secret `secret_ref`
+    /// holding the HMAC key.
+    pub secret_key: Field<String>,
+    pub events: List<String>,
+    pub stages: List<String>,
 }
 
 /// A Secret of the resource's own namespace, by name.

@@ -81,6 +81,8 @@ pub struct Setup {
     /// `--default-service-account`: the ServiceAccount (of each object's own namespace) whose
     /// rights an object that names none reads its cluster with; `None`: the operator's own.
     pub default_service_account: Option<String>,
+    /// `--notify-allow-http`: the hosts notifications may reach over plain HTTP.
+    pub notify_allow_http: Vec<String>,
     /// Names this replica in Events (the pod name).
     pub instance: Option<String>,
     /// With `--leader-elect`: only the holder of the Lease reconciles.
@@ -328,6 +330,10 @@ fn watched(
                 mirrors.remove(&namespace, &name);
                 lock(&forget.memories).remove(&format!("{namespace}/{name}"));
                 forget.board.remove(&format!("{namespace}/{name}"));
+                // Its ledger went with its directory: an object made again with the same name
+                // starts with none.
+                let dir = forget.cache_dir.join(&namespace).join(&name);
+                forget.notifications.forget(&dir);
                 metrics
                     .metrics
                     .object_reconciled
@@ -353,6 +359,7 @@ fn context(
     cluster: Option<Cluster>,
     shared: Arc<crate::server::Shared>,
 ) -> Arc<Context> {
+    let shared_for_notifications = shared.clone();
     Arc::new(Context {
         kube: client.clone(),
         registries: RegistryClients::new(
@@ -377,6 +384,12 @@ fn context(
         tenants: Default::default(),
         memories: Default::default(),
         board: Default::default(),
+        notifications: crate::notify::Notifications::new(
+            shared_for_notifications,
+            crate::notify::Transport::HttpsOnly {
+                allow_http: setup.notify_allow_http.clone(),
+            },
+        ),
     })
 }
 

@@ -88,6 +88,8 @@ pub struct Context {
     pub tenants: Mutex<BTreeMap<ServiceAccount, Cluster>>,
     /// What the dashboard shows (`--ui-listen`), by `namespace/name`.
     pub board: crate::ui::Board,
+    /// Where each object's events are told (`notifications:`, its URLs from its Secret).
+    pub notifications: Arc<crate::notify::Notifications>,
 }
 
 impl Context {
@@ -381,8 +383,13 @@ async fn run_pass(object: &PinnedRepository, namespace: &str, name: &str, ctx: &
         registry,
         shared,
         forge,
-        secrets,
+        mut secrets,
     } = set_up;
+    let notifier = crate::notify::Teller {
+        notifications: ctx.notifications.clone(),
+        cache_dir: dir.clone(),
+        targets: std::mem::take(&mut secrets.notifications),
+    };
     let built = Syncer::with_credentials(
         &config,
         &registry,
@@ -409,6 +416,7 @@ async fn run_pass(object: &PinnedRepository, namespace: &str, name: &str, ctx: &
         registry: &registry,
         forge: forge.as_ref(),
         clusters: &clusters,
+        notifier: &notifier,
     };
     let done = sync_verify_promote(pass).await;
     // This object's mirror alone: each object has its own, under its own directory.
@@ -509,6 +517,8 @@ struct Pass<'a> {
     forge: Option<&'a ForgeClient>,
     /// Each promotion stage's cluster, and where sync's pins are verified.
     clusters: &'a Clusters,
+    /// Where the cycle's events are told.
+    notifier: &'a crate::notify::Teller,
 }
 
 /// The promotion step of the object's cycle; `None` without promotion stages. A promoter
@@ -545,6 +555,7 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
         registry,
         forge,
         clusters,
+        notifier,
     } = pass;
     let promotions = match promotions_of(config, syncer, registry, forge, clusters) {
         Ok(promotions) => promotions,
@@ -583,7 +594,14 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
             true
         })
         .await;
-    lock(&ctx.memories).insert(key, state.into_memory());
+    lock(&ctx.memories).insert(key.clone(), state.into_memory());
+    let about = crate::cycle::events::About {
+        repository: &key,
+        config,
+    };
+    let events = crate::cycle::events::of_cycle(&report, about);
+    ctx.board.record(events.clone());
+    notifier.tell(events);
     let timing = Timing {
         interval: ctx.interval,
         verify_interval: ctx.verify_interval,

@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use super::status::{Outcome, Reason};
 use std::sync::Arc;
 
-use crate::config::{Config, GitAuth, SignatureFile, SignatureRule};
+use crate::config::{Config, GitAuth, SecretName, SignatureFile, SignatureRule};
 use crate::git::Credentials;
 use crate::registry::CredentialStore;
 use crate::signing::Signer;
@@ -44,6 +44,8 @@ pub(super) struct Secrets {
     pub signer: Option<Arc<Signer>>,
     /// `promotion.require_signed_by` with each public key read from the Secret and checked.
     pub required_signers: Vec<SignatureFile>,
+    /// `notifications`, each with its URL (and webhook key) read from the Secret.
+    pub notifications: Vec<crate::notify::Target>,
 }
 
 /// Reads the Secrets the spec names, now: a rotated Secret is used by the next reconcile.
@@ -126,7 +128,9 @@ pub(super) async fn read_secrets(
     };
     let signatures = signature_rules(config, &text)?;
     let (signer, required_signers) = commit_keys(config, &key, &text)?;
+    let notifications = notification_targets(config, &text)?;
     Ok(Secrets {
+        notifications,
         git,
         forge_token,
         forge_username,
@@ -135,6 +139,38 @@ pub(super) async fn read_secrets(
         signer,
         required_signers,
     })
+}
+
+/// `notifications`, each URL (and webhook key) read from the key of the Secret it names.
+fn notification_targets(
+    config: &Config,
+    text: SecretText<'_>,
+) -> Result<Vec<crate::notify::Target>, Outcome> {
+    let mut targets = Vec::new();
+    for (i, entry) in config.notifications.iter().enumerate() {
+        let read = |field: &str, name: &SecretName| match name {
+            SecretName::SecretKey(key) => text(&format!("notifications[{i}].{field}"), key),
+            // Validation refuses a variable in a resource.
+            SecretName::Env(_) => Err(Outcome::Stalled {
+                reason: Reason::InvalidSpec,
+                message: format!("spec.notifications[{i}].url_env: not read by the operator"),
+            }),
+        };
+        let url = read("url_secret_key", &entry.url)?;
+        let secret = match &entry.secret {
+            Some(name) => Some(read("secret_key", name)?),
+            None => None,
+        };
+        let target =
+            crate::notify::Target::new(entry, &url, secret).map_err(|_| Outcome::Stalled {
+                reason: Reason::InvalidSpec,
+                message: format!(
+                    "spec.notifications[{i}].url_secret_key: the key's value is not an http(s) URL"
+                ),
+            })?;
+        targets.push(target);
+    }
+    Ok(targets)
 }
 
 /// The Docker config of the Secret `registries.docker_config_secret_ref` names, with the

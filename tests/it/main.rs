@@ -30,6 +30,7 @@ mod minimum_age;
 mod mirror_repair;
 mod module_graph;
 mod monitoring;
+mod notifications;
 mod operator;
 mod pipeline;
 mod pod_template_cli;

@@ -21,6 +21,7 @@ pub mod kube;
 pub mod kubectl;
 pub mod manifests;
 pub mod mirror_damage;
+pub mod receiver;
 pub mod registry;
 pub mod signing;
 pub mod workloads;
