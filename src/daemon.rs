@@ -40,8 +40,8 @@ use crate::registry::Client;
 use crate::server::{self, Listening, Shared, WEBHOOK_SECRET_ENV};
 use crate::sync::{Outcome, Syncer};
 
-mod in_flight;
 mod timetable;
+mod verdicts;
 
 use timetable::{Timetable, Trigger};
 
@@ -98,7 +98,7 @@ pub async fn reconcile(
                     return stopped("a verification");
                 };
                 if let Some(verification) = &verified {
-                    in_flight::record(cycle.config, verification, &shared.metrics);
+                    verdicts::record(cycle.config, verification, &shared.metrics);
                     let key = (repository.as_str(), cycle.config);
                     crate::ui::record_verification(board, key, verification, now);
                     shared.progressed();
@@ -194,7 +194,7 @@ fn after_step(
             let Some(verification) = &report.verification else {
                 return;
             };
-            in_flight::record(cycle.config, verification, &shared.metrics);
+            verdicts::record(cycle.config, verification, &shared.metrics);
         }
         Step::Promoted => {
             shared.metrics.observe_mirror(&cycle.syncer.mirror);

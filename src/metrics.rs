@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::verify::judge::audit::Finding;
+use crate::verify::judge::findings::Finding;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PassLabels {
@@ -118,7 +118,7 @@ pub struct LeaseLabels {
     pub lease: String,
 }
 
-/// What an audit found ([`crate::verify::judge::audit::Finding`]): seven words, never a
+/// What an audit found ([`crate::verify::judge::findings::Finding`]): seven words, never a
 /// workload or an image.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FindingLabels {

@@ -323,12 +323,13 @@ async fn a_person_sees_stages_digests_verdicts_and_gates_and_the_page_follows_th
     );
     // The timeline is the cycle's own events, as the notifications tell them: staging's
     // convergence of the pushed digest, shown on the page without a reload.
-    let fed = detail_when(&http, &ui, |d| {
-        d["timeline"].as_array().into_iter().flatten().any(|e| {
-            e["kind"] == "converged" && e["stage"] == "staging" && e["digest"].is_string()
+    let fed =
+        detail_when(&http, &ui, |d| {
+            d["timeline"].as_array().into_iter().flatten().any(|e| {
+                e["kind"] == "converged" && e["stage"] == "staging" && e["digest"].is_string()
+            })
         })
-    })
-    .await;
+        .await;
     let text = sees(&browser, &["Timeline"]).await;
     let timeline = &text[text.find("Timeline").unwrap()..];
     assert!(timeline.contains("converged"), "{fed:#}\n{text}");
