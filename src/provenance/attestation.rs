@@ -23,11 +23,6 @@ pub const SLSA_V02: &str = "https://slsa.dev/provenance/v0.2";
 /// The media type of a `.att` layer: one DSSE envelope.
 pub const DSSE_MEDIA_TYPE: &str = "application/vnd.dsse.envelope.v1+json";
 
-/// The cosign `.att` tag of a digest: `sha256-<hex>.att`.
-pub fn attestation_tag(digest: &Digest) -> String {
-    format!("{}-{}.att", digest.algorithm(), digest.hex())
-}
-
 /// DSSE's pre-authentication encoding, what an envelope's signature signs:
 /// `DSSEv1 <len(type)> <type> <len(body)> <body>` (lengths in ASCII decimal, in bytes).
 pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {

@@ -155,7 +155,7 @@ async fn attestation_tag(
     reference: &Reference,
     digest: &Digest,
 ) -> Verdict {
-    let tag = attestation::attestation_tag(digest);
+    let tag = super::attestation_tag(digest);
     let manifest = match client.tagged_manifest_bytes(reference, &tag).await {
         Ok(Some(manifest)) => manifest,
         Ok(None) => return Err(Refusal::NoAttestation { tag }),

@@ -264,8 +264,13 @@ pub fn combine(pinned: &Digest, verdicts: impl IntoIterator<Item = Verdict>) -> 
         }
     }
     Err(worst.unwrap_or(Refusal::NoAttestation {
-        tag: attestation::attestation_tag(pinned),
+        tag: attestation_tag(pinned),
     }))
+}
+
+/// The cosign `.att` tag of a digest: `sha256-<hex>.att`.
+pub fn attestation_tag(digest: &Digest) -> String {
+    format!("{}-{}.att", digest.algorithm(), digest.hex())
 }
 
 /// The provenance entries and what this pass learned about each digest it would pin: what
