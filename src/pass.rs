@@ -188,8 +188,8 @@ pub struct Signed {
 /// [`run`], where digests of images `signed.rules` matches are pinned only signed, and digests
 /// of images `signed.ages` matches only once old enough, and of images `signed.provenance`
 /// matches only with accepted build provenance; with `check_pins` (`pin --check`),
-/// every digest already pinned of a signed image is checked too, and one not signed is a
-/// failure naming file and line. Signatures and ages are checked before planning, so this
+/// every digest already pinned of an image that must be signed or attested is checked too,
+/// and one not signed (or without accepted provenance) is a failure naming file and line. Signatures and ages are checked before planning, so this
 /// pass scans and resolves everything first instead of planning file by file as answers
 /// arrive.
 pub async fn run_signed(
@@ -229,7 +229,10 @@ pub async fn run_signed(
     }
     crate::signature::fetch::check_all(client, &mut follow.signatures, unchecked, signed.budget)
         .await;
-    let unattested = plan::provenance_to_check(&scanned.files, &resolutions, &follow);
+    let mut unattested = plan::provenance_to_check(&scanned.files, &resolutions, &follow);
+    if check_pins {
+        unattested.extend(plan::provenance_pins_to_check(&scanned.files, &follow));
+    }
     crate::provenance::fetch::check_all(client, &mut follow.provenance, unattested, signed.budget)
         .await;
     let ages = plan::ages_to_check(&scanned.files, &resolutions, &follow);

@@ -384,22 +384,43 @@ pub fn pins_to_check(
     files: &[ScannedFile],
     follow: &Follow,
 ) -> BTreeMap<crate::signature::Subject, (Reference, Digest)> {
+    pins_matching(files, |reference| {
+        follow.signatures.rules.for_image(reference).is_some()
+    })
+}
+
+/// The digests fields already pin of images an `images.provenance` entry matches: what
+/// `pin --check` checks for build provenance, as [`pins_to_check`] for signatures.
+pub fn provenance_pins_to_check(
+    files: &[ScannedFile],
+    follow: &Follow,
+) -> BTreeMap<crate::provenance::Subject, (Reference, Digest)> {
+    pins_matching(files, |reference| {
+        follow.provenance.rules.for_image(reference).is_some()
+    })
+}
+
+fn pins_matching(
+    files: &[ScannedFile],
+    matched: impl Fn(&Reference) -> bool,
+) -> BTreeMap<crate::reference::Subject, (Reference, Digest)> {
     let mut wanted = BTreeMap::new();
     for field in files.iter().flat_map(|f| f.fields.iter()) {
         let (Ok(reference), Some(digest)) = (Reference::parse(&field.value), field.pinned_digest())
         else {
             continue;
         };
-        if follow.signatures.rules.for_image(&reference).is_some() {
-            let subject = crate::signature::Subject::of(&reference, &digest);
+        if matched(&reference) {
+            let subject = crate::reference::Subject::of(&reference, &digest);
             wanted.insert(subject, (reference, digest));
         }
     }
     wanted
 }
 
-/// A problem for every field pinning a digest [`pins_to_check`] found and the checks
-/// refused: `file:line: image@digest: pinned but not signed: why`.
+/// A problem for every field pinning a digest [`pins_to_check`] or
+/// [`provenance_pins_to_check`] found and the checks refused: `file:line: image@digest:
+/// pinned but not signed: why` (or `pinned without accepted provenance: why`).
 pub fn unsigned_pins(files: &[ScannedFile], follow: &Follow) -> Vec<Problem> {
     let mut problems = Vec::new();
     for file in files {
@@ -409,17 +430,22 @@ pub fn unsigned_pins(files: &[ScannedFile], follow: &Follow) -> Vec<Problem> {
             else {
                 continue;
             };
-            let subject = crate::signature::Subject::of(&reference, &digest);
-            if let Some(Err(refusal)) = follow.signatures.checked.get(&subject) {
-                problems.push(Problem::Unresolved {
-                    file: file.path.clone(),
-                    line: field.line,
-                    message: format!(
-                        "{}@{digest}: pinned but not signed: {refusal}",
-                        reference.canonical_name()
-                    ),
-                });
-            }
+            let subject = crate::reference::Subject::of(&reference, &digest);
+            let why = match (
+                follow.signatures.checked.get(&subject),
+                follow.provenance.checked.get(&subject),
+            ) {
+                (Some(Err(refusal)), _) => format!("pinned but not signed: {refusal}"),
+                (_, Some(Err(refusal))) => {
+                    format!("pinned without accepted provenance: {refusal}")
+                }
+                _ => continue,
+            };
+            problems.push(Problem::Unresolved {
+                file: file.path.clone(),
+                line: field.line,
+                message: format!("{}@{digest}: {why}", reference.canonical_name()),
+            });
         }
     }
     problems

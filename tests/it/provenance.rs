@@ -414,6 +414,28 @@ async fn pin_with_a_config_writes_only_digests_with_accepted_provenance() {
         api.manifest
     );
     assert!(text(&pinned).contains(&refused), "{}", text(&pinned));
+
+    // A pin written by hand, before the entry existed: `pin --check` checks it too.
+    std::fs::write(
+        apps.join("api.yaml"),
+        deployment("api", &format!("{host}/acme/api:1.0@{}", api.manifest)),
+    )
+    .unwrap();
+    let checked = setup.run(&[
+        "pin",
+        "--check",
+        "--config",
+        config.to_str().unwrap(),
+        "apps",
+    ]);
+
+    assert_eq!(checked.status.code(), Some(1), "{}", text(&checked));
+    let unattested = format!(
+        "apps/api.yaml:10: {host}/acme/api@{}: pinned without accepted provenance: provenance of source https://github.com/acme/fork@refs/tags/v1.0.0",
+        api.manifest
+    );
+    assert!(text(&checked).contains(&unattested), "{}", text(&checked));
+    assert!(!text(&checked).contains("web.yaml:"), "{}", text(&checked));
 }
 
 /// The cost of an image that needs provenance: the `.att` manifest and its one envelope the
