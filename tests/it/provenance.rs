@@ -23,10 +23,10 @@ use tagpin::registry::{Client, Settings};
 
 const IN_TOTO: &str = "application/vnd.in-toto+json";
 const DSSE: &str = "application/vnd.dsse.envelope.v1+json";
-const BUILDER: &str = "https://github.com/actions/runner/github-hosted";
-const SOURCE: &str = "https://github.com/acme/web";
+pub(crate) const BUILDER: &str = "https://github.com/actions/runner/github-hosted";
+pub(crate) const SOURCE: &str = "https://github.com/acme/web";
 
-fn deployment(name: &str, image: &str) -> String {
+pub(crate) fn deployment(name: &str, image: &str) -> String {
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        image: {image}\n"
     )
@@ -48,7 +48,7 @@ fn b64(bytes: &[u8]) -> String {
 
 /// A SLSA v1 statement as GitHub's `actions/attest-build-provenance` writes it, about
 /// `digest`, built by `builder` from `repository` at `refs/tags/v1.0.0`.
-fn provenance(digest: &str, builder: &str, repository: &str) -> Vec<u8> {
+pub(crate) fn provenance(digest: &str, builder: &str, repository: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "_type": "https://in-toto.io/Statement/v1",
         "subject": [{"name": "web", "digest": {"sha256": digest.trim_start_matches("sha256:")}}],
@@ -85,7 +85,7 @@ fn pae(payload: &[u8]) -> Vec<u8> {
 }
 
 /// The DSSE envelope of `statement`, signed by `key` (none: unsigned).
-fn envelope(statement: &[u8], key: Option<&KeyPair>) -> Vec<u8> {
+pub(crate) fn envelope(statement: &[u8], key: Option<&KeyPair>) -> Vec<u8> {
     let signatures: Vec<_> = key
         .map(|key| serde_json::json!({"keyid": "", "sig": key.sign(&pae(statement)).unwrap().to_base64()}))
         .into_iter()
@@ -100,7 +100,12 @@ fn envelope(statement: &[u8], key: Option<&KeyPair>) -> Vec<u8> {
 
 /// Attests `digest` of `repo` as `cosign attest --key` does: the `.att` tag, one DSSE layer
 /// per attestation.
-async fn attest(registry: &TestRegistry, repo: &str, digest: &str, envelopes: &[Vec<u8>]) {
+pub(crate) async fn attest(
+    registry: &TestRegistry,
+    repo: &str,
+    digest: &str,
+    envelopes: &[Vec<u8>],
+) {
     let empty = registry.push_blob(repo, b"{}").await;
     let mut layers = Vec::new();
     for envelope in envelopes {
@@ -493,5 +498,147 @@ async fn verified_provenance_costs_two_requests_once_and_none_after() {
         client.stats(),
         after_first,
         "no request for a verified digest"
+    );
+}
+
+/// `tagpin promote` carries a digest only with accepted provenance: staging runs two new
+/// digests, one attested from a fork; nothing of that promotion is written until it is
+/// attested from the right source, and the carried changes then report their provenance.
+#[tokio::test(flavor = "multi_thread")]
+async fn promotion_refuses_a_digest_built_from_another_repository() {
+    use support::kube::KubeServer;
+    use support::workloads::LiveDeployment;
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let ci = KeyPair::generate_ecdsa_p256().unwrap();
+    let web = registry.push_image("acme/web", "1.1", "web-new").await;
+    let api = registry.push_image("acme/api", "2.1", "api-new").await;
+    let attested =
+        |digest: &str, source: &str| envelope(&provenance(digest, BUILDER, source), Some(&ci));
+    attest(
+        &registry,
+        "acme/web",
+        &web.manifest,
+        &[attested(&web.manifest, SOURCE)],
+    )
+    .await;
+    let fork = "https://github.com/acme/fork";
+    attest(
+        &registry,
+        "acme/api",
+        &api.manifest,
+        &[attested(&api.manifest, fork)],
+    )
+    .await;
+    let pinned = |repo: &str, tag: &str, digest: &str| format!("{host}/acme/{repo}:{tag}@{digest}");
+    let (web_new, api_new) = (
+        pinned("web", "1.1", &web.manifest),
+        pinned("api", "2.1", &api.manifest),
+    );
+    let old = "sha256:0000000000000000000000000000000000000000000000000000000000000001";
+    let production = [
+        (
+            "production/web.yaml",
+            deployment("web", &pinned("web", "1.0", old)),
+        ),
+        (
+            "production/api.yaml",
+            deployment("api", &pinned("api", "2.0", old)),
+        ),
+    ];
+    let repo = BareRepo::create(&[
+        ("staging/web.yaml", deployment("web", &web_new).as_str()),
+        ("staging/api.yaml", deployment("api", &api_new).as_str()),
+        (production[0].0, production[0].1.as_str()),
+        (production[1].0, production[1].1.as_str()),
+    ]);
+    let staging = KubeServer::start().await;
+    let setup = Setup::new(&ci);
+    let kubeconfig = staging.kubeconfig(setup.dir.path());
+    for (name, image, digest) in [
+        ("web", &web_new, &web.manifest),
+        ("api", &api_new, &api.manifest),
+    ] {
+        let live = LiveDeployment::new("default", name).container("app", image);
+        live.apply(&staging);
+        live.pod(&format!("{name}-1"))
+            .running(&staging, &[format!("{host}/acme/{name}@{digest}")]);
+    }
+    let config = setup.dir.path().join("tagpin.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repository: {{url: '{}', branch: main}}\n\
+             registries: {{insecure: ['{host}']}}\n\
+             images:\n  provenance:\n  - match: '{host}/acme/*'\n    builder_id: 'https://github\\.com/actions/runner/.+'\n    source_repository: {SOURCE}\n    keys: [keys/ci.pub]\n\
+             promotion:\n  stages:\n\
+             \x20 - {{name: staging, paths: [staging], cluster: {{kubeconfig: '{k}'}}}}\n\
+             \x20 - {{name: production, paths: [production], cluster: {{kubeconfig: '{k}'}}, mode: commit}}\n",
+            repo.file_url(),
+            k = kubeconfig.display(),
+        ),
+    )
+    .unwrap();
+    let cache = setup.dir.path().join("cache");
+    let promote = || {
+        let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_tagpin"));
+        run.args([
+            "promote",
+            "--to",
+            "production",
+            "--output",
+            "json",
+            "--config",
+        ])
+        .arg(&config)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .env("HOME", setup.dir.path())
+        .env("KUBECONFIG", setup.dir.path().join("no-kubeconfig"))
+        .env_remove("DOCKER_CONFIG")
+        .env_remove("RUST_LOG");
+        run.output().expect("run tagpin")
+    };
+
+    let refused = promote();
+    let report: serde_json::Value = serde_json::from_slice(&refused.stdout)
+        .unwrap_or_else(|e| panic!("JSON report: {e}\n{}", text(&refused)));
+    assert_eq!(
+        report["failures"],
+        serde_json::json!([format!(
+            "production/api.yaml:10: {api_new}: not carried: provenance of source {fork}@refs/tags/v1.0.0, not images.provenance[0].source_repository"
+        )]),
+        "{report:#}"
+    );
+    assert_ne!(refused.status.code(), Some(0), "{}", text(&refused));
+    for (file, content) in &production {
+        assert_eq!(
+            &repo.read("main", file).unwrap(),
+            content,
+            "{file} untouched"
+        );
+    }
+
+    attest(
+        &registry,
+        "acme/api",
+        &api.manifest,
+        &[attested(&api.manifest, SOURCE)],
+    )
+    .await;
+    let carried = promote();
+    assert_eq!(carried.status.code(), Some(0), "{}", text(&carried));
+    let report: serde_json::Value = serde_json::from_slice(&carried.stdout).unwrap();
+    let sources: Vec<&serde_json::Value> = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["provenance"]["source"])
+        .collect();
+    let source = format!("{SOURCE}@refs/tags/v1.0.0");
+    assert_eq!(sources, [&source, &source], "{report:#}");
+    assert_eq!(
+        repo.read("main", "production/api.yaml").unwrap(),
+        deployment("api", &api_new)
     );
 }

@@ -9,6 +9,7 @@ mod bitbucket_server;
 mod gitea;
 mod hostile;
 pub(crate) mod promote;
+mod provenance;
 mod shared;
 mod signatures;
 mod tenancy;
