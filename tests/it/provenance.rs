@@ -642,3 +642,68 @@ async fn promotion_refuses_a_digest_built_from_another_repository() {
         deployment("api", &api_new)
     );
 }
+
+/// A keyless provenance bundle (the test's Fulcio-like CA and Rekor key, as in the signature
+/// tests) attached as a referrer: accepted for a matching identity, refused for another.
+#[tokio::test]
+async fn a_keyless_bundle_counts_for_a_matching_identity_only() {
+    use crate::signatures::{TestSigstore, ISSUER};
+    use tagpin::config::{KeylessIdentity, SignatureFile};
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let sigstore = TestSigstore::new();
+    let web = registry.push_image("acme/web", "1", "web").await;
+    let workflow = "https://github.com/acme/web/.github/workflows/release.yml@refs/tags/v1.0.0";
+    let statement = provenance(&web.manifest, BUILDER, SOURCE);
+    let bundle = sigstore.dsse_bundle(&statement, workflow);
+    crate::signatures_referrers::attach(&registry, "acme/web", &web.manifest, &bundle).await;
+    let client = Client::new(Settings {
+        insecure_hosts: vec![host.clone()],
+        ..Settings::default()
+    })
+    .unwrap();
+    let rules = |subject: &str| {
+        ProvenanceRules::compile(&[ProvenanceRule {
+            matches: format!("{host}/acme/*"),
+            builder_id: r"https://github\.com/actions/runner/.+".into(),
+            source_repository: SOURCE.into(),
+            source_ref: Some("refs/tags/v.+".into()),
+            signers: SignatureRule {
+                matches: format!("{host}/acme/*"),
+                keys: Vec::new(),
+                keyless: vec![KeylessIdentity {
+                    issuer: ISSUER.into(),
+                    subject: subject.into(),
+                }],
+                trusted_root: Some(SignatureFile {
+                    path: "trusted_root.json".into(),
+                    contents: sigstore.trusted_root(),
+                }),
+            },
+        }])
+        .unwrap()
+    };
+    let reference = Reference::parse(&format!("{host}/acme/web:1")).unwrap();
+    let digest: Digest = web.manifest.parse().unwrap();
+    let budget = Duration::from_secs(30);
+
+    let ours = rules(r"https://github\.com/acme/web/\.github/workflows/release\.yml@refs/tags/v.+");
+    let rule = ours.for_image(&reference).unwrap();
+    let (verdict, label) = fetch::check(&client, rule, &reference, &digest, budget).await;
+    let attested = verdict.unwrap_or_else(|refusal| panic!("{refusal}"));
+    assert_eq!(label, "verified");
+    assert_eq!(
+        attested.signer.to_string(),
+        format!("keyless {workflow} ({ISSUER})")
+    );
+    assert_eq!(attested.source, format!("{SOURCE}@refs/tags/v1.0.0"));
+
+    let theirs = rules(r"https://github\.com/acme/api/.+");
+    let rule = theirs.for_image(&reference).unwrap();
+    let (verdict, label) = fetch::check(&client, rule, &reference, &digest, budget).await;
+    assert_eq!(label, "refused");
+    assert_eq!(
+        verdict.unwrap_err().to_string(),
+        format!("provenance signed by {workflow} (issuer {ISSUER}), not an identity of images.provenance[0].keyless")
+    );
+}
