@@ -338,3 +338,84 @@ impl ProvenanceNote {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digest(n: u8) -> Digest {
+        format!("sha256:{}", format!("{n:02x}").repeat(32))
+            .parse()
+            .unwrap()
+    }
+
+    fn rules() -> ProvenanceRules {
+        ProvenanceRules::compile(&[ProvenanceRule {
+            matches: "ghcr.io/acme/*".into(),
+            builder_id: "b".into(),
+            source_repository: "https://github.com/acme/web".into(),
+            source_ref: None,
+            signers: crate::config::SignatureRule {
+                matches: "ghcr.io/acme/*".into(),
+                keys: Vec::new(),
+                keyless: vec![crate::config::KeylessIdentity {
+                    issuer: "https://issuer.test".into(),
+                    subject: ".*".into(),
+                }],
+                trusted_root: None,
+            },
+        }])
+        .unwrap()
+    }
+
+    #[test]
+    fn a_digest_already_pinned_needs_no_provenance_and_an_unchecked_one_is_refused() {
+        let verdicts = Verdicts::new(rules());
+        let at = Reference::parse(&format!("ghcr.io/acme/app:1@{}", digest(1))).unwrap();
+        let tag = Reference::parse("ghcr.io/acme/app:1").unwrap();
+        let other = Reference::parse("docker.io/library/nginx:1").unwrap();
+        assert_eq!(verdicts.decide(&at, &tag, &digest(1)), None);
+        assert_eq!(verdicts.decide(&other, &other, &digest(1)), None);
+        assert!(matches!(
+            verdicts.decide(&tag, &tag, &digest(1)),
+            Some(Err(Refusal::Lookup(_)))
+        ));
+        // Docker Hub and registry spellings match as signatures and ages match them.
+        assert!(rules()
+            .for_image(&Reference::parse("GHCR.IO/acme/web:2").unwrap())
+            .is_some());
+    }
+
+    #[test]
+    fn one_verified_attestation_suffices_and_otherwise_the_most_telling_refusal_is_kept() {
+        let attested = Ok(Attested {
+            builder: "b".into(),
+            source: "s".into(),
+            signer: Signer("key k".into()),
+        });
+        let sbom = Err(Refusal::NotProvenance {
+            kind: "https://spdx.dev/Document".into(),
+        });
+        let builder = Err(Refusal::Builder {
+            rule: 0,
+            found: "evil".into(),
+        });
+        assert_eq!(
+            combine(&digest(1), [sbom.clone(), attested.clone()]),
+            attested
+        );
+        assert_eq!(
+            combine(&digest(1), [sbom.clone(), builder.clone(), sbom]),
+            builder
+        );
+        let none = combine(&digest(1), []).unwrap_err();
+        assert_eq!(none.label(), "missing");
+        assert_eq!(
+            none.to_string(),
+            format!(
+                "no provenance attestation (the registry has no sha256-{}.att tag and no Sigstore bundle referring to the digest)",
+                digest(1).hex()
+            )
+        );
+    }
+}
