@@ -518,6 +518,8 @@ pub enum CliError {
     Signature(#[from] crate::signature::SignatureError),
     #[error(transparent)]
     MinimumAge(#[from] crate::age::AgeRuleError),
+    #[error(transparent)]
+    Provenance(#[from] crate::provenance::ProvenanceError),
     /// Boxed: the largest cause, and rare.
     #[error(transparent)]
     Promote(Box<crate::promote::PromoteError>),
@@ -765,6 +767,7 @@ fn scan_setup(
         rules: crate::signature::Signatures::compile(&config.images.signatures)?,
         budget: std::time::Duration::from_secs(config.registries.budget_seconds),
         ages: crate::age::MinimumAges::compile(config.minimum_ages())?,
+        provenance: crate::provenance::ProvenanceRules::compile(&config.images.provenance)?,
         first_seen,
     };
     Ok((build_client(registry, Some(&config.registries))?, signed))

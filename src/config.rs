@@ -519,6 +519,66 @@ colour: blue
     }
 
     #[test]
+    fn provenance_entries_read_builder_source_and_signers() {
+        let dir = tempfile::tempdir().unwrap();
+        write_public_key(dir.path(), "keys/ci.pub");
+        let c = Config::parse(
+            concat!(
+                "repository: {url: /srv/git/gitops.git}\n",
+                "images:\n",
+                "  provenance:\n",
+                "  - match: 'ghcr.io/acme/*'\n",
+                "    builder_id: 'https://github\\.com/acme/.+'\n",
+                "    source_repository: https://github.com/acme/web\n",
+                "    source_ref: 'refs/tags/v.+'\n",
+                "    keys: [keys/ci.pub]\n",
+            ),
+            &dir.path().join("tagpin.yaml"),
+        )
+        .unwrap();
+        let [rule] = c.images.provenance.as_slice() else {
+            panic!("one rule expected: {:?}", c.images.provenance);
+        };
+        assert_eq!(rule.matches, "ghcr.io/acme/*");
+        assert_eq!(rule.builder_id, "https://github\\.com/acme/.+");
+        assert_eq!(rule.source_repository, "https://github.com/acme/web");
+        assert_eq!(rule.source_ref.as_deref(), Some("refs/tags/v.+"));
+        assert_eq!(rule.signers.matches, "ghcr.io/acme/*");
+        assert_eq!(rule.signers.keys[0].path, "keys/ci.pub");
+    }
+
+    #[test]
+    fn invalid_provenance_entries_are_named_by_field_path_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Config::parse(
+            concat!(
+                "repository: {url: /srv/git/gitops.git}\n",
+                "images:\n",
+                "  provenance:\n",
+                "  - {match: a, source_repository: https://github.com/acme/web.git, keys: [missing.pub]}\n",
+                "  - {match: b, builder_id: '(x', source_repository: r, source_ref: '[', keyless: [{issuer: i, subject: s}]}\n",
+                "  - {match: c, builder_id: b, source_repository: r}\n",
+            ),
+            &dir.path().join("tagpin.yaml"),
+        )
+        .unwrap_err();
+        let problems = err.problems.join("\n");
+        for expected in [
+            "images.provenance[0].builder_id: is required",
+            "images.provenance[0].source_repository: the repository's URI without a trailing / or .git",
+            "images.provenance[0].keys[0]: cannot read missing.pub:",
+            "images.provenance[1].builder_id: invalid regex:",
+            "images.provenance[1].source_ref: invalid regex:",
+            "images.provenance[2]: needs keys or keyless",
+        ] {
+            assert!(
+                problems.contains(expected),
+                "missing {expected:?} in:\n{problems}"
+            );
+        }
+    }
+
+    #[test]
     fn minimum_ages_are_read_in_order_with_their_durations() {
         let c = parse(concat!(
             "repository: {url: /srv/git/gitops.git}\n",

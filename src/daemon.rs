@@ -363,6 +363,7 @@ fn record_pass(
             m.resolve_seconds.observe(report.resolve_time.as_secs_f64());
             m.observe_signature_checks(&report.signature_checks);
             m.observe_age_checks(&report.age_checks);
+            m.observe_provenance_checks(&report.provenance_checks);
             for failure in &report.failures {
                 tracing::warn!("{failure}");
             }

@@ -31,6 +31,7 @@ pub mod plan;
 pub mod policy;
 pub mod promote;
 pub mod proposal;
+pub mod provenance;
 pub mod reference;
 pub mod registry;
 pub mod render;

@@ -61,6 +61,16 @@ pub struct AgeLabels {
     pub source: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProvenanceLabels {
+    /// `verified`, `cached` (verified in an earlier pass), `missing` (no attestation),
+    /// `refused`, `error`.
+    pub result: String,
+}
+
+/// What a provenance check is counted as ([`ProvenanceLabels::result`]).
+pub const PROVENANCE_RESULTS: [&str; 5] = ["verified", "cached", "missing", "refused", "error"];
+
 /// What a minimum age check is counted as ([`AgeLabels`]).
 pub const AGE_RESULTS: [&str; 2] = ["eligible", "held"];
 pub const AGE_SOURCES: [&str; 3] = ["created", "annotation", "first_seen"];
@@ -172,6 +182,8 @@ pub struct Metrics {
     /// Minimum age checks of digests about to be pinned (`images.minimum_age`), by result and
     /// what the age was counted from.
     pub minimum_age_checks: Family<AgeLabels, Counter>,
+    /// Build provenance checks of digests about to be pinned (`images.provenance`), by result.
+    pub provenance_checks: Family<ProvenanceLabels, Counter>,
     /// Accepted deliveries served by a pass another delivery had already asked for: during a
     /// pass, or within the webhook window after one started (`--webhook-window`).
     pub webhook_coalesced: Counter,
@@ -215,6 +227,7 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("tagpin");
         let minimum_age_checks = minimum_age_checks(&mut registry);
+        let provenance_checks = provenance_checks(&mut registry);
         let mut metrics = Metrics {
             registry,
             passes: Family::default(),
@@ -230,6 +243,7 @@ impl Metrics {
             webhooks: Family::default(),
             signature_checks: Family::default(),
             minimum_age_checks,
+            provenance_checks,
             webhook_coalesced: Counter::default(),
             verdicts: Family::default(),
             verification_errors: Family::default(),
@@ -426,6 +440,17 @@ impl Metrics {
         }
     }
 
+    /// Adds a pass's provenance checks (see [`crate::sync::SyncReport::provenance_checks`]).
+    pub fn observe_provenance_checks(&self, counts: &crate::provenance::fetch::CheckCounts) {
+        for (result, count) in counts {
+            self.provenance_checks
+                .get_or_create(&ProvenanceLabels {
+                    result: result.to_string(),
+                })
+                .inc_by(*count);
+        }
+    }
+
     /// Adds a pass's signature checks (see [`crate::sync::SyncReport::signature_checks`]).
     pub fn observe_signature_checks(&self, counts: &crate::signature::fetch::CheckCounts) {
         for (result, count) in counts {
@@ -566,6 +591,23 @@ impl Metrics {
     }
 }
 
+/// `tagpin_provenance_checks_total`, registered, with every series at zero: the first refused
+/// digest must show as an increase.
+fn provenance_checks(registry: &mut Registry) -> Family<ProvenanceLabels, Counter> {
+    let checks = Family::<ProvenanceLabels, Counter>::default();
+    registry.register(
+        "provenance_checks",
+        "Build provenance checks of digests about to be pinned, by result",
+        checks.clone(),
+    );
+    for result in PROVENANCE_RESULTS {
+        let _ = checks.get_or_create(&ProvenanceLabels {
+            result: result.to_string(),
+        });
+    }
+    checks
+}
+
 /// `tagpin_minimum_age_checks_total`, registered, with every series at zero: the first held
 /// digest must show as an increase.
 fn minimum_age_checks(registry: &mut Registry) -> Family<AgeLabels, Counter> {
@@ -646,6 +688,23 @@ mod tests {
         );
         assert!(
             text.contains("tagpin_signature_checks_total{result=\"unsigned\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn provenance_checks_are_counted_by_result_from_zero() {
+        let metrics = Metrics::new();
+        let text = metrics.encode();
+        for result in PROVENANCE_RESULTS {
+            let line = format!("tagpin_provenance_checks_total{{result=\"{result}\"}} 0");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        metrics.observe_provenance_checks(&BTreeMap::from([("refused", 2), ("verified", 1)]));
+        metrics.observe_provenance_checks(&BTreeMap::from([("refused", 1)]));
+        let text = metrics.encode();
+        assert!(
+            text.contains("tagpin_provenance_checks_total{result=\"refused\"} 3"),
             "{text}"
         );
     }

@@ -681,6 +681,7 @@ fn restore_block(target: &str, moved: &[Moved]) -> PlanBlock {
                 new_tag: None,
                 action: Action::Update,
                 signature: None,
+                provenance: None,
                 age: None,
             })
         })

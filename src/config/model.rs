@@ -364,6 +364,28 @@ pub struct ImageRules {
     /// first matching entry applies, with the same matching as `images.signatures` (see
     /// [`crate::age`]).
     pub minimum_age: Vec<MinimumAgeRule>,
+    /// Which images need a signed SLSA provenance attestation naming an accepted builder and
+    /// source before a digest of theirs is pinned (`images.provenance`); the first matching
+    /// entry applies, with the same matching as `images.signatures` (see [`crate::provenance`]).
+    pub provenance: Vec<ProvenanceRule>,
+}
+
+/// One `images.provenance` entry: a glob over the image name (matched as `images.signatures`
+/// entries are), the builder and source a provenance attestation must name, and who may sign
+/// the attestation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvenanceRule {
+    pub matches: String,
+    /// A regex over the predicate's builder id, anchored at both ends when compiled.
+    pub builder_id: String,
+    /// The source repository's URI, compared exactly (`https://github.com/acme/web`); a
+    /// `git+` prefix and a `.git` suffix in the attestation are not part of it.
+    pub source_repository: String,
+    /// A regex over the source ref (`refs/tags/v.*`), anchored; `None` accepts any ref.
+    pub source_ref: Option<String>,
+    /// Who may sign the attestation: `keys`, `keyless` and `trusted_root` as an
+    /// `images.signatures` entry has them (its `matches` is this entry's).
+    pub signers: SignatureRule,
 }
 
 /// One `images.minimum_age` entry: a glob over the image name (matched as `images.signatures`

@@ -316,6 +316,22 @@ pub struct RawImages {
     pub policies: List<Known<RawPolicy>>,
     pub signatures: List<Known<RawSignature>>,
     pub minimum_age: List<Known<RawMinimumAge>>,
+    pub provenance: List<Known<RawProvenance>>,
+}
+
+/// One `images.provenance` entry: `match`, the builder and source an SLSA provenance
+/// attestation must name, and who may sign it (`keys` and/or `keyless`, as for signatures).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawProvenance {
+    #[serde(rename = "match")]
+    pub matches: Field<String>,
+    pub builder_id: Field<String>,
+    pub source_repository: Field<String>,
+    pub source_ref: Field<String>,
+    pub keys: List<String>,
+    pub keyless: List<Known<RawKeyless>>,
+    pub trusted_root: Field<String>,
 }
 
 /// One `images.minimum_age` entry: `match` and `age` (`24h`).

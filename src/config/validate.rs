@@ -13,17 +13,17 @@ use super::model::{
     invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
     ClusterTarget, Config, Forge, GitAuth, GitOpsObjects, Grouping, ImageRules, KeylessIdentity,
     MinimumAgeRule, Notification, NotifyKind, ObjectName, OnFailure, Order, Origin, PolicyRule,
-    Problem, Promotion, PullRequest, Registries, Repository, SecretName, SignatureFile,
-    SignatureKey, SignatureRule, Signing, SigningFormat, SigningKey, Stage, TagPolicy, Verify,
-    WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX,
+    Problem, Promotion, ProvenanceRule, PullRequest, Registries, Repository, SecretName,
+    SignatureFile, SignatureKey, SignatureRule, Signing, SigningFormat, SigningKey, Stage,
+    TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX,
     DEFAULT_COMMIT_MESSAGE, DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE,
     DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
 };
 use super::raw::{
     names_of, Field, Known, List, RawAuthor, RawCluster, RawConfig, RawDuration, RawForge,
     RawGitAuth, RawHelm, RawImages, RawKeyless, RawLocalRef, RawMinimumAge, RawNotification,
-    RawPolicy, RawPromotion, RawPullRequest, RawRegistries, RawRepository, RawSecretKeyRef,
-    RawSignature, RawSigning, RawStage, RawVerify, Section,
+    RawPolicy, RawPromotion, RawProvenance, RawPullRequest, RawRegistries, RawRepository,
+    RawSecretKeyRef, RawSignature, RawSigning, RawStage, RawVerify, Section,
 };
 
 /// The configuration the raw file describes, or every problem found in it.
@@ -859,6 +859,7 @@ impl Check {
             policies: self.policies(&raw.policies),
             signatures: self.signatures(&raw.signatures),
             minimum_age: self.minimum_ages(&raw.minimum_age),
+            provenance: self.provenance(&raw.provenance),
         };
         self.globs("images.manage", &rules.manage);
         self.globs("images.ignore", &rules.ignore);
@@ -913,38 +914,117 @@ impl Check {
                 continue;
             };
             let matches = self.match_glob(&join(&path, "match"), &raw.matches);
-            let keys_path = join(&path, "keys");
-            let root_path = join(&path, "trusted_root");
-            let keys: Vec<SignatureKey> = self
-                .strings(&keys_path, &raw.keys)
-                .into_iter()
-                .enumerate()
-                .filter_map(|(j, key)| self.signature_key(&format!("{keys_path}[{j}]"), key))
-                .collect();
-            let keyless = self.keyless(&join(&path, "keyless"), raw);
-            let trusted_root = self
-                .string(&root_path, &raw.trusted_root)
-                .map(str::to_string)
-                .and_then(|file| self.trusted_root(&root_path, file));
-            if !raw.keys.is_written() && !raw.keyless.is_written() {
-                self.problem(
-                    &path,
-                    "needs keys or keyless (who may sign the images it matches)",
-                );
-            }
-            if raw.trusted_root.is_written() && !raw.keyless.is_written() {
-                self.problem(&root_path, "only applies to keyless signatures");
-            }
+            let signers = self.signers(&path, &raw.keys, &raw.keyless, &raw.trusted_root);
             if let Some(matches) = matches {
                 rules.push(SignatureRule {
                     matches: matches.to_string(),
-                    keys,
-                    keyless,
-                    trusted_root,
+                    ..signers
                 });
             }
         }
         rules
+    }
+
+    /// Who may sign, as an `images.signatures` or `images.provenance` entry at `path` names
+    /// them: `keys` (read and checked), `keyless` identities and a `trusted_root`. The rule's
+    /// `matches` is left empty for the caller.
+    fn signers(
+        &mut self,
+        path: &str,
+        keys: &List<String>,
+        keyless: &List<Known<RawKeyless>>,
+        trusted_root: &Field<String>,
+    ) -> SignatureRule {
+        let keys_path = join(path, "keys");
+        let root_path = join(path, "trusted_root");
+        let read_keys: Vec<SignatureKey> = self
+            .strings(&keys_path, keys)
+            .into_iter()
+            .enumerate()
+            .filter_map(|(j, key)| self.signature_key(&format!("{keys_path}[{j}]"), key))
+            .collect();
+        let identities = self.keyless(&join(path, "keyless"), keyless);
+        let root = self
+            .string(&root_path, trusted_root)
+            .map(str::to_string)
+            .and_then(|file| self.trusted_root(&root_path, file));
+        if !keys.is_written() && !keyless.is_written() {
+            self.problem(
+                path,
+                "needs keys or keyless (who may sign the images it matches)",
+            );
+        }
+        if trusted_root.is_written() && !keyless.is_written() {
+            self.problem(&root_path, "only applies to keyless signatures");
+        }
+        SignatureRule {
+            matches: String::new(),
+            keys: read_keys,
+            keyless: identities,
+            trusted_root: root,
+        }
+    }
+
+    /// `images.provenance`: as `images.signatures` for who may sign, and the builder and
+    /// source-ref regexes compiled (anchored) now, the source repository required.
+    fn provenance(&mut self, field: &List<Known<RawProvenance>>) -> Vec<ProvenanceRule> {
+        let mut rules = Vec::new();
+        for (i, item) in self
+            .list("images.provenance", field, "a list")
+            .iter()
+            .enumerate()
+        {
+            let path = format!("images.provenance[{i}]");
+            let Some(raw) = self.section(&path, item) else {
+                continue;
+            };
+            let matches = self.match_glob(&join(&path, "match"), &raw.matches);
+            let builder = self.anchored_regex(&join(&path, "builder_id"), &raw.builder_id, true);
+            let source_path = join(&path, "source_repository");
+            let source = self.required_string(&source_path, &raw.source_repository);
+            if source.is_some_and(|s| s.ends_with('/') || s.ends_with(".git")) {
+                self.problem(
+                    &source_path,
+                    "the repository's URI without a trailing / or .git (https://github.com/acme/web)",
+                );
+            }
+            let source_ref =
+                self.anchored_regex(&join(&path, "source_ref"), &raw.source_ref, false);
+            let signers = self.signers(&path, &raw.keys, &raw.keyless, &raw.trusted_root);
+            if let (Some(matches), Some(builder), Some(source)) = (matches, builder, source) {
+                rules.push(ProvenanceRule {
+                    matches: matches.to_string(),
+                    builder_id: builder,
+                    source_repository: source.to_string(),
+                    source_ref,
+                    signers: SignatureRule {
+                        matches: matches.to_string(),
+                        ..signers
+                    },
+                });
+            }
+        }
+        rules
+    }
+
+    /// A regex field, compiled anchored at both ends now so a typo is named with its path;
+    /// `required` ones missing are a problem too.
+    fn anchored_regex(
+        &mut self,
+        path: &str,
+        field: &Field<String>,
+        required: bool,
+    ) -> Option<String> {
+        let text = match required {
+            true => self.required_string(path, field),
+            false => self.string(path, field),
+        }?;
+        if let Err(e) = crate::signature::keys::subject_regex(text) {
+            let last_line = e.to_string().lines().last().unwrap_or_default().to_string();
+            self.problem(path, format!("invalid regex: {last_line}"));
+            return None;
+        }
+        Some(text.to_string())
     }
 
     /// `images.minimum_age`: each entry's glob and age are checked now, so a typo is a
@@ -1057,9 +1137,9 @@ impl Check {
     }
 
     /// `keyless`: each entry's issuer, and its subject regex compiled (anchored) now.
-    fn keyless(&mut self, path: &str, raw: &RawSignature) -> Vec<KeylessIdentity> {
+    fn keyless(&mut self, path: &str, field: &List<Known<RawKeyless>>) -> Vec<KeylessIdentity> {
         let mut identities = Vec::new();
-        for (j, item) in self.list(path, &raw.keyless, "a list").iter().enumerate() {
+        for (j, item) in self.list(path, field, "a list").iter().enumerate() {
             let path = format!("{path}[{j}]");
             let Some(entry): Option<&RawKeyless> = self.section(&path, item) else {
                 continue;

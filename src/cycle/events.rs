@@ -379,6 +379,7 @@ mod tests {
             action: crate::plan::Action::Pin,
             signature: None,
             age: None,
+            provenance: None,
         }
     }
 

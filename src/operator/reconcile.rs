@@ -474,6 +474,7 @@ async fn set_up(
     };
     let mut secrets = read_secrets(&ctx.kube, namespace, &config, dir).await?;
     config.images.signatures = std::mem::take(&mut secrets.signatures);
+    config.images.provenance = std::mem::take(&mut secrets.provenance);
     if let Some(promotion) = config.promotion.as_mut() {
         promotion.require_signed_by = std::mem::take(&mut secrets.required_signers);
     }
@@ -611,6 +612,9 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
             .metrics
             .observe_signature_checks(&synced.signature_checks);
         ctx.shared.metrics.observe_age_checks(&synced.age_checks);
+        ctx.shared
+            .metrics
+            .observe_provenance_checks(&synced.provenance_checks);
     }
     super::report::map(
         object,

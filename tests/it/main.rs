@@ -36,6 +36,7 @@ mod pipeline;
 mod pod_template_cli;
 mod policies;
 mod promote;
+mod provenance;
 mod quickstart;
 mod registry_client;
 mod run;

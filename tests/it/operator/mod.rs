@@ -10,6 +10,7 @@ mod dashboard;
 mod gitea;
 mod hostile;
 pub(crate) mod promote;
+mod provenance;
 mod shared;
 mod signatures;
 mod tenancy;
