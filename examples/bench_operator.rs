@@ -20,7 +20,10 @@
 //! - with `BENCH_SHARDS=S` (1): the objects spread over S label shards (`tagpin.dev/shard`),
 //!   one operator process per shard (`--watch-label-selector`), as Flux and Argo CD shard a
 //!   controller; the figures are the fleet's (requests summed, the largest peak memory and
-//!   the sum of all).
+//!   the sum of all);
+//! - with `BENCH_NAMESPACES=K` (1): the objects, their workloads and pods spread over K
+//!   namespaces (`fleet-0` ... `fleet-{K-1}`), as tenants keep them; an object's reconcile
+//!   lists its own namespace, so this is the fleet's shape at 10,000 objects.
 //!
 //! Figures are printed, never asserted: speed is measured here, not tested.
 
@@ -50,6 +53,14 @@ fn env_count(name: &str, default: usize) -> usize {
 /// The label that spreads objects over shards (`BENCH_SHARDS`), as each object carries it.
 const SHARD_LABEL: &str = "tagpin.dev/shard";
 const NS: &str = "fleet";
+
+/// The namespace of object `n` when the fleet spreads over `namespaces` (`BENCH_NAMESPACES`).
+fn namespace_of(n: usize, namespaces: usize) -> String {
+    match namespaces {
+        1 => NS.to_string(),
+        k => format!("{NS}-{}", n % k),
+    }
+}
 
 fn manifest(name: &str, image: &str) -> String {
     format!(
@@ -86,7 +97,7 @@ fn disk_bytes(dir: &Path) -> u64 {
 }
 
 fn ready_count(kube: &KubeServer) -> usize {
-    kube.list("PinnedRepository", Some(NS))
+    kube.list("PinnedRepository", None)
         .iter()
         .filter(|o| {
             o["status"]["conditions"]
@@ -104,6 +115,7 @@ async fn main() {
     let images = env_count("BENCH_IMAGES", 10);
     let idle = env_count("BENCH_IDLE_SECONDS", 0);
     let shards = env_count("BENCH_SHARDS", 1).max(1);
+    let namespaces = env_count("BENCH_NAMESPACES", 1).max(1);
     let binary = tagpin_binary();
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
@@ -122,6 +134,8 @@ async fn main() {
     for n in 0..objects {
         let image = n % images;
         let name = format!("app-{n}");
+        let ns = namespace_of(n, namespaces);
+        let ns = ns.as_str();
         let repo = BareRepo::create_in(
             base.path(),
             &format!("{name}.git"),
@@ -133,13 +147,13 @@ async fn main() {
         kube.apply(json!({
             "apiVersion": "tagpin.dev/v1alpha1",
             "kind": "PinnedRepository",
-            "metadata": {"name": name, "namespace": NS,
+            "metadata": {"name": name, "namespace": ns,
                          "labels": {"tagpin.dev/shard": (n % shards).to_string()}},
             "spec": {
                 "repository": {"url": repo.file_url()},
                 "paths": ["apps"],
                 "registries": {"insecure": [host]},
-                "verify": {"default_namespace": NS},
+                "verify": {"default_namespace": ns},
             },
         }));
         // What Argo CD applies from the pin, rolled out, its pod on the pinned digest.
@@ -147,22 +161,22 @@ async fn main() {
         let pinned = format!("{host}/acme/app-{image}:1@{digest}");
         let image_id = format!("{host}/acme/app-{image}@{digest}");
         kube.apply(deployment(
-            NS,
+            ns,
             &name,
             &[("app", &name)],
             &[("app", &pinned)],
         ));
         kube.set_status(
             "Deployment",
-            NS,
+            ns,
             &name,
             json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
                    "readyReplicas": 1, "availableReplicas": 1}),
         );
         let pod_name = format!("{name}-1");
-        kube.apply(pod(NS, &pod_name, &[("app", &name)], &[("app", &pinned)]));
+        kube.apply(pod(ns, &pod_name, &[("app", &name)], &[("app", &pinned)]));
         kube.set_pod_status(
-            NS,
+            ns,
             &pod_name,
             running_pod_status(&[("app", &pinned, &image_id)]),
         );
@@ -273,7 +287,7 @@ async fn main() {
         let _ = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
     }
 
-    println!("bench_operator: {objects} PinnedRepository objects, {objects} repositories, {images} distinct tags, one registry, {shards} operator process(es)");
+    println!("bench_operator: {objects} PinnedRepository objects, {objects} repositories, {images} distinct tags, {namespaces} namespace(s), one registry, {shards} operator process(es)");
     println!(
         "  all Ready (pinned and verified Converged): {:.2} s",
         all_ready.as_secs_f64()

@@ -30,7 +30,8 @@
 //! Figures are printed, never asserted: speed is measured here, not tested.
 //!
 //! `-- --helm` runs the Helm variant instead (`support/bench_plan_helm.rs`); `-- --signed`
-//! the variant with every image signed (`support/bench_plan_signed.rs`).
+//! the variant with every image signed (`support/bench_plan_signed.rs`), `-- --provenance` the
+//! same with every image's build provenance required.
 //!
 //! `BENCH_PROFILE=<kind>` runs one kind of run `BENCH_ROUNDS` times (default 50) back to back
 //! and prints its wall and CPU per run, for a profiler (`perf record -p <pid>`; see
@@ -581,7 +582,12 @@ async fn main() {
     }
     // Every image signed: what signature checks add to a pass.
     if std::env::args().any(|arg| arg == "--signed") {
-        signed_variant::run().await;
+        signed_variant::run(signed_variant::Gate::Signatures).await;
+        return;
+    }
+    // Every image with build provenance required: what provenance checks add to a pass.
+    if std::env::args().any(|arg| arg == "--provenance") {
+        signed_variant::run(signed_variant::Gate::Provenance).await;
         return;
     }
 

@@ -2,7 +2,7 @@
 //! the configuration deploys to.
 //!
 //! This module gathers both sides and asks the registry what it must; the judgement is pure
-//! ([`crate::verify::judge::audit`], which also says which namespaces and workloads an audit
+//! ([`crate::verify::judge::findings`], which also says which namespaces and workloads an audit
 //! covers). Git's side is the target branch's tip, read exactly as `verify --branch` reads it
 //! ([`verify::read_tree`]); the cluster's is one list per namespace and kind and one pod list
 //! per namespace ([`read::namespaces`]), with the same read-only permissions `verify`
@@ -16,7 +16,7 @@ use crate::git::{off_runtime, GitError, Mirror};
 use crate::pipeline::Skipped;
 use crate::reference::Reference;
 use crate::registry::Client;
-use crate::verify::judge::audit::{self, Ask, Audit};
+use crate::verify::judge::findings::{self, Ask, Audit};
 use crate::verify::observe::read;
 use crate::verify::{self, Families, VerifyError};
 
@@ -105,13 +105,13 @@ pub async fn at(
 ) -> Result<AuditReport, AuditError> {
     let read = off_runtime(|| verify::read_tree(mirror, commit, config))?;
     let manages = |image: &str| read.selection.manages(image);
-    let git = audit::git_side(
+    let git = findings::git_side(
         &read.files,
         &read.renders,
         manages,
         &verify::name_mapping(config),
     );
-    let mut namespaces = audit::namespaces(&git);
+    let mut namespaces = findings::namespaces(&git);
     if let Some(only) = namespace {
         if !namespaces.contains(only) {
             return Err(AuditError::Namespace {
@@ -121,9 +121,9 @@ pub async fn at(
         }
         namespaces = BTreeSet::from([only.to_string()]);
     }
-    let inventory = read::namespaces(cluster, &audit::lists(&git, &namespaces)).await?;
+    let inventory = read::namespaces(cluster, &findings::lists(&git, &namespaces)).await?;
     let mut found = Vec::new();
-    for ask in audit::asks(&git, &inventory, &namespaces, manages) {
+    for ask in findings::asks(&git, &inventory, &namespaces, manages) {
         match ask {
             Ask::Digest { image, digest } => {
                 found.push(families.of_digest(&image, &digest, registry).await);
@@ -149,7 +149,7 @@ pub async fn at(
             }
         }
     }
-    let audit = audit::judge(&git, &inventory, &namespaces, &found, manages);
+    let audit = findings::judge(&git, &inventory, &namespaces, &found, manages);
     Ok(AuditReport {
         branch: config.repository.branch.clone(),
         commit: commit.to_string(),

@@ -111,6 +111,8 @@ pub enum Command {
         webhook_window: String,
         #[command(flatten)]
         leader: LeaderElectArgs,
+        #[command(flatten)]
+        ui: UiArgs,
     },
     /// Run the operator: reconcile every PinnedRepository object it selects, each on its own.
     Operator(OperatorArgs),
@@ -308,8 +310,82 @@ pub struct OperatorArgs {
     /// name none read with the operator's own identity.
     #[arg(long, value_name = "NAME")]
     pub default_service_account: Option<String>,
+    /// Let notifications go to this host over plain http:// (a receiver inside the cluster,
+    /// say); repeatable. Every other notification URL must be https://.
+    #[arg(long, value_name = "HOST")]
+    pub notify_allow_http: Vec<String>,
     #[command(flatten)]
     pub leader: LeaderElectArgs,
+    #[command(flatten)]
+    pub ui: UiArgs,
+}
+
+/// The dashboard's flags (`run` and the operator); see docs/dashboard.md.
+#[derive(Debug, Clone, Args)]
+pub struct UiArgs {
+    /// Serve the dashboard on this address, a listener of its own (off by default: the
+    /// webhook listener, which may face a registry, never serves it).
+    #[arg(long, value_name = "ADDR")]
+    pub ui_listen: Option<std::net::SocketAddr>,
+    /// Who may see which repository: a bearer token checked with a TokenReview (`token`), an
+    /// authenticating proxy's headers (`proxy`), both then checked per namespace with a
+    /// SubjectAccessReview; or no check (`none`: `run`'s default, and the operator's only with
+    /// --ui-allow-anonymous) [default: run none, operator token].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub ui_auth: Option<crate::ui::auth::Mode>,
+    /// The proxy's header naming the user (`--ui-auth proxy`).
+    #[arg(long, value_name = "NAME", default_value = "X-Forwarded-User")]
+    pub ui_user_header: String,
+    /// The proxy's header naming the user's groups, comma-separated (`--ui-auth proxy`).
+    #[arg(long, value_name = "NAME", default_value = "X-Forwarded-Groups")]
+    pub ui_groups_header: String,
+    /// Let the operator's dashboard show every repository to anyone who reaches it
+    /// (`--ui-auth none`).
+    #[arg(long)]
+    pub ui_allow_anonymous: bool,
+}
+
+impl UiArgs {
+    /// `run`'s dashboard: one team, no check.
+    fn for_run(&self) -> Result<Option<std::net::SocketAddr>, CliError> {
+        match self.ui_auth {
+            None | Some(crate::ui::auth::Mode::None) => Ok(self.ui_listen),
+            Some(_) => Err(CliError::Flag {
+                flag: "--ui-auth",
+                message: "`tagpin run` serves one team's repository: only `none`; token and \
+                          proxy are the operator's"
+                    .into(),
+            }),
+        }
+    }
+
+    /// The operator's dashboard: where, and how viewers are checked.
+    fn for_operator(&self) -> Result<Option<crate::operator::UiSetup>, CliError> {
+        let Some(listen) = self.ui_listen else {
+            return Ok(None);
+        };
+        let mode = self.ui_auth.unwrap_or(crate::ui::auth::Mode::Token);
+        if mode == crate::ui::auth::Mode::None && !self.ui_allow_anonymous {
+            return Err(CliError::Flag {
+                flag: "--ui-auth",
+                message: "`none` shows every tenant's repositories to anyone who reaches the \
+                          listener: add --ui-allow-anonymous to mean it"
+                    .into(),
+            });
+        }
+        let header = |flag: &'static str, name: &str| {
+            axum::http::HeaderName::try_from(name).map_err(|_| CliError::Flag {
+                flag,
+                message: format!("{name:?} is not a header name"),
+            })
+        };
+        Ok(Some(crate::operator::UiSetup {
+            listen,
+            mode,
+            user_header: header("--ui-user-header", &self.ui_user_header)?,
+            groups_header: header("--ui-groups-header", &self.ui_groups_header)?,
+        }))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -461,6 +537,8 @@ pub enum CliError {
     Signature(#[from] crate::signature::SignatureError),
     #[error(transparent)]
     MinimumAge(#[from] crate::age::AgeRuleError),
+    #[error(transparent)]
+    Provenance(#[from] crate::provenance::ProvenanceError),
     /// Boxed: the largest cause, and rare.
     #[error(transparent)]
     Promote(Box<crate::promote::PromoteError>),
@@ -607,6 +685,7 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
             grace_period,
             webhook_window,
             leader,
+            ui,
         } => {
             run_controller(
                 (&cli.registry, &cli.cluster),
@@ -614,7 +693,7 @@ async fn execute(cli: Cli) -> Result<Report, CliError> {
                 (listen, health_listen),
                 (&interval, &verify_interval, &grace_period, &webhook_window),
                 cache_dir.as_deref(),
-                &leader,
+                (&leader, &ui),
             )
             .await?;
             Ok(Report::Stopped)
@@ -711,6 +790,7 @@ fn scan_setup(
         rules: crate::signature::Signatures::compile(&config.images.signatures)?,
         budget: std::time::Duration::from_secs(config.registries.budget_seconds),
         ages: crate::age::MinimumAges::compile(config.minimum_ages())?,
+        provenance: crate::provenance::ProvenanceRules::compile(&config.images.provenance)?,
         first_seen,
     };
     Ok((build_client(registry, Some(&config.registries))?, signed))
@@ -1010,8 +1090,9 @@ async fn run_controller(
     (listen, health_listen): (std::net::SocketAddr, Option<std::net::SocketAddr>),
     (interval, verify_interval, grace_period, webhook_window): (&str, &str, &str, &str),
     cache_dir: Option<&Path>,
-    leader: &LeaderElectArgs,
+    (leader, ui): (&LeaderElectArgs, &UiArgs),
 ) -> Result<(), CliError> {
+    let ui_listen = ui.for_run()?;
     let config = Config::load(config_path)?;
     let api_timeout = cluster_args.timeout()?;
     let leader = leader.elector(api_timeout).await?;
@@ -1048,6 +1129,7 @@ async fn run_controller(
         schedule,
         api_timeout,
         leader,
+        ui_listen,
     })
     .await?;
     Ok(())
@@ -1098,8 +1180,10 @@ async fn run_operator(
     let settings = registry_settings(registry, None)?;
     let api_timeout = cluster_args.timeout()?;
     let leader = args.leader.elector(api_timeout).await?;
+    let ui = args.ui.for_operator()?;
     crate::operator::run(crate::operator::Setup {
         leader,
+        ui,
         registry: settings,
         cache_dir: args
             .cache_dir
@@ -1126,6 +1210,7 @@ async fn run_operator(
         shared_registry_credentials: args.share_registry_credentials.clone(),
         allow_local_repositories: args.allow_local_repositories,
         default_service_account: args.default_service_account.clone(),
+        notify_allow_http: args.notify_allow_http.clone(),
         instance: std::env::var("POD_NAME").ok(),
     })
     .await?;
@@ -1144,7 +1229,32 @@ async fn sync(
     let forge = forge_from(&config)?;
     let cache_dir = cache_dir_for(&config, cache_dir)?;
     let syncer = Syncer::new(&config, &client, forge.as_ref(), &cache_dir)?;
-    Ok(syncer.run(SyncOptions { dry_run }).await?)
+    let report = syncer.run(SyncOptions { dry_run }).await?;
+    if !dry_run {
+        notify_sync(&config, &report, syncer.mirror.cache_dir()).await;
+    }
+    Ok(report)
+}
+
+/// `tagpin sync` tells what it pinned and held (`notifications:`), and waits for the
+/// messages, each bounded in time, before it exits.
+async fn notify_sync(config: &Config, report: &SyncReport, cache_dir: &Path) {
+    use crate::cycle::events;
+    let targets = crate::notify::targets_from_env(&config.notifications);
+    if targets.is_empty() {
+        return;
+    }
+    let shared = crate::server::Shared::new(None, std::time::Duration::from_secs(3600));
+    let notifications = crate::notify::Notifications::new(shared, crate::notify::Transport::Any);
+    let repository = events::repository_name(&config.repository.url);
+    let about = events::About {
+        repository: &repository,
+        config,
+    };
+    let told = events::of_sync(report, crate::clock::unix_now(), about);
+    if let Some(sending) = notifications.tell(cache_dir, &targets, told) {
+        let _ = sending.await;
+    }
 }
 
 /// `$XDG_CACHE_HOME/tagpin`, else `~/.cache/tagpin`.

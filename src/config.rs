@@ -322,7 +322,7 @@ colour: blue
         assert_eq!(
             err.problems,
             [
-                "tagpin.yaml:6:1: (top level).colour: unknown key (known: repository, author, paths, include, exclude, images, registries, mode, commit_message, pull_request, forge, verify, promotion, helm)",
+                "tagpin.yaml:6:1: (top level).colour: unknown key (known: repository, author, paths, include, exclude, images, registries, mode, commit_message, pull_request, forge, verify, promotion, helm, notifications)",
                 "repository.url: is required",
                 "tagpin.yaml:2:3: repository.branch: \"bad branch\" is not a valid branch name",
                 "tagpin.yaml:3:15: paths[1]: \"../outside\" must be relative to the repository and stay inside it",
@@ -510,6 +510,66 @@ colour: blue
             "images.signatures[3].trusted_root: root.json: not a Sigstore trusted_root.json:",
             "images.signatures[3].trusted_root: only applies to keyless signatures",
             "images.signatures[3].colour: unknown key",
+        ] {
+            assert!(
+                problems.contains(expected),
+                "missing {expected:?} in:\n{problems}"
+            );
+        }
+    }
+
+    #[test]
+    fn provenance_entries_read_builder_source_and_signers() {
+        let dir = tempfile::tempdir().unwrap();
+        write_public_key(dir.path(), "keys/ci.pub");
+        let c = Config::parse(
+            concat!(
+                "repository: {url: /srv/git/gitops.git}\n",
+                "images:\n",
+                "  provenance:\n",
+                "  - match: 'ghcr.io/acme/*'\n",
+                "    builder_id: 'https://github\\.com/acme/.+'\n",
+                "    source_repository: https://github.com/acme/web\n",
+                "    source_ref: 'refs/tags/v.+'\n",
+                "    keys: [keys/ci.pub]\n",
+            ),
+            &dir.path().join("tagpin.yaml"),
+        )
+        .unwrap();
+        let [rule] = c.images.provenance.as_slice() else {
+            panic!("one rule expected: {:?}", c.images.provenance);
+        };
+        assert_eq!(rule.matches, "ghcr.io/acme/*");
+        assert_eq!(rule.builder_id, "https://github\\.com/acme/.+");
+        assert_eq!(rule.source_repository, "https://github.com/acme/web");
+        assert_eq!(rule.source_ref.as_deref(), Some("refs/tags/v.+"));
+        assert_eq!(rule.signers.matches, "ghcr.io/acme/*");
+        assert_eq!(rule.signers.keys[0].path, "keys/ci.pub");
+    }
+
+    #[test]
+    fn invalid_provenance_entries_are_named_by_field_path_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Config::parse(
+            concat!(
+                "repository: {url: /srv/git/gitops.git}\n",
+                "images:\n",
+                "  provenance:\n",
+                "  - {match: a, source_repository: https://github.com/acme/web.git, keys: [missing.pub]}\n",
+                "  - {match: b, builder_id: '(x', source_repository: r, source_ref: '[', keyless: [{issuer: i, subject: s}]}\n",
+                "  - {match: c, builder_id: b, source_repository: r}\n",
+            ),
+            &dir.path().join("tagpin.yaml"),
+        )
+        .unwrap_err();
+        let problems = err.problems.join("\n");
+        for expected in [
+            "images.provenance[0].builder_id: is required",
+            "images.provenance[0].source_repository: the repository's URI without a trailing / or .git",
+            "images.provenance[0].keys[0]: cannot read missing.pub:",
+            "images.provenance[1].builder_id: invalid regex:",
+            "images.provenance[1].source_ref: invalid regex:",
+            "images.provenance[2]: needs keys or keyless",
         ] {
             assert!(
                 problems.contains(expected),
@@ -1630,5 +1690,104 @@ colour: blue
             "spec.promotion.stages[1].cluster.kubeconfig: names something on the controller's own disk"
         )), "{:#?}", err.problems);
         assert!(err.problems.iter().any(|p| p == "spec.promotion.stages[1].cluster: set one of kubeconfig_secret_ref, in_cluster, not both"), "{:#?}", err.problems);
+    }
+
+    #[test]
+    fn notifications_are_read_with_their_kind_events_and_stages() {
+        use crate::event::EventKind;
+        let c = parse(concat!(
+            "repository: {url: https://git.example/a.git}\n",
+            "notifications:\n",
+            "  - {kind: slack, url_env: SLACK_WEBHOOK_URL, events: [failed, reverted]}\n",
+            "  - kind: webhook\n",
+            "    url_env: HOOK_URL\n",
+            "    secret_env: HOOK_SECRET\n",
+            "    events: [pinned, converged]\n",
+            "    stages: [main]\n",
+        ))
+        .unwrap();
+        assert_eq!(c.notifications.len(), 2);
+        let slack = &c.notifications[0];
+        assert_eq!(slack.kind, NotifyKind::Slack);
+        assert_eq!(slack.url, SecretName::Env("SLACK_WEBHOOK_URL".into()));
+        assert_eq!(slack.secret, None);
+        assert_eq!(slack.events, [EventKind::Failed, EventKind::Reverted]);
+        assert!(slack.stages.is_empty());
+        let hook = &c.notifications[1];
+        assert_eq!(hook.secret, Some(SecretName::Env("HOOK_SECRET".into())));
+        assert_eq!(hook.stages, ["main"]);
+        assert!(parse("repository: {url: https://git.example/a.git}\n")
+            .unwrap()
+            .notifications
+            .is_empty());
+    }
+
+    #[test]
+    fn notification_mistakes_are_named_by_field_path_and_line() {
+        let problems = problems_of(concat!(
+            "repository: {url: https://git.example/a.git}\n",
+            "notifications:\n",
+            "  - {kind: pager, url_env: URL, events: [failed]}\n",
+            "  - kind: slack\n",
+            "    url_env: https://hooks.slack.com/services/T0/B0/secret\n",
+            "    secret_env: S\n",
+            "    events: [failed, deployed]\n",
+            "    stages: [prod]\n",
+            "  - {kind: msteams, url_secret_key: teams, events: [converged]}\n",
+            "  - {kind: webhook, url_env: URL}\n",
+        ));
+        assert_problems(
+            &problems,
+            &[
+                "tagpin.yaml:3:6: notifications[0].kind: expected one of slack, msteams, webhook, found \"pager\"",
+                "tagpin.yaml:5:5: notifications[1].url_env: must name an environment variable",
+                "tagpin.yaml:6:5: notifications[1].secret_env: only kind webhook signs its body",
+                "tagpin.yaml:7:22: notifications[1].events[1]: unknown event \"deployed\" (known: pinned, converged, failed, reverted, promotion_opened, promotion_blocked, promoted, held)",
+                "tagpin.yaml:8:14: notifications[1].stages[0]: unknown stage \"prod\" (known: main)",
+                "notifications[2].url_env: is required",
+                "tagpin.yaml:9:21: notifications[2].url_secret_key: only a PinnedRepository refers to Secrets; in a file, use url_env",
+                "notifications[3].events: is required",
+            ],
+        );
+        // The URL pasted where a variable's name goes is never echoed.
+        assert!(!problems.contains("hooks.slack.com"), "{problems}");
+    }
+
+    #[test]
+    fn a_resource_reads_notification_urls_from_its_secret_only() {
+        let c = resource(serde_json::json!({
+            "repository": {"url": "https://git.example/a.git"},
+            "secret_ref": {"name": "creds"},
+            "notifications": [{"kind": "webhook", "url_secret_key": "hook-url",
+                               "secret_key": "hook-secret", "events": ["failed"]}],
+        }))
+        .unwrap();
+        let hook = &c.notifications[0];
+        assert_eq!(hook.url, SecretName::SecretKey("hook-url".into()));
+        assert_eq!(
+            hook.secret,
+            Some(SecretName::SecretKey("hook-secret".into()))
+        );
+        let err = resource(serde_json::json!({
+            "repository": {"url": "https://git.example/a.git"},
+            "notifications": [{"kind": "slack", "url_env": "SLACK_URL", "events": ["failed"]}],
+        }))
+        .unwrap_err();
+        assert_eq!(
+            err.problems,
+            [
+                "spec.notifications[0].url_env: a PinnedRepository reads nothing of the controller's environment; name a key of the Secret secret_ref with url_secret_key",
+                "spec.notifications[0].url_secret_key: is required",
+            ]
+        );
+        let err = resource(serde_json::json!({
+            "repository": {"url": "https://git.example/a.git"},
+            "notifications": [{"kind": "slack", "url_secret_key": "slack", "events": ["failed"]}],
+        }))
+        .unwrap_err();
+        assert_eq!(
+            err.problems,
+            ["spec.notifications: names keys of the Secret secret_ref, and secret_ref is not set"]
+        );
     }
 }

@@ -33,14 +33,15 @@ use crate::cycle::{self, Cycle, CycleReport, Own, Reach, RepoState, Step};
 use crate::forge::ForgeClient;
 use crate::lifecycle::{lead, stop_signal, stopping, within_grace, work_while_leading};
 use crate::metrics::{self, ActionLabels, PassLabels};
+use crate::notify::Transport;
 use crate::promote::round::Promotions;
 use crate::promote::Promoter;
 use crate::registry::Client;
-use crate::server::{self, Listening, Shared, LIVENESS_INTERVALS, WEBHOOK_SECRET_ENV};
+use crate::server::{self, Listening, Shared, WEBHOOK_SECRET_ENV};
 use crate::sync::{Outcome, Syncer};
 
-mod in_flight;
 mod timetable;
+mod verdicts;
 
 use timetable::{Timetable, Trigger};
 
@@ -56,21 +57,19 @@ pub struct Schedule {
     pub grace: Duration,
 }
 
-impl Schedule {
-    /// How long the loop may go without finishing any work before `/healthz` fails:
-    /// [`LIVENESS_INTERVALS`] times the interval.
-    pub fn stale_after(&self) -> Duration {
-        self.interval.saturating_mul(LIVENESS_INTERVALS)
-    }
-}
-
 /// Runs cycles (and verifies what is in flight between them) until `stop` turns true.
 pub async fn reconcile(
     cycle: &Cycle<'_>,
     shared: Arc<Shared>,
     schedule: Schedule,
     mut stop: watch::Receiver<bool>,
+    (board, teller): (&crate::ui::Board, &crate::notify::Teller),
 ) {
+    let repository = cycle::events::repository_name(&cycle.config.repository.url);
+    let about = cycle::events::About {
+        repository: &repository,
+        config: cycle.config,
+    };
     let mut state = RepoState::default();
     let verifies = cycle.verifies();
     let mut timetable = Timetable::new(
@@ -84,23 +83,21 @@ pub async fn reconcile(
         let Some(trigger) = timetable.wait(&shared.wake, &mut stop).await else {
             return;
         };
-        let stopped = |what: &str| {
-            tracing::warn!(
-                "stopped during {what} after the {:?} grace period; the next start carries on",
-                schedule.grace
-            );
-        };
         match trigger {
             Trigger::Verify => {
                 let tip = cycle.branch_tip();
                 let now = (cycle.clock)();
                 let verified = cycle.verify_and_audit(&mut state, (tip.clone(), tip), now);
                 let Some(verified) = within_grace(&stop, schedule.grace, verified).await else {
-                    return stopped("a verification");
+                    return stopped("a verification", schedule.grace);
                 };
                 if let Some(verification) = &verified {
-                    in_flight::record(cycle.config, verification, &shared.metrics);
+                    verdicts::record(cycle.config, verification, &shared.metrics);
+                    let key = (repository.as_str(), cycle.config);
+                    crate::ui::record_verification(board, key, verification, now);
                     shared.progressed();
+                    let events = cycle::events::of_verification(verification, now, about);
+                    publish((board, teller), events);
                 }
                 timetable.verified(Instant::now());
                 continue;
@@ -128,6 +125,10 @@ pub async fn reconcile(
         let running = std::cell::Cell::new("a pass");
         let mut after_each = |step: Step, report: &CycleReport<'_>| {
             after_step(cycle, &shared, (trigger, started), step, report);
+            // The board's key is the repository's name as events carry it (no credentials).
+            let key = (repository.as_str(), cycle.config);
+            let tip = (step == Step::Synced).then(|| cycle.branch_tip().map(|t| t.sha));
+            crate::ui::record_step(board, key, step, report, tip.flatten());
             verified |= step == Step::Verified && report.verification.is_some();
             running.set(match step {
                 Step::Synced if cycle.verifies() => "a verification",
@@ -138,27 +139,36 @@ pub async fn reconcile(
         };
         let done = cycle.run(&mut state, &mut after_each);
         let Some(report) = within_grace(&stop, schedule.grace, done).await else {
-            return stopped(running.get());
+            return stopped(running.get(), schedule.grace);
         };
+        publish((board, teller), cycle::events::of_cycle(&report, about));
         // Failed answers are asked again next time; good ones are kept until the schedule.
         state.answers.retain(|_, r| r.is_ok());
         if report.stopped {
             return;
         }
-        let repository = cycle.syncer.mirror.display_url();
-        let (mirror, now) = (&cycle.syncer.mirror, (cycle.clock)());
-        crate::delivery::observe::after_cycle(
-            mirror,
-            cycle.config,
-            cycle.registry,
-            &shared.metrics,
-            (&repository, now),
-        )
-        .await;
+        let delivery = crate::ui::delivery_after_cycle(board, cycle, &shared.metrics, &repository);
+        delivery.await;
         if verified {
             timetable.verified(Instant::now());
         }
     }
+}
+
+/// Says that a stop signal cut `what` short once `grace` had passed.
+fn stopped(what: &str, grace: Duration) {
+    tracing::warn!(
+        "stopped during {what} after the {grace:?} grace period; the next start carries on"
+    );
+}
+
+/// Shows `events` on the dashboard's timeline and tells them to the configured receivers.
+fn publish(
+    (board, teller): (&crate::ui::Board, &crate::notify::Teller),
+    events: Vec<crate::event::Event>,
+) {
+    board.record(events.clone());
+    teller.tell(events);
 }
 
 /// What `tagpin run` records after each step of a cycle: the pass's metrics and logs and
@@ -187,7 +197,7 @@ fn after_step(
             let Some(verification) = &report.verification else {
                 return;
             };
-            in_flight::record(cycle.config, verification, &shared.metrics);
+            verdicts::record(cycle.config, verification, &shared.metrics);
         }
         Step::Promoted => {
             shared.metrics.observe_mirror(&cycle.syncer.mirror);
@@ -211,6 +221,8 @@ pub struct Setup<'a> {
     pub api_timeout: Duration,
     /// With `--leader-elect`: the candidate for the Lease. The loop runs only while it leads.
     pub leader: Option<crate::leader::Elector>,
+    /// `--ui-listen`: where the dashboard is served (`--ui-auth none`: `run` serves one team).
+    pub ui_listen: Option<SocketAddr>,
 }
 
 /// Why the controller could not start.
@@ -240,6 +252,7 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         schedule,
         api_timeout,
         leader,
+        ui_listen,
     } = setup;
     let syncer = Syncer::new(config, client, forge, cache_dir)?;
     let secret = crate::config::read_env(WEBHOOK_SECRET_ENV).ok();
@@ -254,6 +267,11 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
         shared,
         mut servers,
     } = server::listen(listen, health_listen, secret, schedule.interval, &stop).await?;
+    let board = crate::ui::Board::default();
+    if let Some(addr) = ui_listen {
+        let auth = crate::ui::UiAuth::None;
+        servers.push(crate::ui::start(addr, board.clone(), auth, &stop).await?);
+    }
     // Each promotion stage's cluster, and the one sync's pins are verified on. A stage that
     // cannot be set up is warned about here and its promotions are skipped (each pass says
     // so); verification is on when a cluster is reachable: the controller pins without one.
@@ -307,7 +325,12 @@ pub async fn run(setup: Setup<'_>) -> Result<(), DaemonError> {
     let Ok(leadership) = lead(leader, &shared, &stop, &mut servers).await else {
         return Ok(());
     };
-    let work = reconcile(&cycle, shared, schedule, stop);
+    let teller = crate::notify::Teller {
+        notifications: crate::notify::Notifications::new(shared.clone(), Transport::Any),
+        cache_dir: syncer.mirror.cache_dir().to_path_buf(),
+        targets: crate::notify::targets_from_env(&config.notifications),
+    };
+    let work = reconcile(&cycle, shared, schedule, stop, (&board, &teller));
     Ok(work_while_leading(work, leadership, servers).await?)
 }
 
@@ -343,6 +366,7 @@ fn record_pass(
             m.resolve_seconds.observe(report.resolve_time.as_secs_f64());
             m.observe_signature_checks(&report.signature_checks);
             m.observe_age_checks(&report.age_checks);
+            m.observe_provenance_checks(&report.provenance_checks);
             for failure in &report.failures {
                 tracing::warn!("{failure}");
             }
@@ -386,21 +410,9 @@ fn record_pass(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lifecycle::GRACE_PERIOD;
     use crate::server::tests::{burst, names};
-    use crate::server::WEBHOOK_WINDOW;
+    use crate::server::{LIVENESS_INTERVALS, WEBHOOK_WINDOW};
     use std::collections::BTreeSet;
-
-    #[test]
-    fn healthz_allows_three_intervals_without_progress() {
-        let schedule = Schedule {
-            interval: Duration::from_secs(300),
-            verify_every: Duration::from_secs(30),
-            webhook_window: WEBHOOK_WINDOW,
-            grace: GRACE_PERIOD,
-        };
-        assert_eq!(schedule.stale_after(), Duration::from_secs(900));
-    }
 
     const INTERVAL: Duration = Duration::from_secs(300);
 

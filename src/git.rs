@@ -250,6 +250,20 @@ const MIRROR_LOCK_POLL: Duration = Duration::from_millis(50);
 /// of the tree it wrote. See [`Mirror::is_own_commit`].
 pub const TREE_TRAILER: &str = "Tagpin-Tree";
 
+/// `message` with the [`TREE_TRAILER`] naming `tree`: the message of every commit tagpin
+/// writes as its own, made here or on the forge's side.
+pub fn owned_message(message: &str, tree: Oid) -> String {
+    format!("{}\n\n{TREE_TRAILER}: {tree}\n", message.trim_end())
+}
+
+/// [`Mirror::forge_parts`]: a commit's trees, and each file's mode in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForgeParts {
+    pub base_tree: Oid,
+    pub tree: Oid,
+    pub executable: Vec<bool>,
+}
+
 /// Files by path with their content, as a commit writes them.
 pub type Files = Vec<(PathBuf, Vec<u8>)>;
 
@@ -501,7 +515,7 @@ impl Mirror {
             self.replace_handle(create_mirror(&self.path)?)?;
             self.repairs.set(self.repairs.get() + 1);
         }
-        self.fetch_locked(&lock, branch, prefix)
+        self.fetch_locked(&lock, branch, Some(prefix))
             .map_err(GitError::in_fresh_clone)?;
         tracing::info!(
             "git mirror {}: fetched {} again in {} ms",
@@ -553,18 +567,31 @@ impl Mirror {
     /// Fetches `branch` and every branch under `prefix` (tagpin's own), pruning deleted ones.
     pub fn fetch(&self, branch: &str, prefix: &str) -> Result<(), GitError> {
         let lock = MirrorLock::acquire(&self.lock_path)?;
-        self.fetch_locked(&lock, branch, prefix)
+        self.fetch_locked(&lock, branch, Some(prefix))
     }
 
-    /// [`Mirror::fetch`], with the mirror's lock held by the caller.
-    fn fetch_locked(&self, _lock: &MirrorLock, branch: &str, prefix: &str) -> Result<(), GitError> {
+    /// Fetches `branch` alone: what a commit made on the forge's side (`forge.api_commits`)
+    /// left there, so that the rest of the pass reads it from the mirror.
+    pub fn fetch_branch(&self, branch: &str) -> Result<(), GitError> {
+        let lock = MirrorLock::acquire(&self.lock_path)?;
+        self.fetch_locked(&lock, branch, None)
+    }
+
+    /// [`Mirror::fetch`], with the mirror's lock held by the caller; `prefix`: tagpin's own
+    /// branches too.
+    fn fetch_locked(
+        &self,
+        _lock: &MirrorLock,
+        branch: &str,
+        prefix: Option<&str>,
+    ) -> Result<(), GitError> {
         let repo = self.repo();
         // Another process sharing the cache directory may have died mid-write since the open.
         remove_stale_locks(repo.path());
-        let refspecs = [
-            format!("+refs/heads/{branch}:{REMOTE_PREFIX}{branch}"),
-            format!("+refs/heads/{prefix}*:{REMOTE_PREFIX}{prefix}*"),
-        ];
+        let mut refspecs = vec![format!("+refs/heads/{branch}:{REMOTE_PREFIX}{branch}")];
+        if let Some(prefix) = prefix {
+            refspecs.push(format!("+refs/heads/{prefix}*:{REMOTE_PREFIX}{prefix}*"));
+        }
         let mut remote = repo
             .remote_anonymous(&self.url)
             .map_err(|e| self.fetch_error(e))?;
@@ -647,7 +674,9 @@ impl Mirror {
             .list()
             .map(|heads| heads.iter().map(|h| h.name().to_string()).collect())
             .unwrap_or_default();
-        self.prune_missing(&advertised, prefix);
+        if let Some(prefix) = prefix {
+            self.prune_missing(&advertised, prefix);
+        }
         Ok(())
     }
 
@@ -957,8 +986,34 @@ impl Mirror {
         message: &str,
     ) -> Result<Oid, GitError> {
         let tree_id = self.tree_with(parent, files)?;
-        let message = format!("{}\n\n{TREE_TRAILER}: {tree_id}\n", message.trim_end());
-        self.commit_tree(parent, tree_id, author, &message)
+        self.commit_tree(parent, tree_id, author, &owned_message(message, tree_id))
+    }
+
+    /// What a commit made on the forge's side (`forge.api_commits`) needs so that it is the
+    /// commit [`Mirror::commit_owned`] would make, but for its committer and signature:
+    /// `parent`'s tree, the tree it must end with, and whether each of `files` is executable
+    /// there. The forge's tree is checked against this one before the commit is made.
+    pub fn forge_parts(
+        &self,
+        parent: Oid,
+        files: &[(PathBuf, Vec<u8>)],
+    ) -> Result<ForgeParts, GitError> {
+        let tree = self.tree_with(parent, files)?;
+        let repo = self.repo();
+        let base_tree = self.tree_of(&repo, parent)?.id();
+        let new = repo.find_tree(tree).map_err(|e| self.read_error(e))?;
+        let executable = files
+            .iter()
+            .map(|(path, _)| {
+                let entry = new.get_path(path).map_err(|e| self.read_error(e))?;
+                Ok(entry.filemode() == i32::from(FileMode::BlobExecutable))
+            })
+            .collect::<Result<_, GitError>>()?;
+        Ok(ForgeParts {
+            base_tree,
+            tree,
+            executable,
+        })
     }
 
     /// Whether `commit` is, as it stands, one tagpin wrote on its own branch: one parent, and
@@ -1605,10 +1660,11 @@ impl Mirror {
         repo: &Repository,
         remote: &mut git2::Remote<'_>,
         branch: &str,
-        prefix: &str,
+        prefix: Option<&str>,
     ) -> bool {
         self.count(|t| t.ref_listings += 1);
-        let followed = |name: &str| name == branch || name.starts_with(prefix);
+        let followed =
+            |name: &str| name == branch || prefix.is_some_and(|prefix| name.starts_with(prefix));
         let attempts = Cell::new(0);
         let callbacks = self.callbacks(&attempts);
         let Ok(connection) = remote.connect_auth(Direction::Fetch, Some(callbacks), None) else {

@@ -45,12 +45,6 @@ use tokio::time::Instant;
 use crate::cluster::{ClientError, HomeCluster};
 use crate::config::DurationError;
 
-/// client-go's defaults: a Lease is good for 15 s, the leader gives up after 10 s without a
-/// successful renewal, and everybody retries every 2 s.
-pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
-pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
-pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
-
 /// client-go's jitter on a candidate's retries (`wait.JitterUntil` with 1.2), so candidates
 /// started together do not hit the API server in step.
 const JITTER_FACTOR: f64 = 1.2;
@@ -789,9 +783,10 @@ mod tests {
             lease_name: "tagpin-leader".into(),
             namespace: "tagpin".into(),
             identity: "a_1".into(),
-            lease_duration: DEFAULT_LEASE_DURATION,
-            renew_deadline: DEFAULT_RENEW_DEADLINE,
-            retry_period: DEFAULT_RETRY_PERIOD,
+            // client-go's defaults, as the command line's.
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
         }
     }
 

@@ -3,7 +3,7 @@
 //! Lease, acting only while it is held, releasing it on a graceful stop).
 //!
 //! After the signal no new work starts, and the work under way may finish within the grace
-//! period ([`GRACE_PERIOD`] by default), then is dropped where it stands. Git writes are single
+//! period (`--grace-period`, 30 s by default), then is dropped where it stands. Git writes are single
 //! blocking calls, so stopping never cuts a commit or a push in half.
 //!
 //! With `--leader-elect` ([`crate::leader`]) the work runs only while this replica holds the
@@ -18,10 +18,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::server::Shared;
-
-/// How long work under way may go on after a stop signal, by default (`--grace-period`). Keep
-/// it below the pod's `terminationGracePeriodSeconds` (45 s in `deploy/`).
-pub const GRACE_PERIOD: Duration = Duration::from_secs(30);
 
 /// Runs `work` to its end, unless a stop signal comes and `grace` passes after it: then
 /// `None`, and `work` is dropped where it stands.

@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::verify::judge::audit::Finding;
+use crate::verify::judge::findings::Finding;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PassLabels {
@@ -61,9 +61,31 @@ pub struct AgeLabels {
     pub source: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProvenanceLabels {
+    /// `verified`, `cached` (verified in an earlier pass), `missing` (no attestation),
+    /// `refused`, `error`.
+    pub result: String,
+}
+
+/// What a provenance check is counted as ([`ProvenanceLabels::result`]).
+pub const PROVENANCE_RESULTS: [&str; 5] = ["verified", "cached", "missing", "refused", "error"];
+
 /// What a minimum age check is counted as ([`AgeLabels`]).
 pub const AGE_RESULTS: [&str; 2] = ["eligible", "held"];
 pub const AGE_SOURCES: [&str; 3] = ["created", "annotation", "first_seen"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotificationLabels {
+    /// `slack`, `msteams` or `webhook`.
+    pub kind: String,
+    /// `sent`, `failed` (no success within the retries and time allowed, or refused by the
+    /// receiver) or `refused` (not sent: plain HTTP where only HTTPS may go, a body too large).
+    pub result: String,
+}
+
+/// What a notification is counted as ([`NotificationLabels::result`]).
+pub const NOTIFICATION_RESULTS: [&str; 3] = ["sent", "failed", "refused"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
@@ -106,7 +128,7 @@ pub struct LeaseLabels {
     pub lease: String,
 }
 
-/// What an audit found ([`crate::verify::judge::audit::Finding`]): seven words, never a
+/// What an audit found ([`crate::verify::judge::findings::Finding`]): seven words, never a
 /// workload or an image.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FindingLabels {
@@ -184,6 +206,8 @@ pub struct Metrics {
     /// Minimum age checks of digests about to be pinned (`images.minimum_age`), by result and
     /// what the age was counted from.
     pub minimum_age_checks: Family<AgeLabels, Counter>,
+    /// Build provenance checks of digests about to be pinned (`images.provenance`), by result.
+    pub provenance_checks: Family<ProvenanceLabels, Counter>,
     /// Accepted deliveries served by a pass another delivery had already asked for: during a
     /// pass, or within the webhook window after one started (`--webhook-window`).
     pub webhook_coalesced: Counter,
@@ -219,6 +243,8 @@ pub struct Metrics {
     pub delivery_observed: Mutex<BTreeSet<String>>,
     /// Per repository, the branch's tip and notes ref at the last reading of its history.
     pub delivery_read_at: Mutex<BTreeMap<String, ReadAt>>,
+    /// Messages to notification receivers, by kind and result ([`crate::notify`]).
+    pub notifications: Family<NotificationLabels, Counter>,
     /// Registry request counts already added to `registry_requests`, to add only the change.
     seen_requests: Mutex<BTreeMap<(String, u16), u64>>,
     /// The registry hosts given a label of their own, first come first labelled.
@@ -235,6 +261,7 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("tagpin");
         let minimum_age_checks = minimum_age_checks(&mut registry);
+        let provenance_checks = provenance_checks(&mut registry);
         let mut metrics = Metrics {
             registry,
             passes: Family::default(),
@@ -250,6 +277,7 @@ impl Metrics {
             webhooks: Family::default(),
             signature_checks: Family::default(),
             minimum_age_checks,
+            provenance_checks,
             webhook_coalesced: Counter::default(),
             verdicts: Family::default(),
             verification_errors: Family::default(),
@@ -265,6 +293,7 @@ impl Metrics {
             time_to_restore: Family::new_with_constructor(delivery_buckets),
             delivery_observed: Mutex::default(),
             delivery_read_at: Mutex::default(),
+            notifications: Family::default(),
             seen_requests: Mutex::default(),
             labelled_hosts: Mutex::default(),
         };
@@ -299,6 +328,27 @@ impl Metrics {
             "From a stage's Failed verdict to its next Converged verdict",
             prometheus_client::registry::Unit::Seconds,
             self.time_to_restore.clone(),
+        );
+    }
+
+    /// The series of notifications of `kind` at zero, so an alert sees the first failure.
+    pub fn zero_notifications(&self, kind: &str) {
+        for result in NOTIFICATION_RESULTS {
+            let _ = self.notifications.get_or_create(&NotificationLabels {
+                kind: kind.to_string(),
+                result: result.to_string(),
+            });
+        }
+    }
+
+    /// One message of `kind` counted with its `result` (one of [`NOTIFICATION_RESULTS`]).
+    pub fn notified(&self, kind: &str, result: &str) {
+        inc(
+            &self.notifications,
+            NotificationLabels {
+                kind: kind.to_string(),
+                result: result.to_string(),
+            },
         );
     }
 
@@ -382,6 +432,12 @@ impl Metrics {
             self.verdicts.clone(),
         );
         registry.register(
+            "notifications",
+            "Messages to notification receivers by kind (slack, msteams, webhook) and result \
+             (sent, failed, refused)",
+            self.notifications.clone(),
+        );
+        registry.register(
             "verification_errors",
             "Verifications of one pull request or commit that could not be made, by kind",
             self.verification_errors.clone(),
@@ -441,6 +497,17 @@ impl Metrics {
                 .get_or_create(&AgeLabels {
                     result: result.to_string(),
                     source: source.to_string(),
+                })
+                .inc_by(*count);
+        }
+    }
+
+    /// Adds a pass's provenance checks (see [`crate::sync::SyncReport::provenance_checks`]).
+    pub fn observe_provenance_checks(&self, counts: &crate::provenance::fetch::CheckCounts) {
+        for (result, count) in counts {
+            self.provenance_checks
+                .get_or_create(&ProvenanceLabels {
+                    result: result.to_string(),
                 })
                 .inc_by(*count);
         }
@@ -586,6 +653,23 @@ impl Metrics {
     }
 }
 
+/// `tagpin_provenance_checks_total`, registered, with every series at zero: the first refused
+/// digest must show as an increase.
+fn provenance_checks(registry: &mut Registry) -> Family<ProvenanceLabels, Counter> {
+    let checks = Family::<ProvenanceLabels, Counter>::default();
+    registry.register(
+        "provenance_checks",
+        "Build provenance checks of digests about to be pinned, by result",
+        checks.clone(),
+    );
+    for result in PROVENANCE_RESULTS {
+        let _ = checks.get_or_create(&ProvenanceLabels {
+            result: result.to_string(),
+        });
+    }
+    checks
+}
+
 /// `tagpin_minimum_age_checks_total`, registered, with every series at zero: the first held
 /// digest must show as an increase.
 fn minimum_age_checks(registry: &mut Registry) -> Family<AgeLabels, Counter> {
@@ -666,6 +750,23 @@ mod tests {
         );
         assert!(
             text.contains("tagpin_signature_checks_total{result=\"unsigned\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn provenance_checks_are_counted_by_result_from_zero() {
+        let metrics = Metrics::new();
+        let text = metrics.encode();
+        for result in PROVENANCE_RESULTS {
+            let line = format!("tagpin_provenance_checks_total{{result=\"{result}\"}} 0");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
+        metrics.observe_provenance_checks(&BTreeMap::from([("refused", 2), ("verified", 1)]));
+        metrics.observe_provenance_checks(&BTreeMap::from([("refused", 1)]));
+        let text = metrics.encode();
+        assert!(
+            text.contains("tagpin_provenance_checks_total{result=\"refused\"} 3"),
             "{text}"
         );
     }

@@ -622,7 +622,7 @@ fn render_audit(
 fn audit_text(
     report: &crate::audit::AuditReport,
     state: &str,
-    counts: &std::collections::BTreeMap<crate::verify::judge::audit::Finding, usize>,
+    counts: &std::collections::BTreeMap<crate::verify::judge::findings::Finding, usize>,
 ) -> String {
     let audit = &report.audit;
     let found: Vec<String> = counts
@@ -713,7 +713,7 @@ fn pods_on(digest: &str, pods: usize, nodes: &[String]) -> String {
 }
 
 /// What a row's pods run, in one cell.
-fn running_cell(running: &[crate::verify::judge::audit::Running]) -> String {
+fn running_cell(running: &[crate::verify::judge::findings::Running]) -> String {
     if running.is_empty() {
         return "-".into();
     }
@@ -982,12 +982,12 @@ mod tests {
         }
     }
 
-    fn audit_report(rows: Vec<crate::verify::judge::audit::Row>) -> Report {
+    fn audit_report(rows: Vec<crate::verify::judge::findings::Row>) -> Report {
         Report::Audit(crate::audit::AuditReport {
             branch: "main".into(),
             commit: "0123456789abcdef0123".into(),
             namespaces: vec!["shop".into()],
-            audit: crate::verify::judge::audit::Audit {
+            audit: crate::verify::judge::findings::Audit {
                 rows,
                 ..Default::default()
             },
@@ -998,16 +998,16 @@ mod tests {
 
     fn audit_row(
         workload: &str,
-        findings: &[crate::verify::judge::audit::Finding],
-    ) -> crate::verify::judge::audit::Row {
-        crate::verify::judge::audit::Row {
+        findings: &[crate::verify::judge::findings::Finding],
+    ) -> crate::verify::judge::findings::Row {
+        crate::verify::judge::findings::Row {
             workload: workload.parse().unwrap(),
             container: "app".into(),
             findings: findings.to_vec(),
             git: Some("web:1".into()),
             template: Some("web:1".into()),
             drift: None,
-            running: vec![crate::verify::judge::audit::Running {
+            running: vec![crate::verify::judge::findings::Running {
                 digest: format!("sha256:{}", "ab".repeat(32)),
                 stands_for: None,
                 image: "web:1".into(),
@@ -1020,7 +1020,7 @@ mod tests {
 
     #[test]
     fn an_audit_exits_1_on_drift_mixed_or_an_unreadable_manifest_and_0_otherwise() {
-        use crate::verify::judge::audit::Finding;
+        use crate::verify::judge::findings::Finding;
         let clean = audit_report(vec![
             audit_row("shop/Deployment/web", &[Finding::TagOnly]),
             audit_row("shop/Deployment/other", &[Finding::NotInGit]),

@@ -170,8 +170,8 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
     pass
 }
 
-/// What `pin` and `plan` check signatures and ages against, from `--config`'s
-/// `images.signatures` and `images.minimum_age`; the default checks none.
+/// What `pin` and `plan` check signatures, provenance and ages against, from `--config`'s
+/// `images.signatures`, `images.provenance` and `images.minimum_age`; the default checks none.
 #[derive(Debug, Clone, Default)]
 pub struct Signed {
     pub rules: crate::signature::Signatures,
@@ -179,14 +179,17 @@ pub struct Signed {
     pub budget: std::time::Duration,
     /// `images.minimum_age`: a digest younger than its entry's age is held.
     pub ages: crate::age::MinimumAges,
+    /// `images.provenance`: a digest is pinned only with accepted build provenance.
+    pub provenance: crate::provenance::ProvenanceRules,
     /// Where a digest whose registry gives no build time is remembered from its first sighting.
     pub first_seen: crate::age::seen::FirstSeen,
 }
 
 /// [`run`], where digests of images `signed.rules` matches are pinned only signed, and digests
-/// of images `signed.ages` matches only once old enough; with `check_pins` (`pin --check`),
-/// every digest already pinned of a signed image is checked too, and one not signed is a
-/// failure naming file and line. Signatures and ages are checked before planning, so this
+/// of images `signed.ages` matches only once old enough, and of images `signed.provenance`
+/// matches only with accepted build provenance; with `check_pins` (`pin --check`),
+/// every digest already pinned of an image that must be signed or attested is checked too,
+/// and one not signed (or without accepted provenance) is a failure naming file and line. Signatures and ages are checked before planning, so this
 /// pass scans and resolves everything first instead of planning file by file as answers
 /// arrive.
 pub async fn run_signed(
@@ -196,7 +199,7 @@ pub async fn run_signed(
     signed: &Signed,
     check_pins: bool,
 ) -> Pass {
-    if signed.rules.is_empty() && signed.ages.is_empty() {
+    if signed.rules.is_empty() && signed.ages.is_empty() && signed.provenance.is_empty() {
         return run(paths, filter, client).await;
     }
     let (paths, filter) = (paths.to_vec(), filter.clone());
@@ -210,6 +213,7 @@ pub async fn run_signed(
     };
     let mut follow = Follow {
         signatures: crate::signature::Verdicts::new(signed.rules.clone()),
+        provenance: crate::provenance::Verdicts::new(signed.provenance.clone()),
         ages: crate::age::Ages::new(signed.ages.clone(), crate::clock::unix_now()),
         ..Follow::default()
     };
@@ -224,6 +228,12 @@ pub async fn run_signed(
         unchecked.extend(plan::pins_to_check(&scanned.files, &follow));
     }
     crate::signature::fetch::check_all(client, &mut follow.signatures, unchecked, signed.budget)
+        .await;
+    let mut unattested = plan::provenance_to_check(&scanned.files, &resolutions, &follow);
+    if check_pins {
+        unattested.extend(plan::provenance_pins_to_check(&scanned.files, &follow));
+    }
+    crate::provenance::fetch::check_all(client, &mut follow.provenance, unattested, signed.budget)
         .await;
     let ages = plan::ages_to_check(&scanned.files, &resolutions, &follow);
     crate::age::fetch::check_all(

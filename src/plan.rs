@@ -66,6 +66,11 @@ pub struct Change {
     /// matches (`{verified: true, by: "key keys/release.pub"}`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signature: Option<crate::signature::SignatureNote>,
+    /// The build provenance that allowed the new digest, for an image an `images.provenance`
+    /// entry matches (`{verified: true, builder: "…", source: "https://github.com/acme/web@refs/tags/v1"}`);
+    /// absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<crate::provenance::ProvenanceNote>,
     /// How old the new digest is, for an image an `images.minimum_age` entry matches
     /// (`{seconds: 7200, eligible_at: "…", from: "created"}`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -272,56 +277,81 @@ pub fn signatures_to_check(
     resolutions: &BTreeMap<ResolveKey, ResolveResult>,
     follow: &Follow,
 ) -> BTreeMap<crate::signature::Subject, (Reference, Digest)> {
-    let mut wanted = BTreeMap::new();
-    if follow.signatures.rules.is_empty() {
-        return wanted;
+    let gate = &follow.signatures;
+    if gate.rules.is_empty() {
+        return BTreeMap::new();
     }
-    for field in files.iter().flat_map(|f| f.fields.iter()) {
-        let Some((target, digest)) = moving_to(field, resolutions, follow) else {
-            continue;
-        };
-        if follow.signatures.rules.for_image(&target).is_none() {
-            continue;
-        }
-        let subject = crate::signature::Subject::of(&target, &digest);
-        if !follow.signatures.checked.contains_key(&subject) {
-            wanted.insert(subject, (target, digest));
-        }
+    digests_to_check(files, resolutions, follow, |target, subject| {
+        gate.rules.for_image(target).is_some() && !gate.checked.contains_key(subject)
+    })
+}
+
+/// The digests this pass would pin that need build provenance (`images.provenance`) and have
+/// no verdict yet, as [`signatures_to_check`] picks them (one refused for its signature is
+/// not looked at: it is not pinned whatever its provenance).
+pub fn provenance_to_check(
+    files: &[ScannedFile],
+    resolutions: &BTreeMap<ResolveKey, ResolveResult>,
+    follow: &Follow,
+) -> BTreeMap<crate::provenance::Subject, (Reference, Digest)> {
+    let gate = &follow.provenance;
+    if gate.rules.is_empty() {
+        return BTreeMap::new();
     }
-    wanted
+    digests_to_check(files, resolutions, follow, |target, subject| {
+        gate.rules.for_image(target).is_some()
+            && !gate.checked.contains_key(subject)
+            && !matches!(follow.signatures.checked.get(subject), Some(Err(_)))
+    })
 }
 
 /// The digests this pass would pin whose age must be known and is not yet, each with the
 /// reference to look it up under: every field that moves to a new digest of an image an
 /// `images.minimum_age` entry matches (a digest it already holds, a held one, or one this
-/// pass refused for its signature, is not looked at).
+/// pass refused for its signature or provenance, is not looked at).
 pub fn ages_to_check(
     files: &[ScannedFile],
     resolutions: &BTreeMap<ResolveKey, ResolveResult>,
     follow: &Follow,
 ) -> BTreeMap<crate::age::Subject, (Reference, Digest)> {
-    let mut wanted = BTreeMap::new();
-    if follow.ages.rules.is_empty() {
-        return wanted;
+    let ages = &follow.ages;
+    if ages.rules.is_empty() {
+        return BTreeMap::new();
     }
+    digests_to_check(files, resolutions, follow, |target, subject| {
+        ages.rules.for_image(target).is_some()
+            && !ages.born.contains_key(subject)
+            && !refused(follow, subject)
+    })
+}
+
+/// Whether this pass refused `subject` for its signature or its provenance: it is not
+/// pinned whatever else is known of it.
+fn refused(follow: &Follow, subject: &crate::reference::Subject) -> bool {
+    matches!(follow.signatures.checked.get(subject), Some(Err(_)))
+        || matches!(follow.provenance.checked.get(subject), Some(Err(_)))
+}
+
+/// Every digest this pass would pin (a field moving to a new digest, not held) that a gate
+/// asks about, `wanted` saying which: the one walk the gates (signatures, provenance, ages)
+/// share.
+fn digests_to_check(
+    files: &[ScannedFile],
+    resolutions: &BTreeMap<ResolveKey, ResolveResult>,
+    follow: &Follow,
+    wanted: impl Fn(&Reference, &crate::reference::Subject) -> bool,
+) -> BTreeMap<crate::reference::Subject, (Reference, Digest)> {
+    let mut found = BTreeMap::new();
     for field in files.iter().flat_map(|f| f.fields.iter()) {
         let Some((target, digest)) = moving_to(field, resolutions, follow) else {
             continue;
         };
-        if follow.ages.rules.for_image(&target).is_none() {
-            continue;
-        }
-        // Refused for its signature: it is not pinned whatever its age.
-        let signed = crate::signature::Subject::of(&target, &digest);
-        if let Some(Err(_)) = follow.signatures.checked.get(&signed) {
-            continue;
-        }
-        let subject = crate::age::Subject::of(&target, &digest);
-        if !follow.ages.born.contains_key(&subject) {
-            wanted.insert(subject, (target, digest));
+        let subject = crate::reference::Subject::of(&target, &digest);
+        if wanted(&target, &subject) {
+            found.insert(subject, (target, digest));
         }
     }
-    wanted
+    found
 }
 
 /// The reference and new digest a field would move to: `None` for a field that stays (it
@@ -354,22 +384,43 @@ pub fn pins_to_check(
     files: &[ScannedFile],
     follow: &Follow,
 ) -> BTreeMap<crate::signature::Subject, (Reference, Digest)> {
+    pins_matching(files, |reference| {
+        follow.signatures.rules.for_image(reference).is_some()
+    })
+}
+
+/// The digests fields already pin of images an `images.provenance` entry matches: what
+/// `pin --check` checks for build provenance, as [`pins_to_check`] for signatures.
+pub fn provenance_pins_to_check(
+    files: &[ScannedFile],
+    follow: &Follow,
+) -> BTreeMap<crate::provenance::Subject, (Reference, Digest)> {
+    pins_matching(files, |reference| {
+        follow.provenance.rules.for_image(reference).is_some()
+    })
+}
+
+fn pins_matching(
+    files: &[ScannedFile],
+    matched: impl Fn(&Reference) -> bool,
+) -> BTreeMap<crate::reference::Subject, (Reference, Digest)> {
     let mut wanted = BTreeMap::new();
     for field in files.iter().flat_map(|f| f.fields.iter()) {
         let (Ok(reference), Some(digest)) = (Reference::parse(&field.value), field.pinned_digest())
         else {
             continue;
         };
-        if follow.signatures.rules.for_image(&reference).is_some() {
-            let subject = crate::signature::Subject::of(&reference, &digest);
+        if matched(&reference) {
+            let subject = crate::reference::Subject::of(&reference, &digest);
             wanted.insert(subject, (reference, digest));
         }
     }
     wanted
 }
 
-/// A problem for every field pinning a digest [`pins_to_check`] found and the checks
-/// refused: `file:line: image@digest: pinned but not signed: why`.
+/// A problem for every field pinning a digest [`pins_to_check`] or
+/// [`provenance_pins_to_check`] found and the checks refused: `file:line: image@digest:
+/// pinned but not signed: why` (or `pinned without accepted provenance: why`).
 pub fn unsigned_pins(files: &[ScannedFile], follow: &Follow) -> Vec<Problem> {
     let mut problems = Vec::new();
     for file in files {
@@ -379,17 +430,22 @@ pub fn unsigned_pins(files: &[ScannedFile], follow: &Follow) -> Vec<Problem> {
             else {
                 continue;
             };
-            let subject = crate::signature::Subject::of(&reference, &digest);
-            if let Some(Err(refusal)) = follow.signatures.checked.get(&subject) {
-                problems.push(Problem::Unresolved {
-                    file: file.path.clone(),
-                    line: field.line,
-                    message: format!(
-                        "{}@{digest}: pinned but not signed: {refusal}",
-                        reference.canonical_name()
-                    ),
-                });
-            }
+            let subject = crate::reference::Subject::of(&reference, &digest);
+            let why = match (
+                follow.signatures.checked.get(&subject),
+                follow.provenance.checked.get(&subject),
+            ) {
+                (Some(Err(refusal)), _) => format!("pinned but not signed: {refusal}"),
+                (_, Some(Err(refusal))) => {
+                    format!("pinned without accepted provenance: {refusal}")
+                }
+                _ => continue,
+            };
+            problems.push(Problem::Unresolved {
+                file: file.path.clone(),
+                line: field.line,
+                message: format!("{}@{digest}: {why}", reference.canonical_name()),
+            });
         }
     }
     problems
@@ -448,14 +504,11 @@ pub fn plan(
                     reference: wanted,
                     digest: resolved.digest.clone(),
                 },
-                None => match follow
-                    .signatures
-                    .decide(reference, &wanted, &resolved.digest)
-                {
-                    Some(Err(refusal)) => {
+                None => match gate_refusal(follow, reference, &wanted, &resolved.digest) {
+                    Some(refusal) => {
                         Wanted::Failed(format!("{key}@{}: not pinned: {refusal}", resolved.digest))
                     }
-                    _ => old_enough(&follow.ages, reference, wanted, resolved.digest.clone()),
+                    None => old_enough(&follow.ages, reference, wanted, resolved.digest.clone()),
                 },
             },
             Some(Err(e)) => Wanted::Failed(e.to_string()),
@@ -467,8 +520,39 @@ pub fn plan(
             change.signature = signature_of(change, follow);
         }
     }
+    note_provenance(&mut plan.changes, &follow.provenance);
     note_ages(&mut plan.changes, &follow.ages);
     plan
+}
+
+/// Why a field written `current` may not move to `digest` of `wanted`: the first gate that
+/// refuses it (its signature, then its build provenance); `None` when they let it.
+pub fn gate_refusal(
+    follow: &Follow,
+    current: &Reference,
+    wanted: &Reference,
+    digest: &Digest,
+) -> Option<String> {
+    if let Some(Err(refusal)) = follow.signatures.decide(current, wanted, digest) {
+        return Some(refusal.to_string());
+    }
+    if let Some(Err(refusal)) = follow.provenance.decide(current, wanted, digest) {
+        return Some(refusal.to_string());
+    }
+    None
+}
+
+/// Notes on each change the build provenance that let it move, where an `images.provenance`
+/// entry matches its image (see [`Change::provenance`]).
+pub fn note_provenance(changes: &mut [Change], provenance: &crate::provenance::Verdicts) {
+    if provenance.rules.is_empty() {
+        return;
+    }
+    for change in changes {
+        change.provenance = Reference::parse(&change.image)
+            .ok()
+            .and_then(|image| provenance.note(&image, &change.new_digest));
+    }
 }
 
 /// Notes on each change how old its new digest is, where an `images.minimum_age` entry
@@ -808,6 +892,7 @@ fn plan_field(path: &Path, field: &ImageField, want: &impl Fn(&Reference) -> Wan
         new_tag: moved(new_tag),
         action,
         signature: None,
+        provenance: None,
         age: None,
     };
     match held {
@@ -1316,6 +1401,7 @@ mod tests {
                 .collect(),
             held: Default::default(),
             signatures: Default::default(),
+            provenance: Default::default(),
             ages: Default::default(),
         }
     }
@@ -1569,6 +1655,93 @@ mod tests {
         assert_eq!(
             held.to_string(),
             format!("web.yaml:9 Deployment/web (web): held at nginx:1.27, not moved to {D1}: # tagpin: hold until CVE-2026-1 is fixed")
+        );
+    }
+
+    #[test]
+    fn a_digest_without_accepted_provenance_fails_its_field_and_the_rest_of_the_pass_goes_on() {
+        let rule = crate::config::ProvenanceRule {
+            matches: "ghcr.io/acme/*".into(),
+            builder_id: "https://ci\\.example/.+".into(),
+            source_repository: "https://github.com/acme/web".into(),
+            source_ref: None,
+            signers: crate::config::SignatureRule {
+                matches: "ghcr.io/acme/*".into(),
+                keys: Vec::new(),
+                keyless: vec![crate::config::KeylessIdentity {
+                    issuer: "https://issuer.test".into(),
+                    subject: ".*".into(),
+                }],
+                trusted_root: None,
+            },
+        };
+        let rules = crate::provenance::ProvenanceRules::compile(&[rule]).unwrap();
+        let text = pod(&["ghcr.io/acme/web:1", "ghcr.io/acme/api:1", "nginx:1.27"]);
+        let files = [scanned("p.yaml", &text)];
+        let resolved = answers(&[
+            ("ghcr.io/acme/web:1", Ok(D1)),
+            ("ghcr.io/acme/api:1", Ok(D2)),
+            ("nginx:1.27", Ok(D2)),
+        ]);
+        let mut follow = Follow {
+            provenance: crate::provenance::Verdicts::new(rules),
+            ..Follow::default()
+        };
+        // Both acme digests are looked up; nginx, under no entry, is not.
+        let wanted = provenance_to_check(&files, &resolved, &follow);
+        assert_eq!(wanted.len(), 2, "{wanted:?}");
+        let subject = |image: &str, digest: &str| {
+            crate::reference::Subject::of(
+                &Reference::parse(image).unwrap(),
+                &Digest::parse(digest).unwrap(),
+            )
+        };
+        follow.provenance.checked.insert(
+            subject("ghcr.io/acme/web:1", D1),
+            Ok(crate::provenance::Attested {
+                builder: "https://ci.example/runner".into(),
+                source: "https://github.com/acme/web@refs/tags/v1".into(),
+                signer: crate::signature::Signer("key k.pub".into()),
+            }),
+        );
+        follow.provenance.checked.insert(
+            subject("ghcr.io/acme/api:1", D2),
+            Err(crate::provenance::Refusal::Builder {
+                rule: 0,
+                found: "https://evil.example/runner".into(),
+            }),
+        );
+        assert!(provenance_to_check(&files, &resolved, &follow).is_empty());
+        let plan = plan(&files, &resolved, &follow);
+        let problems: Vec<String> = plan.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            [format!("p.yaml:10: ghcr.io/acme/api:1@{D2}: not pinned: provenance built by https://evil.example/runner, not a builder images.provenance[0].builder_id accepts")]
+        );
+        let moved: Vec<(&str, Option<String>)> = plan
+            .changes
+            .iter()
+            .map(|c| {
+                (
+                    c.image.as_str(),
+                    c.provenance.as_ref().map(|p| p.source.clone()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            moved,
+            [
+                (
+                    "ghcr.io/acme/web:1",
+                    Some("https://github.com/acme/web@refs/tags/v1".into())
+                ),
+                ("docker.io/library/nginx:1.27", None)
+            ]
+        );
+        let json = serde_json::to_value(&plan.changes[0]).unwrap();
+        assert_eq!(
+            json["provenance"],
+            serde_json::json!({"verified": true, "builder": "https://ci.example/runner", "source": "https://github.com/acme/web@refs/tags/v1"})
         );
     }
 

@@ -251,6 +251,9 @@ pub struct Follow {
     /// Which images need a signature, and this pass's verdicts on the digests it would pin
     /// (`images.signatures`); the default requires none.
     pub signatures: crate::signature::Verdicts,
+    /// Which images need build provenance, and this pass's verdicts on the digests it would
+    /// pin (`images.provenance`); the default requires none.
+    pub provenance: crate::provenance::Verdicts,
     /// Which images a digest must be old enough for, and when each digest this pass would pin
     /// was built (`images.minimum_age`); the default requires no age.
     pub ages: crate::age::Ages,
@@ -566,8 +569,7 @@ mod tests {
             policies,
             tags: TagLists::new(),
             held: Holds::default(),
-            signatures: Default::default(),
-            ages: Default::default(),
+            ..Follow::default()
         };
         follow
             .tags

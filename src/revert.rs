@@ -509,7 +509,9 @@ impl Reverter<'_> {
         };
         match (self.config.mode, self.forge) {
             (WriteMode::Commit, _) => {
-                let outcome = writer::commit(self.mirror, &self.config.author, branch, &change, 1)?;
+                let author = &self.config.author;
+                let outcome =
+                    writer::commit(self.mirror, author, self.forge, branch, &change, 1).await?;
                 let commit = match outcome {
                     Outcome::Committed { commit, .. } => commit,
                     _ => String::new(),
@@ -679,6 +681,7 @@ fn restore_block(target: &str, moved: &[Moved]) -> PlanBlock {
                 new_tag: None,
                 action: Action::Update,
                 signature: None,
+                provenance: None,
                 age: None,
             })
         })

@@ -202,7 +202,7 @@ pub enum Routes {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     limits: HttpLimits,
     routes: Routes,
 ) {
@@ -213,7 +213,18 @@ pub async fn serve(
     if routes == Routes::All {
         app = app.route("/webhooks/{sender}", post(webhook_delivery));
     }
-    let app = app.with_state(shared);
+    serve_app(listener, app.with_state(shared), stop, limits).await
+}
+
+/// Serves `app` on `listener` with the bounds of [`serve`] (header and request timeouts, a
+/// connection limit, a drain time after `stop`): every listener of tagpin's is served so,
+/// the dashboard's ([`crate::ui`]) too.
+pub async fn serve_app(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    mut stop: watch::Receiver<bool>,
+    limits: HttpLimits,
+) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let (closing, closing_rx) = watch::channel(false);
     let mut connections = JoinSet::new();

@@ -14,15 +14,22 @@
 //!
 //! It reports median (min to max) of the wall times, the time signatures add per image, and the
 //! signature requests per image (`Client::stats`). Figures are printed, never asserted.
+//!
+//! `-- --provenance` runs the same with `images.provenance` instead (issue #41): each digest
+//! attested as `cosign attest --key --type slsaprovenance1` does (a `sha256-<hex>.att` manifest
+//! with one DSSE envelope over a SLSA v1 statement), every image required built by the same
+//! builder from the same source and signed by the key.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use futures::stream::{self, StreamExt};
 use sigstore_crypto::KeyPair;
-use tagpin::config::{SignatureKey, SignatureRule};
+use tagpin::config::{ProvenanceRule, SignatureKey, SignatureRule};
 use tagpin::manifest::FileFilter;
 use tagpin::pass::{self, Signed};
+use tagpin::provenance::ProvenanceRules;
 use tagpin::reference::Reference;
 use tagpin::signature::Signatures;
 
@@ -34,8 +41,21 @@ const PLAIN: usize = 0;
 const FIRST: usize = 1;
 const CACHED: usize = 2;
 
-/// Signs every image's digest (resolved first) with `key`, eight at a time.
-async fn sign_all(registry: &TestRegistry, host: &str, images: &[(String, String)], key: &KeyPair) {
+/// Which gate the variant requires of every image.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    Signatures,
+    Provenance,
+}
+
+/// Signs (or attests) every image's digest (resolved first) with `key`, eight at a time.
+async fn sign_all(
+    registry: &TestRegistry,
+    host: &str,
+    images: &[(String, String)],
+    key: &KeyPair,
+    gate: Gate,
+) {
     let client = client_for(host, DEFAULT_CONCURRENCY_PER_HOST);
     let refs: Vec<Reference> = images
         .iter()
@@ -53,6 +73,9 @@ async fn sign_all(registry: &TestRegistry, host: &str, images: &[(String, String
         .collect();
     stream::iter(signed)
         .for_each_concurrent(8, |(repo, digest)| async move {
+            if gate == Gate::Provenance {
+                return attest(registry, &repo, &digest, key).await;
+            }
             let payload = registry.cosign_payload(&repo, &digest);
             let signature = key.sign(&payload).unwrap().to_base64();
             registry
@@ -62,8 +85,55 @@ async fn sign_all(registry: &TestRegistry, host: &str, images: &[(String, String
         .await;
 }
 
-/// Every bench image required signed by `release` or by this round's own key.
-fn trust(host: &str, release: &KeyPair) -> Signed {
+const BUILDER: &str = "https://github.com/actions/runner/github-hosted";
+const SOURCE: &str = "https://github.com/acme/bench";
+
+/// Attests `digest` of `repo` with a SLSA v1 provenance statement in a DSSE envelope signed
+/// by `key`, under cosign's `.att` tag.
+async fn attest(registry: &TestRegistry, repo: &str, digest: &str, key: &KeyPair) {
+    const IN_TOTO: &str = "application/vnd.in-toto+json";
+    const DSSE: &str = "application/vnd.dsse.envelope.v1+json";
+    let statement = serde_json::to_vec(&serde_json::json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": repo, "digest": {"sha256": digest.trim_start_matches("sha256:")}}],
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {
+            "buildDefinition": {"externalParameters": {"workflow": {"repository": SOURCE, "ref": "refs/tags/v1.0.0"}}},
+            "runDetails": {"builder": {"id": BUILDER}},
+        },
+    }))
+    .unwrap();
+    let mut pae = format!("DSSEv1 {} {IN_TOTO} {} ", IN_TOTO.len(), statement.len()).into_bytes();
+    pae.extend_from_slice(&statement);
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let envelope = serde_json::to_vec(&serde_json::json!({
+        "payloadType": IN_TOTO,
+        "payload": b64(&statement),
+        "signatures": [{"sig": key.sign(&pae).unwrap().to_base64()}],
+    }))
+    .unwrap();
+    let layer = registry.push_blob(repo, &envelope).await;
+    let config = registry.push_blob(repo, b"{}").await;
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": 2},
+        "layers": [{"mediaType": DSSE, "digest": layer, "size": envelope.len()}],
+    }))
+    .unwrap();
+    let tag = format!("{}.att", digest.replace(':', "-"));
+    registry
+        .push_manifest(
+            repo,
+            &tag,
+            "application/vnd.oci.image.manifest.v1+json",
+            &manifest,
+        )
+        .await;
+}
+
+/// Every bench image required signed (or attested) by `release` or by this round's own key.
+fn trust(host: &str, release: &KeyPair, gate: Gate) -> Signed {
     let pem = |key: &KeyPair| key.public_key_der().unwrap().to_pem();
     let round_key = KeyPair::generate_ecdsa_p256().unwrap();
     let rule = SignatureRule {
@@ -81,6 +151,20 @@ fn trust(host: &str, release: &KeyPair) -> Signed {
         keyless: Vec::new(),
         trusted_root: None,
     };
+    if gate == Gate::Provenance {
+        let rule = ProvenanceRule {
+            matches: rule.matches.clone(),
+            builder_id: r"https://github\.com/actions/runner/.+".into(),
+            source_repository: SOURCE.into(),
+            source_ref: Some("refs/tags/v.+".into()),
+            signers: rule,
+        };
+        return Signed {
+            provenance: ProvenanceRules::compile(&[rule]).unwrap(),
+            budget: Duration::from_secs(60),
+            ..Signed::default()
+        };
+    }
     Signed {
         rules: Signatures::compile(&[rule]).unwrap(),
         budget: Duration::from_secs(60),
@@ -101,14 +185,14 @@ async fn plan(host: &str, root: &Path, signed: &Signed) -> (Duration, u64) {
     (wall, client.stats().signature_requests)
 }
 
-pub(crate) async fn run() {
+pub(crate) async fn run(gate: Gate) {
     let registry = TestRegistry::start(Mode::Plain).await;
     let host = registry.host();
     eprintln!("pushing {IMAGES} images to {host} …");
     let images = push_images(&registry, &host).await;
     let release = KeyPair::generate_ecdsa_p256().unwrap();
     eprintln!("signing {IMAGES} digests …");
-    sign_all(&registry, &host, &images, &release).await;
+    sign_all(&registry, &host, &images, &release, gate).await;
     let tree = tempfile::tempdir().unwrap();
     for n in 0..MANIFESTS {
         let dir = tree.path().join(format!("team{}", n % 20));
@@ -123,7 +207,7 @@ pub(crate) async fn run() {
     let (mut plain, mut first, mut cached) = (Vec::new(), Vec::new(), Vec::new());
     let (mut first_requests, mut cached_requests) = (0, 0);
     for round in 0..=ROUNDS {
-        let signed = trust(&host, &release);
+        let signed = trust(&host, &release, gate);
         // The plain run goes before, between or after the pair; first sight always comes
         // before the run that finds every digest verified.
         let order: [usize; 3] = match round % 3 {
@@ -158,17 +242,21 @@ pub(crate) async fn run() {
             .map(|(s, p)| (s - p) * 1e3 / IMAGES as f64)
             .collect()
     };
-    println!("tagpin plan benchmark, signed variant: {MANIFESTS} manifests, {IMAGES} distinct images, every one signed; median (min to max) of {ROUNDS} rounds");
+    let variant = match gate {
+        Gate::Signatures => "signed variant (images.signatures)",
+        Gate::Provenance => "provenance variant (images.provenance)",
+    };
+    println!("tagpin plan benchmark, {variant}: {MANIFESTS} manifests, {IMAGES} distinct images, every one required; median (min to max) of {ROUNDS} rounds");
     println!(
-        "  plan, no images.signatures        {} ms",
+        "  plan, no gate                     {} ms",
         spread(plain.clone(), 1)
     );
     println!(
-        "  plan, all signed, first sight     {} ms",
+        "  plan, all required, first sight   {} ms",
         spread(first.clone(), 1)
     );
     println!(
-        "  plan, all signed, verified before {} ms",
+        "  plan, all required, verified     {} ms",
         spread(cached.clone(), 1)
     );
     println!(
@@ -180,7 +268,7 @@ pub(crate) async fn run() {
         spread(per_image(&cached), 0)
     );
     println!(
-        "  signature requests                {first_requests} first sight ({:.1} per image), {cached_requests} verified before",
+        "  signature/attestation requests    {first_requests} first sight ({:.1} per image), {cached_requests} verified before",
         first_requests as f64 / IMAGES as f64
     );
 }

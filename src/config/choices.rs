@@ -49,3 +49,27 @@ pub enum OnFailure {
     /// the failed digests.
     Revert,
 }
+
+/// Where a notification goes (`notifications[].kind`): the body is written for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum NotifyKind {
+    /// A Slack incoming webhook.
+    Slack,
+    /// A Microsoft Teams workflow webhook (an Adaptive Card).
+    Msteams,
+    /// Any HTTP endpoint: a CloudEvents 1.0 structured JSON event, HMAC-signed when a secret
+    /// is given.
+    Webhook,
+}
+
+impl NotifyKind {
+    /// The name the configuration and the metrics' `kind` label use.
+    pub fn name(self) -> &'static str {
+        match self {
+            NotifyKind::Slack => "slack",
+            NotifyKind::Msteams => "msteams",
+            NotifyKind::Webhook => "webhook",
+        }
+    }
+}

@@ -4,7 +4,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-pub use super::choices::{Grouping, OnFailure, Order, SigningFormat, WriteMode};
+pub use super::choices::{Grouping, NotifyKind, OnFailure, Order, SigningFormat, WriteMode};
 
 /// A validated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +34,33 @@ pub struct Config {
     /// A `PinnedRepository`'s `service_account_name`: the ServiceAccount of its namespace that
     /// the operator impersonates to read the cluster for it. Always `None` from a file.
     pub service_account_name: Option<String>,
+    /// `notifications:`: where events are told (see [`crate::notify`]); empty: nowhere.
+    pub notifications: Vec<Notification>,
+}
+
+/// One `notifications` entry: where to tell which events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    pub kind: NotifyKind,
+    /// Where the URL is read: `url_env` (a file) or `url_secret_key` (a `PinnedRepository`).
+    /// The URL itself is a secret (a Slack or Teams webhook's path is its credential), so
+    /// the configuration only names where it is.
+    pub url: SecretName,
+    /// `kind: webhook` only: where the HMAC-SHA256 key is read (`secret_env` or `secret_key`);
+    /// `None`: the body is not signed.
+    pub secret: Option<SecretName>,
+    /// The kinds of event told, at least one.
+    pub events: Vec<crate::event::EventKind>,
+    /// The stages told about; empty: every stage.
+    pub stages: Vec<String>,
+}
+
+/// Where a secret is read: an environment variable (a file's `*_env`), or a key of the
+/// `secret_ref` Secret (a `PinnedRepository`'s `*_key`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretName {
+    Env(String),
+    SecretKey(String),
 }
 
 /// Whether `name` is a DNS-1123 label (at most 63 lowercase letters, digits and '-', starting
@@ -337,6 +364,28 @@ pub struct ImageRules {
     /// first matching entry applies, with the same matching as `images.signatures` (see
     /// [`crate::age`]).
     pub minimum_age: Vec<MinimumAgeRule>,
+    /// Which images need a signed SLSA provenance attestation naming an accepted builder and
+    /// source before a digest of theirs is pinned (`images.provenance`); the first matching
+    /// entry applies, with the same matching as `images.signatures` (see [`crate::provenance`]).
+    pub provenance: Vec<ProvenanceRule>,
+}
+
+/// One `images.provenance` entry: a glob over the image name (matched as `images.signatures`
+/// entries are), the builder and source a provenance attestation must name, and who may sign
+/// the attestation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvenanceRule {
+    pub matches: String,
+    /// A regex over the predicate's builder id, anchored at both ends when compiled.
+    pub builder_id: String,
+    /// The source repository's URI, compared exactly (`https://github.com/acme/web`); a
+    /// `git+` prefix and a `.git` suffix in the attestation are not part of it.
+    pub source_repository: String,
+    /// A regex over the source ref (`refs/tags/v.*`), anchored; `None` accepts any ref.
+    pub source_ref: Option<String>,
+    /// Who may sign the attestation: `keys`, `keyless` and `trusted_root` as an
+    /// `images.signatures` entry has them (its `matches` is this entry's).
+    pub signers: SignatureRule,
 }
 
 /// One `images.minimum_age` entry: a glob over the image name (matched as `images.signatures`

@@ -18,7 +18,7 @@ use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::Deserialize;
 use serde_yaml::{Mapping, Value};
 
-use super::choices::{Grouping, Order, SigningFormat, WriteMode};
+use super::choices::{Grouping, NotifyKind, Order, SigningFormat, WriteMode};
 
 /// One node of the file, read as `T` or kept as found.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -210,6 +210,8 @@ pub struct RawConfig {
     pub verify: Section<RawVerify>,
     pub promotion: Section<RawPromotion>,
     pub helm: Section<RawHelm>,
+    /// Where the events of a delivery are told (Slack, Microsoft Teams, any webhook).
+    pub notifications: List<Known<RawNotification>>,
     /// Only in a `PinnedRepository`: the Secret of its namespace whose keys the `*_env` fields
     /// and `repository.auth.ssh_key_file` name, in place of environment variables and files.
     pub secret_ref: Section<RawLocalRef>,
@@ -230,6 +232,25 @@ pub struct RawConfig {
 pub struct RawHelm {
     pub values_files: List<String>,
     pub digest: Field<crate::manifest::DigestMode>,
+}
+
+/// One `notifications` entry: `kind`, where its URL (and a webhook's signing key) is read,
+/// which `events` and, optionally, which `stages`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawNotification {
+    pub kind: Field<NotifyKind>,
+    /// A file's: the environment variable holding the URL.
+    pub url_env: Field<String>,
+    /// Only in a `PinnedRepository`: the key of the Secret `secret_ref` holding the URL.
+    pub url_secret_key: Field<String>,
+    /// A file's, `kind: webhook`: the environment variable holding the HMAC key.
+    pub secret_env: Field<String>,
+    /// Only in a `PinnedRepository`, `kind: webhook`: the key of the Secret `secret_ref`
+    /// holding the HMAC key.
+    pub secret_key: Field<String>,
+    pub events: List<String>,
+    pub stages: List<String>,
 }
 
 /// A Secret of the resource's own namespace, by name.
@@ -295,6 +316,22 @@ pub struct RawImages {
     pub policies: List<Known<RawPolicy>>,
     pub signatures: List<Known<RawSignature>>,
     pub minimum_age: List<Known<RawMinimumAge>>,
+    pub provenance: List<Known<RawProvenance>>,
+}
+
+/// One `images.provenance` entry: `match`, the builder and source an SLSA provenance
+/// attestation must name, and who may sign it (`keys` and/or `keyless`, as for signatures).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawProvenance {
+    #[serde(rename = "match")]
+    pub matches: Field<String>,
+    pub builder_id: Field<String>,
+    pub source_repository: Field<String>,
+    pub source_ref: Field<String>,
+    pub keys: List<String>,
+    pub keyless: List<Known<RawKeyless>>,
+    pub trusted_root: Field<String>,
 }
 
 /// One `images.minimum_age` entry: `match` and `age` (`24h`).
@@ -380,6 +417,8 @@ pub struct RawForge {
     pub username_env: Field<String>,
     #[schemars(range(min = 1, max = 3600))]
     pub timeout_seconds: Field<u64>,
+    /// GitHub only: commits made through the Git Data API, which GitHub signs.
+    pub api_commits: Field<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]

@@ -12,18 +12,18 @@ use serde_yaml::Value;
 use super::model::{
     invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
     ClusterTarget, Config, Forge, GitAuth, GitOpsObjects, Grouping, ImageRules, KeylessIdentity,
-    MinimumAgeRule, ObjectName, OnFailure, Order, Origin, PolicyRule, Problem, Promotion,
-    PullRequest, Registries, Repository, SignatureFile, SignatureKey, SignatureRule, Signing,
-    SigningFormat, SigningKey, Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL,
-    DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE,
-    DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE, DEFAULT_TIMEOUT_SECONDS,
-    DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
+    MinimumAgeRule, Notification, NotifyKind, ObjectName, OnFailure, Order, Origin, PolicyRule,
+    Problem, Promotion, ProvenanceRule, PullRequest, Registries, Repository, SecretName,
+    SignatureFile, SignatureKey, SignatureRule, Signing, SigningFormat, SigningKey, Stage,
+    TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX,
+    DEFAULT_COMMIT_MESSAGE, DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE,
+    DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
 };
 use super::raw::{
     names_of, Field, Known, List, RawAuthor, RawCluster, RawConfig, RawDuration, RawForge,
-    RawGitAuth, RawHelm, RawImages, RawKeyless, RawLocalRef, RawMinimumAge, RawPolicy,
-    RawPromotion, RawPullRequest, RawRegistries, RawRepository, RawSecretKeyRef, RawSignature,
-    RawSigning, RawStage, RawVerify, Section,
+    RawGitAuth, RawHelm, RawImages, RawKeyless, RawLocalRef, RawMinimumAge, RawNotification,
+    RawPolicy, RawPromotion, RawProvenance, RawPullRequest, RawRegistries, RawRepository,
+    RawSecretKeyRef, RawSignature, RawSigning, RawStage, RawVerify, Section,
 };
 
 /// The configuration the raw file describes, or every problem found in it.
@@ -56,11 +56,13 @@ struct Check {
 }
 
 /// Keys only a `PinnedRepository` may write.
-const RESOURCE_ONLY: [&str; 4] = [
+const RESOURCE_ONLY: [&str; 6] = [
     "secret_ref",
     "docker_config_secret_ref",
     "kubeconfig_secret_ref",
     "service_account_name",
+    "url_secret_key",
+    "secret_key",
 ];
 
 /// The default key of a `kubeconfig_secret_ref`.
@@ -466,7 +468,7 @@ impl Check {
             .to_string();
         self.template("commit_message", &commit_message);
         let pull_request = self.pull_request(&top.pull_request);
-        let forge = self.forge(&top.forge);
+        let forge = self.forge(&top.forge, author.signing.is_some());
         if mode == WriteMode::PullRequest && !top.forge.is_written() {
             self.problem("forge", "is required when mode is pull-request");
         }
@@ -482,33 +484,7 @@ impl Check {
             Origin::File => None,
         };
         if self.origin == Origin::Resource && secret_ref.is_none() {
-            let mut named = Vec::new();
-            match &repository {
-                Some(Repository {
-                    auth: GitAuth::Token { .. },
-                    ..
-                }) => named.push("repository.auth.token_env"),
-                Some(Repository {
-                    auth: GitAuth::SshKey { .. },
-                    ..
-                }) => named.push("repository.auth.ssh_key_file"),
-                _ => {}
-            }
-            if forge.is_some() {
-                named.push("forge.token_env");
-            }
-            if let Some(signing) = &author.signing {
-                named.push(signing.key.field());
-                if signing.passphrase_env.is_some() {
-                    named.push("author.signing.passphrase_env");
-                }
-            }
-            for path in named {
-                self.problem(
-                    path,
-                    "names a key of the Secret secret_ref, and secret_ref is not set",
-                );
-            }
+            self.secret_ref_missing(&repository, forge.is_some(), &author);
         }
         let service_account_name = self.service_account(&top.service_account_name);
         let promotion = if top.promotion.is_written() {
@@ -526,7 +502,15 @@ impl Check {
         } else {
             None
         };
+        let notifications = self.notifications(&top.notifications, &promotion, &repository);
+        if self.origin == Origin::Resource && secret_ref.is_none() && !notifications.is_empty() {
+            self.problem(
+                "notifications",
+                "names keys of the Secret secret_ref, and secret_ref is not set",
+            );
+        }
         Some(Config {
+            notifications,
             verify,
             promotion,
             helm,
@@ -544,6 +528,183 @@ impl Check {
             secret_ref,
             service_account_name,
         })
+    }
+
+    /// A resource without `secret_ref` whose fields name keys of it: each such field named.
+    fn secret_ref_missing(
+        &mut self,
+        repository: &Option<Repository>,
+        has_forge: bool,
+        author: &Author,
+    ) {
+        let mut named = Vec::new();
+        match &repository {
+            Some(Repository {
+                auth: GitAuth::Token { .. },
+                ..
+            }) => named.push("repository.auth.token_env"),
+            Some(Repository {
+                auth: GitAuth::SshKey { .. },
+                ..
+            }) => named.push("repository.auth.ssh_key_file"),
+            _ => {}
+        }
+        if has_forge {
+            named.push("forge.token_env");
+        }
+        if let Some(signing) = &author.signing {
+            named.push(signing.key.field());
+            if signing.passphrase_env.is_some() {
+                named.push("author.signing.passphrase_env");
+            }
+        }
+        for path in named {
+            self.problem(
+                path,
+                "names a key of the Secret secret_ref, and secret_ref is not set",
+            );
+        }
+    }
+
+    /// `notifications`: each entry's kind, where its URL and signing key are read (an
+    /// environment variable in a file; a key of the Secret `secret_ref` in a resource, never
+    /// anything of the controller's own environment), and the events and stages it tells.
+    fn notifications(
+        &mut self,
+        field: &List<Known<RawNotification>>,
+        promotion: &Option<Promotion>,
+        repository: &Option<Repository>,
+    ) -> Vec<Notification> {
+        let stages: Vec<String> = match (promotion, repository) {
+            (Some(promotion), _) => promotion.stages.iter().map(|s| s.name.clone()).collect(),
+            (None, Some(repository)) => vec![repository.branch.clone()],
+            (None, None) => Vec::new(),
+        };
+        let mut out = Vec::new();
+        let items = self.list("notifications", field, "a list of notifications");
+        for (i, item) in items.iter().enumerate() {
+            let path = format!("notifications[{i}]");
+            let Some(raw) = self.section(&path, item) else {
+                continue;
+            };
+            if !raw.kind.is_set() {
+                self.problem(
+                    &join(&path, "kind"),
+                    "is required (slack, msteams or webhook)",
+                );
+            }
+            let kind = self.choice(&join(&path, "kind"), &raw.kind, NotifyKind::Webhook);
+            let url = self.notify_secret(
+                &path,
+                ("url_env", &raw.url_env),
+                ("url_secret_key", &raw.url_secret_key),
+                true,
+            );
+            let secret = self.notify_secret(
+                &path,
+                ("secret_env", &raw.secret_env),
+                ("secret_key", &raw.secret_key),
+                false,
+            );
+            if secret.is_some() && kind != NotifyKind::Webhook {
+                let key = match self.origin {
+                    Origin::File => "secret_env",
+                    Origin::Resource => "secret_key",
+                };
+                self.problem(
+                    &join(&path, key),
+                    "only kind webhook signs its body; Slack and Teams check nothing",
+                );
+            }
+            let events = self.event_kinds(&join(&path, "events"), &raw.events);
+            let wanted = self.strings(&join(&path, "stages"), &raw.stages);
+            for (j, stage) in wanted.iter().enumerate() {
+                if !stages.is_empty() && !stages.contains(stage) {
+                    self.problem(
+                        &format!("{path}.stages[{j}]"),
+                        format!("unknown stage {stage:?} (known: {})", stages.join(", ")),
+                    );
+                }
+            }
+            if let (Some(url), false) = (url, events.is_empty()) {
+                out.push(Notification {
+                    kind,
+                    url,
+                    secret,
+                    events,
+                    stages: wanted,
+                });
+            }
+        }
+        out
+    }
+
+    /// Where one secret of a notification is read: `env` in a file, `key` in a resource;
+    /// the other is refused (a resource's URL comes only from its own Secret).
+    fn notify_secret(
+        &mut self,
+        path: &str,
+        (env_key, env): (&str, &Field<String>),
+        (secret_key, key): (&str, &Field<String>),
+        required: bool,
+    ) -> Option<SecretName> {
+        let (env_path, key_path) = (join(path, env_key), join(path, secret_key));
+        match self.origin {
+            Origin::File => {
+                self.resource_only(&key_path, key.is_written(), env_key);
+                if required && !env.is_set() {
+                    self.problem(&env_path, "is required");
+                }
+                let name = self.string(&env_path, env)?;
+                self.env_name(&env_path, name);
+                Some(SecretName::Env(name.to_string()))
+            }
+            Origin::Resource => {
+                if env.is_written() {
+                    self.problem(
+                        &env_path,
+                        format!(
+                            "a PinnedRepository reads nothing of the controller's environment; \
+                             name a key of the Secret secret_ref with {secret_key}"
+                        ),
+                    );
+                }
+                if required && !key.is_set() {
+                    self.problem(&key_path, "is required");
+                }
+                let name = self.string(&key_path, key)?;
+                self.secret_key(&key_path, name);
+                Some(SecretName::SecretKey(name.to_string()))
+            }
+        }
+    }
+
+    /// A notification's `events`: at least one, each a kind of [`crate::event::EventKind`].
+    fn event_kinds(&mut self, path: &str, field: &List<String>) -> Vec<crate::event::EventKind> {
+        if !field.is_set() {
+            self.problem(
+                path,
+                "is required: the events to tell (pinned, converged, failed, ...)",
+            );
+        }
+        let mut kinds = Vec::new();
+        for (j, name) in self.strings(path, field).iter().enumerate() {
+            match crate::event::EventKind::parse(name) {
+                Some(kind) if !kinds.contains(&kind) => kinds.push(kind),
+                Some(_) => {}
+                None => {
+                    let known: Vec<&str> = crate::event::EventKind::ALL
+                        .iter()
+                        .map(|k| k.name())
+                        .collect();
+                    self.problem(
+                        &format!("{path}[{j}]"),
+                        format!("unknown event {name:?} (known: {})", known.join(", ")),
+                    );
+                }
+            }
+        }
+        kinds
     }
 
     fn repository(&mut self, field: &Section<RawRepository>) -> Option<Repository> {
@@ -698,6 +859,7 @@ impl Check {
             policies: self.policies(&raw.policies),
             signatures: self.signatures(&raw.signatures),
             minimum_age: self.minimum_ages(&raw.minimum_age),
+            provenance: self.provenance(&raw.provenance),
         };
         self.globs("images.manage", &rules.manage);
         self.globs("images.ignore", &rules.ignore);
@@ -752,38 +914,117 @@ impl Check {
                 continue;
             };
             let matches = self.match_glob(&join(&path, "match"), &raw.matches);
-            let keys_path = join(&path, "keys");
-            let root_path = join(&path, "trusted_root");
-            let keys: Vec<SignatureKey> = self
-                .strings(&keys_path, &raw.keys)
-                .into_iter()
-                .enumerate()
-                .filter_map(|(j, key)| self.signature_key(&format!("{keys_path}[{j}]"), key))
-                .collect();
-            let keyless = self.keyless(&join(&path, "keyless"), raw);
-            let trusted_root = self
-                .string(&root_path, &raw.trusted_root)
-                .map(str::to_string)
-                .and_then(|file| self.trusted_root(&root_path, file));
-            if !raw.keys.is_written() && !raw.keyless.is_written() {
-                self.problem(
-                    &path,
-                    "needs keys or keyless (who may sign the images it matches)",
-                );
-            }
-            if raw.trusted_root.is_written() && !raw.keyless.is_written() {
-                self.problem(&root_path, "only applies to keyless signatures");
-            }
+            let signers = self.signers(&path, &raw.keys, &raw.keyless, &raw.trusted_root);
             if let Some(matches) = matches {
                 rules.push(SignatureRule {
                     matches: matches.to_string(),
-                    keys,
-                    keyless,
-                    trusted_root,
+                    ..signers
                 });
             }
         }
         rules
+    }
+
+    /// Who may sign, as an `images.signatures` or `images.provenance` entry at `path` names
+    /// them: `keys` (read and checked), `keyless` identities and a `trusted_root`. The rule's
+    /// `matches` is left empty for the caller.
+    fn signers(
+        &mut self,
+        path: &str,
+        keys: &List<String>,
+        keyless: &List<Known<RawKeyless>>,
+        trusted_root: &Field<String>,
+    ) -> SignatureRule {
+        let keys_path = join(path, "keys");
+        let root_path = join(path, "trusted_root");
+        let read_keys: Vec<SignatureKey> = self
+            .strings(&keys_path, keys)
+            .into_iter()
+            .enumerate()
+            .filter_map(|(j, key)| self.signature_key(&format!("{keys_path}[{j}]"), key))
+            .collect();
+        let identities = self.keyless(&join(path, "keyless"), keyless);
+        let root = self
+            .string(&root_path, trusted_root)
+            .map(str::to_string)
+            .and_then(|file| self.trusted_root(&root_path, file));
+        if !keys.is_written() && !keyless.is_written() {
+            self.problem(
+                path,
+                "needs keys or keyless (who may sign the images it matches)",
+            );
+        }
+        if trusted_root.is_written() && !keyless.is_written() {
+            self.problem(&root_path, "only applies to keyless signatures");
+        }
+        SignatureRule {
+            matches: String::new(),
+            keys: read_keys,
+            keyless: identities,
+            trusted_root: root,
+        }
+    }
+
+    /// `images.provenance`: as `images.signatures` for who may sign, and the builder and
+    /// source-ref regexes compiled (anchored) now, the source repository required.
+    fn provenance(&mut self, field: &List<Known<RawProvenance>>) -> Vec<ProvenanceRule> {
+        let mut rules = Vec::new();
+        for (i, item) in self
+            .list("images.provenance", field, "a list")
+            .iter()
+            .enumerate()
+        {
+            let path = format!("images.provenance[{i}]");
+            let Some(raw) = self.section(&path, item) else {
+                continue;
+            };
+            let matches = self.match_glob(&join(&path, "match"), &raw.matches);
+            let builder = self.anchored_regex(&join(&path, "builder_id"), &raw.builder_id, true);
+            let source_path = join(&path, "source_repository");
+            let source = self.required_string(&source_path, &raw.source_repository);
+            if source.is_some_and(|s| s.ends_with('/') || s.ends_with(".git")) {
+                self.problem(
+                    &source_path,
+                    "the repository's URI without a trailing / or .git (https://github.com/acme/web)",
+                );
+            }
+            let source_ref =
+                self.anchored_regex(&join(&path, "source_ref"), &raw.source_ref, false);
+            let signers = self.signers(&path, &raw.keys, &raw.keyless, &raw.trusted_root);
+            if let (Some(matches), Some(builder), Some(source)) = (matches, builder, source) {
+                rules.push(ProvenanceRule {
+                    matches: matches.to_string(),
+                    builder_id: builder,
+                    source_repository: source.to_string(),
+                    source_ref,
+                    signers: SignatureRule {
+                        matches: matches.to_string(),
+                        ..signers
+                    },
+                });
+            }
+        }
+        rules
+    }
+
+    /// A regex field, compiled anchored at both ends now so a typo is named with its path;
+    /// `required` ones missing are a problem too.
+    fn anchored_regex(
+        &mut self,
+        path: &str,
+        field: &Field<String>,
+        required: bool,
+    ) -> Option<String> {
+        let text = match required {
+            true => self.required_string(path, field),
+            false => self.string(path, field),
+        }?;
+        if let Err(e) = crate::signature::keys::subject_regex(text) {
+            let last_line = e.to_string().lines().last().unwrap_or_default().to_string();
+            self.problem(path, format!("invalid regex: {last_line}"));
+            return None;
+        }
+        Some(text.to_string())
     }
 
     /// `images.minimum_age`: each entry's glob and age are checked now, so a typo is a
@@ -896,9 +1137,9 @@ impl Check {
     }
 
     /// `keyless`: each entry's issuer, and its subject regex compiled (anchored) now.
-    fn keyless(&mut self, path: &str, raw: &RawSignature) -> Vec<KeylessIdentity> {
+    fn keyless(&mut self, path: &str, field: &List<Known<RawKeyless>>) -> Vec<KeylessIdentity> {
         let mut identities = Vec::new();
-        for (j, item) in self.list(path, &raw.keyless, "a list").iter().enumerate() {
+        for (j, item) in self.list(path, field, "a list").iter().enumerate() {
             let path = format!("{path}[{j}]");
             let Some(entry): Option<&RawKeyless> = self.section(&path, item) else {
                 continue;
@@ -1411,7 +1652,8 @@ impl Check {
         }
     }
 
-    fn forge(&mut self, field: &Section<RawForge>) -> Option<Forge> {
+    /// `signing`: whether `author.signing` is set, which `forge.api_commits` excludes.
+    fn forge(&mut self, field: &Section<RawForge>, signing: bool) -> Option<Forge> {
         let raw = self.section("forge", field)?;
         let kind = self.string("forge.kind", &raw.kind).unwrap_or("github");
         let section = crate::forge::section(kind).unwrap_or_else(|| {
@@ -1460,14 +1702,44 @@ impl Check {
         let timeout_seconds = self
             .number("forge.timeout_seconds", &raw.timeout_seconds, 1, 3600)
             .unwrap_or(DEFAULT_FORGE_TIMEOUT_SECONDS);
+        let api_commits = self.api_commits(&raw.api_commits, section.kind, signing);
         Some(Forge {
             kind,
+            api_commits,
             api_url: api_url?.to_string(),
             token_env: token_env?.to_string(),
             login,
             username_env,
             timeout_seconds,
         })
+    }
+}
+
+impl Check {
+    /// `forge.api_commits`: a boolean, and only where the forge makes commits (GitHub).
+    fn api_commits(&mut self, field: &Field<bool>, kind: &str, signing: bool) -> bool {
+        let path = "forge.api_commits";
+        let on = match field {
+            Field::Ok(on) => *on,
+            Field::Absent | Field::Null => false,
+            other => {
+                self.wrong(path, "true or false", other);
+                false
+            }
+        };
+        if on && kind != crate::forge::github::SECTION.kind {
+            self.problem(
+                path,
+                "commits through the forge's API are GitHub's only (kind: github)",
+            );
+        }
+        if on && signing {
+            self.problem(
+                path,
+                "GitHub signs the commits it makes through its API; author.signing signs the commits tagpin makes itself: set one of the two",
+            );
+        }
+        on
     }
 }
 

@@ -26,30 +26,35 @@ pub const WINDOW: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Reads `config`'s delivery history from `mirror` at `now` (Unix seconds) and observes
 /// what is new in `metrics`; `repository` names it (a URL, or an object's `namespace/name`).
 /// A history that cannot be read is logged and observed next time; one whose branch and
-/// notes did not move since the last reading is not read again.
+/// notes did not move since the last reading is not read again. The reading, when there was
+/// one, is handed back (the dashboard shows it).
 pub async fn after_cycle(
     mirror: &Mirror,
     config: &Config,
     registry: &Client,
     metrics: &Metrics,
     (repository, now): (&str, i64),
-) {
+) -> Option<super::Delivery> {
     super::history::fetch_notes(mirror);
     let read_at = (mirror.tip(&config.repository.branch), mirror.notes_tip());
     {
         let mut last = lock(&metrics.delivery_read_at);
         if last.get(repository) == Some(&read_at) {
             // Nothing landed and no verdict was noted since: nothing new to observe.
-            return;
+            return None;
         }
         last.insert(repository.to_string(), read_at);
     }
     let since = now - WINDOW.as_secs() as i64;
     match super::history::read(mirror, config, Some(registry), repository, (since, now)).await {
-        Ok(delivery) => observe(metrics, repository, &delivery.report),
+        Ok(delivery) => {
+            observe(metrics, repository, &delivery.report);
+            Some(delivery)
+        }
         Err(e) => {
             lock(&metrics.delivery_read_at).remove(repository);
             tracing::warn!("delivery metrics not read: {e}");
+            None
         }
     }
 }

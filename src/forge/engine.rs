@@ -1231,6 +1231,7 @@ pub(super) fn settings(kind: super::settings::Kind, api_url: &str) -> Settings {
         token_env: "TOKEN".into(),
         login: None,
         username_env: None,
+        api_commits: false,
         timeout_seconds: 60,
     }
 }

@@ -39,6 +39,10 @@ use super::engine::{Forge, Listing, Marked, Names, NewChange, Refused, Result, S
 use super::engine::{CONNECT_TIMEOUT, MAX_ANSWER_BYTES};
 use super::settings::ChangeRequestNoun;
 use super::settings::{owner_and_repo, Kind, Section, Settings};
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::json;
+
 use crate::bounded::{self, BoundedLayer, Bounds};
 use crate::mutex::lock;
 use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
@@ -50,6 +54,10 @@ const MAX_CACHED_READS: usize = 512;
 /// [`MAX_ANSWER_BYTES`] each would be 8 GiB. Past it, all are dropped, as when full.
 const MAX_CACHED_BYTES: usize = 64 * bounded::MIB;
 const FORGE: &str = "GitHub";
+/// GitHub's 422 to a ref update that is not a fast-forward, in tagpin's words.
+const REF_NOT_FAST_FORWARD: &str = "the branch moved since it was read: not a fast-forward";
+/// GitHub's 422 to creating a ref that exists, in tagpin's words.
+const REF_EXISTS: &str = "the branch already exists";
 /// `kind: github`: `forge.owner` and `forge.repo`, on `https://api.github.com` unless GitHub
 /// Enterprise's `https://HOST/api/v3` is given.
 pub(crate) const SECTION: Section = Section::new("github", Some(API_URL), |keys, _| {
@@ -405,6 +413,178 @@ impl Forge for GitHub {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// `forge.api_commits`: tagpin's commits made through GitHub's Git Data API (blobs, a tree, a
+// commit, then the branch's ref) instead of pushed, so that GitHub signs them. The tree is the
+// one tagpin computed in its mirror, byte for byte: GitHub's answer is checked against it
+// before the commit is made, and nothing moves when they differ.
+//
+// A branch moves only as a push would: commit mode by fast-forward (`force: false`, a lost
+// race is GitHub's 422 "Update is not a fast forward"); tagpin's own branch replaced only when
+// it still holds the commit tagpin saw (read just before: GitHub's ref update has no lease, so
+// a push landing between the read and the update is the one race left, and the next pass sees
+// it as a hand edit).
+// ---------------------------------------------------------------------------------------------
+
+/// One file of an [`ApiCommit`]: its path in the repository, its new bytes, its mode.
+pub struct ApiFile<'a> {
+    pub path: &'a str,
+    pub bytes: &'a [u8],
+    pub executable: bool,
+}
+
+/// A commit to make through the Git Data API, as tagpin's mirror computed it.
+pub struct ApiCommit<'a> {
+    pub parent: String,
+    /// The parent's tree, which GitHub's new tree is built on.
+    pub base_tree: String,
+    /// The tree the commit must have (tagpin's): GitHub's must be the same object.
+    pub tree: String,
+    pub files: &'a [ApiFile<'a>],
+    pub message: &'a str,
+}
+
+/// How a branch is moved to a commit made through the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefMove<'a> {
+    /// Commit mode: a fast-forward of the target branch, which exists.
+    FastForward,
+    /// tagpin's own branch: created when `None`, else replaced if it still holds that commit.
+    Lease(Option<&'a str>),
+}
+
+/// What moving a branch came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moved {
+    Done,
+    /// The branch moved since it was read (a lost race): plan again.
+    Raced,
+}
+
+#[derive(Deserialize)]
+struct Sha {
+    sha: String,
+}
+
+#[derive(Deserialize)]
+struct Ref {
+    object: Sha,
+}
+
+impl GitHub {
+    fn git_path(&self, rest: &str) -> String {
+        format!("/repos/{}/{}/git/{rest}", self.owner, self.repo)
+    }
+
+    async fn post_json<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<T> {
+        self.call(
+            what,
+            || async move { self.octo.post(path, Some(body)).await },
+        )
+        .await
+    }
+
+    /// Makes the commit: a blob per file, the tree on the parent's, checked against tagpin's,
+    /// then the commit, with no author given so GitHub signs it for the token's app or user.
+    /// Returns the new commit's id; no branch has moved yet.
+    pub async fn create_commit(&self, commit: &ApiCommit<'_>) -> Result<String> {
+        let mut entries = Vec::new();
+        for file in commit.files {
+            let content = base64::engine::general_purpose::STANDARD.encode(file.bytes);
+            let body = json!({"content": content, "encoding": "base64"});
+            let what = format!("upload {} (POST /git/blobs)", file.path);
+            let blob: Sha = self
+                .post_json(&what, &self.git_path("blobs"), &body)
+                .await?;
+            let mode = if file.executable { "100755" } else { "100644" };
+            entries.push(json!({"path": file.path, "mode": mode, "type": "blob", "sha": blob.sha}));
+        }
+        let body = json!({"base_tree": commit.base_tree, "tree": entries});
+        let what = "make the tree (POST /git/trees)";
+        let tree: Sha = self.post_json(what, &self.git_path("trees"), &body).await?;
+        if tree.sha != commit.tree {
+            let detail = format!(
+                "GitHub built tree {}, not the tree tagpin computed ({}); no commit was made",
+                tree.sha, commit.tree
+            );
+            return Err(self.names.error(what, detail, None));
+        }
+        let body =
+            json!({"message": commit.message, "tree": commit.tree, "parents": [commit.parent]});
+        let what = "make the commit (POST /git/commits)";
+        let made: Sha = self
+            .post_json(what, &self.git_path("commits"), &body)
+            .await?;
+        Ok(made.sha)
+    }
+
+    /// Moves `branch` to `sha` as `how` says.
+    pub async fn move_branch(&self, branch: &str, sha: &str, how: RefMove<'_>) -> Result<Moved> {
+        let path = self.git_path(&format!("refs/heads/{branch}"));
+        match how {
+            RefMove::FastForward => {
+                let body = json!({"sha": sha, "force": false});
+                let what = format!("fast-forward {branch} (PATCH /git/refs)");
+                self.patch_ref(&what, &path, &body).await
+            }
+            RefMove::Lease(None) => {
+                let body = json!({"ref": format!("refs/heads/{branch}"), "sha": sha});
+                let what = format!("create {branch} (POST /git/refs)");
+                match self
+                    .post_json::<Ref>(&what, &self.git_path("refs"), &body)
+                    .await
+                {
+                    Ok(_) => Ok(Moved::Done),
+                    Err(e) if said(&e, REF_EXISTS) => Ok(Moved::Raced),
+                    Err(e) => Err(e),
+                }
+            }
+            RefMove::Lease(Some(expected)) => {
+                let what = format!("read {branch} (GET /git/ref)");
+                let read = self.git_path(&format!("ref/heads/{branch}"));
+                let now = self
+                    .call(&what, || async {
+                        self.octo.get::<Ref, _, ()>(&read, None::<&()>).await
+                    })
+                    .await;
+                match now {
+                    Ok(current) if current.object.sha == expected => {}
+                    Ok(_) => return Ok(Moved::Raced),
+                    Err(e) if e.status() == Some(404) => return Ok(Moved::Raced),
+                    Err(e) => return Err(e),
+                }
+                let body = json!({"sha": sha, "force": true});
+                let what = format!("move {branch} (PATCH /git/refs)");
+                self.patch_ref(&what, &path, &body).await
+            }
+        }
+    }
+
+    async fn patch_ref(&self, what: &str, path: &str, body: &serde_json::Value) -> Result<Moved> {
+        let patched = self
+            .call(what, || async move {
+                self.octo.patch::<Ref, _, _>(path, Some(body)).await
+            })
+            .await;
+        match patched {
+            Ok(_) => Ok(Moved::Done),
+            Err(e) if said(&e, REF_NOT_FAST_FORWARD) => Ok(Moved::Raced),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Whether GitHub refused with a 422 that [`describe`] put in `words` (its messages for
+/// a ref update that is not a fast-forward, a ref that already exists).
+fn said(error: &ForgeError, words: &str) -> bool {
+    error.status() == Some(422) && error.to_string().contains(words)
+}
+
 /// A status as tagpin reads it, with who set it and when; a state tagpin does not post is
 /// none of its verdicts.
 fn status(s: &octocrab::models::Status) -> Option<Status> {
@@ -544,8 +724,17 @@ fn github_meaning<'t>(
     codes: &[&str],
     repo: &str,
 ) -> Option<String> {
-    if texts.any(|t| t.starts_with("A pull request already exists")) {
-        return Some("a pull request for this branch already exists".into());
+    // Only GitHub's messages tell these apart (the ref updates carry no error codes).
+    for text in texts.by_ref() {
+        if text.starts_with("A pull request already exists") {
+            return Some("a pull request for this branch already exists".into());
+        }
+        if text.starts_with("Update is not a fast forward") {
+            return Some(REF_NOT_FAST_FORWARD.into());
+        }
+        if text.starts_with("Reference already exists") {
+            return Some(REF_EXISTS.into());
+        }
     }
     match status {
         401 => Some("the token is not valid (expired, revoked, or not a GitHub token)".into()),

@@ -149,6 +149,8 @@ impl<F: Forge> Dispatch for F {
 pub struct ForgeClient {
     adapter: Box<dyn Dispatch>,
     memory: Memory,
+    /// `forge.api_commits`: GitHub, which makes tagpin's commits (and signs them).
+    commits: Option<GitHub>,
 }
 
 impl ForgeClient {
@@ -167,6 +169,12 @@ impl ForgeClient {
         username: Option<String>,
     ) -> Result<ForgeClient> {
         use Kind;
+        let commits = match &forge.kind {
+            Kind::GitHub { owner, repo } if forge.api_commits => {
+                Some(GitHub::new(forge, (owner, repo), token.clone())?)
+            }
+            _ => None,
+        };
         let adapter: Box<dyn Dispatch> = match &forge.kind {
             Kind::GitHub { owner, repo } => Box::new(GitHub::new(forge, (owner, repo), token)?),
             Kind::GitLab { project } => Box::new(GitLab::new(forge, project, token)?),
@@ -185,7 +193,14 @@ impl ForgeClient {
         Ok(ForgeClient {
             adapter,
             memory: Memory::default(),
+            commits,
         })
+    }
+
+    /// With `forge.api_commits`, the forge that makes tagpin's commits through its API
+    /// (GitHub, which signs them); `None`: tagpin commits and pushes itself.
+    pub fn commits_through_api(&self) -> Option<&GitHub> {
+        self.commits.as_ref()
     }
 
     /// What this forge calls a change request.

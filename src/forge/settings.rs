@@ -33,6 +33,10 @@ pub struct Settings {
     /// `forge.timeout_seconds`: how long one call may take, answer included
     /// ([`crate::config::DEFAULT_FORGE_TIMEOUT_SECONDS`] unless set).
     pub timeout_seconds: u64,
+    /// `forge.api_commits` (GitHub only): tagpin's commits are made through GitHub's Git Data
+    /// API instead of pushed, so GitHub signs them (a GitHub App's show as verified), for
+    /// branches whose protection requires signed commits without a key of tagpin's own.
+    pub api_commits: bool,
 }
 
 /// The forge `forge.kind` names, with the repository tagpin writes to there

@@ -81,10 +81,47 @@ pub struct Setup {
     /// `--default-service-account`: the ServiceAccount (of each object's own namespace) whose
     /// rights an object that names none reads its cluster with; `None`: the operator's own.
     pub default_service_account: Option<String>,
+    /// `--notify-allow-http`: the hosts notifications may reach over plain HTTP.
+    pub notify_allow_http: Vec<String>,
     /// Names this replica in Events (the pod name).
     pub instance: Option<String>,
     /// With `--leader-elect`: only the holder of the Lease reconciles.
     pub leader: Option<crate::leader::Elector>,
+    /// `--ui-listen`: the dashboard, and how its viewers are checked.
+    pub ui: Option<UiSetup>,
+}
+
+/// The operator's dashboard: where it listens, and how viewers are known.
+pub struct UiSetup {
+    pub listen: SocketAddr,
+    pub mode: crate::ui::auth::Mode,
+    /// The proxy's user and groups headers (`--ui-auth proxy`).
+    pub user_header: axum::http::HeaderName,
+    pub groups_header: axum::http::HeaderName,
+}
+
+/// Serves the dashboard of `board` as `ui` says (none without `--ui-listen`), reviewing
+/// viewers with `client` (the home cluster's).
+async fn serve_ui(
+    ui: Option<&UiSetup>,
+    board: crate::ui::Board,
+    client: &kube::Client,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, OperatorError> {
+    use crate::ui::auth::{Mode, Reviewer, UiAuth};
+    let Some(ui) = ui else {
+        return Ok(None);
+    };
+    let auth = match ui.mode {
+        Mode::None => UiAuth::None,
+        Mode::Token => UiAuth::Token(Reviewer::new(client.clone())),
+        Mode::Proxy => UiAuth::Proxy {
+            user: ui.user_header.clone(),
+            groups: ui.groups_header.clone(),
+            reviewer: Reviewer::new(client.clone()),
+        },
+    };
+    Ok(Some(crate::ui::start(ui.listen, board, auth, stop).await?))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -163,6 +200,7 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         }
     };
     let ctx = context(&setup, client.clone(), cluster, shared.clone());
+    servers.extend(serve_ui(setup.ui.as_ref(), ctx.board.clone(), &client, &stop).await?);
     let (objects, secrets) = watched_apis(&watch_client, setup.namespace.as_deref());
     let mut selection = watcher::Config::default().timeout(WATCH_TIMEOUT_SECONDS);
     if let Some(selector) = &setup.label_selector {
@@ -291,6 +329,11 @@ fn watched(
                 let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
                 mirrors.remove(&namespace, &name);
                 lock(&forget.memories).remove(&format!("{namespace}/{name}"));
+                forget.board.remove(&format!("{namespace}/{name}"));
+                // Its ledger went with its directory: an object made again with the same name
+                // starts with none.
+                let dir = forget.cache_dir.join(&namespace).join(&name);
+                forget.notifications.forget(&dir);
                 metrics
                     .metrics
                     .object_reconciled
@@ -316,6 +359,7 @@ fn context(
     cluster: Option<Cluster>,
     shared: Arc<crate::server::Shared>,
 ) -> Arc<Context> {
+    let shared_for_notifications = shared.clone();
     Arc::new(Context {
         kube: client.clone(),
         registries: RegistryClients::new(
@@ -339,6 +383,13 @@ fn context(
         default_service_account: setup.default_service_account.clone(),
         tenants: Default::default(),
         memories: Default::default(),
+        board: Default::default(),
+        notifications: crate::notify::Notifications::new(
+            shared_for_notifications,
+            crate::notify::Transport::HttpsOnly {
+                allow_http: setup.notify_allow_http.clone(),
+            },
+        ),
     })
 }
 

@@ -25,7 +25,7 @@ use super::secrets::read_secrets;
 use super::status::{self, Outcome, Reason, StatusUpdate};
 use crate::cluster::{Cluster, ServiceAccount};
 use crate::config::Config;
-use crate::cycle::{Clusters, Cycle, RepoState};
+use crate::cycle::{Clusters, Cycle, RepoState, Step};
 use crate::forge::ForgeClient;
 use crate::git::FetchLimits;
 use crate::inflight;
@@ -86,6 +86,10 @@ pub struct Context {
     /// built once, its TLS clients and connections kept for every pass of every object that
     /// reads as that account.
     pub tenants: Mutex<BTreeMap<ServiceAccount, Cluster>>,
+    /// What the dashboard shows (`--ui-listen`), by `namespace/name`.
+    pub board: crate::ui::Board,
+    /// Where each object's events are told (`notifications:`, its URLs from its Secret).
+    pub notifications: Arc<crate::notify::Notifications>,
 }
 
 impl Context {
@@ -215,6 +219,13 @@ pub async fn reconcile(
             })?;
     }
     tracing::info!("{name}: {}", outcome_line(&outcome));
+    let (ready, reason) = outcome.ready();
+    crate::ui::record_readiness(
+        &ctx.board,
+        &name,
+        (ready, reason.as_str()),
+        crate::clock::unix_now(),
+    );
     ctx.shared
         .metrics
         .object_reconciled
@@ -372,8 +383,13 @@ async fn run_pass(object: &PinnedRepository, namespace: &str, name: &str, ctx: &
         registry,
         shared,
         forge,
-        secrets,
+        mut secrets,
     } = set_up;
+    let notifier = crate::notify::Teller {
+        notifications: ctx.notifications.clone(),
+        cache_dir: dir.clone(),
+        targets: std::mem::take(&mut secrets.notifications),
+    };
     let built = Syncer::with_credentials(
         &config,
         &registry,
@@ -400,6 +416,7 @@ async fn run_pass(object: &PinnedRepository, namespace: &str, name: &str, ctx: &
         registry: &registry,
         forge: forge.as_ref(),
         clusters: &clusters,
+        notifier: &notifier,
     };
     let done = sync_verify_promote(pass).await;
     // This object's mirror alone: each object has its own, under its own directory.
@@ -457,6 +474,7 @@ async fn set_up(
     };
     let mut secrets = read_secrets(&ctx.kube, namespace, &config, dir).await?;
     config.images.signatures = std::mem::take(&mut secrets.signatures);
+    config.images.provenance = std::mem::take(&mut secrets.provenance);
     if let Some(promotion) = config.promotion.as_mut() {
         promotion.require_signed_by = std::mem::take(&mut secrets.required_signers);
     }
@@ -500,6 +518,8 @@ struct Pass<'a> {
     forge: Option<&'a ForgeClient>,
     /// Each promotion stage's cluster, and where sync's pins are verified.
     clusters: &'a Clusters,
+    /// Where the cycle's events are told.
+    notifier: &'a crate::notify::Teller,
 }
 
 /// The promotion step of the object's cycle; `None` without promotion stages. A promoter
@@ -536,6 +556,7 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
         registry,
         forge,
         clusters,
+        notifier,
     } = pass;
     let promotions = match promotions_of(config, syncer, registry, forge, clusters) {
         Ok(promotions) => promotions,
@@ -566,11 +587,23 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
     );
     let memory = lock(&ctx.memories).remove(&key).unwrap_or_default();
     let mut state = RepoState::remembering(memory);
-    let report = cycle.run(&mut state, &mut |_, _| true).await;
-    lock(&ctx.memories).insert(key.clone(), state.into_memory());
-    let (mirror, now) = (&syncer.mirror, (cycle.clock)());
-    crate::delivery::observe::after_cycle(mirror, config, registry, cycle.metrics, (&key, now))
+    let repository = (key.as_str(), config);
+    let report = cycle
+        .run(&mut state, &mut |step, report| {
+            let tip = (step == Step::Synced).then(|| cycle.branch_tip().map(|t| t.sha));
+            crate::ui::record_step(&ctx.board, repository, step, report, tip.flatten());
+            true
+        })
         .await;
+    lock(&ctx.memories).insert(key.clone(), state.into_memory());
+    let about = crate::cycle::events::About {
+        repository: &key,
+        config,
+    };
+    let events = crate::cycle::events::of_cycle(&report, about);
+    ctx.board.record(events.clone());
+    notifier.tell(events);
+    crate::ui::delivery_after_cycle(&ctx.board, &cycle, cycle.metrics, &key).await;
     let timing = Timing {
         interval: ctx.interval,
         verify_interval: ctx.verify_interval,
@@ -580,6 +613,9 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
             .metrics
             .observe_signature_checks(&synced.signature_checks);
         ctx.shared.metrics.observe_age_checks(&synced.age_checks);
+        ctx.shared
+            .metrics
+            .observe_provenance_checks(&synced.provenance_checks);
     }
     super::report::map(
         object,

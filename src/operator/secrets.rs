@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use super::status::{Outcome, Reason};
 use std::sync::Arc;
 
-use crate::config::{Config, GitAuth, SignatureFile, SignatureRule};
+use crate::config::{Config, GitAuth, ProvenanceRule, SecretName, SignatureFile, SignatureRule};
 use crate::git::Credentials;
 use crate::registry::CredentialStore;
 use crate::signing::Signer;
@@ -40,10 +40,15 @@ pub(super) struct Secrets {
     /// `images.signatures` with each key and trusted root read from the `secret_ref` Secret
     /// (the spec names its keys) and checked.
     pub signatures: Vec<SignatureRule>,
+    /// `images.provenance` with each entry's keys and trusted root read from the Secret, as
+    /// for `images.signatures`.
+    pub provenance: Vec<ProvenanceRule>,
     /// `author.signing`'s key, read from the Secret and tried (it signed a probe).
     pub signer: Option<Arc<Signer>>,
     /// `promotion.require_signed_by` with each public key read from the Secret and checked.
     pub required_signers: Vec<SignatureFile>,
+    /// `notifications`, each with its URL (and webhook key) read from the Secret.
+    pub notifications: Vec<crate::notify::Target>,
 }
 
 /// Reads the Secrets the spec names, now: a rotated Secret is used by the next reconcile.
@@ -125,16 +130,52 @@ pub(super) async fn read_secrets(
         None => None,
     };
     let signatures = signature_rules(config, &text)?;
+    let provenance = provenance_rules(config, &text)?;
     let (signer, required_signers) = commit_keys(config, &key, &text)?;
+    let notifications = notification_targets(config, &text)?;
     Ok(Secrets {
+        notifications,
         git,
         forge_token,
         forge_username,
         docker,
         signatures,
+        provenance,
         signer,
         required_signers,
     })
+}
+
+/// `notifications`, each URL (and webhook key) read from the key of the Secret it names.
+fn notification_targets(
+    config: &Config,
+    text: SecretText<'_>,
+) -> Result<Vec<crate::notify::Target>, Outcome> {
+    let mut targets = Vec::new();
+    for (i, entry) in config.notifications.iter().enumerate() {
+        let read = |field: &str, name: &SecretName| match name {
+            SecretName::SecretKey(key) => text(&format!("notifications[{i}].{field}"), key),
+            // Validation refuses a variable in a resource.
+            SecretName::Env(_) => Err(Outcome::Stalled {
+                reason: Reason::InvalidSpec,
+                message: format!("spec.notifications[{i}].url_env: not read by the operator"),
+            }),
+        };
+        let url = read("url_secret_key", &entry.url)?;
+        let secret = match &entry.secret {
+            Some(name) => Some(read("secret_key", name)?),
+            None => None,
+        };
+        let target =
+            crate::notify::Target::new(entry, &url, secret).map_err(|_| Outcome::Stalled {
+                reason: Reason::InvalidSpec,
+                message: format!(
+                    "spec.notifications[{i}].url_secret_key: the key's value is not an http(s) URL"
+                ),
+            })?;
+        targets.push(target);
+    }
+    Ok(targets)
 }
 
 /// The Docker config of the Secret `registries.docker_config_secret_ref` names, with the
@@ -182,23 +223,43 @@ async fn docker_config(
 fn signature_rules(config: &Config, text: SecretText<'_>) -> Result<Vec<SignatureRule>, Outcome> {
     let mut signatures = config.images.signatures.clone();
     for (i, rule) in signatures.iter_mut().enumerate() {
-        for (j, key) in rule.keys.iter_mut().enumerate() {
-            let field = format!("images.signatures[{i}].keys[{j}]");
-            key.pem = text(&field, &key.path)?;
-            checked(
-                &field,
-                &key.path,
-                crate::signature::keys::parse_key(&key.pem),
-            )?;
-        }
-        if let Some(root) = rule.trusted_root.as_mut() {
-            let field = format!("images.signatures[{i}].trusted_root");
-            root.contents = text(&field, &root.path)?;
-            let parsed = crate::signature::keys::parse_trusted_root(&root.contents);
-            checked(&field, &root.path, parsed)?;
-        }
+        signers_from_secret(&format!("images.signatures[{i}]"), rule, text)?;
     }
     Ok(signatures)
+}
+
+/// `images.provenance` with each entry's keys and trusted root read from the Secret and
+/// checked, as [`signature_rules`] reads them.
+fn provenance_rules(config: &Config, text: SecretText<'_>) -> Result<Vec<ProvenanceRule>, Outcome> {
+    let mut provenance = config.images.provenance.clone();
+    for (i, rule) in provenance.iter_mut().enumerate() {
+        signers_from_secret(&format!("images.provenance[{i}]"), &mut rule.signers, text)?;
+    }
+    Ok(provenance)
+}
+
+/// Reads the keys and trusted root of the entry at `path` from the Secret, and checks them.
+fn signers_from_secret(
+    path: &str,
+    rule: &mut SignatureRule,
+    text: SecretText<'_>,
+) -> Result<(), Outcome> {
+    for (j, key) in rule.keys.iter_mut().enumerate() {
+        let field = format!("{path}.keys[{j}]");
+        key.pem = text(&field, &key.path)?;
+        checked(
+            &field,
+            &key.path,
+            crate::signature::keys::parse_key(&key.pem),
+        )?;
+    }
+    if let Some(root) = rule.trusted_root.as_mut() {
+        let field = format!("{path}.trusted_root");
+        root.contents = text(&field, &root.path)?;
+        let parsed = crate::signature::keys::parse_trusted_root(&root.contents);
+        checked(&field, &root.path, parsed)?;
+    }
+    Ok(())
 }
 
 /// A Secret's key as bytes, and as trimmed text, each naming the spec field that asked.

@@ -131,6 +131,7 @@ mod tests {
             new_tag: Some("1.4.2".into()),
             action: Action::Update,
             signature: None,
+            provenance: None,
             age: None,
         };
         PlanBlock::new("main", &[change])

@@ -80,6 +80,8 @@ pub enum PromoteError {
     Signature(#[from] crate::signature::SignatureError),
     #[error("configuration: {0}")]
     MinimumAge(#[from] crate::age::AgeRuleError),
+    #[error("configuration: {0}")]
+    Provenance(#[from] crate::provenance::ProvenanceError),
     #[error("configuration: promotion.require_signed_by: {path}: {error}")]
     RequiredSigner {
         path: String,
@@ -247,6 +249,15 @@ struct Found {
     gate: Gate,
 }
 
+/// Why a digest is not carried: the first gate that refused it.
+#[derive(Debug, thiserror::Error)]
+enum GateRefusal {
+    #[error(transparent)]
+    Signature(crate::signature::Refusal),
+    #[error(transparent)]
+    Provenance(crate::provenance::Refusal),
+}
+
 /// Everything a promotion pass needs.
 pub struct Promoter<'a> {
     pub config: &'a Config,
@@ -257,6 +268,9 @@ pub struct Promoter<'a> {
     selection: ImageSelection,
     /// `images.signatures`: a digest of an image an entry matches is carried only signed.
     signatures: crate::signature::Signatures,
+    /// `images.provenance`: a digest of an image an entry matches is carried only with
+    /// accepted build provenance.
+    provenance: crate::provenance::ProvenanceRules,
     /// `images.minimum_age`: a digest of an image an entry matches is carried only once old
     /// enough (its first sighting kept beside the mirror, as `sync` keeps it).
     ages: crate::age::MinimumAges,
@@ -292,6 +306,7 @@ impl<'a> Promoter<'a> {
             filter: FileFilter::with_default_include(&config.include_globs(), &config.exclude)?,
             signatures: crate::signature::Signatures::compile(&config.images.signatures)?,
             ages: crate::age::MinimumAges::compile(config.minimum_ages())?,
+            provenance: crate::provenance::ProvenanceRules::compile(&config.images.provenance)?,
             required_signers: match &config.promotion {
                 Some(promotion) => {
                     signed::RequiredSigners::compile(&promotion.require_signed_by)
@@ -351,40 +366,56 @@ impl<'a> Promoter<'a> {
         }
     }
 
-    /// Checks the signature of each digest `changes` carry for an image an `images.signatures`
-    /// entry matches, as `sync` does before it pins: each verified change notes its signer, and
-    /// each refusal is returned as a failure naming the field, which stops the whole promotion
-    /// (never a partial one): a digest staging runs unsigned never reaches production.
+    /// Checks the signature and the build provenance of each digest `changes` carry for an
+    /// image an `images.signatures` or `images.provenance` entry matches, as `sync` does
+    /// before it pins: each verified change notes its signer and provenance, and each refusal
+    /// is returned as a failure naming the field, which stops the whole promotion (never a
+    /// partial one): a digest staging runs unsigned never reaches production.
     async fn check_signatures(&self, changes: &mut [Change]) -> Vec<String> {
         let mut refused = Vec::new();
-        let budget = Duration::from_secs(self.config.registries.budget_seconds);
         for change in changes.iter_mut() {
             let Ok(image) = crate::reference::Reference::parse(&change.image) else {
                 continue;
             };
-            let Some((rule, trust)) = self.signatures.for_image(&image) else {
-                continue;
-            };
-            let digest = &change.new_digest;
-            let (verdict, _) =
-                crate::signature::fetch::check(self.registry, trust, rule, &image, digest, budget)
-                    .await;
-            match verdict {
-                Ok(signer) => {
-                    change.signature = Some(crate::signature::SignatureNote {
-                        verified: true,
-                        by: signer.to_string(),
-                    })
-                }
-                Err(why) => refused.push(format!(
-                    "{}:{}: {}@{digest}: not carried: {why}",
+            if let Err(why) = self.check_gates(change, &image).await {
+                refused.push(format!(
+                    "{}:{}: {}@{}: not carried: {why}",
                     change.file.display(),
                     change.line,
-                    change.image
-                )),
+                    change.image,
+                    change.new_digest
+                ));
             }
         }
         refused
+    }
+
+    /// The signature, then the provenance, of the digest `change` carries, each noted on it
+    /// when verified; the first refusal otherwise.
+    async fn check_gates(
+        &self,
+        change: &mut Change,
+        image: &crate::reference::Reference,
+    ) -> Result<(), GateRefusal> {
+        let budget = Duration::from_secs(self.config.registries.budget_seconds);
+        let digest = &change.new_digest;
+        if let Some((rule, trust)) = self.signatures.for_image(image) {
+            let (verdict, _) =
+                crate::signature::fetch::check(self.registry, trust, rule, image, digest, budget)
+                    .await;
+            let signer = verdict.map_err(GateRefusal::Signature)?;
+            change.signature = Some(crate::signature::SignatureNote {
+                verified: true,
+                by: signer.to_string(),
+            });
+        }
+        if let Some(rule) = self.provenance.for_image(image) {
+            let (verdict, _) =
+                crate::provenance::fetch::check(self.registry, rule, image, digest, budget).await;
+            let attested = verdict.map_err(GateRefusal::Provenance)?;
+            change.provenance = Some(crate::provenance::ProvenanceNote::of(&attested));
+        }
+        Ok(())
     }
 
     /// What `found`'s converged digests would change in the target stage: [`carry::plan`],
@@ -674,13 +705,17 @@ impl<'a> Promoter<'a> {
                     updates: &updates,
                     message: &message,
                 };
-                Some(writer::commit(
-                    self.mirror,
-                    &self.config.author,
-                    evidence.branch,
-                    &change,
-                    attempt,
-                )?)
+                Some(
+                    writer::commit(
+                        self.mirror,
+                        &self.config.author,
+                        self.forge,
+                        evidence.branch,
+                        &change,
+                        attempt,
+                    )
+                    .await?,
+                )
             }
             Decision::Propose { dry_run } => {
                 let forge = self.forge.ok_or(SyncError::NoForge)?;

@@ -23,7 +23,7 @@ pub const BUNDLE_MEDIA_TYPE_PREFIX: &str = "application/vnd.dev.sigstore.bundle"
 /// The in-toto predicate type of a cosign image signature.
 pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
 /// The DSSE payload type of an in-toto statement.
-const IN_TOTO_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+pub const IN_TOTO_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
 /// Referrers looked at per digest at most: a bound on what a hostile index can make tagpin
 /// fetch.
 pub const MAX_REFERRERS: usize = 8;
@@ -78,6 +78,23 @@ pub fn bundle_layer(manifest: &[u8]) -> Result<Option<Digest>, Refusal> {
 /// cosign's image signature of `pinned` itself, and verify with a configured key, or keyless
 /// against the trusted root with a matching identity.
 pub fn check_bundle(trust: &Trust, rule: usize, pinned: &Digest, bytes: &[u8]) -> Verdict {
+    verify_statement_bundle(trust, rule, pinned, bytes, |payload| {
+        check_statement(pinned, payload)
+    })
+    .map(|(signer, ())| signer)
+}
+
+/// Verifies a Sigstore bundle whose content is a DSSE envelope over an in-toto statement
+/// about `pinned`: `statement` reads the payload first (what it refuses is the verdict), then
+/// the bundle must verify with one of `trust`'s keys, or keyless against its trusted root
+/// with a matching identity. What signatures and provenance attestations share.
+pub fn verify_statement_bundle<T, E: From<Refusal>>(
+    trust: &Trust,
+    rule: usize,
+    pinned: &Digest,
+    bytes: &[u8],
+    statement: impl FnOnce(&[u8]) -> Result<T, E>,
+) -> Result<(Signer, T), E> {
     let text = std::str::from_utf8(bytes)
         .map_err(|_| Refusal::Malformed("Sigstore bundle: not UTF-8".into()))?;
     let bundle = sigstore_types::Bundle::from_json(text)
@@ -85,17 +102,19 @@ pub fn check_bundle(trust: &Trust, rule: usize, pinned: &Digest, bytes: &[u8]) -
     let SignatureContent::DsseEnvelope(envelope) = &bundle.content else {
         return Err(Refusal::NotImageSignature {
             kind: "a message signature, not an in-toto statement".into(),
-        });
+        }
+        .into());
     };
     if envelope.payload_type != IN_TOTO_PAYLOAD_TYPE {
         return Err(Refusal::NotImageSignature {
             kind: envelope.payload_type.clone(),
-        });
+        }
+        .into());
     }
-    check_statement(pinned, envelope.payload.as_bytes())?;
+    let read = statement(envelope.payload.as_bytes())?;
     let artifact = sigstore_types::Sha256Hash::from_hex(pinned.hex())
         .map_err(|e| Refusal::Malformed(format!("digest {pinned}: {e}")))?;
-    match &bundle.verification_material.content {
+    let signer = match &bundle.verification_material.content {
         VerificationMaterialContent::PublicKey(_) => {
             let verifier = match &trust.keyless_verifier {
                 Some(verifier) => verifier,
@@ -114,11 +133,11 @@ pub fn check_bundle(trust: &Trust, rule: usize, pinned: &Digest, bytes: &[u8]) -
                         .ok()
                         .map(|_| Signer(name.clone()))
                 })
-                .ok_or(Refusal::UnknownKey { rule })
+                .ok_or(Refusal::UnknownKey { rule })?
         }
         _ => {
             let Some(verifier) = &trust.keyless_verifier else {
-                return Err(Refusal::KeylessNotConfigured { rule });
+                return Err(Refusal::KeylessNotConfigured { rule }.into());
             };
             let policy = sigstore_verify::VerificationPolicy::any_identity();
             let policy = match trust.verify_sct {
@@ -128,9 +147,10 @@ pub fn check_bundle(trust: &Trust, rule: usize, pinned: &Digest, bytes: &[u8]) -
             let verified = verifier
                 .verify(artifact, &bundle, &policy)
                 .map_err(|e| Refusal::Keyless(e.to_string()))?;
-            trust.identity_of(rule, &verified)
+            trust.identity_of(rule, &verified)?
         }
-    }
+    };
+    Ok((signer, read))
 }
 
 /// The in-toto statement must be cosign's image signature and name `pinned` among its

@@ -192,34 +192,49 @@ async fn referrers(
     reference: &Reference,
     digest: &Digest,
 ) -> Verdict {
-    let no_signature = || Refusal::NoSignature {
-        tag: verify::signature_tag(digest),
-    };
+    let check = |bytes: &[u8]| bundle::check_bundle(trust, rule, digest, bytes);
+    match referrer_bundles(client, reference, digest, check).await {
+        Ok(signer) => Ok(signer),
+        Err(refusals) if refusals.is_empty() => Err(Refusal::NoSignature {
+            tag: verify::signature_tag(digest),
+        }),
+        Err(refusals) => verify::combine(digest, refusals.into_iter().map(Err)),
+    }
+}
+
+/// Fetches the Sigstore bundles referring to `digest` (the referrers API, else its fallback
+/// tag; at most [`bundle::MAX_REFERRERS`]) one by one and gives each to `check` until one
+/// passes: what it returned, else every refusal, none when no bundle refers to the digest.
+/// Signatures and provenance attestations are both found here.
+pub async fn referrer_bundles<T, E: From<Refusal>>(
+    client: &Client,
+    reference: &Reference,
+    digest: &Digest,
+    check: impl Fn(&[u8]) -> Result<T, E>,
+) -> Result<T, Vec<E>> {
     let index = match client.referrers(reference, digest).await {
         Ok(Some(index)) => index,
-        Ok(None) => return Err(no_signature()),
-        Err(e) => return Err(Refusal::Lookup(e.to_string())),
+        Ok(None) => return Err(Vec::new()),
+        Err(e) => return Err(vec![Refusal::Lookup(e.to_string()).into()]),
     };
-    let mut verdicts = Vec::new();
-    for referrer in bundle::bundle_referrers(&index)? {
+    let referrers = bundle::bundle_referrers(&index).map_err(|r| vec![r.into()])?;
+    let mut refusals = Vec::new();
+    for referrer in referrers {
         let verdict = match client.manifest_bytes(reference, &referrer).await {
-            Ok(manifest) => match bundle::bundle_layer(&manifest)? {
+            Ok(manifest) => match bundle::bundle_layer(&manifest).map_err(|r| vec![r.into()])? {
                 Some(layer) => match client.blob(reference, &layer).await {
-                    Ok(bytes) => bundle::check_bundle(trust, rule, digest, &bytes),
-                    Err(e) => Err(Refusal::Lookup(e.to_string())),
+                    Ok(bytes) => check(&bytes),
+                    Err(e) => Err(Refusal::Lookup(e.to_string()).into()),
                 },
-                // Another artifact (an SBOM) listed without its type: not a signature.
+                // Another artifact (an SBOM) listed without its type: not a bundle.
                 None => continue,
             },
-            Err(e) => Err(Refusal::Lookup(e.to_string())),
+            Err(e) => Err(Refusal::Lookup(e.to_string()).into()),
         };
-        if verdict.is_ok() {
-            return verdict;
+        match verdict {
+            Ok(found) => return Ok(found),
+            Err(refusal) => refusals.push(refusal),
         }
-        verdicts.push(verdict);
     }
-    if verdicts.is_empty() {
-        return Err(no_signature());
-    }
-    verify::combine(digest, verdicts)
+    Err(refusals)
 }

@@ -113,7 +113,12 @@ impl Trust {
         })
     }
 
-    pub(super) fn compile(index: usize, rule: &SignatureRule) -> Result<Trust, SignatureError> {
+    /// Identifies the trust material (keys, identities, root).
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    pub fn compile(index: usize, rule: &SignatureRule) -> Result<Trust, SignatureError> {
         let keys = rule
             .keys
             .iter()

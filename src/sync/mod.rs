@@ -12,7 +12,7 @@
 //! In pull-request mode one group's failure (a refused push, a forge error) is reported for
 //! that group while the others go on.
 
-pub mod policy;
+pub mod decision;
 pub mod shared;
 
 use std::collections::BTreeMap;
@@ -35,7 +35,7 @@ use crate::signing::{Signer, SigningError};
 use crate::writer::{self, Planned, Proposal, WriteError};
 
 pub use crate::writer::Outcome;
-use policy::Group;
+use decision::Group;
 
 /// Tags asked per `tags/list` page (`n`); a registry may serve fewer and point to the rest
 /// with `Link`, which [`Client::list_tags`] follows.
@@ -63,6 +63,10 @@ pub enum SyncError {
     /// file, which validates them).
     #[error("configuration: {0}")]
     MinimumAge(#[source] crate::age::AgeRuleError),
+    /// An `images.provenance` entry does not compile (only for a `Config` not loaded from a
+    /// file, which validates them).
+    #[error("configuration: {0}")]
+    Provenance(#[source] crate::provenance::ProvenanceError),
     #[error("pull-request mode needs a forge: section in the configuration")]
     NoForge,
     /// A secret named by the configuration could not be read; never holds the secret.
@@ -197,6 +201,10 @@ pub struct SyncReport {
     /// read (`created`, `annotation`, `first_seen`), for `tagpin_minimum_age_checks_total`.
     #[serde(skip)]
     pub age_checks: crate::age::CheckCounts,
+    /// Provenance checks of this pass by result (`verified`, `cached`, `missing`, `refused`,
+    /// `error`), for `tagpin_provenance_checks_total`.
+    #[serde(skip)]
+    pub provenance_checks: crate::provenance::fetch::CheckCounts,
     /// How the forge names the change requests above, for text (JSON keeps its numbers).
     #[serde(skip)]
     pub noun: ChangeRequestNoun,
@@ -225,6 +233,9 @@ pub struct Syncer<'a> {
     selection: ImageSelection,
     policies: Policies,
     signatures: crate::signature::Signatures,
+    /// `images.provenance`: a digest of an image an entry matches is pinned only with
+    /// accepted build provenance.
+    provenance: crate::provenance::ProvenanceRules,
     /// `images.minimum_age`, and where first sightings are kept (beside the mirror).
     ages: crate::age::MinimumAges,
     first_seen: crate::age::seen::FirstSeen,
@@ -268,6 +279,8 @@ impl<'a> Syncer<'a> {
             .map_err(SyncError::Signature)?;
         let ages = crate::age::MinimumAges::compile(config.minimum_ages())
             .map_err(SyncError::MinimumAge)?;
+        let provenance = crate::provenance::ProvenanceRules::compile(&config.images.provenance)
+            .map_err(SyncError::Provenance)?;
         if config.mode == WriteMode::PullRequest && forge.is_none() {
             return Err(SyncError::NoForge);
         }
@@ -280,6 +293,7 @@ impl<'a> Syncer<'a> {
             selection,
             policies,
             signatures,
+            provenance,
             ages,
             first_seen: crate::age::seen::FirstSeen::in_dir(cache_dir),
             clock: crate::clock::system(),
@@ -324,6 +338,7 @@ impl<'a> Syncer<'a> {
             tags: TagLists::new(),
             held: Default::default(),
             signatures: crate::signature::Verdicts::new(self.signatures.clone()),
+            provenance: crate::provenance::Verdicts::new(self.provenance.clone()),
             ages: crate::age::Ages::new(self.ages.clone(), (self.clock)()),
         };
         let (mut attempt, mut repaired) = (1, false);
@@ -377,7 +392,7 @@ impl<'a> Syncer<'a> {
         self.gate_digests(&scanned.files, resolutions, follow, report)
             .await;
         report.resolve_time += started.elapsed();
-        let grouped = policy::group(
+        let grouped = decision::group(
             &scanned.files,
             resolutions,
             follow,
@@ -402,8 +417,11 @@ impl<'a> Syncer<'a> {
                 // In pull-request mode each group is its own proposal: one that fails is
                 // reported, and the next is still proposed.
                 Err(e) if self.config.mode == WriteMode::PullRequest && !e.is_pass_wide() => {
-                    let branch =
-                        policy::pr_branch(&self.config.pull_request.branch_prefix, target, &group);
+                    let branch = decision::pr_branch(
+                        &self.config.pull_request.branch_prefix,
+                        target,
+                        &group,
+                    );
                     let cr = ChangeRequestNoun::of(self.config.forge.as_ref()).word();
                     let what = match &group {
                         Group::All => format!("{cr} from {branch}"),
@@ -456,8 +474,9 @@ impl<'a> Syncer<'a> {
     }
 
     /// Checks, before planning, every digest this pass would pin that a gate asks about:
-    /// signatures (`images.signatures`) and age (`images.minimum_age`), so the plan refuses
-    /// what is not signed and holds what is too young. Counted in `report`.
+    /// signatures (`images.signatures`), build provenance (`images.provenance`) and age
+    /// (`images.minimum_age`), so the plan refuses what is not signed or not built where it
+    /// must be, and holds what is too young. Counted in `report`.
     async fn gate_digests(
         &self,
         files: &[ScannedFile],
@@ -479,6 +498,20 @@ impl<'a> Syncer<'a> {
             .await;
             for (label, count) in counts {
                 *report.signature_checks.entry(label).or_insert(0) += count;
+            }
+        }
+        // Then its build provenance, where an entry asks for it.
+        let unattested = plan::provenance_to_check(files, resolutions, follow);
+        if !unattested.is_empty() {
+            let counts = crate::provenance::fetch::check_all(
+                self.registry,
+                &mut follow.provenance,
+                unattested,
+                budget,
+            )
+            .await;
+            for (label, count) in counts {
+                *report.provenance_checks.entry(label).or_insert(0) += count;
             }
         }
         // And every digest of an image that must be old enough is dated, so the plan holds
@@ -562,7 +595,7 @@ impl<'a> Syncer<'a> {
         let branch = match self.config.mode {
             WriteMode::Commit => target.clone(),
             WriteMode::PullRequest => {
-                policy::pr_branch(&self.config.pull_request.branch_prefix, target, group)
+                decision::pr_branch(&self.config.pull_request.branch_prefix, target, group)
             }
         };
         if plan.files.is_empty() {
@@ -587,10 +620,12 @@ impl<'a> Syncer<'a> {
             WriteMode::Commit => Ok(writer::commit(
                 &self.mirror,
                 &self.config.author,
+                self.forge,
                 target,
                 &change,
                 attempt,
-            )?),
+            )
+            .await?),
             WriteMode::PullRequest => {
                 let forge = self.forge.ok_or(SyncError::NoForge)?;
                 let body = body::render(&block) + &body::held_table(&plan.held);

@@ -9,6 +9,9 @@
 //!   did not write ([`Mirror::is_own_commit`]) is never pushed over; the pull request says so,
 //!   once ([`HAND_EDIT_MARKER`]).
 //!
+//! With `forge.api_commits` (GitHub), the same commit is made through GitHub's API instead of
+//! pushed ([`commit_through_api`]), so GitHub signs it; the branches move by the same rules.
+//!
 //! A lost race is not a failure of the change: the caller's pass loop asks
 //! [`crate::sync::retry_after`], which has it fetch, plan again on the new tip and write again,
 //! up to [`crate::sync::MAX_PUSH_ATTEMPTS`] attempts. What a write did is an [`Outcome`]; why it
@@ -17,9 +20,10 @@
 use std::path::PathBuf;
 
 use crate::config::Author;
+use crate::forge::github::{ApiCommit, ApiFile, GitHub, Moved, RefMove};
 use crate::forge::ForgeError;
 use crate::forge::{ChangeRequestNoun, ForgeClient, PullRequestInfo};
-use crate::git::{off_runtime, Expect, GitError, Mirror};
+use crate::git::{off_runtime, owned_message, Expect, GitError, Mirror};
 use crate::plan::FilePlan;
 use crate::proposal::PlanBlock;
 
@@ -126,26 +130,33 @@ pub fn updates(files: &[FilePlan]) -> Vec<(PathBuf, Vec<u8>)> {
 }
 
 /// Commits `change` on the tip it was planned on and fast-forwards `branch` to it (commit
-/// mode). A branch that moved since gives [`GitError::NonFastForward`], for
+/// mode): through the forge's API when it makes tagpin's commits (`forge.api_commits`), else
+/// in the mirror and pushed. A branch that moved since gives [`GitError::NonFastForward`], for
 /// [`crate::sync::retry_after`].
 /// `attempt` is the pass's attempt number, reported in the outcome.
-pub fn commit(
+pub async fn commit(
     mirror: &Mirror,
     author: &Author,
+    forge: Option<&ForgeClient>,
     branch: &str,
     change: &Planned<'_>,
     attempt: u32,
 ) -> Result<Outcome, WriteError> {
-    let commit = off_runtime(|| {
-        // Signed with the tree trailer, as on tagpin's own branches: what tagpin pinned last
-        // can be read back from the branch (see `Mirror::last_own_commit`).
-        let commit = mirror.commit_owned(change.tip, change.updates, author, change.message)?;
-        mirror.push(commit, branch, Expect::FastForwardFrom(change.tip))?;
-        Ok::<_, GitError>(commit)
-    })?;
+    let commit = match forge.and_then(ForgeClient::commits_through_api) {
+        Some(github) => {
+            commit_through_api(mirror, github, branch, change, RefMove::FastForward).await?
+        }
+        None => off_runtime(|| {
+            // Signed with the tree trailer, as on tagpin's own branches: what tagpin pinned
+            // last can be read back from the branch (see `Mirror::last_own_commit`).
+            let commit = mirror.commit_owned(change.tip, change.updates, author, change.message)?;
+            mirror.push(commit, branch, Expect::FastForwardFrom(change.tip))?;
+            Ok::<_, GitError>(commit.to_string())
+        })?,
+    };
     Ok(Outcome::Committed {
         branch: branch.to_string(),
-        commit: commit.to_string(),
+        commit,
         attempts: attempt,
     })
 }
@@ -188,11 +199,16 @@ pub async fn propose(
             None => (false, false),
         })
     })?;
-    let push = |needed: bool| {
-        if needed {
-            off_runtime(|| push_change(mirror, author, p, existing))
-        } else {
-            Ok(())
+    let push = |needed: bool| async move {
+        match (needed, forge.commits_through_api()) {
+            (false, _) => Ok(()),
+            (true, Some(github)) => {
+                let existing = existing.map(|c| c.to_string());
+                let lease = RefMove::Lease(existing.as_deref());
+                commit_through_api(mirror, github, p.branch, &p.change, lease).await?;
+                Ok(())
+            }
+            (true, None) => off_runtime(|| push_change(mirror, author, p, existing)),
         }
     };
     let branch = p.branch.to_string();
@@ -230,7 +246,7 @@ pub async fn propose(
             let stale_body =
                 p.refresh_body && pr.is_some_and(|pr| pr.body != forge.stored_body(p.body));
             let edit = edit || stale_body;
-            push(needs_push)?;
+            push(needs_push).await?;
             if edit {
                 forge.update_pull_request(number, p.title, p.body).await?;
             }
@@ -245,7 +261,7 @@ pub async fn propose(
             ))
         }
         PrDecision::Open => {
-            push(!carries)?;
+            push(!carries).await?;
             let pr: PullRequestInfo = forge
                 .open_pull_request(p.branch, p.target, p.title, p.body)
                 .await?;
@@ -290,6 +306,46 @@ fn push_change(
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Makes `change` on GitHub and moves `branch` to it as `how` says; the new commit's id. A
+/// branch that moved since it was read is [`GitError::NonFastForward`], as for a push.
+async fn commit_through_api(
+    mirror: &Mirror,
+    github: &GitHub,
+    branch: &str,
+    change: &Planned<'_>,
+    how: RefMove<'_>,
+) -> Result<String, WriteError> {
+    let parts = off_runtime(|| mirror.forge_parts(change.tip, change.updates))?;
+    let mut files = Vec::new();
+    for ((path, bytes), executable) in change.updates.iter().zip(&parts.executable) {
+        let path = path
+            .to_str()
+            .ok_or_else(|| GitError::Other(format!("{}: path is not UTF-8", path.display())))?;
+        files.push(ApiFile {
+            path,
+            bytes,
+            executable: *executable,
+        });
+    }
+    let message = owned_message(change.message, parts.tree);
+    let made = github
+        .create_commit(&ApiCommit {
+            parent: change.tip.to_string(),
+            base_tree: parts.base_tree.to_string(),
+            tree: parts.tree.to_string(),
+            files: &files,
+            message: &message,
+        })
+        .await?;
+    if github.move_branch(branch, &made, how).await? == Moved::Raced {
+        let url = mirror.display_url();
+        let branch = branch.to_string();
+        return Err(GitError::NonFastForward { url, branch }.into());
+    }
+    off_runtime(|| mirror.fetch_branch(branch))?;
+    Ok(made)
 }
 
 #[cfg(test)]

@@ -180,11 +180,15 @@ async fn through_run(shared: &Shared, dir: &Path, scenario: &Scenario<'_>) -> Le
         let (_, log) = controller.stop().await;
         panic!("run: {:?} {:?}\n{log}", repo.log("main"), github.prs());
     }
+    // The verdict is posted within the verification step and counted once the step is over:
+    // a scrape between the two sees the status but not yet the count.
+    let converged = "tagpin_verifications_total{verdict=\"converged\"";
+    let counted = support::eventually_async_or("run: the Converged verdict counted", || async {
+        metric_sum(&controller.metrics().await, converged) >= 1.0
+    })
+    .await;
     let metrics = controller.metrics().await;
-    assert!(
-        metric_sum(&metrics, "tagpin_verifications_total{verdict=\"converged\"") >= 1.0,
-        "run counts the Converged verdict: {metrics}"
-    );
+    assert!(counted, "run counts the Converged verdict: {metrics}");
     let (code, log) = controller.stop().await;
     assert_eq!(code, Some(0), "{log}");
     github.assert_no_violations();

@@ -114,6 +114,37 @@ fn change<'v>(report: &'v Value, stage: &str) -> &'v Value {
         .unwrap_or_else(|| panic!("no change in {stage}: {report:#}"))
 }
 
+/// The delivery figures the dashboard at `ui` shows for the one repository, once its stages
+/// are those of `report` (60 s at most: `run` reads the history after a cycle).
+async fn dashboard_delivery(ui: &str, report: &Value) -> Value {
+    let http = reqwest::Client::new();
+    let get = |url: String| {
+        let http = http.clone();
+        async move {
+            http.get(url)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let overview = get(format!("http://{ui}/api/repositories")).await;
+        let id = overview["repositories"][0]["id"]
+            .as_str()
+            .unwrap_or_default();
+        let detail = get(format!("http://{ui}/api/repositories/{id}")).await;
+        if detail["delivery"]["stages"] == report["stages"] || std::time::Instant::now() > deadline
+        {
+            return detail["delivery"].clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 fn stage<'v>(report: &'v Value, name: &str) -> &'v Value {
     report["stages"]
         .as_array()
@@ -172,8 +203,9 @@ async fn a_pin_that_fails_after_converging_is_reverted_and_the_report_and_metric
     )
     .unwrap();
     let env = [("GITHUB_TOKEN", TOKEN)];
-    let controller =
-        Controller::start_with_args(dir.path(), &config, &env, &["--interval", "2s"]).await;
+    let ui = format!("127.0.0.1:{}", support::registry::free_port());
+    let args = ["--interval", "2s", "--ui-listen", ui.as_str()];
+    let controller = Controller::start_with_args(dir.path(), &config, &env, &args).await;
     let fail = |what: &str, log: String| -> ! {
         panic!("{what}: {:?} {:?}\n{log}", repo.log("main"), github.prs())
     };
@@ -355,8 +387,14 @@ async fn a_pin_that_fails_after_converging_is_reverted_and_the_report_and_metric
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
     }
+    // And on the dashboard: its delivery panel holds the report's figures, read by `run`.
+    let dashboard = dashboard_delivery(&ui, &value).await;
     let (code, log) = controller.stop().await;
     assert!(observed, "{metrics}\n{log}");
+    assert_eq!(
+        dashboard["stages"], value["stages"],
+        "{dashboard:#}\n{value:#}"
+    );
     assert_eq!(code, Some(0), "{log}");
     let sum = |family: &str| metric_sum(&metrics, family) as i64;
     assert_eq!(

@@ -248,6 +248,7 @@ fn every_family_with_a_series() -> String {
         },
     );
     m.zero_promotions(["production"]);
+    m.zero_notifications("slack");
     m.last_success.set(1);
     m.registry_clients.set(1);
     m.object_reconciled

@@ -14,7 +14,7 @@ use support::registry::{free_port, Mode, TestRegistry};
 use support::workloads::LiveDeployment;
 use tokio::process::{Child, Command};
 
-const SECRET: &str = "hook-secret-81f2";
+pub(crate) const SECRET: &str = "hook-secret-81f2";
 
 /// A registry with `acme/web:1.0` (and its host), and a bare repository whose
 /// `apps/web.yaml` names it by tag, not pinned yet.
@@ -31,7 +31,7 @@ async fn web_one_registry_and_repo() -> (TestRegistry, String, BareRepo) {
 
 pub(crate) struct Controller {
     child: Child,
-    base: String,
+    pub(crate) base: String,
     http: reqwest::Client,
 }
 
@@ -94,7 +94,7 @@ impl Controller {
         .await;
     }
 
-    async fn deliver(&self, sender: &str, auth: Option<&str>, body: &str) -> u16 {
+    pub(crate) async fn deliver(&self, sender: &str, auth: Option<&str>, body: &str) -> u16 {
         let mut request = self
             .http
             .post(format!("{}/webhooks/{sender}", self.base))
@@ -188,7 +188,13 @@ pub(crate) fn metric_sum(metrics: &str, family: &str) -> f64 {
 
 /// `shop/Deployment/<name>` as Argo CD applied it from `image`, its rollout finished, and its
 /// one pod `pod_name` running and reporting `image_id`.
-fn runs(kube: &support::kube::KubeServer, name: &str, image: &str, image_id: &str, pod_name: &str) {
+pub(crate) fn runs(
+    kube: &support::kube::KubeServer,
+    name: &str,
+    image: &str,
+    image_id: &str,
+    pod_name: &str,
+) {
     let live = LiveDeployment::new("shop", name).container("app", image);
     live.apply(kube);
     live.pod(pod_name).running(kube, &[image_id]);

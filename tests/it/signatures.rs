@@ -350,12 +350,12 @@ async fn a_verified_digest_costs_two_requests_once_and_none_after() {
 
 /// A Sigstore-like instance made by the test: a Fulcio-like CA, a Rekor key, and the
 /// `trusted_root.json` naming both (no CT logs, so no SCT is asked for).
-struct TestSigstore {
+pub(crate) struct TestSigstore {
     ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
     rekor: rcgen::KeyPair,
 }
 
-const ISSUER: &str = "https://issuer.test";
+pub(crate) const ISSUER: &str = "https://issuer.test";
 const WORKFLOW: &str = "https://github.com/acme/app/.github/workflows/release.yml@refs/tags/v1";
 
 fn b64(bytes: &[u8]) -> String {
@@ -372,7 +372,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 impl TestSigstore {
-    fn new() -> TestSigstore {
+    pub(crate) fn new() -> TestSigstore {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         params.key_usages = vec![
@@ -392,7 +392,7 @@ impl TestSigstore {
         }
     }
 
-    fn trusted_root(&self) -> String {
+    pub(crate) fn trusted_root(&self) -> String {
         use rcgen::PublicKeyData;
         let spki = self.rekor.subject_public_key_info();
         serde_json::json!({
@@ -428,23 +428,7 @@ impl TestSigstore {
     ) -> serde_json::Value {
         use rcgen::SigningKey as _;
         let now = time::OffsetDateTime::now_utc();
-        let leaf_key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.subject_alt_names = vec![rcgen::SanType::URI(subject.try_into().unwrap())];
-        params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::CodeSigning];
-        let mut issuer_utf8 = vec![0x0c, ISSUER.len() as u8];
-        issuer_utf8.extend_from_slice(ISSUER.as_bytes());
-        params.custom_extensions = vec![
-            rcgen::CustomExtension::from_oid_content(
-                &[1, 3, 6, 1, 4, 1, 57264, 1, 1],
-                ISSUER.as_bytes().to_vec(),
-            ),
-            rcgen::CustomExtension::from_oid_content(&[1, 3, 6, 1, 4, 1, 57264, 1, 8], issuer_utf8),
-        ];
-        params.not_before = now - time::Duration::minutes(1);
-        params.not_after = now + time::Duration::minutes(10);
-        let leaf = params.signed_by(&leaf_key, &self.ca).unwrap();
+        let (leaf_key, leaf) = self.leaf(subject);
         let body = registry.cosign_payload(repo, digest);
         let signature = b64(&leaf_key.sign(&body).unwrap());
         let pem = leaf.pem();
@@ -465,12 +449,7 @@ impl TestSigstore {
             });
             let log_id = sha256_hex(&self.rekor.subject_public_key_info());
             let integrated = now.unix_timestamp();
-            // RFC 8785 form: keys sorted, no blanks (cosign's VerifySET).
-            let set_payload = format!(
-                r#"{{"body":"{}","integratedTime":{integrated},"logID":"{log_id}","logIndex":7}}"#,
-                b64(entry.to_string().as_bytes())
-            );
-            let set = b64(&self.rekor.sign(set_payload.as_bytes()).unwrap());
+            let set = self.set(&entry, integrated);
             annotations["dev.sigstore.cosign/bundle"] = serde_json::json!({
                 "SignedEntryTimestamp": set,
                 "Payload": {"body": b64(entry.to_string().as_bytes()), "integratedTime": integrated, "logIndex": 7, "logID": log_id},
@@ -494,6 +473,86 @@ impl TestSigstore {
         .unwrap();
         push_sig_manifest(registry, repo, digest, &manifest).await;
         serde_json::from_slice(&manifest).unwrap()
+    }
+}
+
+impl TestSigstore {
+    /// A short-lived leaf certificate from the CA for `subject` (a URI SAN), issued by
+    /// [`ISSUER`], and its key.
+    fn leaf(&self, subject: &str) -> (rcgen::KeyPair, rcgen::Certificate) {
+        let now = time::OffsetDateTime::now_utc();
+        let leaf_key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.subject_alt_names = vec![rcgen::SanType::URI(subject.try_into().unwrap())];
+        params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::CodeSigning];
+        let mut issuer_utf8 = vec![0x0c, ISSUER.len() as u8];
+        issuer_utf8.extend_from_slice(ISSUER.as_bytes());
+        params.custom_extensions = vec![
+            rcgen::CustomExtension::from_oid_content(
+                &[1, 3, 6, 1, 4, 1, 57264, 1, 1],
+                ISSUER.as_bytes().to_vec(),
+            ),
+            rcgen::CustomExtension::from_oid_content(&[1, 3, 6, 1, 4, 1, 57264, 1, 8], issuer_utf8),
+        ];
+        params.not_before = now - time::Duration::minutes(1);
+        params.not_after = now + time::Duration::minutes(10);
+        let leaf = params.signed_by(&leaf_key, &self.ca).unwrap();
+        (leaf_key, leaf)
+    }
+
+    /// The signed entry timestamp the test Rekor key gives log entry `entry` (index 7).
+    fn set(&self, entry: &serde_json::Value, integrated: i64) -> String {
+        use rcgen::{PublicKeyData, SigningKey as _};
+        let log_id = sha256_hex(&self.rekor.subject_public_key_info());
+        // RFC 8785 form: keys sorted, no blanks (cosign's VerifySET).
+        let set_payload = format!(
+            r#"{{"body":"{}","integratedTime":{integrated},"logID":"{log_id}","logIndex":7}}"#,
+            b64(entry.to_string().as_bytes())
+        );
+        b64(&self.rekor.sign(set_payload.as_bytes()).unwrap())
+    }
+
+    /// A keyless Sigstore bundle (v0.1: certificate, and a `dsse` Rekor entry with its signed
+    /// entry timestamp) of a DSSE envelope over `statement` (an in-toto statement), signed as
+    /// `subject`: what `cosign attest --new-bundle-format` makes in a CI job.
+    pub(crate) fn dsse_bundle(&self, statement: &[u8], subject: &str) -> Vec<u8> {
+        use rcgen::{PublicKeyData, SigningKey as _};
+        const IN_TOTO: &str = "application/vnd.in-toto+json";
+        let (leaf_key, leaf) = self.leaf(subject);
+        let mut pae =
+            format!("DSSEv1 {} {IN_TOTO} {} ", IN_TOTO.len(), statement.len()).into_bytes();
+        pae.extend_from_slice(statement);
+        let signature = b64(&leaf_key.sign(&pae).unwrap());
+        let envelope = serde_json::json!({
+            "payloadType": IN_TOTO, "payload": b64(statement),
+            "signatures": [{"sig": signature, "keyid": ""}],
+        });
+        let entry = serde_json::json!({
+            "apiVersion": "0.0.1", "kind": "dsse",
+            "spec": {
+                "envelopeHash": {"algorithm": "sha256", "value": sha256_hex(envelope.to_string().as_bytes())},
+                "payloadHash": {"algorithm": "sha256", "value": sha256_hex(statement)},
+                "signatures": [{"signature": signature, "verifier": b64(leaf.pem().as_bytes())}],
+            },
+        });
+        let integrated = time::OffsetDateTime::now_utc().unix_timestamp();
+        let log_id = hex_decode(&sha256_hex(&self.rekor.subject_public_key_info()));
+        serde_json::to_vec(&serde_json::json!({
+            "mediaType": "application/vnd.dev.sigstore.bundle+json;version=0.1",
+            "verificationMaterial": {
+                "x509CertificateChain": {"certificates": [{"rawBytes": b64(leaf.der())}]},
+                "tlogEntries": [{
+                    "logIndex": "7", "logId": {"keyId": b64(&log_id)},
+                    "kindVersion": {"kind": "dsse", "version": "0.0.1"},
+                    "integratedTime": integrated.to_string(),
+                    "inclusionPromise": {"signedEntryTimestamp": self.set(&entry, integrated)},
+                    "canonicalizedBody": b64(entry.to_string().as_bytes()),
+                }],
+            },
+            "dsseEnvelope": envelope,
+        }))
+        .unwrap()
     }
 }
 

@@ -27,7 +27,7 @@ const RELEASES: &str = r"https://github\.com/kubewarden/kubewarden-controller/\.
 /// bundle v0.3, an empty config, the bundle as its one layer, the image as its subject) and
 /// lists it in the referrers tag `sha256-<hex>`, as a client does where the registry has no
 /// referrers API.
-async fn attach(registry: &TestRegistry, repo: &str, digest: &str, bundle: &[u8]) {
+pub(crate) async fn attach(registry: &TestRegistry, repo: &str, digest: &str, bundle: &[u8]) {
     let index = push_referrer(registry, repo, digest, bundle).await;
     let tag = digest.replace(':', "-");
     registry.push_manifest(repo, &tag, OCI_INDEX, &index).await;

@@ -561,6 +561,7 @@ async fn a_configured_login_stands_in_for_get_user_which_app_tokens_cannot_read(
         token_env: "TAGPIN_GITHUB_TOKEN".into(),
         login: login.map(str::to_string),
         username_env: None,
+        api_commits: false,
         timeout_seconds: tagpin::config::DEFAULT_FORGE_TIMEOUT_SECONDS,
     };
 

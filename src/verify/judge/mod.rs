@@ -5,10 +5,10 @@
 //! grace a young commit gets ([`grace`]) and the text posted back ([`report`]). Nothing here
 //! reads the cluster: no `kube` import.
 
-pub mod audit;
 pub mod check;
 mod condition;
 pub mod expected;
+pub mod findings;
 pub mod gitops;
 pub mod grace;
 pub mod helm;

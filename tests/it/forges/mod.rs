@@ -6,6 +6,7 @@
 //! between the forges (how a person merges, GitLab's status state machine) is said where it
 //! differs.
 
+mod api_commits;
 mod azure_devops;
 mod bitbucket;
 mod bitbucket_server;

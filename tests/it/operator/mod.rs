@@ -6,9 +6,11 @@
 mod azure_devops;
 mod bitbucket;
 mod bitbucket_server;
+mod dashboard;
 mod gitea;
 mod hostile;
 pub(crate) mod promote;
+mod provenance;
 mod shared;
 mod signatures;
 mod tenancy;
@@ -85,6 +87,18 @@ impl Operator {
         Operator::start_waiting_for(dir, kube, name, &[], "/readyz").await
     }
 
+    /// [`Operator::start`] with `env` added to its environment.
+    pub(crate) async fn start_with_env(
+        dir: &Path,
+        kube: &KubeServer,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Operator {
+        let args = with_local(args);
+        Operator::start_with(dir, kube, name, &args, "/readyz", env).await
+    }
+
     /// Started, once `path` answers 200: `/readyz` for one that acts, `/healthz` for a
     /// standby (alive, not ready).
     async fn start_waiting_for(
@@ -93,6 +107,17 @@ impl Operator {
         name: &str,
         args: &[&str],
         path: &str,
+    ) -> Operator {
+        Operator::start_with(dir, kube, name, args, path, &[]).await
+    }
+
+    async fn start_with(
+        dir: &Path,
+        kube: &KubeServer,
+        name: &str,
+        args: &[&str],
+        path: &str,
+        env: &[(&str, &str)],
     ) -> Operator {
         let port = free_port();
         let kubeconfig = kube.kubeconfig(dir);
@@ -118,6 +143,7 @@ impl Operator {
                 std::env::var("TEST_OPERATOR_LOG").unwrap_or("tagpin=info".into()),
             )
             .env_remove("DOCKER_CONFIG")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true)

@@ -1647,3 +1647,94 @@ async fn an_impersonated_service_account_writes_only_what_it_is_granted() {
     );
     pods.create(&PostParams::default(), &new).await.unwrap();
 }
+
+#[tokio::test]
+async fn token_and_access_reviews_are_answered_and_validated_as_the_real_server_does() {
+    use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let server = KubeServer::start().await;
+    let client = server.client().await;
+    let tokens: Api<TokenReview> = Api::all(client.clone());
+    let review = |token: &str| TokenReview {
+        spec: TokenReviewSpec {
+            token: Some(token.into()),
+            audiences: None,
+        },
+        ..TokenReview::default()
+    };
+    // Without `create` on tokenreviews (system:auth-delegator), the real 403.
+    let refused = api_error(
+        tokens
+            .create(&PostParams::default(), &review("t"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(refused.code, 403);
+    assert!(refused
+        .message
+        .contains("cannot create resource \"tokenreviews\""));
+    // Refused creates are kept as refused writes; this one was on purpose.
+    assert_eq!(server.take_writes().len(), 1);
+    server.grant(Grant::cluster(
+        &["create"],
+        &["tokenreviews", "subjectaccessreviews"],
+    ));
+    server.add_user_token("t-alice", "alice", &["devs"]);
+    let known = tokens
+        .create(&PostParams::default(), &review("t-alice"))
+        .await
+        .unwrap();
+    let status = known.status.unwrap();
+    assert_eq!(status.authenticated, Some(true));
+    assert_eq!(status.user.unwrap().groups, Some(vec!["devs".to_string()]));
+    let unknown = tokens
+        .create(&PostParams::default(), &review("t-mallory"))
+        .await
+        .unwrap();
+    assert_eq!(unknown.status.unwrap().authenticated, None);
+    let empty = api_error(
+        tokens
+            .create(&PostParams::default(), &review(""))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(empty.code, 422);
+
+    server.grant_to(
+        "devs",
+        Grant::namespaced("team-a", &["get"], &["pinnedrepositories"]),
+    );
+    let access: Api<SubjectAccessReview> = Api::all(client);
+    let ask = |namespace: &str, attributes: bool| SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some("alice".into()),
+            groups: Some(vec!["devs".into()]),
+            resource_attributes: attributes.then(|| ResourceAttributes {
+                namespace: Some(namespace.into()),
+                verb: Some("get".into()),
+                group: Some("tagpin.dev".into()),
+                resource: Some("pinnedrepositories".into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    for (namespace, allowed) in [("team-a", true), ("team-b", false)] {
+        let answer = access
+            .create(&PostParams::default(), &ask(namespace, true))
+            .await
+            .unwrap();
+        assert_eq!(answer.status.unwrap().allowed, allowed, "{namespace}");
+    }
+    let invalid = api_error(
+        access
+            .create(&PostParams::default(), &ask("team-a", false))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(invalid.code, 422);
+    assert!(invalid.message.contains("exactly one of"));
+}

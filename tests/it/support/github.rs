@@ -60,6 +60,9 @@ use super::http_fake::{
 };
 
 /// The subset of GitHub's OpenAPI description this server follows.
+#[path = "github_git.rs"]
+mod git_data;
+
 const OPENAPI_SUBSET: &str = include_str!("../../fixtures/github/openapi-subset.json");
 
 /// The login that owns the configured token: the author of every pull
@@ -293,6 +296,7 @@ impl GitHubServer {
         let (listener, base) = http_fake::loopback("GitHub").await;
         let spec = Spec::load(&base, owner, repo);
         let inner = Arc::new(Inner {
+            web_flow: git_data::WebFlow::new(),
             token: token.to_string(),
             owner: owner.to_string(),
             repo: repo.to_string(),
@@ -305,6 +309,12 @@ impl GitHubServer {
         let router = Router::new().fallback(handle).with_state(inner.clone());
         let task = http_fake::serve(listener, router, "GitHub");
         GitHubServer { inner, task }
+    }
+
+    /// The allowed-signers line (`gpg.ssh.allowedSignersFile`) of the key this server signs
+    /// the commits it makes with, as GitHub signs with its web-flow key.
+    pub fn web_flow_allowed_signers(&self) -> String {
+        self.inner.web_flow.allowed_signers()
     }
 
     /// Base URL for clients, like `https://api.github.com` (no trailing
@@ -650,6 +660,8 @@ impl Default for TestRepo {
 // ---------------------------------------------------------------------------
 
 struct Inner {
+    /// GitHub's own signing key, for the commits it makes (`POST /git/commits`).
+    web_flow: git_data::WebFlow,
     token: String,
     owner: String,
     repo: String,
@@ -666,6 +678,11 @@ impl Inner {
     fn now(&self) -> String {
         let offset = self.clock_offset.load(std::sync::atomic::Ordering::Relaxed);
         super::rfc3339(SystemTime::now() + Duration::from_secs(offset))
+    }
+
+    /// [`Inner::now`] in Unix seconds.
+    fn unix_now(&self) -> u64 {
+        unix_now() + self.clock_offset.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn lock(&self) -> MutexGuard<'_, ServerState> {
@@ -838,6 +855,12 @@ enum Route {
     ListStatuses(String),
     CombinedStatus(String),
     AuthenticatedUser,
+    CreateBlob,
+    CreateTree,
+    CreateCommit,
+    GetRef(String),
+    CreateRef,
+    UpdateRef(String),
 }
 
 impl Route {
@@ -855,6 +878,12 @@ impl Route {
             Route::ListStatuses(_) => "repos/list-commit-statuses-for-ref",
             Route::CombinedStatus(_) => "repos/get-combined-status-for-ref",
             Route::AuthenticatedUser => "users/get-authenticated",
+            Route::CreateBlob => "git/create-blob",
+            Route::CreateTree => "git/create-tree",
+            Route::CreateCommit => "git/create-commit",
+            Route::GetRef(_) => "git/get-ref",
+            Route::CreateRef => "git/create-ref",
+            Route::UpdateRef(_) => "git/update-ref",
         }
     }
 }
@@ -919,6 +948,16 @@ fn route(method: &Method, path: &str, owner: &str, repo: &str) -> Routed {
                 }
                 ["commits", r @ .., "status"] if *method == Method::GET && !r.is_empty() => {
                     Route::CombinedStatus(r.join("/"))
+                }
+                ["git", "blobs"] if *method == Method::POST => Route::CreateBlob,
+                ["git", "trees"] if *method == Method::POST => Route::CreateTree,
+                ["git", "commits"] if *method == Method::POST => Route::CreateCommit,
+                ["git", "refs"] if *method == Method::POST => Route::CreateRef,
+                ["git", "ref", r @ ..] if *method == Method::GET && !r.is_empty() => {
+                    Route::GetRef(r.join("/"))
+                }
+                ["git", "refs", r @ ..] if patch_like && !r.is_empty() => {
+                    Route::UpdateRef(r.join("/"))
                 }
                 _ => return Routed::Unimplemented,
             };
@@ -1083,6 +1122,12 @@ async fn answer(
             op.success_status,
             user_json(inner, &op.example, TOKEN_USER_LOGIN),
         ),
+        Route::CreateBlob => git_data::create_blob(inner, op, &incoming).await,
+        Route::CreateTree => git_data::create_tree(inner, op, &incoming).await,
+        Route::CreateCommit => git_data::create_commit(inner, op, &incoming).await,
+        Route::GetRef(r) => git_data::get_ref(inner, op, &r).await,
+        Route::CreateRef => git_data::create_ref(inner, op, &incoming).await,
+        Route::UpdateRef(r) => git_data::update_ref(inner, op, &r, &incoming).await,
     };
     let reply = if *method == Method::GET {
         conditional(op, headers, reply)

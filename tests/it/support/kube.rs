@@ -88,6 +88,7 @@ mod crd;
 // The examples that borrow this module (`#[path]`) test no manifests against a CRD.
 #[allow(unused_imports)]
 pub use crd::check_custom_resource;
+mod reviews;
 mod writes;
 
 /// The bearer token [`KubeServer::start`] accepts.
@@ -827,6 +828,8 @@ enum Origin {
 struct State {
     token: String,
     user: String,
+    /// Tokens a TokenReview accepts, with their user and groups (`reviews.rs`).
+    user_tokens: BTreeMap<String, (String, Vec<String>)>,
     rv: u64,
     /// Watches and continue tokens from before this are answered 410 Expired.
     compacted_rv: u64,
@@ -1391,6 +1394,7 @@ impl KubeServer {
             state: Mutex::new(State {
                 token: token.to_string(),
                 user: DEFAULT_USER.to_string(),
+                user_tokens: BTreeMap::new(),
                 rv: FIRST_RESOURCE_VERSION,
                 compacted_rv: 0,
                 objects: BTreeMap::new(),
@@ -2396,6 +2400,9 @@ fn respond(
         )
     };
     let user = who.user.clone();
+    if let Some(answer) = reviews::answer(shared, method, uri.path(), &who, body) {
+        return answer;
+    }
 
     let write_verb = match *method {
         Method::GET => None,

@@ -9,6 +9,7 @@
 pub mod azure_devops;
 pub mod bitbucket;
 pub mod bitbucket_server;
+pub mod browser;
 pub mod git;
 pub mod gitea;
 pub mod github;
@@ -20,6 +21,7 @@ pub mod kube;
 pub mod kubectl;
 pub mod manifests;
 pub mod mirror_damage;
+pub mod receiver;
 pub mod registry;
 pub mod signing;
 pub mod workloads;
