@@ -42,6 +42,7 @@ pub(crate) mod review;
 pub mod server;
 pub mod signature;
 pub(crate) mod signing;
+pub(crate) mod state_file;
 pub mod sync;
 pub mod ui;
 pub mod verify;

@@ -20,6 +20,8 @@ pub const FILE_NAME: &str = "tagpin-first-seen.json";
 
 /// How many digests the file remembers; past it the oldest are forgotten.
 pub const MAX_ENTRIES: usize = 20_000;
+/// The file's size at most: [`MAX_ENTRIES`] entries of about 100 bytes, with room.
+const MAX_FILE_BYTES: u64 = 8 << 20;
 
 /// Where first sightings are kept: a file, or (without a cache directory) this process only.
 #[derive(Debug, Clone, Default)]
@@ -112,27 +114,11 @@ fn forget_oldest(known: &mut BTreeMap<String, i64>) {
 
 /// The file's sightings; none when it is missing, unreadable or not what tagpin writes.
 fn read(path: &Path) -> Stored {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-            tracing::warn!(path = %path.display(), "first sightings unreadable, starting afresh: {e}");
-            Stored::default()
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Stored::default(),
-        Err(e) => {
-            tracing::warn!(path = %path.display(), "first sightings unreadable, starting afresh: {e}");
-            Stored::default()
-        }
-    }
+    crate::state_file::read(path, "first sightings", MAX_FILE_BYTES)
 }
 
 fn write(path: &Path, stored: &Stored) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    serde_json::to_writer(&mut file, stored)?;
-    file.as_file().sync_all()?;
-    file.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    crate::state_file::write(path, stored)
 }
 
 #[cfg(test)]

@@ -122,31 +122,11 @@ fn forget_old(notified: &mut BTreeMap<String, i64>, now: i64) {
 }
 
 fn read(path: &Path) -> Stored {
-    use std::io::Read;
-    let mut text = Vec::new();
-    let read =
-        std::fs::File::open(path).and_then(|file| file.take(MAX_FILE_BYTES).read_to_end(&mut text));
-    match read {
-        Ok(_) => serde_json::from_slice(&text).unwrap_or_else(|e| {
-            tracing::warn!(path = %path.display(), "notifications sent unreadable, starting afresh: {e}");
-            Stored::default()
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Stored::default(),
-        Err(e) => {
-            tracing::warn!(path = %path.display(), "notifications sent unreadable, starting afresh: {e}");
-            Stored::default()
-        }
-    }
+    crate::state_file::read(path, "notifications sent", MAX_FILE_BYTES)
 }
 
 fn write(path: &Path, stored: &Stored) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    serde_json::to_writer(&mut file, stored)?;
-    file.as_file().sync_all()?;
-    file.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    crate::state_file::write(path, stored)
 }
 
 #[cfg(test)]

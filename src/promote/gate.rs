@@ -338,35 +338,11 @@ impl SoakMemory {
     }
 
     fn read(&self) -> Sights {
-        use std::io::Read;
-        let mut text = String::new();
-        let read = std::fs::File::open(&self.path)
-            .and_then(|f| f.take(MAX_SOAK_MEMORY_BYTES).read_to_string(&mut text));
-        match read {
-            Ok(_) => serde_json::from_str(&text).unwrap_or_else(|e| {
-                tracing::warn!(
-                    "{}: not tagpin's soak memory ({e}); starting afresh",
-                    self.path.display()
-                );
-                Sights::new()
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Sights::new(),
-            Err(e) => {
-                tracing::warn!(
-                    "{}: cannot read ({e}); starting afresh",
-                    self.path.display()
-                );
-                Sights::new()
-            }
-        }
+        crate::state_file::read(&self.path, "soak memory", MAX_SOAK_MEMORY_BYTES)
     }
 
     fn write(&self, sights: &Sights) {
-        let text = serde_json::to_string(sights).unwrap_or_default();
-        let temporary = self.path.with_extension("tmp");
-        let written =
-            std::fs::write(&temporary, text).and_then(|()| std::fs::rename(&temporary, &self.path));
-        if let Err(e) = written {
+        if let Err(e) = crate::state_file::write(&self.path, sights) {
             tracing::warn!("{}: cannot write ({e})", self.path.display());
         }
     }
