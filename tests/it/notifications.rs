@@ -10,8 +10,6 @@ use crate::run::{forge_world, metric_sum, Controller};
 use crate::support;
 use crate::support::receiver::{Received, Receiver, ANSWER_MARKER};
 
-use std::time::Duration;
-
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use support::git::BareRepo;
@@ -152,7 +150,7 @@ async fn a_failed_verdict_is_told_once_to_each_kind_retried_after_a_503_and_not_
         ("HOOK_KEY", HMAC_KEY.to_string()),
     ];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let start = || Controller::start_with_args(dir.path(), &config, &env, &["--interval", "1h"]);
+    let start = || Controller::start_with_args(dir.path(), &config, &env, &["--interval", "1s"]);
     let controller = start().await;
     let pinned = format!("{host}/acme/web:1.0@{}", pushed.manifest);
     assert!(repo
@@ -182,8 +180,8 @@ async fn a_failed_verdict_is_told_once_to_each_kind_retried_after_a_503_and_not_
     let hook = retried_once(&receiver, paths[2]);
     assert_cloudevent(&hook, digest, &repo.file_url());
 
-    // Verification rounds go on every second: nothing is told twice.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Passes go on every second: two more of them tell nobody again.
+    later_passes(&controller).await;
     let (code, log) = controller.stop().await;
     assert_eq!(code, Some(0), "{log}");
     assert!(
@@ -203,7 +201,7 @@ async fn a_failed_verdict_is_told_once_to_each_kind_retried_after_a_503_and_not_
         ) >= 1.0
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    later_passes(&restarted).await;
     let (code, log) = restarted.stop().await;
     assert_eq!(code, Some(0), "{log}");
     assert_eq!(receiver.all().len(), 6, "{:#?}\n{log}", receiver.all());
@@ -254,7 +252,7 @@ async fn the_operator_tells_a_failed_verdict_once_over_https_from_the_url_in_its
     ));
     let pinned = format!("{image}@{}", pushed.manifest);
     cannot_pull(&kube, "default", &pinned);
-    let args = ["--notify-allow-http", "127.0.0.1"];
+    let args = ["--notify-allow-http", "127.0.0.1", "--interval", "1s"];
     let env = [("SSL_CERT_FILE", ca.to_str().unwrap())];
     let operator = Operator::start_with_env(dir.path(), &kube, "op", &args, &env).await;
     support::eventually(
@@ -278,8 +276,12 @@ async fn the_operator_tells_a_failed_verdict_once_over_https_from_the_url_in_its
             && operator.metric(&series("slack", "refused")).await >= Some(1)
     })
     .await;
-    // Later reconciles send nothing more.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Later reconciles (one a second) send nothing more.
+    let told = operator.reconciled_at("web").await.unwrap();
+    support::eventually_async("two more reconciles of the object", || async {
+        operator.reconciled_at("web").await >= Some(told + 2)
+    })
+    .await;
     assert_eq!(operator.metric(&series("webhook", "sent")).await, Some(1));
     let log = operator.stop().await;
     assert!(plain.received("/refused").is_empty());
@@ -291,6 +293,16 @@ async fn the_operator_tells_a_failed_verdict_once_over_https_from_the_url_in_its
     let events = format!("{:?}", kube.events(NS));
     assert!(!events.contains(ANSWER_MARKER), "{events}");
     assert!(!log.contains(ANSWER_MARKER), "{log}");
+}
+
+/// Waits until `controller` has made two more passes (one a second).
+async fn later_passes(controller: &Controller) {
+    let passes = || async { metric_sum(&controller.metrics().await, "tagpin_passes_total") };
+    let before = passes().await;
+    support::eventually_async("two more passes", || async {
+        passes().await >= before + 2.0
+    })
+    .await;
 }
 
 /// `tagpin sync` once with `config` and `env`, its cache in `dir/cache`; its exit code.
