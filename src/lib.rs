@@ -23,7 +23,7 @@ pub(crate) mod lifecycle;
 pub mod manifest;
 pub mod metrics;
 mod mutex;
-pub mod notify;
+pub(crate) mod notify;
 pub mod operator;
 mod output;
 pub mod pass;
