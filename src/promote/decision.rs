@@ -124,29 +124,27 @@ mod tests {
     }
 
     #[test]
-    fn an_open_gate_with_digests_to_carry_commits_in_commit_mode() {
+    fn the_write_follows_from_the_gate_what_was_read_the_plan_and_the_mode() {
         assert_decides(
             &OPEN,
             &[
+                // An open gate with digests to carry commits in commit mode...
                 (true, false, COMMIT, false, Commit { dry_run: false }),
                 (true, false, COMMIT, true, Commit { dry_run: true }),
-            ],
-        );
-    }
-
-    #[test]
-    fn an_open_gate_with_digests_to_carry_proposes_in_pull_request_mode() {
-        assert_decides(
-            &OPEN,
-            &[
+                // ... and proposes in pull-request mode.
                 (true, false, PR, false, Propose { dry_run: false }),
                 (true, false, PR, true, Propose { dry_run: true }),
+                // A failure blocks the whole promotion even with the gate open.
+                (true, true, COMMIT, false, Nothing { settled: false }),
+                (true, true, PR, false, hold(false, false)),
+                // A target already on the source's digests is settled only when everything
+                // was read.
+                (false, false, COMMIT, false, Nothing { settled: true }),
+                (false, false, PR, false, hold(true, false)),
+                (false, true, COMMIT, false, Nothing { settled: false }),
             ],
         );
-    }
-
-    #[test]
-    fn a_closed_gate_writes_nothing_new_and_holds_an_open_pull_request() {
+        // A closed gate writes nothing new and holds an open pull request.
         for gate in closed_gates() {
             assert_decides(
                 &gate,
@@ -157,28 +155,5 @@ mod tests {
                 ],
             );
         }
-    }
-
-    #[test]
-    fn a_failure_blocks_the_whole_promotion_even_with_the_gate_open() {
-        assert_decides(
-            &OPEN,
-            &[
-                (true, true, COMMIT, false, Nothing { settled: false }),
-                (true, true, PR, false, hold(false, false)),
-            ],
-        );
-    }
-
-    #[test]
-    fn a_target_already_on_the_source_digests_is_settled_only_when_everything_was_read() {
-        assert_decides(
-            &OPEN,
-            &[
-                (false, false, COMMIT, false, Nothing { settled: true }),
-                (false, false, PR, false, hold(true, false)),
-                (false, true, COMMIT, false, Nothing { settled: false }),
-            ],
-        );
     }
 }
