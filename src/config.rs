@@ -751,34 +751,29 @@ colour: blue
         );
         assert_eq!(forge.api_url, "https://api.bitbucket.org/2.0");
         assert_eq!(forge.username_env.as_deref(), Some("BITBUCKET_USERNAME"));
-        let err = Config::parse(
+        let problems = problems_of(
             "repository: {url: /srv/git/gitops.git}\n\
              forge: {kind: bitbucket, owner: acme, repo: 'my repo', token_env: BITBUCKET_TOKEN}\n",
-            Path::new("tagpin.yaml"),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("forge.owner: is not Bitbucket's"), "{err}");
-        assert!(err.contains("forge.workspace: is required"), "{err}");
-        assert!(
-            err.contains("forge.repo: \"my repo\" is not a Bitbucket slug"),
-            "{err}"
+        );
+        assert_problems(
+            &problems,
+            &[
+                "forge.owner: is not Bitbucket's",
+                "forge.workspace: is required",
+                "forge.repo: \"my repo\" is not a Bitbucket slug",
+            ],
         );
         // An app password's username is Bitbucket's alone.
-        let err = Config::parse(
+        let problems = problems_of(
             "repository: {url: /srv/git/gitops.git}\n\
              forge: {owner: acme, repo: gitops, token_env: GITHUB_TOKEN, username_env: GH_USER, workspace: acme}\n",
-            Path::new("tagpin.yaml"),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            err.contains("forge.username_env: is for Bitbucket Cloud app passwords"),
-            "{err}"
         );
-        assert!(
-            err.contains("forge.workspace: is for Bitbucket Cloud"),
-            "{err}"
+        assert_problems(
+            &problems,
+            &[
+                "forge.username_env: is for Bitbucket Cloud app passwords",
+                "forge.workspace: is for Bitbucket Cloud",
+            ],
         );
     }
 
@@ -797,16 +792,18 @@ colour: blue
         assert_eq!(forge.api_url, "https://git.example.com/api/v1");
         assert_eq!(forge.token_env, "GITEA_TOKEN");
         // There is no one Gitea to assume, and a project is GitLab's word.
-        let err = Config::parse(
+        let problems = problems_of(
             "repository: {url: /srv/git/gitops.git}\n\
              forge: {kind: gitea, project: acme/gitops, token_env: GITEA_TOKEN}\n",
-            Path::new("tagpin.yaml"),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("forge.api_url: is required"), "{err}");
-        assert!(err.contains("forge.project: is for GitLab"), "{err}");
-        assert!(err.contains("forge.owner: is required"), "{err}");
+        );
+        assert_problems(
+            &problems,
+            &[
+                "forge.api_url: is required",
+                "forge.project: is for GitLab",
+                "forge.owner: is required",
+            ],
+        );
     }
 
     #[test]
@@ -823,28 +820,24 @@ colour: blue
         );
         assert_eq!(forge.api_url, "https://bitbucket.example.com");
         // There is no one Bitbucket to assume, and an owner is GitHub's and Gitea's word.
-        let err = Config::parse(
+        let problems = problems_of(
             "repository: {url: /srv/git/gitops.git}\n\
              forge: {kind: bitbucket-server, owner: acme, project: 'AC/ME', token_env: BITBUCKET_TOKEN}\n",
-            Path::new("tagpin.yaml"),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("forge.api_url: is required"), "{err}");
-        assert!(
-            err.contains("forge.owner: is for GitHub and Gitea"),
-            "{err}"
         );
-        assert!(err.contains("is not a Bitbucket project key"), "{err}");
-        assert!(err.contains("forge.repo: is required"), "{err}");
-        let err = Config::parse(
+        assert_problems(
+            &problems,
+            &[
+                "forge.api_url: is required",
+                "forge.owner: is for GitHub and Gitea",
+                "is not a Bitbucket project key",
+                "forge.repo: is required",
+            ],
+        );
+        let problems = problems_of(
             "repository: {url: /srv/git/gitops.git}\n\
              forge: {kind: bitbucket-server, api_url: 'https://bitbucket.example.com/rest/api/1.0', project: ACME, repo: gitops, token_env: T}\n",
-            Path::new("tagpin.yaml"),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("give the instance's base URL"), "{err}");
+        );
+        assert_problems(&problems, &["give the instance's base URL"]);
     }
 
     #[test]
@@ -861,19 +854,18 @@ colour: blue
         );
         assert_eq!(forge.api_url, "https://dev.azure.com/acme");
         // The organization is not assumed, and an owner is GitHub's and Gitea's word.
-        let err = Config::parse(
+        let problems = problems_of(
             "repository: {url: /srv/git/gitops.git}\n\
              forge: {kind: azure-devops, owner: acme, repo: gitops, token_env: AZURE_DEVOPS_TOKEN}\n",
-            Path::new("tagpin.yaml"),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("forge.api_url: is required"), "{err}");
-        assert!(
-            err.contains("forge.owner: is for GitHub and Gitea"),
-            "{err}"
         );
-        assert!(err.contains("forge.project: is required"), "{err}");
+        assert_problems(
+            &problems,
+            &[
+                "forge.api_url: is required",
+                "forge.owner: is for GitHub and Gitea",
+                "forge.project: is required",
+            ],
+        );
     }
 
     /// The forge's own checks live with its adapter (`forge/settings.rs`), yet a problem they

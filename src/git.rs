@@ -2343,51 +2343,18 @@ mod tests {
     #[test]
     fn damage_is_told_by_libgit2_class_and_code() {
         use git2::{ErrorClass as Class, ErrorCode as Code};
+        // Not formatted, so that each row stays one line.
+        #[rustfmt::skip]
         let table = [
             // An object a ref reaches, gone: damage; an id from elsewhere, gone: not yet fetched.
-            (
-                Class::Odb,
-                Code::NotFound,
-                true,
-                Some(Damage::MissingObject),
-            ),
+            (Class::Odb, Code::NotFound, true, Some(Damage::MissingObject)),
             (Class::Odb, Code::NotFound, false, None),
-            (
-                Class::Odb,
-                Code::GenericError,
-                false,
-                Some(Damage::CorruptObject),
-            ),
-            (
-                Class::Odb,
-                Code::HashsumMismatch,
-                true,
-                Some(Damage::CorruptObject),
-            ),
-            (
-                Class::Zlib,
-                Code::GenericError,
-                true,
-                Some(Damage::CorruptObject),
-            ),
-            (
-                Class::Object,
-                Code::GenericError,
-                true,
-                Some(Damage::CorruptObject),
-            ),
-            (
-                Class::Reference,
-                Code::GenericError,
-                true,
-                Some(Damage::Reference),
-            ),
-            (
-                Class::Config,
-                Code::GenericError,
-                true,
-                Some(Damage::Config),
-            ),
+            (Class::Odb, Code::GenericError, false, Some(Damage::CorruptObject)),
+            (Class::Odb, Code::HashsumMismatch, true, Some(Damage::CorruptObject)),
+            (Class::Zlib, Code::GenericError, true, Some(Damage::CorruptObject)),
+            (Class::Object, Code::GenericError, true, Some(Damage::CorruptObject)),
+            (Class::Reference, Code::GenericError, true, Some(Damage::Reference)),
+            (Class::Config, Code::GenericError, true, Some(Damage::Config)),
             // A prefix naming two objects, a missing or locked or moved ref, a bad name.
             (Class::Odb, Code::Ambiguous, true, None),
             (Class::Object, Code::Ambiguous, true, None),

@@ -703,28 +703,34 @@ pub fn inc<L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug>(
 mod tests {
     use super::*;
 
+    /// Asserts the exposition `text` holds each of `lines`.
+    #[track_caller]
+    fn assert_has(text: &str, lines: &[&str]) {
+        for line in lines {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+    }
+
     #[test]
     fn an_audit_sets_every_finding_and_forgets_the_last_counts() {
         let metrics = Metrics::new();
         metrics.set_audit(&BTreeMap::from([(Finding::Mixed, 2), (Finding::Pinned, 5)]));
         let text = metrics.encode();
-        assert!(
-            text.contains("tagpin_audit_workloads{finding=\"mixed\"} 2"),
-            "{text}"
-        );
-        assert!(
-            text.contains("tagpin_audit_workloads{finding=\"tag-only\"} 0"),
-            "{text}"
+        assert_has(
+            &text,
+            &[
+                "tagpin_audit_workloads{finding=\"mixed\"} 2",
+                "tagpin_audit_workloads{finding=\"tag-only\"} 0",
+            ],
         );
         metrics.set_audit(&BTreeMap::from([(Finding::Pinned, 7)]));
         let text = metrics.encode();
-        assert!(
-            text.contains("tagpin_audit_workloads{finding=\"mixed\"} 0"),
-            "{text}"
-        );
-        assert!(
-            text.contains("tagpin_audit_workloads{finding=\"pinned\"} 7"),
-            "{text}"
+        assert_has(
+            &text,
+            &[
+                "tagpin_audit_workloads{finding=\"mixed\"} 0",
+                "tagpin_audit_workloads{finding=\"pinned\"} 7",
+            ],
         );
         let series = text
             .lines()
@@ -744,13 +750,12 @@ mod tests {
         metrics.observe_signature_checks(&BTreeMap::from([("verified", 3), ("unsigned", 1)]));
         metrics.observe_signature_checks(&BTreeMap::from([("verified", 2)]));
         let text = metrics.encode();
-        assert!(
-            text.contains("tagpin_signature_checks_total{result=\"verified\"} 5"),
-            "{text}"
-        );
-        assert!(
-            text.contains("tagpin_signature_checks_total{result=\"unsigned\"} 1"),
-            "{text}"
+        assert_has(
+            &text,
+            &[
+                "tagpin_signature_checks_total{result=\"verified\"} 5",
+                "tagpin_signature_checks_total{result=\"unsigned\"} 1",
+            ],
         );
     }
 
@@ -765,9 +770,9 @@ mod tests {
         metrics.observe_provenance_checks(&BTreeMap::from([("refused", 2), ("verified", 1)]));
         metrics.observe_provenance_checks(&BTreeMap::from([("refused", 1)]));
         let text = metrics.encode();
-        assert!(
-            text.contains("tagpin_provenance_checks_total{result=\"refused\"} 3"),
-            "{text}"
+        assert_has(
+            &text,
+            &["tagpin_provenance_checks_total{result=\"refused\"} 3"],
         );
     }
 
@@ -786,9 +791,9 @@ mod tests {
         metrics.observe_age_checks(&BTreeMap::from([(("held", "created"), 2)]));
         metrics.observe_age_checks(&BTreeMap::from([(("held", "created"), 1)]));
         let text = metrics.encode();
-        assert!(
-            text.contains("tagpin_minimum_age_checks_total{result=\"held\",source=\"created\"} 3"),
-            "{text}"
+        assert_has(
+            &text,
+            &["tagpin_minimum_age_checks_total{result=\"held\",source=\"created\"} 3"],
         );
     }
 

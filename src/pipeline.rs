@@ -462,6 +462,17 @@ mod tests {
 
     const DEPLOYMENT: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      containers:\n      - {name: app, image: 'nginx:1.27'}\n      - {name: side, image: 'ghcr.io/acme/side:1'}\n";
 
+    /// The workload of each image field, in order; every field must be a container's.
+    fn owners(scanned: &Scanned) -> Vec<String> {
+        scanned
+            .fields()
+            .map(|f| match &f.origin {
+                manifest::Origin::Container { workload, .. } => workload.to_string(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
     fn gathered(files: Vec<SourceFile>) -> Gathered {
         Gathered {
             files,
@@ -502,14 +513,10 @@ mod tests {
             ]),
             &ImageSelection::default(),
         );
-        let owners: Vec<String> = scanned
-            .fields()
-            .map(|f| match &f.origin {
-                manifest::Origin::Container { workload, .. } => workload.to_string(),
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(owners, ["shop/Deployment/web", "shop/Deployment/web"]);
+        assert_eq!(
+            owners(&scanned),
+            ["shop/Deployment/web", "shop/Deployment/web"]
+        );
     }
 
     #[test]
@@ -592,13 +599,6 @@ mod tests {
         assert_eq!(streamed.files_read, 5);
         assert_eq!(streamed.errors.len(), 2, "{:?}", streamed.errors);
         assert_eq!(found, [apps.join("a-web.yaml"), apps.join("sub/web.yaml")]);
-        let owners: Vec<String> = streamed
-            .fields()
-            .map(|f| match &f.origin {
-                manifest::Origin::Container { workload, .. } => workload.to_string(),
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        assert_eq!(owners, ["shop/Deployment/web"; 4]);
+        assert_eq!(owners(&streamed), ["shop/Deployment/web"; 4]);
     }
 }

@@ -360,6 +360,17 @@ mod tests {
         list.iter().map(|t| t.to_string()).collect()
     }
 
+    /// Asserts the tag `policy` selects for an image on `current` from `list`; a failure
+    /// points at the caller's line.
+    #[track_caller]
+    fn assert_selects(policy: &Policy, current: &str, list: &[&str], expected: Option<&str>) {
+        assert_eq!(
+            policy.select(current, &tags(list)).as_deref(),
+            expected,
+            "{policy:?} on {current} from {list:?}"
+        );
+    }
+
     fn semver(range: &str) -> Policy {
         Policy::compile(&TagPolicy::Semver {
             range: range.into(),
@@ -378,152 +389,91 @@ mod tests {
 
     #[test]
     fn semver_picks_the_highest_tag_in_range_not_the_last_listed() {
-        let list = tags(&[
+        let list = [
             "1.4.2", "1.4.10", "1.4.3", "1.5.0", "latest", "1.4", "2.0.0",
-        ]);
-        assert_eq!(
-            semver("~1.4").select("1.4.2", &list).as_deref(),
-            Some("1.4.10")
-        );
-        assert_eq!(
-            semver("^1").select("1.4.2", &list).as_deref(),
-            Some("1.5.0")
-        );
-        assert_eq!(
-            semver(">=1.4.2, <1.4.3").select("1.4.2", &list).as_deref(),
-            Some("1.4.2")
-        );
-        assert_eq!(semver("~3").select("1.4.2", &list), None);
+        ];
+        assert_selects(&semver("~1.4"), "1.4.2", &list, Some("1.4.10"));
+        assert_selects(&semver("^1"), "1.4.2", &list, Some("1.5.0"));
+        assert_selects(&semver(">=1.4.2, <1.4.3"), "1.4.2", &list, Some("1.4.2"));
+        assert_selects(&semver("~3"), "1.4.2", &list, None);
         assert_eq!(semver("*").select("x", &tags(&[])), None);
     }
 
     #[test]
     fn pre_releases_count_only_when_the_range_names_one() {
-        let list = tags(&["1.4.2", "1.4.3-rc.1", "1.5.0-beta.1"]);
-        assert_eq!(
-            semver("~1.4").select("1.4.2", &list).as_deref(),
-            Some("1.4.2")
-        );
-        assert_eq!(semver("*").select("1.4.2", &list).as_deref(), Some("1.4.2"));
-        assert_eq!(
-            semver(">=1.4.3-rc.0, <1.5")
-                .select("1.4.2", &list)
-                .as_deref(),
-            Some("1.4.3-rc.1")
+        let list = ["1.4.2", "1.4.3-rc.1", "1.5.0-beta.1"];
+        assert_selects(&semver("~1.4"), "1.4.2", &list, Some("1.4.2"));
+        assert_selects(&semver("*"), "1.4.2", &list, Some("1.4.2"));
+        assert_selects(
+            &semver(">=1.4.3-rc.0, <1.5"),
+            "1.4.2",
+            &list,
+            Some("1.4.3-rc.1"),
         );
         // A pre-release of another version stays out, as in Cargo and npm.
-        assert_eq!(
-            semver(">=1.4.3-rc.0").select("1.4.2", &list).as_deref(),
-            Some("1.4.3-rc.1")
-        );
+        assert_selects(&semver(">=1.4.3-rc.0"), "1.4.2", &list, Some("1.4.3-rc.1"));
         // A release outranks its own pre-releases.
-        let with_release = tags(&["1.4.3-rc.1", "1.4.3"]);
-        assert_eq!(
-            semver(">=1.4.3-rc.0")
-                .select("1.4.2", &with_release)
-                .as_deref(),
-            Some("1.4.3")
+        let with_release = ["1.4.3-rc.1", "1.4.3"];
+        assert_selects(
+            &semver(">=1.4.3-rc.0"),
+            "1.4.2",
+            &with_release,
+            Some("1.4.3"),
         );
     }
 
     #[test]
     fn v_prefixed_tags_are_versions_and_are_written_back_as_listed() {
-        let list = tags(&["v1.4.2", "v1.4.3", "v1.5.0", "vnext", "V1.4.9"]);
-        assert_eq!(
-            semver("~1.4").select("v1.4.2", &list).as_deref(),
-            Some("v1.4.3")
-        );
-        let mixed = tags(&["1.4.2", "v1.4.4", "1.4.3"]);
-        assert_eq!(
-            semver("~1.4").select("1.4.2", &mixed).as_deref(),
-            Some("v1.4.4")
-        );
+        let list = ["v1.4.2", "v1.4.3", "v1.5.0", "vnext", "V1.4.9"];
+        assert_selects(&semver("~1.4"), "v1.4.2", &list, Some("v1.4.3"));
+        let mixed = ["1.4.2", "v1.4.4", "1.4.3"];
+        assert_selects(&semver("~1.4"), "1.4.2", &mixed, Some("v1.4.4"));
     }
 
     #[test]
     fn equal_versions_spelled_differently_keep_the_current_spelling() {
-        let list = tags(&["v1.4.3", "1.4.3", "1.4.2"]);
-        assert_eq!(
-            semver("~1.4").select("1.4.2", &list).as_deref(),
-            Some("1.4.3")
-        );
-        assert_eq!(
-            semver("~1.4").select("v1.4.2", &list).as_deref(),
-            Some("v1.4.3")
-        );
-        assert_eq!(
-            semver("~1.4").select("v1.4.3", &list).as_deref(),
-            Some("v1.4.3")
-        );
-        assert_eq!(
-            semver("~1.4").select("1.4.3", &list).as_deref(),
-            Some("1.4.3")
-        );
-        let numbers = tags(&["build-7", "build-07", "build-6"]);
+        let list = ["v1.4.3", "1.4.3", "1.4.2"];
+        assert_selects(&semver("~1.4"), "1.4.2", &list, Some("1.4.3"));
+        assert_selects(&semver("~1.4"), "v1.4.2", &list, Some("v1.4.3"));
+        assert_selects(&semver("~1.4"), "v1.4.3", &list, Some("v1.4.3"));
+        assert_selects(&semver("~1.4"), "1.4.3", &list, Some("1.4.3"));
+        let numbers = ["build-7", "build-07", "build-6"];
         let builds = pattern(r"^build-(?P<n>\d+)$", "$n", Order::Numerical);
-        assert_eq!(
-            builds.select("build-6", &numbers).as_deref(),
-            Some("build-07")
-        );
-        assert_eq!(
-            builds.select("build-7", &numbers).as_deref(),
-            Some("build-7")
-        );
+        assert_selects(&builds, "build-6", &numbers, Some("build-07"));
+        assert_selects(&builds, "build-7", &numbers, Some("build-7"));
     }
 
     #[test]
     fn numerical_order_compares_numbers_and_alphabetical_compares_text() {
-        let list = tags(&["build-99", "build-120", "build-100", "main", "build-x"]);
+        let list = ["build-99", "build-120", "build-100", "main", "build-x"];
         let builds = pattern(r"^build-(?P<n>[0-9]+)$", "$n", Order::Numerical);
-        assert_eq!(
-            builds.select("build-99", &list).as_deref(),
-            Some("build-120")
-        );
+        assert_selects(&builds, "build-99", &list, Some("build-120"));
         let alphabetical = pattern(r"^build-(?P<n>[0-9]+)$", "$n", Order::Alphabetical);
-        assert_eq!(
-            alphabetical.select("build-99", &list).as_deref(),
-            Some("build-99")
-        );
+        assert_selects(&alphabetical, "build-99", &list, Some("build-99"));
         let decimals = pattern(r"^r(?P<n>[0-9.]+)$", "$n", Order::Numerical);
-        assert_eq!(
-            decimals
-                .select("r1.5", &tags(&["r1.5", "r1.25", "r0.9"]))
-                .as_deref(),
-            Some("r1.5")
-        );
+        assert_selects(&decimals, "r1.5", &["r1.5", "r1.25", "r0.9"], Some("r1.5"));
     }
 
     #[test]
     fn extract_builds_the_compared_value_from_named_groups() {
         // Flux's timestamped tags: compare `<ts>` only, whatever the branch and sha in front.
-        let list = tags(&[
+        let list = [
             "main-aaaa111-1700000300",
             "main-bbbb222-1700000100",
             "feature-cccc333-1700000900",
             "main-dddd444-170000020",
-        ]);
+        ];
         let latest_main = pattern(r"^main-[a-f0-9]+-(?P<ts>[0-9]+)$", "$ts", Order::Numerical);
-        assert_eq!(
-            latest_main.select("x", &list).as_deref(),
-            Some("main-aaaa111-1700000300")
-        );
+        assert_selects(&latest_main, "x", &list, Some("main-aaaa111-1700000300"));
         let by_two_groups = pattern(
             r"^(?P<major>\d+)\.(?P<minor>\d+)-(?P<flavour>alpine|slim)$",
             "$flavour-$major.$minor",
             Order::Alphabetical,
         );
-        let images = tags(&["1.2-alpine", "1.9-alpine", "1.3-slim", "2.0-debian"]);
-        assert_eq!(
-            by_two_groups.select("x", &images).as_deref(),
-            Some("1.3-slim")
-        );
+        let images = ["1.2-alpine", "1.9-alpine", "1.3-slim", "2.0-debian"];
+        assert_selects(&by_two_groups, "x", &images, Some("1.3-slim"));
         let everything = pattern(r"^[a-z]+$", "$0", Order::Alphabetical);
-        assert_eq!(
-            everything
-                .select("x", &tags(&["beta", "alpha", "1"]))
-                .as_deref(),
-            Some("beta")
-        );
+        assert_selects(&everything, "x", &["beta", "alpha", "1"], Some("beta"));
     }
 
     #[test]

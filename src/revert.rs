@@ -52,6 +52,19 @@ pub struct Moved {
     pub from_value: String,
 }
 
+impl Moved {
+    /// `file:line workload (container)`: the field, as a refusal names it.
+    fn place(&self) -> String {
+        format!(
+            "{}:{} {} ({})",
+            self.file.display(),
+            self.line,
+            self.workload,
+            self.container
+        )
+    }
+}
+
 /// Why a change is not reverted: said, never acted on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -157,11 +170,8 @@ pub fn decide(moved: &[Moved], check: &Check, still_pinned: &[bool]) -> Result<(
     }
     if let Some(first) = moved.iter().find(|m| m.from.is_none()) {
         return Err(Refusal(format!(
-            "{}:{} {} ({}) was pinned for the first time: there is no earlier digest to restore",
-            first.file.display(),
-            first.line,
-            first.workload,
-            first.container
+            "{} was pinned for the first time: there is no earlier digest to restore",
+            first.place()
         )));
     }
     let failed: BTreeSet<&Digest> = check
@@ -177,11 +187,8 @@ pub fn decide(moved: &[Moved], check: &Check, still_pinned: &[bool]) -> Result<(
     }
     if let Some((m, _)) = moved.iter().zip(still_pinned).find(|(_, still)| !**still) {
         return Err(Refusal(format!(
-            "a later commit moved {}:{} {} ({}) again; not reverted",
-            m.file.display(),
-            m.line,
-            m.workload,
-            m.container
+            "a later commit moved {} again; not reverted",
+            m.place()
         )));
     }
     Ok(())
@@ -713,13 +720,19 @@ mod tests {
         moved_fields(Path::new("apps/web.yaml"), &fields(before), &fields(after))
     }
 
+    /// web's image pinned to `digest`.
+    fn at(digest: &str) -> String {
+        format!("ghcr.io/acme/web:1@{digest}")
+    }
+
+    /// The fields a commit moved that changed only web's image, from `before` to `after`.
+    fn web_moved(before: &str, after: &str) -> Vec<Moved> {
+        moved(&web(before, "busybox:1"), &web(after, "busybox:1")).unwrap()
+    }
+
     #[test]
     fn the_fields_a_pin_moved_are_found_with_both_digests() {
-        let found = moved(
-            &web(&format!("ghcr.io/acme/web:1@{D0}"), "busybox:1"),
-            &web(&format!("ghcr.io/acme/web:1@{D1}"), "busybox:1"),
-        )
-        .unwrap();
+        let found = web_moved(&at(D0), &at(D1));
         assert_eq!(found.len(), 1);
         let m = &found[0];
         assert_eq!((m.line, m.container.as_str()), (9, "web"));
@@ -777,11 +790,7 @@ mod tests {
 
     #[test]
     fn only_a_failure_about_what_the_change_pinned_and_still_pins_is_reverted() {
-        let pin = moved(
-            &web(&format!("ghcr.io/acme/web:1@{D0}"), "busybox:1"),
-            &web(&format!("ghcr.io/acme/web:1@{D1}"), "busybox:1"),
-        )
-        .unwrap();
+        let pin = web_moved(&at(D0), &at(D1));
         assert_eq!(decide(&pin, &check(State::Failed, D1), &[true]), Ok(()));
         let why = |r: Result<(), Refusal>| r.unwrap_err().0;
         assert!(why(decide(&pin, &check(State::Progressing, D1), &[true])).contains("progressing"));
@@ -790,11 +799,7 @@ mod tests {
         assert!(
             why(decide(&pin, &check(State::Failed, D1), &[false])).contains("a later commit moved")
         );
-        let first = moved(
-            &web("ghcr.io/acme/web:1", "busybox:1"),
-            &web(&format!("ghcr.io/acme/web:1@{D1}"), "busybox:1"),
-        )
-        .unwrap();
+        let first = web_moved("ghcr.io/acme/web:1", &at(D1));
         assert!(
             why(decide(&first, &check(State::Failed, D1), &[true])).contains("no earlier digest")
         );
@@ -823,11 +828,7 @@ mod tests {
     #[test]
     fn a_claim_holds_only_what_its_own_commit_moved_away_and_the_tip_still_restores() {
         // The revert moved web from D1 (failed) back to D0.
-        let revert = moved(
-            &web(&format!("ghcr.io/acme/web:1@{D1}"), "busybox:1"),
-            &web(&format!("ghcr.io/acme/web:1@{D0}"), "busybox:1"),
-        )
-        .unwrap();
+        let revert = web_moved(&at(D1), &at(D0));
         let claim = |repository: &str, digest: &str| Claim {
             repository: repository.into(),
             digest: digest.parse().unwrap(),

@@ -3,7 +3,9 @@
 //! missing or unreadable (each says what tagpin saw, never the only record of a decision), and
 //! written atomically (a temporary file in the same directory, synced, then renamed), so a
 //! crash or a second process sharing the cache leaves the old file or the new one, never half.
+//! Maps of times are kept to their newest entries ([`keep_newest`]), so no file grows unbounded.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
@@ -41,10 +43,21 @@ pub fn write<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Past `max` entries of `times` (each key's Unix time), drops the oldest, keeping the `max`
+/// newest (and any as new as the oldest of them), so the file they are written to stays bounded.
+pub fn keep_newest(times: &mut BTreeMap<String, i64>, max: usize) {
+    if times.len() <= max {
+        return;
+    }
+    let mut sorted: Vec<i64> = times.values().copied().collect();
+    sorted.sort_unstable();
+    let cut = sorted[times.len() - max];
+    times.retain(|_, at| *at >= cut);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     #[test]
     fn what_is_written_reads_back_and_a_missing_damaged_or_oversized_file_reads_as_empty() {

@@ -344,6 +344,15 @@ impl serde::Serialize for WorkloadId {
 mod tests {
     use super::*;
 
+    /// Asserts `text` reads as a `T` that is written back as `text`.
+    fn assert_reads_back<T: FromStr + fmt::Display>(text: &str)
+    where
+        T::Err: fmt::Debug,
+    {
+        let value: T = text.parse().unwrap();
+        assert_eq!(value.to_string(), text);
+    }
+
     #[test]
     fn identities_read_back_as_written() {
         for text in [
@@ -355,8 +364,7 @@ mod tests {
             "helm:HelmRelease/flux-system/podinfo",
             "helm:Application/argocd/web/sources[1]",
         ] {
-            let owner: Owner = text.parse().unwrap();
-            assert_eq!(owner.to_string(), text);
+            assert_reads_back::<Owner>(text);
         }
         let owner: Owner = "shop/StatefulSet/db".parse().unwrap();
         assert_eq!(
@@ -421,8 +429,7 @@ mod tests {
             "default/Service.serving.knative.dev/helloworld-go",
             "shop/Rollout/web",
         ] {
-            let id: WorkloadId = text.parse().unwrap();
-            assert_eq!(id.to_string(), text);
+            assert_reads_back::<WorkloadId>(text);
         }
         let knative: WorkloadId = "default/Service.serving.knative.dev/hello".parse().unwrap();
         assert_eq!(

@@ -69,8 +69,8 @@ impl FirstSeen {
         let before = stored.first_seen.len();
         let seen = sightings(&mut stored.first_seen, subjects, now);
         if stored.first_seen.len() != before {
-            forget_oldest(&mut stored.first_seen);
-            if let Err(e) = write(path, &stored) {
+            crate::state_file::keep_newest(&mut stored.first_seen, MAX_ENTRIES);
+            if let Err(e) = crate::state_file::write(path, &stored) {
                 tracing::warn!(path = %path.display(), "first sightings not kept: {e}");
             }
         }
@@ -102,23 +102,9 @@ fn sightings(
         .collect()
 }
 
-fn forget_oldest(known: &mut BTreeMap<String, i64>) {
-    if known.len() <= MAX_ENTRIES {
-        return;
-    }
-    let mut times: Vec<i64> = known.values().copied().collect();
-    times.sort_unstable();
-    let cut = times[known.len() - MAX_ENTRIES];
-    known.retain(|_, at| *at >= cut);
-}
-
 /// The file's sightings; none when it is missing, unreadable or not what tagpin writes.
 fn read(path: &Path) -> Stored {
     crate::state_file::read(path, "first sightings", MAX_FILE_BYTES)
-}
-
-fn write(path: &Path, stored: &Stored) -> std::io::Result<()> {
-    crate::state_file::write(path, stored)
 }
 
 #[cfg(test)]
@@ -158,7 +144,7 @@ mod tests {
         let mut known: BTreeMap<String, i64> = (0..MAX_ENTRIES as i64 + 5)
             .map(|i| (format!("x{i}"), i))
             .collect();
-        forget_oldest(&mut known);
+        crate::state_file::keep_newest(&mut known, MAX_ENTRIES);
         assert_eq!(known.len(), MAX_ENTRIES);
         assert!(!known.contains_key("x4") && known.contains_key("x5"));
     }

@@ -408,11 +408,7 @@ mod tests {
         let events = of_sync(&pushed, 1_700_000_000, about(&config));
         assert_eq!(events.len(), 1, "{events:?}");
         let pinned = &events[0];
-        assert_eq!(pinned.kind, EventKind::Pinned);
-        assert_eq!(pinned.stage, "main");
-        assert_eq!(pinned.image.as_deref(), Some("ghcr.io/acme/web"));
-        assert_eq!(pinned.digest, Some(samples::pinned()));
-        assert_eq!(pinned.commit.as_deref(), Some(TIP));
+        assert_at_the_tip(pinned, EventKind::Pinned);
         assert_eq!(pinned.time, 1_700_000_000);
 
         let opened = synced(Outcome::PullRequestOpened {
@@ -463,10 +459,14 @@ mod tests {
     /// A verification round that judged the tip `TIP` on the sample Deployment, its pod in
     /// `pod` state.
     fn round_on(pod: crate::verify::judge::verdict::LivePod) -> (Expectations, Check) {
-        let live = samples::found(
+        judged(samples::found(
             samples::workload(samples::deployment(1, 1, 1, 0)),
             vec![pod],
-        );
+        ))
+    }
+
+    /// The round's expectation (the pinned web container) and the check of `live` against it.
+    fn judged(live: crate::verify::judge::verdict::Live) -> (Expectations, Check) {
         let verdict = samples::judge_default(live);
         let expectations = Expectations {
             expected: vec![samples::expected()],
@@ -474,6 +474,15 @@ mod tests {
         };
         let check = Check::judged(vec![verdict], &expectations, Default::default());
         (expectations, check)
+    }
+
+    /// Asserts `event` is a `kind` about the pinned web image at the tip of main.
+    fn assert_at_the_tip(event: &Event, kind: EventKind) {
+        assert_eq!(event.kind, kind);
+        assert_eq!(event.stage, "main");
+        assert_eq!(event.image.as_deref(), Some("ghcr.io/acme/web"));
+        assert_eq!(event.digest, Some(samples::pinned()));
+        assert_eq!(event.commit.as_deref(), Some(TIP));
     }
 
     fn tip_item() -> Item<'static> {
@@ -519,11 +528,7 @@ mod tests {
         let events = of_verification(&verification, 1_700_000_100, about(&config));
         assert_eq!(events.len(), 1, "{events:?}");
         let failed = &events[0];
-        assert_eq!(failed.kind, EventKind::Failed);
-        assert_eq!(failed.stage, "main");
-        assert_eq!(failed.image.as_deref(), Some("ghcr.io/acme/web"));
-        assert_eq!(failed.digest, Some(samples::pinned()));
-        assert_eq!(failed.commit.as_deref(), Some(TIP));
+        assert_at_the_tip(failed, EventKind::Failed);
         let reason = failed.reason.as_deref().unwrap();
         assert!(
             reason.starts_with("shop/Deployment/web (web): "),
@@ -542,12 +547,7 @@ mod tests {
         // 'static for the test: the stage outlives the round.
         let production: &'static crate::config::Stage = Box::leak(Box::new(production.clone()));
         let live = samples::deployment_with_pods(&[samples::on(&samples::pinned())]);
-        let verdict = samples::judge_default(live);
-        let expectations = Expectations {
-            expected: vec![samples::expected()],
-            ..Expectations::default()
-        };
-        let check = Check::judged(vec![verdict], &expectations, Default::default());
+        let (expectations, check) = judged(live);
         assert_eq!(check.state, State::Converged, "{}", check.summary);
         let item = Item {
             source: Source::PullRequest(12),
@@ -595,12 +595,7 @@ mod tests {
     fn a_progressing_verdict_is_no_event() {
         let config = config("");
         let live = samples::deployment_with_pods(&[samples::on(&samples::old())]);
-        let verdict = samples::judge_default(live);
-        let expectations = Expectations {
-            expected: vec![samples::expected()],
-            ..Expectations::default()
-        };
-        let check = Check::judged(vec![verdict], &expectations, Default::default());
+        let (expectations, check) = judged(live);
         assert_eq!(check.state, State::Progressing, "{}", check.summary);
         let verification = verification(tip_item(), expectations, check);
         assert!(of_verification(&verification, 1, about(&config)).is_empty());

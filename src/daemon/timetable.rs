@@ -161,8 +161,33 @@ mod tests {
     const INTERVAL: Duration = Duration::from_secs(300);
     const VERIFY_EVERY: Duration = Duration::from_secs(30);
 
-    fn never_stopped() -> (watch::Sender<bool>, watch::Receiver<bool>) {
-        watch::channel(false)
+    /// What the loop waits on beside the timetable: webhooks' wake-up and the stop signal.
+    struct Signals {
+        wake: Notify,
+        stop_tx: watch::Sender<bool>,
+        stop: watch::Receiver<bool>,
+    }
+
+    impl Signals {
+        fn new() -> Signals {
+            let (stop_tx, stop) = watch::channel(false);
+            Signals {
+                wake: Notify::new(),
+                stop_tx,
+                stop,
+            }
+        }
+
+        /// Waits on `timetable` as the loop does.
+        async fn wait(&mut self, timetable: &mut Timetable) -> Option<Trigger> {
+            timetable.wait(&self.wake, &mut self.stop).await
+        }
+
+        /// Waits on `timetable` as the loop does, and asserts what woke it and when.
+        async fn assert_woken(&mut self, timetable: &mut Timetable, trigger: Trigger, at: Instant) {
+            assert_eq!(self.wait(timetable).await, Some(trigger));
+            assert_eq!(Instant::now(), at, "woken by {trigger:?}");
+        }
     }
 
     #[test]
@@ -184,22 +209,20 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_first_pass_is_at_once_and_the_next_one_an_interval_later_not_before() {
-        let (_tx, mut stop) = never_stopped();
-        let wake = Notify::new();
+        let mut signals = Signals::new();
         let start = Instant::now();
         let mut timetable = Timetable::new(INTERVAL, VERIFY_EVERY, WEBHOOK_WINDOW, start, false);
-        assert_eq!(
-            timetable.wait(&wake, &mut stop).await,
-            Some(Trigger::Schedule)
-        );
-        assert_eq!(Instant::now(), start, "the first pass waits for nothing");
+        // The first pass waits for nothing.
+        signals
+            .assert_woken(&mut timetable, Trigger::Schedule, start)
+            .await;
         timetable.pass_started(Instant::now(), 0.5);
         // The pass takes a while; the interval counts from its start.
         tokio::time::advance(Duration::from_secs(40)).await;
 
         let early = tokio::time::timeout(
             INTERVAL - Duration::from_secs(41),
-            timetable.wait(&wake, &mut stop),
+            signals.wait(&mut timetable),
         )
         .await;
         assert!(
@@ -207,38 +230,28 @@ mod tests {
             "a second pass before the interval: {early:?}"
         );
         assert_eq!(Instant::now(), start + INTERVAL - Duration::from_secs(1));
-        assert_eq!(
-            timetable.wait(&wake, &mut stop).await,
-            Some(Trigger::Schedule)
-        );
-        assert_eq!(
-            Instant::now(),
-            start + INTERVAL,
-            "due right at the interval"
-        );
+        // Due right at the interval.
+        signals
+            .assert_woken(&mut timetable, Trigger::Schedule, start + INTERVAL)
+            .await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn jitter_moves_the_next_pass_by_at_most_a_tenth_of_the_interval() {
-        let (_tx, mut stop) = never_stopped();
-        let wake = Notify::new();
+        let mut signals = Signals::new();
         for (unit, after) in [(0.0, 270), (0.99, 329)] {
             let start = Instant::now();
             let mut timetable =
                 Timetable::new(INTERVAL, VERIFY_EVERY, WEBHOOK_WINDOW, start, false);
             timetable.pass_started(start, unit);
-            assert_eq!(
-                timetable.wait(&wake, &mut stop).await,
-                Some(Trigger::Schedule)
-            );
+            assert_eq!(signals.wait(&mut timetable).await, Some(Trigger::Schedule));
             assert_eq!(Instant::now().duration_since(start).as_secs(), after);
         }
     }
 
     #[tokio::test(start_paused = true)]
     async fn verification_rounds_come_every_verify_every_between_passes() {
-        let (_tx, mut stop) = never_stopped();
-        let wake = Notify::new();
+        let mut signals = Signals::new();
         let start = Instant::now();
         let mut timetable = Timetable::new(INTERVAL, VERIFY_EVERY, WEBHOOK_WINDOW, start, true);
         timetable.pass_started(start, 0.5);
@@ -246,14 +259,13 @@ mod tests {
         tokio::time::advance(Duration::from_secs(5)).await;
         timetable.verified(Instant::now());
         for round in 1..=3u32 {
-            assert_eq!(
-                timetable.wait(&wake, &mut stop).await,
-                Some(Trigger::Verify)
-            );
-            assert_eq!(
-                Instant::now(),
-                start + Duration::from_secs(5) + VERIFY_EVERY * round
-            );
+            signals
+                .assert_woken(
+                    &mut timetable,
+                    Trigger::Verify,
+                    start + Duration::from_secs(5) + VERIFY_EVERY * round,
+                )
+                .await;
             timetable.verified(Instant::now());
         }
         // Without a cluster, no verification round ever comes: only the next pass.
@@ -267,23 +279,20 @@ mod tests {
         pins_only.pass_started(Instant::now(), 0.5);
         pins_only.verified(Instant::now());
         let at = Instant::now();
-        assert_eq!(
-            pins_only.wait(&wake, &mut stop).await,
-            Some(Trigger::Schedule)
-        );
-        assert_eq!(Instant::now(), at + INTERVAL);
+        signals
+            .assert_woken(&mut pins_only, Trigger::Schedule, at + INTERVAL)
+            .await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_stop_ends_the_wait_at_once() {
-        let (tx, mut stop) = never_stopped();
-        let wake = Notify::new();
+        let mut signals = Signals::new();
         let mut timetable =
             Timetable::new(INTERVAL, VERIFY_EVERY, WEBHOOK_WINDOW, Instant::now(), true);
         timetable.pass_started(Instant::now(), 0.5);
         let at = Instant::now();
-        tx.send(true).unwrap();
-        assert_eq!(timetable.wait(&wake, &mut stop).await, None);
+        signals.stop_tx.send(true).unwrap();
+        assert_eq!(signals.wait(&mut timetable).await, None);
         assert_eq!(Instant::now(), at);
     }
 
@@ -299,144 +308,118 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_burst_gets_a_pass_at_once_and_one_follow_up_at_the_window_end() {
-        let (_tx, mut stop) = never_stopped();
-        let wake = Notify::new();
+        let mut signals = Signals::new();
         let start = Instant::now();
         let mut timetable = after_first_pass(start, false);
         tokio::time::advance(Duration::from_secs(10)).await;
 
         // Leading edge: the first delivery of the burst starts a pass at once.
         let first = Instant::now();
-        wake.notify_one();
-        assert_eq!(
-            timetable.wait(&wake, &mut stop).await,
-            Some(Trigger::Webhook)
-        );
-        assert_eq!(Instant::now(), first);
+        signals.wake.notify_one();
+        signals
+            .assert_woken(&mut timetable, Trigger::Webhook, first)
+            .await;
         timetable.webhook_pass_started(first);
         // The pass takes 17 ms; four more deliveries come 5 ms apart, during it and after.
         for _ in 0..4 {
             tokio::time::advance(5 * MS).await;
-            wake.notify_one();
+            signals.wake.notify_one();
         }
 
         // One follow-up, at the window's end, not before.
         let early =
-            tokio::time::timeout(WEBHOOK_WINDOW - 21 * MS, timetable.wait(&wake, &mut stop)).await;
+            tokio::time::timeout(WEBHOOK_WINDOW - 21 * MS, signals.wait(&mut timetable)).await;
         assert!(early.is_err(), "a pass inside the window: {early:?}");
-        assert_eq!(
-            timetable.wait(&wake, &mut stop).await,
-            Some(Trigger::Webhook)
-        );
-        assert_eq!(Instant::now(), first + WEBHOOK_WINDOW);
+        signals
+            .assert_woken(&mut timetable, Trigger::Webhook, first + WEBHOOK_WINDOW)
+            .await;
         timetable.webhook_pass_started(Instant::now());
 
         // And no other: the next wake-up is the scheduled pass.
-        assert_eq!(
-            timetable.wait(&wake, &mut stop).await,
-            Some(Trigger::Schedule)
-        );
-        assert_eq!(Instant::now(), start + INTERVAL);
+        signals
+            .assert_woken(&mut timetable, Trigger::Schedule, start + INTERVAL)
+            .await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_delivery_from_the_window_end_on_starts_its_pass_at_once() {
-        let (_tx, mut stop) = never_stopped();
-        let wake = Notify::new();
+        let mut signals = Signals::new();
         let start = Instant::now();
         let mut timetable = after_first_pass(start, false);
         timetable.webhook_pass_started(start);
         // Just inside the window: held until its end.
         tokio::time::advance(WEBHOOK_WINDOW - MS).await;
-        wake.notify_one();
-        assert_eq!(
-            timetable.wait(&wake, &mut stop).await,
-            Some(Trigger::Webhook)
-        );
-        assert_eq!(Instant::now(), start + WEBHOOK_WINDOW);
+        signals.wake.notify_one();
+        signals
+            .assert_woken(&mut timetable, Trigger::Webhook, start + WEBHOOK_WINDOW)
+            .await;
         timetable.webhook_pass_started(Instant::now());
         // Right at the end of the window that pass opened: at once.
         tokio::time::advance(WEBHOOK_WINDOW).await;
         let at = Instant::now();
-        wake.notify_one();
-        assert_eq!(
-            timetable.wait(&wake, &mut stop).await,
-            Some(Trigger::Webhook)
-        );
-        assert_eq!(Instant::now(), at);
+        signals.wake.notify_one();
+        signals
+            .assert_woken(&mut timetable, Trigger::Webhook, at)
+            .await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn deliveries_during_a_pass_longer_than_the_window_are_served_as_soon_as_it_ends() {
-        let (_tx, mut stop) = never_stopped();
-        let wake = Notify::new();
+        let mut signals = Signals::new();
         let start = Instant::now();
         let mut timetable = after_first_pass(start, false);
-        wake.notify_one();
-        assert_eq!(
-            timetable.wait(&wake, &mut stop).await,
-            Some(Trigger::Webhook)
-        );
+        signals.wake.notify_one();
+        assert_eq!(signals.wait(&mut timetable).await, Some(Trigger::Webhook));
         timetable.webhook_pass_started(start);
-        wake.notify_one();
+        signals.wake.notify_one();
         // The pass takes 20 s; the window is long over when the loop waits again.
         tokio::time::advance(Duration::from_secs(20)).await;
         let ended = Instant::now();
-        assert_eq!(
-            timetable.wait(&wake, &mut stop).await,
-            Some(Trigger::Webhook)
-        );
-        assert_eq!(Instant::now(), ended);
+        signals
+            .assert_woken(&mut timetable, Trigger::Webhook, ended)
+            .await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_held_delivery_lets_a_verification_round_and_a_stop_through() {
-        let (tx, mut stop) = never_stopped();
-        let wake = Notify::new();
+        let mut signals = Signals::new();
         let start = Instant::now();
         let mut timetable = after_first_pass(start, true);
         // A webhook pass starts half a window before the first verification round is due.
         tokio::time::advance(VERIFY_EVERY - WEBHOOK_WINDOW / 2).await;
         let pass = Instant::now();
         timetable.webhook_pass_started(pass);
-        wake.notify_one();
+        signals.wake.notify_one();
         // The round due inside the window comes at its time; the held pass after it.
-        assert_eq!(
-            timetable.wait(&wake, &mut stop).await,
-            Some(Trigger::Verify)
-        );
-        assert_eq!(Instant::now(), pass + WEBHOOK_WINDOW / 2);
+        signals
+            .assert_woken(&mut timetable, Trigger::Verify, pass + WEBHOOK_WINDOW / 2)
+            .await;
         timetable.verified(Instant::now());
-        assert_eq!(
-            timetable.wait(&wake, &mut stop).await,
-            Some(Trigger::Webhook)
-        );
-        assert_eq!(Instant::now(), pass + WEBHOOK_WINDOW);
+        signals
+            .assert_woken(&mut timetable, Trigger::Webhook, pass + WEBHOOK_WINDOW)
+            .await;
         timetable.webhook_pass_started(Instant::now());
         // A delivery held again, then a stop: the wait ends at once.
-        wake.notify_one();
+        signals.wake.notify_one();
         let at = Instant::now();
-        let waiting = timetable.wait(&wake, &mut stop);
-        tx.send(true).unwrap();
+        let waiting = timetable.wait(&signals.wake, &mut signals.stop);
+        signals.stop_tx.send(true).unwrap();
         assert_eq!(waiting.await, None);
         assert_eq!(Instant::now(), at);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_zero_window_holds_no_delivery_back() {
-        let (_tx, mut stop) = never_stopped();
-        let wake = Notify::new();
+        let mut signals = Signals::new();
         let start = Instant::now();
         let mut timetable = Timetable::new(INTERVAL, VERIFY_EVERY, Duration::ZERO, start, false);
         timetable.pass_started(start, 0.5);
         for _ in 0..3 {
-            wake.notify_one();
+            signals.wake.notify_one();
             let at = Instant::now();
-            assert_eq!(
-                timetable.wait(&wake, &mut stop).await,
-                Some(Trigger::Webhook)
-            );
-            assert_eq!(Instant::now(), at);
+            signals
+                .assert_woken(&mut timetable, Trigger::Webhook, at)
+                .await;
             timetable.webhook_pass_started(at);
             tokio::time::advance(MS).await;
         }

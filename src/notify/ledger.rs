@@ -105,7 +105,7 @@ impl Ledger {
 
     fn save(&self, stored: &mut Stored, now: i64) {
         forget_old(&mut stored.notified, now);
-        if let Err(e) = write(&self.path, stored) {
+        if let Err(e) = crate::state_file::write(&self.path, stored) {
             tracing::warn!(path = %self.path.display(), "notifications sent not kept: {e}");
         }
     }
@@ -113,20 +113,11 @@ impl Ledger {
 
 fn forget_old(notified: &mut BTreeMap<String, i64>, now: i64) {
     notified.retain(|_, seen| now - *seen <= MAX_AGE_SECONDS);
-    if notified.len() > MAX_ENTRIES {
-        let mut times: Vec<i64> = notified.values().copied().collect();
-        times.sort_unstable();
-        let cut = times[notified.len() - MAX_ENTRIES];
-        notified.retain(|_, seen| *seen >= cut);
-    }
+    crate::state_file::keep_newest(notified, MAX_ENTRIES);
 }
 
 fn read(path: &Path) -> Stored {
     crate::state_file::read(path, "notifications sent", MAX_FILE_BYTES)
-}
-
-fn write(path: &Path, stored: &Stored) -> std::io::Result<()> {
-    crate::state_file::write(path, stored)
 }
 
 #[cfg(test)]

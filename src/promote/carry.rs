@@ -283,15 +283,25 @@ mod tests {
         )
     }
 
+    /// A scanned Deployment at `path` running `image`.
+    fn deployed(path: &str, image: &str) -> ScannedFile {
+        file(path, &deployment(image))
+    }
+
+    /// The carry plan for `target` from `source`, with nothing held.
+    fn carry(target: &[ScannedFile], source: &SourcePins) -> (Plan, Vec<Skip>) {
+        plan(target, source, &Holds::default())
+    }
+
     #[test]
     fn plain_manifests_get_the_source_tag_and_digest_byte_exactly() {
-        let source = [file(
+        let source = [deployed(
             "staging/web.yaml",
-            &deployment(&format!("ghcr.io/acme/web:1.4.2@{A}")),
+            &format!("ghcr.io/acme/web:1.4.2@{A}"),
         )];
         let target_text = deployment(&format!("ghcr.io/acme/web:1.4.1@{B}"));
         let target = [file("production/web.yaml", &target_text)];
-        let (plan, skips) = plan(&target, &SourcePins::from_files(&source), &Holds::default());
+        let (plan, skips) = carry(&target, &SourcePins::from_files(&source));
         assert!(skips.is_empty());
         assert_eq!(plan.files.len(), 1);
         let expected = target_text.replace(&format!("1.4.1@{B}"), &format!("1.4.2@{A}"));
@@ -313,17 +323,17 @@ mod tests {
             "images:\n- name: web\n  newName: registry.example.com/acme/web\n  newTag: \"1.9.0\"\n"
                 .to_string();
         let target = [file("overlays/production/kustomization.yaml", &target_text)];
-        let (plan, skips) = plan(&target, &SourcePins::from_files(&source), &Holds::default());
+        let (plan, skips) = carry(&target, &SourcePins::from_files(&source));
         assert!(skips.is_empty(), "{skips:?}");
         let updated = String::from_utf8(plan.files[0].updated.clone()).unwrap();
         assert!(updated.contains("newTag: \"2.0.0\""), "{updated}");
         assert!(updated.contains(&format!("digest: {A}")), "{updated}");
         // A plain manifest naming the same repository is carried as well.
-        let plain = [file(
+        let plain = [deployed(
             "production/web.yaml",
-            &deployment("registry.example.com/acme/web:1.9.0"),
+            "registry.example.com/acme/web:1.9.0",
         )];
-        let (plan, _) = super::plan(&plain, &SourcePins::from_files(&source), &Holds::default());
+        let (plan, _) = carry(&plain, &SourcePins::from_files(&source));
         assert_eq!(
             plan.changes[0].new_value,
             format!("registry.example.com/acme/web:2.0.0@{A}")
@@ -333,18 +343,15 @@ mod tests {
     #[test]
     fn repositories_the_source_does_not_pin_are_named_skips() {
         let source = [
-            file(
-                "staging/web.yaml",
-                &deployment(&format!("ghcr.io/acme/web:1.0@{A}")),
-            ),
-            file("staging/db.yaml", &deployment("ghcr.io/acme/db:15")),
+            deployed("staging/web.yaml", &format!("ghcr.io/acme/web:1.0@{A}")),
+            deployed("staging/db.yaml", "ghcr.io/acme/db:15"),
         ];
         let target = [
-            file("production/db.yaml", &deployment("ghcr.io/acme/db:14")),
-            file("production/cache.yaml", &deployment("redis:7")),
+            deployed("production/db.yaml", "ghcr.io/acme/db:14"),
+            deployed("production/cache.yaml", "redis:7"),
         ];
         let pins = SourcePins::from_files(&source);
-        let (plan, skips) = plan(&target, &pins, &Holds::default());
+        let (plan, skips) = carry(&target, &pins);
         assert!(plan.files.is_empty());
         assert_eq!(skips.len(), 2);
         assert_eq!(skips[0].why, SkipWhy::NotPinnedInSource);
@@ -357,28 +364,14 @@ mod tests {
     #[test]
     fn two_versions_in_the_source_are_told_apart_by_tag_or_skipped() {
         let source = [
-            file(
-                "staging/a.yaml",
-                &deployment(&format!("ghcr.io/acme/web:1.0@{A}")),
-            ),
-            file(
-                "staging/b.yaml",
-                &deployment(&format!("ghcr.io/acme/web:2.0@{B}")),
-            ),
+            deployed("staging/a.yaml", &format!("ghcr.io/acme/web:1.0@{A}")),
+            deployed("staging/b.yaml", &format!("ghcr.io/acme/web:2.0@{B}")),
         ];
         let pins = SourcePins::from_files(&source);
-        let (plan, skips) = plan(
-            &[file("p/a.yaml", &deployment("ghcr.io/acme/web:2.0"))],
-            &pins,
-            &Holds::default(),
-        );
+        let (plan, skips) = carry(&[deployed("p/a.yaml", "ghcr.io/acme/web:2.0")], &pins);
         assert!(skips.is_empty());
         assert_eq!(plan.changes[0].new_digest.to_string(), B);
-        let (plan, skips) = super::plan(
-            &[file("p/a.yaml", &deployment("ghcr.io/acme/web:3.0"))],
-            &pins,
-            &Holds::default(),
-        );
+        let (plan, skips) = carry(&[deployed("p/a.yaml", "ghcr.io/acme/web:3.0")], &pins);
         assert!(plan.files.is_empty());
         assert!(matches!(&skips[0].why, SkipWhy::Ambiguous(v) if v.len() == 2));
     }
@@ -388,27 +381,21 @@ mod tests {
         // Staging runs web pinned, and a worker from the same repository at another tag that
         // is not pinned yet: production's worker must not get web's digest.
         let source = [
-            file(
-                "staging/web.yaml",
-                &deployment(&format!("ghcr.io/acme/app:web-1.5@{A}")),
-            ),
-            file(
-                "staging/worker.yaml",
-                &deployment("ghcr.io/acme/app:worker-1.5"),
-            ),
+            deployed("staging/web.yaml", &format!("ghcr.io/acme/app:web-1.5@{A}")),
+            deployed("staging/worker.yaml", "ghcr.io/acme/app:worker-1.5"),
         ];
         let pins = SourcePins::from_files(&source);
         let target = [
-            file(
+            deployed(
                 "production/web.yaml",
-                &deployment(&format!("ghcr.io/acme/app:web-1.4@{B}")),
+                &format!("ghcr.io/acme/app:web-1.4@{B}"),
             ),
-            file(
+            deployed(
                 "production/worker.yaml",
-                &deployment(&format!("ghcr.io/acme/app:worker-1.4@{B}")),
+                &format!("ghcr.io/acme/app:worker-1.4@{B}"),
             ),
         ];
-        let (plan, skips) = plan(&target, &pins, &Holds::default());
+        let (plan, skips) = carry(&target, &pins);
         assert!(
             plan.changes
                 .iter()
@@ -424,19 +411,14 @@ mod tests {
             "{skips:?}"
         );
         // The same tag as the unpinned use: nothing converged there to carry.
-        let (plan, skips) = super::plan(
-            &[file("p/w.yaml", &deployment("ghcr.io/acme/app:worker-1.5"))],
+        let (plan, skips) = carry(
+            &[deployed("p/w.yaml", "ghcr.io/acme/app:worker-1.5")],
             &pins,
-            &Holds::default(),
         );
         assert!(plan.files.is_empty());
         assert_eq!(skips[0].why, SkipWhy::NotPinnedInSource);
         // A target reference with the pinned tag is still carried.
-        let (plan, skips) = super::plan(
-            &[file("p/w.yaml", &deployment("ghcr.io/acme/app:web-1.5"))],
-            &pins,
-            &Holds::default(),
-        );
+        let (plan, skips) = carry(&[deployed("p/w.yaml", "ghcr.io/acme/app:web-1.5")], &pins);
         assert!(skips.is_empty(), "{skips:?}");
         assert_eq!(plan.changes[0].new_digest.to_string(), A);
     }
@@ -445,12 +427,10 @@ mod tests {
     fn already_promoted_is_nothing_to_do_and_the_fingerprint_follows_the_digests() {
         let text = deployment(&format!("ghcr.io/acme/web:1.0@{A}"));
         let pins = SourcePins::from_files(&[file("s/web.yaml", &text)]);
-        let (plan, skips) = plan(&[file("p/web.yaml", &text)], &pins, &Holds::default());
+        let (plan, skips) = carry(&[file("p/web.yaml", &text)], &pins);
         assert!(plan.files.is_empty() && skips.is_empty());
-        let other = SourcePins::from_files(&[file(
-            "s/web.yaml",
-            &deployment(&format!("ghcr.io/acme/web:1.0@{B}")),
-        )]);
+        let other =
+            SourcePins::from_files(&[deployed("s/web.yaml", &format!("ghcr.io/acme/web:1.0@{B}"))]);
         assert_ne!(pins.fingerprint(), other.fingerprint());
         assert_eq!(
             pins.fingerprint(),
@@ -462,24 +442,12 @@ mod tests {
     fn a_digest_too_young_is_not_carried_until_old_enough_and_the_others_are() {
         const NOW: i64 = 1_796_000_000;
         let staging = SourcePins::from_files(&[
-            file(
-                "s/web.yaml",
-                &deployment(&format!("ghcr.io/acme/web:1.5@{A}")),
-            ),
-            file(
-                "s/api.yaml",
-                &deployment(&format!("ghcr.io/acme/api:2@{A}")),
-            ),
+            deployed("s/web.yaml", &format!("ghcr.io/acme/web:1.5@{A}")),
+            deployed("s/api.yaml", &format!("ghcr.io/acme/api:2@{A}")),
         ]);
         let production = [
-            file(
-                "p/web.yaml",
-                &deployment(&format!("ghcr.io/acme/web:1.4@{B}")),
-            ),
-            file(
-                "p/api.yaml",
-                &deployment(&format!("ghcr.io/acme/api:1@{B}")),
-            ),
+            deployed("p/web.yaml", &format!("ghcr.io/acme/web:1.4@{B}")),
+            deployed("p/api.yaml", &format!("ghcr.io/acme/api:1@{B}")),
         ];
         let rules = crate::age::MinimumAges::compile([(
             "ghcr.io/acme/web",
@@ -520,15 +488,12 @@ mod tests {
     #[test]
     fn a_held_digest_is_not_carried_until_the_source_pins_another() {
         let staging = |digest| {
-            SourcePins::from_files(&[file(
+            SourcePins::from_files(&[deployed(
                 "s/web.yaml",
-                &deployment(&format!("ghcr.io/acme/web:1.5@{digest}")),
+                &format!("ghcr.io/acme/web:1.5@{digest}"),
             )])
         };
-        let production = [file(
-            "p/web.yaml",
-            &deployment(&format!("ghcr.io/acme/web:1.4@{B}")),
-        )];
+        let production = [deployed("p/web.yaml", &format!("ghcr.io/acme/web:1.4@{B}"))];
         let mut holds = Holds::default();
         holds.hold(
             "ghcr.io/acme/web",

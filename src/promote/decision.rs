@@ -51,6 +51,7 @@ pub fn decide(
 
 #[cfg(test)]
 mod tests {
+    use super::Decision::{Commit, HoldOpenPr, Nothing, Propose};
     use super::*;
     use crate::plan::FilePlan;
     use crate::verify::judge::verdict::State;
@@ -98,94 +99,61 @@ mod tests {
         vec!["envs/production/cache.yaml:2:7: did not find expected node content".into()]
     }
 
-    #[test]
-    fn an_open_gate_with_digests_to_carry_commits_in_commit_mode() {
-        assert_eq!(
-            decide(&OPEN, &plan(true), &[], WriteMode::Commit, false),
-            Decision::Commit { dry_run: false }
-        );
-        assert_eq!(
-            decide(&OPEN, &plan(true), &[], WriteMode::Commit, true),
-            Decision::Commit { dry_run: true }
-        );
+    const COMMIT: WriteMode = WriteMode::Commit;
+    const PR: WriteMode = WriteMode::PullRequest;
+
+    /// One call of `decide` and the decision it must give: whether the carried plan changes a
+    /// file, whether a manifest could not be read, the target's mode and dry run.
+    type Row = (bool, bool, WriteMode, bool, Decision);
+
+    /// Nothing is written; an open promotion pull request is held.
+    fn hold(settled: bool, dry_run: bool) -> Decision {
+        HoldOpenPr { settled, dry_run }
     }
 
-    #[test]
-    fn an_open_gate_with_digests_to_carry_proposes_in_pull_request_mode() {
-        assert_eq!(
-            decide(&OPEN, &plan(true), &[], WriteMode::PullRequest, false),
-            Decision::Propose { dry_run: false }
-        );
-        assert_eq!(
-            decide(&OPEN, &plan(true), &[], WriteMode::PullRequest, true),
-            Decision::Propose { dry_run: true }
-        );
-    }
-
-    #[test]
-    fn a_closed_gate_writes_nothing_new_and_holds_an_open_pull_request() {
-        for gate in closed_gates() {
+    /// Asserts every row with `gate`; a failing row is named by its inputs.
+    fn assert_decides(gate: &Gate, rows: &[Row]) {
+        for &(changes, unread, mode, dry_run, expected) in rows {
+            let failures = if unread { unreadable() } else { Vec::new() };
             assert_eq!(
-                decide(&gate, &plan(true), &[], WriteMode::Commit, false),
-                Decision::Nothing { settled: false },
-                "{gate:?}"
-            );
-            assert_eq!(
-                decide(&gate, &plan(true), &[], WriteMode::PullRequest, false),
-                Decision::HoldOpenPr {
-                    settled: false,
-                    dry_run: false
-                },
-                "{gate:?}"
-            );
-            assert_eq!(
-                decide(&gate, &plan(false), &[], WriteMode::PullRequest, true),
-                Decision::HoldOpenPr {
-                    settled: false,
-                    dry_run: true
-                },
-                "{gate:?}"
+                decide(gate, &plan(changes), &failures, mode, dry_run),
+                expected,
+                "{gate:?}, changes: {changes}, unreadable: {unread}, {mode:?}, dry run: {dry_run}"
             );
         }
     }
 
     #[test]
-    fn a_failure_blocks_the_whole_promotion_even_with_the_gate_open() {
-        assert_eq!(
-            decide(&OPEN, &plan(true), &unreadable(), WriteMode::Commit, false),
-            Decision::Nothing { settled: false }
+    fn the_write_follows_from_the_gate_what_was_read_the_plan_and_the_mode() {
+        assert_decides(
+            &OPEN,
+            &[
+                // An open gate with digests to carry commits in commit mode...
+                (true, false, COMMIT, false, Commit { dry_run: false }),
+                (true, false, COMMIT, true, Commit { dry_run: true }),
+                // ... and proposes in pull-request mode.
+                (true, false, PR, false, Propose { dry_run: false }),
+                (true, false, PR, true, Propose { dry_run: true }),
+                // A failure blocks the whole promotion even with the gate open.
+                (true, true, COMMIT, false, Nothing { settled: false }),
+                (true, true, PR, false, hold(false, false)),
+                // A target already on the source's digests is settled only when everything
+                // was read.
+                (false, false, COMMIT, false, Nothing { settled: true }),
+                (false, false, PR, false, hold(true, false)),
+                (false, true, COMMIT, false, Nothing { settled: false }),
+            ],
         );
-        assert_eq!(
-            decide(
-                &OPEN,
-                &plan(true),
-                &unreadable(),
-                WriteMode::PullRequest,
-                false
-            ),
-            Decision::HoldOpenPr {
-                settled: false,
-                dry_run: false
-            }
-        );
-    }
-
-    #[test]
-    fn a_target_already_on_the_source_digests_is_settled_only_when_everything_was_read() {
-        assert_eq!(
-            decide(&OPEN, &plan(false), &[], WriteMode::Commit, false),
-            Decision::Nothing { settled: true }
-        );
-        assert_eq!(
-            decide(&OPEN, &plan(false), &[], WriteMode::PullRequest, false),
-            Decision::HoldOpenPr {
-                settled: true,
-                dry_run: false
-            }
-        );
-        assert_eq!(
-            decide(&OPEN, &plan(false), &unreadable(), WriteMode::Commit, false),
-            Decision::Nothing { settled: false }
-        );
+        // A closed gate writes nothing new and holds an open pull request.
+        for gate in closed_gates() {
+            assert_decides(
+                &gate,
+                &[
+                    (true, false, COMMIT, false, Nothing { settled: false }),
+                    (true, false, PR, false, hold(false, false)),
+                    (false, false, PR, true, hold(false, true)),
+                ],
+            );
+        }
     }
 }

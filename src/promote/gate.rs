@@ -507,6 +507,24 @@ mod tests {
         }
     }
 
+    /// The status of a converged stage of three images whose digests are `fingerprint`,
+    /// soaking since `since`.
+    fn converged_status(since: i64, fingerprint: &str) -> (StatusState, String) {
+        stage_status(
+            State::Converged,
+            "ok",
+            Some(&started(since)),
+            3,
+            fingerprint,
+        )
+    }
+
+    /// When the run of converged statuses in `history` on digests `abc` began, as tagpin
+    /// reads it.
+    fn start_of(history: &[Status]) -> Option<i64> {
+        converged_since(history, "abc", ME).map(|s| s.since)
+    }
+
     fn at(since: i64) -> Option<Soak> {
         Some(started(since))
     }
@@ -538,13 +556,7 @@ mod tests {
     #[test]
     fn only_statuses_tagpin_created_carry_the_clock() {
         // A CI job with status rights posts tagpin's context, claiming a start long ago.
-        let (_, forged) = stage_status(
-            State::Converged,
-            "ok",
-            Some(&started(NOW - 86_400)),
-            3,
-            "abc",
-        );
+        let (_, forged) = converged_status(NOW - 86_400, "abc");
         let history = [by(
             "ci-bot",
             NOW - 10,
@@ -552,66 +564,41 @@ mod tests {
         )];
         assert_eq!(converged_since(&history, "abc", ME), None);
         // Posted after tagpin's own: ignored, tagpin's clock stands.
-        let (_, own) = stage_status(State::Converged, "ok", Some(&started(NOW - 60)), 3, "abc");
+        let (_, own) = converged_status(NOW - 60, "abc");
         let history = [
             by("ci-bot", NOW - 10, status(StatusState::Success, &forged)),
             by(ME, NOW - 60, status(StatusState::Success, &own)),
         ];
-        assert_eq!(
-            converged_since(&history, "abc", ME).map(|s| s.since),
-            Some(NOW - 60)
-        );
+        assert_eq!(start_of(&history), Some(NOW - 60));
         // Nor can another creator's failure break tagpin's run.
         let history = [
             by("ci-bot", NOW - 10, status(StatusState::Failure, "broken")),
             by(ME, NOW - 60, status(StatusState::Success, &own)),
         ];
-        assert_eq!(
-            converged_since(&history, "abc", ME).map(|s| s.since),
-            Some(NOW - 60)
-        );
+        assert_eq!(start_of(&history), Some(NOW - 60));
     }
 
     #[test]
     fn the_start_is_when_github_says_the_first_own_status_was_set() {
         // Even tagpin's own text is not believed beyond the status's created_at.
-        let (_, ahead) = stage_status(State::Converged, "ok", Some(&started(NOW - 600)), 3, "abc");
-        let (_, later) = stage_status(State::Converged, "ok", Some(&started(NOW)), 3, "abc");
-        assert_eq!(
-            converged_since(
-                &[by(ME, NOW - 100, status(StatusState::Success, &later))],
-                "abc",
-                ME
-            )
-            .map(|s| s.since),
-            Some(NOW - 100)
-        );
+        let (_, ahead) = converged_status(NOW - 600, "abc");
+        let (_, later) = converged_status(NOW, "abc");
+        let history = [by(ME, NOW - 100, status(StatusState::Success, &later))];
+        assert_eq!(start_of(&history), Some(NOW - 100));
         // Re-posted with the same content: the first one's start is kept.
         let history = [
             by(ME, NOW - 10, status(StatusState::Success, &later)),
             by(ME, NOW - 300, status(StatusState::Success, &later)),
         ];
-        assert_eq!(
-            converged_since(&history, "abc", ME).map(|s| s.since),
-            Some(NOW - 300)
-        );
+        assert_eq!(start_of(&history), Some(NOW - 300));
         // The start carried from an earlier commit, earlier than this status: kept.
         let history = [by(ME, NOW - 10, status(StatusState::Success, &ahead))];
-        assert_eq!(
-            converged_since(&history, "abc", ME).map(|s| s.since),
-            Some(NOW - 600)
-        );
+        assert_eq!(start_of(&history), Some(NOW - 600));
     }
 
     #[test]
     fn the_clock_round_trips_through_the_status_description() {
-        let (state, description) = stage_status(
-            State::Converged,
-            "ok",
-            Some(&started(NOW - 600)),
-            3,
-            "abc123def456",
-        );
+        let (state, description) = converged_status(NOW - 600, "abc123def456");
         assert_eq!(state, StatusState::Success);
         assert!(
             description.starts_with("converged since 2026-"),
@@ -629,7 +616,7 @@ mod tests {
 
     #[test]
     fn new_digests_or_a_break_restart_the_clock() {
-        let (_, d) = stage_status(State::Converged, "ok", Some(&started(NOW - 600)), 3, "aaaa");
+        let (_, d) = converged_status(NOW - 600, "aaaa");
         assert_eq!(
             converged_since(&[status(StatusState::Success, &d)], "bbbb", ME),
             None

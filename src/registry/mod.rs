@@ -373,12 +373,7 @@ impl Client {
         if answer.status == StatusCode::NOT_FOUND {
             return Ok(None);
         }
-        if !answer.status.is_success() {
-            return Err(status_error(&target, &answer));
-        }
-        if answer.truncated {
-            return Err(bad(&target, too_large()));
-        }
+        check_complete(&target, &answer)?;
         let computed = sha256_digest(&answer.body);
         if let Some(claimed) = header_str(&answer.headers, "docker-content-digest") {
             let claimed = Digest::parse(&claimed).map_err(|e| bad(&target, e.to_string()))?;
@@ -409,12 +404,7 @@ impl Client {
             let tag = format!("{}-{}", digest.algorithm(), digest.hex());
             return self.tagged_manifest_bytes(reference, &tag).await;
         }
-        if !answer.status.is_success() {
-            return Err(status_error(&target, &answer));
-        }
-        if answer.truncated {
-            return Err(bad(&target, too_large()));
-        }
+        check_complete(&target, &answer)?;
         Ok(Some(answer.body))
     }
 
@@ -460,17 +450,7 @@ impl Client {
         let path = format!("/v2/{}/manifests/{digest}", target.repository);
         counter.fetch_add(1, Ordering::Relaxed);
         let answer = self.fetch_manifest(&target, Method::GET, &path).await?;
-        if !answer.status.is_success() {
-            return Err(status_error(&target, &answer));
-        }
-        if answer.truncated {
-            return Err(bad(&target, too_large()));
-        }
-        let computed = sha256_digest(&answer.body);
-        if computed != *digest {
-            return Err(mismatch(&target, digest, &computed));
-        }
-        Ok(answer.body)
+        verified_body(&target, digest, answer)
     }
 
     /// The blob `digest` of the reference's repository (a signature payload), with the same
@@ -495,17 +475,7 @@ impl Client {
         let path = format!("/v2/{}/blobs/{digest}", target.repository);
         counter.fetch_add(1, Ordering::Relaxed);
         let answer = self.fetch(&target, Method::GET, &path, "*/*", true).await?;
-        if !answer.status.is_success() {
-            return Err(status_error(&target, &answer));
-        }
-        if answer.truncated {
-            return Err(bad(&target, too_large()));
-        }
-        let computed = sha256_digest(&answer.body);
-        if computed != *digest {
-            return Err(mismatch(&target, digest, &computed));
-        }
-        Ok(answer.body)
+        verified_body(&target, digest, answer)
     }
 
     /// All tags of the reference's repository, following `Link` pagination (`n`, `last`).
@@ -527,12 +497,7 @@ impl Client {
             let answer = self
                 .fetch(&target, Method::GET, &path, "application/json", false)
                 .await?;
-            if !answer.status.is_success() {
-                return Err(status_error(&target, &answer));
-            }
-            if answer.truncated {
-                return Err(bad(&target, too_large()));
-            }
+            check_complete(&target, &answer)?;
             let page: TagPage = serde_json::from_slice(&answer.body).map_err(|e| {
                 let problem = crate::bounded::json_problem(&e);
                 bad(&target, format!("tag list: {problem}"))
@@ -583,12 +548,7 @@ impl Client {
         expected: Option<&Digest>,
     ) -> Result<(Digest, ParsedManifest), RegistryError> {
         let answer = self.fetch_manifest(target, Method::GET, path).await?;
-        if !answer.status.is_success() {
-            return Err(status_error(target, &answer));
-        }
-        if answer.truncated {
-            return Err(bad(target, too_large()));
-        }
+        check_complete(target, &answer)?;
         let computed = sha256_digest(&answer.body);
         let claimed = header_str(&answer.headers, "docker-content-digest")
             .map(|c| Digest::parse(&c).map_err(|e| bad(target, e.to_string())))
@@ -1185,6 +1145,33 @@ fn unreachable(target: &Target<'_>, e: &reqwest::Error) -> RegistryError {
         host: target.host.to_string(),
         detail,
     }
+}
+
+/// Whether `answer` is a success read whole: the registry's error otherwise, or a refusal of
+/// an answer larger than the cap.
+fn check_complete(target: &Target<'_>, answer: &Answer) -> Result<(), RegistryError> {
+    if !answer.status.is_success() {
+        return Err(status_error(target, answer));
+    }
+    if answer.truncated {
+        return Err(bad(target, too_large()));
+    }
+    Ok(())
+}
+
+/// The body of a complete answer for content `digest`, which it must hash to: nothing of it
+/// is used otherwise.
+fn verified_body(
+    target: &Target<'_>,
+    digest: &Digest,
+    answer: Answer,
+) -> Result<Vec<u8>, RegistryError> {
+    check_complete(target, &answer)?;
+    let computed = sha256_digest(&answer.body);
+    if computed != *digest {
+        return Err(mismatch(target, digest, &computed));
+    }
+    Ok(answer.body)
 }
 
 fn bad(target: &Target<'_>, detail: String) -> RegistryError {

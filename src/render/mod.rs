@@ -629,6 +629,15 @@ mod tests {
         render(Path::new(root), &repo(files))
     }
 
+    /// [`render_str`] over files whose paths and text are made at run time.
+    fn render_owned(root: &str, files: &[(String, String)]) -> Render {
+        let borrowed: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        render_str(root, &borrowed)
+    }
+
     #[test]
     fn an_overlay_renames_moves_and_pins_the_base_workload() {
         let overlay = format!(
@@ -784,11 +793,7 @@ mod tests {
             })
             .collect();
         files.push(("k30/kustomization.yaml".into(), "resources: []\n".into()));
-        let borrowed: Vec<(&str, &str)> = files
-            .iter()
-            .map(|(p, t)| (p.as_str(), t.as_str()))
-            .collect();
-        let render = render_str("k0/kustomization.yaml", &borrowed);
+        let render = render_owned("k0/kustomization.yaml", &files);
         assert_eq!(gaps(&render), [Gap::TooLarge]);
     }
 
@@ -808,11 +813,7 @@ mod tests {
                 files.push((format!("l{level}/{w}/kustomization.yaml"), text));
             }
         }
-        let borrowed: Vec<(&str, &str)> = files
-            .iter()
-            .map(|(p, t)| (p.as_str(), t.as_str()))
-            .collect();
-        let render = render_str("l0/kustomization.yaml", &borrowed);
+        let render = render_owned("l0/kustomization.yaml", &files);
         assert_eq!(gaps(&render), [Gap::TooLarge]);
         assert!(render.unverifiable[0].detail.starts_with("more than 1000"));
     }

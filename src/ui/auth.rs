@@ -126,11 +126,7 @@ impl Reviewer {
             },
             ..TokenReview::default()
         };
-        let api: Api<TokenReview> = Api::all(self.client.clone());
-        let answer = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| Refused::Review(e.to_string()))?;
+        let answer = self.review(&review).await?;
         let status = answer.status.unwrap_or_default();
         let viewer = match (status.authenticated, status.user) {
             (Some(true), Some(user)) => Some(Viewer {
@@ -141,6 +137,23 @@ impl Reviewer {
         };
         keep(&self.tokens, key, viewer.clone());
         Ok(viewer)
+    }
+
+    /// Asks the API server for a review (a TokenReview, a SubjectAccessReview): its answer is
+    /// the object it returns, with its status filled in.
+    async fn review<K>(&self, review: &K) -> Result<K, Refused>
+    where
+        K: kube::Resource<Scope = kube::core::ClusterResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::Serialize
+            + serde::de::DeserializeOwned,
+        K::DynamicType: Default,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), review)
+            .await
+            .map_err(|e| Refused::Review(e.to_string()))
     }
 
     /// Whether `viewer` may `get pinnedrepositories` in `namespace` (a SubjectAccessReview).
@@ -164,11 +177,7 @@ impl Reviewer {
             },
             ..SubjectAccessReview::default()
         };
-        let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
-        let answer = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| Refused::Review(e.to_string()))?;
+        let answer = self.review(&review).await?;
         let allowed = answer.status.is_some_and(|s| s.allowed);
         keep(&self.access, key, allowed);
         Ok(allowed)

@@ -160,22 +160,13 @@ impl RepoView {
             None => vec![config.repository.branch.clone()],
         };
         RepoView {
-            key: key.to_string(),
-            namespace: None,
             branch: config.repository.branch.clone(),
             mode: match config.mode {
                 WriteMode::Commit => "commit",
                 WriteMode::PullRequest => "pull-request",
             },
-            tip: None,
-            images_pinned: None,
-            change_requests: Vec::new(),
-            holds: Vec::new(),
-            audit: None,
-            last_pass: None,
-            ready: None,
             stages: stages.into_iter().map(StageView::named).collect(),
-            updated: now,
+            ..RepoView::unconfigured(key, now)
         }
     }
 

@@ -242,30 +242,28 @@ function gate(g) {
   return box;
 }
 
-function changeRequests(list) {
-  const section = el("section", { "aria-label": "Change requests in flight" }, el("h2", {}, "Change requests in flight"));
-  if (list.length === 0) {
-    section.append(el("p", { class: "muted" }, "None open."));
-    return section;
-  }
-  section.append(el("ul", {}, ...list.map((cr) => el("li", {},
-    safeLink(cr.url, `#${cr.number} ${cr.title}`), " ",
-    cr.stage ? `(promotion into ${cr.stage}) ` : "",
-    badge("v", cr.verdict || "not verified"),
-    cr.summary ? el("div", { class: "summary" }, cr.summary) : null))));
+/** A section titled `title` listing `items`, each an `li` of what `row` makes of it, or
+ * saying `none` when there are none. */
+function listSection(title, none, items, row) {
+  const section = el("section", { "aria-label": title }, el("h2", {}, title));
+  section.append(items.length === 0
+    ? el("p", { class: "muted" }, none)
+    : el("ul", {}, ...items.map((item) => el("li", {}, ...row(item)))));
   return section;
 }
 
+function changeRequests(list) {
+  return listSection("Change requests in flight", "None open.", list, (cr) => [
+    safeLink(cr.url, `#${cr.number} ${cr.title}`), " ",
+    cr.stage ? `(promotion into ${cr.stage}) ` : "",
+    badge("v", cr.verdict || "not verified"),
+    cr.summary ? el("div", { class: "summary" }, cr.summary) : null]);
+}
+
 function holds(list) {
-  const section = el("section", { "aria-label": "Holds" }, el("h2", {}, "Holds"));
-  if (list.length === 0) {
-    section.append(el("p", { class: "muted" }, "Nothing held."));
-    return section;
-  }
-  section.append(el("ul", {}, ...list.map((h) => el("li", {},
+  return listSection("Holds", "Nothing held.", list, (h) => [
     `${h.stage}: ${h.image} in ${h.file}:${h.line} held from `, el("code", { title: h.would_be }, shortDigest(h.would_be)),
-    el("div", { class: "summary" }, h.reason, h.commit ? ` (commit ${shortSha(h.commit)})` : "")))));
-  return section;
+    el("div", { class: "summary" }, h.reason, h.commit ? ` (commit ${shortSha(h.commit)})` : "")]);
 }
 
 // Only http(s) addresses become links: anything else is shown as text.

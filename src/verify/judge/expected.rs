@@ -642,6 +642,22 @@ mod tests {
         }
     }
 
+    /// What one manifest file, scanned as the pipeline scans it, promises.
+    fn promised_by(file: &str, text: &str, mapping: &NameMapping) -> Promised {
+        let path = Path::new(file);
+        let outcome = crate::manifest::scan(path, text.as_bytes()).unwrap();
+        from_fields(outcome.fields.iter().map(|f| (path, f)), mapping)
+    }
+
+    /// The expected workloads, as `namespace/Kind/name`.
+    fn workloads(promised: &Promised) -> Vec<String> {
+        promised
+            .expected
+            .iter()
+            .map(|e| e.workload.to_string())
+            .collect()
+    }
+
     #[test]
     fn plan_pins_become_expectations_with_namespace_and_prefix() {
         let block = PlanBlock {
@@ -655,11 +671,7 @@ mod tests {
         };
         let promised = from_plan(&block, &mapping());
         assert_eq!(
-            promised
-                .expected
-                .iter()
-                .map(|e| e.workload.to_string())
-                .collect::<Vec<_>>(),
+            workloads(&promised),
             vec!["default/Deployment/prod-api", "shop/Deployment/prod-web"]
         );
         assert_eq!(
@@ -770,9 +782,7 @@ mod tests {
         let release = format!(
             "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {{name: web}}\nspec:\n  values:\n    image:\n      repository: ghcr.io/acme/web\n      tag: '1.4'\n      digest: {D}\n    sidecar:\n      image: {{repository: busybox, tag: '1'}}\n"
         );
-        let path = Path::new("apps/release.yaml");
-        let outcome = crate::manifest::scan(path, release.as_bytes()).unwrap();
-        let promised = from_fields(outcome.fields.iter().map(|f| (path, f)), &mapping());
+        let promised = promised_by("apps/release.yaml", &release, &mapping());
         assert!(promised.expected.is_empty() && promised.not_verified.is_empty());
         assert_eq!(
             promised.helm,
@@ -797,12 +807,7 @@ mod tests {
         let text = format!(
             "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: shop}}\nspec:\n  template:\n    spec:\n      containers:\n      - {{name: app, image: 'nginx:1.27@{D}'}}\n      - {{name: side, image: 'busybox:1'}}\n"
         );
-        let outcome =
-            crate::manifest::scan(std::path::Path::new("w.yaml"), text.as_bytes()).unwrap();
-        let promised = from_fields(
-            outcome.fields.iter().map(|f| (Path::new("w.yaml"), f)),
-            &NameMapping::default(),
-        );
+        let promised = promised_by("w.yaml", &text, &NameMapping::default());
         assert_eq!(promised.expected.len(), 1);
         assert_eq!(
             promised.expected[0].workload.to_string(),
@@ -817,21 +822,9 @@ mod tests {
         let text = format!(
             "apiVersion: v1\nkind: ReplicationController\nmetadata: {{name: legacy}}\nspec:\n  template:\n    spec:\n      containers:\n      - {{name: app, image: 'busybox:1@{D}'}}\n---\napiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: nightly}}\nspec:\n  jobTemplate:\n    spec:\n      template:\n        spec:\n          containers:\n          - {{name: job, image: 'busybox:1@{D}'}}\n"
         );
-        let outcome =
-            crate::manifest::scan(std::path::Path::new("w.yaml"), text.as_bytes()).unwrap();
-        let promised = from_fields(
-            outcome.fields.iter().map(|f| (Path::new("w.yaml"), f)),
-            &mapping(),
-        );
+        let promised = promised_by("w.yaml", &text, &mapping());
         // A CronJob is verified (through the Jobs it runs); a ReplicationController is not.
-        assert_eq!(
-            promised
-                .expected
-                .iter()
-                .map(|e| e.workload.to_string())
-                .collect::<Vec<_>>(),
-            ["default/CronJob/prod-nightly"]
-        );
+        assert_eq!(workloads(&promised), ["default/CronJob/prod-nightly"]);
         assert_eq!(
             promised.not_verified[0].reason,
             NotVerifiedReason::KindNotVerifiable

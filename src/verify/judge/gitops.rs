@@ -1021,13 +1021,6 @@ pub(super) fn unapplied(
     };
     Verdict {
         workload: workload.clone(),
-        container: e.container.clone(),
-        pinned_digest: e.digest.clone(),
-        pods_on_pinned: 0,
-        pods_total: 0,
-        stale_pods: Vec::new(),
-        finished_pods: Vec::new(),
-        restarts: 0,
         conditions: vec![
             condition(ConditionType::Synced, ConditionStatus::False),
             condition(ConditionType::RolledOut, ConditionStatus::Unknown),
@@ -1035,6 +1028,7 @@ pub(super) fn unapplied(
         ],
         state,
         reason,
+        ..Verdict::unjudged(e)
     }
 }
 

@@ -1131,6 +1131,16 @@ mod tests {
         }
     }
 
+    /// [`decide_with`] for the one pin of a converged release, synced to its commit.
+    fn decide_released(workloads: Vec<ReleaseWorkload>) -> gitops::Decision {
+        decide_with(
+            &[pin(hr_ref())],
+            converged_release(),
+            Sync::Synced(PIN.into()),
+            workloads,
+        )
+    }
+
     /// What `decide` makes of `pins`, with the HelmRelease `hr` applied by a Kustomization
     /// whose sync is `sync`, and the workloads of namespace shop.
     fn decide_with(
@@ -1396,15 +1406,10 @@ mod tests {
 
     #[test]
     fn the_one_matching_container_of_a_released_helm_release_is_read() {
-        let d = decide_with(
-            &[pin(hr_ref())],
-            converged_release(),
-            Sync::Synced(PIN.into()),
-            vec![
-                workload("web", "web", &[("app", "ghcr.io/acme/web:1.3")]),
-                workload("other", "other", &[("app", "ghcr.io/acme/web:1.3")]),
-            ],
-        );
+        let d = decide_released(vec![
+            workload("web", "web", &[("app", "ghcr.io/acme/web:1.3")]),
+            workload("other", "other", &[("app", "ghcr.io/acme/web:1.3")]),
+        ]);
         assert_eq!(
             d.read,
             vec![Expected {
@@ -1458,12 +1463,11 @@ mod tests {
 
     #[test]
     fn a_pin_no_container_or_several_match_is_not_verified_with_the_reason() {
-        let none = decide_with(
-            &[pin(hr_ref())],
-            converged_release(),
-            Sync::Synced(PIN.into()),
-            vec![workload("web", "web", &[("app", "ghcr.io/acme/api:2")])],
-        );
+        let none = decide_released(vec![workload(
+            "web",
+            "web",
+            &[("app", "ghcr.io/acme/api:2")],
+        )]);
         assert!(none.read.is_empty() && none.verdicts.is_empty());
         assert_eq!(
             none.findings.not_verified,
@@ -1476,15 +1480,10 @@ mod tests {
                 ),
             }]
         );
-        let two = decide_with(
-            &[pin(hr_ref())],
-            converged_release(),
-            Sync::Synced(PIN.into()),
-            vec![
-                workload("web", "web", &[("app", "ghcr.io/acme/web:1.3")]),
-                workload("worker", "web", &[("app", "ghcr.io/acme/web:1.3")]),
-            ],
-        );
+        let two = decide_released(vec![
+            workload("web", "web", &[("app", "ghcr.io/acme/web:1.3")]),
+            workload("worker", "web", &[("app", "ghcr.io/acme/web:1.3")]),
+        ]);
         assert!(two.read.is_empty());
         assert_eq!(
             two.findings.not_verified[0].reason,

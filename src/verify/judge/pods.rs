@@ -287,7 +287,14 @@ fn is_hex(s: &str, len: usize) -> bool {
 mod tests {
     use super::*;
     use crate::verify::judge::samples::*;
-    use crate::verify::judge::verdict::{judge, ConditionStatus, ConditionType, State};
+    use crate::verify::judge::verdict::{judge, ConditionStatus, ConditionType, State, Verdict};
+
+    /// The verdict on a Deployment of `replicas` whose rollout is complete (all updated and
+    /// available), running `pods`.
+    fn rolled_out(replicas: i32, pods: Vec<LivePod>) -> Verdict {
+        let done = deployment(replicas, replicas, replicas, replicas);
+        judge_default(found(workload(done), pods))
+    }
 
     #[test]
     fn a_moved_tag_with_two_of_three_pods_on_the_old_digest_is_progressing_naming_them() {
@@ -339,11 +346,7 @@ mod tests {
     fn a_failing_pod_from_the_old_template_is_only_stale() {
         let mut old_pod = waiting_pod("web-old", "ImagePullBackOff", "gone");
         old_pod.containers[0].image = format!("ghcr.io/acme/web:latest@{}", old());
-        let live = found(
-            workload(deployment(2, 2, 2, 2)),
-            vec![pod("web-new", &on(&pinned())), old_pod],
-        );
-        let v = judge_default(live);
+        let v = rolled_out(2, vec![pod("web-new", &on(&pinned())), old_pod]);
         assert_eq!(v.state, State::Progressing);
         assert_eq!(v.reason, "1 of 2 pods not started yet: web-old");
     }
@@ -352,7 +355,7 @@ mod tests {
     fn a_crash_loop_on_a_pod_running_an_old_digest_is_only_stale() {
         let mut p = pod("web-old", &on(&old()));
         p.containers[0].waiting_reason = Some("CrashLoopBackOff".to_owned());
-        let v = judge_default(found(workload(deployment(1, 1, 1, 1)), vec![p]));
+        let v = rolled_out(1, vec![p]);
         assert_eq!(v.state, State::Progressing);
         assert_eq!(v.stale_pods, vec!["web-old"]);
     }
@@ -437,11 +440,7 @@ mod tests {
     fn pods_being_deleted_are_not_counted() {
         let mut leaving = pod("web-old", &on(&old()));
         leaving.deleting = true;
-        let live = found(
-            workload(deployment(1, 1, 1, 1)),
-            vec![pod("web-new", &on(&pinned())), leaving],
-        );
-        let v = judge_default(live);
+        let v = rolled_out(1, vec![pod("web-new", &on(&pinned())), leaving]);
         assert_eq!(v.state, State::Converged);
         assert_eq!((v.pods_on_pinned, v.pods_total), (1, 1));
     }
@@ -456,8 +455,8 @@ mod tests {
         completed.phase = "Succeeded".to_owned();
         let mut leaving = pod("web-old-3", &on(&old()));
         leaving.deleting = true;
-        let live = found(
-            workload(deployment(2, 2, 2, 2)),
+        let v = rolled_out(
+            2,
             vec![
                 pod("web-new-1", &on(&pinned())),
                 pod("web-new-2", &on(&pinned())),
@@ -466,7 +465,6 @@ mod tests {
                 leaving,
             ],
         );
-        let v = judge_default(live);
         assert_eq!(v.state, State::Converged, "{v:#?}");
         assert_eq!((v.pods_on_pinned, v.pods_total), (2, 2));
         assert!(v.stale_pods.is_empty());
@@ -504,11 +502,7 @@ mod tests {
     fn a_pod_without_an_image_id_is_not_on_the_pinned_digest() {
         let mut starting = pod("web-1", "");
         starting.phase = "Pending".to_owned();
-        let live = found(
-            workload(deployment(2, 2, 2, 2)),
-            vec![pod("web-0", &on(&pinned())), starting],
-        );
-        let v = judge_default(live);
+        let v = rolled_out(2, vec![pod("web-0", &on(&pinned())), starting]);
         assert_eq!(v.state, State::Progressing);
         assert_eq!(v.reason, "1 of 2 pods not started yet: web-1");
     }
@@ -517,14 +511,14 @@ mod tests {
     fn a_pod_without_a_status_for_the_container_is_not_started() {
         let mut p = pod("web-0", &on(&pinned()));
         p.containers[0].name = "sidecar".to_owned();
-        let v = judge_default(found(workload(deployment(1, 1, 1, 1)), vec![p]));
+        let v = rolled_out(1, vec![p]);
         assert_eq!(v.stale_pods, vec!["web-0"]);
         assert_eq!(v.state, State::Progressing);
     }
 
     #[test]
     fn no_pods_while_replicas_are_expected_is_progressing() {
-        let v = judge_default(found(workload(deployment(1, 1, 1, 1)), Vec::new()));
+        let v = rolled_out(1, Vec::new());
         assert_eq!(v.state, State::Progressing);
         assert_eq!(v.reason, "no pods to check yet");
         assert_eq!(
@@ -535,7 +529,7 @@ mod tests {
 
     #[test]
     fn a_workload_scaled_to_zero_is_converged() {
-        let v = judge_default(found(workload(deployment(0, 0, 0, 0)), Vec::new()));
+        let v = rolled_out(0, Vec::new());
         assert_eq!(v.state, State::Converged, "{v:#?}");
     }
 

@@ -70,6 +70,24 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// The verdict on `expected` before anything is judged: no pods counted, no conditions,
+    /// and `Failed` with no reason until a judge says what it found.
+    pub(crate) fn unjudged(expected: &Expected) -> Verdict {
+        Verdict {
+            workload: expected.workload.clone(),
+            container: expected.container.clone(),
+            pinned_digest: expected.digest.clone(),
+            pods_on_pinned: 0,
+            pods_total: 0,
+            stale_pods: Vec::new(),
+            finished_pods: Vec::new(),
+            restarts: 0,
+            conditions: Vec::new(),
+            state: State::Failed,
+            reason: String::new(),
+        }
+    }
+
     /// The condition of the given type, so callers need not rely on the order.
     pub fn condition(&self, type_: ConditionType) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)
@@ -82,19 +100,7 @@ fn is_zero(n: &u64) -> bool {
 
 /// Judges one pinned container against what the cluster holds.
 pub fn judge(expected: &Expected, family: &DigestFamily, live: &Live) -> Verdict {
-    let mut verdict = Verdict {
-        workload: expected.workload.clone(),
-        container: expected.container.clone(),
-        pinned_digest: expected.digest.clone(),
-        pods_on_pinned: 0,
-        pods_total: 0,
-        stale_pods: Vec::new(),
-        finished_pods: Vec::new(),
-        restarts: 0,
-        conditions: Vec::new(),
-        state: State::Failed,
-        reason: String::new(),
-    };
+    let mut verdict = Verdict::unjudged(expected);
     match live {
         Live::Missing => {
             let message = "the workload does not exist in the cluster";
@@ -328,17 +334,9 @@ mod tests {
 
     fn verdict_in(state: State, reason: &str) -> Verdict {
         Verdict {
-            workload: "shop/Deployment/web".parse().unwrap(),
-            container: "web".to_owned(),
-            pinned_digest: pinned().parse().unwrap(),
-            pods_on_pinned: 0,
-            pods_total: 0,
-            stale_pods: Vec::new(),
-            finished_pods: Vec::new(),
-            restarts: 0,
-            conditions: Vec::new(),
             state,
             reason: reason.to_owned(),
+            ..Verdict::unjudged(&expected())
         }
     }
 
