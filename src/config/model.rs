@@ -409,6 +409,20 @@ pub struct SignatureRule {
     /// A Sigstore `trusted_root.json` (path as written and contents); `None` means the
     /// public-good instance's, shipped with the `sigstore-trust-root` crate.
     pub trusted_root: Option<SignatureFile>,
+    /// Notation (Notary Project) signers: a trust store and identities. Only
+    /// `images.signatures` entries have it; `None` elsewhere.
+    pub notation: Option<NotationRule>,
+}
+
+/// The `notation` of an `images.signatures` entry: the certificates a Notation signature's
+/// chain must lead to, and the signing certificate subjects accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotationRule {
+    /// PEM files of CA certificates, as written with their contents (in a PinnedRepository,
+    /// keys of the `secret_ref` Secret, read by the operator).
+    pub trust_store: Vec<SignatureFile>,
+    /// Trust policy identities: `*`, or `x509.subject: C=US, ST=WA, O=acme, CN=signer`.
+    pub identities: Vec<String>,
 }
 
 /// A public key file of an `images.signatures` entry.

@@ -363,6 +363,7 @@ mod tests {
                     subject: ".*".into(),
                 }],
                 trusted_root: None,
+                notation: None,
             },
         }])
         .unwrap()

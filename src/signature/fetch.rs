@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::StreamExt;
 
 use super::bundle;
+use super::notation;
 use super::verify::{self, Refusal, Signer, Trust, Verdict};
 use super::{Subject, Verdicts};
 use crate::reference::{Digest, Reference};
@@ -134,18 +135,73 @@ async fn look_up(
     digest: &Digest,
 ) -> Verdict {
     let mut verdicts = Vec::new();
-    match signature_tag(client, trust, rule, reference, digest).await {
-        Ok(signer) => return Ok(signer),
-        // No `.sig` tag: not a verdict, the referrers may hold one.
-        Err(Refusal::NoSignature { .. }) => {}
-        Err(refusal) => verdicts.push(Err(refusal)),
+    if trust.has_cosign() {
+        match signature_tag(client, trust, rule, reference, digest).await {
+            Ok(signer) => return Ok(signer),
+            // No `.sig` tag: not a verdict, the referrers may hold one.
+            Err(Refusal::NoSignature { .. }) => {}
+            Err(refusal) => verdicts.push(Err(refusal)),
+        }
+        match referrers(client, trust, rule, reference, digest).await {
+            Ok(signer) => return Ok(signer),
+            Err(Refusal::NoSignature { .. }) => {}
+            Err(refusal) => verdicts.push(Err(refusal)),
+        }
     }
-    match referrers(client, trust, rule, reference, digest).await {
-        Ok(signer) => return Ok(signer),
-        Err(Refusal::NoSignature { .. }) => {}
-        Err(refusal) => verdicts.push(Err(refusal)),
+    if let Some(notation) = trust.notation() {
+        match notation_signatures(client, notation, rule, reference, digest).await {
+            Ok(signer) => return Ok(signer),
+            // Cosign was looked for too: its "no signature" says more.
+            Err(Refusal::NoNotationSignature) if trust.has_cosign() => {}
+            Err(refusal) => verdicts.push(Err(refusal)),
+        }
     }
     verify::combine(digest, verdicts)
+}
+
+/// Fetches the Notation signatures referring to `digest` (the referrers API, else its
+/// fallback tag; at most [`notation::MAX_SIGNATURES`]) and checks each envelope, now.
+async fn notation_signatures(
+    client: &Client,
+    trust: &notation::NotationTrust,
+    rule: usize,
+    reference: &Reference,
+    digest: &Digest,
+) -> Verdict {
+    let index = match client.referrers(reference, digest).await {
+        Ok(Some(index)) => index,
+        Ok(None) => return Err(Refusal::NoNotationSignature),
+        Err(e) => return Err(Refusal::Lookup(e.to_string())),
+    };
+    let now = u64::try_from(crate::clock::unix_now()).unwrap_or(0);
+    let mut verdicts = Vec::new();
+    for referrer in notation::signature_referrers(&index)? {
+        let manifest = match client.manifest_bytes(reference, &referrer).await {
+            Ok(manifest) => manifest,
+            Err(e) => {
+                verdicts.push(Err(Refusal::Lookup(e.to_string())));
+                continue;
+            }
+        };
+        let Some((layer, media_type)) = notation::envelope_layer(&manifest)? else {
+            verdicts.push(Err(Refusal::Malformed(format!(
+                "Notation signature {referrer} has no JWS or COSE envelope layer"
+            ))));
+            continue;
+        };
+        let verdict = match client.blob(reference, &layer).await {
+            Ok(bytes) => notation::check_envelope(trust, rule, digest, &media_type, &bytes, now),
+            Err(e) => Err(Refusal::Lookup(e.to_string())),
+        };
+        if verdict.is_ok() {
+            return verdict;
+        }
+        verdicts.push(verdict);
+    }
+    match verdicts.is_empty() {
+        true => Err(Refusal::NoNotationSignature),
+        false => verify::combine(digest, verdicts),
+    }
 }
 
 /// Fetches the `.sig` manifest and its layers' payloads and checks each.

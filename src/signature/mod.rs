@@ -10,8 +10,11 @@
 //! Refusals are not remembered: a digest signed after a pass refused it is pinned by the next.
 
 pub mod bundle;
+pub mod certificate;
 pub mod fetch;
 pub mod keys;
+pub mod notation;
+pub mod trust_policy;
 pub mod verify;
 
 use std::collections::BTreeMap;
@@ -124,6 +127,7 @@ mod tests {
                 subject: ".*".into(),
             }],
             trusted_root: None,
+            notation: None,
         };
         let verdicts = Verdicts::new(Signatures::compile(&[rule]).unwrap());
         let digest: Digest =
