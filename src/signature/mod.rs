@@ -15,14 +15,15 @@ pub mod fetch;
 pub mod gate;
 pub mod keys;
 pub mod notation;
+pub mod rules;
 pub mod trust_policy;
 pub mod verify;
 
 use std::sync::Arc;
 
-use crate::config::SignatureRule;
 use crate::reference::pattern::ImagePattern;
 use crate::reference::Reference;
+pub use rules::SignatureRule;
 pub use verify::{Refusal, SignatureError, Signer, Trust, Verdict};
 
 /// The `images.signatures` entries, compiled once.
@@ -106,7 +107,7 @@ mod tests {
         let rule = SignatureRule {
             matches: "ghcr.io/acme/*".into(),
             keys: Vec::new(),
-            keyless: vec![crate::config::KeylessIdentity {
+            keyless: vec![rules::KeylessIdentity {
                 issuer: "https://issuer.test".into(),
                 subject: ".*".into(),
             }],

@@ -11,7 +11,7 @@ use sha2::{Digest as _, Sha256};
 use sigstore_types::{DerPublicKey, SignatureBytes};
 
 use super::keys;
-use crate::config::SignatureRule;
+use super::rules::SignatureRule;
 use crate::reference::Digest;
 
 /// Why a signature entry cannot be used: only for a configuration not loaded from a file (a
@@ -585,7 +585,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{SignatureKey, SignatureRule};
+    use crate::signature::rules::{SignatureKey, SignatureRule};
     use sigstore_crypto::KeyPair;
 
     const PINNED: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
