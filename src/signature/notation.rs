@@ -44,28 +44,11 @@ const X509_SCHEME: &str = "notary.x509";
 /// The Notation signature manifests of a referrers index (artifact type
 /// [`ARTIFACT_TYPE`]), at most [`MAX_SIGNATURES`].
 pub fn signature_referrers(index: &[u8]) -> Result<Vec<Digest>, Refusal> {
-    #[derive(Deserialize)]
-    struct Index {
-        #[serde(default)]
-        manifests: Vec<Descriptor>,
-    }
-    #[derive(Deserialize)]
-    struct Descriptor {
-        digest: String,
-        #[serde(rename = "artifactType", default)]
-        artifact_type: Option<String>,
-    }
-    let parsed: Index = serde_json::from_slice(index)
-        .map_err(|e| Refusal::Malformed(format!("referrers index: {e}")))?;
-    parsed
-        .manifests
+    super::bundle::referrers(index)?
         .into_iter()
-        .filter(|d| d.artifact_type.as_deref() == Some(ARTIFACT_TYPE))
+        .filter(|(_, kind)| kind == ARTIFACT_TYPE)
         .take(MAX_SIGNATURES)
-        .map(|d| {
-            Digest::parse(&d.digest)
-                .map_err(|e| Refusal::Malformed(format!("referrer digest: {e}")))
-        })
+        .map(|(digest, _)| super::bundle::referrer_digest(&digest))
         .collect()
 }
 
