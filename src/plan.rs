@@ -1673,6 +1673,7 @@ mod tests {
                     subject: ".*".into(),
                 }],
                 trusted_root: None,
+                notation: None,
             },
         };
         let rules = crate::provenance::ProvenanceRules::compile(&[rule]).unwrap();

@@ -150,6 +150,7 @@ fn trust(host: &str, release: &KeyPair, gate: Gate) -> Signed {
         ],
         keyless: Vec::new(),
         trusted_root: None,
+        notation: None,
     };
     if gate == Gate::Provenance {
         let rule = ProvenanceRule {

@@ -396,44 +396,12 @@ pub struct MinimumAgeRule {
     pub age: std::time::Duration,
 }
 
-/// One `images.signatures` entry: a glob over the image name (the same rules as
-/// `images.policies`) and who may sign its digests. Key files are read at load, so a missing
-/// or malformed key is a configuration error rather than a refusal in the middle of a pass.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignatureRule {
-    pub matches: String,
-    /// PEM public keys, as written (relative to the configuration file) with their contents.
-    pub keys: Vec<SignatureKey>,
-    /// Fulcio certificate identities, any one of which suffices.
-    pub keyless: Vec<KeylessIdentity>,
-    /// A Sigstore `trusted_root.json` (path as written and contents); `None` means the
-    /// public-good instance's, shipped with the `sigstore-trust-root` crate.
-    pub trusted_root: Option<SignatureFile>,
-}
-
-/// A public key file of an `images.signatures` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignatureKey {
-    /// As written in the configuration (`keys/release.pub`): what reports name.
-    pub path: String,
-    /// The PEM text, read at load and checked to be a public key.
-    pub pem: String,
-}
-
-/// A file an `images.signatures` entry names, as written, with its contents.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignatureFile {
-    pub path: String,
-    pub contents: String,
-}
-
-/// A keyless signer: the OIDC issuer (exact) and a regex over the certificate's subject
-/// (its first URI or email SAN), anchored at both ends when compiled.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeylessIdentity {
-    pub issuer: String,
-    pub subject: String,
-}
+// The signature rule types (`SignatureRule`, `NotationRule`, `SignatureKey`, `SignatureFile`,
+// `KeylessIdentity`) live with the gate that reads them, in `crate::signature::rules`; they
+// are part of the configuration's vocabulary, so `config` names them too.
+pub use crate::signature::rules::{
+    KeylessIdentity, NotationRule, SignatureFile, SignatureKey, SignatureRule,
+};
 
 /// One `images.policies` entry: a glob over the image name (as written or normalized) and the
 /// policy of the images it matches. Kept as text here; [`crate::policy::Policies::compile`]

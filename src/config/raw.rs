@@ -343,7 +343,7 @@ pub struct RawMinimumAge {
     pub age: Field<RawDuration>,
 }
 
-/// One `images.signatures` entry: `match`, and `keys` and/or `keyless`.
+/// One `images.signatures` entry: `match`, and `keys`, `keyless` and/or `notation`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RawSignature {
@@ -352,6 +352,16 @@ pub struct RawSignature {
     pub keys: List<String>,
     pub keyless: List<Known<RawKeyless>>,
     pub trusted_root: Field<String>,
+    pub notation: Section<RawNotation>,
+}
+
+/// Notation signers of an `images.signatures` entry: `trust_store` (PEM CA certificate
+/// files) and `identities` (trust policy subjects, or `*`).
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawNotation {
+    pub trust_store: List<String>,
+    pub identities: List<String>,
 }
 
 /// One keyless identity: `issuer` and `subject` (a regex).

@@ -12,18 +12,18 @@ use serde_yaml::Value;
 use super::model::{
     invalid_stage_name, is_loopback_url, parse_duration, paths_overlap, valid_branch_name, Author,
     ClusterTarget, Config, Forge, GitAuth, GitOpsObjects, Grouping, ImageRules, KeylessIdentity,
-    MinimumAgeRule, Notification, NotifyKind, ObjectName, OnFailure, Order, Origin, PolicyRule,
-    Problem, Promotion, ProvenanceRule, PullRequest, Registries, Repository, SecretName,
-    SignatureFile, SignatureKey, SignatureRule, Signing, SigningFormat, SigningKey, Stage,
-    TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME, DEFAULT_BRANCH_PREFIX,
-    DEFAULT_COMMIT_MESSAGE, DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE,
+    MinimumAgeRule, NotationRule, Notification, NotifyKind, ObjectName, OnFailure, Order, Origin,
+    PolicyRule, Problem, Promotion, ProvenanceRule, PullRequest, Registries, Repository,
+    SecretName, SignatureFile, SignatureKey, SignatureRule, Signing, SigningFormat, SigningKey,
+    Stage, TagPolicy, Verify, WriteMode, DEFAULT_AUTHOR_EMAIL, DEFAULT_AUTHOR_NAME,
+    DEFAULT_BRANCH_PREFIX, DEFAULT_COMMIT_MESSAGE, DEFAULT_FORGE_TIMEOUT_SECONDS, DEFAULT_PR_TITLE,
     DEFAULT_TIMEOUT_SECONDS, DEFAULT_TOKEN_USERNAME, MAX_STAGE_NAME, TEMPLATE_PLACEHOLDERS,
 };
 use super::raw::{
     names_of, Field, Known, List, RawAuthor, RawCluster, RawConfig, RawDuration, RawForge,
-    RawGitAuth, RawHelm, RawImages, RawKeyless, RawLocalRef, RawMinimumAge, RawNotification,
-    RawPolicy, RawPromotion, RawProvenance, RawPullRequest, RawRegistries, RawRepository,
-    RawSecretKeyRef, RawSignature, RawSigning, RawStage, RawVerify, Section,
+    RawGitAuth, RawHelm, RawImages, RawKeyless, RawLocalRef, RawMinimumAge, RawNotation,
+    RawNotification, RawPolicy, RawPromotion, RawProvenance, RawPullRequest, RawRegistries,
+    RawRepository, RawSecretKeyRef, RawSignature, RawSigning, RawStage, RawVerify, Section,
 };
 
 /// The configuration the raw file describes, or every problem found in it.
@@ -914,10 +914,16 @@ impl Check {
                 continue;
             };
             let matches = self.match_glob(&join(&path, "match"), &raw.matches);
-            let signers = self.signers(&path, &raw.keys, &raw.keyless, &raw.trusted_root);
+            let notation = self.notation(&join(&path, "notation"), &raw.notation);
+            let signers = self.signers(
+                &path,
+                (&raw.keys, &raw.keyless, &raw.trusted_root),
+                raw.notation.is_written(),
+            );
             if let Some(matches) = matches {
                 rules.push(SignatureRule {
                     matches: matches.to_string(),
+                    notation,
                     ..signers
                 });
             }
@@ -931,9 +937,8 @@ impl Check {
     fn signers(
         &mut self,
         path: &str,
-        keys: &List<String>,
-        keyless: &List<Known<RawKeyless>>,
-        trusted_root: &Field<String>,
+        (keys, keyless, trusted_root): (&List<String>, &List<Known<RawKeyless>>, &Field<String>),
+        notation: bool,
     ) -> SignatureRule {
         let keys_path = join(path, "keys");
         let root_path = join(path, "trusted_root");
@@ -948,7 +953,7 @@ impl Check {
             .string(&root_path, trusted_root)
             .map(str::to_string)
             .and_then(|file| self.trusted_root(&root_path, file));
-        if !keys.is_written() && !keyless.is_written() {
+        if !keys.is_written() && !keyless.is_written() && !notation {
             self.problem(
                 path,
                 "needs keys or keyless (who may sign the images it matches)",
@@ -962,7 +967,65 @@ impl Check {
             keys: read_keys,
             keyless: identities,
             trusted_root: root,
+            notation: None,
         }
+    }
+
+    /// An `images.signatures` entry's `notation`: the trust store's PEM files read and
+    /// checked (in a PinnedRepository, keys of the `secret_ref` Secret, read by the
+    /// operator), and the identities read as trust policies write them.
+    fn notation(&mut self, path: &str, field: &Section<RawNotation>) -> Option<NotationRule> {
+        let raw = self.section(path, field)?;
+        let store_path = join(path, "trust_store");
+        let mut trust_store = Vec::new();
+        for (j, file) in self
+            .strings(&store_path, &raw.trust_store)
+            .into_iter()
+            .enumerate()
+        {
+            let entry = format!("{store_path}[{j}]");
+            if self.origin == Origin::Resource {
+                self.secret_key(&entry, &file);
+                trust_store.push(SignatureFile {
+                    path: file,
+                    contents: String::new(),
+                });
+                continue;
+            }
+            let Some(read) = self.signature_file(&entry, file) else {
+                continue;
+            };
+            match crate::signature::trust_policy::NotationTrust::compile(&[&read.contents], &[]) {
+                Ok(_) => trust_store.push(read),
+                Err(e) => self.problem(&entry, format!("{}: {e}", read.path)),
+            }
+        }
+        let ids_path = join(path, "identities");
+        let identities = self.strings(&ids_path, &raw.identities);
+        for (j, identity) in identities.iter().enumerate() {
+            if let Err(e) = crate::signature::trust_policy::Identity::parse(identity) {
+                self.problem(&format!("{ids_path}[{j}]"), e.to_string());
+            }
+        }
+        if identities.len() > 1 && identities.iter().any(|i| i.trim() == "*") {
+            self.problem(&ids_path, "* trusts every identity and stands alone");
+        }
+        if !raw.trust_store.is_written() {
+            self.problem(
+                &store_path,
+                "is required (PEM CA certificates the chain must lead to)",
+            );
+        }
+        if !raw.identities.is_written() {
+            self.problem(
+                &ids_path,
+                "is required (x509.subject: C=.., ST=.., O=.., or *)",
+            );
+        }
+        Some(NotationRule {
+            trust_store,
+            identities,
+        })
     }
 
     /// `images.provenance`: as `images.signatures` for who may sign, and the builder and
@@ -990,7 +1053,7 @@ impl Check {
             }
             let source_ref =
                 self.anchored_regex(&join(&path, "source_ref"), &raw.source_ref, false);
-            let signers = self.signers(&path, &raw.keys, &raw.keyless, &raw.trusted_root);
+            let signers = self.signers(&path, (&raw.keys, &raw.keyless, &raw.trusted_root), false);
             if let (Some(matches), Some(builder), Some(source)) = (matches, builder, source) {
                 rules.push(ProvenanceRule {
                     matches: matches.to_string(),

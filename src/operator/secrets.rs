@@ -259,6 +259,16 @@ fn signers_from_secret(
         let parsed = crate::signature::keys::parse_trusted_root(&root.contents);
         checked(&field, &root.path, parsed)?;
     }
+    let store = rule
+        .notation
+        .iter_mut()
+        .flat_map(|n| n.trust_store.iter_mut());
+    for (j, file) in store.enumerate() {
+        let field = format!("{path}.notation.trust_store[{j}]");
+        file.contents = text(&field, &file.path)?;
+        let parsed = crate::signature::trust_policy::NotationTrust::compile(&[&file.contents], &[]);
+        checked(&field, &file.path, parsed)?;
+    }
     Ok(())
 }
 

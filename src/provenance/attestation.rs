@@ -355,6 +355,7 @@ mod tests {
                     .collect(),
                 keyless: Vec::new(),
                 trusted_root: None,
+                notation: None,
             },
         };
         Rule::compile(0, &config).unwrap()

@@ -3,38 +3,61 @@
 //! digest (found as signatures find theirs). Every request is bounded and counted like a
 //! manifest request; a digest verified once is not fetched again while the process lives.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use futures::StreamExt;
-
 use super::attestation::{self, Claim};
-use super::{Attested, Refusal, Rule, Subject, Verdict, Verdicts};
+use super::{Attested, ProvenanceRules, Refusal, Rule, Subject, Verdict, Verdicts};
 use crate::reference::{Digest, Reference};
 use crate::registry::Client;
-use crate::signature::{bundle, verify};
+use crate::signature::{bundle, gate, verify};
 
 /// At most this many attestations of one `.att` tag are checked (cosign appends one layer per
 /// `cosign attest`, SBOMs and other predicates included).
 pub const MAX_ATTESTATION_LAYERS: usize = 8;
 
-/// How many digests are looked up at once; the client's per-host limit applies below this.
-const CONCURRENT_LOOKUPS: usize = 16;
+/// The provenance gate: its lookups run, and its passes are remembered, by
+/// [`crate::signature::gate`].
+pub struct ProvenanceGate;
 
-/// How many verified digests are remembered; past it the memory starts over.
-const MAX_REMEMBERED: usize = 50_000;
+impl gate::Gate for ProvenanceGate {
+    type Rules = ProvenanceRules;
+    type Rule = Arc<Rule>;
+    type Passed = Attested;
+    type Refusal = Refusal;
+    const NAME: &'static str = "provenance";
 
-/// Verified digests, by (entry fingerprint, image, digest). Process-wide, as the controller
-/// builds a new syncer for every pass and every `PinnedRepository`.
-fn remembered() -> &'static Mutex<HashMap<(String, Subject), Attested>> {
-    static VERIFIED: OnceLock<Mutex<HashMap<(String, Subject), Attested>>> = OnceLock::new();
-    VERIFIED.get_or_init(|| Mutex::new(HashMap::new()))
+    fn rule_for(rules: &ProvenanceRules, reference: &Reference) -> Option<Arc<Rule>> {
+        rules.for_image(reference).cloned()
+    }
+
+    fn fingerprint(rule: &Arc<Rule>) -> &str {
+        &rule.fingerprint
+    }
+
+    fn memory() -> &'static gate::Memory<Attested> {
+        static VERIFIED: LazyLock<gate::Memory<Attested>> = LazyLock::new(Default::default);
+        &VERIFIED
+    }
+
+    fn describe(attested: &Attested) -> String {
+        attested.builder.clone()
+    }
+
+    async fn look_up<'a>(
+        client: &'a Client,
+        rule: &'a Arc<Rule>,
+        reference: &'a Reference,
+        digest: &'a Digest,
+    ) -> Verdict {
+        look_up(client, rule, reference, digest).await
+    }
 }
 
 /// What a round of checks found, per result label of `tagpin_provenance_checks_total`
 /// (`verified`, `cached`, `missing`, `refused`, `error`).
-pub type CheckCounts = BTreeMap<&'static str, u64>;
+pub type CheckCounts = gate::CheckCounts;
 
 /// Checks every digest of `wanted` (see [`crate::plan::provenance_to_check`]) and records the
 /// verdicts in `verdicts`; each lookup gets at most `budget`. Returns what was counted.
@@ -44,37 +67,7 @@ pub async fn check_all(
     wanted: BTreeMap<Subject, (Reference, Digest)>,
     budget: Duration,
 ) -> CheckCounts {
-    let mut counts = CheckCounts::new();
-    let jobs: Vec<_> = wanted
-        .into_iter()
-        .filter_map(|(subject, (reference, digest))| {
-            let rule = verdicts.rules.for_image(&reference)?.clone();
-            Some((subject, reference, digest, rule))
-        })
-        .collect();
-    let results: Vec<(Subject, Verdict, &'static str)> = futures::stream::iter(
-        jobs.into_iter()
-            .map(|(subject, reference, digest, rule)| async move {
-                let (verdict, label) = check(client, &rule, &reference, &digest, budget).await;
-                (subject, verdict, label)
-            }),
-    )
-    .buffer_unordered(CONCURRENT_LOOKUPS)
-    .collect()
-    .await;
-    for (subject, verdict, label) in results {
-        *counts.entry(label).or_insert(0) += 1;
-        match &verdict {
-            Ok(attested) => {
-                tracing::debug!(image = %subject.image, digest = %subject.digest, builder = %attested.builder, "provenance verified")
-            }
-            Err(refusal) => {
-                tracing::info!(image = %subject.image, digest = %subject.digest, "provenance refused: {refusal}")
-            }
-        }
-        verdicts.checked.insert(subject, verdict);
-    }
-    counts
+    gate::check_all::<ProvenanceGate>(client, verdicts, wanted, budget).await
 }
 
 /// The verdict on one digest of `reference`'s repository under `rule`, and its metric label.
@@ -85,34 +78,7 @@ pub async fn check(
     digest: &Digest,
     budget: Duration,
 ) -> (Verdict, &'static str) {
-    let key = (rule.fingerprint.clone(), Subject::of(reference, digest));
-    let known = remembered()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
-        .cloned();
-    if let Some(attested) = known {
-        return (Ok(attested), "cached");
-    }
-    let verdict = match tokio::time::timeout(budget, look_up(client, rule, reference, digest)).await
-    {
-        Ok(verdict) => verdict,
-        Err(_) => Err(Refusal::Lookup(format!(
-            "no answer within {}s",
-            budget.as_secs()
-        ))),
-    };
-    match &verdict {
-        Ok(attested) => {
-            let mut memory = remembered().lock().unwrap_or_else(|p| p.into_inner());
-            if memory.len() >= MAX_REMEMBERED {
-                memory.clear();
-            }
-            memory.insert(key, attested.clone());
-            (verdict, "verified")
-        }
-        Err(refusal) => (verdict.clone(), refusal.label()),
-    }
+    gate::check::<ProvenanceGate>(client, rule, reference, digest, budget).await
 }
 
 /// Looks for provenance of `digest` where cosign and GitHub put it: the `.att` tag's layers,

@@ -15,14 +15,13 @@
 pub mod attestation;
 pub mod fetch;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::config::ProvenanceRule;
 use crate::reference::pattern::ImagePattern;
 pub use crate::reference::Subject;
 use crate::reference::{Digest, Reference};
-use crate::signature::{SignatureError, Signer, Trust};
+use crate::signature::{gate, SignatureError, Signer, Trust};
 
 /// One `images.provenance` entry, compiled.
 #[derive(Debug)]
@@ -274,43 +273,27 @@ pub fn attestation_tag(digest: &Digest) -> String {
 }
 
 /// The provenance entries and what this pass learned about each digest it would pin: what
-/// the planner needs to refuse a digest without accepted provenance. The default requires
-/// none.
-#[derive(Debug, Clone, Default)]
-pub struct Verdicts {
-    pub rules: ProvenanceRules,
-    pub checked: BTreeMap<Subject, Verdict>,
+/// the planner needs to refuse a digest without accepted provenance
+/// ([`gate::Verdicts::decide`]). The default requires none.
+pub type Verdicts = gate::Verdicts<ProvenanceRules, Attested, Refusal>;
+
+impl gate::Applies for ProvenanceRules {
+    fn applies(&self, reference: &Reference) -> bool {
+        self.for_image(reference).is_some()
+    }
+}
+
+impl gate::Refused for Refusal {
+    fn lookup_failed(why: String) -> Refusal {
+        Refusal::Lookup(why)
+    }
+
+    fn label(&self) -> &'static str {
+        Refusal::label(self)
+    }
 }
 
 impl Verdicts {
-    pub fn new(rules: ProvenanceRules) -> Verdicts {
-        Verdicts {
-            rules,
-            checked: BTreeMap::new(),
-        }
-    }
-
-    /// Whether a field written `current` may move to `digest` of `wanted`: `None` when no
-    /// provenance is needed (no entry matches, or the field is already at that digest),
-    /// otherwise this pass's verdict (a refusal when it was never checked).
-    pub fn decide(
-        &self,
-        current: &Reference,
-        wanted: &Reference,
-        digest: &Digest,
-    ) -> Option<Verdict> {
-        self.rules.for_image(wanted)?;
-        if current.digest() == Some(digest) {
-            return None;
-        }
-        Some(
-            self.checked
-                .get(&Subject::of(wanted, digest))
-                .cloned()
-                .unwrap_or_else(|| Err(Refusal::Lookup("not checked in this pass".to_string()))),
-        )
-    }
-
     /// How a change to `digest` of `image` reports its provenance, when it was verified.
     pub fn note(&self, image: &Reference, digest: &Digest) -> Option<ProvenanceNote> {
         match self.checked.get(&Subject::of(image, digest))? {
@@ -363,6 +346,7 @@ mod tests {
                     subject: ".*".into(),
                 }],
                 trusted_root: None,
+                notation: None,
             },
         }])
         .unwrap()

@@ -33,6 +33,26 @@ pub const MAX_REFERRERS: usize = 8;
 /// bundles with `application/vnd.oci.empty.v1+json`), bundles first, at most
 /// [`MAX_REFERRERS`].
 pub fn bundle_referrers(index: &[u8]) -> Result<Vec<Digest>, Refusal> {
+    let mut bundles = Vec::new();
+    let mut untyped = Vec::new();
+    for (digest, kind) in referrers(index)? {
+        let list = if kind.starts_with(BUNDLE_MEDIA_TYPE_PREFIX) {
+            &mut bundles
+        } else if kind.is_empty() || kind == "application/vnd.oci.empty.v1+json" {
+            &mut untyped
+        } else {
+            continue;
+        };
+        list.push(referrer_digest(&digest)?);
+    }
+    bundles.extend(untyped);
+    bundles.truncate(MAX_REFERRERS);
+    Ok(bundles)
+}
+
+/// The manifests a referrers index lists, each as its digest as written and its artifact type
+/// (empty when unset); [`referrer_digest`] reads a digest when it is used.
+pub fn referrers(index: &[u8]) -> Result<Vec<(String, String)>, Refusal> {
     #[derive(Deserialize)]
     struct Index {
         #[serde(default)]
@@ -46,24 +66,16 @@ pub fn bundle_referrers(index: &[u8]) -> Result<Vec<Digest>, Refusal> {
     }
     let parsed: Index = serde_json::from_slice(index)
         .map_err(|e| Refusal::Malformed(format!("referrers index: {e}")))?;
-    let mut bundles = Vec::new();
-    let mut untyped = Vec::new();
-    for descriptor in parsed.manifests {
-        let kind = descriptor.artifact_type.unwrap_or_default();
-        let list = if kind.starts_with(BUNDLE_MEDIA_TYPE_PREFIX) {
-            &mut bundles
-        } else if kind.is_empty() || kind == "application/vnd.oci.empty.v1+json" {
-            &mut untyped
-        } else {
-            continue;
-        };
-        let digest = Digest::parse(&descriptor.digest)
-            .map_err(|e| Refusal::Malformed(format!("referrer digest: {e}")))?;
-        list.push(digest);
-    }
-    bundles.extend(untyped);
-    bundles.truncate(MAX_REFERRERS);
-    Ok(bundles)
+    Ok(parsed
+        .manifests
+        .into_iter()
+        .map(|d| (d.digest, d.artifact_type.unwrap_or_default()))
+        .collect())
+}
+
+/// A referrer's digest, as a referrers index wrote it.
+pub fn referrer_digest(digest: &str) -> Result<Digest, Refusal> {
+    Digest::parse(digest).map_err(|e| Refusal::Malformed(format!("referrer digest: {e}")))
 }
 
 /// The digest of a referrer manifest's Sigstore bundle layer, if it has one.

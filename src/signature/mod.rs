@@ -10,16 +10,20 @@
 //! Refusals are not remembered: a digest signed after a pass refused it is pinned by the next.
 
 pub mod bundle;
+pub mod certificate;
 pub mod fetch;
+pub mod gate;
 pub mod keys;
+pub mod notation;
+pub mod rules;
+pub mod trust_policy;
 pub mod verify;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::config::SignatureRule;
 use crate::reference::pattern::ImagePattern;
-use crate::reference::{Digest, Reference};
+use crate::reference::Reference;
+pub use rules::SignatureRule;
 pub use verify::{Refusal, SignatureError, Signer, Trust, Verdict};
 
 /// The `images.signatures` entries, compiled once.
@@ -66,40 +70,23 @@ impl Signatures {
 pub use crate::reference::Subject;
 
 /// The signature entries and what this pass learned about each digest it would pin: what
-/// the planner needs to refuse an unsigned digest. The default requires nothing.
-#[derive(Debug, Clone, Default)]
-pub struct Verdicts {
-    pub rules: Signatures,
-    pub checked: BTreeMap<Subject, Verdict>,
+/// the planner needs to refuse an unsigned digest ([`gate::Verdicts::decide`]). The default
+/// requires nothing.
+pub type Verdicts = gate::Verdicts<Signatures, Signer, Refusal>;
+
+impl gate::Applies for Signatures {
+    fn applies(&self, reference: &Reference) -> bool {
+        self.for_image(reference).is_some()
+    }
 }
 
-impl Verdicts {
-    pub fn new(rules: Signatures) -> Verdicts {
-        Verdicts {
-            rules,
-            checked: BTreeMap::new(),
-        }
+impl gate::Refused for Refusal {
+    fn lookup_failed(why: String) -> Refusal {
+        Refusal::Lookup(why)
     }
 
-    /// Whether a field written `current` may move to `digest` of `wanted`: `None` when no
-    /// signature is needed (no entry matches, or the field is already at that digest),
-    /// otherwise this pass's verdict (a refusal when it was never checked).
-    pub fn decide(
-        &self,
-        current: &Reference,
-        wanted: &Reference,
-        digest: &Digest,
-    ) -> Option<Verdict> {
-        self.rules.for_image(wanted)?;
-        if current.digest() == Some(digest) {
-            return None;
-        }
-        Some(
-            self.checked
-                .get(&Subject::of(wanted, digest))
-                .cloned()
-                .unwrap_or_else(|| Err(Refusal::Lookup("not checked in this pass".to_string()))),
-        )
+    fn label(&self) -> &'static str {
+        Refusal::label(self)
     }
 }
 
@@ -113,17 +100,19 @@ pub struct SignatureNote {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::Digest;
 
     #[test]
     fn a_digest_already_pinned_needs_no_signature_and_an_unchecked_one_is_refused() {
         let rule = SignatureRule {
             matches: "ghcr.io/acme/*".into(),
             keys: Vec::new(),
-            keyless: vec![crate::config::KeylessIdentity {
+            keyless: vec![rules::KeylessIdentity {
                 issuer: "https://issuer.test".into(),
                 subject: ".*".into(),
             }],
             trusted_root: None,
+            notation: None,
         };
         let verdicts = Verdicts::new(Signatures::compile(&[rule]).unwrap());
         let digest: Digest =

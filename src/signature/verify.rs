@@ -11,7 +11,7 @@ use sha2::{Digest as _, Sha256};
 use sigstore_types::{DerPublicKey, SignatureBytes};
 
 use super::keys;
-use crate::config::SignatureRule;
+use super::rules::SignatureRule;
 use crate::reference::Digest;
 
 /// Why a signature entry cannot be used: only for a configuration not loaded from a file (a
@@ -40,6 +40,12 @@ pub enum SignatureError {
     },
     #[error("images.signatures[{index}].keyless: the public-good trusted root shipped with tagpin: {detail}")]
     EmbeddedRoot { index: usize, detail: String },
+    #[error("images.signatures[{index}].notation: {source}")]
+    Notation {
+        index: usize,
+        #[source]
+        source: super::trust_policy::NotationError,
+    },
     #[error("images.signatures[{index}].keyless: invalid subject regex")]
     Keyless {
         index: usize,
@@ -59,6 +65,8 @@ pub struct Trust {
     pub(super) keyless_verifier: Option<sigstore_verify::Verifier>,
     /// Whether certificates must carry an SCT: only when the trusted root lists CT logs.
     pub(super) verify_sct: bool,
+    /// Notation signers (trust store and identities); `None` when the entry names none.
+    pub(super) notation: Option<super::trust_policy::NotationTrust>,
     /// Identifies the trust material, so a remembered verdict is reused only under the same.
     pub(super) fingerprint: String,
 }
@@ -118,6 +126,16 @@ impl Trust {
         &self.fingerprint
     }
 
+    /// Whether cosign signatures (keys or keyless identities) are accepted.
+    pub fn has_cosign(&self) -> bool {
+        !self.keys.is_empty() || !self.keyless.is_empty()
+    }
+
+    /// The Notation signers, if the entry names any.
+    pub fn notation(&self) -> Option<&super::trust_policy::NotationTrust> {
+        self.notation.as_ref()
+    }
+
     pub fn compile(index: usize, rule: &SignatureRule) -> Result<Trust, SignatureError> {
         let keys = rule
             .keys
@@ -152,6 +170,26 @@ impl Trust {
         if let Some(root) = &rule.trusted_root {
             material.push_str(&root.contents);
         }
+        if let Some(notation) = &rule.notation {
+            material.push_str("\0notation\0");
+            for file in &notation.trust_store {
+                material.push_str(&file.contents);
+                material.push('\0');
+            }
+            for identity in &notation.identities {
+                material.push_str(identity);
+                material.push('\0');
+            }
+        }
+        let notation = rule
+            .notation
+            .as_ref()
+            .map(|n| {
+                let pems: Vec<&str> = n.trust_store.iter().map(|f| f.contents.as_str()).collect();
+                super::trust_policy::NotationTrust::compile(&pems, &n.identities)
+            })
+            .transpose()
+            .map_err(|source| SignatureError::Notation { index, source })?;
         let (keyless_verifier, verify_sct) = match rule.keyless.is_empty() {
             true => (None, false),
             false => {
@@ -181,6 +219,7 @@ impl Trust {
             keyless,
             keyless_verifier,
             verify_sct,
+            notation,
             fingerprint: sha256_hex(material.as_bytes()),
         })
     }
@@ -237,6 +276,32 @@ pub enum Refusal {
     LayerDigest { claimed: String, computed: String },
     #[error("malformed signature: {0}")]
     Malformed(String),
+    #[error("no signature (no Notation signature refers to the digest)")]
+    NoNotationSignature,
+    #[error("Notation signature not supported: {0}")]
+    NotationUnsupported(String),
+    #[error("the Notation signature does not verify with its signing certificate's key")]
+    NotationSignature,
+    #[error("Notation certificate {subject} does not chain to images.signatures[{rule}].notation.trust_store: {detail} (another CA)")]
+    NotationUntrusted {
+        rule: usize,
+        subject: String,
+        detail: String,
+    },
+    #[error("{0}")]
+    NotationCertificate(String),
+    #[error("certificate {subject} is valid from {valid}, but the Notation signature was {when}")]
+    CertificateTime {
+        subject: String,
+        valid: String,
+        when: String,
+    },
+    #[error("the Notation signature expired at {expiry} (io.cncf.notary.expiry)")]
+    NotationExpired { expiry: String },
+    #[error(
+        "Notation signer {subject} is not one of images.signatures[{rule}].notation.identities"
+    )]
+    NotationIdentity { rule: usize, subject: String },
     /// The lookup itself failed (registry unreachable, 401, …): not a verdict on the image,
     /// but still no signature seen, so nothing is pinned.
     #[error("signature lookup failed: {0}")]
@@ -249,21 +314,23 @@ impl Refusal {
     fn weight(&self) -> u8 {
         match self {
             Refusal::OtherDigest { .. } => 7,
-            Refusal::Identity { .. } => 6,
+            Refusal::Identity { .. } | Refusal::NotationIdentity { .. } => 6,
             Refusal::Keyless(_) | Refusal::NoLogProof => 5,
             Refusal::NotImageSignature { .. } => 5,
-            Refusal::UnknownKey { .. } => 4,
-            Refusal::KeylessNotConfigured { .. } => 3,
+            Refusal::NotationExpired { .. } | Refusal::CertificateTime { .. } => 5,
+            Refusal::NotationUntrusted { .. } | Refusal::NotationCertificate(_) => 5,
+            Refusal::UnknownKey { .. } | Refusal::NotationSignature => 4,
+            Refusal::KeylessNotConfigured { .. } | Refusal::NotationUnsupported(_) => 3,
             Refusal::LayerDigest { .. } => 2,
             Refusal::Malformed(_) => 1,
-            Refusal::NoSignature { .. } | Refusal::Lookup(_) => 0,
+            Refusal::NoSignature { .. } | Refusal::NoNotationSignature | Refusal::Lookup(_) => 0,
         }
     }
 
     /// The result label of `tagpin_signature_checks_total`.
     pub fn label(&self) -> &'static str {
         match self {
-            Refusal::NoSignature { .. } => "unsigned",
+            Refusal::NoSignature { .. } | Refusal::NoNotationSignature => "unsigned",
             Refusal::Lookup(_) => "error",
             _ => "refused",
         }
@@ -518,7 +585,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{SignatureKey, SignatureRule};
+    use crate::signature::rules::{SignatureKey, SignatureRule};
     use sigstore_crypto::KeyPair;
 
     const PINNED: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
@@ -537,6 +604,7 @@ mod tests {
                 .collect(),
             keyless: Vec::new(),
             trusted_root: None,
+            notation: None,
         };
         Trust::compile(0, &rule).unwrap()
     }

@@ -31,6 +31,7 @@ mod minimum_age;
 mod mirror_repair;
 mod module_graph;
 mod monitoring;
+mod notation;
 mod notes;
 mod notifications;
 mod operator;

@@ -477,6 +477,7 @@ async fn verified_provenance_costs_two_requests_once_and_none_after() {
             }],
             keyless: Vec::new(),
             trusted_root: None,
+            notation: None,
         },
     }])
     .unwrap();
@@ -679,6 +680,7 @@ async fn a_keyless_bundle_counts_for_a_matching_identity_only() {
                     path: "trusted_root.json".into(),
                     contents: sigstore.trusted_root(),
                 }),
+                notation: None,
             },
         }])
         .unwrap()

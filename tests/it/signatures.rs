@@ -325,6 +325,7 @@ async fn a_verified_digest_costs_two_requests_once_and_none_after() {
         }],
         keyless: Vec::new(),
         trusted_root: None,
+        notation: None,
     }])
     .unwrap();
     let reference = Reference::parse(&format!("{host}/acme/web:1")).unwrap();

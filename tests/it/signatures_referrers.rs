@@ -79,6 +79,7 @@ fn keyless(host: &str, subject: &str) -> Signatures {
             subject: subject.into(),
         }],
         trusted_root: None,
+        notation: None,
     }])
     .unwrap()
 }

@@ -1,0 +1,367 @@
+//! The X.509 side of a Notation signature, without I/O: what the Notary Project's certificate
+//! requirements ask of the `x5c` chain (the signing certificate's key usage, extended key
+//! usage and key; the CA certificates' basic constraints and key usage), each certificate's
+//! validity at a time, the signing certificate's subject as trust policies write it
+//! (`C=US, ST=WA, O=acme, CN=signer`), and the chain built to a trust store certificate
+//! (rustls-webpki's path building, with sigstore-crypto's signature algorithms).
+
+use std::time::Duration;
+
+use rustls_pki_types::{CertificateDer, UnixTime};
+use x509_cert::der::asn1::{ObjectIdentifier, UintRef};
+use x509_cert::der::{Decode, Reader, SliceReader, Tag, Tagged};
+use x509_cert::ext::pkix::{BasicConstraints, ExtendedKeyUsage, KeyUsage};
+use x509_cert::Certificate;
+
+const KEY_USAGE: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.15");
+const BASIC_CONSTRAINTS: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.19");
+const EXTENDED_KEY_USAGE: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.37");
+const EC_PUBLIC_KEY: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.2.1");
+const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
+const P256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.3.1.7");
+const P384: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.34");
+const P521: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.35");
+
+/// Extended key usages a Notation signing certificate must not carry (the Notary Project's
+/// certificate requirements): anyExtendedKeyUsage, serverAuth, clientAuth, emailProtection,
+/// timeStamping.
+const FORBIDDEN_EKUS: [(&str, ObjectIdentifier); 5] = [
+    (
+        "anyExtendedKeyUsage",
+        ObjectIdentifier::new_unwrap("2.5.29.37.0"),
+    ),
+    (
+        "serverAuth",
+        ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.1"),
+    ),
+    (
+        "clientAuth",
+        ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.2"),
+    ),
+    (
+        "emailProtection",
+        ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.4"),
+    ),
+    (
+        "timeStamping",
+        ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.8"),
+    ),
+];
+
+/// Short names of the subject attributes trust policies write; others are written as their
+/// dotted OID.
+const ATTRIBUTE_NAMES: [(&str, &str); 9] = [
+    ("2.5.4.6", "C"),
+    ("2.5.4.8", "ST"),
+    ("2.5.4.7", "L"),
+    ("2.5.4.10", "O"),
+    ("2.5.4.11", "OU"),
+    ("2.5.4.3", "CN"),
+    ("2.5.4.5", "SERIALNUMBER"),
+    ("2.5.4.9", "STREET"),
+    ("1.2.840.113549.1.9.1", "E"),
+];
+
+/// Why a certificate does not do: the text follows `the signing certificate ` or
+/// `certificate <subject> `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CertificateError {
+    #[error("is not DER X.509: {0}")]
+    Der(String),
+    #[error("does not meet the Notary Project's certificate requirements: {0}")]
+    Requirement(String),
+    #[error("has a key Notation does not sign with: {0}")]
+    Key(String),
+}
+
+/// The JWS algorithm the Notary Project assigns to a signing certificate's key: its type and
+/// size decide it (RSA 2048/3072/4096 bits: PS256/PS384/PS512; EC P-256/P-384/P-521:
+/// ES256/ES384/ES512), and the envelope's `alg` must be that one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    Ps256,
+    Ps384,
+    Ps512,
+    Es256,
+    Es384,
+    Es512,
+}
+
+impl Algorithm {
+    /// As JWS's `alg` writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Ps256 => "PS256",
+            Algorithm::Ps384 => "PS384",
+            Algorithm::Ps512 => "PS512",
+            Algorithm::Es256 => "ES256",
+            Algorithm::Es384 => "ES384",
+            Algorithm::Es512 => "ES512",
+        }
+    }
+
+    /// Verifies `signature` (JWS's form: ECDSA as fixed-size r||s) over `message` with the
+    /// key of `certificate`.
+    pub fn verify(self, certificate: &Certificate, message: &[u8], signature: &[u8]) -> bool {
+        use aws_lc_rs::signature as s;
+        let algorithm: &'static dyn s::VerificationAlgorithm = match self {
+            Algorithm::Ps256 => &s::RSA_PSS_2048_8192_SHA256,
+            Algorithm::Ps384 => &s::RSA_PSS_2048_8192_SHA384,
+            Algorithm::Ps512 => &s::RSA_PSS_2048_8192_SHA512,
+            Algorithm::Es256 => &s::ECDSA_P256_SHA256_FIXED,
+            Algorithm::Es384 => &s::ECDSA_P384_SHA384_FIXED,
+            Algorithm::Es512 => &s::ECDSA_P521_SHA512_FIXED,
+        };
+        let key = certificate
+            .tbs_certificate
+            .subject_public_key_info
+            .subject_public_key
+            .raw_bytes();
+        s::UnparsedPublicKey::new(algorithm, key)
+            .verify(message, signature)
+            .is_ok()
+    }
+}
+
+/// Reads a DER certificate.
+pub fn parse(der: &[u8]) -> Result<Certificate, CertificateError> {
+    Certificate::from_der(der).map_err(|e| CertificateError::Der(e.to_string()))
+}
+
+/// The DER certificates of a PEM text (`-----BEGIN CERTIFICATE-----` blocks), each checked to
+/// be X.509; none is an error.
+pub fn pem_certificates(pem: &str) -> Result<Vec<Vec<u8>>, CertificateError> {
+    use base64::Engine as _;
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let mut found = Vec::new();
+    let mut rest = pem;
+    while let Some(start) = rest.find(BEGIN) {
+        let body = &rest[start + BEGIN.len()..];
+        let Some(end) = body.find(END) else {
+            return Err(CertificateError::Der(format!("{BEGIN} without {END}")));
+        };
+        let text: String = body[..end].split_whitespace().collect();
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| CertificateError::Der(format!("PEM body: {e}")))?;
+        parse(&der)?;
+        found.push(der);
+        rest = &body[end + END.len()..];
+    }
+    match found.is_empty() {
+        true => Err(CertificateError::Der(format!("no {BEGIN} block"))),
+        false => Ok(found),
+    }
+}
+
+/// The signing certificate's JWS algorithm, from its key.
+pub fn algorithm(certificate: &Certificate) -> Result<Algorithm, CertificateError> {
+    let spki = &certificate.tbs_certificate.subject_public_key_info;
+    if spki.algorithm.oid == EC_PUBLIC_KEY {
+        let curve = spki
+            .algorithm
+            .parameters
+            .as_ref()
+            .and_then(|p| p.decode_as::<ObjectIdentifier>().ok());
+        return match curve {
+            Some(c) if c == P256 => Ok(Algorithm::Es256),
+            Some(c) if c == P384 => Ok(Algorithm::Es384),
+            Some(c) if c == P521 => Ok(Algorithm::Es512),
+            other => Err(CertificateError::Key(format!(
+                "EC curve {}",
+                other.map_or("unnamed".to_string(), |c| c.to_string())
+            ))),
+        };
+    }
+    if spki.algorithm.oid == RSA_ENCRYPTION {
+        return match rsa_bits(spki.subject_public_key.raw_bytes())? {
+            2048 => Ok(Algorithm::Ps256),
+            3072 => Ok(Algorithm::Ps384),
+            4096 => Ok(Algorithm::Ps512),
+            bits => Err(CertificateError::Key(format!(
+                "RSA of {bits} bits (2048, 3072 or 4096)"
+            ))),
+        };
+    }
+    Err(CertificateError::Key(format!(
+        "algorithm {}",
+        spki.algorithm.oid
+    )))
+}
+
+/// The modulus size of a PKCS#1 RSAPublicKey.
+fn rsa_bits(key: &[u8]) -> Result<usize, CertificateError> {
+    let bad = |e: x509_cert::der::Error| CertificateError::Key(format!("RSA key: {e}"));
+    let mut reader = SliceReader::new(key).map_err(bad)?;
+    let modulus = reader
+        .sequence(|seq| {
+            let modulus = UintRef::decode(seq)?;
+            UintRef::decode(seq)?;
+            Ok(modulus.as_bytes().to_vec())
+        })
+        .map_err(bad)?;
+    let leading = modulus.first().map_or(8, |b| b.leading_zeros() as usize);
+    Ok(modulus.len() * 8 - leading)
+}
+
+/// The certificate's subject as trust policies write it: `C=US, ST=WA, O=acme, CN=signer`, in
+/// the certificate's order, each attribute with its short name.
+pub fn subject(certificate: &Certificate) -> Vec<(String, String)> {
+    let mut attributes = Vec::new();
+    for rdn in certificate.tbs_certificate.subject.0.iter() {
+        for atv in rdn.0.iter() {
+            let oid = atv.oid.to_string();
+            let name = ATTRIBUTE_NAMES
+                .iter()
+                .find(|(o, _)| *o == oid)
+                .map_or(oid.clone(), |(_, n)| n.to_string());
+            let text = match atv.value.tag() {
+                Tag::Utf8String | Tag::PrintableString | Tag::Ia5String | Tag::TeletexString => {
+                    String::from_utf8_lossy(atv.value.value()).into_owned()
+                }
+                _ => continue,
+            };
+            attributes.push((name, text));
+        }
+    }
+    attributes
+}
+
+/// A subject as [`subject`] reads it, written out.
+pub fn subject_text(attributes: &[(String, String)]) -> String {
+    attributes
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The certificate's validity as Unix seconds: `(not_before, not_after)`.
+pub fn validity(certificate: &Certificate) -> (u64, u64) {
+    let validity = &certificate.tbs_certificate.validity;
+    (
+        validity.not_before.to_unix_duration().as_secs(),
+        validity.not_after.to_unix_duration().as_secs(),
+    )
+}
+
+/// An extension of the certificate, decoded, with whether it is critical.
+fn extension<T: for<'a> Decode<'a>>(
+    certificate: &Certificate,
+    oid: ObjectIdentifier,
+) -> Result<Option<(T, bool)>, CertificateError> {
+    let Some(extensions) = &certificate.tbs_certificate.extensions else {
+        return Ok(None);
+    };
+    let Some(ext) = extensions.iter().find(|e| e.extn_id == oid) else {
+        return Ok(None);
+    };
+    T::from_der(ext.extn_value.as_bytes())
+        .map(|value| Some((value, ext.critical)))
+        .map_err(|e| CertificateError::Der(format!("extension {oid}: {e}")))
+}
+
+/// The Notary Project's requirements of a signing certificate: key usage present, critical,
+/// with digitalSignature and none of keyEncipherment, dataEncipherment, keyAgreement,
+/// keyCertSign, cRLSign, encipherOnly, decipherOnly; basic constraints, if any, not a CA;
+/// extended key usage, if any, without anyExtendedKeyUsage, serverAuth, clientAuth,
+/// emailProtection or timeStamping.
+pub fn check_signing_certificate(certificate: &Certificate) -> Result<(), CertificateError> {
+    let requirement = |text: &str| Err(CertificateError::Requirement(text.to_string()));
+    match extension::<KeyUsage>(certificate, KEY_USAGE)? {
+        None => return requirement("no key usage extension"),
+        Some((_, false)) => return requirement("its key usage extension is not critical"),
+        Some((usage, true)) => {
+            if !usage.digital_signature() {
+                return requirement("its key usage lacks digitalSignature");
+            }
+            let others = usage.key_encipherment()
+                || usage.data_encipherment()
+                || usage.key_agreement()
+                || usage.key_cert_sign()
+                || usage.crl_sign()
+                || usage.encipher_only()
+                || usage.decipher_only();
+            if others {
+                return requirement("its key usage allows more than digitalSignature");
+            }
+        }
+    }
+    if let Some((constraints, _)) = extension::<BasicConstraints>(certificate, BASIC_CONSTRAINTS)? {
+        if constraints.ca {
+            return requirement("it is a CA certificate");
+        }
+    }
+    if let Some((usages, _)) = extension::<ExtendedKeyUsage>(certificate, EXTENDED_KEY_USAGE)? {
+        for (name, oid) in FORBIDDEN_EKUS {
+            if usages.0.contains(&oid) {
+                return Err(CertificateError::Requirement(format!(
+                    "its extended key usage includes {name}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The Notary Project's requirements of a CA certificate of the chain: basic constraints
+/// present, critical, a CA; key usage present, critical, with keyCertSign.
+pub fn check_ca_certificate(certificate: &Certificate) -> Result<(), CertificateError> {
+    let requirement = |text: &str| Err(CertificateError::Requirement(text.to_string()));
+    match extension::<BasicConstraints>(certificate, BASIC_CONSTRAINTS)? {
+        Some((constraints, true)) if constraints.ca => {}
+        _ => return requirement("a CA certificate without critical basic constraints cA=true"),
+    }
+    match extension::<KeyUsage>(certificate, KEY_USAGE)? {
+        Some((usage, true)) if usage.key_cert_sign() => Ok(()),
+        _ => requirement("a CA certificate without critical key usage keyCertSign"),
+    }
+}
+
+/// Accepts any extended key usage: the signing certificate's is checked by
+/// [`check_signing_certificate`], as the Notary Project words it (webpki's own rules only
+/// require one usage).
+struct AnyUsage;
+
+impl webpki::ExtendedKeyUsageValidator for AnyUsage {
+    fn validate(&self, iter: webpki::KeyPurposeIdIter<'_, '_>) -> Result<(), webpki::Error> {
+        for usage in iter {
+            usage?;
+        }
+        Ok(())
+    }
+}
+
+/// Builds the chain from `chain[0]` (the signing certificate), through `chain[1..]`, to one
+/// of `anchors` (DER trust store certificates), every certificate valid at `at` (Unix
+/// seconds) and every signature verifying. `Err` says why not, as webpki words it.
+pub fn chains_to(chain: &[Vec<u8>], anchors: &[Vec<u8>], at: u64) -> Result<(), webpki::Error> {
+    let Some((leaf, rest)) = chain.split_first() else {
+        return Err(webpki::Error::BadDer);
+    };
+    let anchor_ders: Vec<CertificateDer<'_>> = anchors
+        .iter()
+        .map(|der| CertificateDer::from(der.as_slice()))
+        .collect();
+    let anchors: Vec<_> = anchor_ders
+        .iter()
+        .filter_map(|der| webpki::anchor_from_trusted_cert(der).ok())
+        .collect();
+    let intermediates: Vec<CertificateDer<'_>> = rest
+        .iter()
+        .map(|der| CertificateDer::from(der.as_slice()))
+        .collect();
+    let leaf = CertificateDer::from(leaf.as_slice());
+    let leaf = webpki::EndEntityCert::try_from(&leaf)?;
+    leaf.verify_for_usage(
+        sigstore_crypto::WEBPKI_VERIFICATION_ALGS,
+        &anchors,
+        &intermediates,
+        UnixTime::since_unix_epoch(Duration::from_secs(at)),
+        AnyUsage,
+        None,
+        None,
+    )
+    .map(|_| ())
+}
