@@ -36,7 +36,7 @@ const MAX_KEY_CHARS: usize = 512;
 pub(crate) fn events(text: &str) -> Option<Vec<(Event<'_>, Span)>> {
     if text.len() > MAX_TEXT_BYTES
         || ends_in_a_comment_without_a_break(text)
-        || text.bytes().any(|b| (b < 0x20 && b != b'\n') || b == 0x7f)
+        || has_control_character(text.as_bytes())
         || (!text.is_ascii() && text.chars().any(is_special))
     {
         return None;
@@ -44,6 +44,17 @@ pub(crate) fn events(text: &str) -> Option<Vec<(Event<'_>, Span)>> {
     let mut reader = Reader::new(text)?;
     reader.stream()?;
     Some(reader.events)
+}
+
+/// Whether `bytes` hold a control character other than `\n` (C0 controls and DEL). Checked
+/// 64 bytes at a time without stopping early inside a block, so that the compiler can
+/// check many bytes per instruction: a byte-by-byte search was some 3 % of a `plan`.
+fn has_control_character(bytes: &[u8]) -> bool {
+    bytes.chunks(64).any(|block| {
+        block.iter().fold(false, |found, &b| {
+            found | ((b < 0x20) & (b != b'\n')) | (b == 0x7f)
+        })
+    })
 }
 
 /// Whether the text's last line has no line break and holds only spaces or a comment: the
