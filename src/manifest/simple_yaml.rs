@@ -16,6 +16,7 @@
 //! files (`tests` below), so the two can never disagree about a span tagpin rewrites.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use saphyr_parser::{Event, Marker, ScalarStyle, Span};
 
@@ -284,7 +285,7 @@ impl<'a> Reader<'a> {
         if rest[0] == b'-' && (rest.len() == 1 || rest[1] == b' ') {
             return Content::Entry;
         }
-        if self.key(line, at).is_some() {
+        if self.key_extent(line, at).is_some() {
             return Content::Key;
         }
         Content::Value
@@ -307,8 +308,17 @@ impl<'a> Reader<'a> {
 
     /// A plain or quoted key at byte `at`: its event and span, and the offset of its `:`.
     fn key(&self, line: &Line, at: usize) -> Option<(Event<'a>, Span, usize)> {
+        let (value, style, colon) = self.key_extent(line, at)?;
+        let span = self.marker_span(line, at, colon);
+        let value = Cow::Borrowed(&self.text[value]);
+        Some((Event::Scalar(value, style, 0, None), span, colon))
+    }
+
+    /// Whether a plain or quoted key starts at byte `at`: where its value is, its style, and
+    /// the offset of its `:` (where its span ends). Without the event and span [`Self::key`]
+    /// makes, for [`Self::content`], which only asks whether a line holds a key.
+    fn key_extent(&self, line: &Line, at: usize) -> Option<(Range<usize>, ScalarStyle, usize)> {
         let bytes = self.bytes();
-        let text = self.text;
         let colon_ends_key = |colon: usize| {
             bytes.get(colon) == Some(&b':') && (colon + 1 == line.end || bytes[colon + 1] == b' ')
         };
@@ -318,10 +328,7 @@ impl<'a> Reader<'a> {
                 if !colon_ends_key(close + 1) || close - at > MAX_KEY_CHARS {
                     return None;
                 }
-                let style = quoted_style(quote);
-                let value = Cow::Borrowed(&text[at + 1..close]);
-                let span = self.marker_span(line, at, close + 1);
-                Some((Event::Scalar(value, style, 0, None), span, close + 1))
+                Some((at + 1..close, quoted_style(quote), close + 1))
             }
             first if is_key_start(first) => {
                 let mut end = at + 1;
@@ -331,9 +338,7 @@ impl<'a> Reader<'a> {
                 if !colon_ends_key(end) || end - at > MAX_KEY_CHARS {
                     return None;
                 }
-                let value = Cow::Borrowed(&text[at..end]);
-                let span = self.marker_span(line, at, end);
-                Some((Event::Scalar(value, ScalarStyle::Plain, 0, None), span, end))
+                Some((at..end, ScalarStyle::Plain, end))
             }
             _ => None,
         }
