@@ -35,7 +35,8 @@
 //!
 //! `BENCH_PROFILE=<kind>` runs one kind of run `BENCH_ROUNDS` times (default 50) back to back
 //! and prints its wall and CPU per run, for a profiler (`perf record -p <pid>`; see
-//! [`profile`]).
+//! [`profile`]). `BENCH_PROFILE=serve` keeps the registry and the tree until Ctrl-C and
+//! prints the `tagpin plan` command that plans them, to profile the whole process.
 
 #[path = "support/bare_repo.rs"]
 mod bare_repo;
@@ -573,6 +574,20 @@ async fn profile(
     );
 }
 
+/// `BENCH_PROFILE=serve`: keeps the registry and the generated tree until Ctrl-C (SIGINT) and
+/// prints the `tagpin plan` command line that plans them, so that the whole process can be run
+/// under a profiler (`perf stat -e instructions,task-clock`, `valgrind --tool=callgrind`) on
+/// the bench's fixture.
+async fn serve(host: &str, tree: &Path) {
+    println!(
+        "{} plan --insecure-registry {host} {}",
+        binary::tagpin_binary().display(),
+        tree.display()
+    );
+    eprintln!("serving the fixture until Ctrl-C (SIGINT)");
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 #[tokio::main]
 async fn main() {
     // The Helm variant: values files against plain manifests, per image field.
@@ -647,6 +662,10 @@ async fn main() {
     let registry_pid = registry_pid();
     let port = registry.port();
     let harness_connections = connections_to(port);
+    if std::env::var("BENCH_PROFILE").as_deref() == Ok("serve") {
+        serve(&host, tree.path()).await;
+        return;
+    }
     if let Ok(kind) = std::env::var("BENCH_PROFILE") {
         let runs = std::env::var("BENCH_ROUNDS")
             .ok()
