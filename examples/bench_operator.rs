@@ -96,17 +96,83 @@ fn disk_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-fn ready_count(kube: &KubeServer) -> usize {
-    kube.list("PinnedRepository", None)
+/// How many objects of each shard are Ready.
+fn ready_counts(kube: &KubeServer, shards: usize) -> Vec<usize> {
+    let mut ready = vec![0; shards];
+    kube.for_each("PinnedRepository", |o| {
+        let is_ready = o["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        let shard = o["metadata"]["labels"][SHARD_LABEL]
+            .as_str()
+            .and_then(|s| s.parse::<usize>().ok())
+            .unwrap_or(0);
+        if is_ready && shard < shards {
+            ready[shard] += 1;
+        }
+    });
+    ready
+}
+
+/// CPU seconds (user and system) a process used so far, from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // The fields after the command's closing parenthesis: utime and stime are 14th and 15th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
         .iter()
-        .filter(|o| {
-            o["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
-        .count()
+        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
+        .sum();
+    ticks / 100.0
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Sums of some counters of each operator's `/metrics`: registry requests, Git fetches and
+/// ref listings.
+#[derive(Default, Clone, Copy, Debug)]
+struct Counters {
+    registry: f64,
+    fetches: f64,
+    listings: f64,
+}
+
+async fn counters(port: u16) -> Counters {
+    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let sum = |prefix: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    Counters {
+        registry: sum("tagpin_registry_requests_total{"),
+        fetches: sum("tagpin_git_fetches_total"),
+        listings: sum("tagpin_git_ref_listings_total"),
+    }
+}
+
+async fn all_counters(ports: &[u16]) -> Vec<Counters> {
+    let mut all = Vec::new();
+    for port in ports {
+        all.push(counters(*port).await);
+    }
+    all
 }
 
 #[tokio::main]
@@ -224,32 +290,34 @@ async fn main() {
         operators.push((child, port));
     }
     let pids: Vec<u32> = operators.iter().map(|(c, _)| c.id().unwrap()).collect();
+    let load_at_start = load();
     let deadline = Instant::now() + Duration::from_secs(1800);
     let mut peaks = vec![0; shards];
+    let per_shard: Vec<usize> = (0..shards)
+        .map(|s| (0..objects).filter(|n| n % shards == s).count())
+        .collect();
+    let mut shard_ready: Vec<Option<Duration>> = vec![None; shards];
     let poll = Duration::from_millis(50.max(objects as u64 / 20));
-    while ready_count(&kube) < objects {
+    while shard_ready.iter().any(Option::is_none) {
         assert!(Instant::now() < deadline, "not all Ready after 30 minutes");
         sample_peaks(&mut peaks, &pids);
+        for (shard, ready) in ready_counts(&kube, shards).into_iter().enumerate() {
+            if ready >= per_shard[shard] && shard_ready[shard].is_none() {
+                shard_ready[shard] = Some(started.elapsed());
+            }
+        }
         // Reading every object's status costs the local API server in this process, which the
         // operators share: at fleet size it is asked less often (0.5 s at 10,000 objects).
         tokio::time::sleep(poll).await;
     }
     let all_ready = started.elapsed();
     sample_peaks(&mut peaks, &pids);
-    let mut registry_requests = 0.0;
-    for (_, port) in &operators {
-        let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        registry_requests += metrics
-            .lines()
-            .filter(|l| l.starts_with("tagpin_registry_requests_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>();
-    }
+    let pid_names: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let cpu_at_ready: Vec<f64> = pid_names.iter().map(|p| cpu_seconds(p)).collect();
+    let bench_cpu_at_ready = cpu_seconds("self");
+    let ports: Vec<u16> = operators.iter().map(|(_, port)| *port).collect();
+    let at_ready = all_counters(&ports).await;
+    let registry_requests: f64 = at_ready.iter().map(|c| c.registry).sum();
     let pinned = repos.iter().filter(|r| r.log("main").len() == 2).count();
     let mirrors: u64 = (0..shards)
         .map(|shard| disk_bytes(&dir.path().join(format!("cache-{shard}"))))
@@ -268,15 +336,28 @@ async fn main() {
                     .sum()
             };
             let (all, written) = (counts.values().sum::<usize>(), writes(&counts));
+            let before = all_counters(&ports).await;
             tokio::time::sleep(Duration::from_secs(seconds as u64)).await;
             let after = kube.request_counts();
+            let later = all_counters(&ports).await;
+            let delta = |f: fn(&Counters) -> f64| -> f64 {
+                later.iter().map(f).sum::<f64>() - before.iter().map(f).sum::<f64>()
+            };
             Some((
                 after.values().sum::<usize>() - all,
                 writes(&after) - written,
                 seconds,
+                Counters {
+                    registry: delta(|c| c.registry),
+                    fetches: delta(|c| c.fetches),
+                    listings: delta(|c| c.listings),
+                },
             ))
         }
     };
+    let cpu_at_end: Vec<f64> = pid_names.iter().map(|p| cpu_seconds(p)).collect();
+    let bench_cpu_at_end = cpu_seconds("self");
+    let load_at_end = load();
     for pid in &pids {
         std::process::Command::new("kill")
             .args(["-TERM", &pid.to_string()])
@@ -292,12 +373,39 @@ async fn main() {
         "  all Ready (pinned and verified Converged): {:.2} s",
         all_ready.as_secs_f64()
     );
+    for (shard, ready) in shard_ready.iter().enumerate().filter(|_| shards > 1) {
+        let c = at_ready[shard];
+        println!(
+            "    shard {shard}: {} objects Ready at {:.2} s, {:.1} CPU s, peak {:.1} MiB, \
+             {} registry requests, {} Git fetches, {} ref listings",
+            per_shard[shard],
+            ready.unwrap_or_default().as_secs_f64(),
+            cpu_at_ready[shard],
+            peaks[shard] as f64 / 1024.0,
+            c.registry,
+            c.fetches,
+            c.listings
+        );
+    }
+    println!(
+        "  load average (1, 5, 15 min): {load_at_start} at the start, {load_at_end} at the end"
+    );
+    println!(
+        "  CPU until all Ready: operators {:.1} s, the benchmark's process (the local API \
+         server) {bench_cpu_at_ready:.1} s",
+        cpu_at_ready.iter().sum::<f64>()
+    );
     println!("  repositories pinned with one commit each: {pinned}/{objects}");
     println!("  registry requests: {registry_requests} (distinct tags: {images})");
+    println!(
+        "  Git: {} fetches, {} ref listings",
+        at_ready.iter().map(|c| c.fetches).sum::<f64>(),
+        at_ready.iter().map(|c| c.listings).sum::<f64>()
+    );
     println!("  API requests: {total} (the benchmark's own reads excluded)");
     let mut by_kind: Vec<_> = counts.iter().collect();
     by_kind.sort_by(|a, b| b.1.cmp(a.1));
-    for ((verb, resource), n) in by_kind.iter().take(12) {
+    for ((verb, resource), n) in by_kind.iter().take(40) {
         println!("    {verb:>6} {resource}: {n}");
     }
     let (largest, all) = (
@@ -314,11 +422,17 @@ async fn main() {
         mirrors as f64 / (1024.0 * 1024.0),
         mirrors as f64 / 1024.0 / objects as f64
     );
-    if let Some((requests, writes, seconds)) = at_rest {
+    if let Some((requests, writes, seconds, c)) = at_rest {
         println!(
             "  at rest, one interval ({seconds} s) after all Ready: {requests} API requests \
-             ({:.2} per object), {writes} writes",
-            requests as f64 / objects as f64
+             ({:.2} per object), {writes} writes, {} registry requests, {} Git fetches, \
+             {} ref listings; CPU in it: operators {:.1} s, the benchmark's process {:.1} s",
+            requests as f64 / objects as f64,
+            c.registry,
+            c.fetches,
+            c.listings,
+            cpu_at_end.iter().sum::<f64>() - cpu_at_ready.iter().sum::<f64>(),
+            bench_cpu_at_end - bench_cpu_at_ready
         );
     }
 }

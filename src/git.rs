@@ -293,6 +293,10 @@ pub struct Mirror {
     /// Ref listings and fetches made through this handle and not yet counted
     /// ([`Mirror::take_transfers`]).
     transfers: Cell<Transfers>,
+    /// What the last ref listing through this handle advertised for `refs/notes/tagpin`
+    /// (`Some(None)`: no notes ref), until [`Mirror::fetch_notes`] uses it: a notes ref that
+    /// did not move is not fetched.
+    advertised_notes: Cell<Option<Option<Oid>>>,
     /// `author.signing`: signs every commit this mirror builds, and is the only key whose
     /// signature makes a commit tagpin's own ([`Mirror::is_trusted`]).
     signer: Option<Arc<Signer>>,
@@ -427,6 +431,7 @@ impl Mirror {
             limits: FetchLimits::default(),
             repairs: Cell::new(u64::from(replaced)),
             transfers: Cell::default(),
+            advertised_notes: Cell::default(),
             signer: None,
         })
     }
@@ -1380,6 +1385,7 @@ impl Mirror {
             opened: Cell::new(dir_identity(&self.path)),
             repairs: Cell::new(0),
             transfers: Cell::default(),
+            advertised_notes: Cell::default(),
             signer: self.signer.clone(),
         })
     }
@@ -1673,6 +1679,7 @@ impl Mirror {
         let Ok(heads) = connection.list() else {
             return false;
         };
+        self.remember_notes_advertised(heads);
         let remote_tips: std::collections::BTreeMap<String, Oid> = heads
             .iter()
             .filter_map(|head| Some((head.name().strip_prefix("refs/heads/")?, head.oid())))

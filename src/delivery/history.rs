@@ -76,8 +76,8 @@ fn under(path: &str, configured: &str) -> bool {
             .is_some_and(|r| r.starts_with('/'))
 }
 
-/// Fetches the remote's verdict notes into `mirror`; when they cannot be, what the mirror has
-/// is read (logged).
+/// Fetches the remote's verdict notes into `mirror` (only when the last ref listing showed them
+/// moved: [`Mirror::fetch_notes`]); when they cannot be, what the mirror has is read (logged).
 pub fn fetch_notes(mirror: &Mirror) {
     if let Err(e) = off_runtime(|| mirror.fetch_notes()) {
         tracing::warn!(

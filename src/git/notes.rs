@@ -21,13 +21,32 @@ const ATTEMPTS: usize = 2;
 
 impl Mirror {
     /// Copies the remote's `refs/notes/tagpin` into the mirror; a remote without one leaves
-    /// the mirror without one.
+    /// the mirror without one. When the last ref listing through this handle (the one a
+    /// [`Mirror::fetch`] makes first) advertised the notes ref where the mirror has it, or this
+    /// handle pushed the note since, nothing is fetched: at rest a cycle costs the remote one
+    /// ref listing, not a listing and a notes fetch. The listing is used once.
     pub fn fetch_notes(&self) -> Result<(), GitError> {
+        if self
+            .advertised_notes
+            .take()
+            .is_some_and(|remote| remote == self.notes_tip())
+        {
+            return Ok(());
+        }
         let _lock = MirrorLock::acquire(&self.lock_path)?;
         self.fetch_notes_locked()
     }
 
+    /// Keeps where a ref listing of the remote (`heads`) says its notes ref is, for the next
+    /// [`Mirror::fetch_notes`].
+    pub(super) fn remember_notes_advertised(&self, heads: &[git2::RemoteHead<'_>]) {
+        let notes = heads.iter().find(|h| h.name() == NOTES_REF);
+        self.advertised_notes.set(Some(notes.map(|h| h.oid())));
+    }
+
     fn fetch_notes_locked(&self) -> Result<(), GitError> {
+        self.advertised_notes.set(None);
+        self.count(|t| t.fetches += 1);
         let repo = self.repo();
         let mut remote = repo
             .remote_anonymous(&self.url)
@@ -107,7 +126,11 @@ impl Mirror {
                 return Err(GitError::Other("the note written left no notes ref".into()));
             };
             match self.push_notes(notes_commit, before) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    // The remote's notes ref is now where the mirror's is.
+                    self.advertised_notes.set(Some(Some(notes_commit)));
+                    return Ok(());
+                }
                 Err(e @ (GitError::NonFastForward { .. } | GitError::LeaseBroken { .. })) => {
                     last = Some(e)
                 }

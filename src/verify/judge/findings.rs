@@ -465,6 +465,8 @@ fn seen<'a>(
     manages: &impl Fn(&str) -> bool,
 ) -> Vec<Seen<'a>> {
     let mut seen = Vec::new();
+    // Pods of one image share its key: each spelling is parsed once per audit.
+    let mut keys: BTreeMap<&str, String> = BTreeMap::new();
     for (id, workload, pods) in audited(git, inventory, namespaces) {
         let names = containers_of(id, git, workload, manages);
         for pod in pods.iter().filter(|p| runs(p)) {
@@ -483,7 +485,10 @@ fn seen<'a>(
                 seen.push(Seen {
                     workload: id,
                     container,
-                    key: reference_key(image),
+                    key: keys
+                        .entry(image)
+                        .or_insert_with(|| reference_key(image))
+                        .clone(),
                     image: image.to_string(),
                     digest,
                     pod: &pod.name,
@@ -630,6 +635,14 @@ pub fn judge(
     let seen = seen(git, inventory, namespaces, &manages);
     let mixed = mixed_images(&seen, &image_of);
     let mixed_keys: BTreeSet<&str> = mixed.iter().map(|m| m.image.as_str()).collect();
+    // Each container's pods, found once: a namespace of N workloads is not searched N times.
+    let mut by_container: BTreeMap<(&WorkloadId, &str), Vec<&Seen>> = BTreeMap::new();
+    for s in &seen {
+        by_container
+            .entry((s.workload, s.container))
+            .or_default()
+            .push(s);
+    }
     let mut rows = Vec::new();
     for (id, workload, _) in audited(git, inventory, namespaces) {
         for container in containers_of(id, git, workload, &manages) {
@@ -639,10 +652,9 @@ pub fn judge(
                 .iter()
                 .find(|(name, _)| name == container)
                 .map(|(_, image)| image.clone());
-            let mine: Vec<&Seen> = seen
-                .iter()
-                .filter(|s| s.workload == id && s.container == container)
-                .collect();
+            let mine: &[&Seen] = by_container
+                .get(&(id, container))
+                .map_or(&[], Vec::as_slice);
             let mut findings = vec![match git_image {
                 None => Finding::NotInGit,
                 Some(g) if pinned(&g.image) => Finding::Pinned,
@@ -664,7 +676,7 @@ pub fn judge(
                 git: git_image.map(|g| g.image.clone()),
                 template,
                 drift,
-                running: running(&mine, &image_of),
+                running: running(mine, &image_of),
                 note: git_image.and_then(|g| g.uncertain.clone()),
             });
         }
