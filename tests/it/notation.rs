@@ -269,7 +269,7 @@ async fn sync_pins_a_notation_signed_digest_and_refuses_another_ca_digest_expiry
     for expected in [
         format!("apps/foreign.yaml:10: {host}/acme/foreign:1@{}: not pinned: Notation certificate CN=release, C=US, ST=WA, O=acme does not chain to images.signatures[0].notation.trust_store: its issuer's signature does not verify with the trust store's certificate of that name (another CA)", foreign.manifest),
         format!("apps/copied.yaml:10: {host}/acme/copied:1@{}: not pinned: the signature is for {}, not this digest (copied from another image)", copied.manifest, good.manifest),
-        format!("apps/stale.yaml:10: {host}/acme/stale:1@{}: not pinned: certificate CN=release, C=US, ST=WA, O=acme is valid from 2021-01-01T00:00:00Z to 2022-01-01T00:00:00Z, but the Notation signature was signed at {SIGNED_AT}", stale.manifest),
+        format!("apps/stale.yaml:10: {host}/acme/stale:1@{}: not pinned: Notation certificate CN=release, C=US, ST=WA, O=acme does not chain to images.signatures[0].notation.trust_store: a certificate of the chain expired at 2022-01-01T00:00:00Z, before the signing time {SIGNED_AT}", stale.manifest),
         format!("apps/intern.yaml:10: {host}/acme/intern:1@{}: not pinned: Notation signer CN=intern, C=US, ST=WA, O=acme is not one of images.signatures[0].notation.identities", intern.manifest),
         format!("apps/unsigned.yaml:10: {host}/acme/unsigned:1@{}: not pinned: no signature (no Notation signature refers to the digest)", unsigned.manifest),
     ] {
