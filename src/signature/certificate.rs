@@ -72,6 +72,9 @@ pub enum CertificateError {
     Requirement(String),
     #[error("has a key Notation does not sign with: {0}")]
     Key(String),
+    /// A trust store certificate a chain leads to that does not do itself.
+    #[error("{0}")]
+    Anchor(String),
 }
 
 /// The JWS algorithm the Notary Project assigns to a signing certificate's key: its type and
@@ -398,7 +401,7 @@ impl webpki::ExtendedKeyUsageValidator for AnyUsage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChainError {
     Webpki(webpki::Error),
-    Anchor(String),
+    Anchor(CertificateError),
 }
 
 /// What the trust store certificate `anchor` a chain leads to must be, webpki looking only at
@@ -411,27 +414,27 @@ pub fn check_anchor(
     self_signed_leaf: bool,
     signing_time: u64,
     now: u64,
-) -> Result<(), String> {
+) -> Result<(), CertificateError> {
     let name = name(anchor);
     let (not_before, not_after) = validity(anchor);
     for (at, when) in [(signing_time, "the signing time"), (now, "now")] {
         if at < not_before || at > not_after {
-            return Err(format!(
+            return Err(CertificateError::Anchor(format!(
                 "the trust store certificate {name} is not valid at {when} (valid from {not_before} to {not_after}, Unix seconds)"
-            ));
+            )));
         }
     }
     if self_signed_leaf {
         return Ok(());
     }
-    check_ca_certificate(anchor).map_err(|e| format!("the trust store certificate {name} {e}"))?;
-    let path_len = extension::<BasicConstraints>(anchor, BASIC_CONSTRAINTS)
-        .map_err(|e| e.to_string())?
+    check_ca_certificate(anchor)
+        .map_err(|e| CertificateError::Anchor(format!("the trust store certificate {name} {e}")))?;
+    let path_len = extension::<BasicConstraints>(anchor, BASIC_CONSTRAINTS)?
         .and_then(|(constraints, _)| constraints.path_len_constraint);
     match path_len {
-        Some(limit) if intermediates > usize::from(limit) => Err(format!(
+        Some(limit) if intermediates > usize::from(limit) => Err(CertificateError::Anchor(format!(
             "the trust store certificate {name} allows {limit} CA certificates below it (pathLen), the chain has {intermediates}"
-        )),
+        ))),
         _ => Ok(()),
     }
 }

@@ -41,15 +41,62 @@ const SIGNING_TIME: &str = "io.cncf.notary.signingTime";
 const EXPIRY: &str = "io.cncf.notary.expiry";
 const X509_SCHEME: &str = "notary.x509";
 
-/// The Notation signature manifests of a referrers index (artifact type
-/// [`ARTIFACT_TYPE`]), at most [`MAX_SIGNATURES`].
-pub fn signature_referrers(index: &[u8]) -> Result<Vec<Digest>, Refusal> {
-    super::bundle::referrers(index)?
+/// The annotation of a Notation signature manifest listing the SHA-256 thumbprints of its
+/// chain's certificates (a JSON array of hex strings): what a verifier may use to pick the
+/// signatures worth fetching.
+pub const THUMBPRINTS: &str = "io.cncf.notary.x509chain.thumbprint#S256";
+
+/// The Notation signature manifests of a referrers index (artifact type [`ARTIFACT_TYPE`]),
+/// at most [`MAX_SIGNATURES`]: those whose [`THUMBPRINTS`] name a certificate of `anchors`
+/// (DER) first, then the others, each group in the index's order, so referrers listed first
+/// that no trust store certificate is named by cannot crowd a real signature out. A referrer
+/// whose digest is unreadable is left out, its refusal returned beside.
+pub fn signature_referrers(
+    index: &[u8],
+    anchors: &[Vec<u8>],
+) -> Result<(Vec<Digest>, Vec<Refusal>), Refusal> {
+    #[derive(Deserialize)]
+    struct Index {
+        #[serde(default)]
+        manifests: Vec<Descriptor>,
+    }
+    #[derive(Deserialize)]
+    struct Descriptor {
+        digest: String,
+        #[serde(rename = "artifactType", default)]
+        artifact_type: Option<String>,
+        #[serde(default)]
+        annotations: BTreeMap<String, String>,
+    }
+    let parsed: Index = serde_json::from_slice(index)
+        .map_err(|e| Refusal::Malformed(format!("referrers index: {e}")))?;
+    let trusted: Vec<String> = anchors
+        .iter()
+        .map(|a| super::verify::sha256_hex(a))
+        .collect();
+    let names_trusted = |d: &Descriptor| {
+        let listed = d.annotations.get(THUMBPRINTS).map(String::as_str);
+        let thumbprints: Vec<String> =
+            serde_json::from_str(listed.unwrap_or("[]")).unwrap_or_default();
+        thumbprints
+            .iter()
+            .any(|t| trusted.contains(&t.to_ascii_lowercase()))
+    };
+    let mut signatures: Vec<Descriptor> = parsed
+        .manifests
         .into_iter()
-        .filter(|(_, kind)| kind == ARTIFACT_TYPE)
-        .take(MAX_SIGNATURES)
-        .map(|(digest, _)| super::bundle::referrer_digest(&digest))
-        .collect()
+        .filter(|d| d.artifact_type.as_deref() == Some(ARTIFACT_TYPE))
+        .collect();
+    // Stable: the index's order within each group.
+    signatures.sort_by_key(|d| !names_trusted(d));
+    let (mut digests, mut refusals) = (Vec::new(), Vec::new());
+    for descriptor in signatures.iter().take(MAX_SIGNATURES) {
+        match super::bundle::referrer_digest(&descriptor.digest) {
+            Ok(digest) => digests.push(digest),
+            Err(refusal) => refusals.push(refusal),
+        }
+    }
+    Ok((digests, refusals))
 }
 
 /// The envelope layer of a Notation signature manifest: its digest and media type (JWS or
@@ -305,7 +352,7 @@ fn date(unix: u64) -> String {
 fn chain_reason(error: &certificate::ChainError) -> String {
     use webpki::Error as E;
     let error = match error {
-        certificate::ChainError::Anchor(why) => return why.clone(),
+        certificate::ChainError::Anchor(why) => return why.to_string(),
         certificate::ChainError::Webpki(error) => error,
     };
     match error {
@@ -689,9 +736,37 @@ mod tests {
             manifests.push(serde_json::json!({"digest": d(n), "artifactType": ARTIFACT_TYPE}));
         }
         let index = serde_json::to_vec(&serde_json::json!({"manifests": manifests})).unwrap();
-        let found = signature_referrers(&index).unwrap();
+        let (found, refused) = signature_referrers(&index, &[]).unwrap();
         assert_eq!(found.len(), MAX_SIGNATURES);
         assert_eq!(found[0].to_string(), d(10));
+        assert!(refused.is_empty());
+    }
+
+    #[test]
+    fn referrers_naming_a_trust_store_certificate_come_first_and_a_bad_digest_is_left_out() {
+        let anchor = b"a trust store certificate".to_vec();
+        let thumbprint = crate::signature::verify::sha256_hex(&anchor);
+        let d = |n: u8| format!("sha256:{}", format!("{n:02x}").repeat(32));
+        let mut manifests =
+            vec![serde_json::json!({"digest": "sha256:bogus", "artifactType": ARTIFACT_TYPE})];
+        for n in 10..20 {
+            manifests.push(
+                serde_json::json!({"digest": d(n), "artifactType": ARTIFACT_TYPE,
+                "annotations": {THUMBPRINTS: "[\"00\"]"}}),
+            );
+        }
+        manifests.push(
+            serde_json::json!({"digest": d(1), "artifactType": ARTIFACT_TYPE,
+            "annotations": {THUMBPRINTS: format!("[\"{}\"]", thumbprint.to_uppercase())}}),
+        );
+        let index = serde_json::to_vec(&serde_json::json!({"manifests": manifests})).unwrap();
+        let (found, refused) = signature_referrers(&index, &[anchor]).unwrap();
+        assert_eq!(found[0].to_string(), d(1));
+        assert_eq!(found.len(), MAX_SIGNATURES - 1);
+        assert!(
+            matches!(refused[..], [Refusal::Malformed(_)]),
+            "{refused:?}"
+        );
     }
 
     #[test]
