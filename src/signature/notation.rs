@@ -1,18 +1,22 @@
-//! Notation signatures (the Notary Project's; what AWS Signer and Azure Key Vault based
-//! pipelines produce), decided without I/O: which referrers hold one, where its envelope is,
-//! and whether a JWS envelope signs *this* digest with a certificate that chains to the
-//! entry's trust store and whose subject is one of its identities.
+//! Notation signatures (the Notary Project's, `notary.x509` scheme: `notation sign` with a
+//! local key or the Azure Key Vault plugin; AWS Signer's `notary.x509.signingAuthority` scheme
+//! and its critical verification plugin header are not supported and refused), decided without
+//! I/O: which referrers hold one, where its envelope is, and whether a JWS envelope signs *this*
+//! digest with a certificate that chains to the entry's trust store and whose subject is one of
+//! its identities.
 //!
 //! The facts followed are the Notary Project's specifications (signature-specification,
-//! signature-envelope-jws, trust-store-trust-policy), at their `strict` verification level:
-//! the JWS signature verifies with the signing certificate's key in the algorithm that key
-//! dictates; the certificates meet the certificate requirements; the chain leads to a trust
-//! store certificate; every certificate is valid at the signing time and, as there is no
-//! authentic timestamp, now; the signature is not past its `io.cncf.notary.expiry`; every
-//! critical header is understood; the subject matches a trusted identity; and the payload's
-//! `targetArtifact` is this digest. COSE envelopes are refused: no well-kept Rust crate reads
-//! them. Timestamp countersignatures are not read (the chain must then be valid now, as the
-//! specification says for a signature without one), and revocation is not checked.
+//! signature-envelope-jws, trust-store-trust-policy), the `strict` level's checks except
+//! revocation: the JWS signature verifies with the signing certificate's key in the algorithm
+//! that key dictates; the certificates meet the certificate requirements; the chain leads to a
+//! trust store certificate, itself valid and a CA allowing the chain's depth; every certificate
+//! is valid at the signing time and, as there is no authentic timestamp, now; the signature is
+//! not past its `io.cncf.notary.expiry`; every critical header is understood; the subject
+//! (no attribute twice) matches a trusted identity; and the payload's `targetArtifact` is this
+//! digest. COSE envelopes are refused: no well-kept Rust crate reads them. Timestamp
+//! countersignatures are not read (the chain must then be valid now, as the specification
+//! says for a signature without one). Revocation (OCSP, CRL) is NOT checked: a certificate
+//! revoked after signing passes until it expires or leaves the trust store.
 
 use std::collections::BTreeMap;
 
