@@ -437,7 +437,7 @@ fn a_notation_entry_with_a_bad_certificate_or_identity_is_a_configuration_error(
     let config = dir.path().join("tagpin.yaml");
     std::fs::write(
         &config,
-        "repository:\n  url: file:///nowhere\n  branch: main\nauthor: {name: tagpin-bot, email: bot@example.com}\npaths: [apps]\nimages:\n  signatures:\n  - match: 'ghcr.io/acme/*'\n    notation:\n      trust_store: [certs/key.pem]\n      identities: ['x509.subject: C=US, O=acme', '*']\n  - match: 'ghcr.io/beta/*'\n    notation: {}\n",
+        "repository:\n  url: file:///nowhere\n  branch: main\nauthor: {name: tagpin-bot, email: bot@example.com}\npaths: [apps]\nimages:\n  signatures:\n  - match: 'ghcr.io/acme/*'\n    notation:\n      trust_store: [certs/key.pem]\n      identities: ['x509.subject: C=US, O=acme', '*']\n  - match: 'ghcr.io/beta/*'\n    notation: {}\n  - match: 'ghcr.io/gamma/*'\n    notation: {trust_store: [], identities: []}\n",
     )
     .unwrap();
 
@@ -451,6 +451,8 @@ fn a_notation_entry_with_a_bad_certificate_or_identity_is_a_configuration_error(
         "images.signatures[0].notation.identities: * trusts every identity and stands alone",
         "images.signatures[1].notation.trust_store: is required",
         "images.signatures[1].notation.identities: is required",
+        "images.signatures[2].notation.trust_store: is empty: every Notation signature would be refused",
+        "images.signatures[2].notation.identities: is empty: every Notation signature would be refused",
     ] {
         assert!(stderr.contains(expected), "missing {expected:?} in\n{}", text(&out));
     }
