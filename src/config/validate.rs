@@ -978,11 +978,12 @@ impl Check {
         let raw = self.section(path, field)?;
         let store_path = join(path, "trust_store");
         let mut trust_store = Vec::new();
-        for (j, file) in self
-            .strings(&store_path, &raw.trust_store)
-            .into_iter()
-            .enumerate()
-        {
+        let files = self.strings(&store_path, &raw.trust_store);
+        let empty = "is empty: every Notation signature would be refused";
+        if raw.trust_store.is_written() && files.is_empty() {
+            self.problem(&store_path, empty);
+        }
+        for (j, file) in files.into_iter().enumerate() {
             let entry = format!("{store_path}[{j}]");
             if self.origin == Origin::Resource {
                 self.secret_key(&entry, &file);
@@ -1002,6 +1003,9 @@ impl Check {
         }
         let ids_path = join(path, "identities");
         let identities = self.strings(&ids_path, &raw.identities);
+        if raw.identities.is_written() && identities.is_empty() {
+            self.problem(&ids_path, empty);
+        }
         for (j, identity) in identities.iter().enumerate() {
             if let Err(e) = crate::signature::trust_policy::Identity::parse(identity) {
                 self.problem(&format!("{ids_path}[{j}]"), e.to_string());

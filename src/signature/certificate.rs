@@ -72,6 +72,9 @@ pub enum CertificateError {
     Requirement(String),
     #[error("has a key Notation does not sign with: {0}")]
     Key(String),
+    /// A trust store certificate a chain leads to that does not do itself.
+    #[error("{0}")]
+    Anchor(String),
 }
 
 /// The JWS algorithm the Notary Project assigns to a signing certificate's key: its type and
@@ -205,36 +208,95 @@ fn rsa_bits(key: &[u8]) -> Result<usize, CertificateError> {
     Ok(modulus.len() * 8 - leading)
 }
 
-/// The certificate's subject as trust policies write it: `C=US, ST=WA, O=acme, CN=signer`, in
-/// the certificate's order, each attribute with its short name.
-pub fn subject(certificate: &Certificate) -> Vec<(String, String)> {
-    let mut attributes = Vec::new();
+/// The signing certificate's subject as trust policies write it: `C=US, ST=WA, O=acme,
+/// CN=signer`, in the certificate's order, each attribute with its short name. As notation-go
+/// does, a subject naming an attribute twice or with a multi-valued RDN (`OU=a+OU=b`) is
+/// refused (either could satisfy an identity naming only one), and so is a value that is not
+/// a string.
+pub fn subject(certificate: &Certificate) -> Result<Vec<(String, String)>, CertificateError> {
+    let refuse = |why: String| Err(CertificateError::Requirement(format!("its subject {why}")));
+    let mut attributes: Vec<(String, String)> = Vec::new();
     for rdn in certificate.tbs_certificate.subject.0.iter() {
+        if rdn.0.len() != 1 {
+            return refuse("has a multi-valued RDN".into());
+        }
         for atv in rdn.0.iter() {
-            let oid = atv.oid.to_string();
-            let name = ATTRIBUTE_NAMES
-                .iter()
-                .find(|(o, _)| *o == oid)
-                .map_or(oid.clone(), |(_, n)| n.to_string());
-            let text = match atv.value.tag() {
-                Tag::Utf8String | Tag::PrintableString | Tag::Ia5String | Tag::TeletexString => {
-                    String::from_utf8_lossy(atv.value.value()).into_owned()
-                }
-                _ => continue,
+            let name = attribute_name(&atv.oid);
+            let Some(text) = string_value(&atv.value) else {
+                return refuse(format!(
+                    "has {} of ASN.1 type {}",
+                    shown(&name),
+                    atv.value.tag()
+                ));
             };
+            if attributes.iter().any(|(n, _)| *n == name) {
+                return refuse(format!("names {} more than once", shown(&name)));
+            }
             attributes.push((name, text));
         }
     }
-    attributes
+    Ok(attributes)
 }
 
-/// A subject as [`subject`] reads it, written out.
+fn attribute_name(oid: &ObjectIdentifier) -> String {
+    let oid = oid.to_string();
+    ATTRIBUTE_NAMES
+        .iter()
+        .find(|(o, _)| *o == oid)
+        .map_or(oid.clone(), |(_, n)| n.to_string())
+}
+
+fn string_value(value: &x509_cert::der::Any) -> Option<String> {
+    match value.tag() {
+        Tag::Utf8String | Tag::PrintableString | Tag::Ia5String | Tag::TeletexString => {
+            std::str::from_utf8(value.value()).ok().map(str::to_string)
+        }
+        _ => None,
+    }
+}
+
+/// A certificate's subject as messages name it: its string attributes, escaped and bounded
+/// ([`subject_text`]), whatever the subject holds.
+pub fn name(certificate: &Certificate) -> String {
+    let attributes: Vec<(String, String)> = certificate
+        .tbs_certificate
+        .subject
+        .0
+        .iter()
+        .flat_map(|rdn| rdn.0.iter())
+        .filter_map(|atv| Some((attribute_name(&atv.oid), string_value(&atv.value)?)))
+        .collect();
+    subject_text(&attributes)
+}
+
+/// A subject as [`subject`] reads it, written out for a message: escaped and bounded, as the
+/// signer wrote it.
 pub fn subject_text(attributes: &[(String, String)]) -> String {
-    attributes
+    let text = attributes
         .iter()
         .map(|(name, value)| format!("{name}={value}"))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(", ");
+    shown(&text)
+}
+
+/// Longest text of a signer's (a subject, a header value) a message repeats.
+const MAX_SHOWN: usize = 200;
+
+/// Text from a signature, as a message may show it: control characters and non-ASCII
+/// escaped (`\n`, `\u{202e}`), cut at [`MAX_SHOWN`] characters with `…`.
+pub fn shown(text: &str) -> String {
+    let escaped: String = text
+        .chars()
+        .flat_map(|c| match c {
+            ' '..='~' => vec![c],
+            c => c.escape_default().collect(),
+        })
+        .collect();
+    match escaped.char_indices().nth(MAX_SHOWN) {
+        Some((cut, _)) => format!("{}…", &escaped[..cut]),
+        None => escaped,
+    }
 }
 
 /// The certificate's validity as Unix seconds: `(not_before, not_after)`.
@@ -333,35 +395,125 @@ impl webpki::ExtendedKeyUsageValidator for AnyUsage {
     }
 }
 
+/// Why a chain does not lead to the trust store: webpki's refusal, or a trust store certificate
+/// the chain leads to that does not do itself (out of its validity, not a CA, its pathLen
+/// exceeded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainError {
+    Webpki(webpki::Error),
+    Anchor(CertificateError),
+}
+
+/// What the trust store certificate `anchor` a chain leads to must be, webpki looking only at
+/// its subject and key: valid at the signing time and now, and, unless the chain is that very
+/// certificate (`self_signed_leaf`), a CA (basic constraints, key usage) whose pathLen allows
+/// `intermediates` CA certificates below it.
+pub fn check_anchor(
+    anchor: &Certificate,
+    intermediates: usize,
+    self_signed_leaf: bool,
+    signing_time: u64,
+    now: u64,
+) -> Result<(), CertificateError> {
+    let name = name(anchor);
+    let (not_before, not_after) = validity(anchor);
+    for (at, when) in [(signing_time, "the signing time"), (now, "now")] {
+        if at < not_before || at > not_after {
+            return Err(CertificateError::Anchor(format!(
+                "the trust store certificate {name} is not valid at {when} (valid from {not_before} to {not_after}, Unix seconds)"
+            )));
+        }
+    }
+    if self_signed_leaf {
+        return Ok(());
+    }
+    check_ca_certificate(anchor)
+        .map_err(|e| CertificateError::Anchor(format!("the trust store certificate {name} {e}")))?;
+    let path_len = extension::<BasicConstraints>(anchor, BASIC_CONSTRAINTS)?
+        .and_then(|(constraints, _)| constraints.path_len_constraint);
+    match path_len {
+        Some(limit) if intermediates > usize::from(limit) => Err(CertificateError::Anchor(format!(
+            "the trust store certificate {name} allows {limit} CA certificates below it (pathLen), the chain has {intermediates}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Builds the chain from `chain[0]` (the signing certificate), through `chain[1..]`, to one
-/// of `anchors` (DER trust store certificates), every certificate valid at `at` (Unix
-/// seconds) and every signature verifying. `Err` says why not, as webpki words it.
-pub fn chains_to(chain: &[Vec<u8>], anchors: &[Vec<u8>], at: u64) -> Result<(), webpki::Error> {
+/// of `anchors` (DER trust store certificates), every certificate valid at `signing_time`
+/// (Unix seconds) and every signature verifying; the trust store certificate reached must
+/// pass [`check_anchor`] (else another path is tried). `Err` says why not.
+pub fn chains_to(
+    chain: &[Vec<u8>],
+    anchors: &[Vec<u8>],
+    signing_time: u64,
+    now: u64,
+) -> Result<(), ChainError> {
     let Some((leaf, rest)) = chain.split_first() else {
-        return Err(webpki::Error::BadDer);
+        return Err(ChainError::Webpki(webpki::Error::BadDer));
     };
-    let anchor_ders: Vec<CertificateDer<'_>> = anchors
+    let usable: Vec<(CertificateDer<'_>, Certificate)> = anchors
         .iter()
-        .map(|der| CertificateDer::from(der.as_slice()))
+        .filter_map(|der| Some((CertificateDer::from(der.as_slice()), parse(der).ok()?)))
         .collect();
-    let anchors: Vec<_> = anchor_ders
+    let trust_anchors: Vec<_> = usable
         .iter()
-        .filter_map(|der| webpki::anchor_from_trusted_cert(der).ok())
-        .collect();
+        .map(|(der, _)| webpki::anchor_from_trusted_cert(der))
+        .collect::<Result<_, _>>()
+        .map_err(ChainError::Webpki)?;
     let intermediates: Vec<CertificateDer<'_>> = rest
         .iter()
         .map(|der| CertificateDer::from(der.as_slice()))
         .collect();
-    let leaf = CertificateDer::from(leaf.as_slice());
-    let leaf = webpki::EndEntityCert::try_from(&leaf)?;
-    leaf.verify_for_usage(
-        sigstore_crypto::WEBPKI_VERIFICATION_ALGS,
-        &anchors,
+    let refused = std::cell::RefCell::new(None);
+    let check_path = |path: &webpki::VerifiedPath<'_>| {
+        let at = trust_anchors
+            .iter()
+            .position(|a| std::ptr::eq(a, path.anchor()))
+            .ok_or(webpki::Error::UnknownIssuer)?;
+        let (der, anchor) = &usable[at];
+        let self_signed_leaf = rest.is_empty() && der.as_ref() == leaf.as_slice();
+        let depth = path.intermediate_certificates().count();
+        check_anchor(anchor, depth, self_signed_leaf, signing_time, now).map_err(|why| {
+            *refused.borrow_mut() = Some(why);
+            webpki::Error::UnknownIssuer
+        })
+    };
+    let leaf_der = CertificateDer::from(leaf.as_slice());
+    let end_entity = webpki::EndEntityCert::try_from(&leaf_der).map_err(ChainError::Webpki)?;
+    let verified = end_entity.verify_for_usage(
+        CHAIN_ALGORITHMS,
+        &trust_anchors,
         &intermediates,
-        UnixTime::since_unix_epoch(Duration::from_secs(at)),
+        UnixTime::since_unix_epoch(Duration::from_secs(signing_time)),
         AnyUsage,
         None,
-        None,
-    )
-    .map(|_| ())
+        Some(&check_path),
+    );
+    match (verified, refused.into_inner()) {
+        (Ok(_), _) => Ok(()),
+        (Err(webpki::Error::UnknownIssuer), Some(why)) => Err(ChainError::Anchor(why)),
+        (Err(e), _) => Err(ChainError::Webpki(e)),
+    }
 }
+
+/// The signature algorithms a chain may use: sigstore-crypto's, with rustls-webpki's P-521
+/// ones (sigstore-crypto has none, yet Notation signs with P-521 keys).
+static CHAIN_ALGORITHMS: &[&dyn rustls_pki_types::SignatureVerificationAlgorithm] = &[
+    webpki::aws_lc_rs::ECDSA_P256_SHA256,
+    webpki::aws_lc_rs::ECDSA_P256_SHA384,
+    webpki::aws_lc_rs::ECDSA_P384_SHA256,
+    webpki::aws_lc_rs::ECDSA_P384_SHA384,
+    webpki::aws_lc_rs::ECDSA_P521_SHA256,
+    webpki::aws_lc_rs::ECDSA_P521_SHA384,
+    webpki::aws_lc_rs::ECDSA_P521_SHA512,
+    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA256,
+    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA384,
+    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA512,
+    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA256_ABSENT_PARAMS,
+    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA384_ABSENT_PARAMS,
+    webpki::aws_lc_rs::RSA_PKCS1_2048_8192_SHA512_ABSENT_PARAMS,
+    webpki::aws_lc_rs::RSA_PSS_2048_8192_SHA256_LEGACY_KEY,
+    webpki::aws_lc_rs::RSA_PSS_2048_8192_SHA384_LEGACY_KEY,
+    webpki::aws_lc_rs::RSA_PSS_2048_8192_SHA512_LEGACY_KEY,
+];

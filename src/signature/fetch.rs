@@ -122,7 +122,8 @@ async fn look_up(
 }
 
 /// Fetches the Notation signatures referring to `digest` (the referrers API, else its
-/// fallback tag; at most [`notation::MAX_SIGNATURES`]) and checks each envelope, now.
+/// fallback tag; at most [`notation::MAX_SIGNATURES`], those naming a trust store certificate
+/// first) and checks each envelope, now; a malformed referrer is one refusal among the others.
 async fn notation_signatures(
     client: &Client,
     trust: &notation::NotationTrust,
@@ -136,8 +137,9 @@ async fn notation_signatures(
         Err(e) => return Err(Refusal::Lookup(e.to_string())),
     };
     let now = u64::try_from(crate::clock::unix_now()).unwrap_or(0);
-    let mut verdicts = Vec::new();
-    for referrer in notation::signature_referrers(&index)? {
+    let (referrers, refused) = notation::signature_referrers(&index, &trust.anchors)?;
+    let mut verdicts: Vec<Verdict> = refused.into_iter().map(Err).collect();
+    for referrer in referrers {
         let manifest = match client.manifest_bytes(reference, &referrer).await {
             Ok(manifest) => manifest,
             Err(e) => {
@@ -145,11 +147,19 @@ async fn notation_signatures(
                 continue;
             }
         };
-        let Some((layer, media_type)) = notation::envelope_layer(&manifest)? else {
-            verdicts.push(Err(Refusal::Malformed(format!(
-                "Notation signature {referrer} has no JWS or COSE envelope layer"
-            ))));
-            continue;
+        let (layer, media_type) = match notation::envelope_layer(&manifest) {
+            Ok(Some(layer)) => layer,
+            Ok(None) => {
+                verdicts.push(Err(Refusal::Malformed(format!(
+                    "Notation signature {referrer} has no JWS or COSE envelope layer"
+                ))));
+                continue;
+            }
+            // One malformed referrer does not hide the others.
+            Err(refusal) => {
+                verdicts.push(Err(refusal));
+                continue;
+            }
         };
         let verdict = match client.blob(reference, &layer).await {
             Ok(bytes) => notation::check_envelope(trust, rule, digest, &media_type, &bytes, now),

@@ -1,18 +1,22 @@
-//! Notation signatures (the Notary Project's; what AWS Signer and Azure Key Vault based
-//! pipelines produce), decided without I/O: which referrers hold one, where its envelope is,
-//! and whether a JWS envelope signs *this* digest with a certificate that chains to the
-//! entry's trust store and whose subject is one of its identities.
+//! Notation signatures (the Notary Project's, `notary.x509` scheme: `notation sign` with a
+//! local key or the Azure Key Vault plugin; AWS Signer's `notary.x509.signingAuthority` scheme
+//! and its critical verification plugin header are not supported and refused), decided without
+//! I/O: which referrers hold one, where its envelope is, and whether a JWS envelope signs *this*
+//! digest with a certificate that chains to the entry's trust store and whose subject is one of
+//! its identities.
 //!
 //! The facts followed are the Notary Project's specifications (signature-specification,
-//! signature-envelope-jws, trust-store-trust-policy), at their `strict` verification level:
-//! the JWS signature verifies with the signing certificate's key in the algorithm that key
-//! dictates; the certificates meet the certificate requirements; the chain leads to a trust
-//! store certificate; every certificate is valid at the signing time and, as there is no
-//! authentic timestamp, now; the signature is not past its `io.cncf.notary.expiry`; every
-//! critical header is understood; the subject matches a trusted identity; and the payload's
-//! `targetArtifact` is this digest. COSE envelopes are refused: no well-kept Rust crate reads
-//! them. Timestamp countersignatures are not read (the chain must then be valid now, as the
-//! specification says for a signature without one), and revocation is not checked.
+//! signature-envelope-jws, trust-store-trust-policy), the `strict` level's checks except
+//! revocation: the JWS signature verifies with the signing certificate's key in the algorithm
+//! that key dictates; the certificates meet the certificate requirements; the chain leads to a
+//! trust store certificate, itself valid and a CA allowing the chain's depth; every certificate
+//! is valid at the signing time and, as there is no authentic timestamp, now; the signature is
+//! not past its `io.cncf.notary.expiry`; every critical header is understood; the subject
+//! (no attribute twice) matches a trusted identity; and the payload's `targetArtifact` is this
+//! digest. COSE envelopes are refused: no well-kept Rust crate reads them. Timestamp
+//! countersignatures are not read (the chain must then be valid now, as the specification
+//! says for a signature without one). Revocation (OCSP, CRL) is NOT checked: a certificate
+//! revoked after signing passes until it expires or leaves the trust store.
 
 use std::collections::BTreeMap;
 
@@ -41,15 +45,62 @@ const SIGNING_TIME: &str = "io.cncf.notary.signingTime";
 const EXPIRY: &str = "io.cncf.notary.expiry";
 const X509_SCHEME: &str = "notary.x509";
 
-/// The Notation signature manifests of a referrers index (artifact type
-/// [`ARTIFACT_TYPE`]), at most [`MAX_SIGNATURES`].
-pub fn signature_referrers(index: &[u8]) -> Result<Vec<Digest>, Refusal> {
-    super::bundle::referrers(index)?
+/// The annotation of a Notation signature manifest listing the SHA-256 thumbprints of its
+/// chain's certificates (a JSON array of hex strings): what a verifier may use to pick the
+/// signatures worth fetching.
+pub const THUMBPRINTS: &str = "io.cncf.notary.x509chain.thumbprint#S256";
+
+/// The Notation signature manifests of a referrers index (artifact type [`ARTIFACT_TYPE`]),
+/// at most [`MAX_SIGNATURES`]: those whose [`THUMBPRINTS`] name a certificate of `anchors`
+/// (DER) first, then the others, each group in the index's order, so referrers listed first
+/// that no trust store certificate is named by cannot crowd a real signature out. A referrer
+/// whose digest is unreadable is left out, its refusal returned beside.
+pub fn signature_referrers(
+    index: &[u8],
+    anchors: &[Vec<u8>],
+) -> Result<(Vec<Digest>, Vec<Refusal>), Refusal> {
+    #[derive(Deserialize)]
+    struct Index {
+        #[serde(default)]
+        manifests: Vec<Descriptor>,
+    }
+    #[derive(Deserialize)]
+    struct Descriptor {
+        digest: String,
+        #[serde(rename = "artifactType", default)]
+        artifact_type: Option<String>,
+        #[serde(default)]
+        annotations: BTreeMap<String, String>,
+    }
+    let parsed: Index = serde_json::from_slice(index)
+        .map_err(|e| Refusal::Malformed(format!("referrers index: {e}")))?;
+    let trusted: Vec<String> = anchors
+        .iter()
+        .map(|a| super::verify::sha256_hex(a))
+        .collect();
+    let names_trusted = |d: &Descriptor| {
+        let listed = d.annotations.get(THUMBPRINTS).map(String::as_str);
+        let thumbprints: Vec<String> =
+            serde_json::from_str(listed.unwrap_or("[]")).unwrap_or_default();
+        thumbprints
+            .iter()
+            .any(|t| trusted.contains(&t.to_ascii_lowercase()))
+    };
+    let mut signatures: Vec<Descriptor> = parsed
+        .manifests
         .into_iter()
-        .filter(|(_, kind)| kind == ARTIFACT_TYPE)
-        .take(MAX_SIGNATURES)
-        .map(|(digest, _)| super::bundle::referrer_digest(&digest))
-        .collect()
+        .filter(|d| d.artifact_type.as_deref() == Some(ARTIFACT_TYPE))
+        .collect();
+    // Stable: the index's order within each group.
+    signatures.sort_by_key(|d| !names_trusted(d));
+    let (mut digests, mut refusals) = (Vec::new(), Vec::new());
+    for descriptor in signatures.iter().take(MAX_SIGNATURES) {
+        match super::bundle::referrer_digest(&descriptor.digest) {
+            Ok(digest) => digests.push(digest),
+            Err(refusal) => refusals.push(refusal),
+        }
+    }
+    Ok((digests, refusals))
 }
 
 /// The envelope layer of a Notation signature manifest: its digest and media type (JWS or
@@ -118,17 +169,22 @@ pub fn check_envelope(
     }
     let signed = open(bytes)?;
     let signing_time = check_header(&signed.header)?;
-    let subject = certificate::subject(&signed.leaf);
-    let subject_text = certificate::subject_text(&subject);
     check_requirements(&signed)?;
-    check_times(&signed.chain, signing_time, now)?;
-    certificate::chains_to(&signed.chain, &trust.anchors, signing_time).map_err(|e| {
+    let subject = certificate::subject(&signed.leaf).map_err(|e| {
+        let name = certificate::name(&signed.leaf);
+        Refusal::NotationCertificate(format!("the signing certificate {name} {e}"))
+    })?;
+    let subject_text = certificate::subject_text(&subject);
+    // The chain first: nothing of a certificate is reported before it is known to be the
+    // trust store's.
+    certificate::chains_to(&signed.chain, &trust.anchors, signing_time, now).map_err(|e| {
         Refusal::NotationUntrusted {
             rule,
             subject: subject_text.clone(),
-            detail: webpki_reason(&e),
+            detail: chain_reason(&e),
         }
     })?;
+    check_times(&signed.chain, signing_time, now)?;
     if let Some(expiry) = &signed.header.expiry {
         let at = rfc3339(EXPIRY, expiry)?;
         if at <= now {
@@ -176,7 +232,7 @@ fn open(bytes: &[u8]) -> Result<Signed, Refusal> {
     if header.alg != algorithm.name() {
         return Err(Refusal::NotationUnsupported(format!(
             "alg {} where the signing certificate's key calls for {}",
-            header.alg,
+            certificate::shown(&header.alg),
             algorithm.name()
         )));
     }
@@ -204,14 +260,14 @@ fn open(bytes: &[u8]) -> Result<Signed, Refusal> {
 fn check_header(header: &Protected) -> Result<u64, Refusal> {
     if header.cty != PAYLOAD_TYPE {
         return Err(Refusal::NotationUnsupported(format!(
-            "payload type {:?}, not {PAYLOAD_TYPE}",
-            header.cty
+            "payload type {}, not {PAYLOAD_TYPE}",
+            certificate::shown(&header.cty)
         )));
     }
     if header.scheme != X509_SCHEME {
         return Err(Refusal::NotationUnsupported(format!(
-            "signing scheme {:?} (tagpin verifies {X509_SCHEME})",
-            header.scheme
+            "signing scheme {} (tagpin verifies {X509_SCHEME})",
+            certificate::shown(&header.scheme)
         )));
     }
     if let Some(unknown) = header
@@ -220,7 +276,8 @@ fn check_header(header: &Protected) -> Result<u64, Refusal> {
         .find(|c| ![SIGNING_SCHEME, EXPIRY].contains(&c.as_str()))
     {
         return Err(Refusal::NotationUnsupported(format!(
-            "critical header {unknown} is not understood"
+            "critical header {} is not understood",
+            certificate::shown(unknown)
         )));
     }
     let listed = |name: &str| header.crit.iter().any(|c| c == name);
@@ -242,13 +299,16 @@ fn rfc3339(name: &str, text: &str) -> Result<u64, Refusal> {
     text.parse::<k8s_openapi::jiff::Timestamp>()
         .ok()
         .and_then(|t| u64::try_from(t.as_second()).ok())
-        .ok_or_else(|| Refusal::Malformed(format!("Notation JWS envelope: {name} {text:?}")))
+        .ok_or_else(|| {
+            let text = certificate::shown(text);
+            Refusal::Malformed(format!("Notation JWS envelope: {name} {text}"))
+        })
 }
 
 /// The certificate requirements: the signing certificate's, and the CA certificates' after
 /// it (a chain of one certificate is its own root and meets the signing certificate's).
 fn check_requirements(signed: &Signed) -> Result<(), Refusal> {
-    let subject = certificate::subject_text(&certificate::subject(&signed.leaf));
+    let subject = certificate::name(&signed.leaf);
     certificate::check_signing_certificate(&signed.leaf).map_err(|e| {
         Refusal::NotationCertificate(format!("the signing certificate {subject} {e}"))
     })?;
@@ -257,7 +317,7 @@ fn check_requirements(signed: &Signed) -> Result<(), Refusal> {
             Refusal::Malformed(format!("Notation JWS envelope: x5c certificate: {e}"))
         })?;
         certificate::check_ca_certificate(&ca).map_err(|e| {
-            let name = certificate::subject_text(&certificate::subject(&ca));
+            let name = certificate::name(&ca);
             Refusal::NotationCertificate(format!("certificate {name} {e}"))
         })?;
     }
@@ -275,7 +335,7 @@ fn check_times(chain: &[Vec<u8>], signing_time: u64, now: u64) -> Result<(), Ref
         for (at, when) in [(signing_time, "signed"), (now, "checked")] {
             if at < not_before || at > not_after {
                 return Err(Refusal::CertificateTime {
-                    subject: certificate::subject_text(&certificate::subject(&cert)),
+                    subject: certificate::name(&cert),
                     valid: format!("{} to {}", date(not_before), date(not_after)),
                     when: format!("{when} at {}", date(at)),
                 });
@@ -291,17 +351,31 @@ fn date(unix: u64) -> String {
         .unwrap_or_else(|_| unix.to_string())
 }
 
-/// What webpki's refusal means for a chain the times and requirements already passed.
-fn webpki_reason(error: &webpki::Error) -> String {
+/// What a refusal of the chain means; "(another CA)" only when the chain leads to no
+/// certificate of the trust store.
+fn chain_reason(error: &certificate::ChainError) -> String {
+    use webpki::Error as E;
+    let error = match error {
+        certificate::ChainError::Anchor(why) => return why.to_string(),
+        certificate::ChainError::Webpki(error) => error,
+    };
     match error {
-        webpki::Error::UnknownIssuer => {
-            "it is not issued by a certificate of the trust store".into()
-        }
-        webpki::Error::InvalidSignatureForPublicKey => {
-            "its issuer's signature does not verify with the trust store's certificate of that name"
+        E::UnknownIssuer => "it is not issued by a certificate of the trust store (another CA)".into(),
+        E::InvalidSignatureForPublicKey => {
+            "its issuer's signature does not verify with the trust store's certificate of that name (another CA)"
                 .into()
         }
-        other => format!("{other:?}"),
+        E::CertExpired { time, not_after } => format!(
+            "a certificate of the chain expired at {}, before the signing time {}",
+            date(not_after.as_secs()),
+            date(time.as_secs())
+        ),
+        E::CertNotValidYet { time, not_before } => format!(
+            "a certificate of the chain is valid from {}, after the signing time {}",
+            date(not_before.as_secs()),
+            date(time.as_secs())
+        ),
+        other => certificate::shown(&format!("{other:?}")),
     }
 }
 
@@ -323,7 +397,7 @@ fn check_payload(pinned: &Digest, payload: &[u8]) -> Result<(), Refusal> {
     match parsed.target.digest == pinned.to_string() {
         true => Ok(()),
         false => Err(Refusal::OtherDigest {
-            signed: parsed.target.digest,
+            signed: certificate::shown(&parsed.target.digest),
         }),
     }
 }
@@ -345,17 +419,40 @@ mod tests {
 
     impl Ca {
         fn new(name: &str) -> Ca {
+            Ca::made(Ca::params(name, (2020, 2090), Some(None)), None)
+        }
+
+        /// A CA certificate's parameters (`ca`: `None` for a certificate that is no CA,
+        /// else its pathLen), valid from January 1st of `years.0` to that of `years.1`.
+        fn params(
+            name: &str,
+            years: (i32, i32),
+            ca: Option<Option<u8>>,
+        ) -> rcgen::CertificateParams {
             let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params.is_ca = match ca {
+                None => rcgen::IsCa::ExplicitNoCa,
+                Some(None) => rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained),
+                Some(Some(n)) => rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(n)),
+            };
             params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
             params
                 .distinguished_name
                 .push(rcgen::DnType::CommonName, name);
-            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            params.not_after = rcgen::date_time_ymd(2090, 1, 1);
+            params.not_before = rcgen::date_time_ymd(years.0, 1, 1);
+            params.not_after = rcgen::date_time_ymd(years.1, 1, 1);
+            params
+        }
+
+        /// A CA of `params`, self-signed or issued by `by`.
+        fn made(params: rcgen::CertificateParams, by: Option<&Ca>) -> Ca {
             let key = rcgen::KeyPair::generate().unwrap();
+            let issuer = match by {
+                None => rcgen::CertifiedIssuer::self_signed(params, key),
+                Some(by) => rcgen::CertifiedIssuer::signed_by(params, key, &by.issuer),
+            };
             Ca {
-                issuer: rcgen::CertifiedIssuer::self_signed(params, key).unwrap(),
+                issuer: issuer.unwrap(),
             }
         }
 
@@ -511,8 +608,9 @@ mod tests {
             check(&trust(&ca, IDENTITY), &bytes)
                 .unwrap_err()
                 .to_string(),
-            "certificate CN=signer, C=US, ST=WA, O=acme is valid from 2021-01-01T00:00:00Z to \
-             2022-01-01T00:00:00Z, but the Notation signature was signed at 2026-01-01T00:00:00Z"
+            "Notation certificate CN=signer, C=US, ST=WA, O=acme does not chain to \
+             images.signatures[0].notation.trust_store: a certificate of the chain expired at \
+             2022-01-01T00:00:00Z, before the signing time 2026-01-01T00:00:00Z"
         );
         // Valid when signed, expired now: without an authentic timestamp, refused too.
         let (key, leaf) = ca.leaf("signer", (2025, 2026));
@@ -642,8 +740,176 @@ mod tests {
             manifests.push(serde_json::json!({"digest": d(n), "artifactType": ARTIFACT_TYPE}));
         }
         let index = serde_json::to_vec(&serde_json::json!({"manifests": manifests})).unwrap();
-        let found = signature_referrers(&index).unwrap();
+        let (found, refused) = signature_referrers(&index, &[]).unwrap();
         assert_eq!(found.len(), MAX_SIGNATURES);
         assert_eq!(found[0].to_string(), d(10));
+        assert!(refused.is_empty());
+    }
+
+    #[test]
+    fn referrers_naming_a_trust_store_certificate_come_first_and_a_bad_digest_is_left_out() {
+        let anchor = b"a trust store certificate".to_vec();
+        let thumbprint = crate::signature::verify::sha256_hex(&anchor);
+        let d = |n: u8| format!("sha256:{}", format!("{n:02x}").repeat(32));
+        let mut manifests =
+            vec![serde_json::json!({"digest": "sha256:bogus", "artifactType": ARTIFACT_TYPE})];
+        for n in 10..20 {
+            manifests.push(
+                serde_json::json!({"digest": d(n), "artifactType": ARTIFACT_TYPE,
+                "annotations": {THUMBPRINTS: "[\"00\"]"}}),
+            );
+        }
+        manifests.push(
+            serde_json::json!({"digest": d(1), "artifactType": ARTIFACT_TYPE,
+            "annotations": {THUMBPRINTS: format!("[\"{}\"]", thumbprint.to_uppercase())}}),
+        );
+        let index = serde_json::to_vec(&serde_json::json!({"manifests": manifests})).unwrap();
+        let (found, refused) = signature_referrers(&index, &[anchor]).unwrap();
+        assert_eq!(found[0].to_string(), d(1));
+        assert_eq!(found.len(), MAX_SIGNATURES - 1);
+        assert!(
+            matches!(refused[..], [Refusal::Malformed(_)]),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn an_expired_root_still_in_the_trust_store_does_not_certify_a_fresh_chain() {
+        // The retired root's key leaked: a fresh intermediate and leaf under it, the root
+        // left out of x5c.
+        let root = Ca::made(Ca::params("retired root", (2015, 2022), Some(None)), None);
+        let intermediate = Ca::made(
+            Ca::params("fresh CA", (2025, 2090), Some(None)),
+            Some(&root),
+        );
+        let (key, leaf) = intermediate.leaf("signer", (2025, 2090));
+        let chain = [leaf.der().as_ref(), intermediate.issuer.der().as_ref()];
+        let bytes = envelope(&key, &chain, header(), PINNED);
+        let refusal = check(&trust(&root, IDENTITY), &bytes).unwrap_err();
+        assert!(
+            matches!(refusal, Refusal::NotationUntrusted { .. }),
+            "{refusal}"
+        );
+        let text = refusal.to_string();
+        assert!(
+            text.contains(
+                "the trust store certificate CN=retired root is not valid at the signing time"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("another CA"), "{text}");
+
+        // Valid when signed, expired now: refused too.
+        let root = Ca::made(Ca::params("old root", (2020, 2026), Some(None)), None);
+        let (key, leaf) = root.leaf("signer", (2020, 2025));
+        let mut early = header();
+        early["io.cncf.notary.signingTime"] = "2024-06-01T00:00:00Z".into();
+        let bytes = envelope(&key, &[leaf.der()], early, PINNED);
+        let refusal = check(&trust(&root, IDENTITY), &bytes).unwrap_err();
+        assert!(
+            refusal.to_string().contains("is not valid at now"),
+            "{refusal}"
+        );
+    }
+
+    #[test]
+    fn a_trust_store_certificate_that_is_no_ca_or_whose_path_len_is_exceeded_is_refused() {
+        let not_ca = Ca::made(Ca::params("a leaf in the store", (2020, 2090), None), None);
+        let (key, leaf) = not_ca.leaf("signer", (2020, 2090));
+        let bytes = envelope(&key, &[leaf.der()], header(), PINNED);
+        let refusal = check(&trust(&not_ca, IDENTITY), &bytes).unwrap_err();
+        assert!(
+            refusal
+                .to_string()
+                .contains("the trust store certificate CN=a leaf in the store does not meet"),
+            "{refusal}"
+        );
+
+        let root = Ca::made(Ca::params("root", (2020, 2090), Some(Some(0))), None);
+        let intermediate = Ca::made(
+            Ca::params("issuing CA", (2020, 2090), Some(None)),
+            Some(&root),
+        );
+        let (key, leaf) = intermediate.leaf("signer", (2020, 2090));
+        let chain = [leaf.der().as_ref(), intermediate.issuer.der().as_ref()];
+        let bytes = envelope(&key, &chain, header(), PINNED);
+        let refusal = check(&trust(&root, IDENTITY), &bytes).unwrap_err();
+        assert!(
+            refusal
+                .to_string()
+                .contains("allows 0 CA certificates below it (pathLen), the chain has 1"),
+            "{refusal}"
+        );
+        // pathLen 1 allows it.
+        let root = Ca::made(Ca::params("root", (2020, 2090), Some(Some(1))), None);
+        let intermediate = Ca::made(
+            Ca::params("issuing CA", (2020, 2090), Some(None)),
+            Some(&root),
+        );
+        let (key, leaf) = intermediate.leaf("signer", (2020, 2090));
+        let chain = [leaf.der().as_ref(), intermediate.issuer.der().as_ref()];
+        let bytes = envelope(&key, &chain, header(), PINNED);
+        assert!(check(&trust(&root, IDENTITY), &bytes).is_ok());
+
+        // A non-CA intermediate in x5c.
+        let not_ca = Ca::made(Ca::params("not a CA", (2020, 2090), None), Some(&root));
+        let (key, leaf) = not_ca.leaf("signer", (2020, 2090));
+        let chain = [leaf.der().as_ref(), not_ca.issuer.der().as_ref()];
+        let bytes = envelope(&key, &chain, header(), PINNED);
+        let refusal = check(&trust(&root, IDENTITY), &bytes).unwrap_err();
+        assert!(
+            matches!(refusal, Refusal::NotationCertificate(_)),
+            "{refusal}"
+        );
+    }
+
+    #[test]
+    fn a_subject_naming_an_attribute_twice_is_refused() {
+        let ca = Ca::new("acme CA");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        let dn = &mut params.distinguished_name;
+        dn.push(rcgen::DnType::CountryName, "US");
+        dn.push(rcgen::DnType::StateOrProvinceName, "WA");
+        dn.push(rcgen::DnType::OrganizationName, "acme");
+        dn.push(rcgen::DnType::OrganizationalUnitName, "interns");
+        // The same OID (2.5.4.11) again, which rcgen keeps apart.
+        dn.push(rcgen::DnType::CustomDnType(vec![2, 5, 4, 11]), "release");
+        dn.push(rcgen::DnType::CommonName, "signer");
+        params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2090, 1, 1);
+        let leaf = params.signed_by(&key, &ca.issuer).unwrap();
+        let bytes = envelope(&key, &[leaf.der()], header(), PINNED);
+        let identity = "C=US, ST=WA, O=acme, OU=release";
+        let refusal = check(&trust(&ca, identity), &bytes).unwrap_err();
+        assert!(
+            refusal
+                .to_string()
+                .contains("its subject names OU more than once"),
+            "{refusal}"
+        );
+    }
+
+    #[test]
+    fn text_of_the_signer_is_escaped_and_bounded_in_refusals() {
+        let ca = Ca::new("acme CA");
+        let (key, leaf) = ca.leaf("signer\n\u{202e}evil", (2020, 2090));
+        let bytes = envelope(&key, &[leaf.der()], header(), PINNED);
+        let text = check(&trust(&ca, "C=US, ST=WA, O=other"), &bytes)
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains(r"CN=signer\n\u{202e}evil"), "{text}");
+
+        let mut long = header();
+        long["alg"] = format!("ES256\u{1b}[2J{}", "A".repeat(5000)).into();
+        let text = check(
+            &trust(&ca, IDENTITY),
+            &envelope(&key, &[leaf.der()], long, PINNED),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(text.contains(r"alg ES256\u{1b}[2J"), "{text}");
+        assert!(text.len() < 600 && text.contains('…'), "{text}");
     }
 }

@@ -129,10 +129,16 @@ impl NotationTrust {
         for pem in trust_store {
             anchors.extend(certificate::pem_certificates(pem).map_err(NotationError::TrustStore)?);
         }
-        let identities = identities
+        for der in &anchors {
+            let der = rustls_pki_types::CertificateDer::from(der.as_slice());
+            webpki::anchor_from_trusted_cert(&der)
+                .map_err(|e| NotationError::TrustStore(CertificateError::Der(format!("{e:?}"))))?;
+        }
+        let identities: Vec<Identity> = identities
             .iter()
             .map(|i| Identity::parse(i))
             .collect::<Result<_, _>>()?;
+
         Ok(NotationTrust {
             anchors,
             identities,

@@ -282,7 +282,7 @@ pub enum Refusal {
     NotationUnsupported(String),
     #[error("the Notation signature does not verify with its signing certificate's key")]
     NotationSignature,
-    #[error("Notation certificate {subject} does not chain to images.signatures[{rule}].notation.trust_store: {detail} (another CA)")]
+    #[error("Notation certificate {subject} does not chain to images.signatures[{rule}].notation.trust_store: {detail}")]
     NotationUntrusted {
         rule: usize,
         subject: String,

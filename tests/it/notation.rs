@@ -269,7 +269,7 @@ async fn sync_pins_a_notation_signed_digest_and_refuses_another_ca_digest_expiry
     for expected in [
         format!("apps/foreign.yaml:10: {host}/acme/foreign:1@{}: not pinned: Notation certificate CN=release, C=US, ST=WA, O=acme does not chain to images.signatures[0].notation.trust_store: its issuer's signature does not verify with the trust store's certificate of that name (another CA)", foreign.manifest),
         format!("apps/copied.yaml:10: {host}/acme/copied:1@{}: not pinned: the signature is for {}, not this digest (copied from another image)", copied.manifest, good.manifest),
-        format!("apps/stale.yaml:10: {host}/acme/stale:1@{}: not pinned: certificate CN=release, C=US, ST=WA, O=acme is valid from 2021-01-01T00:00:00Z to 2022-01-01T00:00:00Z, but the Notation signature was signed at {SIGNED_AT}", stale.manifest),
+        format!("apps/stale.yaml:10: {host}/acme/stale:1@{}: not pinned: Notation certificate CN=release, C=US, ST=WA, O=acme does not chain to images.signatures[0].notation.trust_store: a certificate of the chain expired at 2022-01-01T00:00:00Z, before the signing time {SIGNED_AT}", stale.manifest),
         format!("apps/intern.yaml:10: {host}/acme/intern:1@{}: not pinned: Notation signer CN=intern, C=US, ST=WA, O=acme is not one of images.signatures[0].notation.identities", intern.manifest),
         format!("apps/unsigned.yaml:10: {host}/acme/unsigned:1@{}: not pinned: no signature (no Notation signature refers to the digest)", unsigned.manifest),
     ] {
@@ -287,25 +287,7 @@ async fn a_verified_notation_signature_costs_four_requests_once_and_none_after()
         .leaf("release", (2020, 2090))
         .envelope(&ca, &web.manifest);
     attach(&registry, "acme/web", &web.manifest, &envelope).await;
-    let rules = Signatures::compile(&[SignatureRule {
-        matches: format!("{host}/acme/*"),
-        keys: Vec::new(),
-        keyless: Vec::new(),
-        trusted_root: None,
-        notation: Some(NotationRule {
-            trust_store: vec![SignatureFile {
-                path: "ca.pem".into(),
-                contents: ca.issuer.pem(),
-            }],
-            identities: vec!["C=US, ST=WA, O=acme".into()],
-        }),
-    }])
-    .unwrap();
-    let client = Client::new(Settings {
-        insecure_hosts: vec![host.clone()],
-        ..Settings::default()
-    })
-    .unwrap();
+    let (rules, client) = notation_rules(&host, &ca);
     let reference = Reference::parse(&format!("{host}/acme/web:1")).unwrap();
     let digest: Digest = web.manifest.parse().unwrap();
     let (rule, trust) = rules.for_image(&reference).unwrap();
@@ -328,6 +310,121 @@ async fn a_verified_notation_signature_costs_four_requests_once_and_none_after()
     assert_eq!(client.stats(), first, "no request for a verified digest");
 }
 
+/// An entry trusting `ca` for `<host>/acme/*`, and a client for the registry.
+fn notation_rules(host: &str, ca: &TestCa) -> (Signatures, Client) {
+    let rules = Signatures::compile(&[SignatureRule {
+        matches: format!("{host}/acme/*"),
+        keys: Vec::new(),
+        keyless: Vec::new(),
+        trusted_root: None,
+        notation: Some(NotationRule {
+            trust_store: vec![SignatureFile {
+                path: "ca.pem".into(),
+                contents: ca.issuer.pem(),
+            }],
+            identities: vec!["C=US, ST=WA, O=acme".into()],
+        }),
+    }])
+    .unwrap();
+    let client = Client::new(Settings {
+        insecure_hosts: vec![host.to_string()],
+        ..Settings::default()
+    })
+    .unwrap();
+    (rules, client)
+}
+
+/// Pushes a Notation signature manifest of `digest` with `layers`, and returns its index
+/// descriptor, with `thumbprints` as its chain annotation.
+async fn signature_manifest(
+    registry: &TestRegistry,
+    repo: &str,
+    digest: &str,
+    layers: serde_json::Value,
+    thumbprints: &[String],
+) -> serde_json::Value {
+    let empty = registry.push_blob(repo, b"{}").await;
+    let annotations = serde_json::json!({
+        "io.cncf.notary.x509chain.thumbprint#S256": serde_json::to_string(thumbprints).unwrap(),
+    });
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": ARTIFACT_TYPE,
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2},
+        "layers": layers,
+        "subject": {"mediaType": OCI_MANIFEST, "digest": digest, "size": 512},
+        "annotations": annotations,
+    }))
+    .unwrap();
+    let referrer = sha256_digest(&manifest);
+    registry
+        .push_manifest(repo, &referrer, OCI_MANIFEST, &manifest)
+        .await;
+    serde_json::json!({"mediaType": OCI_MANIFEST, "digest": referrer, "size": manifest.len(),
+        "artifactType": ARTIFACT_TYPE, "annotations": annotations})
+}
+
+#[tokio::test]
+async fn bad_referrers_listed_before_a_good_signature_neither_abort_the_lookup_nor_crowd_it_out() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let ca = TestCa::new("acme CA");
+    let web = registry.push_image("acme/web", "1", "web").await;
+    let leaf = ca.leaf("release", (2020, 2090));
+    let envelope = leaf.envelope(&ca, &web.manifest);
+    let layer = registry.push_blob("acme/web", &envelope).await;
+    let good_layers =
+        serde_json::json!([{"mediaType": JWS, "digest": layer, "size": envelope.len()}]);
+    let thumbprint = |der: &[u8]| sha256_digest(der).trim_start_matches("sha256:").to_string();
+    let chain = [thumbprint(leaf.cert.der()), thumbprint(ca.issuer.der())];
+    // More bogus referrers than are looked at, listed first, claiming no trust store
+    // certificate: a layer without a media type (no manifest reader accepts it), and
+    // manifests without an envelope.
+    let junk = registry.push_blob("acme/web", b"junk").await;
+    let mut descriptors = Vec::new();
+    for n in 0..10 {
+        let bogus = match n {
+            0 => serde_json::json!([{"digest": junk, "size": 4}]),
+            _ => {
+                serde_json::json!([{"mediaType": "application/octet-stream", "digest": junk, "size": 4}])
+            }
+        };
+        descriptors
+            .push(signature_manifest(&registry, "acme/web", &web.manifest, bogus, &[]).await);
+    }
+    descriptors
+        .push(signature_manifest(&registry, "acme/web", &web.manifest, good_layers, &chain).await);
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": descriptors,
+    }))
+    .unwrap();
+    let tag = web.manifest.replace(':', "-");
+    registry
+        .push_manifest("acme/web", &tag, OCI_INDEX, &index)
+        .await;
+    let (rules, client) = notation_rules(&host, &ca);
+    let reference = Reference::parse(&format!("{host}/acme/web:1")).unwrap();
+    let digest: Digest = web.manifest.parse().unwrap();
+    let (rule, trust) = rules.for_image(&reference).unwrap();
+
+    let (verdict, label) = fetch::check(
+        &client,
+        trust,
+        rule,
+        &reference,
+        &digest,
+        Duration::from_secs(30),
+    )
+    .await;
+
+    assert_eq!(
+        verdict.unwrap().to_string(),
+        "notation CN=release, C=US, ST=WA, O=acme"
+    );
+    assert_eq!(label, "verified");
+}
+
 #[test]
 fn a_notation_entry_with_a_bad_certificate_or_identity_is_a_configuration_error() {
     let dir = tempfile::tempdir().unwrap();
@@ -340,7 +437,7 @@ fn a_notation_entry_with_a_bad_certificate_or_identity_is_a_configuration_error(
     let config = dir.path().join("tagpin.yaml");
     std::fs::write(
         &config,
-        "repository:\n  url: file:///nowhere\n  branch: main\nauthor: {name: tagpin-bot, email: bot@example.com}\npaths: [apps]\nimages:\n  signatures:\n  - match: 'ghcr.io/acme/*'\n    notation:\n      trust_store: [certs/key.pem]\n      identities: ['x509.subject: C=US, O=acme', '*']\n  - match: 'ghcr.io/beta/*'\n    notation: {}\n",
+        "repository:\n  url: file:///nowhere\n  branch: main\nauthor: {name: tagpin-bot, email: bot@example.com}\npaths: [apps]\nimages:\n  signatures:\n  - match: 'ghcr.io/acme/*'\n    notation:\n      trust_store: [certs/key.pem]\n      identities: ['x509.subject: C=US, O=acme', '*']\n  - match: 'ghcr.io/beta/*'\n    notation: {}\n  - match: 'ghcr.io/gamma/*'\n    notation: {trust_store: [], identities: []}\n",
     )
     .unwrap();
 
@@ -354,6 +451,8 @@ fn a_notation_entry_with_a_bad_certificate_or_identity_is_a_configuration_error(
         "images.signatures[0].notation.identities: * trusts every identity and stands alone",
         "images.signatures[1].notation.trust_store: is required",
         "images.signatures[1].notation.identities: is required",
+        "images.signatures[2].notation.trust_store: is empty: every Notation signature would be refused",
+        "images.signatures[2].notation.identities: is empty: every Notation signature would be refused",
     ] {
         assert!(stderr.contains(expected), "missing {expected:?} in\n{}", text(&out));
     }
