@@ -109,6 +109,9 @@ pub struct Client {
     /// repositories on that host get a token before their first request.
     host_auth: Mutex<HashMap<String, Challenge>>,
     permits: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// `scheme://host/` of each host asked, parsed once: a request's URL is this with its
+    /// path set, not a whole URL parsed again (host parsing was most of that cost).
+    bases: Mutex<HashMap<String, reqwest::Url>>,
     rate_limits: Mutex<HashMap<String, String>>,
     manifest_requests: AtomicU64,
     token_requests: AtomicU64,
@@ -202,6 +205,7 @@ impl Client {
             tokens: Mutex::default(),
             host_auth: Mutex::default(),
             permits: Mutex::default(),
+            bases: Mutex::default(),
             rate_limits: Mutex::default(),
             manifest_requests: AtomicU64::new(0),
             token_requests: AtomicU64::new(0),
@@ -580,16 +584,18 @@ impl Client {
         counts_as_manifest: bool,
     ) -> Result<Answer, RegistryError> {
         let scheme = self.scheme(target.host);
-        let url = format!("{scheme}://{}{}", target.host, path);
+        let url = self.request_url(scheme, target.host, path);
         let scope = auth::token_scope(None, &target.repository);
         let mut sent = self.known_authorization(target, &scope).await?;
         let mut reauthenticated = false;
         let mut asked_again = false;
         loop {
-            let request = self
-                .transport(scheme)?
-                .request(method.clone(), &url)
-                .header(ACCEPT, accept);
+            let transport = self.transport(scheme)?;
+            let request = match &url {
+                RequestUrl::Parsed(url) => transport.request(method.clone(), url.clone()),
+                RequestUrl::Text(url) => transport.request(method.clone(), url),
+            }
+            .header(ACCEPT, accept);
             let request = match &sent {
                 Some(sent) => request.header(AUTHORIZATION, &sent.header),
                 None => request,
@@ -885,9 +891,7 @@ impl Client {
                 }
             };
             let status = outcome.as_ref().map_or(0, |a| a.status.as_u16());
-            *lock(&self.answers)
-                .entry((target.host.to_string(), status))
-                .or_insert(0) += 1;
+            count_answer(&mut lock(&self.answers), target.host, status);
             let policy = &self.settings.retry;
             let decision = match &outcome {
                 Ok(answer) => {
@@ -932,8 +936,34 @@ impl Client {
         }
     }
 
+    /// The URL of `path` on `host`: the host's parsed base with the path set, or, for a path
+    /// with a query or fragment (a tag list's `Link`) or a host that is no URL's, the whole
+    /// string, parsed (and refused) by reqwest as before.
+    fn request_url(&self, scheme: &str, host: &str, path: &str) -> RequestUrl {
+        let whole = || RequestUrl::Text(format!("{scheme}://{host}{path}"));
+        if !path.starts_with('/') || path.contains(['?', '#']) {
+            return whole();
+        }
+        let mut bases = lock(&self.bases);
+        let base = match bases.get(host) {
+            Some(base) => base,
+            None => match reqwest::Url::parse(&format!("{scheme}://{host}/")) {
+                Ok(base) => bases.entry(host.to_string()).or_insert(base),
+                Err(_) => return whole(),
+            },
+        };
+        let mut url = base.clone();
+        drop(bases);
+        url.set_path(path);
+        RequestUrl::Parsed(url)
+    }
+
     fn permits_for(&self, host: &str) -> Arc<Semaphore> {
-        lock(&self.permits)
+        let mut permits = lock(&self.permits);
+        if let Some(permits) = permits.get(host) {
+            return permits.clone();
+        }
+        permits
             .entry(host.to_string())
             .or_insert_with(|| Arc::new(Semaphore::new(self.settings.concurrency_per_host.max(1))))
             .clone()
@@ -993,12 +1023,34 @@ impl Client {
     }
 }
 
+/// A request's URL: parsed from the host's base, or the whole text for reqwest to parse.
+#[derive(Clone)]
+enum RequestUrl {
+    Parsed(reqwest::Url),
+    Text(String),
+}
+
+/// One more answer of `status` from `host`, without a new key string once the pair is known
+/// (the map holds a few hosts' few statuses: looked through, not keyed by a borrowed pair).
+fn count_answer(answers: &mut BTreeMap<(String, u16), u64>, host: &str, status: u16) {
+    let known = answers
+        .iter_mut()
+        .find(|((h, s), _)| *s == status && h == host);
+    match known {
+        Some((_, n)) => *n += 1,
+        None => {
+            answers.insert((host.to_string(), status), 1);
+        }
+    }
+}
+
 async fn read_answer(
     mut response: reqwest::Response,
     attempts: u32,
 ) -> Result<Answer, reqwest::Error> {
     let status = response.status();
-    let headers = response.headers().clone();
+    // Taken, not cloned: only the body is read from the response after this.
+    let headers = std::mem::take(response.headers_mut());
     let mut body = Vec::new();
     let mut truncated = false;
     while let Some(chunk) = response.chunk().await? {
