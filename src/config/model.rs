@@ -356,8 +356,8 @@ pub struct ImageRules {
     /// How each image's tag may move (`images.policies`); the first matching entry wins, and
     /// an image no entry matches keeps its tag (see [`crate::policy`]).
     pub policies: Vec<PolicyRule>,
-    /// Which images need a valid cosign signature before a digest of theirs is pinned
-    /// (`images.signatures`); the first matching entry applies, and an image no entry
+    /// Which images need a valid signature (cosign or Notation) before a digest of theirs is
+    /// pinned (`images.signatures`); the first matching entry applies, and an image no entry
     /// matches is not checked (see [`crate::signature`]).
     pub signatures: Vec<SignatureRule>,
     /// How old a digest of an image must be before it is pinned (`images.minimum_age`); the
