@@ -35,7 +35,8 @@ pub const MAX_REFERRERS: usize = 8;
 pub fn bundle_referrers(index: &[u8]) -> Result<Vec<Digest>, Refusal> {
     let mut bundles = Vec::new();
     let mut untyped = Vec::new();
-    for (digest, kind) in referrers(index)? {
+    for referrer in referrers(index)? {
+        let kind = referrer.artifact_type.as_deref().unwrap_or_default();
         let list = if kind.starts_with(BUNDLE_MEDIA_TYPE_PREFIX) {
             &mut bundles
         } else if kind.is_empty() || kind == "application/vnd.oci.empty.v1+json" {
@@ -43,34 +44,34 @@ pub fn bundle_referrers(index: &[u8]) -> Result<Vec<Digest>, Refusal> {
         } else {
             continue;
         };
-        list.push(referrer_digest(&digest)?);
+        list.push(referrer_digest(&referrer.digest)?);
     }
     bundles.extend(untyped);
     bundles.truncate(MAX_REFERRERS);
     Ok(bundles)
 }
 
-/// The manifests a referrers index lists, each as its digest as written and its artifact type
-/// (empty when unset); [`referrer_digest`] reads a digest when it is used.
-pub fn referrers(index: &[u8]) -> Result<Vec<(String, String)>, Refusal> {
+/// One manifest a referrers index lists: its digest as written (read by [`referrer_digest`]
+/// when it is used), its artifact type (empty when unset) and its annotations.
+#[derive(Debug, Deserialize)]
+pub struct Referrer {
+    pub digest: String,
+    #[serde(rename = "artifactType", default)]
+    pub artifact_type: Option<String>,
+    #[serde(default)]
+    pub annotations: std::collections::BTreeMap<String, String>,
+}
+
+/// The manifests a referrers index lists, in its order.
+pub fn referrers(index: &[u8]) -> Result<Vec<Referrer>, Refusal> {
     #[derive(Deserialize)]
     struct Index {
         #[serde(default)]
-        manifests: Vec<Descriptor>,
-    }
-    #[derive(Deserialize)]
-    struct Descriptor {
-        digest: String,
-        #[serde(rename = "artifactType", default)]
-        artifact_type: Option<String>,
+        manifests: Vec<Referrer>,
     }
     let parsed: Index = serde_json::from_slice(index)
         .map_err(|e| Refusal::Malformed(format!("referrers index: {e}")))?;
-    Ok(parsed
-        .manifests
-        .into_iter()
-        .map(|d| (d.digest, d.artifact_type.unwrap_or_default()))
-        .collect())
+    Ok(parsed.manifests)
 }
 
 /// A referrer's digest, as a referrers index wrote it.

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use serde::Deserialize;
 
+use super::bundle::Referrer;
 use super::certificate;
 pub use super::trust_policy::{Identity, NotationError, NotationTrust};
 use super::verify::{Refusal, Signer, Verdict};
@@ -59,26 +60,12 @@ pub fn signature_referrers(
     index: &[u8],
     anchors: &[Vec<u8>],
 ) -> Result<(Vec<Digest>, Vec<Refusal>), Refusal> {
-    #[derive(Deserialize)]
-    struct Index {
-        #[serde(default)]
-        manifests: Vec<Descriptor>,
-    }
-    #[derive(Deserialize)]
-    struct Descriptor {
-        digest: String,
-        #[serde(rename = "artifactType", default)]
-        artifact_type: Option<String>,
-        #[serde(default)]
-        annotations: BTreeMap<String, String>,
-    }
-    let parsed: Index = serde_json::from_slice(index)
-        .map_err(|e| Refusal::Malformed(format!("referrers index: {e}")))?;
+    let listed = super::bundle::referrers(index)?;
     let trusted: Vec<String> = anchors
         .iter()
         .map(|a| super::verify::sha256_hex(a))
         .collect();
-    let names_trusted = |d: &Descriptor| {
+    let names_trusted = |d: &Referrer| {
         let listed = d.annotations.get(THUMBPRINTS).map(String::as_str);
         let thumbprints: Vec<String> =
             serde_json::from_str(listed.unwrap_or("[]")).unwrap_or_default();
@@ -86,8 +73,7 @@ pub fn signature_referrers(
             .iter()
             .any(|t| trusted.contains(&t.to_ascii_lowercase()))
     };
-    let mut signatures: Vec<Descriptor> = parsed
-        .manifests
+    let mut signatures: Vec<Referrer> = listed
         .into_iter()
         .filter(|d| d.artifact_type.as_deref() == Some(ARTIFACT_TYPE))
         .collect();
