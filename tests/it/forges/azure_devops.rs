@@ -42,7 +42,7 @@ async fn azure_devops_the_controller_finds_its_pull_request_on_a_later_page() {
     }
     let head = w.repo.head("tagpin/main").unwrap();
 
-    let child = w.controller("1h");
+    let (child, _) = w.controller("1h");
     let verified = support::eventually_or("tagpin/converged on tagpin's head", || {
         ado.statuses(&head)
             .iter()

@@ -824,7 +824,8 @@ impl World {
 
     /// `tagpin run` on this world, a pass every `interval`, a verification round every second;
     /// its log on stderr.
-    pub(crate) fn controller(&self, interval: &str) -> tokio::process::Child {
+    /// `tagpin run` at `interval`, and the URL of its `/metrics` page.
+    pub(crate) fn controller(&self, interval: &str) -> (tokio::process::Child, String) {
         let listen = format!("127.0.0.1:{}", support::registry::free_port());
         let args = [
             "run",
@@ -835,13 +836,15 @@ impl World {
             "--listen",
             &listen,
         ];
-        self.command(&args, TOKEN)
+        let child = self
+            .command(&args, TOKEN)
             .env("RUST_LOG", "tagpin=info")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .expect("start tagpin run")
+            .expect("start tagpin run");
+        (child, format!("http://{listen}/metrics"))
     }
 
     /// `verify` of change request `number`: `--pr N` on GitHub and Gitea, `--mr N` on GitLab.
@@ -1909,7 +1912,7 @@ mod a_flood_of_statuses_only_restarts_the_soak {
 /// Converged in its one comment; then it stops cleanly on SIGTERM.
 async fn the_controller_verifies_what_it_opened_until_converged(kind: Kind) {
     let w = World::new(kind).await;
-    let child = w.controller("1h");
+    let (child, _) = w.controller("1h");
 
     let opened = support::eventually_or("a change request and its pending status", || {
         w.repo.head("tagpin/main").is_some_and(|head| {
@@ -1976,7 +1979,7 @@ async fn a_merged_pin_the_cluster_rejects_gets_one_revert_change_request(kind: K
         "verify: {default_namespace: shop}",
         "verify: {default_namespace: shop, on_failure: revert}",
     ));
-    let child = w.controller("2s");
+    let (child, metrics) = w.controller("2s");
 
     let proposed = support::eventually_or("the new pin proposed", || {
         w.hub.changes().iter().any(|c| c.number == 2 && c.open)
@@ -2014,10 +2017,18 @@ async fn a_merged_pin_the_cluster_rejects_gets_one_revert_change_request(kind: K
             revert().first().is_some_and(verified)
         })
         .await;
-    // Later rounds: the same change request, never a second.
-    let rounds_later = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-    support::eventually("five more seconds of rounds", || {
-        tokio::time::Instant::now() >= rounds_later
+    // Later rounds: the same change request, never a second. Three more passes, counted by
+    // the controller itself, not a span of wall time.
+    let passes = || async {
+        let page = match reqwest::get(&metrics).await {
+            Ok(answer) => answer.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        crate::run::metric_sum(&page, "tagpin_passes_total{")
+    };
+    let before = passes().await;
+    support::eventually_async("three more passes", || async {
+        passes().await >= before + 3.0
     })
     .await;
     let output = support::terminate(child, "tagpin run").await;
