@@ -19,7 +19,7 @@ use crate::registry::{Client, RegistryError};
 
 /// Why the registry's times for a digest could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum LookupError {
+pub(crate) enum LookupError {
     #[error(transparent)]
     Registry(#[from] RegistryError),
     #[error(transparent)]
@@ -46,7 +46,7 @@ fn remembered() -> &'static Mutex<HashMap<Subject, Times>> {
 /// Looks up when each digest of `wanted` was built (see [`crate::plan::ages_to_check`]),
 /// falling back to its first sighting in `seen` when the registry gives no usable time, and
 /// records each birth in `ages`; each lookup gets at most `budget`. Returns what was counted.
-pub async fn check_all(
+pub(crate) async fn check_all(
     client: &Client,
     ages: &mut Ages,
     wanted: BTreeMap<Subject, (Reference, Digest)>,
@@ -105,7 +105,7 @@ pub async fn check_all(
 
 /// When `digest` of `reference`'s repository was built, as the registry says; `None` when it
 /// does not say (or not credibly, or not within `budget`), each reason logged.
-pub async fn born(
+pub(crate) async fn born(
     client: &Client,
     reference: &Reference,
     digest: &Digest,

@@ -11,7 +11,7 @@
 //! expire, and retries only what is transient ([`retry`]).
 
 pub mod auth;
-pub mod cred_helper;
+pub(crate) mod cred_helper;
 pub mod docker_config;
 pub mod media;
 pub mod retry;
@@ -36,7 +36,8 @@ use crate::mutex::lock;
 use crate::reference::{Digest, Reference};
 use auth::{Challenge, Credential, Login};
 pub use docker_config::CredentialStore;
-pub use media::{IndexChild, ManifestKind, ParsedManifest};
+pub(crate) use media::ParsedManifest;
+pub use media::{IndexChild, ManifestKind};
 pub use retry::RetryPolicy;
 
 /// How tagpin talks to registries. Built once from the CLI or config file.
@@ -74,7 +75,7 @@ impl Default for Settings {
 }
 
 /// The default for [`Settings::resolve_budget`].
-pub const DEFAULT_RESOLVE_BUDGET: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_RESOLVE_BUDGET: Duration = Duration::from_secs(60);
 
 /// Enough to keep a registry busy without tripping the abuse limits public registries apply.
 pub const DEFAULT_CONCURRENCY_PER_HOST: usize = 8;
@@ -364,7 +365,7 @@ impl Client {
     /// The manifest at `tag` of the reference's repository, as bytes (cosign's
     /// `sha256-<hex>.sig`), or `None` when the registry has no such tag. Bounded like every
     /// manifest; its bytes are checked against the registry's digest header when it sends one.
-    pub async fn tagged_manifest_bytes(
+    pub(crate) async fn tagged_manifest_bytes(
         &self,
         reference: &Reference,
         tag: &str,
@@ -425,7 +426,7 @@ impl Client {
 
     /// [`Client::manifest_bytes`] for a digest's age (`images.minimum_age`): the manifest or
     /// index whose annotations and config say when it was built. Counted in `age_requests`.
-    pub async fn age_manifest_bytes(
+    pub(crate) async fn age_manifest_bytes(
         &self,
         reference: &Reference,
         digest: &Digest,
@@ -435,7 +436,7 @@ impl Client {
     }
 
     /// [`Client::blob`] for a digest's age: an image config blob. Counted in `age_requests`.
-    pub async fn age_blob(
+    pub(crate) async fn age_blob(
         &self,
         reference: &Reference,
         digest: &Digest,

@@ -16,10 +16,10 @@ use crate::registry::Client;
 /// At most this many signatures of one digest are checked (cosign appends one layer per
 /// `cosign sign`); past it the first ones decide, so a flooded `.sig` tag costs a bounded
 /// number of blob requests.
-pub const MAX_SIGNATURE_LAYERS: usize = 8;
+pub(crate) const MAX_SIGNATURE_LAYERS: usize = 8;
 
 /// The signature gate: its lookups run, and its passes are remembered, by [`gate`].
-pub struct SignatureGate;
+pub(crate) struct SignatureGate;
 
 impl gate::Gate for SignatureGate {
     type Rules = Signatures;
@@ -60,11 +60,11 @@ impl gate::Gate for SignatureGate {
 
 /// What a round of checks found, per result label of `tagpin_signature_checks_total`
 /// (`verified`, `cached`, `unsigned`, `refused`, `error`).
-pub type CheckCounts = gate::CheckCounts;
+pub(crate) type CheckCounts = gate::CheckCounts;
 
 /// Checks every digest of `wanted` (see [`crate::plan::signatures_to_check`]) and records the
 /// verdicts in `verdicts`; each lookup gets at most `budget`. Returns what was counted.
-pub async fn check_all(
+pub(crate) async fn check_all(
     client: &Client,
     verdicts: &mut Verdicts,
     wanted: BTreeMap<Subject, (Reference, Digest)>,
@@ -234,7 +234,7 @@ async fn referrers(
 /// tag; at most [`bundle::MAX_REFERRERS`]) one by one and gives each to `check` until one
 /// passes: what it returned, else every refusal, none when no bundle refers to the digest.
 /// Signatures and provenance attestations are both found here.
-pub async fn referrer_bundles<T, E: From<Refusal>>(
+pub(crate) async fn referrer_bundles<T, E: From<Refusal>>(
     client: &Client,
     reference: &Reference,
     digest: &Digest,
