@@ -15,7 +15,7 @@ use super::seen::FirstSeen;
 use super::{Ages, Born, CheckCounts, Source, Subject};
 use crate::reference::{Digest, Reference};
 use crate::registry::media::ManifestParseError;
-use crate::registry::{Client, RegistryError};
+use crate::registry::{Client, Lookup, RegistryError, Stored};
 
 /// Why the registry's times for a digest could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -161,7 +161,9 @@ async fn times(
         found.extend(manifest.annotation.take().map(|a| (Source::Annotation, a)));
     }
     if let Some(config) = &manifest.config {
-        let bytes = client.age_blob(reference, config).await?;
+        let bytes = client
+            .bytes(reference, config, Stored::Blob, Lookup::Age)
+            .await?;
         found.extend(created::config_created(&bytes).map(|c| (Source::Created, c)));
     }
     Ok(found)
@@ -172,6 +174,8 @@ async fn read(
     reference: &Reference,
     digest: &Digest,
 ) -> Result<ManifestTimes, LookupError> {
-    let bytes = client.age_manifest_bytes(reference, digest).await?;
+    let bytes = client
+        .bytes(reference, digest, Stored::Manifest, Lookup::Age)
+        .await?;
     Ok(created::read_manifest(&bytes)?)
 }

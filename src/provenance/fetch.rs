@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::attestation::{self, Claim};
 use super::{Attested, ProvenanceRules, Refusal, Rule, Subject, Verdict, Verdicts};
 use crate::reference::{Digest, Reference};
-use crate::registry::Client;
+use crate::registry::{Client, Lookup, Stored};
 use crate::signature::{bundle, gate, verify};
 
 /// At most this many attestations of one `.att` tag are checked (cosign appends one layer per
@@ -134,7 +134,10 @@ async fn attestation_tag(
             verdicts.push(attestation::check_envelope(rule, digest, layer, &[]));
             continue;
         }
-        let verdict = match client.blob(reference, &layer.digest).await {
+        let verdict = match client
+            .bytes(reference, &layer.digest, Stored::Blob, Lookup::Signature)
+            .await
+        {
             Ok(bytes) => attestation::check_envelope(rule, digest, layer, &bytes),
             Err(e) => Err(Refusal::Lookup(e.to_string())),
         };

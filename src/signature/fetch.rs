@@ -11,7 +11,7 @@ use super::verify::{self, Refusal, Signer, Trust, Verdict};
 use super::{bundle, gate, notation};
 use super::{Signatures, Subject, Verdicts};
 use crate::reference::{Digest, Reference};
-use crate::registry::Client;
+use crate::registry::{Client, Lookup, Stored};
 
 /// At most this many signatures of one digest are checked (cosign appends one layer per
 /// `cosign sign`); past it the first ones decide, so a flooded `.sig` tag costs a bounded
@@ -140,7 +140,10 @@ async fn notation_signatures(
     let (referrers, refused) = notation::signature_referrers(&index, &trust.anchors)?;
     let mut verdicts: Vec<Verdict> = refused.into_iter().map(Err).collect();
     for referrer in referrers {
-        let manifest = match client.manifest_bytes(reference, &referrer).await {
+        let manifest = match client
+            .bytes(reference, &referrer, Stored::Manifest, Lookup::Signature)
+            .await
+        {
             Ok(manifest) => manifest,
             Err(e) => {
                 verdicts.push(Err(Refusal::Lookup(e.to_string())));
@@ -161,7 +164,10 @@ async fn notation_signatures(
                 continue;
             }
         };
-        let verdict = match client.blob(reference, &layer).await {
+        let verdict = match client
+            .bytes(reference, &layer, Stored::Blob, Lookup::Signature)
+            .await
+        {
             Ok(bytes) => notation::check_envelope(trust, rule, digest, &media_type, &bytes, now),
             Err(e) => Err(Refusal::Lookup(e.to_string())),
         };
@@ -199,7 +205,10 @@ async fn signature_tag(
             verdicts.push(verify::check_layer(trust, rule, digest, layer, &[]));
             continue;
         }
-        let verdict = match client.blob(reference, &layer.digest).await {
+        let verdict = match client
+            .bytes(reference, &layer.digest, Stored::Blob, Lookup::Signature)
+            .await
+        {
             Ok(payload) => verify::check_layer(trust, rule, digest, layer, &payload),
             Err(e) => Err(Refusal::Lookup(e.to_string())),
         };
@@ -248,9 +257,15 @@ pub(crate) async fn referrer_bundles<T, E: From<Refusal>>(
     let referrers = bundle::bundle_referrers(&index).map_err(|r| vec![r.into()])?;
     let mut refusals = Vec::new();
     for referrer in referrers {
-        let verdict = match client.manifest_bytes(reference, &referrer).await {
+        let verdict = match client
+            .bytes(reference, &referrer, Stored::Manifest, Lookup::Signature)
+            .await
+        {
             Ok(manifest) => match bundle::bundle_layer(&manifest).map_err(|r| vec![r.into()])? {
-                Some(layer) => match client.blob(reference, &layer).await {
+                Some(layer) => match client
+                    .bytes(reference, &layer, Stored::Blob, Lookup::Signature)
+                    .await
+                {
                     Ok(bytes) => check(&bytes),
                     Err(e) => Err(Refusal::Lookup(e.to_string()).into()),
                 },
