@@ -114,10 +114,10 @@ pub(crate) fn authenticate(
 
 /// `sha256=<hex HMAC-SHA256 of the body>`, as GitHub signs webhook deliveries.
 fn valid_signature(secret: &str, header: &str, body: &[u8]) -> bool {
-    let Some(hex) = header.trim().strip_prefix("sha256=") else {
+    let Some(written) = header.trim().strip_prefix("sha256=") else {
         return false;
     };
-    let Some(expected) = decode_hex(hex) else {
+    let Ok(expected) = hex::decode(written) else {
         return false;
     };
     let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret.as_bytes()) else {
@@ -134,21 +134,7 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
         Err(_) => return String::new(),
     };
     mac.update(body);
-    let bytes = mac.finalize().into_bytes();
-    format!(
-        "sha256={}",
-        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    )
-}
-
-fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

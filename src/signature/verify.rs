@@ -500,7 +500,7 @@ fn verify_keyless(
     let certificate = sigstore_types::DerCertificate::from_pem(certificate)
         .map_err(|e| malformed(CERTIFICATE_ANNOTATION, &e))?;
     let log_id =
-        hex_bytes(&rekor.payload.log_id).ok_or_else(|| malformed("logID", &"not hexadecimal"))?;
+        hex::decode(&rekor.payload.log_id).map_err(|_| malformed("logID", &"not hexadecimal"))?;
     use base64::Engine as _;
     let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
     let v01 = serde_json::json!({
@@ -532,16 +532,6 @@ fn verify_keyless(
     verifier
         .verify(payload, &bundle, &policy)
         .map_err(|e| Refusal::Keyless(e.to_string()))
-}
-
-fn hex_bytes(hex: &str) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// The simple-signing payload must name `pinned` and be an image signature.
