@@ -4,14 +4,12 @@
 //! pre-authentication encoding (PAE) with sigstore-crypto; a Sigstore bundle's whole
 //! verification is sigstore-verify's ([`crate::signature::bundle::verify_statement_bundle`]).
 
-use std::collections::BTreeMap;
-
 use base64::Engine as _;
 use serde::Deserialize;
 
 use super::{Attested, Refusal, Rule};
 use crate::reference::Digest;
-use crate::signature::bundle::IN_TOTO_PAYLOAD_TYPE;
+use crate::signature::bundle::{Statement, IN_TOTO_PAYLOAD_TYPE};
 use crate::signature::verify::{sha256_hex, Layer, CERTIFICATE_ANNOTATION};
 use crate::signature::Trust;
 
@@ -54,35 +52,13 @@ impl Claim {
 /// Reads an in-toto statement (v1 or v0.1): it must name `pinned` among its subjects and be
 /// SLSA provenance (v1, or v0.2), whose builder and source are read.
 pub(crate) fn read_statement(pinned: &Digest, payload: &[u8]) -> Result<Claim, Refusal> {
-    #[derive(Deserialize)]
-    struct Statement {
-        #[serde(default)]
-        subject: Vec<Subject>,
-        #[serde(rename = "predicateType", default)]
-        predicate_type: String,
-        #[serde(default)]
-        predicate: serde_json::Value,
-    }
-    #[derive(Deserialize)]
-    struct Subject {
-        #[serde(default)]
-        digest: BTreeMap<String, String>,
-    }
-    let statement: Statement = serde_json::from_slice(payload)
+    let statement = Statement::read(payload)
         .map_err(|e| Refusal::Malformed(format!("in-toto statement: {e}")))?;
-    let named: Vec<&String> = statement
-        .subject
-        .iter()
-        .filter_map(|s| s.digest.get(pinned.algorithm()))
-        .collect();
-    if !named.iter().any(|hex| hex.as_str() == pinned.hex()) {
-        return Err(Refusal::OtherDigest {
-            named: named
-                .first()
-                .map(|hex| format!("{}:{hex}", pinned.algorithm()))
-                .unwrap_or_else(|| "no sha256 digest".into()),
-        });
-    }
+    statement
+        .names(pinned)
+        .map_err(|named| Refusal::OtherDigest {
+            named: named.unwrap_or_else(|| "no sha256 digest".into()),
+        })?;
     let predicate = &statement.predicate;
     let text = |pointer: &str| {
         predicate

@@ -169,39 +169,56 @@ pub(crate) fn verify_statement_bundle<T, E: From<Refusal>>(
 /// The in-toto statement must be cosign's image signature and name `pinned` among its
 /// subjects.
 fn check_statement(pinned: &Digest, payload: &[u8]) -> Result<(), Refusal> {
-    #[derive(Deserialize)]
-    struct Statement {
-        #[serde(default)]
-        subject: Vec<Subject>,
-        #[serde(rename = "predicateType", default)]
-        predicate_type: String,
-    }
-    #[derive(Deserialize)]
-    struct Subject {
-        #[serde(default)]
-        digest: std::collections::BTreeMap<String, String>,
-    }
-    let statement: Statement = serde_json::from_slice(payload)
+    let statement = Statement::read(payload)
         .map_err(|e| Refusal::Malformed(format!("in-toto statement: {e}")))?;
     if statement.predicate_type != COSIGN_SIGN_PREDICATE {
         return Err(Refusal::NotImageSignature {
             kind: statement.predicate_type,
         });
     }
-    let named = statement
-        .subject
-        .iter()
-        .filter_map(|s| s.digest.get(pinned.algorithm()))
-        .collect::<Vec<_>>();
-    if named.iter().any(|hex| hex.as_str() == pinned.hex()) {
-        return Ok(());
+    statement
+        .names(pinned)
+        .map_err(|named| Refusal::OtherDigest {
+            signed: named.unwrap_or_else(|| "no digest".into()),
+        })
+}
+
+/// An in-toto statement (v1 or v0.1), what a signature bundle and a provenance attestation
+/// both sign: its subjects, predicate type and predicate.
+#[derive(Deserialize)]
+pub(crate) struct Statement {
+    #[serde(default)]
+    subject: Vec<StatementSubject>,
+    #[serde(rename = "predicateType", default)]
+    pub predicate_type: String,
+    #[serde(default)]
+    pub predicate: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+struct StatementSubject {
+    #[serde(default)]
+    digest: std::collections::BTreeMap<String, String>,
+}
+
+impl Statement {
+    pub(crate) fn read(payload: &[u8]) -> Result<Statement, serde_json::Error> {
+        serde_json::from_slice(payload)
     }
-    Err(Refusal::OtherDigest {
-        signed: named
-            .first()
-            .map(|hex| format!("{}:{hex}", pinned.algorithm()))
-            .unwrap_or_else(|| "no digest".into()),
-    })
+
+    /// Whether a subject names `pinned`; if not, the first digest of its algorithm a subject
+    /// names (`sha256:…`), if any.
+    pub(crate) fn names(&self, pinned: &Digest) -> Result<(), Option<String>> {
+        let mut named = self
+            .subject
+            .iter()
+            .filter_map(|s| s.digest.get(pinned.algorithm()));
+        let first = named.clone().next();
+        if named.any(|hex| hex.as_str() == pinned.hex()) {
+            return Ok(());
+        }
+        Err(first.map(|hex| format!("{}:{hex}", pinned.algorithm())))
+    }
 }
 
 /// A verifier against the public-good root, for key bundles of an entry with no keyless
