@@ -443,7 +443,7 @@ pub struct LeaderElectArgs {
 impl LeaderElectArgs {
     /// The candidate for the Lease when `--leader-elect` is on, with its identity from
     /// `POD_NAME` (or the host name) and a random suffix. Errors name the flag.
-    pub async fn elector(
+    pub(crate) async fn elector(
         &self,
         api_timeout: Duration,
     ) -> Result<Option<crate::leader::Elector>, CliError> {
@@ -514,7 +514,7 @@ impl ClusterArgs {
 
 /// Why a command could not run at all (exit 2). Each names the file, flag, host or object.
 #[derive(Debug, thiserror::Error)]
-pub enum CliError {
+pub(crate) enum CliError {
     #[error(transparent)]
     Config(#[from] config::ConfigError),
     #[error(transparent)]
@@ -859,7 +859,7 @@ fn cache_dir_for(config: &Config, flag: Option<&Path>) -> Result<PathBuf, CliErr
 
 /// A size as written that is not one; quotes what was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SizeError {
+pub(crate) enum SizeError {
     #[error("unknown unit {unit:?}: use KiB, MiB or GiB")]
     UnknownUnit { unit: String },
     /// Not a whole number above zero, or more bytes than a `u64` holds.
@@ -868,7 +868,7 @@ pub enum SizeError {
 }
 
 /// A size in bytes: a whole number, or with a binary unit (`KiB`, `MiB`, `GiB`).
-pub fn parse_size(text: &str) -> Result<u64, SizeError> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, SizeError> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())

@@ -88,18 +88,13 @@ impl Config {
             )
         })
     }
-
-    /// The token for the forge, read from its environment variable now.
-    pub fn forge_token(&self) -> Option<Result<String, EnvError>> {
-        self.forge.as_ref().map(|f| read_env(&f.token_env))
-    }
 }
 
 /// The JSON schema of the file's shape: the spec of a `PinnedRepository`.
 ///
 /// Every key is optional in the raw types (so that a missing one is reported with the others);
 /// the two the API server can refuse by itself at `kubectl apply` are marked required here.
-pub fn spec_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn spec_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let mut schema = <raw::RawConfig as schemars::JsonSchema>::json_schema(generator);
     schema.insert("required".into(), serde_json::json!(["repository"]));
     if let Some(repository) = schema
@@ -114,7 +109,7 @@ pub fn spec_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schem
 
 /// A secret the configuration names by its environment variable is not there.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EnvError {
+pub(crate) enum EnvError {
     /// Unset, blank, or not Unicode: told apart by nobody, and `VarError::NotUnicode` would
     /// carry the value, a secret, so nothing of it is kept.
     #[error("environment variable {name} is not set or empty")]
@@ -122,7 +117,7 @@ pub enum EnvError {
 }
 
 /// Reads a secret from an environment variable, with an error that names the variable only.
-pub fn read_env(name: &str) -> Result<String, EnvError> {
+pub(crate) fn read_env(name: &str) -> Result<String, EnvError> {
     match std::env::var(name) {
         Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
         _ => Err(EnvError::Missing {

@@ -134,7 +134,7 @@ impl GitError {
     /// This error as met on a mirror cloned afresh: damage found there is the remote's, and
     /// the message names the remote instead of the cache. Other errors are returned as they
     /// are.
-    pub fn in_fresh_clone(self) -> GitError {
+    pub(crate) fn in_fresh_clone(self) -> GitError {
         match self {
             GitError::Damaged {
                 url,
@@ -210,8 +210,8 @@ pub fn damage(class: git2::ErrorClass, code: git2::ErrorCode, must_exist: bool) 
 /// How long libgit2 waits to connect to a remote, and for each read or write on the
 /// connection once connected: a remote that stops answering fails the pass instead of hanging
 /// it, while a large but moving transfer is never cut.
-pub const CONNECT_TIMEOUT_MS: i32 = 15_000;
-pub const IO_TIMEOUT_MS: i32 = 60_000;
+pub(crate) const CONNECT_TIMEOUT_MS: i32 = 15_000;
+pub(crate) const IO_TIMEOUT_MS: i32 = 60_000;
 
 /// Sets libgit2's network timeouts ([`CONNECT_TIMEOUT_MS`], [`IO_TIMEOUT_MS`]).
 ///
@@ -228,7 +228,7 @@ pub unsafe fn set_network_timeouts() -> Result<(), GitError> {
 /// server, webhooks) to another thread for the duration. `block_in_place` rather than
 /// `spawn_blocking`, because a [`Mirror`] holds a `Repository`, which is not `Sync`, and is
 /// borrowed, not owned, by its callers.
-pub fn off_runtime<T>(work: impl FnOnce() -> T) -> T {
+pub(crate) fn off_runtime<T>(work: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(work)
@@ -239,26 +239,26 @@ pub fn off_runtime<T>(work: impl FnOnce() -> T) -> T {
 
 /// The mode of the cache directory tagpin creates and of each mirror in it: only the user
 /// running tagpin may read the manifests a mirror holds.
-pub const PRIVATE_DIR_MODE: u32 = 0o700;
+pub(crate) const PRIVATE_DIR_MODE: u32 = 0o700;
 
 /// How long a write to a mirror waits for another user of it (a second tagpin process on the
 /// same cache directory, or the verifier of this one) to finish writing before failing.
-pub const MIRROR_LOCK_WAIT: Duration = Duration::from_secs(600);
+pub(crate) const MIRROR_LOCK_WAIT: Duration = Duration::from_secs(600);
 const MIRROR_LOCK_POLL: Duration = Duration::from_millis(50);
 
 /// The trailer ending the message of every commit tagpin writes on its own branches: the id
 /// of the tree it wrote. See [`Mirror::is_own_commit`].
-pub const TREE_TRAILER: &str = "Tagpin-Tree";
+pub(crate) const TREE_TRAILER: &str = "Tagpin-Tree";
 
 /// `message` with the [`TREE_TRAILER`] naming `tree`: the message of every commit tagpin
 /// writes as its own, made here or on the forge's side.
-pub fn owned_message(message: &str, tree: Oid) -> String {
+pub(crate) fn owned_message(message: &str, tree: Oid) -> String {
     format!("{}\n\n{TREE_TRAILER}: {tree}\n", message.trim_end())
 }
 
 /// [`Mirror::forge_parts`]: a commit's trees, and each file's mode in the order given.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForgeParts {
+pub(crate) struct ForgeParts {
     pub base_tree: Oid,
     pub tree: Oid,
     pub executable: Vec<bool>,
@@ -268,7 +268,7 @@ pub struct ForgeParts {
 pub type Files = Vec<(PathBuf, Vec<u8>)>;
 
 /// Files a commit changed, by path, with their content before and after.
-pub type Changed = Vec<(PathBuf, Vec<u8>, Vec<u8>)>;
+pub(crate) type Changed = Vec<(PathBuf, Vec<u8>, Vec<u8>)>;
 
 /// A local bare mirror of one remote.
 ///
@@ -305,7 +305,7 @@ pub struct Mirror {
 /// What a mirror asked its remote: ref listings (what `git ls-remote` asks) and fetches, for
 /// `tagpin_git_ref_listings_total` and `tagpin_git_fetches_total`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Transfers {
+pub(crate) struct Transfers {
     pub ref_listings: u64,
     pub fetches: u64,
 }
@@ -323,7 +323,7 @@ pub struct FetchLimits {
 }
 
 /// `1.5 GiB`, `12.0 MiB`, `512 B`: a size measured, for messages.
-pub fn approximate_size(bytes: u64) -> String {
+pub(crate) fn approximate_size(bytes: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (unit, size) in UNITS {
         if bytes >= size {
@@ -468,12 +468,12 @@ impl Mirror {
     }
 
     /// The remote URL with any userinfo removed, for messages.
-    pub fn display_url(&self) -> String {
+    pub(crate) fn display_url(&self) -> String {
         redact_url(&self.url)
     }
 
     /// The ref listings and fetches made through this handle since the last call.
-    pub fn take_transfers(&self) -> Transfers {
+    pub(crate) fn take_transfers(&self) -> Transfers {
         self.transfers.take()
     }
 
@@ -577,7 +577,7 @@ impl Mirror {
 
     /// Fetches `branch` alone: what a commit made on the forge's side (`forge.api_commits`)
     /// left there, so that the rest of the pass reads it from the mirror.
-    pub fn fetch_branch(&self, branch: &str) -> Result<(), GitError> {
+    pub(crate) fn fetch_branch(&self, branch: &str) -> Result<(), GitError> {
         let lock = MirrorLock::acquire(&self.lock_path)?;
         self.fetch_locked(&lock, branch, None)
     }
@@ -787,7 +787,7 @@ impl Mirror {
     }
 
     /// The entries of `paths` (as configured) that `commit` does not hold.
-    pub fn missing_paths<'p>(
+    pub(crate) fn missing_paths<'p>(
         &self,
         commit: Oid,
         paths: &'p [String],
@@ -983,7 +983,7 @@ impl Mirror {
 
     /// Like [`Mirror::commit`], for one of tagpin's own branches: the message ends with the
     /// [`TREE_TRAILER`] naming the tree written, which [`Mirror::is_own_commit`] checks.
-    pub fn commit_owned(
+    pub(crate) fn commit_owned(
         &self,
         parent: Oid,
         files: &[(PathBuf, Vec<u8>)],
@@ -998,7 +998,7 @@ impl Mirror {
     /// commit [`Mirror::commit_owned`] would make, but for its committer and signature:
     /// `parent`'s tree, the tree it must end with, and whether each of `files` is executable
     /// there. The forge's tree is checked against this one before the commit is made.
-    pub fn forge_parts(
+    pub(crate) fn forge_parts(
         &self,
         parent: Oid,
         files: &[(PathBuf, Vec<u8>)],
@@ -1034,7 +1034,7 @@ impl Mirror {
     /// With `author.signing` configured, the commit must also carry a signature that
     /// tagpin's key verifies ([`Mirror::is_trusted`]): the shape alone can be forged by anyone
     /// who may push.
-    pub fn is_own_commit(&self, commit: Oid) -> Result<bool, GitError> {
+    pub(crate) fn is_own_commit(&self, commit: Oid) -> Result<bool, GitError> {
         let shaped = {
             let repo = self.repo();
             let c = self.find_commit(&repo, commit)?;
@@ -1046,7 +1046,7 @@ impl Mirror {
     /// Whether what `commit` says about tagpin (its trailers) may be believed: always without
     /// `author.signing`, which the docs say (anyone who may push can write a trailer); with
     /// it, only when the commit's signature verifies with tagpin's own key.
-    pub fn is_trusted(&self, commit: Oid) -> Result<bool, GitError> {
+    pub(crate) fn is_trusted(&self, commit: Oid) -> Result<bool, GitError> {
         let Some(signer) = &self.signer else {
             return Ok(true);
         };
@@ -1109,7 +1109,11 @@ impl Mirror {
     /// Only the trees on the way to `files` are rewritten; every other entry is kept by id,
     /// read or not, so nothing the mirror could not read is left out. A file whose place in
     /// the base tree cannot be read is an error, never taken for a new file.
-    pub fn tree_with(&self, parent: Oid, files: &[(PathBuf, Vec<u8>)]) -> Result<Oid, GitError> {
+    pub(crate) fn tree_with(
+        &self,
+        parent: Oid,
+        files: &[(PathBuf, Vec<u8>)],
+    ) -> Result<Oid, GitError> {
         let repo = self.repo();
         let base = self.tree_of(&repo, parent)?;
         let mut update = git2::build::TreeUpdateBuilder::new();
@@ -1136,7 +1140,7 @@ impl Mirror {
     /// `commit` and up to `max - 1` of its first-parent ancestors, newest first: the history
     /// of a branch as its merges made it. A parent the mirror cannot read is damage, never the
     /// end of the history.
-    pub fn first_parents(&self, commit: Oid, max: usize) -> Result<Vec<Oid>, GitError> {
+    pub(crate) fn first_parents(&self, commit: Oid, max: usize) -> Result<Vec<Oid>, GitError> {
         let repo = self.repo();
         let mut out = Vec::new();
         let mut current = self.find_commit(&repo, commit)?;
@@ -1153,7 +1157,7 @@ impl Mirror {
     /// wrote ([`Mirror::is_own_commit`]), with its committer time and message: what tagpin
     /// pinned last, read back from Git when nothing recorded it (a controller stopped between
     /// its push and its status write).
-    pub fn last_own_commit(
+    pub(crate) fn last_own_commit(
         &self,
         commit: Oid,
         max: usize,
@@ -1178,7 +1182,7 @@ impl Mirror {
 
     /// [`Mirror::changed_files`] of `only` (a path) if given, and empty when the commit
     /// changed more than `max` files (nothing of them is read).
-    pub fn changed_files_within(
+    pub(crate) fn changed_files_within(
         &self,
         commit: Oid,
         only: Option<&Path>,
@@ -1225,7 +1229,7 @@ impl Mirror {
     /// reverted against its first parent). `None` when the revert does not apply cleanly (a
     /// later commit changed the same lines) or leaves one of `paths` out: nothing is
     /// reverted then.
-    pub fn revert_files(
+    pub(crate) fn revert_files(
         &self,
         commit: Oid,
         onto: Oid,
@@ -1254,7 +1258,7 @@ impl Mirror {
 
     /// The content of `path` in `commit`'s tree, if it is a file there. A file the tree names
     /// but the mirror cannot read is an error, not a file that is not there.
-    pub fn file_at(&self, commit: Oid, path: &Path) -> Result<Option<Vec<u8>>, GitError> {
+    pub(crate) fn file_at(&self, commit: Oid, path: &Path) -> Result<Option<Vec<u8>>, GitError> {
         let repo = self.repo();
         let tree = self.tree_of(&repo, commit)?;
         let at = path.display().to_string();
@@ -1295,7 +1299,7 @@ impl Mirror {
     /// The commits of `commit`'s whole history (every ancestor, newest first) whose message
     /// contains `needle`, with their messages: where trailers that must not wear off by
     /// commit count are read back from. Only the matching messages are kept.
-    pub fn messages_mentioning(
+    pub(crate) fn messages_mentioning(
         &self,
         commit: Oid,
         needle: &str,
@@ -1322,7 +1326,7 @@ impl Mirror {
 
     /// When a commit was made (committer time, Unix seconds): how long the GitOps tool has had
     /// to apply it.
-    pub fn commit_time(&self, commit: Oid) -> Result<i64, GitError> {
+    pub(crate) fn commit_time(&self, commit: Oid) -> Result<i64, GitError> {
         let repo = self.repo();
         let c = self.find_commit(&repo, commit)?;
         let seconds = c.committer().when().seconds();
@@ -1345,7 +1349,11 @@ impl Mirror {
     /// The object id each of `paths` (a directory or file, relative to the root; `.` is the
     /// root) names in `commit`'s tree, `None` where nothing is: two commits with the same ids
     /// hold the same files there, told without reading them.
-    pub fn path_ids(&self, commit: Oid, paths: &[String]) -> Result<Vec<Option<Oid>>, GitError> {
+    pub(crate) fn path_ids(
+        &self,
+        commit: Oid,
+        paths: &[String],
+    ) -> Result<Vec<Option<Oid>>, GitError> {
         let repo = self.repo();
         let tree = self.tree_of(&repo, commit)?;
         paths
@@ -1365,7 +1373,7 @@ impl Mirror {
     }
 
     /// The tree and first parent of a commit, to tell whether a branch already holds a change.
-    pub fn tree_and_parent(&self, commit: Oid) -> Result<(Oid, Option<Oid>), GitError> {
+    pub(crate) fn tree_and_parent(&self, commit: Oid) -> Result<(Oid, Option<Oid>), GitError> {
         let repo = self.repo();
         let c = self.find_commit(&repo, commit)?;
         Ok((c.tree_id(), c.parent_ids().next()))
@@ -1394,7 +1402,7 @@ impl Mirror {
     /// --is-ancestor ancestor candidate`): a GitOps tool that applied `candidate` applied
     /// everything `ancestor` changed. `None` when the mirror does not hold one of them (yet: a
     /// fetch may bring it), or either is not a commit id.
-    pub fn is_descendant_or_equal(
+    pub(crate) fn is_descendant_or_equal(
         &self,
         candidate: &str,
         ancestor: &str,
@@ -2001,7 +2009,7 @@ fn mirror_dir_name(url: &str) -> String {
 }
 
 /// `https://user:secret@host/x` → `https://host/x`.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut parsed) if !parsed.username().is_empty() || parsed.password().is_some() => {
             let _ = parsed.set_username("");

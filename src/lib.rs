@@ -13,7 +13,7 @@ pub mod cluster;
 pub mod config;
 pub(crate) mod cycle;
 pub(crate) mod daemon;
-pub mod delivery;
+pub(crate) mod delivery;
 pub mod event;
 pub mod forge;
 pub mod git;

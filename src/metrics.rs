@@ -50,7 +50,8 @@ pub struct SignatureLabels {
 }
 
 /// What a signature check is counted as ([`SignatureLabels::result`]).
-pub const SIGNATURE_RESULTS: [&str; 5] = ["verified", "cached", "unsigned", "refused", "error"];
+pub(crate) const SIGNATURE_RESULTS: [&str; 5] =
+    ["verified", "cached", "unsigned", "refused", "error"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AgeLabels {
@@ -69,11 +70,12 @@ pub struct ProvenanceLabels {
 }
 
 /// What a provenance check is counted as ([`ProvenanceLabels::result`]).
-pub const PROVENANCE_RESULTS: [&str; 5] = ["verified", "cached", "missing", "refused", "error"];
+pub(crate) const PROVENANCE_RESULTS: [&str; 5] =
+    ["verified", "cached", "missing", "refused", "error"];
 
 /// What a minimum age check is counted as ([`AgeLabels`]).
-pub const AGE_RESULTS: [&str; 2] = ["eligible", "held"];
-pub const AGE_SOURCES: [&str; 3] = ["created", "annotation", "first_seen"];
+pub(crate) const AGE_RESULTS: [&str; 2] = ["eligible", "held"];
+pub(crate) const AGE_SOURCES: [&str; 3] = ["created", "annotation", "first_seen"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NotificationLabels {
@@ -85,7 +87,7 @@ pub struct NotificationLabels {
 }
 
 /// What a notification is counted as ([`NotificationLabels::result`]).
-pub const NOTIFICATION_RESULTS: [&str; 3] = ["sent", "failed", "refused"];
+pub(crate) const NOTIFICATION_RESULTS: [&str; 3] = ["sent", "failed", "refused"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
@@ -144,10 +146,10 @@ pub struct ErrorLabels {
 }
 
 /// At most this many registry hosts are labelled apart; the others are `other`.
-pub const MAX_HOST_LABELS: usize = 64;
+pub(crate) const MAX_HOST_LABELS: usize = 64;
 const OTHER_HOSTS: &str = "other";
 /// What a webhook delivery is counted as ([`WebhookLabels::result`]).
-pub const WEBHOOK_RESULTS: [&str; 4] = ["accepted", "unauthorized", "bad_payload", "busy"];
+pub(crate) const WEBHOOK_RESULTS: [&str; 4] = ["accepted", "unauthorized", "bad_payload", "busy"];
 /// Every verdict.
 const VERDICTS: [crate::verify::judge::verdict::State; 4] = [
     crate::verify::judge::verdict::State::Converged,
@@ -156,9 +158,9 @@ const VERDICTS: [crate::verify::judge::verdict::State; 4] = [
     crate::verify::judge::verdict::State::Unverified,
 ];
 /// What a verification is counted as being of ([`VerdictLabels::source`]).
-pub const VERIFIED_SOURCES: [&str; 3] = ["branch", "merged", "open"];
+pub(crate) const VERIFIED_SOURCES: [&str; 3] = ["branch", "merged", "open"];
 /// What a promotion pass is counted as ([`PromotionLabels::gate`]).
-pub const PROMOTION_GATES: [&str; 5] = ["open", "soaking", "waiting", "refused", "error"];
+pub(crate) const PROMOTION_GATES: [&str; 5] = ["open", "soaking", "waiting", "refused", "error"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StageLabels {
@@ -174,10 +176,10 @@ pub struct DeploymentLabels {
 }
 
 /// A branch's tip and notes ref, when a repository's delivery history was last read.
-pub type ReadAt = (Option<git2::Oid>, Option<git2::Oid>);
+pub(crate) type ReadAt = (Option<git2::Oid>, Option<git2::Oid>);
 
 /// A histogram family whose every series has the same buckets.
-pub type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+pub(crate) type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Delivery times: one minute to about eleven days, doubling.
 fn delivery_buckets() -> Histogram {
@@ -483,7 +485,7 @@ impl Metrics {
     }
 
     /// Counts what `mirror` did since it was last counted: repairs, ref listings and fetches.
-    pub fn observe_mirror(&self, mirror: &crate::git::Mirror) {
+    pub(crate) fn observe_mirror(&self, mirror: &crate::git::Mirror) {
         self.mirror_repairs.inc_by(mirror.take_repairs());
         let transfers = mirror.take_transfers();
         self.git_ref_listings.inc_by(transfers.ref_listings);
@@ -491,7 +493,7 @@ impl Metrics {
     }
 
     /// Adds a pass's minimum age checks (see [`crate::sync::SyncReport::age_checks`]).
-    pub fn observe_age_checks(&self, counts: &crate::age::CheckCounts) {
+    pub(crate) fn observe_age_checks(&self, counts: &crate::age::CheckCounts) {
         for ((result, source), count) in counts {
             self.minimum_age_checks
                 .get_or_create(&AgeLabels {
@@ -503,7 +505,7 @@ impl Metrics {
     }
 
     /// Adds a pass's provenance checks (see [`crate::sync::SyncReport::provenance_checks`]).
-    pub fn observe_provenance_checks(&self, counts: &crate::provenance::fetch::CheckCounts) {
+    pub(crate) fn observe_provenance_checks(&self, counts: &crate::provenance::fetch::CheckCounts) {
         for (result, count) in counts {
             self.provenance_checks
                 .get_or_create(&ProvenanceLabels {
@@ -514,7 +516,7 @@ impl Metrics {
     }
 
     /// Adds a pass's signature checks (see [`crate::sync::SyncReport::signature_checks`]).
-    pub fn observe_signature_checks(&self, counts: &crate::signature::fetch::CheckCounts) {
+    pub(crate) fn observe_signature_checks(&self, counts: &crate::signature::fetch::CheckCounts) {
         for (result, count) in counts {
             self.signature_checks
                 .get_or_create(&SignatureLabels {
@@ -588,7 +590,7 @@ impl Metrics {
     }
 
     /// Adds what the registry client counted since the last call.
-    pub fn observe_registry(&self, client: &crate::registry::Client) {
+    pub(crate) fn observe_registry(&self, client: &crate::registry::Client) {
         self.observe_registry_counts(client.request_counts());
         for (host, _) in client.request_counts().into_iter().map(|(key, _)| key) {
             if let Some(remaining) = client.rate_limit_remaining(&host) {
@@ -607,7 +609,7 @@ impl Metrics {
 
     /// Registry requests answered so far by (host, status), as totals that only grow: the
     /// operator sums them over its registry clients.
-    pub fn observe_registry_counts(&self, counts: Vec<((String, u16), u64)>) {
+    pub(crate) fn observe_registry_counts(&self, counts: Vec<((String, u16), u64)>) {
         let mut seen = self.seen_requests.lock().unwrap_or_else(|p| p.into_inner());
         for ((host, status), count) in counts {
             let before = seen.insert((host.clone(), status), count).unwrap_or(0);

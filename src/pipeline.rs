@@ -147,7 +147,7 @@ impl Scanned {
 /// The kind of what holds an image field: the workload's kind (`Deployment`, `Rollout`, an
 /// other kind with its group, `CloneSet.apps.kruise.io`), `Kustomization` for an `images:`
 /// entry, and for Helm values what holds them (`Helm values`, `HelmRelease`, `Application`).
-pub fn kind_read(origin: &Origin) -> String {
+pub(crate) fn kind_read(origin: &Origin) -> String {
     match origin {
         Origin::Container { workload, .. } => workload.kind.to_string(),
         Origin::KustomizeImage { .. } => "Kustomization".to_string(),
@@ -187,7 +187,7 @@ pub struct ImageSelection {
 
 impl ImageSelection {
     /// The selection of a configuration: `images.manage`/`images.ignore`, and `helm:`.
-    pub fn for_config(config: &config::Config) -> Result<ImageSelection, ManifestError> {
+    pub(crate) fn for_config(config: &config::Config) -> Result<ImageSelection, ManifestError> {
         Ok(ImageSelection {
             helm: config.helm.options()?,
             ..ImageSelection::compile(&config.images)?
@@ -313,11 +313,11 @@ pub fn scan_with(
     finish(scanned, passed)
 }
 
-/// [`scan_working_tree`], reading each file just before scanning it and handing each file
-/// with image fields to `found` at once: a caller can ask the registry about the first file's
+/// Gathers and scans the working tree (what `plan` and `pin` run), reading each file just
+/// before scanning it and handing each file with image fields to `found` at once: a caller can ask the registry about the first file's
 /// images before the last file is read. `found` sees the fields before kustomization
 /// namespaces are filled in (the kustomization may come later in the walk); the result has
-/// them, and is exactly what [`scan_working_tree`] returns.
+/// them, and is exactly what gathering every file first and then scanning returns.
 pub fn scan_working_tree_with(
     paths: &[PathBuf],
     filter: &FileFilter,
@@ -355,7 +355,7 @@ pub fn scan_working_tree_with(
     for file in &mut scanned.files {
         namespaces.fill(&file.path, &mut file.fields);
     }
-    // In the order `scan_working_tree` gives them: listing, reading, scanning.
+    // In the order gathering them all first gives them: listing, reading, scanning.
     let mut errors = listing_errors;
     errors.extend(read_errors);
     errors.append(&mut passed.errors);
@@ -444,8 +444,10 @@ fn finish(mut scanned: Scanned, found: Found) -> Scanned {
     scanned
 }
 
-/// Gathers and scans the working tree: what `plan` and `pin` run.
-pub fn scan_working_tree(
+/// Gathers every file of the working tree, then scans: what the streaming scan
+/// ([`scan_working_tree_with`]) is tested against.
+#[cfg(test)]
+fn scan_working_tree(
     paths: &[PathBuf],
     filter: &FileFilter,
     selection: &ImageSelection,

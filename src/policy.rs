@@ -116,7 +116,7 @@ impl Policy {
     }
 
     /// Whether the policy needs the repository's tag list (every policy but `digest`).
-    pub fn needs_tags(&self) -> bool {
+    pub(crate) fn needs_tags(&self) -> bool {
         !matches!(self, Policy::Digest)
     }
 
@@ -238,7 +238,7 @@ impl RepositoryKey {
 }
 
 /// What the registry answered for each repository's tag list.
-pub type TagLists = BTreeMap<RepositoryKey, Result<Vec<String>, RegistryError>>;
+pub(crate) type TagLists = BTreeMap<RepositoryKey, Result<Vec<String>, RegistryError>>;
 
 /// Policies and the tag lists they choose from: what the planner needs to move tags. The
 /// default (no policies) keeps every tag, which is tagpin's behaviour without `images.policies`.
@@ -301,7 +301,7 @@ impl Follow {
 
     /// One reference per repository whose tags must be listed: those with a policy that
     /// chooses among tags, digest-only references aside.
-    pub fn repositories_to_list<'r>(
+    pub(crate) fn repositories_to_list<'r>(
         policies: &Policies,
         references: impl IntoIterator<Item = &'r Reference>,
     ) -> BTreeMap<RepositoryKey, &'r Reference> {

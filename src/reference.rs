@@ -125,7 +125,7 @@ impl Digest {
     /// Builds `sha256:<hex>` from a hash computed by the caller, so this
     /// module needs no hashing dependency. The hex must be 64 lowercase
     /// hex characters.
-    pub fn from_sha256_hex(hex: &str) -> Result<Digest, ParseError> {
+    pub(crate) fn from_sha256_hex(hex: &str) -> Result<Digest, ParseError> {
         Digest::parse(&format!("sha256:{hex}"))
     }
 
@@ -178,7 +178,7 @@ impl FromStr for Digest {
 /// One name for every spelling of a registry: host names are case-insensitive, `:443` is the
 /// default port of HTTPS (which registries speak), and Docker Hub answers as `docker.io`,
 /// `index.docker.io` and `registry-1.docker.io`.
-pub fn normalize_registry(domain: &str) -> String {
+pub(crate) fn normalize_registry(domain: &str) -> String {
     let lower = domain.to_ascii_lowercase();
     let host = lower.strip_suffix(":443").unwrap_or(&lower);
     match host {
@@ -214,7 +214,7 @@ impl Reference {
     /// no registry or names Docker Hub as `docker.io` or `index.docker.io`,
     /// otherwise the domain as written, port included. Used to pick
     /// credentials and to group references by registry.
-    pub fn domain(&self) -> &str {
+    pub(crate) fn domain(&self) -> &str {
         match self.domain.as_deref() {
             None | Some(DOCKER_HUB_DOMAIN) | Some(DOCKER_HUB_LEGACY_DOMAIN) => DOCKER_HUB_DOMAIN,
             Some(domain) => domain,
@@ -223,7 +223,7 @@ impl Reference {
 
     /// The `host[:port]` to send registry API requests to, which for Docker
     /// Hub is not the registry's name but `registry-1.docker.io`.
-    pub fn api_host(&self) -> &str {
+    pub(crate) fn api_host(&self) -> &str {
         match self.domain() {
             DOCKER_HUB_DOMAIN => DOCKER_HUB_API_HOST,
             domain => domain,
@@ -247,7 +247,7 @@ impl Reference {
     /// ([`pattern::ImagePattern`]). The registry is normalized by
     /// [`normalize_registry`]; the repository path stays as written, as the distribution
     /// spec makes it case-sensitive.
-    pub fn canonical_name(&self) -> String {
+    pub(crate) fn canonical_name(&self) -> String {
         let registry = normalize_registry(self.domain());
         if registry == DOCKER_HUB_DOMAIN && !self.path.contains('/') {
             format!("{registry}/{OFFICIAL_REPO_PREFIX}{}", self.path)
@@ -269,7 +269,7 @@ impl Reference {
     /// The tag a runtime would resolve: the written tag, or `latest` when
     /// neither a tag nor a digest is written. `None` for digest-only
     /// references, which resolve no tag at all.
-    pub fn effective_tag(&self) -> Option<&str> {
+    pub(crate) fn effective_tag(&self) -> Option<&str> {
         match (&self.tag, &self.digest) {
             (Some(tag), _) => Some(tag),
             (None, None) => Some(DEFAULT_TAG),
@@ -279,22 +279,13 @@ impl Reference {
 
     /// True for `repo@digest` without a tag: there is no tag to resolve, so
     /// tagpin leaves these references alone.
-    pub fn is_digest_only(&self) -> bool {
+    pub(crate) fn is_digest_only(&self) -> bool {
         self.tag.is_none() && self.digest.is_some()
-    }
-
-    /// The name as written, without tag or digest (`nginx`, `ghcr.io/acme/web`): what a
-    /// person matches in `images.policies` before thinking of normalization.
-    pub fn written_name(&self) -> String {
-        match &self.domain {
-            Some(domain) => format!("{domain}/{}", self.path),
-            None => self.path.clone(),
-        }
     }
 
     /// The same reference with another tag (a policy moved it), the user's spelling and any
     /// digest kept.
-    pub fn retagged(&self, tag: &str) -> Reference {
+    pub(crate) fn retagged(&self, tag: &str) -> Reference {
         Reference {
             tag: Some(tag.to_string()),
             ..self.clone()
@@ -305,7 +296,7 @@ impl Reference {
     /// spelling (never expanded to `docker.io/library/…`), the implied tag
     /// made explicit so the pin stays readable, and the new digest in place
     /// of any old one. `nginx` becomes `nginx:latest@sha256:…`.
-    pub fn with_digest(&self, digest: &Digest) -> String {
+    pub(crate) fn with_digest(&self, digest: &Digest) -> String {
         let pinned = Reference {
             domain: self.domain.clone(),
             path: self.path.clone(),

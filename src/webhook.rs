@@ -40,7 +40,7 @@ impl Sender {
     ];
 
     /// `/webhooks/<name>`.
-    pub fn from_path(name: &str) -> Option<Sender> {
+    pub(crate) fn from_path(name: &str) -> Option<Sender> {
         match name {
             "dockerhub" => Some(Sender::DockerHub),
             "quay" => Some(Sender::Quay),
@@ -53,7 +53,7 @@ impl Sender {
 
     /// Whether the sender authenticates by signing the body (so the body must be read before
     /// the delivery can be authenticated), rather than by a secret in a header or the URL.
-    pub fn signs_body(self) -> bool {
+    pub(crate) fn signs_body(self) -> bool {
         matches!(self, Sender::Ghcr)
     }
 
@@ -70,7 +70,7 @@ impl Sender {
 
 /// Why a delivery was refused; the HTTP status to answer with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Rejection {
+pub(crate) enum Rejection {
     #[error("missing or wrong credentials")]
     Unauthorized,
     #[error("payload is not a push event tagpin understands: {0}")]
@@ -87,7 +87,7 @@ impl Rejection {
 }
 
 /// Checks the delivery's credentials for `sender` against `secret`.
-pub fn authenticate(
+pub(crate) fn authenticate(
     sender: Sender,
     secret: &str,
     authorization: Option<&str>,
@@ -114,10 +114,10 @@ pub fn authenticate(
 
 /// `sha256=<hex HMAC-SHA256 of the body>`, as GitHub signs webhook deliveries.
 fn valid_signature(secret: &str, header: &str, body: &[u8]) -> bool {
-    let Some(hex) = header.trim().strip_prefix("sha256=") else {
+    let Some(written) = header.trim().strip_prefix("sha256=") else {
         return false;
     };
-    let Some(expected) = decode_hex(hex) else {
+    let Ok(expected) = hex::decode(written) else {
         return false;
     };
     let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret.as_bytes()) else {
@@ -134,21 +134,7 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
         Err(_) => return String::new(),
     };
     mac.update(body);
-    let bytes = mac.finalize().into_bytes();
-    format!(
-        "sha256={}",
-        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    )
-}
-
-fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -160,7 +146,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// The image repositories (normalized names, no tag) a push event names. Events that are not
 /// pushes (deletes, pulls, scans) name nothing and are accepted quietly.
-pub fn pushed_repositories(sender: Sender, body: &[u8]) -> Result<Vec<String>, Rejection> {
+pub(crate) fn pushed_repositories(sender: Sender, body: &[u8]) -> Result<Vec<String>, Rejection> {
     let payload: Value = serde_json::from_slice(body)
         .map_err(|e| Rejection::BadPayload(format!("not JSON: {e}")))?;
     let mut names: Vec<String> = match sender {

@@ -150,7 +150,7 @@ impl WorkloadKind {
 
     /// Whether the verifier can read this kind live and judge its rollout. The one place that
     /// decides it: every other kind is reported as not verified, never as an error.
-    pub fn is_verifiable(&self) -> bool {
+    pub(crate) fn is_verifiable(&self) -> bool {
         match self {
             WorkloadKind::Pod
             | WorkloadKind::Deployment
@@ -220,7 +220,7 @@ pub struct WorkloadId {
 
 impl WorkloadId {
     /// The same workload in `namespace` when it names none itself.
-    pub fn in_namespace_or(&self, namespace: &str) -> WorkloadId {
+    pub(crate) fn in_namespace_or(&self, namespace: &str) -> WorkloadId {
         WorkloadId {
             namespace: Some(
                 self.namespace

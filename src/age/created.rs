@@ -9,11 +9,11 @@ use crate::reference::Digest;
 use crate::registry::media::{parse_manifest, IndexChild, ManifestParseError};
 
 /// The OCI annotation a builder sets to the build time (RFC 3339).
-pub const CREATED_ANNOTATION: &str = "org.opencontainers.image.created";
+pub(crate) const CREATED_ANNOTATION: &str = "org.opencontainers.image.created";
 
 /// Before this (2000-01-01), a `created` is a reproducible build's placeholder, not a time: ko,
 /// Bazel's rules_oci and Nix write the Unix epoch so the same source gives the same digest.
-pub const EARLIEST_CREDIBLE: i64 = 946_684_800;
+pub(crate) const EARLIEST_CREDIBLE: i64 = 946_684_800;
 
 /// Why a time the registry gave is not used (the digest then counts from when tagpin first saw
 /// it).
@@ -30,7 +30,7 @@ pub enum TimeProblem {
 /// Reads `text` as an RFC 3339 time (Unix seconds), refusing a time after `now` and one
 /// before [`EARLIEST_CREDIBLE`]. A few seconds of clock skew between the builder and tagpin
 /// are allowed.
-pub fn parse_time(text: &str, now: i64) -> Result<i64, TimeProblem> {
+pub(crate) fn parse_time(text: &str, now: i64) -> Result<i64, TimeProblem> {
     /// How far a builder's clock may run ahead of tagpin's.
     const SKEW: i64 = 60;
     let owned = || text.chars().take(64).collect::<String>();
@@ -50,7 +50,7 @@ pub fn parse_time(text: &str, now: i64) -> Result<i64, TimeProblem> {
 
 /// What a manifest or index says of its age, and where to look next.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ManifestTimes {
+pub(crate) struct ManifestTimes {
     /// Its `org.opencontainers.image.created` annotation, as written.
     pub annotation: Option<String>,
     /// An image manifest's config blob.
@@ -67,7 +67,7 @@ struct Annotated {
 
 /// Reads a manifest's (or an index's) annotation, config and chosen child. The bytes were
 /// checked against their digest by the caller.
-pub fn read_manifest(bytes: &[u8]) -> Result<ManifestTimes, ManifestParseError> {
+pub(crate) fn read_manifest(bytes: &[u8]) -> Result<ManifestTimes, ManifestParseError> {
     let parsed = parse_manifest(bytes, None)?;
     let annotated: Annotated = serde_json::from_slice(bytes).unwrap_or_default();
     let annotation = annotated
@@ -85,7 +85,7 @@ pub fn read_manifest(bytes: &[u8]) -> Result<ManifestTimes, ManifestParseError> 
 /// listed (tagpin pins the index; the platform a cluster pulls is not known here), else the
 /// first that is a platform (not buildx's `unknown/unknown` attestation manifests), else the
 /// first.
-pub fn pick_child(children: &[IndexChild]) -> Option<Digest> {
+pub(crate) fn pick_child(children: &[IndexChild]) -> Option<Digest> {
     children
         .iter()
         .find(|c| c.platform.as_deref() == Some("linux/amd64"))
@@ -108,7 +108,7 @@ struct Config {
 
 /// An image config's `created`, as written; `None` when it has none (or is not a JSON object:
 /// an artifact's config).
-pub fn config_created(bytes: &[u8]) -> Option<String> {
+pub(crate) fn config_created(bytes: &[u8]) -> Option<String> {
     let config: Config = serde_json::from_slice(bytes).ok()?;
     config.created?.as_str().map(str::to_string)
 }

@@ -15,11 +15,11 @@ use super::seen::FirstSeen;
 use super::{Ages, Born, CheckCounts, Source, Subject};
 use crate::reference::{Digest, Reference};
 use crate::registry::media::ManifestParseError;
-use crate::registry::{Client, RegistryError};
+use crate::registry::{Client, Lookup, RegistryError, Stored};
 
 /// Why the registry's times for a digest could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum LookupError {
+pub(crate) enum LookupError {
     #[error(transparent)]
     Registry(#[from] RegistryError),
     #[error(transparent)]
@@ -46,7 +46,7 @@ fn remembered() -> &'static Mutex<HashMap<Subject, Times>> {
 /// Looks up when each digest of `wanted` was built (see [`crate::plan::ages_to_check`]),
 /// falling back to its first sighting in `seen` when the registry gives no usable time, and
 /// records each birth in `ages`; each lookup gets at most `budget`. Returns what was counted.
-pub async fn check_all(
+pub(crate) async fn check_all(
     client: &Client,
     ages: &mut Ages,
     wanted: BTreeMap<Subject, (Reference, Digest)>,
@@ -105,7 +105,7 @@ pub async fn check_all(
 
 /// When `digest` of `reference`'s repository was built, as the registry says; `None` when it
 /// does not say (or not credibly, or not within `budget`), each reason logged.
-pub async fn born(
+pub(crate) async fn born(
     client: &Client,
     reference: &Reference,
     digest: &Digest,
@@ -161,7 +161,9 @@ async fn times(
         found.extend(manifest.annotation.take().map(|a| (Source::Annotation, a)));
     }
     if let Some(config) = &manifest.config {
-        let bytes = client.age_blob(reference, config).await?;
+        let bytes = client
+            .bytes(reference, config, Stored::Blob, Lookup::Age)
+            .await?;
         found.extend(created::config_created(&bytes).map(|c| (Source::Created, c)));
     }
     Ok(found)
@@ -172,6 +174,8 @@ async fn read(
     reference: &Reference,
     digest: &Digest,
 ) -> Result<ManifestTimes, LookupError> {
-    let bytes = client.age_manifest_bytes(reference, digest).await?;
+    let bytes = client
+        .bytes(reference, digest, Stored::Manifest, Lookup::Age)
+        .await?;
     Ok(created::read_manifest(&bytes)?)
 }

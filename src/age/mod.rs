@@ -24,7 +24,7 @@ use crate::reference::pattern::ImagePattern;
 use crate::reference::{Digest, Reference};
 
 /// A digest of an image repository: what a gate (an age, a signature) is known for.
-pub use crate::reference::Subject;
+pub(crate) use crate::reference::Subject;
 
 /// An `images.minimum_age` entry's `match` does not compile (only for a `Config` not loaded
 /// from a file, which validates them).
@@ -130,7 +130,7 @@ pub struct Decision {
 }
 
 /// How old a digest born `born` is at `now`, against `minimum`. Pure.
-pub fn decide(minimum: Duration, born: Born, now: i64) -> Decision {
+pub(crate) fn decide(minimum: Duration, born: Born, now: i64) -> Decision {
     let minimum_seconds = i64::try_from(minimum.as_secs()).unwrap_or(i64::MAX);
     Decision {
         born,
@@ -212,7 +212,7 @@ impl Ages {
     /// How old `digest` of `wanted` is, for a field written `current`: `None` when no minimum
     /// age applies (no entry matches, or the field is already at that digest). A digest this
     /// pass has not looked at counts as born now: it is held, never pinned unchecked.
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         current: &Reference,
         wanted: &Reference,
@@ -248,7 +248,7 @@ impl Ages {
 
 /// What a round of age checks found, by (`result`, `source`) of
 /// `tagpin_minimum_age_checks_total`.
-pub type CheckCounts = BTreeMap<(&'static str, &'static str), u64>;
+pub(crate) type CheckCounts = BTreeMap<(&'static str, &'static str), u64>;
 
 /// `2026-11-23T14:05:00Z`.
 pub fn rfc3339(unix: i64) -> String {

@@ -16,10 +16,10 @@ use serde::{Deserialize, Serialize};
 use super::Subject;
 
 /// The file's name in the cache directory.
-pub const FILE_NAME: &str = "tagpin-first-seen.json";
+pub(crate) const FILE_NAME: &str = "tagpin-first-seen.json";
 
 /// How many digests the file remembers; past it the oldest are forgotten.
-pub const MAX_ENTRIES: usize = 20_000;
+pub(crate) const MAX_ENTRIES: usize = 20_000;
 /// The file's size at most: [`MAX_ENTRIES`] entries of about 100 bytes, with room.
 const MAX_FILE_BYTES: u64 = 8 << 20;
 
@@ -48,14 +48,14 @@ fn key(subject: &Subject) -> String {
 
 impl FirstSeen {
     /// Sightings kept in `cache_dir`'s [`FILE_NAME`].
-    pub fn in_dir(cache_dir: &Path) -> FirstSeen {
+    pub(crate) fn in_dir(cache_dir: &Path) -> FirstSeen {
         FirstSeen {
             path: Some(cache_dir.join(FILE_NAME)),
         }
     }
 
     /// Sightings kept for the life of this process only.
-    pub fn in_memory() -> FirstSeen {
+    pub(crate) fn in_memory() -> FirstSeen {
         FirstSeen { path: None }
     }
 

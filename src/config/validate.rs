@@ -1829,11 +1829,6 @@ fn forge_field<'r>(raw: &'r RawForge, key: &str) -> &'r Field<String> {
 }
 
 impl crate::forge::settings::Keys for ForgeKeys<'_, '_> {
-    fn text(&mut self, key: &str) -> Option<String> {
-        let field = forge_field(self.raw, key);
-        self.check.string(key, field).map(str::to_string)
-    }
-
     fn required(&mut self, key: &str) -> Option<String> {
         let field = forge_field(self.raw, key);
         self.check.required_string(key, field).map(str::to_string)

@@ -22,4 +22,4 @@ pub mod record;
 pub mod report;
 
 pub use history::{read, Delivery, ReadError};
-pub use report::{Change, DeliveryReport, StageFigures};
+pub use report::DeliveryReport;

@@ -93,17 +93,17 @@ pub(super) const WORDS: Words = Words {
     ..Words::PLAIN
 };
 /// Pull requests and statuses asked for per page (`$top`).
-pub const PAGE_TOP: usize = 100;
+pub(crate) const PAGE_TOP: usize = 100;
 /// The longest description Azure DevOps keeps on a pull request, in characters.
 pub const MAX_DESCRIPTION_CHARS: usize = 4000;
 /// How much of a description a pull request list answers ("Pull Requests - Get Pull
 /// Requests": "description field will be truncated up to 400 symbols in the result"), in
 /// UTF-16 code units, as .NET counts.
-pub const LIST_DESCRIPTION_UNITS: usize = 400;
+pub(crate) const LIST_DESCRIPTION_UNITS: usize = 400;
 /// `api-version` asked of Azure DevOps Services.
-pub const CLOUD_API_VERSION: &str = "7.1";
+pub(crate) const CLOUD_API_VERSION: &str = "7.1";
 /// `api-version` asked of Azure DevOps Server: 2020 accepts up to 6.0, 2022 up to 7.0.
-pub const SERVER_API_VERSION: &str = "6.0";
+pub(crate) const SERVER_API_VERSION: &str = "6.0";
 /// What is said where a description had to be cut.
 const CUT_NOTE: &str = "\n\n… (cut: Azure DevOps keeps 4,000 characters of a description)\n";
 /// What ends a cut description whose plan block is in the pull request's properties; the
@@ -804,7 +804,7 @@ fn may_be_cut(listed: &str) -> bool {
 /// `body` as a description Azure DevOps keeps (at most [`MAX_DESCRIPTION_CHARS`]). A longer
 /// one is cut at a line, saying so; its plan block is left out of it (tagpin keeps it in the
 /// pull request's properties), and a marker says where it is.
-pub fn fit_description(body: &str) -> String {
+pub(crate) fn fit_description(body: &str) -> String {
     if body.chars().count() <= MAX_DESCRIPTION_CHARS {
         return body.to_string();
     }
@@ -827,7 +827,7 @@ pub fn fit_description(body: &str) -> String {
 /// `body` as tagpin reads it back from Azure DevOps: whole when it fits a description,
 /// otherwise the cut description followed by the plan block kept in the properties. A change
 /// request's body is compared with this.
-pub fn stored_body(body: &str) -> String {
+pub(crate) fn stored_body(body: &str) -> String {
     if body.chars().count() <= MAX_DESCRIPTION_CHARS {
         return body.to_string();
     }

@@ -98,13 +98,13 @@ pub(super) const WORDS: Words = Words {
     ..Words::PLAIN
 };
 /// Pull requests asked for per page: Bitbucket's largest `pagelen` for pull requests.
-pub const PAGE_LEN: usize = 50;
+pub(crate) const PAGE_LEN: usize = 50;
 /// Statuses and comments asked for per page (Bitbucket's largest for these lists).
-pub const LONG_PAGE_LEN: usize = 100;
+pub(crate) const LONG_PAGE_LEN: usize = 100;
 /// The longest build status key Bitbucket Cloud takes.
-pub const MAX_KEY_CHARS: usize = 40;
+pub(crate) const MAX_KEY_CHARS: usize = 40;
 /// Bitbucket's rate-limit window: with no `Retry-After`, the longest a call may have to wait.
-pub const ROLLING_WINDOW: Duration = Duration::from_secs(3600);
+pub(crate) const ROLLING_WINDOW: Duration = Duration::from_secs(3600);
 /// Short merge-commit hashes resolved, kept for the process; cleared when full.
 const MAX_RESOLVED: usize = 512;
 
@@ -827,9 +827,9 @@ fn workspace_and_repo(keys: &mut dyn Keys, _: Option<&str>) -> Option<Kind> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::engine::MAX_RATE_LIMIT_WAIT;
     use super::super::engine::{assert_merged_twelve, assert_states_round_trip};
     use super::super::engine::{headers, patched, settings};
-    use super::super::MAX_RATE_LIMIT_WAIT;
     use super::*;
 
     /// A merged pull request in the shape of `Pullrequest` (npm `bitbucket` 2.12.0,

@@ -85,10 +85,10 @@ pub(super) const WORDS: Words = Words {
     ..Words::PLAIN
 };
 /// Where Data Center serves its REST API under `api_url`.
-pub const REST_API: &str = "/rest/api/1.0";
+pub(crate) const REST_API: &str = "/rest/api/1.0";
 /// Items asked for per page: Data Center's default is 25; 50 halves the calls and stays well
 /// within its page limit (`page.max.*`, 1000 by default).
-pub const PAGE_LIMIT: usize = 50;
+pub(crate) const PAGE_LIMIT: usize = 50;
 /// The header in which Data Center names the user an authenticated request acted as.
 const USER_HEADER: &str = "x-ausername";
 

@@ -32,7 +32,7 @@ pub(super) type Paged<T> = (Vec<T>, Option<String>);
 pub type Result<T, E = ForgeError> = std::result::Result<T, E>;
 
 /// The longest tagpin waits for a rate limit to lift before failing the call.
-pub const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
+pub(crate) const MAX_RATE_LIMIT_WAIT: Duration = Duration::from_secs(60);
 
 /// Pages read of one list at most (100 items each): a bound on a runaway `Link` chain.
 pub(super) const MAX_PAGES: usize = 50;
@@ -42,7 +42,7 @@ pub(super) const MAX_PAGES: usize = 50;
 /// their bodies, which GitHub caps at 65,536 characters: about 8.2 MiB at the worst for plain
 /// text, so this leaves room for escaping and non-ASCII text. An answer past it fails that
 /// call (naming the forge's host), never the process: see [`crate::bounded`].
-pub const MAX_ANSWER_BYTES: usize = 16 * crate::bounded::MIB;
+pub(crate) const MAX_ANSWER_BYTES: usize = 16 * crate::bounded::MIB;
 
 /// Connecting to the forge (TCP and TLS), within the call's deadline.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -266,7 +266,7 @@ pub(super) fn described(status: StatusCode, meaning: Option<String>) -> String {
 /// The forge's clock: the `Date` of its latest answer, and when that was read here. A status
 /// tagpin signs says when on this clock ([`super::stamp`]), so this machine's may be off.
 #[derive(Default)]
-pub struct ForgeClock(std::sync::Mutex<Option<(i64, std::time::Instant)>>);
+pub(crate) struct ForgeClock(std::sync::Mutex<Option<(i64, std::time::Instant)>>);
 
 /// How long the forge's clock read from an answer is used without reading it again.
 const CLOCK_FRESH: Duration = Duration::from_secs(60);
@@ -1103,7 +1103,7 @@ const MAX_REMEMBERED: usize = 512;
 /// How long what this process last wrote (a status, the verdict comment) is trusted without
 /// reading it back: a pass that would write the same again spends no call, and a status or
 /// comment changed by hand is set right within this time.
-pub const READ_BACK_AFTER: Duration = Duration::from_secs(600);
+pub(crate) const READ_BACK_AFTER: Duration = Duration::from_secs(600);
 
 /// What this process last wrote or read back on one forge: status `(sha, branch, context)` ->
 /// `(state, description)`, and change request -> verdict comment body; each with when
@@ -1122,14 +1122,14 @@ type KnownStatus = (StatusState, String, tokio::time::Instant);
 
 impl Memory {
     /// Whether this process set or read `said` at `key` within [`READ_BACK_AFTER`].
-    pub fn said_lately(&self, key: StatusKey<'_>, said: Said<'_>) -> bool {
+    pub(crate) fn said_lately(&self, key: StatusKey<'_>, said: Said<'_>) -> bool {
         let known = lock(&self.statuses).get(&owned(key)).cloned();
         known.is_some_and(|(state, description, at)| {
             state == said.state && description == said.description && still_fresh(at)
         })
     }
 
-    pub fn remember_status(&self, key: StatusKey<'_>, said: Said<'_>) {
+    pub(crate) fn remember_status(&self, key: StatusKey<'_>, said: Said<'_>) {
         let at = tokio::time::Instant::now();
         let known = (said.state, said.description.to_string(), at);
         remember(&self.statuses, owned(key), known);
@@ -1137,12 +1137,12 @@ impl Memory {
 
     /// Whether this process wrote or found `body` as change request `number`'s comment within
     /// [`READ_BACK_AFTER`].
-    pub fn commented_lately(&self, number: u64, body: &str) -> bool {
+    pub(crate) fn commented_lately(&self, number: u64, body: &str) -> bool {
         let known = lock(&self.comments).get(&number).cloned();
         known.is_some_and(|(b, at)| b == body && still_fresh(at))
     }
 
-    pub fn remember_comment(&self, number: u64, body: &str) {
+    pub(crate) fn remember_comment(&self, number: u64, body: &str) {
         let known = (body.to_string(), tokio::time::Instant::now());
         remember(&self.comments, number, known);
     }

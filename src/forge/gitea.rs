@@ -67,7 +67,7 @@ pub(super) const WORDS: Words = Words {
 };
 /// Items asked for per page: Gitea's default `MAX_RESPONSE_ITEMS`; an instance set lower
 /// answers fewer, and the pages still line up (Gitea numbers them by the size it uses).
-pub const PAGE_LIMIT: usize = 50;
+pub(crate) const PAGE_LIMIT: usize = 50;
 /// The colour of a label tagpin creates because the repository has none of that name.
 const NEW_LABEL_COLOR: &str = "#ededed";
 

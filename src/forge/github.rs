@@ -446,7 +446,7 @@ pub struct ApiCommit<'a> {
 
 /// How a branch is moved to a commit made through the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefMove<'a> {
+pub(crate) enum RefMove<'a> {
     /// Commit mode: a fast-forward of the target branch, which exists.
     FastForward,
     /// tagpin's own branch: created when `None`, else replaced if it still holds that commit.
@@ -524,7 +524,12 @@ impl GitHub {
     }
 
     /// Moves `branch` to `sha` as `how` says.
-    pub async fn move_branch(&self, branch: &str, sha: &str, how: RefMove<'_>) -> Result<Moved> {
+    pub(crate) async fn move_branch(
+        &self,
+        branch: &str,
+        sha: &str,
+        how: RefMove<'_>,
+    ) -> Result<Moved> {
         let path = self.git_path(&format!("refs/heads/{branch}"));
         match how {
             RefMove::FastForward => {

@@ -31,12 +31,12 @@ pub use crate::review::{PullRequestInfo, Status, StatusHistory, StatusState};
 pub use azure_devops::AzureDevOps;
 pub use bitbucket::Bitbucket;
 pub use bitbucket_server::BitbucketServer;
-pub use engine::{Dialect, Forge, ForgeError, Memory, NewChange, Said, StatusKey};
-pub use engine::{MAX_ANSWER_BYTES, MAX_RATE_LIMIT_WAIT, READ_BACK_AFTER};
+pub use engine::{Forge, Memory, Said};
+pub(crate) use engine::{ForgeError, NewChange, StatusKey};
 pub use gitea::Gitea;
 pub use github::GitHub;
 pub use gitlab::GitLab;
-pub use settings::ChangeRequestNoun;
+pub(crate) use settings::ChangeRequestNoun;
 use settings::{Keys, Kind, Section, Settings};
 
 use engine::Result;
@@ -163,7 +163,7 @@ impl ForgeClient {
     /// [`ForgeClient::new`], with the username `forge.username_env` names, read by the caller
     /// where it reads the token (the environment, or the object's Secret in the operator):
     /// Bitbucket Cloud's app password goes with it as HTTP Basic.
-    pub fn with_username(
+    pub(crate) fn with_username(
         forge: &Settings,
         token: String,
         username: Option<String>,
@@ -199,19 +199,19 @@ impl ForgeClient {
 
     /// With `forge.api_commits`, the forge that makes tagpin's commits through its API
     /// (GitHub, which signs them); `None`: tagpin commits and pushes itself.
-    pub fn commits_through_api(&self) -> Option<&GitHub> {
+    pub(crate) fn commits_through_api(&self) -> Option<&GitHub> {
         self.commits.as_ref()
     }
 
     /// What this forge calls a change request.
-    pub fn noun(&self) -> ChangeRequestNoun {
+    pub(crate) fn noun(&self) -> ChangeRequestNoun {
         self.adapter.noun()
     }
 
     /// Whether a status's time on this forge is whatever its poster said (Bitbucket Data
     /// Center): a soak start read back from a status is then believed only as far back as this
     /// process saw the stage converge itself ([`crate::promote::SoakMemory`]).
-    pub fn poster_dates_statuses(&self) -> bool {
+    pub(crate) fn poster_dates_statuses(&self) -> bool {
         self.adapter.poster_dates_statuses()
     }
 
@@ -219,7 +219,7 @@ impl ForgeClient {
     /// characters and tagpin keeps its plan block apart ([`azure_devops::stored_body`]), the
     /// others keep it whole. A change request's body is compared with this, so a cut one is
     /// not written again on every pass.
-    pub fn stored_body(&self, body: &str) -> String {
+    pub(crate) fn stored_body(&self, body: &str) -> String {
         self.adapter.stored_body(body)
     }
 
@@ -229,12 +229,12 @@ impl ForgeClient {
     }
 
     /// [`Forge::pull_requests_for`].
-    pub async fn pull_requests_for(&self, branch: &str, base: &str) -> Result<Prs> {
+    pub(crate) async fn pull_requests_for(&self, branch: &str, base: &str) -> Result<Prs> {
         self.adapter.pull_requests_for(branch, base).await
     }
 
     /// [`Forge::pull_requests_with_prefix`].
-    pub async fn pull_requests_with_prefix(
+    pub(crate) async fn pull_requests_with_prefix(
         &self,
         prefix: &str,
         base: &str,
@@ -244,7 +244,7 @@ impl ForgeClient {
     }
 
     /// [`Forge::open_pull_request`].
-    pub async fn open_pull_request(
+    pub(crate) async fn open_pull_request(
         &self,
         branch: &str,
         base: &str,
@@ -261,7 +261,12 @@ impl ForgeClient {
     }
 
     /// [`Forge::update_pull_request`].
-    pub async fn update_pull_request(&self, number: u64, title: &str, body: &str) -> Result<()> {
+    pub(crate) async fn update_pull_request(
+        &self,
+        number: u64,
+        title: &str,
+        body: &str,
+    ) -> Result<()> {
         self.adapter.update(number, title, body).await
     }
 
@@ -291,7 +296,7 @@ impl ForgeClient {
     /// The newest state and description of status `context` on `sha` that tagpin itself set
     /// (created by [`ForgeClient::login`]): a status anyone else posted in tagpin's context is
     /// not tagpin's verdict.
-    pub async fn status_of(
+    pub(crate) async fn status_of(
         &self,
         sha: &str,
         context: &str,
@@ -345,7 +350,12 @@ impl ForgeClient {
     /// pass that changes nothing spends no write, and no read either while what this process
     /// set is younger than [`READ_BACK_AFTER`]). A failure is logged, not returned: a verdict
     /// or promotion stands whether or not its status could be posted.
-    pub async fn set_status_once(&self, key: StatusKey<'_>, state: StatusState, description: &str) {
+    pub(crate) async fn set_status_once(
+        &self,
+        key: StatusKey<'_>,
+        state: StatusState,
+        description: &str,
+    ) {
         let said = Said { state, description };
         if self.memory.said_lately(key, said) {
             return;
@@ -363,7 +373,7 @@ impl ForgeClient {
     /// [`Forge::upsert_comment`]: one comment (GitLab: note) per change request carrying
     /// `marker`. What this process wrote or found there is not read again for
     /// [`READ_BACK_AFTER`] while the body stays the same.
-    pub async fn upsert_comment(&self, number: u64, marker: &str, body: &str) -> Result<()> {
+    pub(crate) async fn upsert_comment(&self, number: u64, marker: &str, body: &str) -> Result<()> {
         if self.memory.commented_lately(number, body) {
             return Ok(());
         }

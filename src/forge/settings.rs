@@ -63,10 +63,9 @@ pub enum Kind {
 /// The keys of the `forge:` section, as the configuration's validator reads them for an
 /// adapter: each key by its path (`forge.owner`), each problem reported at that path with the
 /// file's line and column.
-pub trait Keys {
-    /// The key's text when set; a value of another kind, or an empty one, is reported.
-    fn text(&mut self, key: &str) -> Option<String>;
-    /// [`Keys::text`], reported as required when not set.
+pub(crate) trait Keys {
+    /// The key's text when set, else reported as required; a value of another kind, or an
+    /// empty one, is reported.
     fn required(&mut self, key: &str) -> Option<String>;
     /// Whether the key is written at all.
     fn is_set(&self, key: &str) -> bool;
@@ -75,7 +74,7 @@ pub trait Keys {
 }
 
 /// One `forge.kind`, with what its adapter reads of the section.
-pub struct Section {
+pub(crate) struct Section {
     /// The `forge.kind` word: `github`, `bitbucket-server`.
     pub kind: &'static str,
     /// `forge.api_url` when not set; `None` where every instance is its own (no address to
@@ -89,7 +88,7 @@ pub struct Section {
 }
 
 /// How the section's repository is read: the keys, and `forge.api_url` when valid.
-pub type ReadRepository = fn(&mut dyn Keys, Option<&str>) -> Option<Kind>;
+pub(crate) type ReadRepository = fn(&mut dyn Keys, Option<&str>) -> Option<Kind>;
 
 impl Section {
     /// `forge.kind: kind`, whose repository `repository` reads, at `default_api_url` unless
@@ -108,7 +107,7 @@ impl Section {
     }
 
     /// The same section, with `forge.username_env` its own (Bitbucket Cloud's app passwords).
-    pub const fn taking_username(self) -> Section {
+    pub(crate) const fn taking_username(self) -> Section {
         Section {
             takes_username: true,
             ..self

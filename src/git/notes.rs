@@ -14,7 +14,7 @@ use git2::{Oid, Signature};
 use super::{local_path, other, GitError, Mirror, MirrorLock, PUSH_REF};
 
 /// The ref tagpin's notes live on, on the remote and in the mirror.
-pub const NOTES_REF: &str = "refs/notes/tagpin";
+pub(crate) const NOTES_REF: &str = "refs/notes/tagpin";
 
 /// How many times a note is written when another writer moved the notes ref in between.
 const ATTEMPTS: usize = 2;
@@ -71,7 +71,7 @@ impl Mirror {
     }
 
     /// The mirror's notes ref, as last fetched or written.
-    pub fn notes_tip(&self) -> Option<Oid> {
+    pub(crate) fn notes_tip(&self) -> Option<Oid> {
         self.repo()
             .find_reference(NOTES_REF)
             .ok()

@@ -213,7 +213,7 @@ pub fn plan(target: &[ScannedFile], source: &SourcePins, holds: &Holds) -> (Plan
 
 /// [`plan`], where a digest younger than its `images.minimum_age` (as `ages` knows it) is
 /// not carried yet: its fields are held, saying when it will be old enough.
-pub fn plan_aged(
+pub(crate) fn plan_aged(
     target: &[ScannedFile],
     source: &SourcePins,
     holds: &Holds,

@@ -31,7 +31,7 @@ pub enum Decision {
 
 /// Decides the write. A promotion is all or nothing: with any failure nothing is carried, so
 /// the target never runs half of what the source was verified on.
-pub fn decide(
+pub(crate) fn decide(
     gate: &Gate,
     plan: &Plan,
     failures: &[String],

@@ -88,7 +88,7 @@ pub fn render(e: &Evidence<'_>, block: &PlanBlock) -> String {
 
 /// The commit message of a promotion in commit mode: the title, then one line per field and
 /// the evidence in two lines.
-pub fn commit_message(e: &Evidence<'_>, block: &PlanBlock) -> String {
+pub(crate) fn commit_message(e: &Evidence<'_>, block: &PlanBlock) -> String {
     let mut message = title(block, e.source, e.target);
     message.push_str("\n\n");
     message.push_str(&message::pin_lines(block));

@@ -31,7 +31,7 @@ use crate::review::{Status, StatusState};
 use crate::verify::judge::verdict::State;
 
 /// The status context of a stage's verdict, as set by the promoter.
-pub fn stage_context(stage: &str) -> String {
+pub(crate) fn stage_context(stage: &str) -> String {
     format!("tagpin/stage/{stage}")
 }
 
@@ -62,7 +62,7 @@ pub enum Gate {
 }
 
 impl Gate {
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         matches!(self, Gate::Open { .. })
     }
 
@@ -203,7 +203,7 @@ pub fn soak(
 }
 
 /// Decides the gate from the source stage's verdict now and its soak (when Converged).
-pub fn decide(
+pub(crate) fn decide(
     state: State,
     summary: &str,
     soak: Option<Soak>,
@@ -283,7 +283,7 @@ pub fn converged_since(history: &[Status], fingerprint: &str, me: &str) -> Optio
 /// of tagpin's saved and posted again with its old time after the stage broke cannot shorten
 /// the soak that began after the break.
 #[derive(Debug, Clone)]
-pub struct SoakMemory {
+pub(crate) struct SoakMemory {
     path: std::path::PathBuf,
 }
 
@@ -350,7 +350,7 @@ impl SoakMemory {
 
 /// A soak start read back from a status, believed no further back than `seen_since`, when
 /// this process first saw the stage's current run Converged ([`SoakMemory::observe`]).
-pub fn within_sight(read: Option<SoakStart>, seen_since: i64) -> Option<SoakStart> {
+pub(crate) fn within_sight(read: Option<SoakStart>, seen_since: i64) -> Option<SoakStart> {
     read.map(|start| SoakStart {
         since: start.since.max(seen_since),
         restarts: start.restarts,
@@ -359,7 +359,7 @@ pub fn within_sight(read: Option<SoakStart>, seen_since: i64) -> Option<SoakStar
 
 /// The stage status: its state and a description that carries the clock when converged (and
 /// with `soak_restarts`, the restart count the soak counts from: `· restarts 4`).
-pub fn stage_status(
+pub(crate) fn stage_status(
     state: State,
     summary: &str,
     soak: Option<&Soak>,
@@ -390,7 +390,7 @@ pub fn stage_status(
 
 /// The `tagpin/promotion` status of an open promotion pull request; `noun` is how the forge
 /// names it.
-pub fn promotion_status(
+pub(crate) fn promotion_status(
     gate: &Gate,
     stage: &str,
     soak: Duration,
@@ -415,7 +415,7 @@ pub fn promotion_status(
 
 /// The `tagpin/promotion` status of an open promotion pull request when the pass could not
 /// read every manifest: pending, naming the first.
-pub fn blocked_status(count: usize, first: &str) -> (StatusState, String) {
+pub(crate) fn blocked_status(count: usize, first: &str) -> (StatusState, String) {
     (
         StatusState::Pending,
         truncate(&format!(

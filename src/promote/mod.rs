@@ -18,7 +18,7 @@
 //! statuses on GitHub say what is in flight, so a restart repeats nothing.
 
 pub mod carry;
-pub mod decision;
+pub(crate) mod decision;
 pub mod evidence;
 pub mod gate;
 pub mod round;
@@ -133,12 +133,12 @@ pub fn route<'c>(config: &'c Config, to: &str) -> Result<(&'c Stage, &'c Stage),
 }
 
 /// The branch promotions into `stage` are proposed on: `tagpin/promote/production`.
-pub fn branch_for(config: &Config, stage: &str) -> String {
+pub(crate) fn branch_for(config: &Config, stage: &str) -> String {
     format!("{}promote/{stage}", config.pull_request.branch_prefix)
 }
 
 /// The stage a tagpin branch promotes into, if it is a promotion branch.
-pub fn stage_of_branch<'c>(config: &'c Config, branch: &str) -> Option<&'c Stage> {
+pub(crate) fn stage_of_branch<'c>(config: &'c Config, branch: &str) -> Option<&'c Stage> {
     let promotion = config.promotion.as_ref()?;
     promotion
         .stages
@@ -150,7 +150,7 @@ pub fn stage_of_branch<'c>(config: &'c Config, branch: &str) -> Option<&'c Stage
 /// What verifying a promotion pull request means: once merged, the target stage's manifests at
 /// the merge commit, rendered as the GitOps tool renders them (kustomize overlays included);
 /// before, what its plan block promises.
-pub fn verification_source(pr: &crate::forge::PullRequestInfo) -> Source {
+pub(crate) fn verification_source(pr: &crate::forge::PullRequestInfo) -> Source {
     match (&pr.merge_commit_sha, pr.merged) {
         (Some(sha), true) => Source::Commit(sha.clone()),
         _ => Source::PullRequest(pr.number),
@@ -161,7 +161,7 @@ pub fn verification_source(pr: &crate::forge::PullRequestInfo) -> Source {
 /// its promotions are written in, and its own `on_failure` where it sets one. The verifier,
 /// the scanner and the revert (written as the promotion was) then work on that stage
 /// unchanged.
-pub fn stage_config(config: &Config, stage: &Stage) -> Config {
+pub(crate) fn stage_config(config: &Config, stage: &Stage) -> Config {
     let mut config = config.clone();
     config.paths = stage.paths.clone();
     config.mode = stage.mode;

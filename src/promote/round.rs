@@ -12,7 +12,7 @@ use super::{Gate, PromoteError, PromoteOptions, PromoteReport, Promoter};
 
 /// The promotion step of every pass: each stage after the first is promoted from the one
 /// before it, verified on that stage's cluster.
-pub struct Promotions<'a> {
+pub(crate) struct Promotions<'a> {
     pub promoter: Promoter<'a>,
     /// Each stage's cluster, by name. A stage whose cluster could not be set up at start is
     /// missing: promotions from it are skipped with a warning on every pass.
@@ -30,7 +30,7 @@ pub struct StagePromotion<'c> {
 impl<'a> Promotions<'a> {
     /// Promotes into each stage after the first, in order, and returns what each found: the
     /// operator writes it to the object's status; `tagpin run` logs it (done here, for both).
-    pub async fn run_each(&self, metrics: &Metrics) -> Vec<StagePromotion<'a>> {
+    pub(crate) async fn run_each(&self, metrics: &Metrics) -> Vec<StagePromotion<'a>> {
         let mut done = Vec::new();
         let config: &'a Config = self.promoter.config;
         let Some(promotion) = &config.promotion else {

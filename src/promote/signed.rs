@@ -15,11 +15,11 @@ use crate::signing::{PublicKey, SigningError};
 /// How many commits back the pinning commit is looked for. The walk reads a stage's files
 /// only at commits that changed them, so this is cheap; a pinning commit further back is not
 /// checked, and the promotion is refused (it cannot be shown to be signed).
-pub const PIN_SEARCH_DEPTH: usize = 1_000;
+pub(crate) const PIN_SEARCH_DEPTH: usize = 1_000;
 
 /// The keys `promotion.require_signed_by` lists, parsed, each with the path it was given as.
 #[derive(Debug, Clone, Default)]
-pub struct RequiredSigners {
+pub(crate) struct RequiredSigners {
     keys: Vec<(String, PublicKey)>,
 }
 
@@ -94,7 +94,7 @@ fn refusal_text(stage: &str, commit: &str, who: &str, keys: &[&str]) -> String {
 /// `paths`, or whose `fingerprint_at` is `fingerprint`, carried them there, and the walk goes
 /// on from it, the first parent first). A root commit that holds them pinned them. `None`
 /// when the walk goes past [`PIN_SEARCH_DEPTH`] commits.
-pub fn pinning_commit(
+pub(crate) fn pinning_commit(
     mirror: &Mirror,
     tip: git2::Oid,
     paths: &[String],
@@ -120,7 +120,7 @@ pub fn pinning_commit(
 }
 
 /// The refusal when the pinning commit is further back than the walk goes.
-pub fn too_far(stage: &str) -> String {
+pub(crate) fn too_far(stage: &str) -> String {
     format!(
         "stage {stage}: the commit that pinned its digests is more than {PIN_SEARCH_DEPTH} \
          commits back and cannot be checked against promotion.require_signed_by; not promoted"

@@ -25,7 +25,7 @@ pub fn render(block: &PlanBlock) -> String {
 
 /// The fields a `# tagpin: hold` comment keeps where they are, below the pins: what a
 /// reviewer would otherwise expect to move. Empty when nothing is held.
-pub fn held_table(held: &[crate::plan::Held]) -> String {
+pub(crate) fn held_table(held: &[crate::plan::Held]) -> String {
     if held.is_empty() {
         return String::new();
     }
@@ -51,7 +51,7 @@ pub fn held_table(held: &[crate::plan::Held]) -> String {
 
 /// One row per field that moves: file, workload, container, image (and the tag it moved
 /// from), old and new digest.
-pub fn pins_table(block: &PlanBlock) -> String {
+pub(crate) fn pins_table(block: &PlanBlock) -> String {
     let mut out = String::new();
     out.push_str("| File | Workload | Container | Image | Old digest | New digest |\n");
     out.push_str("|---|---|---|---|---|---|\n");
@@ -76,7 +76,7 @@ pub fn pins_table(block: &PlanBlock) -> String {
 }
 
 /// The hidden plan block alone, for bodies that say more than [`render`] (promotions).
-pub fn plan_block(block: &PlanBlock) -> String {
+pub(crate) fn plan_block(block: &PlanBlock) -> String {
     let json = serde_json::to_string_pretty(block).unwrap_or_default();
     format!("{PLAN_START}\n{json}\n{PLAN_END}\n")
 }

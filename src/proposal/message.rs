@@ -6,7 +6,7 @@
 use super::PlanBlock;
 
 /// Fills `{count}`, `{branch}` and `{images}` in a title or commit message template.
-pub fn fill_template(template: &str, block: &PlanBlock) -> String {
+pub(crate) fn fill_template(template: &str, block: &PlanBlock) -> String {
     let mut images: Vec<&str> = block.pins.iter().map(|p| p.image.as_str()).collect();
     images.sort();
     images.dedup();
@@ -17,7 +17,7 @@ pub fn fill_template(template: &str, block: &PlanBlock) -> String {
 }
 
 /// The commit message: the filled template, then one line per image moved.
-pub fn commit_message(template: &str, block: &PlanBlock) -> String {
+pub(crate) fn commit_message(template: &str, block: &PlanBlock) -> String {
     let mut message = fill_template(template, block);
     message.push_str("\n\n");
     message.push_str(&pin_lines(block));
@@ -26,7 +26,7 @@ pub fn commit_message(template: &str, block: &PlanBlock) -> String {
 
 /// One line per field moved: `image (file workload/container): old -> new`, with the tag on
 /// both sides when it moved (`1.4.2@sha256:a -> 1.4.3@sha256:b`).
-pub fn pin_lines(block: &PlanBlock) -> String {
+pub(crate) fn pin_lines(block: &PlanBlock) -> String {
     let mut lines = String::new();
     for pin in &block.pins {
         let old_digest = pin.old_digest.as_ref().map(ToString::to_string);
@@ -52,7 +52,7 @@ pub fn pin_lines(block: &PlanBlock) -> String {
 
 /// How many fields a commit message written by [`commit_message`] says were moved: its
 /// [`pin_lines`].
-pub fn count_pin_lines(message: &str) -> usize {
+pub(crate) fn count_pin_lines(message: &str) -> usize {
     message
         .lines()
         .filter(|line| {

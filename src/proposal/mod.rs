@@ -17,7 +17,7 @@ use crate::reference::Digest;
 use crate::workload::Owner;
 
 /// Bumped if the block's shape ever changes incompatibly.
-pub const PLAN_VERSION: u32 = 1;
+pub(crate) const PLAN_VERSION: u32 = 1;
 
 /// What a pull request promises, as recorded in its body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,24 +4,22 @@
 //! pre-authentication encoding (PAE) with sigstore-crypto; a Sigstore bundle's whole
 //! verification is sigstore-verify's ([`crate::signature::bundle::verify_statement_bundle`]).
 
-use std::collections::BTreeMap;
-
 use base64::Engine as _;
 use serde::Deserialize;
 
 use super::{Attested, Refusal, Rule};
 use crate::reference::Digest;
-use crate::signature::bundle::IN_TOTO_PAYLOAD_TYPE;
+use crate::signature::bundle::{Statement, IN_TOTO_PAYLOAD_TYPE};
 use crate::signature::verify::{sha256_hex, Layer, CERTIFICATE_ANNOTATION};
 use crate::signature::Trust;
 
 /// The predicate type of SLSA provenance v1.
-pub const SLSA_V1: &str = "https://slsa.dev/provenance/v1";
+pub(crate) const SLSA_V1: &str = "https://slsa.dev/provenance/v1";
 /// The predicate type of SLSA provenance v0.2 (what `cosign attest --type slsaprovenance` and
 /// older SLSA generators write).
-pub const SLSA_V02: &str = "https://slsa.dev/provenance/v0.2";
+pub(crate) const SLSA_V02: &str = "https://slsa.dev/provenance/v0.2";
 /// The media type of a `.att` layer: one DSSE envelope.
-pub const DSSE_MEDIA_TYPE: &str = "application/vnd.dsse.envelope.v1+json";
+pub(crate) const DSSE_MEDIA_TYPE: &str = "application/vnd.dsse.envelope.v1+json";
 
 /// DSSE's pre-authentication encoding, what an envelope's signature signs:
 /// `DSSEv1 <len(type)> <type> <len(body)> <body>` (lengths in ASCII decimal, in bytes).
@@ -31,7 +29,7 @@ pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
 
 /// What a provenance statement claims about the digest it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claim {
+pub(crate) struct Claim {
     pub predicate_type: String,
     pub builder: String,
     /// The source repository's URI, without `git+` in front nor `.git` behind.
@@ -53,36 +51,14 @@ impl Claim {
 
 /// Reads an in-toto statement (v1 or v0.1): it must name `pinned` among its subjects and be
 /// SLSA provenance (v1, or v0.2), whose builder and source are read.
-pub fn read_statement(pinned: &Digest, payload: &[u8]) -> Result<Claim, Refusal> {
-    #[derive(Deserialize)]
-    struct Statement {
-        #[serde(default)]
-        subject: Vec<Subject>,
-        #[serde(rename = "predicateType", default)]
-        predicate_type: String,
-        #[serde(default)]
-        predicate: serde_json::Value,
-    }
-    #[derive(Deserialize)]
-    struct Subject {
-        #[serde(default)]
-        digest: BTreeMap<String, String>,
-    }
-    let statement: Statement = serde_json::from_slice(payload)
+pub(crate) fn read_statement(pinned: &Digest, payload: &[u8]) -> Result<Claim, Refusal> {
+    let statement = Statement::read(payload)
         .map_err(|e| Refusal::Malformed(format!("in-toto statement: {e}")))?;
-    let named: Vec<&String> = statement
-        .subject
-        .iter()
-        .filter_map(|s| s.digest.get(pinned.algorithm()))
-        .collect();
-    if !named.iter().any(|hex| hex.as_str() == pinned.hex()) {
-        return Err(Refusal::OtherDigest {
-            named: named
-                .first()
-                .map(|hex| format!("{}:{hex}", pinned.algorithm()))
-                .unwrap_or_else(|| "no sha256 digest".into()),
-        });
-    }
+    statement
+        .names(pinned)
+        .map_err(|named| Refusal::OtherDigest {
+            named: named.unwrap_or_else(|| "no sha256 digest".into()),
+        })?;
     let predicate = &statement.predicate;
     let text = |pointer: &str| {
         predicate
@@ -176,7 +152,7 @@ fn normalize(uri: &str) -> String {
 }
 
 /// Whether a verified claim's builder and source are the entry's.
-pub fn check_claim(rule: &Rule, claim: &Claim) -> Result<(), Refusal> {
+pub(crate) fn check_claim(rule: &Rule, claim: &Claim) -> Result<(), Refusal> {
     if !rule.builder.is_match(&claim.builder) {
         return Err(Refusal::Builder {
             rule: rule.index,
@@ -204,7 +180,7 @@ pub fn check_claim(rule: &Rule, claim: &Claim) -> Result<(), Refusal> {
 /// Checks one `.att` layer (a DSSE envelope, its bytes as the registry sent them): they must
 /// hash to the layer digest, the statement must be provenance of `pinned`, signed over its
 /// PAE by one of the entry's keys, by an accepted builder from the accepted source.
-pub fn check_envelope(
+pub(crate) fn check_envelope(
     rule: &Rule,
     pinned: &Digest,
     layer: &Layer,
@@ -236,7 +212,7 @@ pub fn check_envelope(
 
 /// A DSSE envelope as a `.att` layer holds it (every signature it carries, any of which may
 /// be the one that counts).
-pub struct Envelope {
+pub(crate) struct Envelope {
     pub payload_type: String,
     pub payload: Vec<u8>,
     /// Each signature, base64, as written.

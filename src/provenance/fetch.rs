@@ -10,16 +10,16 @@ use std::time::Duration;
 use super::attestation::{self, Claim};
 use super::{Attested, ProvenanceRules, Refusal, Rule, Subject, Verdict, Verdicts};
 use crate::reference::{Digest, Reference};
-use crate::registry::Client;
+use crate::registry::{Client, Lookup, Stored};
 use crate::signature::{bundle, gate, verify};
 
 /// At most this many attestations of one `.att` tag are checked (cosign appends one layer per
 /// `cosign attest`, SBOMs and other predicates included).
-pub const MAX_ATTESTATION_LAYERS: usize = 8;
+pub(crate) const MAX_ATTESTATION_LAYERS: usize = 8;
 
 /// The provenance gate: its lookups run, and its passes are remembered, by
 /// [`crate::signature::gate`].
-pub struct ProvenanceGate;
+pub(crate) struct ProvenanceGate;
 
 impl gate::Gate for ProvenanceGate {
     type Rules = ProvenanceRules;
@@ -57,11 +57,11 @@ impl gate::Gate for ProvenanceGate {
 
 /// What a round of checks found, per result label of `tagpin_provenance_checks_total`
 /// (`verified`, `cached`, `missing`, `refused`, `error`).
-pub type CheckCounts = gate::CheckCounts;
+pub(crate) type CheckCounts = gate::CheckCounts;
 
 /// Checks every digest of `wanted` (see [`crate::plan::provenance_to_check`]) and records the
 /// verdicts in `verdicts`; each lookup gets at most `budget`. Returns what was counted.
-pub async fn check_all(
+pub(crate) async fn check_all(
     client: &Client,
     verdicts: &mut Verdicts,
     wanted: BTreeMap<Subject, (Reference, Digest)>,
@@ -134,7 +134,10 @@ async fn attestation_tag(
             verdicts.push(attestation::check_envelope(rule, digest, layer, &[]));
             continue;
         }
-        let verdict = match client.blob(reference, &layer.digest).await {
+        let verdict = match client
+            .bytes(reference, &layer.digest, Stored::Blob, Lookup::Signature)
+            .await
+        {
             Ok(bytes) => attestation::check_envelope(rule, digest, layer, &bytes),
             Err(e) => Err(Refusal::Lookup(e.to_string())),
         };

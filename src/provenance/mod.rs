@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crate::config::ProvenanceRule;
 use crate::reference::pattern::ImagePattern;
-pub use crate::reference::Subject;
+pub(crate) use crate::reference::Subject;
 use crate::reference::{Digest, Reference};
 use crate::signature::{gate, SignatureError, Signer, Trust};
 
@@ -250,7 +250,7 @@ pub type Verdict = Result<Attested, Refusal>;
 
 /// The verdict on `pinned` from each attestation's: one verified provenance suffices;
 /// otherwise the most telling refusal; none at all is no attestation.
-pub fn combine(pinned: &Digest, verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
+pub(crate) fn combine(pinned: &Digest, verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
     let mut worst: Option<Refusal> = None;
     for verdict in verdicts {
         match verdict {
@@ -268,7 +268,7 @@ pub fn combine(pinned: &Digest, verdicts: impl IntoIterator<Item = Verdict>) -> 
 }
 
 /// The cosign `.att` tag of a digest: `sha256-<hex>.att`.
-pub fn attestation_tag(digest: &Digest) -> String {
+pub(crate) fn attestation_tag(digest: &Digest) -> String {
     format!("{}-{}.att", digest.algorithm(), digest.hex())
 }
 

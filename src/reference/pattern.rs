@@ -19,9 +19,7 @@ use super::{normalize_registry, Reference, DOCKER_HUB_DOMAIN, OFFICIAL_REPO_PREF
 
 /// A compiled image pattern.
 #[derive(Debug, Clone)]
-pub struct ImagePattern {
-    /// The pattern as the configuration wrote it, for messages.
-    written: String,
+pub(crate) struct ImagePattern {
     matcher: GlobMatcher,
 }
 
@@ -29,26 +27,12 @@ impl ImagePattern {
     /// Compiles `pattern` (an image name, globs allowed).
     pub fn new(pattern: &str) -> Result<ImagePattern, globset::Error> {
         let matcher = Glob::new(&normalize(pattern))?.compile_matcher();
-        Ok(ImagePattern {
-            written: pattern.to_string(),
-            matcher,
-        })
+        Ok(ImagePattern { matcher })
     }
 
     /// Whether `reference` names a repository this pattern names.
     pub fn matches(&self, reference: &Reference) -> bool {
         self.matcher.is_match(reference.canonical_name())
-    }
-
-    /// Whether the canonical repository name `name` ([`Reference::canonical_name`]) is one
-    /// this pattern names.
-    pub fn matches_name(&self, name: &str) -> bool {
-        self.matcher.is_match(name)
-    }
-
-    /// The pattern as written.
-    pub fn as_str(&self) -> &str {
-        &self.written
     }
 }
 

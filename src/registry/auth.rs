@@ -56,11 +56,11 @@ impl fmt::Debug for Login {
 }
 
 /// The `client_id` tagpin names itself with at OAuth2 token endpoints.
-pub const OAUTH_CLIENT_ID: &str = "tagpin";
+pub(crate) const OAUTH_CLIENT_ID: &str = "tagpin";
 
 /// The form of the OAuth2 refresh-token grant (distribution's `docs/spec/auth/oauth.md`):
 /// `POST realm` with these fields, answered with JSON `access_token`.
-pub fn refresh_token_form<'a>(
+pub(crate) fn refresh_token_form<'a>(
     refresh_token: &'a str,
     service: Option<&'a str>,
     scope: &'a str,
@@ -169,7 +169,7 @@ fn parse_params(input: &str) -> Vec<(String, String)> {
 ///
 /// Quay answers with a challenge that has no `scope`; asking without one yields a token that
 /// cannot read anything, so the scope is built from the repository name instead.
-pub fn token_scope(challenge_scope: Option<&str>, repository: &str) -> String {
+pub(crate) fn token_scope(challenge_scope: Option<&str>, repository: &str) -> String {
     match challenge_scope {
         Some(scope) => scope.to_string(),
         None => format!("repository:{repository}:pull"),
@@ -200,7 +200,7 @@ const TOKEN_EXPIRY_MARGIN: Duration = Duration::from_secs(10);
 /// network: `18446744073709551615` must neither overflow the clock nor pin a token (which the
 /// registry may revoke) for ever. Registries hand out tokens for 5 to 60 minutes; asking again
 /// after an hour costs one request per repository.
-pub const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 
 #[derive(Deserialize)]
 struct TokenAnswer {
@@ -230,7 +230,7 @@ fn token_lifetime(expires_in: Option<&serde_json::Value>) -> Duration {
 /// Why a token service's answer holds no usable token. The caller names the image and the
 /// registry.
 #[derive(Debug, thiserror::Error)]
-pub enum TokenAnswerError {
+pub(crate) enum TokenAnswerError {
     /// serde's error is kept for its line and column, but not as a source and not in its own
     /// words: those may quote the answer, and an answer carries tokens.
     #[error("token answer: {}", crate::bounded::json_problem(.0))]
@@ -241,7 +241,7 @@ pub enum TokenAnswerError {
 
 /// Reads a token endpoint's JSON answer. Both `token` and the OAuth2 `access_token` are
 /// accepted; when both are present they are the same token by spec, and `token` wins.
-pub fn parse_token_answer(body: &[u8]) -> Result<Token, TokenAnswerError> {
+pub(crate) fn parse_token_answer(body: &[u8]) -> Result<Token, TokenAnswerError> {
     let answer: TokenAnswer = serde_json::from_slice(body).map_err(TokenAnswerError::NotJson)?;
     let value = answer
         .token

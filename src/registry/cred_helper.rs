@@ -98,7 +98,7 @@ pub fn program(name: &str) -> Result<String, HelperError> {
 
 /// What a helper's run means: a login, `None` for "no credentials, go anonymous", or an
 /// error that never quotes stdout.
-pub fn interpret(outcome: &Outcome<'_>) -> Result<Option<Login>, HelperError> {
+pub(crate) fn interpret(outcome: &Outcome<'_>) -> Result<Option<Login>, HelperError> {
     if let Some(failure) = outcome.failure {
         let said_not_found = |bytes: &[u8]| String::from_utf8_lossy(bytes).contains(NOT_FOUND);
         if said_not_found(outcome.stdout) || said_not_found(outcome.stderr) {
@@ -132,7 +132,7 @@ fn first_line(bytes: &[u8]) -> Option<String> {
 
 /// Blanks every word that looks like a token (long, mixed letters and digits, token alphabet):
 /// a failing helper may echo the secret it could not use.
-pub fn redact(line: &str) -> String {
+pub(crate) fn redact(line: &str) -> String {
     line.split(' ')
         .map(|word| {
             let bare = word.trim_matches(|c: char| "\"'`,;:()[]{}<>".contains(c));

@@ -29,12 +29,12 @@ use super::auth::{Credential, Login};
 use super::cred_helper::{self, HelperError};
 
 /// How long a helper's failure is answered from memory before the helper is run again.
-pub const FAILURE_REUSE: Duration = Duration::from_secs(30);
+pub(crate) const FAILURE_REUSE: Duration = Duration::from_secs(30);
 
 /// How long a helper's answer is reused before the helper is run again: well inside the
 /// shortest credential lifetime of the cloud registries, and one helper run per registry
 /// every few minutes costs little.
-pub const ANSWER_REUSE: Duration = Duration::from_secs(300);
+pub(crate) const ANSWER_REUSE: Duration = Duration::from_secs(300);
 
 /// Why a Docker config file could not be read. Messages name the file, and the `auths` key
 /// whose value is wrong; never a value from the file, which holds credentials.
@@ -171,7 +171,7 @@ struct AuthEntry {
 
 impl CredentialStore {
     /// `$DOCKER_CONFIG`, else `~/.docker`: where `docker login` writes.
-    pub fn default_dir() -> Option<PathBuf> {
+    pub(crate) fn default_dir() -> Option<PathBuf> {
         if let Some(dir) = std::env::var_os("DOCKER_CONFIG") {
             return Some(PathBuf::from(dir));
         }
@@ -232,7 +232,7 @@ impl CredentialStore {
 
     /// The credential helpers the config names (`credsStore`, then `credHelpers` by registry),
     /// as `key: helper` for messages.
-    pub fn helpers_named(&self) -> Vec<String> {
+    pub(crate) fn helpers_named(&self) -> Vec<String> {
         let mut named: Vec<String> = self
             .default_helper
             .iter()
@@ -261,7 +261,7 @@ impl CredentialStore {
     /// entry, else `credsStore`. Every other registry is anonymous in the result. The
     /// operator shares its own credentials with its tenants only this way, per registry the
     /// platform names.
-    pub fn restricted_to(&self, registries: &[String]) -> CredentialStore {
+    pub(crate) fn restricted_to(&self, registries: &[String]) -> CredentialStore {
         let mut kept = CredentialStore {
             answers: self.answers.clone(),
             ..CredentialStore::default()

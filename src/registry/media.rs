@@ -12,7 +12,7 @@ use crate::reference::Digest;
 
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
+pub(crate) const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 pub const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 const DOCKER_SCHEMA1: &str = "application/vnd.docker.distribution.manifest.v1+json";
 const DOCKER_SCHEMA1_SIGNED: &str = "application/vnd.docker.distribution.manifest.v1+prettyjws";
@@ -20,19 +20,19 @@ const DOCKER_SCHEMA1_SIGNED: &str = "application/vnd.docker.distribution.manifes
 /// Sent on every manifest request. Without the two list types a distribution registry
 /// answers a multi-arch tag with the digest of its linux/amd64 child, and tagpin would pin
 /// every other platform to the wrong image.
-pub const ACCEPT_ALL: &str = "application/vnd.oci.image.index.v1+json, \
+pub(crate) const ACCEPT_ALL: &str = "application/vnd.oci.image.index.v1+json, \
 application/vnd.oci.image.manifest.v1+json, \
 application/vnd.docker.distribution.manifest.list.v2+json, \
 application/vnd.docker.distribution.manifest.v2+json";
 
 /// The spec's suggested upper bound on a manifest a client must accept (4 MiB).
-pub const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_MANIFEST_BYTES: usize = 4 * 1024 * 1024;
 
 pub use crate::resolution::ManifestKind;
 
 /// Why a media type is not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MediaProblem {
+pub(crate) enum MediaProblem {
     #[error("{}", schema1_message())]
     Schema1,
     #[error("{}", unsupported_message(.0))]
@@ -42,7 +42,7 @@ pub enum MediaProblem {
 /// Why a manifest's bytes are not a manifest tagpin can pin. The caller names the image and
 /// the registry.
 #[derive(Debug, thiserror::Error)]
-pub enum ManifestParseError {
+pub(crate) enum ManifestParseError {
     /// Not JSON, or not a manifest's shape. serde's error is kept for its line and column,
     /// but not as a source: its own words quote the registry's answer, which is never shown.
     #[error("manifest: {}", crate::bounded::json_problem(.0))]
@@ -54,7 +54,7 @@ pub enum ManifestParseError {
 }
 
 /// Classifies a `Content-Type` (parameters such as `; charset=utf-8` ignored).
-pub fn classify(media_type: &str) -> Result<ManifestKind, MediaProblem> {
+pub(crate) fn classify(media_type: &str) -> Result<ManifestKind, MediaProblem> {
     let bare = media_type.split(';').next().unwrap_or("").trim();
     match bare {
         OCI_INDEX | DOCKER_LIST => Ok(ManifestKind::Index),
@@ -117,7 +117,7 @@ struct RawPlatform {
 
 /// Parses manifest bytes. The body's own `mediaType` wins over the `Content-Type` header;
 /// when neither says (older OCI manifests omit it), the shape decides.
-pub fn parse_manifest(
+pub(crate) fn parse_manifest(
     bytes: &[u8],
     content_type: Option<&str>,
 ) -> Result<ParsedManifest, ManifestParseError> {
@@ -173,7 +173,7 @@ fn parse_digest(s: &str) -> Result<Digest, ManifestParseError> {
 /// `unsupported manifest media type "application/x-custom"`: the type is quoted only when it
 /// reads as a media type (`type/subtype`, at most 127 characters of the token characters
 /// RFC 6838 allows): the header or body it came from is the registry's free text.
-pub fn unsupported_message(media_type: &str) -> String {
+pub(crate) fn unsupported_message(media_type: &str) -> String {
     let token = |part: &str| {
         !part.is_empty()
             && part
@@ -190,7 +190,7 @@ pub fn unsupported_message(media_type: &str) -> String {
     }
 }
 
-pub fn schema1_message() -> String {
+pub(crate) fn schema1_message() -> String {
     "the registry only serves a Docker schema 1 manifest, whose digest cannot be pinned; \
      push the image again with a current client"
         .to_string()

@@ -11,7 +11,7 @@
 //! expire, and retries only what is transient ([`retry`]).
 
 pub mod auth;
-pub mod cred_helper;
+pub(crate) mod cred_helper;
 pub mod docker_config;
 pub mod media;
 pub mod retry;
@@ -36,7 +36,8 @@ use crate::mutex::lock;
 use crate::reference::{Digest, Reference};
 use auth::{Challenge, Credential, Login};
 pub use docker_config::CredentialStore;
-pub use media::{IndexChild, ManifestKind, ParsedManifest};
+pub(crate) use media::ParsedManifest;
+pub use media::{IndexChild, ManifestKind};
 pub use retry::RetryPolicy;
 
 /// How tagpin talks to registries. Built once from the CLI or config file.
@@ -74,7 +75,7 @@ impl Default for Settings {
 }
 
 /// The default for [`Settings::resolve_budget`].
-pub const DEFAULT_RESOLVE_BUDGET: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_RESOLVE_BUDGET: Duration = Duration::from_secs(60);
 
 /// Enough to keep a registry busy without tripping the abuse limits public registries apply.
 pub const DEFAULT_CONCURRENCY_PER_HOST: usize = 8;
@@ -97,6 +98,22 @@ pub struct Stats {
     /// Age lookups (`images.minimum_age`): one per manifest or index and one per config blob
     /// read for when a digest was built; also counted in `manifest_requests`.
     pub age_requests: u64,
+}
+
+/// What [`Client::bytes`] fetches: a manifest (`/v2/<name>/manifests/<digest>`) or a blob.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stored {
+    Manifest,
+    Blob,
+}
+
+/// What [`Client::bytes`] fetches for: the figure of [`Stats`] it is counted in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// A signature or provenance lookup: `signature_requests`.
+    Signature,
+    /// When a digest was built (`images.minimum_age`): `age_requests`.
+    Age,
 }
 
 /// The registry client. Cheap to share behind an `Arc`; all state is internal.
@@ -364,7 +381,7 @@ impl Client {
     /// The manifest at `tag` of the reference's repository, as bytes (cosign's
     /// `sha256-<hex>.sig`), or `None` when the registry has no such tag. Bounded like every
     /// manifest; its bytes are checked against the registry's digest header when it sends one.
-    pub async fn tagged_manifest_bytes(
+    pub(crate) async fn tagged_manifest_bytes(
         &self,
         reference: &Reference,
         tag: &str,
@@ -412,73 +429,31 @@ impl Client {
         Ok(Some(answer.body))
     }
 
-    /// The manifest `digest` of the reference's repository as bytes (a referrer's), which
-    /// must hash to `digest`. Bounded and counted like a signature manifest.
-    pub async fn manifest_bytes(
+    /// The manifest or blob `digest` of the reference's repository as bytes (a referrer's
+    /// manifest, a signature payload; the manifest or index and the config that say when a
+    /// digest was built), which must hash to `digest`, or nothing of it is used. Bounded like
+    /// every manifest, retried and timed out alike, and counted for `lookup`.
+    pub(crate) async fn bytes(
         &self,
         reference: &Reference,
         digest: &Digest,
-    ) -> Result<Vec<u8>, RegistryError> {
-        self.manifest_bytes_counted(reference, digest, &self.signature_requests)
-            .await
-    }
-
-    /// [`Client::manifest_bytes`] for a digest's age (`images.minimum_age`): the manifest or
-    /// index whose annotations and config say when it was built. Counted in `age_requests`.
-    pub async fn age_manifest_bytes(
-        &self,
-        reference: &Reference,
-        digest: &Digest,
-    ) -> Result<Vec<u8>, RegistryError> {
-        self.manifest_bytes_counted(reference, digest, &self.age_requests)
-            .await
-    }
-
-    /// [`Client::blob`] for a digest's age: an image config blob. Counted in `age_requests`.
-    pub async fn age_blob(
-        &self,
-        reference: &Reference,
-        digest: &Digest,
-    ) -> Result<Vec<u8>, RegistryError> {
-        self.blob_counted(reference, digest, &self.age_requests)
-            .await
-    }
-
-    async fn manifest_bytes_counted(
-        &self,
-        reference: &Reference,
-        digest: &Digest,
-        counter: &AtomicU64,
+        stored: Stored,
+        lookup: Lookup,
     ) -> Result<Vec<u8>, RegistryError> {
         let target = self.target_at(reference, digest);
-        let path = format!("/v2/{}/manifests/{digest}", target.repository);
+        let (folder, accept) = match stored {
+            Stored::Manifest => ("manifests", media::ACCEPT_ALL),
+            Stored::Blob => ("blobs", "*/*"),
+        };
+        let path = format!("/v2/{}/{folder}/{digest}", target.repository);
+        let counter = match lookup {
+            Lookup::Signature => &self.signature_requests,
+            Lookup::Age => &self.age_requests,
+        };
         counter.fetch_add(1, Ordering::Relaxed);
-        let answer = self.fetch_manifest(&target, Method::GET, &path).await?;
-        verified_body(&target, digest, answer)
-    }
-
-    /// The blob `digest` of the reference's repository (a signature payload), with the same
-    /// timeouts, retries and size cap as a manifest, and counted with them. Its bytes must
-    /// hash to `digest`, or nothing of it is used.
-    pub async fn blob(
-        &self,
-        reference: &Reference,
-        digest: &Digest,
-    ) -> Result<Vec<u8>, RegistryError> {
-        self.blob_counted(reference, digest, &self.signature_requests)
-            .await
-    }
-
-    async fn blob_counted(
-        &self,
-        reference: &Reference,
-        digest: &Digest,
-        counter: &AtomicU64,
-    ) -> Result<Vec<u8>, RegistryError> {
-        let target = self.target_at(reference, digest);
-        let path = format!("/v2/{}/blobs/{digest}", target.repository);
-        counter.fetch_add(1, Ordering::Relaxed);
-        let answer = self.fetch(&target, Method::GET, &path, "*/*", true).await?;
+        let answer = self
+            .fetch(&target, Method::GET, &path, accept, true)
+            .await?;
         verified_body(&target, digest, answer)
     }
 
@@ -531,6 +506,29 @@ impl Client {
             host: reference.api_host(),
             repository: reference.repository(),
         }
+    }
+
+    /// After `refused` (the login sent) was turned down: tells the credentials so, and whether
+    /// looking the login up again may give another. Once per request: `asked_again` records it.
+    async fn may_ask_again(
+        &self,
+        target: &Target<'_>,
+        refused: Option<&Login>,
+        asked_again: &mut bool,
+    ) -> bool {
+        let Some(login) = refused.filter(|_| !*asked_again) else {
+            return false;
+        };
+        if !self
+            .settings
+            .credentials
+            .refused(target.domain, login)
+            .await
+        {
+            return false;
+        }
+        *asked_again = true;
+        true
     }
 
     async fn fetch_manifest(
@@ -611,18 +609,10 @@ impl Client {
             }
             if reauthenticated {
                 let refused = sent.as_ref().and_then(|s| s.basic_login.as_ref());
-                if let Some(login) = refused.filter(|_| !asked_again) {
-                    if self
-                        .settings
-                        .credentials
-                        .refused(target.domain, login)
-                        .await
-                    {
-                        asked_again = true;
-                        sent = self.basic_authorization(target).await?;
-                        if sent.is_some() {
-                            continue;
-                        }
+                if self.may_ask_again(target, refused, &mut asked_again).await {
+                    sent = self.basic_authorization(target).await?;
+                    if sent.is_some() {
+                        continue;
                     }
                 }
                 let has_credentials = self.login(target).await?.is_some();
@@ -772,17 +762,12 @@ impl Client {
             if answer.status != StatusCode::UNAUTHORIZED && answer.status != StatusCode::FORBIDDEN {
                 break answer;
             }
-            if let Some(refused) = login.as_ref().filter(|_| !asked_again) {
-                if self
-                    .settings
-                    .credentials
-                    .refused(target.domain, refused)
-                    .await
-                {
-                    asked_again = true;
-                    login = self.login(target).await?;
-                    continue;
-                }
+            if self
+                .may_ask_again(target, login.as_ref(), &mut asked_again)
+                .await
+            {
+                login = self.login(target).await?;
+                continue;
             }
             return Err(RegistryError::Unauthorized {
                 image: target.image.clone(),

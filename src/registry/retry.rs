@@ -44,7 +44,7 @@ pub enum Decision {
 }
 
 /// Whether an HTTP status is worth another attempt.
-pub fn is_retryable_status(status: u16) -> bool {
+pub(crate) fn is_retryable_status(status: u16) -> bool {
     status == 429 || (500..=599).contains(&status)
 }
 
@@ -75,7 +75,7 @@ impl RetryPolicy {
     }
 
     /// Decision after attempt number `attempt` failed to connect or timed out.
-    pub fn after_transport_error(&self, attempt: u32, jitter: f64) -> Decision {
+    pub(crate) fn after_transport_error(&self, attempt: u32, jitter: f64) -> Decision {
         if attempt >= self.max_attempts {
             Decision::GiveUp
         } else {
@@ -96,7 +96,7 @@ impl RetryPolicy {
 }
 
 /// `Retry-After` is either delta-seconds or an HTTP date (RFC 9110 §10.2.3).
-pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if let Ok(secs) = value.parse::<u64>() {
         return Some(Duration::from_secs(secs));

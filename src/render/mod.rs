@@ -39,12 +39,12 @@ use paths::Resolved;
 
 /// Kustomizations nested deeper than this (an overlay of an overlay of …) are not followed.
 /// Real repositories stay under five levels; the bound keeps a crafted tree cheap.
-pub const MAX_NESTING: usize = 20;
+pub(crate) const MAX_NESTING: usize = 20;
 
 /// A render builds at most this many kustomizations, counting a base again each time it is
 /// included: two bases each including the next level twice would otherwise double the work at
 /// every level.
-pub const MAX_INCLUDES: usize = 1000;
+pub(crate) const MAX_INCLUDES: usize = 1000;
 
 /// What one path of the repository holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,7 +166,7 @@ pub fn render(kustomization: &Path, tree: &dyn Tree) -> Render {
 /// paths): the `Kustomization`s that no other one of them includes, directly or through files
 /// elsewhere in the repository. They are what a GitOps tool applies; the others are bases and
 /// components, rendered as part of their roots.
-pub fn render_roots(kustomizations: &[PathBuf], tree: &dyn Tree) -> Vec<Render> {
+pub(crate) fn render_roots(kustomizations: &[PathBuf], tree: &dyn Tree) -> Vec<Render> {
     let renders: Vec<Render> = kustomizations.iter().map(|k| render(k, tree)).collect();
     let included: BTreeSet<PathBuf> = renders
         .iter()

@@ -19,20 +19,20 @@ use crate::reference::Digest;
 
 /// The media type of a Sigstore bundle, every version (`…bundle.v0.3+json`,
 /// `…bundle+json;version=0.2`).
-pub const BUNDLE_MEDIA_TYPE_PREFIX: &str = "application/vnd.dev.sigstore.bundle";
+pub(crate) const BUNDLE_MEDIA_TYPE_PREFIX: &str = "application/vnd.dev.sigstore.bundle";
 /// The in-toto predicate type of a cosign image signature.
-pub const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
+pub(crate) const COSIGN_SIGN_PREDICATE: &str = "https://sigstore.dev/cosign/sign/v1";
 /// The DSSE payload type of an in-toto statement.
-pub const IN_TOTO_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+pub(crate) const IN_TOTO_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
 /// Referrers looked at per digest at most: a bound on what a hostile index can make tagpin
 /// fetch.
-pub const MAX_REFERRERS: usize = 8;
+pub(crate) const MAX_REFERRERS: usize = 8;
 
 /// The referrer manifests of a referrers index that may hold a Sigstore bundle: those whose
 /// `artifactType` is a bundle's, and those with none or the empty type (ghcr.io lists cosign's
 /// bundles with `application/vnd.oci.empty.v1+json`), bundles first, at most
 /// [`MAX_REFERRERS`].
-pub fn bundle_referrers(index: &[u8]) -> Result<Vec<Digest>, Refusal> {
+pub(crate) fn bundle_referrers(index: &[u8]) -> Result<Vec<Digest>, Refusal> {
     let mut bundles = Vec::new();
     let mut untyped = Vec::new();
     for referrer in referrers(index)? {
@@ -75,12 +75,12 @@ pub fn referrers(index: &[u8]) -> Result<Vec<Referrer>, Refusal> {
 }
 
 /// A referrer's digest, as a referrers index wrote it.
-pub fn referrer_digest(digest: &str) -> Result<Digest, Refusal> {
+pub(crate) fn referrer_digest(digest: &str) -> Result<Digest, Refusal> {
     Digest::parse(digest).map_err(|e| Refusal::Malformed(format!("referrer digest: {e}")))
 }
 
 /// The digest of a referrer manifest's Sigstore bundle layer, if it has one.
-pub fn bundle_layer(manifest: &[u8]) -> Result<Option<Digest>, Refusal> {
+pub(crate) fn bundle_layer(manifest: &[u8]) -> Result<Option<Digest>, Refusal> {
     Ok(super::verify::manifest_layers(manifest)?
         .into_iter()
         .find(|layer| layer.media_type.starts_with(BUNDLE_MEDIA_TYPE_PREFIX))
@@ -90,7 +90,7 @@ pub fn bundle_layer(manifest: &[u8]) -> Result<Option<Digest>, Refusal> {
 /// Checks a Sigstore bundle against `trust` (entry `rule` of `images.signatures`): it must be
 /// cosign's image signature of `pinned` itself, and verify with a configured key, or keyless
 /// against the trusted root with a matching identity.
-pub fn check_bundle(trust: &Trust, rule: usize, pinned: &Digest, bytes: &[u8]) -> Verdict {
+pub(crate) fn check_bundle(trust: &Trust, rule: usize, pinned: &Digest, bytes: &[u8]) -> Verdict {
     verify_statement_bundle(trust, rule, pinned, bytes, |payload| {
         check_statement(pinned, payload)
     })
@@ -101,7 +101,7 @@ pub fn check_bundle(trust: &Trust, rule: usize, pinned: &Digest, bytes: &[u8]) -
 /// about `pinned`: `statement` reads the payload first (what it refuses is the verdict), then
 /// the bundle must verify with one of `trust`'s keys, or keyless against its trusted root
 /// with a matching identity. What signatures and provenance attestations share.
-pub fn verify_statement_bundle<T, E: From<Refusal>>(
+pub(crate) fn verify_statement_bundle<T, E: From<Refusal>>(
     trust: &Trust,
     rule: usize,
     pinned: &Digest,
@@ -169,39 +169,56 @@ pub fn verify_statement_bundle<T, E: From<Refusal>>(
 /// The in-toto statement must be cosign's image signature and name `pinned` among its
 /// subjects.
 fn check_statement(pinned: &Digest, payload: &[u8]) -> Result<(), Refusal> {
-    #[derive(Deserialize)]
-    struct Statement {
-        #[serde(default)]
-        subject: Vec<Subject>,
-        #[serde(rename = "predicateType", default)]
-        predicate_type: String,
-    }
-    #[derive(Deserialize)]
-    struct Subject {
-        #[serde(default)]
-        digest: std::collections::BTreeMap<String, String>,
-    }
-    let statement: Statement = serde_json::from_slice(payload)
+    let statement = Statement::read(payload)
         .map_err(|e| Refusal::Malformed(format!("in-toto statement: {e}")))?;
     if statement.predicate_type != COSIGN_SIGN_PREDICATE {
         return Err(Refusal::NotImageSignature {
             kind: statement.predicate_type,
         });
     }
-    let named = statement
-        .subject
-        .iter()
-        .filter_map(|s| s.digest.get(pinned.algorithm()))
-        .collect::<Vec<_>>();
-    if named.iter().any(|hex| hex.as_str() == pinned.hex()) {
-        return Ok(());
+    statement
+        .names(pinned)
+        .map_err(|named| Refusal::OtherDigest {
+            signed: named.unwrap_or_else(|| "no digest".into()),
+        })
+}
+
+/// An in-toto statement (v1 or v0.1), what a signature bundle and a provenance attestation
+/// both sign: its subjects, predicate type and predicate.
+#[derive(Deserialize)]
+pub(crate) struct Statement {
+    #[serde(default)]
+    subject: Vec<StatementSubject>,
+    #[serde(rename = "predicateType", default)]
+    pub predicate_type: String,
+    #[serde(default)]
+    pub predicate: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+struct StatementSubject {
+    #[serde(default)]
+    digest: std::collections::BTreeMap<String, String>,
+}
+
+impl Statement {
+    pub(crate) fn read(payload: &[u8]) -> Result<Statement, serde_json::Error> {
+        serde_json::from_slice(payload)
     }
-    Err(Refusal::OtherDigest {
-        signed: named
-            .first()
-            .map(|hex| format!("{}:{hex}", pinned.algorithm()))
-            .unwrap_or_else(|| "no digest".into()),
-    })
+
+    /// Whether a subject names `pinned`; if not, the first digest of its algorithm a subject
+    /// names (`sha256:…`), if any.
+    pub(crate) fn names(&self, pinned: &Digest) -> Result<(), Option<String>> {
+        let mut named = self
+            .subject
+            .iter()
+            .filter_map(|s| s.digest.get(pinned.algorithm()));
+        let first = named.clone().next();
+        if named.any(|hex| hex.as_str() == pinned.hex()) {
+            return Ok(());
+        }
+        Err(first.map(|hex| format!("{}:{hex}", pinned.algorithm())))
+    }
 }
 
 /// A verifier against the public-good root, for key bundles of an entry with no keyless

@@ -133,7 +133,7 @@ pub fn parse(der: &[u8]) -> Result<Certificate, CertificateError> {
 
 /// The DER certificates of a PEM text (`-----BEGIN CERTIFICATE-----` blocks), each checked to
 /// be X.509; none is an error.
-pub fn pem_certificates(pem: &str) -> Result<Vec<Vec<u8>>, CertificateError> {
+pub(crate) fn pem_certificates(pem: &str) -> Result<Vec<Vec<u8>>, CertificateError> {
     use base64::Engine as _;
     const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
     const END: &str = "-----END CERTIFICATE-----";
@@ -271,7 +271,7 @@ pub fn name(certificate: &Certificate) -> String {
 
 /// A subject as [`subject`] reads it, written out for a message: escaped and bounded, as the
 /// signer wrote it.
-pub fn subject_text(attributes: &[(String, String)]) -> String {
+pub(crate) fn subject_text(attributes: &[(String, String)]) -> String {
     let text = attributes
         .iter()
         .map(|(name, value)| format!("{name}={value}"))
@@ -329,7 +329,7 @@ fn extension<T: for<'a> Decode<'a>>(
 /// keyCertSign, cRLSign, encipherOnly, decipherOnly; basic constraints, if any, not a CA;
 /// extended key usage, if any, without anyExtendedKeyUsage, serverAuth, clientAuth,
 /// emailProtection or timeStamping.
-pub fn check_signing_certificate(certificate: &Certificate) -> Result<(), CertificateError> {
+pub(crate) fn check_signing_certificate(certificate: &Certificate) -> Result<(), CertificateError> {
     let requirement = |text: &str| Err(CertificateError::Requirement(text.to_string()));
     match extension::<KeyUsage>(certificate, KEY_USAGE)? {
         None => return requirement("no key usage extension"),
@@ -369,7 +369,7 @@ pub fn check_signing_certificate(certificate: &Certificate) -> Result<(), Certif
 
 /// The Notary Project's requirements of a CA certificate of the chain: basic constraints
 /// present, critical, a CA; key usage present, critical, with keyCertSign.
-pub fn check_ca_certificate(certificate: &Certificate) -> Result<(), CertificateError> {
+pub(crate) fn check_ca_certificate(certificate: &Certificate) -> Result<(), CertificateError> {
     let requirement = |text: &str| Err(CertificateError::Requirement(text.to_string()));
     match extension::<BasicConstraints>(certificate, BASIC_CONSTRAINTS)? {
         Some((constraints, true)) if constraints.ca => {}
@@ -399,7 +399,7 @@ impl webpki::ExtendedKeyUsageValidator for AnyUsage {
 /// the chain leads to that does not do itself (out of its validity, not a CA, its pathLen
 /// exceeded).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ChainError {
+pub(crate) enum ChainError {
     Webpki(webpki::Error),
     Anchor(CertificateError),
 }
@@ -408,7 +408,7 @@ pub enum ChainError {
 /// its subject and key: valid at the signing time and now, and, unless the chain is that very
 /// certificate (`self_signed_leaf`), a CA (basic constraints, key usage) whose pathLen allows
 /// `intermediates` CA certificates below it.
-pub fn check_anchor(
+pub(crate) fn check_anchor(
     anchor: &Certificate,
     intermediates: usize,
     self_signed_leaf: bool,
@@ -443,7 +443,7 @@ pub fn check_anchor(
 /// of `anchors` (DER trust store certificates), every certificate valid at `signing_time`
 /// (Unix seconds) and every signature verifying; the trust store certificate reached must
 /// pass [`check_anchor`] (else another path is tried). `Err` says why not.
-pub fn chains_to(
+pub(crate) fn chains_to(
     chain: &[Vec<u8>],
     anchors: &[Vec<u8>],
     signing_time: u64,

@@ -11,15 +11,15 @@ use super::verify::{self, Refusal, Signer, Trust, Verdict};
 use super::{bundle, gate, notation};
 use super::{Signatures, Subject, Verdicts};
 use crate::reference::{Digest, Reference};
-use crate::registry::Client;
+use crate::registry::{Client, Lookup, Stored};
 
 /// At most this many signatures of one digest are checked (cosign appends one layer per
 /// `cosign sign`); past it the first ones decide, so a flooded `.sig` tag costs a bounded
 /// number of blob requests.
-pub const MAX_SIGNATURE_LAYERS: usize = 8;
+pub(crate) const MAX_SIGNATURE_LAYERS: usize = 8;
 
 /// The signature gate: its lookups run, and its passes are remembered, by [`gate`].
-pub struct SignatureGate;
+pub(crate) struct SignatureGate;
 
 impl gate::Gate for SignatureGate {
     type Rules = Signatures;
@@ -60,11 +60,11 @@ impl gate::Gate for SignatureGate {
 
 /// What a round of checks found, per result label of `tagpin_signature_checks_total`
 /// (`verified`, `cached`, `unsigned`, `refused`, `error`).
-pub type CheckCounts = gate::CheckCounts;
+pub(crate) type CheckCounts = gate::CheckCounts;
 
 /// Checks every digest of `wanted` (see [`crate::plan::signatures_to_check`]) and records the
 /// verdicts in `verdicts`; each lookup gets at most `budget`. Returns what was counted.
-pub async fn check_all(
+pub(crate) async fn check_all(
     client: &Client,
     verdicts: &mut Verdicts,
     wanted: BTreeMap<Subject, (Reference, Digest)>,
@@ -140,7 +140,10 @@ async fn notation_signatures(
     let (referrers, refused) = notation::signature_referrers(&index, &trust.anchors)?;
     let mut verdicts: Vec<Verdict> = refused.into_iter().map(Err).collect();
     for referrer in referrers {
-        let manifest = match client.manifest_bytes(reference, &referrer).await {
+        let manifest = match client
+            .bytes(reference, &referrer, Stored::Manifest, Lookup::Signature)
+            .await
+        {
             Ok(manifest) => manifest,
             Err(e) => {
                 verdicts.push(Err(Refusal::Lookup(e.to_string())));
@@ -161,7 +164,10 @@ async fn notation_signatures(
                 continue;
             }
         };
-        let verdict = match client.blob(reference, &layer).await {
+        let verdict = match client
+            .bytes(reference, &layer, Stored::Blob, Lookup::Signature)
+            .await
+        {
             Ok(bytes) => notation::check_envelope(trust, rule, digest, &media_type, &bytes, now),
             Err(e) => Err(Refusal::Lookup(e.to_string())),
         };
@@ -199,7 +205,10 @@ async fn signature_tag(
             verdicts.push(verify::check_layer(trust, rule, digest, layer, &[]));
             continue;
         }
-        let verdict = match client.blob(reference, &layer.digest).await {
+        let verdict = match client
+            .bytes(reference, &layer.digest, Stored::Blob, Lookup::Signature)
+            .await
+        {
             Ok(payload) => verify::check_layer(trust, rule, digest, layer, &payload),
             Err(e) => Err(Refusal::Lookup(e.to_string())),
         };
@@ -234,7 +243,7 @@ async fn referrers(
 /// tag; at most [`bundle::MAX_REFERRERS`]) one by one and gives each to `check` until one
 /// passes: what it returned, else every refusal, none when no bundle refers to the digest.
 /// Signatures and provenance attestations are both found here.
-pub async fn referrer_bundles<T, E: From<Refusal>>(
+pub(crate) async fn referrer_bundles<T, E: From<Refusal>>(
     client: &Client,
     reference: &Reference,
     digest: &Digest,
@@ -248,9 +257,15 @@ pub async fn referrer_bundles<T, E: From<Refusal>>(
     let referrers = bundle::bundle_referrers(&index).map_err(|r| vec![r.into()])?;
     let mut refusals = Vec::new();
     for referrer in referrers {
-        let verdict = match client.manifest_bytes(reference, &referrer).await {
+        let verdict = match client
+            .bytes(reference, &referrer, Stored::Manifest, Lookup::Signature)
+            .await
+        {
             Ok(manifest) => match bundle::bundle_layer(&manifest).map_err(|r| vec![r.into()])? {
-                Some(layer) => match client.blob(reference, &layer).await {
+                Some(layer) => match client
+                    .bytes(reference, &layer, Stored::Blob, Lookup::Signature)
+                    .await
+                {
                     Ok(bytes) => check(&bytes),
                     Err(e) => Err(Refusal::Lookup(e.to_string()).into()),
                 },

@@ -24,7 +24,7 @@ const CONCURRENT_LOOKUPS: usize = 16;
 const MAX_REMEMBERED: usize = 50_000;
 
 /// What a round of checks found, per result label of the gate's metric.
-pub type CheckCounts = BTreeMap<&'static str, u64>;
+pub(crate) type CheckCounts = BTreeMap<&'static str, u64>;
 
 /// A gate's refusal: one for a lookup that did not end in a verdict (a timeout, a digest
 /// never checked in this pass), and its result label in the gate's metric.
@@ -128,7 +128,7 @@ impl<R: Applies, P: Clone, E: Refused> Verdicts<R, P, E> {
     /// Whether a field written `current` may move to `digest` of `wanted`: `None` when the
     /// gate does not apply (no entry matches, or the field is already at that digest),
     /// otherwise this pass's verdict (a refusal when it was never checked).
-    pub fn decide(
+    pub(crate) fn decide(
         &self,
         current: &Reference,
         wanted: &Reference,
@@ -148,7 +148,7 @@ impl<R: Applies, P: Clone, E: Refused> Verdicts<R, P, E> {
 
 /// Checks every digest of `wanted` the gate's entries apply to, concurrently, and records the
 /// verdicts in `verdicts`; each lookup gets at most `budget`. Returns what was counted.
-pub async fn check_all<G: Gate>(
+pub(crate) async fn check_all<G: Gate>(
     client: &Client,
     verdicts: &mut Verdicts<G::Rules, G::Passed, G::Refusal>,
     wanted: BTreeMap<Subject, (Reference, Digest)>,

@@ -23,14 +23,16 @@ pub enum RootError {
 }
 
 /// A PEM public key as the verifier reads it (SPKI: ECDSA, Ed25519 or RSA).
-pub fn parse_key(pem: &str) -> Result<DerPublicKey, KeyError> {
+pub(crate) fn parse_key(pem: &str) -> Result<DerPublicKey, KeyError> {
     let key = DerPublicKey::from_pem(pem).map_err(KeyError::Pem)?;
     sigstore_crypto::VerificationKey::from_spki(&key).map_err(KeyError::Algorithm)?;
     Ok(key)
 }
 
 /// A Sigstore `trusted_root.json`, read and accepted as the verifier will use it.
-pub fn parse_trusted_root(json: &str) -> Result<sigstore_trust_root::TrustedRoot, RootError> {
+pub(crate) fn parse_trusted_root(
+    json: &str,
+) -> Result<sigstore_trust_root::TrustedRoot, RootError> {
     let root = sigstore_trust_root::TrustedRoot::from_json(json).map_err(RootError::Json)?;
     sigstore_verify::Verifier::new(&root).map_err(RootError::Refused)?;
     Ok(root)
@@ -39,7 +41,7 @@ pub fn parse_trusted_root(json: &str) -> Result<sigstore_trust_root::TrustedRoot
 /// A keyless `subject`, anchored at both ends as cosign's `--certificate-identity-regexp`
 /// documentation advises: `^(?:…)$` around the whole alternation, so `a|b` cannot match a
 /// prefix or a suffix of a longer identity.
-pub fn subject_regex(subject: &str) -> Result<regex::Regex, regex::Error> {
+pub(crate) fn subject_regex(subject: &str) -> Result<regex::Regex, regex::Error> {
     regex::Regex::new(&format!("^(?:{subject})$"))
 }
 

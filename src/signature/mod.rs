@@ -16,7 +16,7 @@ pub mod gate;
 pub mod keys;
 pub mod notation;
 pub mod rules;
-pub mod trust_policy;
+pub(crate) mod trust_policy;
 pub mod verify;
 
 use std::sync::Arc;
@@ -24,7 +24,8 @@ use std::sync::Arc;
 use crate::reference::pattern::ImagePattern;
 use crate::reference::Reference;
 pub use rules::SignatureRule;
-pub use verify::{Refusal, SignatureError, Signer, Trust, Verdict};
+pub use verify::{Refusal, Trust, Verdict};
+pub(crate) use verify::{SignatureError, Signer};
 
 /// The `images.signatures` entries, compiled once.
 #[derive(Debug, Clone, Default)]
@@ -67,7 +68,7 @@ impl Signatures {
 }
 
 /// A digest of an image repository: what a gate (an age, a signature) is known for.
-pub use crate::reference::Subject;
+pub(crate) use crate::reference::Subject;
 
 /// The signature entries and what this pass learned about each digest it would pin: what
 /// the planner needs to refuse an unsigned digest ([`gate::Verdicts::decide`]). The default

@@ -25,21 +25,22 @@ use serde::Deserialize;
 
 use super::bundle::Referrer;
 use super::certificate;
-pub use super::trust_policy::{Identity, NotationError, NotationTrust};
+pub use super::trust_policy::Identity;
+pub(crate) use super::trust_policy::NotationTrust;
 use super::verify::{Refusal, Signer, Verdict};
 use crate::reference::Digest;
 
 /// The artifact type of a Notation signature manifest.
 pub const ARTIFACT_TYPE: &str = "application/vnd.cncf.notary.signature";
 /// The media type of a JWS envelope layer.
-pub const JWS_MEDIA_TYPE: &str = "application/jose+json";
+pub(crate) const JWS_MEDIA_TYPE: &str = "application/jose+json";
 /// The media type of a COSE envelope layer (refused).
-pub const COSE_MEDIA_TYPE: &str = "application/cose";
+pub(crate) const COSE_MEDIA_TYPE: &str = "application/cose";
 /// The content type of the signed payload.
 pub const PAYLOAD_TYPE: &str = "application/vnd.cncf.notary.payload.v1+json";
 /// Notation signatures looked at per digest at most: a bound on what a hostile index can make
 /// tagpin fetch.
-pub const MAX_SIGNATURES: usize = 8;
+pub(crate) const MAX_SIGNATURES: usize = 8;
 
 const SIGNING_SCHEME: &str = "io.cncf.notary.signingScheme";
 const SIGNING_TIME: &str = "io.cncf.notary.signingTime";
@@ -49,14 +50,14 @@ const X509_SCHEME: &str = "notary.x509";
 /// The annotation of a Notation signature manifest listing the SHA-256 thumbprints of its
 /// chain's certificates (a JSON array of hex strings): what a verifier may use to pick the
 /// signatures worth fetching.
-pub const THUMBPRINTS: &str = "io.cncf.notary.x509chain.thumbprint#S256";
+pub(crate) const THUMBPRINTS: &str = "io.cncf.notary.x509chain.thumbprint#S256";
 
 /// The Notation signature manifests of a referrers index (artifact type [`ARTIFACT_TYPE`]),
 /// at most [`MAX_SIGNATURES`]: those whose [`THUMBPRINTS`] name a certificate of `anchors`
 /// (DER) first, then the others, each group in the index's order, so referrers listed first
 /// that no trust store certificate is named by cannot crowd a real signature out. A referrer
 /// whose digest is unreadable is left out, its refusal returned beside.
-pub fn signature_referrers(
+pub(crate) fn signature_referrers(
     index: &[u8],
     anchors: &[Vec<u8>],
 ) -> Result<(Vec<Digest>, Vec<Refusal>), Refusal> {
@@ -91,7 +92,7 @@ pub fn signature_referrers(
 
 /// The envelope layer of a Notation signature manifest: its digest and media type (JWS or
 /// COSE), if it has one.
-pub fn envelope_layer(manifest: &[u8]) -> Result<Option<(Digest, String)>, Refusal> {
+pub(crate) fn envelope_layer(manifest: &[u8]) -> Result<Option<(Digest, String)>, Refusal> {
     Ok(super::verify::manifest_layers(manifest)?
         .into_iter()
         .find(|l| l.media_type == JWS_MEDIA_TYPE || l.media_type == COSE_MEDIA_TYPE)
@@ -140,7 +141,7 @@ struct Signed {
 
 /// Checks a Notation signature envelope (`media_type` as its layer says) against `trust`
 /// (entry `rule` of `images.signatures`) for `pinned`, at `now` (Unix seconds).
-pub fn check_envelope(
+pub(crate) fn check_envelope(
     trust: &NotationTrust,
     rule: usize,
     pinned: &Digest,

@@ -111,7 +111,7 @@ impl Trust {
     }
 
     /// The configured key whose signature over `payload` `signature` (base64) is, if any.
-    pub fn key_that_signed(&self, payload: &[u8], signature: &str) -> Option<Signer> {
+    pub(crate) fn key_that_signed(&self, payload: &[u8], signature: &str) -> Option<Signer> {
         let signature = SignatureBytes::from_base64(signature.trim()).ok()?;
         self.keys.iter().find_map(|(name, key)| {
             let key = sigstore_crypto::VerificationKey::from_spki(key).ok()?;
@@ -127,7 +127,7 @@ impl Trust {
     }
 
     /// Whether cosign signatures (keys or keyless identities) are accepted.
-    pub fn has_cosign(&self) -> bool {
+    pub(crate) fn has_cosign(&self) -> bool {
         !self.keys.is_empty() || !self.keyless.is_empty()
     }
 
@@ -226,17 +226,18 @@ impl Trust {
 }
 
 /// The media type of a cosign simple-signing payload layer.
-pub const SIMPLE_SIGNING_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
+pub(crate) const SIMPLE_SIGNING_MEDIA_TYPE: &str =
+    "application/vnd.dev.cosign.simplesigning.v1+json";
 /// The annotation holding the base64 signature over the layer's bytes.
-pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+pub(crate) const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 /// The annotation holding a keyless signature's Fulcio certificate (PEM).
-pub const CERTIFICATE_ANNOTATION: &str = "dev.sigstore.cosign/certificate";
+pub(crate) const CERTIFICATE_ANNOTATION: &str = "dev.sigstore.cosign/certificate";
 /// The annotation holding the Rekor bundle (signed entry timestamp and log entry) of a
 /// keyless signature: its transparency-log proof.
-pub const BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
+pub(crate) const BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
 /// `critical.type` of a cosign image signature payload: anything else (an attestation, a
 /// payload of another tool) is not a signature of the image.
-pub const COSIGN_SIGNATURE_TYPE: &str = "cosign container image signature";
+pub(crate) const COSIGN_SIGNATURE_TYPE: &str = "cosign container image signature";
 
 /// One layer of a `.sig` manifest, as its descriptor describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -352,12 +353,12 @@ impl fmt::Display for Signer {
 pub type Verdict = Result<Signer, Refusal>;
 
 /// The cosign `.sig` tag of a digest: `sha256-<hex>.sig`.
-pub fn signature_tag(digest: &Digest) -> String {
+pub(crate) fn signature_tag(digest: &Digest) -> String {
     format!("{}-{}.sig", digest.algorithm(), digest.hex())
 }
 
 /// The layers of a `.sig` manifest (an OCI image manifest; one layer per signature).
-pub fn manifest_layers(manifest: &[u8]) -> Result<Vec<Layer>, Refusal> {
+pub(crate) fn manifest_layers(manifest: &[u8]) -> Result<Vec<Layer>, Refusal> {
     #[derive(Deserialize)]
     struct Manifest {
         #[serde(default)]
@@ -390,7 +391,7 @@ pub fn manifest_layers(manifest: &[u8]) -> Result<Vec<Layer>, Refusal> {
 
 /// The verdict on `pinned` from each layer's own verdict: one valid signature suffices;
 /// otherwise the most telling refusal; no layer at all is no signature.
-pub fn combine(pinned: &Digest, verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
+pub(crate) fn combine(pinned: &Digest, verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
     let mut worst: Option<Refusal> = None;
     for verdict in verdicts {
         match verdict {
@@ -411,7 +412,7 @@ pub fn combine(pinned: &Digest, verdicts: impl IntoIterator<Item = Verdict>) -> 
 /// payload's bytes must hash to the layer digest (before anything reads them), the signature
 /// over them must verify with a configured key, and the payload must be a cosign image
 /// signature of `pinned` itself.
-pub fn check_layer(
+pub(crate) fn check_layer(
     trust: &Trust,
     rule: usize,
     pinned: &Digest,
@@ -499,7 +500,7 @@ fn verify_keyless(
     let certificate = sigstore_types::DerCertificate::from_pem(certificate)
         .map_err(|e| malformed(CERTIFICATE_ANNOTATION, &e))?;
     let log_id =
-        hex_bytes(&rekor.payload.log_id).ok_or_else(|| malformed("logID", &"not hexadecimal"))?;
+        hex::decode(&rekor.payload.log_id).map_err(|_| malformed("logID", &"not hexadecimal"))?;
     use base64::Engine as _;
     let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
     let v01 = serde_json::json!({
@@ -533,18 +534,8 @@ fn verify_keyless(
         .map_err(|e| Refusal::Keyless(e.to_string()))
 }
 
-fn hex_bytes(hex: &str) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 /// The simple-signing payload must name `pinned` and be an image signature.
-pub fn check_payload(pinned: &Digest, payload: &[u8]) -> Result<(), Refusal> {
+pub(crate) fn check_payload(pinned: &Digest, payload: &[u8]) -> Result<(), Refusal> {
     #[derive(Deserialize)]
     struct Payload {
         critical: Critical,

@@ -21,14 +21,14 @@ use super::board::Visible;
 use crate::mutex::lock;
 
 /// How long a review's answer is kept.
-pub const REVIEW_TTL: Duration = Duration::from_secs(10);
+pub(crate) const REVIEW_TTL: Duration = Duration::from_secs(10);
 
 /// Answers kept per cache; past this, the cache starts over.
-pub const MAX_CACHED: usize = 4096;
+pub(crate) const MAX_CACHED: usize = 4096;
 
 /// The group of `PinnedRepository`, as a SubjectAccessReview names it.
-pub const GROUP: &str = "tagpin.dev";
-pub const RESOURCE: &str = "pinnedrepositories";
+pub(crate) const GROUP: &str = "tagpin.dev";
+pub(crate) const RESOURCE: &str = "pinnedrepositories";
 
 /// `--ui-auth`: how the dashboard knows its viewer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -70,7 +70,7 @@ pub enum Refused {
 
 /// Who the cluster says the viewer is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Viewer {
+pub(crate) struct Viewer {
     pub user: String,
     pub groups: Vec<String>,
 }

@@ -12,11 +12,11 @@ use super::view::RepoView;
 use crate::event::Event;
 
 /// Events kept per repository: the timeline shows the last ones.
-pub const TIMELINE_LENGTH: usize = 200;
+pub(crate) const TIMELINE_LENGTH: usize = 200;
 
 /// Repositories kept: past this, updates of new ones are dropped (an operator watching more
 /// objects than this shows the first).
-pub const MAX_REPOSITORIES: usize = 10_000;
+pub(crate) const MAX_REPOSITORIES: usize = 10_000;
 
 /// The dashboard's state. Cheap to clone: clones share it.
 #[derive(Clone, Default)]

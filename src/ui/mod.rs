@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use tokio::sync::watch;
 
 pub use auth::UiAuth;
-pub use board::{Board, Visible};
+pub use board::Board;
 pub use view::RepoView;
 
 use crate::server::{bind, serve_app, HttpLimits, ListenError};
@@ -42,7 +42,7 @@ pub async fn start(
 
 /// Writes what a step of a cycle found to `board`, under the repository `key` that `config`
 /// describes (operator: `namespace/name`, whose namespace decides who sees it) (`tip`: the branch's tip, after sync): one call a driver makes after each step.
-pub fn record_step(
+pub(crate) fn record_step(
     board: &Board,
     (key, config): (&str, &crate::config::Config),
     step: crate::cycle::Step,
@@ -67,7 +67,7 @@ pub fn record_step(
 }
 
 /// Writes a verification round run between passes to `board`.
-pub fn record_verification(
+pub(crate) fn record_verification(
     board: &Board,
     (key, config): (&str, &crate::config::Config),
     verification: &crate::cycle::Verification<'_>,
@@ -79,7 +79,7 @@ pub fn record_verification(
 
 /// Writes the operator's `Ready` condition of the object `key` (`namespace/name`) after a
 /// reconcile, putting an object stalled before its cycle on the board too.
-pub fn record_readiness(board: &Board, key: &str, (ready, reason): (bool, &str), now: i64) {
+pub(crate) fn record_readiness(board: &Board, key: &str, (ready, reason): (bool, &str), now: i64) {
     let new = || RepoView::unconfigured(key, now).in_namespace_of(key);
     board.edit(key, new, |v| {
         v.ready = Some(view::ReadyView {
@@ -94,7 +94,7 @@ pub fn record_readiness(board: &Board, key: &str, (ready, reason): (bool, &str),
 /// ([`crate::delivery::observe::after_cycle`]), and when the history was read again the board
 /// shows its figures (the delivery panel) and its events (the timeline, which so holds what
 /// happened before this process started).
-pub async fn delivery_after_cycle(
+pub(crate) async fn delivery_after_cycle(
     board: &Board,
     cycle: &crate::cycle::Cycle<'_>,
     metrics: &crate::metrics::Metrics,

@@ -171,7 +171,7 @@ impl RepoView {
     }
 
     /// A view of an object whose spec gave no configuration (yet): its key alone.
-    pub fn unconfigured(key: &str, now: i64) -> RepoView {
+    pub(crate) fn unconfigured(key: &str, now: i64) -> RepoView {
         RepoView {
             key: key.to_string(),
             namespace: None,
@@ -191,7 +191,7 @@ impl RepoView {
 
     /// The view with its namespace taken from an operator's key (`namespace/name`); a
     /// remote's URL (`tagpin run`) has none.
-    pub fn in_namespace_of(mut self, key: &str) -> RepoView {
+    pub(crate) fn in_namespace_of(mut self, key: &str) -> RepoView {
         self.namespace = match key.split_once('/') {
             Some((namespace, name))
                 if crate::config::is_dns_label(namespace) && !name.contains('/') =>
@@ -385,7 +385,7 @@ impl StageView {
 }
 
 /// The image (without tag or digest) and the tag of a reference as written to Git.
-pub fn image_and_tag(reference: &str) -> (String, Option<String>) {
+pub(crate) fn image_and_tag(reference: &str) -> (String, Option<String>) {
     let named = reference.split('@').next().unwrap_or(reference);
     let last_slash = named.rfind('/').map_or(0, |i| i + 1);
     match named[last_slash..].rfind(':') {

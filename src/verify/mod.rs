@@ -77,7 +77,7 @@ pub enum VerifyError {
 
 /// Refuses a pull request whose branch is in a fork: its plan block, written by anyone, would
 /// choose which workloads are read from the cluster, and the verdict is posted back to it.
-pub fn refuse_fork(
+pub(crate) fn refuse_fork(
     pr: &crate::forge::PullRequestInfo,
     noun: ChangeRequestNoun,
 ) -> Result<(), VerifyError> {
@@ -180,7 +180,7 @@ pub fn expectations_at(
 }
 
 /// How manifest names become live names, as the configuration's `verify:` section says.
-pub fn name_mapping(config: &Config) -> NameMapping {
+pub(crate) fn name_mapping(config: &Config) -> NameMapping {
     NameMapping {
         default_namespace: config.verify.default_namespace.clone(),
         name_prefix: config.verify.name_prefix.clone(),
@@ -192,7 +192,7 @@ pub fn name_mapping(config: &Config) -> NameMapping {
 /// pipeline `plan` and `sync` use (so all agree on files, skips and errors), with the root
 /// kustomizations under the configured paths rendered from the commit's tree (their bases
 /// elsewhere in the repository included).
-pub struct TreeRead {
+pub(crate) struct TreeRead {
     pub files: Vec<crate::plan::ScannedFile>,
     pub renders: Vec<render::Render>,
     /// What was skipped, what a render could not follow included (`plan` and `sync` do not
@@ -206,7 +206,7 @@ pub struct TreeRead {
 
 /// Reads the configured paths of `commit` (see [`TreeRead`]); a configured path the commit
 /// does not hold is an error naming it.
-pub fn read_tree(
+pub(crate) fn read_tree(
     mirror: &Mirror,
     commit: git2::Oid,
     config: &Config,
@@ -282,11 +282,11 @@ fn from_tree(
 /// How long a digest family is kept. A family never changes (manifests are addressed by
 /// their digest); the bound only lets a controller that runs for months forget the images it
 /// no longer verifies.
-pub const FAMILY_LIFETIME: Duration = Duration::from_secs(6 * 3600);
+pub(crate) const FAMILY_LIFETIME: Duration = Duration::from_secs(6 * 3600);
 
 /// At most this many families are kept; the oldest is forgotten first. A family is a few
 /// digests per platform, so this is well under a few megabytes.
-pub const MAX_FAMILIES: usize = 1024;
+pub(crate) const MAX_FAMILIES: usize = 1024;
 
 /// Digest families already asked of the registry, by pinned digest, for [`FAMILY_LIFETIME`]
 /// and at most [`MAX_FAMILIES`] of them. A lookup that failed is not kept: the next check
@@ -307,7 +307,7 @@ impl Families {
 
     /// The digests that stand for `digest` of the repository `image` names (its tag and digest
     /// aside), as [`Families::of`]: `tagpin audit` asks it of the digests pods report.
-    pub async fn of_digest(
+    pub(crate) async fn of_digest(
         &mut self,
         image: &str,
         digest: &Digest,
@@ -495,7 +495,7 @@ pub async fn watch(
 }
 
 /// Marks the commits as being checked (the `pending` status that comes before a verdict).
-pub async fn publish_pending(forge: &ForgeClient, expectations: &Expectations) {
+pub(crate) async fn publish_pending(forge: &ForgeClient, expectations: &Expectations) {
     for sha in &expectations.commits {
         if let Err(e) = forge
             .set_status(

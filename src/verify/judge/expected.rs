@@ -159,7 +159,7 @@ impl NotVerified {
 
 /// What a source promises: the pins to check, and the pins that cannot be checked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Promised {
+pub(crate) struct Promised {
     pub expected: Vec<Expected>,
     pub not_verified: Vec<NotVerified>,
     /// Pins in Helm values, checked through the releases that deploy them.
@@ -223,7 +223,7 @@ impl Promised {
 
 /// Expectations from a pull request's plan block. A Helm row (`helm:<source>`) becomes a
 /// [`HelmPin`]: its key path is the row's container, its repository and tag the row's image.
-pub fn from_plan(block: &PlanBlock, mapping: &NameMapping) -> Promised {
+pub(crate) fn from_plan(block: &PlanBlock, mapping: &NameMapping) -> Promised {
     let mut promised = Promised::default();
     for pin in &block.pins {
         let workload = match &pin.workload {
@@ -257,7 +257,7 @@ pub fn from_plan(block: &PlanBlock, mapping: &NameMapping) -> Promised {
 /// Expectations from the image fields of manifests at a commit, each with the file it is in:
 /// every field whose image is pinned (`repo:tag@digest`, `repo@digest`, a kustomize entry with
 /// `digest:`, Helm values with a digest). Unpinned images promise nothing.
-pub fn from_fields<'a>(
+pub(crate) fn from_fields<'a>(
     fields: impl IntoIterator<Item = (&'a Path, &'a ImageField)>,
     mapping: &NameMapping,
 ) -> Promised {
@@ -405,7 +405,7 @@ fn image_digest(image: &str) -> Option<Digest> {
 /// judged by the renders alone, so no container counts twice: a pinned field there that no
 /// rendered container came from (an `images:` entry matching nothing, an image in a patch) is
 /// not verified, with its reason. Every other file is read as [`from_fields`] reads it.
-pub fn from_manifests(
+pub(crate) fn from_manifests(
     files: &[ScannedFile],
     renders: &[Render],
     manages: impl Fn(&str) -> bool,

@@ -289,7 +289,7 @@ fn flux_entry(id: &str) -> Option<InventoryEntry> {
 
 /// The commit in a Flux revision: `main@sha1:<sha>` (Flux 2.1 and later), `main/<sha>`
 /// (before), or `sha1:<sha>` for a GitRepository that checks out a commit.
-pub fn flux_commit(revision: &str) -> Option<String> {
+pub(crate) fn flux_commit(revision: &str) -> Option<String> {
     let digest = match revision.rsplit_once('@') {
         Some((_, digest)) => digest,
         None => revision.rsplit_once('/').map_or(revision, |(_, sha)| sha),
@@ -336,7 +336,7 @@ pub(crate) fn flux_health(obj: &Value) -> Health {
 /// Whether two repository URLs name the same repository, as Argo CD compares them: scheme,
 /// credentials, a default port, a `.git` suffix, a trailing slash and case aside, and
 /// `git@host:org/repo` the same as `https://host/org/repo`.
-pub fn same_repository(a: &str, b: &str) -> bool {
+pub(crate) fn same_repository(a: &str, b: &str) -> bool {
     let (a, b) = (normalized_url(a), normalized_url(b));
     !a.is_empty() && a == b
 }
@@ -403,7 +403,7 @@ pub(crate) fn path_holds(dir: &str, file: &str) -> bool {
 /// else every object with a source in `repository`. Only the sources in `repository` are kept
 /// (all of a named object's, if none is): the revision applied from another repository says
 /// nothing about the pin commit.
-pub fn relevant(
+pub(crate) fn relevant(
     objects: Vec<GitOpsObject>,
     repository: &str,
     named: &GitOpsObjects,
@@ -444,7 +444,7 @@ fn name_of(object: &GitOpsObject) -> ObjectName {
 
 /// The objects `verify.gitops` names that are not among `objects` (as listed): a typo there
 /// would otherwise quietly bring back the guessing the names were meant to end.
-pub fn missing_names(named: &GitOpsObjects, objects: &[GitOpsObject]) -> Vec<String> {
+pub(crate) fn missing_names(named: &GitOpsObjects, objects: &[GitOpsObject]) -> Vec<String> {
     [Tool::ArgoCd, Tool::Flux]
         .into_iter()
         .flat_map(|tool| {
@@ -458,7 +458,7 @@ pub fn missing_names(named: &GitOpsObjects, objects: &[GitOpsObject]) -> Vec<Str
 
 /// Every revision the objects applied, to ask the repository about, and the dry commits of
 /// their hydrations.
-pub fn revisions(objects: &[GitOpsObject]) -> BTreeSet<String> {
+pub(crate) fn revisions(objects: &[GitOpsObject]) -> BTreeSet<String> {
     let hydrated = objects
         .iter()
         .flat_map(|o| o.hydration.iter().flat_map(Hydration::dry_commits))
@@ -474,7 +474,7 @@ pub fn revisions(objects: &[GitOpsObject]) -> BTreeSet<String> {
 /// The hydrated commits the objects synced whose dry commit their status does not say: the
 /// caller reads it from the repository ([`HydratedCommit::metadata_files`],
 /// [`dry_commit_in`]) and hands it to [`with_dry_commits`].
-pub fn hydrated_commits(objects: &[GitOpsObject]) -> BTreeSet<HydratedCommit> {
+pub(crate) fn hydrated_commits(objects: &[GitOpsObject]) -> BTreeSet<HydratedCommit> {
     objects
         .iter()
         .filter_map(|o| o.hydration.as_ref()?.unresolved())
@@ -483,7 +483,7 @@ pub fn hydrated_commits(objects: &[GitOpsObject]) -> BTreeSet<HydratedCommit> {
 
 /// The dry commit of the configured `repository` that a `hydrator.metadata` names. A file
 /// naming another repository says nothing about this one's commits.
-pub fn dry_commit_in(metadata: &[u8], repository: &str) -> Option<String> {
+pub(crate) fn dry_commit_in(metadata: &[u8], repository: &str) -> Option<String> {
     let metadata = hydrator::metadata(metadata)?;
     match &metadata.repository {
         Some(url) if !same_repository(url, repository) => None,
@@ -493,7 +493,7 @@ pub fn dry_commit_in(metadata: &[u8], repository: &str) -> Option<String> {
 
 /// `objects` with the dry commits read from the repository (`dry`, by hydrated commit) as the
 /// revisions their dry sources applied.
-pub fn with_dry_commits(objects: &mut [GitOpsObject], dry: &BTreeMap<String, String>) {
+pub(crate) fn with_dry_commits(objects: &mut [GitOpsObject], dry: &BTreeMap<String, String>) {
     for object in objects {
         let Some(commit) = object
             .hydration
@@ -555,7 +555,7 @@ pub enum Step {
 }
 
 /// The object's sync, given which revisions are the pin commit or come after it.
-pub fn sync_of(object: &GitOpsObject, descends: &BTreeMap<String, bool>) -> Sync {
+pub(crate) fn sync_of(object: &GitOpsObject, descends: &BTreeMap<String, bool>) -> Sync {
     let mut applied = None;
     let mut behind = None;
     for source in &object.sources {
@@ -691,7 +691,7 @@ pub(crate) fn waiting_state(sync: &Sync) -> (State, &'static str) {
 
 /// What the objects say about one expected workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// No object applies its files: it is read as before.
     Unmanaged,
     /// An object applied the pin commit, and its inventory names this live workload.
@@ -941,7 +941,7 @@ impl Decision {
 
 /// Asks the objects about every expectation. `files` says which files pin each workload,
 /// `sync[i]` whether `objects[i]` applied `pin` (the commit whose sync is awaited).
-pub fn decide(
+pub(crate) fn decide(
     expected: &[Expected],
     files: &BTreeMap<WorkloadId, BTreeSet<String>>,
     objects: &[GitOpsObject],
@@ -1036,7 +1036,7 @@ pub(super) fn unapplied(
 // Which files pin which workload
 
 /// The files that pin each workload of a pull request's plan block, by live identity.
-pub fn files_of_pins(
+pub(crate) fn files_of_pins(
     pins: &[Pin],
     mapping: &NameMapping,
 ) -> BTreeMap<WorkloadId, BTreeSet<String>> {
@@ -1051,7 +1051,7 @@ pub fn files_of_pins(
 /// name its images, and the root kustomization it is rendered from (what a GitOps tool applies
 /// is that kustomization's directory, and its `images:` entries pin workloads no manifest
 /// field names).
-pub fn files_of_scan(
+pub(crate) fn files_of_scan(
     files: &[ScannedFile],
     renders: &[Render],
     mapping: &NameMapping,

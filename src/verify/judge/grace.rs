@@ -15,15 +15,16 @@ use super::verdict::{self, ConditionType, State, Unchecked, Verdict};
 use crate::workload::WorkloadId;
 
 /// The `Synced` reason of a verdict whose workload does not exist in the cluster.
-pub const WORKLOAD_MISSING: &str = "WorkloadMissing";
+pub(crate) const WORKLOAD_MISSING: &str = "WorkloadMissing";
 
 /// Why a workload given time is progressing.
-pub const NOT_CREATED_YET: &str = "not created yet: the workload does not exist in the cluster";
+pub(crate) const NOT_CREATED_YET: &str =
+    "not created yet: the workload does not exist in the cluster";
 
 /// `check` with each missing workload that no Argo CD or Flux object reports as applied
 /// turned progressing ("not created yet"), and its state and headline summed up again. Call
 /// it only while the verified commit is young ([`crate::inflight::rule::is_young`]).
-pub fn not_created_yet(check: Check, unchecked: Unchecked) -> Check {
+pub(crate) fn not_created_yet(check: Check, unchecked: Unchecked) -> Check {
     let applied: Vec<WorkloadId> = check
         .gitops
         .objects

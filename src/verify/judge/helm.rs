@@ -64,13 +64,13 @@ use crate::reference::{Digest, Reference};
 use crate::workload::{WorkloadId, WorkloadKind};
 
 /// The annotation Helm 3 sets on every object of a release: the release's name.
-pub const RELEASE_NAME_ANNOTATION: &str = "meta.helm.sh/release-name";
+pub(crate) const RELEASE_NAME_ANNOTATION: &str = "meta.helm.sh/release-name";
 /// The annotation Helm 3 sets on every object of a release: the release's namespace.
-pub const RELEASE_NAMESPACE_ANNOTATION: &str = "meta.helm.sh/release-namespace";
+pub(crate) const RELEASE_NAMESPACE_ANNOTATION: &str = "meta.helm.sh/release-namespace";
 
 /// The workload kinds a release's containers are looked for in: those a chart deploys
 /// long-running pods with, and the verifier's role may list.
-pub const RELEASE_KINDS: [WorkloadKind; 3] = [
+pub(crate) const RELEASE_KINDS: [WorkloadKind; 3] = [
     WorkloadKind::Deployment,
     WorkloadKind::StatefulSet,
     WorkloadKind::DaemonSet,
@@ -87,7 +87,7 @@ pub struct ReleaseWorkload {
 }
 
 /// The workloads of one namespace, or the message with which the API refused to list them.
-pub type NamespaceWorkloads = Result<Vec<ReleaseWorkload>, super::observed::Refusal>;
+pub(crate) type NamespaceWorkloads = Result<Vec<ReleaseWorkload>, super::observed::Refusal>;
 
 // ---------------------------------------------------------------------------------------------
 // Matching a pinned repository to live containers
@@ -95,7 +95,7 @@ pub type NamespaceWorkloads = Result<Vec<ReleaseWorkload>, super::observed::Refu
 /// `docker.io/library/nginx` for `nginx`, `nginx:1.27@sha256:…` and `docker.io/nginx`: one
 /// spelling of a repository, to compare a pin with a live image. `None` when it is no image
 /// reference.
-pub fn normalized_repository(image: &str) -> Option<String> {
+pub(crate) fn normalized_repository(image: &str) -> Option<String> {
     Reference::parse(image.trim())
         .ok()
         .map(|r| r.canonical_name())
@@ -103,7 +103,7 @@ pub fn normalized_repository(image: &str) -> Option<String> {
 
 /// The containers of `workloads` whose image repository is `repository` (both normalized), as
 /// `(workload, container)`.
-pub fn matching_containers(
+pub(crate) fn matching_containers(
     repository: &str,
     workloads: &[&ReleaseWorkload],
 ) -> Vec<(WorkloadId, String)> {
@@ -145,7 +145,7 @@ fn condition<'v>(obj: &'v Value, type_: &str) -> Option<&'v Value> {
 /// The name of the Helm release a HelmRelease manages: `status.history[0].name` once released,
 /// else `spec.releaseName`, else `[targetNamespace-]name` as helm-controller composes it
 /// (shortened to 53 characters with a hash, as helm-controller shortens it).
-pub fn release_name(obj: &Value) -> String {
+pub(crate) fn release_name(obj: &Value) -> String {
     if let Some(name) = non_empty(&obj["status"]["history"][0]["name"]) {
         return name;
     }
@@ -180,7 +180,7 @@ fn shorten_release_name(name: &str) -> String {
 
 /// The namespace of the Helm release a HelmRelease manages: `status.history[0].namespace`, else
 /// `spec.targetNamespace`, else its own.
-pub fn release_namespace(obj: &Value) -> String {
+pub(crate) fn release_namespace(obj: &Value) -> String {
     non_empty(&obj["status"]["history"][0]["namespace"])
         .or_else(|| non_empty(&obj["spec"]["targetNamespace"]))
         .unwrap_or_else(|| text(&obj["metadata"]["namespace"]))
@@ -200,7 +200,7 @@ pub enum Progress {
 }
 
 /// helm-controller's progress on a HelmRelease's current generation (rule 2 of the module).
-pub fn helm_release_progress(obj: &Value) -> Progress {
+pub(crate) fn helm_release_progress(obj: &Value) -> Progress {
     let status = &obj["status"];
     let generation = obj["metadata"]["generation"].as_i64().unwrap_or(0);
     let attempted = status["lastAttemptedGeneration"]
@@ -295,7 +295,7 @@ fn short_digest(digest: &str) -> String {
 }
 
 /// Whether Argo CD compared an Application's current spec and found it synced.
-pub fn application_progress(obj: &Value) -> Progress {
+pub(crate) fn application_progress(obj: &Value) -> Progress {
     let spec = &obj["spec"];
     let sync = &obj["status"]["sync"];
     let compared = &sync["comparedTo"];
@@ -680,7 +680,7 @@ fn rendered_sources(spec: &Value) -> Vec<&Value> {
 /// the chart's `values.yaml` in a source's `path`, a `helm.valueFiles` entry relative to that
 /// path, or a `$ref/…` entry into a source with that `ref`. With a Source Hydrator, its dry
 /// source is the one it renders.
-pub fn application_uses(obj: &Value, file: &str, repository: &str) -> bool {
+pub(crate) fn application_uses(obj: &Value, file: &str, repository: &str) -> bool {
     let sources = rendered_sources(&obj["spec"]);
     let ours = |s: &Value| gitops::same_repository(&text(&s["repoURL"]), repository);
     let refs: BTreeSet<String> = sources
@@ -776,7 +776,7 @@ enum Outcome {
 /// back by their release (`verdicts`: Progressing, or Failed when Flux gave up), and what could
 /// not be verified, with the releases' reports. `releases[i]` are the releases of `pins[i]`;
 /// `workloads` the listed namespaces.
-pub fn decide(
+pub(crate) fn decide(
     pins: &[HelmPin],
     releases: &[Releases],
     workloads: &BTreeMap<String, NamespaceWorkloads>,

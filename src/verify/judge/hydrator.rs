@@ -23,11 +23,11 @@ use serde_json::Value;
 /// The file Argo CD's commit server writes in a hydrated commit: at the root of the branch
 /// (rewritten at every hydration) and in each hydrated path (rewritten when that path's
 /// manifests change), a JSON object whose `drySha` is the dry commit.
-pub const METADATA_FILE: &str = "hydrator.metadata";
+pub(crate) const METADATA_FILE: &str = "hydrator.metadata";
 
 /// The largest `hydrator.metadata` read: Argo CD writes a few hundred bytes (a commit message
 /// body at most); anything much larger is not Argo CD's.
-pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_METADATA_BYTES: usize = 64 * 1024;
 
 /// `spec.sourceHydrator` and `status.sourceHydrator` of one Application, with the hydrated
 /// commit it synced.
@@ -139,7 +139,7 @@ pub fn read(app: &Value) -> Option<(DrySource, Hydration)> {
 impl Hydration {
     /// The dry commit of the hydrated commit the Application synced, when its status pairs
     /// them: the last successful hydration made (or confirmed) that very commit.
-    pub fn dry_of_synced(&self) -> Option<&str> {
+    pub(crate) fn dry_of_synced(&self) -> Option<&str> {
         let synced = self.synced.as_deref()?;
         let last = self
             .last
@@ -167,7 +167,7 @@ impl Hydration {
     }
 
     /// The dry commits the status names, to ask the repository where they stand.
-    pub fn dry_commits(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn dry_commits(&self) -> impl Iterator<Item = &str> {
         self.last
             .iter()
             .map(|h| h.dry.as_str())
@@ -176,7 +176,7 @@ impl Hydration {
 
     /// The synced hydrated commit, when the status does not say its dry commit: the
     /// repository must ([`HydratedCommit::metadata_files`]).
-    pub fn unresolved(&self) -> Option<HydratedCommit> {
+    pub(crate) fn unresolved(&self) -> Option<HydratedCommit> {
         if self.dry_of_synced().is_some() {
             return None;
         }
@@ -191,7 +191,7 @@ impl Hydration {
 /// A hydrated commit whose dry commit is read from the repository: the commit, and the branch
 /// and path Argo CD hydrated it to.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct HydratedCommit {
+pub(crate) struct HydratedCommit {
     pub commit: String,
     pub branch: String,
     pub path: String,
@@ -201,7 +201,7 @@ impl HydratedCommit {
     /// Where the commit names its dry commit, first to last: the root `hydrator.metadata`,
     /// which every hydration rewrites (so it names the newest dry commit the commit holds),
     /// then the one beside the path's manifests, which only a change of them rewrites.
-    pub fn metadata_files(&self) -> Vec<String> {
+    pub(crate) fn metadata_files(&self) -> Vec<String> {
         let path = self.path.trim_start_matches("./").trim_matches('/');
         let mut files = vec![METADATA_FILE.to_string()];
         if !path.is_empty() && path != "." {

@@ -6,7 +6,7 @@ use super::verdict::State;
 /// Hidden marker by which tagpin finds its own comment again, whoever posted it.
 pub const COMMENT_MARKER: &str = "<!-- tagpin-verify -->";
 /// The commit status context tagpin sets.
-pub const STATUS_CONTEXT: &str = "tagpin/converged";
+pub(crate) const STATUS_CONTEXT: &str = "tagpin/converged";
 
 /// The comment body: a headline with the overall state, one row per container, the GitOps
 /// objects that apply the pins, then what was not verified and why.
@@ -22,7 +22,7 @@ pub fn comment(check: &Check, expectations: &Expectations) -> String {
 
 /// The verdict without headline: one row per container, the GitOps objects, what was not
 /// verified, and the manifests that could not be read. A promotion's evidence quotes it.
-pub fn tables(check: &Check, expectations: &Expectations) -> String {
+pub(crate) fn tables(check: &Check, expectations: &Expectations) -> String {
     let mut out = String::new();
     out.push_str(
         "| Workload | Container | Pinned digest | Pods on it / total | Verdict | Reason |\n",

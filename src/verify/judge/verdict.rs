@@ -39,7 +39,7 @@ use crate::reference::Digest;
 use crate::workload::WorkloadId;
 
 /// GitHub rejects a commit status whose description is longer than this many characters.
-pub const STATUS_DESCRIPTION_MAX_CHARS: usize = 140;
+pub(crate) const STATUS_DESCRIPTION_MAX_CHARS: usize = 140;
 
 /// The judgement for one container of one workload.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -208,7 +208,7 @@ impl std::fmt::Display for Unchecked {
 /// progress, else Unverified if `not_verified` pins were not checked (or nothing was checked at
 /// all), else Converged; the line names the first verdict in the worst state, so the one thing
 /// to look at is in the headline.
-pub fn summarize(verdicts: &[Verdict], unchecked: Unchecked) -> (State, String) {
+pub(crate) fn summarize(verdicts: &[Verdict], unchecked: Unchecked) -> (State, String) {
     let not_verified = unchecked.images + unchecked.files;
     if verdicts.is_empty() && not_verified == 0 {
         return (
@@ -270,7 +270,7 @@ pub fn summarize(verdicts: &[Verdict], unchecked: Unchecked) -> (State, String) 
 /// The [`summarize`] line fitted to a GitHub commit status: one line of at most
 /// [`STATUS_DESCRIPTION_MAX_CHARS`] characters, cut on a character boundary with `…`, because
 /// GitHub rejects the whole status when the description is longer.
-pub fn status_description(verdicts: &[Verdict], unchecked: Unchecked) -> String {
+pub(crate) fn status_description(verdicts: &[Verdict], unchecked: Unchecked) -> String {
     let (_, line) = summarize(verdicts, unchecked);
     truncate_chars(&one_line(&line), STATUS_DESCRIPTION_MAX_CHARS)
 }
