@@ -90,6 +90,8 @@ pub struct Context {
     pub board: crate::ui::Board,
     /// Where each object's events are told (`notifications:`, its URLs from its Secret).
     pub notifications: Arc<crate::notify::Notifications>,
+    /// The image repositories each object's last pass asked about, for webhook deliveries.
+    pub routes: super::routes::Routes,
 }
 
 impl Context {
@@ -588,13 +590,14 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
     let memory = lock(&ctx.memories).remove(&key).unwrap_or_default();
     let mut state = RepoState::remembering(memory);
     let repository = (key.as_str(), config);
-    let report = cycle
-        .run(&mut state, &mut |step, report| {
+    let (report, asked) =
+        crate::sync::shared::noting_asked(cycle.run(&mut state, &mut |step, report| {
             let tip = (step == Step::Synced).then(|| cycle.branch_tip().map(|t| t.sha));
             crate::ui::record_step(&ctx.board, repository, step, report, tip.flatten());
             true
-        })
+        }))
         .await;
+    ctx.routes.record(&key, asked, report.synced().is_some());
     lock(&ctx.memories).insert(key.clone(), state.into_memory());
     let about = crate::cycle::events::About {
         repository: &key,
