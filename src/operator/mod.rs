@@ -442,6 +442,7 @@ fn forward_deliveries(
                 .concerned(&names, keys.iter().map(String::as_str))
                 .into_iter()
                 .collect();
+            ctx.routes.delivered(concerned.iter().copied());
             tracing::debug!(
                 "webhook names {}: {} of {} objects concerned",
                 names.join(", "),

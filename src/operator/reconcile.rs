@@ -183,8 +183,10 @@ pub async fn reconcile(
     // not `Send`, and the `Controller` runs reconciles as tasks. It runs on a blocking thread
     // of its own instead, driven by the same runtime (whose workers run what it spawns).
     let handle = tokio::runtime::Handle::current();
-    // A slot, fairly between namespaces; held until the status is written.
-    let _slot = ctx.slots.acquire(&namespace).await;
+    // A slot, fairly between namespaces, a webhook's first; held until the status is written.
+    let _slot = (ctx.slots)
+        .acquire(&namespace, ctx.routes.take_delivered(&name))
+        .await;
     let pass = {
         let (object, ctx, namespace, name) =
             (object.clone(), ctx.clone(), namespace.clone(), name.clone());

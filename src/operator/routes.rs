@@ -42,6 +42,8 @@ pub struct Routes {
 struct State {
     by_object: HashMap<String, Uses>,
     by_repository: HashMap<String, HashSet<String>>,
+    /// Objects a delivery concerned whose reconcile has not started yet: it goes first.
+    delivered: HashSet<String>,
 }
 
 impl State {
@@ -99,7 +101,22 @@ impl Routes {
 
     /// Forgets a deleted object.
     pub fn remove(&self, object: &str) {
-        lock(&self.state).unlink(object);
+        let mut state = lock(&self.state);
+        state.unlink(object);
+        state.delivered.remove(object);
+    }
+
+    /// A delivery concerned `objects`: their next reconciles go before scheduled ones.
+    pub fn delivered<'a>(&self, objects: impl IntoIterator<Item = &'a str>) {
+        let mut state = lock(&self.state);
+        state
+            .delivered
+            .extend(objects.into_iter().map(str::to_string));
+    }
+
+    /// Whether a delivery concerned `object` since its last reconcile started (and no more).
+    pub fn take_delivered(&self, object: &str) -> bool {
+        lock(&self.state).delivered.remove(object)
     }
 
     /// Of `objects` (`namespace/name`, the operator's watched objects), those a delivery naming
@@ -194,9 +211,11 @@ mod tests {
         assert_eq!(routes.concerned(&[], ["a/web"]), ["a/web"]);
         assert!(lock(&routes.state).by_repository.is_empty());
         routes.record("a/api", set(&["r.example/acme/api"]), true);
+        routes.delivered(["a/api"]);
         routes.remove("a/api");
         routes.remove("a/web");
         assert!(routes.is_empty());
+        assert!(!routes.take_delivered("a/api"), "forgotten with the object");
         assert!(lock(&routes.state).by_repository.is_empty());
     }
 }
