@@ -23,7 +23,17 @@
 //!   the sum of all);
 //! - with `BENCH_NAMESPACES=K` (1): the objects, their workloads and pods spread over K
 //!   namespaces (`fleet-0` ... `fleet-{K-1}`), as tenants keep them; an object's reconcile
-//!   lists its own namespace, so this is the fleet's shape at 10,000 objects.
+//!   lists its own namespace, so this is the fleet's shape at 10,000 objects;
+//! - then how fast a change reaches its object at that size: a new digest pushed for the tag
+//!   of one image (`acme/app-0:1`, used by `BENCH_OBJECTS / BENCH_IMAGES` objects) and the
+//!   registry's webhook posted to every operator: the time until each of those repositories
+//!   has its new pin (the slowest and the median), and what else the delivery cost; and with
+//!   `BENCH_IDLE_SECONDS`, a commit pushed to one object's repository naming another tag: the
+//!   time until the operator pinned it (its next pass lists the repository's refs: within one
+//!   interval; the operator takes no forge push webhook).
+//!
+//! Repositories are written with libgit2, each its own bare repository with one commit, on
+//! all cores: 10,000 take seconds, not the minutes of one `git` process after another.
 //!
 //! Figures are printed, never asserted: speed is measured here, not tested.
 
@@ -32,15 +42,104 @@ mod binary;
 #[path = "../tests/it/support/mod.rs"]
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use binary::tagpin_binary;
 use serde_json::json;
-use support::git::BareRepo;
 use support::kube::{deployment, pod, running_pod_status, KubeServer};
 use support::registry::{free_port, Mode, TestRegistry};
+
+/// The webhook secret every operator of the benchmark takes deliveries with.
+const WEBHOOK_SECRET: &str = "bench-webhook-secret";
+/// Where each object's manifest lives in its repository.
+const MANIFEST: &str = "apps/app.yaml";
+
+/// A bare repository at `path` with one commit on `main` holding [`MANIFEST`]: `content`.
+fn create_repository(path: &Path, content: &str) {
+    let mut options = git2::RepositoryInitOptions::new();
+    options.bare(true).initial_head("main");
+    let repo = git2::Repository::init_opts(path, &options).unwrap();
+    commit_manifest(&repo, content, "initial commit");
+}
+
+/// Commits [`MANIFEST`]: `content` on `main` of `repo`, as a push would.
+fn commit_manifest(repo: &git2::Repository, content: &str, message: &str) {
+    let blob = repo.blob(content.as_bytes()).unwrap();
+    let mut apps = repo.treebuilder(None).unwrap();
+    apps.insert("app.yaml", blob, 0o100644).unwrap();
+    let apps = apps.write().unwrap();
+    let mut root = repo.treebuilder(None).unwrap();
+    root.insert("apps", apps, 0o040000).unwrap();
+    let tree = repo.find_tree(root.write().unwrap()).unwrap();
+    let parent = repo
+        .find_reference("refs/heads/main")
+        .ok()
+        .and_then(|r| r.peel_to_commit().ok());
+    let signature = git2::Signature::now("bench", "bench@example.invalid").unwrap();
+    let parents: Vec<&git2::Commit> = parent.iter().collect();
+    repo.commit(
+        Some("refs/heads/main"),
+        &signature,
+        &signature,
+        message,
+        &tree,
+        &parents,
+    )
+    .unwrap();
+}
+
+/// [`MANIFEST`] at the tip of `main` of the repository at `path`.
+fn manifest_at_tip(path: &Path) -> Option<String> {
+    let repo = git2::Repository::open_bare(path).ok()?;
+    let tree = repo
+        .revparse_single("refs/heads/main")
+        .ok()?
+        .peel_to_tree()
+        .ok()?;
+    let blob = tree
+        .get_path(Path::new(MANIFEST))
+        .ok()?
+        .to_object(&repo)
+        .ok()?;
+    Some(String::from_utf8_lossy(blob.as_blob()?.content()).into_owned())
+}
+
+/// Commits on `main` of the repository at `path`.
+fn commits(path: &Path) -> usize {
+    let Ok(repo) = git2::Repository::open_bare(path) else {
+        return 0;
+    };
+    let Ok(mut walk) = repo.revwalk() else {
+        return 0;
+    };
+    if walk.push_ref("refs/heads/main").is_err() {
+        return 0;
+    }
+    walk.count()
+}
+
+/// Object `n`'s repository under `base`, its manifest naming image `n % images` of `host`:
+/// written on every core at once (each a repository of its own).
+fn create_repositories(base: &Path, objects: usize, images: usize, host: &str) -> Vec<PathBuf> {
+    let paths: Vec<PathBuf> = (0..objects)
+        .map(|n| base.join(format!("app-{n}.git")))
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let paths = &paths;
+            scope.spawn(move || {
+                for n in (t..objects).step_by(threads) {
+                    let image = format!("{host}/acme/app-{}:1", n % images);
+                    create_repository(&paths[n], &manifest(&format!("app-{n}"), &image));
+                }
+            });
+        }
+    });
+    paths
+}
 
 /// A count from the environment, or its default.
 fn env_count(name: &str, default: usize) -> usize {
@@ -175,6 +274,115 @@ async fn all_counters(ports: &[u16]) -> Vec<Counters> {
     all
 }
 
+/// How fast a registry push reached the objects using the pushed tag, and what it cost.
+struct Reach {
+    /// The objects using the tag.
+    objects: usize,
+    /// When each of them had its new pin, from the delivery; `None`: not within the limit.
+    times: Vec<Option<Duration>>,
+    /// Counters of all operators from the delivery until the last of them was pinned.
+    cost: Counters,
+    api_requests: usize,
+}
+
+/// A registry push of a new digest for `acme/app-0:1`, announced to every operator's webhook
+/// port as Distribution does: the time until each repository using it is pinned to it.
+async fn webhook_reach(
+    registry: &TestRegistry,
+    kube: &KubeServer,
+    ports: &[u16],
+    repos: &[PathBuf],
+    images: usize,
+) -> Reach {
+    let users: Vec<&PathBuf> = repos.iter().step_by(images).collect();
+    let pushed = registry.push_image("acme/app-0", "1", "pushed-0").await;
+    let event = json!({"events": [{"action": "push",
+        "target": {"repository": "acme/app-0", "tag": "1"},
+        "request": {"host": registry.host()}}]})
+    .to_string();
+    let before = all_counters(ports).await;
+    let api_before: usize = kube.request_counts().values().sum();
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    for port in ports {
+        let answer = http
+            .post(format!("http://127.0.0.1:{port}/webhooks/distribution"))
+            .header("authorization", format!("Bearer {WEBHOOK_SECRET}"))
+            .body(event.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 202, "the webhook was refused");
+    }
+    let mut times: Vec<Option<Duration>> = vec![None; users.len()];
+    let deadline = started + Duration::from_secs(300);
+    while times.iter().any(Option::is_none) && Instant::now() < deadline {
+        for (time, repo) in times.iter_mut().zip(&users) {
+            if time.is_none() && manifest_at_tip(repo).is_some_and(|m| m.contains(&pushed.manifest))
+            {
+                *time = Some(started.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let after = all_counters(ports).await;
+    let sum = |all: &[Counters], f: fn(&Counters) -> f64| all.iter().map(f).sum::<f64>();
+    Reach {
+        objects: users.len(),
+        times,
+        cost: Counters {
+            registry: sum(&after, |c| c.registry) - sum(&before, |c| c.registry),
+            fetches: sum(&after, |c| c.fetches) - sum(&before, |c| c.fetches),
+            listings: sum(&after, |c| c.listings) - sum(&before, |c| c.listings),
+        },
+        api_requests: kube.request_counts().values().sum::<usize>() - api_before,
+    }
+}
+
+/// A commit pushed to object 1's repository naming a new image (`acme/moved:1`): the time
+/// until the operator pinned it, or `None` within `limit`.
+async fn commit_reach(
+    registry: &TestRegistry,
+    repos: &[PathBuf],
+    limit: Duration,
+) -> Option<Duration> {
+    let repo = repos.get(1).or(repos.first())?;
+    let moved = registry.push_image("acme/moved", "1", "moved").await;
+    let image = format!("{}/acme/moved:1", registry.host());
+    let git = git2::Repository::open_bare(repo).unwrap();
+    let started = Instant::now();
+    commit_manifest(&git, &manifest("app-1", &image), "app-1 runs acme/moved");
+    let deadline = started + limit;
+    while Instant::now() < deadline {
+        if manifest_at_tip(repo).is_some_and(|m| m.contains(&moved.manifest)) {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// The webhook's figures: the slowest and the median object, and what the delivery cost.
+fn print_reach(reach: &Reach, objects: usize) {
+    let mut reached: Vec<Duration> = reach.times.iter().flatten().copied().collect();
+    reached.sort();
+    let median = reached.get(reached.len() / 2).copied().unwrap_or_default();
+    println!(
+        "  a registry push of one tag used by {} objects, its webhook posted to every operator: \
+         {}/{} pinned, the slowest in {:.2} s, the median in {:.2} s; meanwhile {} ref \
+         listings, {} Git fetches, {} registry requests, {} API requests (of {objects} objects)",
+        reach.objects,
+        reached.len(),
+        reach.objects,
+        reached.last().copied().unwrap_or_default().as_secs_f64(),
+        median.as_secs_f64(),
+        reach.cost.listings,
+        reach.cost.fetches,
+        reach.cost.registry,
+        reach.api_requests
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let objects = env_count("BENCH_OBJECTS", 100);
@@ -196,27 +404,22 @@ async fn main() {
         );
     }
     let base = tempfile::tempdir().unwrap();
-    let mut repos = Vec::new();
-    for n in 0..objects {
+    let creating = Instant::now();
+    let repos = create_repositories(base.path(), objects, images, &host);
+    let created_repositories = creating.elapsed();
+    for (n, repo) in repos.iter().enumerate() {
         let image = n % images;
         let name = format!("app-{n}");
         let ns = namespace_of(n, namespaces);
         let ns = ns.as_str();
-        let repo = BareRepo::create_in(
-            base.path(),
-            &format!("{name}.git"),
-            &[(
-                "apps/app.yaml",
-                &manifest(&name, &format!("{host}/acme/app-{image}:1")),
-            )],
-        );
+        let url = format!("file://{}", repo.display());
         kube.apply(json!({
             "apiVersion": "tagpin.dev/v1alpha1",
             "kind": "PinnedRepository",
             "metadata": {"name": name, "namespace": ns,
                          "labels": {"tagpin.dev/shard": (n % shards).to_string()}},
             "spec": {
-                "repository": {"url": repo.file_url()},
+                "repository": {"url": url},
                 "paths": ["apps"],
                 "registries": {"insecure": [host]},
                 "verify": {"default_namespace": ns},
@@ -246,8 +449,13 @@ async fn main() {
             &pod_name,
             running_pod_status(&[("app", &pinned, &image_id)]),
         );
-        repos.push(repo);
     }
+    let created = creating.elapsed();
+    println!(
+        "bench_operator: {objects} repositories written in {:.1} s, all objects and workloads in {:.1} s",
+        created_repositories.as_secs_f64(),
+        created.as_secs_f64()
+    );
     let before: usize = kube.request_counts().values().sum();
 
     let dir = tempfile::tempdir().unwrap();
@@ -281,6 +489,7 @@ async fn main() {
             .env("HOME", dir.path())
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "warn")
+            .env("TAGPIN_WEBHOOK_SECRET", WEBHOOK_SECRET)
             .env_remove("DOCKER_CONFIG")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -318,7 +527,7 @@ async fn main() {
     let ports: Vec<u16> = operators.iter().map(|(_, port)| *port).collect();
     let at_ready = all_counters(&ports).await;
     let registry_requests: f64 = at_ready.iter().map(|c| c.registry).sum();
-    let pinned = repos.iter().filter(|r| r.log("main").len() == 2).count();
+    let pinned = repos.iter().filter(|r| commits(r) == 2).count();
     let mirrors: u64 = (0..shards)
         .map(|shard| disk_bytes(&dir.path().join(format!("cache-{shard}"))))
         .sum();
@@ -358,6 +567,16 @@ async fn main() {
     let cpu_at_end: Vec<f64> = pid_names.iter().map(|p| cpu_seconds(p)).collect();
     let bench_cpu_at_end = cpu_seconds("self");
     let load_at_end = load();
+    // How fast a change reaches its object, with the fleet at rest.
+    let reach = webhook_reach(&registry, &kube, &ports, &repos, images).await;
+    let committed = match idle {
+        0 => None,
+        seconds => {
+            let limit = Duration::from_secs(2 * seconds as u64 + 60);
+            Some((commit_reach(&registry, &repos, limit).await, seconds))
+        }
+    };
+    let load_after_reach = load();
     for pid in &pids {
         std::process::Command::new("kill")
             .args(["-TERM", &pid.to_string()])
@@ -435,4 +654,20 @@ async fn main() {
             bench_cpu_at_end - bench_cpu_at_ready
         );
     }
+    print_reach(&reach, objects);
+    match committed {
+        Some((Some(took), seconds)) => println!(
+            "  a commit pushed to one repository (a new image): pinned {:.2} s after the push \
+             (interval {seconds} s: its next pass lists the repository's refs)",
+            took.as_secs_f64()
+        ),
+        Some((None, seconds)) => println!(
+            "  a commit pushed to one repository (a new image): NOT pinned within {} s",
+            2 * seconds + 60
+        ),
+        None => println!(
+            "  a commit pushed to one repository: not measured (BENCH_IDLE_SECONDS=0, the interval is 1h)"
+        ),
+    }
+    println!("  load average after those: {load_after_reach}");
 }

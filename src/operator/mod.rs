@@ -16,6 +16,7 @@ pub mod promotion;
 pub mod reconcile;
 pub mod registries;
 pub mod report;
+pub mod routes;
 pub mod secrets;
 pub mod slots;
 pub mod status;
@@ -48,6 +49,9 @@ pub use secrets::{SECRET_LABEL, SECRET_LABEL_VALUE};
 /// How long a watch request may stay open before the API server ends it (and the watcher
 /// starts another): bounds a watch on a connection that went silent.
 const WATCH_TIMEOUT_SECONDS: u32 = 290;
+
+/// Objects a webhook delivery hands to the controller without waiting for it to take them.
+const DELIVERY_QUEUE: usize = 1024;
 
 /// Everything `tagpin operator` was given.
 pub struct Setup {
@@ -209,11 +213,16 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     let watched_secrets = watcher::Config::default()
         .timeout(WATCH_TIMEOUT_SECONDS)
         .labels(&format!("{SECRET_LABEL}={SECRET_LABEL_VALUE}"));
-    // Webhook deliveries: the answers for the images they name are forgotten, and every
-    // object reconciled (each asks the registry only for what was forgotten); a burst within
-    // the webhook window, by one reconcile at its end.
-    let delivered = forward_deliveries(shared.clone(), ctx.clone(), setup.webhook_window);
     let (store, writer) = reflector::store();
+    // Webhook deliveries: the answers for the images they name are forgotten, and the objects
+    // using them reconciled (see [`routes`]); a burst within the webhook window, by one
+    // reconcile of each at its end.
+    let delivered = forward_deliveries(
+        shared.clone(),
+        ctx.clone(),
+        store.clone(),
+        setup.webhook_window,
+    );
     let reflect = (store.clone(), writer);
     let changed = watched(
         objects,
@@ -236,17 +245,9 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
     let (progress, counted) = (shared.clone(), ctx.clone());
     let work = controller
         .watches(secrets, watched_secrets, move |secret: Secret| {
-            let (namespace, name) = (secret.namespace(), secret.name_any());
-            store
-                .state()
-                .into_iter()
-                .filter(|object| {
-                    object.namespace() == namespace && names_secret(&object.spec.fields, &name)
-                })
-                .map(|object| ObjectRef::from_obj(&*object))
-                .collect::<Vec<_>>()
+            objects_naming(&store, &secret)
         })
-        .reconcile_all_on(delivered)
+        .reconcile_on(delivered)
         // Every due object is handed over at once; `ctx.slots` decides who runs.
         .with_config(ControllerConfig::default().concurrency(0))
         .graceful_shutdown_on(shutdown)
@@ -273,6 +274,23 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         }
     };
     Ok(lifecycle::work_while_leading(bounded, leadership, servers).await?)
+}
+
+/// The objects of `store` that name `secret` (of their own namespace): a change of it
+/// reconciles them.
+fn objects_naming(
+    store: &reflector::Store<PinnedRepository>,
+    secret: &Secret,
+) -> Vec<ObjectRef<PinnedRepository>> {
+    let (namespace, name) = (secret.namespace(), secret.name_any());
+    store
+        .state()
+        .into_iter()
+        .filter(|object| {
+            object.namespace() == namespace && names_secret(&object.spec.fields, &name)
+        })
+        .map(|object| ObjectRef::from_obj(&*object))
+        .collect()
 }
 
 /// The PinnedRepositories and Secrets watched: in `namespace`, or in all namespaces.
@@ -329,6 +347,7 @@ fn watched(
                 let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
                 mirrors.remove(&namespace, &name);
                 lock(&forget.memories).remove(&format!("{namespace}/{name}"));
+                forget.routes.remove(&format!("{namespace}/{name}"));
                 forget.board.remove(&format!("{namespace}/{name}"));
                 // Its ledger went with its directory: an object made again with the same name
                 // starts with none.
@@ -390,18 +409,23 @@ fn context(
                 allow_http: setup.notify_allow_http.clone(),
             },
         ),
+        routes: Default::default(),
     })
 }
 
-/// Webhook deliveries: the answers for the images they name are forgotten, and every object
-/// reconciled (each asks the registry only for what was forgotten); a burst within the
-/// webhook window, by one reconcile at its end. The receiver wakes the controller.
+/// Webhook deliveries: the answers for the images they name are forgotten, and the objects
+/// of `store` they concern (those whose last pass asked about one of them, and those not known
+/// yet: [`routes::Routes::concerned`]) handed to the controller to reconcile now; a burst
+/// within the webhook window, by one reconcile of each at its end. Each asks the registry only
+/// for what was forgotten.
 fn forward_deliveries(
     shared: Arc<crate::server::Shared>,
     ctx: Arc<Context>,
+    store: reflector::Store<PinnedRepository>,
     webhook_window: Duration,
-) -> futures::channel::mpsc::Receiver<()> {
-    let (mut deliveries, delivered) = futures::channel::mpsc::channel::<()>(1);
+) -> futures::channel::mpsc::Receiver<ObjectRef<PinnedRepository>> {
+    use futures::SinkExt;
+    let (mut deliveries, delivered) = futures::channel::mpsc::channel(DELIVERY_QUEUE);
     let mut window = server::WebhookWindow::new(webhook_window);
     tokio::spawn(async move {
         loop {
@@ -411,11 +435,43 @@ fn forward_deliveries(
                 .into_iter()
                 .collect();
             ctx.registries.forget(&names);
-            // Full: a reconcile of all is already due, which serves these names too.
-            let _ = deliveries.try_send(());
+            let objects = store.state();
+            let keys: Vec<String> = objects.iter().map(|o| object_key(o)).collect();
+            let concerned: std::collections::HashSet<&str> = ctx
+                .routes
+                .concerned(&names, keys.iter().map(String::as_str))
+                .into_iter()
+                .collect();
+            ctx.routes.delivered(concerned.iter().copied());
+            tracing::debug!(
+                "webhook names {}: {} of {} objects concerned",
+                names.join(", "),
+                concerned.len(),
+                objects.len()
+            );
+            for (object, key) in objects.iter().zip(&keys) {
+                if concerned.contains(key.as_str())
+                    && deliveries
+                        .send(ObjectRef::from_obj(&**object))
+                        .await
+                        .is_err()
+                {
+                    // The controller stopped.
+                    return;
+                }
+            }
         }
     });
     delivered
+}
+
+/// `namespace/name`: how the operator keys an object's memories and routes.
+fn object_key(object: &PinnedRepository) -> String {
+    format!(
+        "{}/{}",
+        object.namespace().unwrap_or_default(),
+        object.name_any()
+    )
 }
 
 /// The start line: where it listens, how often, which objects, as whom.

@@ -90,6 +90,8 @@ pub struct Context {
     pub board: crate::ui::Board,
     /// Where each object's events are told (`notifications:`, its URLs from its Secret).
     pub notifications: Arc<crate::notify::Notifications>,
+    /// The image repositories each object's last pass asked about, for webhook deliveries.
+    pub routes: super::routes::Routes,
 }
 
 impl Context {
@@ -181,8 +183,10 @@ pub async fn reconcile(
     // not `Send`, and the `Controller` runs reconciles as tasks. It runs on a blocking thread
     // of its own instead, driven by the same runtime (whose workers run what it spawns).
     let handle = tokio::runtime::Handle::current();
-    // A slot, fairly between namespaces; held until the status is written.
-    let _slot = ctx.slots.acquire(&namespace).await;
+    // A slot, fairly between namespaces, a webhook's first; held until the status is written.
+    let _slot = (ctx.slots)
+        .acquire(&namespace, ctx.routes.take_delivered(&name))
+        .await;
     let pass = {
         let (object, ctx, namespace, name) =
             (object.clone(), ctx.clone(), namespace.clone(), name.clone());
@@ -588,13 +592,14 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
     let memory = lock(&ctx.memories).remove(&key).unwrap_or_default();
     let mut state = RepoState::remembering(memory);
     let repository = (key.as_str(), config);
-    let report = cycle
-        .run(&mut state, &mut |step, report| {
+    let (report, asked) =
+        crate::sync::shared::noting_asked(cycle.run(&mut state, &mut |step, report| {
             let tip = (step == Step::Synced).then(|| cycle.branch_tip().map(|t| t.sha));
             crate::ui::record_step(&ctx.board, repository, step, report, tip.flatten());
             true
-        })
+        }))
         .await;
+    ctx.routes.record(&key, asked, report.synced().is_some());
     lock(&ctx.memories).insert(key.clone(), state.into_memory());
     let about = crate::cycle::events::About {
         repository: &key,

@@ -13,6 +13,10 @@
 //!   earliest arrival breaking ties, so a namespace with a hundred objects due cannot starve
 //!   one with a single object.
 //!
+//! - a reconcile a registry webhook asked for (`urgent`) goes before every scheduled one
+//!   waiting, by the same rule among the urgent ones: at 10,000 objects, the ten a push
+//!   concerns must not wait behind the interval's passes of their namespace.
+//!
 //! The rule is [`may_start`] and [`next_waiter`], pure; [`Slots`] only keeps the counts.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -56,6 +60,8 @@ pub struct Slots {
 struct State {
     running: usize,
     by_namespace: BTreeMap<String, usize>,
+    /// Reconciles a webhook asked for, served before [`State::waiting`].
+    urgent: VecDeque<(String, oneshot::Sender<Slot>)>,
     waiting: VecDeque<(String, oneshot::Sender<Slot>)>,
 }
 
@@ -101,8 +107,9 @@ impl Slots {
         }
     }
 
-    /// Waits for a slot for a reconcile of an object of `namespace`.
-    pub async fn acquire(&self, namespace: &str) -> Slot {
+    /// Waits for a slot for a reconcile of an object of `namespace`; an `urgent` one (a
+    /// webhook's) goes before every scheduled one waiting.
+    pub async fn acquire(&self, namespace: &str, urgent: bool) -> Slot {
         let receiver = {
             let mut state = lock(&self.inner);
             // No waiter could start now (each release starts every one that may), so nobody
@@ -112,7 +119,11 @@ impl Slots {
                 return self.slot(namespace);
             }
             let (sender, receiver) = oneshot::channel();
-            state.waiting.push_back((namespace.to_string(), sender));
+            let queue = match urgent {
+                true => &mut state.urgent,
+                false => &mut state.waiting,
+            };
+            queue.push_back((namespace.to_string(), sender));
             receiver
         };
         match receiver.await {
@@ -147,16 +158,20 @@ impl Slots {
             let mut state = lock(&self.inner);
             state.give_back(namespace);
             loop {
-                let next = next_waiter(
-                    state.waiting.iter().map(|(ns, _)| ns.as_str()),
-                    |ns| state.running_in(ns),
-                    state.running,
-                    self.concurrent,
-                );
-                let Some(i) = next else { break };
-                let Some((ns, sender)) = state.waiting.remove(i) else {
-                    break;
+                let next = |queue: &VecDeque<(String, oneshot::Sender<Slot>)>| {
+                    next_waiter(
+                        queue.iter().map(|(ns, _)| ns.as_str()),
+                        |ns| state.running_in(ns),
+                        state.running,
+                        self.concurrent,
+                    )
                 };
+                let taken = match (next(&state.urgent), next(&state.waiting)) {
+                    (Some(i), _) => state.urgent.remove(i),
+                    (None, Some(i)) => state.waiting.remove(i),
+                    (None, None) => None,
+                };
+                let Some((ns, sender)) = taken else { break };
                 state.take(&ns);
                 handed.push((sender, self.slot(&ns)));
             }
@@ -210,23 +225,23 @@ mod tests {
         let slots = Slots::new(4);
         let mut held = Vec::new();
         for _ in 0..4 {
-            held.push(slots.acquire("team-b").await);
+            held.push(slots.acquire("team-b", false).await);
         }
         // A fifth of team-b's waits; team-a's first starts at once.
         let waiting = tokio::spawn({
             let slots = slots.clone();
-            async move { slots.acquire("team-b").await }
+            async move { slots.acquire("team-b", false).await }
         });
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished());
-        let team_a = tokio::time::timeout(Duration::from_millis(1), slots.acquire("team-a"))
+        let team_a = tokio::time::timeout(Duration::from_millis(1), slots.acquire("team-a", false))
             .await
             .expect("team-a starts at once");
         assert_eq!(slots.running("team-a"), (5, 1));
         // A second of team-a's waits: team-a is no longer idle and every slot is taken.
         let second_a = tokio::spawn({
             let slots = slots.clone();
-            async move { slots.acquire("team-a").await }
+            async move { slots.acquire("team-a", false).await }
         });
         tokio::task::yield_now().await;
         assert!(!second_a.is_finished());
@@ -247,13 +262,36 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_webhooks_reconcile_goes_before_the_scheduled_ones_waiting() {
+        let slots = Slots::new(1);
+        let running = slots.acquire("fleet-0", false).await;
+        let waiter = |namespace: &'static str, urgent: bool| {
+            let slots = slots.clone();
+            tokio::spawn(async move { slots.acquire(namespace, urgent).await })
+        };
+        let scheduled = waiter("fleet-0", false);
+        tokio::task::yield_now().await;
+        let urgent = waiter("fleet-0", true);
+        tokio::task::yield_now().await;
+        drop(running);
+        let urgent = urgent.await.unwrap();
+        assert!(
+            !scheduled.is_finished(),
+            "the scheduled one came first, and waits"
+        );
+        drop(urgent);
+        drop(scheduled.await.unwrap());
+        assert_eq!(slots.running("fleet-0"), (0, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_cancelled_wait_gives_its_slot_back() {
         let slots = Slots::new(1);
-        let first = slots.acquire("a").await;
-        let second = slots.acquire("b").await; // idle namespace: beyond the limit
+        let first = slots.acquire("a", false).await;
+        let second = slots.acquire("b", false).await; // idle namespace: beyond the limit
         let cancelled = tokio::spawn({
             let slots = slots.clone();
-            async move { slots.acquire("a").await }
+            async move { slots.acquire("a", false).await }
         });
         tokio::task::yield_now().await;
         cancelled.abort();
@@ -261,7 +299,7 @@ mod tests {
         drop(first);
         drop(second);
         assert_eq!(slots.running("a"), (0, 0));
-        let again = tokio::time::timeout(Duration::from_millis(1), slots.acquire("a")).await;
+        let again = tokio::time::timeout(Duration::from_millis(1), slots.acquire("a", false)).await;
         assert!(again.is_ok());
     }
 }

@@ -11,7 +11,8 @@
 //! credentials (the operator keeps one beside each client): what a client with credentials
 //! was told is never an answer for a pass without them.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,6 +28,29 @@ use crate::registry::{Client, RegistryError, ResolveKey, ResolveResult};
 
 /// What a registry answered for one repository's tag list.
 pub type TagList = Result<Vec<String>, RegistryError>;
+
+tokio::task_local! {
+    /// The repositories the pass running in this task asked about (see [`noting_asked`]).
+    static ASKED: RefCell<BTreeSet<String>>;
+}
+
+/// Runs `pass`, and returns with its output the repositories (`domain/repository`, as a
+/// registry webhook names them) it asked shared answers about: resolved or listed, answered
+/// from memory or by the registry. The operator routes a webhook naming one of them to this
+/// pass's object.
+pub async fn noting_asked<F: Future>(pass: F) -> (F::Output, BTreeSet<String>) {
+    ASKED
+        .scope(RefCell::new(BTreeSet::new()), async move {
+            let output = pass.await;
+            (output, ASKED.with(RefCell::take))
+        })
+        .await
+}
+
+/// Notes `domain/repository` as asked by the pass of this task, if one is noting.
+fn note_asked(domain: &str, repository: &str) {
+    let _ = ASKED.try_with(|asked| asked.borrow_mut().insert(format!("{domain}/{repository}")));
+}
 
 /// One interval's answers, by reference and by repository.
 pub struct SharedAnswers {
@@ -118,6 +142,7 @@ impl SharedAnswers {
                 .iter()
                 .filter_map(|r| {
                     let key = ResolveKey::of(r);
+                    note_asked(&key.domain, &key.repository);
                     if !seen.insert(key.clone()) {
                         return None;
                     }
@@ -166,6 +191,9 @@ impl SharedAnswers {
         let cells: Vec<Arc<OnceCell<TagList>>> = {
             let mut state = lock(&self.state);
             state.roll(self.interval);
+            for (key, _) in wanted {
+                note_asked(&key.domain, &key.repository);
+            }
             wanted.iter().map(|(key, _)| state.tags.cell(key)).collect()
         };
         let list = &list;
@@ -210,6 +238,26 @@ mod tests {
 
     fn tags() -> TagList {
         Ok(vec!["1.4.0".to_string(), "1.4.1".to_string()])
+    }
+
+    #[tokio::test]
+    async fn a_pass_notes_the_repositories_it_asked_about_answered_or_not() {
+        let shared = SharedAnswers::new(Duration::from_secs(3600));
+        let asked = AtomicUsize::new(0);
+        let (key, reference) = web();
+        let wanted = [(key, &reference)];
+        shared.tag_lists(&wanted, |_| listed(&asked, tags())).await;
+        // The second pass is answered from memory: it uses the repository all the same.
+        let (lists, noted) =
+            noting_asked(shared.tag_lists(&wanted, |_| listed(&asked, tags()))).await;
+        assert_eq!(lists.len(), 1);
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            noted,
+            BTreeSet::from(["registry.example/acme/web".to_string()])
+        );
+        // Outside a noting pass, nothing is noted, and nothing fails.
+        shared.tag_lists(&wanted, |_| listed(&asked, tags())).await;
     }
 
     #[tokio::test]

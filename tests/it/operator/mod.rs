@@ -11,6 +11,7 @@ mod gitea;
 mod hostile;
 pub(crate) mod promote;
 mod provenance;
+mod routing;
 mod shared;
 mod signatures;
 mod tenancy;
