@@ -552,7 +552,13 @@ async fn main() {
             let delta = |f: fn(&Counters) -> f64| -> f64 {
                 later.iter().map(f).sum::<f64>() - before.iter().map(f).sum::<f64>()
             };
+            let by_kind: Vec<((String, String), usize)> = after
+                .iter()
+                .map(|(k, n)| (k.clone(), n - counts.get(k).copied().unwrap_or(0)))
+                .filter(|(_, n)| *n > 0)
+                .collect();
             Some((
+                by_kind,
                 after.values().sum::<usize>() - all,
                 writes(&after) - written,
                 seconds,
@@ -641,7 +647,7 @@ async fn main() {
         mirrors as f64 / (1024.0 * 1024.0),
         mirrors as f64 / 1024.0 / objects as f64
     );
-    if let Some((requests, writes, seconds, c)) = at_rest {
+    if let Some((by_kind, requests, writes, seconds, c)) = at_rest {
         println!(
             "  at rest, one interval ({seconds} s) after all Ready: {requests} API requests \
              ({:.2} per object), {writes} writes, {} registry requests, {} Git fetches, \
@@ -653,6 +659,9 @@ async fn main() {
             cpu_at_end.iter().sum::<f64>() - cpu_at_ready.iter().sum::<f64>(),
             bench_cpu_at_end - bench_cpu_at_ready
         );
+        for ((verb, resource), n) in &by_kind {
+            println!("    {verb:>6} {resource}: {n}");
+        }
     }
     print_reach(&reach, objects);
     match committed {

@@ -49,7 +49,8 @@ impl Cluster {
             + 'static,
     {
         let api = Api::<K>::namespaced(self.client.clone(), namespace);
-        let (items, version) = self.shared(&api).await?;
+        let watch = Api::<K>::namespaced(self.watch_client.clone(), namespace);
+        let (items, version) = self.shared(&api, watch).await?;
         if let Some(version) = version {
             self.remember(namespace, ApiResource::erase::<K>(&()), version);
         }
@@ -66,11 +67,15 @@ impl Cluster {
         resource: &ApiResource,
         follow: Follow,
     ) -> Result<Vec<DynamicObject>, kube::Error> {
-        let api: Api<DynamicObject> = match namespace {
-            Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, resource),
-            None => Api::all_with(self.client.clone(), resource),
+        let api = |client: &kube::Client| -> Api<DynamicObject> {
+            match namespace {
+                Some(namespace) => Api::namespaced_with(client.clone(), namespace, resource),
+                None => Api::all_with(client.clone(), resource),
+            }
         };
-        let (items, version) = self.shared(&api).await?;
+        let (items, version) = self
+            .shared(&api(&self.client), api(&self.watch_client))
+            .await?;
         if let (Some(namespace), Some(version), Follow::Changes) = (namespace, version, follow) {
             self.remember(namespace, resource.clone(), version);
         }
@@ -81,8 +86,11 @@ impl Cluster {
     /// are: with a thousand objects verified in one namespace, each reconcile would otherwise
     /// copy, convert and search the whole namespace again, and the fleet's cost would grow
     /// with objects × namespace size. Made once per list age by the reconciles of this
-    /// identity; made afresh each time when this cluster does not share its lists. `key` names
-    /// the view (its lists and namespace); the type of the view is part of it too.
+    /// identity, and kept while the lists it was made of are current ([`SharedLists`]); made
+    /// afresh each time when this cluster does not share its lists. `key` names the view (its
+    /// lists and namespace); the type of the view is part of it too.
+    ///
+    /// [`SharedLists`]: super::SharedLists
     pub async fn shared_view<T, F, Fut>(&self, key: &str, derive: F) -> Result<Arc<T>, kube::Error>
     where
         T: Send + Sync + 'static,
@@ -94,15 +102,20 @@ impl Cluster {
             Some(lists) => {
                 let key = format!("view {key}");
                 lists
-                    .get_or_read(&key, || async { derive().await.map(Arc::new) })
+                    .get_or_derive(&key, || async { derive().await.map(Arc::new) })
                     .await
             }
         }
     }
 
     /// Every item of the list `api` reads, and its resourceVersion, shared when this cluster
-    /// shares its lists.
-    async fn shared<K>(&self, api: &Api<K>) -> Result<(Vec<K>, Option<String>), kube::Error>
+    /// shares its lists: kept current by a watch through `watch` (the same list on the watch
+    /// client) from the list's resourceVersion.
+    async fn shared<K>(
+        &self,
+        api: &Api<K>,
+        watch: Api<K>,
+    ) -> Result<(Vec<K>, Option<String>), kube::Error>
     where
         K: kube::Resource
             + Clone
@@ -115,13 +128,28 @@ impl Cluster {
         match &self.shared_lists {
             None => list_pages(api).await,
             Some(lists) => {
-                lists
-                    .get_or_read(api.resource_url(), || list_pages(api))
-                    .await
+                let read = || async {
+                    match list_pages(api).await {
+                        Ok((items, version)) => Ok((Ok((items, version.clone())), version)),
+                        // Not served (a GitOps tool not installed) or refused: an answer as
+                        // well, shared for the age (there is nothing to watch), so that every
+                        // reconcile at rest does not ask again.
+                        Err(kube::Error::Api(status)) if matches!(status.code, 403 | 404) => {
+                            Ok((Err(status), None))
+                        }
+                        Err(e) => Err(e),
+                    }
+                };
+                let follow = |version, opened| super::watch::follow(watch, version, opened);
+                let answer: Listed<K> = lists.get_or_read(api.resource_url(), read, follow).await?;
+                answer.map_err(kube::Error::Api)
             }
         }
     }
 }
+
+/// A list's items and resourceVersion, or the server's refusal (403) or "not served" (404).
+type Listed<K> = Result<(Vec<K>, Option<String>), Box<kube::core::Status>>;
 
 /// Every item of a list, following `continue` tokens, and the list's resourceVersion (of the
 /// first page: the snapshot all pages belong to).

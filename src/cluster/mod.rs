@@ -30,7 +30,7 @@
 //! ([`Cluster::connect_to`]; a stage's cluster, or the default one for `verify`) and keep the
 //! [`Cluster`]: its clients pool connections, and a clone is another handle on the same
 //! server. A long-running driver that checks many objects calls [`Cluster::sharing_lists`]
-//! once, so that their reads within a second share one list; a tenant's reads go through
+//! once, so that their reads share one list, kept current by a watch; a tenant's reads go through
 //! [`Cluster::impersonating`] that cluster, made once per ServiceAccount and kept (the
 //! operator keeps a bounded number). A connection that fails is a [`ClusterError`] naming
 //! the target: the driver decides whether it can go on without that cluster.

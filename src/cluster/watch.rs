@@ -5,6 +5,9 @@
 //! [`Cluster::wait_for_change`] watches every such list from there, so only real changes wake
 //! it. Watches are bounded: each asks the server to end it within the wait, and the wait ends
 //! them all itself.
+//!
+//! Shared lists (the operator's) are kept current the same way: [`follow`] watches one list
+//! from its resourceVersion until anything in it changes ([`super::SharedLists`]).
 
 use std::time::Duration;
 
@@ -12,6 +15,7 @@ use futures::StreamExt;
 use kube::api::{Api, DynamicObject, WatchEvent, WatchParams};
 
 use super::handle::Cluster;
+use super::shared_lists::{Opened, WatchEnd};
 use crate::mutex::lock;
 
 impl Cluster {
@@ -72,4 +76,77 @@ async fn changes(api: Api<DynamicObject>, namespace: &str, version: &str, second
         }
     }
     false
+}
+
+/// How long the server keeps one round of a shared list's watch open (`timeoutSeconds`); the
+/// next round starts where the last stood.
+const ROUND_SECONDS: u32 = 60;
+
+/// How long past its `timeoutSeconds` a round may stay open before the watch is taken for
+/// lost (a connection that died without closing): the list then stops being current.
+const ROUND_GRACE: Duration = Duration::from_secs(15);
+
+/// Watches the list `api` reads from `version` (its resourceVersion) until something in it is
+/// added, changed or deleted, or the watch stops telling: what keeps a shared list current
+/// ([`super::SharedLists`]). Rounds of [`ROUND_SECONDS`] follow each other from the last
+/// bookmark's version; a version expired (410), a failure, or a round that outlives its
+/// timeout by [`ROUND_GRACE`] ends it as a change, so the list is read again. A first round
+/// the server will not open (403, 404, 405) is [`WatchEnd::Refused`]: the list is kept by age.
+pub(super) async fn follow<K>(api: Api<K>, mut version: String, opened: Opened) -> WatchEnd
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let limit = Duration::from_secs(u64::from(ROUND_SECONDS)) + ROUND_GRACE;
+    let mut first = true;
+    loop {
+        match tokio::time::timeout(limit, round(&api, &mut version, &opened, first)).await {
+            Ok(None) => first = false,
+            Ok(Some(end)) => return end,
+            Err(_) => {
+                tracing::debug!("watch of {} went quiet past its round", api.resource_url());
+                return WatchEnd::Changed;
+            }
+        }
+    }
+}
+
+/// One round of [`follow`]: `None` when the server closed it with nothing changed (`version`
+/// then stands at its last bookmark).
+async fn round<K>(
+    api: &Api<K>,
+    version: &mut String,
+    opened: &Opened,
+    first: bool,
+) -> Option<WatchEnd>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = WatchParams::default().timeout(ROUND_SECONDS);
+    let stream = match api.watch(&params, version).await {
+        Ok(stream) => stream,
+        Err(kube::Error::Api(status)) if first && (403..=405).contains(&status.code) => {
+            tracing::debug!("no watch of {}: {}", api.resource_url(), status.message);
+            return Some(WatchEnd::Refused);
+        }
+        Err(e) => {
+            tracing::debug!("watch of {} failed: {e}", api.resource_url());
+            return Some(WatchEnd::Changed);
+        }
+    };
+    opened.opened();
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(WatchEvent::Bookmark(bookmark)) => {
+                *version = bookmark.metadata.resource_version;
+            }
+            // Added, modified, deleted; or an error event (the version expired).
+            Ok(_) => return Some(WatchEnd::Changed),
+            Err(e) => {
+                tracing::debug!("watch of {} ended: {e}", api.resource_url());
+                return Some(WatchEnd::Changed);
+            }
+        }
+    }
+    None
 }

@@ -3,6 +3,7 @@
 //! repositories, a real registry, Secrets rotated, shards split by label, and the real
 //! `kubectl wait`.
 
+mod at_rest;
 mod azure_devops;
 mod bitbucket;
 mod bitbucket_server;
