@@ -648,12 +648,24 @@ impl Command {
 /// Runs the command, then prints its report (or its error) and decides the exit code: the one
 /// place that does.
 pub async fn run(cli: Cli) -> Exit {
+    run_keeping_report(cli).await.0
+}
+
+/// [`run`], handing the report back once printed, so that the binary can exit without
+/// freeing it: a `plan` of 2,000 manifests spent 3.8 million instructions (about 1%) freeing
+/// its diffs and references on the way out.
+pub async fn run_keeping_report(cli: Cli) -> (Exit, impl Sized) {
     let format = cli.output;
-    let printed = match execute(cli).await {
-        Ok(report) => output::render(&report, format),
-        Err(e) => output::render_error(&e, format),
-    };
-    output::print(printed)
+    match execute(cli).await {
+        Ok(report) => {
+            let exit = output::print(output::render(&report, format));
+            (exit, Some(report))
+        }
+        Err(e) => (
+            output::print(output::render_error(&e, format)),
+            None::<Report>,
+        ),
+    }
 }
 
 async fn execute(cli: Cli) -> Result<Report, CliError> {

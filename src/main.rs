@@ -26,7 +26,10 @@ fn main() -> ExitCode {
             return ExitCode::from(tagpin::cli::Exit::Fatal as u8);
         }
     };
-    let exit = runtime.block_on(tagpin::cli::run(cli));
+    let (exit, report) = runtime.block_on(tagpin::cli::run_keeping_report(cli));
+    // Printed already; the process is about to end and the system takes its memory back, so
+    // the report (for `plan`, every file's text, rewrite and diff) is not freed piece by piece.
+    std::mem::forget(report);
     // Work still on blocking threads was abandoned (a reconcile past the grace period after
     // SIGTERM): the process exits without waiting for it.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));

@@ -83,6 +83,7 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
     // How many images the scan handed over, once it is done (`usize::MAX` until then).
     let images = std::sync::Arc::new(AtomicUsize::new(usize::MAX));
     let images_found = images.clone();
+    let (done, planned) = tokio::sync::oneshot::channel();
     let scanning_and_planning = tokio::task::spawn_blocking(move || {
         // `plan` and `pin` read no configuration, so every tag stays as written.
         let follow = Follow::default();
@@ -130,13 +131,15 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
         // Every file read counts, with images or without.
         plan.summary.files_scanned = scanned.files_read;
         let kinds = scanned.kinds();
-        Pass {
+        // The pass goes out first, and the scanned files (every file's text and tree) are
+        // freed here after it, beside the printing of the report instead of before it.
+        let _ = done.send(Pass {
             plan,
             file_errors: scanned.errors,
             skipped: scanned.skipped,
             kinds,
             without_images: scanned.without_images,
-        }
+        });
     });
     let mut batch = Vec::with_capacity(ANSWER_BATCH);
     let mut answered_so_far = 0;
@@ -160,11 +163,14 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
     let _ = answered.send(batch);
     drop(answered);
     tracing::debug!(phase = "resolved", elapsed = ?started.elapsed());
-    let pass = match scanning_and_planning.await {
-        Ok(done) => done,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        // Cancelled: only when the runtime shuts down, and then nothing reads the pass.
-        Err(_) => Pass::default(),
+    let pass = match planned.await {
+        Ok(pass) => pass,
+        // The thread ended without a pass: it panicked, or was cancelled (only when the
+        // runtime shuts down, and then nothing reads the pass).
+        Err(_) => match scanning_and_planning.await {
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            _ => Pass::default(),
+        },
     };
     tracing::debug!(phase = "planned", elapsed = ?started.elapsed());
     pass

@@ -176,7 +176,7 @@ fn walk_directory(root: &Path, filter: &FileFilter, result: &mut Walk) {
     let entries = WalkDir::new(root)
         .follow_links(false)
         .follow_root_links(false)
-        .sort_by_file_name()
+        .sort_by(|a, b| name_of(a).cmp(name_of(b)))
         .into_iter()
         .filter_entry(|entry| {
             entry.depth() == 0
@@ -217,6 +217,26 @@ fn walk_directory(root: &Path, filter: &FileFilter, result: &mut Walk) {
             }
         }
     }
+}
+
+/// The entry's file name as bytes, for sorting a directory's entries the way
+/// `WalkDir::sort_by_file_name` does. Sorted that way, each comparison parsed both paths'
+/// components from the end (`Path::file_name`): 6.6 million instructions for the 2,000
+/// manifests of `bench_plan`, a third of listing them. A directory's entries are its path, a
+/// `/` and a name without one, so the bytes after the last `/` are the name.
+#[cfg(unix)]
+fn name_of(entry: &DirEntry) -> &[u8] {
+    use std::os::unix::ffi::OsStrExt;
+    let path = entry.path().as_os_str().as_bytes();
+    match memchr::memrchr(b'/', path) {
+        Some(slash) => &path[slash + 1..],
+        None => path,
+    }
+}
+
+#[cfg(not(unix))]
+fn name_of(entry: &DirEntry) -> &std::ffi::OsStr {
+    entry.file_name()
 }
 
 fn is_hidden(entry: &DirEntry) -> bool {
