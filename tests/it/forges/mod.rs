@@ -2026,9 +2026,9 @@ async fn a_merged_pin_the_cluster_rejects_gets_one_revert_change_request(kind: K
         };
         crate::run::metric_sum(&page, "tagpin_passes_total{")
     };
-    let before = passes().await;
+    let passed = passes().await;
     support::eventually_async("three more passes", || async {
-        passes().await >= before + 3.0
+        passes().await >= passed + 3.0
     })
     .await;
     let output = support::terminate(child, "tagpin run").await;
