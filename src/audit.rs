@@ -33,6 +33,9 @@ pub struct AuditReport {
     /// not in Git.
     pub failures: Vec<String>,
     pub skipped: Vec<Skipped>,
+    /// Whether a tag was resolved to group what its pods run: the audit then depends on the
+    /// registry's answer of the moment, not only on the commit and the cluster.
+    pub resolved_tags: bool,
 }
 
 impl AuditReport {
@@ -123,12 +126,14 @@ pub async fn at(
     }
     let inventory = read::namespaces(cluster, &findings::lists(&git, &namespaces)).await?;
     let mut found = Vec::new();
+    let mut resolved_tags = false;
     for ask in findings::asks(&git, &inventory, &namespaces, manages) {
         match ask {
             Ask::Digest { image, digest } => {
                 found.push(families.of_digest(&image, &digest, registry).await);
             }
             Ask::Tag { image } => {
+                resolved_tags = true;
                 let resolved = match Reference::parse(&image) {
                     Ok(reference) => registry
                         .resolve(&reference)
@@ -157,5 +162,6 @@ pub async fn at(
         audit,
         failures: read.failures,
         skipped: read.skipped,
+        resolved_tags,
     })
 }

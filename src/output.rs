@@ -993,6 +993,7 @@ mod tests {
             },
             failures: Vec::new(),
             skipped: Vec::new(),
+            resolved_tags: false,
         })
     }
 

@@ -101,6 +101,18 @@ impl Cluster {
         self.shared_lists = Some(Arc::new(SharedLists::new(max_age)));
         self
     }
+
+    /// Where the shared lists stand, taken before a read ([`SharedLists::stamp`]); `None`
+    /// when lists are not shared (each read lists afresh).
+    pub fn lists_stamp(&self) -> Option<super::shared_lists::Stamp> {
+        self.shared_lists.as_ref().map(|lists| lists.stamp())
+    }
+
+    /// Where the shared lists stand if every one is kept current by a watch
+    /// ([`SharedLists::stamp_if_watched`]).
+    pub fn lists_stamp_if_watched(&self) -> Option<super::shared_lists::Stamp> {
+        self.shared_lists.as_ref()?.stamp_if_watched()
+    }
 }
 
 /// Where each list read through one handle stands, by namespace and resource

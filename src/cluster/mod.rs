@@ -50,4 +50,4 @@ pub use error::{impersonation_refused, ClusterError, Refused};
 pub use handle::{Cluster, Server, ServiceAccount};
 pub use kubeconfig::{self_contained, UnsafeKubeconfig};
 pub use list::{retrying, Follow};
-pub use shared_lists::{SharedLists, OPERATOR_LIST_AGE};
+pub use shared_lists::{SharedLists, Stamp, OPERATOR_LIST_AGE};

@@ -23,6 +23,10 @@
 //! ended, an unwatched list aging out, a list unread for [`IDLE`] dropped) moves a
 //! generation count, and a view remembers the count it was made at.
 //!
+//! The same count stamps results made of lists ([`SharedLists::stamp`]): a result made after
+//! a stamp is still what the lists say while [`SharedLists::stamp_if_watched`] gives the same
+//! stamp back (every list watched, none changed). The operator's audits are kept that way.
+//!
 //! A list is only ever shared within one identity: each [`super::Cluster`] (the
 //! operator's own, or one impersonating a tenant's ServiceAccount) has its own. Failures are
 //! never kept: the next reconcile asks again. A list not read for [`IDLE`] is dropped, its
@@ -104,14 +108,49 @@ pub struct SharedLists {
     generation: AtomicU64,
     /// URLs whose watch was refused, and when.
     refused: Mutex<HashMap<String, Instant>>,
+    /// Tells these lists from any other identity's in a [`Stamp`].
+    id: u64,
 }
+
+/// Where an identity's lists stood: two equal stamps, the later taken with every list watched
+/// ([`SharedLists::stamp_if_watched`]), say that nothing any list holds changed in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    lists: u64,
+    generation: u64,
+}
+
+/// The next [`SharedLists`]' id.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 impl SharedLists {
     pub fn new(max_age: Duration) -> SharedLists {
         SharedLists {
             max_age,
+            id: NEXT_ID.fetch_add(1, Ordering::SeqCst),
             ..SharedLists::default()
         }
+    }
+
+    /// Where the lists stand now, to be taken before reading what a result is made of.
+    pub fn stamp(&self) -> Stamp {
+        Stamp {
+            lists: self.id,
+            generation: self.generation.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Where the lists stand now if every list held is read and kept current by an open
+    /// watch; `None` otherwise (one is current by age only, or being read): a change to it
+    /// would move nothing yet, so no result may be taken as unchanged. A result made after an
+    /// equal [`SharedLists::stamp`] was made of lists that have not changed since.
+    pub fn stamp_if_watched(&self) -> Option<Stamp> {
+        let slots = lock(&self.slots);
+        let watched = slots
+            .values()
+            .filter(|e| self.is_list(e))
+            .all(|e| e.answer.get().is_some() && e.watched.load(Ordering::SeqCst));
+        watched.then(|| self.stamp())
     }
 
     /// How long an answer is reused without a watch.
@@ -379,6 +418,37 @@ mod tests {
         let reads = AtomicUsize::new(0);
         assert_eq!(read(&lists, "/a", &reads).await.unwrap(), vec![1, 2, 3]);
         assert_eq!(reads.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stamp_stands_while_every_list_is_watched_and_unchanged() {
+        let lists = Arc::new(SharedLists::new(Duration::from_secs(1)));
+        let reads = AtomicUsize::new(0);
+        let change = Arc::new(Notify::new());
+        let before = lists.stamp();
+        read_as(&lists, "/a", &reads, until(change.clone()))
+            .await
+            .unwrap();
+        tokio::task::yield_now().await;
+        assert_eq!(lists.stamp_if_watched(), Some(before), "nothing changed");
+        // Another identity's lists never stamp the same.
+        assert_ne!(SharedLists::new(Duration::from_secs(1)).stamp(), before);
+        // A list kept by age only: nothing may be taken as unchanged.
+        read(&lists, "/b", &reads).await.unwrap();
+        tokio::task::yield_now().await;
+        assert_eq!(lists.stamp_if_watched(), None, "/b is not watched");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        read_as(&lists, "/a", &reads, until(change.clone()))
+            .await
+            .unwrap();
+        assert_eq!(lists.len(), 1, "/b aged out");
+        let watched = lists.stamp_if_watched().expect("only /a, watched");
+        assert_ne!(watched, before, "/b went: the stamp moved");
+        // A change seen by /a's watch moves it too.
+        change.notify_one();
+        tokio::task::yield_now().await;
+        assert_eq!(lists.stamp_if_watched(), None);
+        assert_ne!(lists.stamp(), watched);
     }
 
     #[tokio::test(start_paused = true)]

@@ -26,7 +26,7 @@ use crate::verify::judge::grace;
 use crate::verify::judge::verdict::State;
 use crate::verify::{self, Families, VerifyError};
 
-pub use rule::{Item, Memory, Tip};
+pub use rule::{Item, MadeAudit, Memory, Tip};
 
 /// What one verification round works with.
 pub struct Round<'a> {
@@ -147,7 +147,8 @@ impl<'a> Round<'a> {
 
     /// `tagpin audit` of the branch's tip on the cluster sync's pins are verified on, when it
     /// is due (the tip moved, or one interval passed since the last audit; `memory` keeps
-    /// when): `None` when not due or nothing to audit on.
+    /// when): `None` when not due, nothing to audit on, or nothing the last audit was made of
+    /// has changed (the last stands).
     pub async fn audit(
         &self,
         memory: &Mutex<Memory>,
@@ -162,11 +163,26 @@ impl<'a> Round<'a> {
         if !lock(memory).audit_due(&tip.sha, now, self.grace) {
             return None;
         }
+        // The same tip, configuration and lists (each kept current by a watch, none changed
+        // since) as the last audit: a new one would find the same, and the last stands.
+        let lists = cluster.lists_stamp_if_watched();
+        if lock(memory).audit_unchanged(&tip.sha, self.config, lists) {
+            lock(memory).audited(&tip.sha, now);
+            return None;
+        }
+        let lists = cluster.lists_stamp();
         let clients = (cluster, self.registry);
         let audited =
             crate::audit::at(oid, self.config, self.mirror, clients, families, None).await;
-        if audited.is_ok() {
-            lock(memory).audited(&tip.sha, now);
+        if let Ok(report) = &audited {
+            let mut memory = lock(memory);
+            memory.audited(&tip.sha, now);
+            let reusable = !report.resolved_tags && report.audit.unread.is_empty();
+            memory.made_audit(lists.filter(|_| reusable).map(|lists| MadeAudit {
+                tip: tip.sha.clone(),
+                config: self.config.clone(),
+                lists,
+            }));
         }
         Some(audited)
     }

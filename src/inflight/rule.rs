@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::cluster::Stamp;
 use crate::config::{Config, Stage, WriteMode};
 use crate::forge::{ChangeRequestNoun, PullRequestInfo, StatusState};
 use crate::promote;
@@ -198,6 +199,18 @@ pub struct Memory {
     recorded: BTreeMap<(String, String), State>,
     /// The tip last audited, and when (Unix seconds).
     audited: Option<(String, i64)>,
+    /// What the last audit was made of: it is made again only when one of those changed.
+    made_audit: Option<Box<MadeAudit>>,
+}
+
+/// What an audit was made of: the tip, the configuration, and where the cluster's shared lists
+/// stood before they were read. It judged nothing else (no tag was resolved, no list refused),
+/// so while none of these moved a new audit would find what it found.
+#[derive(Debug)]
+pub struct MadeAudit {
+    pub tip: String,
+    pub config: Config,
+    pub lists: Stamp,
 }
 
 impl Memory {
@@ -308,6 +321,19 @@ impl Memory {
     /// Records an audit of `tip` made at `now`.
     pub fn audited(&mut self, tip: &str, now: i64) {
         self.audited = Some((tip.to_string(), now));
+    }
+
+    /// Whether the last audit was made of `tip`, `config` and lists that stand at `lists` now
+    /// (`None`: not known to be unchanged): a new one would find what it found.
+    pub fn audit_unchanged(&self, tip: &str, config: &Config, lists: Option<Stamp>) -> bool {
+        self.made_audit.as_deref().is_some_and(|made| {
+            made.tip == tip && Some(made.lists) == lists && &made.config == config
+        })
+    }
+
+    /// Remembers the audit just made, or forgets the last (`None`: this one may not be reused).
+    pub fn made_audit(&mut self, made: Option<MadeAudit>) {
+        self.made_audit = made.map(Box::new);
     }
 }
 

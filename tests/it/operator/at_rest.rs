@@ -1,6 +1,7 @@
 //! A fleet at rest (issue #38, "nothing to do costs almost nothing"): once every object is
 //! Ready, its passes read the cluster from lists a watch keeps current, not from lists read
-//! again for each object; and what changes while it rests is still seen.
+//! again for each object, and each object's audit is made again only when its lists changed;
+//! and what changes while it rests is still seen.
 
 use crate::operator::{cluster, condition, is_ready, pinned_repository, runs_converged, spec};
 use crate::operator::{Operator, NS};
@@ -102,6 +103,28 @@ async fn at_rest_passes_list_nothing_again_and_still_see_a_pod_go_back_to_an_old
         lists + gets < OBJECTS,
         "{OBJECTS} objects passing twice at rest: lists {listed:?}, gets {got:?}"
     );
+
+    // Each object's audit (of the whole namespace) is made again only when a list changed: a
+    // Deployment no repository names, started at rest, is counted by every object's audit.
+    let not_in_git = |n: usize| {
+        kube.get("PinnedRepository", NS, &name(n))
+            .and_then(|o| o["status"]["audit"]["workloads"]["not-in-git"].as_u64())
+    };
+    let mut counted = Vec::new();
+    for n in 0..OBJECTS {
+        eventually(&format!("{}'s audit", name(n)), || not_in_git(n).is_some()).await;
+        counted.push(not_in_git(n).unwrap());
+    }
+    let stray = LiveDeployment::new("default", "stray").container("app", &image);
+    stray.apply(&kube);
+    let stray_image = format!("{host}/acme/web@{}", pushed.manifest);
+    stray.pod("stray-1").running(&kube, &[stray_image]);
+    for (n, counted) in counted.into_iter().enumerate() {
+        eventually(&format!("{}'s audit counts the stray", name(n)), || {
+            not_in_git(n) == Some(counted + 1)
+        })
+        .await;
+    }
 
     // web-0's pod is replaced by one running the old image: its next pass sees it.
     let web = LiveDeployment::new("default", &name(0))
