@@ -346,9 +346,10 @@ fn watched(
             Ok(watcher::Event::Delete(object)) => {
                 let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
                 mirrors.remove(&namespace, &name);
-                lock(&forget.memories).remove(&format!("{namespace}/{name}"));
-                forget.routes.remove(&format!("{namespace}/{name}"));
-                forget.board.remove(&format!("{namespace}/{name}"));
+                let key = object_key(object);
+                lock(&forget.memories).remove(&key);
+                forget.routes.remove(&key);
+                forget.board.remove(&key);
                 // Its ledger went with its directory: an object made again with the same name
                 // starts with none.
                 let dir = forget.cache_dir.join(&namespace).join(&name);
