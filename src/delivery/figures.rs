@@ -113,6 +113,16 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, each a `tagpin_deployments_total` series (a deployment superseded before
+    /// any verdict is counted `pending`).
+    pub const ALL: [Outcome; 5] = [
+        Outcome::Converged,
+        Outcome::Failed,
+        Outcome::Reverted,
+        Outcome::Held,
+        Outcome::Pending,
+    ];
+
     /// The `outcome` label and JSON word.
     pub fn name(self) -> &'static str {
         match self {

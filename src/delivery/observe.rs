@@ -18,6 +18,7 @@ use crate::metrics::{self, DeploymentLabels, Metrics, StageLabels};
 use crate::mutex::lock;
 use crate::registry::Client;
 
+use super::figures::Outcome;
 use super::report::DeliveryReport;
 
 /// How far back the metrics read the history: the report's default window.
@@ -61,6 +62,17 @@ pub async fn after_cycle(
 
 /// Observes what `report` holds that this process has not observed yet.
 pub fn observe(metrics: &Metrics, repository: &str, report: &DeliveryReport) {
+    // Every stage's outcomes stand at 0 before their first deployment, so the first revert
+    // of a stage is an increase `increase()` and `rate()` see, not a series appearing
+    // at 1 (which they read as no change).
+    for stage in &report.stages {
+        for outcome in Outcome::ALL {
+            drop(metrics.deployments.get_or_create(&DeploymentLabels {
+                stage: stage.name.clone(),
+                outcome: outcome.name().to_string(),
+            }));
+        }
+    }
     let mut seen = lock(&metrics.delivery_observed);
     let mut deployments = BTreeSet::new();
     for change in &report.changes {

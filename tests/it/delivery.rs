@@ -419,5 +419,11 @@ async fn a_pin_that_fails_after_converging_is_reverted_and_the_report_and_metric
         1,
         "the reverted pin, counted once its outcome is settled: {metrics}"
     );
+    // Outcomes no deployment had yet are series at 0, so their first one is an increase.
+    for outcome in ["converged", "failed", "reverted", "held", "pending"] {
+        let series =
+            format!("tagpin_deployments_total{{stage=\"production\",outcome=\"{outcome}\"}} ");
+        assert!(metrics.contains(&series), "{series} missing: {metrics}");
+    }
     github.assert_no_violations();
 }
