@@ -534,11 +534,7 @@ pub(crate) enum CliError {
     #[error(transparent)]
     Registry(#[from] registry::RegistryError),
     #[error(transparent)]
-    Signature(#[from] crate::signature::SignatureError),
-    #[error(transparent)]
-    MinimumAge(#[from] crate::age::AgeRuleError),
-    #[error(transparent)]
-    Provenance(#[from] crate::provenance::ProvenanceError),
+    Gates(#[from] pass::GateRuleError),
     /// Boxed: the largest cause, and rare.
     #[error(transparent)]
     Promote(Box<crate::promote::PromoteError>),
@@ -798,11 +794,12 @@ fn scan_setup(
         Ok(dir) => crate::age::seen::FirstSeen::in_dir(&dir),
         Err(_) => crate::age::seen::FirstSeen::in_memory(),
     };
+    let gates = pass::ImageGates::compile(&config)?;
     let signed = pass::Signed {
-        rules: crate::signature::Signatures::compile(&config.images.signatures)?,
+        rules: gates.signatures,
         budget: std::time::Duration::from_secs(config.registries.budget_seconds),
-        ages: crate::age::MinimumAges::compile(config.minimum_ages())?,
-        provenance: crate::provenance::ProvenanceRules::compile(&config.images.provenance)?,
+        ages: gates.ages,
+        provenance: gates.provenance,
         first_seen,
     };
     Ok((build_client(registry, Some(&config.registries))?, signed))

@@ -176,6 +176,38 @@ pub async fn run(paths: &[PathBuf], filter: &FileFilter, client: &Client) -> Pas
     pass
 }
 
+/// The image gates a configuration sets, compiled: `images.signatures`, `images.minimum_age`
+/// and `images.provenance`. `sync`, `promote` and `pin`/`plan --config` compile them here,
+/// so all three take and refuse the same entries with the same message.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ImageGates {
+    pub signatures: crate::signature::Signatures,
+    pub ages: crate::age::MinimumAges,
+    pub provenance: crate::provenance::ProvenanceRules,
+}
+
+/// An image gate entry that does not compile. A configuration loaded from a file was
+/// validated already; this is for one built otherwise (an operator object's spec, a test).
+#[derive(Debug, thiserror::Error)]
+pub enum GateRuleError {
+    #[error("configuration: {0}")]
+    Signature(#[from] crate::signature::SignatureError),
+    #[error("configuration: {0}")]
+    MinimumAge(#[from] crate::age::AgeRuleError),
+    #[error("configuration: {0}")]
+    Provenance(#[from] crate::provenance::ProvenanceError),
+}
+
+impl ImageGates {
+    pub(crate) fn compile(config: &crate::config::Config) -> Result<ImageGates, GateRuleError> {
+        Ok(ImageGates {
+            signatures: crate::signature::Signatures::compile(&config.images.signatures)?,
+            ages: crate::age::MinimumAges::compile(config.minimum_ages())?,
+            provenance: crate::provenance::ProvenanceRules::compile(&config.images.provenance)?,
+        })
+    }
+}
+
 /// What `pin` and `plan` check signatures, provenance and ages against, from `--config`'s
 /// `images.signatures`, `images.provenance` and `images.minimum_age`; the default checks none.
 #[derive(Debug, Clone, Default)]

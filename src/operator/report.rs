@@ -298,7 +298,9 @@ pub fn classify(error: &SyncError) -> Outcome {
             ..
         }) => Reason::AuthFailed,
         SyncError::Secret { .. } => Reason::SecretNotFound,
-        SyncError::Filter(_) | SyncError::Policy(_) | SyncError::NoForge => Reason::InvalidSpec,
+        SyncError::Filter(_) | SyncError::Policy(_) | SyncError::Gates(_) | SyncError::NoForge => {
+            Reason::InvalidSpec
+        }
         _ => {
             return Outcome::Retrying {
                 reason: Reason::Unreachable,
@@ -337,5 +339,20 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn an_image_gate_entry_that_does_not_compile_stalls_as_an_invalid_spec() {
+        let entry = [("registry.example/[app", std::time::Duration::from_secs(60))];
+        let error = crate::age::MinimumAges::compile(entry).unwrap_err();
+        let outcome = classify(&SyncError::Gates(error.into()));
+        let Outcome::Stalled { reason, message } = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!(reason, Reason::InvalidSpec);
+        assert!(
+            message.starts_with("configuration: images.minimum_age[0].match"),
+            "{message}"
+        );
     }
 }

@@ -76,12 +76,8 @@ pub enum PromoteError {
     Sync(#[from] SyncError),
     #[error("configuration: {0}")]
     Filter(#[from] ManifestError),
-    #[error("configuration: {0}")]
-    Signature(#[from] crate::signature::SignatureError),
-    #[error("configuration: {0}")]
-    MinimumAge(#[from] crate::age::AgeRuleError),
-    #[error("configuration: {0}")]
-    Provenance(#[from] crate::provenance::ProvenanceError),
+    #[error(transparent)]
+    Gates(#[from] crate::pass::GateRuleError),
     #[error("configuration: promotion.require_signed_by: {path}: {error}")]
     RequiredSigner {
         path: String,
@@ -298,15 +294,16 @@ impl<'a> Promoter<'a> {
         forge: Option<&'a ForgeClient>,
         mirror: &'a Mirror,
     ) -> Result<Promoter<'a>, PromoteError> {
+        let gates = crate::pass::ImageGates::compile(config)?;
         Ok(Promoter {
             config,
             registry,
             forge,
             mirror,
             filter: FileFilter::with_default_include(&config.include_globs(), &config.exclude)?,
-            signatures: crate::signature::Signatures::compile(&config.images.signatures)?,
-            ages: crate::age::MinimumAges::compile(config.minimum_ages())?,
-            provenance: crate::provenance::ProvenanceRules::compile(&config.images.provenance)?,
+            signatures: gates.signatures,
+            ages: gates.ages,
+            provenance: gates.provenance,
             required_signers: match &config.promotion {
                 Some(promotion) => {
                     signed::RequiredSigners::compile(&promotion.require_signed_by)

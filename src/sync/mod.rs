@@ -55,18 +55,10 @@ pub enum SyncError {
     /// which validates them).
     #[error("configuration: images.policies: {0}")]
     Policy(#[source] crate::policy::PolicyError),
-    /// An `images.signatures` entry does not compile (only for a `Config` not loaded from a
-    /// file, which validates them).
-    #[error("configuration: {0}")]
-    Signature(#[source] crate::signature::SignatureError),
-    /// An `images.minimum_age` entry does not compile (only for a `Config` not loaded from a
-    /// file, which validates them).
-    #[error("configuration: {0}")]
-    MinimumAge(#[source] crate::age::AgeRuleError),
-    /// An `images.provenance` entry does not compile (only for a `Config` not loaded from a
-    /// file, which validates them).
-    #[error("configuration: {0}")]
-    Provenance(#[source] crate::provenance::ProvenanceError),
+    /// An `images.signatures`, `images.minimum_age` or `images.provenance` entry does not
+    /// compile (only for a `Config` not loaded from a file, which validates them).
+    #[error(transparent)]
+    Gates(#[from] crate::pass::GateRuleError),
     #[error("pull-request mode needs a forge: section in the configuration")]
     NoForge,
     /// A secret named by the configuration could not be read; never holds the secret.
@@ -164,6 +156,7 @@ impl SyncError {
                 | SyncError::TooManyRaces { .. }
                 | SyncError::Filter(_)
                 | SyncError::Policy(_)
+                | SyncError::Gates(_)
         )
     }
 }
@@ -275,12 +268,7 @@ impl<'a> Syncer<'a> {
         let filter = FileFilter::with_default_include(&config.include_globs(), &config.exclude)?;
         let selection = ImageSelection::for_config(config)?;
         let policies = Policies::compile(&config.images.policies).map_err(SyncError::Policy)?;
-        let signatures = crate::signature::Signatures::compile(&config.images.signatures)
-            .map_err(SyncError::Signature)?;
-        let ages = crate::age::MinimumAges::compile(config.minimum_ages())
-            .map_err(SyncError::MinimumAge)?;
-        let provenance = crate::provenance::ProvenanceRules::compile(&config.images.provenance)
-            .map_err(SyncError::Provenance)?;
+        let gates = crate::pass::ImageGates::compile(config)?;
         if config.mode == WriteMode::PullRequest && forge.is_none() {
             return Err(SyncError::NoForge);
         }
@@ -292,9 +280,9 @@ impl<'a> Syncer<'a> {
             filter,
             selection,
             policies,
-            signatures,
-            provenance,
-            ages,
+            signatures: gates.signatures,
+            provenance: gates.provenance,
+            ages: gates.ages,
             first_seen: crate::age::seen::FirstSeen::in_dir(cache_dir),
             clock: crate::clock::system(),
             shared: None,
