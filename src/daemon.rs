@@ -32,7 +32,6 @@ use crate::config::Config;
 use crate::cycle::{self, Cycle, CycleReport, Own, Reach, RepoState, Step};
 use crate::forge::ForgeClient;
 use crate::lifecycle::{lead, stop_signal, stopping, within_grace, work_while_leading};
-use crate::metrics::{self, ActionLabels, PassLabels};
 use crate::notify::Transport;
 use crate::promote::round::Promotions;
 use crate::promote::Promoter;
@@ -341,68 +340,37 @@ fn record_pass(
     elapsed: Duration,
     result: &Result<crate::sync::SyncReport, crate::sync::SyncError>,
 ) {
-    let m = &shared.metrics;
-    m.pass_seconds.observe(elapsed.as_secs_f64());
-    m.observe_registry(registry);
-    let outcome = match result {
-        Ok(report) if report.has_failures() => "partial",
-        Ok(_) => "ok",
-        Err(_) => "error",
+    let trigger = match trigger {
+        Trigger::Schedule | Trigger::Verify => cycle::counts::Trigger::Schedule,
+        Trigger::Webhook => cycle::counts::Trigger::Webhook,
     };
-    metrics::inc(
-        &m.passes,
-        PassLabels {
-            outcome: outcome.to_string(),
-            trigger: match trigger {
-                Trigger::Schedule | Trigger::Verify => "schedule",
-                Trigger::Webhook => "webhook",
+    cycle::counts::sync(&shared.metrics, trigger, elapsed, result);
+    shared.metrics.observe_registry(registry);
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            tracing::error!("pass failed: {e}");
+            return;
+        }
+    };
+    for failure in &report.failures {
+        tracing::warn!("{failure}");
+    }
+    for held in &report.held {
+        tracing::info!("{held}");
+    }
+    for group in &report.groups {
+        match &group.outcome {
+            Outcome::Committed { commit, branch, .. } => {
+                tracing::info!("committed {commit} to {branch}");
             }
-            .to_string(),
-        },
-    );
-    match result {
-        Err(e) => tracing::error!("pass failed: {e}"),
-        Ok(report) => {
-            m.resolve_seconds.observe(report.resolve_time.as_secs_f64());
-            m.observe_signature_checks(&report.signature_checks);
-            m.observe_age_checks(&report.age_checks);
-            m.observe_provenance_checks(&report.provenance_checks);
-            for failure in &report.failures {
-                tracing::warn!("{failure}");
+            Outcome::PullRequestOpened { number, .. } => {
+                tracing::info!("opened {}", report.noun.name(*number));
             }
-            for held in &report.held {
-                tracing::info!("{held}");
+            Outcome::PullRequestUpdated { number, .. } => {
+                tracing::info!("updated {}", report.noun.name(*number));
             }
-            for group in &report.groups {
-                match &group.outcome {
-                    Outcome::Committed { commit, branch, .. } => {
-                        m.commits.inc();
-                        tracing::info!("committed {commit} to {branch}");
-                    }
-                    Outcome::PullRequestOpened { number, .. } => {
-                        metrics::inc(
-                            &m.pull_requests,
-                            ActionLabels {
-                                action: "opened".into(),
-                            },
-                        );
-                        tracing::info!("opened {}", report.noun.name(*number));
-                    }
-                    Outcome::PullRequestUpdated { number, .. } => {
-                        metrics::inc(
-                            &m.pull_requests,
-                            ActionLabels {
-                                action: "updated".into(),
-                            },
-                        );
-                        tracing::info!("updated {}", report.noun.name(*number));
-                    }
-                    _ => {}
-                }
-            }
-            if !report.has_failures() {
-                m.last_success.set(crate::clock::unix_now());
-            }
+            _ => {}
         }
     }
 }

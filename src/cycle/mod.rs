@@ -7,6 +7,7 @@
 //! runs a cycle (timers, webhooks, a stop signal's grace period) stays with the driver.
 
 pub mod clusters;
+pub mod counts;
 pub mod events;
 pub mod order;
 pub mod report;

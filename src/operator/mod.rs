@@ -194,6 +194,8 @@ pub async fn run(setup: Setup) -> Result<(), OperatorError> {
         &stop,
     )
     .await?;
+    // Series at zero, so that the alerts see the first Failed verdict of any object.
+    shared.metrics.zero_verifications();
     // Every object's verification lists the same namespaces: those lists are shared for a
     // second, so API requests grow with the namespaces read, not with the objects.
     let cluster = match Cluster::connect(None, setup.api_timeout).await {

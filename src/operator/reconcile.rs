@@ -25,6 +25,7 @@ use super::secrets::read_secrets;
 use super::status::{self, Outcome, Reason, StatusUpdate};
 use crate::cluster::{Cluster, ServiceAccount};
 use crate::config::Config;
+use crate::cycle::counts::{self, Trigger};
 use crate::cycle::{Clusters, Cycle, RepoState, Step};
 use crate::forge::ForgeClient;
 use crate::git::FetchLimits;
@@ -184,18 +185,20 @@ pub async fn reconcile(
     // of its own instead, driven by the same runtime (whose workers run what it spawns).
     let handle = tokio::runtime::Handle::current();
     // A slot, fairly between namespaces, a webhook's first; held until the status is written.
-    let _slot = (ctx.slots)
-        .acquire(&namespace, ctx.routes.take_delivered(&name))
-        .await;
+    let delivered = ctx.routes.take_delivered(&name);
+    let _slot = (ctx.slots).acquire(&namespace, delivered).await;
+    let trigger = match delivered {
+        true => Trigger::Webhook,
+        false => Trigger::Schedule,
+    };
     let pass = {
         let (object, ctx, namespace, name) =
             (object.clone(), ctx.clone(), namespace.clone(), name.clone());
         tokio::task::spawn_blocking(move || {
             handle.block_on(async {
                 let deadline = ctx.reconcile_timeout;
-                match tokio::time::timeout(deadline, run_pass(&object, &namespace, &name, &ctx))
-                    .await
-                {
+                let pass = run_pass(&object, (&namespace, &name), &ctx, trigger);
+                match tokio::time::timeout(deadline, pass).await {
                     Ok(done) => done,
                     Err(_) => timed_out(deadline, ctx.interval),
                 }
@@ -362,7 +365,12 @@ pub fn backoff(failures: u32, max: Duration) -> Duration {
 
 /// Everything between reading the object and writing its status: the outcome, what changed,
 /// when to come back, and the Events of what was done.
-async fn run_pass(object: &PinnedRepository, namespace: &str, name: &str, ctx: &Context) -> Mapped {
+async fn run_pass(
+    object: &PinnedRepository,
+    (namespace, name): (&str, &str),
+    ctx: &Context,
+    trigger: Trigger,
+) -> Mapped {
     let started = std::time::Instant::now();
     let failed = |outcome| {
         (
@@ -421,6 +429,7 @@ async fn run_pass(object: &PinnedRepository, namespace: &str, name: &str, ctx: &
         forge: forge.as_ref(),
         clusters: &clusters,
         notifier: &notifier,
+        woken: (trigger, started),
     };
     let done = sync_verify_promote(pass).await;
     // This object's mirror alone: each object has its own, under its own directory.
@@ -524,6 +533,8 @@ struct Pass<'a> {
     clusters: &'a Clusters,
     /// Where the cycle's events are told.
     notifier: &'a crate::notify::Teller,
+    /// What woke the reconcile, and when it started (for the pass's metrics).
+    woken: (Trigger, std::time::Instant),
 }
 
 /// The promotion step of the object's cycle; `None` without promotion stages. A promoter
@@ -561,6 +572,7 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
         forge,
         clusters,
         notifier,
+        woken: (trigger, started),
     } = pass;
     let promotions = match promotions_of(config, syncer, registry, forge, clusters) {
         Ok(promotions) => promotions,
@@ -596,6 +608,14 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
         crate::sync::shared::noting_asked(cycle.run(&mut state, &mut |step, report| {
             let tip = (step == Step::Synced).then(|| cycle.branch_tip().map(|t| t.sha));
             crate::ui::record_step(&ctx.board, repository, step, report, tip.flatten());
+            let metrics = &ctx.shared.metrics;
+            match (step, &report.verification) {
+                (Step::Synced, _) => {
+                    counts::sync(metrics, trigger, started.elapsed(), &report.sync)
+                }
+                (Step::Verified, Some(verification)) => counts::round(metrics, &verification.round),
+                _ => {}
+            }
             true
         }))
         .await;
@@ -613,15 +633,6 @@ async fn sync_verify_promote(pass: Pass<'_>) -> Mapped {
         interval: ctx.interval,
         verify_interval: ctx.verify_interval,
     };
-    if let Some(synced) = report.synced() {
-        ctx.shared
-            .metrics
-            .observe_signature_checks(&synced.signature_checks);
-        ctx.shared.metrics.observe_age_checks(&synced.age_checks);
-        ctx.shared
-            .metrics
-            .observe_provenance_checks(&synced.provenance_checks);
-    }
     super::report::map(
         object,
         config,
