@@ -964,7 +964,7 @@ async fn verify(
         config = crate::promote::stage_config(&config, stage);
     }
     let expectations =
-        crate::verify::expectations(&source, &config, &mirror, forge.as_ref()).await?;
+        crate::verify::expectations(&source, &config, &mirror, forge.as_ref(), false).await?;
     let cluster = connect(args.context.as_deref(), stage, &config, first, api_timeout).await?;
     if let Some(forge) = &forge {
         crate::verify::publish_pending(forge, &expectations).await;

@@ -67,7 +67,10 @@ impl<'a> Cycle<'a> {
         // The branch's tip is audited in either mode (in commit mode, what the pass pushed).
         let audit_tip = report.tip.clone().or_else(|| self.branch_tip());
         let tips = (report.tip.clone(), audit_tip);
-        report.verification = self.verify_and_audit(state, tips, report.now).await;
+        // The pass fetched just now: the round reads the mirror as the pass left it.
+        report.verification = self
+            .verify_and_audit_after(state, tips, report.now, true)
+            .await;
         if !go_on(Step::Verified, &report) {
             report.stopped = true;
             return report;
@@ -85,13 +88,24 @@ impl<'a> Cycle<'a> {
     pub async fn verify_and_audit(
         &self,
         state: &mut RepoState,
+        tips: (Option<Tip>, Option<Tip>),
+        now: i64,
+    ) -> Option<Verification<'a>> {
+        self.verify_and_audit_after(state, tips, now, false).await
+    }
+
+    /// [`Cycle::verify_and_audit`]; `fresh`: the cycle's pass fetched the branch just before.
+    async fn verify_and_audit_after(
+        &self,
+        state: &mut RepoState,
         (tip, audit_tip): (Option<Tip>, Option<Tip>),
         now: i64,
+        fresh: bool,
     ) -> Option<Verification<'a>> {
         if !self.verifies() {
             return None;
         }
-        let round = self.round();
+        let round = self.round(fresh);
         let RepoState {
             memory, families, ..
         } = state;
@@ -124,8 +138,9 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    fn round(&self) -> Round<'a> {
+    fn round(&self, fresh: bool) -> Round<'a> {
         Round {
+            fresh,
             config: self.config,
             mirror: &self.syncer.mirror,
             forge: self.forge,

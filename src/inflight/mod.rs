@@ -42,6 +42,10 @@ pub struct Round<'a> {
     /// For how long after a commit landed a workload it adds is awaited, not failed: the pass
     /// interval.
     pub grace: Duration,
+    /// The cycle's pass fetched the branch and tagpin's branches just before this round: a
+    /// commit the mirror holds there is verified without listing the remote's refs again (at
+    /// rest, one ref listing per cycle instead of two).
+    pub fresh: bool,
 }
 
 /// What a round found.
@@ -218,7 +222,8 @@ impl<'a> Round<'a> {
             }
         }
         let expectations =
-            verify::expectations(&item.source, &config, self.mirror, self.forge).await?;
+            verify::expectations(&item.source, &config, self.mirror, self.forge, self.fresh)
+                .await?;
         if expectations.expected.is_empty()
             && expectations.not_verified.is_empty()
             && expectations.failures.is_empty()

@@ -92,12 +92,15 @@ pub(crate) fn refuse_fork(
     })
 }
 
-/// Reads the expectations for `source`.
+/// Reads the expectations for `source`. `fresh`: the caller fetched the configured branch and
+/// tagpin's own branches just now (a cycle's pass), so a commit the mirror holds on one of
+/// them is read as it is, without asking the remote for its refs again.
 pub async fn expectations(
     source: &Source,
     config: &Config,
     mirror: &Mirror,
     forge: Option<&ForgeClient>,
+    fresh: bool,
 ) -> Result<Expectations, VerifyError> {
     let mapping = name_mapping(config);
     let mut expectations = match source {
@@ -132,8 +135,8 @@ pub async fn expectations(
         }
         Source::Commit(sha) => {
             let branch = &config.repository.branch;
-            let (oid, on_branch) = off_runtime(|| {
-                mirror.fetch(branch, &config.pull_request.branch_prefix)?;
+            // The commit, and whether the branch (as the mirror has it) holds it.
+            let read = || -> Result<(git2::Oid, bool), GitError> {
                 let oid = mirror.resolve_commit(sha)?;
                 let on_branch = match mirror.tip(branch) {
                     Some(tip) => {
@@ -141,7 +144,16 @@ pub async fn expectations(
                     }
                     None => None,
                 };
-                Ok::<_, GitError>((oid, on_branch == Some(true)))
+                Ok((oid, on_branch == Some(true)))
+            };
+            let (oid, on_branch) = off_runtime(|| {
+                // Just fetched, a commit on the branch is read as it is; one the pass pushed
+                // since (or any other) is fetched, so the branch is seen to hold it.
+                if let Some(found) = fresh.then(|| read().ok()).flatten().filter(|f| f.1) {
+                    return Ok(found);
+                }
+                mirror.fetch(branch, &config.pull_request.branch_prefix)?;
+                read()
             })?;
             let mut expectations = off_runtime(|| expectations_at(oid, config, mirror))?;
             if on_branch {
@@ -152,8 +164,13 @@ pub async fn expectations(
             return Ok(expectations);
         }
         Source::Branch(branch) => {
+            let prefix = &config.pull_request.branch_prefix;
+            let fetched =
+                fresh && (branch == &config.repository.branch || branch.starts_with(prefix));
             let tip = off_runtime(|| {
-                mirror.fetch(branch, &config.pull_request.branch_prefix)?;
+                if !fetched {
+                    mirror.fetch(branch, prefix)?;
+                }
                 mirror.require_tip(branch)
             })?;
             let mut expectations = off_runtime(|| expectations_at(tip, config, mirror))?;

@@ -144,3 +144,72 @@ async fn at_rest_passes_list_nothing_again_and_still_see_a_pod_go_back_to_an_old
     }
     operator.stop().await;
 }
+
+/// The sum of a family's series (`name{` or a whole `name{labels}`) on the operator's `/metrics`.
+async fn metric_total(operator: &Operator, family: &str) -> f64 {
+    let text = reqwest::get(format!("{}/metrics", operator.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    crate::run::metric_sum(&text, family)
+}
+
+/// A cycle's verification read the branch's tip by listing the remote's refs again, right
+/// after its pass had listed them: two ref listings per object and interval at rest. The
+/// verification now reads the mirror as its pass left it, so at rest a pass costs the remote one
+/// ref listing, and the verdict stays Converged. The operator counts its passes, commits and
+/// verdicts on `/metrics` as `tagpin run` does (it served them at zero before).
+#[tokio::test(flavor = "multi_thread")]
+async fn at_rest_a_cycle_asks_the_remote_for_its_refs_once() {
+    let registry = TestRegistry::start(Mode::Plain).await;
+    let host = registry.host();
+    let pushed = registry.push_image("acme/web", "1.0", "one").await;
+    let image = format!("{host}/acme/web:1.0");
+    let kube = cluster().await;
+    let repo = BareRepo::create(&[("apps/web.yaml", &deployment("web", &image))]);
+    kube.apply(pinned_repository(
+        "web",
+        json!({}),
+        spec(&repo.file_url(), &host),
+    ));
+    runs_converged(&kube, "web", &image, &pushed.manifest);
+    let dir = tempfile::tempdir().unwrap();
+    let operator = Operator::start(dir.path(), &kube, "op", &["--interval", "1s"]).await;
+    eventually("web Ready", || is_ready(&kube, "web")).await;
+    assert_eq!(repo.log("main").len(), 2, "the pin committed");
+    assert_eq!(metric_total(&operator, "tagpin_commits_total").await, 1.0);
+    support::eventually_async("web's Converged verdict counted", || async {
+        let series = "tagpin_verifications_total{verdict=\"converged\",source=\"branch\"}";
+        metric_total(&operator, series).await >= 1.0
+    })
+    .await;
+
+    let listings = metric_total(&operator, "tagpin_git_ref_listings_total").await;
+    let passes = metric_total(&operator, "tagpin_passes_total{").await;
+    for _ in 0..4 {
+        let before = operator.reconciled_at("web").await;
+        support::eventually_async("another pass of web", || async {
+            operator.reconciled_at("web").await > before
+        })
+        .await;
+    }
+    let listings = metric_total(&operator, "tagpin_git_ref_listings_total").await - listings;
+    let passes = metric_total(&operator, "tagpin_passes_total{").await - passes;
+    assert!(passes >= 4.0, "{passes} passes counted");
+    // A pass may be under way at either reading: one listing of slack, not one per pass.
+    assert!(
+        listings <= passes + 1.0,
+        "{listings} ref listings for {passes} passes at rest"
+    );
+    let ok = metric_total(&operator, "tagpin_passes_total{outcome=\"ok\"").await;
+    assert!(ok >= passes, "every pass at rest ok: {ok} of {passes}");
+    assert!(is_ready(&kube, "web"));
+    let object = kube.get("PinnedRepository", NS, "web").unwrap();
+    assert_eq!(
+        object["status"]["verdict"]["state"], "converged",
+        "{object:#}"
+    );
+    operator.stop().await;
+}
