@@ -574,7 +574,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::signature::rules::{SignatureKey, SignatureRule};
     use sigstore_crypto::KeyPair;
@@ -582,8 +582,9 @@ mod tests {
     const PINNED: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
     const OTHER: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
 
-    fn trust_of(keys: &[&KeyPair]) -> Trust {
-        let rule = SignatureRule {
+    /// A rule for every image that trusts `keys` (as `keys/<i>.pub`) and nothing else.
+    pub(crate) fn key_rule(keys: &[&KeyPair]) -> SignatureRule {
+        SignatureRule {
             matches: "*".into(),
             keys: keys
                 .iter()
@@ -596,8 +597,11 @@ mod tests {
             keyless: Vec::new(),
             trusted_root: None,
             notation: None,
-        };
-        Trust::compile(0, &rule).unwrap()
+        }
+    }
+
+    fn trust_of(keys: &[&KeyPair]) -> Trust {
+        Trust::compile(0, &key_rule(keys)).unwrap()
     }
 
     fn payload(digest: &str, kind: &str) -> Vec<u8> {
