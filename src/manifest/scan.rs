@@ -152,6 +152,14 @@ pub(super) mod fixtures {
         scan(Path::new(path), text.as_bytes()).unwrap_or_else(|error| panic!("{error}"))
     }
 
+    /// The error scanning `text` as the file `path` must give.
+    pub(crate) fn scan_error(path: &str, text: &str) -> ManifestError {
+        match scan(Path::new(path), text.as_bytes()) {
+            Ok(outcome) => panic!("{path} scanned: {outcome:?}"),
+            Err(error) => error,
+        }
+    }
+
     pub(crate) fn written<'t>(text: &'t str, field: &ImageField) -> &'t str {
         match &field.target {
             Target::Scalar { span, .. } => &text[span.clone()],
@@ -168,6 +176,15 @@ pub(super) mod fixtures {
                 panic!("not a scalar target: {field:?}")
             }
         }
+    }
+
+    /// Why each skipped image of the scanned `text` was skipped, in order.
+    pub(crate) fn skip_reasons(path: &str, text: &str) -> Vec<crate::manifest::SkipReason> {
+        scan_str(path, text)
+            .skipped
+            .iter()
+            .map(|s| s.reason)
+            .collect()
     }
 
     pub(crate) fn deployment(containers: &str) -> String {
@@ -261,13 +278,8 @@ mod tests {
     #[test]
     fn empty_and_non_string_images_are_skipped() {
         let text = "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - {name: a, image: }\n  - {name: b, image: ''}\n  - {name: c, image: [x]}\n  - {name: d, image: null}\n  - {name: e}\n";
-        let reasons: Vec<SkipReason> = scan_str("pod.yaml", text)
-            .skipped
-            .iter()
-            .map(|s| s.reason)
-            .collect();
         assert_eq!(
-            reasons,
+            skip_reasons("pod.yaml", text),
             [
                 SkipReason::Empty,
                 SkipReason::Empty,
