@@ -599,10 +599,10 @@ mod tests {
         let mut w = workload(deployment(1, 1, 1, 1));
         w.observed_generation = Some(1);
         let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(
-            v.reason,
-            "rollout in progress: waiting for spec update to be observed"
+        assert_verdict(
+            &v,
+            State::Progressing,
+            "rollout in progress: waiting for spec update to be observed",
         );
     }
 
@@ -616,8 +616,7 @@ mod tests {
             available: 1,
             progress_deadline_exceeded: true,
         });
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(v.reason, "progress deadline exceeded");
+        assert_verdict(&v, State::Failed, "progress deadline exceeded");
     }
 
     #[test]
@@ -865,10 +864,10 @@ mod tests {
             0,
             Some("Job has reached the specified backoff limit"),
         ));
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(
-            v.reason,
-            "job failed: Job has reached the specified backoff limit"
+        assert_verdict(
+            &v,
+            State::Failed,
+            "job failed: Job has reached the specified backoff limit",
         );
     }
 
@@ -891,12 +890,9 @@ mod tests {
 
     #[test]
     fn pod_in_the_failed_phase_is_failed() {
-        let mut p = pod("web-0", &on(&pinned()));
-        p.phase = "Failed".to_owned();
-        p.ready = false;
+        let p = ended_pod("web-0", &on(&pinned()), "Failed");
         let v = judge_default(found(workload(RolloutStatus::Pod), vec![p]));
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(v.reason, "pod web-0 failed");
+        assert_verdict(&v, State::Failed, "pod web-0 failed");
     }
 
     fn deployment_config(
@@ -928,10 +924,10 @@ mod tests {
             Some(3),
             Some("replication controller \"web-3\" has failed progressing"),
         ));
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(
-            v.reason,
-            "rollout failed: replication controller \"web-3\" has failed progressing"
+        assert_verdict(
+            &v,
+            State::Failed,
+            "rollout failed: replication controller \"web-3\" has failed progressing",
         );
     }
 
@@ -1008,10 +1004,10 @@ mod tests {
             traffic_routing: false,
         };
         let v = rollout_judged(paused.clone());
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(
-            v.reason,
-            "rollout paused: canary at step 2 of 4, 20 % (CanaryPauseStep)"
+        assert_verdict(
+            &v,
+            State::Progressing,
+            "rollout paused: canary at step 2 of 4, 20 % (CanaryPauseStep)",
         );
         assert_eq!(reason_of(&v, ConditionType::RolledOut), "RolloutPaused");
         // Moving on to its third step, the weight is the third step's.
@@ -1035,10 +1031,10 @@ mod tests {
         let mut lagging = argo(Some("Healthy"));
         lagging.stable_rs = Some("old".to_owned());
         let v = rollout_judged(lagging);
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(
-            v.reason,
-            "rollout in progress: the stable ReplicaSet is old, the current template's is new"
+        assert_verdict(
+            &v,
+            State::Progressing,
+            "rollout in progress: the stable ReplicaSet is old, the current template's is new",
         );
         let mut stale = argo(Some("Healthy"));
         stale.stable_template_images = Some(vec![("web".to_owned(), "web:0".to_owned())]);
@@ -1053,10 +1049,10 @@ mod tests {
         let mut degraded = argo(Some("Degraded"));
         degraded.message = Some("RolloutAborted: Rollout aborted update to revision 3".to_owned());
         let v = rollout_judged(degraded);
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(
-            v.reason,
-            "rollout degraded: RolloutAborted: Rollout aborted update to revision 3"
+        assert_verdict(
+            &v,
+            State::Failed,
+            "rollout degraded: RolloutAborted: Rollout aborted update to revision 3",
         );
     }
 
