@@ -916,6 +916,20 @@ mod tests {
         }
     }
 
+    /// The key path and value of each image found.
+    fn images(outcome: &ScanOutcome) -> Vec<(&str, &str)> {
+        outcome
+            .fields
+            .iter()
+            .map(|f| (helm(f).key_path.as_str(), f.value.as_str()))
+            .collect()
+    }
+
+    /// Why each skipped value was skipped, in order.
+    fn reasons(outcome: &ScanOutcome) -> Vec<SkipReason> {
+        outcome.skipped.iter().map(|s| s.reason).collect()
+    }
+
     /// Pins every image of `text` (a file at `path`) to `D`, keeping tags, or moving them to
     /// `tag` when given: what `sync` would write.
     fn pin_as(path: &str, text: &str, mode: DigestMode, tag: Option<&str>) -> String {
@@ -1181,11 +1195,7 @@ mod tests {
     fn strings_and_star_image_keys_at_any_depth_are_images() {
         let text = "prometheus:\n  configReloaderImage: quay.io/prometheus-operator/prometheus-config-reloader:v0.79.2\n  useDefaultImage: true\n  initContainers:\n  - name: init\n    image: \"busybox:1.36\"\n";
         let outcome = scan(text);
-        let fields: Vec<(&str, &str)> = outcome
-            .fields
-            .iter()
-            .map(|f| (helm(f).key_path.as_str(), f.value.as_str()))
-            .collect();
+        let fields = images(&outcome);
         assert_eq!(
             fields,
             [
@@ -1208,11 +1218,7 @@ mod tests {
     fn a_block_under_any_key_is_an_image_when_it_is_unmistakably_one() {
         let text = "redis:\n  enabled: false\n  repository: redis\n  tag: 7.0.7\nchart:\n  repository: https://charts.example.com\n  version: 1.2.3\nbackup:\n  repository: acme/backup\n";
         let outcome = scan(text);
-        let found: Vec<(&str, &str)> = outcome
-            .fields
-            .iter()
-            .map(|f| (helm(f).key_path.as_str(), f.value.as_str()))
-            .collect();
+        let found = images(&outcome);
         assert_eq!(found, [("redis.tag", "redis:7.0.7")]);
         assert!(outcome.skipped.is_empty());
     }
@@ -1241,8 +1247,7 @@ mod tests {
         let text = "defaults: &defaults\n  tag: \"1.0\"\na:\n  image:\n    <<: *defaults\n    repository: acme/a\nb:\n  image:\n    repository: acme/b\n    tag: &t \"2.0\"\nc:\n  image:\n    repository: acme/c\n    tag: *t\n";
         let outcome = scan(text);
         assert!(outcome.fields.is_empty(), "{:?}", outcome.fields);
-        let reasons: Vec<SkipReason> = outcome.skipped.iter().map(|s| s.reason).collect();
-        assert_eq!(reasons, [SkipReason::HelmSharedValue; 3]);
+        assert_eq!(reasons(&outcome), [SkipReason::HelmSharedValue; 3]);
         assert_eq!(pin(text), text);
     }
 
@@ -1251,10 +1256,7 @@ mod tests {
         let text = "a:\n  image: &base\n    repository: acme/a\n    tag: \"1\"\nb:\n  image:\n    <<: *base\n    repository: acme/b\n";
         let outcome = scan(text);
         assert!(outcome.fields.is_empty(), "{:?}", outcome.fields);
-        assert_eq!(
-            outcome.skipped.iter().map(|s| s.reason).collect::<Vec<_>>(),
-            [SkipReason::HelmSharedValue; 2]
-        );
+        assert_eq!(reasons(&outcome), [SkipReason::HelmSharedValue; 2]);
         assert_eq!(pin(text), text);
     }
 
