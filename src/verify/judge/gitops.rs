@@ -1564,17 +1564,12 @@ mod tests {
 
     #[test]
     fn pinned_files_are_keyed_by_the_live_workload() {
-        let pins = [Pin {
-            file: "./apps/web.yaml".into(),
-            workload: "Deployment/web".parse().unwrap(),
-            container: "app".into(),
-            image: "ghcr.io/acme/web:1".into(),
-            new_value: format!("ghcr.io/acme/web:1@{DIGEST}"),
-            new_digest: DIGEST.parse().unwrap(),
-            old_digest: None,
-            old_tag: None,
-            new_tag: None,
-        }];
+        let pins = [Pin::first(
+            "./apps/web.yaml",
+            "Deployment/web",
+            "ghcr.io/acme/web:1",
+            &format!("ghcr.io/acme/web:1@{DIGEST}"),
+        )];
         let mapping = NameMapping {
             default_namespace: "shop".into(),
             ..NameMapping::default()
