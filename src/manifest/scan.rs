@@ -178,6 +178,12 @@ pub(super) mod fixtures {
         }
     }
 
+    /// How many images and how many Kubernetes documents scanning `text` finds.
+    pub(crate) fn images_and_objects(path: &str, text: &str) -> (usize, usize) {
+        let outcome = scan_str(path, text);
+        (outcome.fields.len(), outcome.kubernetes_documents)
+    }
+
     /// Why each skipped image of the scanned `text` was skipped, in order.
     pub(crate) fn skip_reasons(path: &str, text: &str) -> Vec<crate::manifest::SkipReason> {
         scan_str(path, text)
@@ -254,8 +260,7 @@ mod tests {
     #[test]
     fn kind_without_api_version_is_not_a_kubernetes_document() {
         let text = "kind: Pod\nspec: {containers: [{name: a, image: a:1}]}\n";
-        let outcome = scan_str("pod.yaml", text);
-        assert_eq!((outcome.fields.len(), outcome.kubernetes_documents), (0, 0));
+        assert_eq!(images_and_objects("pod.yaml", text), (0, 0));
     }
 
     #[test]
