@@ -591,14 +591,14 @@ mod tests {
     };
 
     fn rollout_of(rollout: RolloutStatus) -> Verdict {
-        judge_default(found(workload(rollout), vec![pod("web-0", &on(&pinned()))]))
+        judged_with_one_pod(workload(rollout))
     }
 
     #[test]
     fn deployment_waits_for_the_spec_update_to_be_observed() {
         let mut w = workload(deployment(1, 1, 1, 1));
         w.observed_generation = Some(1);
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        let v = judged_with_one_pod(w);
         assert_verdict(
             &v,
             State::Progressing,
@@ -630,7 +630,7 @@ mod tests {
             progress_deadline_exceeded: true,
         });
         w.observed_generation = Some(1);
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        let v = judged_with_one_pod(w);
         assert_eq!(v.state, State::Progressing);
     }
 
@@ -670,7 +670,7 @@ mod tests {
         let mut w = workload(deployment(1, 1, 1, 1));
         w.generation = None;
         w.observed_generation = None;
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        let v = judged_with_one_pod(w);
         assert_eq!(
             status_of(&v, ConditionType::RolledOut),
             ConditionStatus::True
@@ -694,7 +694,7 @@ mod tests {
         let mut w = workload(statefulset(3, 3, Some(0)));
         w.generation = None;
         w.observed_generation = None;
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        let v = judged_with_one_pod(w);
         assert_eq!(
             reason_of(&v, ConditionType::RolledOut),
             "SpecUpdateNotObserved"
@@ -802,7 +802,7 @@ mod tests {
     fn daemonset_waits_for_the_spec_update_to_be_observed() {
         let mut w = workload(daemonset(3, 3, true));
         w.observed_generation = Some(1);
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        let v = judged_with_one_pod(w);
         assert_eq!(
             reason_of(&v, ConditionType::RolledOut),
             "SpecUpdateNotObserved"

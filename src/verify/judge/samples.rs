@@ -135,6 +135,11 @@ pub(crate) fn job(active: i32, succeeded: i32, failed_condition: Option<&str>) -
     }
 }
 
+/// The verdict on `workload` with one ready pod, `web-0`, on the pinned digest.
+pub(crate) fn judged_with_one_pod(workload: LiveWorkload) -> Verdict {
+    judge_default(found(workload, vec![pod("web-0", &on(&pinned()))]))
+}
+
 /// The verdict is `state`, for `reason`.
 #[track_caller]
 pub(crate) fn assert_verdict(v: &Verdict, state: State, reason: &str) {

@@ -511,7 +511,7 @@ mod tests {
             "web".to_owned(),
             format!("docker.io/acme/web:latest@{}", pinned()),
         )];
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        let v = judged_with_one_pod(w);
         assert_eq!(status_of(&v, ConditionType::Synced), ConditionStatus::True);
     }
 
@@ -519,7 +519,7 @@ mod tests {
     fn a_template_without_the_container_is_not_synced_yet() {
         let mut w = workload(deployment(1, 1, 1, 1));
         w.template_images = vec![("sidecar".to_owned(), expected().pinned_ref)];
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        let v = judged_with_one_pod(w);
         assert_verdict(
             &v,
             State::Progressing,
