@@ -981,6 +981,13 @@ mod tests {
         rollout_of(RolloutStatus::Rollout(Box::new(argo)))
     }
 
+    /// The verdict on an [`argo`] Rollout in `phase` after `change`.
+    fn argo_judged(phase: Option<&str>, change: impl FnOnce(&mut ArgoRollout)) -> Verdict {
+        let mut rollout = argo(phase);
+        change(&mut rollout);
+        rollout_judged(rollout)
+    }
+
     #[test]
     fn a_healthy_rollout_whose_stable_replica_set_runs_the_template_is_converged() {
         let v = rollout_judged(argo(Some("Healthy")));
@@ -1028,27 +1035,26 @@ mod tests {
 
     #[test]
     fn healthy_is_not_enough_while_the_stable_replica_set_is_another_template_s() {
-        let mut lagging = argo(Some("Healthy"));
-        lagging.stable_rs = Some("old".to_owned());
-        let v = rollout_judged(lagging);
+        let v = argo_judged(Some("Healthy"), |a| a.stable_rs = Some("old".to_owned()));
         assert_verdict(
             &v,
             State::Progressing,
             "rollout in progress: the stable ReplicaSet is old, the current template's is new",
         );
-        let mut stale = argo(Some("Healthy"));
-        stale.stable_template_images = Some(vec![("web".to_owned(), "web:0".to_owned())]);
+        let stale = argo_judged(Some("Healthy"), |a| {
+            a.stable_template_images = Some(vec![("web".to_owned(), "web:0".to_owned())]);
+        });
         assert_eq!(
-            rollout_judged(stale).reason,
+            stale.reason,
             "rollout in progress: the stable ReplicaSet new does not run the current template yet"
         );
     }
 
     #[test]
     fn a_degraded_rollout_fails_with_argo_rollouts_message() {
-        let mut degraded = argo(Some("Degraded"));
-        degraded.message = Some("RolloutAborted: Rollout aborted update to revision 3".to_owned());
-        let v = rollout_judged(degraded);
+        let v = argo_judged(Some("Degraded"), |a| {
+            a.message = Some("RolloutAborted: Rollout aborted update to revision 3".to_owned());
+        });
         assert_verdict(
             &v,
             State::Failed,
@@ -1058,20 +1064,21 @@ mod tests {
 
     #[test]
     fn a_rollout_waits_for_its_spec_to_be_observed_and_for_an_unpause() {
-        let mut unobserved = argo(Some("Healthy"));
-        unobserved.observed_generation = Some("1".to_owned());
+        let unobserved = argo_judged(Some("Healthy"), |a| {
+            a.observed_generation = Some("1".to_owned());
+        });
         assert_eq!(
-            rollout_judged(unobserved).reason,
+            unobserved.reason,
             "rollout in progress: waiting for rollout spec update to be observed"
         );
         // An Argo Rollouts 0.9 hash says nothing of the generation: taken as observed.
-        let mut hashed = argo(Some("Healthy"));
-        hashed.observed_generation = Some("5c76fd9f86".to_owned());
-        assert_eq!(rollout_judged(hashed).state, State::Converged);
-        let mut unpausing = argo(Some("Paused"));
-        unpausing.controller_pause = true;
+        let hashed = argo_judged(Some("Healthy"), |a| {
+            a.observed_generation = Some("5c76fd9f86".to_owned());
+        });
+        assert_eq!(hashed.state, State::Converged);
+        let unpausing = argo_judged(Some("Paused"), |a| a.controller_pause = true);
         assert_eq!(
-            rollout_judged(unpausing).reason,
+            unpausing.reason,
             "rollout in progress: waiting for rollout to unpause"
         );
     }
@@ -1079,10 +1086,10 @@ mod tests {
     #[test]
     fn an_older_controller_s_rollout_is_judged_as_calculate_rollout_phase_does() {
         let legacy = |change: &dyn Fn(&mut ArgoRollout)| {
-            let mut argo = argo(None);
-            argo.observed_generation = Some("58b949649c".to_owned());
-            change(&mut argo);
-            rollout_judged(argo)
+            argo_judged(None, |a| {
+                a.observed_generation = Some("58b949649c".to_owned());
+                change(a);
+            })
         };
         assert_eq!(legacy(&|_| {}).state, State::Converged);
         assert_eq!(
