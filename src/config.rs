@@ -383,14 +383,12 @@ colour: blue
         )
         .unwrap_err();
         let problems = err.problems.join("\n");
-        assert!(
-            problems
-                .contains("verify.gitops.applications[0]: expected namespace/name, found \"shop\""),
-            "{problems}"
-        );
-        assert!(
-            problems.contains("verify.gitops.flux: unknown key"),
-            "{problems}"
+        assert_problems(
+            &problems,
+            &[
+                "verify.gitops.applications[0]: expected namespace/name, found \"shop\"",
+                "verify.gitops.flux: unknown key",
+            ],
         );
     }
 
@@ -632,7 +630,7 @@ colour: blue
             .unwrap_err()
             .problems
             .join("\n");
-        assert!(wrong.contains("images.minimum_age: "), "{wrong}");
+        assert_problems(&wrong, &["images.minimum_age: "]);
     }
 
     #[test]
@@ -833,15 +831,12 @@ colour: blue
         let err = Config::parse(text, Path::new("tagpin.yaml"))
             .unwrap_err()
             .to_string();
-        assert!(
-            err.contains("tagpin.yaml:5:3: forge.owner: is for GitHub and Gitea"),
-            "{err}"
-        );
-        assert!(
-            err.contains(
-                "tagpin.yaml:6:3: forge.project: \"AC/ME\" is not a Bitbucket project key"
-            ),
-            "{err}"
+        assert_problems(
+            &err,
+            &[
+                "tagpin.yaml:5:3: forge.owner: is for GitHub and Gitea",
+                "tagpin.yaml:6:3: forge.project: \"AC/ME\" is not a Bitbucket project key",
+            ],
         );
     }
 
@@ -856,26 +851,23 @@ colour: blue
             .to_string()
         };
         let gitlab = problems("{kind: gitlab, owner: acme, repo: gitops, token_env: T}");
-        assert!(gitlab.contains("forge.owner: is for GitHub"), "{gitlab}");
-        assert!(gitlab.contains("forge.project: is required"), "{gitlab}");
+        assert_problems(
+            &gitlab,
+            &["forge.owner: is for GitHub", "forge.project: is required"],
+        );
         let github = problems("{owner: acme, repo: gitops, project: acme/gitops, token_env: T}");
-        assert!(github.contains("forge.project: is for GitLab"), "{github}");
+        assert_problems(&github, &["forge.project: is for GitLab"]);
         let path = problems("{kind: gitlab, project: 'acme/', token_env: T}");
-        assert!(
-            path.contains("forge.project: \"acme/\" is not a GitLab project path"),
-            "{path}"
+        assert_problems(
+            &path,
+            &["forge.project: \"acme/\" is not a GitLab project path"],
         );
         let kind = problems("{kind: sourcehut, owner: acme, repo: gitops, token_env: T}");
-        assert!(
-            kind.contains(
-                "forge.kind: expected github, gitlab, gitea, bitbucket, bitbucket-server or azure-devops, found \"sourcehut\""
-            ),
-            "{kind}"
-        );
+        assert_problems(&kind, &["forge.kind: expected github, gitlab, gitea, bitbucket, bitbucket-server or azure-devops, found \"sourcehut\""]);
         let plain = problems(
             "{kind: gitlab, api_url: 'http://gitlab.example.com/api/v4', project: a/b, token_env: T}",
         );
-        assert!(plain.contains("never sent over plain http"), "{plain}");
+        assert_problems(&plain, &["never sent over plain http"]);
     }
 
     #[test]
@@ -1424,9 +1416,9 @@ colour: blue
             "  - {name: staging, paths: [a]}\n",
             "  - {name: production, paths: [b], mode: commit, soak: 30m}\n",
         ));
-        assert!(
-            problems.contains("promotion.stages[1].soak: needs a forge: section"),
-            "{problems}"
+        assert_problems(
+            &problems,
+            &["promotion.stages[1].soak: needs a forge: section"],
         );
         assert!(parse(concat!(
             "repository: {url: /srv/git/gitops.git}\n",
