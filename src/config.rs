@@ -451,7 +451,9 @@ colour: blue
     fn image_signatures_read_keys_relative_to_the_file_and_keep_identities() {
         let dir = tempfile::tempdir().unwrap();
         write_public_key(dir.path(), "keys/release.pub");
-        let c = parse_in(dir.path(), concat!(
+        let c = parse_in(
+            dir.path(),
+            concat!(
                 "repository: {url: /srv/git/gitops.git}\n",
                 "images:\n",
                 "  signatures:\n",
@@ -459,7 +461,8 @@ colour: blue
                 "    keys: [keys/release.pub]\n",
                 "    keyless:\n",
                 "    - {issuer: 'https://token.actions.githubusercontent.com', subject: '^https://github\\.com/acme/.+$'}\n",
-            ))
+            ),
+        )
         .unwrap();
         let [rule] = c.images.signatures.as_slice() else {
             panic!("one rule expected: {:?}", c.images.signatures);
@@ -545,14 +548,17 @@ colour: blue
     #[test]
     fn invalid_provenance_entries_are_named_by_field_path_and_line() {
         let dir = tempfile::tempdir().unwrap();
-        let err = parse_in(dir.path(), concat!(
+        let err = parse_in(
+            dir.path(),
+            concat!(
                 "repository: {url: /srv/git/gitops.git}\n",
                 "images:\n",
                 "  provenance:\n",
                 "  - {match: a, source_repository: https://github.com/acme/web.git, keys: [missing.pub]}\n",
                 "  - {match: b, builder_id: '(x', source_repository: r, source_ref: '[', keyless: [{issuer: i, subject: s}]}\n",
                 "  - {match: c, builder_id: b, source_repository: r}\n",
-            ))
+            ),
+        )
         .unwrap_err();
         let problems = err.problems.join("\n");
         assert_problems(
