@@ -696,13 +696,10 @@ colour: blue
 
     #[test]
     fn a_forge_login_is_read_for_tokens_that_cannot_ask_who_they_are() {
-        let text = "repository: {url: /srv/git/gitops.git}\n\
-                    forge: {owner: acme, repo: gitops, token_env: GITHUB_TOKEN, login: 'tagpin-app[bot]'}\n";
-        let config = parse(text).unwrap();
-        assert_eq!(
-            config.forge.unwrap().login.as_deref(),
-            Some("tagpin-app[bot]")
+        let forge = forge_of(
+            "{owner: acme, repo: gitops, token_env: GITHUB_TOKEN, login: 'tagpin-app[bot]'}",
         );
+        assert_eq!(forge.login.as_deref(), Some("tagpin-app[bot]"));
         assert_eq!(
             forge_of("{owner: acme, repo: gitops, token_env: GITHUB_TOKEN}").login,
             None
@@ -720,10 +717,8 @@ colour: blue
         );
         assert_eq!(forge.api_url, "https://gitlab.example.com/api/v4");
         assert_eq!(forge.token_env, "GITLAB_TOKEN");
-        let text = "repository: {url: /srv/git/gitops.git}\n\
-                    forge: {kind: gitlab, project: '1234', token_env: GITLAB_TOKEN}\n";
         assert_eq!(
-            parse(text).unwrap().forge.unwrap().api_url,
+            forge_of("{kind: gitlab, project: '1234', token_env: GITLAB_TOKEN}").api_url,
             "https://gitlab.com/api/v4"
         );
     }
