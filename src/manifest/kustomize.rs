@@ -269,8 +269,7 @@ mod tests {
         let outcome = scan_str("any-name.yaml", text);
         let field = &outcome.fields[0];
         assert_eq!(field.value, "nginx:1.27");
-        assert_eq!(written(text, field), "sha256:old");
-        assert_eq!((field.line, field.column), (5, 11));
+        assert_written_at(text, field, "sha256:old", (5, 11));
         let Origin::KustomizeImage {
             name,
             document: 0,

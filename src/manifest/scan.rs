@@ -169,6 +169,18 @@ pub(super) mod fixtures {
         }
     }
 
+    /// `field` is written as `as_written` in `text`, at `at` (line, column).
+    #[track_caller]
+    pub(crate) fn assert_written_at(
+        text: &str,
+        field: &ImageField,
+        as_written: &str,
+        at: (usize, usize),
+    ) {
+        assert_eq!(written(text, field), as_written);
+        assert_eq!((field.line, field.column), at);
+    }
+
     pub(crate) fn style(field: &ImageField) -> ScalarStyle {
         match &field.target {
             Target::Scalar { style, .. } => *style,

@@ -950,8 +950,7 @@ mod tests {
         );
         let outcome = scan_str("web.yaml", &text);
         let field = &outcome.fields[0];
-        assert_eq!(written(&text, field), "'nginx:1.27'");
-        assert_eq!((field.line, field.column), (10, 27));
+        assert_written_at(&text, field, "'nginx:1.27'", (10, 27));
     }
 
     #[test]
@@ -959,8 +958,7 @@ mod tests {
         let text = format!("\u{feff}{}", deployment(ONE_CONTAINER));
         let outcome = scan_str("web.yaml", &text);
         let field = &outcome.fields[0];
-        assert_eq!(written(&text, field), "nginx:1.27");
-        assert_eq!((field.line, field.column), (10, 16));
+        assert_written_at(&text, field, "nginx:1.27", (10, 16));
     }
 
     #[test]
@@ -970,8 +968,7 @@ mod tests {
         );
         let outcome = scan_str("web.yaml", &text);
         let field = &outcome.fields[0];
-        assert_eq!(written(&text, field), "\"nginx:1.27\"");
-        assert_eq!((field.line, field.column), (11, 16));
+        assert_written_at(&text, field, "\"nginx:1.27\"", (11, 16));
         assert!(
             matches!(&field.origin, Origin::Container { container, .. } if container == "名前")
         );
@@ -1002,8 +999,7 @@ mod tests {
         );
         let outcome = scan_str("pod.yaml", text);
         let field = &outcome.fields[0];
-        assert_eq!(written(text, field), "'nginx:1.27'");
-        assert_eq!((field.line, field.column), (1, 12));
+        assert_written_at(text, field, "'nginx:1.27'", (1, 12));
     }
 
     #[test]
@@ -1023,8 +1019,7 @@ mod tests {
         let text = "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"Pod\",\n  \"spec\": {\n    \"containers\": [\n      {\"name\": \"a\", \"image\": \"nginx:1.27\"}\n    ]\n  }\n}\n";
         let outcome = scan_str("pod.json", text);
         let field = &outcome.fields[0];
-        assert_eq!(written(text, field), "\"nginx:1.27\"");
-        assert_eq!((field.line, field.column), (6, 30));
+        assert_written_at(text, field, "\"nginx:1.27\"", (6, 30));
     }
 
     #[test]
