@@ -587,18 +587,30 @@ mod tests {
     // Not `super::*`: the kinds' functions share their names with the samples.
     use crate::verify::judge::samples::*;
     use crate::verify::judge::verdict::{
-        ArgoRollout, ConditionStatus, ConditionType, RolloutStatus, RolloutStrategy, State, Verdict,
+        ArgoRollout, ConditionStatus, ConditionType, LiveWorkload, RolloutStatus, RolloutStrategy,
+        State, Verdict,
     };
 
     fn rollout_of(rollout: RolloutStatus) -> Verdict {
         judged_with_one_pod(workload(rollout))
     }
 
+    /// [`rollout_of`] a workload at `generation` whose controller has seen `observed`.
+    fn judged_at_generations(
+        rollout: RolloutStatus,
+        generation: Option<i64>,
+        observed: Option<i64>,
+    ) -> Verdict {
+        judged_with_one_pod(LiveWorkload {
+            generation,
+            observed_generation: observed,
+            ..workload(rollout)
+        })
+    }
+
     #[test]
     fn deployment_waits_for_the_spec_update_to_be_observed() {
-        let mut w = workload(deployment(1, 1, 1, 1));
-        w.observed_generation = Some(1);
-        let v = judged_with_one_pod(w);
+        let v = judged_at_generations(deployment(1, 1, 1, 1), Some(2), Some(1));
         assert_verdict(
             &v,
             State::Progressing,
@@ -621,16 +633,15 @@ mod tests {
 
     #[test]
     fn deployment_deadline_is_not_judged_before_the_spec_update_is_observed() {
-        let mut w = workload(RolloutStatus::Deployment {
+        let past_deadline = RolloutStatus::Deployment {
             spec_replicas: 1,
             replicas: 1,
             updated: 1,
             ready: 1,
             available: 1,
             progress_deadline_exceeded: true,
-        });
-        w.observed_generation = Some(1);
-        let v = judged_with_one_pod(w);
+        };
+        let v = judged_at_generations(past_deadline, Some(2), Some(1));
         assert_eq!(v.state, State::Progressing);
     }
 
@@ -667,10 +678,7 @@ mod tests {
 
     #[test]
     fn deployment_with_absent_generations_reads_them_as_zero() {
-        let mut w = workload(deployment(1, 1, 1, 1));
-        w.generation = None;
-        w.observed_generation = None;
-        let v = judged_with_one_pod(w);
+        let v = judged_at_generations(deployment(1, 1, 1, 1), None, None);
         assert_eq!(
             status_of(&v, ConditionType::RolledOut),
             ConditionStatus::True
@@ -691,10 +699,7 @@ mod tests {
 
     #[test]
     fn statefulset_without_an_observed_generation_waits() {
-        let mut w = workload(statefulset(3, 3, Some(0)));
-        w.generation = None;
-        w.observed_generation = None;
-        let v = judged_with_one_pod(w);
+        let v = judged_at_generations(statefulset(3, 3, Some(0)), None, None);
         assert_eq!(
             reason_of(&v, ConditionType::RolledOut),
             "SpecUpdateNotObserved"
@@ -800,9 +805,7 @@ mod tests {
 
     #[test]
     fn daemonset_waits_for_the_spec_update_to_be_observed() {
-        let mut w = workload(daemonset(3, 3, true));
-        w.observed_generation = Some(1);
-        let v = judged_with_one_pod(w);
+        let v = judged_at_generations(daemonset(3, 3, true), Some(2), Some(1));
         assert_eq!(
             reason_of(&v, ConditionType::RolledOut),
             "SpecUpdateNotObserved"
