@@ -178,6 +178,11 @@ mod tests {
         Config::parse(text, Path::new("tagpin.yaml"))
     }
 
+    /// `text` read as the file `tagpin.yaml` of `dir`, where the files it names are.
+    fn parse_in(dir: &Path, text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, &dir.join("tagpin.yaml"))
+    }
+
     #[test]
     fn a_minimal_config_gets_the_documented_defaults() {
         let c = parse("repository:\n  url: https://example.com/acme/gitops.git\n").unwrap();
@@ -220,13 +225,14 @@ mod tests {
         )
         .unwrap_err();
         let text = err.to_string();
-        for expected in [
-            "tagpin.yaml:4:18: helm.values_files[0]: invalid glob",
-            "tagpin.yaml:5:3: helm.digest: expected one of tag, key, found \"sha\"",
-            "tagpin.yaml:6:3: helm.charts: unknown key (known: values_files, digest)",
-        ] {
-            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
-        }
+        assert_problems(
+            &text,
+            &[
+                "tagpin.yaml:4:18: helm.values_files[0]: invalid glob",
+                "tagpin.yaml:5:3: helm.digest: expected one of tag, key, found \"sha\"",
+                "tagpin.yaml:6:3: helm.charts: unknown key (known: values_files, digest)",
+            ],
+        );
     }
 
     #[test]
@@ -278,21 +284,22 @@ colour: blue
         )
         .unwrap_err();
         let text = err.to_string();
-        for expected in [
-            "repository.url: is required",
-            "repository.branch: \"bad branch\" is not a valid branch name",
-            "repository.auth.token_env: must name an environment variable",
-            "paths[0]: \"../outside\" must be relative",
-            "paths[1]: \"/etc\" must be relative",
-            "mode: expected one of commit, pull-request, found \"sometimes\"",
-            "registries.concurrency: expected a whole number from 1 to 256, found 0",
-            "registries.insecure: expected a list of strings, found a string",
-            "pull_request.grouping: expected one of single, per-image",
-            "pull_request.title: unknown placeholder {what}",
-            "colour: unknown key",
-        ] {
-            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
-        }
+        assert_problems(
+            &text,
+            &[
+                "repository.url: is required",
+                "repository.branch: \"bad branch\" is not a valid branch name",
+                "repository.auth.token_env: must name an environment variable",
+                "paths[0]: \"../outside\" must be relative",
+                "paths[1]: \"/etc\" must be relative",
+                "mode: expected one of commit, pull-request, found \"sometimes\"",
+                "registries.concurrency: expected a whole number from 1 to 256, found 0",
+                "registries.insecure: expected a list of strings, found a string",
+                "pull_request.grouping: expected one of single, per-image",
+                "pull_request.title: unknown placeholder {what}",
+                "colour: unknown key",
+            ],
+        );
         assert!(
             !text.contains("ghp_abcdefghijklmnop"),
             "a pasted secret was echoed:\n{text}"
@@ -376,14 +383,12 @@ colour: blue
         )
         .unwrap_err();
         let problems = err.problems.join("\n");
-        assert!(
-            problems
-                .contains("verify.gitops.applications[0]: expected namespace/name, found \"shop\""),
-            "{problems}"
-        );
-        assert!(
-            problems.contains("verify.gitops.flux: unknown key"),
-            "{problems}"
+        assert_problems(
+            &problems,
+            &[
+                "verify.gitops.applications[0]: expected namespace/name, found \"shop\"",
+                "verify.gitops.flux: unknown key",
+            ],
         );
     }
 
@@ -446,7 +451,8 @@ colour: blue
     fn image_signatures_read_keys_relative_to_the_file_and_keep_identities() {
         let dir = tempfile::tempdir().unwrap();
         write_public_key(dir.path(), "keys/release.pub");
-        let c = Config::parse(
+        let c = parse_in(
+            dir.path(),
             concat!(
                 "repository: {url: /srv/git/gitops.git}\n",
                 "images:\n",
@@ -456,7 +462,6 @@ colour: blue
                 "    keyless:\n",
                 "    - {issuer: 'https://token.actions.githubusercontent.com', subject: '^https://github\\.com/acme/.+$'}\n",
             ),
-            &dir.path().join("tagpin.yaml"),
         )
         .unwrap();
         let [rule] = c.images.signatures.as_slice() else {
@@ -481,7 +486,8 @@ colour: blue
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("not-a-key.pub"), "hello\n").unwrap();
         std::fs::write(dir.path().join("root.json"), "{}").unwrap();
-        let err = Config::parse(
+        let err = parse_in(
+            dir.path(),
             concat!(
                 "repository: {url: /srv/git/gitops.git}\n",
                 "images:\n",
@@ -491,33 +497,31 @@ colour: blue
                 "  - {match: c, keyless: [{issuer: x, subject: '(unclosed'}, {subject: y}]}\n",
                 "  - {match: '[d', keys: [], trusted_root: root.json, colour: red}\n",
             ),
-            &dir.path().join("tagpin.yaml"),
         )
         .unwrap_err();
         let problems = err.problems.join("\n");
-        for expected in [
-            "images.signatures[0].keys[0]: cannot read missing.pub:",
-            "images.signatures[0].keys[1]: not-a-key.pub: not a PEM public key (-----BEGIN PUBLIC KEY-----):",
-            "images.signatures[1]: needs keys or keyless (who may sign the images it matches)",
-            "images.signatures[2].keyless[0].subject: invalid regex:",
-            "images.signatures[2].keyless[1].issuer: is required",
-            "images.signatures[3].match: invalid glob",
-            "images.signatures[3].trusted_root: root.json: not a Sigstore trusted_root.json:",
-            "images.signatures[3].trusted_root: only applies to keyless signatures",
-            "images.signatures[3].colour: unknown key",
-        ] {
-            assert!(
-                problems.contains(expected),
-                "missing {expected:?} in:\n{problems}"
-            );
-        }
+        assert_problems(
+            &problems,
+            &[
+                "images.signatures[0].keys[0]: cannot read missing.pub:",
+                "images.signatures[0].keys[1]: not-a-key.pub: not a PEM public key (-----BEGIN PUBLIC KEY-----):",
+                "images.signatures[1]: needs keys or keyless (who may sign the images it matches)",
+                "images.signatures[2].keyless[0].subject: invalid regex:",
+                "images.signatures[2].keyless[1].issuer: is required",
+                "images.signatures[3].match: invalid glob",
+                "images.signatures[3].trusted_root: root.json: not a Sigstore trusted_root.json:",
+                "images.signatures[3].trusted_root: only applies to keyless signatures",
+                "images.signatures[3].colour: unknown key",
+            ],
+        );
     }
 
     #[test]
     fn provenance_entries_read_builder_source_and_signers() {
         let dir = tempfile::tempdir().unwrap();
         write_public_key(dir.path(), "keys/ci.pub");
-        let c = Config::parse(
+        let c = parse_in(
+            dir.path(),
             concat!(
                 "repository: {url: /srv/git/gitops.git}\n",
                 "images:\n",
@@ -528,7 +532,6 @@ colour: blue
                 "    source_ref: 'refs/tags/v.+'\n",
                 "    keys: [keys/ci.pub]\n",
             ),
-            &dir.path().join("tagpin.yaml"),
         )
         .unwrap();
         let [rule] = c.images.provenance.as_slice() else {
@@ -545,7 +548,8 @@ colour: blue
     #[test]
     fn invalid_provenance_entries_are_named_by_field_path_and_line() {
         let dir = tempfile::tempdir().unwrap();
-        let err = Config::parse(
+        let err = parse_in(
+            dir.path(),
             concat!(
                 "repository: {url: /srv/git/gitops.git}\n",
                 "images:\n",
@@ -554,23 +558,20 @@ colour: blue
                 "  - {match: b, builder_id: '(x', source_repository: r, source_ref: '[', keyless: [{issuer: i, subject: s}]}\n",
                 "  - {match: c, builder_id: b, source_repository: r}\n",
             ),
-            &dir.path().join("tagpin.yaml"),
         )
         .unwrap_err();
         let problems = err.problems.join("\n");
-        for expected in [
-            "images.provenance[0].builder_id: is required",
-            "images.provenance[0].source_repository: the repository's URI without a trailing / or .git",
-            "images.provenance[0].keys[0]: cannot read missing.pub:",
-            "images.provenance[1].builder_id: invalid regex:",
-            "images.provenance[1].source_ref: invalid regex:",
-            "images.provenance[2]: needs keys or keyless",
-        ] {
-            assert!(
-                problems.contains(expected),
-                "missing {expected:?} in:\n{problems}"
-            );
-        }
+        assert_problems(
+            &problems,
+            &[
+                "images.provenance[0].builder_id: is required",
+                "images.provenance[0].source_repository: the repository's URI without a trailing / or .git",
+                "images.provenance[0].keys[0]: cannot read missing.pub:",
+                "images.provenance[1].builder_id: invalid regex:",
+                "images.provenance[1].source_ref: invalid regex:",
+                "images.provenance[2]: needs keys or keyless",
+            ],
+        );
     }
 
     #[test]
@@ -619,25 +620,23 @@ colour: blue
         ))
         .unwrap_err();
         let problems = err.problems.join("\n");
-        for expected in [
-            "images.minimum_age[0].age: is required (like 24h)",
-            "images.minimum_age[1].age: ",
-            "images.minimum_age[2].match: is required",
-            "images.minimum_age[3].match: invalid glob",
-            "images.minimum_age[3].age: expected a duration like 90s, 10m or 1h",
-            "images.minimum_age[3].colour: unknown key",
-            "images.minimum_age[4]: ",
-        ] {
-            assert!(
-                problems.contains(expected),
-                "missing {expected:?} in:\n{problems}"
-            );
-        }
+        assert_problems(
+            &problems,
+            &[
+                "images.minimum_age[0].age: is required (like 24h)",
+                "images.minimum_age[1].age: ",
+                "images.minimum_age[2].match: is required",
+                "images.minimum_age[3].match: invalid glob",
+                "images.minimum_age[3].age: expected a duration like 90s, 10m or 1h",
+                "images.minimum_age[3].colour: unknown key",
+                "images.minimum_age[4]: ",
+            ],
+        );
         let wrong = parse("repository: {url: /srv/git/gitops.git}\nimages: {minimum_age: 24h}\n")
             .unwrap_err()
             .problems
             .join("\n");
-        assert!(wrong.contains("images.minimum_age: "), "{wrong}");
+        assert_problems(&wrong, &["images.minimum_age: "]);
     }
 
     #[test]
@@ -655,22 +654,20 @@ colour: blue
         ))
         .unwrap_err();
         let problems = err.problems.join("\n");
-        for expected in [
-            "tagpin.yaml:4:16: images.policies[0].semver: invalid semver range:",
-            "tagpin.yaml:5:16: images.policies[1].pattern: invalid regex: error: unclosed group",
-            "images.policies[2].match: is required",
-            "images.policies[2]: set one of digest, semver, pattern, not semver and pattern",
-            "tagpin.yaml:7:30: images.policies[3].order: only applies to a pattern policy",
-            "images.policies[4].order: expected one of numerical, alphabetical, found \"newest\"",
-            "images.policies[5].match: invalid glob",
-            "images.policies[5].digest: expected true",
-            "images.policies[5].tags: unknown key",
-        ] {
-            assert!(
-                problems.contains(expected),
-                "missing {expected:?} in:\n{problems}"
-            );
-        }
+        assert_problems(
+            &problems,
+            &[
+                "tagpin.yaml:4:16: images.policies[0].semver: invalid semver range:",
+                "tagpin.yaml:5:16: images.policies[1].pattern: invalid regex: error: unclosed group",
+                "images.policies[2].match: is required",
+                "images.policies[2]: set one of digest, semver, pattern, not semver and pattern",
+                "tagpin.yaml:7:30: images.policies[3].order: only applies to a pattern policy",
+                "images.policies[4].order: expected one of numerical, alphabetical, found \"newest\"",
+                "images.policies[5].match: invalid glob",
+                "images.policies[5].digest: expected true",
+                "images.policies[5].tags: unknown key",
+            ],
+        );
     }
 
     #[test]
@@ -699,23 +696,19 @@ colour: blue
 
     #[test]
     fn a_forge_login_is_read_for_tokens_that_cannot_ask_who_they_are() {
-        let text = "repository: {url: /srv/git/gitops.git}\n\
-                    forge: {owner: acme, repo: gitops, token_env: GITHUB_TOKEN, login: 'tagpin-app[bot]'}\n";
-        let config = parse(text).unwrap();
-        assert_eq!(
-            config.forge.unwrap().login.as_deref(),
-            Some("tagpin-app[bot]")
+        let forge = forge_of(
+            "{owner: acme, repo: gitops, token_env: GITHUB_TOKEN, login: 'tagpin-app[bot]'}",
         );
-        let text = "repository: {url: /srv/git/gitops.git}\n\
-                    forge: {owner: acme, repo: gitops, token_env: GITHUB_TOKEN}\n";
-        assert_eq!(parse(text).unwrap().forge.unwrap().login, None);
+        assert_eq!(forge.login.as_deref(), Some("tagpin-app[bot]"));
+        assert_eq!(
+            forge_of("{owner: acme, repo: gitops, token_env: GITHUB_TOKEN}").login,
+            None
+        );
     }
 
     #[test]
     fn a_gitlab_forge_names_its_project_by_path() {
-        let text = "repository: {url: /srv/git/gitops.git}\n\
-                    forge: {kind: gitlab, api_url: 'https://gitlab.example.com/api/v4', project: group/sub/gitops, token_env: GITLAB_TOKEN}\n";
-        let forge = parse(text).unwrap().forge.unwrap();
+        let forge = forge_of("{kind: gitlab, api_url: 'https://gitlab.example.com/api/v4', project: group/sub/gitops, token_env: GITLAB_TOKEN}");
         assert_eq!(
             forge.kind,
             ForgeKind::GitLab {
@@ -724,19 +717,15 @@ colour: blue
         );
         assert_eq!(forge.api_url, "https://gitlab.example.com/api/v4");
         assert_eq!(forge.token_env, "GITLAB_TOKEN");
-        let text = "repository: {url: /srv/git/gitops.git}\n\
-                    forge: {kind: gitlab, project: '1234', token_env: GITLAB_TOKEN}\n";
         assert_eq!(
-            parse(text).unwrap().forge.unwrap().api_url,
+            forge_of("{kind: gitlab, project: '1234', token_env: GITLAB_TOKEN}").api_url,
             "https://gitlab.com/api/v4"
         );
     }
 
     #[test]
     fn a_bitbucket_forge_names_its_repository_by_workspace_and_slug() {
-        let text = "repository: {url: /srv/git/gitops.git}\n\
-                    forge: {kind: bitbucket, workspace: acme, repo: gitops, token_env: BITBUCKET_TOKEN, username_env: BITBUCKET_USERNAME}\n";
-        let forge = parse(text).unwrap().forge.unwrap();
+        let forge = forge_of("{kind: bitbucket, workspace: acme, repo: gitops, token_env: BITBUCKET_TOKEN, username_env: BITBUCKET_USERNAME}");
         assert_eq!(
             forge.kind,
             ForgeKind::Bitbucket {
@@ -746,12 +735,8 @@ colour: blue
         );
         assert_eq!(forge.api_url, "https://api.bitbucket.org/2.0");
         assert_eq!(forge.username_env.as_deref(), Some("BITBUCKET_USERNAME"));
-        let problems = problems_of(
-            "repository: {url: /srv/git/gitops.git}\n\
-             forge: {kind: bitbucket, owner: acme, repo: 'my repo', token_env: BITBUCKET_TOKEN}\n",
-        );
-        assert_problems(
-            &problems,
+        assert_forge_problems(
+            "{kind: bitbucket, owner: acme, repo: 'my repo', token_env: BITBUCKET_TOKEN}",
             &[
                 "forge.owner: is not Bitbucket's",
                 "forge.workspace: is required",
@@ -759,12 +744,8 @@ colour: blue
             ],
         );
         // An app password's username is Bitbucket's alone.
-        let problems = problems_of(
-            "repository: {url: /srv/git/gitops.git}\n\
-             forge: {owner: acme, repo: gitops, token_env: GITHUB_TOKEN, username_env: GH_USER, workspace: acme}\n",
-        );
-        assert_problems(
-            &problems,
+        assert_forge_problems(
+            "{owner: acme, repo: gitops, token_env: GITHUB_TOKEN, username_env: GH_USER, workspace: acme}",
             &[
                 "forge.username_env: is for Bitbucket Cloud app passwords",
                 "forge.workspace: is for Bitbucket Cloud",
@@ -774,9 +755,7 @@ colour: blue
 
     #[test]
     fn a_gitea_forge_names_its_repository_by_owner_and_repo_at_its_own_address() {
-        let text = "repository: {url: /srv/git/gitops.git}\n\
-                    forge: {kind: gitea, api_url: 'https://git.example.com/api/v1', owner: acme, repo: gitops, token_env: GITEA_TOKEN}\n";
-        let forge = parse(text).unwrap().forge.unwrap();
+        let forge = forge_of("{kind: gitea, api_url: 'https://git.example.com/api/v1', owner: acme, repo: gitops, token_env: GITEA_TOKEN}");
         assert_eq!(
             forge.kind,
             ForgeKind::Gitea {
@@ -787,12 +766,8 @@ colour: blue
         assert_eq!(forge.api_url, "https://git.example.com/api/v1");
         assert_eq!(forge.token_env, "GITEA_TOKEN");
         // There is no one Gitea to assume, and a project is GitLab's word.
-        let problems = problems_of(
-            "repository: {url: /srv/git/gitops.git}\n\
-             forge: {kind: gitea, project: acme/gitops, token_env: GITEA_TOKEN}\n",
-        );
-        assert_problems(
-            &problems,
+        assert_forge_problems(
+            "{kind: gitea, project: acme/gitops, token_env: GITEA_TOKEN}",
             &[
                 "forge.api_url: is required",
                 "forge.project: is for GitLab",
@@ -803,9 +778,7 @@ colour: blue
 
     #[test]
     fn a_bitbucket_server_forge_names_its_repository_by_project_key_and_slug_at_its_own_address() {
-        let text = "repository: {url: /srv/git/gitops.git}\n\
-                    forge: {kind: bitbucket-server, api_url: 'https://bitbucket.example.com', project: ACME, repo: gitops, token_env: BITBUCKET_TOKEN}\n";
-        let forge = parse(text).unwrap().forge.unwrap();
+        let forge = forge_of("{kind: bitbucket-server, api_url: 'https://bitbucket.example.com', project: ACME, repo: gitops, token_env: BITBUCKET_TOKEN}");
         assert_eq!(
             forge.kind,
             ForgeKind::BitbucketServer {
@@ -815,12 +788,8 @@ colour: blue
         );
         assert_eq!(forge.api_url, "https://bitbucket.example.com");
         // There is no one Bitbucket to assume, and an owner is GitHub's and Gitea's word.
-        let problems = problems_of(
-            "repository: {url: /srv/git/gitops.git}\n\
-             forge: {kind: bitbucket-server, owner: acme, project: 'AC/ME', token_env: BITBUCKET_TOKEN}\n",
-        );
-        assert_problems(
-            &problems,
+        assert_forge_problems(
+            "{kind: bitbucket-server, owner: acme, project: 'AC/ME', token_env: BITBUCKET_TOKEN}",
             &[
                 "forge.api_url: is required",
                 "forge.owner: is for GitHub and Gitea",
@@ -828,18 +797,12 @@ colour: blue
                 "forge.repo: is required",
             ],
         );
-        let problems = problems_of(
-            "repository: {url: /srv/git/gitops.git}\n\
-             forge: {kind: bitbucket-server, api_url: 'https://bitbucket.example.com/rest/api/1.0', project: ACME, repo: gitops, token_env: T}\n",
-        );
-        assert_problems(&problems, &["give the instance's base URL"]);
+        assert_forge_problems("{kind: bitbucket-server, api_url: 'https://bitbucket.example.com/rest/api/1.0', project: ACME, repo: gitops, token_env: T}", &["give the instance's base URL"]);
     }
 
     #[test]
     fn an_azure_devops_forge_names_project_and_repository_in_its_organization() {
-        let text = "repository: {url: /srv/git/gitops.git}\n\
-                    forge: {kind: azure-devops, api_url: 'https://dev.azure.com/acme', project: platform, repo: gitops, token_env: AZURE_DEVOPS_TOKEN}\n";
-        let forge = parse(text).unwrap().forge.unwrap();
+        let forge = forge_of("{kind: azure-devops, api_url: 'https://dev.azure.com/acme', project: platform, repo: gitops, token_env: AZURE_DEVOPS_TOKEN}");
         assert_eq!(
             forge.kind,
             ForgeKind::AzureDevOps {
@@ -849,12 +812,8 @@ colour: blue
         );
         assert_eq!(forge.api_url, "https://dev.azure.com/acme");
         // The organization is not assumed, and an owner is GitHub's and Gitea's word.
-        let problems = problems_of(
-            "repository: {url: /srv/git/gitops.git}\n\
-             forge: {kind: azure-devops, owner: acme, repo: gitops, token_env: AZURE_DEVOPS_TOKEN}\n",
-        );
-        assert_problems(
-            &problems,
+        assert_forge_problems(
+            "{kind: azure-devops, owner: acme, repo: gitops, token_env: AZURE_DEVOPS_TOKEN}",
             &[
                 "forge.api_url: is required",
                 "forge.owner: is for GitHub and Gitea",
@@ -873,15 +832,12 @@ colour: blue
         let err = Config::parse(text, Path::new("tagpin.yaml"))
             .unwrap_err()
             .to_string();
-        assert!(
-            err.contains("tagpin.yaml:5:3: forge.owner: is for GitHub and Gitea"),
-            "{err}"
-        );
-        assert!(
-            err.contains(
-                "tagpin.yaml:6:3: forge.project: \"AC/ME\" is not a Bitbucket project key"
-            ),
-            "{err}"
+        assert_problems(
+            &err,
+            &[
+                "tagpin.yaml:5:3: forge.owner: is for GitHub and Gitea",
+                "tagpin.yaml:6:3: forge.project: \"AC/ME\" is not a Bitbucket project key",
+            ],
         );
     }
 
@@ -896,26 +852,23 @@ colour: blue
             .to_string()
         };
         let gitlab = problems("{kind: gitlab, owner: acme, repo: gitops, token_env: T}");
-        assert!(gitlab.contains("forge.owner: is for GitHub"), "{gitlab}");
-        assert!(gitlab.contains("forge.project: is required"), "{gitlab}");
+        assert_problems(
+            &gitlab,
+            &["forge.owner: is for GitHub", "forge.project: is required"],
+        );
         let github = problems("{owner: acme, repo: gitops, project: acme/gitops, token_env: T}");
-        assert!(github.contains("forge.project: is for GitLab"), "{github}");
+        assert_problems(&github, &["forge.project: is for GitLab"]);
         let path = problems("{kind: gitlab, project: 'acme/', token_env: T}");
-        assert!(
-            path.contains("forge.project: \"acme/\" is not a GitLab project path"),
-            "{path}"
+        assert_problems(
+            &path,
+            &["forge.project: \"acme/\" is not a GitLab project path"],
         );
         let kind = problems("{kind: sourcehut, owner: acme, repo: gitops, token_env: T}");
-        assert!(
-            kind.contains(
-                "forge.kind: expected github, gitlab, gitea, bitbucket, bitbucket-server or azure-devops, found \"sourcehut\""
-            ),
-            "{kind}"
-        );
+        assert_problems(&kind, &["forge.kind: expected github, gitlab, gitea, bitbucket, bitbucket-server or azure-devops, found \"sourcehut\""]);
         let plain = problems(
             "{kind: gitlab, api_url: 'http://gitlab.example.com/api/v4', project: a/b, token_env: T}",
         );
-        assert!(plain.contains("never sent over plain http"), "{plain}");
+        assert_problems(&plain, &["never sent over plain http"]);
     }
 
     #[test]
@@ -962,10 +915,31 @@ colour: blue
         "forge: {owner: acme, repo: gitops, token_env: GITHUB_TOKEN}\n",
     );
 
+    /// The forge of a config that is a local repository and `forge: <forge>`.
+    fn forge_of(forge: &str) -> Forge {
+        parse(&format!(
+            "repository: {{url: /srv/git/gitops.git}}\nforge: {forge}\n"
+        ))
+        .unwrap()
+        .forge
+        .unwrap()
+    }
+
+    /// A config that is a local repository and `forge: <forge>` is refused, with each of
+    /// `expected` among its problems.
+    #[track_caller]
+    fn assert_forge_problems(forge: &str, expected: &[&str]) {
+        let problems = problems_of(&format!(
+            "repository: {{url: /srv/git/gitops.git}}\nforge: {forge}\n"
+        ));
+        assert_problems(&problems, expected);
+    }
+
     fn problems_of(text: &str) -> String {
         parse(text).unwrap_err().problems.join("\n")
     }
 
+    #[track_caller]
     fn assert_problems(problems: &str, expected: &[&str]) {
         for expected in expected {
             assert!(
@@ -1443,9 +1417,9 @@ colour: blue
             "  - {name: staging, paths: [a]}\n",
             "  - {name: production, paths: [b], mode: commit, soak: 30m}\n",
         ));
-        assert!(
-            problems.contains("promotion.stages[1].soak: needs a forge: section"),
-            "{problems}"
+        assert_problems(
+            &problems,
+            &["promotion.stages[1].soak: needs a forge: section"],
         );
         assert!(parse(concat!(
             "repository: {url: /srv/git/gitops.git}\n",
@@ -1492,6 +1466,18 @@ colour: blue
         Config::from_resource_spec(&spec, "team-a/web")
     }
 
+    /// Each of `expected` begins one of the problems of `err`.
+    #[track_caller]
+    fn assert_problems_start(err: &ConfigError, expected: &[&str]) {
+        for expected in expected {
+            assert!(
+                err.problems.iter().any(|p| p.starts_with(expected)),
+                "{expected} not in {:#?}",
+                err.problems
+            );
+        }
+    }
+
     #[test]
     fn a_resource_spec_is_read_by_the_same_types_and_rules_as_a_file() {
         let c = resource(serde_json::json!({
@@ -1514,18 +1500,15 @@ colour: blue
         }))
         .unwrap_err();
         assert_eq!(err.file, Path::new("team-a/web"));
-        for expected in [
-            "spec.repository.url: is required",
-            "spec.repository.branch: \"bad branch\" is not a valid branch name",
-            "spec.mode: expected one of commit, pull-request, found \"sometimes\"",
-            "spec.colour: unknown key",
-        ] {
-            assert!(
-                err.problems.iter().any(|p| p.starts_with(expected)),
-                "{expected} not in {:#?}",
-                err.problems
-            );
-        }
+        assert_problems_start(
+            &err,
+            &[
+                "spec.repository.url: is required",
+                "spec.repository.branch: \"bad branch\" is not a valid branch name",
+                "spec.mode: expected one of commit, pull-request, found \"sometimes\"",
+                "spec.colour: unknown key",
+            ],
+        );
     }
 
     #[test]
@@ -1542,16 +1525,13 @@ colour: blue
             "images": {"minimum_age": [{"match": "ghcr.io/acme/*", "age": "soon"}, {"age": "1h"}]},
         }))
         .unwrap_err();
-        for expected in [
-            "spec.images.minimum_age[0].age: ",
-            "spec.images.minimum_age[1].match: is required",
-        ] {
-            assert!(
-                err.problems.iter().any(|p| p.starts_with(expected)),
-                "{expected} not in {:#?}",
-                err.problems
-            );
-        }
+        assert_problems_start(
+            &err,
+            &[
+                "spec.images.minimum_age[0].age: ",
+                "spec.images.minimum_age[1].match: is required",
+            ],
+        );
     }
 
     #[test]
@@ -1563,20 +1543,17 @@ colour: blue
             "forge": {"owner": "acme", "repo": "gitops", "token_env": "ghp_0123456789abcdef/"},
         }))
         .unwrap_err();
-        for expected in [
-            "spec.repository.cache_dir: names something on the controller's own disk",
-            "spec.registries.docker_config: names something on the controller's own disk; a PinnedRepository takes docker_config_secret_ref",
-            "spec.registries.ca_files: names something on the controller's own disk",
-            "spec.verify.context: names something on the controller's own disk",
-            "spec.repository.auth.token_env: names a key of the Secret secret_ref, and secret_ref is not set",
-            "spec.forge.token_env: must name a key of the Secret secret_ref",
-        ] {
-            assert!(
-                err.problems.iter().any(|p| p.starts_with(expected)),
-                "{expected} not in {:#?}",
-                err.problems
-            );
-        }
+        assert_problems_start(
+            &err,
+            &[
+                "spec.repository.cache_dir: names something on the controller's own disk",
+                "spec.registries.docker_config: names something on the controller's own disk; a PinnedRepository takes docker_config_secret_ref",
+                "spec.registries.ca_files: names something on the controller's own disk",
+                "spec.verify.context: names something on the controller's own disk",
+                "spec.repository.auth.token_env: names a key of the Secret secret_ref, and secret_ref is not set",
+                "spec.forge.token_env: must name a key of the Secret secret_ref",
+            ],
+        );
         assert!(
             !err.problems.iter().any(|p| p.contains("ghp_")),
             "a pasted token is never echoed: {:#?}",

@@ -409,126 +409,108 @@ mod tests {
         }
     }
 
-    /// The loop's own steps for a webhook (its wait, then taking what is queued), with
-    /// deliveries queued the way the webhook endpoint queues them.
-    async fn next_webhook_pass(
-        timetable: &mut Timetable,
-        shared: &Shared,
-        stop: &mut watch::Receiver<bool>,
-    ) -> Option<BTreeSet<String>> {
-        loop {
-            match timetable.wait(&shared.wake, stop).await? {
-                Trigger::Webhook => {
-                    let names = shared.take_pending();
-                    if !names.is_empty() {
-                        timetable.webhook_pass_started(Instant::now());
-                        return Some(names);
+    impl Loop {
+        /// The loop's own steps for a webhook (its wait, then taking what is queued), with
+        /// deliveries queued the way the webhook endpoint queues them.
+        async fn next_webhook_pass(&mut self) -> Option<BTreeSet<String>> {
+            loop {
+                match self.wait().await? {
+                    Trigger::Webhook => {
+                        let names = self.shared.take_pending();
+                        if !names.is_empty() {
+                            self.timetable.webhook_pass_started(Instant::now());
+                            return Some(names);
+                        }
                     }
+                    Trigger::Schedule | Trigger::Verify => return None,
                 }
-                Trigger::Schedule | Trigger::Verify => return None,
             }
         }
+
+        async fn wait(&mut self) -> Option<Trigger> {
+            self.timetable.wait(&self.shared.wake, &mut self.stop).await
+        }
+    }
+
+    /// A quiet loop whose first pass started at `start`.
+    fn after_a_pass(start: Instant) -> Loop {
+        let mut looped = quiet_loop();
+        looped.timetable.pass_started(start, 0.5);
+        looped
     }
 
     #[tokio::test(start_paused = true)]
     async fn deliveries_during_a_pass_become_exactly_one_follow_up_pass() {
         let start = Instant::now();
-        let Loop {
-            shared,
-            _tx,
-            mut stop,
-            mut timetable,
-        } = quiet_loop();
-        assert_eq!(
-            timetable.wait(&shared.wake, &mut stop).await,
-            Some(Trigger::Schedule)
-        );
-        timetable.pass_started(start, 0.5);
+        let mut looped = quiet_loop();
+        assert_eq!(looped.wait().await, Some(Trigger::Schedule));
+        looped.timetable.pass_started(start, 0.5);
 
         // Leading edge: the first delivery starts a pass at once.
-        shared.queue(names(&["r.io/acme/web"]));
+        looped.shared.queue(names(&["r.io/acme/web"]));
         assert_eq!(
-            next_webhook_pass(&mut timetable, &shared, &mut stop).await,
+            looped.next_webhook_pass().await,
             Some(names(&["r.io/acme/web"]))
         );
         assert_eq!(Instant::now(), start);
 
         // While that pass runs, five deliveries come, two of them naming api.
         for _ in 0..3 {
-            shared.queue(names(&["r.io/acme/web"]));
+            looped.shared.queue(names(&["r.io/acme/web"]));
         }
-        shared.queue(names(&["r.io/acme/api"]));
-        shared.queue(names(&["r.io/acme/api"]));
+        looped.shared.queue(names(&["r.io/acme/api"]));
+        looped.shared.queue(names(&["r.io/acme/api"]));
         tokio::time::advance(Duration::from_secs(20)).await;
 
         // One follow-up pass, as soon as the first one is over (it outlasted the webhook
         // window), for both repositories.
         assert_eq!(
-            next_webhook_pass(&mut timetable, &shared, &mut stop).await,
+            looped.next_webhook_pass().await,
             Some(names(&["r.io/acme/api", "r.io/acme/web"]))
         );
         assert_eq!(Instant::now(), start + Duration::from_secs(20));
         // Four of the five rode along with another.
-        assert_eq!(shared.metrics.webhook_coalesced.get(), 4);
+        assert_eq!(looped.shared.metrics.webhook_coalesced.get(), 4);
         // And no other: the next wake-up is the scheduled pass.
-        assert_eq!(
-            next_webhook_pass(&mut timetable, &shared, &mut stop).await,
-            None
-        );
+        assert_eq!(looped.next_webhook_pass().await, None);
         assert_eq!(Instant::now(), start + INTERVAL);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_delivery_naming_nothing_wakes_no_pass() {
         let start = Instant::now();
-        let Loop {
-            shared,
-            _tx,
-            mut stop,
-            mut timetable,
-        } = quiet_loop();
-        timetable.pass_started(start, 0.5);
-        shared.queue(Vec::new());
-        assert_eq!(
-            timetable.wait(&shared.wake, &mut stop).await,
-            Some(Trigger::Schedule)
-        );
+        let mut looped = after_a_pass(start);
+        looped.shared.queue(Vec::new());
+        assert_eq!(looped.wait().await, Some(Trigger::Schedule));
         assert_eq!(Instant::now(), start + INTERVAL);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_burst_of_five_deliveries_is_one_pass_at_once_and_one_at_the_window_end() {
-        let start = Instant::now();
-        let Loop {
-            shared,
-            _tx,
-            mut stop,
-            mut timetable,
-        } = quiet_loop();
-        timetable.pass_started(start, 0.5);
+        let mut looped = after_a_pass(Instant::now());
         tokio::time::advance(Duration::from_secs(10)).await;
         let first = Instant::now();
 
         // The first delivery's pass starts at once and takes 2 ms; the burst goes on.
-        shared.queue(names(&["r.io/acme/web"]));
+        looped.shared.queue(names(&["r.io/acme/web"]));
         assert_eq!(
-            next_webhook_pass(&mut timetable, &shared, &mut stop).await,
+            looped.next_webhook_pass().await,
             Some(names(&["r.io/acme/web"]))
         );
         assert_eq!(Instant::now(), first);
         tokio::time::advance(Duration::from_millis(2)).await;
-        burst(&shared, "r.io/acme/web").await;
+        burst(&looped.shared, "r.io/acme/web").await;
         assert_eq!(
-            next_webhook_pass(&mut timetable, &shared, &mut stop).await,
+            looped.next_webhook_pass().await,
             Some(names(&["r.io/acme/web"]))
         );
         assert_eq!(Instant::now(), first + WEBHOOK_WINDOW);
         assert_eq!(
-            next_webhook_pass(&mut timetable, &shared, &mut stop).await,
+            looped.next_webhook_pass().await,
             None,
             "no third webhook pass"
         );
         // Six deliveries, two passes.
-        assert_eq!(shared.metrics.webhook_coalesced.get(), 4);
+        assert_eq!(looped.shared.metrics.webhook_coalesced.get(), 4);
     }
 }

@@ -130,10 +130,12 @@ impl Event {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn event(kind: EventKind) -> Event {
+    /// An event of `kind` for web's image in staging at one commit, with no change request
+    /// and no reason.
+    pub(crate) fn event(kind: EventKind) -> Event {
         Event {
             kind,
             time: 1_700_000_000,

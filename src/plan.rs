@@ -1688,22 +1688,7 @@ mod tests {
 
     #[test]
     fn a_digest_without_accepted_provenance_fails_its_field_and_the_rest_of_the_pass_goes_on() {
-        let rule = crate::config::ProvenanceRule {
-            matches: "ghcr.io/acme/*".into(),
-            builder_id: "https://ci\\.example/.+".into(),
-            source_repository: "https://github.com/acme/web".into(),
-            source_ref: None,
-            signers: crate::config::SignatureRule {
-                matches: "ghcr.io/acme/*".into(),
-                keys: Vec::new(),
-                keyless: vec![crate::config::KeylessIdentity {
-                    issuer: "https://issuer.test".into(),
-                    subject: ".*".into(),
-                }],
-                trusted_root: None,
-                notation: None,
-            },
-        };
+        let rule = crate::provenance::tests::acme_rule("https://ci\\.example/.+");
         let rules = crate::provenance::ProvenanceRules::compile(&[rule]).unwrap();
         let text = pod(&["ghcr.io/acme/web:1", "ghcr.io/acme/api:1", "nginx:1.27"]);
         let files = [scanned("p.yaml", &text)];

@@ -344,18 +344,21 @@ impl serde::Serialize for WorkloadId {
 mod tests {
     use super::*;
 
-    /// Asserts `text` reads as a `T` that is written back as `text`.
-    fn assert_reads_back<T: FromStr + fmt::Display>(text: &str)
+    /// Asserts each of `texts` reads as a `T` that is written back as that text.
+    #[track_caller]
+    fn assert_read_back<T: FromStr + fmt::Display>(texts: &[&str])
     where
         T::Err: fmt::Debug,
     {
-        let value: T = text.parse().unwrap();
-        assert_eq!(value.to_string(), text);
+        for text in texts {
+            let value: T = text.parse().unwrap();
+            assert_eq!(value.to_string(), *text);
+        }
     }
 
     #[test]
     fn identities_read_back_as_written() {
-        for text in [
+        assert_read_back::<Owner>(&[
             "shop/Deployment/web",
             "Deployment/web",
             "ns/CronJob/nightly",
@@ -363,9 +366,7 @@ mod tests {
             "helm:values",
             "helm:HelmRelease/flux-system/podinfo",
             "helm:Application/argocd/web/sources[1]",
-        ] {
-            assert_reads_back::<Owner>(text);
-        }
+        ]);
         let owner: Owner = "shop/StatefulSet/db".parse().unwrap();
         assert_eq!(
             owner.workload(),
@@ -424,13 +425,11 @@ mod tests {
 
     #[test]
     fn other_kinds_are_named_with_their_group_and_read_back() {
-        for text in [
+        assert_read_back::<WorkloadId>(&[
             "default/CloneSet.apps.kruise.io/sample",
             "default/Service.serving.knative.dev/helloworld-go",
             "shop/Rollout/web",
-        ] {
-            assert_reads_back::<WorkloadId>(text);
-        }
+        ]);
         let knative: WorkloadId = "default/Service.serving.knative.dev/hello".parse().unwrap();
         assert_eq!(
             knative.kind,

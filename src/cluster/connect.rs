@@ -326,6 +326,49 @@ current-context: staging
         path
     }
 
+    /// Two recording API servers, `staging` and `prod`, and a kubeconfig naming both
+    /// ([`two_contexts`]) in a directory that lives as long as this.
+    struct TwoServers {
+        staging: Requests,
+        prod: Requests,
+        path: PathBuf,
+        _dir: tempfile::TempDir,
+    }
+
+    impl TwoServers {
+        /// Connects through the kubeconfig's `context` (its current one for `None`) and
+        /// lists Applications once.
+        async fn list_through(&self, context: Option<&str>) {
+            let target = kubeconfig(&self.path, context);
+            let cluster = Cluster::connect_to(&target, DEFAULT_API_TIMEOUT)
+                .await
+                .unwrap();
+            list_applications(&cluster).await;
+        }
+    }
+
+    async fn two_servers() -> TwoServers {
+        let (staging_url, staging) = recording_server().await;
+        let (prod_url, prod) = recording_server().await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = two_contexts(dir.path(), &staging_url, &prod_url);
+        TwoServers {
+            staging,
+            prod,
+            path,
+            _dir: dir,
+        }
+    }
+
+    /// What `server` was asked, each request made with `token`.
+    #[track_caller]
+    fn asked_with(server: &Requests, token: &str) -> Vec<String> {
+        let asked = lock(server).clone();
+        let bearer = format!(" Bearer {token}");
+        assert!(asked.iter().all(|r| r.ends_with(&bearer)), "{asked:?}");
+        asked
+    }
+
     fn kubeconfig(path: &Path, context: Option<&str>) -> ClusterTarget {
         ClusterTarget::Kubeconfig {
             path: path.to_path_buf(),
@@ -335,10 +378,9 @@ current-context: staging
 
     #[tokio::test]
     async fn an_impersonating_cluster_keeps_the_connection_and_adds_only_the_user_header() {
-        let (staging_url, _) = recording_server().await;
-        let (prod_url, prod) = recording_server().await;
-        let dir = tempfile::tempdir().unwrap();
-        let path = two_contexts(dir.path(), &staging_url, &prod_url);
+        let TwoServers {
+            prod, path, _dir, ..
+        } = two_servers().await;
         let timeout = Duration::from_secs(7);
         let own = Cluster::connect_to(&kubeconfig(&path, Some("prod")), timeout)
             .await
@@ -377,22 +419,15 @@ current-context: staging
 
     #[tokio::test]
     async fn a_kubeconfig_target_reaches_the_named_contexts_server_as_its_user() {
-        let (staging_url, staging) = recording_server().await;
-        let (prod_url, prod) = recording_server().await;
-        let dir = tempfile::tempdir().unwrap();
-        let path = two_contexts(dir.path(), &staging_url, &prod_url);
-
-        let cluster = Cluster::connect_to(&kubeconfig(&path, Some("prod")), DEFAULT_API_TIMEOUT)
-            .await
-            .unwrap();
-        list_applications(&cluster).await;
-        assert!(lock(&staging).is_empty(), "{:?}", lock(&staging));
-        let asked = lock(&prod).clone();
-        assert_eq!(asked.len(), 1, "{asked:?}");
+        let servers = two_servers().await;
+        servers.list_through(Some("prod")).await;
         assert!(
-            asked.iter().all(|r| r.ends_with(" Bearer prod-token")),
-            "{asked:?}"
+            lock(&servers.staging).is_empty(),
+            "{:?}",
+            lock(&servers.staging)
         );
+        let asked = asked_with(&servers.prod, "prod-token");
+        assert_eq!(asked.len(), 1, "{asked:?}");
         assert!(
             asked
                 .iter()
@@ -403,22 +438,11 @@ current-context: staging
 
     #[tokio::test]
     async fn a_kubeconfig_target_without_a_context_uses_the_files_current_one() {
-        let (staging_url, staging) = recording_server().await;
-        let (prod_url, prod) = recording_server().await;
-        let dir = tempfile::tempdir().unwrap();
-        let path = two_contexts(dir.path(), &staging_url, &prod_url);
-
-        let cluster = Cluster::connect_to(&kubeconfig(&path, None), DEFAULT_API_TIMEOUT)
-            .await
-            .unwrap();
-        list_applications(&cluster).await;
-        assert!(lock(&prod).is_empty(), "{:?}", lock(&prod));
-        let asked = lock(&staging).clone();
+        let servers = two_servers().await;
+        servers.list_through(None).await;
+        assert!(lock(&servers.prod).is_empty(), "{:?}", lock(&servers.prod));
+        let asked = asked_with(&servers.staging, "staging-token");
         assert_eq!(asked.len(), 1, "{asked:?}");
-        assert!(
-            asked.iter().all(|r| r.ends_with(" Bearer staging-token")),
-            "{asked:?}"
-        );
     }
 
     #[tokio::test]

@@ -371,6 +371,20 @@ mod tests {
         read_as(lists, url, reads, refused).await
     }
 
+    /// Lists that keep an answer for a second, their read count, and the change their
+    /// watches see when it is notified.
+    fn watched_lists() -> (Lists, AtomicUsize, Arc<Notify>) {
+        let lists = Arc::new(SharedLists::new(Duration::from_secs(1)));
+        (lists, AtomicUsize::new(0), Arc::new(Notify::new()))
+    }
+
+    /// A read of `url` whose watch sees `change`.
+    async fn read_watched(lists: &Lists, url: &str, reads: &AtomicUsize, change: &Arc<Notify>) {
+        read_as(lists, url, reads, until(change.clone()))
+            .await
+            .unwrap();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn reconciles_asking_at_once_share_one_read_and_a_later_one_within_the_age_too() {
         let lists = Arc::new(SharedLists::new(Duration::from_secs(60)));
@@ -422,13 +436,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stamp_stands_while_every_list_is_watched_and_unchanged() {
-        let lists = Arc::new(SharedLists::new(Duration::from_secs(1)));
-        let reads = AtomicUsize::new(0);
-        let change = Arc::new(Notify::new());
+        let (lists, reads, change) = watched_lists();
         let before = lists.stamp();
-        read_as(&lists, "/a", &reads, until(change.clone()))
-            .await
-            .unwrap();
+        read_watched(&lists, "/a", &reads, &change).await;
         tokio::task::yield_now().await;
         assert_eq!(lists.stamp_if_watched(), Some(before), "nothing changed");
         // Another identity's lists never stamp the same.
@@ -438,9 +448,7 @@ mod tests {
         tokio::task::yield_now().await;
         assert_eq!(lists.stamp_if_watched(), None, "/b is not watched");
         tokio::time::advance(Duration::from_secs(2)).await;
-        read_as(&lists, "/a", &reads, until(change.clone()))
-            .await
-            .unwrap();
+        read_watched(&lists, "/a", &reads, &change).await;
         assert_eq!(lists.len(), 1, "/b aged out");
         let watched = lists.stamp_if_watched().expect("only /a, watched");
         assert_ne!(watched, before, "/b went: the stamp moved");
@@ -453,47 +461,35 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_watched_list_is_answered_from_memory_until_its_watch_sees_a_change() {
-        let lists = Arc::new(SharedLists::new(Duration::from_secs(1)));
-        let reads = AtomicUsize::new(0);
-        let change = Arc::new(Notify::new());
-        read_as(&lists, "/a", &reads, until(change.clone()))
-            .await
-            .unwrap();
+        let (lists, reads, change) = watched_lists();
+        read_watched(&lists, "/a", &reads, &change).await;
         tokio::task::yield_now().await;
         assert_eq!(lists.watched(), 1);
         // An hour at rest: no read.
         for _ in 0..60 {
             tokio::time::advance(Duration::from_secs(60)).await;
-            read_as(&lists, "/a", &reads, until(change.clone()))
-                .await
-                .unwrap();
+            read_watched(&lists, "/a", &reads, &change).await;
         }
         assert_eq!(reads.load(Ordering::SeqCst), 1);
         // A pod changes: the next read lists again, and is watched again.
         change.notify_one();
         tokio::task::yield_now().await;
         assert_eq!(lists.watched(), 0);
-        read_as(&lists, "/a", &reads, until(change.clone()))
-            .await
-            .unwrap();
+        read_watched(&lists, "/a", &reads, &change).await;
         assert_eq!(reads.load(Ordering::SeqCst), 2);
         tokio::task::yield_now().await;
         assert_eq!(lists.watched(), 1);
         // A change within the age of a read stands until the age passes, as without watches.
         change.notify_one();
         tokio::task::yield_now().await;
-        read_as(&lists, "/a", &reads, until(change.clone()))
-            .await
-            .unwrap();
+        read_watched(&lists, "/a", &reads, &change).await;
         assert_eq!(
             reads.load(Ordering::SeqCst),
             2,
             "read less than the age ago"
         );
         tokio::time::advance(Duration::from_secs(1)).await;
-        read_as(&lists, "/a", &reads, until(change.clone()))
-            .await
-            .unwrap();
+        read_watched(&lists, "/a", &reads, &change).await;
         assert_eq!(reads.load(Ordering::SeqCst), 3);
     }
 
@@ -577,12 +573,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_list_nobody_reads_is_dropped_and_its_watch_ended() {
-        let lists = Arc::new(SharedLists::new(Duration::from_secs(1)));
-        let reads = AtomicUsize::new(0);
-        let change = Arc::new(Notify::new());
-        read_as(&lists, "/a", &reads, until(change.clone()))
-            .await
-            .unwrap();
+        let (lists, reads, change) = watched_lists();
+        read_watched(&lists, "/a", &reads, &change).await;
         tokio::task::yield_now().await;
         tokio::time::advance(IDLE).await;
         read(&lists, "/b", &reads).await.unwrap();

@@ -188,6 +188,12 @@ mod tests {
             assert_eq!(self.wait(timetable).await, Some(trigger));
             assert_eq!(Instant::now(), at, "woken by {trigger:?}");
         }
+
+        /// A webhook delivery comes now, and the wait that follows ends for it at `at`.
+        async fn assert_delivery_served(&mut self, timetable: &mut Timetable, at: Instant) {
+            self.wake.notify_one();
+            self.assert_woken(timetable, Trigger::Webhook, at).await;
+        }
     }
 
     #[test]
@@ -251,10 +257,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn verification_rounds_come_every_verify_every_between_passes() {
-        let mut signals = Signals::new();
-        let start = Instant::now();
-        let mut timetable = Timetable::new(INTERVAL, VERIFY_EVERY, WEBHOOK_WINDOW, start, true);
-        timetable.pass_started(start, 0.5);
+        let (mut signals, start, mut timetable) = first_pass_now(true);
         // The pass and the verification round after it end 5 s later.
         tokio::time::advance(Duration::from_secs(5)).await;
         timetable.verified(Instant::now());
@@ -269,14 +272,7 @@ mod tests {
             timetable.verified(Instant::now());
         }
         // Without a cluster, no verification round ever comes: only the next pass.
-        let mut pins_only = Timetable::new(
-            INTERVAL,
-            VERIFY_EVERY,
-            WEBHOOK_WINDOW,
-            Instant::now(),
-            false,
-        );
-        pins_only.pass_started(Instant::now(), 0.5);
+        let mut pins_only = after_first_pass(Instant::now(), false);
         pins_only.verified(Instant::now());
         let at = Instant::now();
         signals
@@ -286,11 +282,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stop_ends_the_wait_at_once() {
-        let mut signals = Signals::new();
-        let mut timetable =
-            Timetable::new(INTERVAL, VERIFY_EVERY, WEBHOOK_WINDOW, Instant::now(), true);
-        timetable.pass_started(Instant::now(), 0.5);
-        let at = Instant::now();
+        let (mut signals, at, mut timetable) = first_pass_now(true);
         signals.stop_tx.send(true).unwrap();
         assert_eq!(signals.wait(&mut timetable).await, None);
         assert_eq!(Instant::now(), at);
@@ -306,19 +298,20 @@ mod tests {
         timetable
     }
 
+    /// Fresh signals, and a timetable whose first pass ran now (returned too).
+    fn first_pass_now(verifying: bool) -> (Signals, Instant, Timetable) {
+        let start = Instant::now();
+        (Signals::new(), start, after_first_pass(start, verifying))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_burst_gets_a_pass_at_once_and_one_follow_up_at_the_window_end() {
-        let mut signals = Signals::new();
-        let start = Instant::now();
-        let mut timetable = after_first_pass(start, false);
+        let (mut signals, start, mut timetable) = first_pass_now(false);
         tokio::time::advance(Duration::from_secs(10)).await;
 
         // Leading edge: the first delivery of the burst starts a pass at once.
         let first = Instant::now();
-        signals.wake.notify_one();
-        signals
-            .assert_woken(&mut timetable, Trigger::Webhook, first)
-            .await;
+        signals.assert_delivery_served(&mut timetable, first).await;
         timetable.webhook_pass_started(first);
         // The pass takes 17 ms; four more deliveries come 5 ms apart, during it and after.
         for _ in 0..4 {
@@ -343,31 +336,23 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_delivery_from_the_window_end_on_starts_its_pass_at_once() {
-        let mut signals = Signals::new();
-        let start = Instant::now();
-        let mut timetable = after_first_pass(start, false);
+        let (mut signals, start, mut timetable) = first_pass_now(false);
         timetable.webhook_pass_started(start);
         // Just inside the window: held until its end.
         tokio::time::advance(WEBHOOK_WINDOW - MS).await;
-        signals.wake.notify_one();
         signals
-            .assert_woken(&mut timetable, Trigger::Webhook, start + WEBHOOK_WINDOW)
+            .assert_delivery_served(&mut timetable, start + WEBHOOK_WINDOW)
             .await;
         timetable.webhook_pass_started(Instant::now());
         // Right at the end of the window that pass opened: at once.
         tokio::time::advance(WEBHOOK_WINDOW).await;
         let at = Instant::now();
-        signals.wake.notify_one();
-        signals
-            .assert_woken(&mut timetable, Trigger::Webhook, at)
-            .await;
+        signals.assert_delivery_served(&mut timetable, at).await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn deliveries_during_a_pass_longer_than_the_window_are_served_as_soon_as_it_ends() {
-        let mut signals = Signals::new();
-        let start = Instant::now();
-        let mut timetable = after_first_pass(start, false);
+        let (mut signals, start, mut timetable) = first_pass_now(false);
         signals.wake.notify_one();
         assert_eq!(signals.wait(&mut timetable).await, Some(Trigger::Webhook));
         timetable.webhook_pass_started(start);
@@ -382,9 +367,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_held_delivery_lets_a_verification_round_and_a_stop_through() {
-        let mut signals = Signals::new();
-        let start = Instant::now();
-        let mut timetable = after_first_pass(start, true);
+        let (mut signals, _, mut timetable) = first_pass_now(true);
         // A webhook pass starts half a window before the first verification round is due.
         tokio::time::advance(VERIFY_EVERY - WEBHOOK_WINDOW / 2).await;
         let pass = Instant::now();

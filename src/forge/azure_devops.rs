@@ -988,16 +988,13 @@ mod tests {
             version: crate::proposal::PLAN_VERSION,
             target: "main".into(),
             pins: (0..6)
-                .map(|n| crate::proposal::Pin {
-                    file: format!("apps/web-{n}.yaml"),
-                    workload: format!("shop/Deployment/web-{n}").parse().unwrap(),
-                    container: "app".into(),
-                    image: format!("ghcr.io/acme/web-{n}:1.0"),
-                    new_value: format!("ghcr.io/acme/web-{n}:1.0@sha256:{}", "1".repeat(64)),
-                    new_digest: format!("sha256:{}", "1".repeat(64)).parse().unwrap(),
-                    old_digest: None,
-                    old_tag: None,
-                    new_tag: None,
+                .map(|n| {
+                    crate::proposal::Pin::first(
+                        &format!("apps/web-{n}.yaml"),
+                        &format!("shop/Deployment/web-{n}"),
+                        &format!("ghcr.io/acme/web-{n}:1.0"),
+                        &format!("ghcr.io/acme/web-{n}:1.0@sha256:{}", "1".repeat(64)),
+                    )
                 })
                 .collect(),
         };

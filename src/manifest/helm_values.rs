@@ -916,6 +916,49 @@ mod tests {
         }
     }
 
+    /// The key path and value of each image found.
+    fn images(outcome: &ScanOutcome) -> Vec<(&str, &str)> {
+        outcome
+            .fields
+            .iter()
+            .map(|f| (helm(f).key_path.as_str(), f.value.as_str()))
+            .collect()
+    }
+
+    /// Why each skipped value was skipped, in order.
+    fn reasons(outcome: &ScanOutcome) -> Vec<SkipReason> {
+        outcome.skipped.iter().map(|s| s.reason).collect()
+    }
+
+    /// The first image found, asserted to read as `value` at `at` (line, column), under
+    /// `key_path`, of `repository`.
+    #[track_caller]
+    fn first_image<'o>(
+        outcome: &'o ScanOutcome,
+        value: &str,
+        at: (usize, usize),
+        key_path: &str,
+        repository: &str,
+    ) -> &'o HelmImage {
+        let field = &outcome.fields[0];
+        assert_eq!(field.value, value);
+        assert_eq!((field.line, field.column), at);
+        let image = helm(field);
+        assert_eq!(image.key_path, key_path);
+        assert_eq!(image.repository, repository);
+        image
+    }
+
+    /// `text` has no image to write, only `shared` values skipped as shared, and pinning
+    /// leaves it as it is.
+    #[track_caller]
+    fn assert_only_shared(text: &str, shared: usize) {
+        let outcome = scan(text);
+        assert!(outcome.fields.is_empty(), "{:?}", outcome.fields);
+        assert_eq!(reasons(&outcome), vec![SkipReason::HelmSharedValue; shared]);
+        assert_eq!(pin(text), text);
+    }
+
     /// Pins every image of `text` (a file at `path`) to `D`, keeping tags, or moving them to
     /// `tag` when given: what `sync` would write.
     fn pin_as(path: &str, text: &str, mode: DigestMode, tag: Option<&str>) -> String {
@@ -953,12 +996,13 @@ mod tests {
     fn a_block_with_a_digest_key_gets_the_digest_there_and_keeps_its_tag() {
         let text = "image:\n  registry: docker.io\n  repository: bitnami/nginx\n  tag: 1.27.3-debian-12-r5\n  digest: \"\"\n  pullPolicy: IfNotPresent\n";
         let outcome = scan(text);
-        let field = &outcome.fields[0];
-        assert_eq!(field.value, "docker.io/bitnami/nginx:1.27.3-debian-12-r5");
-        assert_eq!((field.line, field.column), (4, 8));
-        let image = helm(field);
-        assert_eq!(image.key_path, "image.tag");
-        assert_eq!(image.repository, "docker.io/bitnami/nginx");
+        let image = first_image(
+            &outcome,
+            "docker.io/bitnami/nginx:1.27.3-debian-12-r5",
+            (4, 8),
+            "image.tag",
+            "docker.io/bitnami/nginx",
+        );
         assert_eq!(image.tag.as_deref(), Some("1.27.3-debian-12-r5"));
         assert_eq!(image.write, HelmWrite::DigestKey);
         assert_eq!(
@@ -1134,12 +1178,13 @@ mod tests {
         for mode in [DigestMode::Tag, DigestMode::Key] {
             let outcome = scan_as("values.yaml", text, mode);
             assert!(outcome.skipped.is_empty(), "{:?}", outcome.skipped);
-            let field = &outcome.fields[0];
-            assert_eq!(field.value, "ghcr.io/oliver006/redis_exporter:v1.75.0");
-            assert_eq!((field.line, field.column), (7, 10));
-            let image = helm(field);
-            assert_eq!(image.key_path, "redis-ha.exporter.tag");
-            assert_eq!(image.repository, "ghcr.io/oliver006/redis_exporter");
+            let image = first_image(
+                &outcome,
+                "ghcr.io/oliver006/redis_exporter:v1.75.0",
+                (7, 10),
+                "redis-ha.exporter.tag",
+                "ghcr.io/oliver006/redis_exporter",
+            );
             assert_eq!(image.write, HelmWrite::TagSuffix);
             // The image line stays as it is: the chart appends the tag to it.
             assert_eq!(
@@ -1181,11 +1226,7 @@ mod tests {
     fn strings_and_star_image_keys_at_any_depth_are_images() {
         let text = "prometheus:\n  configReloaderImage: quay.io/prometheus-operator/prometheus-config-reloader:v0.79.2\n  useDefaultImage: true\n  initContainers:\n  - name: init\n    image: \"busybox:1.36\"\n";
         let outcome = scan(text);
-        let fields: Vec<(&str, &str)> = outcome
-            .fields
-            .iter()
-            .map(|f| (helm(f).key_path.as_str(), f.value.as_str()))
-            .collect();
+        let fields = images(&outcome);
         assert_eq!(
             fields,
             [
@@ -1208,11 +1249,7 @@ mod tests {
     fn a_block_under_any_key_is_an_image_when_it_is_unmistakably_one() {
         let text = "redis:\n  enabled: false\n  repository: redis\n  tag: 7.0.7\nchart:\n  repository: https://charts.example.com\n  version: 1.2.3\nbackup:\n  repository: acme/backup\n";
         let outcome = scan(text);
-        let found: Vec<(&str, &str)> = outcome
-            .fields
-            .iter()
-            .map(|f| (helm(f).key_path.as_str(), f.value.as_str()))
-            .collect();
+        let found = images(&outcome);
         assert_eq!(found, [("redis.tag", "redis:7.0.7")]);
         assert!(outcome.skipped.is_empty());
     }
@@ -1239,23 +1276,13 @@ mod tests {
     #[test]
     fn values_shared_through_anchors_and_merges_are_never_written() {
         let text = "defaults: &defaults\n  tag: \"1.0\"\na:\n  image:\n    <<: *defaults\n    repository: acme/a\nb:\n  image:\n    repository: acme/b\n    tag: &t \"2.0\"\nc:\n  image:\n    repository: acme/c\n    tag: *t\n";
-        let outcome = scan(text);
-        assert!(outcome.fields.is_empty(), "{:?}", outcome.fields);
-        let reasons: Vec<SkipReason> = outcome.skipped.iter().map(|s| s.reason).collect();
-        assert_eq!(reasons, [SkipReason::HelmSharedValue; 3]);
-        assert_eq!(pin(text), text);
+        assert_only_shared(text, 3);
     }
 
     #[test]
     fn a_block_merged_into_another_is_not_written_either() {
         let text = "a:\n  image: &base\n    repository: acme/a\n    tag: \"1\"\nb:\n  image:\n    <<: *base\n    repository: acme/b\n";
-        let outcome = scan(text);
-        assert!(outcome.fields.is_empty(), "{:?}", outcome.fields);
-        assert_eq!(
-            outcome.skipped.iter().map(|s| s.reason).collect::<Vec<_>>(),
-            [SkipReason::HelmSharedValue; 2]
-        );
-        assert_eq!(pin(text), text);
+        assert_only_shared(text, 2);
     }
 
     #[test]

@@ -386,11 +386,12 @@ mod tests {
         let outcome = scan_str("deployment.yaml", text);
         assert_eq!(outcome.fields.len(), 1);
         let field = &outcome.fields[0];
-        assert_eq!(
-            written(text, field),
-            "quay.io/k_nakajima/nginx-sample:latest"
+        assert_written_at(
+            text,
+            field,
+            "quay.io/k_nakajima/nginx-sample:latest",
+            (28, 18),
         );
-        assert_eq!((field.line, field.column), (28, 18));
     }
 
     #[test]

@@ -247,14 +247,29 @@ mod tests {
     use super::*;
     use crate::manifest::scan::fixtures::*;
 
+    /// A digest insertion at byte `at`, a block entry's (at `indent`) or a flow one's.
+    fn insertion(at: usize, indent: &str, flow: bool) -> Target {
+        Target::InsertKustomizeDigest {
+            at,
+            indent: indent.into(),
+            flow,
+        }
+    }
+
+    /// Where the first image of the kustomization `text` is written.
+    fn first_target(text: &str) -> Target {
+        scan_str("kustomization.yaml", text).fields[0]
+            .target
+            .clone()
+    }
+
     #[test]
     fn kustomization_digest_key_is_the_target_and_its_value_is_exposed() {
         let text = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nimages:\n- name: nginx\n  newTag: \"1.27\"\n  digest: sha256:old\n";
         let outcome = scan_str("any-name.yaml", text);
         let field = &outcome.fields[0];
         assert_eq!(field.value, "nginx:1.27");
-        assert_eq!(written(text, field), "sha256:old");
-        assert_eq!((field.line, field.column), (5, 11));
+        assert_written_at(text, field, "sha256:old", (5, 11));
         let Origin::KustomizeImage {
             name,
             document: 0,
@@ -287,38 +302,31 @@ mod tests {
             let outcome = scan_str(name, "images:\n- name: a\n  newTag: b\n");
             assert_eq!(outcome.fields.len(), 1, "{name}");
         }
-        let outcome = scan_str("other.yaml", "images:\n- name: a\n  newTag: b\n");
-        assert_eq!((outcome.fields.len(), outcome.kubernetes_documents), (0, 0));
+        assert_eq!(
+            images_and_objects("other.yaml", "images:\n- name: a\n  newTag: b\n"),
+            (0, 0)
+        );
     }
 
     #[test]
     fn flux_kustomization_is_kubernetes_but_not_a_kustomize_file() {
         let text = "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nimages:\n- name: a\n  newTag: b\n";
-        let outcome = scan_str("kustomization.yaml", text);
-        assert_eq!((outcome.fields.len(), outcome.kubernetes_documents), (0, 1));
+        assert_eq!(images_and_objects("kustomization.yaml", text), (0, 1));
     }
 
     #[test]
     fn kustomization_block_entry_without_digest_gets_an_insertion_at_its_last_line_end() {
         let text = "images:\n  - name: nginx\n    newTag: \"1.27\"   # pinned by tagpin\n  - name: redis\n    newTag: '7'";
         let outcome = scan_str("kustomization.yaml", text);
-        let targets: Vec<&Target> = outcome.fields.iter().map(|f| &f.target).collect();
+        let targets: Vec<Target> = outcome.fields.into_iter().map(|f| f.target).collect();
         let first_line_end = text
             .find("   # pinned")
             .map(|i| i + "   # pinned by tagpin".len());
         assert_eq!(
             targets,
             [
-                &Target::InsertKustomizeDigest {
-                    at: first_line_end.unwrap_or(0),
-                    indent: "    ".into(),
-                    flow: false
-                },
-                &Target::InsertKustomizeDigest {
-                    at: text.len(),
-                    indent: "    ".into(),
-                    flow: false
-                },
+                insertion(first_line_end.unwrap_or(0), "    ", false),
+                insertion(text.len(), "    ", false),
             ]
         );
     }
@@ -326,43 +334,21 @@ mod tests {
     #[test]
     fn kustomization_insertion_point_is_before_a_crlf() {
         let text = "images:\r\n- name: nginx\r\n  newTag: \"1.27\"\r\n";
-        let outcome = scan_str("kustomization.yaml", text);
-        let at = text.len() - 2;
-        assert_eq!(
-            outcome.fields[0].target,
-            Target::InsertKustomizeDigest {
-                at,
-                indent: "  ".into(),
-                flow: false
-            }
-        );
+        assert_eq!(first_target(text), insertion(text.len() - 2, "  ", false));
     }
 
     #[test]
     fn kustomization_flow_entry_without_digest_gets_an_insertion_after_its_last_value() {
         let text = "images: [{name: nginx, newTag: \"1.27\" }]\n";
-        let outcome = scan_str("kustomization.yaml", text);
         let at = text.find(" }").unwrap_or(0);
-        assert_eq!(
-            outcome.fields[0].target,
-            Target::InsertKustomizeDigest {
-                at,
-                indent: String::new(),
-                flow: true
-            }
-        );
+        assert_eq!(first_target(text), insertion(at, "", true));
     }
 
     #[test]
     fn kustomization_entries_without_new_tag_or_name_are_skipped() {
         let text = "images:\n- name: nginx\n  digest: sha256:abc\n- newTag: '1'\n- just-a-string\n";
-        let reasons: Vec<SkipReason> = scan_str("kustomization.yaml", text)
-            .skipped
-            .iter()
-            .map(|s| s.reason)
-            .collect();
         assert_eq!(
-            reasons,
+            skip_reasons("kustomization.yaml", text),
             [
                 SkipReason::KustomizeWithoutNewTag,
                 SkipReason::KustomizeWithoutName,

@@ -296,6 +296,16 @@ mod tests {
         apply(source, &edits).unwrap_or_else(|error| panic!("{error}"))
     }
 
+    /// `source` with every image found in it set to `new_value`.
+    fn pinned(path: &str, source: &str, new_value: &str) -> String {
+        String::from_utf8(pin_all(path, source.as_bytes(), new_value)).unwrap()
+    }
+
+    /// The kustomization `source` with `digest: sha256:abc` set on every image entry.
+    fn with_digest(source: &str) -> String {
+        pinned("kustomization.yaml", source, "sha256:abc")
+    }
+
     fn scalar(span: Range<usize>, style: ScalarStyle, new_value: &str) -> Edit {
         Edit {
             target: Target::Scalar { span, style },
@@ -322,9 +332,8 @@ mod tests {
 
     #[test]
     fn replaces_only_the_value_and_keeps_the_comment() {
-        let output = pin_all("pod.yaml", POD.as_bytes(), "nginx:1.27@sha256:abc");
         assert_eq!(
-            String::from_utf8_lossy(&output),
+            pinned("pod.yaml", POD, "nginx:1.27@sha256:abc"),
             POD.replace("nginx:1.27 #", "nginx:1.27@sha256:abc #")
         );
     }
@@ -346,9 +355,8 @@ mod tests {
     #[test]
     fn quoting_style_is_kept() {
         let source = "apiVersion: v1\nkind: Pod\nspec:\n  containers: [{name: a, image: 'a:1'}, {name: b, image: \"b:1\"}]\n";
-        let output = pin_all("pod.yaml", source.as_bytes(), "x:2@sha256:1");
         assert_eq!(
-            String::from_utf8_lossy(&output),
+            pinned("pod.yaml", source, "x:2@sha256:1"),
             source
                 .replace("'a:1'", "'x:2@sha256:1'")
                 .replace("\"b:1\"", "\"x:2@sha256:1\"")
@@ -358,9 +366,8 @@ mod tests {
     #[test]
     fn byte_order_mark_and_crlf_survive() {
         let source = format!("\u{feff}{}", POD.replace('\n', "\r\n"));
-        let output = pin_all("pod.yaml", source.as_bytes(), "nginx:1.27@sha256:abc");
         assert_eq!(
-            String::from_utf8_lossy(&output),
+            pinned("pod.yaml", &source, "nginx:1.27@sha256:abc"),
             source.replace("nginx:1.27 #", "nginx:1.27@sha256:abc #")
         );
     }
@@ -432,9 +439,8 @@ mod tests {
     #[test]
     fn block_digest_insertion_adds_a_line_with_the_entry_indent() {
         let source = "images:\n  - name: nginx\n    newTag: \"1.27\"  # note\n  - name: redis\n";
-        let output = pin_all("kustomization.yaml", source.as_bytes(), "sha256:abc");
         assert_eq!(
-            String::from_utf8_lossy(&output),
+            with_digest(source),
             "images:\n  - name: nginx\n    newTag: \"1.27\"  # note\n    digest: sha256:abc\n  - name: redis\n"
         );
     }
@@ -442,9 +448,8 @@ mod tests {
     #[test]
     fn block_digest_insertion_uses_crlf_in_a_crlf_file() {
         let source = "images:\r\n- name: nginx\r\n  newTag: \"1.27\"\r\n";
-        let output = pin_all("kustomization.yaml", source.as_bytes(), "sha256:abc");
         assert_eq!(
-            String::from_utf8_lossy(&output),
+            with_digest(source),
             "images:\r\n- name: nginx\r\n  newTag: \"1.27\"\r\n  digest: sha256:abc\r\n"
         );
     }
@@ -452,9 +457,8 @@ mod tests {
     #[test]
     fn block_digest_insertion_at_end_of_file_without_newline_uses_the_file_line_ending() {
         let source = "images:\r\n- name: nginx\r\n  newTag: \"1.27\"";
-        let output = pin_all("kustomization.yaml", source.as_bytes(), "sha256:abc");
         assert_eq!(
-            String::from_utf8_lossy(&output),
+            with_digest(source),
             "images:\r\n- name: nginx\r\n  newTag: \"1.27\"\r\n  digest: sha256:abc"
         );
     }
@@ -462,9 +466,8 @@ mod tests {
     #[test]
     fn flow_digest_insertion_adds_a_pair_after_the_last_value() {
         let source = "images: [{name: nginx, newTag: \"1.27\"}, {name: b, newTag: '2' , }]\n";
-        let output = pin_all("kustomization.yaml", source.as_bytes(), "sha256:abc");
         assert_eq!(
-            String::from_utf8_lossy(&output),
+            with_digest(source),
             "images: [{name: nginx, newTag: \"1.27\", digest: sha256:abc}, {name: b, newTag: '2', digest: sha256:abc , }]\n"
         );
     }

@@ -152,6 +152,14 @@ pub(super) mod fixtures {
         scan(Path::new(path), text.as_bytes()).unwrap_or_else(|error| panic!("{error}"))
     }
 
+    /// The error scanning `text` as the file `path` must give.
+    pub(crate) fn scan_error(path: &str, text: &str) -> ManifestError {
+        match scan(Path::new(path), text.as_bytes()) {
+            Ok(outcome) => panic!("{path} scanned: {outcome:?}"),
+            Err(error) => error,
+        }
+    }
+
     pub(crate) fn written<'t>(text: &'t str, field: &ImageField) -> &'t str {
         match &field.target {
             Target::Scalar { span, .. } => &text[span.clone()],
@@ -161,6 +169,18 @@ pub(super) mod fixtures {
         }
     }
 
+    /// `field` is written as `as_written` in `text`, at `at` (line, column).
+    #[track_caller]
+    pub(crate) fn assert_written_at(
+        text: &str,
+        field: &ImageField,
+        as_written: &str,
+        at: (usize, usize),
+    ) {
+        assert_eq!(written(text, field), as_written);
+        assert_eq!((field.line, field.column), at);
+    }
+
     pub(crate) fn style(field: &ImageField) -> ScalarStyle {
         match &field.target {
             Target::Scalar { style, .. } => *style,
@@ -168,6 +188,21 @@ pub(super) mod fixtures {
                 panic!("not a scalar target: {field:?}")
             }
         }
+    }
+
+    /// How many images and how many Kubernetes documents scanning `text` finds.
+    pub(crate) fn images_and_objects(path: &str, text: &str) -> (usize, usize) {
+        let outcome = scan_str(path, text);
+        (outcome.fields.len(), outcome.kubernetes_documents)
+    }
+
+    /// Why each skipped image of the scanned `text` was skipped, in order.
+    pub(crate) fn skip_reasons(path: &str, text: &str) -> Vec<crate::manifest::SkipReason> {
+        scan_str(path, text)
+            .skipped
+            .iter()
+            .map(|s| s.reason)
+            .collect()
     }
 
     pub(crate) fn deployment(containers: &str) -> String {
@@ -237,8 +272,7 @@ mod tests {
     #[test]
     fn kind_without_api_version_is_not_a_kubernetes_document() {
         let text = "kind: Pod\nspec: {containers: [{name: a, image: a:1}]}\n";
-        let outcome = scan_str("pod.yaml", text);
-        assert_eq!((outcome.fields.len(), outcome.kubernetes_documents), (0, 0));
+        assert_eq!(images_and_objects("pod.yaml", text), (0, 0));
     }
 
     #[test]
@@ -261,13 +295,8 @@ mod tests {
     #[test]
     fn empty_and_non_string_images_are_skipped() {
         let text = "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - {name: a, image: }\n  - {name: b, image: ''}\n  - {name: c, image: [x]}\n  - {name: d, image: null}\n  - {name: e}\n";
-        let reasons: Vec<SkipReason> = scan_str("pod.yaml", text)
-            .skipped
-            .iter()
-            .map(|s| s.reason)
-            .collect();
         assert_eq!(
-            reasons,
+            skip_reasons("pod.yaml", text),
             [
                 SkipReason::Empty,
                 SkipReason::Empty,

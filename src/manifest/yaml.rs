@@ -907,7 +907,7 @@ mod tests {
     #[test]
     fn a_yaml_directive_of_an_unknown_major_version_refuses_the_file() {
         let text = "%YAML 9.9\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: a\n    image: nginx:1.27\n";
-        let error = scan(Path::new("pod.yaml"), text.as_bytes()).unwrap_err();
+        let error = scan_error("pod.yaml", text);
         assert_eq!(
             error.to_string(),
             "pod.yaml:1:1: invalid YAML: %YAML 9.9 is a major version this parser does not know (YAML 1.2 §6.8.1)"
@@ -917,7 +917,7 @@ mod tests {
     #[test]
     fn a_later_document_of_an_unknown_yaml_version_is_refused_at_its_directive() {
         let text = "a: 1\n...\n# next\n%YAML 2.0\n---\nb: |\n  %YAML 3.0 is text here\n";
-        let error = scan(Path::new("two.yaml"), text.as_bytes()).unwrap_err();
+        let error = scan_error("two.yaml", text);
         assert!(
             error
                 .to_string()
@@ -950,8 +950,7 @@ mod tests {
         );
         let outcome = scan_str("web.yaml", &text);
         let field = &outcome.fields[0];
-        assert_eq!(written(&text, field), "'nginx:1.27'");
-        assert_eq!((field.line, field.column), (10, 27));
+        assert_written_at(&text, field, "'nginx:1.27'", (10, 27));
     }
 
     #[test]
@@ -959,8 +958,7 @@ mod tests {
         let text = format!("\u{feff}{}", deployment(ONE_CONTAINER));
         let outcome = scan_str("web.yaml", &text);
         let field = &outcome.fields[0];
-        assert_eq!(written(&text, field), "nginx:1.27");
-        assert_eq!((field.line, field.column), (10, 16));
+        assert_written_at(&text, field, "nginx:1.27", (10, 16));
     }
 
     #[test]
@@ -970,8 +968,7 @@ mod tests {
         );
         let outcome = scan_str("web.yaml", &text);
         let field = &outcome.fields[0];
-        assert_eq!(written(&text, field), "\"nginx:1.27\"");
-        assert_eq!((field.line, field.column), (11, 16));
+        assert_written_at(&text, field, "\"nginx:1.27\"", (11, 16));
         assert!(
             matches!(&field.origin, Origin::Container { container, .. } if container == "名前")
         );
@@ -1002,8 +999,7 @@ mod tests {
         );
         let outcome = scan_str("pod.yaml", text);
         let field = &outcome.fields[0];
-        assert_eq!(written(text, field), "'nginx:1.27'");
-        assert_eq!((field.line, field.column), (1, 12));
+        assert_written_at(text, field, "'nginx:1.27'", (1, 12));
     }
 
     #[test]
@@ -1023,14 +1019,13 @@ mod tests {
         let text = "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"Pod\",\n  \"spec\": {\n    \"containers\": [\n      {\"name\": \"a\", \"image\": \"nginx:1.27\"}\n    ]\n  }\n}\n";
         let outcome = scan_str("pod.json", text);
         let field = &outcome.fields[0];
-        assert_eq!(written(text, field), "\"nginx:1.27\"");
-        assert_eq!((field.line, field.column), (6, 30));
+        assert_written_at(text, field, "\"nginx:1.27\"", (6, 30));
     }
 
     #[test]
     fn duplicate_image_key_is_an_error_naming_the_line() {
         let text = "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n    image: a:1\n    image: a:2\n";
-        let error = scan(Path::new("pod.yaml"), text.as_bytes()).unwrap_err();
+        let error = scan_error("pod.yaml", text);
         assert_eq!(
             error.to_string(),
             "pod.yaml:7:5: invalid YAML: duplicate key `image`"
@@ -1040,7 +1035,7 @@ mod tests {
     #[test]
     fn invalid_yaml_error_names_file_line_and_column() {
         let text = "apiVersion: v1\nkind: Pod\nspec:\n  containers: [\n    a: b: c\n";
-        let error = scan(Path::new("deploy/web.yaml"), text.as_bytes()).unwrap_err();
+        let error = scan_error("deploy/web.yaml", text);
         let message = error.to_string();
         assert!(message.starts_with("deploy/web.yaml:5:"), "{message}");
         assert!(message.contains(": invalid YAML: "), "{message}");
@@ -1049,7 +1044,7 @@ mod tests {
     #[test]
     fn alias_to_an_anchor_of_an_earlier_document_is_an_error() {
         let text = "a: &x 1\n---\nb: *x\n";
-        let error = scan(Path::new("x.yaml"), text.as_bytes()).unwrap_err();
+        let error = scan_error("x.yaml", text);
         assert!(
             error.to_string().starts_with("x.yaml:3:4: invalid YAML"),
             "{error}"
@@ -1059,7 +1054,7 @@ mod tests {
     #[test]
     fn hundred_thousand_nested_flow_sequences_are_an_error_not_a_stack_overflow() {
         let text = "[".repeat(100_000);
-        let error = scan(Path::new("deep.yaml"), text.as_bytes()).unwrap_err();
+        let error = scan_error("deep.yaml", &text);
         // The parser's own flow limit (255) may fire first, while it looks ahead.
         assert!(
             matches!(error, ManifestError::TooDeep { line: 1, .. }),
@@ -1080,7 +1075,7 @@ mod tests {
             text.push_str(&" ".repeat(depth));
             text.push_str("k:\n");
         }
-        let error = scan(Path::new("x.yaml"), text.as_bytes()).unwrap_err();
+        let error = scan_error("x.yaml", &text);
         assert!(
             matches!(error, ManifestError::TooDeep { limit: 100, .. }),
             "{error}"

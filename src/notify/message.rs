@@ -73,18 +73,13 @@ pub fn short(digest: &str) -> &str {
 #[cfg(test)]
 pub(crate) fn sample() -> Event {
     Event {
-        kind: EventKind::Failed,
-        time: 1_700_000_000,
         repository: "https://git.example/acme/gitops.git".into(),
-        stage: "staging".into(),
-        image: Some("ghcr.io/acme/web".into()),
-        digest: Some(format!("sha256:{}", "a".repeat(64))),
-        commit: Some("0123456789abcdef0123456789abcdef01234567".into()),
         change_request: Some(crate::event::ChangeLink {
             number: 12,
             url: Some("https://github.com/acme/gitops/pull/12".into()),
         }),
         reason: Some("shop/Deployment/web (web): ImagePullBackOff: <back-off> & retry".into()),
+        ..crate::event::tests::event(EventKind::Failed)
     }
 }
 

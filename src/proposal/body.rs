@@ -99,17 +99,12 @@ pub(super) mod tests {
         PlanBlock {
             version: PLAN_VERSION,
             target: "main".into(),
-            pins: vec![Pin {
-                file: "apps/web.yaml".into(),
-                workload: "shop/Deployment/web".parse().unwrap(),
-                container: "app".into(),
-                image: "ghcr.io/acme/web:1.0".into(),
-                new_value: "ghcr.io/acme/web:1.0@sha256:1111111111111111111111111111111111111111111111111111111111111111".into(),
-                new_digest: "sha256:1111111111111111111111111111111111111111111111111111111111111111".parse().unwrap(),
-                old_digest: None,
-                old_tag: None,
-                new_tag: None,
-            }],
+            pins: vec![Pin::first(
+                "apps/web.yaml",
+                "shop/Deployment/web",
+                "ghcr.io/acme/web:1.0",
+                "ghcr.io/acme/web:1.0@sha256:1111111111111111111111111111111111111111111111111111111111111111",
+            )],
         }
     }
 

@@ -48,6 +48,28 @@ pub struct Pin {
     pub new_tag: Option<String>,
 }
 
+#[cfg(test)]
+impl Pin {
+    /// A pin of container `app` of `workload` in `file`, moving `image` to `new_value` (a
+    /// reference ending in `@<digest>`), with no digest or tag before.
+    pub(crate) fn first(file: &str, workload: &str, image: &str, new_value: &str) -> Pin {
+        let (_, digest) = new_value
+            .rsplit_once('@')
+            .expect("a reference with a digest");
+        Pin {
+            file: file.into(),
+            workload: workload.parse().unwrap(),
+            container: "app".into(),
+            image: image.into(),
+            new_value: new_value.into(),
+            new_digest: digest.parse().unwrap(),
+            old_digest: None,
+            old_tag: None,
+            new_tag: None,
+        }
+    }
+}
+
 impl PlanBlock {
     pub fn new(target: &str, changes: &[Change]) -> PlanBlock {
         let mut pins: Vec<Pin> = changes

@@ -284,7 +284,7 @@ impl Envelope {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ProvenanceRule, SignatureKey, SignatureRule};
+    use crate::config::ProvenanceRule;
     use sigstore_crypto::KeyPair;
 
     const PINNED: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
@@ -319,20 +319,7 @@ mod tests {
             builder_id: r"https://github\.com/actions/runner/.+".into(),
             source_repository: "https://github.com/acme/web".into(),
             source_ref: git_ref.map(str::to_string),
-            signers: SignatureRule {
-                matches: "*".into(),
-                keys: keys
-                    .iter()
-                    .enumerate()
-                    .map(|(i, k)| SignatureKey {
-                        path: format!("keys/{i}.pub"),
-                        pem: k.public_key_der().unwrap().to_pem(),
-                    })
-                    .collect(),
-                keyless: Vec::new(),
-                trusted_root: None,
-                notation: None,
-            },
+            signers: crate::signature::verify::tests::key_rule(keys),
         };
         Rule::compile(0, &config).unwrap()
     }

@@ -323,7 +323,7 @@ impl ProvenanceNote {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn digest(n: u8) -> Digest {
@@ -332,10 +332,12 @@ mod tests {
             .unwrap()
     }
 
-    fn rules() -> ProvenanceRules {
-        ProvenanceRules::compile(&[ProvenanceRule {
+    /// A rule for `ghcr.io/acme/*` built by `builder_id` from acme/web, signed keyless by
+    /// anyone of `https://issuer.test`.
+    pub(crate) fn acme_rule(builder_id: &str) -> ProvenanceRule {
+        ProvenanceRule {
             matches: "ghcr.io/acme/*".into(),
-            builder_id: "b".into(),
+            builder_id: builder_id.into(),
             source_repository: "https://github.com/acme/web".into(),
             source_ref: None,
             signers: crate::config::SignatureRule {
@@ -348,8 +350,11 @@ mod tests {
                 trusted_root: None,
                 notation: None,
             },
-        }])
-        .unwrap()
+        }
+    }
+
+    fn rules() -> ProvenanceRules {
+        ProvenanceRules::compile(&[acme_rule("b")]).unwrap()
     }
 
     #[test]

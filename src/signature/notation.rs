@@ -445,12 +445,25 @@ mod tests {
 
         /// A code-signing leaf for `C=US, ST=WA, O=acme, CN=<cn>`, valid in `years`.
         fn leaf(&self, cn: &str, years: (i32, i32)) -> (rcgen::KeyPair, rcgen::Certificate) {
+            self.leaf_with(&[], cn, years)
+        }
+
+        /// A code-signing leaf for `C=US, ST=WA, O=acme, <extra>, CN=<cn>`, valid in `years`.
+        fn leaf_with(
+            &self,
+            extra: &[(rcgen::DnType, &str)],
+            cn: &str,
+            years: (i32, i32),
+        ) -> (rcgen::KeyPair, rcgen::Certificate) {
             let key = rcgen::KeyPair::generate().unwrap();
             let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
             let dn = &mut params.distinguished_name;
             dn.push(rcgen::DnType::CountryName, "US");
             dn.push(rcgen::DnType::StateOrProvinceName, "WA");
             dn.push(rcgen::DnType::OrganizationName, "acme");
+            for (kind, value) in extra {
+                dn.push(kind.clone(), *value);
+            }
             dn.push(rcgen::DnType::CommonName, cn);
             params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
             params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::CodeSigning];
@@ -463,6 +476,22 @@ mod tests {
         fn pem(&self) -> String {
             self.issuer.pem()
         }
+
+        /// An envelope signed by a leaf of this (intermediate) CA valid in `years`, its x5c
+        /// the leaf and this CA, the root left out.
+        fn chained_envelope(&self, years: (i32, i32)) -> Vec<u8> {
+            let (key, leaf) = self.leaf("signer", years);
+            let chain = [leaf.der().as_ref(), self.issuer.der().as_ref()];
+            envelope(&key, &chain, header(), PINNED)
+        }
+    }
+
+    /// The refusal a verdict must be, its text holding `part`.
+    #[track_caller]
+    fn refused_with(verdict: Verdict, part: &str) -> Refusal {
+        let refusal = verdict.unwrap_err();
+        assert!(refusal.to_string().contains(part), "{refusal}");
+        refusal
     }
 
     /// ECDSA's DER signature (what rcgen gives) as JWS's fixed r||s.
@@ -637,22 +666,16 @@ mod tests {
             "io.cncf.notary.signingScheme",
             "io.cncf.notary.verificationPlugin"
         ]);
-        let refusal = check(&t, &envelope(&key, &[leaf.der()], plugin, PINNED)).unwrap_err();
-        assert!(
-            refusal
-                .to_string()
-                .contains("critical header io.cncf.notary.verificationPlugin is not understood"),
-            "{refusal}"
+        refused_with(
+            check(&t, &envelope(&key, &[leaf.der()], plugin, PINNED)),
+            "critical header io.cncf.notary.verificationPlugin is not understood",
         );
 
         let mut ps = header();
         ps["alg"] = "PS256".into();
-        let refusal = check(&t, &envelope(&key, &[leaf.der()], ps, PINNED)).unwrap_err();
-        assert!(
-            refusal
-                .to_string()
-                .contains("alg PS256 where the signing certificate's key calls for ES256"),
-            "{refusal}"
+        refused_with(
+            check(&t, &envelope(&key, &[leaf.der()], ps, PINNED)),
+            "alg PS256 where the signing certificate's key calls for ES256",
         );
 
         let mut unlisted = header();
@@ -769,9 +792,7 @@ mod tests {
             Ca::params("fresh CA", (2025, 2090), Some(None)),
             Some(&root),
         );
-        let (key, leaf) = intermediate.leaf("signer", (2025, 2090));
-        let chain = [leaf.der().as_ref(), intermediate.issuer.der().as_ref()];
-        let bytes = envelope(&key, &chain, header(), PINNED);
+        let bytes = intermediate.chained_envelope((2025, 2090));
         let refusal = check(&trust(&root, IDENTITY), &bytes).unwrap_err();
         assert!(
             matches!(refusal, Refusal::NotationUntrusted { .. }),
@@ -792,10 +813,9 @@ mod tests {
         let mut early = header();
         early["io.cncf.notary.signingTime"] = "2024-06-01T00:00:00Z".into();
         let bytes = envelope(&key, &[leaf.der()], early, PINNED);
-        let refusal = check(&trust(&root, IDENTITY), &bytes).unwrap_err();
-        assert!(
-            refusal.to_string().contains("is not valid at now"),
-            "{refusal}"
+        refused_with(
+            check(&trust(&root, IDENTITY), &bytes),
+            "is not valid at now",
         );
     }
 
@@ -804,45 +824,34 @@ mod tests {
         let not_ca = Ca::made(Ca::params("a leaf in the store", (2020, 2090), None), None);
         let (key, leaf) = not_ca.leaf("signer", (2020, 2090));
         let bytes = envelope(&key, &[leaf.der()], header(), PINNED);
-        let refusal = check(&trust(&not_ca, IDENTITY), &bytes).unwrap_err();
-        assert!(
-            refusal
-                .to_string()
-                .contains("the trust store certificate CN=a leaf in the store does not meet"),
-            "{refusal}"
+        refused_with(
+            check(&trust(&not_ca, IDENTITY), &bytes),
+            "the trust store certificate CN=a leaf in the store does not meet",
         );
 
-        let root = Ca::made(Ca::params("root", (2020, 2090), Some(Some(0))), None);
-        let intermediate = Ca::made(
-            Ca::params("issuing CA", (2020, 2090), Some(None)),
-            Some(&root),
-        );
-        let (key, leaf) = intermediate.leaf("signer", (2020, 2090));
-        let chain = [leaf.der().as_ref(), intermediate.issuer.der().as_ref()];
-        let bytes = envelope(&key, &chain, header(), PINNED);
-        let refusal = check(&trust(&root, IDENTITY), &bytes).unwrap_err();
-        assert!(
-            refusal
-                .to_string()
-                .contains("allows 0 CA certificates below it (pathLen), the chain has 1"),
-            "{refusal}"
+        // A root of pathLen `path_len` and an issuing CA below it.
+        let root_and_intermediate = |path_len: u8| {
+            let root = Ca::made(Ca::params("root", (2020, 2090), Some(Some(path_len))), None);
+            let intermediate = Ca::made(
+                Ca::params("issuing CA", (2020, 2090), Some(None)),
+                Some(&root),
+            );
+            (root, intermediate)
+        };
+        let (root, intermediate) = root_and_intermediate(0);
+        let bytes = intermediate.chained_envelope((2020, 2090));
+        refused_with(
+            check(&trust(&root, IDENTITY), &bytes),
+            "allows 0 CA certificates below it (pathLen), the chain has 1",
         );
         // pathLen 1 allows it.
-        let root = Ca::made(Ca::params("root", (2020, 2090), Some(Some(1))), None);
-        let intermediate = Ca::made(
-            Ca::params("issuing CA", (2020, 2090), Some(None)),
-            Some(&root),
-        );
-        let (key, leaf) = intermediate.leaf("signer", (2020, 2090));
-        let chain = [leaf.der().as_ref(), intermediate.issuer.der().as_ref()];
-        let bytes = envelope(&key, &chain, header(), PINNED);
+        let (root, intermediate) = root_and_intermediate(1);
+        let bytes = intermediate.chained_envelope((2020, 2090));
         assert!(check(&trust(&root, IDENTITY), &bytes).is_ok());
 
         // A non-CA intermediate in x5c.
         let not_ca = Ca::made(Ca::params("not a CA", (2020, 2090), None), Some(&root));
-        let (key, leaf) = not_ca.leaf("signer", (2020, 2090));
-        let chain = [leaf.der().as_ref(), not_ca.issuer.der().as_ref()];
-        let bytes = envelope(&key, &chain, header(), PINNED);
+        let bytes = not_ca.chained_envelope((2020, 2090));
         let refusal = check(&trust(&root, IDENTITY), &bytes).unwrap_err();
         assert!(
             matches!(refusal, Refusal::NotationCertificate(_)),
@@ -853,28 +862,20 @@ mod tests {
     #[test]
     fn a_subject_naming_an_attribute_twice_is_refused() {
         let ca = Ca::new("acme CA");
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        let dn = &mut params.distinguished_name;
-        dn.push(rcgen::DnType::CountryName, "US");
-        dn.push(rcgen::DnType::StateOrProvinceName, "WA");
-        dn.push(rcgen::DnType::OrganizationName, "acme");
-        dn.push(rcgen::DnType::OrganizationalUnitName, "interns");
-        // The same OID (2.5.4.11) again, which rcgen keeps apart.
-        dn.push(rcgen::DnType::CustomDnType(vec![2, 5, 4, 11]), "release");
-        dn.push(rcgen::DnType::CommonName, "signer");
-        params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
-        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-        params.not_after = rcgen::date_time_ymd(2090, 1, 1);
-        let leaf = params.signed_by(&key, &ca.issuer).unwrap();
+        let (key, leaf) = ca.leaf_with(
+            &[
+                (rcgen::DnType::OrganizationalUnitName, "interns"),
+                // The same OID (2.5.4.11) again, which rcgen keeps apart.
+                (rcgen::DnType::CustomDnType(vec![2, 5, 4, 11]), "release"),
+            ],
+            "signer",
+            (2020, 2090),
+        );
         let bytes = envelope(&key, &[leaf.der()], header(), PINNED);
         let identity = "C=US, ST=WA, O=acme, OU=release";
-        let refusal = check(&trust(&ca, identity), &bytes).unwrap_err();
-        assert!(
-            refusal
-                .to_string()
-                .contains("its subject names OU more than once"),
-            "{refusal}"
+        refused_with(
+            check(&trust(&ca, identity), &bytes),
+            "its subject names OU more than once",
         );
     }
 

@@ -574,7 +574,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::signature::rules::{SignatureKey, SignatureRule};
     use sigstore_crypto::KeyPair;
@@ -582,8 +582,9 @@ mod tests {
     const PINNED: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
     const OTHER: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
 
-    fn trust_of(keys: &[&KeyPair]) -> Trust {
-        let rule = SignatureRule {
+    /// A rule for every image that trusts `keys` (as `keys/<i>.pub`) and nothing else.
+    pub(crate) fn key_rule(keys: &[&KeyPair]) -> SignatureRule {
+        SignatureRule {
             matches: "*".into(),
             keys: keys
                 .iter()
@@ -596,8 +597,11 @@ mod tests {
             keyless: Vec::new(),
             trusted_root: None,
             notation: None,
-        };
-        Trust::compile(0, &rule).unwrap()
+        }
+    }
+
+    fn trust_of(keys: &[&KeyPair]) -> Trust {
+        Trust::compile(0, &key_rule(keys)).unwrap()
     }
 
     fn payload(digest: &str, kind: &str) -> Vec<u8> {
@@ -620,44 +624,41 @@ mod tests {
         Digest::parse(PINNED).unwrap()
     }
 
+    fn key() -> KeyPair {
+        KeyPair::generate_ecdsa_p256().unwrap()
+    }
+
+    /// The verdict of rule 0 of `trust` on a signature layer of the pinned digest.
+    fn check_pinned(trust: &Trust, layer: &Layer, body: &[u8]) -> Verdict {
+        check_layer(trust, 0, &pinned(), layer, body)
+    }
+
     #[test]
     fn a_signature_by_a_configured_key_over_this_digest_counts() {
-        let (release, other) = (
-            KeyPair::generate_ecdsa_p256().unwrap(),
-            KeyPair::generate_ecdsa_p256().unwrap(),
-        );
+        let (release, other) = (key(), key());
         let trust = trust_of(&[&other, &release]);
         let body = payload(PINNED, COSIGN_SIGNATURE_TYPE);
-        let verdict = check_layer(&trust, 0, &pinned(), &layer(&body, &release), &body);
+        let verdict = check_pinned(&trust, &layer(&body, &release), &body);
         assert_eq!(verdict, Ok(Signer("key keys/1.pub".into())));
     }
 
     #[test]
     fn a_signature_by_another_key_is_an_unknown_key() {
-        let (release, stranger) = (
-            KeyPair::generate_ecdsa_p256().unwrap(),
-            KeyPair::generate_ecdsa_p256().unwrap(),
-        );
+        let (release, stranger) = (key(), key());
         let body = payload(PINNED, COSIGN_SIGNATURE_TYPE);
-        let verdict = check_layer(
-            &trust_of(&[&release]),
-            0,
-            &pinned(),
-            &layer(&body, &stranger),
-            &body,
-        );
+        let verdict = check_pinned(&trust_of(&[&release]), &layer(&body, &stranger), &body);
         assert_eq!(verdict, Err(Refusal::UnknownKey { rule: 0 }));
     }
 
     #[test]
     fn a_payload_changed_after_signing_is_refused_before_it_is_read() {
-        let release = KeyPair::generate_ecdsa_p256().unwrap();
+        let release = key();
         let trust = trust_of(&[&release]);
         let body = payload(OTHER, COSIGN_SIGNATURE_TYPE);
         let signed = layer(&body, &release);
         // The registry sends other bytes than the descriptor's digest.
         let tampered = payload(PINNED, COSIGN_SIGNATURE_TYPE);
-        let verdict = check_layer(&trust, 0, &pinned(), &signed, &tampered);
+        let verdict = check_pinned(&trust, &signed, &tampered);
         assert!(
             matches!(verdict, Err(Refusal::LayerDigest { .. })),
             "{verdict:?}"
@@ -665,16 +666,16 @@ mod tests {
         // A descriptor rewritten to the new bytes: the signature no longer verifies.
         let mut rewritten = signed.clone();
         rewritten.digest = Digest::parse(&format!("sha256:{}", sha256_hex(&tampered))).unwrap();
-        let verdict = check_layer(&trust, 0, &pinned(), &rewritten, &tampered);
+        let verdict = check_pinned(&trust, &rewritten, &tampered);
         assert_eq!(verdict, Err(Refusal::UnknownKey { rule: 0 }));
     }
 
     #[test]
     fn a_valid_signature_of_another_digest_or_of_another_kind_does_not_count() {
-        let release = KeyPair::generate_ecdsa_p256().unwrap();
+        let release = key();
         let trust = trust_of(&[&release]);
         let body = payload(OTHER, COSIGN_SIGNATURE_TYPE);
-        let verdict = check_layer(&trust, 0, &pinned(), &layer(&body, &release), &body);
+        let verdict = check_pinned(&trust, &layer(&body, &release), &body);
         assert_eq!(
             verdict,
             Err(Refusal::OtherDigest {
@@ -682,7 +683,7 @@ mod tests {
             })
         );
         let body = payload(PINNED, "https://slsa.dev/provenance/v1");
-        let verdict = check_layer(&trust, 0, &pinned(), &layer(&body, &release), &body);
+        let verdict = check_pinned(&trust, &layer(&body, &release), &body);
         assert!(
             matches!(verdict, Err(Refusal::NotImageSignature { .. })),
             "{verdict:?}"

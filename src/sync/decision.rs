@@ -135,16 +135,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn per_image_groups_split_by_repository_and_keep_every_problem_once() {
-        let files = [scanned("a.yaml", &["nginx:1", "redis:7", "Not_A_Ref!"])];
-        let grouped = group(
-            &files,
+    /// `files` grouped per image in `mode`, nothing resolved and nothing followed.
+    fn per_image(files: &[ScannedFile], mode: WriteMode) -> Grouped {
+        group(
+            files,
             &BTreeMap::new(),
             &Follow::default(),
             Grouping::PerImage,
-            WriteMode::PullRequest,
-        );
+            mode,
+        )
+    }
+
+    #[test]
+    fn per_image_groups_split_by_repository_and_keep_every_problem_once() {
+        let files = [scanned("a.yaml", &["nginx:1", "redis:7", "Not_A_Ref!"])];
+        let grouped = per_image(&files, WriteMode::PullRequest);
         let names: Vec<String> = grouped.groups.iter().map(|(g, _)| g.to_string()).collect();
         assert_eq!(
             names,
@@ -167,13 +172,7 @@ mod tests {
     #[test]
     fn commit_mode_is_one_group_whatever_the_grouping() {
         let files = [scanned("a.yaml", &["nginx:1", "redis:7"])];
-        let grouped = group(
-            &files,
-            &BTreeMap::new(),
-            &Follow::default(),
-            Grouping::PerImage,
-            WriteMode::Commit,
-        );
+        let grouped = per_image(&files, WriteMode::Commit);
         assert_eq!(grouped.groups.len(), 1);
         assert_eq!(grouped.groups[0].0, Group::All);
     }

@@ -621,17 +621,12 @@ mod tests {
     const D: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 
     fn pin(workload: &str) -> Pin {
-        Pin {
-            file: "apps/web.yaml".into(),
-            workload: workload.parse().unwrap(),
-            container: "app".into(),
-            image: "docker.io/library/nginx:1.27".into(),
-            new_value: format!("nginx:1.27@{D}"),
-            new_digest: D.parse().unwrap(),
-            old_digest: None,
-            old_tag: None,
-            new_tag: None,
-        }
+        Pin::first(
+            "apps/web.yaml",
+            workload,
+            "docker.io/library/nginx:1.27",
+            &format!("nginx:1.27@{D}"),
+        )
     }
 
     fn mapping() -> NameMapping {

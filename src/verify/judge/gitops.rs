@@ -1174,6 +1174,23 @@ mod tests {
         )
     }
 
+    /// The Application of the capture `file`, which must be the one titled `title`.
+    #[track_caller]
+    fn captured_application(file: &str, title: &str) -> GitOpsObject {
+        let app = application(&capture(file)[0]);
+        assert_eq!(app.title(), title);
+        app
+    }
+
+    /// A source at `path` of the argoproj/argocd-example-apps repository, at `revision`.
+    fn example_apps(path: &str, revision: &str) -> Source {
+        Source {
+            url: "https://github.com/argoproj/argocd-example-apps".into(),
+            path: path.into(),
+            revision: Some(revision.into()),
+        }
+    }
+
     #[test]
     fn urls_of_one_repository_are_the_same_however_spelled() {
         let same = [
@@ -1240,15 +1257,16 @@ mod tests {
 
     #[test]
     fn the_real_argo_cd_capture_reads_as_sources_inventory_and_health() {
-        let app = application(&capture("argocd-application-sock-shop.yaml")[0]);
-        assert_eq!(app.title(), "Argo CD Application argo/sock-shop");
+        let app = captured_application(
+            "argocd-application-sock-shop.yaml",
+            "Argo CD Application argo/sock-shop",
+        );
         assert_eq!(
             app.sources,
-            vec![Source {
-                url: "https://github.com/argoproj/argocd-example-apps".into(),
-                path: "sock-shop".into(),
-                revision: Some("d7927a27b4533926b7d86b5f249cd9ebe7625e90".into()),
-            }]
+            vec![example_apps(
+                "sock-shop",
+                "d7927a27b4533926b7d86b5f249cd9ebe7625e90"
+            )]
         );
         assert_eq!(app.health.status, "Healthy");
         assert!(app
@@ -1546,17 +1564,12 @@ mod tests {
 
     #[test]
     fn pinned_files_are_keyed_by_the_live_workload() {
-        let pins = [Pin {
-            file: "./apps/web.yaml".into(),
-            workload: "Deployment/web".parse().unwrap(),
-            container: "app".into(),
-            image: "ghcr.io/acme/web:1".into(),
-            new_value: format!("ghcr.io/acme/web:1@{DIGEST}"),
-            new_digest: DIGEST.parse().unwrap(),
-            old_digest: None,
-            old_tag: None,
-            new_tag: None,
-        }];
+        let pins = [Pin::first(
+            "./apps/web.yaml",
+            "Deployment/web",
+            "ghcr.io/acme/web:1",
+            &format!("ghcr.io/acme/web:1@{DIGEST}"),
+        )];
         let mapping = NameMapping {
             default_namespace: "shop".into(),
             ..NameMapping::default()
@@ -1638,15 +1651,13 @@ mod tests {
 
     #[test]
     fn an_application_with_a_source_hydrator_applies_its_dry_source() {
-        let app = application(&capture("argocd-application-hydrator.yaml")[0]);
-        assert_eq!(app.title(), "Argo CD Application argocd/my-app");
+        let app = captured_application(
+            "argocd-application-hydrator.yaml",
+            "Argo CD Application argocd/my-app",
+        );
         assert_eq!(
             app.sources,
-            vec![Source {
-                url: "https://github.com/argoproj/argocd-example-apps".into(),
-                path: "helm-guestbook".into(),
-                revision: Some(DOCUMENTED_DRY.into()),
-            }],
+            vec![example_apps("helm-guestbook", DOCUMENTED_DRY)],
             "the dry commit the status pairs with the synced hydrated commit"
         );
         assert!(app

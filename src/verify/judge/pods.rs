@@ -287,6 +287,13 @@ fn is_hex(s: &str, len: usize) -> bool {
 mod tests {
     use super::*;
     use crate::verify::judge::samples::*;
+
+    /// The verdict waits on the `stale` pods, which run another digest.
+    #[track_caller]
+    fn assert_stale(v: &Verdict, stale: &[&str]) {
+        assert_eq!(v.state, State::Progressing, "{v:?}");
+        assert_eq!(v.stale_pods, stale);
+    }
     use crate::verify::judge::verdict::{judge, ConditionStatus, ConditionType, State, Verdict};
 
     /// The verdict on a Deployment of `replicas` whose rollout is complete (all updated and
@@ -300,8 +307,7 @@ mod tests {
     fn a_moved_tag_with_two_of_three_pods_on_the_old_digest_is_progressing_naming_them() {
         let live = deployment_with_pods(&[on(&pinned()), on(&old()), on(&old())]);
         let v = judge_default(live);
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(v.stale_pods, vec!["web-1", "web-2"]);
+        assert_stale(&v, &["web-1", "web-2"]);
         assert_eq!((v.pods_on_pinned, v.pods_total), (1, 3));
         assert_eq!(v.reason, "2 of 3 pods still on an old digest: web-1, web-2");
         assert_eq!(reason_of(&v, ConditionType::DigestsMatch), "StalePods");
@@ -318,8 +324,11 @@ mod tests {
             ],
         );
         let v = judge_default(live);
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(v.reason, format!("ImagePullBackOff on web-xyz: {message}"));
+        assert_verdict(
+            &v,
+            State::Failed,
+            &format!("ImagePullBackOff on web-xyz: {message}"),
+        );
         assert_eq!(
             reason_of(&v, ConditionType::DigestsMatch),
             "ImagePullBackOff"
@@ -347,8 +356,11 @@ mod tests {
         let mut old_pod = waiting_pod("web-old", "ImagePullBackOff", "gone");
         old_pod.containers[0].image = format!("ghcr.io/acme/web:latest@{}", old());
         let v = rolled_out(2, vec![pod("web-new", &on(&pinned())), old_pod]);
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(v.reason, "1 of 2 pods not started yet: web-old");
+        assert_verdict(
+            &v,
+            State::Progressing,
+            "1 of 2 pods not started yet: web-old",
+        );
     }
 
     #[test]
@@ -356,8 +368,7 @@ mod tests {
         let mut p = pod("web-old", &on(&old()));
         p.containers[0].waiting_reason = Some("CrashLoopBackOff".to_owned());
         let v = rolled_out(1, vec![p]);
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(v.stale_pods, vec!["web-old"]);
+        assert_stale(&v, &["web-old"]);
     }
 
     #[test]
@@ -384,8 +395,7 @@ mod tests {
             &family,
             &deployment_with_pods(&[on(&digest('d'))]),
         );
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(v.stale_pods, vec!["web-0"]);
+        assert_stale(&v, &["web-0"]);
     }
 
     #[test]
@@ -416,8 +426,7 @@ mod tests {
     #[test]
     fn a_bare_digest_is_a_config_digest_even_when_it_equals_the_manifest_digest() {
         let v = judge_default(deployment_with_pods(&[pinned()]));
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(v.stale_pods, vec!["web-0"]);
+        assert_stale(&v, &["web-0"]);
     }
 
     #[test]
@@ -447,9 +456,7 @@ mod tests {
 
     #[test]
     fn evicted_and_completed_pods_of_the_old_replica_set_are_listed_apart_not_stale() {
-        let mut evicted = pod("web-old-1", &on(&old()));
-        evicted.phase = "Failed".to_owned();
-        evicted.ready = false;
+        let mut evicted = ended_pod("web-old-1", &on(&old()), "Failed");
         evicted.reason = Some("Evicted".to_owned());
         let mut completed = pod("web-old-2", &on(&old()));
         completed.phase = "Succeeded".to_owned();
@@ -480,9 +487,7 @@ mod tests {
 
     #[test]
     fn a_jobs_succeeded_pods_are_its_work_and_count() {
-        let mut done = pod("job-1", &on(&pinned()));
-        done.phase = "Succeeded".to_owned();
-        done.ready = false;
+        let done = ended_pod("job-1", &on(&pinned()), "Succeeded");
         let live = found(
             workload(RolloutStatus::Job {
                 active: 0,
@@ -503,8 +508,7 @@ mod tests {
         let mut starting = pod("web-1", "");
         starting.phase = "Pending".to_owned();
         let v = rolled_out(2, vec![pod("web-0", &on(&pinned())), starting]);
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(v.reason, "1 of 2 pods not started yet: web-1");
+        assert_verdict(&v, State::Progressing, "1 of 2 pods not started yet: web-1");
     }
 
     #[test]
@@ -519,8 +523,7 @@ mod tests {
     #[test]
     fn no_pods_while_replicas_are_expected_is_progressing() {
         let v = rolled_out(1, Vec::new());
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(v.reason, "no pods to check yet");
+        assert_verdict(&v, State::Progressing, "no pods to check yet");
         assert_eq!(
             status_of(&v, ConditionType::DigestsMatch),
             ConditionStatus::Unknown

@@ -587,22 +587,34 @@ mod tests {
     // Not `super::*`: the kinds' functions share their names with the samples.
     use crate::verify::judge::samples::*;
     use crate::verify::judge::verdict::{
-        ArgoRollout, ConditionStatus, ConditionType, RolloutStatus, RolloutStrategy, State, Verdict,
+        ArgoRollout, ConditionStatus, ConditionType, LiveWorkload, RolloutStatus, RolloutStrategy,
+        State, Verdict,
     };
 
     fn rollout_of(rollout: RolloutStatus) -> Verdict {
-        judge_default(found(workload(rollout), vec![pod("web-0", &on(&pinned()))]))
+        judged_with_one_pod(workload(rollout))
+    }
+
+    /// [`rollout_of`] a workload at `generation` whose controller has seen `observed`.
+    fn judged_at_generations(
+        rollout: RolloutStatus,
+        generation: Option<i64>,
+        observed: Option<i64>,
+    ) -> Verdict {
+        judged_with_one_pod(LiveWorkload {
+            generation,
+            observed_generation: observed,
+            ..workload(rollout)
+        })
     }
 
     #[test]
     fn deployment_waits_for_the_spec_update_to_be_observed() {
-        let mut w = workload(deployment(1, 1, 1, 1));
-        w.observed_generation = Some(1);
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(
-            v.reason,
-            "rollout in progress: waiting for spec update to be observed"
+        let v = judged_at_generations(deployment(1, 1, 1, 1), Some(2), Some(1));
+        assert_verdict(
+            &v,
+            State::Progressing,
+            "rollout in progress: waiting for spec update to be observed",
         );
     }
 
@@ -616,22 +628,20 @@ mod tests {
             available: 1,
             progress_deadline_exceeded: true,
         });
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(v.reason, "progress deadline exceeded");
+        assert_verdict(&v, State::Failed, "progress deadline exceeded");
     }
 
     #[test]
     fn deployment_deadline_is_not_judged_before_the_spec_update_is_observed() {
-        let mut w = workload(RolloutStatus::Deployment {
+        let past_deadline = RolloutStatus::Deployment {
             spec_replicas: 1,
             replicas: 1,
             updated: 1,
             ready: 1,
             available: 1,
             progress_deadline_exceeded: true,
-        });
-        w.observed_generation = Some(1);
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        };
+        let v = judged_at_generations(past_deadline, Some(2), Some(1));
         assert_eq!(v.state, State::Progressing);
     }
 
@@ -668,10 +678,7 @@ mod tests {
 
     #[test]
     fn deployment_with_absent_generations_reads_them_as_zero() {
-        let mut w = workload(deployment(1, 1, 1, 1));
-        w.generation = None;
-        w.observed_generation = None;
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        let v = judged_at_generations(deployment(1, 1, 1, 1), None, None);
         assert_eq!(
             status_of(&v, ConditionType::RolledOut),
             ConditionStatus::True
@@ -692,10 +699,7 @@ mod tests {
 
     #[test]
     fn statefulset_without_an_observed_generation_waits() {
-        let mut w = workload(statefulset(3, 3, Some(0)));
-        w.generation = None;
-        w.observed_generation = None;
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        let v = judged_at_generations(statefulset(3, 3, Some(0)), None, None);
         assert_eq!(
             reason_of(&v, ConditionType::RolledOut),
             "SpecUpdateNotObserved"
@@ -801,9 +805,7 @@ mod tests {
 
     #[test]
     fn daemonset_waits_for_the_spec_update_to_be_observed() {
-        let mut w = workload(daemonset(3, 3, true));
-        w.observed_generation = Some(1);
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        let v = judged_at_generations(daemonset(3, 3, true), Some(2), Some(1));
         assert_eq!(
             reason_of(&v, ConditionType::RolledOut),
             "SpecUpdateNotObserved"
@@ -865,10 +867,10 @@ mod tests {
             0,
             Some("Job has reached the specified backoff limit"),
         ));
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(
-            v.reason,
-            "job failed: Job has reached the specified backoff limit"
+        assert_verdict(
+            &v,
+            State::Failed,
+            "job failed: Job has reached the specified backoff limit",
         );
     }
 
@@ -891,12 +893,9 @@ mod tests {
 
     #[test]
     fn pod_in_the_failed_phase_is_failed() {
-        let mut p = pod("web-0", &on(&pinned()));
-        p.phase = "Failed".to_owned();
-        p.ready = false;
+        let p = ended_pod("web-0", &on(&pinned()), "Failed");
         let v = judge_default(found(workload(RolloutStatus::Pod), vec![p]));
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(v.reason, "pod web-0 failed");
+        assert_verdict(&v, State::Failed, "pod web-0 failed");
     }
 
     fn deployment_config(
@@ -928,10 +927,10 @@ mod tests {
             Some(3),
             Some("replication controller \"web-3\" has failed progressing"),
         ));
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(
-            v.reason,
-            "rollout failed: replication controller \"web-3\" has failed progressing"
+        assert_verdict(
+            &v,
+            State::Failed,
+            "rollout failed: replication controller \"web-3\" has failed progressing",
         );
     }
 
@@ -985,6 +984,13 @@ mod tests {
         rollout_of(RolloutStatus::Rollout(Box::new(argo)))
     }
 
+    /// The verdict on an [`argo`] Rollout in `phase` after `change`.
+    fn argo_judged(phase: Option<&str>, change: impl FnOnce(&mut ArgoRollout)) -> Verdict {
+        let mut rollout = argo(phase);
+        change(&mut rollout);
+        rollout_judged(rollout)
+    }
+
     #[test]
     fn a_healthy_rollout_whose_stable_replica_set_runs_the_template_is_converged() {
         let v = rollout_judged(argo(Some("Healthy")));
@@ -1008,10 +1014,10 @@ mod tests {
             traffic_routing: false,
         };
         let v = rollout_judged(paused.clone());
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(
-            v.reason,
-            "rollout paused: canary at step 2 of 4, 20 % (CanaryPauseStep)"
+        assert_verdict(
+            &v,
+            State::Progressing,
+            "rollout paused: canary at step 2 of 4, 20 % (CanaryPauseStep)",
         );
         assert_eq!(reason_of(&v, ConditionType::RolledOut), "RolloutPaused");
         // Moving on to its third step, the weight is the third step's.
@@ -1032,50 +1038,50 @@ mod tests {
 
     #[test]
     fn healthy_is_not_enough_while_the_stable_replica_set_is_another_template_s() {
-        let mut lagging = argo(Some("Healthy"));
-        lagging.stable_rs = Some("old".to_owned());
-        let v = rollout_judged(lagging);
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(
-            v.reason,
-            "rollout in progress: the stable ReplicaSet is old, the current template's is new"
+        let v = argo_judged(Some("Healthy"), |a| a.stable_rs = Some("old".to_owned()));
+        assert_verdict(
+            &v,
+            State::Progressing,
+            "rollout in progress: the stable ReplicaSet is old, the current template's is new",
         );
-        let mut stale = argo(Some("Healthy"));
-        stale.stable_template_images = Some(vec![("web".to_owned(), "web:0".to_owned())]);
+        let stale = argo_judged(Some("Healthy"), |a| {
+            a.stable_template_images = Some(vec![("web".to_owned(), "web:0".to_owned())]);
+        });
         assert_eq!(
-            rollout_judged(stale).reason,
+            stale.reason,
             "rollout in progress: the stable ReplicaSet new does not run the current template yet"
         );
     }
 
     #[test]
     fn a_degraded_rollout_fails_with_argo_rollouts_message() {
-        let mut degraded = argo(Some("Degraded"));
-        degraded.message = Some("RolloutAborted: Rollout aborted update to revision 3".to_owned());
-        let v = rollout_judged(degraded);
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(
-            v.reason,
-            "rollout degraded: RolloutAborted: Rollout aborted update to revision 3"
+        let v = argo_judged(Some("Degraded"), |a| {
+            a.message = Some("RolloutAborted: Rollout aborted update to revision 3".to_owned());
+        });
+        assert_verdict(
+            &v,
+            State::Failed,
+            "rollout degraded: RolloutAborted: Rollout aborted update to revision 3",
         );
     }
 
     #[test]
     fn a_rollout_waits_for_its_spec_to_be_observed_and_for_an_unpause() {
-        let mut unobserved = argo(Some("Healthy"));
-        unobserved.observed_generation = Some("1".to_owned());
+        let unobserved = argo_judged(Some("Healthy"), |a| {
+            a.observed_generation = Some("1".to_owned());
+        });
         assert_eq!(
-            rollout_judged(unobserved).reason,
+            unobserved.reason,
             "rollout in progress: waiting for rollout spec update to be observed"
         );
         // An Argo Rollouts 0.9 hash says nothing of the generation: taken as observed.
-        let mut hashed = argo(Some("Healthy"));
-        hashed.observed_generation = Some("5c76fd9f86".to_owned());
-        assert_eq!(rollout_judged(hashed).state, State::Converged);
-        let mut unpausing = argo(Some("Paused"));
-        unpausing.controller_pause = true;
+        let hashed = argo_judged(Some("Healthy"), |a| {
+            a.observed_generation = Some("5c76fd9f86".to_owned());
+        });
+        assert_eq!(hashed.state, State::Converged);
+        let unpausing = argo_judged(Some("Paused"), |a| a.controller_pause = true);
         assert_eq!(
-            rollout_judged(unpausing).reason,
+            unpausing.reason,
             "rollout in progress: waiting for rollout to unpause"
         );
     }
@@ -1083,10 +1089,10 @@ mod tests {
     #[test]
     fn an_older_controller_s_rollout_is_judged_as_calculate_rollout_phase_does() {
         let legacy = |change: &dyn Fn(&mut ArgoRollout)| {
-            let mut argo = argo(None);
-            argo.observed_generation = Some("58b949649c".to_owned());
-            change(&mut argo);
-            rollout_judged(argo)
+            argo_judged(None, |a| {
+                a.observed_generation = Some("58b949649c".to_owned());
+                change(a);
+            })
         };
         assert_eq!(legacy(&|_| {}).state, State::Converged);
         assert_eq!(

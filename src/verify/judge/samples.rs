@@ -6,7 +6,7 @@
 
 use super::verdict::{
     judge, ConditionStatus, ConditionType, DigestFamily, Expected, Live, LiveContainer, LivePod,
-    LiveWorkload, RolloutStatus, Verdict,
+    LiveWorkload, RolloutStatus, State, Verdict,
 };
 
 pub(crate) fn digest(c: char) -> String {
@@ -77,6 +77,15 @@ pub(crate) fn pod(name: &str, image_id: &str) -> LivePod {
     }
 }
 
+/// A pod whose containers ended: in the phase `Succeeded` or `Failed`, no longer ready.
+pub(crate) fn ended_pod(name: &str, image_id: &str, phase: &str) -> LivePod {
+    LivePod {
+        phase: phase.to_owned(),
+        ready: false,
+        ..pod(name, image_id)
+    }
+}
+
 pub(crate) fn waiting_pod(name: &str, reason: &str, message: &str) -> LivePod {
     let mut p = pod(name, "");
     p.phase = "Pending".to_owned();
@@ -124,4 +133,16 @@ pub(crate) fn job(active: i32, succeeded: i32, failed_condition: Option<&str>) -
         failed: 0,
         failed_condition: failed_condition.map(str::to_owned),
     }
+}
+
+/// The verdict on `workload` with one ready pod, `web-0`, on the pinned digest.
+pub(crate) fn judged_with_one_pod(workload: LiveWorkload) -> Verdict {
+    judge_default(found(workload, vec![pod("web-0", &on(&pinned()))]))
+}
+
+/// The verdict is `state`, for `reason`.
+#[track_caller]
+pub(crate) fn assert_verdict(v: &Verdict, state: State, reason: &str) {
+    assert_eq!(v.state, state, "{v:?}");
+    assert_eq!(v.reason, reason);
 }

@@ -449,10 +449,10 @@ mod tests {
     fn the_real_openshift_capture_before_the_sync_is_not_synced_yet() {
         let (expected, live) = captured("quay.io/k_nakajima/nginx-sample:latest");
         let v = judge(&expected, &no_family(), &live);
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(
-            v.reason,
-            "not synced yet: live template has quay.io/k_nakajima/nginx-sample:latest"
+        assert_verdict(
+            &v,
+            State::Progressing,
+            "not synced yet: live template has quay.io/k_nakajima/nginx-sample:latest",
         );
         // The pod already runs the digest the tag pointed at; only the template lags.
         assert_eq!(
@@ -480,10 +480,10 @@ mod tests {
             )],
         );
         let v = judge_default(live);
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(
-            v.reason,
-            "CreateContainerConfigError on web-x: secret \"db\" not found"
+        assert_verdict(
+            &v,
+            State::Failed,
+            "CreateContainerConfigError on web-x: secret \"db\" not found",
         );
         assert_eq!(
             reason_of(&v, ConditionType::RolledOut),
@@ -496,10 +496,10 @@ mod tests {
         let mut w = workload(deployment(1, 1, 1, 1));
         w.template_images = vec![("web".to_owned(), "ghcr.io/acme/web:latest".to_owned())];
         let v = judge_default(found(w, vec![pod("web-0", &on(&old()))]));
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(
-            v.reason,
-            "not synced yet: live template has ghcr.io/acme/web:latest"
+        assert_verdict(
+            &v,
+            State::Progressing,
+            "not synced yet: live template has ghcr.io/acme/web:latest",
         );
         assert_eq!(reason_of(&v, ConditionType::Synced), "TemplateNotPinned");
     }
@@ -511,7 +511,7 @@ mod tests {
             "web".to_owned(),
             format!("docker.io/acme/web:latest@{}", pinned()),
         )];
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
+        let v = judged_with_one_pod(w);
         assert_eq!(status_of(&v, ConditionType::Synced), ConditionStatus::True);
     }
 
@@ -519,11 +519,11 @@ mod tests {
     fn a_template_without_the_container_is_not_synced_yet() {
         let mut w = workload(deployment(1, 1, 1, 1));
         w.template_images = vec![("sidecar".to_owned(), expected().pinned_ref)];
-        let v = judge_default(found(w, vec![pod("web-0", &on(&pinned()))]));
-        assert_eq!(v.state, State::Progressing);
-        assert_eq!(
-            v.reason,
-            "not synced yet: live template has no container \"web\""
+        let v = judged_with_one_pod(w);
+        assert_verdict(
+            &v,
+            State::Progressing,
+            "not synced yet: live template has no container \"web\"",
         );
     }
 
@@ -546,8 +546,7 @@ mod tests {
     #[test]
     fn a_deleted_workload_is_failed() {
         let v = judge_default(Live::Missing);
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(v.reason, "workload missing");
+        assert_verdict(&v, State::Failed, "workload missing");
         assert_eq!(reason_of(&v, ConditionType::Synced), "WorkloadMissing");
         assert_eq!(v.conditions.len(), 3);
     }
@@ -557,8 +556,7 @@ mod tests {
         let message =
             "Kubernetes API https://10.0.0.1:6443: list Deployment in namespace team-b: 403 Forbidden";
         let v = judge_default(Live::Forbidden(message.to_owned()));
-        assert_eq!(v.state, State::Failed);
-        assert_eq!(v.reason, format!("no permission: {message}"));
+        assert_verdict(&v, State::Failed, &format!("no permission: {message}"));
         assert!(v.conditions.iter().all(|c| c.reason == "Forbidden"));
     }
 
@@ -566,8 +564,7 @@ mod tests {
     fn a_read_a_tenant_may_not_make_is_unverified_in_tagpins_words() {
         let message = "the ServiceAccount team-a/tagpin may not list deployments in team-b";
         let v = judge_default(Live::Denied(message.to_owned()));
-        assert_eq!(v.state, State::Unverified);
-        assert_eq!(v.reason, message);
+        assert_verdict(&v, State::Unverified, message);
         assert!(v.conditions.iter().all(|c| c.reason == "Forbidden"
             && c.status == ConditionStatus::Unknown
             && c.message == message));
@@ -591,15 +588,23 @@ mod tests {
         );
     }
 
+    /// The summary of verdicts in these states for these reasons, every image checked.
+    fn summary_of(verdicts: &[(State, &str)]) -> (State, String) {
+        let verdicts: Vec<Verdict> = verdicts
+            .iter()
+            .map(|(state, reason)| verdict_in(*state, reason))
+            .collect();
+        summarize(&verdicts, Unchecked::default())
+    }
+
     #[test]
     fn summary_is_failed_when_any_verdict_failed_and_names_it() {
-        let verdicts = [
-            verdict_in(State::Converged, "converged"),
-            verdict_in(State::Progressing, "rollout in progress: x"),
-            verdict_in(State::Failed, "workload missing"),
-        ];
         assert_eq!(
-            summarize(&verdicts, Unchecked::default()),
+            summary_of(&[
+                (State::Converged, "converged"),
+                (State::Progressing, "rollout in progress: x"),
+                (State::Failed, "workload missing")
+            ]),
             (
                 State::Failed,
                 "1 failed, 1 progressing, 1 converged; shop/Deployment/web (web): workload missing"
@@ -610,24 +615,20 @@ mod tests {
 
     #[test]
     fn summary_is_progressing_when_any_verdict_progresses() {
-        let verdicts = [
-            verdict_in(State::Converged, "converged"),
-            verdict_in(State::Progressing, "no pods to check yet"),
-        ];
         assert_eq!(
-            summarize(&verdicts, Unchecked::default()).0,
+            summary_of(&[
+                (State::Converged, "converged"),
+                (State::Progressing, "no pods to check yet")
+            ])
+            .0,
             State::Progressing
         );
     }
 
     #[test]
     fn summary_is_converged_when_all_converged() {
-        let verdicts = [
-            verdict_in(State::Converged, "a"),
-            verdict_in(State::Converged, "b"),
-        ];
         assert_eq!(
-            summarize(&verdicts, Unchecked::default()),
+            summary_of(&[(State::Converged, "a"), (State::Converged, "b")]),
             (State::Converged, "all 2 pinned images converged".to_owned())
         );
     }
