@@ -26,6 +26,35 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(10);
 /// Attempts of one read when the API server fails transiently.
 const READ_ATTEMPTS: u32 = 3;
 
+/// A type of object a cluster lists, shares between reconciles and watches: what kube's typed
+/// `Api` needs to read it, and a shared list needs to hand it to other tasks.
+pub trait Listable:
+    kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+}
+
+impl<K> Listable for K where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// A [`Listable`] type of namespaced object known at compile time (k8s-openapi's types).
+pub trait Namespaced:
+    Listable + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+{
+}
+
+impl<K> Namespaced for K where
+    K: Listable + kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+{
+}
+
 /// Whether [`Cluster::wait_for_change`] watches a list of objects once read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Follow {
@@ -38,16 +67,7 @@ pub enum Follow {
 impl Cluster {
     /// Every object of type `K` in `namespace`, page by page (shared when this cluster shares
     /// its lists). [`Cluster::wait_for_change`] then watches them from where this list stands.
-    pub async fn list<K>(&self, namespace: &str) -> Result<Vec<K>, kube::Error>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-    {
+    pub async fn list<K: Namespaced>(&self, namespace: &str) -> Result<Vec<K>, kube::Error> {
         let api = Api::<K>::namespaced(self.client.clone(), namespace);
         let watch = Api::<K>::namespaced(self.watch_client.clone(), namespace);
         let (items, version) = self.shared(&api, watch).await?;
@@ -111,20 +131,11 @@ impl Cluster {
     /// Every item of the list `api` reads, and its resourceVersion, shared when this cluster
     /// shares its lists: kept current by a watch through `watch` (the same list on the watch
     /// client) from the list's resourceVersion.
-    async fn shared<K>(
+    async fn shared<K: Listable>(
         &self,
         api: &Api<K>,
         watch: Api<K>,
-    ) -> Result<(Vec<K>, Option<String>), kube::Error>
-    where
-        K: kube::Resource
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-    {
+    ) -> Result<(Vec<K>, Option<String>), kube::Error> {
         match &self.shared_lists {
             None => list_pages(api).await,
             Some(lists) => {

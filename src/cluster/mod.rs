@@ -49,5 +49,5 @@ pub use connect::{
 pub use error::{impersonation_refused, ClusterError, Refused};
 pub use handle::{Cluster, Server, ServiceAccount};
 pub use kubeconfig::{self_contained, UnsafeKubeconfig};
-pub use list::{retrying, Follow};
+pub use list::{retrying, Follow, Listable, Namespaced};
 pub use shared_lists::{SharedLists, Stamp, OPERATOR_LIST_AGE};

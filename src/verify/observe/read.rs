@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ApiResource, GroupVersionKind};
 
 use super::convert::{self, Selector};
-use crate::cluster::{retrying, Cluster, ClusterError, Follow, Refused};
+use crate::cluster::{retrying, Cluster, ClusterError, Follow, Namespaced, Refused};
 use crate::verify::judge::helm::NamespaceWorkloads;
 use crate::verify::judge::observed::{Inventory, Refusal};
 use crate::verify::judge::verdict::{Live, LivePod, LiveWorkload, RolloutStatus};
@@ -260,20 +260,11 @@ async fn list_rollouts(cluster: &Cluster, namespace: &str) -> Result<Found, kube
 }
 
 /// Every object of one type in `namespace`, by name, as `convert` reads it.
-async fn list_typed<K>(
+async fn list_typed<K: Namespaced>(
     cluster: &Cluster,
     namespace: &str,
     convert: fn(K) -> (LiveWorkload, Selector),
-) -> Result<Found, kube::Error>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+) -> Result<Found, kube::Error> {
     Ok(cluster
         .list::<K>(namespace)
         .await?

@@ -147,13 +147,7 @@ async fn at_rest_passes_list_nothing_again_and_still_see_a_pod_go_back_to_an_old
 
 /// The sum of a family's series (`name{` or a whole `name{labels}`) on the operator's `/metrics`.
 async fn metric_total(operator: &Operator, family: &str) -> f64 {
-    let text = reqwest::get(format!("{}/metrics", operator.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    crate::run::metric_sum(&text, family)
+    crate::run::metric_sum(&operator.metrics_page().await, family)
 }
 
 /// A cycle's verification read the branch's tip by listing the remote's refs again, right

@@ -173,6 +173,12 @@ impl Operator {
         .await
     }
 
+    /// The operator's `/metrics` page.
+    pub(crate) async fn metrics_page(&self) -> String {
+        let url = format!("{}/metrics", self.base);
+        reqwest::get(url).await.unwrap().text().await.unwrap()
+    }
+
     /// The value of one series (`name{labels}` as exposed) of the operator's `/metrics`.
     pub(crate) async fn metric(&self, series: &str) -> Option<i64> {
         let url = format!("{}/metrics", self.base);
@@ -657,12 +663,7 @@ async fn objects_pinning_the_same_tag_ask_the_registry_once_per_interval() {
         (0..5).all(|i| is_ready(&kube, &format!("repo-{i}")))
     })
     .await;
-    let metrics = reqwest::get(format!("{}/metrics", operator.base))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = operator.metrics_page().await;
     let asked: f64 = metrics
         .lines()
         .filter(|l| l.starts_with("tagpin_registry_requests_total{"))
