@@ -54,22 +54,19 @@ pub(crate) fn sync(
     metrics.observe_signature_checks(&report.signature_checks);
     metrics.observe_age_checks(&report.age_checks);
     metrics.observe_provenance_checks(&report.provenance_checks);
+    let pull_request = |action: &str| {
+        let action = action.to_string();
+        metrics::inc(&metrics.pull_requests, ActionLabels { action });
+    };
     for group in &report.groups {
-        let action = match &group.outcome {
+        match &group.outcome {
             Outcome::Committed { .. } => {
                 metrics.commits.inc();
-                continue;
             }
-            Outcome::PullRequestOpened { .. } => "opened",
-            Outcome::PullRequestUpdated { .. } => "updated",
-            _ => continue,
-        };
-        metrics::inc(
-            &metrics.pull_requests,
-            ActionLabels {
-                action: action.into(),
-            },
-        );
+            Outcome::PullRequestOpened { .. } => pull_request("opened"),
+            Outcome::PullRequestUpdated { .. } => pull_request("updated"),
+            _ => {}
+        }
     }
     if !report.has_failures() {
         metrics.last_success.set(crate::clock::unix_now());

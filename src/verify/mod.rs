@@ -92,9 +92,10 @@ pub(crate) fn refuse_fork(
     })
 }
 
-/// Reads the expectations for `source`. `fresh`: the caller fetched the configured branch and
-/// tagpin's own branches just now (a cycle's pass), so a commit the mirror holds on one of
-/// them is read as it is, without asking the remote for its refs again.
+/// Reads the expectations for `source`. `fresh`: the caller fetched the configured branch just
+/// now (a cycle's pass), so a commit the mirror holds on it is read as it is, without asking
+/// the remote for its refs again. (A branch named with `--branch` is always fetched: only the
+/// command line asks for one, and it has fetched nothing.)
 pub async fn expectations(
     source: &Source,
     config: &Config,
@@ -164,13 +165,8 @@ pub async fn expectations(
             return Ok(expectations);
         }
         Source::Branch(branch) => {
-            let prefix = &config.pull_request.branch_prefix;
-            let fetched =
-                fresh && (branch == &config.repository.branch || branch.starts_with(prefix));
             let tip = off_runtime(|| {
-                if !fetched {
-                    mirror.fetch(branch, prefix)?;
-                }
+                mirror.fetch(branch, &config.pull_request.branch_prefix)?;
                 mirror.require_tip(branch)
             })?;
             let mut expectations = off_runtime(|| expectations_at(tip, config, mirror))?;
